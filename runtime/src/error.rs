@@ -1,0 +1,61 @@
+//! The runtime's error type: every failure names what a person needs to act on (file, node, op, shapes).
+use std::path::PathBuf;
+
+/// Errors from loading or running a model.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot read {path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("malformed model: {0}")]
+    Decode(String),
+    #[error("invalid model: {0}")]
+    InvalidModel(String),
+    #[error("unsupported: node '{node}' ({domain}{op}, opset {opset}): {reason}")]
+    Unsupported { node: String, op: String, domain: String, opset: i64, reason: String },
+    #[error("node '{node}' ({op}) with inputs {shapes}: {msg}")]
+    Node { node: String, op: String, shapes: String, msg: String },
+    #[error("input '{name}': {msg}")]
+    Input { name: String, msg: String },
+    #[error("tensor of {bytes} bytes exceeds the limit of {limit} bytes ({what})")]
+    TooLarge { what: String, bytes: u128, limit: u128 },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What a kernel reports; the executor adds the node name, op and input shapes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OpError {
+    /// The inputs or attributes break the operator's contract.
+    Invalid(String),
+    /// A valid form of the operator that this kernel does not implement.
+    Unsupported(String),
+}
+
+impl std::fmt::Display for OpError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OpError::Invalid(m) => write!(f, "{m}"),
+            OpError::Unsupported(m) => write!(f, "unsupported: {m}"),
+        }
+    }
+}
+
+impl From<ndarray::ShapeError> for OpError {
+    fn from(e: ndarray::ShapeError) -> Self {
+        OpError::Invalid(format!("shape error: {e}"))
+    }
+}
+
+pub type OpResult<T> = std::result::Result<T, OpError>;
+
+/// `bail!("...")` inside a kernel: an [`OpError::Invalid`] with a formatted message.
+#[macro_export]
+macro_rules! bail {
+    ($($t:tt)*) => { return Err($crate::error::OpError::Invalid(format!($($t)*))) };
+}
+
+/// `unsupported!("...")` inside a kernel: an [`OpError::Unsupported`] with a formatted message.
+#[macro_export]
+macro_rules! unsupported {
+    ($($t:tt)*) => { return Err($crate::error::OpError::Unsupported(format!($($t)*))) };
+}

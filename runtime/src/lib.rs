@@ -1,0 +1,25 @@
+//! Quorum: a pure-Rust ONNX inference runtime.
+//!
+//! Load a model with [`Session::from_file`] or [`Session::from_bytes`], then call [`Session::run`].
+
+pub mod error;
+pub mod ir;
+pub mod loader;
+pub mod npy;
+pub mod ops;
+pub mod plan;
+pub mod session;
+pub mod tensor;
+
+/// The ONNX schema, generated at build time from `proto/onnx.proto`.
+#[allow(clippy::all, missing_docs)]
+pub mod proto {
+    include!(concat!(env!("OUT_DIR"), "/onnx.rs"));
+}
+
+pub use error::{Error, OpError, Result};
+pub use session::{Session, SessionOptions};
+pub use tensor::{DType, Tensor, Value};
+
+/// Default for [`SessionOptions::max_tensor_bytes`]: 16 GiB, above any real model's single tensor here.
+pub const DEFAULT_MAX_TENSOR_BYTES: u64 = 16 << 30;

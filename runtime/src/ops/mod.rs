@@ -1,0 +1,213 @@
+//! The CPU kernel registry. Each op family lives in its own file and registers its kernels in
+//! `register`; adding an op is one function plus one line there.
+//!
+//! A kernel is a plain function of its context (the node, its attributes, its opset) and its inputs.
+//! Shape rules, attribute parsing and broadcasting are shared helpers here, so every backend reads the
+//! same semantics.
+use std::collections::HashMap;
+
+use crate::error::{OpError, OpResult};
+use crate::bail;
+use crate::ir::{Attr, Graph, Node};
+use crate::tensor::{Tensor, Value};
+
+pub mod broadcast;
+
+/// A CPU kernel: inputs in node order (`None` for an omitted optional input), outputs in node order.
+pub type Kernel = fn(&OpCtx, &[Option<&Value>]) -> OpResult<Vec<Value>>;
+
+/// Runs a subgraph attribute of the node being executed (If branches, Loop and Scan bodies) with the
+/// given inputs, the current scope visible to it.
+pub trait SubgraphRunner {
+    fn run_subgraph(&self, graph: &Graph, inputs: Vec<Value>) -> OpResult<Vec<Value>>;
+}
+
+/// What a kernel sees of its node.
+pub struct OpCtx<'a> {
+    pub node: &'a Node,
+    pub runner: &'a dyn SubgraphRunner,
+    /// The session's limit on one tensor's size: kernels whose output size comes from data check it.
+    pub max_tensor_bytes: u64,
+}
+
+/// Maps (domain, op_type) to a kernel. The kernel reads `ctx.opset()` where versions differ.
+#[derive(Default)]
+pub struct Registry {
+    kernels: HashMap<(&'static str, &'static str), Kernel>,
+}
+
+impl Registry {
+    pub fn add(&mut self, domain: &'static str, op: &'static str, k: Kernel) {
+        self.kernels.insert((domain, op), k);
+    }
+
+    pub fn get(&self, domain: &str, op: &str) -> Option<Kernel> {
+        self.kernels.get(&(domain, op)).copied()
+    }
+
+    pub fn ops(&self) -> impl Iterator<Item = (&'static str, &'static str)> + '_ {
+        self.kernels.keys().copied()
+    }
+
+    /// The registry with every CPU kernel.
+    pub fn cpu() -> &'static Registry {
+        static REG: std::sync::OnceLock<Registry> = std::sync::OnceLock::new();
+        REG.get_or_init(|| {
+            let mut r = Registry::default();
+            register_all(&mut r);
+            r
+        })
+    }
+}
+
+fn register_all(r: &mut Registry) {
+    let _ = r;
+}
+
+impl<'a> OpCtx<'a> {
+    pub fn opset(&self) -> i64 {
+        self.node.opset
+    }
+
+    pub fn attr(&self, name: &str) -> Option<&'a Attr> {
+        self.node.attrs.get(name)
+    }
+
+    pub fn has_attr(&self, name: &str) -> bool {
+        self.node.attrs.contains_key(name)
+    }
+
+    fn wrong(&self, name: &str, want: &str, got: &Attr) -> OpError {
+        OpError::Invalid(format!("attribute '{name}' must be {want}, got {}", got.kind()))
+    }
+
+    pub fn attr_opt_i(&self, name: &str) -> OpResult<Option<i64>> {
+        match self.attr(name) {
+            None => Ok(None),
+            Some(Attr::Int(v)) => Ok(Some(*v)),
+            Some(a) => Err(self.wrong(name, "int", a)),
+        }
+    }
+
+    pub fn attr_i(&self, name: &str, default: i64) -> OpResult<i64> {
+        Ok(self.attr_opt_i(name)?.unwrap_or(default))
+    }
+
+    pub fn req_i(&self, name: &str) -> OpResult<i64> {
+        self.attr_opt_i(name)?.ok_or_else(|| OpError::Invalid(format!("required attribute '{name}' is missing")))
+    }
+
+    pub fn attr_opt_f(&self, name: &str) -> OpResult<Option<f32>> {
+        match self.attr(name) {
+            None => Ok(None),
+            Some(Attr::Float(v)) => Ok(Some(*v)),
+            Some(Attr::Int(v)) => Ok(Some(*v as f32)),
+            Some(a) => Err(self.wrong(name, "float", a)),
+        }
+    }
+
+    pub fn attr_f(&self, name: &str, default: f32) -> OpResult<f32> {
+        Ok(self.attr_opt_f(name)?.unwrap_or(default))
+    }
+
+    pub fn attr_opt_s(&self, name: &str) -> OpResult<Option<String>> {
+        match self.attr(name) {
+            None => Ok(None),
+            Some(Attr::String(v)) => Ok(Some(String::from_utf8_lossy(v).into_owned())),
+            Some(a) => Err(self.wrong(name, "string", a)),
+        }
+    }
+
+    pub fn attr_s(&self, name: &str, default: &str) -> OpResult<String> {
+        Ok(self.attr_opt_s(name)?.unwrap_or_else(|| default.to_string()))
+    }
+
+    pub fn attr_opt_ints(&self, name: &str) -> OpResult<Option<Vec<i64>>> {
+        match self.attr(name) {
+            None => Ok(None),
+            Some(Attr::Ints(v)) => Ok(Some(v.clone())),
+            Some(Attr::Int(v)) => Ok(Some(vec![*v])),
+            Some(a) => Err(self.wrong(name, "ints", a)),
+        }
+    }
+
+    pub fn attr_opt_floats(&self, name: &str) -> OpResult<Option<Vec<f32>>> {
+        match self.attr(name) {
+            None => Ok(None),
+            Some(Attr::Floats(v)) => Ok(Some(v.clone())),
+            Some(Attr::Float(v)) => Ok(Some(vec![*v])),
+            Some(a) => Err(self.wrong(name, "floats", a)),
+        }
+    }
+
+    pub fn attr_opt_strings(&self, name: &str) -> OpResult<Option<Vec<String>>> {
+        match self.attr(name) {
+            None => Ok(None),
+            Some(Attr::Strings(v)) => Ok(Some(v.iter().map(|s| String::from_utf8_lossy(s).into_owned()).collect())),
+            Some(a) => Err(self.wrong(name, "strings", a)),
+        }
+    }
+
+    pub fn attr_opt_tensor(&self, name: &str) -> OpResult<Option<&'a Tensor>> {
+        match self.attr(name) {
+            None => Ok(None),
+            Some(Attr::Tensor(t)) => Ok(Some(t)),
+            Some(a) => Err(self.wrong(name, "tensor", a)),
+        }
+    }
+
+    pub fn attr_graph(&self, name: &str) -> OpResult<&'a Graph> {
+        match self.attr(name) {
+            Some(Attr::Graph(g)) => Ok(g),
+            Some(a) => Err(self.wrong(name, "graph", a)),
+            None => Err(OpError::Invalid(format!("required graph attribute '{name}' is missing"))),
+        }
+    }
+
+    /// Refuses an output of `shape` and element size `elem_bytes` larger than the session allows, before
+    /// anything is allocated.
+    pub fn check_alloc(&self, shape: &[usize], elem_bytes: usize) -> OpResult<()> {
+        let bytes = shape.iter().fold(elem_bytes as u128, |a, &d| a.saturating_mul(d as u128));
+        if bytes > self.max_tensor_bytes as u128 {
+            bail!("output of shape {shape:?} needs {bytes} bytes, over the limit of {} bytes", self.max_tensor_bytes);
+        }
+        Ok(())
+    }
+
+    pub fn run_subgraph(&self, graph: &Graph, inputs: Vec<Value>) -> OpResult<Vec<Value>> {
+        self.runner.run_subgraph(graph, inputs)
+    }
+}
+
+/// The tensor at input `i`, which must be present.
+pub fn input<'v>(inputs: &[Option<&'v Value>], i: usize) -> OpResult<&'v Tensor> {
+    match inputs.get(i).copied().flatten() {
+        Some(Value::Tensor(t)) => Ok(t),
+        Some(v) => Err(OpError::Invalid(format!("input {i} must be a tensor, got {}", v.describe()))),
+        None => Err(OpError::Invalid(format!("required input {i} is missing"))),
+    }
+}
+
+/// The tensor at input `i` if given (omitted inputs and missing trailing inputs are `None`).
+pub fn opt_input<'v>(inputs: &[Option<&'v Value>], i: usize) -> OpResult<Option<&'v Tensor>> {
+    match inputs.get(i).copied().flatten() {
+        Some(Value::Tensor(t)) => Ok(Some(t)),
+        Some(v) => Err(OpError::Invalid(format!("input {i} must be a tensor, got {}", v.describe()))),
+        None => Ok(None),
+    }
+}
+
+/// Normalises a possibly negative axis against `rank`.
+pub fn norm_axis(axis: i64, rank: usize) -> OpResult<usize> {
+    let r = rank as i64;
+    let a = if axis < 0 { axis + r } else { axis };
+    if a < 0 || a >= r.max(1) && !(r == 0 && a == 0) {
+        return Err(OpError::Invalid(format!("axis {axis} is out of range for rank {rank}")));
+    }
+    Ok(a as usize)
+}
+
+/// Wraps one tensor as a kernel's single output.
+pub fn single(t: Tensor) -> OpResult<Vec<Value>> {
+    Ok(vec![Value::Tensor(t)])
+}
