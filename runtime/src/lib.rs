@@ -3,6 +3,7 @@
 //! Load a model with [`Session::from_file`] or [`Session::from_bytes`], then call [`Session::run`].
 
 pub mod error;
+pub mod inputs;
 pub mod ir;
 pub mod loader;
 pub mod npy;

@@ -1,5 +1,12 @@
-//! Numpy-style multidirectional broadcasting, shared by every elementwise kernel.
-use ndarray::{ArrayD, ArrayViewD, IxDyn, Zip};
+//! Numpy-style multidirectional broadcasting, shared by every elementwise kernel, and [`par_fill`], the
+//! one place elementwise work is split across threads.
+//!
+//! Compile-time note: kernels are generic over dtype and closure, so anything generic here is
+//! instantiated hundreds of times. Rayon is therefore only reached through `par_fill`, which is generic
+//! over the output element type alone and takes the per-chunk work as a `dyn` closure; the per-element
+//! loop inside a chunk stays monomorphic and inlinable.
+use ndarray::{ArrayD, ArrayViewD, IxDyn};
+use rayon::prelude::*;
 
 use crate::error::{OpError, OpResult};
 
@@ -30,6 +37,31 @@ pub fn view_as<'a, T>(a: &'a ArrayD<T>, shape: &[usize]) -> OpResult<ArrayViewD<
 /// Elements past which elementwise work is split across threads.
 pub const PAR_THRESHOLD: usize = 1 << 15;
 
+/// Fills `out` by calling `work(start, chunk)` on consecutive chunks (`start` is the chunk's offset),
+/// in parallel when `out` is large.
+pub fn par_fill<O: Send>(out: &mut [O], work: &(dyn Fn(usize, &mut [O]) + Sync)) {
+    let n = out.len();
+    let threads = rayon::current_num_threads();
+    if n >= PAR_THRESHOLD && threads > 1 {
+        let chunk = (n / (threads * 4)).max(PAR_THRESHOLD / 4);
+        out.par_chunks_mut(chunk).enumerate().for_each(|(i, c)| work(i * chunk, c));
+    } else {
+        work(0, out);
+    }
+}
+
+/// Row-major strides of `shape` as seen from the broadcast `out` shape (0 along broadcast axes).
+fn broadcast_strides(shape: &[usize], out: &[usize]) -> Vec<usize> {
+    let pad = out.len() - shape.len();
+    let mut strides = vec![0usize; out.len()];
+    let mut s = 1;
+    for i in (0..shape.len()).rev() {
+        strides[pad + i] = if shape[i] == 1 { 0 } else { s };
+        s *= shape[i];
+    }
+    strides
+}
+
 /// `f(a, b)` elementwise with broadcasting.
 pub fn binary<A, B, O, F>(a: &ArrayD<A>, b: &ArrayD<B>, f: F) -> OpResult<ArrayD<O>>
 where
@@ -38,33 +70,67 @@ where
     O: Clone + Send + Default,
     F: Fn(A, B) -> O + Sync + Send,
 {
-    if a.shape() == b.shape() {
-        if let (Some(x), Some(y)) = (a.as_slice(), b.as_slice()) {
-            let v: Vec<O> = if x.len() >= PAR_THRESHOLD {
-                use rayon::prelude::*;
-                x.par_iter().zip(y.par_iter()).map(|(p, q)| f(p.clone(), q.clone())).collect()
-            } else {
-                x.iter().zip(y).map(|(p, q)| f(p.clone(), q.clone())).collect()
-            };
-            return Ok(ArrayD::from_shape_vec(IxDyn(a.shape()), v)?);
-        }
-    }
-    if b.len() == 1 && b.ndim() <= a.ndim() {
-        let s = b.iter().next().unwrap().clone();
-        let shape = broadcast_shapes(&[a.shape(), b.shape()])?;
-        return Ok(a.broadcast(IxDyn(&shape)).unwrap().map(|p| f(p.clone(), s.clone())));
-    }
     let shape = broadcast_shapes(&[a.shape(), b.shape()])?;
-    let av = view_as(a, &shape)?;
-    let bv = view_as(b, &shape)?;
-    let mut out = ArrayD::<O>::default(IxDyn(&shape));
-    let z = Zip::from(&mut out).and(&av).and(&bv);
-    if shape.iter().product::<usize>() >= PAR_THRESHOLD {
-        z.par_for_each(|o, p, q| *o = f(p.clone(), q.clone()));
-    } else {
-        z.for_each(|o, p, q| *o = f(p.clone(), q.clone()));
+    let a = a.as_standard_layout();
+    let b = b.as_standard_layout();
+    let (x, y) = match (a.as_slice(), b.as_slice()) {
+        (Some(x), Some(y)) => (x, y),
+        _ => return Err(OpError::Invalid("internal: standard layout without a slice".into())),
+    };
+    let n: usize = shape.iter().product();
+    let mut out = vec![O::default(); n];
+    if a.shape() == b.shape() {
+        par_fill(&mut out, &|start, o| {
+            for (k, o) in o.iter_mut().enumerate() {
+                *o = f(x[start + k].clone(), y[start + k].clone());
+            }
+        });
+    } else if y.len() == 1 && a.shape() == shape.as_slice() {
+        let s = &y[0];
+        par_fill(&mut out, &|start, o| {
+            for (k, o) in o.iter_mut().enumerate() {
+                *o = f(x[start + k].clone(), s.clone());
+            }
+        });
+    } else if x.len() == 1 && b.shape() == shape.as_slice() {
+        let s = &x[0];
+        par_fill(&mut out, &|start, o| {
+            for (k, o) in o.iter_mut().enumerate() {
+                *o = f(s.clone(), y[start + k].clone());
+            }
+        });
+    } else if n > 0 {
+        let sa = broadcast_strides(a.shape(), &shape);
+        let sb = broadcast_strides(b.shape(), &shape);
+        let shape = &shape;
+        par_fill(&mut out, &|start, o| {
+            // Odometer over the output's multi-index, starting at flat offset `start`.
+            let r = shape.len();
+            let mut idx = vec![0usize; r];
+            let mut rem = start;
+            for d in (0..r).rev() {
+                idx[d] = rem % shape[d];
+                rem /= shape[d];
+            }
+            let mut ia: usize = idx.iter().zip(&sa).map(|(i, s)| i * s).sum();
+            let mut ib: usize = idx.iter().zip(&sb).map(|(i, s)| i * s).sum();
+            for o in o.iter_mut() {
+                *o = f(x[ia].clone(), y[ib].clone());
+                for d in (0..r).rev() {
+                    idx[d] += 1;
+                    ia += sa[d];
+                    ib += sb[d];
+                    if idx[d] < shape[d] {
+                        break;
+                    }
+                    ia -= sa[d] * shape[d];
+                    ib -= sb[d] * shape[d];
+                    idx[d] = 0;
+                }
+            }
+        });
     }
-    Ok(out)
+    Ok(ArrayD::from_shape_vec(IxDyn(&shape), out)?)
 }
 
 /// `f(a)` elementwise, in parallel for large inputs.
@@ -74,12 +140,53 @@ where
     O: Clone + Send,
     F: Fn(A) -> O + Sync + Send,
 {
-    if let Some(x) = a.as_slice() {
-        if x.len() >= PAR_THRESHOLD {
-            use rayon::prelude::*;
-            let v: Vec<O> = x.par_iter().map(|p| f(p.clone())).collect();
-            return ArrayD::from_shape_vec(IxDyn(a.shape()), v).unwrap();
+    let a = a.as_standard_layout();
+    let Some(x) = a.as_slice() else { return a.map(|p| f(p.clone())) };
+    let Some(first) = x.first() else { return a.map(|p| f(p.clone())) };
+    let mut out = vec![f(first.clone()); x.len()];
+    par_fill(&mut out, &|start, o| {
+        for (k, o) in o.iter_mut().enumerate() {
+            *o = f(x[start + k].clone());
+        }
+    });
+    ArrayD::from_shape_vec(IxDyn(a.shape()), out).unwrap_or_else(|_| a.map(|p| f(p.clone())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn broadcasting_matches_explicit_indexing() {
+        let a = ArrayD::from_shape_vec(IxDyn(&[2, 1, 3]), (0..6).map(|v| v as f64 + 0.5).collect()).unwrap();
+        let b = ArrayD::from_shape_vec(IxDyn(&[4, 1]), (0..4).map(|v| v as f64 * 10.0 + 1.0).collect()).unwrap();
+        let y = binary(&a, &b, |p, q| p * 100.0 + q).unwrap();
+        assert_eq!(y.shape(), &[2, 4, 3]);
+        for i in 0..2 {
+            for j in 0..4 {
+                for k in 0..3 {
+                    assert_eq!(y[[i, j, k]], a[[i, 0, k]] * 100.0 + b[[j, 0]]);
+                }
+            }
         }
     }
-    a.map(|p| f(p.clone()))
+
+    #[test]
+    fn large_inputs_split_across_threads_write_every_element() {
+        let n = PAR_THRESHOLD * 3 + 7;
+        let a = ArrayD::from_shape_vec(IxDyn(&[n]), (0..n).map(|v| v as f32).collect()).unwrap();
+        let y = unary(&a, |p| p + 1.0);
+        assert!(y.iter().enumerate().all(|(i, &v)| v == i as f32 + 1.0));
+        let b = ArrayD::from_shape_vec(IxDyn(&[n, 1]), (0..n).map(|v| v as f32).collect()).unwrap();
+        let c = ArrayD::from_shape_vec(IxDyn(&[1, 2]), vec![1.0f32, -1.0]).unwrap();
+        let z = binary(&b, &c, |p, q| p * q).unwrap();
+        assert_eq!(z[[n - 1, 1]], -((n - 1) as f32));
+    }
+
+    #[test]
+    fn incompatible_shapes_are_an_error() {
+        let a = ArrayD::<f32>::zeros(IxDyn(&[2, 3]));
+        let b = ArrayD::<f32>::zeros(IxDyn(&[4]));
+        assert!(binary(&a, &b, |p, q| p + q).is_err());
+    }
 }

@@ -11,7 +11,26 @@ use crate::bail;
 use crate::ir::{Attr, Graph, Node};
 use crate::tensor::{Tensor, Value};
 
+pub mod attention;
 pub mod broadcast;
+pub mod cast;
+pub mod control;
+pub mod conv;
+pub mod data;
+pub mod elementwise;
+pub mod loss;
+pub mod matmul;
+pub mod misc;
+pub mod norm;
+pub mod pool;
+pub mod quantize;
+pub mod reduce;
+pub mod resize;
+pub mod rnn;
+pub mod sequence;
+pub mod shape;
+pub mod softmax;
+pub mod variadic;
 
 /// A CPU kernel: inputs in node order (`None` for an omitted optional input), outputs in node order.
 pub type Kernel = fn(&OpCtx, &[Option<&Value>]) -> OpResult<Vec<Value>>;
@@ -34,11 +53,19 @@ pub struct OpCtx<'a> {
 #[derive(Default)]
 pub struct Registry {
     kernels: HashMap<(&'static str, &'static str), Kernel>,
+    families: HashMap<(&'static str, &'static str), &'static str>,
+    current_family: &'static str,
 }
 
 impl Registry {
     pub fn add(&mut self, domain: &'static str, op: &'static str, k: Kernel) {
         self.kernels.insert((domain, op), k);
+        self.families.insert((domain, op), self.current_family);
+    }
+
+    /// The op family (kernel file) an op belongs to, for reports.
+    pub fn family(&self, domain: &str, op: &str) -> Option<&'static str> {
+        self.families.get(&(domain, op)).copied()
     }
 
     pub fn get(&self, domain: &str, op: &str) -> Option<Kernel> {
@@ -61,7 +88,44 @@ impl Registry {
 }
 
 fn register_all(r: &mut Registry) {
-    let _ = r;
+    r.current_family = "attention";
+    attention::register(r);
+    r.current_family = "loss";
+    loss::register(r);
+    r.current_family = "cast";
+    cast::register(r);
+    r.current_family = "control";
+    control::register(r);
+    r.current_family = "conv";
+    conv::register(r);
+    r.current_family = "data";
+    data::register(r);
+    r.current_family = "elementwise";
+    elementwise::register(r);
+    r.current_family = "matmul";
+    matmul::register(r);
+    r.current_family = "misc";
+    misc::register(r);
+    r.current_family = "norm";
+    norm::register(r);
+    r.current_family = "pool";
+    pool::register(r);
+    r.current_family = "quantize";
+    quantize::register(r);
+    r.current_family = "reduce";
+    reduce::register(r);
+    r.current_family = "resize";
+    resize::register(r);
+    r.current_family = "rnn";
+    rnn::register(r);
+    r.current_family = "sequence";
+    sequence::register(r);
+    r.current_family = "shape";
+    shape::register(r);
+    r.current_family = "softmax";
+    softmax::register(r);
+    r.current_family = "variadic";
+    variadic::register(r);
 }
 
 impl<'a> OpCtx<'a> {

@@ -1,1 +1,53 @@
-fn main() {}
+//! The `quorum` command line: run, benchmark and inspect ONNX models.
+mod bench;
+mod common;
+mod info;
+mod run;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+const EXIT_CODES: &str = "Exit codes:
+  0  success
+  1  the model failed while running (a node's error is printed)
+  2  bad command line
+  3  the model could not be loaded (malformed, invalid, or uses an unsupported operator)
+  4  bad inputs (missing, unknown, wrong dtype or shape, unreadable file)
+  5  an I/O error writing outputs";
+
+#[derive(Parser)]
+#[command(name = "quorum", version, about = "Quorum: an ONNX runtime whose accelerated answers are checked", after_help = EXIT_CODES)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a model once and write each output as <name>.npy.
+    Run(run::Args),
+    /// Time a model: median, p10 and p90 over repeated runs.
+    Bench(bench::Args),
+    /// Show a model's inputs, outputs, opsets, op histogram and provider placement.
+    Info(info::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run(a) => run::main(a),
+        Command::Bench(a) => bench::main(a),
+        Command::Info(a) => info::main(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", e.message);
+            if std::env::var_os("RUST_BACKTRACE").is_some() {
+                eprintln!("{}", std::backtrace::Backtrace::force_capture());
+            }
+            ExitCode::from(e.code)
+        }
+    }
+}

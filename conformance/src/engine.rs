@@ -1,0 +1,64 @@
+//! Engines: anything that runs a model on inputs. The runner knows only this trait, so new engines
+//! (oracles, CUDA, wgpu) slot in without touching it.
+use std::path::Path;
+
+use quorum::{Session, SessionOptions, Value};
+
+/// Why an engine did not produce outputs.
+#[derive(Debug, Clone)]
+pub enum EngineError {
+    /// The engine does not implement something the model needs.
+    Unsupported(String),
+    /// The engine tried and failed.
+    Failed(String),
+}
+
+pub trait Engine: Send + Sync {
+    fn name(&self) -> &str;
+    /// `Err(reason)` when the engine cannot run on this machine.
+    fn available(&self) -> Result<(), String> {
+        Ok(())
+    }
+    fn prepare(&self, model: &Path) -> Result<Box<dyn Prepared>, EngineError>;
+}
+
+pub trait Prepared: Send + Sync {
+    fn run(&self, inputs: Vec<(String, Value)>) -> Result<Vec<Value>, EngineError>;
+}
+
+fn classify(e: quorum::Error) -> EngineError {
+    match e {
+        quorum::Error::Unsupported { .. } => EngineError::Unsupported(e.to_string()),
+        e => EngineError::Failed(e.to_string()),
+    }
+}
+
+/// Quorum's CPU backend.
+pub struct Cpu;
+
+struct CpuModel(Session);
+
+impl Engine for Cpu {
+    fn name(&self) -> &str {
+        "cpu"
+    }
+
+    fn prepare(&self, model: &Path) -> Result<Box<dyn Prepared>, EngineError> {
+        Ok(Box::new(CpuModel(Session::from_file(model, SessionOptions::default()).map_err(classify)?)))
+    }
+}
+
+impl Prepared for CpuModel {
+    fn run(&self, inputs: Vec<(String, Value)>) -> Result<Vec<Value>, EngineError> {
+        Ok(self.0.run(inputs).map_err(classify)?.into_iter().map(|(_, v)| v).collect())
+    }
+}
+
+/// Every engine this build knows, available or not.
+pub fn all() -> Vec<Box<dyn Engine>> {
+    vec![Box::new(Cpu)]
+}
+
+pub fn by_name(name: &str) -> Option<Box<dyn Engine>> {
+    all().into_iter().find(|e| e.name() == name)
+}

@@ -1,0 +1,21 @@
+//! The conformance suite: the official ONNX backend test corpus (and Quorum's own regression cases) run
+//! on every engine, each judged against its own expectation list.
+//!
+//! A suite is written once ([`case`]); each engine ([`engine`]) runs it; the tolerance policy lives in
+//! [`tolerance`]; what may fail, and why, lives in `expected/<engine>.txt` ([`expect`]).
+
+pub mod case;
+pub mod cli;
+pub mod corpus;
+pub mod engine;
+pub mod expect;
+pub mod report;
+pub mod runner;
+pub mod tolerance;
+
+use std::path::PathBuf;
+
+/// The repository root (the workspace that holds this crate).
+pub fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().map(PathBuf::from).unwrap_or_default()
+}

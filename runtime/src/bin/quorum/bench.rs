@@ -1,0 +1,69 @@
+//! `quorum bench`: repeated runs of one model; median, p10 and p90 latency.
+use std::time::Instant;
+
+use crate::common::{CliResult, ModelArgs, from_quorum};
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Untimed runs before timing.
+    #[arg(long, default_value_t = 3)]
+    warmup: usize,
+    /// Timed runs.
+    #[arg(long, default_value_t = 20)]
+    iters: usize,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Seed for generated inputs.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = p / 100.0 * (sorted.len() - 1) as f64;
+    let (lo, hi) = (rank.floor() as usize, rank.ceil() as usize);
+    sorted[lo] + (sorted[hi] - sorted[lo]) * (rank - lo as f64)
+}
+
+pub fn main(a: Args) -> CliResult<()> {
+    let provider = a.model.check_provider()?;
+    let session = a.model.session()?;
+    let (inputs, _) = a.model.inputs(&session, a.seed)?;
+    for _ in 0..a.warmup {
+        session.run(inputs.clone()).map_err(from_quorum)?;
+    }
+    let mut times = Vec::with_capacity(a.iters);
+    for _ in 0..a.iters.max(1) {
+        let batch = inputs.clone();
+        let t = Instant::now();
+        session.run(batch).map_err(from_quorum)?;
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    times.sort_by(f64::total_cmp);
+    let (p10, median, p90) = (percentile(&times, 10.0), percentile(&times, 50.0), percentile(&times, 90.0));
+    if a.json {
+        let j = serde_json::json!({
+            "model": a.model.model.display().to_string(),
+            "provider": provider,
+            "threads": rayon::current_num_threads(),
+            "iters": times.len(),
+            "warmup": a.warmup,
+            "median_ms": median,
+            "p10_ms": p10,
+            "p90_ms": p90,
+        });
+        println!("{j}");
+    } else {
+        println!(
+            "{}: provider {provider}, {} iters: median {median:.3} ms, p10 {p10:.3} ms, p90 {p90:.3} ms",
+            a.model.model.display(),
+            times.len()
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,61 @@
+//! `quorum info`: what a model takes and gives, what it uses, and where each node would run.
+use std::collections::BTreeMap;
+
+use quorum::loader::{self, LoadOptions};
+use quorum::ops::Registry;
+
+use crate::common::{CliResult, ModelArgs, from_quorum};
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    model: ModelArgs,
+}
+
+pub fn main(a: Args) -> CliResult<()> {
+    let model = loader::model_from_file(&a.model.model, &LoadOptions::default()).map_err(from_quorum)?;
+    let g = &model.graph;
+    println!("model: {} (ir {}, producer '{}')", a.model.model.display(), model.ir_version, model.producer);
+    let mut opsets: Vec<_> = model.opsets.iter().collect();
+    opsets.sort();
+    let opsets: Vec<String> =
+        opsets.iter().map(|(d, v)| format!("{}={v}", if d.is_empty() { "ai.onnx" } else { d.as_str() })).collect();
+    println!("opsets: {}", opsets.join(", "));
+    println!("inputs:");
+    for i in g.runtime_inputs() {
+        println!("  {}: {}", i.name, i.ty);
+    }
+    println!("outputs:");
+    for o in &g.outputs {
+        println!("  {}: {}", o.name, o.ty);
+    }
+    println!("initializers: {} ({} values)", g.initializers.len(), g.initializers.values().map(|t| t.len()).sum::<usize>());
+    let nodes = model.all_nodes();
+    let mut hist: BTreeMap<String, usize> = BTreeMap::new();
+    for n in &nodes {
+        *hist.entry(n.qualified_op()).or_default() += 1;
+    }
+    let mut hist: Vec<_> = hist.into_iter().collect();
+    hist.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    println!("ops ({} nodes):", nodes.len());
+    for (op, n) in &hist {
+        println!("  {op:<28} {n}");
+    }
+    println!("placement:");
+    let reg = Registry::cpu();
+    let mut cpu_claims = 0;
+    let mut declined: BTreeMap<String, usize> = BTreeMap::new();
+    for n in &nodes {
+        match quorum::plan::resolve(n, reg) {
+            Ok(_) => cpu_claims += 1,
+            Err(e) => *declined.entry(e.to_string()).or_default() += 1,
+        }
+    }
+    println!("  cpu: takes {cpu_claims} of {} nodes", nodes.len());
+    for (why, n) in &declined {
+        println!("    declines {n} node(s): {why}");
+    }
+    println!("  cuda: not built in this version (declines every node)");
+    println!("  wgpu: not built in this version (declines every node)");
+    Ok(())
+}

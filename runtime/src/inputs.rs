@@ -1,0 +1,87 @@
+//! Seeded input generation for tools that run a model without user data (`quorum bench`, `quorum run`
+//! with inputs left out): values follow each declared input's dtype and shape, never all zeros.
+use std::collections::HashMap;
+
+use ndarray::{ArrayD, IxDyn};
+
+use crate::error::{Error, Result};
+use crate::ir::{Dim, Graph, ValueType};
+use crate::tensor::{DType, Tensor, Value};
+
+/// SplitMix64: small, seedable, good enough for test data.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed ^ 0x9e37_79b9_7f4a_7c15)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [-1, 1).
+    pub fn uniform(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
+    }
+}
+
+/// Resolves a declared shape: symbols from `dims` (default 1), unknown dims 1.
+pub fn concrete_shape(shape: &[Dim], dims: &HashMap<String, i64>) -> Result<Vec<usize>> {
+    shape
+        .iter()
+        .map(|d| match d {
+            Dim::Fixed(v) if *v >= 0 => Ok(*v as usize),
+            Dim::Fixed(v) => Err(Error::Input { name: String::new(), msg: format!("declared dim {v} is negative") }),
+            Dim::Symbol(s) => Ok(dims.get(s).copied().unwrap_or(1).max(0) as usize),
+            Dim::Unknown => Ok(1),
+        })
+        .collect()
+}
+
+/// A random tensor of `dtype` and `shape`: floats uniform in [-1, 1), integers in [0, 8), bools mixed.
+pub fn random_tensor(dtype: DType, shape: &[usize], rng: &mut Rng) -> Result<Tensor> {
+    let n: usize = shape.iter().product();
+    let s = IxDyn(shape);
+    let ints = |rng: &mut Rng| (rng.next_u64() % 8) as i64;
+    let err = |e: ndarray::ShapeError| Error::Input { name: String::new(), msg: e.to_string() };
+    Ok(match dtype {
+        DType::F32 => Tensor::F32(ArrayD::from_shape_vec(s, (0..n).map(|_| rng.uniform() as f32).collect()).map_err(err)?),
+        DType::F64 => Tensor::F64(ArrayD::from_shape_vec(s, (0..n).map(|_| rng.uniform()).collect()).map_err(err)?),
+        DType::F16 => Tensor::F16(ArrayD::from_shape_vec(s, (0..n).map(|_| half::f16::from_f64(rng.uniform())).collect()).map_err(err)?),
+        DType::Bool => Tensor::Bool(ArrayD::from_shape_vec(s, (0..n).map(|_| rng.next_u64() & 1 == 1).collect()).map_err(err)?),
+        DType::I64 => Tensor::I64(ArrayD::from_shape_vec(s, (0..n).map(|_| ints(rng)).collect()).map_err(err)?),
+        DType::I32 => Tensor::I32(ArrayD::from_shape_vec(s, (0..n).map(|_| ints(rng) as i32).collect()).map_err(err)?),
+        DType::U8 => Tensor::U8(ArrayD::from_shape_vec(s, (0..n).map(|_| ints(rng) as u8).collect()).map_err(err)?),
+        DType::I8 => Tensor::I8(ArrayD::from_shape_vec(s, (0..n).map(|_| ints(rng) as i8).collect()).map_err(err)?),
+        DType::Str => Tensor::Str(ArrayD::from_shape_vec(s, (0..n).map(|_| format!("s{}", ints(rng))).collect()).map_err(err)?),
+        d => return Err(Error::Input { name: String::new(), msg: format!("cannot generate {d} inputs") }),
+    })
+}
+
+/// Generates every runtime input of `graph` not already in `given`.
+pub fn generate(graph: &Graph, given: &[(String, Value)], dims: &HashMap<String, i64>, seed: u64) -> Result<Vec<(String, Value)>> {
+    let mut rng = Rng::new(seed);
+    let mut out = Vec::new();
+    for info in graph.runtime_inputs() {
+        if given.iter().any(|(n, _)| n == &info.name) {
+            continue;
+        }
+        let named = |e: Error| match e {
+            Error::Input { msg, .. } => Error::Input { name: info.name.clone(), msg },
+            e => e,
+        };
+        let (dtype, shape) = match &info.ty {
+            ValueType::Tensor { dtype: Some(d), shape } => (*d, concrete_shape(shape.as_deref().unwrap_or(&[]), dims).map_err(named)?),
+            other => {
+                return Err(Error::Input { name: info.name.clone(), msg: format!("cannot generate a value of type {other}; pass it with --input") });
+            }
+        };
+        out.push((info.name.clone(), Value::Tensor(random_tensor(dtype, &shape, &mut rng).map_err(named)?)));
+    }
+    Ok(out)
+}

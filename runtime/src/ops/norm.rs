@@ -1,0 +1,538 @@
+//! Normalizations: BatchNormalization, InstanceNormalization, LayerNormalization, GroupNormalization, LRN and friends.
+//!
+//! Statistics are computed in f64 (two passes: mean, then centred variance) whatever the input type;
+//! the normalized values are rounded once to the output type.
+use half::{bf16, f16};
+use ndarray::{ArrayD, CowArray, IxDyn};
+use rayon::prelude::*;
+
+use super::broadcast::PAR_THRESHOLD;
+use super::reduce::{Elem, geometry, lanes, with_layout};
+use super::{OpCtx, Registry, input, norm_axis, opt_input};
+use crate::error::{OpError, OpResult};
+use crate::tensor::{DType, Tensor, Value};
+use crate::{bail, unsupported};
+
+pub fn register(r: &mut Registry) {
+    r.add("", "BatchNormalization", batch_norm);
+    r.add("", "InstanceNormalization", instance_norm);
+    r.add("", "LayerNormalization", layer_norm);
+    r.add("", "GroupNormalization", group_norm);
+    r.add("", "RMSNormalization", rms_norm);
+    r.add("", "LRN", lrn);
+    r.add("", "MeanVarianceNormalization", mvn);
+    r.add("", "LpNormalization", lp_norm);
+}
+
+fn slice_of<'a, T>(c: &'a CowArray<T, IxDyn>) -> OpResult<&'a [T]> {
+    c.as_slice().ok_or_else(|| OpError::Invalid("internal: non-contiguous layout".into()))
+}
+
+/// Runs `$body` (which yields a `Vec<T>` of the input's shape) on the row-major elements `$s` of a float
+/// tensor, and wraps the result in a tensor of the same dtype and shape.
+macro_rules! float_kernel {
+    ($x:expr, $what:expr, $s:ident => $body:expr) => {{
+        match $x {
+            Tensor::F32(a) => {
+                let c = a.as_standard_layout();
+                let $s = slice_of(&c)?;
+                Tensor::F32(ArrayD::from_shape_vec(IxDyn(a.shape()), $body)?)
+            }
+            Tensor::F64(a) => {
+                let c = a.as_standard_layout();
+                let $s = slice_of(&c)?;
+                Tensor::F64(ArrayD::from_shape_vec(IxDyn(a.shape()), $body)?)
+            }
+            Tensor::F16(a) => {
+                let c = a.as_standard_layout();
+                let $s = slice_of(&c)?;
+                Tensor::F16(ArrayD::from_shape_vec(IxDyn(a.shape()), $body)?)
+            }
+            Tensor::BF16(a) => {
+                let c = a.as_standard_layout();
+                let $s = slice_of(&c)?;
+                Tensor::BF16(ArrayD::from_shape_vec(IxDyn(a.shape()), $body)?)
+            }
+            other => unsupported!("{} of {}", $what, other.dtype()),
+        }
+    }};
+}
+
+/// A float tensor of `dtype` from f64 values.
+fn f64_tensor(dtype: DType, shape: &[usize], v: Vec<f64>) -> OpResult<Tensor> {
+    let s = IxDyn(shape);
+    Ok(match dtype {
+        DType::F32 => Tensor::F32(ArrayD::from_shape_vec(s, v.into_iter().map(|x| x as f32).collect())?),
+        DType::F64 => Tensor::F64(ArrayD::from_shape_vec(s, v)?),
+        DType::F16 => Tensor::F16(ArrayD::from_shape_vec(s, v.into_iter().map(f16::from_f64).collect())?),
+        DType::BF16 => Tensor::BF16(ArrayD::from_shape_vec(s, v.into_iter().map(bf16::from_f64).collect())?),
+        d => unsupported!("output dtype {d}"),
+    })
+}
+
+/// A parameter tensor as f64, broadcast (numpy rules, one-directional) to `target`, row-major.
+fn param(t: &Tensor, target: &[usize], what: &str) -> OpResult<Vec<f64>> {
+    let v = t.to_f64_vec()?;
+    if t.shape() == target {
+        return Ok(v);
+    }
+    let a = ArrayD::from_shape_vec(IxDyn(t.shape()), v)?;
+    match a.broadcast(IxDyn(target)) {
+        Some(b) => Ok(b.iter().copied().collect()),
+        None => bail!("{what} of shape {:?} does not broadcast to {target:?}", t.shape()),
+    }
+}
+
+/// Per-channel parameter of `c` values (a tensor of `c` elements of any shape).
+fn channel_param(t: &Tensor, c: usize, what: &str) -> OpResult<Vec<f64>> {
+    if t.len() != c {
+        bail!("{what} has shape {:?}, expected {c} elements", t.shape());
+    }
+    t.to_f64_vec()
+}
+
+/// Normalizes each row of `cols` elements: `y = (x - mean) * inv * w + b` with `(w, b) = wb(row, col)`;
+/// without `center`, `mean` is 0 and `inv` is 1/sqrt(mean(x^2) + eps) (RMS). Returns the outputs and
+/// each row's (mean, inv).
+fn norm_rows<T: Elem, O: Elem>(
+    x: &[T],
+    cols: usize,
+    eps: f64,
+    center: bool,
+    wb: impl Fn(usize, usize) -> (f64, f64) + Sync,
+) -> (Vec<O>, Vec<(f64, f64)>) {
+    let zero = O::from_f64(0.0);
+    if cols == 0 || x.is_empty() {
+        return (vec![zero; x.len()], Vec::new());
+    }
+    let rows = x.len() / cols;
+    let mut y = vec![zero; x.len()];
+    let mut st = vec![(0.0, 0.0); rows];
+    let n = cols as f64;
+    let work = |r: usize, yr: &mut [O], xr: &[T], s: &mut (f64, f64)| {
+        let mean = if center { xr.iter().map(|v| v.to_f64()).sum::<f64>() / n } else { 0.0 };
+        let var = xr
+            .iter()
+            .map(|v| {
+                let d = v.to_f64() - mean;
+                d * d
+            })
+            .sum::<f64>()
+            / n;
+        let inv = 1.0 / (var + eps).sqrt();
+        for (k, (o, v)) in yr.iter_mut().zip(xr).enumerate() {
+            let (w, b) = wb(r, k);
+            *o = O::from_f64((v.to_f64() - mean) * inv * w + b);
+        }
+        *s = (mean, inv);
+    };
+    if x.len() >= PAR_THRESHOLD {
+        y.par_chunks_mut(cols)
+            .zip(x.par_chunks(cols))
+            .zip(st.par_iter_mut())
+            .enumerate()
+            .for_each(|(r, ((yr, xr), s))| work(r, yr, xr, s));
+    } else {
+        y.chunks_mut(cols).zip(x.chunks(cols)).zip(st.iter_mut()).enumerate().for_each(|(r, ((yr, xr), s))| work(r, yr, xr, s));
+    }
+    (y, st)
+}
+
+/// `y = x * a[c] + b[c]` over `x` laid out as `[n, c, inner]`; with `per_elem`, `a` and `b` hold
+/// `c * inner` values indexed by (channel, position).
+fn affine_channels<T: Elem>(x: &[T], c: usize, inner: usize, a: &[f64], b: &[f64], per_elem: bool) -> Vec<T> {
+    let mut y = vec![T::from_f64(0.0); x.len()];
+    if inner == 0 || c == 0 {
+        return y;
+    }
+    let work = |i: usize, yr: &mut [T], xr: &[T]| {
+        let ch = i % c;
+        if per_elem {
+            let (pa, pb) = (&a[ch * inner..(ch + 1) * inner], &b[ch * inner..(ch + 1) * inner]);
+            for (((o, v), s), t) in yr.iter_mut().zip(xr).zip(pa).zip(pb) {
+                *o = T::from_f64(v.to_f64() * s + t);
+            }
+        } else {
+            let (s, t) = (a[ch], b[ch]);
+            for (o, v) in yr.iter_mut().zip(xr) {
+                *o = T::from_f64(v.to_f64() * s + t);
+            }
+        }
+    };
+    if x.len() >= PAR_THRESHOLD {
+        y.par_chunks_mut(inner).zip(x.par_chunks(inner)).enumerate().for_each(|(i, (yr, xr))| work(i, yr, xr));
+    } else {
+        y.chunks_mut(inner).zip(x.chunks(inner)).enumerate().for_each(|(i, (yr, xr))| work(i, yr, xr));
+    }
+    y
+}
+
+/// `[N, C, inner]` of a tensor of rank >= 2.
+fn nc_inner(x: &Tensor, op: &str) -> OpResult<(usize, usize, usize)> {
+    let s = x.shape();
+    if s.len() < 2 {
+        bail!("{op} needs an input of rank >= 2, got shape {s:?}");
+    }
+    Ok((s[0], s[1], s[2..].iter().product()))
+}
+
+/// Per-channel mean and population variance of `x` laid out as `[n, c, inner]`.
+fn channel_stats<T: Elem>(x: &[T], n: usize, c: usize, inner: usize) -> (Vec<f64>, Vec<f64>) {
+    let cnt = (n * inner) as f64;
+    let mut mean = vec![0.0; c];
+    let mut var = vec![0.0; c];
+    for ch in 0..c {
+        let rows = || (0..n).flat_map(move |i| x[(i * c + ch) * inner..(i * c + ch + 1) * inner].iter());
+        let m = rows().map(|v| v.to_f64()).sum::<f64>() / cnt;
+        var[ch] = rows().map(|v| (v.to_f64() - m).powi(2)).sum::<f64>() / cnt;
+        mean[ch] = m;
+    }
+    (mean, var)
+}
+
+fn batch_norm(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+    let x = input(inputs, 0)?;
+    let (scale, bias, mean, var) = (input(inputs, 1)?, input(inputs, 2)?, input(inputs, 3)?, input(inputs, 4)?);
+    let eps = ctx.attr_f("epsilon", 1e-5)? as f64;
+    let momentum = ctx.attr_f("momentum", 0.9)? as f64;
+    let opset = ctx.opset();
+    let wanted = ctx.node.outputs.iter().rposition(|o| !o.is_empty()).map_or(1, |p| p + 1);
+    let training = if opset >= 14 {
+        ctx.attr_i("training_mode", 0)? != 0
+    } else if opset >= 7 {
+        wanted > 1
+    } else {
+        ctx.attr_i("is_test", 0)? == 0
+    };
+    let (n, c, inner) = nc_inner(x, "BatchNormalization")?;
+    let s = scale.to_f64_vec()?;
+    let b = bias.to_f64_vec()?;
+    let m = mean.to_f64_vec()?;
+    let v = var.to_f64_vec()?;
+    let per_elem = s.len() != c && s.len() == c * inner && opset < 9;
+    let plen = if per_elem { c * inner } else { c };
+    if [&s, &b, &m, &v].iter().any(|p| p.len() != plen) {
+        bail!(
+            "scale {:?}, B {:?}, mean {:?}, var {:?} must have {plen} elements for input {:?}",
+            scale.shape(),
+            bias.shape(),
+            mean.shape(),
+            var.shape(),
+            x.shape()
+        );
+    }
+    if !training {
+        let a: Vec<f64> = s.iter().zip(&v).map(|(s, v)| s / (v + eps).sqrt()).collect();
+        let sh: Vec<f64> = b.iter().zip(&m).zip(&a).map(|((b, m), a)| b - m * a).collect();
+        let y = float_kernel!(x, "BatchNormalization", xs => affine_channels(xs, c, inner, &a, &sh, per_elem));
+        return Ok(vec![Value::Tensor(y)]);
+    }
+    if per_elem {
+        unsupported!("BatchNormalization training mode with spatial=0");
+    }
+    let (bm, bv) = with_float_slice(x, |xs| channel_stats(xs, n, c, inner))?;
+    let a: Vec<f64> = s.iter().zip(&bv).map(|(s, v)| s / (v + eps).sqrt()).collect();
+    let sh: Vec<f64> = b.iter().zip(&bm).zip(&a).map(|((b, m), a)| b - m * a).collect();
+    let y = float_kernel!(x, "BatchNormalization", xs => affine_channels(xs, c, inner, &a, &sh, false));
+    let rm: Vec<f64> = m.iter().zip(&bm).map(|(m, x)| m * momentum + x * (1.0 - momentum)).collect();
+    let rv: Vec<f64> = v.iter().zip(&bv).map(|(v, x)| v * momentum + x * (1.0 - momentum)).collect();
+    let mut out = vec![
+        Value::Tensor(y),
+        Value::Tensor(f64_tensor(mean.dtype(), mean.shape(), rm)?),
+        Value::Tensor(f64_tensor(var.dtype(), var.shape(), rv)?),
+    ];
+    if opset < 14 {
+        out.push(Value::Tensor(f64_tensor(mean.dtype(), mean.shape(), bm)?));
+        out.push(Value::Tensor(f64_tensor(var.dtype(), var.shape(), bv)?));
+    }
+    Ok(out)
+}
+
+/// Applies `f` to the row-major elements of a float tensor.
+fn with_float_slice<R>(x: &Tensor, f: impl FnOnce(&[f64]) -> R) -> OpResult<R> {
+    match x {
+        Tensor::F64(a) => {
+            let c = a.as_standard_layout();
+            Ok(f(slice_of(&c)?))
+        }
+        Tensor::F32(_) | Tensor::F16(_) | Tensor::BF16(_) => Ok(f(&x.to_f64_vec()?)),
+        other => unsupported!("dtype {} (expected a float type)", other.dtype()),
+    }
+}
+
+fn instance_norm(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+    let x = input(inputs, 0)?;
+    let eps = ctx.attr_f("epsilon", 1e-5)? as f64;
+    let (_, c, inner) = nc_inner(x, "InstanceNormalization")?;
+    let s = channel_param(input(inputs, 1)?, c, "scale")?;
+    let b = channel_param(input(inputs, 2)?, c, "B")?;
+    let wb = |r: usize, _k: usize| (s[r % c], b[r % c]);
+    let y = float_kernel!(x, "InstanceNormalization", xs => norm_rows(xs, inner, eps, true, wb).0);
+    Ok(vec![Value::Tensor(y)])
+}
+
+/// The dtype of LayerNormalization's Mean and InvStdDev outputs.
+fn stash_dtype(ctx: &OpCtx, x: DType) -> OpResult<DType> {
+    Ok(match ctx.attr_i("stash_type", 1)? {
+        1 => DType::F32,
+        16 => DType::BF16,
+        10 => DType::F16,
+        11 => DType::F64,
+        _ => x,
+    })
+}
+
+fn layer_norm(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+    let x = input(inputs, 0)?;
+    let shape = x.shape();
+    let rank = shape.len();
+    let axis = norm_axis(ctx.attr_i("axis", -1)?, rank)?;
+    let eps = ctx.attr_f("epsilon", 1e-5)? as f64;
+    let norm_shape = &shape[axis..];
+    let cols: usize = norm_shape.iter().product();
+    let w = param(input(inputs, 1)?, norm_shape, "Scale")?;
+    let b = match opt_input(inputs, 2)? {
+        Some(t) => param(t, norm_shape, "B")?,
+        None => vec![0.0; cols],
+    };
+    let stats;
+    let y = float_kernel!(x, "LayerNormalization", xs => {
+        let (y, st) = norm_rows(xs, cols, eps, true, |_, k| (w[k], b[k]));
+        stats = st;
+        y
+    });
+    let mut out = vec![Value::Tensor(y)];
+    let wanted = ctx.node.outputs.len();
+    if wanted > 1 {
+        let sdt = stash_dtype(ctx, x.dtype())?;
+        let sshape: Vec<usize> = (0..rank).map(|i| if i < axis { shape[i] } else { 1 }).collect();
+        let rows = sshape.iter().product::<usize>();
+        let (mut mean, mut inv): (Vec<f64>, Vec<f64>) = stats.into_iter().unzip();
+        // Empty rows (a zero-sized normalized shape) have no statistics.
+        mean.resize(rows, f64::NAN);
+        inv.resize(rows, f64::NAN);
+        out.push(Value::Tensor(f64_tensor(sdt, &sshape, mean)?));
+        out.push(Value::Tensor(f64_tensor(sdt, &sshape, inv)?));
+    }
+    Ok(out)
+}
+
+fn rms_norm(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+    let x = input(inputs, 0)?;
+    let scale = input(inputs, 1)?;
+    let shape = x.shape();
+    let axis = norm_axis(ctx.attr_i("axis", -1)?, shape.len())?;
+    let eps = ctx.attr_f("epsilon", 1e-5)? as f64;
+    let norm_shape = &shape[axis..];
+    let cols: usize = norm_shape.iter().product();
+    let w = param(scale, norm_shape, "scale")?;
+    let wb = |_r: usize, k: usize| (w[k], 0.0);
+    // The output takes the scale's dtype.
+    macro_rules! out_as {
+        ($xs:expr) => {
+            match scale.dtype() {
+                DType::F32 => Tensor::F32(ArrayD::from_shape_vec(IxDyn(shape), norm_rows::<_, f32>($xs, cols, eps, false, wb).0)?),
+                DType::F64 => Tensor::F64(ArrayD::from_shape_vec(IxDyn(shape), norm_rows::<_, f64>($xs, cols, eps, false, wb).0)?),
+                DType::F16 => Tensor::F16(ArrayD::from_shape_vec(IxDyn(shape), norm_rows::<_, f16>($xs, cols, eps, false, wb).0)?),
+                DType::BF16 => Tensor::BF16(ArrayD::from_shape_vec(IxDyn(shape), norm_rows::<_, bf16>($xs, cols, eps, false, wb).0)?),
+                d => unsupported!("RMSNormalization with scale of {d}"),
+            }
+        };
+    }
+    let y = match x {
+        Tensor::F32(a) => out_as!(slice_of(&a.as_standard_layout())?),
+        Tensor::F64(a) => out_as!(slice_of(&a.as_standard_layout())?),
+        Tensor::F16(a) => out_as!(slice_of(&a.as_standard_layout())?),
+        Tensor::BF16(a) => out_as!(slice_of(&a.as_standard_layout())?),
+        other => unsupported!("RMSNormalization of {}", other.dtype()),
+    };
+    Ok(vec![Value::Tensor(y)])
+}
+
+fn group_norm(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+    let x = input(inputs, 0)?;
+    let (scale, bias) = (input(inputs, 1)?, input(inputs, 2)?);
+    let eps = ctx.attr_f("epsilon", 1e-5)? as f64;
+    let g = ctx.req_i("num_groups")?;
+    let (_, c, inner) = nc_inner(x, "GroupNormalization")?;
+    if g <= 0 || c % g as usize != 0 {
+        bail!("num_groups {g} must be positive and divide the {c} channels");
+    }
+    let g = g as usize;
+    let cpg = c / g;
+    // Opset 21 takes per-channel scale and bias; opset 18 took one per group.
+    let per_channel = ctx.opset() >= 21 || scale.len() != g;
+    let n = if per_channel { c } else { g };
+    let s = channel_param(scale, n, "scale")?;
+    let b = channel_param(bias, n, "bias")?;
+    let wb = |r: usize, k: usize| {
+        let i = if per_channel { (r % g) * cpg + k / inner.max(1) } else { r % g };
+        (s[i], b[i])
+    };
+    let y = float_kernel!(x, "GroupNormalization", xs => norm_rows(xs, cpg * inner, eps, true, wb).0);
+    Ok(vec![Value::Tensor(y)])
+}
+
+fn lrn_slice<T: Elem>(x: &[T], c: usize, inner: usize, size: usize, alpha: f64, beta: f64, bias: f64) -> Vec<T> {
+    let mut y = vec![T::from_f64(0.0); x.len()];
+    let blk = c * inner;
+    if blk == 0 {
+        return y;
+    }
+    let lo = (size - 1) / 2;
+    let hi = size / 2 + 1; // ceil((size - 1) / 2) + 1: the window's exclusive end offset
+    let work = |yb: &mut [T], xb: &[T]| {
+        let mut sq = vec![0.0f64; inner];
+        for ch in 0..c {
+            sq.iter_mut().for_each(|v| *v = 0.0);
+            for j in ch.saturating_sub(lo)..(ch + hi).min(c) {
+                for (s, v) in sq.iter_mut().zip(&xb[j * inner..(j + 1) * inner]) {
+                    let v = v.to_f64();
+                    *s += v * v;
+                }
+            }
+            for ((o, v), s) in yb[ch * inner..(ch + 1) * inner].iter_mut().zip(&xb[ch * inner..(ch + 1) * inner]).zip(&sq) {
+                *o = T::from_f64(v.to_f64() / (bias + alpha / size as f64 * s).powf(beta));
+            }
+        }
+    };
+    if x.len() >= PAR_THRESHOLD {
+        y.par_chunks_mut(blk).zip(x.par_chunks(blk)).for_each(|(yb, xb)| work(yb, xb));
+    } else {
+        y.chunks_mut(blk).zip(x.chunks(blk)).for_each(|(yb, xb)| work(yb, xb));
+    }
+    y
+}
+
+fn lrn(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+    let x = input(inputs, 0)?;
+    let size = ctx.req_i("size")?;
+    if size <= 0 {
+        bail!("LRN size must be positive, got {size}");
+    }
+    let alpha = ctx.attr_f("alpha", 1e-4)? as f64;
+    let beta = ctx.attr_f("beta", 0.75)? as f64;
+    let bias = ctx.attr_f("bias", 1.0)? as f64;
+    let (_, c, inner) = nc_inner(x, "LRN")?;
+    let y = float_kernel!(x, "LRN", xs => lrn_slice(xs, c, inner, size as usize, alpha, beta, bias));
+    Ok(vec![Value::Tensor(y)])
+}
+
+/// Means over `axes` of `a`, shaped with the reduced axes kept as 1.
+fn mean_keep(a: &ArrayD<f64>, axes: &[usize]) -> OpResult<ArrayD<f64>> {
+    let g = geometry(a.shape(), axes);
+    let r = g.dims.1 as f64;
+    let v = with_layout(a, &g, |s| lanes(s, g.dims, 0.0, |acc, x| acc + x, |p, q| p + q, |acc| acc / r))?;
+    Ok(ArrayD::from_shape_vec(IxDyn(&g.keep_shape), v)?)
+}
+
+fn mvn(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+    let x = input(inputs, 0)?;
+    let rank = x.rank();
+    let axes = ctx.attr_opt_ints("axes")?.unwrap_or_else(|| vec![0, 2, 3]);
+    let mut axes: Vec<usize> = axes.iter().map(|&a| norm_axis(a, rank)).collect::<OpResult<_>>()?;
+    axes.sort_unstable();
+    axes.dedup();
+    if !x.dtype().is_float() || x.dtype().is_narrow_float() {
+        unsupported!("MeanVarianceNormalization of {}", x.dtype());
+    }
+    let xf = ArrayD::from_shape_vec(IxDyn(x.shape()), x.to_f64_vec()?)?;
+    let mean = mean_keep(&xf, &axes)?;
+    let d = &xf - &mean;
+    let var = mean_keep(&d.mapv(|v| v * v), &axes)?;
+    let y = d / var.mapv(|v| v.sqrt() + 1e-9);
+    let (shape, v) = (y.shape().to_vec(), y.into_iter().collect());
+    Ok(vec![Value::Tensor(f64_tensor(x.dtype(), &shape, v)?)])
+}
+
+fn lp_slice<T: Elem>(x: &[T], dims: (usize, usize, usize), p: i64) -> Vec<T> {
+    let norms: Vec<f64> = if p == 1 {
+        lanes(x, dims, 0.0, |a, v: T| a + v.to_f64().abs(), |a, b| a + b, |a| a)
+    } else {
+        lanes(x, dims, 0.0, |a, v: T| a + v.to_f64() * v.to_f64(), |a, b| a + b, |a: f64| a.sqrt())
+    };
+    let (_, n, inner) = dims;
+    x.iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let nm = norms[(i / (n * inner)) * inner + i % inner];
+            T::from_f64(if nm == 0.0 { 0.0 } else { v.to_f64() / nm })
+        })
+        .collect()
+}
+
+fn lp_norm(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+    let x = input(inputs, 0)?;
+    let shape = x.shape();
+    let p = ctx.attr_i("p", 2)?;
+    if p != 1 && p != 2 {
+        bail!("LpNormalization p must be 1 or 2, got {p}");
+    }
+    if shape.is_empty() {
+        bail!("LpNormalization needs an input of rank >= 1");
+    }
+    let axis = norm_axis(ctx.attr_i("axis", -1)?, shape.len())?;
+    let dims = (shape[..axis].iter().product(), shape[axis], shape[axis + 1..].iter().product());
+    let y = float_kernel!(x, "LpNormalization", xs => if xs.is_empty() { Vec::new() } else { lp_slice(xs, dims, p) });
+    Ok(vec![Value::Tensor(y)])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rand_vec(n: usize, seed: u64) -> Vec<f64> {
+        let mut s = seed;
+        (0..n)
+            .map(|_| {
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                ((s >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 0.9
+            })
+            .collect()
+    }
+
+    /// LRN with an even size: the window is [c - (size-1)/2 floor, c + (size-1)/2 ceil].
+    #[test]
+    fn lrn_even_window() {
+        let (c, inner, size) = (5, 3, 4);
+        let x = rand_vec(2 * c * inner, 3);
+        let y = lrn_slice(&x, c, inner, size, 0.3, 0.75, 1.5);
+        for n in 0..2 {
+            for ch in 0..c {
+                for k in 0..inner {
+                    let lo = ch.saturating_sub(1);
+                    let hi = (ch + 2).min(c - 1);
+                    let sq: f64 = (lo..=hi).map(|j| x[(n * c + j) * inner + k].powi(2)).sum();
+                    let i = (n * c + ch) * inner + k;
+                    let want = x[i] / (1.5 + 0.3 / 4.0 * sq).powf(0.75);
+                    assert!((y[i] - want).abs() < 1e-12);
+                }
+            }
+        }
+    }
+
+    /// Group normalization with per-channel scale: statistics per (n, group), affine per channel.
+    #[test]
+    fn group_rows_per_channel() {
+        let (n, c, g, inner) = (2, 4, 2, 3);
+        let x = rand_vec(n * c * inner, 9);
+        let s = rand_vec(c, 10);
+        let b = rand_vec(c, 11);
+        let cpg = c / g;
+        let (y, st) = norm_rows::<f64, f64>(&x, cpg * inner, 1e-5, true, |r, k| {
+            let ch = (r % g) * cpg + k / inner;
+            (s[ch], b[ch])
+        });
+        assert_eq!(st.len(), n * g);
+        for r in 0..n * g {
+            let row = &x[r * cpg * inner..(r + 1) * cpg * inner];
+            let m = row.iter().sum::<f64>() / row.len() as f64;
+            let v = row.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / row.len() as f64;
+            for (k, xv) in row.iter().enumerate() {
+                let ch = (r % g) * cpg + k / inner;
+                let want = (xv - m) / (v + 1e-5).sqrt() * s[ch] + b[ch];
+                assert!((y[r * cpg * inner + k] - want).abs() < 1e-12);
+            }
+        }
+    }
+}

@@ -1,0 +1,701 @@
+//! Pooling: MaxPool, AveragePool, LpPool, their global forms, MaxUnpool and RoI pooling.
+//!
+//! Spatial dims are handled as 3-D (missing leading dims are 1); each (n, c) plane is one task.
+use half::{bf16, f16};
+use ndarray::{ArrayD, IxDyn};
+use num_traits::{Bounded, Float, Zero};
+use rayon::prelude::*;
+
+use super::{OpCtx, Registry, input, opt_input, single};
+use crate::error::OpResult;
+use crate::tensor::{Tensor, Value};
+use crate::{bail, map_numeric, unsupported};
+
+pub fn register(r: &mut Registry) {
+    r.add("", "MaxPool", max_pool);
+    r.add("", "AveragePool", average_pool);
+    r.add("", "LpPool", lp_pool);
+    r.add("", "GlobalAveragePool", global_average_pool);
+    r.add("", "GlobalMaxPool", global_max_pool);
+    r.add("", "GlobalLpPool", global_lp_pool);
+    r.add("", "MaxUnpool", max_unpool);
+    r.add("", "MaxRoiPool", max_roi_pool);
+    r.add("", "RoiAlign", roi_align);
+}
+
+/// Output elements past which planes are processed in parallel.
+const PAR_MIN: usize = 1 << 14;
+
+/// Pooling window geometry, padded to 3 spatial dims.
+#[derive(Debug, Clone)]
+struct PGeom {
+    rank: usize,
+    ins: [usize; 3],
+    k: [usize; 3],
+    s: [usize; 3],
+    d: [usize; 3],
+    pb: [i64; 3],
+    pe: [i64; 3],
+    outs: [usize; 3],
+}
+
+impl PGeom {
+    fn in_sp(&self) -> usize {
+        self.ins.iter().product()
+    }
+    fn out_sp(&self) -> usize {
+        self.outs.iter().product()
+    }
+    /// The input positions along dim `i` of the window at output `o`: (first position, valid taps
+    /// in [0, in)), and the number of taps inside the explicitly padded region.
+    fn taps(&self, i: usize, o: usize) -> (i64, usize, usize, usize) {
+        let start = (o * self.s[i]) as i64 - self.pb[i];
+        let d = self.d[i] as i64;
+        let (mut lo, mut hi, mut padded) = (usize::MAX, 0usize, 0usize);
+        for t in 0..self.k[i] {
+            let p = start + t as i64 * d;
+            if p >= 0 && p < self.ins[i] as i64 {
+                lo = lo.min(t);
+                hi = t + 1;
+            }
+            if p >= -self.pb[i] && p < self.ins[i] as i64 + self.pe[i] {
+                padded += 1;
+            }
+        }
+        if lo == usize::MAX {
+            lo = 0;
+        }
+        (start, lo, hi, padded)
+    }
+}
+
+fn pad3<T: Copy>(v: &[T], fill: T) -> [T; 3] {
+    let mut r = [fill; 3];
+    let off = 3 - v.len();
+    r[off..].copy_from_slice(v);
+    r
+}
+
+fn ints_attr(ctx: &OpCtx, name: &str, rank: usize, default: i64, min: i64) -> OpResult<Vec<i64>> {
+    match ctx.attr_opt_ints(name)? {
+        None => Ok(vec![default; rank]),
+        Some(v) => {
+            if v.len() != rank || v.iter().any(|&x| x < min) {
+                bail!("attribute {name}={v:?} must have {rank} values >= {min}");
+            }
+            Ok(v)
+        }
+    }
+}
+
+fn pool_geom(ctx: &OpCtx, xs: &[usize]) -> OpResult<PGeom> {
+    if xs.len() < 3 {
+        bail!("pooling needs an input of rank >= 3, got {xs:?}");
+    }
+    let ins = &xs[2..];
+    let r = ins.len();
+    if r > 3 {
+        unsupported!("pooling over {r} spatial dims (1 to 3 are supported)");
+    }
+    let k = match ctx.attr_opt_ints("kernel_shape")? {
+        Some(k) if k.len() == r && k.iter().all(|&v| v >= 1) => k,
+        Some(k) => bail!("kernel_shape {k:?} must have {r} positive values"),
+        None => bail!("required attribute 'kernel_shape' is missing"),
+    };
+    let s = ints_attr(ctx, "strides", r, 1, 1)?;
+    let d = ints_attr(ctx, "dilations", r, 1, 1)?;
+    let ceil = ctx.attr_i("ceil_mode", 0)? != 0;
+    let auto_pad = ctx.attr_s("auto_pad", "NOTSET")?;
+    let (mut pb, mut pe, mut outs) = (vec![0i64; r], vec![0i64; r], vec![0usize; r]);
+    let explicit = match ctx.attr_opt_ints("pads")? {
+        None => vec![0; 2 * r],
+        Some(p) if p.len() == 2 * r && p.iter().all(|&v| v >= 0) => p,
+        Some(p) => bail!("pads {p:?} must have {} non-negative values", 2 * r),
+    };
+    for i in 0..r {
+        let n = ins[i] as i64;
+        let dk = (k[i] - 1) * d[i] + 1;
+        match auto_pad.as_str() {
+            "SAME_UPPER" | "SAME_LOWER" => {
+                let o = (n + s[i] - 1) / s[i];
+                let total = ((o - 1) * s[i] + dk - n).max(0);
+                let b = if auto_pad == "SAME_UPPER" { total / 2 } else { total - total / 2 };
+                (pb[i], pe[i], outs[i]) = (b, total - b, o as usize);
+            }
+            "VALID" | "NOTSET" | "" => {
+                let (b, e) = if auto_pad == "VALID" { (0, 0) } else { (explicit[i], explicit[r + i]) };
+                let span = n + b + e - dk;
+                if span < 0 {
+                    bail!("pooling window (dilated size {dk}) exceeds the padded input ({}) along dim {i}", n + b + e);
+                }
+                let mut o = if ceil { (span + s[i] - 1) / s[i] + 1 } else { span / s[i] + 1 };
+                if ceil && (o - 1) * s[i] >= n + b {
+                    o -= 1;
+                }
+                (pb[i], pe[i], outs[i]) = (b, e, o as usize);
+            }
+            other => bail!("unknown auto_pad '{other}'"),
+        }
+    }
+    let us = |v: &[i64]| v.iter().map(|&x| x as usize).collect::<Vec<usize>>();
+    Ok(PGeom {
+        rank: r,
+        ins: pad3(ins, 1),
+        k: pad3(&us(&k), 1),
+        s: pad3(&us(&s), 1),
+        d: pad3(&us(&d), 1),
+        pb: pad3(&pb, 0),
+        pe: pad3(&pe, 0),
+        outs: pad3(&outs, 1),
+    })
+}
+
+fn out_shape(xs: &[usize], g: &PGeom) -> Vec<usize> {
+    let mut s = xs[..2].to_vec();
+    s.extend_from_slice(&g.outs[3 - g.rank..]);
+    s
+}
+
+/// Runs `f(plane_index, output_plane)` over every output plane, in parallel when large.
+fn for_planes<T: Send, F: Fn(usize, &mut [T]) + Sync + Send>(y: &mut [T], plane: usize, work: usize, f: F) {
+    if plane == 0 {
+        return;
+    }
+    if work >= PAR_MIN {
+        y.par_chunks_mut(plane).enumerate().for_each(|(i, p)| f(i, p));
+    } else {
+        y.chunks_mut(plane).enumerate().for_each(|(i, p)| f(i, p));
+    }
+}
+
+/// Visits every output position of a plane with its window: `f(out_index, [(start, lo, hi, padded); 3])`.
+fn windows(g: &PGeom, mut f: impl FnMut(usize, &[(i64, usize, usize, usize); 3])) {
+    let t0: Vec<_> = (0..g.outs[0]).map(|o| g.taps(0, o)).collect();
+    let t1: Vec<_> = (0..g.outs[1]).map(|o| g.taps(1, o)).collect();
+    let t2: Vec<_> = (0..g.outs[2]).map(|o| g.taps(2, o)).collect();
+    let mut oi = 0;
+    for a in &t0 {
+        for b in &t1 {
+            for c in &t2 {
+                f(oi, &[*a, *b, *c]);
+                oi += 1;
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// MaxPool
+// ---------------------------------------------------------------------------------------------
+
+fn max_pool_t<T: Copy + PartialOrd + Bounded + Send + Sync>(
+    ctx: &OpCtx,
+    x: &ArrayD<T>,
+    want_idx: bool,
+) -> OpResult<(ArrayD<T>, Option<ArrayD<i64>>)> {
+    let xs = x.shape();
+    let g = pool_geom(ctx, xs)?;
+    let col_major = ctx.attr_i("storage_order", 0)? != 0;
+    let oshape = out_shape(xs, &g);
+    ctx.check_alloc(&oshape, std::mem::size_of::<T>() + if want_idx { 8 } else { 0 })?;
+    let x = x.as_standard_layout();
+    let Some(xd) = x.as_slice() else { bail!("MaxPool: non-contiguous input") };
+    let (in_sp, out_sp) = (g.in_sp(), g.out_sp());
+    let [_, i1, i2] = g.ins;
+    let r = g.rank;
+    // Multipliers of the (padded 3-D) position for the index output.
+    let mul: [usize; 3] = if col_major {
+        let dims = &g.ins[3 - r..];
+        let mut m = [0usize; 3];
+        let mut acc = 1;
+        for (j, dd) in dims.iter().enumerate() {
+            m[3 - r + j] = acc;
+            acc *= dd;
+        }
+        m
+    } else {
+        [i1 * i2, i2, 1]
+    };
+    let total = oshape.iter().product::<usize>();
+    let mut y: Vec<(T, i64)> = vec![(T::min_value(), -1); total];
+    for_planes(&mut y, out_sp, total * g.k.iter().product::<usize>(), |pi, out| {
+        let src = &xd[pi * in_sp..(pi + 1) * in_sp];
+        let base = (pi * in_sp) as i64;
+        windows(&g, |oi, w| {
+            let mut best: Option<(T, usize)> = None;
+            for ka in w[0].1..w[0].2 {
+                let ia = (w[0].0 + (ka * g.d[0]) as i64) as usize;
+                for kb in w[1].1..w[1].2 {
+                    let ib = (w[1].0 + (kb * g.d[1]) as i64) as usize;
+                    let row = (ia * i1 + ib) * i2;
+                    for kc in w[2].1..w[2].2 {
+                        let ic = (w[2].0 + (kc * g.d[2]) as i64) as usize;
+                        let v = src[row + ic];
+                        match best {
+                            Some((b, _)) if !(v > b) => {}
+                            _ => best = Some((v, ia * mul[0] + ib * mul[1] + ic * mul[2])),
+                        }
+                    }
+                }
+            }
+            out[oi] = match best {
+                Some((v, p)) => (v, base + p as i64),
+                None => (T::min_value(), -1),
+            };
+        });
+    });
+    let vals = ArrayD::from_shape_vec(IxDyn(&oshape), y.iter().map(|p| p.0).collect())?;
+    let idx = if want_idx { Some(ArrayD::from_shape_vec(IxDyn(&oshape), y.iter().map(|p| p.1).collect())?) } else { None };
+    Ok((vals, idx))
+}
+
+fn max_pool(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+    let x = input(inputs, 0)?;
+    let want = ctx.node.outputs.len() > 1 && !ctx.node.outputs[1].is_empty();
+    macro_rules! go {
+        ($($v:ident),*) => {
+            match x {
+                $(Tensor::$v(a) => {
+                    let (v, i) = max_pool_t(ctx, a, want)?;
+                    (Tensor::$v(v), i)
+                })*
+                other => unsupported!("MaxPool of {}", other.dtype()),
+            }
+        };
+    }
+    let (v, i) = go!(F32, F64, F16, BF16, I8, U8, I16, U16, I32, U32, I64, U64);
+    let mut out = vec![Value::Tensor(v)];
+    if let Some(i) = i {
+        out.push(Value::Tensor(Tensor::I64(i)));
+    }
+    Ok(out)
+}
+
+// ---------------------------------------------------------------------------------------------
+// AveragePool and LpPool
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Clone, Copy)]
+enum Reduce {
+    Avg { include_pad: bool },
+    Lp(f64),
+}
+
+fn lp_pow<T: Float>(v: T, p: f64) -> T {
+    let a = v.abs();
+    if p == 1.0 {
+        a
+    } else if p == 2.0 {
+        a * a
+    } else if p.fract() == 0.0 && p.abs() < 64.0 {
+        a.powi(p as i32)
+    } else {
+        a.powf(T::from(p).unwrap_or(T::one()))
+    }
+}
+
+fn lp_root<T: Float>(s: T, p: f64) -> T {
+    if p == 1.0 {
+        s
+    } else if p == 2.0 {
+        s.sqrt()
+    } else {
+        s.powf(T::from(1.0 / p).unwrap_or(T::one()))
+    }
+}
+
+fn avg_pool_t<T: Float + Send + Sync>(ctx: &OpCtx, x: &ArrayD<T>, red: Reduce) -> OpResult<ArrayD<T>> {
+    let xs = x.shape();
+    let g = pool_geom(ctx, xs)?;
+    let oshape = out_shape(xs, &g);
+    ctx.check_alloc(&oshape, std::mem::size_of::<T>())?;
+    let x = x.as_standard_layout();
+    let Some(xd) = x.as_slice() else { bail!("pool: non-contiguous input") };
+    let (in_sp, out_sp) = (g.in_sp(), g.out_sp());
+    let [_, i1, i2] = g.ins;
+    let total = oshape.iter().product::<usize>();
+    let mut y = vec![T::zero(); total];
+    for_planes(&mut y, out_sp, total * g.k.iter().product::<usize>(), |pi, out| {
+        let src = &xd[pi * in_sp..(pi + 1) * in_sp];
+        windows(&g, |oi, w| {
+            let mut sum = T::zero();
+            for ka in w[0].1..w[0].2 {
+                let ia = (w[0].0 + (ka * g.d[0]) as i64) as usize;
+                for kb in w[1].1..w[1].2 {
+                    let ib = (w[1].0 + (kb * g.d[1]) as i64) as usize;
+                    let row = &src[(ia * i1 + ib) * i2..(ia * i1 + ib + 1) * i2];
+                    for kc in w[2].1..w[2].2 {
+                        let v = row[(w[2].0 + (kc * g.d[2]) as i64) as usize];
+                        sum = sum
+                            + match red {
+                                Reduce::Avg { .. } => v,
+                                Reduce::Lp(p) => lp_pow(v, p),
+                            };
+                    }
+                }
+            }
+            out[oi] = match red {
+                Reduce::Avg { include_pad } => {
+                    let count = if include_pad {
+                        w[0].3 * w[1].3 * w[2].3
+                    } else {
+                        (w[0].2 - w[0].1) * (w[1].2 - w[1].1) * (w[2].2 - w[2].1)
+                    };
+                    if count == 0 { T::nan() } else { sum / T::from(count).unwrap_or(T::one()) }
+                }
+                Reduce::Lp(p) => lp_root(sum, p),
+            };
+        });
+    });
+    Ok(ArrayD::from_shape_vec(IxDyn(&oshape), y)?)
+}
+
+/// Runs a Float kernel on f32/f64 directly and on f16/bf16 through f32.
+macro_rules! float_pool {
+    ($x:expr, $a:ident => $e:expr) => {
+        match $x {
+            Tensor::F32($a) => Tensor::F32($e),
+            Tensor::F64($a) => Tensor::F64($e),
+            Tensor::F16(h) => {
+                let $a = &h.mapv(f16::to_f32);
+                Tensor::F16(($e).mapv(f16::from_f32))
+            }
+            Tensor::BF16(h) => {
+                let $a = &h.mapv(bf16::to_f32);
+                Tensor::BF16(($e).mapv(bf16::from_f32))
+            }
+            other => unsupported!("dtype {} (expected a float type)", other.dtype()),
+        }
+    };
+}
+
+fn average_pool(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+    let x = input(inputs, 0)?;
+    let red = Reduce::Avg { include_pad: ctx.attr_i("count_include_pad", 0)? != 0 };
+    single(float_pool!(x, a => avg_pool_t(ctx, a, red)?))
+}
+
+fn lp_pool(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+    let x = input(inputs, 0)?;
+    let p = ctx.attr_f("p", 2.0)? as f64;
+    single(float_pool!(x, a => avg_pool_t(ctx, a, Reduce::Lp(p))?))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Global pools
+// ---------------------------------------------------------------------------------------------
+
+/// Reduces each (n, c) plane of `x` to one value with `f`.
+fn global_t<T: Copy + Send + Sync, F: Fn(&[T]) -> T + Sync + Send>(x: &ArrayD<T>, f: F) -> OpResult<ArrayD<T>> {
+    let xs = x.shape();
+    if xs.len() < 2 {
+        bail!("global pooling needs an input of rank >= 2, got {xs:?}");
+    }
+    let mut oshape = xs[..2].to_vec();
+    oshape.resize(xs.len(), 1);
+    let plane: usize = xs[2..].iter().product();
+    let planes = xs[0] * xs[1];
+    let x = x.as_standard_layout();
+    let Some(xd) = x.as_slice() else { bail!("global pool: non-contiguous input") };
+    let y: Vec<T> = if plane == 0 {
+        bail!("global pooling over an empty spatial extent {xs:?}");
+    } else if xd.len() >= PAR_MIN {
+        xd.par_chunks(plane).map(&f).collect()
+    } else {
+        xd.chunks(plane).map(&f).collect()
+    };
+    debug_assert_eq!(y.len(), planes);
+    Ok(ArrayD::from_shape_vec(IxDyn(&oshape), y)?)
+}
+
+fn global_average_pool(_ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+    let x = input(inputs, 0)?;
+    fn avg<T: Float>(p: &[T]) -> T {
+        p.iter().fold(T::zero(), |a, &b| a + b) / T::from(p.len()).unwrap_or(T::one())
+    }
+    single(float_pool!(x, a => global_t(a, avg)?))
+}
+
+fn global_lp_pool(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+    let x = input(inputs, 0)?;
+    let p = ctx.attr_f("p", 2.0)? as f64;
+    single(float_pool!(x, a => global_t(a, |v| lp_root(v.iter().fold(Zero::zero(), |s, &b| s + lp_pow(b, p)), p))?))
+}
+
+fn global_max_pool(_ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+    let x = input(inputs, 0)?;
+    fn mx<T: Copy + PartialOrd>(p: &[T]) -> T {
+        let mut b = p[0];
+        for &v in &p[1..] {
+            if v > b || v != v {
+                b = v;
+            }
+        }
+        b
+    }
+    let t = map_numeric!(x, a => global_t(a, mx)?)?;
+    single(t)
+}
+
+// ---------------------------------------------------------------------------------------------
+// MaxUnpool
+// ---------------------------------------------------------------------------------------------
+
+fn max_unpool(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+    let x = input(inputs, 0)?;
+    let idx = input(inputs, 1)?.to_i64_vec()?;
+    let xs = x.shape().to_vec();
+    if xs.len() < 3 {
+        bail!("MaxUnpool needs an input of rank >= 3, got {xs:?}");
+    }
+    if idx.len() != x.len() {
+        bail!("MaxUnpool: indices have {} elements, X has {}", idx.len(), x.len());
+    }
+    let r = xs.len() - 2;
+    let k = match ctx.attr_opt_ints("kernel_shape")? {
+        Some(k) if k.len() == r && k.iter().all(|&v| v >= 1) => k,
+        Some(k) => bail!("kernel_shape {k:?} must have {r} positive values"),
+        None => bail!("required attribute 'kernel_shape' is missing"),
+    };
+    let s = ints_attr(ctx, "strides", r, 1, 1)?;
+    let pads = ints_attr(ctx, "pads", 2 * r, 0, 0)?;
+    let mut inferred = xs[..2].to_vec();
+    for i in 0..r {
+        let v = (xs[i + 2] as i64 - 1) * s[i] + k[i] - pads[i] - pads[r + i];
+        if v < 0 {
+            bail!("MaxUnpool: inferred output size {v} along dim {i} is negative");
+        }
+        inferred.push(v as usize);
+    }
+    let target: Vec<usize> = match opt_input(inputs, 2)? {
+        Some(t) => {
+            let v = t.to_i64_vec()?;
+            if v.len() != xs.len() || v.iter().any(|&d| d < 0) {
+                bail!("MaxUnpool: output_shape {v:?} must have {} non-negative values", xs.len());
+            }
+            v.iter().map(|&d| d as usize).collect()
+        }
+        None => inferred.clone(),
+    };
+    if target.iter().zip(&inferred).any(|(t, i)| t < i) {
+        bail!("MaxUnpool: output_shape {target:?} is smaller than the unpooled shape {inferred:?}");
+    }
+    ctx.check_alloc(&target, x.dtype().size_in_memory())?;
+    let n_inf: usize = inferred.iter().product();
+    if let Some(bad) = idx.iter().find(|&&i| i < 0 || i as usize >= n_inf) {
+        bail!("MaxUnpool: index {bad} is outside the unpooled tensor of shape {inferred:?}");
+    }
+    fn scatter<T: Clone + Zero>(a: &ArrayD<T>, idx: &[i64], inferred: &[usize], target: &[usize]) -> OpResult<ArrayD<T>> {
+        let mut y = ArrayD::<T>::zeros(IxDyn(inferred));
+        if let Some(ys) = y.as_slice_mut() {
+            for (v, &i) in a.iter().zip(idx) {
+                ys[i as usize] = v.clone();
+            }
+        }
+        if inferred == target {
+            return Ok(y);
+        }
+        let mut out = ArrayD::<T>::zeros(IxDyn(target));
+        let sl: Vec<ndarray::SliceInfoElem> =
+            inferred.iter().map(|&d| ndarray::SliceInfoElem::Slice { start: 0, end: Some(d as isize), step: 1 }).collect();
+        out.slice_each_axis_mut(|ax| {
+            let ndarray::SliceInfoElem::Slice { start, end, step } = sl[ax.axis.index()] else { unreachable!() };
+            ndarray::Slice { start, end, step }
+        })
+        .assign(&y);
+        Ok(out)
+    }
+    let t = map_numeric!(x, a => scatter(a, &idx, &inferred, &target)?)?;
+    single(t)
+}
+
+// ---------------------------------------------------------------------------------------------
+// MaxRoiPool and RoiAlign
+// ---------------------------------------------------------------------------------------------
+
+/// X as f64 `[N, C, H, W]` data plus its dims.
+fn roi_input(x: &Tensor, what: &str) -> OpResult<(Vec<f64>, [usize; 4])> {
+    let s = x.shape();
+    if s.len() != 4 {
+        bail!("{what} needs a 4-D input, got {s:?}");
+    }
+    if !x.dtype().is_float() || x.dtype().is_narrow_float() {
+        unsupported!("{what} of {}", x.dtype());
+    }
+    Ok((x.to_f64_vec()?, [s[0], s[1], s[2], s[3]]))
+}
+
+fn from_f64_like(x: &Tensor, shape: &[usize], v: Vec<f64>) -> OpResult<Tensor> {
+    let a = ArrayD::from_shape_vec(IxDyn(shape), v)?;
+    Ok(match x {
+        Tensor::F32(_) => Tensor::F32(a.mapv(|v| v as f32)),
+        Tensor::F16(_) => Tensor::F16(a.mapv(f16::from_f64)),
+        Tensor::BF16(_) => Tensor::BF16(a.mapv(bf16::from_f64)),
+        _ => Tensor::F64(a),
+    })
+}
+
+fn max_roi_pool(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+    let x = input(inputs, 0)?;
+    let (xd, [_, c, h, w]) = roi_input(x, "MaxRoiPool")?;
+    let rois_t = input(inputs, 1)?;
+    let rois = rois_t.to_f64_vec()?;
+    if rois_t.rank() != 2 || rois_t.shape()[1] != 5 {
+        bail!("MaxRoiPool: rois must be [num_rois, 5], got {:?}", rois_t.shape());
+    }
+    let ps = match ctx.attr_opt_ints("pooled_shape")? {
+        Some(p) if p.len() == 2 && p.iter().all(|&v| v >= 1) => [p[0] as usize, p[1] as usize],
+        other => bail!("MaxRoiPool: pooled_shape must be 2 positive ints, got {other:?}"),
+    };
+    let scale = ctx.attr_f("spatial_scale", 1.0)? as f64;
+    let nr = rois_t.shape()[0];
+    let oshape = [nr, c, ps[0], ps[1]];
+    ctx.check_alloc(&oshape, 8)?;
+    let n = x.shape()[0];
+    let mut y = vec![0f64; nr * c * ps[0] * ps[1]];
+    for (ri, roi) in rois.chunks(5).enumerate() {
+        let b = roi[0] as i64;
+        if b < 0 || b as usize >= n {
+            bail!("MaxRoiPool: roi {ri} has batch index {b}, input batch is {n}");
+        }
+        let (x1, y1) = ((roi[1] * scale).round() as i64, (roi[2] * scale).round() as i64);
+        let (x2, y2) = ((roi[3] * scale).round() as i64, (roi[4] * scale).round() as i64);
+        let rh = (y2 - y1 + 1).max(1) as f64;
+        let rw = (x2 - x1 + 1).max(1) as f64;
+        let (bh, bw) = (rh / ps[0] as f64, rw / ps[1] as f64);
+        for ci in 0..c {
+            let plane = &xd[(b as usize * c + ci) * h * w..][..h * w];
+            for ph in 0..ps[0] {
+                let hs = ((ph as f64 * bh).floor() as i64 + y1).clamp(0, h as i64) as usize;
+                let he = (((ph + 1) as f64 * bh).ceil() as i64 + y1).clamp(0, h as i64) as usize;
+                for pw in 0..ps[1] {
+                    let ws = ((pw as f64 * bw).floor() as i64 + x1).clamp(0, w as i64) as usize;
+                    let we = (((pw + 1) as f64 * bw).ceil() as i64 + x1).clamp(0, w as i64) as usize;
+                    let mut m = f64::NEG_INFINITY;
+                    for yy in hs..he {
+                        for xx in ws..we {
+                            m = m.max(plane[yy * w + xx]);
+                        }
+                    }
+                    y[((ri * c + ci) * ps[0] + ph) * ps[1] + pw] = if he <= hs || we <= ws { 0.0 } else { m };
+                }
+            }
+        }
+    }
+    single(from_f64_like(x, &oshape, y)?)
+}
+
+fn roi_align(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+    let x = input(inputs, 0)?;
+    let (xd, [n, c, h, w]) = roi_input(x, "RoiAlign")?;
+    let rois_t = input(inputs, 1)?;
+    let rois = rois_t.to_f64_vec()?;
+    let bidx = input(inputs, 2)?.to_i64_vec()?;
+    if rois_t.rank() != 2 || rois_t.shape()[1] != 4 || rois_t.shape()[0] != bidx.len() {
+        bail!("RoiAlign: rois must be [num_rois, 4] matching batch_indices ({}), got {:?}", bidx.len(), rois_t.shape());
+    }
+    let mode = ctx.attr_s("mode", "avg")?.to_ascii_lowercase();
+    let max_mode = match mode.as_str() {
+        "avg" => false,
+        "max" => true,
+        m => bail!("RoiAlign: unknown mode '{m}'"),
+    };
+    let oh = ctx.attr_i("output_height", 1)?;
+    let ow = ctx.attr_i("output_width", 1)?;
+    if oh < 1 || ow < 1 {
+        bail!("RoiAlign: output size {oh}x{ow} must be positive");
+    }
+    let (oh, ow) = (oh as usize, ow as usize);
+    let ratio = ctx.attr_i("sampling_ratio", 0)?;
+    let scale = ctx.attr_f("spatial_scale", 1.0)? as f64;
+    let default_ctm = if ctx.opset() >= 16 { "half_pixel" } else { "output_half_pixel" };
+    let half_pixel = match ctx.attr_s("coordinate_transformation_mode", default_ctm)?.as_str() {
+        "half_pixel" => true,
+        "output_half_pixel" => false,
+        m => bail!("RoiAlign: unknown coordinate_transformation_mode '{m}'"),
+    };
+    let nr = bidx.len();
+    let oshape = [nr, c, oh, ow];
+    ctx.check_alloc(&oshape, 8)?;
+    let mut y = vec![0f64; nr * c * oh * ow];
+    if h == 0 || w == 0 {
+        return single(from_f64_like(x, &oshape, y)?);
+    }
+    for (ri, roi) in rois.chunks(4).enumerate() {
+        let b = bidx[ri];
+        if b < 0 || b as usize >= n {
+            bail!("RoiAlign: roi {ri} has batch index {b}, input batch is {n}");
+        }
+        let off = if half_pixel { 0.5 } else { 0.0 };
+        let (sx, sy) = (roi[0] * scale - off, roi[1] * scale - off);
+        let (ex, ey) = (roi[2] * scale - off, roi[3] * scale - off);
+        let (mut rw, mut rh) = (ex - sx, ey - sy);
+        if !half_pixel {
+            rw = rw.max(1.0);
+            rh = rh.max(1.0);
+        }
+        let (bh, bw) = (rh / oh as f64, rw / ow as f64);
+        let gh = if ratio > 0 { ratio as usize } else { (rh / oh as f64).ceil().max(0.0) as usize };
+        let gw = if ratio > 0 { ratio as usize } else { (rw / ow as f64).ceil().max(0.0) as usize };
+        let count = (gh * gw).max(1) as f64;
+        // Precomputed bilinear taps for each sample point: 4 (position, weight) pairs.
+        let mut taps: Vec<[(usize, f64); 4]> = Vec::with_capacity(oh * ow * gh * gw);
+        for ph in 0..oh {
+            for pw in 0..ow {
+                for iy in 0..gh {
+                    let yy = sy + ph as f64 * bh + (iy as f64 + 0.5) * bh / gh as f64;
+                    for ix in 0..gw {
+                        let xx = sx + pw as f64 * bw + (ix as f64 + 0.5) * bw / gw as f64;
+                        if yy < -1.0 || yy > h as f64 || xx < -1.0 || xx > w as f64 {
+                            taps.push([(0, 0.0); 4]);
+                            continue;
+                        }
+                        let (mut yv, mut xv) = (yy.max(0.0), xx.max(0.0));
+                        let (mut y0, mut x0) = (yv as usize, xv as usize);
+                        let y1 = if y0 >= h - 1 {
+                            y0 = h - 1;
+                            yv = y0 as f64;
+                            y0
+                        } else {
+                            y0 + 1
+                        };
+                        let x1 = if x0 >= w - 1 {
+                            x0 = w - 1;
+                            xv = x0 as f64;
+                            x0
+                        } else {
+                            x0 + 1
+                        };
+                        let (ly, lx) = (yv - y0 as f64, xv - x0 as f64);
+                        let (hy, hx) = (1.0 - ly, 1.0 - lx);
+                        taps.push([
+                            (y0 * w + x0, hy * hx),
+                            (y0 * w + x1, hy * lx),
+                            (y1 * w + x0, ly * hx),
+                            (y1 * w + x1, ly * lx),
+                        ]);
+                    }
+                }
+            }
+        }
+        let per = gh * gw;
+        for ci in 0..c {
+            let plane = &xd[(b as usize * c + ci) * h * w..][..h * w];
+            for p in 0..oh * ow {
+                let ts = &taps[p * per..(p + 1) * per];
+                let v = if max_mode {
+                    let mut m: Option<f64> = None;
+                    for t in ts {
+                        let s = t.iter().map(|&(i, wt)| wt * plane[i]).fold(f64::NEG_INFINITY, f64::max);
+                        m = Some(m.map_or(s, |m| m.max(s)));
+                    }
+                    m.unwrap_or(0.0)
+                } else {
+                    ts.iter().map(|t| t.iter().map(|&(i, wt)| wt * plane[i]).sum::<f64>()).sum::<f64>() / count
+                };
+                y[(ri * c + ci) * oh * ow + p] = v;
+            }
+        }
+    }
+    single(from_f64_like(x, &oshape, y)?)
+}

@@ -1,0 +1,598 @@
+//! Recurrent layers: RNN, LSTM and GRU.
+//!
+//! The input projection X·Wᵀ is computed for every time step at once; the recurrence H·Rᵀ runs per
+//! step and batch row as row-major dot products. Directions of a bidirectional layer run in parallel.
+//! Work is in f64 for double inputs and f32 for the other float types.
+use half::{bf16, f16};
+use ndarray::{ArrayD, IxDyn};
+use num_traits::Float;
+use rayon::prelude::*;
+
+use super::{OpCtx, Registry, input, opt_input};
+use crate::error::OpResult;
+use crate::tensor::{Tensor, Value};
+use crate::{bail, unsupported};
+
+pub fn register(r: &mut Registry) {
+    r.add("", "RNN", |c, i| recurrent(c, i, Kind::Rnn));
+    r.add("", "LSTM", |c, i| recurrent(c, i, Kind::Lstm));
+    r.add("", "GRU", |c, i| recurrent(c, i, Kind::Gru));
+}
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Kind {
+    Rnn,
+    Lstm,
+    Gru,
+}
+
+impl Kind {
+    fn gates(self) -> usize {
+        match self {
+            Kind::Rnn => 1,
+            Kind::Lstm => 4,
+            Kind::Gru => 3,
+        }
+    }
+    fn default_acts(self) -> &'static [&'static str] {
+        match self {
+            Kind::Rnn => &["Tanh"],
+            Kind::Lstm => &["Sigmoid", "Tanh", "Tanh"],
+            Kind::Gru => &["Sigmoid", "Tanh"],
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum ActFn {
+    Relu,
+    Tanh,
+    Sigmoid,
+    Affine,
+    LeakyRelu,
+    ThresholdedRelu,
+    ScaledTanh,
+    HardSigmoid,
+    Elu,
+    Softsign,
+    Softplus,
+}
+
+/// An activation with its alpha and beta (the defaults of the ONNX operator of the same name).
+#[derive(Clone, Copy, Debug)]
+struct Act {
+    f: ActFn,
+    alpha: f64,
+    beta: f64,
+}
+
+impl Act {
+    /// Parses `name`, consuming alpha/beta values from the iterators when the function takes them.
+    fn parse(name: &str, alphas: &mut impl Iterator<Item = f64>, betas: &mut impl Iterator<Item = f64>) -> OpResult<Act> {
+        use ActFn::*;
+        let (f, a, b) = match name.to_ascii_lowercase().as_str() {
+            "relu" => (Relu, None, None),
+            "tanh" => (Tanh, None, None),
+            "sigmoid" => (Sigmoid, None, None),
+            "affine" => (Affine, Some(1.0), Some(0.0)),
+            "leakyrelu" => (LeakyRelu, Some(0.01), None),
+            "thresholdedrelu" => (ThresholdedRelu, Some(1.0), None),
+            "scaledtanh" => (ScaledTanh, Some(1.0), Some(1.0)),
+            "hardsigmoid" => (HardSigmoid, Some(0.2), Some(0.5)),
+            "elu" => (Elu, Some(1.0), None),
+            "softsign" => (Softsign, None, None),
+            "softplus" => (Softplus, None, None),
+            _ => unsupported!("activation function '{name}'"),
+        };
+        let alpha = a.map(|d| alphas.next().unwrap_or(d)).unwrap_or(0.0);
+        let beta = b.map(|d| betas.next().unwrap_or(d)).unwrap_or(0.0);
+        Ok(Act { f, alpha, beta })
+    }
+
+    fn apply<T: Float>(&self, x: T) -> T {
+        let c = |v: f64| T::from(v).unwrap_or_else(T::nan);
+        let (one, zero) = (T::one(), T::zero());
+        match self.f {
+            ActFn::Relu => x.max(zero),
+            ActFn::Tanh => x.tanh(),
+            ActFn::Sigmoid => one / (one + (-x).exp()),
+            ActFn::Affine => c(self.alpha) * x + c(self.beta),
+            ActFn::LeakyRelu => {
+                if x >= zero {
+                    x
+                } else {
+                    c(self.alpha) * x
+                }
+            }
+            ActFn::ThresholdedRelu => {
+                if x > c(self.alpha) {
+                    x
+                } else {
+                    zero
+                }
+            }
+            ActFn::ScaledTanh => c(self.alpha) * (c(self.beta) * x).tanh(),
+            ActFn::HardSigmoid => (c(self.alpha) * x + c(self.beta)).max(zero).min(one),
+            ActFn::Elu => {
+                if x >= zero {
+                    x
+                } else {
+                    c(self.alpha) * (x.exp() - one)
+                }
+            }
+            ActFn::Softsign => x / (one + x.abs()),
+            ActFn::Softplus => {
+                if x > c(30.0) {
+                    x
+                } else {
+                    x.exp().ln_1p()
+                }
+            }
+        }
+    }
+}
+
+/// The layer's configuration, shared by its directions.
+struct Cfg {
+    kind: Kind,
+    hidden: usize,
+    batch: usize,
+    seq: usize,
+    isz: usize,
+    layout1: bool,
+    clip: Option<f64>,
+    /// Activations of each direction (1, 3 or 2 per direction).
+    acts: Vec<Vec<Act>>,
+    input_forget: bool,
+    linear_before_reset: bool,
+}
+
+/// One direction's weights and initial state, converted to the working type.
+struct DirIn<T> {
+    w: Vec<T>,
+    r: Vec<T>,
+    b: Option<Vec<T>>,
+    p: Option<Vec<T>>,
+    h0: Vec<T>,
+    c0: Vec<T>,
+    reverse: bool,
+}
+
+/// Dot product with eight independent accumulators (vectorises without reassociation).
+#[inline]
+fn dot<T: Float>(a: &[T], b: &[T]) -> T {
+    let mut acc = [T::zero(); 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for l in 0..8 {
+            acc[l] = acc[l] + x[l] * y[l];
+        }
+    }
+    let mut s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (x, y) in ra.iter().zip(rb) {
+        s = s + *x * *y;
+    }
+    s
+}
+
+/// `out[i, j] = a[i, :] · b[j, :]` for row-major `a` (m×k) and `b` (n×k).
+fn matmul_nt<T: Float + Send + Sync>(a: &[T], b: &[T], m: usize, n: usize, k: usize) -> Vec<T> {
+    let mut out = vec![T::zero(); m * n];
+    if n == 0 {
+        return out;
+    }
+    let row = |(i, o): (usize, &mut [T])| {
+        let ar = &a[i * k..(i + 1) * k];
+        for (j, v) in o.iter_mut().enumerate() {
+            *v = dot(ar, &b[j * k..(j + 1) * k]);
+        }
+    };
+    if m * n * k >= 1 << 16 {
+        out.par_chunks_mut(n).enumerate().for_each(row);
+    } else {
+        out.chunks_mut(n).enumerate().for_each(row);
+    }
+    out
+}
+
+/// Runs one direction; returns Y for this direction ([seq, batch, hidden], zero past each row's
+/// length), the final hidden state and the final cell state ([batch, hidden] each).
+fn run_direction<T: Float + Send + Sync>(
+    cfg: &Cfg,
+    acts: &[Act],
+    x: &[T],
+    lens: &[usize],
+    d: &DirIn<T>,
+) -> (Vec<T>, Vec<T>, Vec<T>) {
+    let (h, g, batch, seq) = (cfg.hidden, cfg.kind.gates(), cfg.batch, cfg.seq);
+    let gh = g * h;
+    let c = |v: f64| T::from(v).unwrap_or_else(T::nan);
+    // Input projection for every (time, batch) row, with the biases that sit outside the recurrence.
+    let mut xw = matmul_nt(x, &d.w, seq * batch, gh, cfg.isz);
+    if let Some(b) = &d.b {
+        let mut bias: Vec<T> = (0..gh).map(|j| b[j] + b[gh + j]).collect();
+        if cfg.kind == Kind::Gru && cfg.linear_before_reset {
+            bias[2 * h..].copy_from_slice(&b[2 * h..3 * h]);
+        }
+        for row in xw.chunks_mut(gh) {
+            row.iter_mut().zip(&bias).for_each(|(v, b)| *v = *v + *b);
+        }
+    }
+    let rbh: Option<&[T]> = match (&d.b, cfg.kind == Kind::Gru && cfg.linear_before_reset) {
+        (Some(b), true) => Some(&b[gh + 2 * h..2 * gh]),
+        _ => None,
+    };
+    let clip = |v: T| match cfg.clip {
+        Some(cl) => v.max(c(-cl)).min(c(cl)),
+        None => v,
+    };
+    let xrow = |t: usize, b: usize| if cfg.layout1 { b * seq + t } else { t * batch + b };
+    let (mut hs, mut cs) = (d.h0.clone(), d.c0.clone());
+    let mut y = vec![T::zero(); seq * batch * h];
+    let mut gates = vec![T::zero(); gh];
+    let mut tmp = vec![T::zero(); h];
+    let (one, f) = (T::one(), acts[0]);
+    for s in 0..seq {
+        for b in 0..batch {
+            let len = lens[b];
+            if s >= len {
+                continue;
+            }
+            let t = if d.reverse { len - 1 - s } else { s };
+            let xg = &xw[xrow(t, b) * gh..(xrow(t, b) + 1) * gh];
+            let hp = &mut hs[b * h..(b + 1) * h];
+            match cfg.kind {
+                Kind::Rnn => {
+                    for j in 0..h {
+                        gates[j] = f.apply(clip(xg[j] + dot(&d.r[j * h..(j + 1) * h], hp)));
+                    }
+                    hp.copy_from_slice(&gates[..h]);
+                }
+                Kind::Lstm => {
+                    let (gact, hact) = (acts[1], acts[2]);
+                    let cp = &mut cs[b * h..(b + 1) * h];
+                    for j in 0..gh {
+                        gates[j] = xg[j] + dot(&d.r[j * h..(j + 1) * h], hp);
+                    }
+                    let pp = |k: usize, j: usize| d.p.as_ref().map_or(T::zero(), |p| p[k * h + j]);
+                    for j in 0..h {
+                        let i = f.apply(clip(gates[j] + pp(0, j) * cp[j]));
+                        let fg =
+                            if cfg.input_forget { one - i } else { f.apply(clip(gates[2 * h + j] + pp(2, j) * cp[j])) };
+                        let cc = gact.apply(clip(gates[3 * h + j]));
+                        let cn = fg * cp[j] + i * cc;
+                        let o = f.apply(clip(gates[h + j] + pp(1, j) * cn));
+                        cp[j] = cn;
+                        tmp[j] = o * hact.apply(cn);
+                    }
+                    hp.copy_from_slice(&tmp);
+                }
+                Kind::Gru => {
+                    let gact = acts[1];
+                    for j in 0..2 * h {
+                        gates[j] = f.apply(clip(xg[j] + dot(&d.r[j * h..(j + 1) * h], hp)));
+                    }
+                    let rh = &d.r[2 * h * h..];
+                    if cfg.linear_before_reset {
+                        for j in 0..h {
+                            let lin = dot(&rh[j * h..(j + 1) * h], hp) + rbh.map_or(T::zero(), |v| v[j]);
+                            tmp[j] = gact.apply(clip(xg[2 * h + j] + gates[h + j] * lin));
+                        }
+                    } else {
+                        let rhp: Vec<T> = (0..h).map(|j| gates[h + j] * hp[j]).collect();
+                        for j in 0..h {
+                            tmp[j] = gact.apply(clip(xg[2 * h + j] + dot(&rh[j * h..(j + 1) * h], &rhp)));
+                        }
+                    }
+                    for j in 0..h {
+                        let z = gates[j];
+                        tmp[j] = (one - z) * tmp[j] + z * hp[j];
+                    }
+                    hp.copy_from_slice(&tmp);
+                }
+            }
+            y[(t * batch + b) * h..(t * batch + b + 1) * h].copy_from_slice(hp);
+        }
+    }
+    (y, hs, cs)
+}
+
+/// A float tensor's values in the working type.
+fn vals<T: Float>(t: &Tensor) -> OpResult<Vec<T>> {
+    if !t.dtype().is_float() || t.dtype().is_narrow_float() {
+        unsupported!("recurrent layer input of dtype {}", t.dtype());
+    }
+    Ok(t.to_f64_vec()?.into_iter().map(|v| T::from(v).unwrap_or_else(T::nan)).collect())
+}
+
+/// Builds a tensor of `like`'s float dtype from working values.
+fn build<T: Float>(like: &Tensor, shape: &[usize], v: Vec<T>) -> OpResult<Tensor> {
+    let s = IxDyn(shape);
+    let f = |x: &T| x.to_f64().unwrap_or(f64::NAN);
+    Ok(match like {
+        Tensor::F32(_) => Tensor::F32(ArrayD::from_shape_vec(s, v.iter().map(|x| f(x) as f32).collect())?),
+        Tensor::F64(_) => Tensor::F64(ArrayD::from_shape_vec(s, v.iter().map(f).collect())?),
+        Tensor::F16(_) => Tensor::F16(ArrayD::from_shape_vec(s, v.iter().map(|x| f16::from_f64(f(x))).collect())?),
+        Tensor::BF16(_) => Tensor::BF16(ArrayD::from_shape_vec(s, v.iter().map(|x| bf16::from_f64(f(x))).collect())?),
+        t => unsupported!("recurrent layer output of dtype {}", t.dtype()),
+    })
+}
+
+fn recurrent(ctx: &OpCtx, inputs: &[Option<&Value>], kind: Kind) -> OpResult<Vec<Value>> {
+    let x = input(inputs, 0)?;
+    match x {
+        Tensor::F64(_) => run::<f64>(ctx, inputs, kind),
+        _ => run::<f32>(ctx, inputs, kind),
+    }
+}
+
+fn expect_shape(t: &Tensor, want: &[usize], what: &str) -> OpResult<()> {
+    if t.shape() != want {
+        bail!("{what} has shape {:?}, expected {want:?}", t.shape());
+    }
+    Ok(())
+}
+
+fn run<T: Float + Send + Sync>(ctx: &OpCtx, inputs: &[Option<&Value>], kind: Kind) -> OpResult<Vec<Value>> {
+    let x = input(inputs, 0)?;
+    let (w, r) = (input(inputs, 1)?, input(inputs, 2)?);
+    let layout1 = ctx.opset() >= 14 && ctx.attr_i("layout", 0)? != 0;
+    let direction = ctx.attr_s("direction", "forward")?;
+    let dirs = match direction.as_str() {
+        "forward" | "reverse" => 1,
+        "bidirectional" => 2,
+        d => bail!("unknown direction '{d}'"),
+    };
+    if x.rank() != 3 || w.rank() != 3 || r.rank() != 3 {
+        bail!("X, W and R must be 3-D, got {:?}, {:?}, {:?}", x.shape(), w.shape(), r.shape());
+    }
+    let xs = x.shape();
+    let (seq, batch, isz) = if layout1 { (xs[1], xs[0], xs[2]) } else { (xs[0], xs[1], xs[2]) };
+    let g = kind.gates();
+    let hidden = match ctx.attr_opt_i("hidden_size")? {
+        Some(v) if v >= 0 => v as usize,
+        Some(v) => bail!("hidden_size {v} is negative"),
+        None => r.shape()[2],
+    };
+    let gh = g * hidden;
+    expect_shape(w, &[dirs, gh, isz], "W")?;
+    expect_shape(r, &[dirs, gh, hidden], "R")?;
+    let state_shape = if layout1 { [batch, dirs, hidden] } else { [dirs, batch, hidden] };
+    let opt = |i: usize| opt_input(inputs, i);
+    ctx.check_alloc(&[seq, dirs, batch, hidden], 8)?;
+    let b = opt(3)?;
+    if let Some(b) = b {
+        expect_shape(b, &[dirs, 2 * gh], "B")?;
+    }
+    let lens: Vec<usize> = match opt(4)? {
+        Some(l) => {
+            let v = l.to_i64_vec()?;
+            if v.len() != batch || v.iter().any(|&n| n < 0 || n as usize > seq) {
+                bail!("sequence_lens {v:?} must have {batch} values in [0, {seq}]");
+            }
+            v.into_iter().map(|n| n as usize).collect()
+        }
+        None => vec![seq; batch],
+    };
+    let h0 = opt(5)?;
+    let (c0, p) = if kind == Kind::Lstm { (opt(6)?, opt(7)?) } else { (None, None) };
+    for (t, what) in [(h0, "initial_h"), (c0, "initial_c")] {
+        if let Some(t) = t {
+            expect_shape(t, &state_shape, what)?;
+        }
+    }
+    if let Some(p) = p {
+        expect_shape(p, &[dirs, 3 * hidden], "P")?;
+    }
+    // Activations: one set per direction; a single set is shared by both directions.
+    let names: Vec<String> = match ctx.attr_opt_strings("activations")? {
+        Some(v) => v,
+        None => kind.default_acts().iter().map(|s| s.to_string()).collect(),
+    };
+    let per = kind.default_acts().len();
+    let names: Vec<String> = match names.len() {
+        n if n == per * dirs => names,
+        n if n == per && dirs == 2 => names.iter().chain(names.iter()).cloned().collect(),
+        n => bail!("{n} activations given, expected {}", per * dirs),
+    };
+    let alphas = ctx.attr_opt_floats("activation_alpha")?.unwrap_or_default();
+    let betas = ctx.attr_opt_floats("activation_beta")?.unwrap_or_default();
+    let (mut ai, mut bi) = (alphas.iter().map(|&v| v as f64), betas.iter().map(|&v| v as f64));
+    let all: Vec<Act> = names.iter().map(|n| Act::parse(n, &mut ai, &mut bi)).collect::<OpResult<_>>()?;
+    let clip = ctx.attr_opt_f("clip")?.map(|v| v as f64);
+    let cfg = Cfg {
+        kind,
+        hidden,
+        batch,
+        seq,
+        isz,
+        layout1,
+        clip,
+        acts: all.chunks(per).map(|c| c.to_vec()).collect(),
+        input_forget: ctx.attr_i("input_forget", 0)? != 0,
+        linear_before_reset: ctx.attr_i("linear_before_reset", 0)? != 0,
+    };
+
+    let xv: Vec<T> = vals(x)?;
+    let (wv, rv): (Vec<T>, Vec<T>) = (vals(w)?, vals(r)?);
+    let bv: Option<Vec<T>> = b.map(vals).transpose()?;
+    let pv: Option<Vec<T>> = p.map(vals).transpose()?;
+    // Initial states as [dirs, batch, hidden].
+    let state = |t: Option<&Tensor>| -> OpResult<Vec<T>> {
+        let Some(t) = t else { return Ok(vec![T::zero(); dirs * batch * hidden]) };
+        let v: Vec<T> = vals(t)?;
+        if !layout1 {
+            return Ok(v);
+        }
+        let mut o = vec![T::zero(); v.len()];
+        for bb in 0..batch {
+            for d in 0..dirs {
+                let src = (bb * dirs + d) * hidden;
+                let dst = (d * batch + bb) * hidden;
+                o[dst..dst + hidden].copy_from_slice(&v[src..src + hidden]);
+            }
+        }
+        Ok(o)
+    };
+    let (h0v, c0v) = (state(h0)?, state(c0)?);
+    let per_dir = |v: &[T], d: usize, n: usize| v[d * n..(d + 1) * n].to_vec();
+    let dins: Vec<DirIn<T>> = (0..dirs)
+        .map(|d| DirIn {
+            w: per_dir(&wv, d, gh * isz),
+            r: per_dir(&rv, d, gh * hidden),
+            b: bv.as_ref().map(|v| per_dir(v, d, 2 * gh)),
+            p: pv.as_ref().map(|v| per_dir(v, d, 3 * hidden)),
+            h0: per_dir(&h0v, d, batch * hidden),
+            c0: per_dir(&c0v, d, batch * hidden),
+            reverse: direction == "reverse" || d == 1,
+        })
+        .collect();
+    let results: Vec<(Vec<T>, Vec<T>, Vec<T>)> =
+        dins.par_iter().enumerate().map(|(d, din)| run_direction(&cfg, &cfg.acts[d], &xv, &lens, din)).collect();
+
+    // Assemble Y [seq, dirs, batch, hidden] (layout 1: [batch, seq, dirs, hidden]) and the states.
+    let mut y = vec![T::zero(); seq * dirs * batch * hidden];
+    let mut yh = vec![T::zero(); dirs * batch * hidden];
+    let mut yc = vec![T::zero(); dirs * batch * hidden];
+    for (d, (yd, hd, cd)) in results.iter().enumerate() {
+        for bb in 0..batch {
+            for t in 0..seq {
+                let src = (t * batch + bb) * hidden;
+                let dst = if layout1 { ((bb * seq + t) * dirs + d) * hidden } else { ((t * dirs + d) * batch + bb) * hidden };
+                y[dst..dst + hidden].copy_from_slice(&yd[src..src + hidden]);
+            }
+            let src = bb * hidden;
+            let dst = if layout1 { (bb * dirs + d) * hidden } else { (d * batch + bb) * hidden };
+            yh[dst..dst + hidden].copy_from_slice(&hd[src..src + hidden]);
+            yc[dst..dst + hidden].copy_from_slice(&cd[src..src + hidden]);
+        }
+    }
+    let yshape = if layout1 { vec![batch, seq, dirs, hidden] } else { vec![seq, dirs, batch, hidden] };
+    let mut outs = vec![Value::Tensor(build(x, &yshape, y)?), Value::Tensor(build(x, &state_shape, yh)?)];
+    if kind == Kind::Lstm {
+        outs.push(Value::Tensor(build(x, &state_shape, yc)?));
+    }
+    Ok(outs)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+    use crate::ir::{Attr, Graph, Node};
+    use crate::ops::SubgraphRunner;
+
+    struct NoRunner;
+    impl SubgraphRunner for NoRunner {
+        fn run_subgraph(&self, _: &Graph, _: Vec<Value>) -> OpResult<Vec<Value>> {
+            unsupported!("no subgraphs here")
+        }
+    }
+
+    fn call(kind: Kind, attrs: Vec<(&str, Attr)>, ins: Vec<Option<Tensor>>) -> Vec<Tensor> {
+        let attrs: HashMap<String, Attr> = attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+        let node =
+            Node { name: "n".into(), op_type: "X".into(), domain: String::new(), opset: 22, inputs: vec![], outputs: vec![], attrs };
+        let vals: Vec<Option<Value>> = ins.into_iter().map(|t| t.map(Value::Tensor)).collect();
+        let refs: Vec<Option<&Value>> = vals.iter().map(|v| v.as_ref()).collect();
+        let ctx = OpCtx { node: &node, runner: &NoRunner, max_tensor_bytes: 1 << 30 };
+        recurrent(&ctx, &refs, kind).unwrap().into_iter().map(|v| v.into_tensor().unwrap()).collect()
+    }
+
+    /// Seeded values in [-1, -0.05] U [0.05, 1].
+    fn rand(seed: u64, n: usize) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (0..n)
+            .map(|_| {
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                let v = 0.05 + 0.95 * ((s >> 40) as f32 / (1u64 << 24) as f32);
+                if s & 1 == 0 { v } else { -v }
+            })
+            .collect()
+    }
+
+    fn t(shape: &[usize], seed: u64) -> Tensor {
+        Tensor::from_f32(shape, rand(seed, shape.iter().product())).unwrap()
+    }
+
+    fn f(t: &Tensor) -> Vec<f32> {
+        t.to_f64_vec().unwrap().into_iter().map(|v| v as f32).collect()
+    }
+
+    #[test]
+    fn rnn_step_matches_formula_with_affine_activation() {
+        let (i, h) = (3, 4);
+        let (x, w, r, b, h0) = (t(&[1, 1, i], 1), t(&[1, h, i], 2), t(&[1, h, h], 3), t(&[1, 2 * h], 4), t(&[1, 1, h], 5));
+        let attrs = vec![
+            ("hidden_size", Attr::Int(h as i64)),
+            ("activations", Attr::Strings(vec![b"Affine".to_vec()])),
+            ("activation_alpha", Attr::Floats(vec![0.5])),
+            ("activation_beta", Attr::Floats(vec![0.25])),
+        ];
+        let out = call(Kind::Rnn, attrs, vec![Some(x.clone()), Some(w.clone()), Some(r.clone()), Some(b.clone()), None, Some(h0.clone())]);
+        let (xv, wv, rv, bv, hv) = (f(&x), f(&w), f(&r), f(&b), f(&h0));
+        let y = f(&out[1]);
+        for j in 0..h {
+            let mut a = bv[j] + bv[h + j];
+            a += (0..i).map(|k| wv[j * i + k] * xv[k]).sum::<f32>();
+            a += (0..h).map(|k| rv[j * h + k] * hv[k]).sum::<f32>();
+            assert!((y[j] - (0.5 * a + 0.25)).abs() < 1e-5);
+        }
+    }
+
+    #[test]
+    fn gru_sequence_lens_match_truncated_runs() {
+        let (seq, batch, i, h) = (3, 2, 2, 3);
+        let (x, w, r, b) = (t(&[seq, batch, i], 6), t(&[2, 3 * h, i], 7), t(&[2, 3 * h, h], 8), t(&[2, 6 * h], 9));
+        let attrs = || vec![("hidden_size", Attr::Int(h as i64)), ("direction", Attr::String(b"bidirectional".to_vec())), ("linear_before_reset", Attr::Int(1))];
+        let lens = Tensor::I32(ArrayD::from_shape_vec(IxDyn(&[2]), vec![2, 3]).unwrap());
+        let full = call(Kind::Gru, attrs(), vec![Some(x.clone()), Some(w.clone()), Some(r.clone()), Some(b.clone()), Some(lens)]);
+        let (y, yh) = (f(&full[0]), f(&full[1]));
+        // Batch row 0 alone, truncated to its length 2.
+        let xv = f(&x);
+        let x0: Vec<f32> = (0..2).flat_map(|s| xv[(s * batch) * i..(s * batch + 1) * i].to_vec()).collect();
+        let x0 = Tensor::from_f32(&[2, 1, i], x0).unwrap();
+        let part = call(Kind::Gru, attrs(), vec![Some(x0), Some(w), Some(r), Some(b)]);
+        let (py, pyh) = (f(&part[0]), f(&part[1]));
+        for s in 0..seq {
+            for d in 0..2 {
+                for j in 0..h {
+                    let got = y[((s * 2 + d) * batch) * h + j];
+                    let want = if s < 2 { py[(s * 2 + d) * h + j] } else { 0.0 };
+                    assert!((got - want).abs() < 1e-6, "s{s} d{d} j{j}: {got} vs {want}");
+                }
+            }
+        }
+        for d in 0..2 {
+            for j in 0..h {
+                assert!((yh[(d * batch) * h + j] - pyh[d * h + j]).abs() < 1e-6);
+            }
+        }
+    }
+
+    #[test]
+    fn lstm_layout1_is_layout0_transposed() {
+        let (seq, batch, i, h) = (4, 3, 2, 3);
+        let xv = rand(10, seq * batch * i);
+        let (w, r, b, p) = (t(&[1, 4 * h, i], 11), t(&[1, 4 * h, h], 12), t(&[1, 8 * h], 13), t(&[1, 3 * h], 14));
+        let x0 = Tensor::from_f32(&[seq, batch, i], xv.clone()).unwrap();
+        let xt: Vec<f32> = (0..batch).flat_map(|bb| (0..seq).flat_map(move |s| (0..i).map(move |k| (s, bb, k)))).map(|(s, bb, k)| xv[(s * batch + bb) * i + k]).collect();
+        let x1 = Tensor::from_f32(&[batch, seq, i], xt).unwrap();
+        let attrs = |l: i64| vec![("hidden_size", Attr::Int(h as i64)), ("layout", Attr::Int(l)), ("clip", Attr::Float(0.7))];
+        let ins = |x: Tensor| vec![Some(x), Some(w.clone()), Some(r.clone()), Some(b.clone()), None, None, None, Some(p.clone())];
+        let a = call(Kind::Lstm, attrs(0), ins(x0));
+        let c = call(Kind::Lstm, attrs(1), ins(x1));
+        let (ya, yc) = (f(&a[0]), f(&c[0]));
+        assert_eq!(c[0].shape(), &[batch, seq, 1, h]);
+        for s in 0..seq {
+            for bb in 0..batch {
+                for j in 0..h {
+                    assert_eq!(ya[(s * batch + bb) * h + j], yc[(bb * seq + s) * h + j]);
+                }
+            }
+        }
+        assert_eq!(f(&a[2]), f(&c[2]));
+    }
+}

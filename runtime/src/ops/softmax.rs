@@ -1,0 +1,202 @@
+//! Softmax, LogSoftmax and Hardmax, with the pre-13 flatten-to-2-D semantics.
+//!
+//! Both forms become lanes of `[outer, n, inner]`: from opset 13 the lane is the one axis (`inner` the
+//! product of the axes after it); before 13 the input is flattened to 2-D at `axis` and each row is a lane.
+use half::{bf16, f16};
+use ndarray::{ArrayD, IxDyn};
+use num_traits::Float;
+use rayon::prelude::*;
+
+use super::broadcast::PAR_THRESHOLD;
+use super::reduce::Elem;
+use super::{OpCtx, Registry, input, norm_axis, single};
+use crate::error::{OpError, OpResult};
+use crate::tensor::{Tensor, Value};
+use crate::unsupported;
+
+pub fn register(r: &mut Registry) {
+    r.add("", "Softmax", softmax);
+    r.add("", "LogSoftmax", log_softmax);
+    r.add("", "Hardmax", hardmax);
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Kind {
+    Soft,
+    LogSoft,
+    Hard,
+}
+
+/// One block `[n, inner]` of lanes, in place.
+fn block<T: Float + Elem>(b: &mut [T], n: usize, inner: usize, kind: Kind) {
+    if n == 0 || inner == 0 {
+        return;
+    }
+    if inner == 1 {
+        match kind {
+            Kind::Hard => {
+                let mut best = 0;
+                for (i, &v) in b.iter().enumerate() {
+                    if !b[best].is_nan() && (v.is_nan() || v > b[best]) {
+                        best = i;
+                    }
+                }
+                b.iter_mut().for_each(|v| *v = T::zero());
+                b[best] = T::one();
+            }
+            Kind::Soft => {
+                let m = b.iter().fold(T::neg_infinity(), |m, &v| if v > m || v.is_nan() { v } else { m });
+                let mut sum = 0f64;
+                for v in b.iter_mut() {
+                    *v = (*v - m).exp();
+                    sum += Elem::to_f64(*v);
+                }
+                let inv = <T as Elem>::from_f64(1.0 / sum);
+                b.iter_mut().for_each(|v| *v = *v * inv);
+            }
+            Kind::LogSoft => {
+                let m = b.iter().fold(T::neg_infinity(), |m, &v| if v > m || v.is_nan() { v } else { m });
+                let sum: f64 = b.iter().map(|&v| Elem::to_f64((v - m).exp())).sum();
+                let sub = m + <T as Elem>::from_f64(sum.ln());
+                b.iter_mut().for_each(|v| *v = *v - sub);
+            }
+        }
+        return;
+    }
+    // Strided lanes: work a row of `inner` columns at a time.
+    let mut m = b[..inner].to_vec();
+    let mut idx = vec![0usize; inner];
+    for j in 1..n {
+        for (k, &v) in b[j * inner..(j + 1) * inner].iter().enumerate() {
+            if !m[k].is_nan() && (v.is_nan() || v > m[k]) {
+                m[k] = v;
+                idx[k] = j;
+            }
+        }
+    }
+    if kind == Kind::Hard {
+        b.iter_mut().for_each(|v| *v = T::zero());
+        for (k, &j) in idx.iter().enumerate() {
+            b[j * inner + k] = T::one();
+        }
+        return;
+    }
+    let mut sum = vec![0f64; inner];
+    for j in 0..n {
+        for ((v, s), &mk) in b[j * inner..(j + 1) * inner].iter_mut().zip(sum.iter_mut()).zip(&m) {
+            let e = (*v - mk).exp();
+            *s += Elem::to_f64(e);
+            if kind == Kind::Soft {
+                *v = e;
+            }
+        }
+    }
+    let f: Vec<T> = match kind {
+        Kind::Soft => sum.iter().map(|&s| <T as Elem>::from_f64(1.0 / s)).collect(),
+        _ => sum.iter().zip(&m).map(|(&s, &mk)| mk + <T as Elem>::from_f64(s.ln())).collect(),
+    };
+    for j in 0..n {
+        for (v, &fk) in b[j * inner..(j + 1) * inner].iter_mut().zip(&f) {
+            *v = if kind == Kind::Soft { *v * fk } else { *v - fk };
+        }
+    }
+}
+
+fn compute<T: Float + Elem>(a: &ArrayD<T>, (outer, n, inner): (usize, usize, usize), kind: Kind) -> OpResult<ArrayD<T>> {
+    let mut v: Vec<T> = a.iter().copied().collect();
+    let len = n * inner;
+    if len > 0 {
+        if v.len() >= PAR_THRESHOLD && outer > 1 {
+            v.par_chunks_mut(len).for_each(|b| block(b, n, inner, kind));
+        } else {
+            v.chunks_mut(len).for_each(|b| block(b, n, inner, kind));
+        }
+    }
+    Ok(ArrayD::from_shape_vec(IxDyn(a.shape()), v)?)
+}
+
+fn run(ctx: &OpCtx, inputs: &[Option<&Value>], kind: Kind) -> OpResult<Vec<Value>> {
+    let x = input(inputs, 0)?;
+    let shape = x.shape();
+    let rank = shape.len();
+    let new = ctx.opset() >= 13;
+    let axis = ctx.attr_i("axis", if new { -1 } else { 1 })?;
+    let dims = if rank == 0 {
+        (1, 1, 1)
+    } else if new {
+        let a = norm_axis(axis, rank)?;
+        (shape[..a].iter().product(), shape[a], shape[a + 1..].iter().product())
+    } else {
+        // Flatten to 2-D at `axis` (which may equal the rank: one column per row).
+        let a = if axis < 0 { axis + rank as i64 } else { axis };
+        if a < 0 || a > rank as i64 {
+            return Err(OpError::Invalid(format!("axis {axis} is out of range for rank {rank}")));
+        }
+        let a = a as usize;
+        (shape[..a].iter().product(), shape[a..].iter().product(), 1)
+    };
+    let out = match x {
+        Tensor::F32(a) => Tensor::F32(compute(a, dims, kind)?),
+        Tensor::F64(a) => Tensor::F64(compute(a, dims, kind)?),
+        Tensor::F16(a) => {
+            let r = compute(&a.mapv(|v| v.to_f32()), dims, kind)?;
+            Tensor::F16(r.mapv(f16::from_f32))
+        }
+        Tensor::BF16(a) => {
+            let r = compute(&a.mapv(|v| v.to_f32()), dims, kind)?;
+            Tensor::BF16(r.mapv(bf16::from_f32))
+        }
+        other => unsupported!("{kind:?}max of {}", other.dtype()),
+    };
+    single(out)
+}
+
+fn softmax(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+    run(ctx, inputs, Kind::Soft)
+}
+fn log_softmax(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+    run(ctx, inputs, Kind::LogSoft)
+}
+fn hardmax(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+    run(ctx, inputs, Kind::Hard)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Softmax/LogSoftmax along the middle axis of [2, 3, 4] (strided lanes) against a direct formula.
+    #[test]
+    fn strided_axis_matches_formula() {
+        let x: Vec<f64> = (0..24).map(|i| ((i * 37 % 11) as f64 - 5.0) * 0.7 + 0.1).collect();
+        let a = ArrayD::from_shape_vec(IxDyn(&[2, 3, 4]), x.clone()).unwrap();
+        let s = compute(&a, (2, 3, 4), Kind::Soft).unwrap();
+        let l = compute(&a, (2, 3, 4), Kind::LogSoft).unwrap();
+        let h = compute(&a, (2, 3, 4), Kind::Hard).unwrap();
+        for o in 0..2 {
+            for k in 0..4 {
+                let lane: Vec<f64> = (0..3).map(|j| x[o * 12 + j * 4 + k]).collect();
+                let z: f64 = lane.iter().map(|v| v.exp()).sum();
+                let best = (0..3).fold(0, |b, j| if lane[j] > lane[b] { j } else { b });
+                for j in 0..3 {
+                    let i = [o, j, k];
+                    assert!((s[i] - lane[j].exp() / z).abs() < 1e-12);
+                    assert!((l[i] - (lane[j] - z.ln())).abs() < 1e-12);
+                    assert_eq!(h[i], if j == best { 1.0 } else { 0.0 });
+                }
+            }
+        }
+    }
+
+    /// Large values do not overflow (max subtraction), and -inf entries get probability 0.
+    #[test]
+    fn stable_for_large_and_infinite() {
+        let a = ArrayD::from_shape_vec(IxDyn(&[1, 3]), vec![1000.0f32, 999.0, f32::NEG_INFINITY]).unwrap();
+        let s = compute(&a, (1, 3, 1), Kind::Soft).unwrap();
+        let e = (-1.0f64).exp();
+        assert!((s[[0, 0]] as f64 - 1.0 / (1.0 + e)).abs() < 1e-6);
+        assert_eq!(s[[0, 2]], 0.0);
+        let l = compute(&a, (1, 3, 1), Kind::LogSoft).unwrap();
+        assert!((l[[0, 1]] as f64 - (-1.0 - (1.0 + e).ln())).abs() < 1e-4);
+    }
+}

@@ -1,0 +1,46 @@
+//! `cargo xtask <task>`: conformance runs, corpus generation. See the README for each task.
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "Quorum's project tasks")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Run the ONNX backend corpus on every available engine (or those named) against the expectation lists.
+    Conformance(quorum_conformance::cli::Args),
+    /// Generate (or refresh) the corpus under target/corpus from the pinned onnx release.
+    Corpus {
+        /// Regenerate even if the corpus is current.
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.task {
+        Task::Conformance(args) => quorum_conformance::cli::run(args),
+        Task::Corpus { force } => {
+            let dir = quorum_conformance::corpus::default_dir();
+            let r = if force { quorum_conformance::corpus::generate(&dir).and_then(|_| quorum_conformance::corpus::ensure(&dir)) } else { quorum_conformance::corpus::ensure(&dir) };
+            r.map(|_| {
+                println!("corpus ready at {}", dir.display());
+                true
+            })
+        }
+    };
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
