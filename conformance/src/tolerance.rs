@@ -19,7 +19,25 @@ pub struct Tolerance {
 pub const DEFAULT: Tolerance = Tolerance { rtol: 1e-3, atol: 1e-7 };
 
 /// Cases that need a looser bound, with the reason. Keep this short; every entry is a claim.
-pub const OVERRIDES: &[(&str, Tolerance, &str)] = &[];
+pub const OVERRIDES: &[(&str, Tolerance, &str)] = &[
+    (
+        "node/test_dft_inverse",
+        Tolerance { rtol: 1e-3, atol: 1e-5 },
+        "expected values come from complex64 arithmetic: elements that are exactly zero carry rounding noise up \
+         to 1.5e-6 beside magnitudes up to 54; Quorum computes in f64",
+    ),
+    (
+        "node/test_dft_inverse_opset19",
+        Tolerance { rtol: 1e-3, atol: 1e-5 },
+        "same data as node/test_dft_inverse (complex64 rounding noise on zero elements)",
+    ),
+    (
+        "cases/matmul_m1_k25088_n512",
+        Tolerance { rtol: 1e-3, atol: 1e-3 },
+        "each output sums 25088 products with sum(|a*b|) near 6.3e3: the f32 accumulation bound \
+         eps*sqrt(K)*sum|a*b| is ~0.1, outputs near zero lose relative accuracy to cancellation (seen: 1e-4)",
+    ),
+];
 
 /// The tolerance for a case id (`part/name`).
 pub fn for_case(id: &str) -> Tolerance {

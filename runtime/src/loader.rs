@@ -419,7 +419,7 @@ fn per_byte(dtype: DType) -> usize {
 fn unpack_bits(dtype: DType, bytes: &[u8], n: usize) -> Vec<u8> {
     let k = per_byte(dtype);
     let bits = 8 / k;
-    let mask = (1u16 << bits) as u8 - 1;
+    let mask = ((1u16 << bits) - 1) as u8;
     (0..n)
         .map(|i| {
             let v = (bytes[i / k] >> ((i % k) * bits)) & mask;

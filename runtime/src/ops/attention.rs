@@ -63,9 +63,18 @@ impl Cf for f32 {
         let s = IxDyn(shape);
         Ok(match d {
             DType::F32 => Tensor::F32(ArrayD::from_shape_vec(s, v)?),
-            DType::F16 => Tensor::F16(ArrayD::from_shape_vec(s, v.into_iter().map(f16::from_f32).collect())?),
-            DType::BF16 => Tensor::BF16(ArrayD::from_shape_vec(s, v.into_iter().map(bf16::from_f32).collect())?),
-            DType::F64 => Tensor::F64(ArrayD::from_shape_vec(s, v.into_iter().map(|x| x as f64).collect())?),
+            DType::F16 => Tensor::F16(ArrayD::from_shape_vec(
+                s,
+                v.into_iter().map(f16::from_f32).collect(),
+            )?),
+            DType::BF16 => Tensor::BF16(ArrayD::from_shape_vec(
+                s,
+                v.into_iter().map(bf16::from_f32).collect(),
+            )?),
+            DType::F64 => Tensor::F64(ArrayD::from_shape_vec(
+                s,
+                v.into_iter().map(|x| x as f64).collect(),
+            )?),
             d => unsupported!("dtype {d} (expected a float type)"),
         })
     }
@@ -95,9 +104,18 @@ impl Cf for f64 {
         let s = IxDyn(shape);
         Ok(match d {
             DType::F64 => Tensor::F64(ArrayD::from_shape_vec(s, v)?),
-            DType::F32 => Tensor::F32(ArrayD::from_shape_vec(s, v.into_iter().map(|x| x as f32).collect())?),
-            DType::F16 => Tensor::F16(ArrayD::from_shape_vec(s, v.into_iter().map(f16::from_f64).collect())?),
-            DType::BF16 => Tensor::BF16(ArrayD::from_shape_vec(s, v.into_iter().map(bf16::from_f64).collect())?),
+            DType::F32 => Tensor::F32(ArrayD::from_shape_vec(
+                s,
+                v.into_iter().map(|x| x as f32).collect(),
+            )?),
+            DType::F16 => Tensor::F16(ArrayD::from_shape_vec(
+                s,
+                v.into_iter().map(f16::from_f64).collect(),
+            )?),
+            DType::BF16 => Tensor::BF16(ArrayD::from_shape_vec(
+                s,
+                v.into_iter().map(bf16::from_f64).collect(),
+            )?),
             d => unsupported!("dtype {d} (expected a float type)"),
         })
     }
@@ -213,18 +231,28 @@ impl<C: Cf> Mask<C> {
             }
         }
         if s4[3] > target[3] {
-            bail!("attn_mask of shape {shape:?} is longer than the {} keys", target[3]);
+            bail!(
+                "attn_mask of shape {shape:?} is longer than the {} keys",
+                target[3]
+            );
         }
         let len = s4[3];
         let si = if s4[2] == 1 { 0 } else { len };
         let sh = if s4[1] == 1 { 0 } else { s4[2] * len };
         let sb = if s4[0] == 1 { 0 } else { s4[1] * s4[2] * len };
         let vals = match t {
-            Tensor::Bool(a) => a.iter().map(|&m| if m { C::zero() } else { C::neg_infinity() }).collect(),
+            Tensor::Bool(a) => a
+                .iter()
+                .map(|&m| if m { C::zero() } else { C::neg_infinity() })
+                .collect(),
             t if is_float(t.dtype()) => C::read(t)?,
             t => bail!("attn_mask must be bool or float, got {}", t.dtype()),
         };
-        Ok(Mask { vals, strides: [sb, sh, si], len })
+        Ok(Mask {
+            vals,
+            strides: [sb, sh, si],
+            len,
+        })
     }
 }
 
@@ -248,6 +276,8 @@ struct Attn<'a, C> {
     mask: Option<&'a Mask<C>>,
     rt: fn(C) -> C,
     rp: fn(f64) -> f64,
+    /// Sums in the softmax precision round after every step (numpy's bfloat16 reductions do).
+    seq_round: bool,
 }
 
 impl<C: Cf> Attn<'_, C> {
@@ -265,7 +295,11 @@ impl<C: Cf> Attn<'_, C> {
             _ => 0,
         };
         let mut y = vec![C::zero(); sq * dv];
-        let mut qk = if self.want_qk { vec![C::zero(); sq * l] } else { Vec::new() };
+        let mut qk = if self.want_qk {
+            vec![C::zero(); sq * l]
+        } else {
+            Vec::new()
+        };
         let mut bias = vec![C::zero(); l];
         let mut w = vec![C::zero(); l];
         let mut p = vec![0f64; l];
@@ -274,7 +308,9 @@ impl<C: Cf> Attn<'_, C> {
         for i in 0..sq {
             // The additive bias of this row.
             let pos = i as i64 + offset;
-            let moff = self.mask.map(|m| b * m.strides[0] + h * m.strides[1] + i * m.strides[2]);
+            let moff = self
+                .mask
+                .map(|m| b * m.strides[0] + h * m.strides[1] + i * m.strides[2]);
             let mut all_masked = true;
             for (j, bj) in bias.iter_mut().enumerate() {
                 let ji = j as i64;
@@ -324,7 +360,11 @@ impl<C: Cf> Attn<'_, C> {
                 let mut sum = 0f64;
                 for pj in p.iter_mut() {
                     *pj = rp(rp(*pj - safe).exp());
-                    sum += *pj;
+                    sum = if self.seq_round {
+                        rp(sum + *pj)
+                    } else {
+                        sum + *pj
+                    };
                 }
                 let mut sum = rp(sum);
                 if sum == 0.0 {
@@ -367,14 +407,24 @@ fn attention_t<C: Cf>(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Va
     let (qt, kt, vt) = (input(inputs, 0)?, input(inputs, 1)?, input(inputs, 2)?);
     let dt = qt.dtype();
     if kt.dtype() != dt || vt.dtype() != dt {
-        bail!("Q, K and V must share a float type, got {}, {} and {}", dt, kt.dtype(), vt.dtype());
+        bail!(
+            "Q, K and V must share a float type, got {}, {} and {}",
+            dt,
+            kt.dtype(),
+            vt.dtype()
+        );
     }
     let mask_t = opt_input(inputs, 3)?;
     let (past_k, past_v) = (opt_input(inputs, 4)?, opt_input(inputs, 5)?);
     let nonpad_t = opt_input(inputs, 6)?;
     let rank = qt.rank();
     if kt.rank() != rank || vt.rank() != rank || (rank != 3 && rank != 4) {
-        bail!("Q, K and V must all be 3-D or all 4-D, got {:?}, {:?} and {:?}", qt.shape(), kt.shape(), vt.shape());
+        bail!(
+            "Q, K and V must all be 3-D or all 4-D, got {:?}, {:?} and {:?}",
+            qt.shape(),
+            kt.shape(),
+            vt.shape()
+        );
     }
     let (qs, ks, vs) = (qt.shape(), kt.shape(), vt.shape());
     let b = qs[0];
@@ -389,8 +439,18 @@ fn attention_t<C: Cf>(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Va
         let (Some(nq), Some(nkv)) = (q_heads, kv_heads) else {
             bail!("3-D Q, K and V need the q_num_heads and kv_num_heads attributes");
         };
-        if nq <= 0 || nkv <= 0 || qs[2] % nq as usize != 0 || ks[2] % nkv as usize != 0 || vs[2] % nkv as usize != 0 {
-            bail!("hidden sizes {}, {}, {} are not multiples of q_num_heads {nq} / kv_num_heads {nkv}", qs[2], ks[2], vs[2]);
+        if nq <= 0
+            || nkv <= 0
+            || qs[2] % nq as usize != 0
+            || ks[2] % nkv as usize != 0
+            || vs[2] % nkv as usize != 0
+        {
+            bail!(
+                "hidden sizes {}, {}, {} are not multiples of q_num_heads {nq} / kv_num_heads {nkv}",
+                qs[2],
+                ks[2],
+                vs[2]
+            );
         }
         (hq, hkv) = (nq as usize, nkv as usize);
         (sq, skv, d, dv) = (qs[1], ks[1], qs[2] / hq, vs[2] / hkv);
@@ -421,7 +481,11 @@ fn attention_t<C: Cf>(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Va
         (Some(pk), Some(pv)) => {
             let p = pk.shape().get(2).copied().unwrap_or(0);
             if pk.shape() != [b, hkv, p, d] || pv.shape() != [b, hkv, p, dv] {
-                bail!("past_key {:?} / past_value {:?} must be [{b}, {hkv}, P, {d}] / [{b}, {hkv}, P, {dv}]", pk.shape(), pv.shape());
+                bail!(
+                    "past_key {:?} / past_value {:?} must be [{b}, {hkv}, P, {d}] / [{b}, {hkv}, P, {dv}]",
+                    pk.shape(),
+                    pv.shape()
+                );
             }
             if pk.dtype() != dt || pv.dtype() != dt {
                 bail!("past_key and past_value must be {dt}");
@@ -441,18 +505,26 @@ fn attention_t<C: Cf>(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Va
             }
             let np = t.to_i64_vec()?;
             if np.len() != b {
-                bail!("nonpad_kv_seqlen must have {b} values, got shape {:?}", t.shape());
+                bail!(
+                    "nonpad_kv_seqlen must have {b} values, got shape {:?}",
+                    t.shape()
+                );
             }
             Some(np)
         }
         None => None,
     };
-    let mask = mask_t.map(|t| Mask::<C>::new(t, [b, hq, sq, l])).transpose()?;
+    let mask = mask_t
+        .map(|t| Mask::<C>::new(t, [b, hq, sq, l]))
+        .transpose()?;
     let mode = ctx.attr_i("qk_matmul_output_mode", 0)?;
     if !(0..=3).contains(&mode) {
         bail!("qk_matmul_output_mode must be 0..3, got {mode}");
     }
-    let (left, right) = (ctx.attr_i("left_window_size", -1)?, ctx.attr_i("right_window_size", -1)?);
+    let (left, right) = (
+        ctx.attr_i("left_window_size", -1)?,
+        ctx.attr_i("right_window_size", -1)?,
+    );
     if left < -1 || right < -1 {
         bail!("window sizes must be -1 or nonnegative, got {left} / {right}");
     }
@@ -470,7 +542,10 @@ fn attention_t<C: Cf>(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Va
     let mut result: Vec<Value> = Vec::with_capacity(4);
     let empty = || Value::Tensor(Tensor::zeros(dt, &[0]));
     let (present_k, present_v) = if wanted(1) || wanted(2) {
-        (C::write(dt, &[b, hkv, l, d], k.clone())?.into(), C::write(dt, &[b, hkv, l, dv], v.clone())?.into())
+        (
+            C::write(dt, &[b, hkv, l, d], k.clone())?.into(),
+            C::write(dt, &[b, hkv, l, dv], v.clone())?.into(),
+        )
     } else {
         (empty(), empty())
     };
@@ -502,10 +577,14 @@ fn attention_t<C: Cf>(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Va
         mask: mask.as_ref(),
         rt,
         rp: round64(pdt),
+        seq_round: pdt == DType::BF16,
     };
     let work = b * hq * sq * l * (d + dv);
     let heads: Vec<(Vec<C>, Vec<C>)> = if work >= 1 << 16 {
-        (0..b * hq).into_par_iter().map(|bh| cfg.head(bh, &q, &k, &v)).collect()
+        (0..b * hq)
+            .into_par_iter()
+            .map(|bh| cfg.head(bh, &q, &k, &v))
+            .collect()
     } else {
         (0..b * hq).map(|bh| cfg.head(bh, &q, &k, &v)).collect()
     };
@@ -535,7 +614,12 @@ fn flex_attention(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>
     let (qt, kt, vt) = (input(inputs, 0)?, input(inputs, 1)?, input(inputs, 2)?);
     let dt = qt.dtype();
     if !is_float(dt) || kt.dtype() != dt || vt.dtype() != dt {
-        unsupported!("FlexAttention of {}, {}, {} (expected one float type)", dt, kt.dtype(), vt.dtype());
+        unsupported!(
+            "FlexAttention of {}, {}, {} (expected one float type)",
+            dt,
+            kt.dtype(),
+            vt.dtype()
+        );
     }
     let (qs, ks, vs) = (qt.shape(), kt.shape(), vt.shape());
     if qs.len() != 4 || ks.len() != 4 || vs.len() != 4 {
@@ -578,22 +662,36 @@ fn flex_attention(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>
         }
     }
     let modify = |name: &str, vals: Vec<f64>| -> OpResult<Vec<f64>> {
-        let Some(crate::ir::Attr::Graph(g)) = ctx.attr(name) else { return Ok(vals) };
+        let Some(crate::ir::Attr::Graph(g)) = ctx.attr(name) else {
+            return Ok(vals);
+        };
         let t = f64::write(pdt, &shape, vals)?;
         let out = ctx.run_subgraph(g, vec![t.into()])?;
         match out.into_iter().next() {
-            Some(Value::Tensor(t)) if t.shape() == shape => Ok(t.to_f64_vec()?.into_iter().map(rp).collect()),
-            Some(o) => bail!("{name} must return a tensor of shape {shape:?}, got {}", o.describe()),
+            Some(Value::Tensor(t)) if t.shape() == shape => {
+                Ok(t.to_f64_vec()?.into_iter().map(rp).collect())
+            }
+            Some(o) => bail!(
+                "{name} must return a tensor of shape {shape:?}, got {}",
+                o.describe()
+            ),
             None => bail!("{name} returned nothing"),
         }
     };
     let mut probs = modify("score_mod", scores)?;
     for row in probs.chunks_mut(s.max(1)) {
-        let mx = row.iter().fold(f64::NEG_INFINITY, |m, &x| if x > m || x.is_nan() { x } else { m });
+        let mx = row.iter().fold(
+            f64::NEG_INFINITY,
+            |m, &x| if x > m || x.is_nan() { x } else { m },
+        );
         let mut sum = 0f64;
         for x in row.iter_mut() {
             *x = rp(rp(*x - mx).exp());
-            sum += *x;
+            sum = if pdt == DType::BF16 {
+                rp(sum + *x)
+            } else {
+                sum + *x
+            };
         }
         let sum = rp(sum);
         row.iter_mut().for_each(|x| *x = rp(*x / sum));
@@ -606,7 +704,10 @@ fn flex_attention(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>
             let yi = &mut y[(bh * lq + i) * ev..(bh * lq + i + 1) * ev];
             for j in 0..s {
                 let pj = probs[(bh * lq + i) * s + j];
-                for (o, &x) in yi.iter_mut().zip(&v[(kvh * s + j) * ev..(kvh * s + j + 1) * ev]) {
+                for (o, &x) in yi
+                    .iter_mut()
+                    .zip(&v[(kvh * s + j) * ev..(kvh * s + j + 1) * ev])
+                {
                     *o += pj * x;
                 }
             }
@@ -614,4 +715,159 @@ fn flex_attention(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>
         }
     }
     Ok(vec![f64::write(dt, &[b, hq, lq, ev], y)?.into()])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::{Attr, Graph, Node};
+    use crate::ops::SubgraphRunner;
+
+    struct NoRun;
+    impl SubgraphRunner for NoRun {
+        fn run_subgraph(&self, _: &Graph, _: Vec<Value>) -> OpResult<Vec<Value>> {
+            bail!("no subgraphs here")
+        }
+    }
+
+    fn rand(seed: &mut u64, n: usize) -> Vec<f32> {
+        (0..n)
+            .map(|_| {
+                *seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    fn run(attrs: Vec<(&str, Attr)>, ins: Vec<Option<Tensor>>, n_out: usize) -> Vec<Tensor> {
+        let node = Node {
+            name: "n".into(),
+            op_type: "Attention".into(),
+            domain: String::new(),
+            opset: 24,
+            inputs: vec![],
+            outputs: (0..n_out).map(|i| format!("o{i}")).collect(),
+            attrs: attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+        };
+        let ctx = OpCtx {
+            node: &node,
+            runner: &NoRun,
+            max_tensor_bytes: u64::MAX,
+        };
+        let vals: Vec<Option<Value>> = ins.into_iter().map(|t| t.map(Value::Tensor)).collect();
+        let refs: Vec<Option<&Value>> = vals.iter().map(|v| v.as_ref()).collect();
+        attention(&ctx, &refs)
+            .unwrap()
+            .into_iter()
+            .map(|v| v.into_tensor().unwrap())
+            .collect()
+    }
+
+    /// GQA, 3-D packing, a KV cache and causal masking against a direct f64 computation.
+    #[test]
+    fn gqa_3d_causal_with_past() {
+        let (b, hq, hkv, sq, skv, p, d) = (2, 4, 2, 3, 2, 2, 5);
+        let mut seed = 11;
+        let q = rand(&mut seed, b * sq * hq * d);
+        let k = rand(&mut seed, b * skv * hkv * d);
+        let v = rand(&mut seed, b * skv * hkv * d);
+        let pk = rand(&mut seed, b * hkv * p * d);
+        let pv = rand(&mut seed, b * hkv * p * d);
+        let t = |s: &[usize], v: &Vec<f32>| Some(Tensor::from_f32(s, v.clone()).unwrap());
+        let attrs = vec![
+            ("q_num_heads", Attr::Int(4)),
+            ("kv_num_heads", Attr::Int(2)),
+            ("is_causal", Attr::Int(1)),
+        ];
+        let ins = vec![
+            t(&[b, sq, hq * d], &q),
+            t(&[b, skv, hkv * d], &k),
+            t(&[b, skv, hkv * d], &v),
+            None,
+            t(&[b, hkv, p, d], &pk),
+            t(&[b, hkv, p, d], &pv),
+        ];
+        let out = run(attrs, ins, 3);
+        let y = out[0].to_f64_vec().unwrap();
+        let l = p + skv;
+        // Key / value j of (batch, kv head): from the cache, then from the packed input.
+        let kv = |src: &[f32], past: &[f32], bi: usize, kh: usize, j: usize, x: usize| -> f64 {
+            if j < p {
+                past[((bi * hkv + kh) * p + j) * d + x] as f64
+            } else {
+                src[((bi * skv + j - p) * hkv + kh) * d + x] as f64
+            }
+        };
+        for bi in 0..b {
+            for h in 0..hq {
+                for i in 0..sq {
+                    let kh = h / (hq / hkv);
+                    let s: Vec<f64> = (0..l)
+                        .map(|j| {
+                            if j > i + p {
+                                return f64::NEG_INFINITY;
+                            }
+                            let dq: f64 = (0..d)
+                                .map(|x| {
+                                    q[((bi * sq + i) * hq + h) * d + x] as f64
+                                        * kv(&k, &pk, bi, kh, j, x)
+                                })
+                                .sum();
+                            dq / (d as f64).sqrt()
+                        })
+                        .collect();
+                    let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                    let z: f64 = s.iter().map(|x| (x - m).exp()).sum();
+                    for x in 0..d {
+                        let want: f64 = (0..l)
+                            .map(|j| (s[j] - m).exp() / z * kv(&v, &pv, bi, kh, j, x))
+                            .sum();
+                        let got = y[((bi * sq + i) * hq + h) * d + x];
+                        assert!(
+                            (got - want).abs() < 1e-5,
+                            "b{bi} h{h} i{i} x{x}: {got} vs {want}"
+                        );
+                    }
+                }
+            }
+        }
+        assert_eq!(out[1].shape(), &[b, hkv, l, d]);
+        assert_eq!(
+            out[1].to_f64_vec().unwrap()[..p * d],
+            pk[..p * d].iter().map(|&x| x as f64).collect::<Vec<_>>()[..]
+        );
+    }
+
+    /// A negative causal offset from nonpad_kv_seqlen empties leading rows: zeros, never NaN; a short
+    /// float mask is padded with -inf (the mode-3 output shows it).
+    #[test]
+    fn empty_rows_and_short_mask() {
+        let (sq, l, d) = (3, 4, 2);
+        let mut seed = 5;
+        let t = |s: &[usize], v: Vec<f32>| Some(Tensor::from_f32(s, v).unwrap());
+        let ins = vec![
+            t(&[1, 1, sq, d], rand(&mut seed, sq * d)),
+            t(&[1, 1, l, d], rand(&mut seed, l * d)),
+            t(&[1, 1, l, d], rand(&mut seed, l * d)),
+            t(&[sq, 3], vec![0.0; sq * 3]),
+            None,
+            None,
+            Some(Tensor::from_i64(&[1], vec![2]).unwrap()),
+        ];
+        let attrs = vec![
+            ("is_causal", Attr::Int(1)),
+            ("qk_matmul_output_mode", Attr::Int(3)),
+        ];
+        let out = run(attrs, ins, 4);
+        let y = out[0].to_f64_vec().unwrap();
+        let probs = out[3].to_f64_vec().unwrap();
+        // offset = 2 - 3 = -1: row 0 sees nothing, row 1 key 0, row 2 keys 0..1 (3 is padding anyway).
+        assert!(y[..d].iter().all(|&x| x == 0.0));
+        assert_eq!(&probs[..l], &[0.0; 4]);
+        assert_eq!(&probs[l..2 * l], &[1.0, 0.0, 0.0, 0.0]);
+        assert!((probs[2 * l] + probs[2 * l + 1] - 1.0).abs() < 1e-6 && probs[2 * l + 2] == 0.0);
+        assert!(y.iter().all(|x| x.is_finite()));
+    }
 }

@@ -39,11 +39,20 @@ fn rotary_embedding(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Valu
     let xs = xt.shape();
     // (batch, heads, seq, head_size) and the strides of batch, head, seq in the input.
     let (b, h, s, hd, strides) = match xs.len() {
-        4 => (xs[0], xs[1], xs[2], xs[3], [xs[1] * xs[2] * xs[3], xs[2] * xs[3], xs[3]]),
+        4 => (
+            xs[0],
+            xs[1],
+            xs[2],
+            xs[3],
+            [xs[1] * xs[2] * xs[3], xs[2] * xs[3], xs[3]],
+        ),
         3 => {
             let nh = ctx.attr_i("num_heads", 0)?;
             if nh <= 0 || xs[2] % nh as usize != 0 {
-                bail!("a 3-D input needs num_heads dividing the hidden size {}, got {nh}", xs[2]);
+                bail!(
+                    "a 3-D input needs num_heads dividing the hidden size {}, got {nh}",
+                    xs[2]
+                );
             }
             let nh = nh as usize;
             let hd = xs[2] / nh;
@@ -60,26 +69,45 @@ fn rotary_embedding(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Valu
     let interleaved = ctx.attr_i("interleaved", 0)? != 0;
     let (cos, sin) = (f32::read(cos_t)?, f32::read(sin_t)?);
     if cos_t.shape() != sin_t.shape() || cos_t.shape().last() != Some(&half) {
-        bail!("cos_cache {:?} and sin_cache {:?} must end in rotary_dim/2 = {half}", cos_t.shape(), sin_t.shape());
+        bail!(
+            "cos_cache {:?} and sin_cache {:?} must end in rotary_dim/2 = {half}",
+            cos_t.shape(),
+            sin_t.shape()
+        );
     }
     // Row of the caches for each (batch, position).
     let rows: Vec<usize> = match pos_t {
         Some(p) => {
             if p.shape() != [b, s] {
-                bail!("position_ids must have shape [{b}, {s}], got {:?}", p.shape());
+                bail!(
+                    "position_ids must have shape [{b}, {s}], got {:?}",
+                    p.shape()
+                );
             }
             let maxp = cos_t.shape()[0];
             if cos_t.rank() != 2 {
-                bail!("with position_ids the caches must be 2-D, got {:?}", cos_t.shape());
+                bail!(
+                    "with position_ids the caches must be 2-D, got {:?}",
+                    cos_t.shape()
+                );
             }
             p.to_i64_vec()?
                 .into_iter()
-                .map(|v| if v >= 0 && (v as usize) < maxp { Ok(v as usize) } else { bail!("position id {v} is outside [0, {maxp})") })
+                .map(|v| {
+                    if v >= 0 && (v as usize) < maxp {
+                        Ok(v as usize)
+                    } else {
+                        bail!("position id {v} is outside [0, {maxp})")
+                    }
+                })
                 .collect::<OpResult<_>>()?
         }
         None => {
             if cos_t.shape() != [b, s, half] {
-                bail!("without position_ids the caches must have shape [{b}, {s}, {half}], got {:?}", cos_t.shape());
+                bail!(
+                    "without position_ids the caches must have shape [{b}, {s}, {half}], got {:?}",
+                    cos_t.shape()
+                );
             }
             (0..b * s).collect()
         }
@@ -95,7 +123,11 @@ fn rotary_embedding(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Valu
                 let orig: Vec<f32> = x.to_vec();
                 for k in 0..half {
                     let (c, sn) = (cos[row + k], sin[row + k]);
-                    let (i1, i2) = if interleaved { (2 * k, 2 * k + 1) } else { (k, k + half) };
+                    let (i1, i2) = if interleaved {
+                        (2 * k, 2 * k + 1)
+                    } else {
+                        (k, k + half)
+                    };
                     let (x1, x2) = (orig[i1], orig[i2]);
                     x[i1] = rt(rt(c * x1) - rt(sn * x2));
                     x[i2] = rt(rt(sn * x1) + rt(c * x2));
@@ -141,7 +173,11 @@ fn swish(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
 fn swiglu(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let (a, b) = (input(inputs, 0)?, input(inputs, 1)?);
     if a.shape() != b.shape() || a.dtype() != b.dtype() {
-        bail!("SwiGLU needs A and B of one shape and type, got {} and {}", a.describe(), b.describe());
+        bail!(
+            "SwiGLU needs A and B of one shape and type, got {} and {}",
+            a.describe(),
+            b.describe()
+        );
     }
     let alpha = ctx.attr_f("alpha", 1.0)?;
     single(match float_dtype(a, "SwiGLU")? {
@@ -155,7 +191,11 @@ fn swiglu(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
 fn linear_attention(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let (qt, kt, vt) = (input(inputs, 0)?, input(inputs, 1)?, input(inputs, 2)?);
     let dt = float_dtype(qt, "LinearAttention")?;
-    let (past_t, decay_t, beta_t) = (opt_input(inputs, 3)?, opt_input(inputs, 4)?, opt_input(inputs, 5)?);
+    let (past_t, decay_t, beta_t) = (
+        opt_input(inputs, 3)?,
+        opt_input(inputs, 4)?,
+        opt_input(inputs, 5)?,
+    );
     let rule = ctx.attr_s("update_rule", "gated_delta")?;
     let (gating, delta) = match rule.as_str() {
         "linear" => (false, false),
@@ -165,10 +205,16 @@ fn linear_attention(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Valu
         r => bail!("update_rule must be linear, gated, delta or gated_delta, got '{r}'"),
     };
     if gating != decay_t.is_some() {
-        bail!("update_rule '{rule}' {} the decay input", if gating { "requires" } else { "forbids" });
+        bail!(
+            "update_rule '{rule}' {} the decay input",
+            if gating { "requires" } else { "forbids" }
+        );
     }
     if delta != beta_t.is_some() {
-        bail!("update_rule '{rule}' {} the beta input", if delta { "requires" } else { "forbids" });
+        bail!(
+            "update_rule '{rule}' {} the beta input",
+            if delta { "requires" } else { "forbids" }
+        );
     }
     let (hq, hkv) = (ctx.req_i("q_num_heads")?, ctx.req_i("kv_num_heads")?);
     if hq <= 0 || hkv <= 0 || hq % hkv != 0 {
@@ -181,7 +227,11 @@ fn linear_attention(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Valu
     }
     let (b, t) = (qs[0], qs[1]);
     if qs[2] % hq != 0 || vs[2] % hkv != 0 {
-        bail!("hidden sizes {} / {} are not multiples of the head counts {hq} / {hkv}", qs[2], vs[2]);
+        bail!(
+            "hidden sizes {} / {} are not multiples of the head counts {hq} / {hkv}",
+            qs[2],
+            vs[2]
+        );
     }
     let (dk, dv) = (qs[2] / hq, vs[2] / hkv);
     if ks != [b, t, hkv * dk] || vs[..2] != [b, t] {
@@ -193,7 +243,11 @@ fn linear_attention(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Valu
         Some(d) => {
             let last = d.shape().last().copied().unwrap_or(0);
             if d.rank() != 3 || d.shape()[..2] != [b, t] || (last != hkv && last != hkv * dk) {
-                bail!("decay must have shape [{b}, {t}, {hkv}] or [{b}, {t}, {}], got {:?}", hkv * dk, d.shape());
+                bail!(
+                    "decay must have shape [{b}, {t}, {hkv}] or [{b}, {t}, {}], got {:?}",
+                    hkv * dk,
+                    d.shape()
+                );
             }
             Some((f32::read(d)?, last / hkv))
         }
@@ -203,7 +257,10 @@ fn linear_attention(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Valu
         Some(bt) => {
             let last = bt.shape().last().copied().unwrap_or(0);
             if bt.rank() != 3 || bt.shape()[..2] != [b, t] || (last != hkv && last != 1) {
-                bail!("beta must have shape [{b}, {t}, {hkv}] or [{b}, {t}, 1], got {:?}", bt.shape());
+                bail!(
+                    "beta must have shape [{b}, {t}, {hkv}] or [{b}, {t}, 1], got {:?}",
+                    bt.shape()
+                );
             }
             Some((f32::read(bt)?, last))
         }
@@ -213,7 +270,10 @@ fn linear_attention(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Valu
     let (mut state, state_dt) = match past_t {
         Some(p) => {
             if p.shape() != [b, hkv, dk, dv] {
-                bail!("past_state must have shape [{b}, {hkv}, {dk}, {dv}], got {:?}", p.shape());
+                bail!(
+                    "past_state must have shape [{b}, {hkv}, {dk}, {dv}], got {:?}",
+                    p.shape()
+                );
             }
             (f32::read(p)?, float_dtype(p, "LinearAttention state")?)
         }
@@ -273,7 +333,10 @@ fn linear_attention(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Valu
     out.iter_mut().for_each(|x| *x = rt(*x));
     let rs = f32::rounder(state_dt);
     state.iter_mut().for_each(|x| *x = rs(*x));
-    Ok(vec![f32::write(dt, &[b, t, hq * dv], out)?.into(), f32::write(state_dt, &[b, hkv, dk, dv], state)?.into()])
+    Ok(vec![
+        f32::write(dt, &[b, t, hq * dv], out)?.into(),
+        f32::write(state_dt, &[b, hkv, dk, dv], state)?.into(),
+    ])
 }
 
 // ---------------------------------------------------------------- CausalConvWithState
@@ -302,7 +365,11 @@ fn causal_conv_with_state(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Ve
     };
     let past = match past_t {
         Some(p) if p.shape() == [b, c, k - 1] => f32::read(p)?,
-        Some(p) => bail!("past_state must have shape [{b}, {c}, {}], got {:?}", k - 1, p.shape()),
+        Some(p) => bail!(
+            "past_state must have shape [{b}, {c}, {}], got {:?}",
+            k - 1,
+            p.shape()
+        ),
         None => vec![0f32; b * c * (k - 1)],
     };
     let rt = f32::rounder(dt);
@@ -326,7 +393,10 @@ fn causal_conv_with_state(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Ve
         }
         present.extend_from_slice(&padded[l..]);
     }
-    Ok(vec![f32::write(dt, xs, out)?.into(), f32::write(dt, &[b, c, k - 1], present)?.into()])
+    Ok(vec![
+        f32::write(dt, xs, out)?.into(),
+        f32::write(dt, &[b, c, k - 1], present)?.into(),
+    ])
 }
 
 // ---------------------------------------------------------------- TensorScatter
@@ -336,7 +406,11 @@ fn tensor_scatter(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>
     let wi = opt_input(inputs, 2)?;
     let (ps, us) = (past.shape(), upd.shape());
     if past.dtype() != upd.dtype() || ps.len() != us.len() || ps.len() < 2 {
-        bail!("past_cache {} and update {} must share type and rank (>= 2)", past.describe(), upd.describe());
+        bail!(
+            "past_cache {} and update {} must share type and rank (>= 2)",
+            past.describe(),
+            upd.describe()
+        );
     }
     let axis = norm_axis(ctx.attr_i("axis", -2)?, ps.len())?;
     if axis == 0 {
@@ -403,7 +477,11 @@ fn bit_width(d: DType) -> Option<u32> {
 }
 
 fn to_bits(t: &Tensor, width: u32) -> Vec<u64> {
-    let mask = if width >= 64 { u64::MAX } else { (1u64 << width) - 1 };
+    let mask = if width >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << width) - 1
+    };
     match t {
         Tensor::F32(a) => a.iter().map(|x| x.to_bits() as u64).collect(),
         Tensor::F64(a) => a.iter().map(|x| x.to_bits()).collect(),
@@ -429,21 +507,47 @@ fn from_bits(d: DType, shape: &[usize], bits: Vec<u64>) -> OpResult<Tensor> {
     }
     let sext = |x: u64, w: u32| -> u8 { (((x as u8) << (8 - w)) as i8 >> (8 - w)) as u8 };
     Ok(match d {
-        DType::F32 => Tensor::F32(mk(shape, bits.into_iter().map(|x| f32::from_bits(x as u32)).collect())?),
+        DType::F32 => Tensor::F32(mk(
+            shape,
+            bits.into_iter().map(|x| f32::from_bits(x as u32)).collect(),
+        )?),
         DType::F64 => Tensor::F64(mk(shape, bits.into_iter().map(f64::from_bits).collect())?),
-        DType::F16 => Tensor::F16(mk(shape, bits.into_iter().map(|x| f16::from_bits(x as u16)).collect())?),
-        DType::BF16 => Tensor::BF16(mk(shape, bits.into_iter().map(|x| bf16::from_bits(x as u16)).collect())?),
-        DType::I8 => Tensor::I8(mk(shape, bits.into_iter().map(|x| x as u8 as i8).collect())?),
-        DType::I16 => Tensor::I16(mk(shape, bits.into_iter().map(|x| x as u16 as i16).collect())?),
-        DType::I32 => Tensor::I32(mk(shape, bits.into_iter().map(|x| x as u32 as i32).collect())?),
+        DType::F16 => Tensor::F16(mk(
+            shape,
+            bits.into_iter().map(|x| f16::from_bits(x as u16)).collect(),
+        )?),
+        DType::BF16 => Tensor::BF16(mk(
+            shape,
+            bits.into_iter()
+                .map(|x| bf16::from_bits(x as u16))
+                .collect(),
+        )?),
+        DType::I8 => Tensor::I8(mk(
+            shape,
+            bits.into_iter().map(|x| x as u8 as i8).collect(),
+        )?),
+        DType::I16 => Tensor::I16(mk(
+            shape,
+            bits.into_iter().map(|x| x as u16 as i16).collect(),
+        )?),
+        DType::I32 => Tensor::I32(mk(
+            shape,
+            bits.into_iter().map(|x| x as u32 as i32).collect(),
+        )?),
         DType::I64 => Tensor::I64(mk(shape, bits.into_iter().map(|x| x as i64).collect())?),
         DType::U8 => Tensor::U8(mk(shape, bits.into_iter().map(|x| x as u8).collect())?),
         DType::U16 => Tensor::U16(mk(shape, bits.into_iter().map(|x| x as u16).collect())?),
         DType::U32 => Tensor::U32(mk(shape, bits.into_iter().map(|x| x as u32).collect())?),
         DType::U64 => Tensor::U64(mk(shape, bits)?),
         DType::Bool => Tensor::Bool(mk(shape, bits.into_iter().map(|x| x != 0).collect())?),
-        DType::I4 => Tensor::Packed(d, mk(shape, bits.into_iter().map(|x| sext(x, 4)).collect())?),
-        DType::I2 => Tensor::Packed(d, mk(shape, bits.into_iter().map(|x| sext(x, 2)).collect())?),
+        DType::I4 => Tensor::Packed(
+            d,
+            mk(shape, bits.into_iter().map(|x| sext(x, 4)).collect())?,
+        ),
+        DType::I2 => Tensor::Packed(
+            d,
+            mk(shape, bits.into_iter().map(|x| sext(x, 2)).collect())?,
+        ),
         d => Tensor::Packed(d, mk(shape, bits.into_iter().map(|x| x as u8).collect())?),
     })
 }
@@ -458,7 +562,10 @@ fn bitcast(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
         unsupported!("BitCast from {} to {target}", x.dtype());
     };
     if wi != wo {
-        bail!("BitCast needs types of one bit width, got {} ({wi} bits) and {target} ({wo} bits)", x.dtype());
+        bail!(
+            "BitCast needs types of one bit width, got {} ({wi} bits) and {target} ({wo} bits)",
+            x.dtype()
+        );
     }
     single(from_bits(target, x.shape(), to_bits(x, wi))?)
 }
@@ -498,7 +605,12 @@ impl Prod for bf16 {
     }
 }
 
-fn cumprod_arr<T: Prod>(a: &ArrayD<T>, axis: usize, exclusive: bool, reverse: bool) -> OpResult<ArrayD<T>> {
+fn cumprod_arr<T: Prod>(
+    a: &ArrayD<T>,
+    axis: usize,
+    exclusive: bool,
+    reverse: bool,
+) -> OpResult<ArrayD<T>> {
     let shape = a.shape();
     let n = shape[axis];
     let inner: usize = shape[axis + 1..].iter().product();
@@ -534,7 +646,10 @@ fn cumprod(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
         bail!("CumProd needs an input of rank >= 1");
     }
     let axis = norm_axis(axis, x.rank())?;
-    let (ex, rev) = (ctx.attr_i("exclusive", 0)? != 0, ctx.attr_i("reverse", 0)? != 0);
+    let (ex, rev) = (
+        ctx.attr_i("exclusive", 0)? != 0,
+        ctx.attr_i("reverse", 0)? != 0,
+    );
     single(match x {
         Tensor::F32(a) => Tensor::F32(cumprod_arr(a, axis, ex, rev)?),
         Tensor::F64(a) => Tensor::F64(cumprod_arr(a, axis, ex, rev)?),
@@ -546,4 +661,45 @@ fn cumprod(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
         Tensor::U64(a) => Tensor::U64(cumprod_arr(a, axis, ex, rev)?),
         o => unsupported!("CumProd of dtype {}", o.dtype()),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cumprod_exclusive_reverse_axis0() {
+        let a = ArrayD::from_shape_vec(IxDyn(&[3, 2]), vec![2i64, 3, 5, 7, 11, 13]).unwrap();
+        let r = cumprod_arr(&a, 0, true, true).unwrap();
+        // Column 0 reversed exclusive: [5*11, 11, 1]; column 1: [7*13, 13, 1].
+        assert_eq!(
+            r.iter().copied().collect::<Vec<_>>(),
+            vec![55, 91, 11, 13, 1, 1]
+        );
+    }
+
+    #[test]
+    fn bitcast_int4_sign_extends() {
+        let u4 = Tensor::Packed(
+            DType::U4,
+            ArrayD::from_shape_vec(IxDyn(&[3]), vec![0x0f, 0x08, 0x07]).unwrap(),
+        );
+        let i4 = from_bits(DType::I4, &[3], to_bits(&u4, 4)).unwrap();
+        let Tensor::Packed(DType::I4, a) = &i4 else {
+            panic!("{i4:?}")
+        };
+        assert_eq!(
+            a.iter().map(|&x| x as i8).collect::<Vec<_>>(),
+            vec![-1, -8, 7]
+        );
+        let back = from_bits(DType::U4, &[3], to_bits(&i4, 4)).unwrap();
+        assert_eq!(back, u4);
+    }
+
+    #[test]
+    fn f32_bits_roundtrip() {
+        let x = Tensor::from_f32(&[2], vec![1.5, -0.0]).unwrap();
+        let i = from_bits(DType::I32, &[2], to_bits(&x, 32)).unwrap();
+        assert_eq!(i.to_i64_vec().unwrap(), vec![0x3fc00000, i32::MIN as i64]);
+    }
 }

@@ -69,13 +69,16 @@ fn pad3<T: Copy>(v: &[T], fill: T) -> [T; 3] {
     r
 }
 
+/// Largest stride, dilation or pad accepted (keeps the index arithmetic far from overflow).
+const LIMIT: i64 = 1 << 31;
+
 /// Reads an ints attribute of `rank` positive values, defaulting to all ones.
 fn ints_attr(ctx: &OpCtx, name: &str, rank: usize, min: i64) -> OpResult<Vec<usize>> {
     match ctx.attr_opt_ints(name)? {
         None => Ok(vec![1; rank]),
         Some(v) => {
-            if v.len() != rank || v.iter().any(|&x| x < min) {
-                bail!("attribute {name}={v:?} must have {rank} values >= {min}");
+            if v.len() != rank || v.iter().any(|&x| x < min || x > LIMIT) {
+                bail!("attribute {name}={v:?} must have {rank} values in [{min}, {LIMIT}]");
             }
             Ok(v.iter().map(|&x| x as usize).collect())
         }
@@ -97,8 +100,8 @@ fn explicit_pads(ctx: &OpCtx, r: usize) -> OpResult<(Vec<i64>, Vec<i64>)> {
     match ctx.attr_opt_ints("pads")? {
         None => Ok((vec![0; r], vec![0; r])),
         Some(p) => {
-            if p.len() != 2 * r {
-                bail!("pads {p:?} must have {} values", 2 * r);
+            if p.len() != 2 * r || p.iter().any(|x| x.abs() > LIMIT) {
+                bail!("pads {p:?} must have {} values of magnitude <= {LIMIT}", 2 * r);
             }
             Ok((p[..r].to_vec(), p[r..].to_vec()))
         }
@@ -116,7 +119,7 @@ fn conv_geom(ctx: &OpCtx, ins: &[usize], w_spatial: &[usize]) -> OpResult<Geom> 
     let mut pb = vec![0i64; r];
     let mut outs = vec![0usize; r];
     for i in 0..r {
-        let dk = ((k[i].max(1) - 1) * d[i] + 1) as i64;
+        let dk = ((k[i].max(1) - 1) as i64).saturating_mul(d[i] as i64).saturating_add(1);
         let n = ins[i] as i64;
         let st = s[i] as i64;
         match auto_pad.as_str() {
@@ -130,7 +133,10 @@ fn conv_geom(ctx: &OpCtx, ins: &[usize], w_spatial: &[usize]) -> OpResult<Geom> 
                 let (b, e) = if auto_pad == "VALID" { (vec![0; r], vec![0; r]) } else { explicit_pads(ctx, r)? };
                 let span = n + b[i] + e[i] - dk;
                 if span < 0 {
-                    bail!("kernel (dilated size {dk}) is larger than the padded input ({}) along spatial dim {i}", n + b[i] + e[i]);
+                    bail!(
+                        "kernel (dilated size {dk}) is larger than the padded input ({}) along spatial dim {i}",
+                        n + b[i] + e[i]
+                    );
                 }
                 pb[i] = b[i];
                 outs[i] = (span / st + 1) as usize;
@@ -156,13 +162,25 @@ fn im2col_row<T: GemmFloat>(src: &[T], g: &Geom, kp: [usize; 3], dst: &mut [T]) 
     let (r0, r1) = span(o1, g.s[1], g.off(1, kp[1]), i1);
     let (c0, c1) = span(o2, g.s[2], g.off(2, kp[2]), i2);
     let woff = g.off(2, kp[2]);
-    dst.fill(T::zero());
-    for od in h0..h1 {
+    if c0 >= c1 {
+        dst.fill(T::zero());
+        return;
+    }
+    for od in 0..o0 {
+        let plane = &mut dst[od * o1 * o2..(od + 1) * o1 * o2];
+        if od < h0 || od >= h1 {
+            plane.fill(T::zero());
+            continue;
+        }
         let id = (od as i64 * g.s[0] as i64 + g.off(0, kp[0])) as usize;
+        plane[..r0 * o2].fill(T::zero());
+        plane[r1 * o2..].fill(T::zero());
         for oh in r0..r1 {
             let ih = (oh as i64 * g.s[1] as i64 + g.off(1, kp[1])) as usize;
             let srow = &src[(id * i1 + ih) * i2..(id * i1 + ih + 1) * i2];
-            let drow = &mut dst[(od * o1 + oh) * o2..(od * o1 + oh + 1) * o2];
+            let drow = &mut plane[oh * o2..(oh + 1) * o2];
+            drow[..c0].fill(T::zero());
+            drow[c1..].fill(T::zero());
             if g.s[2] == 1 {
                 let st = (c0 as i64 + woff) as usize;
                 drow[c0..c1].copy_from_slice(&srow[st..st + (c1 - c0)]);
@@ -199,6 +217,9 @@ fn direct_plane<T: GemmFloat>(x: &[T], w: &[T], g: &Geom, out: &mut [T]) {
         let (r0, r1) = span(o1, g.s[1], g.off(1, kp[1]), i1);
         let (c0, c1) = span(o2, g.s[2], g.off(2, kp[2]), i2);
         let woff = g.off(2, kp[2]);
+        if c0 >= c1 {
+            continue;
+        }
         for od in h0..h1 {
             let id = (od as i64 * g.s[0] as i64 + g.off(0, kp[0])) as usize;
             for oh in r0..r1 {
@@ -260,7 +281,7 @@ fn conv_t<T: GemmFloat>(ctx: &OpCtx, x: &ArrayD<T>, w: &ArrayD<T>, b: Option<&Ar
     }
     let group = group as usize;
     let (n, c, m) = (xs[0], xs[1], ws[0]);
-    if ws[1] * group != c || m % group != 0 {
+    if ws[1].checked_mul(group) != Some(c) || m % group != 0 {
         bail!("Conv channels mismatch: X {xs:?}, W {ws:?}, group {group}");
     }
     check_bias(b, m)?;
@@ -295,7 +316,7 @@ fn conv_t<T: GemmFloat>(ctx: &OpCtx, x: &ArrayD<T>, w: &ArrayD<T>, b: Option<&Ar
                 let ic = oc / mg;
                 direct_plane(&xn[ic * in_sp..(ic + 1) * in_sp], &wd[oc * ksz..(oc + 1) * ksz], &g, out);
             };
-            if m * out_sp * ksz >= PAR_MIN {
+            if m.saturating_mul(out_sp).saturating_mul(ksz) >= PAR_MIN {
                 yn.par_chunks_mut(out_sp).enumerate().for_each(f);
             } else {
                 yn.chunks_mut(out_sp).enumerate().for_each(f);
@@ -394,20 +415,30 @@ fn convt_geom(ctx: &OpCtx, ins: &[usize], w_spatial: &[usize]) -> OpResult<Geom>
         Some(v) if v.len() == 2 * r => v[..r].to_vec(),
         Some(v) => bail!("output_padding {v:?} must have {r} values"),
     };
+    if op.iter().any(|x| x.abs() > LIMIT) {
+        bail!("output_padding {op:?} is out of range");
+    }
     let auto_pad = ctx.attr_s("auto_pad", "NOTSET")?;
     let out_attr = ctx.attr_opt_ints("output_shape")?;
     let mut pb = vec![0i64; r];
     let mut outs = vec![0usize; r];
     let (eb, ee) = explicit_pads(ctx, r)?;
     for i in 0..r {
-        let dk = ((k[i].max(1) - 1) * d[i] + 1) as i64;
-        let full = s[i] as i64 * (ins[i] as i64 - 1) + op[i] + dk;
+        let dk = ((k[i].max(1) - 1) as i64).saturating_mul(d[i] as i64).saturating_add(1);
+        let full = (s[i] as i64).saturating_mul(ins[i] as i64 - 1).saturating_add(op[i]).saturating_add(dk);
+        if full.abs() > LIMIT * LIMIT {
+            bail!("ConvTranspose output along spatial dim {i} is too large");
+        }
         let target = match &out_attr {
             Some(o) => {
                 if o.len() < r {
                     bail!("output_shape {o:?} has fewer than {r} values");
                 }
-                Some(o[o.len() - r + i])
+                let t = o[o.len() - r + i];
+                if !(1..=LIMIT * LIMIT).contains(&t) {
+                    bail!("output_shape {o:?} has an out-of-range value");
+                }
+                Some(t)
             }
             None if auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER" => Some(ins[i] as i64 * s[i] as i64),
             None => None,
@@ -467,10 +498,7 @@ fn col2im_plane<T: GemmFloat>(col: &[T], g: &Geom, out: &mut [T]) {
 }
 
 fn conv_transpose_t<T: GemmFloat>(
-    ctx: &OpCtx,
-    x: &ArrayD<T>,
-    w: &ArrayD<T>,
-    b: Option<&ArrayD<T>>,
+    ctx: &OpCtx, x: &ArrayD<T>, w: &ArrayD<T>, b: Option<&ArrayD<T>>,
 ) -> OpResult<ArrayD<T>> {
     let (xs, ws) = (x.shape(), w.shape());
     if xs.len() < 3 || ws.len() != xs.len() {
@@ -542,6 +570,9 @@ fn bilinear<T: GemmFloat>(p: &[T], h: usize, w: usize, y: T, x: T) -> T {
     let (y0f, x0f) = (y.floor(), x.floor());
     let (ly, lx) = (y - y0f, x - x0f);
     let (Some(y0), Some(x0)) = (y0f.to_i64(), x0f.to_i64()) else { return T::zero() };
+    if y0.abs() > LIMIT || x0.abs() > LIMIT {
+        return T::zero();
+    }
     let one = T::one();
     let at = |yy: i64, xx: i64| -> T {
         if yy < 0 || xx < 0 || yy >= h as i64 || xx >= w as i64 { T::zero() } else { p[yy as usize * w + xx as usize] }
@@ -562,7 +593,7 @@ fn deform_conv_t<T: GemmFloat>(ctx: &OpCtx, x: &ArrayD<T>, r: &[Option<&ArrayD<T
     let group = ctx.attr_i("group", 1)?.max(1) as usize;
     let ogroups = ctx.attr_i("offset_group", 1)?.max(1) as usize;
     let (n, c, m) = (xs[0], xs[1], ws[0]);
-    if ws[1] * group != c || m % group != 0 || c % ogroups != 0 {
+    if ws[1].checked_mul(group) != Some(c) || m % group != 0 || c % ogroups != 0 {
         bail!("DeformConv channels mismatch: X {xs:?}, W {ws:?}, group {group}, offset_group {ogroups}");
     }
     check_bias(b, m)?;
@@ -635,4 +666,178 @@ fn deform_conv(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
         deform_conv_t(ctx, x, r)
     }
     single(float_dispatch!(x, rest, go, ctx))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+    use crate::ir::{Attr, Graph, Node};
+    use crate::ops::{Kernel, SubgraphRunner};
+
+    struct NoRunner;
+    impl SubgraphRunner for NoRunner {
+        fn run_subgraph(&self, _: &Graph, _: Vec<Value>) -> OpResult<Vec<Value>> {
+            unsupported!("no subgraphs here")
+        }
+    }
+
+    fn call(k: Kernel, attrs: Vec<(&str, Attr)>, ins: Vec<Option<Tensor>>) -> Tensor {
+        let attrs: HashMap<String, Attr> = attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+        let node = Node {
+            name: "n".into(),
+            op_type: "X".into(),
+            domain: String::new(),
+            opset: 22,
+            inputs: vec![],
+            outputs: vec!["y".into()],
+            attrs,
+        };
+        let vals: Vec<Option<Value>> = ins.into_iter().map(|t| t.map(Value::Tensor)).collect();
+        let refs: Vec<Option<&Value>> = vals.iter().map(|v| v.as_ref()).collect();
+        let ctx = OpCtx { node: &node, runner: &NoRunner, max_tensor_bytes: 1 << 30 };
+        k(&ctx, &refs).unwrap().remove(0).into_tensor().unwrap()
+    }
+
+    fn rand(seed: u64, n: usize) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (0..n)
+            .map(|_| {
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    fn t(shape: &[usize], seed: u64) -> (Tensor, Vec<f32>) {
+        let v = rand(seed, shape.iter().product());
+        (Tensor::from_f32(shape, v.clone()).unwrap(), v)
+    }
+
+    fn ints(v: &[i64]) -> Attr {
+        Attr::Ints(v.to_vec())
+    }
+
+    fn close(got: &Tensor, want: &[f32], shape: &[usize]) {
+        assert_eq!(got.shape(), shape);
+        let g = got.to_f64_vec().unwrap();
+        for (i, (a, b)) in g.iter().zip(want).enumerate() {
+            assert!((*a as f32 - b).abs() <= 1e-4 * (1.0 + b.abs()), "at {i}: {a} vs {b}");
+        }
+    }
+
+    /// Direct 2-D convolution: x [n,c,h,w], w [m,c/g,kh,kw], strides s, dilations d, pads [t,l,b,r].
+    fn naive(
+        x: &[f32], xs: [usize; 4], w: &[f32], ws: [usize; 4], b: &[f32], g: usize, s: [usize; 2], d: [usize; 2],
+        p: [usize; 4],
+    ) -> (Vec<f32>, [usize; 4]) {
+        let [n, c, h, wd] = xs;
+        let [m, cg, kh, kw] = ws;
+        let oh = (h + p[0] + p[2] - (d[0] * (kh - 1) + 1)) / s[0] + 1;
+        let ow = (wd + p[1] + p[3] - (d[1] * (kw - 1) + 1)) / s[1] + 1;
+        let mut y = vec![0f32; n * m * oh * ow];
+        for ni in 0..n {
+            for oc in 0..m {
+                for i in 0..oh {
+                    for j in 0..ow {
+                        let mut acc = b[oc];
+                        for ic in 0..cg {
+                            for a in 0..kh {
+                                for bb in 0..kw {
+                                    let yy = (i * s[0] + a * d[0]) as i64 - p[0] as i64;
+                                    let xx = (j * s[1] + bb * d[1]) as i64 - p[1] as i64;
+                                    if yy < 0 || xx < 0 || yy >= h as i64 || xx >= wd as i64 {
+                                        continue;
+                                    }
+                                    let ch = (oc / (m / g)) * cg + ic;
+                                    acc += x[((ni * c + ch) * h + yy as usize) * wd + xx as usize]
+                                        * w[((oc * cg + ic) * kh + a) * kw + bb];
+                                }
+                            }
+                        }
+                        y[((ni * m + oc) * oh + i) * ow + j] = acc;
+                    }
+                }
+            }
+        }
+        (y, [n, m, oh, ow])
+    }
+
+    #[test]
+    fn conv_groups_depthwise_asymmetric_pads_dilation() {
+        // Grouped (im2col + GEMM per group) and depthwise with multiplier 2 (direct path).
+        for (g, ws) in [(2usize, [4usize, 2, 3, 2]), (4, [8, 1, 3, 3])] {
+            let (x, xv) = t(&[2, 4, 7, 6], 1);
+            let (w, wv) = t(&ws, 2);
+            let (b, bv) = t(&[ws[0]], 3);
+            let attrs = vec![
+                ("group", Attr::Int(g as i64)),
+                ("strides", ints(&[2, 2])),
+                ("dilations", ints(&[2, 1])),
+                ("pads", ints(&[1, 0, 2, 1])),
+            ];
+            let got = call(conv, attrs, vec![Some(x), Some(w), Some(b)]);
+            let (want, shape) = naive(&xv, [2, 4, 7, 6], &wv, ws, &bv, g, [2, 2], [2, 1], [1, 0, 2, 1]);
+            close(&got, &want, &shape);
+        }
+    }
+
+    #[test]
+    fn conv_same_lower_and_pointwise() {
+        let (x, xv) = t(&[1, 3, 5, 5], 4);
+        let (w, wv) = t(&[2, 3, 2, 2], 5);
+        let zero = vec![0f32; 2];
+        // SAME_LOWER, stride 1, k 2: total pad 1, all at the start.
+        let got = call(conv, vec![("auto_pad", Attr::String(b"SAME_LOWER".to_vec()))], vec![Some(x.clone()), Some(w)]);
+        let (want, shape) = naive(&xv, [1, 3, 5, 5], &wv, [2, 3, 2, 2], &zero, 1, [1, 1], [1, 1], [1, 1, 0, 0]);
+        close(&got, &want, &shape);
+        let (w1, w1v) = t(&[2, 3, 1, 1], 6);
+        let (want, shape) = naive(&xv, [1, 3, 5, 5], &w1v, [2, 3, 1, 1], &zero, 1, [1, 1], [1, 1], [0; 4]);
+        close(&call(conv, vec![], vec![Some(x), Some(w1)]), &want, &shape);
+    }
+
+    #[test]
+    fn conv_transpose_matches_scatter() {
+        // X [1,4,3,2], W [4, 3, 3, 2] with group 2 -> M = 6; strides 2x1, pads, output_padding.
+        let (x, xv) = t(&[1, 4, 3, 2], 7);
+        let (w, wv) = t(&[4, 3, 3, 2], 8);
+        let (b, bv) = t(&[6], 9);
+        let attrs = vec![
+            ("group", Attr::Int(2)),
+            ("strides", ints(&[2, 1])),
+            ("pads", ints(&[1, 0, 0, 1])),
+            ("output_padding", ints(&[1, 0])),
+        ];
+        let got = call(conv_transpose, attrs, vec![Some(x), Some(w), Some(b)]);
+        let (oh, ow) = (2 * 2 + 1 + 3 - 1, 1 + 2 - 1);
+        let mut want = vec![0f32; 6 * oh * ow];
+        for oc in 0..6 {
+            for v in &mut want[oc * oh * ow..(oc + 1) * oh * ow] {
+                *v = bv[oc];
+            }
+        }
+        for ic in 0..4 {
+            let gi = ic / 2;
+            for i in 0..3 {
+                for j in 0..2 {
+                    for ml in 0..3 {
+                        for a in 0..3 {
+                            for c in 0..2 {
+                                let yy = (i * 2 + a) as i64 - 1;
+                                let xx = (j + c) as i64;
+                                if yy < 0 || yy >= oh as i64 || xx >= ow as i64 {
+                                    continue;
+                                }
+                                let oc = gi * 3 + ml;
+                                want[(oc * oh + yy as usize) * ow + xx as usize] +=
+                                    xv[(ic * 3 + i) * 2 + j] * wv[((ic * 3 + ml) * 3 + a) * 2 + c];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        close(&got, &want, &[1, 6, oh, ow]);
+    }
 }

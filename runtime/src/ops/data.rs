@@ -1,6 +1,6 @@
-//! Data movement: Transpose, Concat, Split, Slice, Pad, Tile, DepthToSpace, SpaceToDepth, Trilu,
-//! ReverseSequence, CumSum. The index-driven family (Gather/Scatter, OneHot, NonZero, Compress, TopK,
-//! Unique) lives in `data_index.rs`.
+//! Data movement: Transpose, Concat, Split, Slice, and the shared strided-copy core. Pad, Tile,
+//! DepthToSpace, SpaceToDepth, Trilu, ReverseSequence and CumSum live in `data_layout.rs`; the
+//! index-driven family (Gather/Scatter, OneHot, NonZero, Compress, TopK, Unique) in `data_index.rs`.
 //!
 //! Most movement ops are one strided copy: a view of the source (base offset, shape, element strides,
 //! zero or negative strides allowed) copied out in row-major order by [`strided_gather`], which merges
@@ -15,31 +15,29 @@ use super::broadcast::PAR_THRESHOLD;
 use super::{OpCtx, Registry, input, norm_axis, opt_input, single};
 use crate::error::OpResult;
 use crate::tensor::{Tensor, Value};
-use crate::{bail, map_array, map_numeric, unsupported};
+use crate::{bail, map_array};
 
 #[path = "data_index.rs"]
 mod index;
+#[path = "data_layout.rs"]
+mod layout;
 
 pub fn register(r: &mut Registry) {
     r.add("", "Transpose", transpose);
     r.add("", "Concat", concat);
     r.add("", "Split", split);
     r.add("", "Slice", slice);
-    r.add("", "Pad", pad);
-    r.add("", "Tile", tile);
-    r.add("", "DepthToSpace", depth_to_space);
-    r.add("", "SpaceToDepth", space_to_depth);
-    r.add("", "Trilu", trilu);
-    r.add("", "ReverseSequence", reverse_sequence);
-    r.add("", "CumSum", cumsum);
     index::register(r);
+    layout::register(r);
 }
 
 // ---------------------------------------------------------------------------------------------
 // Shared helpers (also used by shape.rs).
 
 /// An element type of a tensor variant (`u8` also covers the packed narrow formats).
-pub(crate) trait Elem: Clone + Default + PartialEq + PartialOrd + Send + Sync + 'static {
+pub(crate) trait Elem:
+    Clone + Default + PartialEq + PartialOrd + Send + Sync + 'static
+{
     /// The array inside `t` if `t` holds this element type.
     fn of(t: &Tensor) -> Option<&ArrayD<Self>>;
     /// `v` converted to this type (`None` for strings).
@@ -117,7 +115,11 @@ impl Elem for String {
 }
 
 /// The array of `t` as element type `T`, or an error naming both dtypes.
-pub(crate) fn same<'t, T: Elem>(t: &'t Tensor, like: &Tensor, what: &str) -> OpResult<&'t ArrayD<T>> {
+pub(crate) fn same<'t, T: Elem>(
+    t: &'t Tensor,
+    like: &Tensor,
+    what: &str,
+) -> OpResult<&'t ArrayD<T>> {
     match T::of(t) {
         Some(a) if t.dtype() == like.dtype() => Ok(a),
         _ => bail!("{what} has dtype {}, expected {}", t.dtype(), like.dtype()),
@@ -185,19 +187,32 @@ pub(crate) fn strides_of(shape: &[usize]) -> Vec<isize> {
 
 /// Product of dims, refusing overflow.
 pub(crate) fn numel(shape: &[usize]) -> OpResult<usize> {
-    shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).ok_or_else(|| crate::error::OpError::Invalid(format!("shape {shape:?} is too large")))
+    shape
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .ok_or_else(|| crate::error::OpError::Invalid(format!("shape {shape:?} is too large")))
 }
 
 /// A copy of the strided view (`base`, `shape`, `strides`) of `t` as a new tensor of `shape`.
 /// Every position the view addresses must lie inside `t`.
-pub(crate) fn view_copy(t: &Tensor, base: isize, shape: &[usize], strides: &[isize]) -> OpResult<Tensor> {
+pub(crate) fn view_copy(
+    t: &Tensor,
+    base: isize,
+    shape: &[usize],
+    strides: &[isize],
+) -> OpResult<Tensor> {
     Ok(map_array!(t, a => arr(shape, strided_gather(&flat(a), base, shape, strides))?))
 }
 
 const TILE: usize = 32;
 
 /// The row-major copy of the view of `src` at `base` with `shape` and element `strides`.
-pub(crate) fn strided_gather<T: Clone + Send + Sync>(src: &[T], base: isize, shape: &[usize], strides: &[isize]) -> Vec<T> {
+pub(crate) fn strided_gather<T: Clone + Send + Sync>(
+    src: &[T],
+    base: isize,
+    shape: &[usize],
+    strides: &[isize],
+) -> Vec<T> {
     let n: usize = shape.iter().product();
     if n == 0 {
         return Vec::new();
@@ -226,25 +241,53 @@ pub(crate) fn strided_gather<T: Clone + Send + Sync>(src: &[T], base: isize, sha
         return out;
     }
     let threads = rayon::current_num_threads();
-    if n >= PAR_THRESHOLD && sh[0] > 1 && threads > 1 {
+    // Leading axes to split the work over: enough of them to feed every thread, stopping at the
+    // source-contiguous axis (which the tiled copy needs whole).
+    let (mut k, mut p) = (1, sh[0]);
+    while p < threads * 4 && k + 1 < sh.len() && st[k].unsigned_abs() != 1 {
+        p *= sh[k];
+        k += 1;
+    }
+    if n >= PAR_THRESHOLD && threads > 1 && k > 1 {
+        let inner = n / p;
+        let (lead, lst) = (&sh[..k], &st[..k]);
+        out.par_chunks_mut(inner)
+            .enumerate()
+            .for_each(|(j, chunk)| {
+                let (mut rem, mut off) = (j, base);
+                for d in (0..k).rev() {
+                    off += (rem % lead[d]) as isize * lst[d];
+                    rem /= lead[d];
+                }
+                fill_strided(src, off, &sh[k..], &st[k..], chunk);
+            });
+    } else if n >= PAR_THRESHOLD && sh[0] > 1 && threads > 1 {
         let inner = n / sh[0];
         let mut group = sh[0].div_ceil((threads * 4).min(sh[0]));
         if st[0].unsigned_abs() == 1 {
             group = group.max(TILE); // keep transposes tileable along axis 0
         }
         let (sh, st) = (&sh, &st);
-        out.par_chunks_mut(group * inner).enumerate().for_each(|(k, chunk)| {
-            let mut s = sh.clone();
-            s[0] = chunk.len() / inner;
-            fill_strided(src, base + (k * group) as isize * st[0], &s, st, chunk);
-        });
+        out.par_chunks_mut(group * inner)
+            .enumerate()
+            .for_each(|(k, chunk)| {
+                let mut s = sh.clone();
+                s[0] = chunk.len() / inner;
+                fill_strided(src, base + (k * group) as isize * st[0], &s, st, chunk);
+            });
     } else {
         fill_strided(src, base, &sh, &st, &mut out);
     }
     out
 }
 
-fn fill_strided<T: Clone>(src: &[T], base: isize, shape: &[usize], strides: &[isize], out: &mut [T]) {
+fn fill_strided<T: Clone>(
+    src: &[T],
+    base: isize,
+    shape: &[usize],
+    strides: &[isize],
+    out: &mut [T],
+) {
     let r = shape.len();
     if r == 0 {
         out[0] = src[base as usize].clone();
@@ -253,7 +296,10 @@ fn fill_strided<T: Clone>(src: &[T], base: isize, shape: &[usize], strides: &[is
     let l = r - 1;
     let (len, sl) = (shape[l], strides[l]);
     if sl.unsigned_abs() > 1 && len >= TILE {
-        if let Some(b) = (0..l).rev().find(|&i| strides[i].unsigned_abs() == 1 && shape[i] >= TILE) {
+        if let Some(b) = (0..l)
+            .rev()
+            .find(|&i| strides[i].unsigned_abs() == 1 && shape[i] >= TILE)
+        {
             return fill_tiled(src, base, shape, strides, b, out);
         }
     }
@@ -285,7 +331,14 @@ fn fill_strided<T: Clone>(src: &[T], base: isize, shape: &[usize], strides: &[is
 }
 
 /// A transposing copy, tiled over axis `b` (unit source stride) and the last axis.
-fn fill_tiled<T: Clone>(src: &[T], base: isize, shape: &[usize], strides: &[isize], b: usize, out: &mut [T]) {
+fn fill_tiled<T: Clone>(
+    src: &[T],
+    base: isize,
+    shape: &[usize],
+    strides: &[isize],
+    b: usize,
+    out: &mut [T],
+) {
     let r = shape.len();
     let l = r - 1;
     let ostr = strides_of(shape);
@@ -326,7 +379,12 @@ fn fill_tiled<T: Clone>(src: &[T], base: isize, shape: &[usize], strides: &[isiz
 }
 
 /// `t` viewed as `view` (a reshape), permuted by `perm`, copied out with shape `out_shape`.
-fn permute_as(t: &Tensor, view: &[usize], perm: &[usize], out_shape: &[usize]) -> OpResult<Tensor> {
+pub(crate) fn permute_as(
+    t: &Tensor,
+    view: &[usize],
+    perm: &[usize],
+    out_shape: &[usize],
+) -> OpResult<Tensor> {
     let st = strides_of(view);
     let shape: Vec<usize> = perm.iter().map(|&p| view[p]).collect();
     let strides: Vec<isize> = perm.iter().map(|&p| st[p]).collect();
@@ -338,7 +396,9 @@ fn permute_as(t: &Tensor, view: &[usize], perm: &[usize], out_shape: &[usize]) -
 fn transpose(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let x = input(inputs, 0)?;
     let r = x.rank();
-    let perm = ctx.attr_opt_ints("perm")?.unwrap_or_else(|| (0..r as i64).rev().collect());
+    let perm = ctx
+        .attr_opt_ints("perm")?
+        .unwrap_or_else(|| (0..r as i64).rev().collect());
     if perm.len() != r {
         bail!("perm {perm:?} does not match the input rank {r}");
     }
@@ -358,12 +418,24 @@ fn transpose(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
 }
 
 fn concat(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
-    let all: Vec<&Tensor> = (0..inputs.len()).map(|i| input(inputs, i)).collect::<OpResult<_>>()?;
-    let Some(first) = all.first() else { bail!("Concat needs at least one input") };
+    let all: Vec<&Tensor> = (0..inputs.len())
+        .map(|i| input(inputs, i))
+        .collect::<OpResult<_>>()?;
+    let Some(first) = all.first() else {
+        bail!("Concat needs at least one input")
+    };
     let r = all.iter().map(|t| t.rank()).max().unwrap_or(0);
     // Empty tensors of another rank (exporters emit them as placeholders) contribute nothing.
-    let parts: Vec<&Tensor> = all.iter().copied().filter(|t| t.rank() == r || !t.is_empty()).collect();
-    let axis = if ctx.opset() < 4 { ctx.attr_i("axis", 1)? } else { ctx.req_i("axis")? };
+    let parts: Vec<&Tensor> = all
+        .iter()
+        .copied()
+        .filter(|t| t.rank() == r || !t.is_empty())
+        .collect();
+    let axis = if ctx.opset() < 4 {
+        ctx.attr_i("axis", 1)?
+    } else {
+        ctx.req_i("axis")?
+    };
     if r == 0 {
         bail!("Concat of scalars");
     }
@@ -372,7 +444,12 @@ fn concat(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     out_shape[axis] = 0;
     for t in &parts {
         let s = t.shape();
-        if s.len() != r || s.iter().enumerate().any(|(d, &v)| d != axis && v != out_shape[d]) || t.dtype() != first.dtype() {
+        if s.len() != r
+            || s.iter()
+                .enumerate()
+                .any(|(d, &v)| d != axis && v != out_shape[d])
+            || t.dtype() != first.dtype()
+        {
             let all: Vec<String> = parts.iter().map(|t| t.describe()).collect();
             bail!("Concat on axis {axis} of incompatible inputs {all:?}");
         }
@@ -381,16 +458,26 @@ fn concat(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     single(map_array!(*first, a => concat_impl(a, &parts, axis, &out_shape)?))
 }
 
-fn concat_impl<T: Elem>(_: &ArrayD<T>, parts: &[&Tensor], axis: usize, out_shape: &[usize]) -> OpResult<ArrayD<T>> {
+fn concat_impl<T: Elem>(
+    _: &ArrayD<T>,
+    parts: &[&Tensor],
+    axis: usize,
+    out_shape: &[usize],
+) -> OpResult<ArrayD<T>> {
     let outer: usize = out_shape[..axis].iter().product();
     let inner: usize = out_shape[axis + 1..].iter().product();
     let mut srcs = Vec::with_capacity(parts.len());
     for t in parts {
-        srcs.push((flat(same::<T>(t, parts[0], "Concat input")?), t.shape()[axis] * inner));
+        srcs.push((
+            flat(same::<T>(t, parts[0], "Concat input")?),
+            t.shape()[axis] * inner,
+        ));
     }
     let row: usize = srcs.iter().map(|s| s.1).sum();
     let n = outer * row;
-    let Some(fill) = srcs.iter().find_map(|s| s.0.first()) else { return arr(out_shape, Vec::new()) };
+    let Some(fill) = srcs.iter().find_map(|s| s.0.first()) else {
+        return arr(out_shape, Vec::new());
+    };
     let out = if n >= PAR_THRESHOLD && outer > 1 {
         let mut out = vec![fill.clone(); n];
         out.par_chunks_mut(row).enumerate().for_each(|(o, dst)| {
@@ -427,7 +514,11 @@ fn split(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let sizes = match given {
         Some(s) => s,
         None => {
-            let k = if ctx.opset() >= 18 { ctx.attr_opt_i("num_outputs")?.unwrap_or(nout as i64) } else { nout as i64 };
+            let k = if ctx.opset() >= 18 {
+                ctx.attr_opt_i("num_outputs")?.unwrap_or(nout as i64)
+            } else {
+                nout as i64
+            };
             if k <= 0 {
                 bail!("Split into {k} outputs");
             }
@@ -447,7 +538,12 @@ fn split(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     for &s in &sizes {
         let mut shape = x.shape().to_vec();
         shape[axis] = s as usize;
-        outs.push(Value::Tensor(view_copy(x, start as isize * st[axis], &shape, &st)?));
+        outs.push(Value::Tensor(view_copy(
+            x,
+            start as isize * st[axis],
+            &shape,
+            &st,
+        )?));
         start += s;
     }
     Ok(outs)
@@ -458,7 +554,11 @@ fn slice_range(start: i64, end: i64, step: i64, dim: usize) -> (i64, usize) {
     let d = dim as i64;
     let fix = |v: i64| if v < 0 { v.saturating_add(d) } else { v };
     let (s, e) = (fix(start), fix(end));
-    let (s, e) = if step > 0 { (s.clamp(0, d), e.clamp(0, d)) } else { (s.clamp(0, (d - 1).max(0)), e.clamp(-1, d - 1)) };
+    let (s, e) = if step > 0 {
+        (s.clamp(0, d), e.clamp(0, d))
+    } else {
+        (s.clamp(0, (d - 1).max(0)), e.clamp(-1, d - 1))
+    };
     let span = if step > 0 { e - s } else { s - e };
     if span <= 0 || d == 0 {
         return (s, 0);
@@ -472,18 +572,29 @@ fn slice(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let r = x.rank();
     let (starts, ends, axes, steps) = if ctx.opset() < 10 {
         let get = |n: &str| ctx.attr_opt_ints(n);
-        let Some(starts) = get("starts")? else { bail!("Slice needs 'starts'") };
-        let Some(ends) = get("ends")? else { bail!("Slice needs 'ends'") };
+        let Some(starts) = get("starts")? else {
+            bail!("Slice needs 'starts'")
+        };
+        let Some(ends) = get("ends")? else {
+            bail!("Slice needs 'ends'")
+        };
         (starts, ends, get("axes")?, None)
     } else {
         let get = |i: usize| opt_input(inputs, i)?.map(|t| t.to_i64_vec()).transpose();
-        (input(inputs, 1)?.to_i64_vec()?, input(inputs, 2)?.to_i64_vec()?, get(3)?, get(4)?)
+        (
+            input(inputs, 1)?.to_i64_vec()?,
+            input(inputs, 2)?.to_i64_vec()?,
+            get(3)?,
+            get(4)?,
+        )
     };
     let k = starts.len();
     let axes = axes.unwrap_or_else(|| (0..k as i64).collect());
     let steps = steps.unwrap_or_else(|| vec![1; k]);
     if ends.len() != k || axes.len() != k || steps.len() != k {
-        bail!("Slice starts {starts:?}, ends {ends:?}, axes {axes:?} and steps {steps:?} differ in length");
+        bail!(
+            "Slice starts {starts:?}, ends {ends:?}, axes {axes:?} and steps {steps:?} differ in length"
+        );
     }
     let st = strides_of(x.shape());
     let mut shape = x.shape().to_vec();
@@ -511,298 +622,6 @@ fn slice(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     single(view_copy(x, base, &shape, &strides)?)
 }
 
-#[derive(Clone, Copy, PartialEq)]
-enum PadMode {
-    Constant,
-    Reflect,
-    Edge,
-    Wrap,
-}
-
-fn pad(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
-    let x = input(inputs, 0)?;
-    let r = x.rank();
-    let mode = match ctx.attr_s("mode", "constant")?.as_str() {
-        "constant" => PadMode::Constant,
-        "reflect" => PadMode::Reflect,
-        "edge" => PadMode::Edge,
-        "wrap" => PadMode::Wrap,
-        m => bail!("unknown Pad mode '{m}'"),
-    };
-    let (pads, value, axes): (Vec<i64>, Option<&Tensor>, Option<Vec<i64>>) = if ctx.opset() < 11 {
-        let name = if ctx.opset() < 2 { "paddings" } else { "pads" };
-        let Some(p) = ctx.attr_opt_ints(name)? else { bail!("Pad needs the '{name}' attribute") };
-        (p, None, None)
-    } else {
-        let axes = opt_input(inputs, 3)?.map(|t| t.to_i64_vec()).transpose()?;
-        (input(inputs, 1)?.to_i64_vec()?, opt_input(inputs, 2)?, axes)
-    };
-    let axes: Vec<usize> = match axes {
-        Some(a) => a.iter().map(|&v| norm_axis(v, r)).collect::<OpResult<_>>()?,
-        None => (0..r).collect(),
-    };
-    let na = axes.len();
-    if pads.len() != 2 * na {
-        bail!("Pad has {} pads for {na} axes", pads.len());
-    }
-    let mut begin = vec![0i64; r];
-    let mut out_shape = x.shape().to_vec();
-    for (i, &a) in axes.iter().enumerate() {
-        let d = x.shape()[a] as i64;
-        let o = d + pads[i] + pads[na + i];
-        if o < 0 {
-            bail!("Pad {pads:?} crops axis {a} of size {d} below zero");
-        }
-        if o > 0 && d == 0 && mode != PadMode::Constant {
-            bail!("Pad mode needs a non-empty axis {a} to pad from");
-        }
-        begin[a] = pads[i];
-        out_shape[a] = o as usize;
-    }
-    ctx.check_alloc(&out_shape, x.dtype().size_in_memory())?;
-    // For each axis, the source index of every output index (-1: the constant).
-    let maps: Vec<Vec<isize>> = (0..r)
-        .map(|a| {
-            let d = x.shape()[a] as i64;
-            (0..out_shape[a] as i64)
-                .map(|j| {
-                    let i = j - begin[a];
-                    (if (0..d).contains(&i) {
-                        i
-                    } else {
-                        match mode {
-                            PadMode::Constant => -1,
-                            PadMode::Edge => i.clamp(0, d - 1),
-                            PadMode::Wrap => i.rem_euclid(d),
-                            PadMode::Reflect if d == 1 => 0,
-                            PadMode::Reflect => {
-                                let m = i.rem_euclid(2 * (d - 1));
-                                if m >= d { 2 * (d - 1) - m } else { m }
-                            }
-                        }
-                    }) as isize
-                })
-                .collect()
-        })
-        .collect();
-    let f = ctx.attr_f("value", 0.0)? as f64;
-    single(map_array!(x, a => pad_impl(a, value, f, &maps, &begin, &out_shape)?))
-}
-
-fn pad_impl<T: Elem>(a: &ArrayD<T>, value: Option<&Tensor>, f: f64, maps: &[Vec<isize>], begin: &[i64], out_shape: &[usize]) -> OpResult<ArrayD<T>> {
-    let cval = match value {
-        Some(v) if !v.is_empty() => match T::of(v) {
-            Some(c) => c.iter().next().cloned().unwrap_or_default(),
-            None => bail!("Pad constant_value has dtype {}, the data {}", v.dtype(), "another"),
-        },
-        _ => T::from_f64(f).unwrap_or_default(),
-    };
-    let n: usize = out_shape.iter().product();
-    let r = out_shape.len();
-    if r == 0 {
-        return Ok(a.clone());
-    }
-    let src = flat(a);
-    let st = strides_of(a.shape());
-    let last = maps[r - 1].as_slice();
-    let len = out_shape[r - 1];
-    // The interior run of the last axis, copied as one slice.
-    let d = a.shape()[r - 1] as i64;
-    let lo = begin[r - 1].clamp(0, len as i64) as usize;
-    let hi = (begin[r - 1] + d).clamp(lo as i64, len as i64) as usize;
-    let rows = if len == 0 { 0 } else { n / len };
-    let outer_shape = &out_shape[..r - 1];
-    let ost = strides_of(outer_shape);
-    let do_row = |row: usize, dst: &mut [T]| {
-        let mut off = 0isize;
-        let mut rem = row;
-        for (k, &s) in ost.iter().enumerate() {
-            let i = rem / s as usize;
-            rem %= s as usize;
-            let m = maps[k][i];
-            if m < 0 {
-                return; // already the constant
-            }
-            off += m * st[k];
-        }
-        if hi > lo {
-            let s0 = (off + last[lo]) as usize;
-            dst[lo..hi].clone_from_slice(&src[s0..s0 + hi - lo]);
-        }
-        for j in (0..lo).chain(hi..len) {
-            if last[j] >= 0 {
-                dst[j] = src[(off + last[j]) as usize].clone();
-            }
-        }
-    };
-    let mut out = vec![cval; n];
-    if rows > 0 {
-        if n >= PAR_THRESHOLD {
-            out.par_chunks_mut(len).enumerate().for_each(|(i, dst)| do_row(i, dst));
-        } else {
-            out.chunks_mut(len).enumerate().for_each(|(i, dst)| do_row(i, dst));
-        }
-    }
-    arr(out_shape, out)
-}
-
-fn tile(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
-    let x = input(inputs, 0)?;
-    if ctx.opset() < 6 {
-        unsupported!("Tile-1 (tiles/axis inputs)");
-    }
-    let reps = input(inputs, 1)?.to_i64_vec()?;
-    let shape = x.shape();
-    if reps.len() != shape.len() || reps.iter().any(|&v| v < 0) {
-        bail!("Tile repeats {reps:?} do not fit the input shape {shape:?}");
-    }
-    let out_shape: Vec<usize> = shape.iter().zip(&reps).map(|(&d, &r)| d.saturating_mul(r as usize)).collect();
-    ctx.check_alloc(&out_shape, x.dtype().size_in_memory())?;
-    let st = strides_of(shape);
-    let mut vs = Vec::new();
-    let mut vst = Vec::new();
-    for (i, &d) in shape.iter().enumerate() {
-        vs.extend([reps[i] as usize, d]);
-        vst.extend([0, st[i]]);
-    }
-    view_copy(x, 0, &vs, &vst)?.reshape(&out_shape).and_then(single)
-}
-
-fn block_args(ctx: &OpCtx, x: &Tensor) -> OpResult<(usize, bool, [usize; 4])> {
-    let bs = ctx.req_i("blocksize")?;
-    let crd = match ctx.attr_s("mode", "DCR")?.as_str() {
-        "DCR" => false,
-        "CRD" => true,
-        m => bail!("unknown mode '{m}'"),
-    };
-    let &[b, c, h, w] = x.shape() else { bail!("expected a 4-D input, got {:?}", x.shape()) };
-    if bs <= 0 {
-        bail!("blocksize {bs} must be positive");
-    }
-    Ok((bs as usize, crd, [b, c, h, w]))
-}
-
-fn depth_to_space(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
-    let x = input(inputs, 0)?;
-    let (bs, crd, [b, c, h, w]) = block_args(ctx, x)?;
-    if c % (bs * bs) != 0 {
-        bail!("channels {c} are not a multiple of blocksize² {}", bs * bs);
-    }
-    let c2 = c / (bs * bs);
-    let out = [b, c2, h * bs, w * bs];
-    single(if crd {
-        permute_as(x, &[b, c2, bs, bs, h, w], &[0, 1, 4, 2, 5, 3], &out)?
-    } else {
-        permute_as(x, &[b, bs, bs, c2, h, w], &[0, 3, 4, 1, 5, 2], &out)?
-    })
-}
-
-fn space_to_depth(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
-    let x = input(inputs, 0)?;
-    let (bs, crd, [b, c, h, w]) = block_args(ctx, x)?;
-    if h % bs != 0 || w % bs != 0 {
-        bail!("spatial dims {h}x{w} are not multiples of blocksize {bs}");
-    }
-    let view = [b, c, h / bs, bs, w / bs, bs];
-    let out = [b, c * bs * bs, h / bs, w / bs];
-    let perm = if crd { [0, 1, 3, 5, 2, 4] } else { [0, 3, 5, 1, 2, 4] };
-    single(permute_as(x, &view, &perm, &out)?)
-}
-
-fn trilu(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
-    let x = input(inputs, 0)?;
-    let k = match opt_input(inputs, 1)? {
-        Some(t) => *t.to_i64_vec()?.first().ok_or_else(|| crate::error::OpError::Invalid("Trilu k is empty".into()))?,
-        None => 0,
-    };
-    let upper = ctx.attr_i("upper", 1)? != 0;
-    let r = x.rank();
-    if r < 2 {
-        bail!("Trilu needs rank >= 2, got {:?}", x.shape());
-    }
-    let (n, m) = (x.shape()[r - 2], x.shape()[r - 1]);
-    single(map_array!(x, a => {
-        let mut v = flat(a).into_owned();
-        if n * m > 0 {
-            for mat in v.chunks_mut(n * m) {
-                for (i, row) in mat.chunks_mut(m).enumerate() {
-                    // keep j - i >= k (upper) or j - i <= k (lower)
-                    let edge = (i as i64).saturating_add(k);
-                    let (z0, z1) = if upper { (0, edge.clamp(0, m as i64)) } else { (edge.saturating_add(1).clamp(0, m as i64), m as i64) };
-                    row[z0 as usize..z1.max(z0) as usize].fill(Default::default());
-                }
-            }
-        }
-        arr(x.shape(), v)?
-    }))
-}
-
-fn reverse_sequence(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
-    let x = input(inputs, 0)?;
-    let lens = input(inputs, 1)?.to_i64_vec()?;
-    let (ba, ta) = (ctx.attr_i("batch_axis", 1)?, ctx.attr_i("time_axis", 0)?);
-    let shape = x.shape();
-    if shape.len() < 2 || !matches!((ba, ta), (0, 1) | (1, 0)) {
-        bail!("ReverseSequence needs rank >= 2 and batch/time axes 0 and 1, got {shape:?}, {ba}, {ta}");
-    }
-    let (nb, nt) = (shape[ba as usize], shape[ta as usize]);
-    if lens.len() != nb || lens.iter().any(|&l| l < 0 || l as usize > nt) {
-        bail!("sequence_lens {lens:?} do not fit batch {nb} and time {nt}");
-    }
-    let st = strides_of(shape);
-    let (sb, stt) = (st[ba as usize] as usize, st[ta as usize] as usize);
-    let inner = st[1] as usize;
-    single(map_array!(x, a => {
-        let src = flat(a);
-        let mut v = src.to_vec();
-        for (b, &l) in lens.iter().enumerate() {
-            let l = l as usize;
-            for t in 0..l {
-                let (d, s) = (b * sb + t * stt, b * sb + (l - 1 - t) * stt);
-                v[d..d + inner].clone_from_slice(&src[s..s + inner]);
-            }
-        }
-        arr(shape, v)?
-    }))
-}
-
-fn cumsum(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
-    let x = input(inputs, 0)?;
-    let axis = input(inputs, 1)?.to_i64_vec()?;
-    let &[axis] = axis.as_slice() else { bail!("CumSum axis must hold one value, got {axis:?}") };
-    let axis = norm_axis(axis, x.rank())?;
-    let (excl, rev) = (ctx.attr_i("exclusive", 0)? != 0, ctx.attr_i("reverse", 0)? != 0);
-    let shape = x.shape();
-    let outer: usize = shape[..axis].iter().product();
-    let inner: usize = shape[axis + 1..].iter().product();
-    let dim = shape.get(axis).copied().unwrap_or(1);
-    single(map_numeric!(x, a => cumsum_impl(a, outer, dim, inner, excl, rev)?)?)
-}
-
-fn cumsum_impl<T: Arith>(a: &ArrayD<T>, outer: usize, dim: usize, inner: usize, excl: bool, rev: bool) -> OpResult<ArrayD<T>> {
-    let src = flat(a);
-    let mut out = vec![T::zero(); src.len()];
-    let mut acc = vec![T::zero(); inner];
-    for o in 0..outer {
-        acc.fill(T::zero());
-        for k in 0..dim {
-            let t = if rev { dim - 1 - k } else { k };
-            let p = (o * dim + t) * inner;
-            for i in 0..inner {
-                let v = src[p + i];
-                if excl {
-                    out[p + i] = acc[i];
-                    acc[i] = acc[i].add(v);
-                } else {
-                    acc[i] = acc[i].add(v);
-                    out[p + i] = acc[i];
-                }
-            }
-        }
-    }
-    arr(a.shape(), out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -810,7 +629,10 @@ mod tests {
     struct Lcg(u64);
     impl Lcg {
         fn next(&mut self) -> f32 {
-            self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            self.0 = self
+                .0
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             ((self.0 >> 33) as f32 / (1u64 << 31) as f32) * 2.0 - 1.0 + 0.01
         }
     }
@@ -837,6 +659,27 @@ mod tests {
         for i in 0..q {
             for j in 0..p {
                 assert_eq!(out[i * p + j], src[j * q + i]);
+            }
+        }
+    }
+
+    #[test]
+    fn strided_gather_parallel_over_several_leading_axes() {
+        let mut g = Lcg(11);
+        let (a, b, c, d) = (2, 3, 64, 200);
+        let src: Vec<f32> = (0..a * b * c * d).map(|_| g.next()).collect();
+        // [a, b, c, d] -> [b, a, d, c], reversed along d (negative stride)
+        let st = strides_of(&[a, b, c, d]);
+        let base = (d as isize - 1) * st[3];
+        let out = strided_gather(&src, base, &[b, a, d, c], &[st[1], st[0], -st[3], st[2]]);
+        for j in 0..b {
+            for i in 0..a {
+                for l in 0..d {
+                    for m in 0..c {
+                        let want = src[((i * b + j) * c + m) * d + (d - 1 - l)];
+                        assert_eq!(out[((j * a + i) * d + l) * c + m], want);
+                    }
+                }
             }
         }
     }

@@ -37,16 +37,23 @@ fn norm_index(i: i64, dim: usize, what: &str) -> OpResult<usize> {
 }
 
 /// Copies the chunks `src[o..o + len]` for every offset `o` into one vector, in parallel when large.
-pub(crate) fn gather_chunks<T: Clone + Send + Sync>(src: &[T], offs: &[usize], len: usize) -> Vec<T> {
+pub(crate) fn gather_chunks<T: Clone + Send + Sync>(
+    src: &[T],
+    offs: &[usize],
+    len: usize,
+) -> Vec<T> {
     let n = offs.len() * len;
     if n == 0 {
         return Vec::new();
     }
     if n >= PAR_THRESHOLD {
         let mut out = vec![src[offs[0]].clone(); n];
-        out.par_chunks_mut(len).zip(offs.par_iter()).with_min_len((4096 / len).max(1)).for_each(|(d, &o)| {
-            d.clone_from_slice(&src[o..o + len]);
-        });
+        out.par_chunks_mut(len)
+            .zip(offs.par_iter())
+            .with_min_len((4096 / len).max(1))
+            .for_each(|(d, &o)| {
+                d.clone_from_slice(&src[o..o + len]);
+            });
         out
     } else {
         let mut out = Vec::with_capacity(n);
@@ -59,15 +66,28 @@ pub(crate) fn gather_chunks<T: Clone + Send + Sync>(src: &[T], offs: &[usize], l
 
 /// The chunk offsets selecting `idx` along the middle axis of `[outer, dim, inner]`.
 fn axis_offsets(outer: usize, dim: usize, inner: usize, idx: &[usize]) -> Vec<usize> {
-    (0..outer).flat_map(|o| idx.iter().map(move |&i| (o * dim + i) * inner)).collect()
+    (0..outer)
+        .flat_map(|o| idx.iter().map(move |&i| (o * dim + i) * inner))
+        .collect()
 }
 
 /// `t` with the entries `idx` taken along `axis`; the axis is replaced by `idx_shape`.
-pub(crate) fn take_axis(t: &Tensor, axis: usize, idx: &[usize], idx_shape: &[usize]) -> OpResult<Tensor> {
+pub(crate) fn take_axis(
+    t: &Tensor,
+    axis: usize,
+    idx: &[usize],
+    idx_shape: &[usize],
+) -> OpResult<Tensor> {
     let s = t.shape();
-    let (outer, inner): (usize, usize) = (s[..axis].iter().product(), s[axis + 1..].iter().product());
+    let (outer, inner): (usize, usize) =
+        (s[..axis].iter().product(), s[axis + 1..].iter().product());
     let offs = axis_offsets(outer, s[axis], inner, idx);
-    let shape: Vec<usize> = s[..axis].iter().chain(idx_shape).chain(&s[axis + 1..]).copied().collect();
+    let shape: Vec<usize> = s[..axis]
+        .iter()
+        .chain(idx_shape)
+        .chain(&s[axis + 1..])
+        .copied()
+        .collect();
     Ok(map_array!(t, a => arr(&shape, gather_chunks(&flat(a), &offs, inner))?))
 }
 
@@ -78,14 +98,24 @@ fn gather(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     }
     let axis = norm_axis(ctx.attr_i("axis", 0)?, x.rank())?;
     let dim = x.shape()[axis];
-    let idx: Vec<usize> = ind.to_i64_vec()?.into_iter().map(|i| norm_index(i, dim, "Gather")).collect::<OpResult<_>>()?;
+    let idx: Vec<usize> = ind
+        .to_i64_vec()?
+        .into_iter()
+        .map(|i| norm_index(i, dim, "Gather"))
+        .collect::<OpResult<_>>()?;
     single(take_axis(x, axis, &idx, ind.shape())?)
 }
 
 /// Flat data offsets of GatherElements/ScatterElements: `indices` replaces the coordinate on `axis`.
 fn element_offsets(dshape: &[usize], ind: &Tensor, axis: usize) -> OpResult<Vec<usize>> {
     let ishape = ind.shape();
-    if ishape.len() != dshape.len() || ishape.iter().zip(dshape).enumerate().any(|(d, (&i, &s))| d != axis && i > s) {
+    if ishape.len() != dshape.len()
+        || ishape
+            .iter()
+            .zip(dshape)
+            .enumerate()
+            .any(|(d, (&i, &s))| d != axis && i > s)
+    {
         bail!("indices of shape {ishape:?} do not fit data of shape {dshape:?} on axis {axis}");
     }
     let idx = ind.to_i64_vec()?;
@@ -126,9 +156,13 @@ fn nd_offsets(dshape: &[usize], ind: &Tensor, b: usize) -> OpResult<(Vec<usize>,
     let ishape = ind.shape();
     let q = ishape.len();
     let r = dshape.len();
-    let Some(&k) = ishape.last() else { bail!("indices must have rank >= 1") };
+    let Some(&k) = ishape.last() else {
+        bail!("indices must have rank >= 1")
+    };
     if b >= q || b + k > r || ishape[..b] != dshape[..b] {
-        bail!("indices of shape {ishape:?} do not fit data of shape {dshape:?} with batch_dims {b}");
+        bail!(
+            "indices of shape {ishape:?} do not fit data of shape {dshape:?} with batch_dims {b}"
+        );
     }
     let idx = ind.to_i64_vec()?;
     let dst = strides_of(dshape);
@@ -161,7 +195,11 @@ fn gather_nd(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let (offs, inner) = nd_offsets(x.shape(), ind, b)?;
     let ishape = ind.shape();
     let k = ishape[ishape.len() - 1];
-    let shape: Vec<usize> = ishape[..ishape.len() - 1].iter().chain(&x.shape()[b + k..]).copied().collect();
+    let shape: Vec<usize> = ishape[..ishape.len() - 1]
+        .iter()
+        .chain(&x.shape()[b + k..])
+        .copied()
+        .collect();
     single(map_array!(x, a => arr(&shape, gather_chunks(&flat(a), &offs, inner))?))
 }
 
@@ -186,7 +224,12 @@ fn reduction(ctx: &OpCtx) -> OpResult<Reduction> {
 }
 
 /// Writes `upd` chunk `t` (of `len` elements) to `out[offs[t]..]`, in order.
-fn scatter_set<T: Elem>(data: &ArrayD<T>, upd: &ArrayD<T>, offs: &[usize], len: usize) -> OpResult<ArrayD<T>> {
+fn scatter_set<T: Elem>(
+    data: &ArrayD<T>,
+    upd: &ArrayD<T>,
+    offs: &[usize],
+    len: usize,
+) -> OpResult<ArrayD<T>> {
     let mut out = flat(data).into_owned();
     let u = flat(upd);
     for (t, &o) in offs.iter().enumerate() {
@@ -195,7 +238,13 @@ fn scatter_set<T: Elem>(data: &ArrayD<T>, upd: &ArrayD<T>, offs: &[usize], len: 
     arr(data.shape(), out)
 }
 
-fn scatter_reduce<T: Arith>(data: &ArrayD<T>, upd: &ArrayD<T>, offs: &[usize], len: usize, red: Reduction) -> OpResult<ArrayD<T>> {
+fn scatter_reduce<T: Arith>(
+    data: &ArrayD<T>,
+    upd: &ArrayD<T>,
+    offs: &[usize],
+    len: usize,
+    red: Reduction,
+) -> OpResult<ArrayD<T>> {
     let mut out = flat(data).into_owned();
     let u = flat(upd);
     for (t, &o) in offs.iter().enumerate() {
@@ -205,15 +254,33 @@ fn scatter_reduce<T: Arith>(data: &ArrayD<T>, upd: &ArrayD<T>, offs: &[usize], l
                 Reduction::Add => d.add(s),
                 Reduction::Mul => d.mul(s),
                 // NaN propagates like numpy's maximum/minimum.
-                Reduction::Max => if tcmp(&s, d) == Ordering::Greater { s } else { *d },
-                Reduction::Min => if s < *d || s.partial_cmp(&s).is_none() { s } else { *d },
+                Reduction::Max => {
+                    if tcmp(&s, d) == Ordering::Greater {
+                        s
+                    } else {
+                        *d
+                    }
+                }
+                Reduction::Min => {
+                    if s < *d || s.partial_cmp(&s).is_none() {
+                        s
+                    } else {
+                        *d
+                    }
+                }
             };
         }
     }
     arr(data.shape(), out)
 }
 
-fn scatter_any(x: &Tensor, upd: &Tensor, offs: &[usize], len: usize, red: Reduction) -> OpResult<Tensor> {
+fn scatter_any(
+    x: &Tensor,
+    upd: &Tensor,
+    offs: &[usize],
+    len: usize,
+    red: Reduction,
+) -> OpResult<Tensor> {
     if upd.dtype() != x.dtype() {
         bail!("updates have dtype {}, the data {}", upd.dtype(), x.dtype());
     }
@@ -228,7 +295,11 @@ fn scatter_elements(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Valu
     let (x, ind, upd) = (input(inputs, 0)?, input(inputs, 1)?, input(inputs, 2)?);
     let axis = norm_axis(ctx.attr_i("axis", 0)?, x.rank())?;
     if upd.shape() != ind.shape() {
-        bail!("updates of shape {:?} differ from indices of shape {:?}", upd.shape(), ind.shape());
+        bail!(
+            "updates of shape {:?} differ from indices of shape {:?}",
+            upd.shape(),
+            ind.shape()
+        );
     }
     let offs = element_offsets(x.shape(), ind, axis)?;
     single(scatter_any(x, upd, &offs, 1, reduction(ctx)?)?)
@@ -239,7 +310,11 @@ fn scatter_nd(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let (offs, inner) = nd_offsets(x.shape(), ind, 0)?;
     let ishape = ind.shape();
     let k = ishape[ishape.len() - 1];
-    let want: Vec<usize> = ishape[..ishape.len() - 1].iter().chain(&x.shape()[k..]).copied().collect();
+    let want: Vec<usize> = ishape[..ishape.len() - 1]
+        .iter()
+        .chain(&x.shape()[k..])
+        .copied()
+        .collect();
     if upd.shape() != want.as_slice() {
         bail!("updates of shape {:?}, expected {want:?}", upd.shape());
     }
@@ -249,17 +324,27 @@ fn scatter_nd(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
 fn one_hot(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let (ind, depth, values) = (input(inputs, 0)?, input(inputs, 1)?, input(inputs, 2)?);
     let idx = ind.to_f64_vec()?;
-    let &[depth] = depth.to_f64_vec()?.as_slice() else { bail!("OneHot depth must hold one value") };
+    let &[depth] = depth.to_f64_vec()?.as_slice() else {
+        bail!("OneHot depth must hold one value")
+    };
     if !(depth >= 1.0 && depth < 1e15) {
         bail!("OneHot depth {depth} is not a positive count");
     }
     let depth = depth as usize;
     if values.len() != 2 {
-        bail!("OneHot values must hold [off, on], got {:?}", values.shape());
+        bail!(
+            "OneHot values must hold [off, on], got {:?}",
+            values.shape()
+        );
     }
     let ishape = ind.shape();
     let axis = norm_axis(ctx.attr_i("axis", -1)?, ishape.len() + 1)?;
-    let shape: Vec<usize> = ishape[..axis].iter().chain(&[depth]).chain(&ishape[axis..]).copied().collect();
+    let shape: Vec<usize> = ishape[..axis]
+        .iter()
+        .chain(&[depth])
+        .chain(&ishape[axis..])
+        .copied()
+        .collect();
     ctx.check_alloc(&shape, values.dtype().size_in_memory())?;
     let outer: usize = ishape[..axis].iter().product();
     let inner: usize = ishape[axis..].iter().product();
@@ -301,7 +386,12 @@ fn non_zero(_: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
 
 fn nonzero_positions<T: Elem>(a: &ArrayD<T>) -> Vec<usize> {
     let zero = T::default();
-    flat(a).iter().enumerate().filter(|(_, v)| **v != zero).map(|(i, _)| i).collect()
+    flat(a)
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| **v != zero)
+        .map(|(i, _)| i)
+        .collect()
 }
 
 fn compress(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
@@ -316,9 +406,17 @@ fn compress(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
         }
     };
     let dim = t.shape()[axis];
-    let sel: Vec<usize> = cond.iter().enumerate().filter(|(_, c)| **c != 0).map(|(i, _)| i).collect();
+    let sel: Vec<usize> = cond
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| **c != 0)
+        .map(|(i, _)| i)
+        .collect();
     if sel.last().is_some_and(|&i| i >= dim) {
-        bail!("Compress condition of length {} selects past the dimension {dim}", cond.len());
+        bail!(
+            "Compress condition of length {} selects past the dimension {dim}",
+            cond.len()
+        );
     }
     single(take_axis(t, axis, &sel, &[sel.len()])?)
 }
@@ -329,7 +427,9 @@ fn top_k(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
         ctx.req_i("k")?
     } else {
         let k = input(inputs, 1)?.to_i64_vec()?;
-        let &[k] = k.as_slice() else { bail!("TopK K must hold one value, got {k:?}") };
+        let &[k] = k.as_slice() else {
+            bail!("TopK K must hold one value, got {k:?}")
+        };
         k
     };
     let axis = norm_axis(ctx.attr_i("axis", -1)?, x.rank())?;
@@ -348,12 +448,24 @@ fn top_k(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
         v
     })?;
     let indices = indices.ok_or_else(|| OpError::Invalid("TopK produced no indices".into()))?;
-    Ok(vec![Value::Tensor(vals), Value::Tensor(Tensor::I64(indices))])
+    Ok(vec![
+        Value::Tensor(vals),
+        Value::Tensor(Tensor::I64(indices)),
+    ])
 }
 
-fn topk_impl<T: Arith>(a: &ArrayD<T>, axis: usize, k: usize, largest: bool) -> OpResult<(ArrayD<T>, ArrayD<i64>)> {
+fn topk_impl<T: Arith>(
+    a: &ArrayD<T>,
+    axis: usize,
+    k: usize,
+    largest: bool,
+) -> OpResult<(ArrayD<T>, ArrayD<i64>)> {
     let s = a.shape();
-    let (outer, dim, inner): (usize, usize, usize) = (s[..axis].iter().product(), s[axis], s[axis + 1..].iter().product());
+    let (outer, dim, inner): (usize, usize, usize) = (
+        s[..axis].iter().product(),
+        s[axis],
+        s[axis + 1..].iter().product(),
+    );
     let mut shape = s.to_vec();
     shape[axis] = k;
     let src = flat(a);
@@ -401,7 +513,11 @@ fn unique(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
         }
     };
     let s = t.shape();
-    let (outer, dim, inner): (usize, usize, usize) = (s[..axis].iter().product(), s[axis], s[axis + 1..].iter().product());
+    let (outer, dim, inner): (usize, usize, usize) = (
+        s[..axis].iter().product(),
+        s[axis],
+        s[axis + 1..].iter().product(),
+    );
     // Items are the slices along `axis`; compare them lexicographically (outer-major, then inner).
     let (firsts, inverse, counts) = with_array!(t, a => {
         let src = flat(a);
@@ -433,7 +549,10 @@ fn unique(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let sel: Vec<usize> = gorder.iter().map(|&g| firsts[g]).collect();
     let y = take_axis(t, axis, &sel, &[sel.len()])?;
     let ind = sel.iter().map(|&i| i as i64).collect::<Vec<_>>();
-    let inv = inverse.iter().map(|&g| rank_of[g] as i64).collect::<Vec<_>>();
+    let inv = inverse
+        .iter()
+        .map(|&g| rank_of[g] as i64)
+        .collect::<Vec<_>>();
     let cnt = gorder.iter().map(|&g| counts[g] as i64).collect::<Vec<_>>();
     let (nu, ni) = (ind.len(), inv.len());
     Ok(vec![
@@ -446,7 +565,10 @@ fn unique(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
 
 /// Groups a sorted item order into runs of equal items: each group's first item (its smallest
 /// index, as the sort is stable), the group of every item, and each group's size.
-fn group(order: &[usize], eq: impl Fn(usize, usize) -> bool) -> (Vec<usize>, Vec<usize>, Vec<usize>) {
+fn group(
+    order: &[usize],
+    eq: impl Fn(usize, usize) -> bool,
+) -> (Vec<usize>, Vec<usize>, Vec<usize>) {
     let mut firsts: Vec<usize> = Vec::new();
     let mut counts: Vec<usize> = Vec::new();
     let mut inverse = vec![0usize; order.len()];
@@ -473,7 +595,11 @@ mod tests {
 
     #[test]
     fn topk_ties_prefer_lower_index_and_nan_is_largest() {
-        let a = ArrayD::from_shape_vec(ndarray::IxDyn(&[6]), vec![1.5f32, f32::NAN, 3.0, 3.0, -2.0, 1.5]).unwrap();
+        let a = ArrayD::from_shape_vec(
+            ndarray::IxDyn(&[6]),
+            vec![1.5f32, f32::NAN, 3.0, 3.0, -2.0, 1.5],
+        )
+        .unwrap();
         let (v, i) = topk_impl(&a, 0, 4, true).unwrap();
         assert!(v[[0]].is_nan());
         assert_eq!(i.as_slice().unwrap(), &[1, 2, 3, 0]);

@@ -20,10 +20,19 @@ pub fn register(r: &mut Registry) {
 fn float_tensor(dtype: DType, shape: &[usize], v: Vec<f64>) -> OpResult<Tensor> {
     let s = IxDyn(shape);
     Ok(match dtype {
-        DType::F32 => Tensor::F32(ArrayD::from_shape_vec(s, v.into_iter().map(|x| x as f32).collect())?),
+        DType::F32 => Tensor::F32(ArrayD::from_shape_vec(
+            s,
+            v.into_iter().map(|x| x as f32).collect(),
+        )?),
         DType::F64 => Tensor::F64(ArrayD::from_shape_vec(s, v)?),
-        DType::F16 => Tensor::F16(ArrayD::from_shape_vec(s, v.into_iter().map(f16::from_f64).collect())?),
-        DType::BF16 => Tensor::BF16(ArrayD::from_shape_vec(s, v.into_iter().map(bf16::from_f64).collect())?),
+        DType::F16 => Tensor::F16(ArrayD::from_shape_vec(
+            s,
+            v.into_iter().map(f16::from_f64).collect(),
+        )?),
+        DType::BF16 => Tensor::BF16(ArrayD::from_shape_vec(
+            s,
+            v.into_iter().map(bf16::from_f64).collect(),
+        )?),
         d => unsupported!("loss of dtype {d} (expected a float type)"),
     })
 }
@@ -64,7 +73,10 @@ fn common(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Common> {
     let mut want: Vec<usize> = vec![n];
     want.extend_from_slice(&xs[2..]);
     if t.shape() != want.as_slice() {
-        bail!("target shape {:?} does not match input shape {xs:?} (expected {want:?})", t.shape());
+        bail!(
+            "target shape {:?} does not match input shape {xs:?} (expected {want:?})",
+            t.shape()
+        );
     }
     let weight = match opt_input(inputs, 2)? {
         Some(w) => {
@@ -171,11 +183,20 @@ mod tests {
     use super::*;
 
     fn lcg(seed: &mut u64) -> f64 {
-        *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        *seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         ((*seed >> 33) as f64 / (1u64 << 31) as f64) * 2.0 - 1.0
     }
 
-    fn common_for(n: usize, c: usize, d: usize, target: Vec<i64>, weight: Option<Vec<f64>>, ignore: Option<i64>) -> Common {
+    fn common_for(
+        n: usize,
+        c: usize,
+        d: usize,
+        target: Vec<i64>,
+        weight: Option<Vec<f64>>,
+        ignore: Option<i64>,
+    ) -> Common {
         Common {
             dtype: DType::F64,
             n,

@@ -35,20 +35,8 @@ const PAR_WORK: usize = 32 * 32 * 32;
 /// and the product is large enough. Panics only if the strides reach outside the slices (a caller bug).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn gemm_into<T: GemmFloat>(
-    m: usize,
-    n: usize,
-    k: usize,
-    a: &[T],
-    a_rs: usize,
-    a_cs: usize,
-    b: &[T],
-    b_rs: usize,
-    b_cs: usize,
-    dst: &mut [T],
-    d_rs: usize,
-    alpha: T,
-    accumulate: bool,
-    par: bool,
+    m: usize, n: usize, k: usize, a: &[T], a_rs: usize, a_cs: usize, b: &[T], b_rs: usize, b_cs: usize, dst: &mut [T],
+    d_rs: usize, alpha: T, accumulate: bool, par: bool,
 ) {
     if m == 0 || n == 0 {
         return;
@@ -100,15 +88,7 @@ pub(crate) fn gemm_into<T: GemmFloat>(
 /// `A` stored `m×k` (or `k×m` when `trans_a`) and `B` stored `k×n` (or `n×k` when `trans_b`).
 #[allow(clippy::too_many_arguments, dead_code)]
 pub(crate) fn sgemm(
-    m: usize,
-    n: usize,
-    k: usize,
-    alpha: f32,
-    a: &[f32],
-    trans_a: bool,
-    b: &[f32],
-    trans_b: bool,
-    c: &mut [f32],
+    m: usize, n: usize, k: usize, alpha: f32, a: &[f32], trans_a: bool, b: &[f32], trans_b: bool, c: &mut [f32],
     accumulate: bool,
 ) {
     let (a_rs, a_cs) = if trans_a { (1, m) } else { (k, 1) };
@@ -122,20 +102,8 @@ pub(crate) trait MmElem: Copy + Send + Sync + num_traits::Zero + num_traits::One
     /// Same contract as [`gemm_into`].
     #[allow(clippy::too_many_arguments)]
     fn mm(
-        m: usize,
-        n: usize,
-        k: usize,
-        a: &[Self],
-        a_rs: usize,
-        a_cs: usize,
-        b: &[Self],
-        b_rs: usize,
-        b_cs: usize,
-        dst: &mut [Self],
-        d_rs: usize,
-        alpha: Self,
-        accumulate: bool,
-        par: bool,
+        m: usize, n: usize, k: usize, a: &[Self], a_rs: usize, a_cs: usize, b: &[Self], b_rs: usize, b_cs: usize,
+        dst: &mut [Self], d_rs: usize, alpha: Self, accumulate: bool, par: bool,
     );
     fn from_f64(v: f64) -> Self;
     fn eadd(self, o: Self) -> Self;
@@ -219,13 +187,7 @@ fn batch_offsets(src: &[usize], out: &[usize], mat: usize) -> Vec<usize> {
 /// Batched matrix product of contiguous `[batch..., m, k]` and `[batch..., k, n]` operands whose batch
 /// dims broadcast. Returns the flat `[batch..., m, n]` result and the broadcast batch shape.
 fn batched_mm<T: MmElem>(
-    a: &[T],
-    a_batch: &[usize],
-    b: &[T],
-    b_batch: &[usize],
-    m: usize,
-    k: usize,
-    n: usize,
+    a: &[T], a_batch: &[usize], b: &[T], b_batch: &[usize], m: usize, k: usize, n: usize,
 ) -> OpResult<(Vec<T>, Vec<usize>)> {
     let batch = broadcast_shapes(&[a_batch, b_batch])?;
     let nb: usize = batch.iter().product();
@@ -244,9 +206,9 @@ fn batched_mm<T: MmElem>(
     let bo = batch_offsets(b_batch, &batch, k * n);
     let small = m.saturating_mul(n).saturating_mul(k) < PAR_WORK * 8;
     if small && nb > 1 {
-        out.par_chunks_mut(m * n).enumerate().for_each(|(i, o)| {
-            T::mm(m, n, k, &a[ao[i]..], k, 1, &b[bo[i]..], n, 1, o, n, T::one(), false, false)
-        });
+        out.par_chunks_mut(m * n)
+            .enumerate()
+            .for_each(|(i, o)| T::mm(m, n, k, &a[ao[i]..], k, 1, &b[bo[i]..], n, 1, o, n, T::one(), false, false));
     } else {
         for (i, o) in out.chunks_mut(m * n).enumerate() {
             T::mm(m, n, k, &a[ao[i]..], k, 1, &b[bo[i]..], n, 1, o, n, T::one(), false, true);
@@ -322,14 +284,7 @@ fn matmul(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
 // ---------------------------------------------------------------------------------------------
 
 fn gemm_t<T: MmElem>(
-    ctx: &OpCtx,
-    a: &ArrayD<T>,
-    b: &ArrayD<T>,
-    c: Option<&ArrayD<T>>,
-    ta: bool,
-    tb: bool,
-    alpha: f64,
-    beta: f64,
+    ctx: &OpCtx, a: &ArrayD<T>, b: &ArrayD<T>, c: Option<&ArrayD<T>>, ta: bool, tb: bool, alpha: f64, beta: f64,
 ) -> OpResult<ArrayD<T>> {
     if a.ndim() != 2 || b.ndim() != 2 {
         bail!("Gemm needs 2-D A and B, got {:?} and {:?}", a.shape(), b.shape());
@@ -590,7 +545,7 @@ fn arrange<T: MmElem>(op: &Operand<T>, order: &[u32], sizes: &[usize]) -> OpResu
 }
 
 /// Contracts two operands, keeping the labels `keep` says are still needed.
-fn contract<T: MmElem>(a: Operand<T>, b: Operand<T>, keep: &dyn Fn(u32) -> bool) -> OpResult<Operand<T>> {
+fn contract<T: MmElem>(ctx: &OpCtx, a: Operand<T>, b: Operand<T>, keep: &dyn Fn(u32) -> bool) -> OpResult<Operand<T>> {
     let a = sum_out(a, &|l| keep(l) || b.labels.contains(&l));
     let b = sum_out(b, &|l| keep(l) || a.labels.contains(&l));
     let (mut batch, mut con, mut am, mut bn) = (vec![], vec![], vec![], vec![]);
@@ -609,6 +564,11 @@ fn contract<T: MmElem>(a: Operand<T>, b: Operand<T>, keep: &dyn Fn(u32) -> bool)
     let size = |l: u32| label_size(&[&a, &b], l);
     let sz = |ls: &[u32]| ls.iter().map(|&l| size(l)).collect::<Vec<usize>>();
     let (bs, ms, ks, ns) = (sz(&batch), sz(&am), sz(&con), sz(&bn));
+    let esz = std::mem::size_of::<T>();
+    for shape in [[&bs, &ms, &ks], [&bs, &ks, &ns], [&bs, &ms, &ns]] {
+        let dims: Vec<usize> = shape.iter().flat_map(|v| v.iter().copied()).collect();
+        ctx.check_alloc(&dims, esz)?;
+    }
     let (nb, m, k, n) = (
         bs.iter().product::<usize>(),
         ms.iter().product::<usize>(),
@@ -642,7 +602,7 @@ fn einsum_t<T: MmElem>(ctx: &OpCtx, p: &Parsed, arrays: Vec<ArrayD<T>>) -> OpRes
     let needed = |from: usize, l: u32| p.output.contains(&l) || rest_labels[from..].iter().any(|x| x.contains(&l));
     let mut cur = sum_out(first, &|l| needed(1, l));
     for (i, op) in iter {
-        cur = contract(cur, op, &|l| needed(i + 1, l))?;
+        cur = contract(ctx, cur, op, &|l| needed(i + 1, l))?;
     }
     let cur = sum_out(cur, &|l| p.output.contains(&l));
     let perm: Vec<usize> = p.output.iter().map(|l| cur.labels.iter().position(|x| x == l).unwrap_or(0)).collect();
@@ -697,4 +657,144 @@ fn einsum(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
         t => unsupported!("Einsum of {}", t.dtype()),
     };
     single(t)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+    use crate::ir::{Attr, Graph, Node};
+    use crate::ops::{Kernel, SubgraphRunner};
+
+    struct NoRunner;
+    impl SubgraphRunner for NoRunner {
+        fn run_subgraph(&self, _: &Graph, _: Vec<Value>) -> OpResult<Vec<Value>> {
+            unsupported!("no subgraphs here")
+        }
+    }
+
+    fn call(k: Kernel, attrs: Vec<(&str, Attr)>, ins: Vec<Option<Tensor>>) -> Tensor {
+        let attrs: HashMap<String, Attr> = attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+        let node = Node {
+            name: "n".into(),
+            op_type: "X".into(),
+            domain: String::new(),
+            opset: 22,
+            inputs: vec![],
+            outputs: vec!["y".into()],
+            attrs,
+        };
+        let vals: Vec<Option<Value>> = ins.into_iter().map(|t| t.map(Value::Tensor)).collect();
+        let refs: Vec<Option<&Value>> = vals.iter().map(|v| v.as_ref()).collect();
+        let ctx = OpCtx { node: &node, runner: &NoRunner, max_tensor_bytes: 1 << 30 };
+        k(&ctx, &refs).unwrap().remove(0).into_tensor().unwrap()
+    }
+
+    fn rand(seed: u64, n: usize) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (0..n)
+            .map(|_| {
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    fn t(shape: &[usize], seed: u64) -> (Tensor, Vec<f32>) {
+        let v = rand(seed, shape.iter().product());
+        (Tensor::from_f32(shape, v.clone()).unwrap(), v)
+    }
+
+    fn close(got: &Tensor, want: &[f32], shape: &[usize]) {
+        assert_eq!(got.shape(), shape);
+        let g = got.to_f64_vec().unwrap();
+        for (i, (a, b)) in g.iter().zip(want).enumerate() {
+            assert!((*a as f32 - b).abs() <= 1e-4 * (1.0 + b.abs()), "at {i}: {a} vs {b}");
+        }
+    }
+
+    #[test]
+    fn matmul_broadcast_batch_and_1d() {
+        let (a, av) = t(&[2, 1, 3, 4], 1);
+        let (b, bv) = t(&[3, 4, 5], 2);
+        let mut want = vec![0f32; 2 * 3 * 3 * 5];
+        for i in 0..2 {
+            for j in 0..3 {
+                for r in 0..3 {
+                    for c in 0..5 {
+                        want[((i * 3 + j) * 3 + r) * 5 + c] =
+                            (0..4).map(|p| av[(i * 3 + r) * 4 + p] * bv[(j * 4 + p) * 5 + c]).sum();
+                    }
+                }
+            }
+        }
+        close(&call(matmul, vec![], vec![Some(a), Some(b)]), &want, &[2, 3, 3, 5]);
+        let (v, vv) = t(&[4], 3);
+        let (m, mv) = t(&[2, 4, 3], 4);
+        let want: Vec<f32> = (0..6).map(|o| (0..4).map(|p| vv[p] * mv[(o / 3) * 12 + p * 3 + o % 3]).sum()).collect();
+        close(&call(matmul, vec![], vec![Some(v), Some(m)]), &want, &[2, 3]);
+    }
+
+    #[test]
+    fn gemm_transposes_and_bias() {
+        let (a, av) = t(&[4, 3], 5); // transA: A' is 3x4
+        let (b, bv) = t(&[6, 4], 6); // transB: B' is 4x6
+        let (c, cv) = t(&[6], 7);
+        let attrs = vec![
+            ("transA", Attr::Int(1)),
+            ("transB", Attr::Int(1)),
+            ("alpha", Attr::Float(0.5)),
+            ("beta", Attr::Float(2.0)),
+        ];
+        let mut want = vec![0f32; 18];
+        for i in 0..3 {
+            for j in 0..6 {
+                let s: f32 = (0..4).map(|p| av[p * 3 + i] * bv[j * 4 + p]).sum();
+                want[i * 6 + j] = 0.5 * s + 2.0 * cv[j];
+            }
+        }
+        close(&call(gemm_op, attrs, vec![Some(a), Some(b), Some(c)]), &want, &[3, 6]);
+    }
+
+    #[test]
+    fn einsum_diagonal_ellipsis_chain() {
+        let eq = |s: &str| vec![("equation", Attr::String(s.as_bytes().to_vec()))];
+        let (x, xv) = t(&[3, 3], 8);
+        close(&call(einsum, eq("ii->i"), vec![Some(x.clone())]), &[xv[0], xv[4], xv[8]], &[3]);
+        close(&call(einsum, eq("ii"), vec![Some(x)]), &[xv[0] + xv[4] + xv[8]], &[]);
+        // Broadcast ellipsis: [2,1,2,3] x [4,3,2] -> [2,4,2,2]
+        let (a, av) = t(&[2, 1, 2, 3], 9);
+        let (b, bv) = t(&[4, 3, 2], 10);
+        let mut want = vec![0f32; 2 * 4 * 2 * 2];
+        for i in 0..2 {
+            for j in 0..4 {
+                for r in 0..2 {
+                    for c in 0..2 {
+                        want[((i * 4 + j) * 2 + r) * 2 + c] =
+                            (0..3).map(|p| av[(i * 2 + r) * 3 + p] * bv[(j * 3 + p) * 2 + c]).sum();
+                    }
+                }
+            }
+        }
+        close(&call(einsum, eq("...ij,...jk->...ik"), vec![Some(a), Some(b)]), &want, &[2, 4, 2, 2]);
+        // Three operands with a summed-out free label: ij,jk,kl->i
+        let (p, pv) = t(&[2, 3], 11);
+        let (q, qv) = t(&[3, 4], 12);
+        let (r, rv) = t(&[4, 2], 13);
+        let want: Vec<f32> = (0..2)
+            .map(|i| {
+                let mut s = 0.0;
+                for j in 0..3 {
+                    for k in 0..4 {
+                        for l in 0..2 {
+                            s += pv[i * 3 + j] * qv[j * 4 + k] * rv[k * 2 + l];
+                        }
+                    }
+                }
+                s
+            })
+            .collect();
+        close(&call(einsum, eq("ij,jk,kl->i"), vec![Some(p), Some(q), Some(r)]), &want, &[2]);
+    }
 }

@@ -36,14 +36,23 @@ pub(crate) fn tensor_from_f64(dtype: DType, shape: &[usize], v: Vec<f64>) -> OpR
     let s = IxDyn(shape);
     macro_rules! ints {
         ($v:ident, $t:ty) => {
-            Tensor::$v(ArrayD::from_shape_vec(s, v.into_iter().map(|x| x as $t).collect())?)
+            Tensor::$v(ArrayD::from_shape_vec(
+                s,
+                v.into_iter().map(|x| x as $t).collect(),
+            )?)
         };
     }
     Ok(match dtype {
         DType::F32 => ints!(F32, f32),
         DType::F64 => Tensor::F64(ArrayD::from_shape_vec(s, v)?),
-        DType::F16 => Tensor::F16(ArrayD::from_shape_vec(s, v.into_iter().map(f16::from_f64).collect())?),
-        DType::BF16 => Tensor::BF16(ArrayD::from_shape_vec(s, v.into_iter().map(bf16::from_f64).collect())?),
+        DType::F16 => Tensor::F16(ArrayD::from_shape_vec(
+            s,
+            v.into_iter().map(f16::from_f64).collect(),
+        )?),
+        DType::BF16 => Tensor::BF16(ArrayD::from_shape_vec(
+            s,
+            v.into_iter().map(bf16::from_f64).collect(),
+        )?),
         DType::I8 => ints!(I8, i8),
         DType::I16 => ints!(I16, i16),
         DType::I32 => ints!(I32, i32),
@@ -52,7 +61,10 @@ pub(crate) fn tensor_from_f64(dtype: DType, shape: &[usize], v: Vec<f64>) -> OpR
         DType::U16 => ints!(U16, u16),
         DType::U32 => ints!(U32, u32),
         DType::U64 => ints!(U64, u64),
-        DType::Bool => Tensor::Bool(ArrayD::from_shape_vec(s, v.into_iter().map(|x| x != 0.0).collect())?),
+        DType::Bool => Tensor::Bool(ArrayD::from_shape_vec(
+            s,
+            v.into_iter().map(|x| x != 0.0).collect(),
+        )?),
         d => unsupported!("output dtype {d}"),
     })
 }
@@ -61,7 +73,10 @@ pub(crate) fn tensor_from_f64(dtype: DType, shape: &[usize], v: Vec<f64>) -> OpR
 pub(crate) fn dtype_attr(ctx: &OpCtx, name: &str, default: DType) -> OpResult<DType> {
     match ctx.attr_opt_i(name)? {
         None => Ok(default),
-        Some(c) => i32::try_from(c).ok().and_then(DType::from_onnx).ok_or_else(|| OpError::Invalid(format!("attribute '{name}': unknown dtype {c}"))),
+        Some(c) => i32::try_from(c)
+            .ok()
+            .and_then(DType::from_onnx)
+            .ok_or_else(|| OpError::Invalid(format!("attribute '{name}': unknown dtype {c}"))),
     }
 }
 
@@ -82,7 +97,9 @@ fn non_max_suppression(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<V
     let scores_t = input(inputs, 1)?;
     let (bs, ss) = (boxes_t.shape(), scores_t.shape());
     if bs.len() != 3 || bs[2] != 4 || ss.len() != 3 || ss[0] != bs[0] || ss[2] != bs[1] {
-        bail!("NonMaxSuppression needs boxes [B, N, 4] and scores [B, C, N], got {bs:?} and {ss:?}");
+        bail!(
+            "NonMaxSuppression needs boxes [B, N, 4] and scores [B, C, N], got {bs:?} and {ss:?}"
+        );
     }
     let (nb, nc, nbox) = (bs[0], ss[1], bs[1]);
     let max_out = match opt_input(inputs, 2)? {
@@ -108,7 +125,12 @@ fn non_max_suppression(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<V
                 let (hw, hh) = (b[2] / 2.0, b[3] / 2.0);
                 [b[1] - hh, b[0] - hw, b[1] + hh, b[0] + hw]
             } else {
-                [b[0].min(b[2]), b[1].min(b[3]), b[0].max(b[2]), b[1].max(b[3])]
+                [
+                    b[0].min(b[2]),
+                    b[1].min(b[3]),
+                    b[0].max(b[2]),
+                    b[1].max(b[3]),
+                ]
             }
         })
         .collect();
@@ -131,9 +153,16 @@ fn non_max_suppression(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<V
         let bx = &corners[b * nbox..(b + 1) * nbox];
         for c in 0..nc {
             let sc = &scores[(b * nc + c) * nbox..(b * nc + c + 1) * nbox];
-            let mut cand: Vec<usize> = (0..nbox).filter(|&i| score_th.is_none_or(|t| sc[i] > t)).collect();
+            let mut cand: Vec<usize> = (0..nbox)
+                .filter(|&i| score_th.is_none_or(|t| sc[i] > t))
+                .collect();
             // Highest score first; among equal scores the lower index first.
-            cand.sort_by(|&i, &j| sc[j].partial_cmp(&sc[i]).unwrap_or(std::cmp::Ordering::Equal).then(i.cmp(&j)));
+            cand.sort_by(|&i, &j| {
+                sc[j]
+                    .partial_cmp(&sc[i])
+                    .unwrap_or(std::cmp::Ordering::Equal)
+                    .then(i.cmp(&j))
+            });
             let mut kept: Vec<usize> = Vec::new();
             for i in cand {
                 if kept.len() >= max_out {
@@ -166,10 +195,13 @@ fn dropout(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
         };
         (r, t)
     } else {
-        (ctx.attr_f("ratio", 0.5)? as f64, ctx.opset() < 7 && ctx.attr_i("is_test", 0)? == 0)
+        (
+            ctx.attr_f("ratio", 0.5)? as f64,
+            ctx.opset() < 7 && ctx.attr_i("is_test", 0)? == 0,
+        )
     };
     if training && ratio != 0.0 {
-        unsupported!("training-mode Dropout is random (ratio {ratio}); only inference or ratio 0 is supported");
+        return dropout_train(ctx, x, ratio);
     }
     let mut outs = vec![Value::Tensor(x.clone())];
     if ctx.node.outputs.len() > 1 {
@@ -179,6 +211,24 @@ fn dropout(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
             tensor_from_f64(x.dtype(), x.shape(), vec![1.0; x.len()])?
         };
         outs.push(Value::Tensor(mask));
+    }
+    Ok(outs)
+}
+
+/// Training-mode Dropout: each element kept with probability `1 - ratio` and scaled by `1 / (1 - ratio)`.
+/// Random by definition (seeded by the `seed` attribute when given).
+fn dropout_train(ctx: &OpCtx, x: &Tensor, ratio: f64) -> OpResult<Vec<Value>> {
+    if !(0.0..1.0).contains(&ratio) {
+        bail!("Dropout ratio must lie in [0, 1), got {ratio}");
+    }
+    let mut rng = Rng::new(ctx.attr_opt_f("seed")?.or(ctx.attr_opt_i("seed")?.map(|s| s as f32)));
+    let keep: Vec<bool> = (0..x.len()).map(|_| rng.uniform() >= ratio).collect();
+    let scale = 1.0 / (1.0 - ratio);
+    let values = x.to_f64_vec()?;
+    let y: Vec<f64> = values.iter().zip(&keep).map(|(&v, &k)| if k { v * scale } else { 0.0 }).collect();
+    let mut outs = vec![Value::Tensor(tensor_from_f64(x.dtype(), x.shape(), y)?)];
+    if ctx.node.outputs.len() > 1 {
+        outs.push(Value::Tensor(Tensor::Bool(ArrayD::from_shape_vec(IxDyn(x.shape()), keep)?)));
     }
     Ok(outs)
 }
@@ -233,7 +283,9 @@ fn det(_ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let out: Vec<f64> = if n == 0 {
         vec![1.0; s[..r - 2].iter().product()]
     } else {
-        v.chunks_exact(n * n).map(|m| det_of(&mut m.to_vec(), n)).collect()
+        v.chunks_exact(n * n)
+            .map(|m| det_of(&mut m.to_vec(), n))
+            .collect()
     };
     single(tensor_from_f64(x.dtype(), &s[..r - 2], out)?)
 }
@@ -251,7 +303,9 @@ impl Rng {
         let s = match seed {
             Some(s) => s.to_bits() as u64 ^ 0x9e37_79b9_7f4a_7c15,
             None => {
-                let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+                let t = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as u64);
                 t ^ COUNTER.fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed)
             }
         };
@@ -280,7 +334,9 @@ impl Rng {
 }
 
 fn shape_attr(ctx: &OpCtx) -> OpResult<Vec<usize>> {
-    let s = ctx.attr_opt_ints("shape")?.ok_or_else(|| OpError::Invalid("required attribute 'shape' is missing".into()))?;
+    let s = ctx
+        .attr_opt_ints("shape")?
+        .ok_or_else(|| OpError::Invalid("required attribute 'shape' is missing".into()))?;
     if s.iter().any(|&d| d < 0) {
         bail!("shape {s:?} has negative dims");
     }
@@ -295,21 +351,37 @@ fn random_fill(ctx: &OpCtx, shape: &[usize], dtype: DType, normal: bool) -> OpRe
     let mut rng = Rng::new(ctx.attr_opt_f("seed")?);
     let n: usize = shape.iter().product();
     let v: Vec<f64> = if normal {
-        let (mean, scale) = (ctx.attr_f("mean", 0.0)? as f64, ctx.attr_f("scale", 1.0)? as f64);
+        let (mean, scale) = (
+            ctx.attr_f("mean", 0.0)? as f64,
+            ctx.attr_f("scale", 1.0)? as f64,
+        );
         (0..n).map(|_| mean + scale * rng.normal()).collect()
     } else {
-        let (lo, hi) = (ctx.attr_f("low", 0.0)? as f64, ctx.attr_f("high", 1.0)? as f64);
+        let (lo, hi) = (
+            ctx.attr_f("low", 0.0)? as f64,
+            ctx.attr_f("high", 1.0)? as f64,
+        );
         (0..n).map(|_| lo + (hi - lo) * rng.uniform()).collect()
     };
     single(tensor_from_f64(dtype, shape, v)?)
 }
 
 fn random_normal(ctx: &OpCtx, _inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
-    random_fill(ctx, &shape_attr(ctx)?, dtype_attr(ctx, "dtype", DType::F32)?, true)
+    random_fill(
+        ctx,
+        &shape_attr(ctx)?,
+        dtype_attr(ctx, "dtype", DType::F32)?,
+        true,
+    )
 }
 
 fn random_uniform(ctx: &OpCtx, _inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
-    random_fill(ctx, &shape_attr(ctx)?, dtype_attr(ctx, "dtype", DType::F32)?, false)
+    random_fill(
+        ctx,
+        &shape_attr(ctx)?,
+        dtype_attr(ctx, "dtype", DType::F32)?,
+        false,
+    )
 }
 
 fn random_normal_like(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
@@ -326,7 +398,11 @@ fn bernoulli(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let x = input(inputs, 0)?;
     let dtype = dtype_attr(ctx, "dtype", x.dtype())?;
     let mut rng = Rng::new(ctx.attr_opt_f("seed")?);
-    let v: Vec<f64> = x.to_f64_vec()?.into_iter().map(|p| if rng.uniform() < p { 1.0 } else { 0.0 }).collect();
+    let v: Vec<f64> = x
+        .to_f64_vec()?
+        .into_iter()
+        .map(|p| if rng.uniform() < p { 1.0 } else { 0.0 })
+        .collect();
     single(tensor_from_f64(dtype, x.shape(), v)?)
 }
 
@@ -334,7 +410,10 @@ fn multinomial(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let x = input(inputs, 0)?;
     let s = x.shape();
     if s.len() != 2 || s[1] == 0 {
-        bail!("Multinomial needs [batch, classes] with classes > 0, got {}", x.describe());
+        bail!(
+            "Multinomial needs [batch, classes] with classes > 0, got {}",
+            x.describe()
+        );
     }
     let dtype = dtype_attr(ctx, "dtype", DType::I32)?;
     if !matches!(dtype, DType::I32 | DType::I64) {
@@ -376,7 +455,8 @@ mod tests {
         let mut rng = Rng::new(Some(3.0));
         for _ in 0..20 {
             let m: Vec<f64> = (0..9).map(|_| rng.uniform() * 4.0 - 2.0).collect();
-            let direct = m[0] * (m[4] * m[8] - m[5] * m[7]) - m[1] * (m[3] * m[8] - m[5] * m[6]) + m[2] * (m[3] * m[7] - m[4] * m[6]);
+            let direct = m[0] * (m[4] * m[8] - m[5] * m[7]) - m[1] * (m[3] * m[8] - m[5] * m[6])
+                + m[2] * (m[3] * m[7] - m[4] * m[6]);
             let lu = det_of(&mut m.clone(), 3);
             assert!((lu - direct).abs() < 1e-12, "{lu} vs {direct}");
         }
@@ -393,6 +473,9 @@ mod tests {
         let z: Vec<f64> = (0..n).map(|_| rng.normal()).collect();
         let mean = z.iter().sum::<f64>() / n as f64;
         let var = z.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / n as f64;
-        assert!(mean.abs() < 0.05 && (var - 1.0).abs() < 0.05, "{mean} {var}");
+        assert!(
+            mean.abs() < 0.05 && (var - 1.0).abs() < 0.05,
+            "{mean} {var}"
+        );
     }
 }

@@ -2,7 +2,7 @@
 //! ai.onnx.preview.training (Adagrad, Adam, Momentum) operators.
 use std::collections::HashMap;
 
-use ndarray::{ArrayD, IxDyn};
+use ndarray::{ArrayD, Axis, IxDyn};
 
 use super::{scalar_f64, tensor_from_f64};
 use crate::error::{OpError, OpResult};
@@ -36,7 +36,13 @@ enum Key {
 
 fn float_key(x: f64) -> Key {
     // One key for every NaN, and -0.0 == 0.0.
-    Key::F(if x.is_nan() { f64::NAN.to_bits() } else if x == 0.0 { 0 } else { x.to_bits() })
+    Key::F(if x.is_nan() {
+        f64::NAN.to_bits()
+    } else if x == 0.0 {
+        0
+    } else {
+        x.to_bits()
+    })
 }
 
 fn keys_of(t: &Tensor) -> OpResult<Vec<Key>> {
@@ -88,7 +94,11 @@ fn label_encoder(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>>
         let flat = v.reshape(&[n])?;
         let def = match ctx.attr_opt_tensor("default_tensor")? {
             Some(d) if d.len() == 1 && d.dtype() == v.dtype() => d.reshape(&[1])?,
-            Some(d) => bail!("default_tensor must be one {} value, got {}", v.dtype(), d.describe()),
+            Some(d) => bail!(
+                "default_tensor must be one {} value, got {}",
+                v.dtype(),
+                d.describe()
+            ),
             None => match v.dtype() {
                 DType::Str => strings_tensor(vec!["_Unused".into()])?,
                 d if d.is_float() => tensor_from_f64(d, &[1], vec![-0.0])?,
@@ -97,17 +107,24 @@ fn label_encoder(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>>
         };
         crate::ops::sequence::concat(&[flat, def], 0)?
     } else {
-        bail!("LabelEncoder needs one of values_strings, values_int64s, values_floats, values_tensor");
+        bail!(
+            "LabelEncoder needs one of values_strings, values_int64s, values_floats, values_tensor"
+        );
     };
     if keys.len() + 1 != values.len() {
-        bail!("LabelEncoder has {} keys but {} values", keys.len(), values.len() - 1);
+        bail!(
+            "LabelEncoder has {} keys but {} values",
+            keys.len(),
+            values.len() - 1
+        );
     }
     let map: HashMap<&Key, usize> = keys.iter().enumerate().map(|(i, k)| (k, i)).collect();
-    let idx: Vec<usize> = keys_of(x)?.iter().map(|k| map.get(k).copied().unwrap_or(keys.len())).collect();
-    let out = map_array!(&values, v => {
-        let src = v.as_slice().ok_or_else(|| OpError::Invalid("non-contiguous values".into()))?;
-        ArrayD::from_shape_vec(IxDyn(x.shape()), idx.iter().map(|&i| src[i].clone()).collect())?
-    });
+    let idx: Vec<usize> = keys_of(x)?
+        .iter()
+        .map(|k| map.get(k).copied().unwrap_or(keys.len()))
+        .collect();
+    let out =
+        map_array!(&values, v => v.select(Axis(0), &idx).into_shape_with_order(IxDyn(x.shape()))?);
     single(out)
 }
 
@@ -118,20 +135,25 @@ fn array_feature_extractor(_ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<
     let x = input(inputs, 0)?;
     let idx = input(inputs, 1)?.to_i64_vec()?;
     let s = x.shape();
-    let Some(&last) = s.last() else { bail!("ArrayFeatureExtractor needs rank >= 1, got a scalar") };
+    let Some(&last) = s.last() else {
+        bail!("ArrayFeatureExtractor needs rank >= 1, got a scalar")
+    };
     if let Some(&bad) = idx.iter().find(|&&i| i < 0 || i as usize >= last) {
-        bail!("index {bad} is out of range for the last dim of {}", x.describe());
+        bail!(
+            "index {bad} is out of range for the last dim of {}",
+            x.describe()
+        );
     }
-    let mut out_shape: Vec<usize> = if s.len() == 1 { vec![1] } else { s[..s.len() - 1].to_vec() };
+    let mut out_shape: Vec<usize> = if s.len() == 1 {
+        vec![1]
+    } else {
+        s[..s.len() - 1].to_vec()
+    };
     out_shape.push(idx.len());
-    let rows = x.len() / last.max(1);
+    let idx: Vec<usize> = idx.into_iter().map(|i| i as usize).collect();
     let out = map_array!(x, a => {
-        let v: Vec<_> = a.iter().cloned().collect();
-        let mut o = Vec::with_capacity(rows * idx.len());
-        for r in 0..rows {
-            o.extend(idx.iter().map(|&i| v[r * last + i as usize].clone()));
-        }
-        ArrayD::from_shape_vec(IxDyn(&out_shape), o)?
+        let picked = a.select(Axis(s.len() - 1), &idx);
+        picked.as_standard_layout().into_owned().into_shape_with_order(IxDyn(&out_shape))?
     });
     single(out)
 }
@@ -139,7 +161,11 @@ fn array_feature_extractor(_ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<
 fn binarizer(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let x = input(inputs, 0)?;
     let th = ctx.attr_f("threshold", 0.0)? as f64;
-    let v: Vec<f64> = x.to_f64_vec()?.into_iter().map(|a| if a > th { 1.0 } else { 0.0 }).collect();
+    let v: Vec<f64> = x
+        .to_f64_vec()?
+        .into_iter()
+        .map(|a| if a > th { 1.0 } else { 0.0 })
+        .collect();
     single(tensor_from_f64(x.dtype(), x.shape(), v)?)
 }
 
@@ -169,12 +195,15 @@ struct TreeNode {
 fn attr_f64s(ctx: &OpCtx, name: &str) -> OpResult<Option<Vec<f64>>> {
     Ok(match ctx.attr_opt_tensor(name)? {
         Some(t) => Some(t.to_f64_vec()?),
-        None => ctx.attr_opt_floats(name)?.map(|v| v.into_iter().map(|x| x as f64).collect()),
+        None => ctx
+            .attr_opt_floats(name)?
+            .map(|v| v.into_iter().map(|x| x as f64).collect()),
     })
 }
 
 fn ints(ctx: &OpCtx, name: &str) -> OpResult<Vec<i64>> {
-    ctx.attr_opt_ints(name)?.ok_or_else(|| OpError::Invalid(format!("required attribute '{name}' is missing")))
+    ctx.attr_opt_ints(name)?
+        .ok_or_else(|| OpError::Invalid(format!("required attribute '{name}' is missing")))
 }
 
 fn tree_ensemble(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
@@ -197,17 +226,38 @@ fn tree_ensemble(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>>
         Some(t) => t.to_i64_vec()?,
         None => ints(ctx, "nodes_modes")?,
     };
-    let splits = attr_f64s(ctx, "nodes_splits")?.ok_or_else(|| OpError::Invalid("nodes_splits is missing".into()))?;
+    let splits = attr_f64s(ctx, "nodes_splits")?
+        .ok_or_else(|| OpError::Invalid("nodes_splits is missing".into()))?;
     let feats = ints(ctx, "nodes_featureids")?;
-    let (tn, tl) = (ints(ctx, "nodes_truenodeids")?, ints(ctx, "nodes_trueleafs")?);
-    let (fnn, fl) = (ints(ctx, "nodes_falsenodeids")?, ints(ctx, "nodes_falseleafs")?);
+    let (tn, tl) = (
+        ints(ctx, "nodes_truenodeids")?,
+        ints(ctx, "nodes_trueleafs")?,
+    );
+    let (fnn, fl) = (
+        ints(ctx, "nodes_falsenodeids")?,
+        ints(ctx, "nodes_falseleafs")?,
+    );
     let leaf_t = ints(ctx, "leaf_targetids")?;
-    let leaf_w = attr_f64s(ctx, "leaf_weights")?.ok_or_else(|| OpError::Invalid("leaf_weights is missing".into()))?;
+    let leaf_w = attr_f64s(ctx, "leaf_weights")?
+        .ok_or_else(|| OpError::Invalid("leaf_weights is missing".into()))?;
     let roots = ints(ctx, "tree_roots")?;
-    let missing = ctx.attr_opt_ints("nodes_missing_value_tracks_true")?.unwrap_or_default();
+    let missing = ctx
+        .attr_opt_ints("nodes_missing_value_tracks_true")?
+        .unwrap_or_default();
     let members = attr_f64s(ctx, "membership_values")?.unwrap_or_default();
     let nn = modes.len();
-    if [splits.len(), feats.len(), tn.len(), tl.len(), fnn.len(), fl.len()].iter().any(|&l| l != nn) || leaf_t.len() != leaf_w.len() {
+    if [
+        splits.len(),
+        feats.len(),
+        tn.len(),
+        tl.len(),
+        fnn.len(),
+        fl.len(),
+    ]
+    .iter()
+    .any(|&l| l != nn)
+        || leaf_t.len() != leaf_w.len()
+    {
         bail!("TreeEnsemble node or leaf attribute lists differ in length");
     }
     let nl = leaf_w.len();
@@ -229,7 +279,11 @@ fn tree_ensemble(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>>
             3 => Cmp::Gt,
             4 => Cmp::Eq,
             5 => Cmp::Neq,
-            6 => Cmp::Member(sets.next().ok_or_else(|| OpError::Invalid("too few membership_values sets".into()))?.to_vec()),
+            6 => Cmp::Member(
+                sets.next()
+                    .ok_or_else(|| OpError::Invalid("too few membership_values sets".into()))?
+                    .to_vec(),
+            ),
             m => bail!("unknown node mode {m}"),
         };
         if feats[i] < 0 || feats[i] as usize >= nfeat {
@@ -257,7 +311,11 @@ fn tree_ensemble(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>>
                 bail!("tree root {r} is out of range");
             }
             let n = &nodes[r as usize];
-            Ok(if n.t.0 && n.f.0 && n.t.1 == n.f.1 { (true, r as usize) } else { (false, r as usize) })
+            Ok(if n.t.0 && n.f.0 && n.t.1 == n.f.1 {
+                (true, r as usize)
+            } else {
+                (false, r as usize)
+            })
         })
         .collect::<OpResult<_>>()?;
     let xs = x.to_f64_vec()?;
@@ -307,25 +365,54 @@ fn tree_ensemble(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>>
 // ---------------------------------------------------------------------------------------------
 // Training optimizers: inputs R (learning rate), T (step), then groups of per-tensor inputs.
 
-/// Splits the inputs after R and T into `groups` equal lists of tensors.
-fn optimizer_inputs<'v>(inputs: &[Option<&'v Value>], groups: usize) -> OpResult<(f64, f64, Vec<Vec<&'v Tensor>>)> {
-    let r = scalar_f64(input(inputs, 0)?, "R")?;
-    let t = scalar_f64(input(inputs, 1)?, "T")?;
+/// Reads R (learning rate) and T (step count).
+fn rate_and_step(inputs: &[Option<&Value>]) -> OpResult<(f64, f64)> {
+    Ok((
+        scalar_f64(input(inputs, 0)?, "R")?,
+        scalar_f64(input(inputs, 1)?, "T")?,
+    ))
+}
+
+/// Applies an elementwise update to every optimized tensor. After R and T the inputs are `groups`
+/// lists of n tensors (X, G, then the state lists); `f` maps one element of each list to the new X
+/// and new states. Outputs: all new X, then each new state list.
+fn optimize<F: Fn(&[f64], &mut [f64])>(
+    inputs: &[Option<&Value>],
+    groups: usize,
+    f: F,
+) -> OpResult<Vec<Value>> {
     let rest = inputs.len().saturating_sub(2);
-    if rest == 0 || rest % groups != 0 {
+    if rest == 0 || rest.checked_rem(groups) != Some(0) {
         bail!("expected 2 + {groups} * n inputs, got {}", inputs.len());
     }
     let n = rest / groups;
-    let mut out = Vec::with_capacity(groups);
-    for g in 0..groups {
-        out.push((0..n).map(|i| input(inputs, 2 + g * n + i)).collect::<OpResult<Vec<_>>>()?);
-    }
+    let mut outs: Vec<Vec<Value>> = vec![Vec::with_capacity(n); groups - 1];
     for i in 0..n {
-        if out.iter().any(|g| g[i].shape() != out[0][i].shape()) {
+        let ts: Vec<&Tensor> = (0..groups)
+            .map(|g| input(inputs, 2 + g * n + i))
+            .collect::<OpResult<_>>()?;
+        if ts.iter().any(|t| t.shape() != ts[0].shape()) {
             bail!("optimizer inputs for tensor {i} differ in shape");
         }
+        let vals: Vec<Vec<f64>> = ts.iter().map(|t| f64s(t)).collect::<OpResult<_>>()?;
+        let len = ts[0].len();
+        let mut res = vec![Vec::with_capacity(len); groups - 1];
+        let (mut inb, mut outb) = (vec![0.0; groups], vec![0.0; groups - 1]);
+        for k in 0..len {
+            for (b, v) in inb.iter_mut().zip(&vals) {
+                *b = v[k];
+            }
+            f(&inb, &mut outb);
+            for (r, &o) in res.iter_mut().zip(&outb) {
+                r.push(o);
+            }
+        }
+        for (j, r) in res.into_iter().enumerate() {
+            let src = if j == 0 { ts[0] } else { ts[j + 1] };
+            outs[j].push(Value::Tensor(tensor_from_f64(src.dtype(), src.shape(), r)?));
+        }
     }
-    Ok((r, t, out))
+    Ok(outs.into_iter().flatten().collect())
 }
 
 fn f64s(t: &Tensor) -> OpResult<Vec<f64>> {
@@ -336,63 +423,52 @@ fn f64s(t: &Tensor) -> OpResult<Vec<f64>> {
 }
 
 fn adagrad(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
-    let (r, t, g) = optimizer_inputs(inputs, 3)?;
+    let (r, t) = rate_and_step(inputs)?;
     let decay = ctx.attr_f("decay_factor", 0.0)? as f64;
     let eps = ctx.attr_f("epsilon", 1e-6)? as f64;
     let norm = ctx.attr_f("norm_coefficient", 0.0)? as f64;
     let lr = r / (1.0 + t * decay);
-    let (mut xs, mut hs) = (Vec::new(), Vec::new());
-    for i in 0..g[0].len() {
-        let (x, gr, h) = (f64s(g[0][i])?, f64s(g[1][i])?, f64s(g[2][i])?);
-        let mut xn = Vec::with_capacity(x.len());
-        let mut hn = Vec::with_capacity(x.len());
-        for k in 0..x.len() {
-            let gg = norm * x[k] + gr[k];
-            let h2 = h[k] + gg * gg;
-            hn.push(h2);
-            xn.push(x[k] - lr * gg / (h2.sqrt() + eps));
-        }
-        xs.push(Value::Tensor(tensor_from_f64(g[0][i].dtype(), g[0][i].shape(), xn)?));
-        hs.push(Value::Tensor(tensor_from_f64(g[2][i].dtype(), g[2][i].shape(), hn)?));
-    }
-    xs.extend(hs);
-    Ok(xs)
+    optimize(inputs, 3, |v, o| {
+        let (x, g, h) = (v[0], v[1], v[2]);
+        let gg = norm * x + g;
+        let h2 = h + gg * gg;
+        o[0] = x - lr * gg / (h2.sqrt() + eps);
+        o[1] = h2;
+    })
 }
 
 fn adam(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
-    let (r, t, g) = optimizer_inputs(inputs, 4)?;
+    let (r, t) = rate_and_step(inputs)?;
     let alpha = ctx.attr_f("alpha", 0.9)? as f64;
     let beta = ctx.attr_f("beta", 0.999)? as f64;
     let eps = ctx.attr_f("epsilon", 1e-6)? as f64;
     let norm = ctx.attr_f("norm_coefficient", 0.0)? as f64;
     let post = ctx.attr_f("norm_coefficient_post", 0.0)? as f64;
-    let lr = if t > 0.0 { r * (1.0 - beta.powf(t)).sqrt() / (1.0 - alpha.powf(t)) } else { r };
-    let (mut xs, mut vs, mut hs) = (Vec::new(), Vec::new(), Vec::new());
-    for i in 0..g[0].len() {
-        let (x, gr, v, h) = (f64s(g[0][i])?, f64s(g[1][i])?, f64s(g[2][i])?, f64s(g[3][i])?);
-        let (mut xn, mut vn, mut hn) = (Vec::with_capacity(x.len()), Vec::with_capacity(x.len()), Vec::with_capacity(x.len()));
-        for k in 0..x.len() {
-            let gg = norm * x[k] + gr[k];
-            let v2 = alpha * v[k] + (1.0 - alpha) * gg;
-            let h2 = beta * h[k] + (1.0 - beta) * gg * gg;
-            vn.push(v2);
-            hn.push(h2);
-            xn.push((1.0 - post) * (x[k] - lr * v2 / (h2.sqrt() + eps)));
-        }
-        let sh = g[0][i].shape();
-        xs.push(Value::Tensor(tensor_from_f64(g[0][i].dtype(), sh, xn)?));
-        vs.push(Value::Tensor(tensor_from_f64(g[2][i].dtype(), sh, vn)?));
-        hs.push(Value::Tensor(tensor_from_f64(g[3][i].dtype(), sh, hn)?));
-    }
-    xs.extend(vs);
-    xs.extend(hs);
-    Ok(xs)
+    let lr = if t > 0.0 {
+        r * (1.0 - beta.powf(t)).sqrt() / (1.0 - alpha.powf(t))
+    } else {
+        r
+    };
+    optimize(inputs, 4, |v, o| {
+        let (x, g, m, h) = (v[0], v[1], v[2], v[3]);
+        let gg = norm * x + g;
+        let m2 = alpha * m + (1.0 - alpha) * gg;
+        let h2 = beta * h + (1.0 - beta) * gg * gg;
+        o[0] = (1.0 - post) * (x - lr * m2 / (h2.sqrt() + eps));
+        o[1] = m2;
+        o[2] = h2;
+    })
 }
 
 fn momentum(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
-    let (r, t, g) = optimizer_inputs(inputs, 3)?;
-    let alpha = ctx.attr_opt_f("alpha")?.ok_or_else(|| OpError::Invalid("attribute 'alpha' is missing".into()))? as f64;
-    let beta = ctx.attr_opt_f("beta")?.ok_or_else(|| OpError::Invalid("attribute 'beta' is missing".into()))? as f64;
+    let (r, t) = rate_and_step(inputs)?;
+    let req = |name: &str| -> OpResult<f64> {
+        Ok(ctx
+            .attr_opt_f(name)?
+            .ok_or_else(|| OpError::Invalid(format!("attribute '{name}' is missing")))?
+            as f64)
+    };
+    let (alpha, beta) = (req("alpha")?, req("beta")?);
     let norm = ctx.attr_f("norm_coefficient", 0.0)? as f64;
     let nesterov = match ctx.attr_s("mode", "standard")?.as_str() {
         "standard" => false,
@@ -400,20 +476,15 @@ fn momentum(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
         m => bail!("unknown Momentum mode '{m}'"),
     };
     let b = if t > 0.0 { beta } else { 1.0 };
-    let (mut xs, mut vs) = (Vec::new(), Vec::new());
-    for i in 0..g[0].len() {
-        let (x, gr, v) = (f64s(g[0][i])?, f64s(g[1][i])?, f64s(g[2][i])?);
-        let (mut xn, mut vn) = (Vec::with_capacity(x.len()), Vec::with_capacity(x.len()));
-        for k in 0..x.len() {
-            let gg = norm * x[k] + gr[k];
-            let v2 = alpha * v[k] + b * gg;
-            vn.push(v2);
-            xn.push(if nesterov { x[k] - r * (gg + alpha * v2) } else { x[k] - r * v2 });
-        }
-        let sh = g[0][i].shape();
-        xs.push(Value::Tensor(tensor_from_f64(g[0][i].dtype(), sh, xn)?));
-        vs.push(Value::Tensor(tensor_from_f64(g[2][i].dtype(), sh, vn)?));
-    }
-    xs.extend(vs);
-    Ok(xs)
+    optimize(inputs, 3, |v, o| {
+        let (x, g, m) = (v[0], v[1], v[2]);
+        let gg = norm * x + g;
+        let m2 = alpha * m + b * gg;
+        o[0] = if nesterov {
+            x - r * (gg + alpha * m2)
+        } else {
+            x - r * m2
+        };
+        o[1] = m2;
+    })
 }

@@ -26,7 +26,10 @@ struct C {
 
 impl C {
     fn mul(self, o: C) -> C {
-        C { re: self.re * o.re - self.im * o.im, im: self.re * o.im + self.im * o.re }
+        C {
+            re: self.re * o.re - self.im * o.im,
+            im: self.re * o.im + self.im * o.re,
+        }
     }
 }
 
@@ -37,12 +40,12 @@ struct Fft {
 }
 
 fn smallest_factor(n: usize) -> usize {
-    if n % 2 == 0 {
+    if n.checked_rem(2) == Some(0) {
         return 2;
     }
     let mut f = 3;
     while f * f <= n {
-        if n % f == 0 {
+        if n.checked_rem(f) == Some(0) {
             return f;
         }
         f += 2;
@@ -56,7 +59,10 @@ impl Fft {
         let tw = (0..n)
             .map(|k| {
                 let a = sign * 2.0 * std::f64::consts::PI * k as f64 / n as f64;
-                C { re: a.cos(), im: a.sin() }
+                C {
+                    re: a.cos(),
+                    im: a.sin(),
+                }
             })
             .collect();
         let (mut m, mut max_factor) = (n, 1);
@@ -85,7 +91,13 @@ impl Fft {
         let p = smallest_factor(n);
         let m = n / p;
         for r in 0..p {
-            self.rec(&inp[r * stride..], stride * p, &mut out[r * m..(r + 1) * m], tw_step * p, tmp);
+            self.rec(
+                &inp[r * stride..],
+                stride * p,
+                &mut out[r * m..(r + 1) * m],
+                tw_step * p,
+                tmp,
+            );
         }
         // X[k + m q] = sum_r w_n^(r (k + m q)) Y_r[k], with w_n = tw[tw_step].
         for k in 0..m {
@@ -116,20 +128,37 @@ fn complex_input(x: &Tensor) -> OpResult<(Vec<C>, bool)> {
     let v = x.to_f64_vec()?;
     match c {
         1 => Ok((v.into_iter().map(|re| C { re, im: 0.0 }).collect(), false)),
-        2 => Ok((v.chunks_exact(2).map(|p| C { re: p[0], im: p[1] }).collect(), true)),
-        _ => bail!("the last dim must be 1 (real) or 2 (complex), got {}", x.describe()),
+        2 => Ok((
+            v.chunks_exact(2)
+                .map(|p| C { re: p[0], im: p[1] })
+                .collect(),
+            true,
+        )),
+        _ => bail!(
+            "the last dim must be 1 (real) or 2 (complex), got {}",
+            x.describe()
+        ),
     }
 }
 
 /// Parallel over `lines` independent transforms when the total work is large.
-fn for_lines<F: Fn(usize, &mut [f64]) + Sync + Send>(out: &mut [f64], line_len: usize, work: usize, f: F) {
+fn for_lines<F: Fn(usize, &mut [f64]) + Sync + Send>(
+    out: &mut [f64],
+    line_len: usize,
+    work: usize,
+    f: F,
+) {
     if line_len == 0 {
         return;
     }
     if work >= 1 << 16 {
-        out.par_chunks_mut(line_len).enumerate().for_each(|(i, o)| f(i, o));
+        out.par_chunks_mut(line_len)
+            .enumerate()
+            .for_each(|(i, o)| f(i, o));
     } else {
-        out.chunks_mut(line_len).enumerate().for_each(|(i, o)| f(i, o));
+        out.chunks_mut(line_len)
+            .enumerate()
+            .for_each(|(i, o)| f(i, o));
     }
 }
 
@@ -137,7 +166,10 @@ fn dft(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let x = input(inputs, 0)?;
     let r = x.rank();
     if r < 2 {
-        bail!("DFT needs rank >= 2 ([signal dims..., 1 or 2]), got {}", x.describe());
+        bail!(
+            "DFT needs rank >= 2 ([signal dims..., 1 or 2]), got {}",
+            x.describe()
+        );
     }
     let axis = if ctx.opset() >= 20 {
         match opt_input(inputs, 2)? {
@@ -149,7 +181,10 @@ fn dft(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     };
     let ax = if axis < 0 { axis + r as i64 } else { axis };
     if ax < 0 || ax > r as i64 - 2 {
-        bail!("DFT axis {axis} is out of range for {} (the last dim holds complex parts)", x.describe());
+        bail!(
+            "DFT axis {axis} is out of range for {} (the last dim holds complex parts)",
+            x.describe()
+        );
     }
     let ax = ax as usize;
     let inverse = ctx.attr_i("inverse", 0)? != 0;
@@ -194,12 +229,15 @@ fn dft(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
         if inverse && onesided {
             // Hermitian completion of the one-sided spectrum.
             let half = n / 2;
-            for k in 0..=half.min(n - 1) {
-                sig[k] = if k < n_in { at(k) } else { C::default() };
+            for (k, s) in sig.iter_mut().enumerate().take(half + 1) {
+                *s = if k < n_in { at(k) } else { C::default() };
             }
             for k in half + 1..n {
                 let c = sig[n - k];
-                sig[k] = C { re: c.re, im: -c.im };
+                sig[k] = C {
+                    re: c.re,
+                    im: -c.im,
+                };
             }
         } else {
             for (k, s) in sig.iter_mut().enumerate().take(n_in.min(n)) {
@@ -232,7 +270,10 @@ fn stft(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let x = input(inputs, 0)?;
     let s = x.shape();
     if s.len() != 3 {
-        bail!("STFT needs a signal [batch, length, 1 or 2], got {}", x.describe());
+        bail!(
+            "STFT needs a signal [batch, length, 1 or 2], got {}",
+            x.describe()
+        );
     }
     let (batch, len) = (s[0], s[1]);
     let step = scalar_f64(input(inputs, 1)?, "frame_step")?;
@@ -253,36 +294,49 @@ fn stft(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     if frame_len == 0 || frame_len > len {
         bail!("frame_length {frame_len} must be in [1, signal length {len}]");
     }
-    if let Some(w) = &window {
-        if w.len() != frame_len {
-            bail!("window of length {} does not match frame_length {frame_len}", w.len());
-        }
+    if let Some(w) = window.as_ref().filter(|w| w.len() != frame_len) {
+        bail!(
+            "window of length {} does not match frame_length {frame_len}",
+            w.len()
+        );
     }
     let onesided = ctx.attr_i("onesided", 1)? != 0;
     let (data, _) = complex_input(x)?;
     let frames = 1 + (len - frame_len) / step;
-    let bins = if onesided { frame_len / 2 + 1 } else { frame_len };
+    let bins = if onesided {
+        frame_len / 2 + 1
+    } else {
+        frame_len
+    };
     let out_shape = [batch, frames, bins, 2];
     ctx.check_alloc(&out_shape, 8)?;
     let plan = Fft::new(frame_len, false);
     let mut out = vec![0.0f64; batch * frames * bins * 2];
-    for_lines(&mut out, bins * 2, batch * frames * frame_len * 8, |li, o| {
-        let (b, f) = (li / frames, li % frames);
-        let start = b * len + f * step;
-        let sig: Vec<C> = (0..frame_len)
-            .map(|k| {
-                let c = data[start + k];
-                let w = window.as_ref().map_or(1.0, |w| w[k]);
-                C { re: c.re * w, im: c.im * w }
-            })
-            .collect();
-        let mut res = vec![C::default(); frame_len];
-        plan.run(&sig, &mut res);
-        for k in 0..bins {
-            o[2 * k] = res[k].re;
-            o[2 * k + 1] = res[k].im;
-        }
-    });
+    for_lines(
+        &mut out,
+        bins * 2,
+        batch * frames * frame_len * 8,
+        |li, o| {
+            let (b, f) = (li / frames, li % frames);
+            let start = b * len + f * step;
+            let sig: Vec<C> = (0..frame_len)
+                .map(|k| {
+                    let c = data[start + k];
+                    let w = window.as_ref().map_or(1.0, |w| w[k]);
+                    C {
+                        re: c.re * w,
+                        im: c.im * w,
+                    }
+                })
+                .collect();
+            let mut res = vec![C::default(); frame_len];
+            plan.run(&sig, &mut res);
+            for k in 0..bins {
+                o[2 * k] = res[k].re;
+                o[2 * k + 1] = res[k].im;
+            }
+        },
+    );
     single(tensor_from_f64(x.dtype(), &out_shape, out)?)
 }
 
@@ -296,8 +350,14 @@ fn window(ctx: &OpCtx, inputs: &[Option<&Value>], f: impl Fn(f64) -> f64) -> OpR
     let dtype = dtype_attr(ctx, "output_datatype", DType::F32)?;
     ctx.check_alloc(&[size], 8)?;
     let periodic = ctx.attr_i("periodic", 1)? != 0;
-    let denom = if periodic { size as f64 } else { size as f64 - 1.0 };
-    let v: Vec<f64> = (0..size).map(|n| f(2.0 * std::f64::consts::PI * n as f64 / denom)).collect();
+    let denom = if periodic {
+        size as f64
+    } else {
+        size as f64 - 1.0
+    };
+    let v: Vec<f64> = (0..size)
+        .map(|n| f(2.0 * std::f64::consts::PI * n as f64 / denom))
+        .collect();
     single(tensor_from_f64(dtype, &[size], v)?)
 }
 
@@ -311,16 +371,25 @@ fn hamming_window(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>
 }
 
 fn blackman_window(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
-    window(ctx, inputs, |a| 0.42 - 0.5 * a.cos() + 0.08 * (2.0 * a).cos())
+    window(ctx, inputs, |a| {
+        0.42 - 0.5 * a.cos() + 0.08 * (2.0 * a).cos()
+    })
 }
 
 fn mel_weight_matrix(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
-    let int = |i: usize, what: &str| -> OpResult<i64> { Ok(scalar_f64(input(inputs, i)?, what)? as i64) };
-    let (mel_bins, dft_len, rate) = (int(0, "num_mel_bins")?, int(1, "dft_length")?, int(2, "sample_rate")?);
+    let int =
+        |i: usize, what: &str| -> OpResult<i64> { Ok(scalar_f64(input(inputs, i)?, what)? as i64) };
+    let (mel_bins, dft_len, rate) = (
+        int(0, "num_mel_bins")?,
+        int(1, "dft_length")?,
+        int(2, "sample_rate")?,
+    );
     let lo = scalar_f64(input(inputs, 3)?, "lower_edge_hertz")?;
     let hi = scalar_f64(input(inputs, 4)?, "upper_edge_hertz")?;
     if mel_bins < 1 || dft_len < 1 || rate < 1 || lo < 0.0 || hi < lo {
-        bail!("MelWeightMatrix needs positive bins/length/rate and 0 <= lower <= upper, got {mel_bins}, {dft_len}, {rate}, {lo}, {hi}");
+        bail!(
+            "MelWeightMatrix needs positive bins/length/rate and 0 <= lower <= upper, got {mel_bins}, {dft_len}, {rate}, {lo}, {hi}"
+        );
     }
     let (mel_bins, spec_bins) = (mel_bins as usize, dft_len as usize / 2 + 1);
     ctx.check_alloc(&[spec_bins, mel_bins], 8)?;
@@ -330,7 +399,8 @@ fn mel_weight_matrix(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Val
     // Mel points mapped to spectrogram bin indices (floored).
     let points: Vec<i64> = (0..mel_bins + 2)
         .map(|i| {
-            let hz = 700.0 * (((i as f64 * step + lo_mel) / 2595.0) * std::f64::consts::LN_10).exp_m1();
+            let hz =
+                700.0 * (((i as f64 * step + lo_mel) / 2595.0) * std::f64::consts::LN_10).exp_m1();
             (((dft_len + 1) as f64 * hz) / rate as f64).floor() as i64
         })
         .collect();
@@ -357,7 +427,11 @@ fn mel_weight_matrix(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Val
             }
         }
     }
-    single(tensor_from_f64(dtype_attr(ctx, "output_datatype", DType::F32)?, &[spec_bins, mel_bins], out)?)
+    single(tensor_from_f64(
+        dtype_attr(ctx, "output_datatype", DType::F32)?,
+        &[spec_bins, mel_bins],
+        out,
+    )?)
 }
 
 #[cfg(test)]
@@ -371,8 +445,14 @@ mod tests {
             .map(|k| {
                 x.iter().enumerate().fold(C::default(), |acc, (j, v)| {
                     let a = s * 2.0 * std::f64::consts::PI * ((j * k) % n) as f64 / n as f64;
-                    let p = v.mul(C { re: a.cos(), im: a.sin() });
-                    C { re: acc.re + p.re, im: acc.im + p.im }
+                    let p = v.mul(C {
+                        re: a.cos(),
+                        im: a.sin(),
+                    });
+                    C {
+                        re: acc.re + p.re,
+                        im: acc.im + p.im,
+                    }
                 })
             })
             .collect()
@@ -382,16 +462,26 @@ mod tests {
     fn mixed_radix_matches_naive() {
         let mut s = 99u64;
         let mut rnd = || {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             ((s >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
         };
         for n in [1usize, 2, 3, 5, 6, 12, 16, 30, 49, 97, 100] {
-            let x: Vec<C> = (0..n).map(|_| C { re: rnd(), im: rnd() }).collect();
+            let x: Vec<C> = (0..n)
+                .map(|_| C {
+                    re: rnd(),
+                    im: rnd(),
+                })
+                .collect();
             for inv in [false, true] {
                 let mut out = vec![C::default(); n];
                 Fft::new(n, inv).run(&x, &mut out);
                 for (a, b) in out.iter().zip(naive(&x, inv)) {
-                    assert!((a.re - b.re).abs() < 1e-9 && (a.im - b.im).abs() < 1e-9, "n={n}");
+                    assert!(
+                        (a.re - b.re).abs() < 1e-9 && (a.im - b.im).abs() < 1e-9,
+                        "n={n}"
+                    );
                 }
             }
         }

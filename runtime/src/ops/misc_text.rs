@@ -5,11 +5,11 @@ use std::hash::Hash;
 
 use ndarray::{ArrayD, IxDyn};
 
-use crate::error::OpResult;
+use crate::error::{OpError, OpResult};
 use crate::ops::broadcast::binary;
 use crate::ops::{OpCtx, Registry, input, single};
 use crate::tensor::{Tensor, Value};
-use crate::{bail, unsupported};
+use crate::bail;
 
 pub fn register(r: &mut Registry) {
     r.add("", "StringNormalizer", string_normalizer);
@@ -45,7 +45,11 @@ fn string_normalizer(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Val
         .collect();
     let mut out: Vec<String> = Vec::with_capacity(a.len());
     for w in a.iter() {
-        let hit = if sensitive { stop.contains(w) } else { stop.contains(&w.to_lowercase()) };
+        let hit = if sensitive {
+            stop.contains(w)
+        } else {
+            stop.contains(&w.to_lowercase())
+        };
         if hit {
             continue;
         }
@@ -59,7 +63,11 @@ fn string_normalizer(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Val
     if out.is_empty() {
         out.push(String::new());
     }
-    let shape = if two_d { vec![1, out.len()] } else { vec![out.len()] };
+    let shape = if two_d {
+        vec![1, out.len()]
+    } else {
+        vec![out.len()]
+    };
     single(Tensor::Str(ArrayD::from_shape_vec(IxDyn(&shape), out)?))
 }
 
@@ -114,7 +122,10 @@ fn string_split(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> 
         Some(m) if m < 0 => bail!("maxsplit must be non-negative, got {m}"),
         m => m.map(|m| m as usize),
     };
-    let parts: Vec<Vec<String>> = a.iter().map(|s| py_split(s, delim.as_deref(), maxsplit)).collect();
+    let parts: Vec<Vec<String>> = a
+        .iter()
+        .map(|s| py_split(s, delim.as_deref(), maxsplit))
+        .collect();
     let width = parts.iter().map(|p| p.len()).max().unwrap_or(0);
     let mut shape = x.shape().to_vec();
     shape.push(width);
@@ -131,8 +142,14 @@ fn string_split(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> 
     ])
 }
 
-fn regex_full_match(_ctx: &OpCtx, _inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
-    unsupported!("RegexFullMatch needs a regular-expression engine, which this runtime does not include")
+/// RegexFullMatch: whether each string matches the RE2 `pattern` as a whole. The `regex` crate's syntax
+/// is RE2's (no backreferences or lookaround), so patterns either mean the same or fail to compile.
+fn regex_full_match(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+    let x = strings(input(inputs, 0)?, "X")?;
+    let pattern = ctx.attr_opt_s("pattern")?.ok_or_else(|| OpError::Invalid("attribute 'pattern' is required".into()))?;
+    let re = regex::Regex::new(&format!("^(?:{pattern})$"))
+        .map_err(|e| OpError::Invalid(format!("pattern '{pattern}' is not a valid RE2 expression: {e}")))?;
+    single(Tensor::Bool(x.map(|s| re.is_match(s))))
 }
 
 /// N-gram table: every pool n-gram of an allowed length mapped to its output coordinate.
@@ -141,19 +158,31 @@ struct Ngrams<K> {
 }
 
 impl<K: Hash + Eq + Clone> Ngrams<K> {
-    fn new(pool: &[K], counts: &[i64], indexes: &[i64], min: usize, max: usize) -> OpResult<Ngrams<K>> {
+    fn new(
+        pool: &[K],
+        counts: &[i64],
+        indexes: &[i64],
+        min: usize,
+        max: usize,
+    ) -> OpResult<Ngrams<K>> {
         let mut map = HashMap::new();
         let mut gram_no = 0usize;
         for (i, &start) in counts.iter().enumerate() {
             let n = i + 1;
             let end = counts.get(i + 1).copied().unwrap_or(pool.len() as i64);
             if start < 0 || end < start || end as usize > pool.len() {
-                bail!("ngram_counts {counts:?} do not fit a pool of {} items", pool.len());
+                bail!(
+                    "ngram_counts {counts:?} do not fit a pool of {} items",
+                    pool.len()
+                );
             }
             let items = &pool[start as usize..end as usize];
             for g in items.chunks_exact(n) {
                 let Some(&idx) = indexes.get(gram_no) else {
-                    bail!("ngram_indexes has {} entries, the pool holds more n-grams", indexes.len());
+                    bail!(
+                        "ngram_indexes has {} entries, the pool holds more n-grams",
+                        indexes.len()
+                    );
                 };
                 if idx < 0 {
                     bail!("ngram_indexes has a negative entry {idx}");
@@ -184,10 +213,8 @@ impl<K: Hash + Eq + Clone> Ngrams<K> {
                     if n < min || (n == 1 && skip > 0) {
                         continue;
                     }
-                    if let Some(&i) = self.map.get(&key) {
-                        if let Some(f) = freq.get_mut(i) {
-                            *f += 1;
-                        }
+                    if let Some(f) = self.map.get(&key).and_then(|&i| freq.get_mut(i)) {
+                        *f += 1;
                     }
                 }
             }
@@ -201,7 +228,9 @@ fn tfidf_vectorizer(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Valu
     let max = ctx.req_i("max_gram_length")?;
     let max_skip = ctx.req_i("max_skip_count")?;
     if min < 1 || max < min || max_skip < 0 {
-        bail!("need 1 <= min_gram_length <= max_gram_length and max_skip_count >= 0, got {min}, {max}, {max_skip}");
+        bail!(
+            "need 1 <= min_gram_length <= max_gram_length and max_skip_count >= 0, got {min}, {max}, {max_skip}"
+        );
     }
     let (min, max, max_skip) = (min as usize, max as usize, max_skip as usize);
     let mode = ctx.attr_s("mode", "TF")?;
@@ -219,7 +248,9 @@ fn tfidf_vectorizer(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Valu
     let mut freq = vec![0u64; rows * out_size];
     if out_size > 0 && cols > 0 {
         if let Some(pool) = ctx.attr_opt_strings("pool_strings")? {
-            let Tensor::Str(a) = x else { bail!("pool_strings needs a string input, got {}", x.describe()) };
+            let Tensor::Str(a) = x else {
+                bail!("pool_strings needs a string input, got {}", x.describe())
+            };
             let table = Ngrams::new(&pool, &counts, &indexes, min, max)?;
             let v: Vec<String> = a.iter().cloned().collect();
             for (row, f) in v.chunks_exact(cols).zip(freq.chunks_exact_mut(out_size)) {
@@ -235,7 +266,12 @@ fn tfidf_vectorizer(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Valu
             bail!("TfIdfVectorizer needs pool_strings or pool_int64s");
         }
     }
-    let w = |i: usize| weights.as_ref().and_then(|w| w.get(i).copied()).unwrap_or(1.0);
+    let w = |i: usize| {
+        weights
+            .as_ref()
+            .and_then(|w| w.get(i).copied())
+            .unwrap_or(1.0)
+    };
     let out: Vec<f32> = freq
         .iter()
         .enumerate()

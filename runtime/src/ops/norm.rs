@@ -25,7 +25,8 @@ pub fn register(r: &mut Registry) {
 }
 
 fn slice_of<'a, T>(c: &'a CowArray<T, IxDyn>) -> OpResult<&'a [T]> {
-    c.as_slice().ok_or_else(|| OpError::Invalid("internal: non-contiguous layout".into()))
+    c.as_slice()
+        .ok_or_else(|| OpError::Invalid("internal: non-contiguous layout".into()))
 }
 
 /// Runs `$body` (which yields a `Vec<T>` of the input's shape) on the row-major elements `$s` of a float
@@ -62,10 +63,19 @@ macro_rules! float_kernel {
 fn f64_tensor(dtype: DType, shape: &[usize], v: Vec<f64>) -> OpResult<Tensor> {
     let s = IxDyn(shape);
     Ok(match dtype {
-        DType::F32 => Tensor::F32(ArrayD::from_shape_vec(s, v.into_iter().map(|x| x as f32).collect())?),
+        DType::F32 => Tensor::F32(ArrayD::from_shape_vec(
+            s,
+            v.into_iter().map(|x| x as f32).collect(),
+        )?),
         DType::F64 => Tensor::F64(ArrayD::from_shape_vec(s, v)?),
-        DType::F16 => Tensor::F16(ArrayD::from_shape_vec(s, v.into_iter().map(f16::from_f64).collect())?),
-        DType::BF16 => Tensor::BF16(ArrayD::from_shape_vec(s, v.into_iter().map(bf16::from_f64).collect())?),
+        DType::F16 => Tensor::F16(ArrayD::from_shape_vec(
+            s,
+            v.into_iter().map(f16::from_f64).collect(),
+        )?),
+        DType::BF16 => Tensor::BF16(ArrayD::from_shape_vec(
+            s,
+            v.into_iter().map(bf16::from_f64).collect(),
+        )?),
         d => unsupported!("output dtype {d}"),
     })
 }
@@ -79,7 +89,10 @@ fn param(t: &Tensor, target: &[usize], what: &str) -> OpResult<Vec<f64>> {
     let a = ArrayD::from_shape_vec(IxDyn(t.shape()), v)?;
     match a.broadcast(IxDyn(target)) {
         Some(b) => Ok(b.iter().copied().collect()),
-        None => bail!("{what} of shape {:?} does not broadcast to {target:?}", t.shape()),
+        None => bail!(
+            "{what} of shape {:?} does not broadcast to {target:?}",
+            t.shape()
+        ),
     }
 }
 
@@ -110,7 +123,11 @@ fn norm_rows<T: Elem, O: Elem>(
     let mut st = vec![(0.0, 0.0); rows];
     let n = cols as f64;
     let work = |r: usize, yr: &mut [O], xr: &[T], s: &mut (f64, f64)| {
-        let mean = if center { xr.iter().map(|v| v.to_f64()).sum::<f64>() / n } else { 0.0 };
+        let mean = if center {
+            xr.iter().map(|v| v.to_f64()).sum::<f64>() / n
+        } else {
+            0.0
+        };
         let var = xr
             .iter()
             .map(|v| {
@@ -133,14 +150,25 @@ fn norm_rows<T: Elem, O: Elem>(
             .enumerate()
             .for_each(|(r, ((yr, xr), s))| work(r, yr, xr, s));
     } else {
-        y.chunks_mut(cols).zip(x.chunks(cols)).zip(st.iter_mut()).enumerate().for_each(|(r, ((yr, xr), s))| work(r, yr, xr, s));
+        y.chunks_mut(cols)
+            .zip(x.chunks(cols))
+            .zip(st.iter_mut())
+            .enumerate()
+            .for_each(|(r, ((yr, xr), s))| work(r, yr, xr, s));
     }
     (y, st)
 }
 
 /// `y = x * a[c] + b[c]` over `x` laid out as `[n, c, inner]`; with `per_elem`, `a` and `b` hold
 /// `c * inner` values indexed by (channel, position).
-fn affine_channels<T: Elem>(x: &[T], c: usize, inner: usize, a: &[f64], b: &[f64], per_elem: bool) -> Vec<T> {
+fn affine_channels<T: Elem>(
+    x: &[T],
+    c: usize,
+    inner: usize,
+    a: &[f64],
+    b: &[f64],
+    per_elem: bool,
+) -> Vec<T> {
     let mut y = vec![T::from_f64(0.0); x.len()];
     if inner == 0 || c == 0 {
         return y;
@@ -148,7 +176,10 @@ fn affine_channels<T: Elem>(x: &[T], c: usize, inner: usize, a: &[f64], b: &[f64
     let work = |i: usize, yr: &mut [T], xr: &[T]| {
         let ch = i % c;
         if per_elem {
-            let (pa, pb) = (&a[ch * inner..(ch + 1) * inner], &b[ch * inner..(ch + 1) * inner]);
+            let (pa, pb) = (
+                &a[ch * inner..(ch + 1) * inner],
+                &b[ch * inner..(ch + 1) * inner],
+            );
             for (((o, v), s), t) in yr.iter_mut().zip(xr).zip(pa).zip(pb) {
                 *o = T::from_f64(v.to_f64() * s + t);
             }
@@ -160,9 +191,15 @@ fn affine_channels<T: Elem>(x: &[T], c: usize, inner: usize, a: &[f64], b: &[f64
         }
     };
     if x.len() >= PAR_THRESHOLD {
-        y.par_chunks_mut(inner).zip(x.par_chunks(inner)).enumerate().for_each(|(i, (yr, xr))| work(i, yr, xr));
+        y.par_chunks_mut(inner)
+            .zip(x.par_chunks(inner))
+            .enumerate()
+            .for_each(|(i, (yr, xr))| work(i, yr, xr));
     } else {
-        y.chunks_mut(inner).zip(x.chunks(inner)).enumerate().for_each(|(i, (yr, xr))| work(i, yr, xr));
+        y.chunks_mut(inner)
+            .zip(x.chunks(inner))
+            .enumerate()
+            .for_each(|(i, (yr, xr))| work(i, yr, xr));
     }
     y
 }
@@ -182,7 +219,8 @@ fn channel_stats<T: Elem>(x: &[T], n: usize, c: usize, inner: usize) -> (Vec<f64
     let mut mean = vec![0.0; c];
     let mut var = vec![0.0; c];
     for ch in 0..c {
-        let rows = || (0..n).flat_map(move |i| x[(i * c + ch) * inner..(i * c + ch + 1) * inner].iter());
+        let rows =
+            || (0..n).flat_map(move |i| x[(i * c + ch) * inner..(i * c + ch + 1) * inner].iter());
         let m = rows().map(|v| v.to_f64()).sum::<f64>() / cnt;
         var[ch] = rows().map(|v| (v.to_f64() - m).powi(2)).sum::<f64>() / cnt;
         mean[ch] = m;
@@ -192,11 +230,21 @@ fn channel_stats<T: Elem>(x: &[T], n: usize, c: usize, inner: usize) -> (Vec<f64
 
 fn batch_norm(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let x = input(inputs, 0)?;
-    let (scale, bias, mean, var) = (input(inputs, 1)?, input(inputs, 2)?, input(inputs, 3)?, input(inputs, 4)?);
+    let (scale, bias, mean, var) = (
+        input(inputs, 1)?,
+        input(inputs, 2)?,
+        input(inputs, 3)?,
+        input(inputs, 4)?,
+    );
     let eps = ctx.attr_f("epsilon", 1e-5)? as f64;
     let momentum = ctx.attr_f("momentum", 0.9)? as f64;
     let opset = ctx.opset();
-    let wanted = ctx.node.outputs.iter().rposition(|o| !o.is_empty()).map_or(1, |p| p + 1);
+    let wanted = ctx
+        .node
+        .outputs
+        .iter()
+        .rposition(|o| !o.is_empty())
+        .map_or(1, |p| p + 1);
     let training = if opset >= 14 {
         ctx.attr_i("training_mode", 0)? != 0
     } else if opset >= 7 {
@@ -222,8 +270,17 @@ fn batch_norm(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
         );
     }
     if !training {
-        let a: Vec<f64> = s.iter().zip(&v).map(|(s, v)| s / (v + eps).sqrt()).collect();
-        let sh: Vec<f64> = b.iter().zip(&m).zip(&a).map(|((b, m), a)| b - m * a).collect();
+        let a: Vec<f64> = s
+            .iter()
+            .zip(&v)
+            .map(|(s, v)| s / (v + eps).sqrt())
+            .collect();
+        let sh: Vec<f64> = b
+            .iter()
+            .zip(&m)
+            .zip(&a)
+            .map(|((b, m), a)| b - m * a)
+            .collect();
         let y = float_kernel!(x, "BatchNormalization", xs => affine_channels(xs, c, inner, &a, &sh, per_elem));
         return Ok(vec![Value::Tensor(y)]);
     }
@@ -231,11 +288,29 @@ fn batch_norm(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
         unsupported!("BatchNormalization training mode with spatial=0");
     }
     let (bm, bv) = with_float_slice(x, |xs| channel_stats(xs, n, c, inner))?;
-    let a: Vec<f64> = s.iter().zip(&bv).map(|(s, v)| s / (v + eps).sqrt()).collect();
-    let sh: Vec<f64> = b.iter().zip(&bm).zip(&a).map(|((b, m), a)| b - m * a).collect();
-    let y = float_kernel!(x, "BatchNormalization", xs => affine_channels(xs, c, inner, &a, &sh, false));
-    let rm: Vec<f64> = m.iter().zip(&bm).map(|(m, x)| m * momentum + x * (1.0 - momentum)).collect();
-    let rv: Vec<f64> = v.iter().zip(&bv).map(|(v, x)| v * momentum + x * (1.0 - momentum)).collect();
+    let a: Vec<f64> = s
+        .iter()
+        .zip(&bv)
+        .map(|(s, v)| s / (v + eps).sqrt())
+        .collect();
+    let sh: Vec<f64> = b
+        .iter()
+        .zip(&bm)
+        .zip(&a)
+        .map(|((b, m), a)| b - m * a)
+        .collect();
+    let y =
+        float_kernel!(x, "BatchNormalization", xs => affine_channels(xs, c, inner, &a, &sh, false));
+    let rm: Vec<f64> = m
+        .iter()
+        .zip(&bm)
+        .map(|(m, x)| m * momentum + x * (1.0 - momentum))
+        .collect();
+    let rv: Vec<f64> = v
+        .iter()
+        .zip(&bv)
+        .map(|(v, x)| v * momentum + x * (1.0 - momentum))
+        .collect();
     let mut out = vec![
         Value::Tensor(y),
         Value::Tensor(f64_tensor(mean.dtype(), mean.shape(), rm)?),
@@ -305,7 +380,9 @@ fn layer_norm(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let wanted = ctx.node.outputs.len();
     if wanted > 1 {
         let sdt = stash_dtype(ctx, x.dtype())?;
-        let sshape: Vec<usize> = (0..rank).map(|i| if i < axis { shape[i] } else { 1 }).collect();
+        let sshape: Vec<usize> = (0..rank)
+            .map(|i| if i < axis { shape[i] } else { 1 })
+            .collect();
         let rows = sshape.iter().product::<usize>();
         let (mut mean, mut inv): (Vec<f64>, Vec<f64>) = stats.into_iter().unzip();
         // Empty rows (a zero-sized normalized shape) have no statistics.
@@ -331,10 +408,22 @@ fn rms_norm(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     macro_rules! out_as {
         ($xs:expr) => {
             match scale.dtype() {
-                DType::F32 => Tensor::F32(ArrayD::from_shape_vec(IxDyn(shape), norm_rows::<_, f32>($xs, cols, eps, false, wb).0)?),
-                DType::F64 => Tensor::F64(ArrayD::from_shape_vec(IxDyn(shape), norm_rows::<_, f64>($xs, cols, eps, false, wb).0)?),
-                DType::F16 => Tensor::F16(ArrayD::from_shape_vec(IxDyn(shape), norm_rows::<_, f16>($xs, cols, eps, false, wb).0)?),
-                DType::BF16 => Tensor::BF16(ArrayD::from_shape_vec(IxDyn(shape), norm_rows::<_, bf16>($xs, cols, eps, false, wb).0)?),
+                DType::F32 => Tensor::F32(ArrayD::from_shape_vec(
+                    IxDyn(shape),
+                    norm_rows::<_, f32>($xs, cols, eps, false, wb).0,
+                )?),
+                DType::F64 => Tensor::F64(ArrayD::from_shape_vec(
+                    IxDyn(shape),
+                    norm_rows::<_, f64>($xs, cols, eps, false, wb).0,
+                )?),
+                DType::F16 => Tensor::F16(ArrayD::from_shape_vec(
+                    IxDyn(shape),
+                    norm_rows::<_, f16>($xs, cols, eps, false, wb).0,
+                )?),
+                DType::BF16 => Tensor::BF16(ArrayD::from_shape_vec(
+                    IxDyn(shape),
+                    norm_rows::<_, bf16>($xs, cols, eps, false, wb).0,
+                )?),
                 d => unsupported!("RMSNormalization with scale of {d}"),
             }
         };
@@ -366,14 +455,27 @@ fn group_norm(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let s = channel_param(scale, n, "scale")?;
     let b = channel_param(bias, n, "bias")?;
     let wb = |r: usize, k: usize| {
-        let i = if per_channel { (r % g) * cpg + k / inner.max(1) } else { r % g };
+        let i = if per_channel {
+            (r % g) * cpg + k / inner.max(1)
+        } else {
+            r % g
+        };
         (s[i], b[i])
     };
-    let y = float_kernel!(x, "GroupNormalization", xs => norm_rows(xs, cpg * inner, eps, true, wb).0);
+    let y =
+        float_kernel!(x, "GroupNormalization", xs => norm_rows(xs, cpg * inner, eps, true, wb).0);
     Ok(vec![Value::Tensor(y)])
 }
 
-fn lrn_slice<T: Elem>(x: &[T], c: usize, inner: usize, size: usize, alpha: f64, beta: f64, bias: f64) -> Vec<T> {
+fn lrn_slice<T: Elem>(
+    x: &[T],
+    c: usize,
+    inner: usize,
+    size: usize,
+    alpha: f64,
+    beta: f64,
+    bias: f64,
+) -> Vec<T> {
     let mut y = vec![T::from_f64(0.0); x.len()];
     let blk = c * inner;
     if blk == 0 {
@@ -391,15 +493,23 @@ fn lrn_slice<T: Elem>(x: &[T], c: usize, inner: usize, size: usize, alpha: f64, 
                     *s += v * v;
                 }
             }
-            for ((o, v), s) in yb[ch * inner..(ch + 1) * inner].iter_mut().zip(&xb[ch * inner..(ch + 1) * inner]).zip(&sq) {
+            for ((o, v), s) in yb[ch * inner..(ch + 1) * inner]
+                .iter_mut()
+                .zip(&xb[ch * inner..(ch + 1) * inner])
+                .zip(&sq)
+            {
                 *o = T::from_f64(v.to_f64() / (bias + alpha / size as f64 * s).powf(beta));
             }
         }
     };
     if x.len() >= PAR_THRESHOLD {
-        y.par_chunks_mut(blk).zip(x.par_chunks(blk)).for_each(|(yb, xb)| work(yb, xb));
+        y.par_chunks_mut(blk)
+            .zip(x.par_chunks(blk))
+            .for_each(|(yb, xb)| work(yb, xb));
     } else {
-        y.chunks_mut(blk).zip(x.chunks(blk)).for_each(|(yb, xb)| work(yb, xb));
+        y.chunks_mut(blk)
+            .zip(x.chunks(blk))
+            .for_each(|(yb, xb)| work(yb, xb));
     }
     y
 }
@@ -414,7 +524,8 @@ fn lrn(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let beta = ctx.attr_f("beta", 0.75)? as f64;
     let bias = ctx.attr_f("bias", 1.0)? as f64;
     let (_, c, inner) = nc_inner(x, "LRN")?;
-    let y = float_kernel!(x, "LRN", xs => lrn_slice(xs, c, inner, size as usize, alpha, beta, bias));
+    let y =
+        float_kernel!(x, "LRN", xs => lrn_slice(xs, c, inner, size as usize, alpha, beta, bias));
     Ok(vec![Value::Tensor(y)])
 }
 
@@ -422,7 +533,16 @@ fn lrn(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
 fn mean_keep(a: &ArrayD<f64>, axes: &[usize]) -> OpResult<ArrayD<f64>> {
     let g = geometry(a.shape(), axes);
     let r = g.dims.1 as f64;
-    let v = with_layout(a, &g, |s| lanes(s, g.dims, 0.0, |acc, x| acc + x, |p, q| p + q, |acc| acc / r))?;
+    let v = with_layout(a, &g, |s| {
+        lanes(
+            s,
+            g.dims,
+            0.0,
+            |acc, x| acc + x,
+            |p, q| p + q,
+            |acc| acc / r,
+        )
+    })?;
     Ok(ArrayD::from_shape_vec(IxDyn(&g.keep_shape), v)?)
 }
 
@@ -430,7 +550,10 @@ fn mvn(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let x = input(inputs, 0)?;
     let rank = x.rank();
     let axes = ctx.attr_opt_ints("axes")?.unwrap_or_else(|| vec![0, 2, 3]);
-    let mut axes: Vec<usize> = axes.iter().map(|&a| norm_axis(a, rank)).collect::<OpResult<_>>()?;
+    let mut axes: Vec<usize> = axes
+        .iter()
+        .map(|&a| norm_axis(a, rank))
+        .collect::<OpResult<_>>()?;
     axes.sort_unstable();
     axes.dedup();
     if !x.dtype().is_float() || x.dtype().is_narrow_float() {
@@ -447,9 +570,23 @@ fn mvn(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
 
 fn lp_slice<T: Elem>(x: &[T], dims: (usize, usize, usize), p: i64) -> Vec<T> {
     let norms: Vec<f64> = if p == 1 {
-        lanes(x, dims, 0.0, |a, v: T| a + v.to_f64().abs(), |a, b| a + b, |a| a)
+        lanes(
+            x,
+            dims,
+            0.0,
+            |a, v: T| a + v.to_f64().abs(),
+            |a, b| a + b,
+            |a| a,
+        )
     } else {
-        lanes(x, dims, 0.0, |a, v: T| a + v.to_f64() * v.to_f64(), |a, b| a + b, |a: f64| a.sqrt())
+        lanes(
+            x,
+            dims,
+            0.0,
+            |a, v: T| a + v.to_f64() * v.to_f64(),
+            |a, b| a + b,
+            |a: f64| a.sqrt(),
+        )
     };
     let (_, n, inner) = dims;
     x.iter()
@@ -472,7 +609,11 @@ fn lp_norm(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
         bail!("LpNormalization needs an input of rank >= 1");
     }
     let axis = norm_axis(ctx.attr_i("axis", -1)?, shape.len())?;
-    let dims = (shape[..axis].iter().product(), shape[axis], shape[axis + 1..].iter().product());
+    let dims = (
+        shape[..axis].iter().product(),
+        shape[axis],
+        shape[axis + 1..].iter().product(),
+    );
     let y = float_kernel!(x, "LpNormalization", xs => if xs.is_empty() { Vec::new() } else { lp_slice(xs, dims, p) });
     Ok(vec![Value::Tensor(y)])
 }
@@ -485,7 +626,9 @@ mod tests {
         let mut s = seed;
         (0..n)
             .map(|_| {
-                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 ((s >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 0.9
             })
             .collect()

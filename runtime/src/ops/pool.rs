@@ -76,12 +76,15 @@ fn pad3<T: Copy>(v: &[T], fill: T) -> [T; 3] {
     r
 }
 
+/// Largest kernel size, stride, dilation or pad accepted (keeps index arithmetic far from overflow).
+const LIMIT: i64 = 1 << 31;
+
 fn ints_attr(ctx: &OpCtx, name: &str, rank: usize, default: i64, min: i64) -> OpResult<Vec<i64>> {
     match ctx.attr_opt_ints(name)? {
         None => Ok(vec![default; rank]),
         Some(v) => {
-            if v.len() != rank || v.iter().any(|&x| x < min) {
-                bail!("attribute {name}={v:?} must have {rank} values >= {min}");
+            if v.len() != rank || v.iter().any(|&x| x < min || x > LIMIT) {
+                bail!("attribute {name}={v:?} must have {rank} values in [{min}, {LIMIT}]");
             }
             Ok(v)
         }
@@ -98,7 +101,7 @@ fn pool_geom(ctx: &OpCtx, xs: &[usize]) -> OpResult<PGeom> {
         unsupported!("pooling over {r} spatial dims (1 to 3 are supported)");
     }
     let k = match ctx.attr_opt_ints("kernel_shape")? {
-        Some(k) if k.len() == r && k.iter().all(|&v| v >= 1) => k,
+        Some(k) if k.len() == r && k.iter().all(|&v| (1..=LIMIT).contains(&v)) => k,
         Some(k) => bail!("kernel_shape {k:?} must have {r} positive values"),
         None => bail!("required attribute 'kernel_shape' is missing"),
     };
@@ -109,12 +112,12 @@ fn pool_geom(ctx: &OpCtx, xs: &[usize]) -> OpResult<PGeom> {
     let (mut pb, mut pe, mut outs) = (vec![0i64; r], vec![0i64; r], vec![0usize; r]);
     let explicit = match ctx.attr_opt_ints("pads")? {
         None => vec![0; 2 * r],
-        Some(p) if p.len() == 2 * r && p.iter().all(|&v| v >= 0) => p,
+        Some(p) if p.len() == 2 * r && p.iter().all(|&v| (0..=LIMIT).contains(&v)) => p,
         Some(p) => bail!("pads {p:?} must have {} non-negative values", 2 * r),
     };
     for i in 0..r {
         let n = ins[i] as i64;
-        let dk = (k[i] - 1) * d[i] + 1;
+        let dk = (k[i] - 1).saturating_mul(d[i]).saturating_add(1);
         match auto_pad.as_str() {
             "SAME_UPPER" | "SAME_LOWER" => {
                 let o = (n + s[i] - 1) / s[i];
@@ -189,9 +192,7 @@ fn windows(g: &PGeom, mut f: impl FnMut(usize, &[(i64, usize, usize, usize); 3])
 // ---------------------------------------------------------------------------------------------
 
 fn max_pool_t<T: Copy + PartialOrd + Bounded + Send + Sync>(
-    ctx: &OpCtx,
-    x: &ArrayD<T>,
-    want_idx: bool,
+    ctx: &OpCtx, x: &ArrayD<T>, want_idx: bool,
 ) -> OpResult<(ArrayD<T>, Option<ArrayD<i64>>)> {
     let xs = x.shape();
     let g = pool_geom(ctx, xs)?;
@@ -218,7 +219,7 @@ fn max_pool_t<T: Copy + PartialOrd + Bounded + Send + Sync>(
     };
     let total = oshape.iter().product::<usize>();
     let mut y: Vec<(T, i64)> = vec![(T::min_value(), -1); total];
-    for_planes(&mut y, out_sp, total * g.k.iter().product::<usize>(), |pi, out| {
+    for_planes(&mut y, out_sp, g.k.iter().fold(total, |a, &b| a.saturating_mul(b)), |pi, out| {
         let src = &xd[pi * in_sp..(pi + 1) * in_sp];
         let base = (pi * in_sp) as i64;
         windows(&g, |oi, w| {
@@ -245,7 +246,8 @@ fn max_pool_t<T: Copy + PartialOrd + Bounded + Send + Sync>(
         });
     });
     let vals = ArrayD::from_shape_vec(IxDyn(&oshape), y.iter().map(|p| p.0).collect())?;
-    let idx = if want_idx { Some(ArrayD::from_shape_vec(IxDyn(&oshape), y.iter().map(|p| p.1).collect())?) } else { None };
+    let idx =
+        if want_idx { Some(ArrayD::from_shape_vec(IxDyn(&oshape), y.iter().map(|p| p.1).collect())?) } else { None };
     Ok((vals, idx))
 }
 
@@ -315,7 +317,7 @@ fn avg_pool_t<T: Float + Send + Sync>(ctx: &OpCtx, x: &ArrayD<T>, red: Reduce) -
     let [_, i1, i2] = g.ins;
     let total = oshape.iter().product::<usize>();
     let mut y = vec![T::zero(); total];
-    for_planes(&mut y, out_sp, total * g.k.iter().product::<usize>(), |pi, out| {
+    for_planes(&mut y, out_sp, g.k.iter().fold(total, |a, &b| a.saturating_mul(b)), |pi, out| {
         let src = &xd[pi * in_sp..(pi + 1) * in_sp];
         windows(&g, |oi, w| {
             let mut sum = T::zero();
@@ -453,7 +455,7 @@ fn max_unpool(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     }
     let r = xs.len() - 2;
     let k = match ctx.attr_opt_ints("kernel_shape")? {
-        Some(k) if k.len() == r && k.iter().all(|&v| v >= 1) => k,
+        Some(k) if k.len() == r && k.iter().all(|&v| (1..=LIMIT).contains(&v)) => k,
         Some(k) => bail!("kernel_shape {k:?} must have {r} positive values"),
         None => bail!("required attribute 'kernel_shape' is missing"),
     };
@@ -461,7 +463,7 @@ fn max_unpool(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let pads = ints_attr(ctx, "pads", 2 * r, 0, 0)?;
     let mut inferred = xs[..2].to_vec();
     for i in 0..r {
-        let v = (xs[i + 2] as i64 - 1) * s[i] + k[i] - pads[i] - pads[r + i];
+        let v = (xs[i + 2] as i64 - 1).saturating_mul(s[i]).saturating_add(k[i] - pads[i] - pads[r + i]);
         if v < 0 {
             bail!("MaxUnpool: inferred output size {v} along dim {i} is negative");
         }
@@ -485,7 +487,9 @@ fn max_unpool(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     if let Some(bad) = idx.iter().find(|&&i| i < 0 || i as usize >= n_inf) {
         bail!("MaxUnpool: index {bad} is outside the unpooled tensor of shape {inferred:?}");
     }
-    fn scatter<T: Clone + Zero>(a: &ArrayD<T>, idx: &[i64], inferred: &[usize], target: &[usize]) -> OpResult<ArrayD<T>> {
+    fn scatter<T: Clone + Zero>(
+        a: &ArrayD<T>, idx: &[i64], inferred: &[usize], target: &[usize],
+    ) -> OpResult<ArrayD<T>> {
         let mut y = ArrayD::<T>::zeros(IxDyn(inferred));
         if let Some(ys) = y.as_slice_mut() {
             for (v, &i) in a.iter().zip(idx) {
@@ -496,8 +500,10 @@ fn max_unpool(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
             return Ok(y);
         }
         let mut out = ArrayD::<T>::zeros(IxDyn(target));
-        let sl: Vec<ndarray::SliceInfoElem> =
-            inferred.iter().map(|&d| ndarray::SliceInfoElem::Slice { start: 0, end: Some(d as isize), step: 1 }).collect();
+        let sl: Vec<ndarray::SliceInfoElem> = inferred
+            .iter()
+            .map(|&d| ndarray::SliceInfoElem::Slice { start: 0, end: Some(d as isize), step: 1 })
+            .collect();
         out.slice_each_axis_mut(|ax| {
             let ndarray::SliceInfoElem::Slice { start, end, step } = sl[ax.axis.index()] else { unreachable!() };
             ndarray::Slice { start, end, step }
@@ -637,6 +643,10 @@ fn roi_align(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
         let (bh, bw) = (rh / oh as f64, rw / ow as f64);
         let gh = if ratio > 0 { ratio as usize } else { (rh / oh as f64).ceil().max(0.0) as usize };
         let gw = if ratio > 0 { ratio as usize } else { (rw / ow as f64).ceil().max(0.0) as usize };
+        let samples = gh.checked_mul(gw).and_then(|v| v.checked_mul(oh)).and_then(|v| v.checked_mul(ow));
+        if samples.is_none_or(|v| v > (ctx.max_tensor_bytes / 32) as usize) {
+            bail!("RoiAlign: roi {ri} needs a {gh}x{gw} sampling grid per bin, too many samples");
+        }
         let count = (gh * gw).max(1) as f64;
         // Precomputed bilinear taps for each sample point: 4 (position, weight) pairs.
         let mut taps: Vec<[(usize, f64); 4]> = Vec::with_capacity(oh * ow * gh * gw);
@@ -698,4 +708,124 @@ fn roi_align(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
         }
     }
     single(from_f64_like(x, &oshape, y)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+    use crate::ir::{Attr, Graph, Node};
+    use crate::ops::{Kernel, SubgraphRunner};
+
+    struct NoRunner;
+    impl SubgraphRunner for NoRunner {
+        fn run_subgraph(&self, _: &Graph, _: Vec<Value>) -> OpResult<Vec<Value>> {
+            unsupported!("no subgraphs here")
+        }
+    }
+
+    fn call(k: Kernel, attrs: Vec<(&str, Attr)>, x: Tensor, outs: usize) -> Vec<Tensor> {
+        let attrs: HashMap<String, Attr> = attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+        let node = Node {
+            name: "n".into(),
+            op_type: "X".into(),
+            domain: String::new(),
+            opset: 22,
+            inputs: vec![],
+            outputs: (0..outs).map(|i| format!("y{i}")).collect(),
+            attrs,
+        };
+        let v = Value::Tensor(x);
+        let ctx = OpCtx { node: &node, runner: &NoRunner, max_tensor_bytes: 1 << 30 };
+        k(&ctx, &[Some(&v)]).unwrap().into_iter().map(|v| v.into_tensor().unwrap()).collect()
+    }
+
+    fn rand(seed: u64, n: usize) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (0..n)
+            .map(|_| {
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    fn ints(v: &[i64]) -> Attr {
+        Attr::Ints(v.to_vec())
+    }
+
+    #[test]
+    fn maxpool_ceil_dilation_pads_col_major_indices() {
+        // 2-D, H=5, W=6, kernel 2x3, strides 2x2, dilations 2x1, pads [1,0,0,1], ceil_mode.
+        let (h, w) = (5usize, 6usize);
+        let xv = rand(1, 2 * h * w);
+        let x = Tensor::from_f32(&[1, 2, h, w], xv.clone()).unwrap();
+        let attrs = vec![
+            ("kernel_shape", ints(&[2, 3])),
+            ("strides", ints(&[2, 2])),
+            ("dilations", ints(&[2, 1])),
+            ("pads", ints(&[1, 0, 0, 1])),
+            ("ceil_mode", Attr::Int(1)),
+            ("storage_order", Attr::Int(1)),
+        ];
+        let out = call(max_pool, attrs, x, 2);
+        // rows: (5+1-3)/2 ceil +1 = 3 (last start 3 < 5+1); cols: (6+1-3)/2 +1 = 3.
+        assert_eq!(out[0].shape(), &[1, 2, 3, 3]);
+        let (vals, idx) = (out[0].to_f64_vec().unwrap(), out[1].to_i64_vec().unwrap());
+        for c in 0..2 {
+            for i in 0..3 {
+                for j in 0..3 {
+                    let mut best: Option<(f32, i64)> = None;
+                    for a in 0..2 {
+                        for b in 0..3 {
+                            let (yy, xx) = ((i * 2 + a * 2) as i64 - 1, (j * 2 + b) as i64);
+                            if yy < 0 || yy >= h as i64 || xx >= w as i64 {
+                                continue;
+                            }
+                            let v = xv[(c * h + yy as usize) * w + xx as usize];
+                            if best.is_none_or(|(bv, _)| v > bv) {
+                                best = Some((v, (c * h * w) as i64 + yy + xx * h as i64));
+                            }
+                        }
+                    }
+                    let (bv, bi) = best.unwrap();
+                    let o = (c * 3 + i) * 3 + j;
+                    assert_eq!((vals[o] as f32, idx[o]), (bv, bi), "at {o}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn averagepool_count_include_pad_ceil_1d() {
+        // L=5, k=3, s=2, pads [1,1], ceil: windows start at -1, 1, 3 (3 < 5+1), last one overhangs.
+        let xv = rand(2, 5);
+        let x = Tensor::from_f32(&[1, 1, 5], xv.clone()).unwrap();
+        for include in [0, 1] {
+            let attrs = vec![
+                ("kernel_shape", ints(&[3])),
+                ("strides", ints(&[2])),
+                ("pads", ints(&[1, 1])),
+                ("ceil_mode", Attr::Int(1)),
+                ("count_include_pad", Attr::Int(include)),
+            ];
+            let got = call(average_pool, attrs, x.clone(), 1).remove(0).to_f64_vec().unwrap();
+            assert_eq!(got.len(), 3);
+            for (o, g) in got.iter().enumerate() {
+                let st = o as i64 * 2 - 1;
+                let pos: Vec<i64> = (st..st + 3).collect();
+                let sum: f32 = pos.iter().filter(|&&p| (0..5).contains(&p)).map(|&p| xv[p as usize]).sum();
+                let n = pos
+                    .iter()
+                    .filter(|&&p| if include == 1 { (-1..6).contains(&p) } else { (0..5).contains(&p) })
+                    .count();
+                assert!(
+                    (*g as f32 - sum / n as f32).abs() < 1e-5,
+                    "include {include} at {o}: {g} vs {}",
+                    sum / n as f32
+                );
+            }
+        }
+    }
 }

@@ -104,13 +104,20 @@ where
         let lane = |o: usize| {
             let s = &data[o * r..(o + 1) * r];
             if par && outer < 8 && r >= PAR_THRESHOLD {
-                let a = s.par_chunks(4096).map(|c| c.iter().fold(init, |a, &x| step(a, x))).reduce(|| init, &combine);
+                let a = s
+                    .par_chunks(4096)
+                    .map(|c| c.iter().fold(init, |a, &x| step(a, x)))
+                    .reduce(|| init, &combine);
                 fin(a)
             } else {
                 fin(s.iter().fold(init, |a, &x| step(a, x)))
             }
         };
-        return if par { (0..outer).into_par_iter().map(lane).collect() } else { (0..outer).map(lane).collect() };
+        return if par {
+            (0..outer).into_par_iter().map(lane).collect()
+        } else {
+            (0..outer).map(lane).collect()
+        };
     }
     // Columns: accumulate rows of `inner` elements into a vector of accumulators.
     const COLS: usize = 1024;
@@ -125,10 +132,18 @@ where
         }
         acc.into_iter().map(&fin).collect()
     };
-    let tasks: Vec<(usize, usize, usize)> =
-        (0..outer).flat_map(|o| (0..inner).step_by(COLS).map(move |k| (o, k, (k + COLS).min(inner)))).collect();
+    let tasks: Vec<(usize, usize, usize)> = (0..outer)
+        .flat_map(|o| {
+            (0..inner)
+                .step_by(COLS)
+                .map(move |k| (o, k, (k + COLS).min(inner)))
+        })
+        .collect();
     let parts: Vec<Vec<O>> = if par {
-        tasks.into_par_iter().map(|(o, a, b)| block(o, a, b)).collect()
+        tasks
+            .into_par_iter()
+            .map(|(o, a, b)| block(o, a, b))
+            .collect()
     } else {
         tasks.into_iter().map(|(o, a, b)| block(o, a, b)).collect()
     };
@@ -155,7 +170,9 @@ pub(crate) fn geometry(shape: &[usize], axes: &[usize]) -> Geom {
             red[a] = true;
         }
     }
-    let keep_shape: Vec<usize> = (0..rank).map(|i| if red[i] { 1 } else { shape[i] }).collect();
+    let keep_shape: Vec<usize> = (0..rank)
+        .map(|i| if red[i] { 1 } else { shape[i] })
+        .collect();
     let drop_shape: Vec<usize> = (0..rank).filter(|&i| !red[i]).map(|i| shape[i]).collect();
     // Reduced axes of size > 1 must form one block of the non-trivial axes for a direct view.
     let nontrivial: Vec<usize> = (0..rank).filter(|&i| shape[i] != 1).collect();
@@ -175,28 +192,49 @@ pub(crate) fn geometry(shape: &[usize], axes: &[usize]) -> Geom {
         };
         if f >= rank {
             let n = prod(&mut shape.iter().copied());
-            return Geom { perm: None, dims: (n, 1, 1), keep_shape, drop_shape };
+            return Geom {
+                perm: None,
+                dims: (n, 1, 1),
+                keep_shape,
+                drop_shape,
+            };
         }
         let outer = prod(&mut shape[..f].iter().copied());
         let r = prod(&mut shape[f..=l].iter().copied());
         let inner = prod(&mut shape[l + 1..].iter().copied());
-        return Geom { perm: None, dims: (outer, r, inner), keep_shape, drop_shape };
+        return Geom {
+            perm: None,
+            dims: (outer, r, inner),
+            keep_shape,
+            drop_shape,
+        };
     }
     let mut perm: Vec<usize> = (0..rank).filter(|&i| !red[i]).collect();
     perm.extend((0..rank).filter(|&i| red[i]));
     let outer = prod(&mut (0..rank).filter(|&i| !red[i]).map(|i| shape[i]));
     let r = prod(&mut (0..rank).filter(|&i| red[i]).map(|i| shape[i]));
-    Geom { perm: Some(perm), dims: (outer, r, 1), keep_shape, drop_shape }
+    Geom {
+        perm: Some(perm),
+        dims: (outer, r, 1),
+        keep_shape,
+        drop_shape,
+    }
 }
 
 /// Runs `f` on the elements of `a` laid out as `g` wants (transposed copy when needed).
-pub(crate) fn with_layout<T: Clone, R>(a: &ArrayD<T>, g: &Geom, f: impl FnOnce(&[T]) -> R) -> OpResult<R> {
+pub(crate) fn with_layout<T: Clone, R>(
+    a: &ArrayD<T>,
+    g: &Geom,
+    f: impl FnOnce(&[T]) -> R,
+) -> OpResult<R> {
     let v: ArrayViewD<T> = match &g.perm {
         Some(p) => a.view().permuted_axes(IxDyn(p)),
         None => a.view(),
     };
     let std = v.as_standard_layout();
-    let s = std.as_slice().ok_or_else(|| OpError::Invalid("internal: non-contiguous layout".into()))?;
+    let s = std
+        .as_slice()
+        .ok_or_else(|| OpError::Invalid("internal: non-contiguous layout".into()))?;
     Ok(f(s))
 }
 
@@ -238,7 +276,11 @@ fn lse_combine(a: (f64, f64), b: (f64, f64)) -> (f64, f64) {
 }
 
 fn lse_fin(a: (f64, f64)) -> f64 {
-    if a.1 == 0.0 { f64::NEG_INFINITY } else { a.0 + a.1.ln() }
+    if a.1 == 0.0 {
+        f64::NEG_INFINITY
+    } else {
+        a.0 + a.1.ln()
+    }
 }
 
 fn reduce_slice<T: Elem>(s: &[T], d: (usize, usize, usize), op: Op) -> Vec<T> {
@@ -250,9 +292,14 @@ fn reduce_slice<T: Elem>(s: &[T], d: (usize, usize, usize), op: Op) -> Vec<T> {
         Op::Max => return lanes(s, d, T::LOWEST, max_step, max_step, |a| a),
         Op::Min => return lanes(s, d, T::HIGHEST, min_step, min_step, |a| a),
         Op::LogSumExp => {
-            return lanes(s, d, (f64::NEG_INFINITY, 0.0), |a, x: T| lse_step(a, x.to_f64()), lse_combine, |a| {
-                T::from_f64(lse_fin(a))
-            });
+            return lanes(
+                s,
+                d,
+                (f64::NEG_INFINITY, 0.0),
+                |a, x: T| lse_step(a, x.to_f64()),
+                lse_combine,
+                |a| T::from_f64(lse_fin(a)),
+            );
         }
         _ => {}
     }
@@ -260,31 +307,101 @@ fn reduce_slice<T: Elem>(s: &[T], d: (usize, usize, usize), op: Op) -> Vec<T> {
     if T::FLOAT {
         match op {
             Op::Sum => lanes(s, d, 0.0, |a, x: T| a + x.to_f64(), add, T::from_f64),
-            Op::Mean => lanes(s, d, 0.0, |a, x: T| a + x.to_f64(), add, |a| T::from_f64(a / nf)),
-            Op::Prod => lanes(s, d, 1.0, |a, x: T| a * x.to_f64(), |a, b| a * b, T::from_f64),
+            Op::Mean => lanes(
+                s,
+                d,
+                0.0,
+                |a, x: T| a + x.to_f64(),
+                add,
+                |a| T::from_f64(a / nf),
+            ),
+            Op::Prod => lanes(
+                s,
+                d,
+                1.0,
+                |a, x: T| a * x.to_f64(),
+                |a, b| a * b,
+                T::from_f64,
+            ),
             Op::L1 => lanes(s, d, 0.0, |a, x: T| a + x.to_f64().abs(), add, T::from_f64),
-            Op::L2 => lanes(s, d, 0.0, |a, x: T| a + x.to_f64() * x.to_f64(), add, |a| T::from_f64(a.sqrt())),
-            Op::SumSquare => lanes(s, d, 0.0, |a, x: T| a + x.to_f64() * x.to_f64(), add, T::from_f64),
-            Op::LogSum => lanes(s, d, 0.0, |a, x: T| a + x.to_f64(), add, |a| T::from_f64(a.ln())),
+            Op::L2 => lanes(
+                s,
+                d,
+                0.0,
+                |a, x: T| a + x.to_f64() * x.to_f64(),
+                add,
+                |a| T::from_f64(a.sqrt()),
+            ),
+            Op::SumSquare => lanes(
+                s,
+                d,
+                0.0,
+                |a, x: T| a + x.to_f64() * x.to_f64(),
+                add,
+                T::from_f64,
+            ),
+            Op::LogSum => lanes(
+                s,
+                d,
+                0.0,
+                |a, x: T| a + x.to_f64(),
+                add,
+                |a| T::from_f64(a.ln()),
+            ),
             Op::Max | Op::Min | Op::LogSumExp => unreachable!(),
         }
     } else {
         let wadd = |a: i128, b: i128| a.wrapping_add(b);
         let wsq = |a: i128, x: T| a.wrapping_add(x.to_i128().wrapping_mul(x.to_i128()));
         match op {
-            Op::Sum => lanes(s, d, 0i128, |a, x: T| a.wrapping_add(x.to_i128()), wadd, T::from_i128),
-            Op::Mean => lanes(s, d, 0i128, |a, x: T| a.wrapping_add(x.to_i128()), wadd, |a| {
-                // numpy sums in the input type (wrapping) before dividing.
-                let a = T::from_i128(a).to_i128();
-                T::from_i128(if n == 0 { 0 } else { a / n as i128 })
+            Op::Sum => lanes(
+                s,
+                d,
+                0i128,
+                |a, x: T| a.wrapping_add(x.to_i128()),
+                wadd,
+                T::from_i128,
+            ),
+            Op::Mean => lanes(
+                s,
+                d,
+                0i128,
+                |a, x: T| a.wrapping_add(x.to_i128()),
+                wadd,
+                |a| {
+                    // numpy sums in the input type (wrapping) before dividing.
+                    let a = T::from_i128(a).to_i128();
+                    T::from_i128(if n == 0 { 0 } else { a / n as i128 })
+                },
+            ),
+            Op::Prod => lanes(
+                s,
+                d,
+                1i128,
+                |a, x: T| a.wrapping_mul(x.to_i128()),
+                |a, b| a.wrapping_mul(b),
+                T::from_i128,
+            ),
+            Op::L1 => lanes(
+                s,
+                d,
+                0i128,
+                |a, x: T| a.wrapping_add(x.to_i128().abs()),
+                wadd,
+                T::from_i128,
+            ),
+            Op::L2 => lanes(s, d, 0i128, wsq, wadd, |a| {
+                T::from_f64(T::from_i128(a).to_f64().sqrt())
             }),
-            Op::Prod => lanes(s, d, 1i128, |a, x: T| a.wrapping_mul(x.to_i128()), |a, b| a.wrapping_mul(b), T::from_i128),
-            Op::L1 => lanes(s, d, 0i128, |a, x: T| a.wrapping_add(x.to_i128().abs()), wadd, T::from_i128),
-            Op::L2 => lanes(s, d, 0i128, wsq, wadd, |a| T::from_f64(T::from_i128(a).to_f64().sqrt())),
             Op::SumSquare => lanes(s, d, 0i128, wsq, wadd, T::from_i128),
-            Op::LogSum => lanes(s, d, 0i128, |a, x: T| a.wrapping_add(x.to_i128()), wadd, |a| {
-                T::from_f64(T::from_i128(a).to_f64().ln())
-            }),
+            Op::LogSum => lanes(
+                s,
+                d,
+                0i128,
+                |a, x: T| a.wrapping_add(x.to_i128()),
+                wadd,
+                |a| T::from_f64(T::from_i128(a).to_f64().ln()),
+            ),
             Op::Max | Op::Min | Op::LogSumExp => unreachable!(),
         }
     }
@@ -292,17 +409,29 @@ fn reduce_slice<T: Elem>(s: &[T], d: (usize, usize, usize), op: Op) -> Vec<T> {
 
 fn reduce_array<T: Elem>(a: &ArrayD<T>, g: &Geom, keepdims: bool, op: Op) -> OpResult<ArrayD<T>> {
     let v = with_layout(a, g, |s| reduce_slice(s, g.dims, op))?;
-    let shape = if keepdims { &g.keep_shape } else { &g.drop_shape };
+    let shape = if keepdims {
+        &g.keep_shape
+    } else {
+        &g.drop_shape
+    };
     Ok(ArrayD::from_shape_vec(IxDyn(shape), v)?)
 }
 
 fn reduce_bool(a: &ArrayD<bool>, g: &Geom, keepdims: bool, op: Op) -> OpResult<ArrayD<bool>> {
     let v = match op {
-        Op::Max => with_layout(a, g, |s| lanes(s, g.dims, false, |a, x| a | x, |a, b| a | b, |a| a))?,
-        Op::Min => with_layout(a, g, |s| lanes(s, g.dims, true, |a, x| a & x, |a, b| a & b, |a| a))?,
+        Op::Max => with_layout(a, g, |s| {
+            lanes(s, g.dims, false, |a, x| a | x, |a, b| a | b, |a| a)
+        })?,
+        Op::Min => with_layout(a, g, |s| {
+            lanes(s, g.dims, true, |a, x| a & x, |a, b| a & b, |a| a)
+        })?,
         _ => unsupported!("{op:?} of bool"),
     };
-    let shape = if keepdims { &g.keep_shape } else { &g.drop_shape };
+    let shape = if keepdims {
+        &g.keep_shape
+    } else {
+        &g.drop_shape
+    };
     Ok(ArrayD::from_shape_vec(IxDyn(shape), v)?)
 }
 
@@ -325,9 +454,15 @@ fn reduce(ctx: &OpCtx, inputs: &[Option<&Value>], op: Op) -> OpResult<Vec<Value>
     };
     let noop = ctx.attr_i("noop_with_empty_axes", 0)? != 0;
     let mut norm: Vec<usize> = if axes.is_empty() {
-        if noop { Vec::new() } else { (0..rank).collect() }
+        if noop {
+            Vec::new()
+        } else {
+            (0..rank).collect()
+        }
     } else {
-        axes.iter().map(|&a| norm_axis(a, rank)).collect::<OpResult<_>>()?
+        axes.iter()
+            .map(|&a| norm_axis(a, rank))
+            .collect::<OpResult<_>>()?
     };
     if rank == 0 {
         norm.clear();
@@ -429,7 +564,11 @@ fn arg(ctx: &OpCtx, inputs: &[Option<&Value>], max: bool) -> OpResult<Vec<Value>
     let keepdims = ctx.attr_i("keepdims", 1)? != 0;
     let last = ctx.attr_i("select_last_index", 0)? != 0;
     if rank > 0 && x.shape()[axis] == 0 {
-        bail!("{} over an empty axis {axis} of shape {:?}", if max { "ArgMax" } else { "ArgMin" }, x.shape());
+        bail!(
+            "{} over an empty axis {axis} of shape {:?}",
+            if max { "ArgMax" } else { "ArgMin" },
+            x.shape()
+        );
     }
     let axes: Vec<usize> = if rank == 0 { vec![] } else { vec![axis] };
     let g = geometry(x.shape(), &axes);
@@ -455,9 +594,17 @@ fn arg(ctx: &OpCtx, inputs: &[Option<&Value>], max: bool) -> OpResult<Vec<Value>
             let u = a.mapv(|b| b as u8);
             go!(&u)
         }
-        other => unsupported!("{} of {}", if max { "ArgMax" } else { "ArgMin" }, other.dtype()),
+        other => unsupported!(
+            "{} of {}",
+            if max { "ArgMax" } else { "ArgMin" },
+            other.dtype()
+        ),
     };
-    let shape = if keepdims { &g.keep_shape } else { &g.drop_shape };
+    let shape = if keepdims {
+        &g.keep_shape
+    } else {
+        &g.drop_shape
+    };
     single(Tensor::I64(ArrayD::from_shape_vec(IxDyn(shape), v)?))
 }
 
@@ -476,7 +623,9 @@ mod tests {
         let mut s = seed;
         (0..n)
             .map(|_| {
-                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 ((s >> 33) as f32 / (1u64 << 31) as f32) * 4.0 - 2.0 + 0.01
             })
             .collect()
@@ -493,14 +642,21 @@ mod tests {
             let got = reduce_array(&a, &g, false, op).unwrap();
             assert_eq!(got.shape(), &[4]);
             for j in 0..4 {
-                let vals: Vec<f64> = (0..3).flat_map(|i| (0..5).map(move |k| (i, k))).map(|(i, k)| x[i * 20 + j * 5 + k] as f64).collect();
+                let vals: Vec<f64> = (0..3)
+                    .flat_map(|i| (0..5).map(move |k| (i, k)))
+                    .map(|(i, k)| x[i * 20 + j * 5 + k] as f64)
+                    .collect();
                 let want = match op {
                     Op::Sum => vals.iter().sum::<f64>(),
                     Op::Max => vals.iter().cloned().fold(f64::NEG_INFINITY, f64::max),
                     Op::LogSumExp => vals.iter().map(|v| v.exp()).sum::<f64>().ln(),
                     _ => vals.iter().map(|v| v * v).sum::<f64>().sqrt(),
                 };
-                assert!((got[[j]] as f64 - want).abs() < 1e-5, "{op:?} lane {j}: {} vs {want}", got[[j]]);
+                assert!(
+                    (got[[j]] as f64 - want).abs() < 1e-5,
+                    "{op:?} lane {j}: {} vs {want}",
+                    got[[j]]
+                );
             }
         }
     }
@@ -508,14 +664,24 @@ mod tests {
     /// Middle-axis reduction with keepdims (strided accumulator path), integers wrapping like numpy.
     #[test]
     fn middle_axis_ints_wrap() {
-        let a = ArrayD::from_shape_vec(IxDyn(&[2, 2, 3]), vec![i32::MAX, 1, -7, 1, 2, -8, 3, 4, 5, 6, 7, 8]).unwrap();
+        let a = ArrayD::from_shape_vec(
+            IxDyn(&[2, 2, 3]),
+            vec![i32::MAX, 1, -7, 1, 2, -8, 3, 4, 5, 6, 7, 8],
+        )
+        .unwrap();
         let g = geometry(a.shape(), &[1]);
         assert!(g.perm.is_none() && g.dims == (2, 2, 3));
         let s = reduce_array(&a, &g, true, Op::Sum).unwrap();
         assert_eq!(s.shape(), &[2, 1, 3]);
-        assert_eq!(s.iter().copied().collect::<Vec<_>>(), vec![i32::MIN, 3, -15, 9, 11, 13]);
+        assert_eq!(
+            s.iter().copied().collect::<Vec<_>>(),
+            vec![i32::MIN, 3, -15, 9, 11, 13]
+        );
         let m = reduce_array(&a, &g, false, Op::Mean).unwrap();
-        assert_eq!(m.iter().copied().collect::<Vec<_>>(), vec![i32::MIN / 2, 1, -7, 4, 5, 6]);
+        assert_eq!(
+            m.iter().copied().collect::<Vec<_>>(),
+            vec![i32::MIN / 2, 1, -7, 4, 5, 6]
+        );
     }
 
     /// ArgMax/ArgMin along a strided axis, first versus last of tied values.

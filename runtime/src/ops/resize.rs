@@ -4,22 +4,25 @@
 //! position, and the data (as f64, like the reference) is resampled one axis at a time. Nearest mode
 //! is a pure gather on the typed data, so it is exact for every dtype.
 use half::{bf16, f16};
-use ndarray::{ArrayD, IxDyn, Slice};
+use ndarray::{ArrayD, IxDyn};
 use rayon::prelude::*;
 
 use super::broadcast::PAR_THRESHOLD;
 use super::{OpCtx, Registry, input, norm_axis, opt_input, single};
 use crate::error::OpResult;
 use crate::tensor::{Tensor, Value};
-use crate::{bail, map_array, map_numeric, unsupported};
+use crate::{bail, map_array, unsupported};
+
+#[path = "resize_grid.rs"]
+mod grid;
 
 pub fn register(r: &mut Registry) {
     r.add("", "Resize", resize);
     r.add("", "Upsample", upsample);
-    r.add("", "GridSample", grid_sample::grid_sample);
-    r.add("", "AffineGrid", grid_sample::affine_grid);
-    r.add("", "Col2Im", col2im);
-    r.add("", "CenterCropPad", center_crop_pad);
+    r.add("", "GridSample", grid::grid_sample);
+    r.add("", "AffineGrid", grid::affine_grid);
+    r.add("", "Col2Im", grid::col2im);
+    r.add("", "CenterCropPad", grid::center_crop_pad);
 }
 
 /// Element types built back from the f64 working values (ints round half to even and saturate, as the
@@ -65,7 +68,10 @@ impl FromF64 for String {
 }
 
 fn build_like<T: FromF64>(_like: &ArrayD<T>, shape: &[usize], v: Vec<f64>) -> OpResult<ArrayD<T>> {
-    Ok(ArrayD::from_shape_vec(IxDyn(shape), v.into_iter().map(T::from_f64).collect())?)
+    Ok(ArrayD::from_shape_vec(
+        IxDyn(shape),
+        v.into_iter().map(T::from_f64).collect(),
+    )?)
 }
 
 /// A tensor of `like`'s dtype from f64 values.
@@ -80,7 +86,7 @@ pub(crate) fn tensor_like(like: &Tensor, shape: &[usize], v: Vec<f64>) -> OpResu
 
 /// A value that must be a finite non-negative size.
 fn to_size(v: f64, what: &str) -> OpResult<usize> {
-    if !(v.is_finite() && v >= 0.0 && v < 9.0e15) {
+    if !(0.0..9.0e15).contains(&v) {
         bail!("{what} {v} is not a valid size");
     }
     Ok(v as usize)
@@ -155,7 +161,11 @@ impl Params {
             Coord::TfHalfPixelForNn => (y + 0.5) / p.scale,
             Coord::TfCropAndResize => {
                 let (d, off) = p.roi.unwrap_or((1.0, 0.0));
-                let x = if p.out_f == 1.0 { d * last / 2.0 } else { y * d * last / (p.out_f - 1.0) };
+                let x = if p.out_f == 1.0 {
+                    d * last / 2.0
+                } else {
+                    y * d * last / (p.out_f - 1.0)
+                };
                 let x = x + off;
                 return (x, x < 0.0 || x > last);
             }
@@ -223,7 +233,11 @@ fn build_taps(ctx: &OpCtx, p: &Params, inl: usize, ap: &AxisPlan) -> OpResult<Ta
         }
         let xf = x.floor();
         // The reference prefers the left neighbour: an integral x has ratio 1 against x - 1.
-        let (f, ratio) = if x == xf { (xf - 1.0, 1.0) } else { (xf, x - xf) };
+        let (f, ratio) = if x == xf {
+            (xf - 1.0, 1.0)
+        } else {
+            (xf, x - xf)
+        };
         let (wi, ii) = (&mut w[y * n..(y + 1) * n], &mut idx[y * n..(y + 1) * n]);
         let mut outside = vec![false; n];
         for k in 0..n {
@@ -261,7 +275,7 @@ fn apply_taps(src: &[f64], shape: &[usize], axis: usize, t: &Taps, fill: f64) ->
     if dst.is_empty() {
         return dst;
     }
-    let row = |(r, d): (usize, &mut [f64])| {
+    let row = |r: usize, d: &mut [f64]| {
         let (ob, o) = (r / out, r % out);
         if t.extrap[o] {
             d.fill(fill);
@@ -270,22 +284,37 @@ fn apply_taps(src: &[f64], shape: &[usize], axis: usize, t: &Taps, fill: f64) ->
         for k in 0..t.n {
             let w = t.w[o * t.n + k];
             let base = (ob * inl + t.idx[o * t.n + k]) * inner;
-            for (d, s) in d.iter_mut().zip(&src[base..base + inner]) {
-                *d += w * s;
+            let s = &src[base..base + inner];
+            // An index loop: no iterator adaptors left to inline in unoptimised builds.
+            let mut i = 0;
+            while i < inner {
+                d[i] += w * s[i];
+                i += 1;
             }
         }
     };
+    // Chunks of whole rows, at least a few thousand values each.
+    let rows = (4096 / inner).max(1);
+    let chunk = |(ci, c): (usize, &mut [f64])| {
+        for (k, d) in c.chunks_mut(inner).enumerate() {
+            row(ci * rows + k, d);
+        }
+    };
     if dst.len() * t.n >= PAR_THRESHOLD {
-        dst.par_chunks_mut(inner).enumerate().for_each(row);
+        dst.par_chunks_mut(rows * inner).enumerate().for_each(chunk);
     } else {
-        dst.chunks_mut(inner).enumerate().for_each(row);
+        dst.chunks_mut(rows * inner).enumerate().for_each(chunk);
     }
     dst
 }
 
 /// Nearest resampling as a gather on the typed data: `maps[a][o]` is the source index of output
 /// position `o` on axis `a` (`None`: filled with `fill`).
-fn gather<T: Clone + Send + Sync>(src: &ArrayD<T>, maps: &[Vec<Option<usize>>], fill: T) -> OpResult<ArrayD<T>> {
+fn gather<T: Clone + Send + Sync>(
+    src: &ArrayD<T>,
+    maps: &[Vec<Option<usize>>],
+    fill: T,
+) -> OpResult<ArrayD<T>> {
     let src = src.as_standard_layout();
     let s = src.as_slice().unwrap_or(&[]);
     let shape: Vec<usize> = maps.iter().map(|m| m.len()).collect();
@@ -298,15 +327,21 @@ fn gather<T: Clone + Send + Sync>(src: &ArrayD<T>, maps: &[Vec<Option<usize>>], 
     for a in (0..r - 1).rev() {
         strides[a] = strides[a + 1] * src.shape()[a + 1];
     }
-    let offs: Vec<Vec<Option<usize>>> =
-        maps.iter().zip(&strides).map(|(m, &st)| m.iter().map(|i| i.map(|i| i * st)).collect()).collect();
+    let offs: Vec<Vec<Option<usize>>> = maps
+        .iter()
+        .zip(&strides)
+        .map(|(m, &st)| m.iter().map(|i| i.map(|i| i * st)).collect())
+        .collect();
     let last = shape[r - 1];
     let mut out: Vec<T> = Vec::with_capacity(total);
     if total > 0 {
         let rows = total / last;
         let mut ix = vec![0usize; r - 1];
         for _ in 0..rows {
-            let base = ix.iter().enumerate().try_fold(0usize, |acc, (a, &i)| offs[a][i].map(|o| acc + o));
+            let base = ix
+                .iter()
+                .enumerate()
+                .try_fold(0usize, |acc, (a, &i)| offs[a][i].map(|o| acc + o));
             match base {
                 None => out.extend(std::iter::repeat_n(fill.clone(), last)),
                 Some(b) => out.extend(offs[r - 1].iter().map(|o| match o {
@@ -326,7 +361,11 @@ fn gather<T: Clone + Send + Sync>(src: &ArrayD<T>, maps: &[Vec<Option<usize>>], 
     Ok(ArrayD::from_shape_vec(IxDyn(&shape), out)?)
 }
 
-fn gather_fill<T: FromF64>(src: &ArrayD<T>, maps: &[Vec<Option<usize>>], fill: f64) -> OpResult<ArrayD<T>> {
+fn gather_fill<T: FromF64>(
+    src: &ArrayD<T>,
+    maps: &[Vec<Option<usize>>],
+    fill: f64,
+) -> OpResult<ArrayD<T>> {
     gather(src, maps, T::from_f64(fill))
 }
 
@@ -338,7 +377,11 @@ fn run_resize(ctx: &OpCtx, x: &Tensor, p: &Params, plans: &[AxisPlan]) -> OpResu
     }
     ctx.check_alloc(&shape, x.dtype().size_in_memory().max(8))?;
     if p.mode == Mode::Nearest {
-        let mut maps: Vec<Vec<Option<usize>>> = x.shape().iter().map(|&d| (0..d).map(Some).collect()).collect();
+        let mut maps: Vec<Vec<Option<usize>>> = x
+            .shape()
+            .iter()
+            .map(|&d| (0..d).map(Some).collect())
+            .collect();
         for ap in plans {
             let inl = x.shape()[ap.axis];
             maps[ap.axis] = (0..ap.out).map(|y| p.nearest_index(y, inl, ap)).collect();
@@ -352,7 +395,9 @@ fn run_resize(ctx: &OpCtx, x: &Tensor, p: &Params, plans: &[AxisPlan]) -> OpResu
     let mut cur = x.shape().to_vec();
     for ap in plans {
         let inl = cur[ap.axis];
-        let trivial_roi = ap.roi.is_none_or(|(d, off)| (d - 1.0).abs() < 1e-9 && off.abs() < 1e-9);
+        let trivial_roi = ap
+            .roi
+            .is_none_or(|(d, off)| (d - 1.0).abs() < 1e-9 && off.abs() < 1e-9);
         if (ap.scale - 1.0).abs() <= 1e-9 && ap.out == inl && trivial_roi {
             continue;
         }
@@ -375,7 +420,11 @@ fn parse_mode(m: &str) -> OpResult<Mode> {
 /// Plans from per-axis scales (output = floor(in * scale)).
 fn plans_from_scales(shape: &[usize], axes: &[usize], scales: &[f64]) -> OpResult<Vec<AxisPlan>> {
     if scales.len() != axes.len() {
-        bail!("scales has {} values, expected {} (one per resized axis)", scales.len(), axes.len());
+        bail!(
+            "scales has {} values, expected {} (one per resized axis)",
+            scales.len(),
+            axes.len()
+        );
     }
     let mut plans = Vec::new();
     for (&a, &s) in axes.iter().zip(scales) {
@@ -383,7 +432,13 @@ fn plans_from_scales(shape: &[usize], axes: &[usize], scales: &[f64]) -> OpResul
             bail!("scale {s} for axis {a} must be positive");
         }
         let out_f = s * shape[a] as f64;
-        plans.push(AxisPlan { axis: a, scale: s, out: to_size(out_f.floor(), "output size")?, out_f, roi: None });
+        plans.push(AxisPlan {
+            axis: a,
+            scale: s,
+            out: to_size(out_f.floor(), "output size")?,
+            out_f,
+            roi: None,
+        });
     }
     Ok(plans)
 }
@@ -409,7 +464,10 @@ fn resize(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
         };
         return single(run_resize(ctx, x, &p, &plans)?);
     }
-    let coord = match ctx.attr_s("coordinate_transformation_mode", "half_pixel")?.as_str() {
+    let coord = match ctx
+        .attr_s("coordinate_transformation_mode", "half_pixel")?
+        .as_str()
+    {
         "half_pixel" => Coord::HalfPixel,
         "half_pixel_symmetric" => Coord::HalfPixelSymmetric,
         "pytorch_half_pixel" => Coord::PytorchHalfPixel,
@@ -436,7 +494,10 @@ fn resize(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
         antialias: ctx.attr_i("antialias", 0)? != 0,
     };
     let axes: Vec<usize> = match ctx.attr_opt_ints("axes")? {
-        Some(ax) if opset >= 18 => ax.iter().map(|&a| norm_axis(a, r)).collect::<OpResult<_>>()?,
+        Some(ax) if opset >= 18 => ax
+            .iter()
+            .map(|&a| norm_axis(a, r))
+            .collect::<OpResult<_>>()?,
         _ => (0..r).collect(),
     };
     for (i, a) in axes.iter().enumerate() {
@@ -444,7 +505,9 @@ fn resize(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
             bail!("axis {a} is repeated in axes {axes:?}");
         }
     }
-    let nonempty = |i: usize| -> OpResult<Option<&Tensor>> { Ok(opt_input(inputs, i)?.filter(|t| !t.is_empty())) };
+    let nonempty = |i: usize| -> OpResult<Option<&Tensor>> {
+        Ok(opt_input(inputs, i)?.filter(|t| !t.is_empty()))
+    };
     let (roi_t, scales_t, sizes_t) = (nonempty(1)?, nonempty(2)?, nonempty(3)?);
     let mut plans = match (scales_t, sizes_t) {
         (Some(_), Some(_)) => bail!("only one of scales and sizes may be given"),
@@ -468,15 +531,27 @@ fn resize(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
                 let inl = shape[a] as f64;
                 let (scale, out, out_f) = match common {
                     None => (ratio(i), sizes[i] as usize, sizes[i] as f64),
-                    Some(sc) => (sc, to_size((sc * inl + 0.5).floor(), "output size")?, sc * inl),
+                    Some(sc) => (
+                        sc,
+                        to_size((sc * inl + 0.5).floor(), "output size")?,
+                        sc * inl,
+                    ),
                 };
-                plans.push(AxisPlan { axis: a, scale, out, out_f, roi: None });
+                plans.push(AxisPlan {
+                    axis: a,
+                    scale,
+                    out,
+                    out_f,
+                    roi: None,
+                });
             }
             plans
         }
     };
     if coord == Coord::TfCropAndResize {
-        let Some(roi_t) = roi_t else { bail!("tf_crop_and_resize needs a roi input") };
+        let Some(roi_t) = roi_t else {
+            bail!("tf_crop_and_resize needs a roi input")
+        };
         let roi = roi_t.to_f64_vec()?;
         let n = axes.len();
         if roi.len() != 2 * n {
@@ -488,15 +563,19 @@ fn resize(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
             let last = shape[ap.axis] as f64 - 1.0;
             let (s, e) = (roi[i], roi[n + i]);
             ap.roi = Some(if as_f32 {
-                ((e as f32 - s as f32) as f64, (s as f32 * last as f32) as f64)
+                (
+                    (e as f32 - s as f32) as f64,
+                    (s as f32 * last as f32) as f64,
+                )
             } else {
                 (e - s, s * last)
             });
         }
     }
-    if shape.iter().any(|&d| d == 0) {
+    if shape.contains(&0) {
         let mut out = shape.clone();
         plans.iter().for_each(|ap| out[ap.axis] = ap.out);
+        ctx.check_alloc(&out, x.dtype().size_in_memory())?;
         return single(Tensor::zeros(x.dtype(), &out));
     }
     single(run_resize(ctx, x, &p, &plans)?)
@@ -508,13 +587,20 @@ fn upsample(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let scales: Vec<f64> = if ctx.opset() >= 9 {
         input(inputs, 1)?.to_f64_vec()?
     } else if ctx.opset() >= 7 {
-        let Some(s) = ctx.attr_opt_floats("scales")? else { bail!("Upsample needs the scales attribute") };
+        let Some(s) = ctx.attr_opt_floats("scales")? else {
+            bail!("Upsample needs the scales attribute")
+        };
         s.iter().map(|&v| v as f64).collect()
     } else {
         if r != 4 {
             bail!("Upsample-1 needs a 4-D input, got rank {r}");
         }
-        vec![1.0, 1.0, ctx.attr_f("height_scale", 1.0)? as f64, ctx.attr_f("width_scale", 1.0)? as f64]
+        vec![
+            1.0,
+            1.0,
+            ctx.attr_f("height_scale", 1.0)? as f64,
+            ctx.attr_f("width_scale", 1.0)? as f64,
+        ]
     };
     let axes: Vec<usize> = (0..r).collect();
     let plans = plans_from_scales(x.shape(), &axes, &scales)?;
@@ -533,385 +619,8 @@ fn upsample(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     single(run_resize(ctx, x, &p, &plans)?)
 }
 
-fn ints_attr(ctx: &OpCtx, name: &str, n: usize, default: i64) -> OpResult<Vec<i64>> {
-    let v = ctx.attr_opt_ints(name)?.unwrap_or_else(|| vec![default; n]);
-    if v.len() != n {
-        bail!("attribute {name} has {} values, expected {n}", v.len());
-    }
-    Ok(v)
-}
-
-fn col2im(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
-    let x = input(inputs, 0)?;
-    let image = input(inputs, 1)?.to_i64_vec()?;
-    let block = input(inputs, 2)?.to_i64_vec()?;
-    let r = image.len();
-    if block.len() != r || r == 0 {
-        bail!("image_shape {image:?} and block_shape {block:?} must have the same non-zero length");
-    }
-    let dil = ints_attr(ctx, "dilations", r, 1)?;
-    let strides = ints_attr(ctx, "strides", r, 1)?;
-    let pads = ints_attr(ctx, "pads", 2 * r, 0)?;
-    let xs = x.shape();
-    if xs.len() != 3 {
-        bail!("Col2Im input must be 3-D [N, C*prod(block), L], got {xs:?}");
-    }
-    if image.iter().chain(&block).chain(&dil).chain(&strides).any(|&v| v <= 0) || pads.iter().any(|&v| v < 0) {
-        bail!("Col2Im shapes, dilations and strides must be positive and pads non-negative");
-    }
-    let k: i64 = block.iter().try_fold(1i64, |a, &b| a.checked_mul(b)).unwrap_or(i64::MAX);
-    if k == 0 || xs[1] as i64 % k != 0 {
-        bail!("input channel dimension {} is not a multiple of prod(block_shape) = {k}", xs[1]);
-    }
-    if k as usize > xs[1] {
-        bail!("input channel dimension {} is smaller than prod(block_shape) = {k}", xs[1]);
-    }
-    let c = xs[1] / k as usize;
-    let w = |v: i64| v as i128;
-    let nb: Vec<i128> = (0..r)
-        .map(|i| (w(image[i]) + w(pads[i]) + w(pads[r + i]) - w(dil[i]) * (w(block[i]) - 1) - 1).div_euclid(w(strides[i])) + 1)
-        .collect();
-    if nb.iter().any(|&b| b < 1 || b > xs[2] as i128) || nb.iter().product::<i128>() != xs[2] as i128 {
-        bail!("input has {} blocks, the geometry gives {nb:?}", xs[2]);
-    }
-    let mut out_shape = vec![xs[0], c];
-    out_shape.extend(image.iter().map(|&v| v as usize));
-    ctx.check_alloc(&out_shape, x.dtype().size_in_memory())?;
-    // Per dimension, the image position of (kernel offset, block index), or None when in the padding.
-    let pos: Vec<Vec<Option<usize>>> = (0..r)
-        .map(|i| {
-            let mut v = Vec::new();
-            for o in 0..w(block[i]) {
-                for b in 0..nb[i] {
-                    let p = b * w(strides[i]) - w(pads[i]) + o * w(dil[i]);
-                    v.push((p >= 0 && p < w(image[i])).then_some(p as usize));
-                }
-            }
-            v
-        })
-        .collect();
-    let geo = Col2ImGeo { block: block.iter().map(|&v| v as usize).collect(), nb: nb.iter().map(|&v| v as usize).collect(), pos };
-    let t = map_numeric!(x, a => col2im_impl(a, &out_shape, &geo)?)?;
-    single(t)
-}
-
-struct Col2ImGeo {
-    block: Vec<usize>,
-    nb: Vec<usize>,
-    pos: Vec<Vec<Option<usize>>>,
-}
-
-fn col2im_impl<T>(a: &ArrayD<T>, out_shape: &[usize], g: &Col2ImGeo) -> OpResult<ArrayD<T>>
-where
-    T: Copy + std::ops::Add<Output = T> + num_traits::Zero,
-{
-    let a = a.as_standard_layout();
-    let src = a.as_slice().unwrap_or(&[]);
-    let r = g.block.len();
-    let img: usize = out_shape[2..].iter().product();
-    let (k, l): (usize, usize) = (g.block.iter().product(), g.nb.iter().product());
-    let mut out = vec![T::zero(); out_shape.iter().product()];
-    let mut istr = vec![1usize; r];
-    for i in (0..r - 1).rev() {
-        istr[i] = istr[i + 1] * out_shape[3 + i];
-    }
-    // For each (kernel offset, block) pair the image offset, flattened once.
-    let mut map: Vec<Option<usize>> = Vec::with_capacity(k * l);
-    for kk in 0..k {
-        let mut ko = vec![0usize; r];
-        let mut rem = kk;
-        for i in (0..r).rev() {
-            ko[i] = rem % g.block[i];
-            rem /= g.block[i];
-        }
-        for bb in 0..l {
-            let mut rem = bb;
-            let mut off = Some(0usize);
-            for i in (0..r).rev() {
-                let b = rem % g.nb[i];
-                rem /= g.nb[i];
-                off = match (off, g.pos[i][ko[i] * g.nb[i] + b]) {
-                    (Some(o), Some(p)) => Some(o + p * istr[i]),
-                    _ => None,
-                };
-            }
-            map.push(off);
-        }
-    }
-    let planes = out_shape[0] * out_shape[1];
-    for pl in 0..planes {
-        let dst = &mut out[pl * img..(pl + 1) * img];
-        let s = &src[pl * k * l..(pl + 1) * k * l];
-        for (v, m) in s.iter().zip(&map) {
-            if let Some(o) = m {
-                dst[*o] = dst[*o] + *v;
-            }
-        }
-    }
-    Ok(ArrayD::from_shape_vec(IxDyn(out_shape), out)?)
-}
-
-fn center_crop_pad(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
-    let x = input(inputs, 0)?;
-    let target = input(inputs, 1)?.to_i64_vec()?;
-    let r = x.rank();
-    let axes: Vec<usize> = match ctx.attr_opt_ints("axes")? {
-        Some(ax) => ax.iter().map(|&a| norm_axis(a, r)).collect::<OpResult<_>>()?,
-        None => (0..r).collect(),
-    };
-    if axes.len() != target.len() {
-        bail!("shape has {} values but there are {} axes", target.len(), axes.len());
-    }
-    let mut out_shape = x.shape().to_vec();
-    // Per axis: (source start, destination start, copied length).
-    let mut win: Vec<(usize, usize, usize)> = x.shape().iter().map(|&d| (0, 0, d)).collect();
-    for (&a, &t) in axes.iter().zip(&target) {
-        if t < 0 {
-            bail!("target shape {target:?} has a negative extent");
-        }
-        let (d, t) = (x.shape()[a], t as usize);
-        out_shape[a] = t;
-        win[a] = if t <= d { ((d - t) / 2, 0, t) } else { (0, (t - d) / 2, d) };
-    }
-    ctx.check_alloc(&out_shape, x.dtype().size_in_memory())?;
-    let t = map_array!(x, a => {
-        let mut o = ArrayD::from_elem(IxDyn(&out_shape), Default::default());
-        o.slice_each_axis_mut(|ax| { let (_, s, n) = win[ax.axis.index()]; Slice::from(s..s + n) })
-            .assign(&a.slice_each_axis(|ax| { let (s, _, n) = win[ax.axis.index()]; Slice::from(s..s + n) }));
-        o
-    });
-    single(t)
-}
-
-mod grid_sample {
-    use super::*;
-
-    #[derive(Clone, Copy, PartialEq)]
-    enum Pad {
-        Zeros,
-        Border,
-        Reflection,
-    }
-
-    /// Reflects `x` into [lo, hi] by bouncing off the borders (the reference's rule).
-    fn reflect(x: f64, lo: f64, hi: f64) -> f64 {
-        let rng = hi - lo;
-        if rng <= 0.0 || !x.is_finite() {
-            return lo;
-        }
-        if x < lo {
-            let dx = lo - x;
-            let n = (dx / rng).trunc();
-            let r = dx - n * rng;
-            if n % 2.0 == 0.0 { lo + r } else { hi - r }
-        } else if x > hi {
-            let dx = x - hi;
-            let n = (dx / rng).trunc();
-            let r = dx - n * rng;
-            if n % 2.0 == 0.0 { hi - r } else { lo + r }
-        } else {
-            x
-        }
-    }
-
-    fn cubic_coeffs(t: f64) -> [f64; 4] {
-        let a = -0.75;
-        let near = |x: f64| ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0;
-        let far = |x: f64| ((a * x - 5.0 * a) * x + 8.0 * a) * x - 4.0 * a;
-        [far(t + 1.0), near(t), near(1.0 - t), far(2.0 - t)]
-    }
-
-    pub(super) fn grid_sample(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
-        let x = input(inputs, 0)?;
-        let grid = input(inputs, 1)?;
-        let default_mode = if ctx.opset() >= 20 { "linear" } else { "bilinear" };
-        let mode = match ctx.attr_s("mode", default_mode)?.as_str() {
-            "bilinear" | "linear" => Mode::Linear,
-            "nearest" => Mode::Nearest,
-            "bicubic" | "cubic" => Mode::Cubic,
-            m => bail!("unknown GridSample mode '{m}'"),
-        };
-        let pad = match ctx.attr_s("padding_mode", "zeros")?.as_str() {
-            "zeros" => Pad::Zeros,
-            "border" => Pad::Border,
-            "reflection" => Pad::Reflection,
-            m => bail!("unknown padding_mode '{m}'"),
-        };
-        let align = ctx.attr_i("align_corners", 0)? != 0;
-        let (xs, gs) = (x.shape(), grid.shape());
-        if xs.len() < 3 || gs.len() != xs.len() || gs[0] != xs[0] || gs[gs.len() - 1] != xs.len() - 2 {
-            bail!("X {xs:?} and grid {gs:?} must be [N, C, D1..Dr] and [N, O1..Or, r]");
-        }
-        let r = xs.len() - 2;
-        let (n, c) = (xs[0], xs[1]);
-        let dims = &xs[2..];
-        let mut out_shape = vec![n, c];
-        out_shape.extend_from_slice(&gs[1..=r]);
-        ctx.check_alloc(&out_shape, 8)?;
-        if matches!(x, Tensor::Bool(_) | Tensor::Str(_) | Tensor::Packed(..)) {
-            unsupported!("GridSample of {} data", x.dtype());
-        }
-        let xv = x.to_f64_vec()?;
-        let gv = grid.to_f64_vec()?;
-        let g32 = matches!(grid, Tensor::F32(_));
-        let npts: usize = gs[1..=r].iter().product();
-        let plane: usize = dims.iter().product();
-        let mut strides = vec![1usize; r];
-        for i in (0..r.saturating_sub(1)).rev() {
-            strides[i] = strides[i + 1] * dims[i + 1];
-        }
-        let (lo, hi): (Vec<f64>, Vec<f64>) = dims
-            .iter()
-            .map(|&d| if align { (0.0, d as f64 - 1.0) } else { (-0.5, d as f64 - 0.5) })
-            .unzip();
-        // Source index of tap `i` on dim `k`, or None for a zero pixel.
-        let fetch = |k: usize, i: i64| -> Option<usize> {
-            let d = dims[k] as i64;
-            match pad {
-                Pad::Zeros => (i >= 0 && i < d).then_some(i as usize),
-                Pad::Border => Some(i.clamp(0, (d - 1).max(0)) as usize),
-                Pad::Reflection => Some((reflect(i as f64, lo[k], hi[k]) as i64).clamp(0, (d - 1).max(0)) as usize),
-            }
-        };
-        // Output as [N, points, C], then transposed.
-        let mut tmp = vec![0f64; n * npts * c];
-        let point = |(q, o): (usize, &mut [f64])| {
-            let b = q / npts;
-            let gp = &gv[q * r..(q + 1) * r];
-            // Per dim: taps (index or None, weight).
-            let mut taps: Vec<Vec<(Option<usize>, f64)>> = Vec::with_capacity(r);
-            for k in 0..r {
-                let g = gp[r - 1 - k];
-                let d = dims[k] as f64;
-                let mut v = if g32 {
-                    let (g, d) = (g as f32, d as f32);
-                    (if align { (g + 1.0) / 2.0 * (d - 1.0) } else { ((g + 1.0) * d - 1.0) / 2.0 }) as f64
-                } else if align {
-                    (g + 1.0) / 2.0 * (d - 1.0)
-                } else {
-                    ((g + 1.0) * d - 1.0) / 2.0
-                };
-                if mode == Mode::Nearest {
-                    v = v.round_ties_even();
-                }
-                if v < lo[k] || v > hi[k] {
-                    match pad {
-                        Pad::Border => v = v.clamp(0.0, (d - 1.0).max(0.0)),
-                        Pad::Reflection => v = reflect(v, lo[k], hi[k]),
-                        Pad::Zeros => {}
-                    }
-                    if g32 {
-                        v = v as f32 as f64;
-                    }
-                }
-                let x0 = v.floor();
-                let t = v - x0;
-                let x0 = x0 as i64;
-                taps.push(match mode {
-                    Mode::Nearest => vec![(fetch(k, v as i64), 1.0)],
-                    Mode::Linear => vec![(fetch(k, x0), 1.0 - t), (fetch(k, x0.saturating_add(1)), t)],
-                    Mode::Cubic => {
-                        let w = cubic_coeffs(t);
-                        (0..4).map(|j| (fetch(k, x0.saturating_add(j as i64 - 1)), w[j])).collect()
-                    }
-                });
-            }
-            // Sum over the cartesian product of taps.
-            let mut ix = vec![0usize; r];
-            loop {
-                let mut off = Some(0usize);
-                let mut w = 1.0;
-                for k in 0..r {
-                    let (i, wk) = taps[k][ix[k]];
-                    w *= wk;
-                    off = off.zip(i).map(|(o, i)| o + i * strides[k]);
-                }
-                if let Some(off) = off {
-                    for (ch, ov) in o.iter_mut().enumerate() {
-                        *ov += w * xv[(b * c + ch) * plane + off];
-                    }
-                }
-                let mut k = r;
-                loop {
-                    if k == 0 {
-                        return;
-                    }
-                    k -= 1;
-                    ix[k] += 1;
-                    if ix[k] < taps[k].len() {
-                        break;
-                    }
-                    ix[k] = 0;
-                }
-            }
-        };
-        if c > 0 {
-            if tmp.len() >= PAR_THRESHOLD / 4 {
-                tmp.par_chunks_mut(c).enumerate().for_each(point);
-            } else {
-                tmp.chunks_mut(c).enumerate().for_each(point);
-            }
-        }
-        let mut out = vec![0f64; tmp.len()];
-        for b in 0..n {
-            for pt in 0..npts {
-                for ch in 0..c {
-                    out[(b * c + ch) * npts + pt] = tmp[(b * npts + pt) * c + ch];
-                }
-            }
-        }
-        single(tensor_like(x, &out_shape, out)?)
-    }
-
-    pub(super) fn affine_grid(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
-        let theta = input(inputs, 0)?;
-        let size = input(inputs, 1)?.to_i64_vec()?;
-        let ts = theta.shape();
-        let r = size.len().saturating_sub(2);
-        if !(r == 2 || r == 3) || ts.len() != 3 || ts[1] != r || ts[2] != r + 1 || size.iter().any(|&v| v < 0) {
-            bail!("theta {ts:?} and size {size:?} must be [N, 2, 3] with [N, C, H, W] or [N, 3, 4] with [N, C, D, H, W]");
-        }
-        let align = ctx.attr_i("align_corners", 0)? != 0;
-        let n = ts[0];
-        let sp: Vec<usize> = size[2..].iter().map(|&v| v as usize).collect();
-        let mut out_shape = vec![n];
-        out_shape.extend_from_slice(&sp);
-        out_shape.push(r);
-        ctx.check_alloc(&out_shape, 8)?;
-        let th = theta.to_f64_vec()?;
-        // Normalised base coordinate of index i along a dim of length d.
-        let base = |i: usize, d: usize| -> f64 {
-            if align {
-                if d <= 1 { -1.0 } else { -1.0 + i as f64 * (2.0 / (d as f64 - 1.0)) }
-            } else {
-                let step = 2.0 / d as f64;
-                -1.0 + step / 2.0 + i as f64 * step
-            }
-        };
-        let npts: usize = sp.iter().product();
-        let mut out = Vec::with_capacity(n * npts * r);
-        for b in 0..n {
-            let m = &th[b * r * (r + 1)..(b + 1) * r * (r + 1)];
-            for p in 0..npts {
-                // Homogeneous point (x, y[, z], 1): x runs along the last spatial dim.
-                let mut rem = p;
-                let mut hp = vec![1.0; r + 1];
-                for k in (0..r).rev() {
-                    let i = rem % sp[k];
-                    rem /= sp[k];
-                    hp[r - 1 - k] = base(i, sp[k]);
-                }
-                for row in 0..r {
-                    out.push((0..=r).map(|j| m[row * (r + 1) + j] * hp[j]).sum::<f64>());
-                }
-            }
-        }
-        single(tensor_like(theta, &out_shape, out)?)
-    }
-}
-
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::collections::HashMap;
 
     use super::*;
@@ -925,8 +634,15 @@ mod tests {
         }
     }
 
-    fn call(k: Kernel, op: &str, opset: i64, attrs: Vec<(&str, Attr)>, ins: Vec<Option<Tensor>>) -> OpResult<Tensor> {
-        let attrs: HashMap<String, Attr> = attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+    pub(super) fn call(
+        k: Kernel,
+        op: &str,
+        opset: i64,
+        attrs: Vec<(&str, Attr)>,
+        ins: Vec<Option<Tensor>>,
+    ) -> OpResult<Tensor> {
+        let attrs: HashMap<String, Attr> =
+            attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
         let node = Node {
             name: "n".into(),
             op_type: op.into(),
@@ -938,16 +654,24 @@ mod tests {
         };
         let vals: Vec<Option<Value>> = ins.into_iter().map(|t| t.map(Value::Tensor)).collect();
         let refs: Vec<Option<&Value>> = vals.iter().map(|v| v.as_ref()).collect();
-        let ctx = OpCtx { node: &node, runner: &NoRunner, max_tensor_bytes: 1 << 30 };
+        let ctx = OpCtx {
+            node: &node,
+            runner: &NoRunner,
+            max_tensor_bytes: 1 << 30,
+        };
         Ok(k(&ctx, &refs)?.remove(0).into_tensor().unwrap())
     }
 
     /// Seeded values in [-1, -0.05] U [0.05, 1].
-    fn rand(seed: u64, n: usize) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    pub(super) fn rand(seed: u64, n: usize) -> Vec<f32> {
+        let mut s = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (0..n)
             .map(|_| {
-                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 let u = (s >> 40) as f32 / (1u64 << 24) as f32;
                 let v = 0.05 + 0.95 * u;
                 if s & 1 == 0 { v } else { -v }
@@ -955,11 +679,15 @@ mod tests {
             .collect()
     }
 
-    fn f32s(t: &Tensor) -> Vec<f32> {
-        t.to_f64_vec().unwrap().into_iter().map(|v| v as f32).collect()
+    pub(super) fn f32s(t: &Tensor) -> Vec<f32> {
+        t.to_f64_vec()
+            .unwrap()
+            .into_iter()
+            .map(|v| v as f32)
+            .collect()
     }
 
-    fn s(v: &str) -> Attr {
+    pub(super) fn s(v: &str) -> Attr {
         Attr::String(v.as_bytes().to_vec())
     }
 
@@ -969,8 +697,18 @@ mod tests {
         let data = rand(7, 2 * h * w);
         let x = Tensor::from_f32(&[1, 2, h, w], data.clone()).unwrap();
         let scales = Tensor::from_f32(&[4], vec![1.0, 1.0, 1.5, 2.5]).unwrap();
-        let attrs = vec![("mode", s("linear")), ("coordinate_transformation_mode", s("asymmetric"))];
-        let y = call(resize, "Resize", 19, attrs, vec![Some(x), None, Some(scales)]).unwrap();
+        let attrs = vec![
+            ("mode", s("linear")),
+            ("coordinate_transformation_mode", s("asymmetric")),
+        ];
+        let y = call(
+            resize,
+            "Resize",
+            19,
+            attrs,
+            vec![Some(x), None, Some(scales)],
+        )
+        .unwrap();
         let (oh, ow) = (4usize, 10usize);
         assert_eq!(y.shape(), &[1, 2, oh, ow]);
         let got = f32s(&y);
@@ -998,67 +736,41 @@ mod tests {
         let big = [(1i64 << 60) + 1, (1 << 60) + 3, -(1 << 59) - 7, 5];
         let x = Tensor::from_i64(&[1, 1, 2, 2], big.to_vec()).unwrap();
         let sizes = Tensor::from_i64(&[4], vec![1, 1, 4, 4]).unwrap();
-        let attrs = vec![("coordinate_transformation_mode", s("asymmetric")), ("nearest_mode", s("floor"))];
-        let y = call(resize, "Resize", 13, attrs, vec![Some(x.clone()), None, None, Some(sizes.clone())]).unwrap();
+        let attrs = vec![
+            ("coordinate_transformation_mode", s("asymmetric")),
+            ("nearest_mode", s("floor")),
+        ];
+        let y = call(
+            resize,
+            "Resize",
+            13,
+            attrs,
+            vec![Some(x.clone()), None, None, Some(sizes.clone())],
+        )
+        .unwrap();
         let Tensor::I64(a) = &y else { panic!("dtype") };
-        for ((i, j), v) in (0..4).flat_map(|i| (0..4).map(move |j| (i, j))).zip(a.iter()) {
+        for ((i, j), v) in (0..4)
+            .flat_map(|i| (0..4).map(move |j| (i, j)))
+            .zip(a.iter())
+        {
             assert_eq!(*v, big[(i / 2) * 2 + j / 2]);
         }
         // tf_crop_and_resize with a roi reaching outside the input fills the extrapolation value.
         let roi = Tensor::from_f32(&[8], vec![0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 2.0, 1.0]).unwrap();
-        let attrs = vec![("coordinate_transformation_mode", s("tf_crop_and_resize")), ("extrapolation_value", Attr::Float(9.0))];
-        let y = call(resize, "Resize", 13, attrs, vec![Some(x), Some(roi), None, Some(sizes)]).unwrap();
+        let attrs = vec![
+            ("coordinate_transformation_mode", s("tf_crop_and_resize")),
+            ("extrapolation_value", Attr::Float(9.0)),
+        ];
+        let y = call(
+            resize,
+            "Resize",
+            13,
+            attrs,
+            vec![Some(x), Some(roi), None, Some(sizes)],
+        )
+        .unwrap();
         let v = y.to_i64_vec().unwrap();
         assert_eq!(&v[0..4], &[big[0], big[0], big[1], big[1]]);
         assert_eq!(&v[12..16], &[9, 9, 9, 9]);
-    }
-
-    #[test]
-    fn col2im_matches_direct_accumulation() {
-        let (img, blk, st, dil, pads) = ([5usize, 6usize], [2usize, 3usize], [2usize, 1usize], [1usize, 2usize], [1usize, 0, 1, 1]);
-        let nb: Vec<usize> =
-            (0..2).map(|i| (img[i] + pads[i] + pads[2 + i] - dil[i] * (blk[i] - 1) - 1) / st[i] + 1).collect();
-        let (k, l, c) = (blk[0] * blk[1], nb[0] * nb[1], 2usize);
-        let data = rand(11, c * k * l);
-        let x = Tensor::from_f32(&[1, c * k, l], data.clone()).unwrap();
-        let ints = |v: &[usize]| Attr::Ints(v.iter().map(|&x| x as i64).collect());
-        let attrs = vec![("strides", ints(&st)), ("dilations", ints(&dil)), ("pads", ints(&pads))];
-        let ins = vec![Some(x), Some(Tensor::from_i64(&[2], vec![5, 6]).unwrap()), Some(Tensor::from_i64(&[2], vec![2, 3]).unwrap())];
-        let y = f32s(&call(col2im, "Col2Im", 18, attrs, ins).unwrap());
-        let mut want = vec![0f64; c * img[0] * img[1]];
-        for ch in 0..c {
-            for (kk, (ki, kj)) in (0..blk[0]).flat_map(|a| (0..blk[1]).map(move |b| (a, b))).enumerate() {
-                for (ll, (bi, bj)) in (0..nb[0]).flat_map(|a| (0..nb[1]).map(move |b| (a, b))).enumerate() {
-                    let pi = (bi * st[0] + ki * dil[0]) as i64 - pads[0] as i64;
-                    let pj = (bj * st[1] + kj * dil[1]) as i64 - pads[1] as i64;
-                    if pi >= 0 && pj >= 0 && (pi as usize) < img[0] && (pj as usize) < img[1] {
-                        want[(ch * img[0] + pi as usize) * img[1] + pj as usize] += data[(ch * k + kk) * l + ll] as f64;
-                    }
-                }
-            }
-        }
-        for (g, w) in y.iter().zip(&want) {
-            assert!((*g as f64 - w).abs() < 1e-5);
-        }
-    }
-
-    #[test]
-    fn grid_sample_hits_pixels_and_midpoints() {
-        let data = rand(3, 2 * 3 * 4);
-        let x = Tensor::from_f32(&[1, 2, 3, 4], data.clone()).unwrap();
-        // align_corners=1: normalised -1..1 maps onto pixel centres 0..d-1.
-        let norm = |i: f32, d: f32| 2.0 * i / (d - 1.0) - 1.0;
-        let pts = [(0.0f32, 0.0f32), (2.0, 3.0), (1.0, 2.0), (0.5, 1.5)];
-        let grid: Vec<f32> = pts.iter().flat_map(|&(i, j)| [norm(j, 4.0), norm(i, 3.0)]).collect();
-        let grid = Tensor::from_f32(&[1, 1, 4, 2], grid).unwrap();
-        let attrs = vec![("align_corners", Attr::Int(1)), ("mode", s("linear"))];
-        let y = f32s(&call(grid_sample::grid_sample, "GridSample", 20, attrs, vec![Some(x), Some(grid)]).unwrap());
-        for c in 0..2 {
-            let at = |i: usize, j: usize| data[c * 12 + i * 4 + j];
-            let want = [at(0, 0), at(2, 3), at(1, 2), (at(0, 1) + at(0, 2) + at(1, 1) + at(1, 2)) / 4.0];
-            for (p, w) in want.iter().enumerate() {
-                assert!((y[c * 4 + p] - w).abs() < 1e-5, "c{c} p{p}: {} vs {w}", y[c * 4 + p]);
-            }
-        }
     }
 }

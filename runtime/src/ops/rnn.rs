@@ -68,7 +68,11 @@ struct Act {
 
 impl Act {
     /// Parses `name`, consuming alpha/beta values from the iterators when the function takes them.
-    fn parse(name: &str, alphas: &mut impl Iterator<Item = f64>, betas: &mut impl Iterator<Item = f64>) -> OpResult<Act> {
+    fn parse(
+        name: &str,
+        alphas: &mut impl Iterator<Item = f64>,
+        betas: &mut impl Iterator<Item = f64>,
+    ) -> OpResult<Act> {
         use ActFn::*;
         let (f, a, b) = match name.to_ascii_lowercase().as_str() {
             "relu" => (Relu, None, None),
@@ -158,26 +162,47 @@ struct DirIn<T> {
     reverse: bool,
 }
 
-/// Dot product with eight independent accumulators (vectorises without reassociation).
-#[inline]
-fn dot<T: Float>(a: &[T], b: &[T]) -> T {
-    let mut acc = [T::zero(); 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let (ra, rb) = (ca.remainder(), cb.remainder());
-    for (x, y) in ca.zip(cb) {
-        for l in 0..8 {
-            acc[l] = acc[l] + x[l] * y[l];
-        }
-    }
-    let mut s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-    for (x, y) in ra.iter().zip(rb) {
-        s = s + *x * *y;
-    }
-    s
+/// The working float types, with a dot product written on the concrete type (eight independent
+/// accumulators: it vectorises without reassociation, and stays fast in unoptimised builds).
+pub(crate) trait Elem: Float + Send + Sync {
+    fn dot(a: &[Self], b: &[Self]) -> Self;
 }
 
+macro_rules! elem_impl {
+    ($($t:ty),*) => {$(
+        impl Elem for $t {
+            #[inline]
+            fn dot(a: &[$t], b: &[$t]) -> $t {
+                let n = a.len().min(b.len());
+                let (a, b) = (&a[..n], &b[..n]);
+                let mut acc = [0 as $t; 8];
+                let mut i = 0;
+                while i + 8 <= n {
+                    let (x, y) = (&a[i..i + 8], &b[i..i + 8]);
+                    acc[0] += x[0] * y[0];
+                    acc[1] += x[1] * y[1];
+                    acc[2] += x[2] * y[2];
+                    acc[3] += x[3] * y[3];
+                    acc[4] += x[4] * y[4];
+                    acc[5] += x[5] * y[5];
+                    acc[6] += x[6] * y[6];
+                    acc[7] += x[7] * y[7];
+                    i += 8;
+                }
+                let mut s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+                while i < n {
+                    s += a[i] * b[i];
+                    i += 1;
+                }
+                s
+            }
+        }
+    )*};
+}
+elem_impl!(f32, f64);
+
 /// `out[i, j] = a[i, :] · b[j, :]` for row-major `a` (m×k) and `b` (n×k).
-fn matmul_nt<T: Float + Send + Sync>(a: &[T], b: &[T], m: usize, n: usize, k: usize) -> Vec<T> {
+fn matmul_nt<T: Elem>(a: &[T], b: &[T], m: usize, n: usize, k: usize) -> Vec<T> {
     let mut out = vec![T::zero(); m * n];
     if n == 0 {
         return out;
@@ -185,7 +210,7 @@ fn matmul_nt<T: Float + Send + Sync>(a: &[T], b: &[T], m: usize, n: usize, k: us
     let row = |(i, o): (usize, &mut [T])| {
         let ar = &a[i * k..(i + 1) * k];
         for (j, v) in o.iter_mut().enumerate() {
-            *v = dot(ar, &b[j * k..(j + 1) * k]);
+            *v = T::dot(ar, &b[j * k..(j + 1) * k]);
         }
     };
     if m * n * k >= 1 << 16 {
@@ -198,7 +223,7 @@ fn matmul_nt<T: Float + Send + Sync>(a: &[T], b: &[T], m: usize, n: usize, k: us
 
 /// Runs one direction; returns Y for this direction ([seq, batch, hidden], zero past each row's
 /// length), the final hidden state and the final cell state ([batch, hidden] each).
-fn run_direction<T: Float + Send + Sync>(
+fn run_direction<T: Elem>(
     cfg: &Cfg,
     acts: &[Act],
     x: &[T],
@@ -210,7 +235,7 @@ fn run_direction<T: Float + Send + Sync>(
     let c = |v: f64| T::from(v).unwrap_or_else(T::nan);
     // Input projection for every (time, batch) row, with the biases that sit outside the recurrence.
     let mut xw = matmul_nt(x, &d.w, seq * batch, gh, cfg.isz);
-    if let Some(b) = &d.b {
+    if let Some(b) = d.b.as_ref().filter(|_| gh > 0) {
         let mut bias: Vec<T> = (0..gh).map(|j| b[j] + b[gh + j]).collect();
         if cfg.kind == Kind::Gru && cfg.linear_before_reset {
             bias[2 * h..].copy_from_slice(&b[2 * h..3 * h]);
@@ -227,72 +252,102 @@ fn run_direction<T: Float + Send + Sync>(
         Some(cl) => v.max(c(-cl)).min(c(cl)),
         None => v,
     };
-    let xrow = |t: usize, b: usize| if cfg.layout1 { b * seq + t } else { t * batch + b };
+    let xrow = |t: usize, b: usize| {
+        if cfg.layout1 {
+            b * seq + t
+        } else {
+            t * batch + b
+        }
+    };
     let (mut hs, mut cs) = (d.h0.clone(), d.c0.clone());
     let mut y = vec![T::zero(); seq * batch * h];
-    let mut gates = vec![T::zero(); gh];
-    let mut tmp = vec![T::zero(); h];
+    if h == 0 {
+        return (y, hs, cs);
+    }
     let (one, f) = (T::one(), acts[0]);
-    for s in 0..seq {
-        for b in 0..batch {
-            let len = lens[b];
-            if s >= len {
-                continue;
+    // One cell update of batch row `b` at time `t`: `hp`/`cp` hold its state, `gates`/`tmp` scratch.
+    let cell = |t: usize, b: usize, hp: &mut [T], cp: &mut [T], gates: &mut [T], tmp: &mut [T]| {
+        let xg = &xw[xrow(t, b) * gh..(xrow(t, b) + 1) * gh];
+        let rrow = |j: usize| &d.r[j * h..(j + 1) * h];
+        match cfg.kind {
+            Kind::Rnn => {
+                for j in 0..h {
+                    tmp[j] = f.apply(clip(xg[j] + T::dot(rrow(j), hp)));
+                }
             }
-            let t = if d.reverse { len - 1 - s } else { s };
-            let xg = &xw[xrow(t, b) * gh..(xrow(t, b) + 1) * gh];
-            let hp = &mut hs[b * h..(b + 1) * h];
-            match cfg.kind {
-                Kind::Rnn => {
-                    for j in 0..h {
-                        gates[j] = f.apply(clip(xg[j] + dot(&d.r[j * h..(j + 1) * h], hp)));
-                    }
-                    hp.copy_from_slice(&gates[..h]);
+            Kind::Lstm => {
+                let (gact, hact) = (acts[1], acts[2]);
+                for j in 0..gh {
+                    gates[j] = xg[j] + T::dot(rrow(j), hp);
                 }
-                Kind::Lstm => {
-                    let (gact, hact) = (acts[1], acts[2]);
-                    let cp = &mut cs[b * h..(b + 1) * h];
-                    for j in 0..gh {
-                        gates[j] = xg[j] + dot(&d.r[j * h..(j + 1) * h], hp);
-                    }
-                    let pp = |k: usize, j: usize| d.p.as_ref().map_or(T::zero(), |p| p[k * h + j]);
-                    for j in 0..h {
-                        let i = f.apply(clip(gates[j] + pp(0, j) * cp[j]));
-                        let fg =
-                            if cfg.input_forget { one - i } else { f.apply(clip(gates[2 * h + j] + pp(2, j) * cp[j])) };
-                        let cc = gact.apply(clip(gates[3 * h + j]));
-                        let cn = fg * cp[j] + i * cc;
-                        let o = f.apply(clip(gates[h + j] + pp(1, j) * cn));
-                        cp[j] = cn;
-                        tmp[j] = o * hact.apply(cn);
-                    }
-                    hp.copy_from_slice(&tmp);
-                }
-                Kind::Gru => {
-                    let gact = acts[1];
-                    for j in 0..2 * h {
-                        gates[j] = f.apply(clip(xg[j] + dot(&d.r[j * h..(j + 1) * h], hp)));
-                    }
-                    let rh = &d.r[2 * h * h..];
-                    if cfg.linear_before_reset {
-                        for j in 0..h {
-                            let lin = dot(&rh[j * h..(j + 1) * h], hp) + rbh.map_or(T::zero(), |v| v[j]);
-                            tmp[j] = gact.apply(clip(xg[2 * h + j] + gates[h + j] * lin));
-                        }
+                let pp = |k: usize, j: usize| d.p.as_ref().map_or(T::zero(), |p| p[k * h + j]);
+                for j in 0..h {
+                    let i = f.apply(clip(gates[j] + pp(0, j) * cp[j]));
+                    let fg = if cfg.input_forget {
+                        one - i
                     } else {
-                        let rhp: Vec<T> = (0..h).map(|j| gates[h + j] * hp[j]).collect();
-                        for j in 0..h {
-                            tmp[j] = gact.apply(clip(xg[2 * h + j] + dot(&rh[j * h..(j + 1) * h], &rhp)));
-                        }
-                    }
-                    for j in 0..h {
-                        let z = gates[j];
-                        tmp[j] = (one - z) * tmp[j] + z * hp[j];
-                    }
-                    hp.copy_from_slice(&tmp);
+                        f.apply(clip(gates[2 * h + j] + pp(2, j) * cp[j]))
+                    };
+                    let cc = gact.apply(clip(gates[3 * h + j]));
+                    let cn = fg * cp[j] + i * cc;
+                    let o = f.apply(clip(gates[h + j] + pp(1, j) * cn));
+                    cp[j] = cn;
+                    tmp[j] = o * hact.apply(cn);
                 }
             }
-            y[(t * batch + b) * h..(t * batch + b + 1) * h].copy_from_slice(hp);
+            Kind::Gru => {
+                let gact = acts[1];
+                for j in 0..2 * h {
+                    gates[j] = f.apply(clip(xg[j] + T::dot(rrow(j), hp)));
+                }
+                if cfg.linear_before_reset {
+                    for j in 0..h {
+                        let lin = T::dot(rrow(2 * h + j), hp) + rbh.map_or(T::zero(), |v| v[j]);
+                        tmp[j] = gact.apply(clip(xg[2 * h + j] + gates[h + j] * lin));
+                    }
+                } else {
+                    // r ⊙ H goes into the spare third of the gate buffer.
+                    for j in 0..h {
+                        gates[2 * h + j] = gates[h + j] * hp[j];
+                    }
+                    for j in 0..h {
+                        let rh = T::dot(rrow(2 * h + j), &gates[2 * h..3 * h]);
+                        tmp[j] = gact.apply(clip(xg[2 * h + j] + rh));
+                    }
+                }
+                for j in 0..h {
+                    let z = gates[j];
+                    tmp[j] = (one - z) * tmp[j] + z * hp[j];
+                }
+            }
+        }
+        hp.copy_from_slice(tmp);
+    };
+    let time = |s: usize, b: usize| if d.reverse { lens[b] - 1 - s } else { s };
+    let scratch = || (vec![T::zero(); gh], vec![T::zero(); h]);
+    let parallel = batch > 1 && batch * gh * h >= 1 << 15;
+    let mut buf = scratch();
+    for s in 0..seq {
+        let row = |(g, tm): &mut (Vec<T>, Vec<T>), (b, (hp, cp)): (usize, (&mut [T], &mut [T]))| {
+            if s < lens[b] {
+                cell(time(s, b), b, hp, cp, g, tm);
+            }
+        };
+        if parallel {
+            hs.par_chunks_mut(h)
+                .zip(cs.par_chunks_mut(h))
+                .enumerate()
+                .for_each_init(scratch, row);
+        } else {
+            hs.chunks_mut(h)
+                .zip(cs.chunks_mut(h))
+                .enumerate()
+                .for_each(|r| row(&mut buf, r));
+        }
+        for b in (0..batch).filter(|&b| s < lens[b]) {
+            let t = time(s, b);
+            y[(t * batch + b) * h..(t * batch + b + 1) * h]
+                .copy_from_slice(&hs[b * h..(b + 1) * h]);
         }
     }
     (y, hs, cs)
@@ -303,7 +358,10 @@ fn vals<T: Float>(t: &Tensor) -> OpResult<Vec<T>> {
     if !t.dtype().is_float() || t.dtype().is_narrow_float() {
         unsupported!("recurrent layer input of dtype {}", t.dtype());
     }
-    Ok(t.to_f64_vec()?.into_iter().map(|v| T::from(v).unwrap_or_else(T::nan)).collect())
+    Ok(t.to_f64_vec()?
+        .into_iter()
+        .map(|v| T::from(v).unwrap_or_else(T::nan))
+        .collect())
 }
 
 /// Builds a tensor of `like`'s float dtype from working values.
@@ -311,10 +369,19 @@ fn build<T: Float>(like: &Tensor, shape: &[usize], v: Vec<T>) -> OpResult<Tensor
     let s = IxDyn(shape);
     let f = |x: &T| x.to_f64().unwrap_or(f64::NAN);
     Ok(match like {
-        Tensor::F32(_) => Tensor::F32(ArrayD::from_shape_vec(s, v.iter().map(|x| f(x) as f32).collect())?),
+        Tensor::F32(_) => Tensor::F32(ArrayD::from_shape_vec(
+            s,
+            v.iter().map(|x| f(x) as f32).collect(),
+        )?),
         Tensor::F64(_) => Tensor::F64(ArrayD::from_shape_vec(s, v.iter().map(f).collect())?),
-        Tensor::F16(_) => Tensor::F16(ArrayD::from_shape_vec(s, v.iter().map(|x| f16::from_f64(f(x))).collect())?),
-        Tensor::BF16(_) => Tensor::BF16(ArrayD::from_shape_vec(s, v.iter().map(|x| bf16::from_f64(f(x))).collect())?),
+        Tensor::F16(_) => Tensor::F16(ArrayD::from_shape_vec(
+            s,
+            v.iter().map(|x| f16::from_f64(f(x))).collect(),
+        )?),
+        Tensor::BF16(_) => Tensor::BF16(ArrayD::from_shape_vec(
+            s,
+            v.iter().map(|x| bf16::from_f64(f(x))).collect(),
+        )?),
         t => unsupported!("recurrent layer output of dtype {}", t.dtype()),
     })
 }
@@ -334,7 +401,7 @@ fn expect_shape(t: &Tensor, want: &[usize], what: &str) -> OpResult<()> {
     Ok(())
 }
 
-fn run<T: Float + Send + Sync>(ctx: &OpCtx, inputs: &[Option<&Value>], kind: Kind) -> OpResult<Vec<Value>> {
+fn run<T: Elem>(ctx: &OpCtx, inputs: &[Option<&Value>], kind: Kind) -> OpResult<Vec<Value>> {
     let x = input(inputs, 0)?;
     let (w, r) = (input(inputs, 1)?, input(inputs, 2)?);
     let layout1 = ctx.opset() >= 14 && ctx.attr_i("layout", 0)? != 0;
@@ -345,10 +412,19 @@ fn run<T: Float + Send + Sync>(ctx: &OpCtx, inputs: &[Option<&Value>], kind: Kin
         d => bail!("unknown direction '{d}'"),
     };
     if x.rank() != 3 || w.rank() != 3 || r.rank() != 3 {
-        bail!("X, W and R must be 3-D, got {:?}, {:?}, {:?}", x.shape(), w.shape(), r.shape());
+        bail!(
+            "X, W and R must be 3-D, got {:?}, {:?}, {:?}",
+            x.shape(),
+            w.shape(),
+            r.shape()
+        );
     }
     let xs = x.shape();
-    let (seq, batch, isz) = if layout1 { (xs[1], xs[0], xs[2]) } else { (xs[0], xs[1], xs[2]) };
+    let (seq, batch, isz) = if layout1 {
+        (xs[1], xs[0], xs[2])
+    } else {
+        (xs[0], xs[1], xs[2])
+    };
     let g = kind.gates();
     let hidden = match ctx.attr_opt_i("hidden_size")? {
         Some(v) if v >= 0 => v as usize,
@@ -358,7 +434,11 @@ fn run<T: Float + Send + Sync>(ctx: &OpCtx, inputs: &[Option<&Value>], kind: Kin
     let gh = g * hidden;
     expect_shape(w, &[dirs, gh, isz], "W")?;
     expect_shape(r, &[dirs, gh, hidden], "R")?;
-    let state_shape = if layout1 { [batch, dirs, hidden] } else { [dirs, batch, hidden] };
+    let state_shape = if layout1 {
+        [batch, dirs, hidden]
+    } else {
+        [dirs, batch, hidden]
+    };
     let opt = |i: usize| opt_input(inputs, i);
     ctx.check_alloc(&[seq, dirs, batch, hidden], 8)?;
     let b = opt(3)?;
@@ -376,7 +456,11 @@ fn run<T: Float + Send + Sync>(ctx: &OpCtx, inputs: &[Option<&Value>], kind: Kin
         None => vec![seq; batch],
     };
     let h0 = opt(5)?;
-    let (c0, p) = if kind == Kind::Lstm { (opt(6)?, opt(7)?) } else { (None, None) };
+    let (c0, p) = if kind == Kind::Lstm {
+        (opt(6)?, opt(7)?)
+    } else {
+        (None, None)
+    };
     for (t, what) in [(h0, "initial_h"), (c0, "initial_c")] {
         if let Some(t) = t {
             expect_shape(t, &state_shape, what)?;
@@ -398,8 +482,14 @@ fn run<T: Float + Send + Sync>(ctx: &OpCtx, inputs: &[Option<&Value>], kind: Kin
     };
     let alphas = ctx.attr_opt_floats("activation_alpha")?.unwrap_or_default();
     let betas = ctx.attr_opt_floats("activation_beta")?.unwrap_or_default();
-    let (mut ai, mut bi) = (alphas.iter().map(|&v| v as f64), betas.iter().map(|&v| v as f64));
-    let all: Vec<Act> = names.iter().map(|n| Act::parse(n, &mut ai, &mut bi)).collect::<OpResult<_>>()?;
+    let (mut ai, mut bi) = (
+        alphas.iter().map(|&v| v as f64),
+        betas.iter().map(|&v| v as f64),
+    );
+    let all: Vec<Act> = names
+        .iter()
+        .map(|n| Act::parse(n, &mut ai, &mut bi))
+        .collect::<OpResult<_>>()?;
     let clip = ctx.attr_opt_f("clip")?.map(|v| v as f64);
     let cfg = Cfg {
         kind,
@@ -420,7 +510,9 @@ fn run<T: Float + Send + Sync>(ctx: &OpCtx, inputs: &[Option<&Value>], kind: Kin
     let pv: Option<Vec<T>> = p.map(vals).transpose()?;
     // Initial states as [dirs, batch, hidden].
     let state = |t: Option<&Tensor>| -> OpResult<Vec<T>> {
-        let Some(t) = t else { return Ok(vec![T::zero(); dirs * batch * hidden]) };
+        let Some(t) = t else {
+            return Ok(vec![T::zero(); dirs * batch * hidden]);
+        };
         let v: Vec<T> = vals(t)?;
         if !layout1 {
             return Ok(v);
@@ -448,8 +540,11 @@ fn run<T: Float + Send + Sync>(ctx: &OpCtx, inputs: &[Option<&Value>], kind: Kin
             reverse: direction == "reverse" || d == 1,
         })
         .collect();
-    let results: Vec<(Vec<T>, Vec<T>, Vec<T>)> =
-        dins.par_iter().enumerate().map(|(d, din)| run_direction(&cfg, &cfg.acts[d], &xv, &lens, din)).collect();
+    let results: Vec<(Vec<T>, Vec<T>, Vec<T>)> = dins
+        .par_iter()
+        .enumerate()
+        .map(|(d, din)| run_direction(&cfg, &cfg.acts[d], &xv, &lens, din))
+        .collect();
 
     // Assemble Y [seq, dirs, batch, hidden] (layout 1: [batch, seq, dirs, hidden]) and the states.
     let mut y = vec![T::zero(); seq * dirs * batch * hidden];
@@ -459,17 +554,32 @@ fn run<T: Float + Send + Sync>(ctx: &OpCtx, inputs: &[Option<&Value>], kind: Kin
         for bb in 0..batch {
             for t in 0..seq {
                 let src = (t * batch + bb) * hidden;
-                let dst = if layout1 { ((bb * seq + t) * dirs + d) * hidden } else { ((t * dirs + d) * batch + bb) * hidden };
+                let dst = if layout1 {
+                    ((bb * seq + t) * dirs + d) * hidden
+                } else {
+                    ((t * dirs + d) * batch + bb) * hidden
+                };
                 y[dst..dst + hidden].copy_from_slice(&yd[src..src + hidden]);
             }
             let src = bb * hidden;
-            let dst = if layout1 { (bb * dirs + d) * hidden } else { (d * batch + bb) * hidden };
+            let dst = if layout1 {
+                (bb * dirs + d) * hidden
+            } else {
+                (d * batch + bb) * hidden
+            };
             yh[dst..dst + hidden].copy_from_slice(&hd[src..src + hidden]);
             yc[dst..dst + hidden].copy_from_slice(&cd[src..src + hidden]);
         }
     }
-    let yshape = if layout1 { vec![batch, seq, dirs, hidden] } else { vec![seq, dirs, batch, hidden] };
-    let mut outs = vec![Value::Tensor(build(x, &yshape, y)?), Value::Tensor(build(x, &state_shape, yh)?)];
+    let yshape = if layout1 {
+        vec![batch, seq, dirs, hidden]
+    } else {
+        vec![seq, dirs, batch, hidden]
+    };
+    let mut outs = vec![
+        Value::Tensor(build(x, &yshape, y)?),
+        Value::Tensor(build(x, &state_shape, yh)?),
+    ];
     if kind == Kind::Lstm {
         outs.push(Value::Tensor(build(x, &state_shape, yc)?));
     }
@@ -492,21 +602,41 @@ mod tests {
     }
 
     fn call(kind: Kind, attrs: Vec<(&str, Attr)>, ins: Vec<Option<Tensor>>) -> Vec<Tensor> {
-        let attrs: HashMap<String, Attr> = attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
-        let node =
-            Node { name: "n".into(), op_type: "X".into(), domain: String::new(), opset: 22, inputs: vec![], outputs: vec![], attrs };
+        let attrs: HashMap<String, Attr> =
+            attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+        let node = Node {
+            name: "n".into(),
+            op_type: "X".into(),
+            domain: String::new(),
+            opset: 22,
+            inputs: vec![],
+            outputs: vec![],
+            attrs,
+        };
         let vals: Vec<Option<Value>> = ins.into_iter().map(|t| t.map(Value::Tensor)).collect();
         let refs: Vec<Option<&Value>> = vals.iter().map(|v| v.as_ref()).collect();
-        let ctx = OpCtx { node: &node, runner: &NoRunner, max_tensor_bytes: 1 << 30 };
-        recurrent(&ctx, &refs, kind).unwrap().into_iter().map(|v| v.into_tensor().unwrap()).collect()
+        let ctx = OpCtx {
+            node: &node,
+            runner: &NoRunner,
+            max_tensor_bytes: 1 << 30,
+        };
+        recurrent(&ctx, &refs, kind)
+            .unwrap()
+            .into_iter()
+            .map(|v| v.into_tensor().unwrap())
+            .collect()
     }
 
     /// Seeded values in [-1, -0.05] U [0.05, 1].
     fn rand(seed: u64, n: usize) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let mut s = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (0..n)
             .map(|_| {
-                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 let v = 0.05 + 0.95 * ((s >> 40) as f32 / (1u64 << 24) as f32);
                 if s & 1 == 0 { v } else { -v }
             })
@@ -518,20 +648,41 @@ mod tests {
     }
 
     fn f(t: &Tensor) -> Vec<f32> {
-        t.to_f64_vec().unwrap().into_iter().map(|v| v as f32).collect()
+        t.to_f64_vec()
+            .unwrap()
+            .into_iter()
+            .map(|v| v as f32)
+            .collect()
     }
 
     #[test]
     fn rnn_step_matches_formula_with_affine_activation() {
         let (i, h) = (3, 4);
-        let (x, w, r, b, h0) = (t(&[1, 1, i], 1), t(&[1, h, i], 2), t(&[1, h, h], 3), t(&[1, 2 * h], 4), t(&[1, 1, h], 5));
+        let (x, w, r, b, h0) = (
+            t(&[1, 1, i], 1),
+            t(&[1, h, i], 2),
+            t(&[1, h, h], 3),
+            t(&[1, 2 * h], 4),
+            t(&[1, 1, h], 5),
+        );
         let attrs = vec![
             ("hidden_size", Attr::Int(h as i64)),
             ("activations", Attr::Strings(vec![b"Affine".to_vec()])),
             ("activation_alpha", Attr::Floats(vec![0.5])),
             ("activation_beta", Attr::Floats(vec![0.25])),
         ];
-        let out = call(Kind::Rnn, attrs, vec![Some(x.clone()), Some(w.clone()), Some(r.clone()), Some(b.clone()), None, Some(h0.clone())]);
+        let out = call(
+            Kind::Rnn,
+            attrs,
+            vec![
+                Some(x.clone()),
+                Some(w.clone()),
+                Some(r.clone()),
+                Some(b.clone()),
+                None,
+                Some(h0.clone()),
+            ],
+        );
         let (xv, wv, rv, bv, hv) = (f(&x), f(&w), f(&r), f(&b), f(&h0));
         let y = f(&out[1]);
         for j in 0..h {
@@ -545,16 +696,43 @@ mod tests {
     #[test]
     fn gru_sequence_lens_match_truncated_runs() {
         let (seq, batch, i, h) = (3, 2, 2, 3);
-        let (x, w, r, b) = (t(&[seq, batch, i], 6), t(&[2, 3 * h, i], 7), t(&[2, 3 * h, h], 8), t(&[2, 6 * h], 9));
-        let attrs = || vec![("hidden_size", Attr::Int(h as i64)), ("direction", Attr::String(b"bidirectional".to_vec())), ("linear_before_reset", Attr::Int(1))];
+        let (x, w, r, b) = (
+            t(&[seq, batch, i], 6),
+            t(&[2, 3 * h, i], 7),
+            t(&[2, 3 * h, h], 8),
+            t(&[2, 6 * h], 9),
+        );
+        let attrs = || {
+            vec![
+                ("hidden_size", Attr::Int(h as i64)),
+                ("direction", Attr::String(b"bidirectional".to_vec())),
+                ("linear_before_reset", Attr::Int(1)),
+            ]
+        };
         let lens = Tensor::I32(ArrayD::from_shape_vec(IxDyn(&[2]), vec![2, 3]).unwrap());
-        let full = call(Kind::Gru, attrs(), vec![Some(x.clone()), Some(w.clone()), Some(r.clone()), Some(b.clone()), Some(lens)]);
+        let full = call(
+            Kind::Gru,
+            attrs(),
+            vec![
+                Some(x.clone()),
+                Some(w.clone()),
+                Some(r.clone()),
+                Some(b.clone()),
+                Some(lens),
+            ],
+        );
         let (y, yh) = (f(&full[0]), f(&full[1]));
         // Batch row 0 alone, truncated to its length 2.
         let xv = f(&x);
-        let x0: Vec<f32> = (0..2).flat_map(|s| xv[(s * batch) * i..(s * batch + 1) * i].to_vec()).collect();
+        let x0: Vec<f32> = (0..2)
+            .flat_map(|s| xv[(s * batch) * i..(s * batch + 1) * i].to_vec())
+            .collect();
         let x0 = Tensor::from_f32(&[2, 1, i], x0).unwrap();
-        let part = call(Kind::Gru, attrs(), vec![Some(x0), Some(w), Some(r), Some(b)]);
+        let part = call(
+            Kind::Gru,
+            attrs(),
+            vec![Some(x0), Some(w), Some(r), Some(b)],
+        );
         let (py, pyh) = (f(&part[0]), f(&part[1]));
         for s in 0..seq {
             for d in 0..2 {
@@ -576,12 +754,37 @@ mod tests {
     fn lstm_layout1_is_layout0_transposed() {
         let (seq, batch, i, h) = (4, 3, 2, 3);
         let xv = rand(10, seq * batch * i);
-        let (w, r, b, p) = (t(&[1, 4 * h, i], 11), t(&[1, 4 * h, h], 12), t(&[1, 8 * h], 13), t(&[1, 3 * h], 14));
+        let (w, r, b, p) = (
+            t(&[1, 4 * h, i], 11),
+            t(&[1, 4 * h, h], 12),
+            t(&[1, 8 * h], 13),
+            t(&[1, 3 * h], 14),
+        );
         let x0 = Tensor::from_f32(&[seq, batch, i], xv.clone()).unwrap();
-        let xt: Vec<f32> = (0..batch).flat_map(|bb| (0..seq).flat_map(move |s| (0..i).map(move |k| (s, bb, k)))).map(|(s, bb, k)| xv[(s * batch + bb) * i + k]).collect();
+        let xt: Vec<f32> = (0..batch)
+            .flat_map(|bb| (0..seq).flat_map(move |s| (0..i).map(move |k| (s, bb, k))))
+            .map(|(s, bb, k)| xv[(s * batch + bb) * i + k])
+            .collect();
         let x1 = Tensor::from_f32(&[batch, seq, i], xt).unwrap();
-        let attrs = |l: i64| vec![("hidden_size", Attr::Int(h as i64)), ("layout", Attr::Int(l)), ("clip", Attr::Float(0.7))];
-        let ins = |x: Tensor| vec![Some(x), Some(w.clone()), Some(r.clone()), Some(b.clone()), None, None, None, Some(p.clone())];
+        let attrs = |l: i64| {
+            vec![
+                ("hidden_size", Attr::Int(h as i64)),
+                ("layout", Attr::Int(l)),
+                ("clip", Attr::Float(0.7)),
+            ]
+        };
+        let ins = |x: Tensor| {
+            vec![
+                Some(x),
+                Some(w.clone()),
+                Some(r.clone()),
+                Some(b.clone()),
+                None,
+                None,
+                None,
+                Some(p.clone()),
+            ]
+        };
         let a = call(Kind::Lstm, attrs(0), ins(x0));
         let c = call(Kind::Lstm, attrs(1), ins(x1));
         let (ya, yc) = (f(&a[0]), f(&c[0]));

@@ -32,10 +32,15 @@ pub fn register(r: &mut Registry) {
 /// Joins tensors of one dtype along `axis`: stacked along a new axis when `new_axis`, concatenated
 /// along an existing one otherwise.
 fn join(items: &[Tensor], axis: usize, new_axis: bool) -> OpResult<Tensor> {
-    let Some(first) = items.first() else { bail!("cannot join an empty list of tensors") };
+    let Some(first) = items.first() else {
+        bail!("cannot join an empty list of tensors")
+    };
     let dt = first.dtype();
     if let Some(t) = items.iter().find(|t| t.dtype() != dt) {
-        bail!("cannot join tensors of different dtypes: {dt} and {}", t.dtype());
+        bail!(
+            "cannot join tensors of different dtypes: {dt} and {}",
+            t.dtype()
+        );
     }
     let shapes_err = || {
         OpError::Invalid(format!(
@@ -50,16 +55,21 @@ fn join(items: &[Tensor], axis: usize, new_axis: bool) -> OpResult<Tensor> {
             .map(|t| downcast_like(a, t))
             .collect::<Option<Vec<_>>>()
             .ok_or_else(shapes_err)?;
-        if new_axis {
+        let j = if new_axis {
             ndarray::stack(Axis(axis), &views).map_err(|_| shapes_err())?
         } else {
             ndarray::concatenate(Axis(axis), &views).map_err(|_| shapes_err())?
-        }
+        };
+        // Kernels downstream expect row-major data.
+        if j.is_standard_layout() { j } else { j.as_standard_layout().into_owned() }
     }))
 }
 
 /// A view of `t`'s array when `t` holds the same element type as `like`.
-fn downcast_like<'t, T: 'static>(_like: &ArrayD<T>, t: &'t Tensor) -> Option<ndarray::ArrayViewD<'t, T>> {
+fn downcast_like<'t, T: 'static>(
+    _like: &ArrayD<T>,
+    t: &'t Tensor,
+) -> Option<ndarray::ArrayViewD<'t, T>> {
     crate::with_array!(t, x => (x as &dyn std::any::Any).downcast_ref::<ArrayD<T>>().map(|a| a.view()))
 }
 
@@ -75,16 +85,25 @@ pub(crate) fn concat(items: &[Tensor], axis: usize) -> OpResult<Tensor> {
 
 /// Elements `start..end` of `t` along `axis` (a copy in standard layout).
 pub(crate) fn slice_axis(t: &Tensor, axis: usize, start: usize, end: usize) -> OpResult<Tensor> {
-    let n = *t.shape().get(axis).ok_or_else(|| OpError::Invalid(format!("axis {axis} out of range for {}", t.describe())))?;
+    let n = *t.shape().get(axis).ok_or_else(|| {
+        OpError::Invalid(format!("axis {axis} out of range for {}", t.describe()))
+    })?;
     if start > end || end > n {
-        bail!("slice {start}..{end} out of range for axis {axis} of {}", t.describe());
+        bail!(
+            "slice {start}..{end} out of range for axis {axis} of {}",
+            t.describe()
+        );
     }
-    Ok(map_array!(t, a => a.slice_axis(Axis(axis), Slice::from(start..end)).as_standard_layout().into_owned()))
+    Ok(
+        map_array!(t, a => a.slice_axis(Axis(axis), Slice::from(start..end)).as_standard_layout().into_owned()),
+    )
 }
 
 /// Element `i` of `t` along `axis`, that axis removed.
 pub(crate) fn index_axis(t: &Tensor, axis: usize, i: usize) -> OpResult<Tensor> {
-    let n = *t.shape().get(axis).ok_or_else(|| OpError::Invalid(format!("axis {axis} out of range for {}", t.describe())))?;
+    let n = *t.shape().get(axis).ok_or_else(|| {
+        OpError::Invalid(format!("axis {axis} out of range for {}", t.describe()))
+    })?;
     if i >= n {
         bail!("index {i} out of range for axis {axis} of {}", t.describe());
     }
@@ -93,7 +112,11 @@ pub(crate) fn index_axis(t: &Tensor, axis: usize, i: usize) -> OpResult<Tensor> 
 
 /// The value at input `i`, which must be present.
 fn value<'v>(inputs: &[Option<&'v Value>], i: usize) -> OpResult<&'v Value> {
-    inputs.get(i).copied().flatten().ok_or_else(|| OpError::Invalid(format!("required input {i} is missing")))
+    inputs
+        .get(i)
+        .copied()
+        .flatten()
+        .ok_or_else(|| OpError::Invalid(format!("required input {i} is missing")))
 }
 
 /// The sequence at input `i`.
@@ -135,18 +158,30 @@ fn sequence_construct(_ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<V
     for i in 0..inputs.len() {
         items.push(input(inputs, i)?.clone());
     }
-    if let Some(first) = items.first() {
-        if let Some(t) = items.iter().find(|t| t.dtype() != first.dtype()) {
-            bail!("sequence elements must share a dtype: {} and {}", first.dtype(), t.dtype());
-        }
+    if let Some(t) = items
+        .first()
+        .and_then(|f| items.iter().find(|t| t.dtype() != f.dtype()))
+    {
+        let first = &items[0];
+        bail!(
+            "sequence elements must share a dtype: {} and {}",
+            first.dtype(),
+            t.dtype()
+        );
     }
     Ok(vec![sequence_value(None, items)])
 }
 
 fn sequence_empty(ctx: &OpCtx, _inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let code = ctx.attr_i("dtype", DType::F32.onnx() as i64)?;
-    let dt = i32::try_from(code).ok().and_then(DType::from_onnx).ok_or_else(|| OpError::Invalid(format!("unknown dtype {code}")))?;
-    Ok(vec![Value::Sequence { dtype: Some(dt), items: Vec::new() }])
+    let dt = i32::try_from(code)
+        .ok()
+        .and_then(DType::from_onnx)
+        .ok_or_else(|| OpError::Invalid(format!("unknown dtype {code}")))?;
+    Ok(vec![Value::Sequence {
+        dtype: Some(dt),
+        items: Vec::new(),
+    }])
 }
 
 /// Normalises a position into a sequence of `n` items; `inclusive` allows `n` (insertion at the end).
@@ -170,10 +205,14 @@ fn sequence_at(_ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> 
 fn sequence_insert(_ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let (dtype, items) = seq(inputs, 0)?;
     let t = input(inputs, 1)?;
-    if let Some(d) = dtype.or_else(|| items.first().map(|x| x.dtype())) {
-        if d != t.dtype() {
-            bail!("cannot insert a {} tensor into a sequence of {d}", t.dtype());
-        }
+    if let Some(d) = dtype
+        .or_else(|| items.first().map(|x| x.dtype()))
+        .filter(|&d| d != t.dtype())
+    {
+        bail!(
+            "cannot insert a {} tensor into a sequence of {d}",
+            t.dtype()
+        );
     }
     let pos = match opt_input(inputs, 2)? {
         Some(p) => seq_pos(scalar_i64(p, "position")?, items.len(), true)?,
@@ -181,7 +220,10 @@ fn sequence_insert(_ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Valu
     };
     let mut items = items.clone();
     items.insert(pos, t.clone());
-    Ok(vec![Value::Sequence { dtype: Some(t.dtype()), items }])
+    Ok(vec![Value::Sequence {
+        dtype: Some(t.dtype()),
+        items,
+    }])
 }
 
 fn sequence_erase(_ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
@@ -195,7 +237,10 @@ fn sequence_erase(_ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value
     };
     let mut items = items.clone();
     let removed = items.remove(pos);
-    Ok(vec![Value::Sequence { dtype: dtype.or(Some(removed.dtype())), items }])
+    Ok(vec![Value::Sequence {
+        dtype: dtype.or(Some(removed.dtype())),
+        items,
+    }])
 }
 
 fn sequence_length(_ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
@@ -207,7 +252,10 @@ fn split_to_sequence(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Val
     let x = input(inputs, 0)?;
     let axis = super::norm_axis(ctx.attr_i("axis", 0)?, x.rank())?;
     if x.rank() == 0 {
-        bail!("SplitToSequence needs a tensor of rank >= 1, got {}", x.describe());
+        bail!(
+            "SplitToSequence needs a tensor of rank >= 1, got {}",
+            x.describe()
+        );
     }
     let dim = x.shape()[axis];
     let split = opt_input(inputs, 1)?;
@@ -237,15 +285,24 @@ fn split_to_sequence(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Val
     let mut items = Vec::with_capacity(lengths.len());
     let mut pos = 0;
     for l in lengths {
-        items.push(if squeeze { index_axis(x, axis, pos)? } else { slice_axis(x, axis, pos, pos + l)? });
+        items.push(if squeeze {
+            index_axis(x, axis, pos)?
+        } else {
+            slice_axis(x, axis, pos, pos + l)?
+        });
         pos += l;
     }
-    Ok(vec![Value::Sequence { dtype: Some(x.dtype()), items }])
+    Ok(vec![Value::Sequence {
+        dtype: Some(x.dtype()),
+        items,
+    }])
 }
 
 fn concat_from_sequence(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let (_, items) = seq(inputs, 0)?;
-    let Some(first) = items.first() else { bail!("ConcatFromSequence of an empty sequence") };
+    let Some(first) = items.first() else {
+        bail!("ConcatFromSequence of an empty sequence")
+    };
     let new_axis = ctx.attr_i("new_axis", 0)? != 0;
     let axis = ctx.req_i("axis")?;
     if new_axis {
@@ -264,12 +321,18 @@ fn sequence_map(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> 
     let body = ctx.attr_graph("body")?;
     let (_, first) = seq(inputs, 0)?;
     let n = first.len();
-    let args: Vec<&Value> = (0..inputs.len()).map(|i| value(inputs, i)).collect::<OpResult<_>>()?;
+    let args: Vec<&Value> = (0..inputs.len())
+        .map(|i| value(inputs, i))
+        .collect::<OpResult<_>>()?;
     for (i, a) in args.iter().enumerate() {
-        if let Value::Sequence { items, .. } = a {
-            if items.len() != n {
-                bail!("input {i} is a sequence of {} items, input 0 has {n}", items.len());
+        match a {
+            Value::Sequence { items, .. } if items.len() != n => {
+                bail!(
+                    "input {i} is a sequence of {} items, input 0 has {n}",
+                    items.len()
+                )
             }
+            _ => {}
         }
     }
     let mut outs: Vec<Vec<Tensor>> = vec![Vec::with_capacity(n); body.outputs.len()];
@@ -285,7 +348,10 @@ fn sequence_map(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> 
         for (o, (dst, v)) in outs.iter_mut().zip(res).enumerate() {
             match v {
                 Value::Tensor(t) => dst.push(t),
-                v => unsupported!("SequenceMap body output {o} is {}, only tensors are supported", v.describe()),
+                v => unsupported!(
+                    "SequenceMap body output {o} is {}, only tensors are supported",
+                    v.describe()
+                ),
             }
         }
     }
@@ -357,15 +423,21 @@ mod tests {
             }
         }
         // Concat on axis 1 -> [2, 6].
-        let Tensor::F32(c) = concat(&[ta.clone(), tb], 1).unwrap() else { panic!() };
+        let Tensor::F32(c) = concat(&[ta.clone(), tb], 1).unwrap() else {
+            panic!()
+        };
         assert_eq!(c.shape(), &[2, 6]);
         assert_eq!(c[[1, 4]], b[3 + 1]);
         // Mixed dtypes are an error, not a panic.
         assert!(stack(&[ta, Tensor::scalar_i64(1)], 0).is_err());
         // Slicing and indexing.
-        let Tensor::F32(s1) = slice_axis(&t(&[2, 3], a.clone()), 1, 1, 3).unwrap() else { panic!() };
+        let Tensor::F32(s1) = slice_axis(&t(&[2, 3], a.clone()), 1, 1, 3).unwrap() else {
+            panic!()
+        };
         assert_eq!(s1.as_slice().unwrap(), &[a[1], a[2], a[4], a[5]]);
-        let Tensor::F32(i1) = index_axis(&t(&[2, 3], a.clone()), 1, 2).unwrap() else { panic!() };
+        let Tensor::F32(i1) = index_axis(&t(&[2, 3], a.clone()), 1, 2).unwrap() else {
+            panic!()
+        };
         assert_eq!(i1.as_slice().unwrap(), &[a[2], a[5]]);
         assert!(index_axis(&t(&[2, 3], a), 1, 3).is_err());
     }

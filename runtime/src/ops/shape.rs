@@ -32,7 +32,10 @@ fn i64s(v: &[usize]) -> Vec<i64> {
 fn dims_of(t: &Tensor, what: &str) -> OpResult<Vec<usize>> {
     let v = t.to_i64_vec()?;
     if t.rank() > 1 || v.iter().any(|&d| d < 0) {
-        bail!("{what} {v:?} (shape {:?}) is not a list of non-negative dims", t.shape());
+        bail!(
+            "{what} {v:?} (shape {:?}) is not a list of non-negative dims",
+            t.shape()
+        );
     }
     Ok(v.into_iter().map(|d| d as usize).collect())
 }
@@ -43,7 +46,11 @@ fn shape(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let clamp = |v: i64| (if v < 0 { v + r } else { v }).clamp(0, r) as usize;
     let start = clamp(ctx.attr_i("start", 0)?);
     let end = clamp(ctx.attr_opt_i("end")?.unwrap_or(r));
-    let v = if start < end { i64s(&s[start..end]) } else { Vec::new() };
+    let v = if start < end {
+        i64s(&s[start..end])
+    } else {
+        Vec::new()
+    };
     single(Tensor::from_i64(&[v.len()], v)?)
 }
 
@@ -54,7 +61,8 @@ fn size(_: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
 fn reshape(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let x = input(inputs, 0)?;
     let spec = if ctx.opset() < 5 {
-        ctx.attr_opt_ints("shape")?.ok_or_else(|| OpError::Invalid("Reshape-1 needs the 'shape' attribute".into()))?
+        ctx.attr_opt_ints("shape")?
+            .ok_or_else(|| OpError::Invalid("Reshape-1 needs the 'shape' attribute".into()))?
     } else {
         input(inputs, 1)?.to_i64_vec()?
     };
@@ -66,7 +74,10 @@ fn reshape(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
         out.push(match d {
             0 if !allowzero => match ins.get(i) {
                 Some(&v) => v,
-                None => bail!("Reshape shape {spec:?} copies dim {i} of an input of rank {}", ins.len()),
+                None => bail!(
+                    "Reshape shape {spec:?} copies dim {i} of an input of rank {}",
+                    ins.len()
+                ),
             },
             -1 if infer.is_none() => {
                 infer = Some(i);
@@ -95,13 +106,20 @@ fn flatten(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
         bail!("Flatten axis {a} is out of range for rank {r}");
     }
     let s = x.shape();
-    let (o, i) = (s[..a as usize].iter().product(), s[a as usize..].iter().product());
+    let (o, i) = (
+        s[..a as usize].iter().product(),
+        s[a as usize..].iter().product(),
+    );
     single(x.reshape(&[o, i])?)
 }
 
 /// The axes of Squeeze/Unsqueeze: an attribute before opset 13, the second input after.
 fn axes_arg(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Option<Vec<i64>>> {
-    if ctx.opset() < 13 { ctx.attr_opt_ints("axes") } else { opt_input(inputs, 1)?.map(|t| t.to_i64_vec()).transpose() }
+    if ctx.opset() < 13 {
+        ctx.attr_opt_ints("axes")
+    } else {
+        opt_input(inputs, 1)?.map(|t| t.to_i64_vec()).transpose()
+    }
 }
 
 fn squeeze(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
@@ -109,21 +127,32 @@ fn squeeze(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let s = x.shape();
     let drop: Vec<usize> = match axes_arg(ctx, inputs)? {
         Some(axes) => {
-            let a: Vec<usize> = axes.iter().map(|&v| norm_axis(v, s.len())).collect::<OpResult<_>>()?;
+            let a: Vec<usize> = axes
+                .iter()
+                .map(|&v| norm_axis(v, s.len()))
+                .collect::<OpResult<_>>()?;
             if let Some(&bad) = a.iter().find(|&&d| s[d] != 1) {
-                bail!("Squeeze axis {bad} has size {}, not 1 (shape {s:?})", s[bad]);
+                bail!(
+                    "Squeeze axis {bad} has size {}, not 1 (shape {s:?})",
+                    s[bad]
+                );
             }
             a
         }
         None => (0..s.len()).filter(|&d| s[d] == 1).collect(),
     };
-    let out: Vec<usize> = (0..s.len()).filter(|d| !drop.contains(d)).map(|d| s[d]).collect();
+    let out: Vec<usize> = (0..s.len())
+        .filter(|d| !drop.contains(d))
+        .map(|d| s[d])
+        .collect();
     single(x.reshape(&out)?)
 }
 
 fn unsqueeze(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let x = input(inputs, 0)?;
-    let Some(axes) = axes_arg(ctx, inputs)? else { bail!("Unsqueeze needs axes") };
+    let Some(axes) = axes_arg(ctx, inputs)? else {
+        bail!("Unsqueeze needs axes")
+    };
     let r = x.rank() + axes.len();
     let mut ones = vec![false; r];
     for &a in &axes {
@@ -133,7 +162,16 @@ fn unsqueeze(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
         }
     }
     let mut dims = x.shape().iter();
-    let out: Vec<usize> = ones.iter().map(|&one| if one { 1 } else { dims.next().copied().unwrap_or(1) }).collect();
+    let out: Vec<usize> = ones
+        .iter()
+        .map(|&one| {
+            if one {
+                1
+            } else {
+                dims.next().copied().unwrap_or(1)
+            }
+        })
+        .collect();
     single(x.reshape(&out)?)
 }
 
@@ -152,9 +190,24 @@ fn constant(ctx: &OpCtx, _: &[Option<&Value>]) -> OpResult<Vec<Value>> {
         return single(t.clone());
     }
     let strings = |v: Vec<String>| -> OpResult<Tensor> { Ok(Tensor::Str(arr(&[v.len()], v)?)) };
-    const NAMES: [&str; 6] = ["value_float", "value_floats", "value_int", "value_ints", "value_string", "value_strings"];
-    let t = match NAMES.iter().find(|n| ctx.has_attr(n)).copied().or_else(|| ctx.node.attrs.keys().next().map(|k| k.as_str())) {
-        Some("value_float") => Tensor::F32(ArrayD::from_elem(IxDyn(&[]), ctx.attr_f("value_float", 0.0)?)),
+    const NAMES: [&str; 6] = [
+        "value_float",
+        "value_floats",
+        "value_int",
+        "value_ints",
+        "value_string",
+        "value_strings",
+    ];
+    let t = match NAMES
+        .iter()
+        .find(|n| ctx.has_attr(n))
+        .copied()
+        .or_else(|| ctx.node.attrs.keys().next().map(|k| k.as_str()))
+    {
+        Some("value_float") => Tensor::F32(ArrayD::from_elem(
+            IxDyn(&[]),
+            ctx.attr_f("value_float", 0.0)?,
+        )),
         Some("value_floats") => {
             let v = ctx.attr_opt_floats("value_floats")?.unwrap_or_default();
             Tensor::from_f32(&[v.len()], v)?
@@ -164,8 +217,13 @@ fn constant(ctx: &OpCtx, _: &[Option<&Value>]) -> OpResult<Vec<Value>> {
             let v = ctx.attr_opt_ints("value_ints")?.unwrap_or_default();
             Tensor::from_i64(&[v.len()], v)?
         }
-        Some("value_string") => Tensor::Str(ArrayD::from_elem(IxDyn(&[]), ctx.attr_s("value_string", "")?)),
-        Some("value_strings") => strings(ctx.attr_opt_strings("value_strings")?.unwrap_or_default())?,
+        Some("value_string") => Tensor::Str(ArrayD::from_elem(
+            IxDyn(&[]),
+            ctx.attr_s("value_string", "")?,
+        )),
+        Some("value_strings") => {
+            strings(ctx.attr_opt_strings("value_strings")?.unwrap_or_default())?
+        }
         Some(other) => unsupported!("Constant with attribute '{other}'"),
         None => bail!("Constant without a value attribute"),
     };
@@ -177,9 +235,14 @@ fn constant_of_shape(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Val
     let value = ctx.attr_opt_tensor("value")?;
     let dtype = value.map_or(DType::F32, |v| v.dtype());
     ctx.check_alloc(&shape, dtype.size_in_memory())?;
-    let Some(v) = value else { return single(Tensor::zeros(DType::F32, &shape)) };
+    let Some(v) = value else {
+        return single(Tensor::zeros(DType::F32, &shape));
+    };
     if v.len() != 1 {
-        bail!("ConstantOfShape value must hold one element, got {:?}", v.shape());
+        bail!(
+            "ConstantOfShape value must hold one element, got {:?}",
+            v.shape()
+        );
     }
     single(crate::map_array!(v, a => match a.iter().next() {
         Some(e) => ArrayD::from_elem(IxDyn(&shape), e.clone()),
@@ -219,9 +282,12 @@ fn set_ones(t: &mut Tensor, positions: &[usize]) -> OpResult<()> {
 
 fn eye_like(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let x = input(inputs, 0)?;
-    let &[n, m] = x.shape() else { bail!("EyeLike needs a 2-D input, got {:?}", x.shape()) };
+    let &[n, m] = x.shape() else {
+        bail!("EyeLike needs a 2-D input, got {:?}", x.shape())
+    };
     let dtype = match ctx.attr_opt_i("dtype")? {
-        Some(c) => DType::from_onnx(c as i32).ok_or_else(|| OpError::Invalid(format!("unknown dtype {c}")))?,
+        Some(c) => DType::from_onnx(c as i32)
+            .ok_or_else(|| OpError::Invalid(format!("unknown dtype {c}")))?,
         None => x.dtype(),
     };
     let k = ctx.attr_i("k", 0)?;
@@ -249,7 +315,12 @@ fn range(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     scalar_of(l, "limit")?;
     scalar_of(d, "delta")?;
     if l.dtype() != s.dtype() || d.dtype() != s.dtype() {
-        bail!("Range inputs differ in dtype: {}, {}, {}", s.dtype(), l.dtype(), d.dtype());
+        bail!(
+            "Range inputs differ in dtype: {}, {}, {}",
+            s.dtype(),
+            l.dtype(),
+            d.dtype()
+        );
     }
     let dt = s.dtype();
     if dt.is_float() {
@@ -274,12 +345,20 @@ fn range(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
         };
         return single(t);
     }
-    let (s0, l0, d0) = (s.to_i64_vec()?[0] as i128, l.to_i64_vec()?[0] as i128, d.to_i64_vec()?[0] as i128);
+    let (s0, l0, d0) = (
+        s.to_i64_vec()?[0] as i128,
+        l.to_i64_vec()?[0] as i128,
+        d.to_i64_vec()?[0] as i128,
+    );
     if d0 == 0 {
         bail!("Range delta is 0");
     }
     let span = l0 - s0;
-    let n = if (span > 0) == (d0 > 0) && span != 0 { (span.abs() + d0.abs() - 1) / d0.abs() } else { 0 };
+    let n = if (span > 0) == (d0 > 0) && span != 0 {
+        (span.abs() + d0.abs() - 1) / d0.abs()
+    } else {
+        0
+    };
     if n > u32::MAX as i128 * 16 {
         bail!("Range({s0}, {l0}, {d0}) has too many elements");
     }
@@ -305,7 +384,13 @@ fn expand(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let want = dims_of(input(inputs, 1)?, "Expand shape")?;
     let xs = x.shape();
     let r = xs.len().max(want.len());
-    let pad = |s: &[usize], i: usize| if i + s.len() >= r { s[i + s.len() - r] } else { 1 };
+    let pad = |s: &[usize], i: usize| {
+        if i + s.len() >= r {
+            s[i + s.len() - r]
+        } else {
+            1
+        }
+    };
     let mut out = Vec::with_capacity(r);
     for i in 0..r {
         let (a, b) = (pad(xs, i), pad(&want, i));
@@ -318,8 +403,15 @@ fn expand(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     }
     ctx.check_alloc(&out, x.dtype().size_in_memory())?;
     let st = strides_of(xs);
-    let strides: Vec<isize> =
-        (0..r).map(|i| if i + xs.len() < r || xs[i + xs.len() - r] == 1 { 0 } else { st[i + xs.len() - r] }).collect();
+    let strides: Vec<isize> = (0..r)
+        .map(|i| {
+            if i + xs.len() < r || xs[i + xs.len() - r] == 1 {
+                0
+            } else {
+                st[i + xs.len() - r]
+            }
+        })
+        .collect();
     single(view_copy(x, 0, &out, &strides)?)
 }
 

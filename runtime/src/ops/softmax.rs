@@ -27,8 +27,10 @@ enum Kind {
     Hard,
 }
 
-/// One block `[n, inner]` of lanes, in place.
-fn block<T: Float + Elem>(b: &mut [T], n: usize, inner: usize, kind: Kind) {
+/// One block `[n, inner]` of lanes, in place. `q` rounds Softmax's intermediates (x - max, the
+/// exponentials, their sum) to the storage precision the way a computation in that type would (the
+/// identity where the computing type is the storage type).
+fn block<T: Float + Elem>(b: &mut [T], n: usize, inner: usize, kind: Kind, q: fn(T) -> T) {
     if n == 0 || inner == 0 {
         return;
     }
@@ -45,17 +47,23 @@ fn block<T: Float + Elem>(b: &mut [T], n: usize, inner: usize, kind: Kind) {
                 b[best] = T::one();
             }
             Kind::Soft => {
-                let m = b.iter().fold(T::neg_infinity(), |m, &v| if v > m || v.is_nan() { v } else { m });
+                let m = b.iter().fold(
+                    T::neg_infinity(),
+                    |m, &v| if v > m || v.is_nan() { v } else { m },
+                );
                 let mut sum = 0f64;
                 for v in b.iter_mut() {
-                    *v = (*v - m).exp();
+                    *v = q(q(*v - m).exp());
                     sum += Elem::to_f64(*v);
                 }
-                let inv = <T as Elem>::from_f64(1.0 / sum);
-                b.iter_mut().for_each(|v| *v = *v * inv);
+                let s = q(<T as Elem>::from_f64(sum));
+                b.iter_mut().for_each(|v| *v = *v / s);
             }
             Kind::LogSoft => {
-                let m = b.iter().fold(T::neg_infinity(), |m, &v| if v > m || v.is_nan() { v } else { m });
+                let m = b.iter().fold(
+                    T::neg_infinity(),
+                    |m, &v| if v > m || v.is_nan() { v } else { m },
+                );
                 let sum: f64 = b.iter().map(|&v| Elem::to_f64((v - m).exp())).sum();
                 let sub = m + <T as Elem>::from_f64(sum.ln());
                 b.iter_mut().for_each(|v| *v = *v - sub);
@@ -83,8 +91,16 @@ fn block<T: Float + Elem>(b: &mut [T], n: usize, inner: usize, kind: Kind) {
     }
     let mut sum = vec![0f64; inner];
     for j in 0..n {
-        for ((v, s), &mk) in b[j * inner..(j + 1) * inner].iter_mut().zip(sum.iter_mut()).zip(&m) {
-            let e = (*v - mk).exp();
+        for ((v, s), &mk) in b[j * inner..(j + 1) * inner]
+            .iter_mut()
+            .zip(sum.iter_mut())
+            .zip(&m)
+        {
+            let e = if kind == Kind::Soft {
+                q(q(*v - mk).exp())
+            } else {
+                (*v - mk).exp()
+            };
             *s += Elem::to_f64(e);
             if kind == Kind::Soft {
                 *v = e;
@@ -92,24 +108,34 @@ fn block<T: Float + Elem>(b: &mut [T], n: usize, inner: usize, kind: Kind) {
         }
     }
     let f: Vec<T> = match kind {
-        Kind::Soft => sum.iter().map(|&s| <T as Elem>::from_f64(1.0 / s)).collect(),
-        _ => sum.iter().zip(&m).map(|(&s, &mk)| mk + <T as Elem>::from_f64(s.ln())).collect(),
+        Kind::Soft => sum.iter().map(|&s| q(<T as Elem>::from_f64(s))).collect(),
+        _ => sum
+            .iter()
+            .zip(&m)
+            .map(|(&s, &mk)| mk + <T as Elem>::from_f64(s.ln()))
+            .collect(),
     };
     for j in 0..n {
         for (v, &fk) in b[j * inner..(j + 1) * inner].iter_mut().zip(&f) {
-            *v = if kind == Kind::Soft { *v * fk } else { *v - fk };
+            *v = if kind == Kind::Soft { *v / fk } else { *v - fk };
         }
     }
 }
 
-fn compute<T: Float + Elem>(a: &ArrayD<T>, (outer, n, inner): (usize, usize, usize), kind: Kind) -> OpResult<ArrayD<T>> {
+fn compute<T: Float + Elem>(
+    a: &ArrayD<T>,
+    (outer, n, inner): (usize, usize, usize),
+    kind: Kind,
+    q: fn(T) -> T,
+) -> OpResult<ArrayD<T>> {
     let mut v: Vec<T> = a.iter().copied().collect();
     let len = n * inner;
     if len > 0 {
         if v.len() >= PAR_THRESHOLD && outer > 1 {
-            v.par_chunks_mut(len).for_each(|b| block(b, n, inner, kind));
+            v.par_chunks_mut(len)
+                .for_each(|b| block(b, n, inner, kind, q));
         } else {
-            v.chunks_mut(len).for_each(|b| block(b, n, inner, kind));
+            v.chunks_mut(len).for_each(|b| block(b, n, inner, kind, q));
         }
     }
     Ok(ArrayD::from_shape_vec(IxDyn(a.shape()), v)?)
@@ -125,25 +151,34 @@ fn run(ctx: &OpCtx, inputs: &[Option<&Value>], kind: Kind) -> OpResult<Vec<Value
         (1, 1, 1)
     } else if new {
         let a = norm_axis(axis, rank)?;
-        (shape[..a].iter().product(), shape[a], shape[a + 1..].iter().product())
+        (
+            shape[..a].iter().product(),
+            shape[a],
+            shape[a + 1..].iter().product(),
+        )
     } else {
         // Flatten to 2-D at `axis` (which may equal the rank: one column per row).
         let a = if axis < 0 { axis + rank as i64 } else { axis };
         if a < 0 || a > rank as i64 {
-            return Err(OpError::Invalid(format!("axis {axis} is out of range for rank {rank}")));
+            return Err(OpError::Invalid(format!(
+                "axis {axis} is out of range for rank {rank}"
+            )));
         }
         let a = a as usize;
         (shape[..a].iter().product(), shape[a..].iter().product(), 1)
     };
     let out = match x {
-        Tensor::F32(a) => Tensor::F32(compute(a, dims, kind)?),
-        Tensor::F64(a) => Tensor::F64(compute(a, dims, kind)?),
+        Tensor::F32(a) => Tensor::F32(compute(a, dims, kind, |v| v)?),
+        Tensor::F64(a) => Tensor::F64(compute(a, dims, kind, |v| v)?),
         Tensor::F16(a) => {
-            let r = compute(&a.mapv(|v| v.to_f32()), dims, kind)?;
+            // Intermediates rounded to f16 (sums stay in f32), as numpy computes float16 softmax.
+            let r = compute(&a.mapv(|v| v.to_f32()), dims, kind, |v| {
+                f16::from_f32(v).to_f32()
+            })?;
             Tensor::F16(r.mapv(f16::from_f32))
         }
         Tensor::BF16(a) => {
-            let r = compute(&a.mapv(|v| v.to_f32()), dims, kind)?;
+            let r = compute(&a.mapv(|v| v.to_f32()), dims, kind, |v| v)?;
             Tensor::BF16(r.mapv(bf16::from_f32))
         }
         other => unsupported!("{kind:?}max of {}", other.dtype()),
@@ -168,11 +203,13 @@ mod tests {
     /// Softmax/LogSoftmax along the middle axis of [2, 3, 4] (strided lanes) against a direct formula.
     #[test]
     fn strided_axis_matches_formula() {
-        let x: Vec<f64> = (0..24).map(|i| ((i * 37 % 11) as f64 - 5.0) * 0.7 + 0.1).collect();
+        let x: Vec<f64> = (0..24)
+            .map(|i| ((i * 37 % 11) as f64 - 5.0) * 0.7 + 0.1)
+            .collect();
         let a = ArrayD::from_shape_vec(IxDyn(&[2, 3, 4]), x.clone()).unwrap();
-        let s = compute(&a, (2, 3, 4), Kind::Soft).unwrap();
-        let l = compute(&a, (2, 3, 4), Kind::LogSoft).unwrap();
-        let h = compute(&a, (2, 3, 4), Kind::Hard).unwrap();
+        let s = compute(&a, (2, 3, 4), Kind::Soft, |v| v).unwrap();
+        let l = compute(&a, (2, 3, 4), Kind::LogSoft, |v| v).unwrap();
+        let h = compute(&a, (2, 3, 4), Kind::Hard, |v| v).unwrap();
         for o in 0..2 {
             for k in 0..4 {
                 let lane: Vec<f64> = (0..3).map(|j| x[o * 12 + j * 4 + k]).collect();
@@ -191,12 +228,13 @@ mod tests {
     /// Large values do not overflow (max subtraction), and -inf entries get probability 0.
     #[test]
     fn stable_for_large_and_infinite() {
-        let a = ArrayD::from_shape_vec(IxDyn(&[1, 3]), vec![1000.0f32, 999.0, f32::NEG_INFINITY]).unwrap();
-        let s = compute(&a, (1, 3, 1), Kind::Soft).unwrap();
+        let a = ArrayD::from_shape_vec(IxDyn(&[1, 3]), vec![1000.0f32, 999.0, f32::NEG_INFINITY])
+            .unwrap();
+        let s = compute(&a, (1, 3, 1), Kind::Soft, |v| v).unwrap();
         let e = (-1.0f64).exp();
         assert!((s[[0, 0]] as f64 - 1.0 / (1.0 + e)).abs() < 1e-6);
         assert_eq!(s[[0, 2]], 0.0);
-        let l = compute(&a, (1, 3, 1), Kind::LogSoft).unwrap();
+        let l = compute(&a, (1, 3, 1), Kind::LogSoft, |v| v).unwrap();
         assert!((l[[0, 1]] as f64 - (-1.0 - (1.0 + e).ln())).abs() < 1e-4);
     }
 }

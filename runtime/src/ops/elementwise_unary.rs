@@ -1,0 +1,465 @@
+//! Unary elementwise math and activations: a child module of `elementwise` (mounted there with
+//! `#[path]`), whose `Num` trait and dispatch macros it uses.
+use half::{bf16, f16};
+use ndarray::ArrayD;
+
+use super::Num;
+use crate::error::OpResult;
+use crate::ops::{OpCtx, Registry, broadcast, input, opt_input, single};
+use crate::tensor::{Tensor, Value};
+use crate::{bail, unsupported};
+
+/// Maps a float tensor elementwise: `$x` is an `$F` (f32 for f32/f16/bf16, f64 for f64); f16 and
+/// bf16 are computed in f32 and rounded once.
+macro_rules! float_map {
+    ($t:expr, $F:ident, |$x:ident| $e:expr) => {
+        match $t {
+            Tensor::F32(a) => {
+                type $F = f32;
+                Tensor::F32(broadcast::unary(a, |$x: $F| $e))
+            }
+            Tensor::F64(a) => {
+                type $F = f64;
+                Tensor::F64(broadcast::unary(a, |$x: $F| $e))
+            }
+            Tensor::F16(a) => {
+                type $F = f32;
+                Tensor::F16(broadcast::unary(a, |h: f16| {
+                    let $x: $F = h.to_f32();
+                    f16::from_f32($e)
+                }))
+            }
+            Tensor::BF16(a) => {
+                type $F = f32;
+                Tensor::BF16(broadcast::unary(a, |h: bf16| {
+                    let $x: $F = h.to_f32();
+                    bf16::from_f32($e)
+                }))
+            }
+            other => unsupported!("dtype {} (expected a float type)", other.dtype()),
+        }
+    };
+}
+
+/// `e^x`, branch-free in f32 so that loops over slices vectorize.
+trait FastExp {
+    fn fast_exp(self) -> Self;
+}
+
+impl FastExp for f64 {
+    fn fast_exp(self) -> f64 {
+        self.exp()
+    }
+}
+
+impl FastExp for f32 {
+    /// Cody-Waite reduction by ln 2 (the split constants of Cephes' expf), a degree-7 Taylor polynomial
+    /// on |r| <= ln(2)/2, and scaling by 2^n in two halves so subnormal results come out right.
+    fn fast_exp(self) -> f32 {
+        let x = self.clamp(-104.0, 89.0);
+        let n = (x * std::f32::consts::LOG2_E + 12_582_912.0) - 12_582_912.0;
+        let r = x - n * (355.0 / 512.0) + n * 2.121_944_4e-4;
+        let p = 1.0
+            + r * (1.0
+                + r * (0.5
+                    + r * (1.0 / 6.0
+                        + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r / 5040.0))))));
+        let k = n as i32;
+        let half = k >> 1;
+        let scale = |e: i32| f32::from_bits(((e + 127) as u32) << 23);
+        p * scale(half) * scale(k - half)
+    }
+}
+
+/// Kernels of one float input and no attributes.
+macro_rules! float_kernels {
+    ($($name:ident => |$x:ident| $e:expr;)*) => {$(
+        fn $name(_: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+            single(float_map!(input(inputs, 0)?, F, |$x| $e))
+        }
+    )*};
+}
+
+float_kernels! {
+    k_ceil => |x| x.ceil();
+    k_floor => |x| x.floor();
+    k_round => |x| x.round_ties_even();
+    k_reciprocal => |x| x.recip();
+    k_sqrt => |x| x.sqrt();
+    k_exp => |x| x.fast_exp();
+    k_log => |x| x.ln();
+    k_erf => |x| erf(x as f64) as F;
+    k_sin => |x| x.sin();
+    k_cos => |x| x.cos();
+    k_tan => |x| x.tan();
+    k_asin => |x| x.asin();
+    k_acos => |x| x.acos();
+    k_atan => |x| x.atan();
+    k_sinh => |x| x.sinh();
+    k_cosh => |x| x.cosh();
+    k_asinh => |x| x.asinh();
+    k_acosh => |x| x.acosh();
+    k_atanh => |x| x.atanh();
+    k_tanh => |x| x.tanh();
+    k_sigmoid => |x| 1.0 / (1.0 + (-x).fast_exp());
+    k_softplus => |x| if x > 0.0 { x + (-x).exp().ln_1p() } else { x.exp().ln_1p() };
+    k_softsign => |x| x / (1.0 + x.abs());
+    k_mish => |x| x * (if x > 0.0 { x + (-x).exp().ln_1p() } else { x.exp().ln_1p() }).tanh();
+    k_hardswish => |x| x * (x / 6.0 + 0.5).clamp(0.0, 1.0);
+}
+
+fn k_abs(_: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+    single(num_one!(input(inputs, 0)?, x => broadcast::unary(x, Num::n_abs)))
+}
+
+fn k_neg(_: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+    single(num_one!(input(inputs, 0)?, x => broadcast::unary(x, Num::n_neg)))
+}
+
+fn k_sign(_: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+    single(num_one!(input(inputs, 0)?, x => broadcast::unary(x, Num::n_sign)))
+}
+
+fn relu<T: Num>(x: &ArrayD<T>) -> ArrayD<T> {
+    broadcast::unary(x, |v: T| if v < T::default() { T::default() } else { v })
+}
+
+fn k_relu(_: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+    single(num_one!(input(inputs, 0)?, x => relu(x)))
+}
+
+fn k_leaky_relu(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+    let alpha = ctx.attr_f("alpha", 0.01)?;
+    single(float_map!(input(inputs, 0)?, F, |x| if x < 0.0 {
+        x * alpha as F
+    } else {
+        x
+    }))
+}
+
+fn k_thresholded_relu(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+    let alpha = ctx.attr_f("alpha", 1.0)?;
+    single(float_map!(input(inputs, 0)?, F, |x| if x > alpha as F {
+        x
+    } else {
+        0.0
+    }))
+}
+
+fn k_elu(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+    let alpha = ctx.attr_f("alpha", 1.0)?;
+    single(float_map!(input(inputs, 0)?, F, |x| if x < 0.0 {
+        alpha as F * x.exp_m1()
+    } else {
+        x
+    }))
+}
+
+fn k_selu(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+    let alpha = ctx.attr_f("alpha", 1.673_263_2)?;
+    let gamma = ctx.attr_f("gamma", 1.050_701)?;
+    single(float_map!(input(inputs, 0)?, F, |x| gamma as F
+        * if x > 0.0 { x } else { alpha as F * x.exp_m1() }))
+}
+
+fn k_celu(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+    let alpha = ctx.attr_f("alpha", 1.0)?;
+    single(float_map!(input(inputs, 0)?, F, |x| if x > 0.0 {
+        x
+    } else {
+        alpha as F * (x / alpha as F).exp_m1()
+    }))
+}
+
+fn k_hard_sigmoid(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+    let (alpha, beta) = (ctx.attr_f("alpha", 0.2)?, ctx.attr_f("beta", 0.5)?);
+    single(float_map!(input(inputs, 0)?, F, |x| (alpha as F * x
+        + beta as F)
+        .clamp(0.0, 1.0)))
+}
+
+fn k_shrink(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+    let (bias, lambd) = (
+        ctx.attr_f("bias", 0.0)? as f64,
+        ctx.attr_f("lambd", 0.5)? as f64,
+    );
+    fn go<T: Num>(x: &ArrayD<T>, bias: f64, lambd: f64) -> ArrayD<T> {
+        broadcast::unary(x, |v: T| match v.to_f64() {
+            f if f < -lambd => T::from_f64(f + bias),
+            f if f > lambd => T::from_f64(f - bias),
+            _ => T::default(),
+        })
+    }
+    single(num_one!(input(inputs, 0)?, x => go(x, bias, lambd)))
+}
+
+fn k_gelu(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+    let x = input(inputs, 0)?;
+    single(match ctx.attr_s("approximate", "none")?.as_str() {
+        "none" => float_map!(x, F, |x| 0.5
+            * x
+            * (1.0 + erf(x as f64 * std::f64::consts::FRAC_1_SQRT_2) as F)),
+        "tanh" => float_map!(x, F, |x| {
+            let k = (2.0 / std::f64::consts::PI).sqrt() as F;
+            0.5 * x * (1.0 + (k * (x + 0.044715 * x * x * x)).tanh())
+        }),
+        a => bail!("Gelu approximate must be 'none' or 'tanh', got '{a}'"),
+    })
+}
+
+fn clip<T: Num>(x: &ArrayD<T>, lo: Option<&Tensor>, hi: Option<&Tensor>) -> OpResult<ArrayD<T>> {
+    let bound = |t: Option<&Tensor>| -> OpResult<Option<T>> {
+        let Some(t) = t else { return Ok(None) };
+        match T::arr(t) {
+            Some(a) if a.len() == 1 => Ok(a.iter().next().copied()),
+            Some(a) if a.is_empty() => Ok(None),
+            _ => bail!(
+                "Clip bound must be a one-element tensor of the input's dtype, got {}",
+                t.describe()
+            ),
+        }
+    };
+    let (lo, hi) = (bound(lo)?, bound(hi)?);
+    Ok(broadcast::unary(x, move |v: T| {
+        let v = match lo {
+            Some(l) if v < l => l,
+            _ => v,
+        };
+        match hi {
+            Some(h) if v > h => h,
+            _ => v,
+        }
+    }))
+}
+
+fn k_clip(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+    let x = input(inputs, 0)?;
+    if ctx.opset() < 11 {
+        let (lo, hi) = (ctx.attr_f("min", f32::MIN)?, ctx.attr_f("max", f32::MAX)?);
+        return single(float_map!(x, F, |v| if v < lo as F {
+            lo as F
+        } else if v > hi as F {
+            hi as F
+        } else {
+            v
+        }));
+    }
+    let (lo, hi) = (opt_input(inputs, 1)?, opt_input(inputs, 2)?);
+    single(num_one!(x, a => clip(a, lo, hi)?))
+}
+
+/// Maps a float tensor to booleans through `$f` applied to each value as f64.
+macro_rules! float_test {
+    ($t:expr, $f:expr) => {
+        match $t {
+            Tensor::F32(a) => broadcast::unary(a, |v| $f(v as f64)),
+            Tensor::F64(a) => broadcast::unary(a, $f),
+            Tensor::F16(a) => broadcast::unary(a, |v| $f(v.to_f64())),
+            Tensor::BF16(a) => broadcast::unary(a, |v| $f(v.to_f64())),
+            other => unsupported!("dtype {} (expected a float type)", other.dtype()),
+        }
+    };
+}
+
+fn k_isnan(_: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+    single(Tensor::Bool(
+        float_test!(input(inputs, 0)?, |v: f64| v.is_nan())
+    ))
+}
+
+fn k_isinf(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+    let pos = ctx.attr_i("detect_positive", 1)? != 0;
+    let neg = ctx.attr_i("detect_negative", 1)? != 0;
+    let f = |v: f64| v.is_infinite() && if v > 0.0 { pos } else { neg };
+    single(Tensor::Bool(float_test!(input(inputs, 0)?, f)))
+}
+
+/// 2/sqrt(pi) * (-1)^n / (n! (2n+1)): the Taylor coefficients of erf in x^2 (x times the series).
+const ERF_TAYLOR: [f64; 20] = {
+    let mut c = [0.0; 20];
+    let (mut fact, mut n) = (1.0, 0);
+    while n < 20 {
+        if n > 0 {
+            fact *= n as f64;
+        }
+        let sign = if n % 2 == 0 { 1.0 } else { -1.0 };
+        c[n] = sign * std::f64::consts::FRAC_2_SQRT_PI / (fact * (2 * n + 1) as f64);
+        n += 1;
+    }
+    c
+};
+
+/// Chebyshev coefficients of h(t) = x erfc(x) exp(x^2), t = 1/x, on t in [1/6, 0.4] and [0.4, 1]
+/// (interpolated at Chebyshev nodes; relative error about 3e-15 and 1.5e-15).
+const ERFC_FAR: [f64; 13] = [
+    0.5428391662993293,
+    -0.014904719866427175,
+    -0.0010001600995144422,
+    8.324150368571968e-05,
+    -1.3760754589082878e-06,
+    -2.6905987569239345e-07,
+    2.8452799646030866e-08,
+    -9.192259438213418e-10,
+    -9.804896084944541e-11,
+    1.6671757614257572e-11,
+    -1.0726816672377044e-12,
+    -1.2863917052833113e-14,
+    1.0891055130972881e-14,
+];
+const ERFC_NEAR: [f64; 17] = [
+    0.47705154744122635,
+    -0.050101351399559416,
+    0.00031184716128010496,
+    0.0003788948402861005,
+    -6.336578880337012e-05,
+    6.33017491693883e-06,
+    -2.990953968312608e-07,
+    -3.835868643472898e-08,
+    1.3169219259038028e-08,
+    -2.2362493373904312e-09,
+    2.6751012399708567e-10,
+    -1.9806142445478642e-11,
+    -5.729311315811912e-13,
+    5.515214855532107e-13,
+    -1.270211305632277e-13,
+    2.0677459941882698e-14,
+    -2.4889453241812464e-15,
+];
+
+/// The sum of `c[k] T_k(u)` (Clenshaw).
+fn chebyshev(c: &[f64], u: f64) -> f64 {
+    let (mut b1, mut b2) = (0.0, 0.0);
+    for &ck in c.iter().skip(1).rev() {
+        (b1, b2) = (ck + 2.0 * u * b1 - b2, b1);
+    }
+    c.first().copied().unwrap_or(0.0) + u * b1 - b2
+}
+
+/// The error function to about 1e-15 relative: its Taylor series below 1, then 1 - erfc with erfc from
+/// a Chebyshev fit of `x erfc(x) exp(x^2)` in 1/x; 1 from 6 on (erfc(6) < 2.2e-17).
+pub(super) fn erf(x: f64) -> f64 {
+    let ax = x.abs();
+    if ax.is_nan() {
+        return x;
+    }
+    if ax < 1.0 {
+        let z = x * x;
+        return x * ERF_TAYLOR.iter().rev().fold(0.0, |s, &c| s * z + c);
+    }
+    if ax >= 6.0 {
+        return 1f64.copysign(x);
+    }
+    let t = 1.0 / ax;
+    let h = if t < 0.4 {
+        let a = 1.0 / 6.0;
+        chebyshev(&ERFC_FAR, (2.0 * t - a - 0.4) / (0.4 - a))
+    } else {
+        chebyshev(&ERFC_NEAR, (2.0 * t - 1.4) / 0.6)
+    };
+    // exp(-x^2) with the rounding error of x^2 corrected to first order.
+    let sq = ax * ax;
+    let lo = ax.mul_add(ax, -sq);
+    let erfc = (-sq).exp() * (1.0 - lo) * h * t;
+    (1.0 - erfc).copysign(x)
+}
+
+pub(super) fn register(r: &mut Registry) {
+    r.add("", "Abs", k_abs);
+    r.add("", "Neg", k_neg);
+    r.add("", "Sign", k_sign);
+    r.add("", "Relu", k_relu);
+    r.add("", "Clip", k_clip);
+    r.add("", "IsNaN", k_isnan);
+    r.add("", "IsInf", k_isinf);
+    r.add("", "Ceil", k_ceil);
+    r.add("", "Floor", k_floor);
+    r.add("", "Round", k_round);
+    r.add("", "Reciprocal", k_reciprocal);
+    r.add("", "Sqrt", k_sqrt);
+    r.add("", "Exp", k_exp);
+    r.add("", "Log", k_log);
+    r.add("", "Erf", k_erf);
+    r.add("", "Sin", k_sin);
+    r.add("", "Cos", k_cos);
+    r.add("", "Tan", k_tan);
+    r.add("", "Asin", k_asin);
+    r.add("", "Acos", k_acos);
+    r.add("", "Atan", k_atan);
+    r.add("", "Sinh", k_sinh);
+    r.add("", "Cosh", k_cosh);
+    r.add("", "Asinh", k_asinh);
+    r.add("", "Acosh", k_acosh);
+    r.add("", "Atanh", k_atanh);
+    r.add("", "Tanh", k_tanh);
+    r.add("", "Sigmoid", k_sigmoid);
+    r.add("", "Softplus", k_softplus);
+    r.add("", "Softsign", k_softsign);
+    r.add("", "Mish", k_mish);
+    r.add("", "HardSwish", k_hardswish);
+    r.add("", "HardSigmoid", k_hard_sigmoid);
+    r.add("", "LeakyRelu", k_leaky_relu);
+    r.add("", "ThresholdedRelu", k_thresholded_relu);
+    r.add("", "Elu", k_elu);
+    r.add("", "Selu", k_selu);
+    r.add("", "Celu", k_celu);
+    r.add("", "Shrink", k_shrink);
+    r.add("", "Gelu", k_gelu);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::Rng;
+    use super::*;
+
+    /// erf by Simpson's rule on 2/sqrt(pi) exp(-t^2) over [0, x].
+    fn erf_integral(x: f64) -> f64 {
+        let n = 20_000;
+        let h = x / n as f64;
+        let f = |t: f64| (-t * t).exp();
+        let mut s = f(0.0) + f(x);
+        for i in 1..n {
+            s += f(i as f64 * h) * if i % 2 == 1 { 4.0 } else { 2.0 };
+        }
+        s * h / 3.0 * std::f64::consts::FRAC_2_SQRT_PI
+    }
+
+    #[test]
+    fn erf_matches_integral() {
+        let mut rng = Rng(0x5eed);
+        for _ in 0..200 {
+            let x = (rng.next() - 0.5) * 14.0;
+            let (got, want) = (erf(x), erf_integral(x));
+            assert!(
+                (got - want).abs() <= 1e-13 * want.abs(),
+                "erf({x}) = {got}, want {want}"
+            );
+        }
+        assert_eq!(erf(0.0), 0.0);
+        assert!(erf(f64::NAN).is_nan());
+        assert_eq!(erf(f64::NEG_INFINITY), -1.0);
+    }
+
+    #[test]
+    fn fast_exp_within_two_ulp() {
+        let mut rng = Rng(3);
+        for _ in 0..100_000 {
+            let x = ((rng.next() - 0.5) * 210.0) as f32;
+            let want = (x as f64).exp();
+            let got = x.fast_exp() as f64;
+            let ulp = (want as f32).abs().max(f32::from_bits(1)) as f64 * f32::EPSILON as f64;
+            let ulp = if want < f32::MIN_POSITIVE as f64 {
+                f32::from_bits(1) as f64
+            } else {
+                ulp
+            };
+            assert!(
+                (got - want).abs() <= 2.0 * ulp || want > f32::MAX as f64 && got.is_infinite(),
+                "exp({x}) = {got}, want {want}"
+            );
+        }
+        assert!(f32::NAN.fast_exp().is_nan());
+        assert_eq!(f32::NEG_INFINITY.fast_exp(), 0.0);
+        assert_eq!(f32::INFINITY.fast_exp(), f32::INFINITY);
+        assert_eq!(2.5f32.round_ties_even(), 2.0);
+    }
+}

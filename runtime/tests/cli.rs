@@ -1,0 +1,95 @@
+//! The `quorum` binary end to end: run writes .npy outputs, bench prints JSON, info shows placement, and
+//! failures exit with the documented codes and one line.
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use common::*;
+
+fn quorum() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_quorum"))
+}
+
+/// `y = x * w + b` over [n, 4] with symbolic `n`; returns the model's path in a fresh folder.
+fn write_model(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("quorum-cli-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let m = model(
+        vec![node("Mul", &["x", "w"], &["t"]), node("Add", &["t", "b"], &["out/y:0"])],
+        vec![value_info("x", symbolic_type(1, &["n", "4"]))],
+        vec![value_info("out/y:0", symbolic_type(1, &["n", "4"]))],
+        vec![f32_tensor("w", &[4], &[0.5, -1.0, 2.0, 3.0]), f32_tensor("b", &[4], &[1.0, 1.0, -1.0, 0.0])],
+        14,
+    );
+    // The shape declares a literal "4" as a symbol; fine, symbols only need to agree with each other.
+    let path = dir.join("model.onnx");
+    std::fs::write(&path, bytes(&m)).unwrap();
+    path
+}
+
+#[test]
+fn run_writes_npy_outputs_with_safe_names() {
+    let model = write_model("run");
+    let dir = model.parent().unwrap().to_path_buf();
+    let x = quorum::Tensor::from_f32(&[2, 4], vec![1.0, 2.0, 3.0, 4.0, -1.0, -2.0, -3.0, -4.0]).unwrap();
+    std::fs::write(dir.join("x.npy"), quorum::npy::write(&x).unwrap()).unwrap();
+    let out = quorum()
+        .arg("run")
+        .arg(&model)
+        .arg("--input")
+        .arg(format!("x={}", dir.join("x.npy").display()))
+        .arg("--output-dir")
+        .arg(dir.join("outs"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("float32[2, 4]"), "{stdout}");
+    let y = quorum::npy::read(&std::fs::read(dir.join("outs/out_y_0.npy")).unwrap()).unwrap();
+    let want = quorum::Tensor::from_f32(&[2, 4], vec![1.5, -1.0, 5.0, 12.0, 0.5, 3.0, -7.0, -12.0]).unwrap();
+    assert_eq!(y, want);
+}
+
+#[test]
+fn bench_prints_json_with_percentiles() {
+    let model = write_model("bench");
+    let out = quorum().args(["bench", "--iters", "5", "--warmup", "1", "--json", "--dim", "n=3"]).arg(&model).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for key in ["median_ms", "p10_ms", "p90_ms"] {
+        assert!(j[key].as_f64().is_some_and(|v| v >= 0.0), "{key} in {j}");
+    }
+    assert_eq!(j["iters"], 5);
+    assert_eq!(j["provider"], "cpu");
+}
+
+#[test]
+fn info_lists_io_ops_and_placement() {
+    let model = write_model("info");
+    let out = quorum().arg("info").arg(&model).output().unwrap();
+    assert!(out.status.success());
+    let s = String::from_utf8_lossy(&out.stdout);
+    for needle in ["x: float32[n,4]", "Mul", "Add", "cpu: takes 2 of 2 nodes", "ai.onnx=14"] {
+        assert!(s.contains(needle), "missing '{needle}' in:\n{s}");
+    }
+}
+
+#[test]
+fn failures_exit_with_documented_codes() {
+    let model = write_model("fail");
+    let dir = model.parent().unwrap();
+    let bad_model = dir.join("bad.onnx");
+    std::fs::write(&bad_model, b"not a model at all").unwrap();
+    let out = quorum().arg("run").arg(&bad_model).output().unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(String::from_utf8_lossy(&out.stderr).trim().lines().count(), 1, "one line: {}", String::from_utf8_lossy(&out.stderr));
+
+    let out = quorum().arg("run").arg(&model).args(["--input", "x=/nonexistent.npy"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(4));
+    let out = quorum().arg("run").arg(&model).args(["--input", "nope=/nonexistent.npy"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(4));
+    let out = quorum().arg("run").arg(&model).args(["--provider", "tpu"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
