@@ -3,12 +3,19 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
+use quorum::Value;
 use quorum::ir::Model;
 use quorum::loader::{self, LoadOptions};
-use quorum::Value;
 
 /// The corpus parts, in report order. `cases` holds Quorum's own regression cases.
-pub const PARTS: &[&str] = &["node", "simple", "pytorch-converted", "pytorch-operator", "light", "cases"];
+pub const PARTS: &[&str] = &[
+    "node",
+    "simple",
+    "pytorch-converted",
+    "pytorch-operator",
+    "light",
+    "cases",
+];
 
 #[derive(Debug, Clone)]
 pub struct Case {
@@ -36,11 +43,21 @@ pub fn discover(root: &Path) -> Result<Vec<Case>> {
         if !dir.is_dir() {
             continue;
         }
-        for entry in std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
+        for entry in
+            std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))?
+        {
             let path = entry?.path();
             if path.join("model.onnx").is_file() {
-                let name = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
-                cases.push(Case { id: format!("{part}/{name}"), part: part.to_string(), dir: path });
+                let name = path
+                    .file_name()
+                    .unwrap_or_default()
+                    .to_string_lossy()
+                    .into_owned();
+                cases.push(Case {
+                    id: format!("{part}/{name}"),
+                    part: part.to_string(),
+                    dir: path,
+                });
             }
         }
     }
@@ -62,7 +79,11 @@ fn numbered(dir: &Path, prefix: &str) -> Vec<PathBuf> {
         .flatten()
         .filter_map(|e| {
             let name = e.file_name().to_string_lossy().into_owned();
-            let k = name.strip_prefix(prefix)?.strip_suffix(".pb")?.parse().ok()?;
+            let k = name
+                .strip_prefix(prefix)?
+                .strip_suffix(".pb")?
+                .parse()
+                .ok()?;
             Some((k, e.path()))
         })
         .collect();
@@ -72,11 +93,18 @@ fn numbered(dir: &Path, prefix: &str) -> Vec<PathBuf> {
 
 /// Reads every `test_data_set_*` of a case, typing each file by the model's declared input/output type.
 pub fn data_sets(case: &Case, model: &Model) -> Result<Vec<DataSet>> {
-    let opts = LoadOptions { base_dir: Some(case.dir.clone()), ..Default::default() };
+    let opts = LoadOptions {
+        base_dir: Some(case.dir.clone()),
+        ..Default::default()
+    };
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(&case.dir)?
         .flatten()
         .map(|e| e.path())
-        .filter(|p| p.is_dir() && p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("test_data_set_")))
+        .filter(|p| {
+            p.is_dir()
+                && p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("test_data_set_"))
+        })
         .collect();
     dirs.sort();
     let runtime_inputs: Vec<_> = model.graph.runtime_inputs().collect();
@@ -84,18 +112,37 @@ pub fn data_sets(case: &Case, model: &Model) -> Result<Vec<DataSet>> {
     for d in dirs {
         let mut inputs = Vec::new();
         for (k, path) in numbered(&d, "input_").into_iter().enumerate() {
-            let info = runtime_inputs.get(k).with_context(|| format!("{}: more input files than model inputs", d.display()))?;
+            let info = runtime_inputs
+                .get(k)
+                .with_context(|| format!("{}: more input files than model inputs", d.display()))?;
             let bytes = std::fs::read(&path)?;
-            let v = loader::value_from_pb(&bytes, &info.ty, &opts).with_context(|| format!("reading {}", path.display()))?;
+            let v = loader::value_from_pb(&bytes, &info.ty, &opts)
+                .with_context(|| format!("reading {}", path.display()))?;
             inputs.push((info.name.clone(), v));
         }
         let mut outputs = Vec::new();
         for (k, path) in numbered(&d, "output_").into_iter().enumerate() {
-            let ty = model.graph.outputs.get(k).map(|o| o.ty.clone()).unwrap_or(quorum::ir::ValueType::Unknown);
+            let ty = model
+                .graph
+                .outputs
+                .get(k)
+                .map(|o| o.ty.clone())
+                .unwrap_or(quorum::ir::ValueType::Unknown);
             let bytes = std::fs::read(&path)?;
-            outputs.push(loader::value_from_pb(&bytes, &ty, &opts).with_context(|| format!("reading {}", path.display()))?);
+            outputs.push(
+                loader::value_from_pb(&bytes, &ty, &opts)
+                    .with_context(|| format!("reading {}", path.display()))?,
+            );
         }
-        sets.push(DataSet { name: d.file_name().unwrap_or_default().to_string_lossy().into_owned(), inputs, outputs });
+        sets.push(DataSet {
+            name: d
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned(),
+            inputs,
+            outputs,
+        });
     }
     Ok(sets)
 }

@@ -14,7 +14,10 @@ use crate::report::{self, EngineReport};
 use crate::runner;
 
 #[derive(Parser, Debug)]
-#[command(name = "conformance", about = "Run the ONNX backend corpus on Quorum's engines")]
+#[command(
+    name = "conformance",
+    about = "Run the ONNX backend corpus on Quorum's engines"
+)]
 pub struct Args {
     /// Engine to run (repeatable). Default: every engine available on this machine.
     #[arg(long = "engine")]
@@ -50,23 +53,37 @@ pub fn run(args: Args) -> Result<bool> {
         }
     };
     let filter = args.filter.as_deref().map(regex::Regex::new).transpose()?;
-    let cases: Vec<_> = case::discover(&corpus)?.into_iter().filter(|c| filter.as_ref().is_none_or(|f| f.is_match(&c.id))).collect();
+    let cases: Vec<_> = case::discover(&corpus)?
+        .into_iter()
+        .filter(|c| filter.as_ref().is_none_or(|f| f.is_match(&c.id)))
+        .collect();
     if cases.is_empty() {
-        bail!("no cases found under {} (filter {:?})", corpus.display(), args.filter);
+        bail!(
+            "no cases found under {} (filter {:?})",
+            corpus.display(),
+            args.filter
+        );
     }
     let engines: Vec<Box<dyn engine::Engine>> = if args.engines.is_empty() {
-        engine::all().into_iter().filter(|e| e.available().is_ok()).collect()
+        engine::all()
+            .into_iter()
+            .filter(|e| e.available().is_ok())
+            .collect()
     } else {
         args.engines
             .iter()
             .map(|n| {
-                let e = engine::by_name(n).ok_or_else(|| anyhow::anyhow!("unknown engine '{n}'"))?;
-                e.available().map_err(|why| anyhow::anyhow!("engine '{n}' is not available here: {why}"))?;
+                let e =
+                    engine::by_name(n).ok_or_else(|| anyhow::anyhow!("unknown engine '{n}'"))?;
+                e.available()
+                    .map_err(|why| anyhow::anyhow!("engine '{n}' is not available here: {why}"))?;
                 Ok(e)
             })
             .collect::<Result<_>>()?
     };
-    let jobs = args.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let jobs = args
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     runner::quiet_panics();
     let mut all_ok = true;
     let mut results = Vec::new();
@@ -75,9 +92,11 @@ pub fn run(args: Args) -> Result<bool> {
         let expected = Expectations::load(&list_path)?;
         let bar = ProgressBar::new(cases.len() as u64);
         bar.set_style(
-            ProgressStyle::with_template("{prefix:>6} [{bar:40}] {pos}/{len} {elapsed_precise} {msg}")
-                .unwrap_or_else(|_| ProgressStyle::default_bar())
-                .progress_chars("=> "),
+            ProgressStyle::with_template(
+                "{prefix:>6} [{bar:40}] {pos}/{len} {elapsed_precise} {msg}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
         );
         bar.set_prefix(e.name().to_string());
         let printed = Mutex::new(());
@@ -94,8 +113,13 @@ pub fn run(args: Args) -> Result<bool> {
                 if verbose || surprise {
                     let _g = printed.lock();
                     let tag = if surprise { " (UNEXPECTED)" } else { "" };
-                    let line = format!("{:<16} {}{tag} {}", o.status.to_uppercase(), o.id, o.detail);
-                    if bar.is_hidden() { println!("{line}") } else { bar.println(line) }
+                    let line =
+                        format!("{:<16} {}{tag} {}", o.status.to_uppercase(), o.id, o.detail);
+                    if bar.is_hidden() {
+                        println!("{line}")
+                    } else {
+                        bar.println(line)
+                    }
                 }
             },
         );
@@ -104,10 +128,19 @@ pub fn run(args: Args) -> Result<bool> {
         for o in &outcomes {
             let want = expected.expected(&o.id);
             if o.status() != want {
-                unexpected.push(format!("{}: {} but expected {}", o.id, o.status, want.as_str()));
+                unexpected.push(format!(
+                    "{}: {} but expected {}",
+                    o.id,
+                    o.status,
+                    want.as_str()
+                ));
             }
         }
-        let report = EngineReport { engine: e.name(), device: device_name(e.name()), outcomes: &outcomes };
+        let report = EngineReport {
+            engine: e.name(),
+            device: device_name(e.name()),
+            outcomes: &outcomes,
+        };
         println!("{}", report.markdown());
         if args.filter.is_none() && args.corpus.is_none() && !args.no_report {
             let dir = crate::workspace_root().join("reports/conformance");
@@ -118,17 +151,35 @@ pub fn run(args: Args) -> Result<bool> {
             for o in &outcomes {
                 if o.status() == Status::Pass {
                     updated.entries.remove(&o.id);
-                } else if expected.entries.get(&o.id).is_none_or(|x| x.status != o.status()) {
+                } else if expected
+                    .entries
+                    .get(&o.id)
+                    .is_none_or(|x| x.status != o.status())
+                {
                     let reason: String = o.detail.chars().take(240).collect();
-                    let reason = if reason.is_empty() { "see report".to_string() } else { reason };
-                    updated.entries.insert(o.id.clone(), Expectation { status: o.status(), reason });
+                    let reason = if reason.is_empty() {
+                        "see report".to_string()
+                    } else {
+                        reason
+                    };
+                    updated.entries.insert(
+                        o.id.clone(),
+                        Expectation {
+                            status: o.status(),
+                            reason,
+                        },
+                    );
                 }
             }
             updated.save(&list_path, e.name())?;
             println!("updated {}", list_path.display());
         } else if !unexpected.is_empty() {
             all_ok = false;
-            println!("{} unexpected results on engine `{}`:", unexpected.len(), e.name());
+            println!(
+                "{} unexpected results on engine `{}`:",
+                unexpected.len(),
+                e.name()
+            );
             for u in &unexpected {
                 println!("  {u}");
             }
@@ -136,16 +187,29 @@ pub fn run(args: Args) -> Result<bool> {
         results.push((e.name().to_string(), device_name(e.name()), outcomes));
     }
     if args.filter.is_none() && args.corpus.is_none() && !args.no_report {
-        let reports: Vec<EngineReport> =
-            results.iter().map(|(n, d, o)| EngineReport { engine: n, device: d.clone(), outcomes: o }).collect();
-        report::write_summary(&crate::workspace_root().join("reports/conformance"), &reports)?;
+        let reports: Vec<EngineReport> = results
+            .iter()
+            .map(|(n, d, o)| EngineReport {
+                engine: n,
+                device: d.clone(),
+                outcomes: o,
+            })
+            .collect();
+        report::write_summary(
+            &crate::workspace_root().join("reports/conformance"),
+            &reports,
+        )?;
     }
     Ok(all_ok)
 }
 
 fn device_name(engine: &str) -> String {
     match engine {
-        "cpu" => format!("{} threads, {}", std::thread::available_parallelism().map_or(1, |n| n.get()), std::env::consts::ARCH),
+        "cpu" => format!(
+            "{} threads, {}",
+            std::thread::available_parallelism().map_or(1, |n| n.get()),
+            std::env::consts::ARCH
+        ),
         other => other.to_string(),
     }
 }

@@ -10,12 +10,17 @@ use anyhow::{Context, Result, bail};
 pub const ONNX_PIN: &str = "1.23.2";
 
 pub fn default_dir() -> PathBuf {
-    crate::workspace_root().join("target/corpus").join(format!("onnx-{ONNX_PIN}"))
+    crate::workspace_root()
+        .join("target/corpus")
+        .join(format!("onnx-{ONNX_PIN}"))
 }
 
 fn scripts() -> [PathBuf; 2] {
     let root = crate::workspace_root();
-    [root.join("conformance/corpus/generate.py"), root.join("conformance/cases/regression.py")]
+    [
+        root.join("conformance/corpus/generate.py"),
+        root.join("conformance/cases/regression.py"),
+    ]
 }
 
 /// FNV-1a over the generator scripts and the pin: the corpus's identity.
@@ -43,14 +48,27 @@ fn python() -> Result<PathBuf> {
     let py = venv.join("bin/python");
     let has_pin = py.is_file()
         && Command::new(&py)
-            .args(["-c", &format!("import onnx,sys; sys.exit(onnx.__version__ != '{ONNX_PIN}')")])
+            .args([
+                "-c",
+                &format!("import onnx,sys; sys.exit(onnx.__version__ != '{ONNX_PIN}')"),
+            ])
             .status()
             .is_ok_and(|s| s.success());
     if !has_pin {
         eprintln!("corpus: creating {} with onnx=={ONNX_PIN}", venv.display());
-        run(Command::new("python3").args(["-m", "venv"]).arg(&venv), "python3 -m venv (install python3-venv?)")?;
         run(
-            Command::new(&py).args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", &format!("onnx=={ONNX_PIN}")]),
+            Command::new("python3").args(["-m", "venv"]).arg(&venv),
+            "python3 -m venv (install python3-venv?)",
+        )?;
+        run(
+            Command::new(&py).args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                &format!("onnx=={ONNX_PIN}"),
+            ]),
             "pip install onnx",
         )?;
     }
@@ -58,7 +76,9 @@ fn python() -> Result<PathBuf> {
 }
 
 fn run(cmd: &mut Command, what: &str) -> Result<()> {
-    let status = cmd.status().with_context(|| format!("could not start {what}"))?;
+    let status = cmd
+        .status()
+        .with_context(|| format!("could not start {what}"))?;
     if !status.success() {
         bail!("{what} failed ({status})");
     }
@@ -84,8 +104,20 @@ pub fn generate(dir: &Path) -> Result<()> {
     if let Some(parent) = dir.parent() {
         std::fs::create_dir_all(parent)?;
     }
-    eprintln!("corpus: generating the ONNX backend corpus into {}", dir.display());
-    run(Command::new(&py).arg(&gen_script).arg("--out").arg(dir), "corpus/generate.py")?;
-    run(Command::new(&py).arg(&cases_script).arg("--out").arg(dir.join("cases")), "cases/regression.py")?;
+    eprintln!(
+        "corpus: generating the ONNX backend corpus into {}",
+        dir.display()
+    );
+    run(
+        Command::new(&py).arg(&gen_script).arg("--out").arg(dir),
+        "corpus/generate.py",
+    )?;
+    run(
+        Command::new(&py)
+            .arg(&cases_script)
+            .arg("--out")
+            .arg(dir.join("cases")),
+        "cases/regression.py",
+    )?;
     Ok(())
 }

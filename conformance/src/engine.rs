@@ -44,13 +44,21 @@ impl Engine for Cpu {
     }
 
     fn prepare(&self, model: &Path) -> Result<Box<dyn Prepared>, EngineError> {
-        Ok(Box::new(CpuModel(Session::from_file(model, SessionOptions::default()).map_err(classify)?)))
+        Ok(Box::new(CpuModel(
+            Session::from_file(model, SessionOptions::default()).map_err(classify)?,
+        )))
     }
 }
 
 impl Prepared for CpuModel {
     fn run(&self, inputs: Vec<(String, Value)>) -> Result<Vec<Value>, EngineError> {
-        Ok(self.0.run(inputs).map_err(classify)?.into_iter().map(|(_, v)| v).collect())
+        Ok(self
+            .0
+            .run(inputs)
+            .map_err(classify)?
+            .into_iter()
+            .map(|(_, v)| v)
+            .collect())
     }
 }
 

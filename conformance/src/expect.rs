@@ -49,7 +49,9 @@ pub struct Expectations {
 }
 
 pub fn path_for(engine: &str) -> PathBuf {
-    crate::workspace_root().join("conformance/expected").join(format!("{engine}.txt"))
+    crate::workspace_root()
+        .join("conformance/expected")
+        .join(format!("{engine}.txt"))
 }
 
 impl Expectations {
@@ -57,7 +59,9 @@ impl Expectations {
     pub fn load(path: &Path) -> Result<Expectations> {
         let text = match std::fs::read_to_string(path) {
             Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Expectations::default()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(Expectations::default());
+            }
             Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
         };
         let mut entries = BTreeMap::new();
@@ -68,11 +72,17 @@ impl Expectations {
             }
             let mut parts = line.splitn(3, char::is_whitespace);
             let (Some(id), Some(status)) = (parts.next(), parts.next()) else {
-                bail!("{}:{}: expected `<case> <status> <reason>`", path.display(), i + 1);
+                bail!(
+                    "{}:{}: expected `<case> <status> <reason>`",
+                    path.display(),
+                    i + 1
+                );
             };
             let status = Status::parse(status.trim())
                 .filter(|s| *s != Status::Pass)
-                .with_context(|| format!("{}:{}: unknown status '{status}'", path.display(), i + 1))?;
+                .with_context(|| {
+                    format!("{}:{}: unknown status '{status}'", path.display(), i + 1)
+                })?;
             let reason = parts.next().unwrap_or("").trim().to_string();
             if reason.is_empty() {
                 bail!("{}:{}: case {id} has no reason", path.display(), i + 1);

@@ -29,7 +29,11 @@ impl Counts {
     }
 
     fn row(&self, label: &str) -> String {
-        let pct = if self.total == 0 { 0.0 } else { 100.0 * self.pass as f64 / self.total as f64 };
+        let pct = if self.total == 0 {
+            0.0
+        } else {
+            100.0 * self.pass as f64 / self.total as f64
+        };
         format!(
             "| {label} | {} | {} | {} | {} | {} | {pct:.1}% |\n",
             self.pass, self.fail, self.unsupported, self.nondeterministic, self.total
@@ -65,7 +69,9 @@ impl EngineReport<'_> {
     pub fn by_part(&self) -> BTreeMap<String, Counts> {
         let mut m: BTreeMap<String, Counts> = BTreeMap::new();
         for o in self.outcomes {
-            m.entry(part_of(&o.id).to_string()).or_default().add(o.status());
+            m.entry(part_of(&o.id).to_string())
+                .or_default()
+                .add(o.status());
         }
         m
     }
@@ -87,7 +93,10 @@ impl EngineReport<'_> {
     /// The summary table a person reads in the terminal and in summary.md.
     pub fn markdown(&self) -> String {
         let head = "| | pass | fail | unsupported | nondeterministic | total | pass rate |\n|---|---|---|---|---|---|---|\n";
-        let mut s = format!("## Engine `{}` ({})\n\n### By corpus part\n\n{head}", self.engine, self.device);
+        let mut s = format!(
+            "## Engine `{}` ({})\n\n### By corpus part\n\n{head}",
+            self.engine, self.device
+        );
         for (p, c) in self.by_part() {
             s.push_str(&c.row(&p));
         }
@@ -113,7 +122,8 @@ impl EngineReport<'_> {
             })).collect::<Vec<_>>(),
         });
         let path = dir.join(format!("{}.json", self.engine));
-        std::fs::write(&path, serde_json::to_string_pretty(&json)? + "\n").with_context(|| format!("writing {}", path.display()))
+        std::fs::write(&path, serde_json::to_string_pretty(&json)? + "\n")
+            .with_context(|| format!("writing {}", path.display()))
     }
 }
 

@@ -28,14 +28,19 @@ impl Outcome {
 pub fn run_case(engine: &dyn Engine, case: &Case, nondeterministic: bool) -> Outcome {
     let start = Instant::now();
     let mut ops = Vec::new();
-    let result = std::panic::catch_unwind(AssertUnwindSafe(|| run_inner(engine, case, nondeterministic, &mut ops)));
+    let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        run_inner(engine, case, nondeterministic, &mut ops)
+    }));
     let (status, detail) = match result {
         Ok(Ok(())) if nondeterministic => (Status::Nondeterministic, String::new()),
         Ok(Ok(())) => (Status::Pass, String::new()),
         Ok(Err(EngineError::Unsupported(m))) => (Status::Unsupported, m),
         Ok(Err(EngineError::Failed(m))) => (Status::Fail, m),
         Err(p) => {
-            let msg = p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()));
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()));
             (Status::Fail, format!("PANIC: {}", msg.unwrap_or_default()))
         }
     };
@@ -48,7 +53,12 @@ pub fn run_case(engine: &dyn Engine, case: &Case, nondeterministic: bool) -> Out
     }
 }
 
-fn run_inner(engine: &dyn Engine, case: &Case, nondeterministic: bool, ops: &mut Vec<String>) -> Result<(), EngineError> {
+fn run_inner(
+    engine: &dyn Engine,
+    case: &Case,
+    nondeterministic: bool,
+    ops: &mut Vec<String>,
+) -> Result<(), EngineError> {
     let failed = |e: anyhow::Error| EngineError::Failed(format!("{e:#}"));
     let model = quorum::loader::model_from_file(&case.model_path(), &Default::default())
         .map_err(|e| EngineError::Failed(e.to_string()))?;
@@ -65,10 +75,17 @@ fn run_inner(engine: &dyn Engine, case: &Case, nondeterministic: bool, ops: &mut
             continue;
         }
         if outputs.len() < set.outputs.len() {
-            return Err(EngineError::Failed(format!("{}: {} outputs, expected {}", set.name, outputs.len(), set.outputs.len())));
+            return Err(EngineError::Failed(format!(
+                "{}: {} outputs, expected {}",
+                set.name,
+                outputs.len(),
+                set.outputs.len()
+            )));
         }
         for (k, (a, e)) in outputs.iter().zip(&set.outputs).enumerate() {
-            tolerance::compare(a, e, tol).map_err(|m| EngineError::Failed(format!("{} output {k}: {}", set.name, m.message)))?;
+            tolerance::compare(a, e, tol).map_err(|m| {
+                EngineError::Failed(format!("{} output {k}: {}", set.name, m.message))
+            })?;
         }
     }
     Ok(())
@@ -82,7 +99,9 @@ pub fn run_all(
     jobs: usize,
     progress: &(dyn Fn(&Outcome) + Sync),
 ) -> Vec<Outcome> {
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(jobs.max(1)).build();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(jobs.max(1))
+        .build();
     let work = || {
         cases
             .par_iter()

@@ -16,24 +16,36 @@ pub struct Tolerance {
     pub atol: f64,
 }
 
-pub const DEFAULT: Tolerance = Tolerance { rtol: 1e-3, atol: 1e-7 };
+pub const DEFAULT: Tolerance = Tolerance {
+    rtol: 1e-3,
+    atol: 1e-7,
+};
 
 /// Cases that need a looser bound, with the reason. Keep this short; every entry is a claim.
 pub const OVERRIDES: &[(&str, Tolerance, &str)] = &[
     (
         "node/test_dft_inverse",
-        Tolerance { rtol: 1e-3, atol: 1e-5 },
+        Tolerance {
+            rtol: 1e-3,
+            atol: 1e-5,
+        },
         "expected values come from complex64 arithmetic: elements that are exactly zero carry rounding noise up \
          to 1.5e-6 beside magnitudes up to 54; Quorum computes in f64",
     ),
     (
         "node/test_dft_inverse_opset19",
-        Tolerance { rtol: 1e-3, atol: 1e-5 },
+        Tolerance {
+            rtol: 1e-3,
+            atol: 1e-5,
+        },
         "same data as node/test_dft_inverse (complex64 rounding noise on zero elements)",
     ),
     (
         "cases/matmul_m1_k25088_n512",
-        Tolerance { rtol: 1e-3, atol: 1e-3 },
+        Tolerance {
+            rtol: 1e-3,
+            atol: 1e-3,
+        },
         "each output sums 25088 products with sum(|a*b|) near 6.3e3: the f32 accumulation bound \
          eps*sqrt(K)*sum|a*b| is ~0.1, outputs near zero lose relative accuracy to cancellation (seen: 1e-4)",
     ),
@@ -41,7 +53,11 @@ pub const OVERRIDES: &[(&str, Tolerance, &str)] = &[
 
 /// The tolerance for a case id (`part/name`).
 pub fn for_case(id: &str) -> Tolerance {
-    OVERRIDES.iter().find(|(c, _, _)| *c == id).map(|(_, t, _)| *t).unwrap_or(DEFAULT)
+    OVERRIDES
+        .iter()
+        .find(|(c, _, _)| *c == id)
+        .map(|(_, t, _)| *t)
+        .unwrap_or(DEFAULT)
 }
 
 /// Where two values differ most, for the report.
@@ -61,10 +77,18 @@ fn f64s(t: &Tensor) -> Option<Vec<f64>> {
 pub fn compare_tensor(actual: &Tensor, expected: &Tensor, tol: Tolerance) -> Result<(), Mismatch> {
     let fail = |message: String| Err(Mismatch { message });
     if actual.dtype() != expected.dtype() {
-        return fail(format!("dtype {} != expected {}", actual.dtype(), expected.dtype()));
+        return fail(format!(
+            "dtype {} != expected {}",
+            actual.dtype(),
+            expected.dtype()
+        ));
     }
     if actual.shape() != expected.shape() {
-        return fail(format!("shape {:?} != expected {:?}", actual.shape(), expected.shape()));
+        return fail(format!(
+            "shape {:?} != expected {:?}",
+            actual.shape(),
+            expected.shape()
+        ));
     }
     if let (Some(a), Some(e)) = (f64s(actual), f64s(expected)) {
         let mut worst: Option<(usize, f64)> = None;
@@ -79,7 +103,11 @@ pub fn compare_tensor(actual: &Tensor, expected: &Tensor, tol: Tolerance) -> Res
             };
             if !ok {
                 bad += 1;
-                let err = if x.is_nan() { f64::INFINITY } else { (x - y).abs() };
+                let err = if x.is_nan() {
+                    f64::INFINITY
+                } else {
+                    (x - y).abs()
+                };
                 if worst.is_none_or(|(_, w)| err > w) {
                     worst = Some((i, err));
                 }
@@ -101,7 +129,10 @@ pub fn compare_tensor(actual: &Tensor, expected: &Tensor, tol: Tolerance) -> Res
         let n = actual.len();
         let detail = match (actual.to_f64_vec(), expected.to_f64_vec()) {
             (Ok(a), Ok(e)) => match a.iter().zip(&e).position(|(x, y)| x != y) {
-                Some(i) => format!("first difference at flat index {i}: got {}, expected {}", a[i], e[i]),
+                Some(i) => format!(
+                    "first difference at flat index {i}: got {}, expected {}",
+                    a[i], e[i]
+                ),
                 None => String::new(),
             },
             _ => String::new(),
@@ -117,23 +148,39 @@ pub fn compare(actual: &Value, expected: &Value, tol: Tolerance) -> Result<(), M
         (Value::Tensor(a), Value::Tensor(e)) => compare_tensor(a, e, tol),
         (Value::Sequence { items: a, .. }, Value::Sequence { items: e, .. }) => {
             if a.len() != e.len() {
-                return Err(Mismatch { message: format!("sequence of {} items, expected {}", a.len(), e.len()) });
+                return Err(Mismatch {
+                    message: format!("sequence of {} items, expected {}", a.len(), e.len()),
+                });
             }
             for (i, (x, y)) in a.iter().zip(e).enumerate() {
-                compare_tensor(x, y, tol).map_err(|m| Mismatch { message: format!("item {i}: {}", m.message) })?;
+                compare_tensor(x, y, tol).map_err(|m| Mismatch {
+                    message: format!("item {i}: {}", m.message),
+                })?;
             }
             Ok(())
         }
         (Value::Optional(a), Value::Optional(e)) => match (a, e) {
             (None, None) => Ok(()),
             (Some(a), Some(e)) => compare(a, e, tol),
-            _ => Err(Mismatch { message: format!("optional {} != expected {}", actual.describe(), expected.describe()) }),
+            _ => Err(Mismatch {
+                message: format!(
+                    "optional {} != expected {}",
+                    actual.describe(),
+                    expected.describe()
+                ),
+            }),
         },
         // A test-data file cannot say "optional" when the value is present, so an optional holding a
         // value may be compared with the bare value.
         (Value::Optional(Some(a)), e) => compare(a, e, tol),
         (a, Value::Optional(Some(e))) => compare(a, e, tol),
-        _ => Err(Mismatch { message: format!("got {}, expected {}", actual.describe(), expected.describe()) }),
+        _ => Err(Mismatch {
+            message: format!(
+                "got {}, expected {}",
+                actual.describe(),
+                expected.describe()
+            ),
+        }),
     }
 }
 
@@ -165,7 +212,16 @@ mod tests {
     fn integers_dtype_and_shape_are_exact() {
         let e = Tensor::from_i64(&[2], vec![3, 4]).unwrap();
         assert!(compare_tensor(&Tensor::from_i64(&[2], vec![3, 5]).unwrap(), &e, DEFAULT).is_err());
-        assert!(compare_tensor(&Tensor::from_i64(&[1, 2], vec![3, 4]).unwrap(), &e, DEFAULT).is_err());
-        assert!(compare_tensor(&Tensor::from_f32(&[2], vec![3.0, 4.0]).unwrap(), &e, DEFAULT).is_err());
+        assert!(
+            compare_tensor(&Tensor::from_i64(&[1, 2], vec![3, 4]).unwrap(), &e, DEFAULT).is_err()
+        );
+        assert!(
+            compare_tensor(
+                &Tensor::from_f32(&[2], vec![3.0, 4.0]).unwrap(),
+                &e,
+                DEFAULT
+            )
+            .is_err()
+        );
     }
 }

@@ -15,7 +15,9 @@ fn cpu_engine_matches_its_expectation_list() {
     };
     match run(args) {
         Ok(true) => {}
-        Ok(false) => panic!("unexpected conformance results (listed above); fix them or update conformance/expected/cpu.txt with a reason"),
+        Ok(false) => panic!(
+            "unexpected conformance results (listed above); fix them or update conformance/expected/cpu.txt with a reason"
+        ),
         Err(e) => panic!("conformance run failed: {e:#}"),
     }
 }

@@ -5,19 +5,37 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("cannot read {path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("malformed model: {0}")]
     Decode(String),
     #[error("invalid model: {0}")]
     InvalidModel(String),
     #[error("unsupported: node '{node}' ({domain}{op}, opset {opset}): {reason}")]
-    Unsupported { node: String, op: String, domain: String, opset: i64, reason: String },
+    Unsupported {
+        node: String,
+        op: String,
+        domain: String,
+        opset: i64,
+        reason: String,
+    },
     #[error("node '{node}' ({op}) with inputs {shapes}: {msg}")]
-    Node { node: String, op: String, shapes: String, msg: String },
+    Node {
+        node: String,
+        op: String,
+        shapes: String,
+        msg: String,
+    },
     #[error("input '{name}': {msg}")]
     Input { name: String, msg: String },
     #[error("tensor of {bytes} bytes exceeds the limit of {limit} bytes ({what})")]
-    TooLarge { what: String, bytes: u128, limit: u128 },
+    TooLarge {
+        what: String,
+        bytes: u128,
+        limit: u128,
+    },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -36,7 +36,10 @@ pub fn concrete_shape(shape: &[Dim], dims: &HashMap<String, i64>) -> Result<Vec<
         .iter()
         .map(|d| match d {
             Dim::Fixed(v) if *v >= 0 => Ok(*v as usize),
-            Dim::Fixed(v) => Err(Error::Input { name: String::new(), msg: format!("declared dim {v} is negative") }),
+            Dim::Fixed(v) => Err(Error::Input {
+                name: String::new(),
+                msg: format!("declared dim {v} is negative"),
+            }),
             Dim::Symbol(s) => Ok(dims.get(s).copied().unwrap_or(1).max(0) as usize),
             Dim::Unknown => Ok(1),
         })
@@ -48,23 +51,61 @@ pub fn random_tensor(dtype: DType, shape: &[usize], rng: &mut Rng) -> Result<Ten
     let n: usize = shape.iter().product();
     let s = IxDyn(shape);
     let ints = |rng: &mut Rng| (rng.next_u64() % 8) as i64;
-    let err = |e: ndarray::ShapeError| Error::Input { name: String::new(), msg: e.to_string() };
+    let err = |e: ndarray::ShapeError| Error::Input {
+        name: String::new(),
+        msg: e.to_string(),
+    };
     Ok(match dtype {
-        DType::F32 => Tensor::F32(ArrayD::from_shape_vec(s, (0..n).map(|_| rng.uniform() as f32).collect()).map_err(err)?),
-        DType::F64 => Tensor::F64(ArrayD::from_shape_vec(s, (0..n).map(|_| rng.uniform()).collect()).map_err(err)?),
-        DType::F16 => Tensor::F16(ArrayD::from_shape_vec(s, (0..n).map(|_| half::f16::from_f64(rng.uniform())).collect()).map_err(err)?),
-        DType::Bool => Tensor::Bool(ArrayD::from_shape_vec(s, (0..n).map(|_| rng.next_u64() & 1 == 1).collect()).map_err(err)?),
-        DType::I64 => Tensor::I64(ArrayD::from_shape_vec(s, (0..n).map(|_| ints(rng)).collect()).map_err(err)?),
-        DType::I32 => Tensor::I32(ArrayD::from_shape_vec(s, (0..n).map(|_| ints(rng) as i32).collect()).map_err(err)?),
-        DType::U8 => Tensor::U8(ArrayD::from_shape_vec(s, (0..n).map(|_| ints(rng) as u8).collect()).map_err(err)?),
-        DType::I8 => Tensor::I8(ArrayD::from_shape_vec(s, (0..n).map(|_| ints(rng) as i8).collect()).map_err(err)?),
-        DType::Str => Tensor::Str(ArrayD::from_shape_vec(s, (0..n).map(|_| format!("s{}", ints(rng))).collect()).map_err(err)?),
-        d => return Err(Error::Input { name: String::new(), msg: format!("cannot generate {d} inputs") }),
+        DType::F32 => Tensor::F32(
+            ArrayD::from_shape_vec(s, (0..n).map(|_| rng.uniform() as f32).collect())
+                .map_err(err)?,
+        ),
+        DType::F64 => Tensor::F64(
+            ArrayD::from_shape_vec(s, (0..n).map(|_| rng.uniform()).collect()).map_err(err)?,
+        ),
+        DType::F16 => Tensor::F16(
+            ArrayD::from_shape_vec(
+                s,
+                (0..n).map(|_| half::f16::from_f64(rng.uniform())).collect(),
+            )
+            .map_err(err)?,
+        ),
+        DType::Bool => Tensor::Bool(
+            ArrayD::from_shape_vec(s, (0..n).map(|_| rng.next_u64() & 1 == 1).collect())
+                .map_err(err)?,
+        ),
+        DType::I64 => Tensor::I64(
+            ArrayD::from_shape_vec(s, (0..n).map(|_| ints(rng)).collect()).map_err(err)?,
+        ),
+        DType::I32 => Tensor::I32(
+            ArrayD::from_shape_vec(s, (0..n).map(|_| ints(rng) as i32).collect()).map_err(err)?,
+        ),
+        DType::U8 => Tensor::U8(
+            ArrayD::from_shape_vec(s, (0..n).map(|_| ints(rng) as u8).collect()).map_err(err)?,
+        ),
+        DType::I8 => Tensor::I8(
+            ArrayD::from_shape_vec(s, (0..n).map(|_| ints(rng) as i8).collect()).map_err(err)?,
+        ),
+        DType::Str => Tensor::Str(
+            ArrayD::from_shape_vec(s, (0..n).map(|_| format!("s{}", ints(rng))).collect())
+                .map_err(err)?,
+        ),
+        d => {
+            return Err(Error::Input {
+                name: String::new(),
+                msg: format!("cannot generate {d} inputs"),
+            });
+        }
     })
 }
 
 /// Generates every runtime input of `graph` not already in `given`.
-pub fn generate(graph: &Graph, given: &[(String, Value)], dims: &HashMap<String, i64>, seed: u64) -> Result<Vec<(String, Value)>> {
+pub fn generate(
+    graph: &Graph,
+    given: &[(String, Value)],
+    dims: &HashMap<String, i64>,
+    seed: u64,
+) -> Result<Vec<(String, Value)>> {
     let mut rng = Rng::new(seed);
     let mut out = Vec::new();
     for info in graph.runtime_inputs() {
@@ -72,16 +113,31 @@ pub fn generate(graph: &Graph, given: &[(String, Value)], dims: &HashMap<String,
             continue;
         }
         let named = |e: Error| match e {
-            Error::Input { msg, .. } => Error::Input { name: info.name.clone(), msg },
+            Error::Input { msg, .. } => Error::Input {
+                name: info.name.clone(),
+                msg,
+            },
             e => e,
         };
         let (dtype, shape) = match &info.ty {
-            ValueType::Tensor { dtype: Some(d), shape } => (*d, concrete_shape(shape.as_deref().unwrap_or(&[]), dims).map_err(named)?),
+            ValueType::Tensor {
+                dtype: Some(d),
+                shape,
+            } => (
+                *d,
+                concrete_shape(shape.as_deref().unwrap_or(&[]), dims).map_err(named)?,
+            ),
             other => {
-                return Err(Error::Input { name: info.name.clone(), msg: format!("cannot generate a value of type {other}; pass it with --input") });
+                return Err(Error::Input {
+                    name: info.name.clone(),
+                    msg: format!("cannot generate a value of type {other}; pass it with --input"),
+                });
             }
         };
-        out.push((info.name.clone(), Value::Tensor(random_tensor(dtype, &shape, &mut rng).map_err(named)?)));
+        out.push((
+            info.name.clone(),
+            Value::Tensor(random_tensor(dtype, &shape, &mut rng).map_err(named)?),
+        ));
     }
     Ok(out)
 }

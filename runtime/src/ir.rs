@@ -26,7 +26,10 @@ impl std::fmt::Display for Dim {
 /// A declared value type (graph inputs, outputs, value_info).
 #[derive(Debug, Clone, PartialEq)]
 pub enum ValueType {
-    Tensor { dtype: Option<DType>, shape: Option<Vec<Dim>> },
+    Tensor {
+        dtype: Option<DType>,
+        shape: Option<Vec<Dim>>,
+    },
     Sequence(Box<ValueType>),
     Optional(Box<ValueType>),
     Map,
@@ -43,7 +46,14 @@ impl std::fmt::Display for ValueType {
                     None => f.write_str("tensor")?,
                 }
                 match shape {
-                    Some(s) => write!(f, "[{}]", s.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(",")),
+                    Some(s) => write!(
+                        f,
+                        "[{}]",
+                        s.iter()
+                            .map(|d| d.to_string())
+                            .collect::<Vec<_>>()
+                            .join(",")
+                    ),
                     None => f.write_str("[*]"),
                 }
             }
@@ -116,7 +126,11 @@ pub struct Node {
 impl Node {
     /// `domain::Op` for custom domains, `Op` for the default one.
     pub fn qualified_op(&self) -> String {
-        if self.domain.is_empty() { self.op_type.clone() } else { format!("{}::{}", self.domain, self.op_type) }
+        if self.domain.is_empty() {
+            self.op_type.clone()
+        } else {
+            format!("{}::{}", self.domain, self.op_type)
+        }
     }
 }
 
@@ -133,7 +147,9 @@ pub struct Graph {
 impl Graph {
     /// Graph inputs that are not also initializers: what a caller must (or may) feed.
     pub fn runtime_inputs(&self) -> impl Iterator<Item = &ValueInfo> {
-        self.inputs.iter().filter(|i| !self.initializers.contains_key(&i.name))
+        self.inputs
+            .iter()
+            .filter(|i| !self.initializers.contains_key(&i.name))
     }
 }
 

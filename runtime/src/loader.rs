@@ -24,7 +24,10 @@ pub struct LoadOptions {
 
 impl Default for LoadOptions {
     fn default() -> Self {
-        LoadOptions { base_dir: None, max_tensor_bytes: crate::DEFAULT_MAX_TENSOR_BYTES }
+        LoadOptions {
+            base_dir: None,
+            max_tensor_bytes: crate::DEFAULT_MAX_TENSOR_BYTES,
+        }
     }
 }
 
@@ -33,13 +36,17 @@ pub fn model_from_bytes(bytes: &[u8], opts: &LoadOptions) -> Result<Model> {
     if bytes.is_empty() {
         return Err(Error::Decode("the model file is empty".into()));
     }
-    let m = proto::ModelProto::decode(bytes).map_err(|e| Error::Decode(format!("not an ONNX model: {e}")))?;
+    let m = proto::ModelProto::decode(bytes)
+        .map_err(|e| Error::Decode(format!("not an ONNX model: {e}")))?;
     lower_model(m, opts)
 }
 
 /// Reads, decodes and lowers a model file; external data is resolved next to it.
 pub fn model_from_file(path: &Path, opts: &LoadOptions) -> Result<Model> {
-    let bytes = std::fs::read(path).map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
+    let bytes = std::fs::read(path).map_err(|source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
     let mut opts = opts.clone();
     if opts.base_dir.is_none() {
         opts.base_dir = Some(path.parent().map(Path::to_path_buf).unwrap_or_default());
@@ -63,18 +70,37 @@ fn lower_model(m: proto::ModelProto, opts: &LoadOptions) -> Result<Model> {
     let functions: HashMap<(String, String), proto::FunctionProto> = m
         .functions
         .iter()
-        .map(|f| ((normalize_domain(f.domain()).to_string(), f.name().to_string()), f.clone()))
+        .map(|f| {
+            (
+                (
+                    normalize_domain(f.domain()).to_string(),
+                    f.name().to_string(),
+                ),
+                f.clone(),
+            )
+        })
         .collect();
-    let producer = format!("{} {}", m.producer_name(), m.producer_version()).trim().to_string();
-    let g = m.graph.ok_or_else(|| Error::InvalidModel("the model has no graph".into()))?;
-    let cx = Lower { opts, functions: &functions };
+    let producer = format!("{} {}", m.producer_name(), m.producer_version())
+        .trim()
+        .to_string();
+    let g = m
+        .graph
+        .ok_or_else(|| Error::InvalidModel("the model has no graph".into()))?;
+    let cx = Lower {
+        opts,
+        functions: &functions,
+    };
     let graph = cx.graph(g, &opsets, 0)?;
     Ok(Model {
         ir_version: m.ir_version.unwrap_or(0),
         opsets,
         producer,
         graph,
-        metadata: m.metadata_props.iter().map(|p| (p.key().to_string(), p.value().to_string())).collect(),
+        metadata: m
+            .metadata_props
+            .iter()
+            .map(|p| (p.key().to_string(), p.value().to_string()))
+            .collect(),
     })
 }
 
@@ -92,17 +118,26 @@ struct Lower<'a> {
 const MAX_FUNCTION_DEPTH: usize = 64;
 
 impl Lower<'_> {
-    fn graph(&self, g: proto::GraphProto, opsets: &HashMap<String, i64>, depth: usize) -> Result<Graph> {
+    fn graph(
+        &self,
+        g: proto::GraphProto,
+        opsets: &HashMap<String, i64>,
+        depth: usize,
+    ) -> Result<Graph> {
         let mut initializers = HashMap::new();
         for t in &g.initializer {
             let tensor = decode_tensor(t, self.opts)
-                .map_err(|e| Error::InvalidModel(format!("initializer '{}': {e}", t.name())))?;
+                .map_err(|e| in_context(e, &format!("initializer '{}'", t.name())))?;
             initializers.insert(t.name().to_string(), Arc::new(tensor));
         }
         for s in &g.sparse_initializer {
-            let name = s.values.as_ref().map(|v| v.name().to_string()).unwrap_or_default();
+            let name = s
+                .values
+                .as_ref()
+                .map(|v| v.name().to_string())
+                .unwrap_or_default();
             let tensor = decode_sparse(s, self.opts)
-                .map_err(|e| Error::InvalidModel(format!("sparse initializer '{name}': {e}")))?;
+                .map_err(|e| in_context(e, &format!("sparse initializer '{name}'")))?;
             initializers.insert(name, Arc::new(tensor));
         }
         let mut nodes = Vec::with_capacity(g.node.len());
@@ -115,7 +150,11 @@ impl Lower<'_> {
             inputs: g.input.iter().map(value_info).collect(),
             outputs: g.output.iter().map(value_info).collect(),
             initializers,
-            value_info: g.value_info.iter().map(|v| (v.name().to_string(), value_type(v.r#type.as_ref()))).collect(),
+            value_info: g
+                .value_info
+                .iter()
+                .map(|v| (v.name().to_string(), value_type(v.r#type.as_ref())))
+                .collect(),
         })
     }
 
@@ -130,11 +169,18 @@ impl Lower<'_> {
         out: &mut Vec<Node>,
     ) -> Result<()> {
         let domain = normalize_domain(n.domain()).to_string();
-        let name = if n.name().is_empty() { format!("{}_{index}", n.op_type()) } else { n.name().to_string() };
+        let name = if n.name().is_empty() {
+            format!("{}_{index}", n.op_type())
+        } else {
+            n.name().to_string()
+        };
         let key = (domain.clone(), n.op_type().to_string());
         if let Some(f) = self.functions.get(&key) {
             if depth >= MAX_FUNCTION_DEPTH {
-                return Err(Error::InvalidModel(format!("node '{name}': function '{}' nests too deeply", f.name())));
+                return Err(Error::InvalidModel(format!(
+                    "node '{name}': function '{}' nests too deeply",
+                    f.name()
+                )));
             }
             return self.expand_function(n, &name, f, attr_scope, depth, out);
         }
@@ -153,9 +199,11 @@ impl Lower<'_> {
                 a.clone()
             };
             let v = self.attribute(&a, opsets, depth).map_err(|e| match e {
-                Error::InvalidModel(m) => {
-                    Error::InvalidModel(format!("node '{name}' ({}) attribute '{}': {m}", n.op_type(), a.name()))
-                }
+                Error::InvalidModel(m) => Error::InvalidModel(format!(
+                    "node '{name}' ({}) attribute '{}': {m}",
+                    n.op_type(),
+                    a.name()
+                )),
                 e => e,
             })?;
             attrs.insert(a.name().to_string(), v);
@@ -202,29 +250,50 @@ impl Lower<'_> {
         }
         let mut rename: HashMap<String, String> = HashMap::new();
         for (i, formal) in f.input.iter().enumerate() {
-            rename.insert(formal.clone(), call.input.get(i).cloned().unwrap_or_default());
+            rename.insert(
+                formal.clone(),
+                call.input.get(i).cloned().unwrap_or_default(),
+            );
         }
         for (i, formal) in f.output.iter().enumerate() {
-            rename.insert(formal.clone(), call.output.get(i).cloned().unwrap_or_default());
+            rename.insert(
+                formal.clone(),
+                call.output.get(i).cloned().unwrap_or_default(),
+            );
         }
         let prefix = format!("{call_name}/{}/", f.name());
         let map = |v: &String, rename: &HashMap<String, String>| -> String {
             if v.is_empty() {
                 return String::new();
             }
-            rename.get(v).cloned().unwrap_or_else(|| format!("{prefix}{v}"))
+            rename
+                .get(v)
+                .cloned()
+                .unwrap_or_else(|| format!("{prefix}{v}"))
         };
         for (i, body) in f.node.iter().enumerate() {
             let mut n = body.clone();
             n.input = n.input.iter().map(|v| map(v, &rename)).collect();
             n.output = n.output.iter().map(|v| map(v, &rename)).collect();
-            n.name = Some(format!("{prefix}{}", if body.name().is_empty() { format!("{}_{i}", body.op_type()) } else { body.name().to_string() }));
+            n.name = Some(format!(
+                "{prefix}{}",
+                if body.name().is_empty() {
+                    format!("{}_{i}", body.op_type())
+                } else {
+                    body.name().to_string()
+                }
+            ));
             self.node(&n, i, &f_opsets, &scope, depth + 1, out)?;
         }
         Ok(())
     }
 
-    fn attribute(&self, a: &proto::AttributeProto, opsets: &HashMap<String, i64>, depth: usize) -> Result<Attr> {
+    fn attribute(
+        &self,
+        a: &proto::AttributeProto,
+        opsets: &HashMap<String, i64>,
+        depth: usize,
+    ) -> Result<Attr> {
         use proto::attribute_proto::AttributeType as T;
         let ty = match a.r#type {
             Some(_) => a.r#type(),
@@ -235,28 +304,59 @@ impl Lower<'_> {
             T::Float => Attr::Float(a.f()),
             T::Int => Attr::Int(a.i()),
             T::String => Attr::String(a.s().to_vec()),
-            T::Tensor => Attr::Tensor(decode_tensor(a.t.as_ref().ok_or_else(|| missing("t"))?, self.opts)?),
+            T::Tensor => Attr::Tensor(decode_tensor(
+                a.t.as_ref().ok_or_else(|| missing("t"))?,
+                self.opts,
+            )?),
             T::Graph => Attr::Graph(sub(a.g.as_ref().ok_or_else(|| missing("g"))?)?),
-            T::SparseTensor => {
-                Attr::Tensor(decode_sparse(a.sparse_tensor.as_ref().ok_or_else(|| missing("sparse_tensor"))?, self.opts)?)
-            }
+            T::SparseTensor => Attr::Tensor(decode_sparse(
+                a.sparse_tensor
+                    .as_ref()
+                    .ok_or_else(|| missing("sparse_tensor"))?,
+                self.opts,
+            )?),
             T::TypeProto => Attr::Type(value_type(a.tp.as_ref())),
             T::Floats => Attr::Floats(a.floats.clone()),
             T::Ints => Attr::Ints(a.ints.clone()),
             T::Strings => Attr::Strings(a.strings.clone()),
-            T::Tensors => Attr::Tensors(a.tensors.iter().map(|t| decode_tensor(t, self.opts)).collect::<Result<_>>()?),
+            T::Tensors => Attr::Tensors(
+                a.tensors
+                    .iter()
+                    .map(|t| decode_tensor(t, self.opts))
+                    .collect::<Result<_>>()?,
+            ),
             T::Graphs => Attr::Graphs(a.graphs.iter().map(sub).collect::<Result<_>>()?),
-            T::SparseTensors => {
-                Attr::Tensors(a.sparse_tensors.iter().map(|t| decode_sparse(t, self.opts)).collect::<Result<_>>()?)
+            T::SparseTensors => Attr::Tensors(
+                a.sparse_tensors
+                    .iter()
+                    .map(|t| decode_sparse(t, self.opts))
+                    .collect::<Result<_>>()?,
+            ),
+            T::TypeProtos => {
+                Attr::Types(a.type_protos.iter().map(|t| value_type(Some(t))).collect())
             }
-            T::TypeProtos => Attr::Types(a.type_protos.iter().map(|t| value_type(Some(t))).collect()),
             T::Undefined => return Err(Error::InvalidModel("attribute has no type".into())),
         })
     }
 }
 
+/// Prefixes an error's message with where it happened, keeping its kind (a size limit stays `TooLarge`).
+fn in_context(e: Error, place: &str) -> Error {
+    match e {
+        Error::TooLarge { what, bytes, limit } => Error::TooLarge {
+            what: format!("{place}: {what}"),
+            bytes,
+            limit,
+        },
+        Error::InvalidModel(m) => Error::InvalidModel(format!("{place}: {m}")),
+        e => Error::InvalidModel(format!("{place}: {e}")),
+    }
+}
+
 fn missing(field: &str) -> Error {
-    Error::InvalidModel(format!("attribute declares a {field} value but carries none"))
+    Error::InvalidModel(format!(
+        "attribute declares a {field} value but carries none"
+    ))
 }
 
 /// Very old models leave `type` unset; the populated field says what it is.
@@ -288,13 +388,18 @@ fn infer_attr_type(a: &proto::AttributeProto) -> proto::attribute_proto::Attribu
 }
 
 fn value_info(v: &proto::ValueInfoProto) -> ValueInfo {
-    ValueInfo { name: v.name().to_string(), ty: value_type(v.r#type.as_ref()) }
+    ValueInfo {
+        name: v.name().to_string(),
+        ty: value_type(v.r#type.as_ref()),
+    }
 }
 
 /// Lowers a TypeProto; absent parts become `Unknown` / `None`.
 pub fn value_type(t: Option<&proto::TypeProto>) -> ValueType {
     use proto::type_proto::Value as V;
-    let Some(v) = t.and_then(|t| t.value.as_ref()) else { return ValueType::Unknown };
+    let Some(v) = t.and_then(|t| t.value.as_ref()) else {
+        return ValueType::Unknown;
+    };
     match v {
         V::TensorType(tt) => ValueType::Tensor {
             dtype: tt.elem_type.and_then(DType::from_onnx),
@@ -302,8 +407,12 @@ pub fn value_type(t: Option<&proto::TypeProto>) -> ValueType {
                 s.dim
                     .iter()
                     .map(|d| match &d.value {
-                        Some(proto::tensor_shape_proto::dimension::Value::DimValue(v)) => Dim::Fixed(*v),
-                        Some(proto::tensor_shape_proto::dimension::Value::DimParam(p)) if !p.is_empty() => {
+                        Some(proto::tensor_shape_proto::dimension::Value::DimValue(v)) => {
+                            Dim::Fixed(*v)
+                        }
+                        Some(proto::tensor_shape_proto::dimension::Value::DimParam(p))
+                            if !p.is_empty() =>
+                        {
                             Dim::Symbol(p.clone())
                         }
                         _ => Dim::Unknown,
@@ -324,13 +433,19 @@ pub fn checked_numel(dims: &[i64], dtype: DType, max_bytes: u64, what: &str) -> 
     let mut n: u128 = 1;
     for &d in dims {
         if d < 0 {
-            return Err(Error::InvalidModel(format!("{what}: negative dimension {d} in {dims:?}")));
+            return Err(Error::InvalidModel(format!(
+                "{what}: negative dimension {d} in {dims:?}"
+            )));
         }
         n = n.saturating_mul(d as u128);
     }
     let bytes = n.saturating_mul(dtype.size_in_memory() as u128);
     if bytes > max_bytes as u128 {
-        return Err(Error::TooLarge { what: format!("{what} {dtype}{dims:?}"), bytes, limit: max_bytes as u128 });
+        return Err(Error::TooLarge {
+            what: format!("{what} {dtype}{dims:?}"),
+            bytes,
+            limit: max_bytes as u128,
+        });
     }
     Ok(n as usize)
 }
@@ -338,12 +453,21 @@ pub fn checked_numel(dims: &[i64], dtype: DType, max_bytes: u64, what: &str) -> 
 /// Decodes a TensorProto of any data type, from raw_data, the typed fields, or external data.
 pub fn decode_tensor(t: &proto::TensorProto, opts: &LoadOptions) -> Result<Tensor> {
     let code = t.data_type.unwrap_or(0);
-    let dtype =
-        DType::from_onnx(code).ok_or_else(|| Error::InvalidModel(format!("tensor '{}': unknown data type {code}", t.name())))?;
+    let dtype = DType::from_onnx(code).ok_or_else(|| {
+        Error::InvalidModel(format!("tensor '{}': unknown data type {code}", t.name()))
+    })?;
     if t.segment.is_some() {
-        return Err(Error::InvalidModel(format!("tensor '{}': segmented tensors are not supported", t.name())));
+        return Err(Error::InvalidModel(format!(
+            "tensor '{}': segmented tensors are not supported",
+            t.name()
+        )));
     }
-    let n = checked_numel(&t.dims, dtype, opts.max_tensor_bytes, &format!("tensor '{}'", t.name()))?;
+    let n = checked_numel(
+        &t.dims,
+        dtype,
+        opts.max_tensor_bytes,
+        &format!("tensor '{}'", t.name()),
+    )?;
     let shape: Vec<usize> = t.dims.iter().map(|&d| d as usize).collect();
     let external;
     let raw: Option<&[u8]> = if t.data_location() == proto::tensor_proto::DataLocation::External {
@@ -352,7 +476,9 @@ pub fn decode_tensor(t: &proto::TensorProto, opts: &LoadOptions) -> Result<Tenso
     } else {
         t.raw_data.as_deref()
     };
-    let bad = |what: String| Error::InvalidModel(format!("tensor '{}' {dtype}{:?}: {what}", t.name(), t.dims));
+    let bad = |what: String| {
+        Error::InvalidModel(format!("tensor '{}' {dtype}{:?}: {what}", t.name(), t.dims))
+    };
     let tensor = match raw {
         Some(raw) => from_raw(dtype, &shape, n, raw).map_err(bad)?,
         None => from_typed_fields(t, dtype, &shape, n).map_err(bad)?,
@@ -368,35 +494,73 @@ fn read_external(t: &proto::TensorProto, opts: &LoadOptions) -> Result<Vec<u8>> 
     for kv in &t.external_data {
         match kv.key() {
             "location" => location = Some(kv.value().to_string()),
-            "offset" => offset = kv.value().parse().map_err(|_| err(format!("bad offset '{}'", kv.value())))?,
-            "length" => length = Some(kv.value().parse().map_err(|_| err(format!("bad length '{}'", kv.value())))?),
+            "offset" => {
+                offset = kv
+                    .value()
+                    .parse()
+                    .map_err(|_| err(format!("bad offset '{}'", kv.value())))?
+            }
+            "length" => {
+                length = Some(
+                    kv.value()
+                        .parse()
+                        .map_err(|_| err(format!("bad length '{}'", kv.value())))?,
+                )
+            }
             _ => {}
         }
     }
     let location = location.ok_or_else(|| err("no location".into()))?;
     let rel = Path::new(&location);
-    if rel.is_absolute() || rel.components().any(|c| !matches!(c, std::path::Component::Normal(_))) {
-        return Err(err(format!("location '{location}' must be a plain relative path inside the model's folder")));
+    if rel.is_absolute()
+        || rel
+            .components()
+            .any(|c| !matches!(c, std::path::Component::Normal(_)))
+    {
+        return Err(err(format!(
+            "location '{location}' must be a plain relative path inside the model's folder"
+        )));
     }
-    let base = opts.base_dir.as_ref().ok_or_else(|| err("the model was loaded from bytes, so there is no folder to read from".into()))?;
-    let base = if base.as_os_str().is_empty() { Path::new(".") } else { base.as_path() };
-    let base_real = base.canonicalize().map_err(|e| err(format!("model folder {}: {e}", base.display())))?;
+    let base = opts.base_dir.as_ref().ok_or_else(|| {
+        err("the model was loaded from bytes, so there is no folder to read from".into())
+    })?;
+    let base = if base.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        base.as_path()
+    };
+    let base_real = base
+        .canonicalize()
+        .map_err(|e| err(format!("model folder {}: {e}", base.display())))?;
     let path = base.join(rel);
-    let real = path.canonicalize().map_err(|e| err(format!("{}: {e}", path.display())))?;
+    let real = path
+        .canonicalize()
+        .map_err(|e| err(format!("{}: {e}", path.display())))?;
     if !real.starts_with(&base_real) {
-        return Err(err(format!("'{location}' resolves outside the model's folder")));
+        return Err(err(format!(
+            "'{location}' resolves outside the model's folder"
+        )));
     }
-    let size = std::fs::metadata(&real).map_err(|e| err(format!("{}: {e}", real.display())))?.len();
+    let size = std::fs::metadata(&real)
+        .map_err(|e| err(format!("{}: {e}", real.display())))?
+        .len();
     let length = length.unwrap_or(size.saturating_sub(offset));
     if offset.checked_add(length).is_none_or(|end| end > size) {
-        return Err(err(format!("offset {offset} + length {length} lies outside '{location}' ({size} bytes)")));
+        return Err(err(format!(
+            "offset {offset} + length {length} lies outside '{location}' ({size} bytes)"
+        )));
     }
     if length > opts.max_tensor_bytes {
-        return Err(Error::TooLarge { what: format!("external data of '{name}'"), bytes: length as u128, limit: opts.max_tensor_bytes as u128 });
+        return Err(Error::TooLarge {
+            what: format!("external data of '{name}'"),
+            bytes: length as u128,
+            limit: opts.max_tensor_bytes as u128,
+        });
     }
     use std::io::{Read, Seek, SeekFrom};
     let mut f = std::fs::File::open(&real).map_err(|e| err(format!("{}: {e}", real.display())))?;
-    f.seek(SeekFrom::Start(offset)).map_err(|e| err(e.to_string()))?;
+    f.seek(SeekFrom::Start(offset))
+        .map_err(|e| err(e.to_string()))?;
     let mut buf = vec![0u8; length as usize];
     f.read_exact(&mut buf).map_err(|e| err(e.to_string()))?;
     Ok(buf)
@@ -431,7 +595,12 @@ fn unpack_bits(dtype: DType, bytes: &[u8], n: usize) -> Vec<u8> {
         .collect()
 }
 
-fn from_raw(dtype: DType, shape: &[usize], n: usize, raw: &[u8]) -> std::result::Result<Tensor, String> {
+fn from_raw(
+    dtype: DType,
+    shape: &[usize],
+    n: usize,
+    raw: &[u8],
+) -> std::result::Result<Tensor, String> {
     let width = match dtype {
         DType::Str => return Err("string tensors cannot use raw_data".into()),
         DType::C64 | DType::C128 => return Err("complex tensors are not supported".into()),
@@ -440,25 +609,40 @@ fn from_raw(dtype: DType, shape: &[usize], n: usize, raw: &[u8]) -> std::result:
             let k = per_byte(d);
             let need = n.div_ceil(k);
             if raw.len() != need {
-                return Err(format!("raw_data has {} bytes, {n} elements need {need}", raw.len()));
+                return Err(format!(
+                    "raw_data has {} bytes, {n} elements need {need}",
+                    raw.len()
+                ));
             }
             return Ok(Tensor::Packed(d, arr(shape, unpack_bits(d, raw, n))?));
         }
         d => d.size_in_memory(),
     };
     if raw.len() != n * width {
-        return Err(format!("raw_data has {} bytes, {n} elements need {}", raw.len(), n * width));
+        return Err(format!(
+            "raw_data has {} bytes, {n} elements need {}",
+            raw.len(),
+            n * width
+        ));
     }
     macro_rules! le {
         ($t:ty, $w:expr) => {
-            raw.chunks_exact($w).map(|c| <$t>::from_le_bytes(c.try_into().unwrap())).collect::<Vec<$t>>()
+            raw.chunks_exact($w)
+                .map(|c| <$t>::from_le_bytes(c.try_into().unwrap()))
+                .collect::<Vec<$t>>()
         };
     }
     Ok(match dtype {
         DType::F32 => Tensor::F32(arr(shape, le!(f32, 4))?),
         DType::F64 => Tensor::F64(arr(shape, le!(f64, 8))?),
-        DType::F16 => Tensor::F16(arr(shape, le!(u16, 2).into_iter().map(f16::from_bits).collect())?),
-        DType::BF16 => Tensor::BF16(arr(shape, le!(u16, 2).into_iter().map(bf16::from_bits).collect())?),
+        DType::F16 => Tensor::F16(arr(
+            shape,
+            le!(u16, 2).into_iter().map(f16::from_bits).collect(),
+        )?),
+        DType::BF16 => Tensor::BF16(arr(
+            shape,
+            le!(u16, 2).into_iter().map(bf16::from_bits).collect(),
+        )?),
         DType::I8 => Tensor::I8(arr(shape, raw.iter().map(|&b| b as i8).collect())?),
         DType::U8 => Tensor::U8(arr(shape, raw.to_vec())?),
         DType::Bool => Tensor::Bool(arr(shape, raw.iter().map(|&b| b != 0).collect())?),
@@ -472,9 +656,21 @@ fn from_raw(dtype: DType, shape: &[usize], n: usize, raw: &[u8]) -> std::result:
     })
 }
 
-fn from_typed_fields(t: &proto::TensorProto, dtype: DType, shape: &[usize], n: usize) -> std::result::Result<Tensor, String> {
+fn from_typed_fields(
+    t: &proto::TensorProto,
+    dtype: DType,
+    shape: &[usize],
+    n: usize,
+) -> std::result::Result<Tensor, String> {
     fn check<T>(v: &[T], n: usize, field: &str) -> std::result::Result<(), String> {
-        if v.len() != n { Err(format!("{field} has {} values, the shape needs {n}", v.len())) } else { Ok(()) }
+        if v.len() != n {
+            Err(format!(
+                "{field} has {} values, the shape needs {n}",
+                v.len()
+            ))
+        } else {
+            Ok(())
+        }
     }
     let i32s = &t.int32_data;
     Ok(match dtype {
@@ -496,11 +692,20 @@ fn from_typed_fields(t: &proto::TensorProto, dtype: DType, shape: &[usize], n: u
         }
         DType::U32 => {
             check(&t.uint64_data, n, "uint64_data")?;
-            Tensor::U32(arr(shape, t.uint64_data.iter().map(|&x| x as u32).collect())?)
+            Tensor::U32(arr(
+                shape,
+                t.uint64_data.iter().map(|&x| x as u32).collect(),
+            )?)
         }
         DType::Str => {
             check(&t.string_data, n, "string_data")?;
-            Tensor::Str(arr(shape, t.string_data.iter().map(|s| String::from_utf8_lossy(s).into_owned()).collect())?)
+            Tensor::Str(arr(
+                shape,
+                t.string_data
+                    .iter()
+                    .map(|s| String::from_utf8_lossy(s).into_owned())
+                    .collect(),
+            )?)
         }
         DType::C64 | DType::C128 => return Err("complex tensors are not supported".into()),
         d if per_byte(d) > 1 && i32s.len() != n => {
@@ -518,9 +723,18 @@ fn from_typed_fields(t: &proto::TensorProto, dtype: DType, shape: &[usize], n: u
                 DType::U16 => Tensor::U16(arr(shape, i32s.iter().map(|&x| x as u16).collect())?),
                 DType::U8 => Tensor::U8(arr(shape, i32s.iter().map(|&x| x as u8).collect())?),
                 DType::Bool => Tensor::Bool(arr(shape, i32s.iter().map(|&x| x != 0).collect())?),
-                DType::F16 => Tensor::F16(arr(shape, i32s.iter().map(|&x| f16::from_bits(x as u16)).collect())?),
-                DType::BF16 => Tensor::BF16(arr(shape, i32s.iter().map(|&x| bf16::from_bits(x as u16)).collect())?),
-                DType::I4 | DType::I2 => Tensor::Packed(d, arr(shape, i32s.iter().map(|&x| x as i8 as u8).collect())?),
+                DType::F16 => Tensor::F16(arr(
+                    shape,
+                    i32s.iter().map(|&x| f16::from_bits(x as u16)).collect(),
+                )?),
+                DType::BF16 => Tensor::BF16(arr(
+                    shape,
+                    i32s.iter().map(|&x| bf16::from_bits(x as u16)).collect(),
+                )?),
+                DType::I4 | DType::I2 => Tensor::Packed(
+                    d,
+                    arr(shape, i32s.iter().map(|&x| x as i8 as u8).collect())?,
+                ),
                 d => Tensor::Packed(d, arr(shape, i32s.iter().map(|&x| x as u8).collect())?),
             }
         }
@@ -529,35 +743,56 @@ fn from_typed_fields(t: &proto::TensorProto, dtype: DType, shape: &[usize], n: u
 
 /// Densifies a SparseTensorProto (indices either linear `[nnz]` or coordinates `[nnz, rank]`).
 pub fn decode_sparse(s: &proto::SparseTensorProto, opts: &LoadOptions) -> Result<Tensor> {
-    let values = decode_tensor(s.values.as_ref().ok_or_else(|| Error::InvalidModel("sparse tensor without values".into()))?, opts)?;
-    let indices = decode_tensor(s.indices.as_ref().ok_or_else(|| Error::InvalidModel("sparse tensor without indices".into()))?, opts)?;
+    let values = decode_tensor(
+        s.values
+            .as_ref()
+            .ok_or_else(|| Error::InvalidModel("sparse tensor without values".into()))?,
+        opts,
+    )?;
+    let indices = decode_tensor(
+        s.indices
+            .as_ref()
+            .ok_or_else(|| Error::InvalidModel("sparse tensor without indices".into()))?,
+        opts,
+    )?;
     let dtype = values.dtype();
     let n = checked_numel(&s.dims, dtype, opts.max_tensor_bytes, "sparse tensor")?;
     let shape: Vec<usize> = s.dims.iter().map(|&d| d as usize).collect();
-    let idx = indices.to_i64_vec().map_err(|e| Error::InvalidModel(e.to_string()))?;
+    let idx = indices
+        .to_i64_vec()
+        .map_err(|e| Error::InvalidModel(e.to_string()))?;
     let nnz = values.len();
     let linear: Vec<usize> = if indices.rank() == 1 {
         idx.iter().map(|&i| i as usize).collect()
     } else {
         let r = shape.len();
         if idx.len() != nnz * r {
-            return Err(Error::InvalidModel("sparse indices do not match the values".into()));
+            return Err(Error::InvalidModel(
+                "sparse indices do not match the values".into(),
+            ));
         }
         idx.chunks(r.max(1))
-            .map(|c| c.iter().zip(&shape).fold(0usize, |acc, (&i, &d)| acc * d + i as usize))
+            .map(|c| {
+                c.iter()
+                    .zip(&shape)
+                    .fold(0usize, |acc, (&i, &d)| acc * d + i as usize)
+            })
             .collect()
     };
     if linear.len() != nnz || linear.iter().any(|&i| i >= n) {
         return Err(Error::InvalidModel("sparse indices out of range".into()));
     }
     let mut dense = Tensor::zeros(dtype, &shape);
-    dense.scatter_flat(&linear, &values).map_err(|e| Error::InvalidModel(e.to_string()))?;
+    dense
+        .scatter_flat(&linear, &values)
+        .map_err(|e| Error::InvalidModel(e.to_string()))?;
     Ok(dense)
 }
 
 /// Decodes a serialized TensorProto (test data, `quorum run --input x=file.pb`).
 pub fn tensor_from_pb(bytes: &[u8], opts: &LoadOptions) -> Result<Tensor> {
-    let t = proto::TensorProto::decode(bytes).map_err(|e| Error::Decode(format!("not a TensorProto: {e}")))?;
+    let t = proto::TensorProto::decode(bytes)
+        .map_err(|e| Error::Decode(format!("not a TensorProto: {e}")))?;
     decode_tensor(&t, opts)
 }
 
@@ -565,11 +800,13 @@ pub fn tensor_from_pb(bytes: &[u8], opts: &LoadOptions) -> Result<Tensor> {
 pub fn value_from_pb(bytes: &[u8], ty: &ValueType, opts: &LoadOptions) -> Result<Value> {
     match ty {
         ValueType::Sequence(_) => {
-            let s = proto::SequenceProto::decode(bytes).map_err(|e| Error::Decode(format!("not a SequenceProto: {e}")))?;
+            let s = proto::SequenceProto::decode(bytes)
+                .map_err(|e| Error::Decode(format!("not a SequenceProto: {e}")))?;
             sequence_value(&s, opts)
         }
         ValueType::Optional(_) => {
-            let o = proto::OptionalProto::decode(bytes).map_err(|e| Error::Decode(format!("not an OptionalProto: {e}")))?;
+            let o = proto::OptionalProto::decode(bytes)
+                .map_err(|e| Error::Decode(format!("not an OptionalProto: {e}")))?;
             optional_value(&o, opts)
         }
         _ => Ok(Value::Tensor(tensor_from_pb(bytes, opts)?)),
@@ -578,10 +815,19 @@ pub fn value_from_pb(bytes: &[u8], ty: &ValueType, opts: &LoadOptions) -> Result
 
 fn sequence_value(s: &proto::SequenceProto, opts: &LoadOptions) -> Result<Value> {
     if !s.sequence_values.is_empty() || !s.map_values.is_empty() || !s.optional_values.is_empty() {
-        return Err(Error::Decode("sequences of non-tensors are not supported".into()));
+        return Err(Error::Decode(
+            "sequences of non-tensors are not supported".into(),
+        ));
     }
-    let items = s.tensor_values.iter().map(|t| decode_tensor(t, opts)).collect::<Result<Vec<_>>>()?;
-    Ok(Value::Sequence { dtype: items.first().map(|t| t.dtype()), items })
+    let items = s
+        .tensor_values
+        .iter()
+        .map(|t| decode_tensor(t, opts))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Value::Sequence {
+        dtype: items.first().map(|t| t.dtype()),
+        items,
+    })
 }
 
 fn optional_value(o: &proto::OptionalProto, opts: &LoadOptions) -> Result<Value> {

@@ -16,20 +16,32 @@ pub fn read(bytes: &[u8]) -> Result<Tensor> {
     let major = bytes[6];
     let (hlen, start) = match major {
         1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
-        2 | 3 if bytes.len() >= 12 => (u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize, 12),
+        2 | 3 if bytes.len() >= 12 => (
+            u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
+            12,
+        ),
         _ => return Err(bad(format!("unsupported format version {major}"))),
     };
-    let header = bytes.get(start..start + hlen).ok_or_else(|| bad("truncated header"))?;
+    let header = bytes
+        .get(start..start + hlen)
+        .ok_or_else(|| bad("truncated header"))?;
     let header = std::str::from_utf8(header).map_err(|_| bad("header is not text"))?;
     let field = |key: &str| -> Result<&str> {
-        let at = header.find(&format!("'{key}'")).ok_or_else(|| bad(format!("header has no '{key}'")))?;
+        let at = header
+            .find(&format!("'{key}'"))
+            .ok_or_else(|| bad(format!("header has no '{key}'")))?;
         let rest = &header[at + key.len() + 2..];
         Ok(rest[rest.find(':').ok_or_else(|| bad("malformed header"))? + 1..].trim_start())
     };
     let descr = field("descr")?;
-    let descr = descr.strip_prefix('\'').and_then(|d| d.split('\'').next()).ok_or_else(|| bad("malformed descr"))?;
+    let descr = descr
+        .strip_prefix('\'')
+        .and_then(|d| d.split('\'').next())
+        .ok_or_else(|| bad("malformed descr"))?;
     if field("fortran_order")?.starts_with("True") {
-        return Err(bad("fortran_order arrays are not supported; save with np.ascontiguousarray"));
+        return Err(bad(
+            "fortran_order arrays are not supported; save with np.ascontiguousarray",
+        ));
     }
     let shape_text = field("shape")?;
     let shape_text = &shape_text[1..shape_text.find(')').ok_or_else(|| bad("malformed shape"))?];
@@ -40,7 +52,10 @@ pub fn read(bytes: &[u8]) -> Result<Tensor> {
         .map(|s| s.parse().map_err(|_| bad(format!("bad dim '{s}'"))))
         .collect::<Result<_>>()?;
     let data = &bytes[start + hlen..];
-    let n: usize = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).ok_or_else(|| bad("shape overflows"))?;
+    let n: usize = shape
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .ok_or_else(|| bad("shape overflows"))?;
     let little = !descr.starts_with('>');
     let code = descr.trim_start_matches(['<', '>', '|', '=']);
     if !little && !code.ends_with('1') {
@@ -60,7 +75,9 @@ pub fn read(bytes: &[u8]) -> Result<Tensor> {
                     .collect::<String>()
             })
             .collect();
-        return Ok(Tensor::Str(ArrayD::from_shape_vec(IxDyn(&shape), strings).map_err(|e| bad(e.to_string()))?));
+        return Ok(Tensor::Str(
+            ArrayD::from_shape_vec(IxDyn(&shape), strings).map_err(|e| bad(e.to_string()))?,
+        ));
     }
     let (dtype, width) = match code {
         "f4" => (DType::F32, 4),
@@ -78,7 +95,12 @@ pub fn read(bytes: &[u8]) -> Result<Tensor> {
         other => return Err(bad(format!("unsupported dtype '{other}'"))),
     };
     let need = n.checked_mul(width).ok_or_else(|| bad("size overflows"))?;
-    let data = data.get(..need).ok_or_else(|| bad(format!("truncated data: {} bytes, {need} needed", data.len())))?;
+    let data = data.get(..need).ok_or_else(|| {
+        bad(format!(
+            "truncated data: {} bytes, {need} needed",
+            data.len()
+        ))
+    })?;
     let dims: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
     let proto = crate::proto::TensorProto {
         dims,
@@ -103,7 +125,14 @@ fn descr(t: &Tensor) -> Result<String> {
         Tensor::U32(_) => "<u4".into(),
         Tensor::U64(_) => "<u8".into(),
         Tensor::Bool(_) => "|b1".into(),
-        Tensor::Str(a) => format!("<U{}", a.iter().map(|s| s.chars().count()).max().unwrap_or(0).max(1)),
+        Tensor::Str(a) => format!(
+            "<U{}",
+            a.iter()
+                .map(|s| s.chars().count())
+                .max()
+                .unwrap_or(0)
+                .max(1)
+        ),
         other => return Err(bad(format!("numpy has no dtype for {}", other.dtype()))),
     })
 }
@@ -114,7 +143,13 @@ pub fn write(t: &Tensor) -> Result<Vec<u8>> {
     let shape = match t.shape() {
         [] => "()".to_string(),
         [x] => format!("({x},)"),
-        s => format!("({})", s.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ")),
+        s => format!(
+            "({})",
+            s.iter()
+                .map(|x| x.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
     };
     let mut header = format!("{{'descr': '{d}', 'fortran_order': False, 'shape': {shape}, }}");
     let total = 10 + header.len() + 1;
@@ -148,7 +183,9 @@ pub fn write(t: &Tensor) -> Result<Vec<u8>> {
             for s in a.iter() {
                 let mut chars: Vec<u32> = s.chars().map(|c| c as u32).collect();
                 chars.resize(w, 0);
-                chars.iter().for_each(|c| out.extend_from_slice(&c.to_le_bytes()));
+                chars
+                    .iter()
+                    .for_each(|c| out.extend_from_slice(&c.to_le_bytes()));
             }
         }
         other => return Err(bad(format!("numpy has no dtype for {}", other.dtype()))),
@@ -166,7 +203,9 @@ mod tests {
         assert_eq!(read(&write(&f).unwrap()).unwrap(), f);
         let i = Tensor::from_i64(&[3], vec![-7, 0, 9]).unwrap();
         assert_eq!(read(&write(&i).unwrap()).unwrap(), i);
-        let s = Tensor::Str(ArrayD::from_shape_vec(IxDyn(&[2]), vec!["héllo".to_string(), "x".into()]).unwrap());
+        let s = Tensor::Str(
+            ArrayD::from_shape_vec(IxDyn(&[2]), vec!["héllo".to_string(), "x".into()]).unwrap(),
+        );
         assert_eq!(read(&write(&s).unwrap()).unwrap(), s);
         let scalar = Tensor::F32(ArrayD::from_elem(IxDyn(&[]), 2.5));
         assert_eq!(read(&write(&scalar).unwrap()).unwrap(), scalar);

@@ -27,7 +27,12 @@ pub struct Plan {
 
 /// Names a node reads: its inputs plus whatever its subgraphs take from outer scopes.
 fn reads(node: &Node, subplans: &HashMap<usize, Arc<Plan>>) -> Vec<String> {
-    let mut r: Vec<String> = node.inputs.iter().filter(|s| !s.is_empty()).cloned().collect();
+    let mut r: Vec<String> = node
+        .inputs
+        .iter()
+        .filter(|s| !s.is_empty())
+        .cloned()
+        .collect();
     for g in subgraphs(node) {
         if let Some(p) = subplans.get(&graph_key(g)) {
             r.extend(p.outer_refs.iter().cloned());
@@ -54,7 +59,11 @@ pub fn subgraphs(node: &Node) -> Vec<&Graph> {
 
 impl Plan {
     /// Compiles `graph`; `outer` holds the names visible from enclosing graphs.
-    pub fn compile(graph: Arc<Graph>, registry: &Registry, outer: &HashSet<String>) -> Result<Plan> {
+    pub fn compile(
+        graph: Arc<Graph>,
+        registry: &Registry,
+        outer: &HashSet<String>,
+    ) -> Result<Plan> {
         let g = &*graph;
         let mut defined: HashSet<String> = g.inputs.iter().map(|i| i.name.clone()).collect();
         defined.extend(g.initializers.keys().cloned());
@@ -62,7 +71,10 @@ impl Plan {
         for (i, n) in g.nodes.iter().enumerate() {
             for o in n.outputs.iter().filter(|o| !o.is_empty()) {
                 if producer.insert(o, i).is_some() || defined.contains(o) {
-                    return Err(Error::InvalidModel(format!("value '{o}' is produced more than once (node '{}')", n.name)));
+                    return Err(Error::InvalidModel(format!(
+                        "value '{o}' is produced more than once (node '{}')",
+                        n.name
+                    )));
                 }
             }
         }
@@ -105,7 +117,8 @@ impl Plan {
                 }
             }
         }
-        let mut ready: std::collections::BTreeSet<usize> = (0..g.nodes.len()).filter(|&i| indeg[i] == 0).collect();
+        let mut ready: std::collections::BTreeSet<usize> =
+            (0..g.nodes.len()).filter(|&i| indeg[i] == 0).collect();
         let mut order = Vec::with_capacity(g.nodes.len());
         while let Some(i) = ready.pop_first() {
             order.push(i);
@@ -117,15 +130,24 @@ impl Plan {
             }
         }
         if order.len() != g.nodes.len() {
-            let stuck: Vec<&str> = (0..g.nodes.len()).filter(|&i| indeg[i] > 0).map(|i| g.nodes[i].name.as_str()).take(8).collect();
-            return Err(Error::InvalidModel(format!("the graph has a cycle through nodes {stuck:?}")));
+            let stuck: Vec<&str> = (0..g.nodes.len())
+                .filter(|&i| indeg[i] > 0)
+                .map(|i| g.nodes[i].name.as_str())
+                .take(8)
+                .collect();
+            return Err(Error::InvalidModel(format!(
+                "the graph has a cycle through nodes {stuck:?}"
+            )));
         }
         for o in &g.outputs {
             if !defined.contains(&o.name) && !producer.contains_key(o.name.as_str()) {
                 if outer.contains(&o.name) {
                     outer_refs.insert(o.name.clone());
                 } else {
-                    return Err(Error::InvalidModel(format!("graph output '{}' is never produced", o.name)));
+                    return Err(Error::InvalidModel(format!(
+                        "graph output '{}' is never produced",
+                        o.name
+                    )));
                 }
             }
         }
@@ -133,7 +155,11 @@ impl Plan {
         for &i in &order {
             let n = &g.nodes[i];
             let kernel = resolve(n, registry)?;
-            steps.push(Step { node: i, kernel, frees: Vec::new() });
+            steps.push(Step {
+                node: i,
+                kernel,
+                frees: Vec::new(),
+            });
         }
         // Lifetimes: a value is dropped after its last reader, unless it is a graph output.
         let keep: HashSet<&str> = g.outputs.iter().map(|o| o.name.as_str()).collect();
@@ -148,11 +174,20 @@ impl Plan {
                 steps[s].frees.push(name);
             }
         }
-        let initializers =
-            g.initializers.iter().map(|(k, v)| (k.clone(), Arc::new(Value::Tensor((**v).clone())))).collect();
+        let initializers = g
+            .initializers
+            .iter()
+            .map(|(k, v)| (k.clone(), Arc::new(Value::Tensor((**v).clone()))))
+            .collect();
         let mut outer_refs: Vec<String> = outer_refs.into_iter().collect();
         outer_refs.sort();
-        Ok(Plan { graph, steps, initializers, outer_refs, subplans })
+        Ok(Plan {
+            graph,
+            steps,
+            initializers,
+            outer_refs,
+            subplans,
+        })
     }
 }
 
@@ -161,12 +196,21 @@ pub fn resolve(n: &Node, registry: &Registry) -> Result<Kernel> {
     let unsupported = |reason: String| Error::Unsupported {
         node: n.name.clone(),
         op: n.op_type.clone(),
-        domain: if n.domain.is_empty() { String::new() } else { format!("{}::", n.domain) },
+        domain: if n.domain.is_empty() {
+            String::new()
+        } else {
+            format!("{}::", n.domain)
+        },
         opset: n.opset,
         reason,
     };
     if n.opset == 0 {
-        return Err(unsupported(format!("the model imports no opset for domain '{}'", n.domain)));
+        return Err(unsupported(format!(
+            "the model imports no opset for domain '{}'",
+            n.domain
+        )));
     }
-    registry.get(&n.domain, &n.op_type).ok_or_else(|| unsupported("no CPU kernel for this operator".into()))
+    registry
+        .get(&n.domain, &n.op_type)
+        .ok_or_else(|| unsupported("no CPU kernel for this operator".into()))
 }

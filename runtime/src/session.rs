@@ -21,7 +21,10 @@ pub struct SessionOptions {
 
 impl Default for SessionOptions {
     fn default() -> Self {
-        SessionOptions { max_tensor_bytes: crate::DEFAULT_MAX_TENSOR_BYTES, dims: HashMap::new() }
+        SessionOptions {
+            max_tensor_bytes: crate::DEFAULT_MAX_TENSOR_BYTES,
+            dims: HashMap::new(),
+        }
     }
 }
 
@@ -33,20 +36,34 @@ pub struct Session {
 
 impl Session {
     pub fn from_file(path: impl AsRef<Path>, options: SessionOptions) -> Result<Session> {
-        let lo = LoadOptions { base_dir: None, max_tensor_bytes: options.max_tensor_bytes };
+        let lo = LoadOptions {
+            base_dir: None,
+            max_tensor_bytes: options.max_tensor_bytes,
+        };
         let model = loader::model_from_file(path.as_ref(), &lo)?;
         Session::from_model(model, options)
     }
 
     pub fn from_bytes(bytes: &[u8], options: SessionOptions) -> Result<Session> {
-        let lo = LoadOptions { base_dir: None, max_tensor_bytes: options.max_tensor_bytes };
+        let lo = LoadOptions {
+            base_dir: None,
+            max_tensor_bytes: options.max_tensor_bytes,
+        };
         let model = loader::model_from_bytes(bytes, &lo)?;
         Session::from_model(model, options)
     }
 
     pub fn from_model(model: Model, options: SessionOptions) -> Result<Session> {
-        let plan = Plan::compile(Arc::new(model.graph.clone()), Registry::cpu(), &HashSet::new())?;
-        Ok(Session { model, plan, options })
+        let plan = Plan::compile(
+            Arc::new(model.graph.clone()),
+            Registry::cpu(),
+            &HashSet::new(),
+        )?;
+        Ok(Session {
+            model,
+            plan,
+            options,
+        })
     }
 
     pub fn model(&self) -> &Model {
@@ -62,28 +79,48 @@ impl Session {
     pub fn run(&self, inputs: Vec<(String, Value)>) -> Result<Vec<(String, Value)>> {
         let graph = &self.plan.graph;
         self.check_inputs(graph, &inputs)?;
-        let exec = Exec { max_tensor_bytes: self.options.max_tensor_bytes };
+        let exec = Exec {
+            max_tensor_bytes: self.options.max_tensor_bytes,
+        };
         let outs = exec.run_plan(&self.plan, inputs, None)?;
-        Ok(graph.outputs.iter().map(|o| o.name.clone()).zip(outs).collect())
+        Ok(graph
+            .outputs
+            .iter()
+            .map(|o| o.name.clone())
+            .zip(outs)
+            .collect())
     }
 
     fn check_inputs(&self, graph: &Graph, inputs: &[(String, Value)]) -> Result<()> {
-        let declared: HashMap<&str, &ValueType> = graph.inputs.iter().map(|i| (i.name.as_str(), &i.ty)).collect();
+        let declared: HashMap<&str, &ValueType> = graph
+            .inputs
+            .iter()
+            .map(|i| (i.name.as_str(), &i.ty))
+            .collect();
         let given: HashSet<&str> = inputs.iter().map(|(n, _)| n.as_str()).collect();
         let mut bound: HashMap<&str, (usize, &str)> = HashMap::new();
         for (name, value) in inputs {
             let Some(ty) = declared.get(name.as_str()) else {
                 let expected: Vec<&str> = graph.runtime_inputs().map(|i| i.name.as_str()).collect();
-                return Err(Error::Input { name: name.clone(), msg: format!("the model has no such input (it takes {expected:?})") });
+                return Err(Error::Input {
+                    name: name.clone(),
+                    msg: format!("the model has no such input (it takes {expected:?})"),
+                });
             };
             if let (ValueType::Tensor { dtype, shape }, Value::Tensor(t)) = (ty, value) {
                 if let Some(d) = dtype {
                     if *d != t.dtype() {
-                        return Err(Error::Input { name: name.clone(), msg: format!("expected {d}, got {}", t.dtype()) });
+                        return Err(Error::Input {
+                            name: name.clone(),
+                            msg: format!("expected {d}, got {}", t.dtype()),
+                        });
                     }
                 }
                 if let Some(shape) = shape {
-                    let err = || Error::Input { name: name.clone(), msg: format!("expected shape {ty}, got {:?}", t.shape()) };
+                    let err = || Error::Input {
+                        name: name.clone(),
+                        msg: format!("expected shape {ty}, got {:?}", t.shape()),
+                    };
                     if shape.len() != t.rank() {
                         return Err(err());
                     }
@@ -95,7 +132,9 @@ impl Session {
                                     if prev != actual {
                                         return Err(Error::Input {
                                             name: name.clone(),
-                                            msg: format!("dim '{s}' is {actual} here but {prev} in input '{other}'"),
+                                            msg: format!(
+                                                "dim '{s}' is {actual} here but {prev} in input '{other}'"
+                                            ),
                                         });
                                     }
                                 }
@@ -108,7 +147,10 @@ impl Session {
         }
         for i in graph.runtime_inputs() {
             if !given.contains(i.name.as_str()) {
-                return Err(Error::Input { name: i.name.clone(), msg: format!("required input of type {} was not given", i.ty) });
+                return Err(Error::Input {
+                    name: i.name.clone(),
+                    msg: format!("required input of type {} was not given", i.ty),
+                });
             }
         }
         Ok(())
@@ -123,7 +165,9 @@ struct Scope<'p> {
 
 impl Scope<'_> {
     fn get(&self, name: &str) -> Option<&Arc<Value>> {
-        self.values.get(name).or_else(|| self.parent.and_then(|p| p.get(name)))
+        self.values
+            .get(name)
+            .or_else(|| self.parent.and_then(|p| p.get(name)))
     }
 }
 
@@ -139,20 +183,35 @@ struct Runner<'a> {
 
 impl SubgraphRunner for Runner<'_> {
     fn run_subgraph(&self, graph: &Graph, inputs: Vec<Value>) -> OpResult<Vec<Value>> {
-        let plan = self
-            .plan
-            .subplans
-            .get(&graph_key(graph))
-            .ok_or_else(|| OpError::Invalid("subgraph was not compiled with its parent".into()))?;
-        let named = plan.graph.inputs.iter().map(|i| i.name.clone()).zip(inputs).collect();
-        self.exec.run_plan(plan, named, Some(self.scope)).map_err(|e| OpError::Invalid(format!("in subgraph '{}': {e}", graph.name)))
+        let plan =
+            self.plan.subplans.get(&graph_key(graph)).ok_or_else(|| {
+                OpError::Invalid("subgraph was not compiled with its parent".into())
+            })?;
+        let named = plan
+            .graph
+            .inputs
+            .iter()
+            .map(|i| i.name.clone())
+            .zip(inputs)
+            .collect();
+        self.exec
+            .run_plan(plan, named, Some(self.scope))
+            .map_err(|e| OpError::Invalid(format!("in subgraph '{}': {e}", graph.name)))
     }
 }
 
 impl Exec {
-    fn run_plan(&self, plan: &Plan, inputs: Vec<(String, Value)>, parent: Option<&Scope>) -> Result<Vec<Value>> {
+    fn run_plan(
+        &self,
+        plan: &Plan,
+        inputs: Vec<(String, Value)>,
+        parent: Option<&Scope>,
+    ) -> Result<Vec<Value>> {
         let g = &*plan.graph;
-        let mut scope = Scope { values: plan.initializers.clone(), parent };
+        let mut scope = Scope {
+            values: plan.initializers.clone(),
+            parent,
+        };
         for (name, v) in inputs {
             scope.values.insert(name, Arc::new(v));
         }
@@ -175,32 +234,62 @@ impl Exec {
                 .collect::<Result<_>>()?;
             let refs: Vec<Option<&Value>> = args.iter().map(|a| a.as_deref()).collect();
             let outs = {
-                let runner = Runner { exec: self, plan, scope: &scope };
-                let ctx = OpCtx { node, runner: &runner, max_tensor_bytes: self.max_tensor_bytes };
+                let runner = Runner {
+                    exec: self,
+                    plan,
+                    scope: &scope,
+                };
+                let ctx = OpCtx {
+                    node,
+                    runner: &runner,
+                    max_tensor_bytes: self.max_tensor_bytes,
+                };
                 (step.kernel)(&ctx, &refs)
             };
             let outs = outs.map_err(|e| {
-                let shapes = format!("[{}]", refs.iter().map(|r| r.map_or("-".into(), |v| v.describe())).collect::<Vec<_>>().join(", "));
+                let shapes = format!(
+                    "[{}]",
+                    refs.iter()
+                        .map(|r| r.map_or("-".into(), |v| v.describe()))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
                 match e {
                     OpError::Unsupported(reason) => Error::Unsupported {
                         node: node.name.clone(),
                         op: node.op_type.clone(),
-                        domain: if node.domain.is_empty() { String::new() } else { format!("{}::", node.domain) },
+                        domain: if node.domain.is_empty() {
+                            String::new()
+                        } else {
+                            format!("{}::", node.domain)
+                        },
                         opset: node.opset,
                         reason: format!("{reason} (inputs {shapes})"),
                     },
-                    OpError::Invalid(msg) => Error::Node { node: node.name.clone(), op: node.op_type.clone(), shapes, msg },
+                    OpError::Invalid(msg) => Error::Node {
+                        node: node.name.clone(),
+                        op: node.op_type.clone(),
+                        shapes,
+                        msg,
+                    },
                 }
             })?;
             drop(refs);
             drop(args);
-            let wanted = node.outputs.iter().rposition(|o| !o.is_empty()).map_or(0, |p| p + 1);
+            let wanted = node
+                .outputs
+                .iter()
+                .rposition(|o| !o.is_empty())
+                .map_or(0, |p| p + 1);
             if outs.len() < wanted {
                 return Err(Error::Node {
                     node: node.name.clone(),
                     op: node.op_type.clone(),
                     shapes: String::new(),
-                    msg: format!("kernel produced {} outputs, the node names {wanted}", outs.len()),
+                    msg: format!(
+                        "kernel produced {} outputs, the node names {wanted}",
+                        outs.len()
+                    ),
                 });
             }
             for (name, v) in node.outputs.iter().zip(outs) {
@@ -215,9 +304,13 @@ impl Exec {
         g.outputs
             .iter()
             .map(|o| {
-                let v = scope.values.remove(&o.name).or_else(|| scope.get(&o.name).cloned()).ok_or_else(|| {
-                    Error::InvalidModel(format!("graph output '{}' was not produced", o.name))
-                })?;
+                let v = scope
+                    .values
+                    .remove(&o.name)
+                    .or_else(|| scope.get(&o.name).cloned())
+                    .ok_or_else(|| {
+                        Error::InvalidModel(format!("graph output '{}' was not produced", o.name))
+                    })?;
                 Ok(Arc::try_unwrap(v).unwrap_or_else(|a| (*a).clone()))
             })
             .collect()

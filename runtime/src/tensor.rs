@@ -133,12 +133,18 @@ impl DType {
     /// The float formats narrower than 16 bits, held here as their bit patterns.
     pub fn is_narrow_float(self) -> bool {
         use DType::*;
-        matches!(self, F8E4M3FN | F8E4M3FNUZ | F8E5M2 | F8E5M2FNUZ | F4E2M1 | F8E8M0 | F6E2M3 | F6E3M2)
+        matches!(
+            self,
+            F8E4M3FN | F8E4M3FNUZ | F8E5M2 | F8E5M2FNUZ | F4E2M1 | F8E8M0 | F6E2M3 | F6E3M2
+        )
     }
 
     pub fn is_int(self) -> bool {
         use DType::*;
-        matches!(self, U8 | I8 | U16 | I16 | I32 | I64 | U32 | U64 | U4 | I4 | U2 | I2)
+        matches!(
+            self,
+            U8 | I8 | U16 | I16 | I32 | I64 | U32 | U64 | U4 | I4 | U2 | I2
+        )
     }
 }
 
@@ -257,7 +263,10 @@ macro_rules! map_float {
             $crate::tensor::Tensor::F64($a) => Ok($crate::tensor::Tensor::F64($e)),
             $crate::tensor::Tensor::F16($a) => Ok($crate::tensor::Tensor::F16($e)),
             $crate::tensor::Tensor::BF16($a) => Ok($crate::tensor::Tensor::BF16($e)),
-            other => Err($crate::error::OpError::Unsupported(format!("dtype {} (expected a float type)", other.dtype()))),
+            other => Err($crate::error::OpError::Unsupported(format!(
+                "dtype {} (expected a float type)",
+                other.dtype()
+            ))),
         }
     };
 }
@@ -279,7 +288,10 @@ macro_rules! map_numeric {
             $crate::tensor::Tensor::U16($a) => Ok($crate::tensor::Tensor::U16($e)),
             $crate::tensor::Tensor::U32($a) => Ok($crate::tensor::Tensor::U32($e)),
             $crate::tensor::Tensor::U64($a) => Ok($crate::tensor::Tensor::U64($e)),
-            other => Err($crate::error::OpError::Unsupported(format!("dtype {} (expected a numeric type)", other.dtype()))),
+            other => Err($crate::error::OpError::Unsupported(format!(
+                "dtype {} (expected a numeric type)",
+                other.dtype()
+            ))),
         }
     };
 }
@@ -386,7 +398,12 @@ impl Tensor {
             Tensor::U32(a) => a.iter().map(|&x| x as i64).collect(),
             Tensor::U64(a) => a.iter().map(|&x| x as i64).collect(),
             Tensor::Bool(a) => a.iter().map(|&x| x as i64).collect(),
-            other => return Err(OpError::Invalid(format!("expected an integer tensor, got {}", other.dtype()))),
+            other => {
+                return Err(OpError::Invalid(format!(
+                    "expected an integer tensor, got {}",
+                    other.dtype()
+                )));
+            }
         })
     }
 
@@ -398,7 +415,10 @@ impl Tensor {
             Tensor::F16(a) => a.iter().map(|x| x.to_f64()).collect(),
             Tensor::BF16(a) => a.iter().map(|x| x.to_f64()).collect(),
             Tensor::Str(_) | Tensor::Packed(..) => {
-                return Err(OpError::Invalid(format!("expected a numeric tensor, got {}", self.dtype())));
+                return Err(OpError::Invalid(format!(
+                    "expected a numeric tensor, got {}",
+                    self.dtype()
+                )));
             }
             Tensor::Bool(a) => a.iter().map(|&x| x as u8 as f64).collect(),
             other => other.to_i64_vec()?.into_iter().map(|x| x as f64).collect(),
@@ -426,7 +446,10 @@ tensor_from!(f32 => F32, f64 => F64, f16 => F16, bf16 => BF16, i8 => I8, i16 => 
 pub enum Value {
     Tensor(Tensor),
     /// A sequence; `dtype` is its element type when known (an empty sequence still has one).
-    Sequence { dtype: Option<DType>, items: Vec<Tensor> },
+    Sequence {
+        dtype: Option<DType>,
+        items: Vec<Tensor>,
+    },
     Optional(Option<Box<Value>>),
 }
 
@@ -466,7 +489,9 @@ impl Tensor {
     pub fn scatter_flat(&mut self, positions: &[usize], src: &Tensor) -> OpResult<()> {
         let n = self.len();
         if positions.len() != src.len() || positions.iter().any(|&p| p >= n) {
-            return Err(OpError::Invalid("scatter positions do not match the source or the target".into()));
+            return Err(OpError::Invalid(
+                "scatter positions do not match the source or the target".into(),
+            ));
         }
         macro_rules! go {
             ($($v:ident),*) => {
@@ -483,7 +508,9 @@ impl Tensor {
                 }
             };
         }
-        go!(F32, F64, F16, BF16, I8, I16, I32, I64, U8, U16, U32, U64, Bool, Str);
+        go!(
+            F32, F64, F16, BF16, I8, I16, I32, I64, U8, U16, U32, U64, Bool, Str
+        );
         Ok(())
     }
 }

@@ -8,7 +8,10 @@ use std::process::Command;
 use common::*;
 
 fn quorum() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_quorum"))
+    let mut c = Command::new(env!("CARGO_BIN_EXE_quorum"));
+    // The CLI adds a backtrace only when RUST_BACKTRACE is set; these tests check the plain form.
+    c.env_remove("RUST_BACKTRACE");
+    c
 }
 
 /// `y = x * w + b` over [n, 4] with symbolic `n`; returns the model's path in a fresh folder.
@@ -17,10 +20,16 @@ fn write_model(tag: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let m = model(
-        vec![node("Mul", &["x", "w"], &["t"]), node("Add", &["t", "b"], &["out/y:0"])],
+        vec![
+            node("Mul", &["x", "w"], &["t"]),
+            node("Add", &["t", "b"], &["out/y:0"]),
+        ],
         vec![value_info("x", symbolic_type(1, &["n", "4"]))],
         vec![value_info("out/y:0", symbolic_type(1, &["n", "4"]))],
-        vec![f32_tensor("w", &[4], &[0.5, -1.0, 2.0, 3.0]), f32_tensor("b", &[4], &[1.0, 1.0, -1.0, 0.0])],
+        vec![
+            f32_tensor("w", &[4], &[0.5, -1.0, 2.0, 3.0]),
+            f32_tensor("b", &[4], &[1.0, 1.0, -1.0, 0.0]),
+        ],
         14,
     );
     // The shape declares a literal "4" as a symbol; fine, symbols only need to agree with each other.
@@ -33,7 +42,8 @@ fn write_model(tag: &str) -> PathBuf {
 fn run_writes_npy_outputs_with_safe_names() {
     let model = write_model("run");
     let dir = model.parent().unwrap().to_path_buf();
-    let x = quorum::Tensor::from_f32(&[2, 4], vec![1.0, 2.0, 3.0, 4.0, -1.0, -2.0, -3.0, -4.0]).unwrap();
+    let x = quorum::Tensor::from_f32(&[2, 4], vec![1.0, 2.0, 3.0, 4.0, -1.0, -2.0, -3.0, -4.0])
+        .unwrap();
     std::fs::write(dir.join("x.npy"), quorum::npy::write(&x).unwrap()).unwrap();
     let out = quorum()
         .arg("run")
@@ -44,19 +54,34 @@ fn run_writes_npy_outputs_with_safe_names() {
         .arg(dir.join("outs"))
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("float32[2, 4]"), "{stdout}");
     let y = quorum::npy::read(&std::fs::read(dir.join("outs/out_y_0.npy")).unwrap()).unwrap();
-    let want = quorum::Tensor::from_f32(&[2, 4], vec![1.5, -1.0, 5.0, 12.0, 0.5, 3.0, -7.0, -12.0]).unwrap();
+    let want = quorum::Tensor::from_f32(&[2, 4], vec![1.5, -1.0, 5.0, 12.0, 0.5, 3.0, -7.0, -12.0])
+        .unwrap();
     assert_eq!(y, want);
 }
 
 #[test]
 fn bench_prints_json_with_percentiles() {
     let model = write_model("bench");
-    let out = quorum().args(["bench", "--iters", "5", "--warmup", "1", "--json", "--dim", "n=3"]).arg(&model).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = quorum()
+        .args([
+            "bench", "--iters", "5", "--warmup", "1", "--json", "--dim", "n=3",
+        ])
+        .arg(&model)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     for key in ["median_ms", "p10_ms", "p90_ms"] {
         assert!(j[key].as_f64().is_some_and(|v| v >= 0.0), "{key} in {j}");
@@ -71,7 +96,13 @@ fn info_lists_io_ops_and_placement() {
     let out = quorum().arg("info").arg(&model).output().unwrap();
     assert!(out.status.success());
     let s = String::from_utf8_lossy(&out.stdout);
-    for needle in ["x: float32[n,4]", "Mul", "Add", "cpu: takes 2 of 2 nodes", "ai.onnx=14"] {
+    for needle in [
+        "x: float32[n,4]",
+        "Mul",
+        "Add",
+        "cpu: takes 2 of 2 nodes",
+        "ai.onnx=14",
+    ] {
         assert!(s.contains(needle), "missing '{needle}' in:\n{s}");
     }
 }
@@ -84,12 +115,32 @@ fn failures_exit_with_documented_codes() {
     std::fs::write(&bad_model, b"not a model at all").unwrap();
     let out = quorum().arg("run").arg(&bad_model).output().unwrap();
     assert_eq!(out.status.code(), Some(3));
-    assert_eq!(String::from_utf8_lossy(&out.stderr).trim().lines().count(), 1, "one line: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim().lines().count(),
+        1,
+        "one line: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
-    let out = quorum().arg("run").arg(&model).args(["--input", "x=/nonexistent.npy"]).output().unwrap();
+    let out = quorum()
+        .arg("run")
+        .arg(&model)
+        .args(["--input", "x=/nonexistent.npy"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(4));
-    let out = quorum().arg("run").arg(&model).args(["--input", "nope=/nonexistent.npy"]).output().unwrap();
+    let out = quorum()
+        .arg("run")
+        .arg(&model)
+        .args(["--input", "nope=/nonexistent.npy"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(4));
-    let out = quorum().arg("run").arg(&model).args(["--provider", "tpu"]).output().unwrap();
+    let out = quorum()
+        .arg("run")
+        .arg(&model)
+        .args(["--provider", "tpu"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }

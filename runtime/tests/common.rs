@@ -6,12 +6,20 @@ use quorum::proto::{self, tensor_proto::DataLocation};
 pub fn tensor_type(elem: i32, dims: &[i64]) -> proto::TypeProto {
     use proto::tensor_shape_proto::{Dimension, dimension::Value};
     proto::TypeProto {
-        value: Some(proto::type_proto::Value::TensorType(proto::type_proto::Tensor {
-            elem_type: Some(elem),
-            shape: Some(proto::TensorShapeProto {
-                dim: dims.iter().map(|&d| Dimension { value: Some(Value::DimValue(d)), denotation: None }).collect(),
-            }),
-        })),
+        value: Some(proto::type_proto::Value::TensorType(
+            proto::type_proto::Tensor {
+                elem_type: Some(elem),
+                shape: Some(proto::TensorShapeProto {
+                    dim: dims
+                        .iter()
+                        .map(|&d| Dimension {
+                            value: Some(Value::DimValue(d)),
+                            denotation: None,
+                        })
+                        .collect(),
+                }),
+            },
+        )),
         denotation: None,
     }
 }
@@ -19,18 +27,30 @@ pub fn tensor_type(elem: i32, dims: &[i64]) -> proto::TypeProto {
 pub fn symbolic_type(elem: i32, dims: &[&str]) -> proto::TypeProto {
     use proto::tensor_shape_proto::{Dimension, dimension::Value};
     proto::TypeProto {
-        value: Some(proto::type_proto::Value::TensorType(proto::type_proto::Tensor {
-            elem_type: Some(elem),
-            shape: Some(proto::TensorShapeProto {
-                dim: dims.iter().map(|d| Dimension { value: Some(Value::DimParam(d.to_string())), denotation: None }).collect(),
-            }),
-        })),
+        value: Some(proto::type_proto::Value::TensorType(
+            proto::type_proto::Tensor {
+                elem_type: Some(elem),
+                shape: Some(proto::TensorShapeProto {
+                    dim: dims
+                        .iter()
+                        .map(|d| Dimension {
+                            value: Some(Value::DimParam(d.to_string())),
+                            denotation: None,
+                        })
+                        .collect(),
+                }),
+            },
+        )),
         denotation: None,
     }
 }
 
 pub fn value_info(name: &str, ty: proto::TypeProto) -> proto::ValueInfoProto {
-    proto::ValueInfoProto { name: Some(name.into()), r#type: Some(ty), ..Default::default() }
+    proto::ValueInfoProto {
+        name: Some(name.into()),
+        r#type: Some(ty),
+        ..Default::default()
+    }
 }
 
 pub fn node(op: &str, inputs: &[&str], outputs: &[&str]) -> proto::NodeProto {
@@ -53,22 +73,44 @@ pub fn f32_tensor(name: &str, dims: &[i64], data: &[f32]) -> proto::TensorProto 
     }
 }
 
-pub fn external_tensor(name: &str, dims: &[i64], location: &str, offset: u64, length: u64) -> proto::TensorProto {
-    let kv = |k: &str, v: String| proto::StringStringEntryProto { key: Some(k.into()), value: Some(v) };
+pub fn external_tensor(
+    name: &str,
+    dims: &[i64],
+    location: &str,
+    offset: u64,
+    length: u64,
+) -> proto::TensorProto {
+    let kv = |k: &str, v: String| proto::StringStringEntryProto {
+        key: Some(k.into()),
+        value: Some(v),
+    };
     proto::TensorProto {
         name: Some(name.into()),
         dims: dims.to_vec(),
         data_type: Some(1),
         data_location: Some(DataLocation::External as i32),
-        external_data: vec![kv("location", location.into()), kv("offset", offset.to_string()), kv("length", length.to_string())],
+        external_data: vec![
+            kv("location", location.into()),
+            kv("offset", offset.to_string()),
+            kv("length", length.to_string()),
+        ],
         ..Default::default()
     }
 }
 
-pub fn model(nodes: Vec<proto::NodeProto>, inputs: Vec<proto::ValueInfoProto>, outputs: Vec<proto::ValueInfoProto>, inits: Vec<proto::TensorProto>, opset: i64) -> proto::ModelProto {
+pub fn model(
+    nodes: Vec<proto::NodeProto>,
+    inputs: Vec<proto::ValueInfoProto>,
+    outputs: Vec<proto::ValueInfoProto>,
+    inits: Vec<proto::TensorProto>,
+    opset: i64,
+) -> proto::ModelProto {
     proto::ModelProto {
         ir_version: Some(8),
-        opset_import: vec![proto::OperatorSetIdProto { domain: Some(String::new()), version: Some(opset) }],
+        opset_import: vec![proto::OperatorSetIdProto {
+            domain: Some(String::new()),
+            version: Some(opset),
+        }],
         graph: Some(proto::GraphProto {
             name: Some("g".into()),
             node: nodes,

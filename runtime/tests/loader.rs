@@ -23,7 +23,10 @@ fn temp_dir(tag: &str) -> std::path::PathBuf {
 }
 
 fn weights() -> Vec<u8> {
-    [1.5f32, -2.0, 3.25, 0.5].iter().flat_map(|v| v.to_le_bytes()).collect()
+    [1.5f32, -2.0, 3.25, 0.5]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect()
 }
 
 #[test]
@@ -32,11 +35,18 @@ fn external_data_inside_the_folder_loads() {
     let mut data = vec![7u8; 8];
     data.extend(weights());
     std::fs::write(dir.join("w.bin"), data).unwrap();
-    std::fs::write(dir.join("m.onnx"), add_model(external_tensor("w", &[4], "w.bin", 8, 16))).unwrap();
+    std::fs::write(
+        dir.join("m.onnx"),
+        add_model(external_tensor("w", &[4], "w.bin", 8, 16)),
+    )
+    .unwrap();
     let s = Session::from_file(dir.join("m.onnx"), SessionOptions::default()).unwrap();
     let x = Tensor::from_f32(&[4], vec![0.25, 0.5, -1.0, 2.0]).unwrap();
     let out = s.run(vec![("x".into(), Value::Tensor(x))]).unwrap();
-    assert_eq!(out[0].1, Value::Tensor(Tensor::from_f32(&[4], vec![1.75, -1.5, 2.25, 2.5]).unwrap()));
+    assert_eq!(
+        out[0].1,
+        Value::Tensor(Tensor::from_f32(&[4], vec![1.75, -1.5, 2.25, 2.5]).unwrap())
+    );
 }
 
 fn load_err(dir: &std::path::Path, w: quorum::proto::TensorProto) -> String {
@@ -54,13 +64,23 @@ fn external_data_escaping_the_folder_is_refused() {
     let outside = temp_dir("outside");
     std::fs::write(outside.join("secret.bin"), weights()).unwrap();
     let abs = outside.join("secret.bin").display().to_string();
-    assert!(load_err(&dir, external_tensor("w", &[4], &abs, 0, 16)).contains("plain relative path"));
-    let dotdot = format!("../{}/secret.bin", outside.file_name().unwrap().to_string_lossy());
-    assert!(load_err(&dir, external_tensor("w", &[4], &dotdot, 0, 16)).contains("plain relative path"));
+    assert!(
+        load_err(&dir, external_tensor("w", &[4], &abs, 0, 16)).contains("plain relative path")
+    );
+    let dotdot = format!(
+        "../{}/secret.bin",
+        outside.file_name().unwrap().to_string_lossy()
+    );
+    assert!(
+        load_err(&dir, external_tensor("w", &[4], &dotdot, 0, 16)).contains("plain relative path")
+    );
     #[cfg(unix)]
     {
         std::os::unix::fs::symlink(outside.join("secret.bin"), dir.join("link.bin")).unwrap();
-        assert!(load_err(&dir, external_tensor("w", &[4], "link.bin", 0, 16)).contains("outside the model's folder"));
+        assert!(
+            load_err(&dir, external_tensor("w", &[4], "link.bin", 0, 16))
+                .contains("outside the model's folder")
+        );
     }
 }
 
@@ -69,18 +89,29 @@ fn external_data_offsets_outside_the_file_are_refused() {
     let dir = temp_dir("range");
     std::fs::write(dir.join("w.bin"), weights()).unwrap();
     assert!(load_err(&dir, external_tensor("w", &[4], "w.bin", 4, 16)).contains("outside"));
-    assert!(load_err(&dir, external_tensor("w", &[4], "w.bin", u64::MAX - 2, 16)).contains("outside"));
+    assert!(
+        load_err(&dir, external_tensor("w", &[4], "w.bin", u64::MAX - 2, 16)).contains("outside")
+    );
     // Length agrees with the file but not with the declared shape.
     assert!(load_err(&dir, external_tensor("w", &[4], "w.bin", 0, 12)).contains("bytes"));
 }
 
 #[test]
 fn malformed_bytes_are_decode_errors() {
-    assert!(matches!(Session::from_bytes(&[], SessionOptions::default()), Err(Error::Decode(_))));
-    assert!(matches!(Session::from_bytes(b"\xff\xff\xff\xff garbage", SessionOptions::default()), Err(Error::Decode(_))));
+    assert!(matches!(
+        Session::from_bytes(&[], SessionOptions::default()),
+        Err(Error::Decode(_))
+    ));
+    assert!(matches!(
+        Session::from_bytes(b"\xff\xff\xff\xff garbage", SessionOptions::default()),
+        Err(Error::Decode(_))
+    ));
     let good = add_model(f32_tensor("w", &[4], &[1.0, 2.0, 3.0, 4.0]));
     for cut in [1, good.len() / 2, good.len() - 1] {
-        assert!(Session::from_bytes(&good[..cut], SessionOptions::default()).is_err(), "truncated at {cut}");
+        assert!(
+            Session::from_bytes(&good[..cut], SessionOptions::default()).is_err(),
+            "truncated at {cut}"
+        );
     }
 }
 
@@ -112,7 +143,10 @@ fn cycles_and_dangling_inputs_name_the_nodes() {
         vec![],
         13,
     );
-    let e = Session::from_bytes(&bytes(&cyc), SessionOptions::default()).err().expect("cycle must fail").to_string();
+    let e = Session::from_bytes(&bytes(&cyc), SessionOptions::default())
+        .err()
+        .expect("cycle must fail")
+        .to_string();
     assert!(e.contains("cycle") && e.contains("Relu_node"), "{e}");
     let dangling = model(
         vec![node("Relu", &["nowhere"], &["a"])],
@@ -121,7 +155,10 @@ fn cycles_and_dangling_inputs_name_the_nodes() {
         vec![],
         13,
     );
-    let e = Session::from_bytes(&bytes(&dangling), SessionOptions::default()).err().expect("must fail").to_string();
+    let e = Session::from_bytes(&bytes(&dangling), SessionOptions::default())
+        .err()
+        .expect("must fail")
+        .to_string();
     assert!(e.contains("nowhere") && e.contains("Relu_node"), "{e}");
 }
 
@@ -135,7 +172,9 @@ fn unknown_ops_are_unsupported_naming_node_and_op() {
         13,
     );
     match Session::from_bytes(&bytes(&m), SessionOptions::default()) {
-        Err(e @ Error::Unsupported { .. }) => assert!(e.to_string().contains("NoSuchOp_node") && e.to_string().contains("NoSuchOp")),
+        Err(e @ Error::Unsupported { .. }) => {
+            assert!(e.to_string().contains("NoSuchOp_node") && e.to_string().contains("NoSuchOp"))
+        }
         other => panic!("expected Unsupported, got {:?}", other.err()),
     }
 }

@@ -7,7 +7,10 @@ use quorum::{Error, Session, SessionOptions, Tensor, Value};
 /// `y = relu(x) * x` over a [n, 3] input with symbolic batch `n`.
 fn session() -> Session {
     let m = model(
-        vec![node("Relu", &["x"], &["r"]), node("Mul", &["r", "x"], &["y"])],
+        vec![
+            node("Relu", &["x"], &["r"]),
+            node("Mul", &["r", "x"], &["y"]),
+        ],
         vec![value_info("x", symbolic_type(1, &["n", "c"]))],
         vec![value_info("y", symbolic_type(1, &["n", "c"]))],
         vec![],
@@ -25,22 +28,52 @@ fn seeded(n: usize, seed: u64) -> Vec<f32> {
 fn run_computes_and_checks_inputs() {
     let s = session();
     let x = seeded(6, 1);
-    let out = s.run(vec![("x".into(), Value::Tensor(Tensor::from_f32(&[2, 3], x.clone()).unwrap()))]).unwrap();
+    let out = s
+        .run(vec![(
+            "x".into(),
+            Value::Tensor(Tensor::from_f32(&[2, 3], x.clone()).unwrap()),
+        )])
+        .unwrap();
     let want: Vec<f32> = x.iter().map(|v| v.max(0.0) * v).collect();
-    assert_eq!(out[0].1, Value::Tensor(Tensor::from_f32(&[2, 3], want).unwrap()));
+    assert_eq!(
+        out[0].1,
+        Value::Tensor(Tensor::from_f32(&[2, 3], want).unwrap())
+    );
 
     let missing = s.run(vec![]).unwrap_err();
-    assert!(matches!(&missing, Error::Input { name, .. } if name == "x"), "{missing}");
+    assert!(
+        matches!(&missing, Error::Input { name, .. } if name == "x"),
+        "{missing}"
+    );
     let extra = s
         .run(vec![
-            ("x".into(), Value::Tensor(Tensor::from_f32(&[1, 3], seeded(3, 2)).unwrap())),
-            ("z".into(), Value::Tensor(Tensor::from_f32(&[1], vec![1.0]).unwrap())),
+            (
+                "x".into(),
+                Value::Tensor(Tensor::from_f32(&[1, 3], seeded(3, 2)).unwrap()),
+            ),
+            (
+                "z".into(),
+                Value::Tensor(Tensor::from_f32(&[1], vec![1.0]).unwrap()),
+            ),
         ])
         .unwrap_err();
-    assert!(matches!(&extra, Error::Input { name, .. } if name == "z"), "{extra}");
-    let dtype = s.run(vec![("x".into(), Value::Tensor(Tensor::from_i64(&[1, 3], vec![1, 2, 3]).unwrap()))]).unwrap_err();
+    assert!(
+        matches!(&extra, Error::Input { name, .. } if name == "z"),
+        "{extra}"
+    );
+    let dtype = s
+        .run(vec![(
+            "x".into(),
+            Value::Tensor(Tensor::from_i64(&[1, 3], vec![1, 2, 3]).unwrap()),
+        )])
+        .unwrap_err();
     assert!(dtype.to_string().contains("float32"), "{dtype}");
-    let rank = s.run(vec![("x".into(), Value::Tensor(Tensor::from_f32(&[3], seeded(3, 3)).unwrap()))]).unwrap_err();
+    let rank = s
+        .run(vec![(
+            "x".into(),
+            Value::Tensor(Tensor::from_f32(&[3], seeded(3, 3)).unwrap()),
+        )])
+        .unwrap_err();
     assert!(matches!(rank, Error::Input { .. }));
 }
 
@@ -49,7 +82,9 @@ fn nan_and_infinity_are_computed_not_rejected() {
     let s = session();
     let x = Tensor::from_f32(&[1, 3], vec![f32::NAN, f32::INFINITY, -2.0]).unwrap();
     let out = s.run(vec![("x".into(), Value::Tensor(x))]).unwrap();
-    let Value::Tensor(Tensor::F32(y)) = &out[0].1 else { panic!("expected f32") };
+    let Value::Tensor(Tensor::F32(y)) = &out[0].1 else {
+        panic!("expected f32")
+    };
     assert!(y[[0, 0]].is_nan());
     assert_eq!(y[[0, 1]], f32::INFINITY);
     assert_eq!(y[[0, 2]], -0.0);
@@ -67,7 +102,11 @@ fn one_session_runs_from_many_threads_with_identical_results() {
             .map(|_| {
                 let x = x.clone();
                 let s = &s;
-                scope.spawn(move || (0..20).map(|_| s.run(vec![("x".into(), Value::Tensor(x.clone()))]).unwrap()).collect::<Vec<_>>())
+                scope.spawn(move || {
+                    (0..20)
+                        .map(|_| s.run(vec![("x".into(), Value::Tensor(x.clone()))]).unwrap())
+                        .collect::<Vec<_>>()
+                })
             })
             .collect();
         for h in handles {

@@ -28,7 +28,12 @@ fn main() -> ExitCode {
         Task::Conformance(args) => quorum_conformance::cli::run(args),
         Task::Corpus { force } => {
             let dir = quorum_conformance::corpus::default_dir();
-            let r = if force { quorum_conformance::corpus::generate(&dir).and_then(|_| quorum_conformance::corpus::ensure(&dir)) } else { quorum_conformance::corpus::ensure(&dir) };
+            let r = if force {
+                quorum_conformance::corpus::generate(&dir)
+                    .and_then(|_| quorum_conformance::corpus::ensure(&dir))
+            } else {
+                quorum_conformance::corpus::ensure(&dir)
+            };
             r.map(|_| {
                 println!("corpus ready at {}", dir.display());
                 true

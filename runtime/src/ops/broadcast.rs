@@ -21,7 +21,9 @@ pub fn broadcast_shapes(shapes: &[&[usize]]) -> OpResult<Vec<usize>> {
             if *o == 1 {
                 *o = d;
             } else if d != 1 && d != *o {
-                return Err(OpError::Invalid(format!("shapes {shapes:?} cannot be broadcast together")));
+                return Err(OpError::Invalid(format!(
+                    "shapes {shapes:?} cannot be broadcast together"
+                )));
             }
         }
     }
@@ -44,7 +46,9 @@ pub fn par_fill<O: Send>(out: &mut [O], work: &(dyn Fn(usize, &mut [O]) + Sync))
     let threads = rayon::current_num_threads();
     if n >= PAR_THRESHOLD && threads > 1 {
         let chunk = (n / (threads * 4)).max(PAR_THRESHOLD / 4);
-        out.par_chunks_mut(chunk).enumerate().for_each(|(i, c)| work(i * chunk, c));
+        out.par_chunks_mut(chunk)
+            .enumerate()
+            .for_each(|(i, c)| work(i * chunk, c));
     } else {
         work(0, out);
     }
@@ -75,7 +79,11 @@ where
     let b = b.as_standard_layout();
     let (x, y) = match (a.as_slice(), b.as_slice()) {
         (Some(x), Some(y)) => (x, y),
-        _ => return Err(OpError::Invalid("internal: standard layout without a slice".into())),
+        _ => {
+            return Err(OpError::Invalid(
+                "internal: standard layout without a slice".into(),
+            ));
+        }
     };
     let n: usize = shape.iter().product();
     let mut out = vec![O::default(); n];
@@ -141,8 +149,12 @@ where
     F: Fn(A) -> O + Sync + Send,
 {
     let a = a.as_standard_layout();
-    let Some(x) = a.as_slice() else { return a.map(|p| f(p.clone())) };
-    let Some(first) = x.first() else { return a.map(|p| f(p.clone())) };
+    let Some(x) = a.as_slice() else {
+        return a.map(|p| f(p.clone()));
+    };
+    let Some(first) = x.first() else {
+        return a.map(|p| f(p.clone()));
+    };
     let mut out = vec![f(first.clone()); x.len()];
     par_fill(&mut out, &|start, o| {
         for (k, o) in o.iter_mut().enumerate() {
@@ -158,8 +170,13 @@ mod tests {
 
     #[test]
     fn broadcasting_matches_explicit_indexing() {
-        let a = ArrayD::from_shape_vec(IxDyn(&[2, 1, 3]), (0..6).map(|v| v as f64 + 0.5).collect()).unwrap();
-        let b = ArrayD::from_shape_vec(IxDyn(&[4, 1]), (0..4).map(|v| v as f64 * 10.0 + 1.0).collect()).unwrap();
+        let a = ArrayD::from_shape_vec(IxDyn(&[2, 1, 3]), (0..6).map(|v| v as f64 + 0.5).collect())
+            .unwrap();
+        let b = ArrayD::from_shape_vec(
+            IxDyn(&[4, 1]),
+            (0..4).map(|v| v as f64 * 10.0 + 1.0).collect(),
+        )
+        .unwrap();
         let y = binary(&a, &b, |p, q| p * 100.0 + q).unwrap();
         assert_eq!(y.shape(), &[2, 4, 3]);
         for i in 0..2 {

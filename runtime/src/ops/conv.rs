@@ -44,7 +44,11 @@ impl Geom {
     }
     /// Splits a flat kernel position into (kd, kh, kw).
     fn kpos(&self, kk: usize) -> [usize; 3] {
-        [kk / (self.k[1] * self.k[2]), (kk / self.k[2]) % self.k[1], kk % self.k[2]]
+        [
+            kk / (self.k[1] * self.k[2]),
+            (kk / self.k[2]) % self.k[1],
+            kk % self.k[2],
+        ]
     }
     /// Offset (signed) of kernel tap `kp` along dim `i` relative to `t*stride`.
     fn off(&self, i: usize, kp: usize) -> i64 {
@@ -57,7 +61,11 @@ fn span(count: usize, s: usize, off: i64, bound: usize) -> (usize, usize) {
     let s = s as i64;
     let lo = if off >= 0 { 0 } else { (-off + s - 1) / s };
     let lim = bound as i64 - off; // need t*s < lim
-    let hi = if lim <= 0 { 0 } else { ((lim - 1) / s + 1).min(count as i64) };
+    let hi = if lim <= 0 {
+        0
+    } else {
+        ((lim - 1) / s + 1).min(count as i64)
+    };
     let lo = lo.min(count as i64);
     (lo as usize, hi.max(lo) as usize)
 }
@@ -86,14 +94,21 @@ fn ints_attr(ctx: &OpCtx, name: &str, rank: usize, min: i64) -> OpResult<Vec<usi
 }
 
 /// Shared attribute parsing for Conv-like ops: (kernel, strides, dilations).
-fn kernel_attrs(ctx: &OpCtx, w_spatial: &[usize]) -> OpResult<(Vec<usize>, Vec<usize>, Vec<usize>)> {
+fn kernel_attrs(
+    ctx: &OpCtx,
+    w_spatial: &[usize],
+) -> OpResult<(Vec<usize>, Vec<usize>, Vec<usize>)> {
     let r = w_spatial.len();
-    if let Some(ks) = ctx.attr_opt_ints("kernel_shape")? {
-        if ks.len() != r || ks.iter().zip(w_spatial).any(|(&a, &b)| a != b as i64) {
-            bail!("kernel_shape {ks:?} does not match the weight's spatial shape {w_spatial:?}");
-        }
+    if let Some(ks) = ctx.attr_opt_ints("kernel_shape")?
+        && (ks.len() != r || ks.iter().zip(w_spatial).any(|(&a, &b)| a != b as i64))
+    {
+        bail!("kernel_shape {ks:?} does not match the weight's spatial shape {w_spatial:?}");
     }
-    Ok((w_spatial.to_vec(), ints_attr(ctx, "strides", r, 1)?, ints_attr(ctx, "dilations", r, 1)?))
+    Ok((
+        w_spatial.to_vec(),
+        ints_attr(ctx, "strides", r, 1)?,
+        ints_attr(ctx, "dilations", r, 1)?,
+    ))
 }
 
 fn explicit_pads(ctx: &OpCtx, r: usize) -> OpResult<(Vec<i64>, Vec<i64>)> {
@@ -101,7 +116,10 @@ fn explicit_pads(ctx: &OpCtx, r: usize) -> OpResult<(Vec<i64>, Vec<i64>)> {
         None => Ok((vec![0; r], vec![0; r])),
         Some(p) => {
             if p.len() != 2 * r || p.iter().any(|x| x.abs() > LIMIT) {
-                bail!("pads {p:?} must have {} values of magnitude <= {LIMIT}", 2 * r);
+                bail!(
+                    "pads {p:?} must have {} values of magnitude <= {LIMIT}",
+                    2 * r
+                );
             }
             Ok((p[..r].to_vec(), p[r..].to_vec()))
         }
@@ -119,18 +137,28 @@ fn conv_geom(ctx: &OpCtx, ins: &[usize], w_spatial: &[usize]) -> OpResult<Geom> 
     let mut pb = vec![0i64; r];
     let mut outs = vec![0usize; r];
     for i in 0..r {
-        let dk = ((k[i].max(1) - 1) as i64).saturating_mul(d[i] as i64).saturating_add(1);
+        let dk = ((k[i].max(1) - 1) as i64)
+            .saturating_mul(d[i] as i64)
+            .saturating_add(1);
         let n = ins[i] as i64;
         let st = s[i] as i64;
         match auto_pad.as_str() {
             "SAME_UPPER" | "SAME_LOWER" => {
                 let o = (n + st - 1) / st;
                 let total = ((o - 1) * st + dk - n).max(0);
-                pb[i] = if auto_pad == "SAME_UPPER" { total / 2 } else { total - total / 2 };
+                pb[i] = if auto_pad == "SAME_UPPER" {
+                    total / 2
+                } else {
+                    total - total / 2
+                };
                 outs[i] = o as usize;
             }
             "VALID" | "NOTSET" | "" => {
-                let (b, e) = if auto_pad == "VALID" { (vec![0; r], vec![0; r]) } else { explicit_pads(ctx, r)? };
+                let (b, e) = if auto_pad == "VALID" {
+                    (vec![0; r], vec![0; r])
+                } else {
+                    explicit_pads(ctx, r)?
+                };
                 let span = n + b[i] + e[i] - dk;
                 if span < 0 {
                     bail!(
@@ -261,16 +289,21 @@ fn contiguous<T: Clone>(a: &ArrayD<T>) -> std::borrow::Cow<'_, [T]> {
 }
 
 fn check_bias<T>(b: Option<&ArrayD<T>>, m: usize) -> OpResult<()> {
-    if let Some(b) = b {
-        if b.len() != m {
-            bail!("bias has {} elements, expected {m}", b.len());
-        }
+    if let Some(b) = b
+        && b.len() != m
+    {
+        bail!("bias has {} elements, expected {m}", b.len());
     }
     Ok(())
 }
 
 /// Conv over contiguous data: x `[N, C, ins]`, w `[M, C/group, k]`.
-fn conv_t<T: GemmFloat>(ctx: &OpCtx, x: &ArrayD<T>, w: &ArrayD<T>, b: Option<&ArrayD<T>>) -> OpResult<ArrayD<T>> {
+fn conv_t<T: GemmFloat>(
+    ctx: &OpCtx,
+    x: &ArrayD<T>,
+    w: &ArrayD<T>,
+    b: Option<&ArrayD<T>>,
+) -> OpResult<ArrayD<T>> {
     let (xs, ws) = (x.shape(), w.shape());
     if xs.len() < 3 || ws.len() != xs.len() {
         bail!("Conv needs X of rank >= 3 and W of the same rank, got {xs:?} and {ws:?}");
@@ -314,7 +347,12 @@ fn conv_t<T: GemmFloat>(ctx: &OpCtx, x: &ArrayD<T>, w: &ArrayD<T>, b: Option<&Ar
             let f = |(oc, out): (usize, &mut [T])| {
                 out.fill(bias.map_or(T::zero(), |b| b[oc]));
                 let ic = oc / mg;
-                direct_plane(&xn[ic * in_sp..(ic + 1) * in_sp], &wd[oc * ksz..(oc + 1) * ksz], &g, out);
+                direct_plane(
+                    &xn[ic * in_sp..(ic + 1) * in_sp],
+                    &wd[oc * ksz..(oc + 1) * ksz],
+                    &g,
+                    out,
+                );
             };
             if m.saturating_mul(out_sp).saturating_mul(ksz) >= PAR_MIN {
                 yn.par_chunks_mut(out_sp).enumerate().for_each(f);
@@ -334,13 +372,30 @@ fn conv_t<T: GemmFloat>(ctx: &OpCtx, x: &ArrayD<T>, w: &ArrayD<T>, b: Option<&Ar
                 im2col(xg, &g, cg, col, par);
                 col
             };
-            gemm_into(mg, out_sp, kdim, wg, kdim, 1, bmat, out_sp, 1, yg, out_sp, T::one(), true, par);
+            gemm_into(
+                mg,
+                out_sp,
+                kdim,
+                wg,
+                kdim,
+                1,
+                bmat,
+                out_sp,
+                1,
+                yg,
+                out_sp,
+                T::one(),
+                true,
+                par,
+            );
         };
         if par_groups {
-            yn.par_chunks_mut(mg * out_sp).enumerate().for_each(|(gi, yg)| {
-                let mut col = Vec::new();
-                run_group(gi, yg, &mut col, false)
-            });
+            yn.par_chunks_mut(mg * out_sp)
+                .enumerate()
+                .for_each(|(gi, yg)| {
+                    let mut col = Vec::new();
+                    run_group(gi, yg, &mut col, false)
+                });
         } else {
             for (gi, yg) in yn.chunks_mut(mg * out_sp).enumerate() {
                 run_group(gi, yg, &mut col, true);
@@ -392,8 +447,14 @@ macro_rules! float_dispatch {
 fn conv(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let x = input(inputs, 0)?;
     let rest = vec![Some(input(inputs, 1)?), opt_input(inputs, 2)?];
-    fn go<T: GemmFloat>(x: &ArrayD<T>, r: &[Option<&ArrayD<T>>], ctx: &OpCtx) -> OpResult<ArrayD<T>> {
-        let Some(w) = r[0] else { bail!("Conv: W is missing") };
+    fn go<T: GemmFloat>(
+        x: &ArrayD<T>,
+        r: &[Option<&ArrayD<T>>],
+        ctx: &OpCtx,
+    ) -> OpResult<ArrayD<T>> {
+        let Some(w) = r[0] else {
+            bail!("Conv: W is missing")
+        };
         conv_t(ctx, x, w, r[1])
     }
     single(float_dispatch!(x, rest, go, ctx))
@@ -424,8 +485,13 @@ fn convt_geom(ctx: &OpCtx, ins: &[usize], w_spatial: &[usize]) -> OpResult<Geom>
     let mut outs = vec![0usize; r];
     let (eb, ee) = explicit_pads(ctx, r)?;
     for i in 0..r {
-        let dk = ((k[i].max(1) - 1) as i64).saturating_mul(d[i] as i64).saturating_add(1);
-        let full = (s[i] as i64).saturating_mul(ins[i] as i64 - 1).saturating_add(op[i]).saturating_add(dk);
+        let dk = ((k[i].max(1) - 1) as i64)
+            .saturating_mul(d[i] as i64)
+            .saturating_add(1);
+        let full = (s[i] as i64)
+            .saturating_mul(ins[i] as i64 - 1)
+            .saturating_add(op[i])
+            .saturating_add(dk);
         if full.abs() > LIMIT * LIMIT {
             bail!("ConvTranspose output along spatial dim {i} is too large");
         }
@@ -440,17 +506,27 @@ fn convt_geom(ctx: &OpCtx, ins: &[usize], w_spatial: &[usize]) -> OpResult<Geom>
                 }
                 Some(t)
             }
-            None if auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER" => Some(ins[i] as i64 * s[i] as i64),
+            None if auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER" => {
+                Some(ins[i] as i64 * s[i] as i64)
+            }
             None => None,
         };
         let o = match target {
             Some(t) => {
                 let total = full - t;
-                pb[i] = if auto_pad == "SAME_UPPER" { total.div_euclid(2) } else { total - total.div_euclid(2) };
+                pb[i] = if auto_pad == "SAME_UPPER" {
+                    total.div_euclid(2)
+                } else {
+                    total - total.div_euclid(2)
+                };
                 t
             }
             None => {
-                let (b, e) = if auto_pad == "VALID" { (0, 0) } else { (eb[i], ee[i]) };
+                let (b, e) = if auto_pad == "VALID" {
+                    (0, 0)
+                } else {
+                    (eb[i], ee[i])
+                };
                 pb[i] = b;
                 full - b - e
             }
@@ -488,9 +564,9 @@ fn col2im_plane<T: GemmFloat>(col: &[T], g: &Geom, out: &mut [T]) {
                 let oh = (ih as i64 * g.s[1] as i64 + g.off(1, kp[1])) as usize;
                 let srow = &row[(id * i1 + ih) * i2..(id * i1 + ih + 1) * i2];
                 let drow = &mut out[(od * o1 + oh) * o2..(od * o1 + oh + 1) * o2];
-                for iw in c0..c1 {
+                for (iw, &v) in srow.iter().enumerate().take(c1).skip(c0) {
                     let ow = (iw as i64 * g.s[2] as i64 + woff) as usize;
-                    drow[ow] = drow[ow] + srow[iw];
+                    drow[ow] = drow[ow] + v;
                 }
             }
         }
@@ -498,7 +574,10 @@ fn col2im_plane<T: GemmFloat>(col: &[T], g: &Geom, out: &mut [T]) {
 }
 
 fn conv_transpose_t<T: GemmFloat>(
-    ctx: &OpCtx, x: &ArrayD<T>, w: &ArrayD<T>, b: Option<&ArrayD<T>>,
+    ctx: &OpCtx,
+    x: &ArrayD<T>,
+    w: &ArrayD<T>,
+    b: Option<&ArrayD<T>>,
 ) -> OpResult<ArrayD<T>> {
     let (xs, ws) = (x.shape(), w.shape());
     if xs.len() < 3 || ws.len() != xs.len() {
@@ -533,7 +612,22 @@ fn conv_transpose_t<T: GemmFloat>(
             let xg = &xd[(ni * c + gi * cg) * in_sp..(ni * c + (gi + 1) * cg) * in_sp];
             let wg = &wd[gi * cg * rows..(gi + 1) * cg * rows];
             // col[rows, in_sp] = Wg^T · Xg, Wg stored [cg, rows].
-            gemm_into(rows, in_sp, cg, wg, 1, rows, xg, in_sp, 1, &mut col, in_sp, T::one(), false, true);
+            gemm_into(
+                rows,
+                in_sp,
+                cg,
+                wg,
+                1,
+                rows,
+                xg,
+                in_sp,
+                1,
+                &mut col,
+                in_sp,
+                T::one(),
+                false,
+                true,
+            );
             let yg = &mut y[(ni * m + gi * mg) * out_sp..(ni * m + (gi + 1) * mg) * out_sp];
             let f = |(oc, out): (usize, &mut [T])| {
                 if let Some(b) = bd.as_deref() {
@@ -554,8 +648,14 @@ fn conv_transpose_t<T: GemmFloat>(
 fn conv_transpose(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let x = input(inputs, 0)?;
     let rest = vec![Some(input(inputs, 1)?), opt_input(inputs, 2)?];
-    fn go<T: GemmFloat>(x: &ArrayD<T>, r: &[Option<&ArrayD<T>>], ctx: &OpCtx) -> OpResult<ArrayD<T>> {
-        let Some(w) = r[0] else { bail!("ConvTranspose: W is missing") };
+    fn go<T: GemmFloat>(
+        x: &ArrayD<T>,
+        r: &[Option<&ArrayD<T>>],
+        ctx: &OpCtx,
+    ) -> OpResult<ArrayD<T>> {
+        let Some(w) = r[0] else {
+            bail!("ConvTranspose: W is missing")
+        };
         conv_transpose_t(ctx, x, w, r[1])
     }
     single(float_dispatch!(x, rest, go, ctx))
@@ -569,13 +669,19 @@ fn conv_transpose(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>
 fn bilinear<T: GemmFloat>(p: &[T], h: usize, w: usize, y: T, x: T) -> T {
     let (y0f, x0f) = (y.floor(), x.floor());
     let (ly, lx) = (y - y0f, x - x0f);
-    let (Some(y0), Some(x0)) = (y0f.to_i64(), x0f.to_i64()) else { return T::zero() };
+    let (Some(y0), Some(x0)) = (y0f.to_i64(), x0f.to_i64()) else {
+        return T::zero();
+    };
     if y0.abs() > LIMIT || x0.abs() > LIMIT {
         return T::zero();
     }
     let one = T::one();
     let at = |yy: i64, xx: i64| -> T {
-        if yy < 0 || xx < 0 || yy >= h as i64 || xx >= w as i64 { T::zero() } else { p[yy as usize * w + xx as usize] }
+        if yy < 0 || xx < 0 || yy >= h as i64 || xx >= w as i64 {
+            T::zero()
+        } else {
+            p[yy as usize * w + xx as usize]
+        }
     };
     at(y0, x0) * (one - ly) * (one - lx)
         + at(y0, x0 + 1) * (one - ly) * lx
@@ -583,18 +689,28 @@ fn bilinear<T: GemmFloat>(p: &[T], h: usize, w: usize, y: T, x: T) -> T {
         + at(y0 + 1, x0 + 1) * ly * lx
 }
 
-fn deform_conv_t<T: GemmFloat>(ctx: &OpCtx, x: &ArrayD<T>, r: &[Option<&ArrayD<T>>]) -> OpResult<ArrayD<T>> {
-    let (Some(w), Some(offset)) = (r[0], r[1]) else { bail!("DeformConv needs W and offset") };
+fn deform_conv_t<T: GemmFloat>(
+    ctx: &OpCtx,
+    x: &ArrayD<T>,
+    r: &[Option<&ArrayD<T>>],
+) -> OpResult<ArrayD<T>> {
+    let (Some(w), Some(offset)) = (r[0], r[1]) else {
+        bail!("DeformConv needs W and offset")
+    };
     let (b, mask) = (r[2], r[3]);
     let (xs, ws, os) = (x.shape(), w.shape(), offset.shape());
     if xs.len() != 4 || ws.len() != 4 || os.len() != 4 {
-        unsupported!("DeformConv is implemented for 2-D inputs only, got X {xs:?} W {ws:?} offset {os:?}");
+        unsupported!(
+            "DeformConv is implemented for 2-D inputs only, got X {xs:?} W {ws:?} offset {os:?}"
+        );
     }
     let group = ctx.attr_i("group", 1)?.max(1) as usize;
     let ogroups = ctx.attr_i("offset_group", 1)?.max(1) as usize;
     let (n, c, m) = (xs[0], xs[1], ws[0]);
     if ws[1].checked_mul(group) != Some(c) || m % group != 0 || c % ogroups != 0 {
-        bail!("DeformConv channels mismatch: X {xs:?}, W {ws:?}, group {group}, offset_group {ogroups}");
+        bail!(
+            "DeformConv channels mismatch: X {xs:?}, W {ws:?}, group {group}, offset_group {ogroups}"
+        );
     }
     check_bias(b, m)?;
     let g = conv_geom(ctx, &xs[2..], &ws[2..])?;
@@ -602,12 +718,19 @@ fn deform_conv_t<T: GemmFloat>(ctx: &OpCtx, x: &ArrayD<T>, r: &[Option<&ArrayD<T
     let ksz = kh * kw;
     let (oh, ow) = (g.outs[1], g.outs[2]);
     if os != [n, ogroups * 2 * ksz, oh, ow] {
-        bail!("DeformConv offset shape {os:?}, expected {:?}", [n, ogroups * 2 * ksz, oh, ow]);
+        bail!(
+            "DeformConv offset shape {os:?}, expected {:?}",
+            [n, ogroups * 2 * ksz, oh, ow]
+        );
     }
-    if let Some(mk) = mask {
-        if mk.shape() != [n, ogroups * ksz, oh, ow] {
-            bail!("DeformConv mask shape {:?}, expected {:?}", mk.shape(), [n, ogroups * ksz, oh, ow]);
-        }
+    if let Some(mk) = mask
+        && mk.shape() != [n, ogroups * ksz, oh, ow]
+    {
+        bail!(
+            "DeformConv mask shape {:?}, expected {:?}",
+            mk.shape(),
+            [n, ogroups * ksz, oh, ow]
+        );
     }
     let out_shape = [n, m, oh, ow];
     ctx.check_alloc(&out_shape, std::mem::size_of::<T>())?;
@@ -626,34 +749,56 @@ fn deform_conv_t<T: GemmFloat>(ctx: &OpCtx, x: &ArrayD<T>, r: &[Option<&ArrayD<T
     let mut col = vec![T::zero(); kdim * out_sp];
     for ni in 0..n {
         for gi in 0..group {
-            col.par_chunks_mut(out_sp).enumerate().for_each(|(row, dst)| {
-                let ci = gi * cg + row / ksz;
-                let kk = row % ksz;
-                let (ki, kj) = (kk / kw, kk % kw);
-                let og = ci / cpo;
-                let plane = &xd[(ni * c + ci) * in_sp..(ni * c + ci + 1) * in_sp];
-                let offy = &od[((ni * ogroups + og) * ksz * 2 + kk * 2) * out_sp..][..out_sp];
-                let offx = &od[((ni * ogroups + og) * ksz * 2 + kk * 2 + 1) * out_sp..][..out_sp];
-                let mrow = md.as_deref().map(|mk| &mk[((ni * ogroups + og) * ksz + kk) * out_sp..][..out_sp]);
-                for i in 0..oh {
-                    for j in 0..ow {
-                        let p = i * ow + j;
-                        let yy = T::from((i * g.s[1]) as i64 - g.pb[1] + (ki * g.d[1]) as i64).unwrap_or(T::zero())
-                            + offy[p];
-                        let xx = T::from((j * g.s[2]) as i64 - g.pb[2] + (kj * g.d[2]) as i64).unwrap_or(T::zero())
-                            + offx[p];
-                        let mut v = bilinear(plane, h, wd_, yy, xx);
-                        if let Some(mr) = mrow {
-                            v = v * mr[p];
+            col.par_chunks_mut(out_sp)
+                .enumerate()
+                .for_each(|(row, dst)| {
+                    let ci = gi * cg + row / ksz;
+                    let kk = row % ksz;
+                    let (ki, kj) = (kk / kw, kk % kw);
+                    let og = ci / cpo;
+                    let plane = &xd[(ni * c + ci) * in_sp..(ni * c + ci + 1) * in_sp];
+                    let offy = &od[((ni * ogroups + og) * ksz * 2 + kk * 2) * out_sp..][..out_sp];
+                    let offx =
+                        &od[((ni * ogroups + og) * ksz * 2 + kk * 2 + 1) * out_sp..][..out_sp];
+                    let mrow = md
+                        .as_deref()
+                        .map(|mk| &mk[((ni * ogroups + og) * ksz + kk) * out_sp..][..out_sp]);
+                    for i in 0..oh {
+                        for j in 0..ow {
+                            let p = i * ow + j;
+                            let yy = T::from((i * g.s[1]) as i64 - g.pb[1] + (ki * g.d[1]) as i64)
+                                .unwrap_or(T::zero())
+                                + offy[p];
+                            let xx = T::from((j * g.s[2]) as i64 - g.pb[2] + (kj * g.d[2]) as i64)
+                                .unwrap_or(T::zero())
+                                + offx[p];
+                            let mut v = bilinear(plane, h, wd_, yy, xx);
+                            if let Some(mr) = mrow {
+                                v = v * mr[p];
+                            }
+                            dst[p] = v;
                         }
-                        dst[p] = v;
                     }
-                }
-            });
+                });
             let yg = &mut y[(ni * m + gi * mg) * out_sp..(ni * m + (gi + 1) * mg) * out_sp];
             fill_bias(yg, bd.as_deref(), gi * mg, out_sp);
             let wg = &wd[gi * mg * kdim..(gi + 1) * mg * kdim];
-            gemm_into(mg, out_sp, kdim, wg, kdim, 1, &col, out_sp, 1, yg, out_sp, T::one(), true, true);
+            gemm_into(
+                mg,
+                out_sp,
+                kdim,
+                wg,
+                kdim,
+                1,
+                &col,
+                out_sp,
+                1,
+                yg,
+                out_sp,
+                T::one(),
+                true,
+                true,
+            );
         }
     }
     Ok(ArrayD::from_shape_vec(IxDyn(&out_shape), y)?)
@@ -661,8 +806,17 @@ fn deform_conv_t<T: GemmFloat>(ctx: &OpCtx, x: &ArrayD<T>, r: &[Option<&ArrayD<T
 
 fn deform_conv(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let x = input(inputs, 0)?;
-    let rest = vec![Some(input(inputs, 1)?), Some(input(inputs, 2)?), opt_input(inputs, 3)?, opt_input(inputs, 4)?];
-    fn go<T: GemmFloat>(x: &ArrayD<T>, r: &[Option<&ArrayD<T>>], ctx: &OpCtx) -> OpResult<ArrayD<T>> {
+    let rest = vec![
+        Some(input(inputs, 1)?),
+        Some(input(inputs, 2)?),
+        opt_input(inputs, 3)?,
+        opt_input(inputs, 4)?,
+    ];
+    fn go<T: GemmFloat>(
+        x: &ArrayD<T>,
+        r: &[Option<&ArrayD<T>>],
+        ctx: &OpCtx,
+    ) -> OpResult<ArrayD<T>> {
         deform_conv_t(ctx, x, r)
     }
     single(float_dispatch!(x, rest, go, ctx))
@@ -684,7 +838,8 @@ mod tests {
     }
 
     fn call(k: Kernel, attrs: Vec<(&str, Attr)>, ins: Vec<Option<Tensor>>) -> Tensor {
-        let attrs: HashMap<String, Attr> = attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+        let attrs: HashMap<String, Attr> =
+            attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
         let node = Node {
             name: "n".into(),
             op_type: "X".into(),
@@ -696,15 +851,23 @@ mod tests {
         };
         let vals: Vec<Option<Value>> = ins.into_iter().map(|t| t.map(Value::Tensor)).collect();
         let refs: Vec<Option<&Value>> = vals.iter().map(|v| v.as_ref()).collect();
-        let ctx = OpCtx { node: &node, runner: &NoRunner, max_tensor_bytes: 1 << 30 };
+        let ctx = OpCtx {
+            node: &node,
+            runner: &NoRunner,
+            max_tensor_bytes: 1 << 30,
+        };
         k(&ctx, &refs).unwrap().remove(0).into_tensor().unwrap()
     }
 
     fn rand(seed: u64, n: usize) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let mut s = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (0..n)
             .map(|_| {
-                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
             })
             .collect()
@@ -723,13 +886,24 @@ mod tests {
         assert_eq!(got.shape(), shape);
         let g = got.to_f64_vec().unwrap();
         for (i, (a, b)) in g.iter().zip(want).enumerate() {
-            assert!((*a as f32 - b).abs() <= 1e-4 * (1.0 + b.abs()), "at {i}: {a} vs {b}");
+            assert!(
+                (*a as f32 - b).abs() <= 1e-4 * (1.0 + b.abs()),
+                "at {i}: {a} vs {b}"
+            );
         }
     }
 
     /// Direct 2-D convolution: x [n,c,h,w], w [m,c/g,kh,kw], strides s, dilations d, pads [t,l,b,r].
+    #[allow(clippy::too_many_arguments)]
     fn naive(
-        x: &[f32], xs: [usize; 4], w: &[f32], ws: [usize; 4], b: &[f32], g: usize, s: [usize; 2], d: [usize; 2],
+        x: &[f32],
+        xs: [usize; 4],
+        w: &[f32],
+        ws: [usize; 4],
+        b: &[f32],
+        g: usize,
+        s: [usize; 2],
+        d: [usize; 2],
         p: [usize; 4],
     ) -> (Vec<f32>, [usize; 4]) {
         let [n, c, h, wd] = xs;
@@ -778,7 +952,17 @@ mod tests {
                 ("pads", ints(&[1, 0, 2, 1])),
             ];
             let got = call(conv, attrs, vec![Some(x), Some(w), Some(b)]);
-            let (want, shape) = naive(&xv, [2, 4, 7, 6], &wv, ws, &bv, g, [2, 2], [2, 1], [1, 0, 2, 1]);
+            let (want, shape) = naive(
+                &xv,
+                [2, 4, 7, 6],
+                &wv,
+                ws,
+                &bv,
+                g,
+                [2, 2],
+                [2, 1],
+                [1, 0, 2, 1],
+            );
             close(&got, &want, &shape);
         }
     }
@@ -789,11 +973,35 @@ mod tests {
         let (w, wv) = t(&[2, 3, 2, 2], 5);
         let zero = vec![0f32; 2];
         // SAME_LOWER, stride 1, k 2: total pad 1, all at the start.
-        let got = call(conv, vec![("auto_pad", Attr::String(b"SAME_LOWER".to_vec()))], vec![Some(x.clone()), Some(w)]);
-        let (want, shape) = naive(&xv, [1, 3, 5, 5], &wv, [2, 3, 2, 2], &zero, 1, [1, 1], [1, 1], [1, 1, 0, 0]);
+        let got = call(
+            conv,
+            vec![("auto_pad", Attr::String(b"SAME_LOWER".to_vec()))],
+            vec![Some(x.clone()), Some(w)],
+        );
+        let (want, shape) = naive(
+            &xv,
+            [1, 3, 5, 5],
+            &wv,
+            [2, 3, 2, 2],
+            &zero,
+            1,
+            [1, 1],
+            [1, 1],
+            [1, 1, 0, 0],
+        );
         close(&got, &want, &shape);
         let (w1, w1v) = t(&[2, 3, 1, 1], 6);
-        let (want, shape) = naive(&xv, [1, 3, 5, 5], &w1v, [2, 3, 1, 1], &zero, 1, [1, 1], [1, 1], [0; 4]);
+        let (want, shape) = naive(
+            &xv,
+            [1, 3, 5, 5],
+            &w1v,
+            [2, 3, 1, 1],
+            &zero,
+            1,
+            [1, 1],
+            [1, 1],
+            [0; 4],
+        );
         close(&call(conv, vec![], vec![Some(x), Some(w1)]), &want, &shape);
     }
 

@@ -35,13 +35,28 @@ const PAR_WORK: usize = 32 * 32 * 32;
 /// and the product is large enough. Panics only if the strides reach outside the slices (a caller bug).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn gemm_into<T: GemmFloat>(
-    m: usize, n: usize, k: usize, a: &[T], a_rs: usize, a_cs: usize, b: &[T], b_rs: usize, b_cs: usize, dst: &mut [T],
-    d_rs: usize, alpha: T, accumulate: bool, par: bool,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[T],
+    a_rs: usize,
+    a_cs: usize,
+    b: &[T],
+    b_rs: usize,
+    b_cs: usize,
+    dst: &mut [T],
+    d_rs: usize,
+    alpha: T,
+    accumulate: bool,
+    par: bool,
 ) {
     if m == 0 || n == 0 {
         return;
     }
-    assert!((m - 1) * d_rs + n <= dst.len() && (m == 1 || d_rs >= n), "gemm: dst out of bounds");
+    assert!(
+        (m - 1) * d_rs + n <= dst.len() && (m == 1 || d_rs >= n),
+        "gemm: dst out of bounds"
+    );
     if k == 0 {
         if !accumulate {
             for i in 0..m {
@@ -50,8 +65,14 @@ pub(crate) fn gemm_into<T: GemmFloat>(
         }
         return;
     }
-    assert!((m - 1) * a_rs + (k - 1) * a_cs < a.len(), "gemm: lhs out of bounds");
-    assert!((k - 1) * b_rs + (n - 1) * b_cs < b.len(), "gemm: rhs out of bounds");
+    assert!(
+        (m - 1) * a_rs + (k - 1) * a_cs < a.len(),
+        "gemm: lhs out of bounds"
+    );
+    assert!(
+        (k - 1) * b_rs + (n - 1) * b_cs < b.len(),
+        "gemm: rhs out of bounds"
+    );
     let parallelism = if par && m.saturating_mul(n).saturating_mul(k) >= PAR_WORK {
         gemm::Parallelism::Rayon(0)
     } else {
@@ -88,22 +109,46 @@ pub(crate) fn gemm_into<T: GemmFloat>(
 /// `A` stored `m×k` (or `k×m` when `trans_a`) and `B` stored `k×n` (or `n×k` when `trans_b`).
 #[allow(clippy::too_many_arguments, dead_code)]
 pub(crate) fn sgemm(
-    m: usize, n: usize, k: usize, alpha: f32, a: &[f32], trans_a: bool, b: &[f32], trans_b: bool, c: &mut [f32],
+    m: usize,
+    n: usize,
+    k: usize,
+    alpha: f32,
+    a: &[f32],
+    trans_a: bool,
+    b: &[f32],
+    trans_b: bool,
+    c: &mut [f32],
     accumulate: bool,
 ) {
     let (a_rs, a_cs) = if trans_a { (1, m) } else { (k, 1) };
     let (b_rs, b_cs) = if trans_b { (1, k) } else { (n, 1) };
-    gemm_into(m, n, k, a, a_rs, a_cs, b, b_rs, b_cs, c, n, alpha, accumulate, true);
+    gemm_into(
+        m, n, k, a, a_rs, a_cs, b, b_rs, b_cs, c, n, alpha, accumulate, true,
+    );
 }
 
 /// Element types MatMul/Gemm/Einsum multiply: floats through the gemm crate, integers with
 /// wrapping arithmetic.
-pub(crate) trait MmElem: Copy + Send + Sync + num_traits::Zero + num_traits::One + 'static {
+pub(crate) trait MmElem:
+    Copy + Send + Sync + num_traits::Zero + num_traits::One + 'static
+{
     /// Same contract as [`gemm_into`].
     #[allow(clippy::too_many_arguments)]
     fn mm(
-        m: usize, n: usize, k: usize, a: &[Self], a_rs: usize, a_cs: usize, b: &[Self], b_rs: usize, b_cs: usize,
-        dst: &mut [Self], d_rs: usize, alpha: Self, accumulate: bool, par: bool,
+        m: usize,
+        n: usize,
+        k: usize,
+        a: &[Self],
+        a_rs: usize,
+        a_cs: usize,
+        b: &[Self],
+        b_rs: usize,
+        b_cs: usize,
+        dst: &mut [Self],
+        d_rs: usize,
+        alpha: Self,
+        accumulate: bool,
+        par: bool,
     );
     fn from_f64(v: f64) -> Self;
     fn eadd(self, o: Self) -> Self;
@@ -187,7 +232,13 @@ fn batch_offsets(src: &[usize], out: &[usize], mat: usize) -> Vec<usize> {
 /// Batched matrix product of contiguous `[batch..., m, k]` and `[batch..., k, n]` operands whose batch
 /// dims broadcast. Returns the flat `[batch..., m, n]` result and the broadcast batch shape.
 fn batched_mm<T: MmElem>(
-    a: &[T], a_batch: &[usize], b: &[T], b_batch: &[usize], m: usize, k: usize, n: usize,
+    a: &[T],
+    a_batch: &[usize],
+    b: &[T],
+    b_batch: &[usize],
+    m: usize,
+    k: usize,
+    n: usize,
 ) -> OpResult<(Vec<T>, Vec<usize>)> {
     let batch = broadcast_shapes(&[a_batch, b_batch])?;
     let nb: usize = batch.iter().product();
@@ -199,33 +250,90 @@ fn batched_mm<T: MmElem>(
     let nbb: usize = b_batch.iter().product();
     if nbb == 1 && na == nb {
         // One tall GEMM: A's batch folds into its rows.
-        T::mm(nb * m, n, k, a, k, 1, b, n, 1, &mut out, n, T::one(), false, true);
+        T::mm(
+            nb * m,
+            n,
+            k,
+            a,
+            k,
+            1,
+            b,
+            n,
+            1,
+            &mut out,
+            n,
+            T::one(),
+            false,
+            true,
+        );
         return Ok((out, batch));
     }
     let ao = batch_offsets(a_batch, &batch, m * k);
     let bo = batch_offsets(b_batch, &batch, k * n);
     let small = m.saturating_mul(n).saturating_mul(k) < PAR_WORK * 8;
     if small && nb > 1 {
-        out.par_chunks_mut(m * n)
-            .enumerate()
-            .for_each(|(i, o)| T::mm(m, n, k, &a[ao[i]..], k, 1, &b[bo[i]..], n, 1, o, n, T::one(), false, false));
+        out.par_chunks_mut(m * n).enumerate().for_each(|(i, o)| {
+            T::mm(
+                m,
+                n,
+                k,
+                &a[ao[i]..],
+                k,
+                1,
+                &b[bo[i]..],
+                n,
+                1,
+                o,
+                n,
+                T::one(),
+                false,
+                false,
+            )
+        });
     } else {
         for (i, o) in out.chunks_mut(m * n).enumerate() {
-            T::mm(m, n, k, &a[ao[i]..], k, 1, &b[bo[i]..], n, 1, o, n, T::one(), false, true);
+            T::mm(
+                m,
+                n,
+                k,
+                &a[ao[i]..],
+                k,
+                1,
+                &b[bo[i]..],
+                n,
+                1,
+                o,
+                n,
+                T::one(),
+                false,
+                true,
+            );
         }
     }
     Ok((out, batch))
 }
 
 /// numpy.matmul semantics (1-D promotion, broadcast batch dims).
-pub(crate) fn matmul_nd<T: MmElem>(ctx: &OpCtx, a: &ArrayD<T>, b: &ArrayD<T>) -> OpResult<ArrayD<T>> {
+pub(crate) fn matmul_nd<T: MmElem>(
+    ctx: &OpCtx,
+    a: &ArrayD<T>,
+    b: &ArrayD<T>,
+) -> OpResult<ArrayD<T>> {
     let (ash, bsh) = (a.shape(), b.shape());
     if ash.is_empty() || bsh.is_empty() {
         bail!("MatMul operands must have rank >= 1, got {ash:?} and {bsh:?}");
     }
     let (ra, rb) = (ash.len(), bsh.len());
-    let (m, ka) = if ra == 1 { (1, ash[0]) } else { (ash[ra - 2], ash[ra - 1]) };
-    let (kb, n) = if rb == 1 { (bsh[0], 1) } else { (bsh[rb - 2], bsh[rb - 1]) };
+    let (m, ka) = if ra == 1 {
+        (1, ash[0])
+    } else {
+        (ash[ra - 2], ash[ra - 1])
+    };
+    let (kb, n) = if rb == 1 {
+        (bsh[0], 1)
+    } else {
+        (bsh[rb - 2], bsh[rb - 1])
+    };
     if ka != kb {
         bail!("MatMul inner dimensions differ: {ash:?} x {bsh:?}");
     }
@@ -242,7 +350,9 @@ pub(crate) fn matmul_nd<T: MmElem>(ctx: &OpCtx, a: &ArrayD<T>, b: &ArrayD<T>) ->
     ctx.check_alloc(&out_shape, std::mem::size_of::<T>())?;
     let a = a.as_standard_layout();
     let b = b.as_standard_layout();
-    let (Some(asl), Some(bsl)) = (a.as_slice(), b.as_slice()) else { bail!("MatMul: non-contiguous operand") };
+    let (Some(asl), Some(bsl)) = (a.as_slice(), b.as_slice()) else {
+        bail!("MatMul: non-contiguous operand")
+    };
     let (out, _) = batched_mm(asl, a_batch, bsl, b_batch, m, ka, n)?;
     Ok(ArrayD::from_shape_vec(IxDyn(&out_shape), out)?)
 }
@@ -273,7 +383,11 @@ fn matmul(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
         (Tensor::U8(x), Tensor::U8(y)) => Tensor::U8(matmul_nd(ctx, x, y)?),
         (Tensor::I16(x), Tensor::I16(y)) => Tensor::I16(matmul_nd(ctx, x, y)?),
         (Tensor::U16(x), Tensor::U16(y)) => Tensor::U16(matmul_nd(ctx, x, y)?),
-        (x, y) if x.dtype() != y.dtype() => bail!("MatMul operands differ in dtype: {} and {}", x.dtype(), y.dtype()),
+        (x, y) if x.dtype() != y.dtype() => bail!(
+            "MatMul operands differ in dtype: {} and {}",
+            x.dtype(),
+            y.dtype()
+        ),
         (x, _) => unsupported!("MatMul of {}", x.dtype()),
     };
     single(t)
@@ -283,41 +397,89 @@ fn matmul(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
 // Gemm
 // ---------------------------------------------------------------------------------------------
 
+#[allow(clippy::too_many_arguments)]
 fn gemm_t<T: MmElem>(
-    ctx: &OpCtx, a: &ArrayD<T>, b: &ArrayD<T>, c: Option<&ArrayD<T>>, ta: bool, tb: bool, alpha: f64, beta: f64,
+    ctx: &OpCtx,
+    a: &ArrayD<T>,
+    b: &ArrayD<T>,
+    c: Option<&ArrayD<T>>,
+    ta: bool,
+    tb: bool,
+    alpha: f64,
+    beta: f64,
 ) -> OpResult<ArrayD<T>> {
     if a.ndim() != 2 || b.ndim() != 2 {
-        bail!("Gemm needs 2-D A and B, got {:?} and {:?}", a.shape(), b.shape());
+        bail!(
+            "Gemm needs 2-D A and B, got {:?} and {:?}",
+            a.shape(),
+            b.shape()
+        );
     }
-    let (m, k) = if ta { (a.shape()[1], a.shape()[0]) } else { (a.shape()[0], a.shape()[1]) };
-    let (kb, n) = if tb { (b.shape()[1], b.shape()[0]) } else { (b.shape()[0], b.shape()[1]) };
+    let (m, k) = if ta {
+        (a.shape()[1], a.shape()[0])
+    } else {
+        (a.shape()[0], a.shape()[1])
+    };
+    let (kb, n) = if tb {
+        (b.shape()[1], b.shape()[0])
+    } else {
+        (b.shape()[0], b.shape()[1])
+    };
     if k != kb {
-        bail!("Gemm inner dimensions differ: A {:?} (transA={ta}) B {:?} (transB={tb})", a.shape(), b.shape());
+        bail!(
+            "Gemm inner dimensions differ: A {:?} (transA={ta}) B {:?} (transB={tb})",
+            a.shape(),
+            b.shape()
+        );
     }
     ctx.check_alloc(&[m, n], std::mem::size_of::<T>())?;
     let a = a.as_standard_layout();
     let b = b.as_standard_layout();
-    let (Some(asl), Some(bsl)) = (a.as_slice(), b.as_slice()) else { bail!("Gemm: non-contiguous operand") };
+    let (Some(asl), Some(bsl)) = (a.as_slice(), b.as_slice()) else {
+        bail!("Gemm: non-contiguous operand")
+    };
     let mut out = vec![T::zero(); m * n];
     let mut acc = false;
-    if let Some(c) = c {
-        if beta != 0.0 && m * n > 0 {
-            if c.ndim() > 2 {
-                bail!("Gemm: C of shape {:?} cannot broadcast to [{m}, {n}]", c.shape());
-            }
-            let Some(cv) = c.broadcast(IxDyn(&[m, n])) else {
-                bail!("Gemm: C of shape {:?} cannot broadcast to [{m}, {n}]", c.shape());
-            };
-            let bt = T::from_f64(beta);
-            for (d, &v) in out.iter_mut().zip(cv.iter()) {
-                *d = if beta == 1.0 { v } else { v.emul(bt) };
-            }
-            acc = true;
+    if let Some(c) = c
+        && beta != 0.0
+        && m * n > 0
+    {
+        if c.ndim() > 2 {
+            bail!(
+                "Gemm: C of shape {:?} cannot broadcast to [{m}, {n}]",
+                c.shape()
+            );
         }
+        let Some(cv) = c.broadcast(IxDyn(&[m, n])) else {
+            bail!(
+                "Gemm: C of shape {:?} cannot broadcast to [{m}, {n}]",
+                c.shape()
+            );
+        };
+        let bt = T::from_f64(beta);
+        for (d, &v) in out.iter_mut().zip(cv.iter()) {
+            *d = if beta == 1.0 { v } else { v.emul(bt) };
+        }
+        acc = true;
     }
     let (a_rs, a_cs) = if ta { (1, m) } else { (k, 1) };
     let (b_rs, b_cs) = if tb { (1, k) } else { (n, 1) };
-    T::mm(m, n, k, asl, a_rs, a_cs, bsl, b_rs, b_cs, &mut out, n, T::from_f64(alpha), acc, true);
+    T::mm(
+        m,
+        n,
+        k,
+        asl,
+        a_rs,
+        a_cs,
+        bsl,
+        b_rs,
+        b_cs,
+        &mut out,
+        n,
+        T::from_f64(alpha),
+        acc,
+        true,
+    );
     Ok(ArrayD::from_shape_vec(IxDyn(&[m, n]), out)?)
 }
 
@@ -329,10 +491,10 @@ fn gemm_op(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let tb = ctx.attr_i("transB", 0)? != 0;
     let alpha = ctx.attr_f("alpha", 1.0)? as f64;
     let beta = ctx.attr_f("beta", 1.0)? as f64;
-    if let Some(c) = c {
-        if c.dtype() != a.dtype() {
-            bail!("Gemm: C has dtype {} but A has {}", c.dtype(), a.dtype());
-        }
+    if let Some(c) = c
+        && c.dtype() != a.dtype()
+    {
+        bail!("Gemm: C has dtype {} but A has {}", c.dtype(), a.dtype());
     }
     macro_rules! go {
         ($v:ident, $x:expr, $y:expr) => {{
@@ -345,12 +507,23 @@ fn gemm_op(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     }
     macro_rules! go_half {
         ($v:ident, $h:ty) => {{
-            let (Tensor::$v(x), Tensor::$v(y)) = (a, b) else { unreachable!() };
+            let (Tensor::$v(x), Tensor::$v(y)) = (a, b) else {
+                unreachable!()
+            };
             let cc = match c {
                 Some(Tensor::$v(c)) => Some(c.mapv(<$h>::to_f32)),
                 _ => None,
             };
-            let r = gemm_t(ctx, &x.mapv(<$h>::to_f32), &y.mapv(<$h>::to_f32), cc.as_ref(), ta, tb, alpha, beta)?;
+            let r = gemm_t(
+                ctx,
+                &x.mapv(<$h>::to_f32),
+                &y.mapv(<$h>::to_f32),
+                cc.as_ref(),
+                ta,
+                tb,
+                alpha,
+                beta,
+            )?;
             Tensor::$v(r.mapv(<$h>::from_f32))
         }};
     }
@@ -363,7 +536,11 @@ fn gemm_op(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
         (Tensor::I64(x), Tensor::I64(y)) => go!(I64, x, y),
         (Tensor::U32(x), Tensor::U32(y)) => go!(U32, x, y),
         (Tensor::U64(x), Tensor::U64(y)) => go!(U64, x, y),
-        (x, y) if x.dtype() != y.dtype() => bail!("Gemm operands differ in dtype: {} and {}", x.dtype(), y.dtype()),
+        (x, y) if x.dtype() != y.dtype() => bail!(
+            "Gemm operands differ in dtype: {} and {}",
+            x.dtype(),
+            y.dtype()
+        ),
         (x, _) => unsupported!("Gemm of {}", x.dtype()),
     };
     single(t)
@@ -396,7 +573,9 @@ fn parse_term(term: &str, rank: Option<usize>, ell_rank: usize, what: &str) -> O
             let e = match rank {
                 Some(r) => {
                     if r < letters {
-                        bail!("Einsum: {what} '{term}' has more labels than the operand's rank {r}");
+                        bail!(
+                            "Einsum: {what} '{term}' has more labels than the operand's rank {r}"
+                        );
                     }
                     r - letters
                 }
@@ -415,10 +594,13 @@ fn parse_term(term: &str, rank: Option<usize>, ell_rank: usize, what: &str) -> O
         labels.push(c as u32);
         rest = &rest[1..];
     }
-    if let Some(r) = rank {
-        if labels.len() != r {
-            bail!("Einsum: {what} '{term}' has {} labels but the operand has rank {r}", labels.len());
-        }
+    if let Some(r) = rank
+        && labels.len() != r
+    {
+        bail!(
+            "Einsum: {what} '{term}' has {} labels but the operand has rank {r}",
+            labels.len()
+        );
     }
     Ok(labels)
 }
@@ -431,7 +613,11 @@ fn parse_equation(eq: &str, ranks: &[usize]) -> OpResult<Parsed> {
     };
     let terms: Vec<&str> = lhs.split(',').collect();
     if terms.len() != ranks.len() {
-        bail!("Einsum equation '{eq}' has {} operands but {} inputs were given", terms.len(), ranks.len());
+        bail!(
+            "Einsum equation '{eq}' has {} operands but {} inputs were given",
+            terms.len(),
+            ranks.len()
+        );
     }
     // The broadcast ellipsis rank.
     let mut ell_rank = 0;
@@ -463,7 +649,10 @@ fn parse_equation(eq: &str, ranks: &[usize]) -> OpResult<Parsed> {
             let mut letters: Vec<u32> = Vec::new();
             for l in inputs.iter().flatten() {
                 if *l < ELL && !letters.contains(l) {
-                    let count: usize = inputs.iter().map(|x| x.iter().filter(|y| *y == l).count()).sum();
+                    let count: usize = inputs
+                        .iter()
+                        .map(|x| x.iter().filter(|y| *y == l).count())
+                        .sum();
                     if count == 1 {
                         letters.push(*l);
                     }
@@ -495,14 +684,23 @@ fn diagonal<T: MmElem>(op: Operand<T>) -> OpResult<Operand<T>> {
     }
     let mut shape = Vec::new();
     for u in &uniq {
-        let dims: Vec<usize> =
-            op.labels.iter().zip(op.data.shape()).filter(|(l, _)| *l == u).map(|(_, d)| *d).collect();
+        let dims: Vec<usize> = op
+            .labels
+            .iter()
+            .zip(op.data.shape())
+            .filter(|(l, _)| *l == u)
+            .map(|(_, d)| *d)
+            .collect();
         if dims.iter().any(|d| *d != dims[0]) {
             bail!("Einsum: repeated label has different sizes {dims:?}");
         }
         shape.push(dims[0]);
     }
-    let map: Vec<usize> = op.labels.iter().map(|l| uniq.iter().position(|u| u == l).unwrap_or(0)).collect();
+    let map: Vec<usize> = op
+        .labels
+        .iter()
+        .map(|l| uniq.iter().position(|u| u == l).unwrap_or(0))
+        .collect();
     let src = op.data;
     let mut idx = vec![0usize; map.len()];
     let data = ArrayD::from_shape_fn(IxDyn(&shape), |u| {
@@ -518,7 +716,9 @@ fn diagonal<T: MmElem>(op: Operand<T>) -> OpResult<Operand<T>> {
 fn sum_out<T: MmElem>(mut op: Operand<T>, keep: &dyn Fn(u32) -> bool) -> Operand<T> {
     for ax in (0..op.labels.len()).rev() {
         if !keep(op.labels[ax]) {
-            op.data = op.data.fold_axis(Axis(ax), T::zero(), |acc, x| acc.eadd(*x));
+            op.data = op
+                .data
+                .fold_axis(Axis(ax), T::zero(), |acc, x| acc.eadd(*x));
             op.labels.remove(ax);
         }
     }
@@ -536,16 +736,27 @@ fn label_size<T>(ops: &[&Operand<T>], l: u32) -> usize {
 
 /// `op`'s data permuted to `order` (a permutation of its labels) and broadcast to `sizes`, contiguous.
 fn arrange<T: MmElem>(op: &Operand<T>, order: &[u32], sizes: &[usize]) -> OpResult<Vec<T>> {
-    let perm: Vec<usize> = order.iter().map(|l| op.labels.iter().position(|x| x == l).unwrap_or(0)).collect();
+    let perm: Vec<usize> = order
+        .iter()
+        .map(|l| op.labels.iter().position(|x| x == l).unwrap_or(0))
+        .collect();
     let v = op.data.view().permuted_axes(IxDyn(&perm));
     let Some(b) = v.broadcast(IxDyn(sizes)) else {
-        bail!("Einsum: operand of shape {:?} cannot broadcast to {sizes:?}", v.shape());
+        bail!(
+            "Einsum: operand of shape {:?} cannot broadcast to {sizes:?}",
+            v.shape()
+        );
     };
     Ok(b.iter().copied().collect())
 }
 
 /// Contracts two operands, keeping the labels `keep` says are still needed.
-fn contract<T: MmElem>(ctx: &OpCtx, a: Operand<T>, b: Operand<T>, keep: &dyn Fn(u32) -> bool) -> OpResult<Operand<T>> {
+fn contract<T: MmElem>(
+    ctx: &OpCtx,
+    a: Operand<T>,
+    b: Operand<T>,
+    keep: &dyn Fn(u32) -> bool,
+) -> OpResult<Operand<T>> {
     let a = sum_out(a, &|l| keep(l) || b.labels.contains(&l));
     let b = sum_out(b, &|l| keep(l) || a.labels.contains(&l));
     let (mut batch, mut con, mut am, mut bn) = (vec![], vec![], vec![], vec![]);
@@ -584,36 +795,54 @@ fn contract<T: MmElem>(ctx: &OpCtx, a: Operand<T>, b: Operand<T>, keep: &dyn Fn(
     let (out, _) = batched_mm(&av, &[nb], &bv, &[nb], m, k, n)?;
     let labels: Vec<u32> = batch.iter().chain(&am).chain(&bn).copied().collect();
     let shape: Vec<usize> = bs.iter().chain(&ms).chain(&ns).copied().collect();
-    Ok(Operand { labels, data: ArrayD::from_shape_vec(IxDyn(&shape), out)? })
+    Ok(Operand {
+        labels,
+        data: ArrayD::from_shape_vec(IxDyn(&shape), out)?,
+    })
 }
 
 fn einsum_t<T: MmElem>(ctx: &OpCtx, p: &Parsed, arrays: Vec<ArrayD<T>>) -> OpResult<ArrayD<T>> {
     let mut ops: Vec<Operand<T>> = Vec::new();
     for (labels, data) in p.inputs.iter().zip(arrays) {
-        ops.push(diagonal(Operand { labels: labels.clone(), data })?);
+        ops.push(diagonal(Operand {
+            labels: labels.clone(),
+            data,
+        })?);
     }
     // Output sizes (checked before the work).
     let all: Vec<&Operand<T>> = ops.iter().collect();
     let out_shape: Vec<usize> = p.output.iter().map(|&l| label_size(&all, l)).collect();
     ctx.check_alloc(&out_shape, std::mem::size_of::<T>())?;
     let mut iter = ops.into_iter().enumerate();
-    let Some((_, first)) = iter.next() else { bail!("Einsum needs at least one input") };
+    let Some((_, first)) = iter.next() else {
+        bail!("Einsum needs at least one input")
+    };
     let rest_labels: Vec<Vec<u32>> = p.inputs.clone();
-    let needed = |from: usize, l: u32| p.output.contains(&l) || rest_labels[from..].iter().any(|x| x.contains(&l));
+    let needed = |from: usize, l: u32| {
+        p.output.contains(&l) || rest_labels[from..].iter().any(|x| x.contains(&l))
+    };
     let mut cur = sum_out(first, &|l| needed(1, l));
     for (i, op) in iter {
         cur = contract(ctx, cur, op, &|l| needed(i + 1, l))?;
     }
     let cur = sum_out(cur, &|l| p.output.contains(&l));
-    let perm: Vec<usize> = p.output.iter().map(|l| cur.labels.iter().position(|x| x == l).unwrap_or(0)).collect();
+    let perm: Vec<usize> = p
+        .output
+        .iter()
+        .map(|l| cur.labels.iter().position(|x| x == l).unwrap_or(0))
+        .collect();
     let v = cur.data.view().permuted_axes(IxDyn(&perm));
-    let Some(b) = v.broadcast(IxDyn(&out_shape)) else { bail!("Einsum: result cannot take shape {out_shape:?}") };
+    let Some(b) = v.broadcast(IxDyn(&out_shape)) else {
+        bail!("Einsum: result cannot take shape {out_shape:?}")
+    };
     Ok(b.as_standard_layout().into_owned())
 }
 
 fn einsum(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let eq = ctx.attr_s("equation", "")?;
-    let ts: Vec<&Tensor> = (0..inputs.len()).map(|i| input(inputs, i)).collect::<OpResult<_>>()?;
+    let ts: Vec<&Tensor> = (0..inputs.len())
+        .map(|i| input(inputs, i))
+        .collect::<OpResult<_>>()?;
     if ts.is_empty() {
         bail!("Einsum needs at least one input");
     }
@@ -675,7 +904,8 @@ mod tests {
     }
 
     fn call(k: Kernel, attrs: Vec<(&str, Attr)>, ins: Vec<Option<Tensor>>) -> Tensor {
-        let attrs: HashMap<String, Attr> = attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+        let attrs: HashMap<String, Attr> =
+            attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
         let node = Node {
             name: "n".into(),
             op_type: "X".into(),
@@ -687,15 +917,23 @@ mod tests {
         };
         let vals: Vec<Option<Value>> = ins.into_iter().map(|t| t.map(Value::Tensor)).collect();
         let refs: Vec<Option<&Value>> = vals.iter().map(|v| v.as_ref()).collect();
-        let ctx = OpCtx { node: &node, runner: &NoRunner, max_tensor_bytes: 1 << 30 };
+        let ctx = OpCtx {
+            node: &node,
+            runner: &NoRunner,
+            max_tensor_bytes: 1 << 30,
+        };
         k(&ctx, &refs).unwrap().remove(0).into_tensor().unwrap()
     }
 
     fn rand(seed: u64, n: usize) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let mut s = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (0..n)
             .map(|_| {
-                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
             })
             .collect()
@@ -710,7 +948,10 @@ mod tests {
         assert_eq!(got.shape(), shape);
         let g = got.to_f64_vec().unwrap();
         for (i, (a, b)) in g.iter().zip(want).enumerate() {
-            assert!((*a as f32 - b).abs() <= 1e-4 * (1.0 + b.abs()), "at {i}: {a} vs {b}");
+            assert!(
+                (*a as f32 - b).abs() <= 1e-4 * (1.0 + b.abs()),
+                "at {i}: {a} vs {b}"
+            );
         }
     }
 
@@ -723,17 +964,32 @@ mod tests {
             for j in 0..3 {
                 for r in 0..3 {
                     for c in 0..5 {
-                        want[((i * 3 + j) * 3 + r) * 5 + c] =
-                            (0..4).map(|p| av[(i * 3 + r) * 4 + p] * bv[(j * 4 + p) * 5 + c]).sum();
+                        want[((i * 3 + j) * 3 + r) * 5 + c] = (0..4)
+                            .map(|p| av[(i * 3 + r) * 4 + p] * bv[(j * 4 + p) * 5 + c])
+                            .sum();
                     }
                 }
             }
         }
-        close(&call(matmul, vec![], vec![Some(a), Some(b)]), &want, &[2, 3, 3, 5]);
+        close(
+            &call(matmul, vec![], vec![Some(a), Some(b)]),
+            &want,
+            &[2, 3, 3, 5],
+        );
         let (v, vv) = t(&[4], 3);
         let (m, mv) = t(&[2, 4, 3], 4);
-        let want: Vec<f32> = (0..6).map(|o| (0..4).map(|p| vv[p] * mv[(o / 3) * 12 + p * 3 + o % 3]).sum()).collect();
-        close(&call(matmul, vec![], vec![Some(v), Some(m)]), &want, &[2, 3]);
+        let want: Vec<f32> = (0..6)
+            .map(|o| {
+                (0..4)
+                    .map(|p| vv[p] * mv[(o / 3) * 12 + p * 3 + o % 3])
+                    .sum()
+            })
+            .collect();
+        close(
+            &call(matmul, vec![], vec![Some(v), Some(m)]),
+            &want,
+            &[2, 3],
+        );
     }
 
     #[test]
@@ -754,15 +1010,27 @@ mod tests {
                 want[i * 6 + j] = 0.5 * s + 2.0 * cv[j];
             }
         }
-        close(&call(gemm_op, attrs, vec![Some(a), Some(b), Some(c)]), &want, &[3, 6]);
+        close(
+            &call(gemm_op, attrs, vec![Some(a), Some(b), Some(c)]),
+            &want,
+            &[3, 6],
+        );
     }
 
     #[test]
     fn einsum_diagonal_ellipsis_chain() {
         let eq = |s: &str| vec![("equation", Attr::String(s.as_bytes().to_vec()))];
         let (x, xv) = t(&[3, 3], 8);
-        close(&call(einsum, eq("ii->i"), vec![Some(x.clone())]), &[xv[0], xv[4], xv[8]], &[3]);
-        close(&call(einsum, eq("ii"), vec![Some(x)]), &[xv[0] + xv[4] + xv[8]], &[]);
+        close(
+            &call(einsum, eq("ii->i"), vec![Some(x.clone())]),
+            &[xv[0], xv[4], xv[8]],
+            &[3],
+        );
+        close(
+            &call(einsum, eq("ii"), vec![Some(x)]),
+            &[xv[0] + xv[4] + xv[8]],
+            &[],
+        );
         // Broadcast ellipsis: [2,1,2,3] x [4,3,2] -> [2,4,2,2]
         let (a, av) = t(&[2, 1, 2, 3], 9);
         let (b, bv) = t(&[4, 3, 2], 10);
@@ -771,13 +1039,18 @@ mod tests {
             for j in 0..4 {
                 for r in 0..2 {
                     for c in 0..2 {
-                        want[((i * 4 + j) * 2 + r) * 2 + c] =
-                            (0..3).map(|p| av[(i * 2 + r) * 3 + p] * bv[(j * 3 + p) * 2 + c]).sum();
+                        want[((i * 4 + j) * 2 + r) * 2 + c] = (0..3)
+                            .map(|p| av[(i * 2 + r) * 3 + p] * bv[(j * 3 + p) * 2 + c])
+                            .sum();
                     }
                 }
             }
         }
-        close(&call(einsum, eq("...ij,...jk->...ik"), vec![Some(a), Some(b)]), &want, &[2, 4, 2, 2]);
+        close(
+            &call(einsum, eq("...ij,...jk->...ik"), vec![Some(a), Some(b)]),
+            &want,
+            &[2, 4, 2, 2],
+        );
         // Three operands with a summed-out free label: ij,jk,kl->i
         let (p, pv) = t(&[2, 3], 11);
         let (q, qv) = t(&[3, 4], 12);
@@ -795,6 +1068,10 @@ mod tests {
                 s
             })
             .collect();
-        close(&call(einsum, eq("ij,jk,kl->i"), vec![Some(p), Some(q), Some(r)]), &want, &[2]);
+        close(
+            &call(einsum, eq("ij,jk,kl->i"), vec![Some(p), Some(q), Some(r)]),
+            &want,
+            &[2],
+        );
     }
 }

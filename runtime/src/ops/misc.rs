@@ -221,14 +221,24 @@ fn dropout_train(ctx: &OpCtx, x: &Tensor, ratio: f64) -> OpResult<Vec<Value>> {
     if !(0.0..1.0).contains(&ratio) {
         bail!("Dropout ratio must lie in [0, 1), got {ratio}");
     }
-    let mut rng = Rng::new(ctx.attr_opt_f("seed")?.or(ctx.attr_opt_i("seed")?.map(|s| s as f32)));
+    let mut rng = Rng::new(
+        ctx.attr_opt_f("seed")?
+            .or(ctx.attr_opt_i("seed")?.map(|s| s as f32)),
+    );
     let keep: Vec<bool> = (0..x.len()).map(|_| rng.uniform() >= ratio).collect();
     let scale = 1.0 / (1.0 - ratio);
     let values = x.to_f64_vec()?;
-    let y: Vec<f64> = values.iter().zip(&keep).map(|(&v, &k)| if k { v * scale } else { 0.0 }).collect();
+    let y: Vec<f64> = values
+        .iter()
+        .zip(&keep)
+        .map(|(&v, &k)| if k { v * scale } else { 0.0 })
+        .collect();
     let mut outs = vec![Value::Tensor(tensor_from_f64(x.dtype(), x.shape(), y)?)];
     if ctx.node.outputs.len() > 1 {
-        outs.push(Value::Tensor(Tensor::Bool(ArrayD::from_shape_vec(IxDyn(x.shape()), keep)?)));
+        outs.push(Value::Tensor(Tensor::Bool(ArrayD::from_shape_vec(
+            IxDyn(x.shape()),
+            keep,
+        )?)));
     }
     Ok(outs)
 }

@@ -5,11 +5,11 @@ use std::hash::Hash;
 
 use ndarray::{ArrayD, IxDyn};
 
+use crate::bail;
 use crate::error::{OpError, OpResult};
 use crate::ops::broadcast::binary;
 use crate::ops::{OpCtx, Registry, input, single};
 use crate::tensor::{Tensor, Value};
-use crate::bail;
 
 pub fn register(r: &mut Registry) {
     r.add("", "StringNormalizer", string_normalizer);
@@ -146,9 +146,14 @@ fn string_split(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> 
 /// is RE2's (no backreferences or lookaround), so patterns either mean the same or fail to compile.
 fn regex_full_match(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let x = strings(input(inputs, 0)?, "X")?;
-    let pattern = ctx.attr_opt_s("pattern")?.ok_or_else(|| OpError::Invalid("attribute 'pattern' is required".into()))?;
-    let re = regex::Regex::new(&format!("^(?:{pattern})$"))
-        .map_err(|e| OpError::Invalid(format!("pattern '{pattern}' is not a valid RE2 expression: {e}")))?;
+    let pattern = ctx
+        .attr_opt_s("pattern")?
+        .ok_or_else(|| OpError::Invalid("attribute 'pattern' is required".into()))?;
+    let re = regex::Regex::new(&format!("^(?:{pattern})$")).map_err(|e| {
+        OpError::Invalid(format!(
+            "pattern '{pattern}' is not a valid RE2 expression: {e}"
+        ))
+    })?;
     single(Tensor::Bool(x.map(|s| re.is_match(s))))
 }
 

@@ -6,8 +6,8 @@
 //! same semantics.
 use std::collections::HashMap;
 
-use crate::error::{OpError, OpResult};
 use crate::bail;
+use crate::error::{OpError, OpResult};
 use crate::ir::{Attr, Graph, Node};
 use crate::tensor::{Tensor, Value};
 
@@ -142,7 +142,10 @@ impl<'a> OpCtx<'a> {
     }
 
     fn wrong(&self, name: &str, want: &str, got: &Attr) -> OpError {
-        OpError::Invalid(format!("attribute '{name}' must be {want}, got {}", got.kind()))
+        OpError::Invalid(format!(
+            "attribute '{name}' must be {want}, got {}",
+            got.kind()
+        ))
     }
 
     pub fn attr_opt_i(&self, name: &str) -> OpResult<Option<i64>> {
@@ -158,7 +161,8 @@ impl<'a> OpCtx<'a> {
     }
 
     pub fn req_i(&self, name: &str) -> OpResult<i64> {
-        self.attr_opt_i(name)?.ok_or_else(|| OpError::Invalid(format!("required attribute '{name}' is missing")))
+        self.attr_opt_i(name)?
+            .ok_or_else(|| OpError::Invalid(format!("required attribute '{name}' is missing")))
     }
 
     pub fn attr_opt_f(&self, name: &str) -> OpResult<Option<f32>> {
@@ -183,7 +187,9 @@ impl<'a> OpCtx<'a> {
     }
 
     pub fn attr_s(&self, name: &str, default: &str) -> OpResult<String> {
-        Ok(self.attr_opt_s(name)?.unwrap_or_else(|| default.to_string()))
+        Ok(self
+            .attr_opt_s(name)?
+            .unwrap_or_else(|| default.to_string()))
     }
 
     pub fn attr_opt_ints(&self, name: &str) -> OpResult<Option<Vec<i64>>> {
@@ -207,7 +213,11 @@ impl<'a> OpCtx<'a> {
     pub fn attr_opt_strings(&self, name: &str) -> OpResult<Option<Vec<String>>> {
         match self.attr(name) {
             None => Ok(None),
-            Some(Attr::Strings(v)) => Ok(Some(v.iter().map(|s| String::from_utf8_lossy(s).into_owned()).collect())),
+            Some(Attr::Strings(v)) => Ok(Some(
+                v.iter()
+                    .map(|s| String::from_utf8_lossy(s).into_owned())
+                    .collect(),
+            )),
             Some(a) => Err(self.wrong(name, "strings", a)),
         }
     }
@@ -224,16 +234,23 @@ impl<'a> OpCtx<'a> {
         match self.attr(name) {
             Some(Attr::Graph(g)) => Ok(g),
             Some(a) => Err(self.wrong(name, "graph", a)),
-            None => Err(OpError::Invalid(format!("required graph attribute '{name}' is missing"))),
+            None => Err(OpError::Invalid(format!(
+                "required graph attribute '{name}' is missing"
+            ))),
         }
     }
 
     /// Refuses an output of `shape` and element size `elem_bytes` larger than the session allows, before
     /// anything is allocated.
     pub fn check_alloc(&self, shape: &[usize], elem_bytes: usize) -> OpResult<()> {
-        let bytes = shape.iter().fold(elem_bytes as u128, |a, &d| a.saturating_mul(d as u128));
+        let bytes = shape
+            .iter()
+            .fold(elem_bytes as u128, |a, &d| a.saturating_mul(d as u128));
         if bytes > self.max_tensor_bytes as u128 {
-            bail!("output of shape {shape:?} needs {bytes} bytes, over the limit of {} bytes", self.max_tensor_bytes);
+            bail!(
+                "output of shape {shape:?} needs {bytes} bytes, over the limit of {} bytes",
+                self.max_tensor_bytes
+            );
         }
         Ok(())
     }
@@ -247,7 +264,10 @@ impl<'a> OpCtx<'a> {
 pub fn input<'v>(inputs: &[Option<&'v Value>], i: usize) -> OpResult<&'v Tensor> {
     match inputs.get(i).copied().flatten() {
         Some(Value::Tensor(t)) => Ok(t),
-        Some(v) => Err(OpError::Invalid(format!("input {i} must be a tensor, got {}", v.describe()))),
+        Some(v) => Err(OpError::Invalid(format!(
+            "input {i} must be a tensor, got {}",
+            v.describe()
+        ))),
         None => Err(OpError::Invalid(format!("required input {i} is missing"))),
     }
 }
@@ -256,7 +276,10 @@ pub fn input<'v>(inputs: &[Option<&'v Value>], i: usize) -> OpResult<&'v Tensor>
 pub fn opt_input<'v>(inputs: &[Option<&'v Value>], i: usize) -> OpResult<Option<&'v Tensor>> {
     match inputs.get(i).copied().flatten() {
         Some(Value::Tensor(t)) => Ok(Some(t)),
-        Some(v) => Err(OpError::Invalid(format!("input {i} must be a tensor, got {}", v.describe()))),
+        Some(v) => Err(OpError::Invalid(format!(
+            "input {i} must be a tensor, got {}",
+            v.describe()
+        ))),
         None => Ok(None),
     }
 }
@@ -266,7 +289,9 @@ pub fn norm_axis(axis: i64, rank: usize) -> OpResult<usize> {
     let r = rank as i64;
     let a = if axis < 0 { axis + r } else { axis };
     if a < 0 || a >= r.max(1) && !(r == 0 && a == 0) {
-        return Err(OpError::Invalid(format!("axis {axis} is out of range for rank {rank}")));
+        return Err(OpError::Invalid(format!(
+            "axis {axis} is out of range for rank {rank}"
+        )));
     }
     Ok(a as usize)
 }

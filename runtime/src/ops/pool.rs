@@ -122,16 +122,31 @@ fn pool_geom(ctx: &OpCtx, xs: &[usize]) -> OpResult<PGeom> {
             "SAME_UPPER" | "SAME_LOWER" => {
                 let o = (n + s[i] - 1) / s[i];
                 let total = ((o - 1) * s[i] + dk - n).max(0);
-                let b = if auto_pad == "SAME_UPPER" { total / 2 } else { total - total / 2 };
+                let b = if auto_pad == "SAME_UPPER" {
+                    total / 2
+                } else {
+                    total - total / 2
+                };
                 (pb[i], pe[i], outs[i]) = (b, total - b, o as usize);
             }
             "VALID" | "NOTSET" | "" => {
-                let (b, e) = if auto_pad == "VALID" { (0, 0) } else { (explicit[i], explicit[r + i]) };
+                let (b, e) = if auto_pad == "VALID" {
+                    (0, 0)
+                } else {
+                    (explicit[i], explicit[r + i])
+                };
                 let span = n + b + e - dk;
                 if span < 0 {
-                    bail!("pooling window (dilated size {dk}) exceeds the padded input ({}) along dim {i}", n + b + e);
+                    bail!(
+                        "pooling window (dilated size {dk}) exceeds the padded input ({}) along dim {i}",
+                        n + b + e
+                    );
                 }
-                let mut o = if ceil { (span + s[i] - 1) / s[i] + 1 } else { span / s[i] + 1 };
+                let mut o = if ceil {
+                    (span + s[i] - 1) / s[i] + 1
+                } else {
+                    span / s[i] + 1
+                };
                 if ceil && (o - 1) * s[i] >= n + b {
                     o -= 1;
                 }
@@ -160,12 +175,19 @@ fn out_shape(xs: &[usize], g: &PGeom) -> Vec<usize> {
 }
 
 /// Runs `f(plane_index, output_plane)` over every output plane, in parallel when large.
-fn for_planes<T: Send, F: Fn(usize, &mut [T]) + Sync + Send>(y: &mut [T], plane: usize, work: usize, f: F) {
+fn for_planes<T: Send, F: Fn(usize, &mut [T]) + Sync + Send>(
+    y: &mut [T],
+    plane: usize,
+    work: usize,
+    f: F,
+) {
     if plane == 0 {
         return;
     }
     if work >= PAR_MIN {
-        y.par_chunks_mut(plane).enumerate().for_each(|(i, p)| f(i, p));
+        y.par_chunks_mut(plane)
+            .enumerate()
+            .for_each(|(i, p)| f(i, p));
     } else {
         y.chunks_mut(plane).enumerate().for_each(|(i, p)| f(i, p));
     }
@@ -192,15 +214,22 @@ fn windows(g: &PGeom, mut f: impl FnMut(usize, &[(i64, usize, usize, usize); 3])
 // ---------------------------------------------------------------------------------------------
 
 fn max_pool_t<T: Copy + PartialOrd + Bounded + Send + Sync>(
-    ctx: &OpCtx, x: &ArrayD<T>, want_idx: bool,
+    ctx: &OpCtx,
+    x: &ArrayD<T>,
+    want_idx: bool,
 ) -> OpResult<(ArrayD<T>, Option<ArrayD<i64>>)> {
     let xs = x.shape();
     let g = pool_geom(ctx, xs)?;
     let col_major = ctx.attr_i("storage_order", 0)? != 0;
     let oshape = out_shape(xs, &g);
-    ctx.check_alloc(&oshape, std::mem::size_of::<T>() + if want_idx { 8 } else { 0 })?;
+    ctx.check_alloc(
+        &oshape,
+        std::mem::size_of::<T>() + if want_idx { 8 } else { 0 },
+    )?;
     let x = x.as_standard_layout();
-    let Some(xd) = x.as_slice() else { bail!("MaxPool: non-contiguous input") };
+    let Some(xd) = x.as_slice() else {
+        bail!("MaxPool: non-contiguous input")
+    };
     let (in_sp, out_sp) = (g.in_sp(), g.out_sp());
     let [_, i1, i2] = g.ins;
     let r = g.rank;
@@ -219,35 +248,47 @@ fn max_pool_t<T: Copy + PartialOrd + Bounded + Send + Sync>(
     };
     let total = oshape.iter().product::<usize>();
     let mut y: Vec<(T, i64)> = vec![(T::min_value(), -1); total];
-    for_planes(&mut y, out_sp, g.k.iter().fold(total, |a, &b| a.saturating_mul(b)), |pi, out| {
-        let src = &xd[pi * in_sp..(pi + 1) * in_sp];
-        let base = (pi * in_sp) as i64;
-        windows(&g, |oi, w| {
-            let mut best: Option<(T, usize)> = None;
-            for ka in w[0].1..w[0].2 {
-                let ia = (w[0].0 + (ka * g.d[0]) as i64) as usize;
-                for kb in w[1].1..w[1].2 {
-                    let ib = (w[1].0 + (kb * g.d[1]) as i64) as usize;
-                    let row = (ia * i1 + ib) * i2;
-                    for kc in w[2].1..w[2].2 {
-                        let ic = (w[2].0 + (kc * g.d[2]) as i64) as usize;
-                        let v = src[row + ic];
-                        match best {
-                            Some((b, _)) if !(v > b) => {}
-                            _ => best = Some((v, ia * mul[0] + ib * mul[1] + ic * mul[2])),
+    for_planes(
+        &mut y,
+        out_sp,
+        g.k.iter().fold(total, |a, &b| a.saturating_mul(b)),
+        |pi, out| {
+            let src = &xd[pi * in_sp..(pi + 1) * in_sp];
+            let base = (pi * in_sp) as i64;
+            windows(&g, |oi, w| {
+                let mut best: Option<(T, usize)> = None;
+                for ka in w[0].1..w[0].2 {
+                    let ia = (w[0].0 + (ka * g.d[0]) as i64) as usize;
+                    for kb in w[1].1..w[1].2 {
+                        let ib = (w[1].0 + (kb * g.d[1]) as i64) as usize;
+                        let row = (ia * i1 + ib) * i2;
+                        for kc in w[2].1..w[2].2 {
+                            let ic = (w[2].0 + (kc * g.d[2]) as i64) as usize;
+                            let v = src[row + ic];
+                            match best {
+                                Some((b, _))
+                                    if v.partial_cmp(&b) != Some(std::cmp::Ordering::Greater) => {}
+                                _ => best = Some((v, ia * mul[0] + ib * mul[1] + ic * mul[2])),
+                            }
                         }
                     }
                 }
-            }
-            out[oi] = match best {
-                Some((v, p)) => (v, base + p as i64),
-                None => (T::min_value(), -1),
-            };
-        });
-    });
+                out[oi] = match best {
+                    Some((v, p)) => (v, base + p as i64),
+                    None => (T::min_value(), -1),
+                };
+            });
+        },
+    );
     let vals = ArrayD::from_shape_vec(IxDyn(&oshape), y.iter().map(|p| p.0).collect())?;
-    let idx =
-        if want_idx { Some(ArrayD::from_shape_vec(IxDyn(&oshape), y.iter().map(|p| p.1).collect())?) } else { None };
+    let idx = if want_idx {
+        Some(ArrayD::from_shape_vec(
+            IxDyn(&oshape),
+            y.iter().map(|p| p.1).collect(),
+        )?)
+    } else {
+        None
+    };
     Ok((vals, idx))
 }
 
@@ -306,49 +347,64 @@ fn lp_root<T: Float>(s: T, p: f64) -> T {
     }
 }
 
-fn avg_pool_t<T: Float + Send + Sync>(ctx: &OpCtx, x: &ArrayD<T>, red: Reduce) -> OpResult<ArrayD<T>> {
+fn avg_pool_t<T: Float + Send + Sync>(
+    ctx: &OpCtx,
+    x: &ArrayD<T>,
+    red: Reduce,
+) -> OpResult<ArrayD<T>> {
     let xs = x.shape();
     let g = pool_geom(ctx, xs)?;
     let oshape = out_shape(xs, &g);
     ctx.check_alloc(&oshape, std::mem::size_of::<T>())?;
     let x = x.as_standard_layout();
-    let Some(xd) = x.as_slice() else { bail!("pool: non-contiguous input") };
+    let Some(xd) = x.as_slice() else {
+        bail!("pool: non-contiguous input")
+    };
     let (in_sp, out_sp) = (g.in_sp(), g.out_sp());
     let [_, i1, i2] = g.ins;
     let total = oshape.iter().product::<usize>();
     let mut y = vec![T::zero(); total];
-    for_planes(&mut y, out_sp, g.k.iter().fold(total, |a, &b| a.saturating_mul(b)), |pi, out| {
-        let src = &xd[pi * in_sp..(pi + 1) * in_sp];
-        windows(&g, |oi, w| {
-            let mut sum = T::zero();
-            for ka in w[0].1..w[0].2 {
-                let ia = (w[0].0 + (ka * g.d[0]) as i64) as usize;
-                for kb in w[1].1..w[1].2 {
-                    let ib = (w[1].0 + (kb * g.d[1]) as i64) as usize;
-                    let row = &src[(ia * i1 + ib) * i2..(ia * i1 + ib + 1) * i2];
-                    for kc in w[2].1..w[2].2 {
-                        let v = row[(w[2].0 + (kc * g.d[2]) as i64) as usize];
-                        sum = sum
-                            + match red {
-                                Reduce::Avg { .. } => v,
-                                Reduce::Lp(p) => lp_pow(v, p),
-                            };
+    for_planes(
+        &mut y,
+        out_sp,
+        g.k.iter().fold(total, |a, &b| a.saturating_mul(b)),
+        |pi, out| {
+            let src = &xd[pi * in_sp..(pi + 1) * in_sp];
+            windows(&g, |oi, w| {
+                let mut sum = T::zero();
+                for ka in w[0].1..w[0].2 {
+                    let ia = (w[0].0 + (ka * g.d[0]) as i64) as usize;
+                    for kb in w[1].1..w[1].2 {
+                        let ib = (w[1].0 + (kb * g.d[1]) as i64) as usize;
+                        let row = &src[(ia * i1 + ib) * i2..(ia * i1 + ib + 1) * i2];
+                        for kc in w[2].1..w[2].2 {
+                            let v = row[(w[2].0 + (kc * g.d[2]) as i64) as usize];
+                            sum = sum
+                                + match red {
+                                    Reduce::Avg { .. } => v,
+                                    Reduce::Lp(p) => lp_pow(v, p),
+                                };
+                        }
                     }
                 }
-            }
-            out[oi] = match red {
-                Reduce::Avg { include_pad } => {
-                    let count = if include_pad {
-                        w[0].3 * w[1].3 * w[2].3
-                    } else {
-                        (w[0].2 - w[0].1) * (w[1].2 - w[1].1) * (w[2].2 - w[2].1)
-                    };
-                    if count == 0 { T::nan() } else { sum / T::from(count).unwrap_or(T::one()) }
-                }
-                Reduce::Lp(p) => lp_root(sum, p),
-            };
-        });
-    });
+                out[oi] = match red {
+                    Reduce::Avg { include_pad } => {
+                        let count = if include_pad {
+                            w[0].3 * w[1].3 * w[2].3
+                        } else {
+                            (w[0].2 - w[0].1) * (w[1].2 - w[1].1) * (w[2].2 - w[2].1)
+                        };
+                        if count == 0 {
+                            T::nan()
+                        } else {
+                            sum / T::from(count).unwrap_or(T::one())
+                        }
+                    }
+                    Reduce::Lp(p) => lp_root(sum, p),
+                };
+            });
+        },
+    );
     Ok(ArrayD::from_shape_vec(IxDyn(&oshape), y)?)
 }
 
@@ -373,7 +429,9 @@ macro_rules! float_pool {
 
 fn average_pool(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let x = input(inputs, 0)?;
-    let red = Reduce::Avg { include_pad: ctx.attr_i("count_include_pad", 0)? != 0 };
+    let red = Reduce::Avg {
+        include_pad: ctx.attr_i("count_include_pad", 0)? != 0,
+    };
     single(float_pool!(x, a => avg_pool_t(ctx, a, red)?))
 }
 
@@ -388,7 +446,10 @@ fn lp_pool(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
 // ---------------------------------------------------------------------------------------------
 
 /// Reduces each (n, c) plane of `x` to one value with `f`.
-fn global_t<T: Copy + Send + Sync, F: Fn(&[T]) -> T + Sync + Send>(x: &ArrayD<T>, f: F) -> OpResult<ArrayD<T>> {
+fn global_t<T: Copy + Send + Sync, F: Fn(&[T]) -> T + Sync + Send>(
+    x: &ArrayD<T>,
+    f: F,
+) -> OpResult<ArrayD<T>> {
     let xs = x.shape();
     if xs.len() < 2 {
         bail!("global pooling needs an input of rank >= 2, got {xs:?}");
@@ -398,7 +459,9 @@ fn global_t<T: Copy + Send + Sync, F: Fn(&[T]) -> T + Sync + Send>(x: &ArrayD<T>
     let plane: usize = xs[2..].iter().product();
     let planes = xs[0] * xs[1];
     let x = x.as_standard_layout();
-    let Some(xd) = x.as_slice() else { bail!("global pool: non-contiguous input") };
+    let Some(xd) = x.as_slice() else {
+        bail!("global pool: non-contiguous input")
+    };
     let y: Vec<T> = if plane == 0 {
         bail!("global pooling over an empty spatial extent {xs:?}");
     } else if xd.len() >= PAR_MIN {
@@ -421,7 +484,9 @@ fn global_average_pool(_ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<
 fn global_lp_pool(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let x = input(inputs, 0)?;
     let p = ctx.attr_f("p", 2.0)? as f64;
-    single(float_pool!(x, a => global_t(a, |v| lp_root(v.iter().fold(Zero::zero(), |s, &b| s + lp_pow(b, p)), p))?))
+    single(
+        float_pool!(x, a => global_t(a, |v| lp_root(v.iter().fold(Zero::zero(), |s, &b| s + lp_pow(b, p)), p))?),
+    )
 }
 
 fn global_max_pool(_ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
@@ -429,7 +494,7 @@ fn global_max_pool(_ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Valu
     fn mx<T: Copy + PartialOrd>(p: &[T]) -> T {
         let mut b = p[0];
         for &v in &p[1..] {
-            if v > b || v != v {
+            if v > b || v.partial_cmp(&v).is_none() {
                 b = v;
             }
         }
@@ -451,7 +516,11 @@ fn max_unpool(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
         bail!("MaxUnpool needs an input of rank >= 3, got {xs:?}");
     }
     if idx.len() != x.len() {
-        bail!("MaxUnpool: indices have {} elements, X has {}", idx.len(), x.len());
+        bail!(
+            "MaxUnpool: indices have {} elements, X has {}",
+            idx.len(),
+            x.len()
+        );
     }
     let r = xs.len() - 2;
     let k = match ctx.attr_opt_ints("kernel_shape")? {
@@ -463,7 +532,9 @@ fn max_unpool(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let pads = ints_attr(ctx, "pads", 2 * r, 0, 0)?;
     let mut inferred = xs[..2].to_vec();
     for i in 0..r {
-        let v = (xs[i + 2] as i64 - 1).saturating_mul(s[i]).saturating_add(k[i] - pads[i] - pads[r + i]);
+        let v = (xs[i + 2] as i64 - 1)
+            .saturating_mul(s[i])
+            .saturating_add(k[i] - pads[i] - pads[r + i]);
         if v < 0 {
             bail!("MaxUnpool: inferred output size {v} along dim {i} is negative");
         }
@@ -473,7 +544,10 @@ fn max_unpool(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
         Some(t) => {
             let v = t.to_i64_vec()?;
             if v.len() != xs.len() || v.iter().any(|&d| d < 0) {
-                bail!("MaxUnpool: output_shape {v:?} must have {} non-negative values", xs.len());
+                bail!(
+                    "MaxUnpool: output_shape {v:?} must have {} non-negative values",
+                    xs.len()
+                );
             }
             v.iter().map(|&d| d as usize).collect()
         }
@@ -488,7 +562,10 @@ fn max_unpool(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
         bail!("MaxUnpool: index {bad} is outside the unpooled tensor of shape {inferred:?}");
     }
     fn scatter<T: Clone + Zero>(
-        a: &ArrayD<T>, idx: &[i64], inferred: &[usize], target: &[usize],
+        a: &ArrayD<T>,
+        idx: &[i64],
+        inferred: &[usize],
+        target: &[usize],
     ) -> OpResult<ArrayD<T>> {
         let mut y = ArrayD::<T>::zeros(IxDyn(inferred));
         if let Some(ys) = y.as_slice_mut() {
@@ -502,10 +579,16 @@ fn max_unpool(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
         let mut out = ArrayD::<T>::zeros(IxDyn(target));
         let sl: Vec<ndarray::SliceInfoElem> = inferred
             .iter()
-            .map(|&d| ndarray::SliceInfoElem::Slice { start: 0, end: Some(d as isize), step: 1 })
+            .map(|&d| ndarray::SliceInfoElem::Slice {
+                start: 0,
+                end: Some(d as isize),
+                step: 1,
+            })
             .collect();
         out.slice_each_axis_mut(|ax| {
-            let ndarray::SliceInfoElem::Slice { start, end, step } = sl[ax.axis.index()] else { unreachable!() };
+            let ndarray::SliceInfoElem::Slice { start, end, step } = sl[ax.axis.index()] else {
+                unreachable!()
+            };
             ndarray::Slice { start, end, step }
         })
         .assign(&y);
@@ -547,7 +630,10 @@ fn max_roi_pool(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> 
     let rois_t = input(inputs, 1)?;
     let rois = rois_t.to_f64_vec()?;
     if rois_t.rank() != 2 || rois_t.shape()[1] != 5 {
-        bail!("MaxRoiPool: rois must be [num_rois, 5], got {:?}", rois_t.shape());
+        bail!(
+            "MaxRoiPool: rois must be [num_rois, 5], got {:?}",
+            rois_t.shape()
+        );
     }
     let ps = match ctx.attr_opt_ints("pooled_shape")? {
         Some(p) if p.len() == 2 && p.iter().all(|&v| v >= 1) => [p[0] as usize, p[1] as usize],
@@ -564,8 +650,14 @@ fn max_roi_pool(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> 
         if b < 0 || b as usize >= n {
             bail!("MaxRoiPool: roi {ri} has batch index {b}, input batch is {n}");
         }
-        let (x1, y1) = ((roi[1] * scale).round() as i64, (roi[2] * scale).round() as i64);
-        let (x2, y2) = ((roi[3] * scale).round() as i64, (roi[4] * scale).round() as i64);
+        let (x1, y1) = (
+            (roi[1] * scale).round() as i64,
+            (roi[2] * scale).round() as i64,
+        );
+        let (x2, y2) = (
+            (roi[3] * scale).round() as i64,
+            (roi[4] * scale).round() as i64,
+        );
         let rh = (y2 - y1 + 1).max(1) as f64;
         let rw = (x2 - x1 + 1).max(1) as f64;
         let (bh, bw) = (rh / ps[0] as f64, rw / ps[1] as f64);
@@ -576,14 +668,16 @@ fn max_roi_pool(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> 
                 let he = (((ph + 1) as f64 * bh).ceil() as i64 + y1).clamp(0, h as i64) as usize;
                 for pw in 0..ps[1] {
                     let ws = ((pw as f64 * bw).floor() as i64 + x1).clamp(0, w as i64) as usize;
-                    let we = (((pw + 1) as f64 * bw).ceil() as i64 + x1).clamp(0, w as i64) as usize;
+                    let we =
+                        (((pw + 1) as f64 * bw).ceil() as i64 + x1).clamp(0, w as i64) as usize;
                     let mut m = f64::NEG_INFINITY;
                     for yy in hs..he {
                         for xx in ws..we {
                             m = m.max(plane[yy * w + xx]);
                         }
                     }
-                    y[((ri * c + ci) * ps[0] + ph) * ps[1] + pw] = if he <= hs || we <= ws { 0.0 } else { m };
+                    y[((ri * c + ci) * ps[0] + ph) * ps[1] + pw] =
+                        if he <= hs || we <= ws { 0.0 } else { m };
                 }
             }
         }
@@ -598,7 +692,11 @@ fn roi_align(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let rois = rois_t.to_f64_vec()?;
     let bidx = input(inputs, 2)?.to_i64_vec()?;
     if rois_t.rank() != 2 || rois_t.shape()[1] != 4 || rois_t.shape()[0] != bidx.len() {
-        bail!("RoiAlign: rois must be [num_rois, 4] matching batch_indices ({}), got {:?}", bidx.len(), rois_t.shape());
+        bail!(
+            "RoiAlign: rois must be [num_rois, 4] matching batch_indices ({}), got {:?}",
+            bidx.len(),
+            rois_t.shape()
+        );
     }
     let mode = ctx.attr_s("mode", "avg")?.to_ascii_lowercase();
     let max_mode = match mode.as_str() {
@@ -614,8 +712,15 @@ fn roi_align(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let (oh, ow) = (oh as usize, ow as usize);
     let ratio = ctx.attr_i("sampling_ratio", 0)?;
     let scale = ctx.attr_f("spatial_scale", 1.0)? as f64;
-    let default_ctm = if ctx.opset() >= 16 { "half_pixel" } else { "output_half_pixel" };
-    let half_pixel = match ctx.attr_s("coordinate_transformation_mode", default_ctm)?.as_str() {
+    let default_ctm = if ctx.opset() >= 16 {
+        "half_pixel"
+    } else {
+        "output_half_pixel"
+    };
+    let half_pixel = match ctx
+        .attr_s("coordinate_transformation_mode", default_ctm)?
+        .as_str()
+    {
         "half_pixel" => true,
         "output_half_pixel" => false,
         m => bail!("RoiAlign: unknown coordinate_transformation_mode '{m}'"),
@@ -641,9 +746,20 @@ fn roi_align(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
             rh = rh.max(1.0);
         }
         let (bh, bw) = (rh / oh as f64, rw / ow as f64);
-        let gh = if ratio > 0 { ratio as usize } else { (rh / oh as f64).ceil().max(0.0) as usize };
-        let gw = if ratio > 0 { ratio as usize } else { (rw / ow as f64).ceil().max(0.0) as usize };
-        let samples = gh.checked_mul(gw).and_then(|v| v.checked_mul(oh)).and_then(|v| v.checked_mul(ow));
+        let gh = if ratio > 0 {
+            ratio as usize
+        } else {
+            (rh / oh as f64).ceil().max(0.0) as usize
+        };
+        let gw = if ratio > 0 {
+            ratio as usize
+        } else {
+            (rw / ow as f64).ceil().max(0.0) as usize
+        };
+        let samples = gh
+            .checked_mul(gw)
+            .and_then(|v| v.checked_mul(oh))
+            .and_then(|v| v.checked_mul(ow));
         if samples.is_none_or(|v| v > (ctx.max_tensor_bytes / 32) as usize) {
             bail!("RoiAlign: roi {ri} needs a {gh}x{gw} sampling grid per bin, too many samples");
         }
@@ -696,12 +812,18 @@ fn roi_align(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
                 let v = if max_mode {
                     let mut m: Option<f64> = None;
                     for t in ts {
-                        let s = t.iter().map(|&(i, wt)| wt * plane[i]).fold(f64::NEG_INFINITY, f64::max);
+                        let s = t
+                            .iter()
+                            .map(|&(i, wt)| wt * plane[i])
+                            .fold(f64::NEG_INFINITY, f64::max);
                         m = Some(m.map_or(s, |m| m.max(s)));
                     }
                     m.unwrap_or(0.0)
                 } else {
-                    ts.iter().map(|t| t.iter().map(|&(i, wt)| wt * plane[i]).sum::<f64>()).sum::<f64>() / count
+                    ts.iter()
+                        .map(|t| t.iter().map(|&(i, wt)| wt * plane[i]).sum::<f64>())
+                        .sum::<f64>()
+                        / count
                 };
                 y[(ri * c + ci) * oh * ow + p] = v;
             }
@@ -726,7 +848,8 @@ mod tests {
     }
 
     fn call(k: Kernel, attrs: Vec<(&str, Attr)>, x: Tensor, outs: usize) -> Vec<Tensor> {
-        let attrs: HashMap<String, Attr> = attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+        let attrs: HashMap<String, Attr> =
+            attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
         let node = Node {
             name: "n".into(),
             op_type: "X".into(),
@@ -737,15 +860,27 @@ mod tests {
             attrs,
         };
         let v = Value::Tensor(x);
-        let ctx = OpCtx { node: &node, runner: &NoRunner, max_tensor_bytes: 1 << 30 };
-        k(&ctx, &[Some(&v)]).unwrap().into_iter().map(|v| v.into_tensor().unwrap()).collect()
+        let ctx = OpCtx {
+            node: &node,
+            runner: &NoRunner,
+            max_tensor_bytes: 1 << 30,
+        };
+        k(&ctx, &[Some(&v)])
+            .unwrap()
+            .into_iter()
+            .map(|v| v.into_tensor().unwrap())
+            .collect()
     }
 
     fn rand(seed: u64, n: usize) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let mut s = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (0..n)
             .map(|_| {
-                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
             })
             .collect()
@@ -810,15 +945,28 @@ mod tests {
                 ("ceil_mode", Attr::Int(1)),
                 ("count_include_pad", Attr::Int(include)),
             ];
-            let got = call(average_pool, attrs, x.clone(), 1).remove(0).to_f64_vec().unwrap();
+            let got = call(average_pool, attrs, x.clone(), 1)
+                .remove(0)
+                .to_f64_vec()
+                .unwrap();
             assert_eq!(got.len(), 3);
             for (o, g) in got.iter().enumerate() {
                 let st = o as i64 * 2 - 1;
                 let pos: Vec<i64> = (st..st + 3).collect();
-                let sum: f32 = pos.iter().filter(|&&p| (0..5).contains(&p)).map(|&p| xv[p as usize]).sum();
+                let sum: f32 = pos
+                    .iter()
+                    .filter(|&&p| (0..5).contains(&p))
+                    .map(|&p| xv[p as usize])
+                    .sum();
                 let n = pos
                     .iter()
-                    .filter(|&&p| if include == 1 { (-1..6).contains(&p) } else { (0..5).contains(&p) })
+                    .filter(|&&p| {
+                        if include == 1 {
+                            (-1..6).contains(&p)
+                        } else {
+                            (0..5).contains(&p)
+                        }
+                    })
                     .count();
                 assert!(
                     (*g as f32 - sum / n as f32).abs() < 1e-5,

@@ -45,7 +45,11 @@ pub fn main(a: Args) -> CliResult<()> {
         times.push(t.elapsed().as_secs_f64() * 1e3);
     }
     times.sort_by(f64::total_cmp);
-    let (p10, median, p90) = (percentile(&times, 10.0), percentile(&times, 50.0), percentile(&times, 90.0));
+    let (p10, median, p90) = (
+        percentile(&times, 10.0),
+        percentile(&times, 50.0),
+        percentile(&times, 90.0),
+    );
     if a.json {
         let j = serde_json::json!({
             "model": a.model.model.display().to_string(),

@@ -13,7 +13,10 @@ pub struct CliError {
 pub type CliResult<T> = Result<T, CliError>;
 
 pub fn fail(code: u8, message: impl Into<String>) -> CliError {
-    CliError { message: message.into(), code }
+    CliError {
+        message: message.into(),
+        code,
+    }
 }
 
 /// Maps a runtime error to its exit code.
@@ -21,9 +24,15 @@ pub fn from_quorum(e: Error) -> CliError {
     let code = match &e {
         Error::Input { .. } => 4,
         Error::Node { .. } | Error::TooLarge { .. } => 1,
-        Error::Io { .. } | Error::Decode(_) | Error::InvalidModel(_) | Error::Unsupported { .. } => 3,
+        Error::Io { .. }
+        | Error::Decode(_)
+        | Error::InvalidModel(_)
+        | Error::Unsupported { .. } => 3,
     };
-    CliError { message: e.to_string(), code }
+    CliError {
+        message: e.to_string(),
+        code,
+    }
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -42,7 +51,8 @@ pub struct ModelArgs {
 }
 
 fn split_pair<'a>(s: &'a str, what: &str) -> CliResult<(&'a str, &'a str)> {
-    s.split_once('=').ok_or_else(|| fail(2, format!("{what} '{s}' must look like NAME=VALUE")))
+    s.split_once('=')
+        .ok_or_else(|| fail(2, format!("{what} '{s}' must look like NAME=VALUE")))
 }
 
 impl ModelArgs {
@@ -51,7 +61,9 @@ impl ModelArgs {
             .iter()
             .map(|d| {
                 let (k, v) = split_pair(d, "--dim")?;
-                let v: i64 = v.parse().map_err(|_| fail(2, format!("--dim {k}: '{v}' is not an integer")))?;
+                let v: i64 = v
+                    .parse()
+                    .map_err(|_| fail(2, format!("--dim {k}: '{v}' is not an integer")))?;
                 if v < 0 {
                     return Err(fail(2, format!("--dim {k}: {v} is negative")));
                 }
@@ -64,19 +76,32 @@ impl ModelArgs {
     pub fn check_provider(&self) -> CliResult<&'static str> {
         match self.provider.as_str() {
             "auto" | "cpu" => Ok("cpu"),
-            p @ ("cuda" | "wgpu") => Err(fail(2, format!("provider '{p}' is not available in this build (use cpu or auto)"))),
-            p => Err(fail(2, format!("unknown provider '{p}' (expected auto, cpu, cuda or wgpu)"))),
+            p @ ("cuda" | "wgpu") => Err(fail(
+                2,
+                format!("provider '{p}' is not available in this build (use cpu or auto)"),
+            )),
+            p => Err(fail(
+                2,
+                format!("unknown provider '{p}' (expected auto, cpu, cuda or wgpu)"),
+            )),
         }
     }
 
     pub fn session(&self) -> CliResult<Session> {
         self.check_provider()?;
-        let options = SessionOptions { dims: self.dims()?, ..Default::default() };
+        let options = SessionOptions {
+            dims: self.dims()?,
+            ..Default::default()
+        };
         Session::from_file(&self.model, options).map_err(from_quorum)
     }
 
     /// Inputs read from files, then every remaining runtime input generated with `seed`.
-    pub fn inputs(&self, session: &Session, seed: u64) -> CliResult<(Vec<(String, Value)>, Vec<String>)> {
+    pub fn inputs(
+        &self,
+        session: &Session,
+        seed: u64,
+    ) -> CliResult<(Vec<(String, Value)>, Vec<String>)> {
         let graph = &session.model().graph;
         let mut given = Vec::new();
         for spec in &self.inputs {
@@ -87,12 +112,19 @@ impl ModelArgs {
                 .find(|i| i.name == name)
                 .map(|i| i.ty.clone())
                 .ok_or_else(|| {
-                    let names: Vec<&str> = graph.runtime_inputs().map(|i| i.name.as_str()).collect();
-                    fail(4, format!("--input {name}: the model has no input '{name}' (it takes {names:?})"))
+                    let names: Vec<&str> =
+                        graph.runtime_inputs().map(|i| i.name.as_str()).collect();
+                    fail(
+                        4,
+                        format!(
+                            "--input {name}: the model has no input '{name}' (it takes {names:?})"
+                        ),
+                    )
                 })?;
             given.push((name.to_string(), read_value(Path::new(file), &ty)?));
         }
-        let generated = quorum::inputs::generate(graph, &given, &self.dims()?, seed).map_err(from_quorum)?;
+        let generated =
+            quorum::inputs::generate(graph, &given, &self.dims()?, seed).map_err(from_quorum)?;
         let names = generated.iter().map(|(n, _)| n.clone()).collect();
         given.extend(generated);
         Ok((given, names))
@@ -100,7 +132,8 @@ impl ModelArgs {
 }
 
 fn read_value(path: &Path, ty: &quorum::ir::ValueType) -> CliResult<Value> {
-    let bytes = std::fs::read(path).map_err(|e| fail(4, format!("cannot read {}: {e}", path.display())))?;
+    let bytes =
+        std::fs::read(path).map_err(|e| fail(4, format!("cannot read {}: {e}", path.display())))?;
     let r = if path.extension().is_some_and(|e| e == "npy") {
         quorum::npy::read(&bytes).map(Value::Tensor)
     } else {

@@ -13,13 +13,21 @@ pub struct Args {
 }
 
 pub fn main(a: Args) -> CliResult<()> {
-    let model = loader::model_from_file(&a.model.model, &LoadOptions::default()).map_err(from_quorum)?;
+    let model =
+        loader::model_from_file(&a.model.model, &LoadOptions::default()).map_err(from_quorum)?;
     let g = &model.graph;
-    println!("model: {} (ir {}, producer '{}')", a.model.model.display(), model.ir_version, model.producer);
+    println!(
+        "model: {} (ir {}, producer '{}')",
+        a.model.model.display(),
+        model.ir_version,
+        model.producer
+    );
     let mut opsets: Vec<_> = model.opsets.iter().collect();
     opsets.sort();
-    let opsets: Vec<String> =
-        opsets.iter().map(|(d, v)| format!("{}={v}", if d.is_empty() { "ai.onnx" } else { d.as_str() })).collect();
+    let opsets: Vec<String> = opsets
+        .iter()
+        .map(|(d, v)| format!("{}={v}", if d.is_empty() { "ai.onnx" } else { d.as_str() }))
+        .collect();
     println!("opsets: {}", opsets.join(", "));
     println!("inputs:");
     for i in g.runtime_inputs() {
@@ -29,7 +37,11 @@ pub fn main(a: Args) -> CliResult<()> {
     for o in &g.outputs {
         println!("  {}: {}", o.name, o.ty);
     }
-    println!("initializers: {} ({} values)", g.initializers.len(), g.initializers.values().map(|t| t.len()).sum::<usize>());
+    println!(
+        "initializers: {} ({} values)",
+        g.initializers.len(),
+        g.initializers.values().map(|t| t.len()).sum::<usize>()
+    );
     let nodes = model.all_nodes();
     let mut hist: BTreeMap<String, usize> = BTreeMap::new();
     for n in &nodes {

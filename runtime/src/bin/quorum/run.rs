@@ -19,8 +19,21 @@ pub struct Args {
 
 /// A file-system-safe version of a value name.
 fn safe_name(name: &str) -> String {
-    let s: String = name.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect();
-    if s.is_empty() || s.starts_with('.') { format!("output{s}") } else { s }
+    let s: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if s.is_empty() || s.starts_with('.') {
+        format!("output{s}")
+    } else {
+        s
+    }
 }
 
 fn stats(t: &Tensor) -> String {
@@ -39,24 +52,38 @@ pub fn main(a: Args) -> CliResult<()> {
     let session = a.model.session()?;
     let (inputs, generated) = a.model.inputs(&session, a.seed)?;
     if !generated.is_empty() {
-        eprintln!("note: generated inputs (seed {}): {}", a.seed, generated.join(", "));
+        eprintln!(
+            "note: generated inputs (seed {}): {}",
+            a.seed,
+            generated.join(", ")
+        );
     }
     let outputs = session.run(inputs).map_err(from_quorum)?;
-    std::fs::create_dir_all(&a.output_dir).map_err(|e| fail(5, format!("cannot create {}: {e}", a.output_dir.display())))?;
+    std::fs::create_dir_all(&a.output_dir)
+        .map_err(|e| fail(5, format!("cannot create {}: {e}", a.output_dir.display())))?;
     for (name, value) in outputs {
         let Value::Tensor(t) = &value else {
-            println!("{name}: {} (not written: only tensors are saved as .npy)", value.describe());
+            println!(
+                "{name}: {} (not written: only tensors are saved as .npy)",
+                value.describe()
+            );
             continue;
         };
         let path = a.output_dir.join(format!("{}.npy", safe_name(&name)));
         match quorum::npy::write(t) {
-            Ok(bytes) => std::fs::write(&path, bytes).map_err(|e| fail(5, format!("cannot write {}: {e}", path.display())))?,
+            Ok(bytes) => std::fs::write(&path, bytes)
+                .map_err(|e| fail(5, format!("cannot write {}: {e}", path.display())))?,
             Err(e) => {
                 println!("{name}: {} (not written: {e})", t.describe());
                 continue;
             }
         }
-        println!("{name}: {} {} -> {}", t.describe(), stats(t), path.display());
+        println!(
+            "{name}: {} {} -> {}",
+            t.describe(),
+            stats(t),
+            path.display()
+        );
     }
     Ok(())
 }
