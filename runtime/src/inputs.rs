@@ -48,7 +48,13 @@ pub fn concrete_shape(shape: &[Dim], dims: &HashMap<String, i64>) -> Result<Vec<
 
 /// A random tensor of `dtype` and `shape`: floats uniform in [-1, 1), integers in [0, 8), bools mixed.
 pub fn random_tensor(dtype: DType, shape: &[usize], rng: &mut Rng) -> Result<Tensor> {
-    let n: usize = shape.iter().product();
+    let n = shape
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .ok_or_else(|| Error::Input {
+            name: String::new(),
+            msg: format!("shape {shape:?} has more elements than this machine can address"),
+        })?;
     let s = IxDyn(shape);
     let ints = |rng: &mut Rng| (rng.next_u64() % 8) as i64;
     let err = |e: ndarray::ShapeError| Error::Input {
@@ -106,6 +112,18 @@ pub fn generate(
     dims: &HashMap<String, i64>,
     seed: u64,
 ) -> Result<Vec<(String, Value)>> {
+    generate_within(graph, given, dims, seed, crate::DEFAULT_MAX_TENSOR_BYTES)
+}
+
+/// [`generate`], refusing (with [`Error::TooLarge`]) any input over `max_tensor_bytes` before allocating
+/// it: declared shapes come from the model, which may ask for anything.
+pub fn generate_within(
+    graph: &Graph,
+    given: &[(String, Value)],
+    dims: &HashMap<String, i64>,
+    seed: u64,
+    max_tensor_bytes: u64,
+) -> Result<Vec<(String, Value)>> {
     let mut rng = Rng::new(seed);
     let mut out = Vec::new();
     for info in graph.runtime_inputs() {
@@ -134,6 +152,16 @@ pub fn generate(
                 });
             }
         };
+        let bytes = shape.iter().fold(dtype.size_in_memory() as u128, |a, &d| {
+            a.saturating_mul(d as u128)
+        });
+        if bytes > max_tensor_bytes as u128 {
+            return Err(Error::TooLarge {
+                what: format!("generated input '{}' of shape {shape:?}", info.name),
+                bytes,
+                limit: max_tensor_bytes as u128,
+            });
+        }
         out.push((
             info.name.clone(),
             Value::Tensor(random_tensor(dtype, &shape, &mut rng).map_err(named)?),

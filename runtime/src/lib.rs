@@ -24,3 +24,6 @@ pub use tensor::{DType, Tensor, Value};
 
 /// Default for [`SessionOptions::max_tensor_bytes`]: 16 GiB, above any real model's single tensor here.
 pub const DEFAULT_MAX_TENSOR_BYTES: u64 = 16 << 30;
+
+/// Default for [`SessionOptions::max_loop_iterations`]: far above any real model's loop.
+pub const DEFAULT_MAX_LOOP_ITERATIONS: u64 = 1 << 31;

@@ -15,6 +15,9 @@ use crate::tensor::Value;
 pub struct SessionOptions {
     /// Largest tensor (bytes in memory) that loading or running may create; larger is an error.
     pub max_tensor_bytes: u64,
+    /// Most iterations one `Loop` node may run; more is an error. A Loop whose trip count and condition
+    /// come from data could otherwise run forever.
+    pub max_loop_iterations: u64,
     /// Values for symbolic input dims, used by tools that generate inputs (`quorum bench`).
     pub dims: HashMap<String, i64>,
 }
@@ -23,6 +26,7 @@ impl Default for SessionOptions {
     fn default() -> Self {
         SessionOptions {
             max_tensor_bytes: crate::DEFAULT_MAX_TENSOR_BYTES,
+            max_loop_iterations: crate::DEFAULT_MAX_LOOP_ITERATIONS,
             dims: HashMap::new(),
         }
     }
@@ -81,6 +85,7 @@ impl Session {
         self.check_inputs(graph, &inputs)?;
         let exec = Exec {
             max_tensor_bytes: self.options.max_tensor_bytes,
+            max_loop_iterations: self.options.max_loop_iterations,
         };
         let outs = exec.run_plan(&self.plan, inputs, None)?;
         Ok(graph
@@ -173,6 +178,7 @@ impl Scope<'_> {
 
 struct Exec {
     max_tensor_bytes: u64,
+    max_loop_iterations: u64,
 }
 
 struct Runner<'a> {
@@ -197,6 +203,10 @@ impl SubgraphRunner for Runner<'_> {
         self.exec
             .run_plan(plan, named, Some(self.scope))
             .map_err(|e| OpError::Invalid(format!("in subgraph '{}': {e}", graph.name)))
+    }
+
+    fn max_loop_iterations(&self) -> u64 {
+        self.exec.max_loop_iterations
     }
 }
 

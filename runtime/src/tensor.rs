@@ -514,3 +514,43 @@ impl Tensor {
         Ok(())
     }
 }
+
+impl Tensor {
+    /// Builds a tensor of `dtype` from f64 values (floats rounded, ints truncated, bools `!= 0`).
+    pub fn from_f64s(dtype: DType, shape: &[usize], v: Vec<f64>) -> OpResult<Tensor> {
+        let s = IxDyn(shape);
+        macro_rules! ints {
+            ($v:ident, $t:ty) => {
+                Tensor::$v(ArrayD::from_shape_vec(
+                    s,
+                    v.into_iter().map(|x| x as $t).collect(),
+                )?)
+            };
+        }
+        Ok(match dtype {
+            DType::F32 => ints!(F32, f32),
+            DType::F64 => Tensor::F64(ArrayD::from_shape_vec(s, v)?),
+            DType::F16 => Tensor::F16(ArrayD::from_shape_vec(
+                s,
+                v.into_iter().map(f16::from_f64).collect(),
+            )?),
+            DType::BF16 => Tensor::BF16(ArrayD::from_shape_vec(
+                s,
+                v.into_iter().map(bf16::from_f64).collect(),
+            )?),
+            DType::I8 => ints!(I8, i8),
+            DType::I16 => ints!(I16, i16),
+            DType::I32 => ints!(I32, i32),
+            DType::I64 => ints!(I64, i64),
+            DType::U8 => ints!(U8, u8),
+            DType::U16 => ints!(U16, u16),
+            DType::U32 => ints!(U32, u32),
+            DType::U64 => ints!(U64, u64),
+            DType::Bool => Tensor::Bool(ArrayD::from_shape_vec(
+                s,
+                v.into_iter().map(|x| x != 0.0).collect(),
+            )?),
+            d => return Err(OpError::Unsupported(format!("output dtype {d}"))),
+        })
+    }
+}

@@ -111,7 +111,11 @@ fn loop_op(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let k = body.outputs.len() - 1 - n;
     let mut scans: Vec<Vec<Tensor>> = vec![Vec::new(); k];
     let mut it: i64 = 0;
+    let cap = ctx.runner.max_loop_iterations();
     while cond && max_trips.is_none_or(|m| it < m) {
+        if it as u64 >= cap {
+            bail!("Loop ran {it} iterations, the session's limit (SessionOptions::max_loop_iterations)");
+        }
         let mut feed = Vec::with_capacity(n + 2);
         feed.push(Value::Tensor(Tensor::scalar_i64(it)));
         feed.push(Value::Tensor(Tensor::Bool(ArrayD::from_elem(

@@ -3,8 +3,6 @@
 //! Both bring the input to `[N, C, D]` (D the product of the trailing dims) and the target to `[N, D]`,
 //! compute in f64 and return the input's float type. A target equal to `ignore_index` contributes a
 //! zero loss and a zero weight; `mean` divides by the sum of the weights of the kept elements.
-use half::{bf16, f16};
-use ndarray::{ArrayD, IxDyn};
 
 use super::{OpCtx, Registry, input, opt_input};
 use crate::error::OpResult;
@@ -16,26 +14,6 @@ pub fn register(r: &mut Registry) {
     r.add("", "SoftmaxCrossEntropyLoss", sce_loss);
 }
 
-/// A float tensor of `dtype` from f64 values (rounded to nearest).
-fn float_tensor(dtype: DType, shape: &[usize], v: Vec<f64>) -> OpResult<Tensor> {
-    let s = IxDyn(shape);
-    Ok(match dtype {
-        DType::F32 => Tensor::F32(ArrayD::from_shape_vec(
-            s,
-            v.into_iter().map(|x| x as f32).collect(),
-        )?),
-        DType::F64 => Tensor::F64(ArrayD::from_shape_vec(s, v)?),
-        DType::F16 => Tensor::F16(ArrayD::from_shape_vec(
-            s,
-            v.into_iter().map(f16::from_f64).collect(),
-        )?),
-        DType::BF16 => Tensor::BF16(ArrayD::from_shape_vec(
-            s,
-            v.into_iter().map(bf16::from_f64).collect(),
-        )?),
-        d => unsupported!("loss of dtype {d} (expected a float type)"),
-    })
-}
 
 enum Reduction {
     None,
@@ -128,9 +106,9 @@ fn reduce_loss(cm: &Common, lp: &[f64]) -> OpResult<Tensor> {
         }
     }
     match cm.reduction {
-        Reduction::None => float_tensor(cm.dtype, &cm.target_shape, loss),
-        Reduction::Sum => float_tensor(cm.dtype, &[], vec![loss.iter().sum()]),
-        Reduction::Mean => float_tensor(cm.dtype, &[], vec![loss.iter().sum::<f64>() / wsum]),
+        Reduction::None => Tensor::from_f64s(cm.dtype, &cm.target_shape, loss),
+        Reduction::Sum => Tensor::from_f64s(cm.dtype, &[], vec![loss.iter().sum()]),
+        Reduction::Mean => Tensor::from_f64s(cm.dtype, &[], vec![loss.iter().sum::<f64>() / wsum]),
     }
 }
 
@@ -173,7 +151,7 @@ fn sce_loss(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let loss = reduce_loss(&cm, &lp)?;
     let mut out = vec![loss.into()];
     if ctx.node.outputs.len() > 1 {
-        out.push(float_tensor(cm.dtype, xt.shape(), lp)?.into());
+        out.push(Tensor::from_f64s(cm.dtype, xt.shape(), lp)?.into());
     }
     Ok(out)
 }

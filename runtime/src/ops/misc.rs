@@ -1,7 +1,6 @@
 //! Assorted operators: NonMaxSuppression, Dropout, Det and the random generators here; strings and
 //! TfIdfVectorizer in `text`, signal processing (DFT, STFT, windows, MelWeightMatrix) in `signal`,
 //! the ai.onnx.ml and ai.onnx.preview.training operators in `ml`.
-use half::{bf16, f16};
 use ndarray::{ArrayD, IxDyn};
 
 use super::{OpCtx, Registry, input, opt_input, single};
@@ -29,44 +28,6 @@ pub fn register(r: &mut Registry) {
     ml::register(r);
     signal::register(r);
     text::register(r);
-}
-
-/// Builds a tensor of `dtype` from f64 values (floats rounded, ints truncated, bools `!= 0`).
-pub(crate) fn tensor_from_f64(dtype: DType, shape: &[usize], v: Vec<f64>) -> OpResult<Tensor> {
-    let s = IxDyn(shape);
-    macro_rules! ints {
-        ($v:ident, $t:ty) => {
-            Tensor::$v(ArrayD::from_shape_vec(
-                s,
-                v.into_iter().map(|x| x as $t).collect(),
-            )?)
-        };
-    }
-    Ok(match dtype {
-        DType::F32 => ints!(F32, f32),
-        DType::F64 => Tensor::F64(ArrayD::from_shape_vec(s, v)?),
-        DType::F16 => Tensor::F16(ArrayD::from_shape_vec(
-            s,
-            v.into_iter().map(f16::from_f64).collect(),
-        )?),
-        DType::BF16 => Tensor::BF16(ArrayD::from_shape_vec(
-            s,
-            v.into_iter().map(bf16::from_f64).collect(),
-        )?),
-        DType::I8 => ints!(I8, i8),
-        DType::I16 => ints!(I16, i16),
-        DType::I32 => ints!(I32, i32),
-        DType::I64 => ints!(I64, i64),
-        DType::U8 => ints!(U8, u8),
-        DType::U16 => ints!(U16, u16),
-        DType::U32 => ints!(U32, u32),
-        DType::U64 => ints!(U64, u64),
-        DType::Bool => Tensor::Bool(ArrayD::from_shape_vec(
-            s,
-            v.into_iter().map(|x| x != 0.0).collect(),
-        )?),
-        d => unsupported!("output dtype {d}"),
-    })
 }
 
 /// A dtype attribute (ONNX code), or `default` when absent.
@@ -208,7 +169,7 @@ fn dropout(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
         let mask = if ctx.opset() >= 10 {
             Tensor::Bool(ArrayD::from_elem(IxDyn(x.shape()), true))
         } else {
-            tensor_from_f64(x.dtype(), x.shape(), vec![1.0; x.len()])?
+            Tensor::from_f64s(x.dtype(), x.shape(), vec![1.0; x.len()])?
         };
         outs.push(Value::Tensor(mask));
     }
@@ -233,7 +194,7 @@ fn dropout_train(ctx: &OpCtx, x: &Tensor, ratio: f64) -> OpResult<Vec<Value>> {
         .zip(&keep)
         .map(|(&v, &k)| if k { v * scale } else { 0.0 })
         .collect();
-    let mut outs = vec![Value::Tensor(tensor_from_f64(x.dtype(), x.shape(), y)?)];
+    let mut outs = vec![Value::Tensor(Tensor::from_f64s(x.dtype(), x.shape(), y)?)];
     if ctx.node.outputs.len() > 1 {
         outs.push(Value::Tensor(Tensor::Bool(ArrayD::from_shape_vec(
             IxDyn(x.shape()),
@@ -297,7 +258,7 @@ fn det(_ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
             .map(|m| det_of(&mut m.to_vec(), n))
             .collect()
     };
-    single(tensor_from_f64(x.dtype(), &s[..r - 2], out)?)
+    single(Tensor::from_f64s(x.dtype(), &s[..r - 2], out)?)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -373,7 +334,7 @@ fn random_fill(ctx: &OpCtx, shape: &[usize], dtype: DType, normal: bool) -> OpRe
         );
         (0..n).map(|_| lo + (hi - lo) * rng.uniform()).collect()
     };
-    single(tensor_from_f64(dtype, shape, v)?)
+    single(Tensor::from_f64s(dtype, shape, v)?)
 }
 
 fn random_normal(ctx: &OpCtx, _inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
@@ -413,7 +374,7 @@ fn bernoulli(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
         .into_iter()
         .map(|p| if rng.uniform() < p { 1.0 } else { 0.0 })
         .collect();
-    single(tensor_from_f64(dtype, x.shape(), v)?)
+    single(Tensor::from_f64s(dtype, x.shape(), v)?)
 }
 
 fn multinomial(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
@@ -453,7 +414,7 @@ fn multinomial(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
             out.push(cdf.iter().position(|&c| u < c).unwrap_or(s[1] - 1) as f64);
         }
     }
-    single(tensor_from_f64(dtype, &[s[0], k], out)?)
+    single(Tensor::from_f64s(dtype, &[s[0], k], out)?)
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use ndarray::{ArrayD, Axis, IxDyn};
 
-use super::{scalar_f64, tensor_from_f64};
+use super::{scalar_f64};
 use crate::error::{OpError, OpResult};
 use crate::ops::{OpCtx, Registry, input, single};
 use crate::tensor::{DType, Tensor, Value};
@@ -101,8 +101,8 @@ fn label_encoder(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>>
             ),
             None => match v.dtype() {
                 DType::Str => strings_tensor(vec!["_Unused".into()])?,
-                d if d.is_float() => tensor_from_f64(d, &[1], vec![-0.0])?,
-                d => tensor_from_f64(d, &[1], vec![-1.0])?,
+                d if d.is_float() => Tensor::from_f64s(d, &[1], vec![-0.0])?,
+                d => Tensor::from_f64s(d, &[1], vec![-1.0])?,
             },
         };
         crate::ops::sequence::concat(&[flat, def], 0)?
@@ -166,7 +166,7 @@ fn binarizer(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
         .into_iter()
         .map(|a| if a > th { 1.0 } else { 0.0 })
         .collect();
-    single(tensor_from_f64(x.dtype(), x.shape(), v)?)
+    single(Tensor::from_f64s(x.dtype(), x.shape(), v)?)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -359,7 +359,7 @@ fn tree_ensemble(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>>
             };
         }
     }
-    single(tensor_from_f64(x.dtype(), &[rows, n_targets], out)?)
+    single(Tensor::from_f64s(x.dtype(), &[rows, n_targets], out)?)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -409,7 +409,7 @@ fn optimize<F: Fn(&[f64], &mut [f64])>(
         }
         for (j, r) in res.into_iter().enumerate() {
             let src = if j == 0 { ts[0] } else { ts[j + 1] };
-            outs[j].push(Value::Tensor(tensor_from_f64(src.dtype(), src.shape(), r)?));
+            outs[j].push(Value::Tensor(Tensor::from_f64s(src.dtype(), src.shape(), r)?));
         }
     }
     Ok(outs.into_iter().flatten().collect())

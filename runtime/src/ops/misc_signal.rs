@@ -3,7 +3,7 @@
 //! Transforms run in f64 through a mixed-radix FFT (any length; O(n * sum of prime factors)).
 use rayon::prelude::*;
 
-use super::{dtype_attr, scalar_f64, tensor_from_f64};
+use super::{dtype_attr, scalar_f64};
 use crate::error::OpResult;
 use crate::ops::{OpCtx, Registry, input, opt_input, single};
 use crate::tensor::{DType, Tensor, Value};
@@ -263,7 +263,7 @@ fn dft(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
             }
         }
     }
-    single(tensor_from_f64(x.dtype(), &out_shape, out)?)
+    single(Tensor::from_f64s(x.dtype(), &out_shape, out)?)
 }
 
 fn stft(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
@@ -337,7 +337,7 @@ fn stft(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
             }
         },
     );
-    single(tensor_from_f64(x.dtype(), &out_shape, out)?)
+    single(Tensor::from_f64s(x.dtype(), &out_shape, out)?)
 }
 
 /// A window of `size` samples: `f(2 pi n / N)` with N = size (periodic) or size - 1 (symmetric).
@@ -358,7 +358,7 @@ fn window(ctx: &OpCtx, inputs: &[Option<&Value>], f: impl Fn(f64) -> f64) -> OpR
     let v: Vec<f64> = (0..size)
         .map(|n| f(2.0 * std::f64::consts::PI * n as f64 / denom))
         .collect();
-    single(tensor_from_f64(dtype, &[size], v)?)
+    single(Tensor::from_f64s(dtype, &[size], v)?)
 }
 
 fn hann_window(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
@@ -427,7 +427,7 @@ fn mel_weight_matrix(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Val
             }
         }
     }
-    single(tensor_from_f64(
+    single(Tensor::from_f64s(
         dtype_attr(ctx, "output_datatype", DType::F32)?,
         &[spec_bins, mel_bins],
         out,

@@ -39,6 +39,11 @@ pub type Kernel = fn(&OpCtx, &[Option<&Value>]) -> OpResult<Vec<Value>>;
 /// given inputs, the current scope visible to it.
 pub trait SubgraphRunner {
     fn run_subgraph(&self, graph: &Graph, inputs: Vec<Value>) -> OpResult<Vec<Value>>;
+
+    /// Most iterations one Loop node may run (`SessionOptions::max_loop_iterations`).
+    fn max_loop_iterations(&self) -> u64 {
+        u64::MAX
+    }
 }
 
 /// What a kernel sees of its node.

@@ -59,26 +59,6 @@ macro_rules! float_kernel {
     }};
 }
 
-/// A float tensor of `dtype` from f64 values.
-fn f64_tensor(dtype: DType, shape: &[usize], v: Vec<f64>) -> OpResult<Tensor> {
-    let s = IxDyn(shape);
-    Ok(match dtype {
-        DType::F32 => Tensor::F32(ArrayD::from_shape_vec(
-            s,
-            v.into_iter().map(|x| x as f32).collect(),
-        )?),
-        DType::F64 => Tensor::F64(ArrayD::from_shape_vec(s, v)?),
-        DType::F16 => Tensor::F16(ArrayD::from_shape_vec(
-            s,
-            v.into_iter().map(f16::from_f64).collect(),
-        )?),
-        DType::BF16 => Tensor::BF16(ArrayD::from_shape_vec(
-            s,
-            v.into_iter().map(bf16::from_f64).collect(),
-        )?),
-        d => unsupported!("output dtype {d}"),
-    })
-}
 
 /// A parameter tensor as f64, broadcast (numpy rules, one-directional) to `target`, row-major.
 fn param(t: &Tensor, target: &[usize], what: &str) -> OpResult<Vec<f64>> {
@@ -313,12 +293,12 @@ fn batch_norm(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
         .collect();
     let mut out = vec![
         Value::Tensor(y),
-        Value::Tensor(f64_tensor(mean.dtype(), mean.shape(), rm)?),
-        Value::Tensor(f64_tensor(var.dtype(), var.shape(), rv)?),
+        Value::Tensor(Tensor::from_f64s(mean.dtype(), mean.shape(), rm)?),
+        Value::Tensor(Tensor::from_f64s(var.dtype(), var.shape(), rv)?),
     ];
     if opset < 14 {
-        out.push(Value::Tensor(f64_tensor(mean.dtype(), mean.shape(), bm)?));
-        out.push(Value::Tensor(f64_tensor(var.dtype(), var.shape(), bv)?));
+        out.push(Value::Tensor(Tensor::from_f64s(mean.dtype(), mean.shape(), bm)?));
+        out.push(Value::Tensor(Tensor::from_f64s(var.dtype(), var.shape(), bv)?));
     }
     Ok(out)
 }
@@ -388,8 +368,8 @@ fn layer_norm(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
         // Empty rows (a zero-sized normalized shape) have no statistics.
         mean.resize(rows, f64::NAN);
         inv.resize(rows, f64::NAN);
-        out.push(Value::Tensor(f64_tensor(sdt, &sshape, mean)?));
-        out.push(Value::Tensor(f64_tensor(sdt, &sshape, inv)?));
+        out.push(Value::Tensor(Tensor::from_f64s(sdt, &sshape, mean)?));
+        out.push(Value::Tensor(Tensor::from_f64s(sdt, &sshape, inv)?));
     }
     Ok(out)
 }
@@ -565,7 +545,7 @@ fn mvn(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let var = mean_keep(&d.mapv(|v| v * v), &axes)?;
     let y = d / var.mapv(|v| v.sqrt() + 1e-9);
     let (shape, v) = (y.shape().to_vec(), y.into_iter().collect());
-    Ok(vec![Value::Tensor(f64_tensor(x.dtype(), &shape, v)?)])
+    Ok(vec![Value::Tensor(Tensor::from_f64s(x.dtype(), &shape, v)?)])
 }
 
 fn lp_slice<T: Elem>(x: &[T], dims: (usize, usize, usize), p: i64) -> Vec<T> {

@@ -614,15 +614,6 @@ fn roi_input(x: &Tensor, what: &str) -> OpResult<(Vec<f64>, [usize; 4])> {
     Ok((x.to_f64_vec()?, [s[0], s[1], s[2], s[3]]))
 }
 
-fn from_f64_like(x: &Tensor, shape: &[usize], v: Vec<f64>) -> OpResult<Tensor> {
-    let a = ArrayD::from_shape_vec(IxDyn(shape), v)?;
-    Ok(match x {
-        Tensor::F32(_) => Tensor::F32(a.mapv(|v| v as f32)),
-        Tensor::F16(_) => Tensor::F16(a.mapv(f16::from_f64)),
-        Tensor::BF16(_) => Tensor::BF16(a.mapv(bf16::from_f64)),
-        _ => Tensor::F64(a),
-    })
-}
 
 fn max_roi_pool(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let x = input(inputs, 0)?;
@@ -682,7 +673,7 @@ fn max_roi_pool(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> 
             }
         }
     }
-    single(from_f64_like(x, &oshape, y)?)
+    single(Tensor::from_f64s(x.dtype(), &oshape, y)?)
 }
 
 fn roi_align(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
@@ -730,7 +721,7 @@ fn roi_align(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     ctx.check_alloc(&oshape, 8)?;
     let mut y = vec![0f64; nr * c * oh * ow];
     if h == 0 || w == 0 {
-        return single(from_f64_like(x, &oshape, y)?);
+        return single(Tensor::from_f64s(x.dtype(), &oshape, y)?);
     }
     for (ri, roi) in rois.chunks(4).enumerate() {
         let b = bidx[ri];
@@ -829,7 +820,7 @@ fn roi_align(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
             }
         }
     }
-    single(from_f64_like(x, &oshape, y)?)
+    single(Tensor::from_f64s(x.dtype(), &oshape, y)?)
 }
 
 #[cfg(test)]
