@@ -41,18 +41,20 @@ impl Counts {
     }
 }
 
-/// The op family a case belongs to: that of its last node's op (node cases test one op), "other" when
-/// the op has no CPU kernel.
+/// The op family a case belongs to: that of the registered op its name is about (`test_conv_...` →
+/// Conv, `test_attention_..._expanded` → Attention), else of its last node's op; "other" when no op of
+/// the case has a CPU kernel.
 pub fn family_of(o: &Outcome) -> &'static str {
     let reg = quorum::ops::Registry::cpu();
-    o.ops
-        .iter()
-        .rev()
-        .find_map(|op| {
+    let case = o.id.rsplit('/').next().unwrap_or("").trim_start_matches("test_").replace('_', "").to_lowercase();
+    let named = reg.ops().filter(|(_, op)| case.starts_with(&op.to_lowercase())).max_by_key(|(_, op)| op.len());
+    named.and_then(|(d, op)| reg.family(d, op)).or_else(|| {
+        o.ops.iter().rev().find_map(|op| {
             let (domain, name) = op.rsplit_once("::").unwrap_or(("", op));
             reg.family(domain, name)
         })
-        .unwrap_or("other")
+    })
+    .unwrap_or("other")
 }
 
 pub fn part_of(id: &str) -> &str {

@@ -62,10 +62,11 @@ fn run_inner(
     let failed = |e: anyhow::Error| EngineError::Failed(format!("{e:#}"));
     let model = quorum::loader::model_from_file(&case.model_path(), &Default::default())
         .map_err(|e| EngineError::Failed(e.to_string()))?;
-    let mut names: Vec<String> = model.all_nodes().iter().map(|n| n.qualified_op()).collect();
-    names.sort();
-    names.dedup();
-    *ops = names;
+    for op in model.all_nodes().iter().map(|n| n.qualified_op()) {
+        if !ops.contains(&op) {
+            ops.push(op);
+        }
+    }
     let sets = case::data_sets(case, &model).map_err(failed)?;
     let prepared = engine.prepare(&case.model_path())?;
     let tol = tolerance::for_case(&case.id);
