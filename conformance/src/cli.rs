@@ -19,7 +19,8 @@ use crate::runner;
     about = "Run the ONNX backend corpus on Quorum's engines"
 )]
 pub struct Args {
-    /// Engine to run (repeatable). Default: every engine available on this machine.
+    /// Engine to run (repeatable): cpu, oracle-reference, oracle-independent. Default: every engine
+    /// available on this machine that runs by default (the oracle engines are opt-in for now).
     #[arg(long = "engine")]
     pub engines: Vec<String>,
     /// Only cases whose id (`part/name`) matches this regular expression.

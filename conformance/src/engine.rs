@@ -20,6 +20,10 @@ pub trait Engine: Send + Sync {
         Ok(())
     }
     fn prepare(&self, model: &Path) -> Result<Box<dyn Prepared>, EngineError>;
+    /// Whether a run that names no engine includes this one.
+    fn runs_by_default(&self) -> bool {
+        true
+    }
 }
 
 pub trait Prepared: Send + Sync {
@@ -64,7 +68,11 @@ impl Prepared for CpuModel {
 
 /// Every engine this build knows, available or not.
 pub fn all() -> Vec<Box<dyn Engine>> {
-    vec![Box::new(Cpu)]
+    vec![
+        Box::new(Cpu),
+        Box::new(crate::oracle_engine::reference()),
+        Box::new(crate::oracle_engine::independent()),
+    ]
 }
 
 pub fn by_name(name: &str) -> Option<Box<dyn Engine>> {

@@ -4,11 +4,13 @@
 //! A suite is written once ([`case`]); each engine ([`engine`]) runs it; the tolerance policy lives in
 //! [`tolerance`]; what may fail, and why, lives in `expected/<engine>.txt` ([`expect`]).
 
+pub mod arbitrate;
 pub mod case;
 pub mod cli;
 pub mod corpus;
 pub mod engine;
 pub mod expect;
+pub mod oracle_engine;
 pub mod report;
 pub mod runner;
 pub mod tolerance;

@@ -46,15 +46,26 @@ impl Counts {
 /// the case has a CPU kernel.
 pub fn family_of(o: &Outcome) -> &'static str {
     let reg = quorum::ops::Registry::cpu();
-    let case = o.id.rsplit('/').next().unwrap_or("").trim_start_matches("test_").replace('_', "").to_lowercase();
-    let named = reg.ops().filter(|(_, op)| case.starts_with(&op.to_lowercase())).max_by_key(|(_, op)| op.len());
-    named.and_then(|(d, op)| reg.family(d, op)).or_else(|| {
-        o.ops.iter().rev().find_map(|op| {
-            let (domain, name) = op.rsplit_once("::").unwrap_or(("", op));
-            reg.family(domain, name)
+    let case =
+        o.id.rsplit('/')
+            .next()
+            .unwrap_or("")
+            .trim_start_matches("test_")
+            .replace('_', "")
+            .to_lowercase();
+    let named = reg
+        .ops()
+        .filter(|(_, op)| case.starts_with(&op.to_lowercase()))
+        .max_by_key(|(_, op)| op.len());
+    named
+        .and_then(|(d, op)| reg.family(d, op))
+        .or_else(|| {
+            o.ops.iter().rev().find_map(|op| {
+                let (domain, name) = op.rsplit_once("::").unwrap_or(("", op));
+                reg.family(domain, name)
+            })
         })
-    })
-    .unwrap_or("other")
+        .unwrap_or("other")
 }
 
 pub fn part_of(id: &str) -> &str {

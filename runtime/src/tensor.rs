@@ -370,14 +370,13 @@ impl Tensor {
 
     /// Reshapes without changing the element order (row-major).
     pub fn reshape(&self, shape: &[usize]) -> OpResult<Tensor> {
-        let n: usize = shape.iter().product();
-        if n != self.len() {
+        let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+        if n != Some(self.len()) {
             return Err(OpError::Invalid(format!(
-                "cannot reshape {:?} ({} elements) to {:?} ({} elements)",
+                "cannot reshape {:?} ({} elements) to {:?}",
                 self.shape(),
                 self.len(),
-                shape,
-                n
+                shape
             )));
         }
         Ok(map_array!(self, a => {

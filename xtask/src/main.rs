@@ -1,4 +1,6 @@
-//! `cargo xtask <task>`: conformance runs, corpus generation. See the README for each task.
+//! `cargo xtask <task>`: conformance runs, corpus generation, fuzzing. See the README for each task.
+mod fuzz;
+
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -20,12 +22,15 @@ enum Task {
         #[arg(long)]
         force: bool,
     },
+    /// Fuzz model loading and running (cargo-fuzz target `load_and_run`), seeded with the corpus models.
+    Fuzz(fuzz::Args),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.task {
         Task::Conformance(args) => quorum_conformance::cli::run(args),
+        Task::Fuzz(args) => fuzz::run(args),
         Task::Corpus { force } => {
             let dir = quorum_conformance::corpus::default_dir();
             let r = if force {

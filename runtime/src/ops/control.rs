@@ -114,7 +114,7 @@ fn loop_op(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let cap = ctx.runner.max_loop_iterations();
     while cond && max_trips.is_none_or(|m| it < m) {
         if it as u64 >= cap {
-            bail!("Loop ran {it} iterations, the session's limit (SessionOptions::max_loop_iterations)");
+            bail!("Loop stopped at {it} iterations (SessionOptions::max_loop_iterations)");
         }
         let mut feed = Vec::with_capacity(n + 2);
         feed.push(Value::Tensor(Tensor::scalar_i64(it)));

@@ -115,7 +115,7 @@ fn explicit_pads(ctx: &OpCtx, r: usize) -> OpResult<(Vec<i64>, Vec<i64>)> {
     match ctx.attr_opt_ints("pads")? {
         None => Ok((vec![0; r], vec![0; r])),
         Some(p) => {
-            if p.len() != 2 * r || p.iter().any(|x| x.abs() > LIMIT) {
+            if p.len() != 2 * r || p.iter().any(|x| x.unsigned_abs() > LIMIT as u64) {
                 bail!(
                     "pads {p:?} must have {} values of magnitude <= {LIMIT}",
                     2 * r
@@ -476,7 +476,7 @@ fn convt_geom(ctx: &OpCtx, ins: &[usize], w_spatial: &[usize]) -> OpResult<Geom>
         Some(v) if v.len() == 2 * r => v[..r].to_vec(),
         Some(v) => bail!("output_padding {v:?} must have {r} values"),
     };
-    if op.iter().any(|x| x.abs() > LIMIT) {
+    if op.iter().any(|x| x.unsigned_abs() > LIMIT as u64) {
         bail!("output_padding {op:?} is out of range");
     }
     let auto_pad = ctx.attr_s("auto_pad", "NOTSET")?;
@@ -492,7 +492,7 @@ fn convt_geom(ctx: &OpCtx, ins: &[usize], w_spatial: &[usize]) -> OpResult<Geom>
             .saturating_mul(ins[i] as i64 - 1)
             .saturating_add(op[i])
             .saturating_add(dk);
-        if full.abs() > LIMIT * LIMIT {
+        if full.unsigned_abs() > (LIMIT * LIMIT) as u64 {
             bail!("ConvTranspose output along spatial dim {i} is too large");
         }
         let target = match &out_attr {
@@ -672,7 +672,7 @@ fn bilinear<T: GemmFloat>(p: &[T], h: usize, w: usize, y: T, x: T) -> T {
     let (Some(y0), Some(x0)) = (y0f.to_i64(), x0f.to_i64()) else {
         return T::zero();
     };
-    if y0.abs() > LIMIT || x0.abs() > LIMIT {
+    if y0.unsigned_abs() > LIMIT as u64 || x0.unsigned_abs() > LIMIT as u64 {
         return T::zero();
     }
     let one = T::one();

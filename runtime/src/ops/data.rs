@@ -440,7 +440,10 @@ fn concat(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
         bail!("Concat of scalars");
     }
     let axis = norm_axis(axis, r)?;
-    let mut out_shape = parts[0].shape().to_vec();
+    let Some(lead) = parts.iter().find(|t| t.rank() == r) else {
+        bail!("Concat needs an input of rank {r}")
+    };
+    let mut out_shape = lead.shape().to_vec();
     out_shape[axis] = 0;
     for t in &parts {
         let s = t.shape();
@@ -503,6 +506,9 @@ fn concat_impl<T: Elem>(
 fn split(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let x = input(inputs, 0)?;
     let r = x.rank();
+    if r == 0 {
+        bail!("Split on a scalar");
+    }
     let axis = norm_axis(ctx.attr_i("axis", 0)?, r)?;
     let dim = x.shape()[axis] as i64;
     let nout = ctx.node.outputs.len();
@@ -519,8 +525,8 @@ fn split(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
             } else {
                 nout as i64
             };
-            if k <= 0 {
-                bail!("Split into {k} outputs");
+            if k <= 0 || k != nout as i64 {
+                bail!("Split into {k} outputs, but the node has {nout}");
             }
             if ctx.opset() < 18 && dim % k != 0 {
                 bail!("Split of a dimension of {dim} into {k} equal parts");
@@ -529,7 +535,8 @@ fn split(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
             (0..k).map(|i| c.min(dim - (i * c).min(dim))).collect()
         }
     };
-    if sizes.iter().any(|&s| s < 0) || sizes.iter().sum::<i64>() != dim {
+    let total = sizes.iter().try_fold(0i64, |a, &s| a.checked_add(s));
+    if sizes.iter().any(|&s| s < 0) || total != Some(dim) {
         bail!("split sizes {sizes:?} do not add up to the dimension {dim} of axis {axis}");
     }
     let st = strides_of(x.shape());

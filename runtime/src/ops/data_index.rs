@@ -399,6 +399,7 @@ fn compress(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let cond = cond.to_i64_vec()?;
     let flat_x;
     let (t, axis) = match ctx.attr_opt_i("axis")? {
+        Some(_) if x.rank() == 0 => bail!("an axis on a scalar"),
         Some(a) => (x, norm_axis(a, x.rank())?),
         None => {
             flat_x = x.reshape(&[x.len()])?;
@@ -432,6 +433,9 @@ fn top_k(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
         };
         k
     };
+    if x.rank() == 0 {
+        bail!("TopK on a scalar");
+    }
     let axis = norm_axis(ctx.attr_i("axis", -1)?, x.rank())?;
     let largest = ctx.attr_i("largest", 1)? != 0;
     let dim = x.shape()[axis];
@@ -506,6 +510,7 @@ fn unique(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let sorted = ctx.attr_i("sorted", 1)? != 0;
     let flat_x;
     let (t, axis) = match ctx.attr_opt_i("axis")? {
+        Some(_) if x.rank() == 0 => bail!("an axis on a scalar"),
         Some(a) => (x, norm_axis(a, x.rank())?),
         None => {
             flat_x = x.reshape(&[x.len()])?;

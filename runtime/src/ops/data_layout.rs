@@ -214,8 +214,8 @@ fn block_args(ctx: &OpCtx, x: &Tensor) -> OpResult<(usize, bool, [usize; 4])> {
     let &[b, c, h, w] = x.shape() else {
         bail!("expected a 4-D input, got {:?}", x.shape())
     };
-    if bs <= 0 {
-        bail!("blocksize {bs} must be positive");
+    if bs <= 0 || bs > 1 << 31 {
+        bail!("blocksize {bs} must be in 1..=2^31");
     }
     Ok((bs as usize, crd, [b, c, h, w]))
 }
@@ -227,7 +227,10 @@ fn depth_to_space(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>
         bail!("channels {c} are not a multiple of blocksize² {}", bs * bs);
     }
     let c2 = c / (bs * bs);
-    let out = [b, c2, h * bs, w * bs];
+    let (Some(ho), Some(wo)) = (h.checked_mul(bs), w.checked_mul(bs)) else {
+        bail!("output of {h}x{w} times blocksize {bs} overflows");
+    };
+    let out = [b, c2, ho, wo];
     single(if crd {
         permute_as(x, &[b, c2, bs, bs, h, w], &[0, 1, 4, 2, 5, 3], &out)?
     } else {
@@ -242,7 +245,10 @@ fn space_to_depth(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>
         bail!("spatial dims {h}x{w} are not multiples of blocksize {bs}");
     }
     let view = [b, c, h / bs, bs, w / bs, bs];
-    let out = [b, c * bs * bs, h / bs, w / bs];
+    let Some(co) = c.checked_mul(bs * bs) else {
+        bail!("{c} channels times blocksize² {} overflows", bs * bs);
+    };
+    let out = [b, co, h / bs, w / bs];
     let perm = if crd {
         [0, 1, 3, 5, 2, 4]
     } else {

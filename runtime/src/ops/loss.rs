@@ -14,7 +14,6 @@ pub fn register(r: &mut Registry) {
     r.add("", "SoftmaxCrossEntropyLoss", sce_loss);
 }
 
-
 enum Reduction {
     None,
     Sum,

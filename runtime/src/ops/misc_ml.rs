@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use ndarray::{ArrayD, Axis, IxDyn};
 
-use super::{scalar_f64};
+use super::scalar_f64;
 use crate::error::{OpError, OpResult};
 use crate::ops::{OpCtx, Registry, input, single};
 use crate::tensor::{DType, Tensor, Value};
@@ -409,7 +409,11 @@ fn optimize<F: Fn(&[f64], &mut [f64])>(
         }
         for (j, r) in res.into_iter().enumerate() {
             let src = if j == 0 { ts[0] } else { ts[j + 1] };
-            outs[j].push(Value::Tensor(Tensor::from_f64s(src.dtype(), src.shape(), r)?));
+            outs[j].push(Value::Tensor(Tensor::from_f64s(
+                src.dtype(),
+                src.shape(),
+                r,
+            )?));
         }
     }
     Ok(outs.into_iter().flatten().collect())

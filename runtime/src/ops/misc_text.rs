@@ -204,6 +204,9 @@ impl<K: Hash + Eq + Clone> Ngrams<K> {
     /// Counts the n-grams of `row` into `freq` (unigrams once, longer grams for every skip).
     fn count(&self, row: &[K], min: usize, max: usize, max_skip: usize, freq: &mut [u64]) {
         let c = row.len();
+        // Grams longer than the row, or skips past its end, never match: capping them changes nothing
+        // and keeps attribute values such as i64::MAX from sizing buffers and loops.
+        let (max, max_skip) = (max.min(c), max_skip.min(c));
         let mut key: Vec<K> = Vec::with_capacity(max);
         for skip in 0..=max_skip {
             let d = skip + 1;
@@ -242,7 +245,11 @@ fn tfidf_vectorizer(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Valu
     let counts = ctx.attr_opt_ints("ngram_counts")?.unwrap_or_default();
     let indexes = ctx.attr_opt_ints("ngram_indexes")?.unwrap_or_default();
     let weights = ctx.attr_opt_floats("weights")?;
-    let out_size = indexes.iter().copied().max().map_or(0, |m| m.max(-1) + 1) as usize;
+    let out_size = indexes
+        .iter()
+        .copied()
+        .max()
+        .map_or(0, |m| m.max(-1).saturating_add(1)) as usize;
     let (rows, cols, out_shape) = match x.shape() {
         [] => (1, 1, vec![out_size]),
         [c] => (1, *c, vec![out_size]),

@@ -257,6 +257,17 @@ impl<'a> OpCtx<'a> {
                 self.max_tensor_bytes
             );
         }
+        // ndarray also refuses (by panicking) a shape whose non-zero dims multiply past isize::MAX,
+        // even when a zero dim leaves it empty.
+        let nonzero = shape
+            .iter()
+            .filter(|&&d| d != 0)
+            .fold(elem_bytes.max(1) as u128, |a, &d| {
+                a.saturating_mul(d as u128)
+            });
+        if nonzero > isize::MAX as u128 {
+            bail!("output shape {shape:?} is too large to address, even though it is empty");
+        }
         Ok(())
     }
 

@@ -59,7 +59,6 @@ macro_rules! float_kernel {
     }};
 }
 
-
 /// A parameter tensor as f64, broadcast (numpy rules, one-directional) to `target`, row-major.
 fn param(t: &Tensor, target: &[usize], what: &str) -> OpResult<Vec<f64>> {
     let v = t.to_f64_vec()?;
@@ -297,8 +296,16 @@ fn batch_norm(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
         Value::Tensor(Tensor::from_f64s(var.dtype(), var.shape(), rv)?),
     ];
     if opset < 14 {
-        out.push(Value::Tensor(Tensor::from_f64s(mean.dtype(), mean.shape(), bm)?));
-        out.push(Value::Tensor(Tensor::from_f64s(var.dtype(), var.shape(), bv)?));
+        out.push(Value::Tensor(Tensor::from_f64s(
+            mean.dtype(),
+            mean.shape(),
+            bm,
+        )?));
+        out.push(Value::Tensor(Tensor::from_f64s(
+            var.dtype(),
+            var.shape(),
+            bv,
+        )?));
     }
     Ok(out)
 }
@@ -545,7 +552,11 @@ fn mvn(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let var = mean_keep(&d.mapv(|v| v * v), &axes)?;
     let y = d / var.mapv(|v| v.sqrt() + 1e-9);
     let (shape, v) = (y.shape().to_vec(), y.into_iter().collect());
-    Ok(vec![Value::Tensor(Tensor::from_f64s(x.dtype(), &shape, v)?)])
+    Ok(vec![Value::Tensor(Tensor::from_f64s(
+        x.dtype(),
+        &shape,
+        v,
+    )?)])
 }
 
 fn lp_slice<T: Elem>(x: &[T], dims: (usize, usize, usize), p: i64) -> Vec<T> {

@@ -614,7 +614,6 @@ fn roi_input(x: &Tensor, what: &str) -> OpResult<(Vec<f64>, [usize; 4])> {
     Ok((x.to_f64_vec()?, [s[0], s[1], s[2], s[3]]))
 }
 
-
 fn max_roi_pool(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let x = input(inputs, 0)?;
     let (xd, [_, c, h, w]) = roi_input(x, "MaxRoiPool")?;

@@ -427,8 +427,8 @@ fn run<T: Elem>(ctx: &OpCtx, inputs: &[Option<&Value>], kind: Kind) -> OpResult<
     };
     let g = kind.gates();
     let hidden = match ctx.attr_opt_i("hidden_size")? {
-        Some(v) if v >= 0 => v as usize,
-        Some(v) => bail!("hidden_size {v} is negative"),
+        Some(v) if v >= 0 && v as usize == r.shape()[2] => v as usize,
+        Some(v) => bail!("hidden_size {v} disagrees with R of shape {:?}", r.shape()),
         None => r.shape()[2],
     };
     let gh = g * hidden;

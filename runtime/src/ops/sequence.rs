@@ -49,6 +49,12 @@ fn join(items: &[Tensor], axis: usize, new_axis: bool) -> OpResult<Tensor> {
             items.iter().map(|t| t.shape().to_vec()).collect::<Vec<_>>()
         ))
     };
+    // ndarray asserts (panics) on mixed ranks or an axis past the rank, so those are refused here.
+    let rank = first.rank();
+    let axis_ok = if new_axis { axis <= rank } else { axis < rank };
+    if !axis_ok || items.iter().any(|t| t.rank() != rank) {
+        return Err(shapes_err());
+    }
     Ok(map_array!(first, a => {
         let views: Vec<_> = items
             .iter()

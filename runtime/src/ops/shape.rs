@@ -294,7 +294,7 @@ fn eye_like(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let mut t = Tensor::zeros(dtype, &[n, m]);
     let pos: Vec<usize> = (0..n)
         .filter_map(|i| {
-            let j = i as i64 + k;
+            let j = (i as i64).checked_add(k)?;
             (j >= 0 && j < m as i64).then(|| i * m + j as usize)
         })
         .collect();

@@ -1,0 +1,168 @@
+//! Softmax, LogSoftmax, Hardmax: opset >= 13 along one axis; before 13 over the input flattened to 2-D
+//! at `axis` ([prod(d[..axis]), prod(d[axis..])], along the second dimension).
+use super::{input, norm_axis, output};
+use crate::{NodeSpec, OracleError, Output, Value};
+
+pub(super) fn supports(node: &NodeSpec) -> Result<(), String> {
+    if node.num_outputs > 1 {
+        return Err(format!("{} has one output", node.op_type));
+    }
+    Ok(())
+}
+
+pub(super) fn evaluate(
+    node: &NodeSpec,
+    inputs: &[Option<Value>],
+) -> Result<Vec<Output>, OracleError> {
+    let x = input(node, inputs, 0)?;
+    let op = node.op_type.as_str();
+    let rank = x.shape.len();
+    let new = node.opset >= 13;
+    let axis = node.int("axis", if new { -1 } else { 1 })?;
+    let (outer, len, inner) = if rank == 0 {
+        (1, 1, 1)
+    } else if new {
+        let a = norm_axis(axis, rank, op)?;
+        (
+            x.shape[..a].iter().product(),
+            x.shape[a],
+            x.shape[a + 1..].iter().product(),
+        )
+    } else {
+        // Old semantics: axis may equal rank (then the 2-D view is [N, 1]).
+        let a = if axis < 0 { axis + rank as i64 } else { axis };
+        if a < 0 || a > rank as i64 {
+            return Err(OracleError::Invalid(format!(
+                "{op}: axis {axis} out of range for rank {rank}"
+            )));
+        }
+        let a = a as usize;
+        (
+            x.shape[..a].iter().product::<usize>(),
+            x.shape[a..].iter().product::<usize>(),
+            1usize,
+        )
+    };
+    let mut data = vec![0.0; x.data.len()];
+    for o in 0..outer {
+        for i in 0..inner {
+            let at = |j: usize| (o * len + j) * inner + i;
+            let mut max = f64::NEG_INFINITY;
+            let mut argmax = 0usize;
+            for j in 0..len {
+                let v = x.data[at(j)];
+                if v > max {
+                    max = v;
+                    argmax = j;
+                }
+            }
+            match op {
+                "Hardmax" => {
+                    for j in 0..len {
+                        data[at(j)] = if j == argmax { 1.0 } else { 0.0 };
+                    }
+                }
+                _ => {
+                    let mut sum = 0.0;
+                    for j in 0..len {
+                        sum += (x.data[at(j)] - max).exp();
+                    }
+                    for j in 0..len {
+                        let d = x.data[at(j)] - max;
+                        data[at(j)] = if op == "Softmax" {
+                            d.exp() / sum
+                        } else {
+                            d - sum.ln()
+                        };
+                    }
+                }
+            }
+        }
+    }
+    let mag = match op {
+        "LogSoftmax" => data.iter().map(|v: &f64| v.abs().max(1.0)).collect(),
+        _ => vec![1.0; data.len()],
+    };
+    Ok(vec![output(x.dtype, x.shape.clone(), data, mag)?])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Reference;
+    use super::super::testutil::*;
+    use crate::{Attr, DType, Oracle, Value};
+
+    fn v(shape: Vec<usize>, data: Vec<f64>) -> Option<Value> {
+        Some(Value::new(DType::F32, shape, data).unwrap())
+    }
+
+    #[test]
+    fn softmax_by_hand() {
+        let out = Reference
+            .evaluate(
+                &node("Softmax", 13, &[]),
+                &[v(vec![1, 2], vec![0.0, 2f64.ln()])],
+            )
+            .unwrap();
+        // exp: 1, 2 -> 1/3, 2/3
+        assert_all_close(&out[0].value.data, &[1.0 / 3.0, 2.0 / 3.0]);
+        let out = Reference
+            .evaluate(&node("LogSoftmax", 13, &[]), &[v(vec![2], vec![0.0, 0.0])])
+            .unwrap();
+        assert_all_close(&out[0].value.data, &[-(2f64.ln()), -(2f64.ln())]);
+        let out = Reference
+            .evaluate(
+                &node("Hardmax", 13, &[("axis", Attr::Int(0))]),
+                &[v(vec![3, 1], vec![1.0, 3.0, 3.0])],
+            )
+            .unwrap();
+        assert_eq!(out[0].value.data, vec![0.0, 1.0, 0.0]);
+    }
+
+    #[test]
+    fn softmax_axis_random() {
+        let mut rng = SplitMix64(9);
+        let x = rng.vec(2 * 3 * 4);
+        let out = Reference
+            .evaluate(
+                &node("Softmax", 13, &[("axis", Attr::Int(1))]),
+                &[v(vec![2, 3, 4], x.clone())],
+            )
+            .unwrap();
+        for a in 0..2 {
+            for c in 0..4 {
+                let s: f64 = (0..3).map(|b| x[a * 12 + b * 4 + c].exp()).sum();
+                for b in 0..3 {
+                    assert!(close(
+                        out[0].value.data[a * 12 + b * 4 + c],
+                        x[a * 12 + b * 4 + c].exp() / s
+                    ));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn softmax_old_opset_flattens() {
+        let mut rng = SplitMix64(10);
+        let x = rng.vec(2 * 3 * 4);
+        // opset 11, axis 1: rows of 12 elements.
+        let out = Reference
+            .evaluate(&node("Softmax", 11, &[]), &[v(vec![2, 3, 4], x.clone())])
+            .unwrap();
+        for r in 0..2 {
+            let s: f64 = (0..12).map(|j| x[r * 12 + j].exp()).sum();
+            for j in 0..12 {
+                assert!(close(
+                    out[0].value.data[r * 12 + j],
+                    x[r * 12 + j].exp() / s
+                ));
+            }
+        }
+        let out = Reference
+            .evaluate(&node("Hardmax", 11, &[]), &[v(vec![2, 3, 4], x.clone())])
+            .unwrap();
+        let ones: f64 = out[0].value.data.iter().sum();
+        assert_eq!(ones, 2.0);
+    }
+}
