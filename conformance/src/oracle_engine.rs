@@ -159,8 +159,10 @@ impl Prepared for OracleModel {
     fn run(&self, inputs: Vec<(String, Value)>) -> Result<Vec<Value>, EngineError> {
         let g = &self.model.graph;
         let mut env: HashMap<String, oracle::Value> = HashMap::new();
-        for (name, t) in &g.initializers {
-            env.insert(name.clone(), to_oracle(t)?);
+        for (name, v) in &g.initializers {
+            if let Value::Tensor(t) = &**v {
+                env.insert(name.clone(), to_oracle(t)?);
+            }
         }
         for (name, v) in inputs {
             let Value::Tensor(t) = v else {

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::tensor::{DType, Tensor};
+use crate::tensor::{DType, Tensor, Value};
 
 /// A dimension as a model declares it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -140,7 +140,8 @@ pub struct Graph {
     pub nodes: Vec<Node>,
     pub inputs: Vec<ValueInfo>,
     pub outputs: Vec<ValueInfo>,
-    pub initializers: HashMap<String, Arc<Tensor>>,
+    /// Always `Value::Tensor`; shared (not copied) with every plan and run of the graph.
+    pub initializers: HashMap<String, Arc<Value>>,
     pub value_info: HashMap<String, ValueType>,
 }
 

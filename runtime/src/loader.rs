@@ -128,7 +128,7 @@ impl Lower<'_> {
         for t in &g.initializer {
             let tensor = decode_tensor(t, self.opts)
                 .map_err(|e| in_context(e, &format!("initializer '{}'", t.name())))?;
-            initializers.insert(t.name().to_string(), Arc::new(tensor));
+            initializers.insert(t.name().to_string(), Arc::new(Value::Tensor(tensor)));
         }
         for s in &g.sparse_initializer {
             let name = s
@@ -138,7 +138,7 @@ impl Lower<'_> {
                 .unwrap_or_default();
             let tensor = decode_sparse(s, self.opts)
                 .map_err(|e| in_context(e, &format!("sparse initializer '{name}'")))?;
-            initializers.insert(name, Arc::new(tensor));
+            initializers.insert(name, Arc::new(Value::Tensor(tensor)));
         }
         let mut nodes = Vec::with_capacity(g.node.len());
         for (i, n) in g.node.iter().enumerate() {

@@ -174,11 +174,7 @@ impl Plan {
                 steps[s].frees.push(name);
             }
         }
-        let initializers = g
-            .initializers
-            .iter()
-            .map(|(k, v)| (k.clone(), Arc::new(Value::Tensor((**v).clone()))))
-            .collect();
+        let initializers = g.initializers.clone();
         let mut outer_refs: Vec<String> = outer_refs.into_iter().collect();
         outer_refs.sort();
         Ok(Plan {

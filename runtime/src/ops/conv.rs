@@ -824,39 +824,14 @@ fn deform_conv(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
 
     use super::*;
-    use crate::ir::{Attr, Graph, Node};
-    use crate::ops::{Kernel, SubgraphRunner};
-
-    struct NoRunner;
-    impl SubgraphRunner for NoRunner {
-        fn run_subgraph(&self, _: &Graph, _: Vec<Value>) -> OpResult<Vec<Value>> {
-            unsupported!("no subgraphs here")
-        }
-    }
+    use crate::ir::Attr;
+    use crate::ops::Kernel;
+    use crate::ops::testing::run_kernel;
 
     fn call(k: Kernel, attrs: Vec<(&str, Attr)>, ins: Vec<Option<Tensor>>) -> Tensor {
-        let attrs: HashMap<String, Attr> =
-            attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
-        let node = Node {
-            name: "n".into(),
-            op_type: "X".into(),
-            domain: String::new(),
-            opset: 22,
-            inputs: vec![],
-            outputs: vec!["y".into()],
-            attrs,
-        };
-        let vals: Vec<Option<Value>> = ins.into_iter().map(|t| t.map(Value::Tensor)).collect();
-        let refs: Vec<Option<&Value>> = vals.iter().map(|v| v.as_ref()).collect();
-        let ctx = OpCtx {
-            node: &node,
-            runner: &NoRunner,
-            max_tensor_bytes: 1 << 30,
-        };
-        k(&ctx, &refs).unwrap().remove(0).into_tensor().unwrap()
+        run_kernel(k, "X", 22, attrs, ins, 1).unwrap().remove(0)
     }
 
     fn rand(seed: u64, n: usize) -> Vec<f32> {

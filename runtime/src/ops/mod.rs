@@ -316,3 +316,61 @@ pub fn norm_axis(axis: i64, rank: usize) -> OpResult<usize> {
 pub fn single(t: Tensor) -> OpResult<Vec<Value>> {
     Ok(vec![Value::Tensor(t)])
 }
+
+/// Unit-test support shared by the kernel families.
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::collections::HashMap;
+
+    use super::{OpCtx, SubgraphRunner};
+    use crate::error::{OpError, OpResult};
+    use crate::ir::{Attr, Graph, Node};
+    use crate::tensor::{Tensor, Value};
+
+    struct NoSubgraphs;
+
+    impl SubgraphRunner for NoSubgraphs {
+        fn run_subgraph(&self, _: &Graph, _: Vec<Value>) -> OpResult<Vec<Value>> {
+            Err(OpError::Unsupported(
+                "no subgraphs in kernel unit tests".into(),
+            ))
+        }
+    }
+
+    /// Runs `kernel` as a node `op` at `opset` with `attrs`, `n_out` named outputs and tensor inputs
+    /// (`None` for an omitted optional input); returns the tensor outputs.
+    pub fn run_kernel(
+        kernel: impl Fn(&OpCtx, &[Option<&Value>]) -> OpResult<Vec<Value>>,
+        op: &str,
+        opset: i64,
+        attrs: Vec<(&str, Attr)>,
+        ins: Vec<Option<Tensor>>,
+        n_out: usize,
+    ) -> OpResult<Vec<Tensor>> {
+        let attrs: HashMap<String, Attr> =
+            attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+        let node = Node {
+            name: "n".into(),
+            op_type: op.into(),
+            domain: String::new(),
+            opset,
+            inputs: vec![],
+            outputs: (0..n_out).map(|i| format!("y{i}")).collect(),
+            attrs,
+        };
+        let vals: Vec<Option<Value>> = ins.into_iter().map(|t| t.map(Value::Tensor)).collect();
+        let refs: Vec<Option<&Value>> = vals.iter().map(|v| v.as_ref()).collect();
+        let ctx = OpCtx {
+            node: &node,
+            runner: &NoSubgraphs,
+            max_tensor_bytes: 1 << 30,
+        };
+        kernel(&ctx, &refs)?
+            .into_iter()
+            .map(|v| {
+                v.into_tensor()
+                    .ok_or_else(|| OpError::Invalid("output is not a tensor".into()))
+            })
+            .collect()
+    }
+}

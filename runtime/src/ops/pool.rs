@@ -824,42 +824,14 @@ fn roi_align(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
 
     use super::*;
-    use crate::ir::{Attr, Graph, Node};
-    use crate::ops::{Kernel, SubgraphRunner};
-
-    struct NoRunner;
-    impl SubgraphRunner for NoRunner {
-        fn run_subgraph(&self, _: &Graph, _: Vec<Value>) -> OpResult<Vec<Value>> {
-            unsupported!("no subgraphs here")
-        }
-    }
+    use crate::ir::Attr;
+    use crate::ops::Kernel;
+    use crate::ops::testing::run_kernel;
 
     fn call(k: Kernel, attrs: Vec<(&str, Attr)>, x: Tensor, outs: usize) -> Vec<Tensor> {
-        let attrs: HashMap<String, Attr> =
-            attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
-        let node = Node {
-            name: "n".into(),
-            op_type: "X".into(),
-            domain: String::new(),
-            opset: 22,
-            inputs: vec![],
-            outputs: (0..outs).map(|i| format!("y{i}")).collect(),
-            attrs,
-        };
-        let v = Value::Tensor(x);
-        let ctx = OpCtx {
-            node: &node,
-            runner: &NoRunner,
-            max_tensor_bytes: 1 << 30,
-        };
-        k(&ctx, &[Some(&v)])
-            .unwrap()
-            .into_iter()
-            .map(|v| v.into_tensor().unwrap())
-            .collect()
+        run_kernel(k, "X", 22, attrs, vec![Some(x)], outs).unwrap()
     }
 
     fn rand(seed: u64, n: usize) -> Vec<f32> {

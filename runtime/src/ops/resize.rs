@@ -621,18 +621,11 @@ fn upsample(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
 
 #[cfg(test)]
 pub(super) mod tests {
-    use std::collections::HashMap;
 
     use super::*;
-    use crate::ir::{Attr, Graph, Node};
-    use crate::ops::{Kernel, SubgraphRunner};
-
-    struct NoRunner;
-    impl SubgraphRunner for NoRunner {
-        fn run_subgraph(&self, _: &Graph, _: Vec<Value>) -> OpResult<Vec<Value>> {
-            unsupported!("no subgraphs here")
-        }
-    }
+    use crate::ir::Attr;
+    use crate::ops::Kernel;
+    use crate::ops::testing::run_kernel;
 
     pub(super) fn call(
         k: Kernel,
@@ -641,25 +634,7 @@ pub(super) mod tests {
         attrs: Vec<(&str, Attr)>,
         ins: Vec<Option<Tensor>>,
     ) -> OpResult<Tensor> {
-        let attrs: HashMap<String, Attr> =
-            attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
-        let node = Node {
-            name: "n".into(),
-            op_type: op.into(),
-            domain: String::new(),
-            opset,
-            inputs: vec![],
-            outputs: vec![],
-            attrs,
-        };
-        let vals: Vec<Option<Value>> = ins.into_iter().map(|t| t.map(Value::Tensor)).collect();
-        let refs: Vec<Option<&Value>> = vals.iter().map(|v| v.as_ref()).collect();
-        let ctx = OpCtx {
-            node: &node,
-            runner: &NoRunner,
-            max_tensor_bytes: 1 << 30,
-        };
-        Ok(k(&ctx, &refs)?.remove(0).into_tensor().unwrap())
+        Ok(run_kernel(k, op, opset, attrs, ins, 1)?.remove(0))
     }
 
     /// Seeded values in [-1, -0.05] U [0.05, 1].

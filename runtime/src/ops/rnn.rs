@@ -588,43 +588,21 @@ fn run<T: Elem>(ctx: &OpCtx, inputs: &[Option<&Value>], kind: Kind) -> OpResult<
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
 
     use super::*;
-    use crate::ir::{Attr, Graph, Node};
-    use crate::ops::SubgraphRunner;
-
-    struct NoRunner;
-    impl SubgraphRunner for NoRunner {
-        fn run_subgraph(&self, _: &Graph, _: Vec<Value>) -> OpResult<Vec<Value>> {
-            unsupported!("no subgraphs here")
-        }
-    }
+    use crate::ir::Attr;
+    use crate::ops::testing::run_kernel;
 
     fn call(kind: Kind, attrs: Vec<(&str, Attr)>, ins: Vec<Option<Tensor>>) -> Vec<Tensor> {
-        let attrs: HashMap<String, Attr> =
-            attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
-        let node = Node {
-            name: "n".into(),
-            op_type: "X".into(),
-            domain: String::new(),
-            opset: 22,
-            inputs: vec![],
-            outputs: vec![],
+        run_kernel(
+            |ctx, refs| recurrent(ctx, refs, kind),
+            "X",
+            22,
             attrs,
-        };
-        let vals: Vec<Option<Value>> = ins.into_iter().map(|t| t.map(Value::Tensor)).collect();
-        let refs: Vec<Option<&Value>> = vals.iter().map(|v| v.as_ref()).collect();
-        let ctx = OpCtx {
-            node: &node,
-            runner: &NoRunner,
-            max_tensor_bytes: 1 << 30,
-        };
-        recurrent(&ctx, &refs, kind)
-            .unwrap()
-            .into_iter()
-            .map(|v| v.into_tensor().unwrap())
-            .collect()
+            ins,
+            0,
+        )
+        .unwrap()
     }
 
     /// Seeded values in [-1, -0.05] U [0.05, 1].

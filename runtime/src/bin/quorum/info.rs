@@ -40,7 +40,11 @@ pub fn main(a: Args) -> CliResult<()> {
     println!(
         "initializers: {} ({} values)",
         g.initializers.len(),
-        g.initializers.values().map(|t| t.len()).sum::<usize>()
+        g.initializers
+            .values()
+            .filter_map(|v| v.as_tensor())
+            .map(|t| t.len())
+            .sum::<usize>()
     );
     let nodes = model.all_nodes();
     let mut hist: BTreeMap<String, usize> = BTreeMap::new();
