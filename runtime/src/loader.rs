@@ -54,6 +54,11 @@ pub fn model_from_file(path: &Path, opts: &LoadOptions) -> Result<Model> {
     model_from_bytes(&bytes, &opts).map_err(|e| match e {
         Error::Decode(m) => Error::Decode(format!("{}: {m}", path.display())),
         Error::InvalidModel(m) => Error::InvalidModel(format!("{}: {m}", path.display())),
+        Error::TooLarge { what, bytes, limit } => Error::TooLarge {
+            what: format!("{}: {what}", path.display()),
+            bytes,
+            limit,
+        },
         e => e,
     })
 }

@@ -44,8 +44,25 @@ impl Session {
             base_dir: None,
             max_tensor_bytes: options.max_tensor_bytes,
         };
-        let model = loader::model_from_file(path.as_ref(), &lo)?;
-        Session::from_model(model, options)
+        let path = path.as_ref();
+        let model = loader::model_from_file(path, &lo)?;
+        Session::from_model(model, options).map_err(|e| match e {
+            Error::Unsupported {
+                node,
+                op,
+                domain,
+                opset,
+                reason,
+            } => Error::Unsupported {
+                node,
+                op,
+                domain,
+                opset,
+                reason: format!("{reason} (in {})", path.display()),
+            },
+            Error::InvalidModel(m) => Error::InvalidModel(format!("{}: {m}", path.display())),
+            e => e,
+        })
     }
 
     pub fn from_bytes(bytes: &[u8], options: SessionOptions) -> Result<Session> {

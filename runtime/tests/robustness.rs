@@ -679,3 +679,47 @@ fn reshape_to_an_overflowing_shape_is_an_error() {
         "{e}"
     );
 }
+
+/// Load errors from a file name the file, whatever their kind: a size limit and an unknown op.
+#[test]
+fn load_errors_name_the_file() {
+    let dir = std::env::temp_dir().join(format!("quorum-robust-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let huge = proto::TensorProto {
+        name: Some("w".into()),
+        dims: vec![1 << 30, 1 << 30],
+        data_type: Some(1),
+        ..Default::default()
+    };
+    let too_large = model(
+        vec![node("Identity", &["w"], &["y"])],
+        vec![],
+        vec![value_info("y", tensor_type(1, &[]))],
+        vec![huge],
+        13,
+    );
+    let p = dir.join("too_large.onnx");
+    std::fs::write(&p, bytes(&too_large)).unwrap();
+    let Err(e) = Session::from_file(&p, SessionOptions::default()) else {
+        panic!("loaded")
+    };
+    assert!(matches!(e, Error::TooLarge { .. }), "{e}");
+    assert!(e.to_string().contains("too_large.onnx"), "{e}");
+
+    let unknown = model(
+        vec![node("NoSuchOp", &["x"], &["y"])],
+        vec![value_info("x", tensor_type(1, &[1]))],
+        vec![value_info("y", tensor_type(1, &[]))],
+        vec![],
+        13,
+    );
+    let p = dir.join("unknown_op.onnx");
+    std::fs::write(&p, bytes(&unknown)).unwrap();
+    let Err(e) = Session::from_file(&p, SessionOptions::default()) else {
+        panic!("loaded")
+    };
+    assert!(matches!(e, Error::Unsupported { .. }), "{e}");
+    let msg = e.to_string();
+    assert!(msg.contains("unknown_op.onnx") && msg.contains("NoSuchOp"), "{msg}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
