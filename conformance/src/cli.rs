@@ -211,6 +211,7 @@ fn device_name(engine: &str) -> String {
             std::thread::available_parallelism().map_or(1, |n| n.get()),
             std::env::consts::ARCH
         ),
+        "cuda" => crate::engine::cuda_device().unwrap_or_else(|| "no CUDA device".into()),
         other => other.to_string(),
     }
 }

@@ -66,10 +66,44 @@ impl Prepared for CpuModel {
     }
 }
 
+/// Quorum's CUDA backend: every node CUDA claims runs there (no size floor), the CPU runs the rest.
+pub struct Cuda;
+
+impl Engine for Cuda {
+    fn name(&self) -> &str {
+        "cuda"
+    }
+
+    fn available(&self) -> Result<(), String> {
+        quorum::Provider::Cuda.available()
+    }
+
+    fn prepare(&self, model: &Path) -> Result<Box<dyn Prepared>, EngineError> {
+        let options = SessionOptions {
+            providers: vec![quorum::Provider::Cuda, quorum::Provider::Cpu],
+            ..Default::default()
+        };
+        Ok(Box::new(CpuModel(
+            Session::from_file(model, options).map_err(classify)?,
+        )))
+    }
+}
+
+/// The CUDA device's name, for reports.
+pub fn cuda_device() -> Option<String> {
+    #[cfg(feature = "cuda")]
+    if let Ok(d) = quorum::cuda::Device::get() {
+        let (ma, mi) = d.ctx.info.compute_capability;
+        return Some(format!("{} (compute capability {ma}.{mi})", d.ctx.info.name));
+    }
+    None
+}
+
 /// Every engine this build knows, available or not.
 pub fn all() -> Vec<Box<dyn Engine>> {
     vec![
         Box::new(Cpu),
+        Box::new(Cuda),
         Box::new(crate::oracle_engine::reference()),
         Box::new(crate::oracle_engine::independent()),
     ]

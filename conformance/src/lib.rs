@@ -19,8 +19,17 @@ use std::path::PathBuf;
 
 /// The repository root (the workspace that holds this crate).
 pub fn workspace_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    // A bundle copied to another machine (the GPU runner) names its root; a build finds its own.
+    if let Some(root) = std::env::var_os("QUORUM_ROOT") {
+        return PathBuf::from(root);
+    }
+    let built = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .map(PathBuf::from)
-        .unwrap_or_default()
+        .unwrap_or_default();
+    if built.join("conformance").is_dir() {
+        built
+    } else {
+        std::env::current_dir().unwrap_or(built)
+    }
 }

@@ -3,6 +3,8 @@
 //! Any error is an acceptable answer; a panic or a hang is a bug. `tests/mutate_models.rs` drives this
 //! with proptest; the cargo-fuzz target in `fuzz/cargo-fuzz/` does the same from raw bytes.
 pub mod mutate;
+pub mod opcase;
+pub mod opgen;
 
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};

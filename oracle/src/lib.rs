@@ -10,6 +10,7 @@
 //! Beside each output value an oracle returns, per element, the magnitude of the terms it combined
 //! (e.g. Σ|a·b| for a dot product), from which a tolerance can be derived as an error bound.
 
+pub mod arbitrate;
 pub mod independent;
 pub mod reference;
 

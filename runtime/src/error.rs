@@ -30,6 +30,25 @@ pub enum Error {
     },
     #[error("input '{name}': {msg}")]
     Input { name: String, msg: String },
+    /// A provider listed in the session options cannot be used, or an option is invalid.
+    #[error("{0}")]
+    Provider(String),
+    /// The device failed (a driver call, a JIT error, out of device memory).
+    #[error("device error: {0}")]
+    Device(String),
+    /// Strict verification: an accelerated result differs from what both oracles computed.
+    #[error(
+        "verification failed: node '{node}' ({op}) output {output} element {index}: device {device}, both oracles {oracle} (allowed error {allowed:e})"
+    )]
+    VerifyMismatch {
+        node: String,
+        op: String,
+        output: usize,
+        index: usize,
+        device: f64,
+        oracle: f64,
+        allowed: f64,
+    },
     #[error("tensor of {bytes} bytes exceeds the limit of {limit} bytes ({what})")]
     TooLarge {
         what: String,

@@ -2,6 +2,9 @@
 //!
 //! Load a model with [`Session::from_file`] or [`Session::from_bytes`], then call [`Session::run`].
 
+#[cfg(feature = "cuda")]
+pub mod cuda;
+pub mod counters;
 pub mod error;
 pub mod inputs;
 pub mod ir;
@@ -11,6 +14,7 @@ pub mod ops;
 pub mod plan;
 pub mod session;
 pub mod tensor;
+pub mod verify;
 
 /// The ONNX schema, generated at build time from `proto/onnx.proto`.
 #[allow(clippy::all, missing_docs)]
@@ -19,7 +23,9 @@ pub mod proto {
 }
 
 pub use error::{Error, OpError, Result};
-pub use session::{Session, SessionOptions};
+pub use counters::CounterSnapshot;
+pub use session::{NodePlacement, Provider, Session, SessionOptions, parse_providers};
+pub use verify::VerifyMode;
 pub use tensor::{DType, Tensor, Value};
 
 /// Default for [`SessionOptions::max_tensor_bytes`]: 16 GiB, above any real model's single tensor here.

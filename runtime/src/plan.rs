@@ -13,6 +13,9 @@ pub struct Step {
     pub kernel: Kernel,
     /// Values whose last reader is this step (dropped after it runs).
     pub frees: Vec<String>,
+    /// The CUDA kernel, when the session placed this node on CUDA.
+    #[cfg(feature = "cuda")]
+    pub cuda: Option<crate::cuda::CudaKernel>,
 }
 
 pub struct Plan {
@@ -159,6 +162,8 @@ impl Plan {
                 node: i,
                 kernel,
                 frees: Vec::new(),
+                #[cfg(feature = "cuda")]
+                cuda: None,
             });
         }
         // Lifetimes: a value is dropped after its last reader, unless it is a graph output.

@@ -1,5 +1,6 @@
 //! `cargo xtask <task>`: conformance runs, corpus generation, fuzzing. See the README for each task.
 mod fuzz;
+mod gpu_bundle;
 
 use std::process::ExitCode;
 
@@ -24,6 +25,8 @@ enum Task {
     },
     /// Fuzz model loading and running (cargo-fuzz target `load_and_run`), seeded with the corpus models.
     Fuzz(fuzz::Args),
+    /// Build the on-device tests and tools (release, stripped) with run.sh into target/gpu-bundle/.
+    GpuBundle,
 }
 
 fn main() -> ExitCode {
@@ -31,6 +34,7 @@ fn main() -> ExitCode {
     let result = match cli.task {
         Task::Conformance(args) => quorum_conformance::cli::run(args),
         Task::Fuzz(args) => fuzz::run(args),
+        Task::GpuBundle => gpu_bundle::run(),
         Task::Corpus { force } => {
             let dir = quorum_conformance::corpus::default_dir();
             let r = if force {

@@ -72,13 +72,20 @@ pub(super) fn eval(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Outp
     match target {
         Some(t) => {
             for d in 0..sp {
+                if t[d] < 0 {
+                    return invalid(format!("negative output_shape {t:?}"));
+                }
+                // total may be negative (output_shape past the full result). The specification's
+                // "total/2" rounds toward -inf (Python), so the split is taken as floor(total / 2)
+                // for SAME_UPPER's begin and ceil(total / 2) otherwise.
                 let total = full[d] - t[d];
+                let half = total as f64 / 2.0;
                 pb[d] = if ap == "SAME_UPPER" {
-                    total / 2
+                    half.floor() as i64
                 } else {
-                    total - total / 2
+                    half.ceil() as i64
                 };
-                out[d] = t[d].max(0) as usize;
+                out[d] = t[d] as usize;
             }
         }
         None => {

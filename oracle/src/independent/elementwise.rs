@@ -148,6 +148,8 @@ pub(super) fn eval(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Outp
     let op = node.op_type.as_str();
     if UNARY.contains(&op) {
         unary(node, inputs)
+    } else if op == "PRelu" {
+        prelu(node, inputs)
     } else if BINARY.contains(&op) {
         binary(node, inputs)
     } else if VARIADIC.contains(&op) {
@@ -179,28 +181,62 @@ pub(crate) fn round_half_even(x: f64) -> f64 {
     }
 }
 
-/// erf(x) = 2/sqrt(pi) * exp(-x^2) * sum_n 2^n x^(2n+1) / (1*3*...*(2n+1)): all terms positive.
+/// erf by its alternating Maclaurin series near zero and as 1 - erfc (continued fraction) beyond; a
+/// different route from the reference oracle's all-positive series.
 pub(crate) fn erf(x: f64) -> f64 {
-    if x.is_nan() {
+    if x.is_nan() || x == 0.0 {
         return x;
     }
     let a = x.abs();
-    if a > 6.5 {
-        return x.signum();
+    let r = if a < 2.5 {
+        erf_series(a)
+    } else {
+        1.0 - erfc_cf(a)
+    };
+    r.min(1.0).copysign(x)
+}
+
+/// 1 - erf(x), without the cancellation of forming it from erf where erf(x) is near 1 or -1.
+pub(crate) fn erfc(x: f64) -> f64 {
+    if x.is_nan() {
+        x
+    } else if x < 0.0 {
+        2.0 - erfc(-x)
+    } else if x < 2.5 {
+        1.0 - erf_series(x)
+    } else {
+        erfc_cf(x)
     }
-    let mut term = a;
+}
+
+/// Maclaurin series, 2/sqrt(pi) * sum (-1)^n a^(2n+1) / (n! (2n+1)), for 0 <= a < 2.5: the largest
+/// term is under e^(6.25) ~ 520 times the result, so cancellation costs under 3 digits.
+fn erf_series(a: f64) -> f64 {
+    let x2 = a * a;
+    let mut p = a; // (-1)^n a^(2n+1) / n!
     let mut sum = a;
-    let mut n = 0.0;
-    loop {
-        n += 1.0;
-        term *= 2.0 * a * a / (2.0 * n + 1.0);
-        sum += term;
-        if term < sum * 1e-17 {
+    for n in 1..200 {
+        p *= -x2 / n as f64;
+        let t = p / (2 * n + 1) as f64;
+        sum += t;
+        if t.abs() < 1e-17 * sum.abs() {
             break;
         }
     }
-    let r = 2.0 / std::f64::consts::PI.sqrt() * (-a * a).exp() * sum;
-    r.min(1.0).copysign(x)
+    2.0 / std::f64::consts::PI.sqrt() * sum
+}
+
+/// erfc(a) for a >= 2.5 by its continued fraction, exp(-a^2)/sqrt(pi) / (a + (1/2)/(a + 1/(a +
+/// (3/2)/(a + ...)))), evaluated from the tail; 400 levels are far past convergence for a >= 2.5.
+fn erfc_cf(a: f64) -> f64 {
+    if a > 27.0 {
+        return 0.0; // exp(-a^2) underflows
+    }
+    let mut t = a;
+    for k in (1..=400).rev() {
+        t = a + (k as f64 / 2.0) / t;
+    }
+    (-a * a).exp() / std::f64::consts::PI.sqrt() / t
 }
 
 fn sigmoid(x: f64) -> f64 {
@@ -278,7 +314,7 @@ fn unary(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, Oracl
                 let c = (2.0 / std::f64::consts::PI).sqrt();
                 Box::new(move |v: f64| 0.5 * v * (1.0 + (c * (v + 0.044715 * v * v * v)).tanh()))
             } else {
-                Box::new(|v: f64| 0.5 * v * (1.0 + erf(v / std::f64::consts::SQRT_2)))
+                Box::new(|v: f64| 0.5 * v * erfc(-v / std::f64::consts::SQRT_2))
             }
         }
         "Mish" => Box::new(|v: f64| v * softplus(v).tanh()),
@@ -310,8 +346,86 @@ fn unary(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, Oracl
     Ok(vec![make_output(dtype, x.shape.clone(), data, mag)?])
 }
 
-fn as_u64(v: f64) -> u64 {
-    if v <= 0.0 { 0 } else { v as u64 }
+/// PRelu. Since opset 7 the slope broadcasts unidirectionally onto X. Opsets 1 and 6 define a slope
+/// "shared across channels" when it has one element and otherwise one value per channel: a [C] slope
+/// then scales channel c (axis 1) of an [N, C, ...] X, read here by walking X's channel index.
+fn prelu(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, OracleError> {
+    let x = input(node, inputs, 0)?;
+    let slope = input(node, inputs, 1)?;
+    let per_channel = node.opset < 7
+        && x.shape.len() >= 2
+        && slope.shape.len() == 1
+        && slope.len() > 1
+        && slope.len() == x.shape[1];
+    if per_channel {
+        let inner: usize = x.shape[2..].iter().product();
+        let c = x.shape[1];
+        let data: Vec<f64> = x
+            .data
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| if v < 0.0 { v * slope.data[(i / inner.max(1)) % c] } else { v })
+            .collect();
+        let mag = data.iter().map(|v| v.abs()).collect();
+        return Ok(vec![make_output(x.dtype, x.shape.clone(), data, mag)?]);
+    }
+    if broadcast_shape(&[&x.shape, &slope.shape])? != x.shape {
+        return invalid(format!(
+            "PRelu slope {:?} is not unidirectionally broadcastable to X {:?}",
+            slope.shape, x.shape
+        ));
+    }
+    binary(node, inputs)
+}
+
+/// Mod with fmod=0 on floats: the remainder taking the divisor's sign (numpy's `mod`), from the
+/// Euclidean remainder (negating both operands for a negative divisor). Special values per
+/// the specification: NaN for a NaN operand, an infinite x or a zero y; a zero result carries y's
+/// sign; with an infinite y a finite x stays if the signs agree, else the result is y.
+fn floor_mod(x: f64, y: f64) -> f64 {
+    if x.is_nan() || y.is_nan() || x.is_infinite() || y == 0.0 {
+        return f64::NAN;
+    }
+    if y.is_infinite() {
+        return if x == 0.0 || x.is_sign_negative() == y.is_sign_negative() {
+            if x == 0.0 { 0.0f64.copysign(y) } else { x }
+        } else {
+            y
+        };
+    }
+    // mod(x, y) = -mod(-x, -y), so only a positive divisor is needed: there the result is the
+    // Euclidean remainder, in [0, y].
+    let r = if y < 0.0 {
+        -(-x).rem_euclid(-y)
+    } else {
+        x.rem_euclid(y)
+    };
+    if r == 0.0 { 0.0f64.copysign(y) } else { r }
+}
+
+/// BitShift in `dtype`'s width: integer arithmetic on the value, x * 2^s wrapped modulo 2^bits for a
+/// left shift, floor(x / 2^s) for a right shift (an arithmetic shift for signed types). An amount
+/// outside [0, bits) leaves only the sign fill: -1 for a right shift of a negative x, otherwise 0.
+fn shift(x: f64, y: f64, dtype: DType, left: bool) -> Result<f64, OracleError> {
+    let Some((bits, signed)) = int_bits(dtype) else {
+        return invalid(format!("BitShift on {dtype:?}"));
+    };
+    let xi = x as i128;
+    let amount = y as i128;
+    if amount < 0 || amount >= bits as i128 {
+        return Ok(if !left && xi < 0 { -1.0 } else { 0.0 });
+    }
+    let p = 1i128 << amount;
+    if left {
+        let modulus = 1i128 << bits;
+        let mut r = xi.wrapping_mul(p).rem_euclid(modulus);
+        if signed && r >= modulus / 2 {
+            r -= modulus;
+        }
+        Ok(r as f64)
+    } else {
+        Ok(xi.div_euclid(p) as f64)
+    }
 }
 
 fn binary(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, OracleError> {
@@ -328,12 +442,8 @@ fn binary(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, Orac
         }
         _ => a.dtype,
     };
-    if op == "Mod" && node.int("fmod", 0)? == 0 && a.dtype.is_float() {
-        return invalid("Mod with fmod=0 on floating-point inputs");
-    }
     let fmod = node.int("fmod", 0)? != 0;
     let left = node.string("direction", "").unwrap_or_default() == "LEFT";
-    let bits = int_bits(a.dtype).map(|b| b.0).unwrap_or(64);
     let mut data = Vec::with_capacity(ma.len());
     let mut mag = Vec::with_capacity(ma.len());
     for (&ia, &ib) in ma.iter().zip(&mb) {
@@ -359,6 +469,8 @@ fn binary(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, Orac
             "Mod" => {
                 if fmod {
                     x % y
+                } else if a.dtype.is_float() {
+                    floor_mod(x, y)
                 } else {
                     if y == 0.0 {
                         return invalid("integer modulo by zero");
@@ -386,21 +498,7 @@ fn binary(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, Orac
             "And" => (x != 0.0 && y != 0.0) as u8 as f64,
             "Or" => (x != 0.0 || y != 0.0) as u8 as f64,
             "Xor" => ((x != 0.0) != (y != 0.0)) as u8 as f64,
-            "BitShift" => {
-                let (xv, s) = (as_u64(x), as_u64(y));
-                if s >= bits as u64 {
-                    0.0
-                } else if left {
-                    let mask = if bits == 64 {
-                        u64::MAX
-                    } else {
-                        (1u64 << bits) - 1
-                    };
-                    ((xv << s) & mask) as f64
-                } else {
-                    (xv >> s) as f64
-                }
-            }
+            "BitShift" => shift(x, y, a.dtype, left)?,
             _ => return unsupported(format!("{op} is not binary")),
         };
         let r = if is_int && matches!(op, "Add" | "Sub" | "Mul" | "Pow") {
@@ -605,6 +703,23 @@ mod tests {
         assert!((erf(0.5) - 0.520_499_877_813_046_5).abs() < 1e-14);
         assert!((erf(-1.5) + 0.966_105_146_475_310_7).abs() < 1e-14);
         assert!((erf(3.0) - 0.999_977_909_503_001_4).abs() < 1e-14);
+        assert_eq!(erf(0.0), 0.0);
+        assert!(erf(-0.0).is_sign_negative());
+        // (x, erf, erfc) from a C library, both sides of the series / continued-fraction switch.
+        for (x, e, c) in [
+            (0.1, 0.1124629160182849, 0.8875370839817152),
+            (1.0, 0.8427007929497149, 0.15729920705028513),
+            (2.0, 0.9953222650189527, 0.004677734981047265),
+            (2.49, 0.9995707121322661, 0.000429287867733913),
+            (2.51, 0.9996142945182758, 0.0003857054817242798),
+            (3.5, 0.9999992569016276, 7.430983723414128e-07),
+            (5.5, 0.9999999999999927, 7.357847917974398e-15),
+        ] {
+            assert!((erf(x) - e).abs() < 1e-15, "erf({x})");
+            assert!((erf(-x) + e).abs() < 1e-15, "erf(-{x})");
+            assert!((erfc(x) - c).abs() < 1e-12 * c, "erfc({x}) = {}", erfc(x));
+            assert!((erfc(-x) - (2.0 - c)).abs() < 1e-15, "erfc(-{x})");
+        }
         assert_eq!(round_half_even(2.5), 2.0);
         assert_eq!(round_half_even(-2.5), -2.0);
         assert_eq!(round_half_even(3.5), 4.0);

@@ -39,10 +39,10 @@ pub(super) fn check(node: &NodeSpec) -> Result<(), String> {
                 return Err(format!("ScatterElements reduction '{r}' is not covered"));
             }
         }
-        "DepthToSpace" => {
+        "DepthToSpace" | "SpaceToDepth" => {
             let m = s("mode", "DCR")?;
             if m != "DCR" && m != "CRD" {
-                return Err(format!("DepthToSpace mode '{m}' is not covered"));
+                return Err(format!("{} mode '{m}' is not covered", node.op_type));
             }
         }
         _ => {}
@@ -598,12 +598,18 @@ fn depth_space(node: &NodeSpec, x: &Value) -> Result<Output, OracleError> {
             return invalid("SpaceToDepth spatial dims not divisible by blocksize");
         }
         let (oh, ow) = (h / b, w / b);
+        // Opset 28's `mode`: DCR (default) puts the block offset outermost in the output channel
+        // ([by, bx, c]), CRD innermost ([c, by, bx]) -- the inverse of DepthToSpace in that mode.
+        let crd = node.string("mode", "DCR")? == "CRD";
         shape = vec![n, c * b * b, oh, ow];
         data = vec![0.0; x.len()];
         for ni in 0..n {
             for co in 0..c * b * b {
-                let (blk, ci) = (co / c, co % c);
-                let (by, bx) = (blk / b, blk % b);
+                let (by, bx, ci) = if crd {
+                    (co / b % b, co % b, co / (b * b))
+                } else {
+                    (co / c / b, co / c % b, co % c)
+                };
                 for y in 0..oh {
                     for xx in 0..ow {
                         data[((ni * c * b * b + co) * oh + y) * ow + xx] =

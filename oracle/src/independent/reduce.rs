@@ -85,11 +85,15 @@ fn reduce(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, Orac
             "ReduceMean" => (pairwise_sum(&g) / n, sabs / n),
             "ReduceMax" | "ReduceMin" => {
                 let want_max = op == "ReduceMax";
-                let mut best = if want_max {
-                    f64::NEG_INFINITY
-                } else {
-                    f64::INFINITY
+                // Start from the type's bottom (max) or top (min): what an empty set yields --
+                // -inf / +inf for floats, the type's extreme for integers, false / true for bool.
+                let (bottom, top) = match (x.dtype, int_bits(x.dtype)) {
+                    (DType::Bool, _) => (0.0, 1.0),
+                    (_, Some((bits, true))) => (-(2f64.powi(bits as i32 - 1)), 2f64.powi(bits as i32 - 1) - 1.0),
+                    (_, Some((bits, false))) => (0.0, 2f64.powi(bits as i32) - 1.0),
+                    _ => (f64::NEG_INFINITY, f64::INFINITY),
                 };
+                let mut best = if want_max { bottom } else { top };
                 for &v in &g {
                     if v.is_nan() || best.is_nan() {
                         best = f64::NAN;

@@ -72,14 +72,18 @@ fn plan_axis(
     let a = node.float("cubic_coeff_a", -0.75)?;
     let exclude = node.int("exclude_outside", 0)? != 0;
     let antialias = node.int("antialias", 0)? != 0;
-    let (li, lo) = (n_in as f64, n_out as f64);
+    // `lo` is the resized length of the coordinate formulas: n_in * scale, the output width before
+    // truncation to an integer (it equals n_out when sizes were given). ONNX's reference evaluator and
+    // its expected data use it unrounded, e.g. align_corners downsampling 4 -> floor(2.4) = 2 maps
+    // output 1 to 3 / 1.4.
+    let (li, lo) = (n_in as f64, n_in as f64 * scale);
     let mut taps = Vec::with_capacity(n_out);
     for o in 0..n_out {
         let xr = o as f64;
         let x = match ct.as_str() {
             "half_pixel" => (xr + 0.5) / scale - 0.5,
             "half_pixel_symmetric" => {
-                let adj = lo / (scale * li);
+                let adj = n_out as f64 / lo;
                 li / 2.0 * (1.0 - adj) + (xr + 0.5) / scale - 0.5
             }
             "pytorch_half_pixel" => {
@@ -229,7 +233,9 @@ pub(super) fn eval(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Outp
                 return invalid("scales must be positive");
             }
             scales[a] = sc.data[i];
-            out[a] = (x.shape[a] as f64 * (roi[a].1 - roi[a].0) * sc.data[i]).floor() as usize;
+            // floor(in * scale): the specification's sizing formula also multiplies by the roi extent,
+            // but its reference evaluator and onnxruntime do not; no corpus case separates them.
+            out[a] = (x.shape[a] as f64 * sc.data[i]).floor() as usize;
         }
     } else {
         return invalid("Resize needs scales or sizes");

@@ -326,6 +326,12 @@ pub(super) fn evaluate_transpose(
     let out_shape_attr = node.ints("output_shape")?;
     let mut oshape = vec![0usize; sp];
     let mut pb = vec![0i64; sp];
+    if x.shape[2..].contains(&0) || kshape.contains(&0) {
+        return Err(OracleError::Invalid(format!(
+            "ConvTranspose with an empty spatial or kernel dimension: X {:?}, W {:?}",
+            x.shape, w.shape
+        )));
+    }
     for d in 0..sp {
         let full = (st[d] * (x.shape[2 + d] - 1) + opad[d] + (kshape[d] - 1) * dl[d] + 1) as i64;
         let target = match (&out_shape_attr, auto_pad.as_str()) {
@@ -343,9 +349,18 @@ pub(super) fn evaluate_transpose(
         };
         match target {
             Some(t) => {
+                // total_padding may be negative (output_shape beyond the full output: the extra
+                // positions get no contribution); "total_padding[i]/2" is then floor division, as
+                // in the specification's (Python) reference, so that the excess lands at the end.
+                if t < 0 {
+                    return Err(OracleError::Invalid(format!(
+                        "ConvTranspose output_shape {t} is negative"
+                    )));
+                }
                 let total = full - t;
                 let upper = auto_pad == "SAME_UPPER";
-                pb[d] = if upper { total / 2 } else { total - total / 2 };
+                let half = total.div_euclid(2);
+                pb[d] = if upper { half } else { total - half };
                 oshape[d] = t as usize;
             }
             None => {
@@ -460,6 +475,43 @@ mod transpose_tests {
             )
             .unwrap();
         assert_all_close(&out[0].value.data, &[10.5, 102.5, 20.5, 200.5]);
+    }
+
+    #[test]
+    fn conv_transpose_output_shape_sets_pads() {
+        let x = v(vec![1, 1, 2], vec![1.0, 2.0]);
+        let w = v(vec![1, 1, 3], vec![1.0, 10.0, 100.0]);
+        let run = |attrs: &[(&str, Attr)]| {
+            let mut a = vec![("strides", Attr::Ints(vec![2]))];
+            a.extend(attrs.iter().cloned());
+            Reference
+                .evaluate(&node("ConvTranspose", 11, &a), &[x.clone(), w.clone()])
+                .unwrap()[0]
+                .value
+                .data
+                .clone()
+        };
+        // Full output [1, 10, 102, 20, 200] (length 5).
+        // output_shape 6: total padding -1, begin = -1 - floor(-1/2) = 0, end -1: one zero appended.
+        assert_all_close(
+            &run(&[("output_shape", Attr::Ints(vec![6]))]),
+            &[1.0, 10.0, 102.0, 20.0, 200.0, 0.0],
+        );
+        // output_shape 4: total 1, begin = 1 - floor(1/2) = 1 (NOTSET puts the odd one first).
+        assert_all_close(
+            &run(&[("output_shape", Attr::Ints(vec![4]))]),
+            &[10.0, 102.0, 20.0, 200.0],
+        );
+        // SAME_UPPER: output 2*2 = 4, total 1, begin floor(1/2) = 0.
+        assert_all_close(
+            &run(&[("auto_pad", Attr::String("SAME_UPPER".into()))]),
+            &[1.0, 10.0, 102.0, 20.0],
+        );
+        // SAME_LOWER: begin 1.
+        assert_all_close(
+            &run(&[("auto_pad", Attr::String("SAME_LOWER".into()))]),
+            &[10.0, 102.0, 20.0, 200.0],
+        );
     }
 
     #[test]

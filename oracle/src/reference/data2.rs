@@ -27,10 +27,10 @@ pub(super) fn supports(node: &NodeSpec) -> Result<(), String> {
                 return Err(format!("Pad mode '{mode}' is not covered"));
             }
         }
-        "DepthToSpace" => {
+        "DepthToSpace" | "SpaceToDepth" => {
             let mode = node.string("mode", "DCR").map_err(e)?;
             if mode != "DCR" && mode != "CRD" {
-                return Err(format!("DepthToSpace mode '{mode}' is not covered"));
+                return Err(format!("{} mode '{mode}' is not covered", node.op_type));
             }
         }
         "Split" => return Ok(()),
@@ -334,11 +334,24 @@ pub(super) fn evaluate(
                 }
                 Ok(vec![done(x, shape, data)?])
             } else {
+                // The inverse of DepthToSpace in the same mode: output channel (i*bs + j)*C + c
+                // (DCR, the default) or c*bs*bs + i*bs + j (CRD) holds the input pixel at block
+                // offset (i, j) of channel c. `mode` arrived with opset 28; earlier opsets are DCR.
+                let crd = node.string("mode", "DCR")? == "CRD";
+                if h % bs != 0 || w % bs != 0 {
+                    return Err(OracleError::Invalid(format!(
+                        "SpaceToDepth: H={h}, W={w} not divisible by blocksize {bs}"
+                    )));
+                }
                 let shape = vec![n, c * bs * bs, h / bs, w / bs];
                 let mut data = Vec::with_capacity(x.len());
                 for nn in 0..n {
                     for co in 0..c * bs * bs {
-                        let (blk, cc) = (co / c, co % c);
+                        let (blk, cc) = if crd {
+                            (co % (bs * bs), co / (bs * bs))
+                        } else {
+                            (co / c, co % c)
+                        };
                         let (i, j) = (blk / bs, blk % bs);
                         for hh in 0..h / bs {
                             for ww in 0..w / bs {
@@ -493,5 +506,36 @@ mod tests {
             )
             .unwrap();
         assert_eq!(g[0].value.data, vec![1.0, 1.0, 4.0, 3.0]);
+    }
+
+    #[test]
+    fn space_to_depth_crd_inverts_depth_to_space_crd() {
+        let mut rng = SplitMix64(78);
+        let d = rng.vec(8 * 2 * 3);
+        let crd = |op: &str| {
+            node(
+                op,
+                28,
+                &[
+                    ("blocksize", Attr::Int(2)),
+                    ("mode", Attr::String("CRD".into())),
+                ],
+            )
+        };
+        let y = Reference
+            .evaluate(&crd("DepthToSpace"), &[v(vec![1, 8, 2, 3], d.clone())])
+            .unwrap();
+        let z = Reference
+            .evaluate(&crd("SpaceToDepth"), &[Some(y[0].value.clone())])
+            .unwrap();
+        assert_eq!(z[0].value.data, d);
+        // By hand, one channel of 2 input channels: output channel 1 = (c 0, i 0, j 1), so
+        // z[0, 1, h, w] = x[0, 0, 2h, 2w + 1].
+        let x: Vec<f64> = (0..2 * 4 * 6).map(|k| k as f64 + 1.0).collect();
+        let z = Reference
+            .evaluate(&crd("SpaceToDepth"), &[v(vec![1, 2, 4, 6], x.clone())])
+            .unwrap();
+        assert_eq!(z[0].value.shape, vec![1, 8, 2, 3]);
+        assert_eq!(z[0].value.data[6..12], [2.0, 4.0, 6.0, 14.0, 16.0, 18.0]);
     }
 }

@@ -1,4 +1,5 @@
 //! Unary, binary and variadic elementwise ops, Where, Clip and Cast.
+use super::scalar_ops;
 use super::{broadcast_index, broadcast_shapes, input, opt_input, output, unravel, wrap_int};
 use crate::{DType, NodeSpec, OracleError, Output, Value};
 
@@ -128,6 +129,17 @@ pub(super) fn evaluate(
     let op = node.op_type.as_str();
     let out = if UNARY.contains(&op) {
         unary(node, input(node, inputs, 0)?)?
+    } else if op == "PRelu" {
+        let x = input(node, inputs, 0)?;
+        let slope = scalar_ops::prelu_slope(node.opset, x, input(node, inputs, 1)?);
+        // Unidirectional: the slope broadcasts onto X, never X onto the slope.
+        if broadcast_shapes(&[&x.shape, &slope.shape])? != x.shape {
+            return Err(OracleError::Invalid(format!(
+                "PRelu slope {:?} does not broadcast onto X {:?}",
+                slope.shape, x.shape
+            )));
+        }
+        binary(node, x, &slope)?
     } else if BINARY.contains(&op) {
         binary(node, input(node, inputs, 0)?, input(node, inputs, 1)?)?
     } else if VARIADIC.contains(&op) {
@@ -228,7 +240,7 @@ fn unary(node: &NodeSpec, x: &Value) -> Result<Output, OracleError> {
             "Tan" => v.tan(),
             "Tanh" => v.tanh(),
             "Sigmoid" => 1.0 / (1.0 + (-v).exp()),
-            "Relu" => v.max(0.0),
+            "Relu" => if v.is_nan() { v } else { v.max(0.0) }, // max(0, NaN) is NaN in ONNX (numpy maximum); f64::max drops it
             "LeakyRelu" => {
                 if v < 0.0 {
                     alpha * v
@@ -305,36 +317,19 @@ fn unary(node: &NodeSpec, x: &Value) -> Result<Output, OracleError> {
     output(out_dtype, x.shape.clone(), data, mag)
 }
 
-fn is_signed_or_float(dt: DType) -> bool {
-    !matches!(
-        dt,
-        DType::U8 | DType::U16 | DType::U32 | DType::U64 | DType::Bool
-    )
-}
-
 fn binary(node: &NodeSpec, a: &Value, b: &Value) -> Result<Output, OracleError> {
     let op = node.op_type.as_str();
     let shape = broadcast_shapes(&[&a.shape, &b.shape])?;
     let n: usize = shape.iter().product();
     let is_int = !a.dtype.is_float() && a.dtype != DType::Bool;
     let fmod = node.int("fmod", 0)? != 0;
-    if op == "Mod" && a.dtype.is_float() && !fmod {
-        return Err(OracleError::Invalid("Mod on floats requires fmod=1".into()));
-    }
     let left = op == "BitShift" && node.string("direction", "")? == "LEFT";
-    let bits: u32 = match a.dtype {
-        DType::U8 | DType::I8 => 8,
-        DType::U16 | DType::I16 => 16,
-        DType::U32 | DType::I32 => 32,
-        _ => 64,
-    };
     let out_dtype = match op {
         "Equal" | "Less" | "LessOrEqual" | "Greater" | "GreaterOrEqual" | "And" | "Or" | "Xor" => {
             DType::Bool
         }
         _ => a.dtype,
     };
-    let _ = is_signed_or_float;
     let mut data = Vec::with_capacity(n);
     let mut mag = Vec::with_capacity(n);
     for flat in 0..n {
@@ -359,18 +354,11 @@ fn binary(node: &NodeSpec, a: &Value, b: &Value) -> Result<Output, OracleError> 
             "Pow" => x.powf(y),
             "Mod" => {
                 if fmod {
-                    x % y // C fmod: sign of the dividend
+                    x % y // C fmod: A - trunc(A / B) * B, sign of the dividend
+                } else if a.dtype.is_float() {
+                    scalar_ops::mod_floor_float(x, y)
                 } else {
-                    if y == 0.0 {
-                        return Err(OracleError::Invalid("integer Mod by zero".into()));
-                    }
-                    // sign of the divisor (Python's %)
-                    let r = x % y;
-                    if r != 0.0 && ((r < 0.0) != (y < 0.0)) {
-                        r + y
-                    } else {
-                        r
-                    }
+                    scalar_ops::mod_floor_int(x, y)?
                 }
             }
             "PRelu" => {
@@ -388,23 +376,7 @@ fn binary(node: &NodeSpec, a: &Value, b: &Value) -> Result<Output, OracleError> 
             "And" => b2f(x != 0.0 && y != 0.0),
             "Or" => b2f(x != 0.0 || y != 0.0),
             "Xor" => b2f((x != 0.0) != (y != 0.0)),
-            "BitShift" => {
-                let xv = x as u64;
-                let s = y as u64;
-                let v = if s >= bits as u64 {
-                    0
-                } else if left {
-                    let m = if bits == 64 {
-                        u64::MAX
-                    } else {
-                        (1u64 << bits) - 1
-                    };
-                    (xv << s) & m
-                } else {
-                    xv >> s
-                };
-                v as f64
-            }
+            "BitShift" => scalar_ops::bitshift(x, y, a.dtype, left)?,
             _ => return Err(OracleError::Unsupported(format!("{op} is not binary"))),
         };
         let r = if is_int && out_dtype == a.dtype {

@@ -98,6 +98,12 @@ pub(super) fn evaluate(
         let (r, m) = match op {
             "ReduceSum" => (sum, abs_sum),
             "ReduceMean" => (sum / n, abs_sum / n),
+            // "Reduction over an empty set of values yields minus infinity (if supported by the
+            // datatype) or the minimum value of the data type otherwise" (maximum, for ReduceMin).
+            "ReduceMax" | "ReduceMin" if g.is_empty() => {
+                let r = empty_extreme(x.dtype, op == "ReduceMax");
+                (r, r.abs())
+            }
             "ReduceMax" => {
                 let r = g.iter().fold(f64::NEG_INFINITY, |a, &b| {
                     if a.is_nan() || b.is_nan() {
@@ -148,6 +154,23 @@ pub(super) fn evaluate(
         mag.push(m);
     }
     Ok(vec![output(x.dtype, out_shape, data, mag)?])
+}
+
+/// The identity of ReduceMax (`max = true`: the lowest value of the type) or ReduceMin (the highest).
+fn empty_extreme(dt: DType, max: bool) -> f64 {
+    let (lo, hi) = match dt {
+        DType::Bool => (0.0, 1.0),
+        DType::U8 => (0.0, u8::MAX as f64),
+        DType::U16 => (0.0, u16::MAX as f64),
+        DType::U32 => (0.0, u32::MAX as f64),
+        DType::U64 => (0.0, u64::MAX as f64),
+        DType::I8 => (i8::MIN as f64, i8::MAX as f64),
+        DType::I16 => (i16::MIN as f64, i16::MAX as f64),
+        DType::I32 => (i32::MIN as f64, i32::MAX as f64),
+        DType::I64 => (i64::MIN as f64, i64::MAX as f64),
+        DType::F32 | DType::F64 | DType::F16 | DType::BF16 => (f64::NEG_INFINITY, f64::INFINITY),
+    };
+    if max { lo } else { hi }
 }
 
 fn arg(node: &NodeSpec, x: &Value, keepdims: bool) -> Result<Output, OracleError> {
@@ -316,5 +339,21 @@ mod tests {
         assert_eq!(out[0].value.data, vec![2.0, 2.0]);
         let out = Reference.evaluate(&node("ArgMin", 13, &[]), &[x]).unwrap();
         assert_eq!(out[0].value.data, vec![0.0, 1.0, 0.0]);
+    }
+
+    #[test]
+    fn empty_max_and_min_give_the_type_extremes() {
+        let run = |op: &str, dt: DType| {
+            let x = Some(Value::new(dt, vec![2, 0, 3], vec![]).unwrap());
+            let out = Reference.evaluate(&node(op, 18, &[]), &[x, axes(&[1])]).unwrap();
+            assert_eq!(out[0].value.shape, vec![2, 1, 3]);
+            out[0].value.data[0]
+        };
+        assert_eq!(run("ReduceMax", DType::Bool), 0.0);
+        assert_eq!(run("ReduceMin", DType::Bool), 1.0);
+        assert_eq!(run("ReduceMax", DType::I8), -128.0);
+        assert_eq!(run("ReduceMin", DType::U8), 255.0);
+        assert_eq!(run("ReduceMax", DType::F32), f64::NEG_INFINITY);
+        assert_eq!(run("ReduceMin", DType::F16), f64::INFINITY);
     }
 }

@@ -87,18 +87,33 @@ pub(super) fn evaluate(
     let a = node.float("cubic_coeff_a", -0.75)?;
     let exclude_outside = node.int("exclude_outside", 0)? != 0;
     let extrap = node.float("extrapolation_value", 0.0)?;
-    let (oshape, scales): (Vec<usize>, Vec<f64>) = match (sizes_in, scales_in) {
+    // `length_resized` of the coordinate formulas is the output width before it is made an integer
+    // (`output_width` = input width * scale when scales are given; the sizes themselves otherwise):
+    // the specification's align_corners and tf_crop_and_resize divide by `length_resized - 1`.
+    let (oshape, scales, lresized): (Vec<usize>, Vec<f64>, Vec<f64>) = match (sizes_in, scales_in)
+    {
         (Some(s), None) => {
             let o: Vec<usize> = s.data.iter().map(|&v| v as usize).collect();
-            let sc = (0..rank).map(|d| o[d] as f64 / x.shape[d] as f64).collect();
-            (o, sc)
+            let sc = (0..rank.min(o.len()))
+                .map(|d| o[d] as f64 / x.shape[d] as f64)
+                .collect();
+            let lr = o.iter().map(|&v| v as f64).collect();
+            (o, sc, lr)
         }
-        (None, Some(s)) => (
-            (0..rank)
-                .map(|d| (x.shape[d] as f64 * s.data[d]).floor() as usize)
-                .collect(),
-            s.data.clone(),
-        ),
+        (None, Some(s)) => {
+            // The specification's first formula scales the roi extent too (floor(in * (roi_end -
+            // roi_start) * scale)), but its own reference evaluator and onnxruntime size the output
+            // as floor(in * scale) in every mode; no corpus case tells them apart, and this follows
+            // the evaluators.
+            let lr: Vec<f64> = (0..rank.min(s.len()))
+                .map(|d| x.shape[d] as f64 * s.data[d])
+                .collect();
+            (
+                lr.iter().map(|v| v.floor().max(0.0) as usize).collect(),
+                s.data.clone(),
+                lr,
+            )
+        }
         _ => {
             return Err(OracleError::Invalid(
                 "Resize needs exactly one of scales and sizes".into(),
@@ -121,6 +136,7 @@ pub(super) fn evaluate(
         let mut outside = false;
         for d in 0..rank {
             let (xi, inn, on, sc) = (oi[d] as f64, x.shape[d] as f64, oshape[d] as f64, scales[d]);
+            let lr = lresized[d];
             let xo = match ct.as_str() {
                 "half_pixel" => (xi + 0.5) / sc - 0.5,
                 "half_pixel_symmetric" => {
@@ -136,10 +152,10 @@ pub(super) fn evaluate(
                     }
                 }
                 "align_corners" => {
-                    if on == 1.0 {
+                    if lr == 1.0 {
                         0.0
                     } else {
-                        xi * (inn - 1.0) / (on - 1.0)
+                        xi * (inn - 1.0) / (lr - 1.0)
                     }
                 }
                 "asymmetric" => xi / sc,
@@ -147,9 +163,15 @@ pub(super) fn evaluate(
                     let roi = roi.ok_or_else(|| {
                         OracleError::Invalid("tf_crop_and_resize needs roi".into())
                     })?;
+                    if roi.len() != 2 * rank {
+                        return Err(OracleError::Invalid(format!(
+                            "Resize roi has {} values for rank {rank}",
+                            roi.len()
+                        )));
+                    }
                     let (s, e) = (roi.data[d], roi.data[rank + d]);
-                    let v = if on > 1.0 {
-                        s * (inn - 1.0) + xi * (e - s) * (inn - 1.0) / (on - 1.0)
+                    let v = if lr > 1.0 {
+                        s * (inn - 1.0) + xi * (e - s) * (inn - 1.0) / (lr - 1.0)
                     } else {
                         0.5 * (s + e) * (inn - 1.0)
                     };

@@ -23,13 +23,13 @@ const PAR_MIN: usize = 1 << 14;
 
 /// Spatial geometry of a convolution, padded to 3 dims (leading dims of size 1).
 #[derive(Debug, Clone)]
-struct Geom {
-    ins: [usize; 3],
-    k: [usize; 3],
-    s: [usize; 3],
-    d: [usize; 3],
-    pb: [i64; 3],
-    outs: [usize; 3],
+pub(crate) struct Geom {
+    pub(crate) ins: [usize; 3],
+    pub(crate) k: [usize; 3],
+    pub(crate) s: [usize; 3],
+    pub(crate) d: [usize; 3],
+    pub(crate) pb: [i64; 3],
+    pub(crate) outs: [usize; 3],
 }
 
 impl Geom {
@@ -127,7 +127,7 @@ fn explicit_pads(ctx: &OpCtx, r: usize) -> OpResult<(Vec<i64>, Vec<i64>)> {
 }
 
 /// Geometry of a forward convolution (Conv, DeformConv) from the attributes.
-fn conv_geom(ctx: &OpCtx, ins: &[usize], w_spatial: &[usize]) -> OpResult<Geom> {
+pub(crate) fn conv_geom(ctx: &OpCtx, ins: &[usize], w_spatial: &[usize]) -> OpResult<Geom> {
     let r = ins.len();
     if r == 0 || r > 3 {
         unsupported!("convolution with {r} spatial dims (1 to 3 are supported)");
@@ -464,7 +464,7 @@ fn conv(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
 // ConvTranspose
 // ---------------------------------------------------------------------------------------------
 
-fn convt_geom(ctx: &OpCtx, ins: &[usize], w_spatial: &[usize]) -> OpResult<Geom> {
+pub(crate) fn convt_geom(ctx: &OpCtx, ins: &[usize], w_spatial: &[usize]) -> OpResult<Geom> {
     let r = ins.len();
     if r == 0 || r > 3 {
         unsupported!("ConvTranspose with {r} spatial dims (1 to 3 are supported)");

@@ -505,15 +505,41 @@ fn concat_impl<T: Elem>(
 
 fn split(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let x = input(inputs, 0)?;
-    let r = x.rank();
+    let given = opt_input(inputs, 1)?.map(|t| t.to_i64_vec()).transpose()?;
+    let (axis, sizes) = split_plan(ctx, x.shape(), given)?;
+    let st = strides_of(x.shape());
+    let mut start = 0i64;
+    let mut outs = Vec::with_capacity(sizes.len());
+    for &s in &sizes {
+        let mut shape = x.shape().to_vec();
+        shape[axis] = s as usize;
+        outs.push(Value::Tensor(view_copy(
+            x,
+            start as isize * st[axis],
+            &shape,
+            &st,
+        )?));
+        start += s;
+    }
+    Ok(outs)
+}
+
+/// Split's axis and part sizes for an input of shape `ins` (`given`: the split input's values).
+/// Shared by every backend.
+pub(crate) fn split_plan(
+    ctx: &OpCtx,
+    ins: &[usize],
+    given: Option<Vec<i64>>,
+) -> OpResult<(usize, Vec<i64>)> {
+    let r = ins.len();
     if r == 0 {
         bail!("Split on a scalar");
     }
     let axis = norm_axis(ctx.attr_i("axis", 0)?, r)?;
-    let dim = x.shape()[axis] as i64;
+    let dim = ins[axis] as i64;
     let nout = ctx.node.outputs.len();
-    let given = match opt_input(inputs, 1)? {
-        Some(t) => Some(t.to_i64_vec()?),
+    let given = match given {
+        Some(v) => Some(v),
         None if ctx.opset() < 13 => ctx.attr_opt_ints("split")?,
         None => None,
     };
@@ -539,21 +565,7 @@ fn split(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     if sizes.iter().any(|&s| s < 0) || total != Some(dim) {
         bail!("split sizes {sizes:?} do not add up to the dimension {dim} of axis {axis}");
     }
-    let st = strides_of(x.shape());
-    let mut start = 0i64;
-    let mut outs = Vec::with_capacity(sizes.len());
-    for &s in &sizes {
-        let mut shape = x.shape().to_vec();
-        shape[axis] = s as usize;
-        outs.push(Value::Tensor(view_copy(
-            x,
-            start as isize * st[axis],
-            &shape,
-            &st,
-        )?));
-        start += s;
-    }
-    Ok(outs)
+    Ok((axis, sizes))
 }
 
 /// Clamped `(start, count)` of a slice with `step` over a dimension of `dim` (ONNX Slice rules).
@@ -576,7 +588,24 @@ fn slice_range(start: i64, end: i64, step: i64, dim: usize) -> (i64, usize) {
 
 fn slice(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let x = input(inputs, 0)?;
-    let r = x.rank();
+    let params = (1..5)
+        .map(|i| opt_input(inputs, i)?.map(|t| t.to_i64_vec()).transpose())
+        .collect::<OpResult<Vec<_>>>()?;
+    let (base, shape, strides) = slice_plan(ctx, x.shape(), params)?;
+    single(view_copy(x, base, &shape, &strides)?)
+}
+
+/// A Slice as a strided view of its input of shape `ins`: (base offset, shape, strides) in elements.
+/// `params` are the values of inputs 1–4 (starts, ends, axes, steps) from opset 10 on. Shared by every
+/// backend.
+pub(crate) fn slice_plan(
+    ctx: &OpCtx,
+    ins: &[usize],
+    params: Vec<Option<Vec<i64>>>,
+) -> OpResult<(isize, Vec<usize>, Vec<isize>)> {
+    let r = ins.len();
+    let mut params = params.into_iter();
+    let mut next = || params.next().flatten();
     let (starts, ends, axes, steps) = if ctx.opset() < 10 {
         let get = |n: &str| ctx.attr_opt_ints(n);
         let Some(starts) = get("starts")? else {
@@ -587,13 +616,10 @@ fn slice(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
         };
         (starts, ends, get("axes")?, None)
     } else {
-        let get = |i: usize| opt_input(inputs, i)?.map(|t| t.to_i64_vec()).transpose();
-        (
-            input(inputs, 1)?.to_i64_vec()?,
-            input(inputs, 2)?.to_i64_vec()?,
-            get(3)?,
-            get(4)?,
-        )
+        let (Some(starts), Some(ends)) = (next(), next()) else {
+            bail!("Slice needs starts and ends")
+        };
+        (starts, ends, next(), next())
     };
     let k = starts.len();
     let axes = axes.unwrap_or_else(|| (0..k as i64).collect());
@@ -603,8 +629,8 @@ fn slice(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
             "Slice starts {starts:?}, ends {ends:?}, axes {axes:?} and steps {steps:?} differ in length"
         );
     }
-    let st = strides_of(x.shape());
-    let mut shape = x.shape().to_vec();
+    let st = strides_of(ins);
+    let mut shape = ins.to_vec();
     let mut strides = st.clone();
     let mut base = 0isize;
     let mut seen = vec![false; r];
@@ -626,7 +652,7 @@ fn slice(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     if shape.contains(&0) {
         base = 0;
     }
-    single(view_copy(x, base, &shape, &strides)?)
+    Ok((base, shape, strides))
 }
 
 #[cfg(test)]

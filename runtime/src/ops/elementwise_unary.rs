@@ -196,12 +196,16 @@ fn k_shrink(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
 fn k_gelu(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let x = input(inputs, 0)?;
     single(match ctx.attr_s("approximate", "none")?.as_str() {
-        "none" => float_map!(x, F, |x| 0.5
-            * x
-            * (1.0 + erf(x as f64 * std::f64::consts::FRAC_1_SQRT_2) as F)),
+        // In f64, in forms without cancellation for negative x: 1 + erf(z) = erfc(-z), and
+        // 1 + tanh(u) = 2 / (1 + e^(-2u)).
+        "none" => float_map!(x, F, |x| {
+            let x = x as f64;
+            (0.5 * x * one_plus_erf(x * std::f64::consts::FRAC_1_SQRT_2)) as F
+        }),
         "tanh" => float_map!(x, F, |x| {
-            let k = (2.0 / std::f64::consts::PI).sqrt() as F;
-            0.5 * x * (1.0 + (k * (x + 0.044715 * x * x * x)).tanh())
+            let x = x as f64;
+            let u = (2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x);
+            (x / (1.0 + (-2.0 * u).exp())) as F
         }),
         a => bail!("Gelu approximate must be 'none' or 'tanh', got '{a}'"),
     })
@@ -335,8 +339,7 @@ fn chebyshev(c: &[f64], u: f64) -> f64 {
     c.first().copied().unwrap_or(0.0) + u * b1 - b2
 }
 
-/// The error function to about 1e-15 relative: its Taylor series below 1, then 1 - erfc with erfc from
-/// a Chebyshev fit of `x erfc(x) exp(x^2)` in 1/x; 1 from 6 on (erfc(6) < 2.2e-17).
+/// The error function to about 1e-15 relative: its Taylor series below 1, then 1 - erfc.
 pub(super) fn erf(x: f64) -> f64 {
     let ax = x.abs();
     if ax.is_nan() {
@@ -349,6 +352,25 @@ pub(super) fn erf(x: f64) -> f64 {
     if ax >= 6.0 {
         return 1f64.copysign(x);
     }
+    (1.0 - erfc_from_1(ax)).copysign(x)
+}
+
+/// erfc(x) for x ≥ 1: a Chebyshev fit of `x erfc(x) exp(x^2)` in 1/x below 6, the asymptotic series
+/// from 6 on (its smallest term there is below 1e-7 of the sum).
+fn erfc_from_1(ax: f64) -> f64 {
+    let sq = ax * ax;
+    // exp(-x^2) with the rounding error of x^2 corrected to first order.
+    let lo = ax.mul_add(ax, -sq);
+    let e = (-sq).exp() * (1.0 - lo);
+    if ax >= 6.0 {
+        let inv = 1.0 / (2.0 * sq);
+        let (mut term, mut sum) = (1.0, 1.0);
+        for k in 1..7 {
+            term *= -((2 * k - 1) as f64) * inv;
+            sum += term;
+        }
+        return e * sum / (ax * std::f64::consts::PI.sqrt());
+    }
     let t = 1.0 / ax;
     let h = if t < 0.4 {
         let a = 1.0 / 6.0;
@@ -356,11 +378,12 @@ pub(super) fn erf(x: f64) -> f64 {
     } else {
         chebyshev(&ERFC_NEAR, (2.0 * t - 1.4) / 0.6)
     };
-    // exp(-x^2) with the rounding error of x^2 corrected to first order.
-    let sq = ax * ax;
-    let lo = ax.mul_add(ax, -sq);
-    let erfc = (-sq).exp() * (1.0 - lo) * h * t;
-    (1.0 - erfc).copysign(x)
+    e * h * t
+}
+
+/// 1 + erf(z) without cancellation for negative z (it is erfc(-z) there).
+fn one_plus_erf(z: f64) -> f64 {
+    if z < -1.0 { erfc_from_1(-z) } else { 1.0 + erf(z) }
 }
 
 pub(super) fn register(r: &mut Registry) {

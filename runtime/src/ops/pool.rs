@@ -28,15 +28,15 @@ const PAR_MIN: usize = 1 << 14;
 
 /// Pooling window geometry, padded to 3 spatial dims.
 #[derive(Debug, Clone)]
-struct PGeom {
-    rank: usize,
-    ins: [usize; 3],
-    k: [usize; 3],
-    s: [usize; 3],
-    d: [usize; 3],
-    pb: [i64; 3],
-    pe: [i64; 3],
-    outs: [usize; 3],
+pub(crate) struct PGeom {
+    pub(crate) rank: usize,
+    pub(crate) ins: [usize; 3],
+    pub(crate) k: [usize; 3],
+    pub(crate) s: [usize; 3],
+    pub(crate) d: [usize; 3],
+    pub(crate) pb: [i64; 3],
+    pub(crate) pe: [i64; 3],
+    pub(crate) outs: [usize; 3],
 }
 
 impl PGeom {
@@ -91,7 +91,7 @@ fn ints_attr(ctx: &OpCtx, name: &str, rank: usize, default: i64, min: i64) -> Op
     }
 }
 
-fn pool_geom(ctx: &OpCtx, xs: &[usize]) -> OpResult<PGeom> {
+pub(crate) fn pool_geom(ctx: &OpCtx, xs: &[usize]) -> OpResult<PGeom> {
     if xs.len() < 3 {
         bail!("pooling needs an input of rank >= 3, got {xs:?}");
     }
@@ -168,7 +168,7 @@ fn pool_geom(ctx: &OpCtx, xs: &[usize]) -> OpResult<PGeom> {
     })
 }
 
-fn out_shape(xs: &[usize], g: &PGeom) -> Vec<usize> {
+pub(crate) fn out_shape(xs: &[usize], g: &PGeom) -> Vec<usize> {
     let mut s = xs[..2].to_vec();
     s.extend_from_slice(&g.outs[3 - g.rank..]);
     s

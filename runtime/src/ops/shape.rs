@@ -59,15 +59,97 @@ fn size(_: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
 }
 
 fn reshape(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+    view(ctx, inputs)
+}
+
+fn flatten(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+    view(ctx, inputs)
+}
+
+fn squeeze(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+    view(ctx, inputs)
+}
+
+fn unsqueeze(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+    view(ctx, inputs)
+}
+
+/// Reshape, Flatten, Squeeze, Unsqueeze on the CPU: the data unchanged under [`view_shape`].
+fn view(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let x = input(inputs, 0)?;
+    let param = opt_input(inputs, 1)?.map(|t| t.to_i64_vec()).transpose()?;
+    single(x.reshape(&view_shape(ctx, x.shape(), param)?)?)
+}
+
+/// The output shape of a view op (Reshape, Flatten, Squeeze, Unsqueeze) on an input of shape `ins`;
+/// `param` is the second input's values (shape or axes) where the opset takes them as an input.
+/// Every backend uses this, so the shape rules are written once.
+pub(crate) fn view_shape(ctx: &OpCtx, ins: &[usize], param: Option<Vec<i64>>) -> OpResult<Vec<usize>> {
+    match ctx.node.op_type.as_str() {
+        "Reshape" => reshape_shape(ctx, ins, param),
+        "Flatten" => {
+            let r = ins.len() as i64;
+            let a = ctx.attr_i("axis", 1)?;
+            let a = if a < 0 { a + r } else { a };
+            if a < 0 || a > r {
+                bail!("Flatten axis {a} is out of range for rank {r}");
+            }
+            Ok(vec![
+                ins[..a as usize].iter().product(),
+                ins[a as usize..].iter().product(),
+            ])
+        }
+        "Squeeze" => {
+            let axes = if ctx.opset() < 13 { ctx.attr_opt_ints("axes")? } else { param };
+            let drop: Vec<usize> = match axes {
+                Some(axes) => {
+                    let a: Vec<usize> = axes
+                        .iter()
+                        .map(|&v| norm_axis(v, ins.len()))
+                        .collect::<OpResult<_>>()?;
+                    if let Some(&bad) = a.iter().find(|&&d| ins[d] != 1) {
+                        bail!("Squeeze axis {bad} has size {}, not 1 (shape {ins:?})", ins[bad]);
+                    }
+                    a
+                }
+                None => (0..ins.len()).filter(|&d| ins[d] == 1).collect(),
+            };
+            Ok((0..ins.len())
+                .filter(|d| !drop.contains(d))
+                .map(|d| ins[d])
+                .collect())
+        }
+        "Unsqueeze" => {
+            let axes = if ctx.opset() < 13 { ctx.attr_opt_ints("axes")? } else { param };
+            let Some(axes) = axes else {
+                bail!("Unsqueeze needs axes")
+            };
+            let r = ins.len() + axes.len();
+            let mut ones = vec![false; r];
+            for &a in &axes {
+                let a = norm_axis(a, r)?;
+                if std::mem::replace(&mut ones[a], true) {
+                    bail!("Unsqueeze axes {axes:?} repeat an axis");
+                }
+            }
+            let mut dims = ins.iter();
+            Ok(ones
+                .iter()
+                .map(|&one| if one { 1 } else { dims.next().copied().unwrap_or(1) })
+                .collect())
+        }
+        other => bail!("{other} is not a view op"),
+    }
+}
+
+fn reshape_shape(ctx: &OpCtx, ins: &[usize], param: Option<Vec<i64>>) -> OpResult<Vec<usize>> {
     let spec = if ctx.opset() < 5 {
         ctx.attr_opt_ints("shape")?
             .ok_or_else(|| OpError::Invalid("Reshape-1 needs the 'shape' attribute".into()))?
     } else {
-        input(inputs, 1)?.to_i64_vec()?
+        param.ok_or_else(|| OpError::Invalid("Reshape needs its shape input".into()))?
     };
     let allowzero = ctx.attr_i("allowzero", 0)? != 0;
-    let ins = x.shape();
     let mut out = Vec::with_capacity(spec.len());
     let mut infer = None;
     for (i, &d) in spec.iter().enumerate() {
@@ -87,92 +169,15 @@ fn reshape(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
             _ => bail!("Reshape shape {spec:?} has an invalid entry {d}"),
         });
     }
+    let len = numel(ins)?;
     if let Some(i) = infer {
         let known = numel(&out)?;
-        if known == 0 || x.len() % known != 0 {
+        if known == 0 || len % known != 0 {
             bail!("Reshape cannot infer the -1 of {spec:?} for input of shape {ins:?}");
         }
-        out[i] = x.len() / known;
+        out[i] = len / known;
     }
-    single(x.reshape(&out)?)
-}
-
-fn flatten(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
-    let x = input(inputs, 0)?;
-    let r = x.rank() as i64;
-    let a = ctx.attr_i("axis", 1)?;
-    let a = if a < 0 { a + r } else { a };
-    if a < 0 || a > r {
-        bail!("Flatten axis {a} is out of range for rank {r}");
-    }
-    let s = x.shape();
-    let (o, i) = (
-        s[..a as usize].iter().product(),
-        s[a as usize..].iter().product(),
-    );
-    single(x.reshape(&[o, i])?)
-}
-
-/// The axes of Squeeze/Unsqueeze: an attribute before opset 13, the second input after.
-fn axes_arg(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Option<Vec<i64>>> {
-    if ctx.opset() < 13 {
-        ctx.attr_opt_ints("axes")
-    } else {
-        opt_input(inputs, 1)?.map(|t| t.to_i64_vec()).transpose()
-    }
-}
-
-fn squeeze(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
-    let x = input(inputs, 0)?;
-    let s = x.shape();
-    let drop: Vec<usize> = match axes_arg(ctx, inputs)? {
-        Some(axes) => {
-            let a: Vec<usize> = axes
-                .iter()
-                .map(|&v| norm_axis(v, s.len()))
-                .collect::<OpResult<_>>()?;
-            if let Some(&bad) = a.iter().find(|&&d| s[d] != 1) {
-                bail!(
-                    "Squeeze axis {bad} has size {}, not 1 (shape {s:?})",
-                    s[bad]
-                );
-            }
-            a
-        }
-        None => (0..s.len()).filter(|&d| s[d] == 1).collect(),
-    };
-    let out: Vec<usize> = (0..s.len())
-        .filter(|d| !drop.contains(d))
-        .map(|d| s[d])
-        .collect();
-    single(x.reshape(&out)?)
-}
-
-fn unsqueeze(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
-    let x = input(inputs, 0)?;
-    let Some(axes) = axes_arg(ctx, inputs)? else {
-        bail!("Unsqueeze needs axes")
-    };
-    let r = x.rank() + axes.len();
-    let mut ones = vec![false; r];
-    for &a in &axes {
-        let a = norm_axis(a, r)?;
-        if std::mem::replace(&mut ones[a], true) {
-            bail!("Unsqueeze axes {axes:?} repeat an axis");
-        }
-    }
-    let mut dims = x.shape().iter();
-    let out: Vec<usize> = ones
-        .iter()
-        .map(|&one| {
-            if one {
-                1
-            } else {
-                dims.next().copied().unwrap_or(1)
-            }
-        })
-        .collect();
-    single(x.reshape(&out)?)
+    Ok(out)
 }
 
 fn identity(_: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {

@@ -31,8 +31,11 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 pub fn main(a: Args) -> CliResult<()> {
-    let provider = a.model.check_provider()?;
     let session = a.model.session()?;
+    let provider = match session.device_name() {
+        Some(d) => format!("{} ({d})", a.model.provider),
+        None => a.model.provider.clone(),
+    };
     let (inputs, _) = a.model.inputs(&session, a.seed)?;
     for _ in 0..a.warmup {
         session.run(inputs.clone()).map_err(from_quorum)?;
@@ -60,6 +63,7 @@ pub fn main(a: Args) -> CliResult<()> {
             "median_ms": median,
             "p10_ms": p10,
             "p90_ms": p90,
+            "counters": session.counters(),
         });
         println!("{j}");
     } else {

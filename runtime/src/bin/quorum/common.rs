@@ -24,6 +24,9 @@ pub fn from_quorum(e: Error) -> CliError {
     let code = match &e {
         Error::Input { .. } => 4,
         Error::Node { .. } | Error::TooLarge { .. } => 1,
+        Error::Provider(_) => 2,
+        Error::VerifyMismatch { .. } => 6,
+        Error::Device(_) => 7,
         Error::Io { .. }
         | Error::Decode(_)
         | Error::InvalidModel(_)
@@ -45,9 +48,14 @@ pub struct ModelArgs {
     /// The value of a symbolic dimension, SYMBOL=VALUE (repeatable; default 1 for generated inputs).
     #[arg(long = "dim", value_name = "SYMBOL=VALUE")]
     pub dims: Vec<String>,
-    /// Where nodes run: auto (best available), cpu, cuda or wgpu.
+    /// Where nodes run: auto (every available provider, small nodes kept on the CPU), cpu, cuda
+    /// (every node CUDA claims, the CPU for the rest), or a comma list in priority order.
     #[arg(long, default_value = "auto")]
     pub provider: String,
+    /// How accelerated results are checked: off, shadow (log, count, use the CPU result) or strict
+    /// (a mismatch ends the run, exit code 6). QUORUM_VERIFY overrides it.
+    #[arg(long, default_value = "off")]
+    pub verify: String,
 }
 
 fn split_pair<'a>(s: &'a str, what: &str) -> CliResult<(&'a str, &'a str)> {
@@ -72,28 +80,25 @@ impl ModelArgs {
             .collect()
     }
 
-    /// The provider to use; only the CPU exists in this build.
-    pub fn check_provider(&self) -> CliResult<&'static str> {
-        match self.provider.as_str() {
-            "auto" | "cpu" => Ok("cpu"),
-            p @ ("cuda" | "wgpu") => Err(fail(
-                2,
-                format!("provider '{p}' is not available in this build (use cpu or auto)"),
-            )),
-            p => Err(fail(
-                2,
-                format!("unknown provider '{p}' (expected auto, cpu, cuda or wgpu)"),
-            )),
-        }
+    /// The session options the flags ask for.
+    pub fn options(&self) -> CliResult<SessionOptions> {
+        let (providers, min_device_elements) =
+            quorum::parse_providers(&self.provider).map_err(|e| fail(2, e))?;
+        let verify = self
+            .verify
+            .parse()
+            .map_err(|e: String| fail(2, format!("--verify: {e}")))?;
+        Ok(SessionOptions {
+            dims: self.dims()?,
+            providers,
+            min_device_elements,
+            verify,
+            ..Default::default()
+        })
     }
 
     pub fn session(&self) -> CliResult<Session> {
-        self.check_provider()?;
-        let options = SessionOptions {
-            dims: self.dims()?,
-            ..Default::default()
-        };
-        Session::from_file(&self.model, options).map_err(from_quorum)
+        Session::from_file(&self.model, self.options()?).map_err(from_quorum)
     }
 
     /// Inputs read from files, then every remaining runtime input generated with `seed`.

@@ -71,7 +71,34 @@ pub fn main(a: Args) -> CliResult<()> {
     for (why, n) in &declined {
         println!("    declines {n} node(s): {why}");
     }
-    println!("  cuda: not built in this version (declines every node)");
+    cuda_placement(&g.nodes);
     println!("  wgpu: not built in this version (declines every node)");
     Ok(())
+}
+
+/// What CUDA would claim of the top-level nodes, and why it declines the rest (decided from the
+/// nodes alone, so it needs no GPU).
+#[cfg(feature = "cuda")]
+fn cuda_placement(nodes: &[quorum::ir::Node]) {
+    let mut claims = 0;
+    let mut declined: BTreeMap<String, usize> = BTreeMap::new();
+    for n in nodes {
+        match quorum::cuda::claim(n) {
+            Ok(_) => claims += 1,
+            Err(why) => *declined.entry(format!("{}: {why}", n.qualified_op())).or_default() += 1,
+        }
+    }
+    let avail = match quorum::Provider::Cuda.available() {
+        Ok(()) => "available".to_string(),
+        Err(e) => format!("not available here: {e}"),
+    };
+    println!("  cuda ({avail}): claims {claims} of {} top-level nodes", nodes.len());
+    for (why, n) in &declined {
+        println!("    declines {n} node(s): {why}");
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+fn cuda_placement(_: &[quorum::ir::Node]) {
+    println!("  cuda: not in this build (feature `cuda`)");
 }

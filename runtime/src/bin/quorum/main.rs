@@ -11,10 +11,12 @@ use clap::{Parser, Subcommand};
 const EXIT_CODES: &str = "Exit codes:
   0  success
   1  the model failed while running (a node's error is printed)
-  2  bad command line
+  2  bad command line, or a --provider that is not available here
   3  the model could not be loaded (malformed, invalid, or uses an unsupported operator)
   4  bad inputs (missing, unknown, wrong dtype or shape, unreadable file)
-  5  an I/O error writing outputs";
+  5  an I/O error writing outputs
+  6  verification failed (--verify strict): a device result differs from both oracles
+  7  the device failed (driver error, PTX JIT error, out of device memory)";
 
 #[derive(Parser)]
 #[command(name = "quorum", version, about = "Quorum: an ONNX runtime whose accelerated answers are checked", after_help = EXIT_CODES)]

@@ -1,0 +1,306 @@
+//! Generators of random valid nodes for every op of the accelerated op set (`shared/GPU_OPS.md`).
+//!
+//! A generator is plain code reading its decisions (ranks, dims, attribute forms) from a [`Gen`]: a
+//! sequence of choices drawn by proptest, each read modulo the number of options, so that shrinking
+//! the choices towards 0 shrinks the node towards its simplest form (small ranks and dims, default
+//! attributes), Hypothesis-style. Input values come from a separate seed, never all zeros.
+mod data;
+mod elementwise;
+mod nn;
+mod norm;
+mod resize;
+mod rnn;
+
+use quorum_oracle::{DType, Value};
+
+pub use crate::opcase::Case;
+
+/// How many choices one case draws (a generator that reads past the end gets 0s: simplest forms).
+pub const CHOICES: usize = 96;
+
+/// Every op with a generator, by family (the op list of `shared/GPU_OPS.md`).
+#[rustfmt::skip]
+pub const OPS: &[&str] = &[
+    // unary elementwise
+    "Abs", "Neg", "Ceil", "Floor", "Round", "Sign", "Reciprocal", "Sqrt", "Exp", "Log", "Erf",
+    "Sin", "Cos", "Tan", "Tanh", "Sigmoid", "Relu", "LeakyRelu", "Elu", "Selu", "Celu",
+    "HardSigmoid", "HardSwish", "Softplus", "Softsign", "Gelu", "Mish", "ThresholdedRelu", "Clip",
+    "Not", "IsNaN", "IsInf", "Cast",
+    // binary / variadic elementwise
+    "Add", "Sub", "Mul", "Div", "Pow", "Mod", "Min", "Max", "Sum", "Mean", "PRelu", "Equal",
+    "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Xor", "Where", "BitShift",
+    // matrix
+    "MatMul", "Gemm",
+    // convolution
+    "Conv", "ConvTranspose",
+    // pooling
+    "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "LpPool",
+    // normalization
+    "BatchNormalization", "InstanceNormalization", "LayerNormalization", "GroupNormalization",
+    "LRN",
+    // softmax
+    "Softmax", "LogSoftmax", "Hardmax",
+    // reductions
+    "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+    "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp", "ArgMax", "ArgMin",
+    // data movement
+    "Transpose", "Concat", "Split", "Slice", "Gather", "GatherElements", "ScatterElements",
+    "Expand", "Pad", "Resize", "Tile", "DepthToSpace", "SpaceToDepth", "Trilu", "Range", "OneHot",
+    // views
+    "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity",
+    // recurrent
+    "LSTM", "GRU",
+];
+
+/// Builds one case of `op` from proptest's choices and a value seed. Panics on an op without a
+/// generator (see [`OPS`]).
+pub fn generate(op: &str, choices: &[u32], seed: u64) -> Case {
+    let mut g = Gen::new(choices, seed);
+    let op: &'static str = OPS
+        .iter()
+        .find(|o| **o == op)
+        .unwrap_or_else(|| panic!("no generator for {op}"));
+    elementwise::generate(op, &mut g)
+        .or_else(|| nn::generate(op, &mut g))
+        .or_else(|| data::generate(op, &mut g))
+        .unwrap_or_else(|| panic!("no generator for {op}"))
+        .trim()
+}
+
+/// How input values are drawn.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Dist {
+    /// Uniform in (-scale, scale).
+    Signed(f64),
+    /// Uniform in [lo, hi].
+    Range(f64, f64),
+    /// Multiples of 0.5 in [-scale, scale]: ties for Round, comparisons and arg-reductions.
+    Halves(f64),
+    /// Distinct values (a shuffled ramp): no ties, for MaxPool indices.
+    Distinct,
+}
+
+/// The choice sequence and the value generator of one case.
+pub struct Gen<'a> {
+    choices: &'a [u32],
+    at: usize,
+    rng: u64,
+    pub seed: u64,
+}
+
+impl<'a> Gen<'a> {
+    pub fn new(choices: &'a [u32], seed: u64) -> Gen<'a> {
+        Gen {
+            choices,
+            at: 0,
+            rng: seed,
+            seed,
+        }
+    }
+
+    fn raw(&mut self) -> u32 {
+        let c = self.choices.get(self.at).copied().unwrap_or(0);
+        self.at += 1;
+        c
+    }
+
+    /// An integer in `lo..=hi` (shrinks towards `lo`).
+    pub fn int(&mut self, lo: i64, hi: i64) -> i64 {
+        assert!(lo <= hi, "int({lo}, {hi})");
+        lo + (self.raw() as u64 % (hi - lo + 1) as u64) as i64
+    }
+
+    pub fn size(&mut self, lo: usize, hi: usize) -> usize {
+        self.int(lo as i64, hi as i64) as usize
+    }
+
+    /// True with `percent`% probability (shrinks towards false).
+    pub fn chance(&mut self, percent: u32) -> bool {
+        self.raw() % 100 >= 100 - percent.min(100)
+    }
+
+    /// One of `xs` (shrinks towards the first).
+    pub fn pick<T: Clone>(&mut self, xs: &[T]) -> T {
+        xs[self.size(0, xs.len() - 1)].clone()
+    }
+
+    /// A dim in 1..=6.
+    pub fn dim(&mut self) -> usize {
+        self.size(1, 6)
+    }
+
+    /// A shape of rank `lo..=hi`, dims 1..=6; with `empty_ok`, sometimes one dim is 0.
+    pub fn shape(&mut self, lo: usize, hi: usize, empty_ok: bool) -> Vec<usize> {
+        let r = self.size(lo, hi);
+        let mut s: Vec<usize> = (0..r).map(|_| self.dim()).collect();
+        if empty_ok && r > 0 && self.chance(5) {
+            let k = self.size(0, r - 1);
+            s[k] = 0;
+        }
+        s
+    }
+
+    /// `n` shapes that broadcast together (numpy rules): an output shape, then each input drops some
+    /// leading dims and sets some dims to 1.
+    pub fn broadcast(&mut self, n: usize, lo: usize, hi: usize, empty_ok: bool) -> Vec<Vec<usize>> {
+        let out = self.shape(lo, hi, empty_ok);
+        (0..n)
+            .map(|_| {
+                let mut s = out.clone();
+                if self.chance(40) {
+                    let drop = self.size(0, s.len());
+                    s.drain(..drop);
+                }
+                for d in s.iter_mut() {
+                    if self.chance(25) {
+                        *d = 1;
+                    }
+                }
+                s
+            })
+            .collect()
+    }
+
+    /// `x` unidirectionally broadcast to `target`: a suffix of `target` with some dims set to 1.
+    pub fn unidirectional(&mut self, target: &[usize]) -> Vec<usize> {
+        let drop = if self.chance(40) {
+            self.size(0, target.len())
+        } else {
+            0
+        };
+        target[drop..]
+            .iter()
+            .map(|&d| if self.chance(30) { 1 } else { d })
+            .collect()
+    }
+
+    /// A permutation of `0..n`.
+    pub fn perm(&mut self, n: usize) -> Vec<usize> {
+        let mut p: Vec<usize> = (0..n).collect();
+        for i in 0..n {
+            let j = self.size(i, n - 1);
+            p.swap(i, j);
+        }
+        p
+    }
+
+    /// A sorted subset of `0..n` (possibly empty when `allow_empty`).
+    pub fn subset(&mut self, n: usize, allow_empty: bool) -> Vec<usize> {
+        loop {
+            let s: Vec<usize> = (0..n).filter(|_| self.chance(50)).collect();
+            if !s.is_empty() || allow_empty || n == 0 {
+                return s;
+            }
+            if let Some(k) = (n > 0).then(|| self.size(0, n - 1)) {
+                return vec![k];
+            }
+        }
+    }
+
+    /// `axis` written either way: non-negative or negative (`rank` must be > 0 for the negative form).
+    pub fn signed_axis(&mut self, axis: usize, rank: usize) -> i64 {
+        if rank > 0 && self.chance(40) {
+            axis as i64 - rank as i64
+        } else {
+            axis as i64
+        }
+    }
+
+    // ---- values (from the seed, not the choices) ----
+
+    /// Uniform in [0, 1).
+    pub fn uniform(&mut self) -> f64 {
+        self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// An integer in lo..=hi drawn from the value seed.
+    pub fn value_int(&mut self, lo: i64, hi: i64) -> i64 {
+        lo + (self.uniform() * (hi - lo + 1) as f64).floor() as i64
+    }
+
+    /// f32 values of `shape`, never all zeros.
+    pub fn floats(&mut self, shape: &[usize], dist: Dist) -> Value {
+        let n: usize = shape.iter().product();
+        let mut data: Vec<f64> = match dist {
+            Dist::Signed(s) => (0..n).map(|_| (self.uniform() * 2.0 - 1.0) * s).collect(),
+            Dist::Range(lo, hi) => (0..n).map(|_| lo + self.uniform() * (hi - lo)).collect(),
+            Dist::Halves(s) => {
+                let k = (s * 2.0) as i64;
+                (0..n).map(|_| self.value_int(-k, k) as f64 * 0.5).collect()
+            }
+            Dist::Distinct => {
+                let mut v: Vec<f64> = (0..n).map(|i| i as f64 * 0.25 - n as f64 / 8.0).collect();
+                for i in (1..n).rev() {
+                    let j = self.value_int(0, i as i64) as usize;
+                    v.swap(i, j);
+                }
+                v
+            }
+        };
+        for x in data.iter_mut() {
+            *x = *x as f32 as f64;
+        }
+        if n > 0 && data.iter().all(|&x| x == 0.0) {
+            data[0] = 1.0;
+        }
+        Value::new(DType::F32, shape.to_vec(), data).expect("shape matches")
+    }
+
+    /// Float values whose distribution the choices pick: mostly signed, sometimes ties.
+    pub fn floats_any(&mut self, shape: &[usize]) -> Value {
+        let d = match self.int(0, 9) {
+            0..=5 => Dist::Signed(3.0),
+            6 => Dist::Signed(1.0),
+            7 => Dist::Signed(20.0),
+            _ => Dist::Halves(3.0),
+        };
+        self.floats(shape, d)
+    }
+
+    /// Integers of `dtype` in lo..=hi, never all zeros (unless lo == hi == 0).
+    pub fn ints(&mut self, dtype: DType, shape: &[usize], lo: i64, hi: i64) -> Value {
+        let n: usize = shape.iter().product();
+        let mut data: Vec<f64> = (0..n).map(|_| self.value_int(lo, hi) as f64).collect();
+        if n > 0 && data.iter().all(|&x| x == 0.0) && (lo != 0 || hi != 0) {
+            data[0] = if hi != 0 { hi as f64 } else { lo as f64 };
+        }
+        Value::new(dtype, shape.to_vec(), data).expect("shape matches")
+    }
+
+    pub fn bools(&mut self, shape: &[usize]) -> Value {
+        let mut v = self.ints(DType::Bool, shape, 0, 1);
+        if !v.data.is_empty() && v.data.iter().all(|&x| x == 1.0) && v.data.len() > 2 {
+            v.data[0] = 0.0;
+        }
+        v
+    }
+}
+
+/// A constant int64 input (shapes, axes, pads, ...).
+pub fn i64s(v: &[i64]) -> Value {
+    Value::new(
+        DType::I64,
+        vec![v.len()],
+        v.iter().map(|&x| x as f64).collect(),
+    )
+    .expect("1-D")
+}
+
+/// A scalar of `dtype`.
+pub fn scalar(dtype: DType, v: f64) -> Value {
+    Value::new(dtype, vec![], vec![v]).expect("scalar")
+}
+
+/// A 1-D f32 input.
+pub fn f32s(v: &[f64]) -> Value {
+    Value::new(
+        DType::F32,
+        vec![v.len()],
+        v.iter().map(|&x| x as f32 as f64).collect(),
+    )
+    .expect("1-D")
+}

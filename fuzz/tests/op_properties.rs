@@ -1,0 +1,184 @@
+//! Op properties: for every op of the accelerated op set (`shared/GPU_OPS.md`), random valid nodes
+//! (ranks 0-4, broadcasting and empty dims where the op allows them, every attribute form, old and new
+//! opsets; generators in `quorum_fuzz::opgen`) are checked two ways: the two CPU oracles agree with
+//! each other, and the runtime's CPU kernel, run in f32 on the same values, agrees with them
+//! (`quorum_conformance::arbitrate`). A failure is shrunk to a small node and printed with its op,
+//! attributes, shapes, values, seed and verdict.
+//!
+//! `QUORUM_PROPTEST_CASES` sets the cases per op (default [`DEFAULT_CASES`]); `QUORUM_PROPTEST_SEED=N`
+//! draws another sequence; `QUORUM_PROPTEST_VERBOSE=1` prints every case. One test per op, so
+//! `cargo test -p quorum-fuzz --test op_properties -- conv_transpose` runs one op.
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
+use quorum_fuzz::opcase::{Checked, check, round_inputs};
+use quorum_fuzz::opgen::{self, CHOICES};
+
+/// Cases per op by default: the whole suite (~105 ops) stays within a minute or two of a 2-core
+/// `cargo test --workspace` (kernels unoptimised, oracles optimised).
+const DEFAULT_CASES: u32 = 64;
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
+}
+
+fn property(op: &'static str) {
+    let cases = env_u64("QUORUM_PROPTEST_CASES").map_or(DEFAULT_CASES, |n| n as u32);
+    let seed = env_u64("QUORUM_PROPTEST_SEED").unwrap_or(0);
+    let verbose = std::env::var_os("QUORUM_PROPTEST_VERBOSE").is_some();
+    // One sequence per op (and per seed), stable from run to run.
+    let mut seed_bytes = [0x5au8; 32];
+    seed_bytes[..8].copy_from_slice(&seed.to_le_bytes());
+    for (i, b) in op.bytes().enumerate() {
+        seed_bytes[8 + i % 24] ^= b;
+    }
+    let config = Config {
+        cases,
+        failure_persistence: None,
+        max_shrink_iters: 1024,
+        max_global_rejects: 0,
+        ..Config::default()
+    };
+    let mut runner =
+        TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes));
+    let strategy = (prop::collection::vec(any::<u32>(), CHOICES), any::<u64>()).prop_map(
+        move |(choices, seed)| {
+            let mut case = opgen::generate(op, &choices, seed);
+            round_inputs(&mut case).unwrap_or_else(|e| panic!("{case:?}: {e}"));
+            case
+        },
+    );
+    let declined = AtomicUsize::new(0);
+    let reason = Mutex::new(String::new());
+    let result = runner.run(&strategy, |case| {
+        if verbose {
+            eprintln!("{case:?}");
+        }
+        match check(&case) {
+            Ok(Checked::Agree) => Ok(()),
+            Ok(Checked::ReferenceUnsupported(why)) => {
+                declined.fetch_add(1, Ordering::Relaxed);
+                *reason.lock().unwrap() = why;
+                Ok(())
+            }
+            Err(msg) => Err(TestCaseError::fail(msg)),
+        }
+    });
+    let declined = declined.into_inner();
+    if declined > 0 {
+        eprintln!(
+            "{op}: the reference oracle declined {declined} case(s) ({}); those were judged \
+             against the independent oracle alone",
+            reason.into_inner().unwrap()
+        );
+    }
+    match result {
+        Ok(()) => {}
+        Err(TestError::Fail(msg, case)) => panic!(
+            "{op}: property failed (shrunk; QUORUM_PROPTEST_SEED={seed})\n  case: {case:?}\n  \
+             verdict: {msg}"
+        ),
+        Err(TestError::Abort(msg)) => panic!("{op}: aborted: {msg}"),
+    }
+}
+
+macro_rules! properties {
+    ($($name:ident => $op:literal),* $(,)?) => {
+        $(
+            #[test]
+            fn $name() {
+                property($op);
+            }
+        )*
+        /// The ops with a test here.
+        const TESTED: &[&str] = &[$($op),*];
+    };
+}
+
+properties! {
+    abs => "Abs", neg => "Neg", ceil => "Ceil", floor => "Floor", round => "Round", sign => "Sign",
+    reciprocal => "Reciprocal", sqrt => "Sqrt", exp => "Exp", log => "Log", erf => "Erf",
+    sin => "Sin", cos => "Cos", tan => "Tan", tanh => "Tanh", sigmoid => "Sigmoid", relu => "Relu",
+    leaky_relu => "LeakyRelu", elu => "Elu", selu => "Selu", celu => "Celu",
+    hard_sigmoid => "HardSigmoid", hard_swish => "HardSwish", softplus => "Softplus",
+    softsign => "Softsign", gelu => "Gelu", mish => "Mish", thresholded_relu => "ThresholdedRelu",
+    clip => "Clip", not => "Not", is_nan => "IsNaN", is_inf => "IsInf", cast => "Cast",
+    add => "Add", sub => "Sub", mul => "Mul", div => "Div", pow => "Pow", modulo => "Mod",
+    min => "Min", max => "Max", sum => "Sum", mean => "Mean", prelu => "PRelu", equal => "Equal",
+    less => "Less", less_or_equal => "LessOrEqual", greater => "Greater",
+    greater_or_equal => "GreaterOrEqual", and => "And", or => "Or", xor => "Xor", where_ => "Where",
+    bit_shift => "BitShift",
+    matmul => "MatMul", gemm => "Gemm",
+    conv => "Conv", conv_transpose => "ConvTranspose",
+    max_pool => "MaxPool", average_pool => "AveragePool", global_average_pool => "GlobalAveragePool",
+    global_max_pool => "GlobalMaxPool", lp_pool => "LpPool",
+    batch_normalization => "BatchNormalization",
+    instance_normalization => "InstanceNormalization",
+    layer_normalization => "LayerNormalization", group_normalization => "GroupNormalization",
+    lrn => "LRN",
+    softmax => "Softmax", log_softmax => "LogSoftmax", hardmax => "Hardmax",
+    reduce_sum => "ReduceSum", reduce_mean => "ReduceMean", reduce_max => "ReduceMax",
+    reduce_min => "ReduceMin", reduce_prod => "ReduceProd", reduce_l1 => "ReduceL1",
+    reduce_l2 => "ReduceL2", reduce_sum_square => "ReduceSumSquare",
+    reduce_log_sum => "ReduceLogSum", reduce_log_sum_exp => "ReduceLogSumExp",
+    arg_max => "ArgMax", arg_min => "ArgMin",
+    transpose => "Transpose", concat => "Concat", split => "Split", slice => "Slice",
+    gather => "Gather", gather_elements => "GatherElements",
+    scatter_elements => "ScatterElements", expand => "Expand", pad => "Pad", resize => "Resize",
+    tile => "Tile", depth_to_space => "DepthToSpace", space_to_depth => "SpaceToDepth",
+    trilu => "Trilu", range => "Range", one_hot => "OneHot",
+    reshape => "Reshape", flatten => "Flatten", squeeze => "Squeeze", unsqueeze => "Unsqueeze",
+    identity => "Identity",
+    lstm => "LSTM", gru => "GRU",
+}
+
+/// Every op with a generator has a test, and every op of `shared/GPU_OPS.md` (when the file is in
+/// reach) has a generator.
+#[test]
+fn every_accelerated_op_has_a_property() {
+    let mut tested = TESTED.to_vec();
+    let mut generated = opgen::OPS.to_vec();
+    tested.sort_unstable();
+    generated.sort_unstable();
+    assert_eq!(tested, generated, "tests and generators differ");
+    let root = quorum_conformance::workspace_root();
+    let list = [
+        root.join("shared/GPU_OPS.md"),
+        root.join("../shared/GPU_OPS.md"),
+    ]
+    .into_iter()
+    .find_map(|p| std::fs::read_to_string(p).ok());
+    let Some(list) = list else {
+        eprintln!("shared/GPU_OPS.md not found: op list not cross-checked");
+        return;
+    };
+    let mut missing = vec![];
+    for line in list.lines().filter(|l| l.starts_with('|')) {
+        let Some(ops) = line.split('|').nth(2) else {
+            continue;
+        };
+        // "MatMul (batched, ...), Gemm (...)" -> "MatMul", "Gemm"; the header and separator rows
+        // hold no capitalised word.
+        let mut bare = String::new();
+        let mut depth = 0;
+        for ch in ops.chars() {
+            match ch {
+                '(' => depth += 1,
+                ')' => depth -= 1,
+                _ if depth == 0 => bare.push(ch),
+                _ => {}
+            }
+        }
+        for word in bare.split(',') {
+            let name = word.trim();
+            let is_op = name.chars().next().is_some_and(|c| c.is_ascii_uppercase())
+                && name.chars().all(|c| c.is_ascii_alphanumeric());
+            if is_op && !generated.contains(&name) {
+                missing.push(name.to_string());
+            }
+        }
+    }
+    assert!(missing.is_empty(), "GPU_OPS.md ops without a property: {missing:?}");
+}

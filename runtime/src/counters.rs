@@ -1,0 +1,70 @@
+//! What a session counts: verification checks, device memory, modules, transfers. Cheap atomics,
+//! read with [`Session::counters`](crate::Session::counters).
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Counters a session exposes (`Session::counters`). Every field only grows.
+#[derive(Default, Debug)]
+pub struct Counters {
+    pub verify_checks: AtomicU64,
+    pub verify_mismatches: AtomicU64,
+    /// Checks the oracles could not settle (they disagreed, or neither covers the node).
+    pub verify_unsettled: AtomicU64,
+    pub pool_hits: AtomicU64,
+    pub pool_misses: AtomicU64,
+    pub module_hits: AtomicU64,
+    pub module_misses: AtomicU64,
+    pub weight_bytes_uploaded: AtomicU64,
+    pub h2d_bytes: AtomicU64,
+    pub h2d_calls: AtomicU64,
+    pub d2h_bytes: AtomicU64,
+    pub d2h_calls: AtomicU64,
+    pub kernel_launches: AtomicU64,
+    /// Nodes placed on CUDA that declined at run time (their inputs' dtypes or shapes) and ran on the CPU.
+    pub cuda_fallbacks: AtomicU64,
+}
+
+/// A plain copy of [`Counters`].
+#[derive(Default, Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct CounterSnapshot {
+    pub verify_checks: u64,
+    pub verify_mismatches: u64,
+    pub verify_unsettled: u64,
+    pub pool_hits: u64,
+    pub pool_misses: u64,
+    pub module_hits: u64,
+    pub module_misses: u64,
+    pub weight_bytes_uploaded: u64,
+    pub h2d_bytes: u64,
+    pub h2d_calls: u64,
+    pub d2h_bytes: u64,
+    pub d2h_calls: u64,
+    pub kernel_launches: u64,
+    pub cuda_fallbacks: u64,
+}
+
+impl Counters {
+    pub fn bump(c: &AtomicU64, by: u64) {
+        c.fetch_add(by, Ordering::Relaxed);
+    }
+
+    pub fn snapshot(&self) -> CounterSnapshot {
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        CounterSnapshot {
+            verify_checks: g(&self.verify_checks),
+            verify_mismatches: g(&self.verify_mismatches),
+            verify_unsettled: g(&self.verify_unsettled),
+            pool_hits: g(&self.pool_hits),
+            pool_misses: g(&self.pool_misses),
+            module_hits: g(&self.module_hits),
+            module_misses: g(&self.module_misses),
+            weight_bytes_uploaded: g(&self.weight_bytes_uploaded),
+            h2d_bytes: g(&self.h2d_bytes),
+            h2d_calls: g(&self.h2d_calls),
+            d2h_bytes: g(&self.d2h_bytes),
+            d2h_calls: g(&self.d2h_calls),
+            kernel_launches: g(&self.kernel_launches),
+            cuda_fallbacks: g(&self.cuda_fallbacks),
+        }
+    }
+}
+

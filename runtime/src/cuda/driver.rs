@@ -1,0 +1,625 @@
+#![allow(non_snake_case)] // the driver's entry points keep their C names
+//! The CUDA driver API, opened at run time from `libcuda.so.1` with libloading: no CUDA SDK at build
+//! time. Every call is checked and a failure carries the CUDA error name. Handles are RAII and hold an
+//! `Arc` of the context they belong to, so no stream, event, module or allocation can outlive it.
+use std::ffi::{CStr, CString, c_char, c_int, c_uint, c_void};
+use std::sync::Arc;
+
+use libloading::Library;
+
+pub type CuResult = c_int;
+pub type CuDevice = c_int;
+pub type CuContext = *mut c_void;
+pub type CuModule = *mut c_void;
+pub type CuFunction = *mut c_void;
+pub type CuStream = *mut c_void;
+pub type CuEvent = *mut c_void;
+pub type CuDevicePtr = u64;
+
+const CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: c_int = 16;
+const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: c_int = 75;
+const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: c_int = 76;
+const CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: c_int = 97;
+const CU_JIT_INFO_LOG_BUFFER: c_int = 3;
+const CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES: c_int = 4;
+const CU_JIT_ERROR_LOG_BUFFER: c_int = 5;
+const CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES: c_int = 6;
+const CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: c_int = 8;
+const CU_STREAM_NON_BLOCKING: c_uint = 1;
+const CU_EVENT_DEFAULT: c_uint = 0;
+const CU_EVENT_DISABLE_TIMING: c_uint = 2;
+
+/// A failed driver call: which call, the CUDA error name, and anything the driver logged.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CudaError {
+    #[error("libcuda.so.1 could not be opened ({0}); install the NVIDIA driver or run on a machine with an NVIDIA GPU")]
+    NoLibrary(String),
+    #[error("libcuda.so.1 lacks {0} (driver too old?)")]
+    MissingSymbol(&'static str),
+    #[error("{call} failed: {name} ({code})")]
+    Call {
+        call: &'static str,
+        name: String,
+        code: i32,
+    },
+    #[error("PTX JIT failed: {name}\n{log}")]
+    Jit { name: String, log: String },
+    #[error("no CUDA device (cuDeviceGetCount returned 0)")]
+    NoDevice,
+    #[error("device memory budget of {budget} bytes exceeded (asked for {asked} more, {held} held)")]
+    OverBudget { asked: usize, held: usize, budget: usize },
+}
+
+pub type Result<T> = std::result::Result<T, CudaError>;
+
+macro_rules! api {
+    ($($name:ident : fn($($arg:ty),*) -> CuResult;)*) => {
+        /// The driver entry points Quorum uses, resolved once.
+        #[allow(non_snake_case)]
+        pub struct Api {
+            _lib: Library,
+            $(pub $name: unsafe extern "C" fn($($arg),*) -> CuResult,)*
+        }
+
+        impl Api {
+            fn load(lib: Library) -> Result<Api> {
+                unsafe {
+                    $(let $name = *lib
+                        .get::<unsafe extern "C" fn($($arg),*) -> CuResult>(
+                            concat!(stringify!($name), "\0").as_bytes(),
+                        )
+                        .map_err(|_| CudaError::MissingSymbol(stringify!($name)))?;)*
+                    Ok(Api { _lib: lib, $($name,)* })
+                }
+            }
+        }
+    };
+}
+
+api! {
+    cuInit: fn(c_uint) -> CuResult;
+    cuGetErrorName: fn(CuResult, *mut *const c_char) -> CuResult;
+    cuDeviceGetCount: fn(*mut c_int) -> CuResult;
+    cuDeviceGet: fn(*mut CuDevice, c_int) -> CuResult;
+    cuDeviceGetName: fn(*mut c_char, c_int, CuDevice) -> CuResult;
+    cuDeviceGetAttribute: fn(*mut c_int, c_int, CuDevice) -> CuResult;
+    cuDeviceTotalMem_v2: fn(*mut usize, CuDevice) -> CuResult;
+    cuDevicePrimaryCtxRetain: fn(*mut CuContext, CuDevice) -> CuResult;
+    cuDevicePrimaryCtxRelease_v2: fn(CuDevice) -> CuResult;
+    cuCtxSetCurrent: fn(CuContext) -> CuResult;
+    cuCtxSynchronize: fn() -> CuResult;
+    cuMemAlloc_v2: fn(*mut CuDevicePtr, usize) -> CuResult;
+    cuMemFree_v2: fn(CuDevicePtr) -> CuResult;
+    cuMemAllocHost_v2: fn(*mut *mut c_void, usize) -> CuResult;
+    cuMemFreeHost: fn(*mut c_void) -> CuResult;
+    cuMemcpyHtoDAsync_v2: fn(CuDevicePtr, *const c_void, usize, CuStream) -> CuResult;
+    cuMemcpyDtoHAsync_v2: fn(*mut c_void, CuDevicePtr, usize, CuStream) -> CuResult;
+    cuMemcpyDtoDAsync_v2: fn(CuDevicePtr, CuDevicePtr, usize, CuStream) -> CuResult;
+    cuMemsetD32Async: fn(CuDevicePtr, c_uint, usize, CuStream) -> CuResult;
+    cuStreamCreate: fn(*mut CuStream, c_uint) -> CuResult;
+    cuStreamDestroy_v2: fn(CuStream) -> CuResult;
+    cuStreamSynchronize: fn(CuStream) -> CuResult;
+    cuStreamWaitEvent: fn(CuStream, CuEvent, c_uint) -> CuResult;
+    cuEventCreate: fn(*mut CuEvent, c_uint) -> CuResult;
+    cuEventDestroy_v2: fn(CuEvent) -> CuResult;
+    cuEventRecord: fn(CuEvent, CuStream) -> CuResult;
+    cuEventSynchronize: fn(CuEvent) -> CuResult;
+    cuEventElapsedTime: fn(*mut f32, CuEvent, CuEvent) -> CuResult;
+    cuModuleLoadDataEx: fn(*mut CuModule, *const c_void, c_uint, *mut c_int, *mut *mut c_void) -> CuResult;
+    cuModuleUnload: fn(CuModule) -> CuResult;
+    cuModuleGetFunction: fn(*mut CuFunction, CuModule, *const c_char) -> CuResult;
+    cuFuncSetAttribute: fn(CuFunction, c_int, c_int) -> CuResult;
+    cuLaunchKernel: fn(CuFunction, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, CuStream, *mut *mut c_void, *mut *mut c_void) -> CuResult;
+}
+
+impl Api {
+    /// Opens `libcuda.so.1` (or `QUORUM_LIBCUDA`, for tests that point at a missing file).
+    pub fn open() -> Result<Arc<Api>> {
+        let path = std::env::var("QUORUM_LIBCUDA").unwrap_or_else(|_| "libcuda.so.1".into());
+        let lib = unsafe { Library::new(&path) }.map_err(|e| CudaError::NoLibrary(e.to_string()))?;
+        let api = Api::load(lib)?;
+        let api = Arc::new(api);
+        api.check("cuInit", unsafe { (api.cuInit)(0) })?;
+        Ok(api)
+    }
+
+    /// The CUDA error name of a result code.
+    pub fn error_name(&self, code: CuResult) -> String {
+        let mut p: *const c_char = std::ptr::null();
+        let r = unsafe { (self.cuGetErrorName)(code, &mut p) };
+        if r != 0 || p.is_null() {
+            return format!("CUDA_ERROR_{code}");
+        }
+        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+    }
+
+    pub fn check(&self, call: &'static str, code: CuResult) -> Result<()> {
+        if code == 0 {
+            Ok(())
+        } else {
+            Err(CudaError::Call {
+                call,
+                name: self.error_name(code),
+                code,
+            })
+        }
+    }
+}
+
+/// What the device is.
+#[derive(Debug, Clone)]
+pub struct DeviceInfo {
+    pub ordinal: i32,
+    pub name: String,
+    pub compute_capability: (i32, i32),
+    pub multiprocessors: i32,
+    pub max_shared_per_block: i32,
+    pub total_memory: usize,
+}
+
+/// The retained primary context of one device. Everything else holds an `Arc<Context>`.
+pub struct Context {
+    pub api: Arc<Api>,
+    raw: CuContext,
+    device: CuDevice,
+    pub info: DeviceInfo,
+}
+
+// The driver's contexts are usable from any thread once made current there; `bind` does that.
+unsafe impl Send for Context {}
+unsafe impl Sync for Context {}
+
+impl Context {
+    /// Retains the primary context of device `ordinal`.
+    pub fn new(ordinal: i32) -> Result<Arc<Context>> {
+        let api = Api::open()?;
+        let mut count = 0;
+        api.check("cuDeviceGetCount", unsafe { (api.cuDeviceGetCount)(&mut count) })?;
+        if count <= ordinal {
+            return Err(CudaError::NoDevice);
+        }
+        let mut device = 0;
+        api.check("cuDeviceGet", unsafe { (api.cuDeviceGet)(&mut device, ordinal) })?;
+        let mut name = [0 as c_char; 256];
+        api.check("cuDeviceGetName", unsafe {
+            (api.cuDeviceGetName)(name.as_mut_ptr(), 255, device)
+        })?;
+        let attr = |a: c_int| -> Result<i32> {
+            let mut v = 0;
+            api.check("cuDeviceGetAttribute", unsafe {
+                (api.cuDeviceGetAttribute)(&mut v, a, device)
+            })?;
+            Ok(v)
+        };
+        let mut total = 0usize;
+        api.check("cuDeviceTotalMem", unsafe { (api.cuDeviceTotalMem_v2)(&mut total, device) })?;
+        let info = DeviceInfo {
+            ordinal,
+            name: unsafe { CStr::from_ptr(name.as_ptr()) }.to_string_lossy().into_owned(),
+            compute_capability: (
+                attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+                attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+            ),
+            multiprocessors: attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
+            max_shared_per_block: attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?,
+            total_memory: total,
+        };
+        let mut raw = std::ptr::null_mut();
+        api.check("cuDevicePrimaryCtxRetain", unsafe {
+            (api.cuDevicePrimaryCtxRetain)(&mut raw, device)
+        })?;
+        let ctx = Arc::new(Context {
+            api,
+            raw,
+            device,
+            info,
+        });
+        ctx.bind()?;
+        Ok(ctx)
+    }
+
+    /// Makes this context current on the calling thread. Every entry point that touches the device
+    /// calls it first, so a session built on one thread runs on any other.
+    pub fn bind(&self) -> Result<()> {
+        self.api
+            .check("cuCtxSetCurrent", unsafe { (self.api.cuCtxSetCurrent)(self.raw) })
+    }
+
+    pub fn check(&self, call: &'static str, code: CuResult) -> Result<()> {
+        self.api.check(call, code)
+    }
+
+    pub fn synchronize(&self) -> Result<()> {
+        self.bind()?;
+        self.check("cuCtxSynchronize", unsafe { (self.api.cuCtxSynchronize)() })
+    }
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        unsafe {
+            (self.api.cuCtxSetCurrent)(self.raw);
+            (self.api.cuCtxSynchronize)();
+            (self.api.cuDevicePrimaryCtxRelease_v2)(self.device);
+        }
+    }
+}
+
+/// A device allocation of `bytes` bytes, freed on drop.
+pub struct DeviceMemory {
+    pub ctx: Arc<Context>,
+    pub ptr: CuDevicePtr,
+    pub bytes: usize,
+}
+
+unsafe impl Send for DeviceMemory {}
+unsafe impl Sync for DeviceMemory {}
+
+impl DeviceMemory {
+    pub fn alloc(ctx: &Arc<Context>, bytes: usize) -> Result<DeviceMemory> {
+        ctx.bind()?;
+        let mut ptr = 0;
+        ctx.check("cuMemAlloc", unsafe {
+            (ctx.api.cuMemAlloc_v2)(&mut ptr, bytes.max(1))
+        })?;
+        Ok(DeviceMemory {
+            ctx: ctx.clone(),
+            ptr,
+            bytes,
+        })
+    }
+}
+
+impl Drop for DeviceMemory {
+    fn drop(&mut self) {
+        unsafe {
+            (self.ctx.api.cuCtxSetCurrent)(self.ctx.raw);
+            (self.ctx.api.cuMemFree_v2)(self.ptr);
+        }
+    }
+}
+
+/// Page-locked host memory for transfers that run at full bus speed.
+pub struct PinnedMemory {
+    pub ctx: Arc<Context>,
+    pub ptr: *mut u8,
+    pub bytes: usize,
+}
+
+unsafe impl Send for PinnedMemory {}
+unsafe impl Sync for PinnedMemory {}
+
+impl PinnedMemory {
+    pub fn alloc(ctx: &Arc<Context>, bytes: usize) -> Result<PinnedMemory> {
+        ctx.bind()?;
+        let mut p = std::ptr::null_mut();
+        ctx.check("cuMemAllocHost", unsafe {
+            (ctx.api.cuMemAllocHost_v2)(&mut p, bytes.max(1))
+        })?;
+        Ok(PinnedMemory {
+            ctx: ctx.clone(),
+            ptr: p as *mut u8,
+            bytes,
+        })
+    }
+
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.bytes) }
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        unsafe { std::slice::from_raw_parts(self.ptr, self.bytes) }
+    }
+}
+
+impl Drop for PinnedMemory {
+    fn drop(&mut self) {
+        unsafe {
+            (self.ctx.api.cuCtxSetCurrent)(self.ctx.raw);
+            (self.ctx.api.cuMemFreeHost)(self.ptr as *mut c_void);
+        }
+    }
+}
+
+/// A non-blocking stream.
+pub struct Stream {
+    pub ctx: Arc<Context>,
+    pub raw: CuStream,
+}
+
+unsafe impl Send for Stream {}
+unsafe impl Sync for Stream {}
+
+impl Stream {
+    pub fn new(ctx: &Arc<Context>) -> Result<Stream> {
+        ctx.bind()?;
+        let mut raw = std::ptr::null_mut();
+        ctx.check("cuStreamCreate", unsafe {
+            (ctx.api.cuStreamCreate)(&mut raw, CU_STREAM_NON_BLOCKING)
+        })?;
+        Ok(Stream {
+            ctx: ctx.clone(),
+            raw,
+        })
+    }
+
+    pub fn synchronize(&self) -> Result<()> {
+        self.ctx.bind()?;
+        self.ctx.check("cuStreamSynchronize", unsafe {
+            (self.ctx.api.cuStreamSynchronize)(self.raw)
+        })
+    }
+
+    pub fn wait(&self, event: &Event) -> Result<()> {
+        self.ctx.check("cuStreamWaitEvent", unsafe {
+            (self.ctx.api.cuStreamWaitEvent)(self.raw, event.raw, 0)
+        })
+    }
+
+    /// Copies `src` to device memory at `dst` (asynchronous with respect to the host only when `src`
+    /// is pinned; the caller keeps `src` alive until the stream has passed this point).
+    pub fn upload(&self, dst: CuDevicePtr, src: &[u8]) -> Result<()> {
+        if src.is_empty() {
+            return Ok(());
+        }
+        self.ctx.check("cuMemcpyHtoDAsync", unsafe {
+            (self.ctx.api.cuMemcpyHtoDAsync_v2)(dst, src.as_ptr() as *const c_void, src.len(), self.raw)
+        })
+    }
+
+    pub fn download(&self, dst: &mut [u8], src: CuDevicePtr) -> Result<()> {
+        if dst.is_empty() {
+            return Ok(());
+        }
+        self.ctx.check("cuMemcpyDtoHAsync", unsafe {
+            (self.ctx.api.cuMemcpyDtoHAsync_v2)(dst.as_mut_ptr() as *mut c_void, src, dst.len(), self.raw)
+        })
+    }
+
+    pub fn copy(&self, dst: CuDevicePtr, src: CuDevicePtr, bytes: usize) -> Result<()> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        self.ctx.check("cuMemcpyDtoDAsync", unsafe {
+            (self.ctx.api.cuMemcpyDtoDAsync_v2)(dst, src, bytes, self.raw)
+        })
+    }
+
+    /// Fills `words` 32-bit words at `dst` with `value` (used to poison outputs in tests).
+    pub fn fill32(&self, dst: CuDevicePtr, value: u32, words: usize) -> Result<()> {
+        if words == 0 {
+            return Ok(());
+        }
+        self.ctx.check("cuMemsetD32Async", unsafe {
+            (self.ctx.api.cuMemsetD32Async)(dst, value, words, self.raw)
+        })
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        unsafe {
+            (self.ctx.api.cuCtxSetCurrent)(self.ctx.raw);
+            (self.ctx.api.cuStreamSynchronize)(self.raw);
+            (self.ctx.api.cuStreamDestroy_v2)(self.raw);
+        }
+    }
+}
+
+/// An event; `timing` events can measure elapsed device time.
+pub struct Event {
+    pub ctx: Arc<Context>,
+    pub raw: CuEvent,
+}
+
+unsafe impl Send for Event {}
+unsafe impl Sync for Event {}
+
+impl Event {
+    pub fn new(ctx: &Arc<Context>, timing: bool) -> Result<Event> {
+        ctx.bind()?;
+        let mut raw = std::ptr::null_mut();
+        let flags = if timing {
+            CU_EVENT_DEFAULT
+        } else {
+            CU_EVENT_DISABLE_TIMING
+        };
+        ctx.check("cuEventCreate", unsafe { (ctx.api.cuEventCreate)(&mut raw, flags) })?;
+        Ok(Event {
+            ctx: ctx.clone(),
+            raw,
+        })
+    }
+
+    pub fn record(&self, stream: &Stream) -> Result<()> {
+        self.ctx.check("cuEventRecord", unsafe {
+            (self.ctx.api.cuEventRecord)(self.raw, stream.raw)
+        })
+    }
+
+    pub fn synchronize(&self) -> Result<()> {
+        self.ctx.check("cuEventSynchronize", unsafe {
+            (self.ctx.api.cuEventSynchronize)(self.raw)
+        })
+    }
+
+    /// Milliseconds from `start` to `self` (both recorded and complete).
+    pub fn elapsed_since(&self, start: &Event) -> Result<f32> {
+        let mut ms = 0f32;
+        self.ctx.check("cuEventElapsedTime", unsafe {
+            (self.ctx.api.cuEventElapsedTime)(&mut ms, start.raw, self.raw)
+        })?;
+        Ok(ms)
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        unsafe {
+            (self.ctx.api.cuCtxSetCurrent)(self.ctx.raw);
+            (self.ctx.api.cuEventDestroy_v2)(self.raw);
+        }
+    }
+}
+
+/// A JIT-compiled PTX module.
+pub struct Module {
+    pub ctx: Arc<Context>,
+    raw: CuModule,
+}
+
+unsafe impl Send for Module {}
+unsafe impl Sync for Module {}
+
+/// A kernel in a loaded module; keeps its module alive.
+#[derive(Clone)]
+pub struct Function {
+    pub module: Arc<Module>,
+    raw: CuFunction,
+    pub name: String,
+}
+
+unsafe impl Send for Function {}
+unsafe impl Sync for Function {}
+
+impl Module {
+    /// JIT-compiles PTX text; a failure carries the JIT's error log.
+    pub fn load(ctx: &Arc<Context>, ptx: &str) -> Result<Module> {
+        ctx.bind()?;
+        let src = CString::new(ptx).map_err(|_| CudaError::Jit {
+            name: "invalid PTX".into(),
+            log: "the PTX text contains a NUL byte".into(),
+        })?;
+        let mut error_log = vec![0u8; 16 << 10];
+        let mut info_log = vec![0u8; 4 << 10];
+        let mut opts = [
+            CU_JIT_ERROR_LOG_BUFFER,
+            CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+            CU_JIT_INFO_LOG_BUFFER,
+            CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
+        ];
+        let mut vals: [*mut c_void; 4] = [
+            error_log.as_mut_ptr() as *mut c_void,
+            error_log.len() as *mut c_void,
+            info_log.as_mut_ptr() as *mut c_void,
+            info_log.len() as *mut c_void,
+        ];
+        let mut raw = std::ptr::null_mut();
+        let code = unsafe {
+            (ctx.api.cuModuleLoadDataEx)(
+                &mut raw,
+                src.as_ptr() as *const c_void,
+                opts.len() as c_uint,
+                opts.as_mut_ptr(),
+                vals.as_mut_ptr(),
+            )
+        };
+        if code != 0 {
+            let end = error_log.iter().position(|&b| b == 0).unwrap_or(error_log.len());
+            return Err(CudaError::Jit {
+                name: ctx.api.error_name(code),
+                log: String::from_utf8_lossy(&error_log[..end]).into_owned(),
+            });
+        }
+        Ok(Module {
+            ctx: ctx.clone(),
+            raw,
+        })
+    }
+
+    pub fn function(self: &Arc<Self>, name: &str) -> Result<Function> {
+        let cname = CString::new(name).map_err(|_| CudaError::MissingSymbol("kernel name"))?;
+        let mut raw = std::ptr::null_mut();
+        self.ctx.check("cuModuleGetFunction", unsafe {
+            (self.ctx.api.cuModuleGetFunction)(&mut raw, self.raw, cname.as_ptr())
+        })?;
+        Ok(Function {
+            module: self.clone(),
+            raw,
+            name: name.to_string(),
+        })
+    }
+}
+
+impl Drop for Module {
+    fn drop(&mut self) {
+        unsafe {
+            (self.ctx.api.cuCtxSetCurrent)(self.ctx.raw);
+            (self.ctx.api.cuModuleUnload)(self.raw);
+        }
+    }
+}
+
+/// A kernel argument, passed by address to `cuLaunchKernel`.
+#[derive(Clone, Copy, Debug)]
+pub enum Arg {
+    Ptr(CuDevicePtr),
+    U32(u32),
+    I32(i32),
+    U64(u64),
+    F32(f32),
+}
+
+impl Function {
+    /// Allows `bytes` of dynamic shared memory (needed above 48 KiB).
+    pub fn set_max_dynamic_shared(&self, bytes: u32) -> Result<()> {
+        let ctx = &self.module.ctx;
+        ctx.check("cuFuncSetAttribute", unsafe {
+            (ctx.api.cuFuncSetAttribute)(
+                self.raw,
+                CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                bytes as c_int,
+            )
+        })
+    }
+
+    /// Launches on `stream`; errors name the kernel.
+    pub fn launch(
+        &self,
+        stream: &Stream,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        shared: u32,
+        args: &[Arg],
+    ) -> Result<()> {
+        let mut storage: Vec<u64> = args
+            .iter()
+            .map(|a| match *a {
+                Arg::Ptr(p) => p,
+                Arg::U64(v) => v,
+                Arg::U32(v) => v as u64,
+                Arg::I32(v) => v as u32 as u64,
+                Arg::F32(v) => v.to_bits() as u64,
+            })
+            .collect();
+        // Each parameter's address; 32-bit values are read from the low half (little-endian).
+        let mut ptrs: Vec<*mut c_void> = storage
+            .iter_mut()
+            .map(|v| v as *mut u64 as *mut c_void)
+            .collect();
+        let ctx = &self.module.ctx;
+        let code = unsafe {
+            (ctx.api.cuLaunchKernel)(
+                self.raw,
+                grid.0,
+                grid.1,
+                grid.2,
+                block.0,
+                block.1,
+                block.2,
+                shared,
+                stream.raw,
+                ptrs.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
+        if code != 0 {
+            return Err(CudaError::Call {
+                call: "cuLaunchKernel",
+                name: format!("{} (kernel {})", ctx.api.error_name(code), self.name),
+                code,
+            });
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,341 @@
+//! Device memory: a size-classed buffer pool with a budget, pinned staging buffers, the byte views of
+//! host tensors, and the per-session weight-residency cache.
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+
+use ndarray::{ArrayD, IxDyn};
+
+use super::driver::{Context, CudaError, DeviceMemory, PinnedMemory, Result};
+pub use crate::counters::{CounterSnapshot, Counters};
+use crate::tensor::{DType, Tensor, Value};
+
+/// The size class of a request: 256-byte minimum, then powers of two up to 64 MiB, then 2 MiB steps.
+pub fn size_class(bytes: usize) -> usize {
+    if bytes <= 256 {
+        256
+    } else if bytes <= 64 << 20 {
+        bytes.next_power_of_two()
+    } else {
+        bytes.div_ceil(2 << 20) * (2 << 20)
+    }
+}
+
+/// Free device blocks by size class, with a budget on everything allocated (free or in use).
+pub struct Pool {
+    ctx: Arc<Context>,
+    budget: usize,
+    state: Mutex<PoolState>,
+}
+
+#[derive(Default)]
+struct PoolState {
+    free: HashMap<usize, Vec<DeviceMemory>>,
+    held: usize,
+}
+
+impl Pool {
+    pub fn new(ctx: Arc<Context>, budget: usize) -> Pool {
+        Pool {
+            ctx,
+            budget,
+            state: Mutex::new(PoolState::default()),
+        }
+    }
+
+    /// A block of at least `bytes`. The caller must only hand a block back (`give`) once no stream
+    /// still uses it; blocks freed in the middle of a run go to that run's own list instead.
+    pub fn take(&self, bytes: usize, counters: &Counters) -> Result<DeviceMemory> {
+        let class = size_class(bytes);
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(m) = st.free.get_mut(&class).and_then(Vec::pop) {
+            Counters::bump(&counters.pool_hits, 1);
+            return Ok(m);
+        }
+        Counters::bump(&counters.pool_misses, 1);
+        if st.held + class > self.budget {
+            // Release every cached block before giving up.
+            let cached: usize = st.free.values().flatten().map(|m| m.bytes).sum();
+            st.free.clear();
+            st.held -= cached;
+            if st.held + class > self.budget {
+                return Err(CudaError::OverBudget {
+                    asked: class,
+                    held: st.held,
+                    budget: self.budget,
+                });
+            }
+        }
+        let m = DeviceMemory::alloc(&self.ctx, class)?;
+        st.held += class;
+        Ok(m)
+    }
+
+    pub fn give(&self, m: DeviceMemory) {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.free.entry(m.bytes).or_default().push(m);
+    }
+
+    /// Bytes allocated from the device (in use or cached).
+    pub fn held(&self) -> usize {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).held
+    }
+}
+
+/// Pinned host buffers, reused across transfers.
+pub struct StagingPool {
+    ctx: Arc<Context>,
+    free: Mutex<Vec<PinnedMemory>>,
+}
+
+impl StagingPool {
+    pub fn new(ctx: Arc<Context>) -> StagingPool {
+        StagingPool {
+            ctx,
+            free: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub fn take(&self, bytes: usize) -> Result<PinnedMemory> {
+        let class = size_class(bytes);
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = free.iter().position(|p| p.bytes == class) {
+            return Ok(free.swap_remove(i));
+        }
+        drop(free);
+        PinnedMemory::alloc(&self.ctx, class)
+    }
+
+    pub fn give(&self, p: PinnedMemory) {
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        // Keep a bounded cache: pinned memory is scarce.
+        if free.len() < 16 {
+            free.push(p);
+        }
+    }
+}
+
+/// Element size on the device; `None` for types that stay on the host (strings, packed formats).
+pub fn device_elem_size(d: DType) -> Option<usize> {
+    match d {
+        DType::Str => None,
+        d if d.is_narrow_float() => None,
+        DType::F32 | DType::I32 | DType::U32 => Some(4),
+        DType::F64 | DType::I64 | DType::U64 => Some(8),
+        DType::F16 | DType::BF16 | DType::I16 | DType::U16 => Some(2),
+        DType::I8 | DType::U8 | DType::Bool => Some(1),
+        _ => None,
+    }
+}
+
+/// The bytes of a host tensor in row-major order, or `None` for types that stay on the host.
+pub fn tensor_bytes(t: &Tensor) -> Option<Vec<u8>> {
+    fn raw<T: Copy>(a: &ArrayD<T>) -> Vec<u8> {
+        let v: Vec<T> = match a.as_slice() {
+            Some(s) => s.to_vec(),
+            None => a.iter().copied().collect(),
+        };
+        let n = v.len() * std::mem::size_of::<T>();
+        let mut out = vec![0u8; n];
+        // Plain-old-data element types only (callers below): a byte copy is their representation.
+        unsafe { std::ptr::copy_nonoverlapping(v.as_ptr() as *const u8, out.as_mut_ptr(), n) };
+        out
+    }
+    Some(match t {
+        Tensor::F32(a) => raw(a),
+        Tensor::F64(a) => raw(a),
+        Tensor::F16(a) => raw(a),
+        Tensor::BF16(a) => raw(a),
+        Tensor::I8(a) => raw(a),
+        Tensor::I16(a) => raw(a),
+        Tensor::I32(a) => raw(a),
+        Tensor::I64(a) => raw(a),
+        Tensor::U8(a) => raw(a),
+        Tensor::U16(a) => raw(a),
+        Tensor::U32(a) => raw(a),
+        Tensor::U64(a) => raw(a),
+        Tensor::Bool(a) => a.iter().map(|&b| b as u8).collect(),
+        Tensor::Str(_) | Tensor::Packed(..) => return None,
+    })
+}
+
+/// Rebuilds a host tensor from device bytes (`bytes.len()` = elements × element size).
+pub fn tensor_from_bytes(dtype: DType, shape: &[usize], bytes: &[u8]) -> Option<Tensor> {
+    fn arr<T: Copy + Default>(shape: &[usize], bytes: &[u8]) -> Option<ArrayD<T>> {
+        let n: usize = shape.iter().product();
+        if bytes.len() != n * std::mem::size_of::<T>() {
+            return None;
+        }
+        let mut v = vec![T::default(); n];
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), v.as_mut_ptr() as *mut u8, bytes.len())
+        };
+        ArrayD::from_shape_vec(IxDyn(shape), v).ok()
+    }
+    Some(match dtype {
+        DType::F32 => Tensor::F32(arr(shape, bytes)?),
+        DType::F64 => Tensor::F64(arr(shape, bytes)?),
+        DType::F16 => Tensor::F16(arr(shape, bytes)?),
+        DType::BF16 => Tensor::BF16(arr(shape, bytes)?),
+        DType::I8 => Tensor::I8(arr(shape, bytes)?),
+        DType::I16 => Tensor::I16(arr(shape, bytes)?),
+        DType::I32 => Tensor::I32(arr(shape, bytes)?),
+        DType::I64 => Tensor::I64(arr(shape, bytes)?),
+        DType::U8 => Tensor::U8(arr(shape, bytes)?),
+        DType::U16 => Tensor::U16(arr(shape, bytes)?),
+        DType::U32 => Tensor::U32(arr(shape, bytes)?),
+        DType::U64 => Tensor::U64(arr(shape, bytes)?),
+        DType::Bool => Tensor::Bool(arr::<u8>(shape, bytes)?.mapv(|b| b != 0)),
+        _ => return None,
+    })
+}
+
+/// A device buffer handed back to its pool on drop. Drops happen only when no stream still uses the
+/// buffer: values freed in the middle of a run are parked in that run until its stream has finished.
+pub struct DevBuf {
+    mem: Option<DeviceMemory>,
+    pool: Arc<Pool>,
+}
+
+impl DevBuf {
+    pub fn new(mem: DeviceMemory, pool: Arc<Pool>) -> DevBuf {
+        DevBuf {
+            mem: Some(mem),
+            pool,
+        }
+    }
+
+    pub fn ptr(&self) -> u64 {
+        self.mem.as_ref().map_or(0, |m| m.ptr)
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.mem.as_ref().map_or(0, |m| m.bytes)
+    }
+
+    /// Takes the memory out (for reuse within the same stream).
+    pub fn into_memory(mut self) -> Option<DeviceMemory> {
+        self.mem.take()
+    }
+}
+
+impl Drop for DevBuf {
+    fn drop(&mut self) {
+        if let Some(m) = self.mem.take() {
+            self.pool.give(m);
+        }
+    }
+}
+
+/// A tensor in device memory: row-major, contiguous. Views (Reshape and friends) share the buffer.
+#[derive(Clone)]
+pub struct DevTensor {
+    pub buf: Arc<DevBuf>,
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+}
+
+impl DevTensor {
+    pub fn len(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn ptr(&self) -> u64 {
+        self.buf.ptr()
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.len() * device_elem_size(self.dtype).unwrap_or(0)
+    }
+
+    /// The same data under another shape (same element count, checked by the caller).
+    pub fn view(&self, shape: Vec<usize>) -> DevTensor {
+        DevTensor {
+            buf: self.buf.clone(),
+            dtype: self.dtype,
+            shape,
+        }
+    }
+}
+
+/// Weights resident on the device, keyed by the identity of the initializer's `Arc`. A lookup is
+/// checked, not trusted: the entry keeps a `Weak` to the value it was made from, and an address whose
+/// value was dropped and replaced (or whose shape or dtype differs) is uploaded again.
+#[derive(Default)]
+pub struct WeightCache {
+    entries: Mutex<HashMap<usize, WeightEntry>>,
+}
+
+struct WeightEntry {
+    source: Weak<Value>,
+    dtype: DType,
+    shape: Vec<usize>,
+    dev: DevTensor,
+}
+
+impl WeightCache {
+    pub fn get(&self, v: &Arc<Value>) -> Option<DevTensor> {
+        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let e = entries.get(&(Arc::as_ptr(v) as usize))?;
+        let t = v.as_tensor()?;
+        let same = e
+            .source
+            .upgrade()
+            .is_some_and(|s| Arc::ptr_eq(&s, v))
+            && e.dtype == t.dtype()
+            && e.shape == t.shape();
+        same.then(|| e.dev.clone())
+    }
+
+    pub fn insert(&self, v: &Arc<Value>, dev: DevTensor) {
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        entries.insert(
+            Arc::as_ptr(v) as usize,
+            WeightEntry {
+                source: Arc::downgrade(v),
+                dtype: dev.dtype,
+                shape: dev.shape.clone(),
+                dev,
+            },
+        );
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn size_classes_cover_the_request() {
+        for b in [0usize, 1, 255, 256, 257, 4096, 4097, (64 << 20) - 1, 64 << 20, (64 << 20) + 1] {
+            let c = size_class(b);
+            assert!(c >= b && c >= 256, "{b} -> {c}");
+        }
+        assert_eq!(size_class(1000), 1024);
+        assert_eq!(size_class((64 << 20) + 1), (64 << 20) + (2 << 20));
+    }
+
+    #[test]
+    fn tensor_bytes_round_trip() {
+        let t = Tensor::from_f32(&[2, 3], vec![1.5, -2.0, 3.25, 0.1, 7.0, -0.0]).unwrap();
+        let b = tensor_bytes(&t).unwrap();
+        assert_eq!(b.len(), 24);
+        assert_eq!(tensor_from_bytes(DType::F32, &[2, 3], &b).unwrap(), t);
+        let t = Tensor::Bool(ArrayD::from_shape_vec(IxDyn(&[3]), vec![true, false, true]).unwrap());
+        let b = tensor_bytes(&t).unwrap();
+        assert_eq!(b, vec![1, 0, 1]);
+        assert_eq!(tensor_from_bytes(DType::Bool, &[3], &b).unwrap(), t);
+        assert!(tensor_from_bytes(DType::F32, &[2], &[0; 7]).is_none());
+    }
+}

@@ -1,0 +1,574 @@
+//! CUDA kernels: the `reduce` family (Reduce*, ArgMax, ArgMin).
+//!
+//! A reduction is a [`Walk`]: the kept dims enumerate the outputs (row-major, which is the output's
+//! own layout) and the reduced dims enumerate each output's elements. Both lists drop size-1 dims and
+//! merge contiguous neighbours; their sizes and strides are baked into the PTX, so non-adjacent axes
+//! need no transposed copy. Each output is one row of a [`Rows`] layout: one thread per output when
+//! rows are short or strided (coalesced across outputs), one warp or one block per output when they are
+//! long and contiguous. Sums and products accumulate in f64 and round once; Max and Min stay in f32
+//! and propagate NaN; LogSumExp takes the max first and then sums exp(x - max) in f64.
+#[path = "reduce_rows.rs"]
+pub(crate) mod rows;
+
+use rows::{BLOCK, Elem, NONE, Rows, arg_combine, combine_add, combine_max, d, f32_of, f64_of};
+
+use super::math::{exp64, log64};
+use super::{offsets, require_u32_len, strides};
+use crate::cuda::driver::Arg;
+use crate::cuda::ptx::{Cmp, Kernel, Reg, Space, Ty, module};
+use crate::cuda::{CudaKernel, DevTensor, Inputs, KError, KResult, Run, dev_input, host_i64s};
+use crate::error::{OpError, OpResult};
+use crate::ir::Node;
+use crate::ops::reduce::geometry;
+use crate::ops::{OpCtx, norm_axis};
+use crate::tensor::DType;
+
+/// Op types this family claims in at least one form.
+pub const OPS: &[&str] = &[
+    "ReduceSum",
+    "ReduceMean",
+    "ReduceMax",
+    "ReduceMin",
+    "ReduceProd",
+    "ReduceL1",
+    "ReduceL2",
+    "ReduceSumSquare",
+    "ReduceLogSum",
+    "ReduceLogSumExp",
+    "ArgMax",
+    "ArgMin",
+];
+
+/// The kernel for `node` if this family owns its op type.
+pub fn claim(node: &Node) -> Option<Result<CudaKernel, String>> {
+    let op = node.op_type.as_str();
+    if !OPS.contains(&op) {
+        return None;
+    }
+    Some(Ok(if op.starts_with("Arg") {
+        k_arg as CudaKernel
+    } else {
+        k_reduce as CudaKernel
+    }))
+}
+
+/// A reduction operator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Red {
+    Sum,
+    Mean,
+    Max,
+    Min,
+    Prod,
+    L1,
+    L2,
+    SumSquare,
+    LogSum,
+    LogSumExp,
+}
+
+impl Red {
+    fn of(op: &str) -> Option<Red> {
+        Some(match op {
+            "ReduceSum" => Red::Sum,
+            "ReduceMean" => Red::Mean,
+            "ReduceMax" => Red::Max,
+            "ReduceMin" => Red::Min,
+            "ReduceProd" => Red::Prod,
+            "ReduceL1" => Red::L1,
+            "ReduceL2" => Red::L2,
+            "ReduceSumSquare" => Red::SumSquare,
+            "ReduceLogSum" => Red::LogSum,
+            "ReduceLogSumExp" => Red::LogSumExp,
+            _ => return None,
+        })
+    }
+
+    /// The opset from which `axes` is the second input rather than an attribute.
+    fn axes_input_since(self) -> i64 {
+        if self == Red::Sum { 13 } else { 18 }
+    }
+}
+
+/// How a reduction walks its input: `kept` enumerates the outputs and `red` each output's elements,
+/// both as (size, element stride) lists, outermost first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Walk {
+    pub kept: Vec<(usize, usize)>,
+    pub red: Vec<(usize, usize)>,
+    /// Number of outputs.
+    pub outputs: usize,
+    /// Elements per output.
+    pub r: usize,
+}
+
+/// Drops size-1 dims and merges neighbours that are contiguous (outer stride = inner size × stride).
+fn merge(dims: &[(usize, usize)]) -> Vec<(usize, usize)> {
+    let mut out: Vec<(usize, usize)> = Vec::new();
+    for &(n, s) in dims {
+        if n == 1 {
+            continue;
+        }
+        if let Some(last) = out.last_mut() {
+            if last.1 == n * s {
+                last.0 *= n;
+                last.1 = s;
+                continue;
+            }
+        }
+        out.push((n, s));
+    }
+    out
+}
+
+impl Walk {
+    /// Reducing `shape` over `axes` (normalised, each < rank).
+    pub(crate) fn new(shape: &[usize], axes: &[usize]) -> Walk {
+        let st = strides(shape);
+        let dims: Vec<(usize, usize)> = shape.iter().copied().zip(st).collect();
+        let kept: Vec<(usize, usize)> = (0..shape.len())
+            .filter(|i| !axes.contains(i))
+            .map(|i| dims[i])
+            .collect();
+        let red: Vec<(usize, usize)> = (0..shape.len())
+            .filter(|i| axes.contains(i))
+            .map(|i| dims[i])
+            .collect();
+        Walk {
+            outputs: kept.iter().map(|d| d.0).product(),
+            r: red.iter().map(|d| d.0).product(),
+            kept: merge(&kept),
+            red: merge(&red),
+        }
+    }
+
+    /// Whether each output's elements are adjacent in memory.
+    pub(crate) fn contiguous(&self) -> bool {
+        match self.red.as_slice() {
+            [] => true,
+            [(_, s)] => *s == 1,
+            _ => false,
+        }
+    }
+
+    /// The element offset of output `row`'s first element.
+    fn base(&self, k: &mut Kernel, row: Reg) -> Reg {
+        if self.kept.is_empty() {
+            return k.mov(Ty::U32, 0u32);
+        }
+        let shape: Vec<usize> = self.kept.iter().map(|d| d.0).collect();
+        let st: Vec<i64> = self.kept.iter().map(|d| d.1 as i64).collect();
+        offsets(k, row, &shape, &[st])[0]
+    }
+
+    /// The offset of element `j` of an output relative to its first element.
+    fn red_offset(&self, k: &mut Kernel, j: Reg) -> Reg {
+        match self.red.as_slice() {
+            [] => k.mov(Ty::U32, 0u32),
+            [(_, 1)] => j,
+            [(_, s)] => k.mul(Ty::U32, j, *s as u32),
+            _ => {
+                let shape: Vec<usize> = self.red.iter().map(|d| d.0).collect();
+                let st: Vec<i64> = self.red.iter().map(|d| d.1 as i64).collect();
+                offsets(k, j, &shape, &[st])[0]
+            }
+        }
+    }
+}
+
+/// `body(k, value, j)` over the elements this thread owns of its output (values as f32).
+#[allow(clippy::too_many_arguments)]
+fn for_elems(
+    k: &mut Kernel,
+    layout: Rows,
+    ids: &rows::RowIds,
+    w: &Walk,
+    base: Reg,
+    x: Reg,
+    e: Elem,
+    body: impl FnOnce(&mut Kernel, Reg, Reg),
+) {
+    layout.for_each(k, ids, w.r, |k, j| {
+        let off = w.red_offset(k, j);
+        let i = k.add(Ty::U32, base, off);
+        let v = rows::load(k, e, x, i);
+        body(k, v, j);
+    });
+}
+
+fn combine_mul(k: &mut Kernel, mine: &[Reg], other: &[Reg]) {
+    let p = k.mul(mine[0].ty, mine[0], other[0]);
+    k.assign(mine[0], p);
+}
+
+fn combine_min(k: &mut Kernel, mine: &[Reg], other: &[Reg]) {
+    let m = rows::min_nan(k, mine[0], other[0]);
+    k.assign(mine[0], m);
+}
+
+/// The kernel `reduce(x, y, rows)`: output `row` of `y` reduces its walk of `x`.
+pub(crate) fn reduce_kernel(red: Red, e: Elem, w: &Walk, layout: Rows) -> Kernel {
+    let mut k = Kernel::new("reduce");
+    let x = k.param_ptr("x");
+    let y = k.param_ptr("y");
+    let nrows = k.param("rows", Ty::U32);
+    let ids = layout.ids(&mut k, nrows);
+    let base = w.base(&mut k, ids.row);
+    let res = match red {
+        Red::Max | Red::Min => {
+            let is_max = red == Red::Max;
+            let init = if is_max {
+                f32::NEG_INFINITY
+            } else {
+                f32::INFINITY
+            };
+            let acc = k.mov(Ty::F32, init);
+            for_elems(&mut k, layout, &ids, w, base, x, e, |k, v, _| {
+                let m = if is_max {
+                    rows::max_nan(k, acc, v)
+                } else {
+                    rows::min_nan(k, acc, v)
+                };
+                k.assign(acc, m);
+            });
+            if is_max {
+                layout.reduce(&mut k, &ids, &[acc], &combine_max);
+            } else {
+                layout.reduce(&mut k, &ids, &[acc], &combine_min);
+            }
+            acc
+        }
+        Red::LogSumExp => {
+            let m = k.mov(Ty::F32, f32::NEG_INFINITY);
+            for_elems(&mut k, layout, &ids, w, base, x, e, |k, v, _| {
+                let t = rows::max_nan(k, m, v);
+                k.assign(m, t);
+            });
+            layout.reduce(&mut k, &ids, &[m], &combine_max);
+            let md = f64_of(&mut k, m);
+            let s = k.mov(Ty::F64, 0.0f64);
+            for_elems(&mut k, layout, &ids, w, base, x, e, |k, v, _| {
+                let vd = f64_of(k, v);
+                let dv = k.sub(Ty::F64, vd, md);
+                let ev = exp64(k, dv);
+                let t = k.add(Ty::F64, s, ev);
+                k.assign(s, t);
+            });
+            layout.reduce(&mut k, &ids, &[s], &combine_add);
+            let l = log64(&mut k, s);
+            let r = k.add(Ty::F64, md, l);
+            let r = f32_of(&mut k, r);
+            // An infinite max is the result itself (-inf for an empty or all -inf set).
+            let am = k.unary("abs", Ty::F32, m);
+            let inf = k.setp(Cmp::Eq, Ty::F32, am, f32::INFINITY);
+            k.selp(Ty::F32, m, r, inf)
+        }
+        _ => {
+            let acc = k.mov(Ty::F64, if red == Red::Prod { 1.0f64 } else { 0.0 });
+            for_elems(&mut k, layout, &ids, w, base, x, e, |k, v, _| {
+                let vd = f64_of(k, v);
+                let t = match red {
+                    Red::L1 => {
+                        let a = k.unary("abs", Ty::F64, vd);
+                        k.add(Ty::F64, acc, a)
+                    }
+                    Red::L2 | Red::SumSquare => k.fma(Ty::F64, vd, vd, acc),
+                    Red::Prod => k.mul(Ty::F64, acc, vd),
+                    _ => k.add(Ty::F64, acc, vd),
+                };
+                k.assign(acc, t);
+            });
+            if red == Red::Prod {
+                layout.reduce(&mut k, &ids, &[acc], &combine_mul);
+            } else {
+                layout.reduce(&mut k, &ids, &[acc], &combine_add);
+            }
+            let out = match red {
+                Red::Mean => k.div(Ty::F64, acc, d(w.r as f64)),
+                Red::L2 => k.unary("sqrt.rn", Ty::F64, acc),
+                Red::LogSum => log64(&mut k, acc),
+                _ => acc,
+            };
+            f32_of(&mut k, out)
+        }
+    };
+    layout.leader(&mut k, &ids, |k| rows::store(k, e, y, ids.row, res));
+    k
+}
+
+/// The kernel `arg(x, y, rows)`: the int64 index of the max (min) of each output's single axis.
+pub(crate) fn arg_kernel(is_max: bool, last: bool, e: Elem, w: &Walk, layout: Rows) -> Kernel {
+    let mut k = Kernel::new("arg");
+    let x = k.param_ptr("x");
+    let y = k.param_ptr("y");
+    let nrows = k.param("rows", Ty::U32);
+    let ids = layout.ids(&mut k, nrows);
+    let base = w.base(&mut k, ids.row);
+    let v = k.mov(Ty::F32, 0.0f32);
+    let i = k.mov(Ty::U32, NONE);
+    let comb = arg_combine(is_max, last);
+    for_elems(&mut k, layout, &ids, w, base, x, e, |k, xv, j| {
+        comb(k, &[v, i], &[xv, j])
+    });
+    layout.reduce(&mut k, &ids, &[v, i], &comb);
+    layout.leader(&mut k, &ids, |k| {
+        let wide = k.cvt(Ty::S64, Ty::U32, "", i);
+        let a = k.addr(y, ids.row, 8);
+        k.st(Space::Global, a, 0, wide);
+    });
+    k
+}
+
+/// The reduced axes of a Reduce* node (sorted, deduplicated), the CPU kernel's rules: `axes` from the
+/// second input from `since` on (or when the attribute is absent), empty axes = all axes unless
+/// `noop_with_empty_axes`.
+fn reduced_axes(ctx: &OpCtx, inputs: &dyn Inputs, rank: usize, since: i64) -> KResult<Vec<usize>> {
+    let from_input = |inputs: &dyn Inputs| -> KResult<Option<Vec<i64>>> {
+        if inputs.len() > 1 && inputs.present(1) {
+            host_i64s(inputs, 1)
+        } else {
+            Ok(None)
+        }
+    };
+    let axes: Vec<i64> = if ctx.opset() >= since || ctx.attr("axes").is_none() {
+        match from_input(inputs)? {
+            Some(v) => v,
+            None => ctx.attr_opt_ints("axes")?.unwrap_or_default(),
+        }
+    } else {
+        ctx.attr_opt_ints("axes")?.unwrap_or_default()
+    };
+    let noop = ctx.attr_i("noop_with_empty_axes", 0)? != 0;
+    let mut norm: Vec<usize> = if axes.is_empty() {
+        if noop {
+            Vec::new()
+        } else {
+            (0..rank).collect()
+        }
+    } else {
+        axes.iter()
+            .map(|&a| norm_axis(a, rank))
+            .collect::<OpResult<_>>()?
+    };
+    if rank == 0 {
+        norm.clear();
+    }
+    norm.sort_unstable();
+    norm.dedup();
+    Ok(norm)
+}
+
+fn input_shape(inputs: &dyn Inputs, i: usize) -> KResult<Vec<usize>> {
+    inputs
+        .shape(i)
+        .ok_or_else(|| KError::Op(OpError::Invalid(format!("input {i} is required"))))
+}
+
+/// Reduces the device tensor `x` over `axes` (normalised, sorted, deduplicated) with `red`.
+pub(crate) fn reduce_dev(
+    run: &Run,
+    x: &DevTensor,
+    red: Red,
+    axes: &[usize],
+    keepdims: bool,
+) -> KResult<DevTensor> {
+    let e = Elem::of("the input", Some(x.dtype))?;
+    require_u32_len(&x.shape)?;
+    let g = geometry(&x.shape, axes);
+    let out_shape = if keepdims { g.keep_shape } else { g.drop_shape };
+    let w = Walk::new(&x.shape, axes);
+    let y = run.alloc(e.dtype(), &out_shape)?;
+    if w.outputs == 0 {
+        return Ok(y);
+    }
+    let layout = Rows::choose(w.outputs, w.r, w.contiguous());
+    let ptx = module(run.cc(), &[reduce_kernel(red, e, &w, layout)]);
+    run.launch(
+        &ptx,
+        "reduce",
+        (layout.grid(w.outputs), 1, 1),
+        (BLOCK, 1, 1),
+        0,
+        &[
+            Arg::Ptr(x.ptr()),
+            Arg::Ptr(y.ptr()),
+            Arg::U32(w.outputs as u32),
+        ],
+    )?;
+    Ok(y)
+}
+
+fn k_reduce(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>> {
+    let op = ctx.node.op_type.as_str();
+    let red = Red::of(op).ok_or_else(|| KError::Decline(format!("{op} is not a reduction")))?;
+    Elem::of("the input", inputs.dtype(0))?;
+    let rank = input_shape(inputs, 0)?.len();
+    let keepdims = ctx.attr_i("keepdims", 1)? != 0;
+    let axes = reduced_axes(ctx, inputs, rank, red.axes_input_since())?;
+    let x = dev_input(inputs, 0)?;
+    Ok(vec![reduce_dev(run, &x, red, &axes, keepdims)?])
+}
+
+fn k_arg(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>> {
+    let is_max = ctx.node.op_type == "ArgMax";
+    let e = Elem::of("the input", inputs.dtype(0))?;
+    let shape = input_shape(inputs, 0)?;
+    let rank = shape.len();
+    let axis = norm_axis(ctx.attr_i("axis", 0)?, rank)?;
+    let keepdims = ctx.attr_i("keepdims", 1)? != 0;
+    let last = ctx.attr_i("select_last_index", 0)? != 0;
+    if rank > 0 && shape[axis] == 0 {
+        return Err(KError::Op(OpError::Invalid(format!(
+            "{} over an empty axis {axis} of shape {shape:?}",
+            ctx.node.op_type
+        ))));
+    }
+    require_u32_len(&shape)?;
+    let axes: Vec<usize> = if rank == 0 { vec![] } else { vec![axis] };
+    let g = geometry(&shape, &axes);
+    let out_shape = if keepdims { g.keep_shape } else { g.drop_shape };
+    let st = strides(&shape);
+    let kept: Vec<(usize, usize)> = (0..rank)
+        .filter(|&i| i != axis)
+        .map(|i| (shape[i], st[i]))
+        .collect();
+    let (n, s) = if rank == 0 {
+        (1, 1)
+    } else {
+        (shape[axis], st[axis])
+    };
+    // The reduced dim stays even when it has size 1: the loop index is the answer.
+    let w = Walk {
+        outputs: kept.iter().map(|d| d.0).product(),
+        kept: merge(&kept),
+        red: vec![(n, s)],
+        r: n,
+    };
+    let x = dev_input(inputs, 0)?;
+    let y = run.alloc(DType::I64, &out_shape)?;
+    if w.outputs == 0 {
+        return Ok(vec![y]);
+    }
+    let layout = Rows::choose(w.outputs, w.r, s == 1);
+    let ptx = module(run.cc(), &[arg_kernel(is_max, last, e, &w, layout)]);
+    run.launch(
+        &ptx,
+        "arg",
+        (layout.grid(w.outputs), 1, 1),
+        (BLOCK, 1, 1),
+        0,
+        &[
+            Arg::Ptr(x.ptr()),
+            Arg::Ptr(y.ptr()),
+            Arg::U32(w.outputs as u32),
+        ],
+    )?;
+    Ok(vec![y])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn walks_merge_and_split() {
+        // Trailing axes: contiguous rows.
+        let w = Walk::new(&[2, 3, 4, 5], &[2, 3]);
+        assert_eq!(
+            (w.kept.clone(), w.red.clone()),
+            (vec![(6, 20)], vec![(20, 1)])
+        );
+        assert!(w.contiguous() && w.outputs == 6 && w.r == 20);
+        // Middle axis: strided rows.
+        let w = Walk::new(&[2, 3, 4], &[1]);
+        assert_eq!(
+            (w.kept.clone(), w.red.clone()),
+            (vec![(2, 12), (4, 1)], vec![(3, 4)])
+        );
+        assert!(!w.contiguous());
+        // Axes separated by a size-1 dim merge through it; truly split axes stay two dims.
+        let w = Walk::new(&[3, 1, 4, 5], &[0, 2]);
+        assert_eq!(
+            (w.kept.clone(), w.red.clone()),
+            (vec![(5, 1)], vec![(12, 5)])
+        );
+        let w = Walk::new(&[3, 5, 7], &[0, 2]);
+        assert_eq!(
+            (w.kept.clone(), w.red.clone()),
+            (vec![(5, 7)], vec![(3, 35), (7, 1)])
+        );
+        // No axes (noop): one element per output.
+        let w = Walk::new(&[2, 3], &[]);
+        assert_eq!((w.outputs, w.r, w.red.len()), (6, 1, 0));
+        // Empty reduced set.
+        let w = Walk::new(&[2, 0, 3], &[1]);
+        assert_eq!((w.outputs, w.r), (6, 0));
+    }
+
+    fn text(k: Kernel) -> String {
+        module((9, 0), &[k])
+    }
+
+    #[test]
+    fn reduce_kernels_are_well_formed() {
+        for (shape, axes) in [
+            (vec![7, 5000], vec![1]),
+            (vec![1000, 40], vec![1]),
+            (vec![3, 5, 7], vec![1]),
+            (vec![3, 5, 7], vec![0, 2]),
+        ] {
+            let w = Walk::new(&shape, &axes);
+            for layout in [Rows::Thread, Rows::Warp, Rows::Block] {
+                for red in [
+                    Red::Sum,
+                    Red::Mean,
+                    Red::Max,
+                    Red::Min,
+                    Red::Prod,
+                    Red::L1,
+                    Red::L2,
+                    Red::SumSquare,
+                    Red::LogSum,
+                    Red::LogSumExp,
+                ] {
+                    let t = text(reduce_kernel(red, Elem::F32, &w, layout));
+                    assert!(t.contains(".visible .entry reduce("), "{t}");
+                    assert!(t.contains(".param .u64 x") && t.contains(".param .u32 rows"));
+                    assert!(t.contains("L_loop_"), "{t}");
+                    assert!(!t.contains(".approx"), "{t}");
+                    assert_eq!(t.contains("bar.sync"), layout == Rows::Block, "{t}");
+                    assert_eq!(t.contains("shfl.sync"), layout != Rows::Thread, "{t}");
+                }
+            }
+        }
+        let w = Walk::new(&[4, 6], &[1]);
+        let t = text(reduce_kernel(Red::Max, Elem::F16, &w, Rows::Warp));
+        assert!(
+            t.contains("ld.global.nc.b16") && t.contains("cvt.f32.f16"),
+            "{t}"
+        );
+        assert!(
+            t.contains("cvt.rn.f16.f32") && t.contains("st.global.b16"),
+            "{t}"
+        );
+        assert!(t.contains("max.NaN.f32"), "{t}");
+    }
+
+    #[test]
+    fn arg_kernels_store_int64() {
+        let w = Walk {
+            kept: vec![(3, 1)],
+            red: vec![(5000, 3)],
+            outputs: 3,
+            r: 5000,
+        };
+        for layout in [Rows::Thread, Rows::Block] {
+            let t = text(arg_kernel(true, true, Elem::F32, &w, layout));
+            assert!(
+                t.contains("cvt.s64.u32") && t.contains("st.global.s64"),
+                "{t}"
+            );
+            assert!(t.contains("setp.nan.f32") && t.contains("selp.f32"), "{t}");
+        }
+    }
+}

@@ -1,0 +1,221 @@
+//! CUDA kernels: the `softmax` family (Softmax, LogSoftmax, Hardmax).
+//!
+//! The op runs over the lanes of `[outer, n, inner]`, the CPU kernel's view: one axis from opset 13,
+//! the input flattened to 2-D at `axis` before. Each lane is one row of a [`Rows`] layout (a warp or
+//! block for long contiguous lanes, one thread per lane otherwise) and takes three passes: the max
+//! (NaN-propagating), the sum of exp(x - max) in f64, then the outputs, computed in f64 and rounded
+//! once. Hardmax finds the first index of the max instead (NaN counts as the largest value, like the
+//! CPU kernel) and writes the one-hot lane.
+use super::math::{exp64, log64};
+use super::reduce::rows::{
+    BLOCK, Elem, NONE, Rows, arg_combine, combine_add, combine_max, d, f32_of, f64_of, load,
+    max_nan, store,
+};
+use super::require_u32_len;
+use crate::cuda::driver::Arg;
+use crate::cuda::ptx::{Cmp, Kernel, Reg, Ty, module};
+use crate::cuda::{CudaKernel, DevTensor, Inputs, KError, KResult, Run, dev_input};
+use crate::error::OpError;
+use crate::ir::Node;
+use crate::ops::{OpCtx, norm_axis};
+
+/// Op types this family claims in at least one form.
+pub const OPS: &[&str] = &["Softmax", "LogSoftmax", "Hardmax"];
+
+/// The kernel for `node` if this family owns its op type.
+pub fn claim(node: &Node) -> Option<Result<CudaKernel, String>> {
+    if !OPS.contains(&node.op_type.as_str()) {
+        return None;
+    }
+    Some(Ok(k_softmax as CudaKernel))
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Soft,
+    LogSoft,
+    Hard,
+}
+
+/// `(outer, n, inner)` of the lanes, by the CPU kernel's rules.
+fn lanes(ctx: &OpCtx, shape: &[usize]) -> KResult<(usize, usize, usize)> {
+    let rank = shape.len();
+    let new = ctx.opset() >= 13;
+    let axis = ctx.attr_i("axis", if new { -1 } else { 1 })?;
+    if rank == 0 {
+        return Ok((1, 1, 1));
+    }
+    if new {
+        let a = norm_axis(axis, rank)?;
+        return Ok((
+            shape[..a].iter().product(),
+            shape[a],
+            shape[a + 1..].iter().product(),
+        ));
+    }
+    // Flatten to 2-D at `axis`, which may equal the rank (one column per row).
+    let a = if axis < 0 { axis + rank as i64 } else { axis };
+    if a < 0 || a > rank as i64 {
+        return Err(KError::Op(OpError::Invalid(format!(
+            "axis {axis} is out of range for rank {rank}"
+        ))));
+    }
+    let a = a as usize;
+    Ok((shape[..a].iter().product(), shape[a..].iter().product(), 1))
+}
+
+/// The kernel `softmax(x, y, rows)` over lanes of `[_, n, inner]`; `rows` = outer · inner lanes.
+pub(crate) fn softmax_kernel(kind: Kind, e: Elem, n: usize, inner: usize, layout: Rows) -> Kernel {
+    let mut k = Kernel::new("softmax");
+    let x = k.param_ptr("x");
+    let y = k.param_ptr("y");
+    let nrows = k.param("rows", Ty::U32);
+    let ids = layout.ids(&mut k, nrows);
+    // The lane's first element and the stride between its elements.
+    let base = if inner == 1 {
+        k.mul(Ty::U32, ids.row, n as u32)
+    } else {
+        let o = k.div(Ty::U32, ids.row, inner as u32);
+        let c = k.rem(Ty::U32, ids.row, inner as u32);
+        k.fma(Ty::U32, o, (n * inner) as u32, c)
+    };
+    let at = |k: &mut Kernel, j: Reg| -> Reg {
+        if inner == 1 {
+            k.add(Ty::U32, base, j)
+        } else {
+            k.fma(Ty::U32, j, inner as u32, base)
+        }
+    };
+    if kind == Kind::Hard {
+        let v = k.mov(Ty::F32, 0.0f32);
+        let i = k.mov(Ty::U32, NONE);
+        let comb = arg_combine(true, false);
+        layout.for_each(&mut k, &ids, n, |k, j| {
+            let xi = at(k, j);
+            let xv = load(k, e, x, xi);
+            comb(k, &[v, i], &[xv, j]);
+        });
+        layout.reduce(&mut k, &ids, &[v, i], &comb);
+        layout.for_each(&mut k, &ids, n, |k, j| {
+            let yi = at(k, j);
+            let hit = k.setp(Cmp::Eq, Ty::U32, j, i);
+            let o = k.selp(Ty::F32, 1.0f32, 0.0f32, hit);
+            store(k, e, y, yi, o);
+        });
+        return k;
+    }
+    let m = k.mov(Ty::F32, f32::NEG_INFINITY);
+    layout.for_each(&mut k, &ids, n, |k, j| {
+        let xi = at(k, j);
+        let xv = load(k, e, x, xi);
+        let t = max_nan(k, m, xv);
+        k.assign(m, t);
+    });
+    layout.reduce(&mut k, &ids, &[m], &combine_max);
+    let md = f64_of(&mut k, m);
+    let s = k.mov(Ty::F64, 0.0f64);
+    layout.for_each(&mut k, &ids, n, |k, j| {
+        let xi = at(k, j);
+        let xv = load(k, e, x, xi);
+        let xd = f64_of(k, xv);
+        let dv = k.sub(Ty::F64, xd, md);
+        let ev = exp64(k, dv);
+        let t = k.add(Ty::F64, s, ev);
+        k.assign(s, t);
+    });
+    layout.reduce(&mut k, &ids, &[s], &combine_add);
+    let f = if kind == Kind::Soft {
+        k.div(Ty::F64, d(1.0), s)
+    } else {
+        log64(&mut k, s)
+    };
+    layout.for_each(&mut k, &ids, n, |k, j| {
+        let xi = at(k, j);
+        let xv = load(k, e, x, xi);
+        let xd = f64_of(k, xv);
+        let dv = k.sub(Ty::F64, xd, md);
+        let r = if kind == Kind::Soft {
+            let ev = exp64(k, dv);
+            k.mul(Ty::F64, ev, f)
+        } else {
+            k.sub(Ty::F64, dv, f)
+        };
+        let r = f32_of(k, r);
+        store(k, e, y, xi, r);
+    });
+    k
+}
+
+/// Runs `kind` over the lanes `(outer, n, inner)` of the device tensor `x`.
+pub(crate) fn softmax_dev(
+    run: &Run,
+    x: &DevTensor,
+    kind: Kind,
+    (outer, n, inner): (usize, usize, usize),
+) -> KResult<DevTensor> {
+    let e = Elem::of("the input", Some(x.dtype))?;
+    require_u32_len(&x.shape)?;
+    let y = run.alloc(e.dtype(), &x.shape)?;
+    let rows = outer * inner;
+    if x.is_empty() {
+        return Ok(y);
+    }
+    let layout = Rows::choose(rows, n, inner == 1);
+    let ptx = module(run.cc(), &[softmax_kernel(kind, e, n, inner, layout)]);
+    run.launch(
+        &ptx,
+        "softmax",
+        (layout.grid(rows), 1, 1),
+        (BLOCK, 1, 1),
+        0,
+        &[Arg::Ptr(x.ptr()), Arg::Ptr(y.ptr()), Arg::U32(rows as u32)],
+    )?;
+    Ok(y)
+}
+
+fn k_softmax(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>> {
+    let kind = match ctx.node.op_type.as_str() {
+        "Softmax" => Kind::Soft,
+        "LogSoftmax" => Kind::LogSoft,
+        _ => Kind::Hard,
+    };
+    Elem::of("the input", inputs.dtype(0))?;
+    let shape = inputs
+        .shape(0)
+        .ok_or_else(|| KError::Op(OpError::Invalid("input 0 is required".into())))?;
+    let dims = lanes(ctx, &shape)?;
+    let x = dev_input(inputs, 0)?;
+    Ok(vec![softmax_dev(run, &x, kind, dims)?])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernels_are_well_formed() {
+        for (n, inner) in [(5000, 1), (40, 1), (7, 1), (3, 5), (300, 4)] {
+            for layout in [Rows::Thread, Rows::Warp, Rows::Block] {
+                for kind in [Kind::Soft, Kind::LogSoft, Kind::Hard] {
+                    let t = module((9, 0), &[softmax_kernel(kind, Elem::F32, n, inner, layout)]);
+                    assert!(t.contains(".visible .entry softmax("), "{t}");
+                    assert!(t.contains("L_loop_"), "{t}");
+                    assert!(!t.contains(".approx"), "{t}");
+                    assert_eq!(t.contains("bar.sync"), layout == Rows::Block, "{t}");
+                    assert_eq!(kind == Kind::Hard, !t.contains("max.NaN.f32"), "{t}");
+                    if kind == Kind::Soft {
+                        assert!(t.contains("div.rn.f64"), "{t}");
+                    }
+                }
+            }
+        }
+        let t = module(
+            (9, 0),
+            &[softmax_kernel(Kind::Soft, Elem::F16, 64, 1, Rows::Warp)],
+        );
+        assert!(
+            t.contains("cvt.f32.f16") && t.contains("cvt.rn.f16.f32"),
+            "{t}"
+        );
+    }
+}

@@ -1,0 +1,19 @@
+//! The on-device suite: `cargo test -p quorum --features gpu-tests --test gpu` on a machine with an
+//! NVIDIA GPU (or from `target/gpu-bundle/run.sh`). A plain `cargo test` builds none of it.
+#![cfg(feature = "gpu-tests")]
+
+#[path = "gpu/harness.rs"]
+mod harness;
+
+#[path = "gpu/elementwise.rs"]
+mod elementwise;
+#[path = "gpu/movement.rs"]
+mod movement;
+#[path = "gpu/system.rs"]
+mod system;
+#[path = "gpu/bench.rs"]
+mod bench;
+#[path = "gpu/matmul.rs"]
+mod matmul;
+#[path = "gpu/conv.rs"]
+mod conv;

@@ -1,0 +1,95 @@
+//! Device benchmarks (ignored by default; `run.sh` runs them with `--ignored --nocapture`). They time
+//! with CUDA events around device-resident work after a warm-up, take the median of many repeats, and
+//! print one line per figure (machine-readable `BENCH name value unit`). Nothing here asserts a speed.
+use std::time::Instant;
+
+use quorum::cuda::driver::Event;
+use quorum::cuda::{Counters, Device, Run};
+
+use crate::harness::rand_f32;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Median milliseconds of `f` over `reps`, each timed with events (after `warm` untimed calls).
+fn time_ms(run: &Run, warm: usize, reps: usize, f: &mut dyn FnMut()) -> f64 {
+    for _ in 0..warm {
+        f();
+    }
+    run.synchronize().unwrap();
+    let ctx = &run.device.ctx;
+    let mut times = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let (a, b) = (Event::new(ctx, true).unwrap(), Event::new(ctx, true).unwrap());
+        a.record(run.stream()).unwrap();
+        f();
+        b.record(run.stream()).unwrap();
+        b.synchronize().unwrap();
+        times.push(b.elapsed_since(&a).unwrap() as f64);
+    }
+    median(times)
+}
+
+#[test]
+#[ignore = "benchmark: run with --ignored on a GPU machine"]
+fn bench_kernels() {
+    let device = Device::get().expect("a CUDA device");
+    println!("BENCH device {}", device.ctx.info.name);
+    let counters = Counters::default();
+    let run = Run::new(&device, &counters, false).unwrap();
+
+    // 64 MiB elementwise Add: 16 Mi floats per operand; bytes moved = 3 × 64 MiB.
+    let n = 16 << 20;
+    let a = run.upload(&rand_f32(1, &[n])).unwrap();
+    let b = run.upload(&rand_f32(2, &[n])).unwrap();
+    let ms = time_ms(&run, 5, 50, &mut || {
+        let y = quorum::cuda::ops::elementwise::binary(&run, "Add", &a, &b).unwrap();
+        run.release(y);
+    });
+    let tbs = 3.0 * (n as f64) * 4.0 / (ms * 1e-3) / 1e12;
+    println!("BENCH add_64mib_ms {ms:.4} ms");
+    println!("BENCH add_64mib_bandwidth {tbs:.3} TB/s ({:.0}% of the 4.0 TB/s copy)", tbs / 4.0 * 100.0);
+
+    // SGEMM, square, f32.
+    for size in [1024usize, 2048, 4096] {
+        let a = run.upload(&rand_f32(3, &[size, size])).unwrap();
+        let b = run.upload(&rand_f32(4, &[size, size])).unwrap();
+        let reps = if size >= 4096 { 20 } else { 50 };
+        let ms = time_ms(&run, 3, reps, &mut || {
+            let y = quorum::cuda::ops::matmul::sgemm(
+                &run, &a, &b, None, size, size, size, false, false, 1.0, 0.0, 1,
+            )
+            .unwrap();
+            run.release(y);
+        });
+        let tflops = 2.0 * (size as f64).powi(3) / (ms * 1e-3) / 1e12;
+        println!("BENCH sgemm_{size} {tflops:.2} TFLOP/s ({ms:.3} ms)");
+        run.release(a);
+        run.release(b);
+    }
+
+    // Batched MatMul [16,64,128] x [16,128,64].
+    let a = run.upload(&rand_f32(5, &[16, 64, 128])).unwrap();
+    let b = run.upload(&rand_f32(6, &[16, 128, 64])).unwrap();
+    let ms = time_ms(&run, 10, 200, &mut || {
+        let y = quorum::cuda::ops::matmul::sgemm(&run, &a, &b, None, 64, 64, 128, false, false, 1.0, 0.0, 16)
+            .unwrap();
+        run.release(y);
+    });
+    println!("BENCH batched_matmul_16x64x128x64 {:.1} us (device time)", ms * 1e3);
+    // The same with the host launch cost: wall time per call, synchronizing each time.
+    let t = Instant::now();
+    for _ in 0..200 {
+        let y = quorum::cuda::ops::matmul::sgemm(&run, &a, &b, None, 64, 64, 128, false, false, 1.0, 0.0, 16)
+            .unwrap();
+        run.synchronize().unwrap();
+        run.release(y);
+    }
+    println!(
+        "BENCH batched_matmul_16x64x128x64_wall {:.1} us (per call incl. launch + sync)",
+        t.elapsed().as_secs_f64() / 200.0 * 1e6
+    );
+    println!("BENCH counters {:?}", counters.snapshot());
+}

@@ -1,0 +1,325 @@
+//! The on-device test harness: one-node models run on CUDA with poisoned device buffers, every output
+//! judged against both CPU oracles by the runtime's own arbitration (`quorum::verify::check`).
+//!
+//! `QUORUM_GPU_TESTS_ON_CPU=1` runs the same cases on the CPU provider instead: it checks the harness
+//! and the cases themselves on a machine without a GPU.
+#![allow(dead_code)]
+use prost::Message;
+use quorum::ir::Attr;
+use quorum::proto;
+use quorum::verify::{Check, check};
+use quorum::{DType, Provider, Session, SessionOptions, Tensor, Value};
+
+/// Seeded uniform values in [-1, 1) (never all zero).
+pub fn rand_f32(seed: u64, shape: &[usize]) -> Tensor {
+    let n: usize = shape.iter().product();
+    let mut rng = quorum::inputs::Rng::new(seed);
+    let v: Vec<f32> = (0..n).map(|_| rng.uniform() as f32).collect();
+    Tensor::from_f32(shape, v).unwrap()
+}
+
+/// Seeded values in [lo, hi).
+pub fn rand_range(seed: u64, shape: &[usize], lo: f32, hi: f32) -> Tensor {
+    let n: usize = shape.iter().product();
+    let mut rng = quorum::inputs::Rng::new(seed);
+    let v: Vec<f32> = (0..n)
+        .map(|_| lo + (hi - lo) * ((rng.uniform() as f32 + 1.0) / 2.0))
+        .collect();
+    Tensor::from_f32(shape, v).unwrap()
+}
+
+pub fn i64s(shape: &[usize], v: Vec<i64>) -> Tensor {
+    Tensor::from_i64(shape, v).unwrap()
+}
+
+pub fn on_cpu() -> bool {
+    std::env::var_os("QUORUM_GPU_TESTS_ON_CPU").is_some()
+}
+
+fn tensor_proto(name: &str, t: &Tensor) -> proto::TensorProto {
+    proto::TensorProto {
+        name: Some(name.into()),
+        dims: t.shape().iter().map(|&d| d as i64).collect(),
+        data_type: Some(t.dtype().onnx()),
+        raw_data: Some(quorum::cuda::memory::tensor_bytes(t).expect("a device dtype")),
+        ..Default::default()
+    }
+}
+
+fn typed(name: &str, t: &Tensor) -> proto::ValueInfoProto {
+    use proto::tensor_shape_proto::{Dimension, dimension::Value as DimV};
+    proto::ValueInfoProto {
+        name: Some(name.into()),
+        r#type: Some(proto::TypeProto {
+            value: Some(proto::type_proto::Value::TensorType(
+                proto::type_proto::Tensor {
+                    elem_type: Some(t.dtype().onnx()),
+                    shape: Some(proto::TensorShapeProto {
+                        dim: t
+                            .shape()
+                            .iter()
+                            .map(|&d| Dimension {
+                                value: Some(DimV::DimValue(d as i64)),
+                                denotation: None,
+                            })
+                            .collect(),
+                    }),
+                },
+            )),
+            denotation: None,
+        }),
+        ..Default::default()
+    }
+}
+
+fn attr_proto(name: &str, a: &Attr) -> proto::AttributeProto {
+    use proto::attribute_proto::AttributeType as T;
+    let mut p = proto::AttributeProto {
+        name: Some(name.into()),
+        ..Default::default()
+    };
+    match a {
+        Attr::Int(v) => {
+            p.i = Some(*v);
+            p.r#type = Some(T::Int as i32);
+        }
+        Attr::Float(v) => {
+            p.f = Some(*v);
+            p.r#type = Some(T::Float as i32);
+        }
+        Attr::Ints(v) => {
+            p.ints = v.clone();
+            p.r#type = Some(T::Ints as i32);
+        }
+        Attr::Floats(v) => {
+            p.floats = v.clone();
+            p.r#type = Some(T::Floats as i32);
+        }
+        Attr::String(s) => {
+            p.s = Some(s.clone());
+            p.r#type = Some(T::String as i32);
+        }
+        other => panic!("the harness does not pass attributes of kind {}", other.kind()),
+    }
+    p
+}
+
+/// One node, its inputs, and what to expect of its run.
+pub struct Case {
+    op: String,
+    opset: i64,
+    attrs: Vec<(String, Attr)>,
+    inputs: Vec<Option<(Tensor, bool)>>,
+    outputs: usize,
+    allow_fallback: bool,
+}
+
+/// What a checked case reports.
+pub struct Report {
+    pub outputs: Vec<Value>,
+    pub counters: quorum::CounterSnapshot,
+}
+
+impl Case {
+    pub fn new(op: &str) -> Case {
+        Case {
+            op: op.into(),
+            opset: 17,
+            attrs: Vec::new(),
+            inputs: Vec::new(),
+            outputs: 1,
+            allow_fallback: false,
+        }
+    }
+    pub fn opset(mut self, v: i64) -> Case {
+        self.opset = v;
+        self
+    }
+    pub fn attr(mut self, name: &str, a: Attr) -> Case {
+        self.attrs.push((name.into(), a));
+        self
+    }
+    pub fn attr_i(self, name: &str, v: i64) -> Case {
+        self.attr(name, Attr::Int(v))
+    }
+    pub fn attr_f(self, name: &str, v: f32) -> Case {
+        self.attr(name, Attr::Float(v))
+    }
+    pub fn attr_ints(self, name: &str, v: &[i64]) -> Case {
+        self.attr(name, Attr::Ints(v.to_vec()))
+    }
+    pub fn attr_s(self, name: &str, v: &str) -> Case {
+        self.attr(name, Attr::String(v.as_bytes().to_vec()))
+    }
+    /// A runtime input (uploaded per run).
+    pub fn input(mut self, t: Tensor) -> Case {
+        self.inputs.push(Some((t, false)));
+        self
+    }
+    /// An initializer (goes through the weight cache).
+    pub fn constant(mut self, t: Tensor) -> Case {
+        self.inputs.push(Some((t, true)));
+        self
+    }
+    /// An omitted optional input.
+    pub fn absent(mut self) -> Case {
+        self.inputs.push(None);
+        self
+    }
+    pub fn outputs(mut self, k: usize) -> Case {
+        self.outputs = k;
+        self
+    }
+    /// The kernel may decline these inputs (the node then runs on the CPU).
+    pub fn allow_fallback(mut self) -> Case {
+        self.allow_fallback = true;
+        self
+    }
+
+    fn model(&self) -> Vec<u8> {
+        let mut node = proto::NodeProto {
+            op_type: Some(self.op.clone()),
+            name: Some(format!("{}_node", self.op)),
+            ..Default::default()
+        };
+        let mut graph_inputs = Vec::new();
+        let mut inits = Vec::new();
+        for (i, inp) in self.inputs.iter().enumerate() {
+            match inp {
+                None => node.input.push(String::new()),
+                Some((t, is_const)) => {
+                    let name = format!("in{i}");
+                    node.input.push(name.clone());
+                    if *is_const {
+                        inits.push(tensor_proto(&name, t));
+                    } else {
+                        graph_inputs.push(typed(&name, t));
+                    }
+                }
+            }
+        }
+        let outs: Vec<String> = (0..self.outputs).map(|i| format!("out{i}")).collect();
+        node.output = outs.clone();
+        node.attribute = self
+            .attrs
+            .iter()
+            .map(|(n, a)| attr_proto(n, a))
+            .collect();
+        let m = proto::ModelProto {
+            ir_version: Some(8),
+            opset_import: vec![proto::OperatorSetIdProto {
+                domain: Some(String::new()),
+                version: Some(self.opset),
+            }],
+            graph: Some(proto::GraphProto {
+                name: Some("case".into()),
+                node: vec![node],
+                input: graph_inputs,
+                output: outs
+                    .iter()
+                    .map(|n| proto::ValueInfoProto {
+                        name: Some(n.clone()),
+                        ..Default::default()
+                    })
+                    .collect(),
+                initializer: inits,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        m.encode_to_vec()
+    }
+
+    fn describe(&self) -> String {
+        let shapes: Vec<String> = self
+            .inputs
+            .iter()
+            .map(|i| match i {
+                None => "-".into(),
+                Some((t, c)) => format!("{}{}", t.describe(), if *c { " (const)" } else { "" }),
+            })
+            .collect();
+        format!(
+            "{} opset {} attrs {:?} inputs [{}]",
+            self.op,
+            self.opset,
+            self.attrs,
+            shapes.join(", ")
+        )
+    }
+
+    /// Runs the case on CUDA (poisoned buffers, no size floor) and judges every output against both
+    /// oracles. Panics with the case's description on any failure.
+    pub fn check(self) -> Report {
+        let what = self.describe();
+        let providers = if on_cpu() {
+            vec![Provider::Cpu]
+        } else {
+            vec![Provider::Cuda, Provider::Cpu]
+        };
+        let options = SessionOptions {
+            providers,
+            poison_device_buffers: true,
+            ..Default::default()
+        };
+        let session = match Session::from_bytes(&self.model(), options) {
+            Ok(s) => s,
+            Err(e) => panic!("{what}: load: {e}"),
+        };
+        if !on_cpu() {
+            let p = &session.placement()[0];
+            assert_eq!(
+                p.provider,
+                Provider::Cuda,
+                "{what}: CUDA declined the node: {:?}",
+                p.declined
+            );
+        }
+        let feeds: Vec<(String, Value)> = self
+            .inputs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, inp)| match inp {
+                Some((t, false)) => Some((format!("in{i}"), Value::Tensor(t.clone()))),
+                _ => None,
+            })
+            .collect();
+        let outputs: Vec<Value> = match session.run(feeds) {
+            Ok(o) => o.into_iter().map(|(_, v)| v).collect(),
+            Err(e) => panic!("{what}: run: {e}"),
+        };
+        let counters = session.counters();
+        if !on_cpu() && !self.allow_fallback {
+            assert_eq!(
+                counters.cuda_fallbacks, 0,
+                "{what}: the CUDA kernel declined these inputs"
+            );
+        }
+        let node = &session.model().graph.nodes[0];
+        let all: Vec<Option<&Value>> = self
+            .inputs
+            .iter()
+            .map(|i| i.as_ref().map(|(t, _)| t))
+            .map(|t| t.map(|t| Box::leak(Box::new(Value::Tensor(t.clone()))) as &Value))
+            .collect();
+        match check(node, &all, &outputs) {
+            Check::Agree => {}
+            Check::Mismatch {
+                output,
+                index,
+                device,
+                oracle,
+                allowed,
+            } => panic!(
+                "{what}: output {output} element {index}: got {device}, both oracles {oracle} (allowed {allowed:e})"
+            ),
+            Check::Unsettled(why) => panic!("{what}: unsettled: {why}"),
+        }
+        Report { outputs, counters }
+    }
+}
+
+/// The dtype of a tensor, for assertions.
+pub fn dtype(v: &Value) -> DType {
+    v.as_tensor().map(|t| t.dtype()).expect("a tensor")
+}

@@ -1,0 +1,196 @@
+//! On-device tests of the `matmul` family: MatMul and Gemm through every GEMM path (64×64 and
+//! 128×128 tiles, 16-byte and scalar loads, transposed operands, split-K, batched and broadcast).
+use quorum::{DType, Tensor};
+
+use crate::harness::{Case, rand_f32};
+
+pub fn f16(t: &Tensor) -> Tensor {
+    Tensor::from_f64s(DType::F16, t.shape(), t.to_f64_vec().unwrap()).unwrap()
+}
+
+fn matmul(a: &[usize], b: &[usize], seed: u64) {
+    Case::new("MatMul")
+        .opset(13)
+        .input(rand_f32(seed, a))
+        .input(rand_f32(seed + 1, b))
+        .check();
+}
+
+#[test]
+fn matmul_small_and_one_dimensional() {
+    matmul(&[1, 1], &[1, 1], 1);
+    matmul(&[5], &[5, 3], 2); // 1-D × 2-D
+    matmul(&[4, 5], &[5], 3); // 2-D × 1-D
+    matmul(&[7], &[7], 4); // 1-D × 1-D
+    matmul(&[3], &[2, 3, 4], 5); // 1-D × 3-D
+    matmul(&[2, 3, 4, 6], &[6], 6); // 4-D × 1-D
+    matmul(&[3, 4], &[4, 5], 7);
+}
+
+#[test]
+fn matmul_broadcast_batches() {
+    matmul(&[2, 1, 5, 7], &[3, 7, 9], 10);
+    matmul(&[3, 7, 9], &[2, 1, 9, 4], 11);
+    matmul(&[2, 3, 5, 7], &[7, 9], 12); // folds into one tall product
+    matmul(&[5, 7], &[4, 7, 9], 13); // A shared by every batch
+    matmul(&[2, 1, 3, 5, 6], &[1, 4, 1, 6, 2], 14); // three broadcast batch dims
+    matmul(&[2, 2, 2, 2, 3, 4], &[2, 1, 2, 1, 4, 5], 15); // more batch dims than the kernel takes
+}
+
+#[test]
+fn matmul_edges_not_multiple_of_tiles() {
+    matmul(&[129, 33], &[33, 67], 20);
+    matmul(&[129, 67], &[67, 33], 21);
+    matmul(&[1, 1000], &[1000, 1], 22);
+    matmul(&[1000, 1], &[1, 1000], 23);
+    matmul(&[257, 513], &[513, 255], 24);
+    matmul(&[257, 255], &[255, 513], 25);
+    matmul(&[64, 64], &[64, 64], 26);
+    matmul(&[65, 17], &[17, 63], 27);
+    matmul(&[31, 4], &[4, 36], 28); // 16-byte loads of both operands
+}
+
+#[test]
+fn matmul_empty() {
+    matmul(&[0, 5], &[5, 3], 30);
+    matmul(&[4, 0], &[0, 3], 31); // K = 0: zeros
+    matmul(&[4, 5], &[5, 0], 32);
+    matmul(&[2, 0, 4, 5], &[5, 3], 33);
+}
+
+#[test]
+fn matmul_gemv_split_k() {
+    // The regression case (a classifier head): M = 1, K = 25088, N = 512; split along K.
+    matmul(&[1, 25088], &[25088, 512], 40);
+    matmul(&[3, 4099], &[4099, 70], 41);
+    matmul(&[2048], &[2048, 33], 42);
+    matmul(&[5, 3000], &[3000], 43);
+}
+
+#[test]
+fn matmul_big_tiles() {
+    // Enough 128×128 tiles to take the big-tile kernel: batched with partial edge tiles and odd K.
+    matmul(&[34, 130, 67], &[34, 67, 129], 50);
+    // Folded tall product, 16-byte loads.
+    matmul(&[2, 1100, 36], &[36, 1200], 51);
+}
+
+#[test]
+fn matmul_f16() {
+    for (a, b) in [
+        (vec![3usize, 17], vec![17usize, 5]),
+        (vec![2, 4, 33], vec![2, 33, 8]),
+        (vec![1, 2000], vec![2000, 24]),
+    ] {
+        Case::new("MatMul")
+            .opset(13)
+            .input(f16(&rand_f32(60, &a)))
+            .input(f16(&rand_f32(61, &b)))
+            .check();
+    }
+}
+
+/// Gemm with A `[m, k]` (or `[k, m]`), B `[k, n]` (or `[n, k]`) and C of shape `c`.
+#[allow(clippy::too_many_arguments)]
+fn gemm(
+    m: usize,
+    n: usize,
+    k: usize,
+    ta: bool,
+    tb: bool,
+    alpha: Option<f32>,
+    beta: Option<f32>,
+    c: Option<&[usize]>,
+    seed: u64,
+) {
+    let ash = if ta { [k, m] } else { [m, k] };
+    let bsh = if tb { [n, k] } else { [k, n] };
+    let mut case = Case::new("Gemm")
+        .opset(13)
+        .attr_i("transA", ta as i64)
+        .attr_i("transB", tb as i64)
+        .input(rand_f32(seed, &ash))
+        .constant(rand_f32(seed + 1, &bsh));
+    if let Some(a) = alpha {
+        case = case.attr_f("alpha", a);
+    }
+    if let Some(b) = beta {
+        case = case.attr_f("beta", b);
+    }
+    if let Some(c) = c {
+        case = case.constant(rand_f32(seed + 2, c));
+    }
+    case.check();
+}
+
+#[test]
+fn gemm_transposes_alpha_beta() {
+    let mut seed = 100;
+    for ta in [false, true] {
+        for tb in [false, true] {
+            for (alpha, beta) in [
+                (None, None),
+                (Some(0.5), Some(2.0)),
+                (Some(-1.25), Some(0.0)),
+            ] {
+                gemm(13, 9, 21, ta, tb, alpha, beta, Some(&[13, 9]), seed);
+                gemm(70, 130, 36, ta, tb, alpha, beta, Some(&[130]), seed + 3);
+                seed += 10;
+            }
+        }
+    }
+}
+
+#[test]
+fn gemm_c_broadcasts() {
+    let (m, n, k) = (6, 5, 7);
+    let forms: [&[usize]; 7] = [&[], &[1], &[n], &[1, n], &[m, 1], &[1, 1], &[m, n]];
+    for (i, c) in forms.iter().enumerate() {
+        gemm(
+            m,
+            n,
+            k,
+            false,
+            true,
+            None,
+            Some(1.5),
+            Some(c),
+            200 + i as u64,
+        );
+    }
+    gemm(m, n, k, false, false, None, None, None, 210); // no C (opset 11+)
+    gemm(1, n, k, false, false, None, None, Some(&[1, n]), 211);
+}
+
+#[test]
+fn gemm_classifier_heads() {
+    // Linear layers at batch 1 (transB = 1): split-K; and a wider batch: tiled.
+    gemm(1, 1000, 4096, false, true, None, None, Some(&[1000]), 300);
+    gemm(1, 512, 25088, false, true, None, None, Some(&[512]), 301);
+    gemm(8, 100, 2048, false, true, None, None, Some(&[100]), 302);
+    gemm(
+        200,
+        300,
+        129,
+        true,
+        false,
+        Some(0.75),
+        Some(0.5),
+        Some(&[200, 1]),
+        303,
+    );
+    // Empty M and empty K.
+    gemm(0, 4, 3, false, false, None, None, Some(&[4]), 304);
+    gemm(3, 4, 0, false, false, None, None, Some(&[3, 4]), 305);
+}
+
+#[test]
+fn gemm_opset_9_requires_c() {
+    Case::new("Gemm")
+        .opset(9)
+        .attr_i("transB", 1)
+        .input(rand_f32(400, &[4, 6]))
+        .constant(rand_f32(401, &[3, 6]))
+        .constant(rand_f32(402, &[3]))
+        .check();
+}

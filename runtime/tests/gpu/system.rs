@@ -1,0 +1,178 @@
+//! Sessions on CUDA as a whole: weight residency, several sessions, many threads, dropping on
+//! another thread, activation residency (one upload per input, one download per output).
+use std::sync::Arc;
+
+use prost::Message;
+use quorum::proto;
+use quorum::{Provider, Session, SessionOptions, Tensor, Value};
+
+use crate::harness::{on_cpu, rand_f32};
+
+fn tensor_proto(name: &str, t: &Tensor) -> proto::TensorProto {
+    proto::TensorProto {
+        name: Some(name.into()),
+        dims: t.shape().iter().map(|&d| d as i64).collect(),
+        data_type: Some(t.dtype().onnx()),
+        raw_data: Some(quorum::cuda::memory::tensor_bytes(t).unwrap()),
+        ..Default::default()
+    }
+}
+
+/// y = Relu(x · w + b) · s, with w, b, s initializers: an all-CUDA chain of four nodes.
+fn chain_model() -> Vec<u8> {
+    let node = |op: &str, i: &[&str], o: &str| proto::NodeProto {
+        op_type: Some(op.into()),
+        name: Some(format!("{op}_{o}")),
+        input: i.iter().map(|s| s.to_string()).collect(),
+        output: vec![o.into()],
+        ..Default::default()
+    };
+    let m = proto::ModelProto {
+        ir_version: Some(8),
+        opset_import: vec![proto::OperatorSetIdProto {
+            domain: Some(String::new()),
+            version: Some(17),
+        }],
+        graph: Some(proto::GraphProto {
+            name: Some("chain".into()),
+            node: vec![
+                node("Mul", &["x", "w"], "t1"),
+                node("Add", &["t1", "b"], "t2"),
+                node("Relu", &["t2"], "t3"),
+                node("Mul", &["t3", "s"], "y"),
+            ],
+            input: vec![proto::ValueInfoProto {
+                name: Some("x".into()),
+                ..Default::default()
+            }],
+            output: vec![proto::ValueInfoProto {
+                name: Some("y".into()),
+                ..Default::default()
+            }],
+            initializer: vec![
+                tensor_proto("w", &rand_f32(1, &[64, 256])),
+                tensor_proto("b", &rand_f32(2, &[256])),
+                tensor_proto("s", &rand_f32(3, &[64, 256])),
+            ],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    m.encode_to_vec()
+}
+
+fn session() -> Session {
+    let providers = if on_cpu() {
+        vec![Provider::Cpu]
+    } else {
+        vec![Provider::Cuda, Provider::Cpu]
+    };
+    Session::from_bytes(
+        &chain_model(),
+        SessionOptions {
+            providers,
+            poison_device_buffers: true,
+            ..Default::default()
+        },
+    )
+    .unwrap()
+}
+
+fn run(s: &Session, seed: u64) -> Tensor {
+    let x = rand_f32(seed, &[64, 256]);
+    let mut out = s.run(vec![("x".into(), Value::Tensor(x))]).unwrap();
+    out.remove(0).1.into_tensor().unwrap()
+}
+
+fn cpu_reference(seed: u64) -> Tensor {
+    let s = Session::from_bytes(&chain_model(), SessionOptions::default()).unwrap();
+    run(&s, seed)
+}
+
+#[test]
+fn steady_state_uploads_no_weights_and_keeps_activations_on_the_device() {
+    let s = session();
+    let first = run(&s, 10);
+    let c1 = s.counters();
+    let second = run(&s, 11);
+    let c2 = s.counters();
+    assert_eq!(first, cpu_reference(10), "first run differs from the CPU");
+    assert_eq!(second, cpu_reference(11), "second run differs from the CPU");
+    if on_cpu() {
+        return;
+    }
+    let weight_bytes = (64 * 256 + 256 + 64 * 256) * 4;
+    assert_eq!(c1.weight_bytes_uploaded, weight_bytes as u64, "{c1:?}");
+    assert_eq!(c2.weight_bytes_uploaded, c1.weight_bytes_uploaded, "{c2:?}");
+    // Steady state: one upload (x), one download (y) per run; modules come from the cache.
+    assert_eq!(c2.h2d_calls - c1.h2d_calls, 1, "{c1:?} -> {c2:?}");
+    assert_eq!(c2.d2h_calls - c1.d2h_calls, 1, "{c1:?} -> {c2:?}");
+    assert_eq!(c2.module_misses, c1.module_misses, "{c1:?} -> {c2:?}");
+    assert_eq!(c2.kernel_launches - c1.kernel_launches, 4, "{c1:?} -> {c2:?}");
+    println!("steady-state counters (two runs): {c2:?}");
+}
+
+#[test]
+fn two_sessions_in_one_process() {
+    let (a, b) = (session(), session());
+    let (ya, yb) = (run(&a, 20), run(&b, 20));
+    assert_eq!(ya, yb);
+    assert_eq!(ya, cpu_reference(20));
+}
+
+#[test]
+fn one_session_from_eight_threads_gives_identical_results() {
+    let s = Arc::new(session());
+    let expected: Vec<Tensor> = (0..8).map(|t| cpu_reference(100 + t)).collect();
+    for _round in 0..4 {
+        let handles: Vec<_> = (0..8u64)
+            .map(|t| {
+                let s = s.clone();
+                std::thread::spawn(move || (0..5).map(|_| run(&s, 100 + t)).collect::<Vec<_>>())
+            })
+            .collect();
+        for (t, h) in handles.into_iter().enumerate() {
+            for y in h.join().unwrap() {
+                assert_eq!(y, expected[t], "thread {t}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_session_dropped_on_another_thread() {
+    let s = session();
+    let y = run(&s, 30);
+    std::thread::spawn(move || {
+        let y2 = run(&s, 30);
+        drop(s);
+        y2
+    })
+    .join()
+    .map(|y2| assert_eq!(y, y2))
+    .unwrap();
+    // The device is still usable afterwards.
+    let s = session();
+    assert_eq!(run(&s, 31), cpu_reference(31));
+}
+
+#[test]
+fn strict_verification_passes_correct_kernels() {
+    if on_cpu() {
+        return;
+    }
+    let s = Session::from_bytes(
+        &chain_model(),
+        SessionOptions {
+            providers: vec![Provider::Cuda, Provider::Cpu],
+            verify: quorum::VerifyMode::Strict,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let y = run(&s, 40);
+    assert_eq!(y, cpu_reference(40));
+    let c = s.counters();
+    assert_eq!(c.verify_checks, 4, "{c:?}");
+    assert_eq!(c.verify_mismatches, 0, "{c:?}");
+}

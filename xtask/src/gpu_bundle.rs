@@ -1,0 +1,90 @@
+//! `cargo xtask gpu-bundle`: the gpu-tests binary, the `quorum` CLI and the conformance runner, built in
+//! release and stripped, with `run.sh`, in `target/gpu-bundle/` — everything a GPU machine without a
+//! Rust toolchain needs (the corpus is generated there by the same generator script).
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+const RUN_SH: &str = include_str!("gpu_run.sh");
+/// The bundle must fit in what the GPU machine accepts with the working tree.
+const MAX_BYTES: u64 = 60 << 20;
+
+fn cargo(root: &Path, args: &[&str]) -> Result<String> {
+    let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .current_dir(root)
+        .env("CARGO_PROFILE_RELEASE_STRIP", "true")
+        .args(args)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .with_context(|| format!("running cargo {args:?}"))?;
+    if !out.status.success() {
+        bail!("cargo {args:?} failed");
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The test executable cargo reports for `--test gpu`.
+fn test_executable(json: &str) -> Option<PathBuf> {
+    json.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["target"]["name"] == "gpu" && v["profile"]["test"] == true)
+        .find_map(|v| v["executable"].as_str().map(PathBuf::from))
+}
+
+pub fn run() -> Result<bool> {
+    let root = quorum_conformance::workspace_root();
+    // One feature set for all three, so the library builds once.
+    let json = cargo(
+        &root,
+        &[
+            "test", "--release", "-p", "quorum", "--features", "gpu-tests", "--test", "gpu",
+            "--no-run", "--message-format=json",
+        ],
+    )?;
+    let tests = test_executable(&json).context("cargo did not report the gpu test executable")?;
+    cargo(
+        &root,
+        &[
+            "build", "--release", "-p", "quorum", "--features", "gpu-tests", "--bin", "quorum",
+        ],
+    )?;
+    cargo(
+        &root,
+        &[
+            "build", "--release", "-p", "quorum-conformance", "--features", "quorum/gpu-tests",
+            "--bin", "conformance",
+        ],
+    )?;
+    let dir = root.join("target/gpu-bundle");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    let release = root.join("target/release");
+    let files = [
+        (tests, "gpu-tests"),
+        (release.join("quorum"), "quorum"),
+        (release.join("conformance"), "conformance"),
+    ];
+    let mut total = 0;
+    for (from, to) in &files {
+        let dest = dir.join(to);
+        std::fs::copy(from, &dest).with_context(|| format!("copying {}", from.display()))?;
+        total += dest.metadata()?.len();
+    }
+    let script = dir.join("run.sh");
+    std::fs::write(&script, RUN_SH)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))?;
+    }
+    println!(
+        "gpu bundle: {} ({:.1} MiB)",
+        dir.display(),
+        total as f64 / (1 << 20) as f64
+    );
+    if total > MAX_BYTES {
+        bail!("the bundle is {total} bytes, over the {MAX_BYTES}-byte limit");
+    }
+    Ok(true)
+}
