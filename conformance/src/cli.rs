@@ -19,8 +19,8 @@ use crate::runner;
     about = "Run the ONNX backend corpus on Quorum's engines"
 )]
 pub struct Args {
-    /// Engine to run (repeatable): cpu, oracle-reference, oracle-independent. Default: every engine
-    /// available on this machine that runs by default (the oracle engines are opt-in for now).
+    /// Engine to run (repeatable): cpu, cuda, oracle-reference, oracle-independent. Default: every
+    /// engine available on this machine (cuda only where a GPU is present).
     #[arg(long = "engine")]
     pub engines: Vec<String>,
     /// Only cases whose id (`part/name`) matches this regular expression.
@@ -68,7 +68,7 @@ pub fn run(args: Args) -> Result<bool> {
     let engines: Vec<Box<dyn engine::Engine>> = if args.engines.is_empty() {
         engine::all()
             .into_iter()
-            .filter(|e| e.available().is_ok())
+            .filter(|e| e.runs_by_default() && e.available().is_ok())
             .collect()
     } else {
         args.engines

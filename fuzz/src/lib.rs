@@ -2,6 +2,10 @@
 //! their structure (dims, dtypes, attributes, edges, nesting) or of their bytes, then loaded and run.
 //! Any error is an acceptable answer; a panic or a hang is a bug. `tests/mutate_models.rs` drives this
 //! with proptest; the cargo-fuzz target in `fuzz/cargo-fuzz/` does the same from raw bytes.
+//!
+//! The crate also holds the op properties: [`opgen`] generates random valid nodes of every op of the
+//! accelerated set, and [`opcase::check`] judges the CPU kernel against both oracles
+//! (`tests/op_properties.rs`).
 pub mod mutate;
 pub mod opcase;
 pub mod opgen;

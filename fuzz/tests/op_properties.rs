@@ -6,8 +6,11 @@
 //! attributes, shapes, values, seed and verdict.
 //!
 //! `QUORUM_PROPTEST_CASES` sets the cases per op (default [`DEFAULT_CASES`]); `QUORUM_PROPTEST_SEED=N`
-//! draws another sequence; `QUORUM_PROPTEST_VERBOSE=1` prints every case. One test per op, so
-//! `cargo test -p quorum-fuzz --test op_properties -- conv_transpose` runs one op.
+//! draws another sequence; `QUORUM_PROPTEST_VERBOSE=1` prints every case; `QUORUM_PROPTEST_SURVEY=1`
+//! runs every case and lists each kind of failure with a count (see [`survey`]). One test per op, so
+//! `cargo test -p quorum-fuzz --test op_properties -- conv_transpose` runs
+//! one op. An oracle declining a form is a failure too, except for the coverage gaps listed in
+//! `quorum_fuzz::opcase::TOLERATED_DECLINES` (the runtime is then judged by the other oracle alone).
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -16,9 +19,9 @@ use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, Test
 use quorum_fuzz::opcase::{Checked, check, round_inputs};
 use quorum_fuzz::opgen::{self, CHOICES};
 
-/// Cases per op by default: the whole suite (~105 ops) stays within a minute or two of a 2-core
-/// `cargo test --workspace` (kernels unoptimised, oracles optimised).
-const DEFAULT_CASES: u32 = 64;
+/// Cases per op by default: the whole suite (106 ops) takes about 5 s on 2 cores (kernels
+/// unoptimised, oracles optimised), well within a `cargo test --workspace`.
+const DEFAULT_CASES: u32 = 2000;
 
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
@@ -41,8 +44,10 @@ fn property(op: &'static str) {
         max_global_rejects: 0,
         ..Config::default()
     };
-    let mut runner =
-        TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes));
+    let mut runner = TestRunner::new_with_rng(
+        config,
+        TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes),
+    );
     let strategy = (prop::collection::vec(any::<u32>(), CHOICES), any::<u64>()).prop_map(
         move |(choices, seed)| {
             let mut case = opgen::generate(op, &choices, seed);
@@ -50,17 +55,32 @@ fn property(op: &'static str) {
             case
         },
     );
+    if std::env::var_os("QUORUM_PROPTEST_SURVEY").is_some() {
+        survey(op, &strategy, &mut runner, cases);
+        return;
+    }
     let declined = AtomicUsize::new(0);
-    let reason = Mutex::new(String::new());
+    let reason = Mutex::new(std::collections::BTreeSet::new());
     let result = runner.run(&strategy, |case| {
         if verbose {
             eprintln!("{case:?}");
         }
         match check(&case) {
             Ok(Checked::Agree) => Ok(()),
-            Ok(Checked::ReferenceUnsupported(why)) => {
+            Ok(Checked::OneOracle {
+                declined_by,
+                reason: why,
+            }) => {
                 declined.fetch_add(1, Ordering::Relaxed);
-                *reason.lock().unwrap() = why;
+                reason
+                    .lock()
+                    .unwrap()
+                    .insert(format!("{declined_by}: {why}"));
+                Ok(())
+            }
+            Ok(Checked::NoOracle(why)) => {
+                declined.fetch_add(1, Ordering::Relaxed);
+                reason.lock().unwrap().insert(format!("both: {why}"));
                 Ok(())
             }
             Err(msg) => Err(TestCaseError::fail(msg)),
@@ -68,10 +88,10 @@ fn property(op: &'static str) {
     });
     let declined = declined.into_inner();
     if declined > 0 {
+        let reasons: Vec<String> = reason.into_inner().unwrap().into_iter().collect();
         eprintln!(
-            "{op}: the reference oracle declined {declined} case(s) ({}); those were judged \
-             against the independent oracle alone",
-            reason.into_inner().unwrap()
+            "{op}: {declined} case(s) judged by one oracle or none (tolerated declines: {})",
+            reasons.join("; ")
         );
     }
     match result {
@@ -81,6 +101,44 @@ fn property(op: &'static str) {
              verdict: {msg}"
         ),
         Err(TestError::Abort(msg)) => panic!("{op}: aborted: {msg}"),
+    }
+}
+
+/// `QUORUM_PROPTEST_SURVEY=1`: runs every case without stopping at the first failure, and prints each
+/// kind of failure (its message with the numbers blanked out) with a count and its smallest example.
+/// A triage aid; the test never fails in this mode.
+fn survey(
+    op: &str,
+    strategy: &impl Strategy<Value = quorum_fuzz::opcase::Case>,
+    runner: &mut TestRunner,
+    cases: u32,
+) {
+    use proptest::strategy::ValueTree;
+    let mut kinds: std::collections::BTreeMap<String, (usize, usize, String)> = Default::default();
+    for _ in 0..cases {
+        let case = strategy.new_tree(runner).expect("a case").current();
+        if let Err(msg) = check(&case) {
+            let mut kind = String::new();
+            for c in msg.chars() {
+                let c = if c.is_ascii_digit() || ".-+e".contains(c) && kind.ends_with('#') {
+                    '#'
+                } else {
+                    c
+                };
+                if !(c == '#' && kind.ends_with('#')) {
+                    kind.push(c);
+                }
+            }
+            let size: usize = case.inputs.iter().flatten().map(|v| v.data.len()).sum();
+            let e = kinds.entry(kind).or_insert((0, usize::MAX, String::new()));
+            e.0 += 1;
+            if size < e.1 {
+                *e = (e.0, size, format!("{case:?}\n      {msg}"));
+            }
+        }
+    }
+    for (kind, (n, _, example)) in &kinds {
+        eprintln!("SURVEY {op}: {n}/{cases} {kind}\n      {example}");
     }
 }
 
@@ -180,5 +238,8 @@ fn every_accelerated_op_has_a_property() {
             }
         }
     }
-    assert!(missing.is_empty(), "GPU_OPS.md ops without a property: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "GPU_OPS.md ops without a property: {missing:?}"
+    );
 }

@@ -193,6 +193,170 @@ fn cases() -> Vec<(NodeSpec, Vec<Vec<usize>>, bool)> {
     ]
 }
 
+/// Integers of `dtype` in lo..=hi, never all zeros.
+fn ints(dtype: DType, shape: &[usize], rng: &mut Rng, lo: i64, hi: i64) -> Value {
+    let n: usize = shape.iter().product();
+    let mut data: Vec<f64> = (0..n)
+        .map(|_| (lo as f64 + (rng.next() * 0.5 + 0.5) * (hi - lo + 1) as f64).floor())
+        .map(|v| v.min(hi as f64))
+        .collect();
+    if data.iter().all(|&v| v == 0.0) {
+        data[0] = hi as f64;
+    }
+    Value::new(dtype, shape.to_vec(), data).unwrap()
+}
+
+/// `v` with every element moved away from zero (a divisor).
+fn nonzero(mut v: Value) -> Value {
+    for x in v.data.iter_mut() {
+        if *x == 0.0 {
+            *x = 1.0;
+        }
+    }
+    v
+}
+
+/// Op forms whose inputs are not plain f32 values (integers, several outputs, recurrent weights):
+/// nodes with their inputs, drawn from `rng`.
+fn typed_cases(rng: &mut Rng) -> Vec<(NodeSpec, Vec<Option<Value>>)> {
+    use Attr::*;
+    let f = |shape: &[usize], rng: &mut Rng| Some(random(shape, rng, false));
+    let with_outputs = |mut n: NodeSpec, k: usize| {
+        n.num_outputs = k;
+        n
+    };
+    vec![
+        // Mod, fmod 0 (the divisor's sign) on integers and fmod 1 (the dividend's) on floats and
+        // integers; the divisors never 0.
+        (
+            spec("Mod", 13, &[]),
+            vec![
+                Some(ints(DType::I32, &[3, 4], rng, -20, 20)),
+                Some(nonzero(ints(DType::I32, &[4], rng, -6, 6))),
+            ],
+        ),
+        (
+            spec("Mod", 13, &[("fmod", Int(1))]),
+            vec![f(&[2, 5], rng), Some(nonzero(random(&[5], rng, true)))],
+        ),
+        (
+            spec("Mod", 13, &[("fmod", Int(1))]),
+            vec![
+                Some(ints(DType::I64, &[6], rng, -50, 50)),
+                Some(nonzero(ints(DType::I64, &[6], rng, -7, 7))),
+            ],
+        ),
+        // BitShift both ways, amounts across the whole width of the type.
+        (
+            spec("BitShift", 11, &[("direction", String("LEFT".into()))]),
+            vec![
+                Some(ints(DType::U8, &[2, 6], rng, 0, 255)),
+                Some(ints(DType::U8, &[6], rng, 0, 7)),
+            ],
+        ),
+        (
+            spec("BitShift", 11, &[("direction", String("RIGHT".into()))]),
+            vec![
+                Some(ints(DType::U32, &[8], rng, 0, u32::MAX as i64)),
+                Some(ints(DType::U32, &[8], rng, 0, 31)),
+            ],
+        ),
+        // ReduceProd of 60 int64 factors in [-9, 9]: far past 2^63, so the product wraps around.
+        (
+            spec("ReduceProd", 13, &[("axes", Ints(vec![1]))]),
+            vec![Some(nonzero(ints(DType::I64, &[2, 60], rng, -9, 9)))],
+        ),
+        // Cast to float16 (to = 10), values rounded to the nearest half-precision number.
+        (spec("Cast", 19, &[("to", Int(10))]), vec![f(&[4, 5], rng)]),
+        // LSTM with bias, initial states and peepholes, both directions, all three outputs.
+        (
+            with_outputs(
+                spec(
+                    "LSTM",
+                    14,
+                    &[
+                        ("hidden_size", Int(3)),
+                        ("direction", String("bidirectional".into())),
+                    ],
+                ),
+                3,
+            ),
+            vec![
+                f(&[4, 2, 5], rng),
+                f(&[2, 12, 5], rng),
+                f(&[2, 12, 3], rng),
+                f(&[2, 24], rng),
+                None,
+                f(&[2, 2, 3], rng),
+                f(&[2, 2, 3], rng),
+                f(&[2, 9], rng),
+            ],
+        ),
+        // GRU, reversed, with linear_before_reset, batch-first layout and both outputs.
+        (
+            with_outputs(
+                spec(
+                    "GRU",
+                    14,
+                    &[
+                        ("hidden_size", Int(4)),
+                        ("direction", String("reverse".into())),
+                        ("linear_before_reset", Int(1)),
+                        ("layout", Int(1)),
+                    ],
+                ),
+                2,
+            ),
+            vec![
+                f(&[2, 3, 3], rng),
+                f(&[1, 12, 3], rng),
+                f(&[1, 12, 4], rng),
+                f(&[1, 24], rng),
+                None,
+                f(&[2, 1, 4], rng),
+            ],
+        ),
+    ]
+}
+
+/// Evaluates `node` with both oracles and records what they disagree on (or panics when one fails).
+fn compare(node: &NodeSpec, inputs: &[Option<Value>], disagreements: &mut Vec<String>) {
+    let a = Reference
+        .evaluate(node, inputs)
+        .unwrap_or_else(|e| panic!("reference failed on {}: {e}", node.op_type));
+    let b = Independent
+        .evaluate(node, inputs)
+        .unwrap_or_else(|e| panic!("independent failed on {}: {e}", node.op_type));
+    assert_eq!(a.len(), b.len(), "{}: output counts differ", node.op_type);
+    assert!(
+        a.len() >= node.num_outputs,
+        "{}: {} outputs asked for, {} given",
+        node.op_type,
+        node.num_outputs,
+        a.len()
+    );
+    for (x, y) in a.iter().zip(&b) {
+        if x.value.shape != y.value.shape || x.value.dtype != y.value.dtype {
+            disagreements.push(format!(
+                "{}: {:?}{:?} vs {:?}{:?}",
+                node.op_type, x.value.dtype, x.value.shape, y.value.dtype, y.value.shape
+            ));
+            continue;
+        }
+        for (k, (p, q)) in x.value.data.iter().zip(&y.value.data).enumerate() {
+            // Both compute in f64: they may differ only by f64 rounding of the terms they combined.
+            let bound = 1e-12 * (x.magnitude.get(k).copied().unwrap_or(0.0).max(p.abs()) + 1.0);
+            if (p - q).abs() > bound && !(p.is_nan() && q.is_nan()) {
+                disagreements.push(format!(
+                    "{} element {k}: reference {p} vs independent {q}",
+                    node.op_type
+                ));
+                break;
+            }
+        }
+    }
+}
+
 #[test]
 fn oracles_agree_where_both_claim_an_op() {
     let (r, i) = (Reference, Independent);
@@ -200,12 +364,19 @@ fn oracles_agree_where_both_claim_an_op() {
     let mut compared = 0;
     let mut one_sided = Vec::new();
     let mut disagreements = Vec::new();
-    let total = cases().len();
-    for (node, shapes, positive) in cases() {
-        let inputs: Vec<Option<Value>> = shapes
-            .iter()
-            .map(|s| Some(random(s, &mut rng, positive)))
-            .collect();
+    let mut table: Vec<(NodeSpec, Vec<Option<Value>>)> = cases()
+        .into_iter()
+        .map(|(node, shapes, positive)| {
+            let inputs = shapes
+                .iter()
+                .map(|s| Some(random(s, &mut rng, positive)))
+                .collect();
+            (node, inputs)
+        })
+        .collect();
+    table.extend(typed_cases(&mut rng));
+    let total = table.len();
+    for (node, inputs) in table {
         match (r.supports(&node), i.supports(&node)) {
             (Ok(()), Ok(())) => {}
             (a, b) => {
@@ -218,34 +389,8 @@ fn oracles_agree_where_both_claim_an_op() {
                 continue;
             }
         }
-        let a = r
-            .evaluate(&node, &inputs)
-            .unwrap_or_else(|e| panic!("reference failed on {}: {e}", node.op_type));
-        let b = i
-            .evaluate(&node, &inputs)
-            .unwrap_or_else(|e| panic!("independent failed on {}: {e}", node.op_type));
+        compare(&node, &inputs, &mut disagreements);
         compared += 1;
-        assert_eq!(a.len(), b.len(), "{}: output counts differ", node.op_type);
-        for (x, y) in a.iter().zip(&b) {
-            if x.value.shape != y.value.shape || x.value.dtype != y.value.dtype {
-                disagreements.push(format!(
-                    "{}: {:?}{:?} vs {:?}{:?}",
-                    node.op_type, x.value.dtype, x.value.shape, y.value.dtype, y.value.shape
-                ));
-                continue;
-            }
-            for (k, (p, q)) in x.value.data.iter().zip(&y.value.data).enumerate() {
-                // Both compute in f64: they may differ only by f64 rounding of the terms they combined.
-                let bound = 1e-12 * (x.magnitude.get(k).copied().unwrap_or(0.0).max(p.abs()) + 1.0);
-                if (p - q).abs() > bound && !(p.is_nan() && q.is_nan()) {
-                    disagreements.push(format!(
-                        "{} element {k}: reference {p} vs independent {q}",
-                        node.op_type
-                    ));
-                    break;
-                }
-            }
-        }
     }
     eprintln!("compared {compared} op forms; covered by one oracle only: {one_sided:?}");
     assert!(

@@ -17,3 +17,11 @@ mod bench;
 mod matmul;
 #[path = "gpu/conv.rs"]
 mod conv;
+#[path = "gpu/reduce.rs"]
+mod reduce;
+#[path = "gpu/softmax.rs"]
+mod softmax;
+#[path = "gpu/norm.rs"]
+mod norm;
+#[path = "gpu/pool.rs"]
+mod pool;

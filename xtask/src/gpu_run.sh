@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs Quorum's on-device checks on a GPU machine without a Rust toolchain, from the project root that
 # holds target/gpu-bundle (see shared/gpu/README.md): the gpu-tests suite, the device benchmarks, and
-# the `cuda` conformance engine over the corpus (generated here with this machine's onnx). Logs go to
-# $OUT (or target/gpu-bundle/logs) and a short summary table ends the output.
+# the `cuda` conformance engine over the corpus (generated here with this machine's onnx).
+#   run.sh [all|tests|bench|models|conformance]...   (default: all)
+# Logs go to $OUT (or target/gpu-bundle/logs); a short summary table ends the output.
 set -u
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 B="$ROOT/target/gpu-bundle"
@@ -11,29 +12,51 @@ mkdir -p "$LOGS"
 export QUORUM_ROOT="$ROOT"
 export QUORUM_PYTHON="${QUORUM_PYTHON:-python3}"
 cd "$ROOT"
+for f in gpu-tests quorum conformance; do
+  [ -f "$B/$f.gz" ] && gunzip -c "$B/$f.gz" > "$B/$f" && chmod +x "$B/$f"
+done
+what="${*:-all}"
+want() { [[ " $what " == *" all "* || " $what " == *" $1 "* ]]; }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$LOGS/device.txt" 2>&1
 
-"$B/gpu-tests" --test-threads=4 > "$LOGS/gpu-tests.log" 2>&1
-tests_rc=$?
-"$B/gpu-tests" --ignored bench_kernels --nocapture > "$LOGS/bench.log" 2>&1
-bench_rc=$?
-"$B/conformance" --engine cuda --jobs 8 > "$LOGS/conformance-cuda.log" 2>&1
-conf_rc=$?
-cp -f reports/conformance/cuda.json "$LOGS/" 2>/dev/null
-# light_resnet50 end to end through the CLI (transfers included).
-model="target/corpus/onnx-1.23.2/light/light_resnet50/model.onnx"
-if [ -f "$model" ]; then
-  "$B/quorum" bench "$model" --provider cuda --iters 30 --json > "$LOGS/resnet50-cuda.json" 2>&1
-  "$B/quorum" bench "$model" --provider cuda --verify strict --iters 3 --json > "$LOGS/resnet50-strict.json" 2>&1
+if want tests; then
+  timeout "${TESTS_TIMEOUT:-240}" "$B/gpu-tests" --test-threads=4 > "$LOGS/gpu-tests.log" 2>&1
+  echo "rc=$?" >> "$LOGS/gpu-tests.log"
+fi
+if want bench; then
+  timeout 90 "$B/gpu-tests" --ignored bench_ --nocapture --test-threads=1 > "$LOGS/bench.log" 2>&1
+  echo "rc=$?" >> "$LOGS/bench.log"
+fi
+if want models; then
+  # Generates the corpus (first use) and runs the two light models through the cuda engine.
+  timeout 120 "$B/conformance" --engine cuda --filter 'light/test_(resnet50|squeezenet)' --no-report > "$LOGS/models.log" 2>&1
+  model="target/corpus/onnx-1.23.2/light/test_resnet50/model.onnx"
+  small="target/corpus/onnx-1.23.2/light/test_squeezenet/model.onnx"
+  if [ -f "$model" ]; then
+    timeout 60 "$B/quorum" bench "$model" --provider cuda --iters 30 --json > "$LOGS/resnet50-cuda.json" 2>&1
+    timeout 60 "$B/quorum" bench "$model" --provider auto --iters 30 --json > "$LOGS/resnet50-auto.json" 2>&1
+    timeout 60 "$B/quorum" bench "$small" --provider cuda --verify strict --iters 1 --warmup 0 --json > "$LOGS/squeezenet-strict.json" 2>&1
+  fi
+fi
+if want conformance; then
+  timeout 420 "$B/conformance" --engine cuda --jobs 8 > "$LOGS/conformance-cuda.log" 2>&1
+  echo "rc=$?" >> "$LOGS/conformance-cuda.log"
+  cp -f reports/conformance/cuda.json "$LOGS/" 2>/dev/null
 fi
 
 echo "== summary =="
 echo "device: $(cat "$LOGS/device.txt")"
-echo "gpu-tests (rc $tests_rc): $(grep -E '^test result' "$LOGS/gpu-tests.log" | tail -1)"
-grep -E '^test .* FAILED|^---- ' "$LOGS/gpu-tests.log" | head -20
-grep -E '^BENCH' "$LOGS/bench.log" || { echo "bench (rc $bench_rc):"; tail -5 "$LOGS/bench.log"; }
-echo "conformance cuda (rc $conf_rc):"
-grep -E '^\| \*\*all\*\*|^unexpected|UNEXPECTED' "$LOGS/conformance-cuda.log" | head -10
-tail -3 "$LOGS/conformance-cuda.log"
-[ -f "$LOGS/resnet50-cuda.json" ] && echo "resnet50: $(cat "$LOGS/resnet50-cuda.json" | head -c 600)"
-[ -f "$LOGS/resnet50-strict.json" ] && echo "resnet50 strict: $(head -c 400 "$LOGS/resnet50-strict.json")"
+if [ -f "$LOGS/gpu-tests.log" ]; then
+  echo "gpu-tests: $(grep -E '^test result|^rc=' "$LOGS/gpu-tests.log" | tr '\n' ' ')"
+  grep -E '^---- |panicked at' -A1 "$LOGS/gpu-tests.log" | grep -v '^--$' | cut -c1-400 | head -60
+fi
+[ -f "$LOGS/bench.log" ] && { grep -E '^BENCH|^rc=' "$LOGS/bench.log" || tail -20 "$LOGS/bench.log"; }
+if [ -f "$LOGS/conformance-cuda.log" ]; then
+  echo "conformance cuda:"
+  grep -E '\*\*all\*\*|^rc=' "$LOGS/conformance-cuda.log" | head -5
+  tail -4 "$LOGS/conformance-cuda.log"
+fi
+[ -f "$LOGS/resnet50-cuda.json" ] && echo "resnet50: $(head -c 700 "$LOGS/resnet50-cuda.json")"
+[ -f "$LOGS/squeezenet-strict.json" ] && echo "squeezenet strict: $(head -c 700 "$LOGS/squeezenet-strict.json")"
+[ -f "$LOGS/resnet50-auto.json" ] && echo "resnet50 auto: $(head -c 300 "$LOGS/resnet50-auto.json")"
+exit 0

@@ -375,12 +375,13 @@ fn pad(g: &mut Gen) -> Case {
         return c;
     }
     c.input(i64s(&pads));
+    let with_axes = axes.len() != r || (opset >= 18 && g.chance(20));
     if with_value {
         c.input(scalar(DType::F32, value));
-    } else if axes.len() != r || g.chance(20) {
+    } else if with_axes || g.chance(20) {
         c.omit();
     }
-    if axes.len() != r || (opset >= 18 && g.chance(20)) {
+    if with_axes {
         let written: Vec<i64> = axes.iter().map(|&a| g.signed_axis(a, r)).collect();
         c.input(i64s(&written));
     }
@@ -474,7 +475,7 @@ fn reshape(g: &mut Gen) -> Case {
             target.push(rest as i64);
             break;
         }
-        let divs: Vec<usize> = (1..=rest).filter(|d| rest % d == 0).collect();
+        let divs: Vec<usize> = (1..=rest).filter(|d| rest / d * d == rest).collect();
         let d = g.pick(&divs);
         target.push(d as i64);
         rest /= d;

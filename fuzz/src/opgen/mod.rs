@@ -271,6 +271,18 @@ impl<'a> Gen<'a> {
         Value::new(dtype, shape.to_vec(), data).expect("shape matches")
     }
 
+    /// With `percent`% probability (the choices decide, so shrinking drops it), replaces one or two
+    /// elements of a float value with NaN (positions from the seed), to check that NaN flows through
+    /// as the op's definition says: two, so that "first" and "last" NaN rules are told apart.
+    pub fn maybe_nan(&mut self, v: &mut Value, percent: u32) {
+        if !v.data.is_empty() && self.chance(percent) {
+            for _ in 0..self.value_int(1, 2) {
+                let k = self.value_int(0, v.data.len() as i64 - 1) as usize;
+                v.data[k] = f64::NAN;
+            }
+        }
+    }
+
     pub fn bools(&mut self, shape: &[usize]) -> Value {
         let mut v = self.ints(DType::Bool, shape, 0, 1);
         if !v.data.is_empty() && v.data.iter().all(|&x| x == 1.0) && v.data.len() > 2 {

@@ -14,7 +14,9 @@ pub(super) fn generate(op: &'static str, g: &mut Gen) -> Option<Case> {
             let sp = g.size(1, 3);
             s.extend((0..sp).map(|_| g.size(1, 5)));
             let mut c = Case::new(op, opset, g.seed);
-            c.input(g.floats_any(&s));
+            let mut x = g.floats_any(&s);
+            g.maybe_nan(&mut x, 10);
+            c.input(x);
             c
         }
         _ => return super::norm::generate(op, g),
@@ -26,7 +28,11 @@ fn matmul(g: &mut Gen) -> Case {
     let (m, n) = (g.dim(), g.dim());
     let k = if g.chance(4) { 0 } else { g.dim() };
     let (ra, rb) = (g.size(1, 4), g.size(1, 4));
-    let batch = g.shape(ra.max(rb).saturating_sub(2), ra.max(rb).saturating_sub(2), false);
+    let batch = g.shape(
+        ra.max(rb).saturating_sub(2),
+        ra.max(rb).saturating_sub(2),
+        false,
+    );
     let side = |g: &mut Gen, rank: usize, last: [usize; 2]| -> Vec<usize> {
         if rank == 1 {
             return vec![k];
@@ -163,7 +169,8 @@ fn conv(g: &mut Gen) -> Case {
     }
     let mut w = vec![group * m_g, cin_g];
     w.extend(&kernel);
-    c.input(g.floats_any(&x)).input(g.floats(&w, Dist::Signed(1.0)));
+    c.input(g.floats_any(&x))
+        .input(g.floats(&w, Dist::Signed(1.0)));
     if g.chance(60) {
         c.input(g.floats_any(&[group * m_g]));
     }
@@ -181,9 +188,7 @@ fn conv_transpose(g: &mut Gen) -> Case {
     let strides: Vec<usize> = (0..sp)
         .map(|_| if g.chance(45) { g.size(2, 3) } else { 1 })
         .collect();
-    let dil: Vec<usize> = (0..sp)
-        .map(|_| if g.chance(25) { 2 } else { 1 })
-        .collect();
+    let dil: Vec<usize> = (0..sp).map(|_| if g.chance(25) { 2 } else { 1 }).collect();
     let input: Vec<usize> = (0..sp)
         .map(|_| if sp == 3 { g.size(1, 3) } else { g.size(1, 5) })
         .collect();
@@ -249,7 +254,8 @@ fn conv_transpose(g: &mut Gen) -> Case {
     x.extend(&input);
     let mut w = vec![group * cin_g, m_g];
     w.extend(&kernel);
-    c.input(g.floats_any(&x)).input(g.floats(&w, Dist::Signed(1.0)));
+    c.input(g.floats_any(&x))
+        .input(g.floats(&w, Dist::Signed(1.0)));
     if g.chance(50) {
         c.input(g.floats_any(&[group * m_g]));
     }
@@ -289,7 +295,8 @@ fn pool(op: &'static str, g: &mut Gen) -> Case {
     if dil.iter().any(|&d| d != 1) {
         c.ints("dilations", dil.iter().map(|&d| d as i64).collect());
     }
-    // Pads stay below the kernel extent, so that no window lies wholly in the padding.
+    // Pads stay below the kernel extent; with dilations or auto_pad a window can still lie wholly in
+    // the padding (a valid node: its max is -inf and its index -1, see the oracles).
     let max_pad: Vec<usize> = kernel.iter().map(|&k| k - 1).collect();
     let (mode, pads) = pads_or_auto(&mut c, g, &max_pad);
     let ceil_ok = match op {
@@ -331,11 +338,15 @@ fn pool(op: &'static str, g: &mut Gen) -> Case {
         let d = if sp == 3 { g.size(1, 4) } else { g.dim() };
         x.push(d.max(need));
     }
-    let v = if two_outputs {
+    let mut v = if two_outputs {
         g.floats(&x, Dist::Distinct)
     } else {
         g.floats_any(&x)
     };
+    if op == "MaxPool" {
+        // NaN makes a window's max NaN and its index the first NaN's (see the oracles).
+        g.maybe_nan(&mut v, 10);
+    }
     c.input(v);
     c
 }

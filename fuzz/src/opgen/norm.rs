@@ -138,11 +138,12 @@ fn softmax(op: &'static str, g: &mut Gen) -> Case {
         let a = g.signed_axis(axis, r);
         c.int("axis", a);
     }
-    let v = match g.int(0, 5) {
+    let mut v = match g.int(0, 5) {
         0 if op != "Hardmax" => g.floats(&x, Dist::Signed(60.0)),
         1 | 2 if op == "Hardmax" => g.floats(&x, Dist::Halves(1.0)),
         _ => g.floats_any(&x),
     };
+    g.maybe_nan(&mut v, 10);
     c.input(v);
     c
 }
@@ -165,11 +166,12 @@ fn arg(op: &'static str, g: &mut Gen) -> Case {
         let k = g.int(0, 1);
         c.int("select_last_index", k);
     }
-    let v = if g.chance(50) {
+    let mut v = if g.chance(50) {
         g.floats(&x, Dist::Halves(1.0))
     } else {
         g.floats_any(&x)
     };
+    g.maybe_nan(&mut v, 10);
     c.input(v);
     c
 }
@@ -202,20 +204,23 @@ fn reduce(op: &'static str, g: &mut Gen) -> Case {
     if noop {
         c.int("noop_with_empty_axes", 1);
     }
-    let dtype = if matches!(op, "ReduceSum" | "ReduceMax" | "ReduceMin" | "ReduceProd")
-        && g.chance(15)
-    {
-        DType::I64
-    } else {
-        DType::F32
-    };
-    let v = match op {
+    let dtype =
+        if matches!(op, "ReduceSum" | "ReduceMax" | "ReduceMin" | "ReduceProd") && g.chance(15) {
+            DType::I64
+        } else {
+            DType::F32
+        };
+    let mut v = match op {
         _ if dtype == DType::I64 => g.ints(DType::I64, &x, -5, 5),
         "ReduceLogSum" => g.floats(&x, Dist::Range(0.05, 3.0)),
         "ReduceProd" => g.floats(&x, Dist::Signed(1.5)),
         "ReduceLogSumExp" if g.chance(30) => g.floats(&x, Dist::Signed(60.0)),
         _ => g.floats_any(&x),
     };
+    if dtype == DType::F32 && matches!(op, "ReduceMax" | "ReduceMin") {
+        // The max / min of values with a NaN among them is NaN (ArgMax / ArgMin point at it).
+        g.maybe_nan(&mut v, 10);
+    }
     c.input(v);
     if all {
         // no axes: reduce over every dim

@@ -32,7 +32,11 @@ pub(super) fn rnn(op: &'static str, g: &mut Gen) -> Case {
                 &["Sigmoid", "Relu", "Tanh"],
             ]
         } else {
-            &[&["Sigmoid", "Tanh"], &["HardSigmoid", "Softsign"], &["Sigmoid", "Relu"]]
+            &[
+                &["Sigmoid", "Tanh"],
+                &["HardSigmoid", "Softsign"],
+                &["Sigmoid", "Relu"],
+            ]
         };
         let mut acts = vec![];
         for _ in 0..dirs {

@@ -1,6 +1,7 @@
 //! Unary, binary and variadic elementwise ops, Where, Clip and Cast.
 //!
 //! Broadcasting: each operand gets a precomputed index map from output flat index to operand flat index.
+use super::arith::{erf, erfc, floor_mod, prelu, round_half_even, shift, sigmoid, softplus};
 use super::*;
 
 const UNARY: &[&str] = &[
@@ -165,93 +166,6 @@ pub(super) fn eval(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Outp
     }
 }
 
-/// Round half to even, without `round_ties_even`.
-pub(crate) fn round_half_even(x: f64) -> f64 {
-    if !x.is_finite() {
-        return x;
-    }
-    let f = x.floor();
-    let d = x - f;
-    if d > 0.5 {
-        f + 1.0
-    } else if d < 0.5 || (f / 2.0).floor() * 2.0 == f {
-        f
-    } else {
-        f + 1.0
-    }
-}
-
-/// erf by its alternating Maclaurin series near zero and as 1 - erfc (continued fraction) beyond; a
-/// different route from the reference oracle's all-positive series.
-pub(crate) fn erf(x: f64) -> f64 {
-    if x.is_nan() || x == 0.0 {
-        return x;
-    }
-    let a = x.abs();
-    let r = if a < 2.5 {
-        erf_series(a)
-    } else {
-        1.0 - erfc_cf(a)
-    };
-    r.min(1.0).copysign(x)
-}
-
-/// 1 - erf(x), without the cancellation of forming it from erf where erf(x) is near 1 or -1.
-pub(crate) fn erfc(x: f64) -> f64 {
-    if x.is_nan() {
-        x
-    } else if x < 0.0 {
-        2.0 - erfc(-x)
-    } else if x < 2.5 {
-        1.0 - erf_series(x)
-    } else {
-        erfc_cf(x)
-    }
-}
-
-/// Maclaurin series, 2/sqrt(pi) * sum (-1)^n a^(2n+1) / (n! (2n+1)), for 0 <= a < 2.5: the largest
-/// term is under e^(6.25) ~ 520 times the result, so cancellation costs under 3 digits.
-fn erf_series(a: f64) -> f64 {
-    let x2 = a * a;
-    let mut p = a; // (-1)^n a^(2n+1) / n!
-    let mut sum = a;
-    for n in 1..200 {
-        p *= -x2 / n as f64;
-        let t = p / (2 * n + 1) as f64;
-        sum += t;
-        if t.abs() < 1e-17 * sum.abs() {
-            break;
-        }
-    }
-    2.0 / std::f64::consts::PI.sqrt() * sum
-}
-
-/// erfc(a) for a >= 2.5 by its continued fraction, exp(-a^2)/sqrt(pi) / (a + (1/2)/(a + 1/(a +
-/// (3/2)/(a + ...)))), evaluated from the tail; 400 levels are far past convergence for a >= 2.5.
-fn erfc_cf(a: f64) -> f64 {
-    if a > 27.0 {
-        return 0.0; // exp(-a^2) underflows
-    }
-    let mut t = a;
-    for k in (1..=400).rev() {
-        t = a + (k as f64 / 2.0) / t;
-    }
-    (-a * a).exp() / std::f64::consts::PI.sqrt() / t
-}
-
-fn sigmoid(x: f64) -> f64 {
-    if x >= 0.0 {
-        1.0 / (1.0 + (-x).exp())
-    } else {
-        let e = x.exp();
-        e / (1.0 + e)
-    }
-}
-
-fn softplus(x: f64) -> f64 {
-    x.max(0.0) + (-x.abs()).exp().ln_1p()
-}
-
 fn unary(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, OracleError> {
     let x = input(node, inputs, 0)?;
     let op = node.op_type.as_str();
@@ -285,7 +199,7 @@ fn unary(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, Oracl
         "Sigmoid" => Box::new(sigmoid),
         "Relu" => Box::new(|v: f64| if v > 0.0 || v.is_nan() { v } else { 0.0 }),
         "LeakyRelu" => {
-            let a = node.float("alpha", 0.01)?;
+            let a = node.float("alpha", 0.01f32 as f64)?;
             Box::new(move |v: f64| if v < 0.0 { a * v } else { v })
         }
         "Elu" => {
@@ -298,11 +212,20 @@ fn unary(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, Oracl
             Box::new(move |v: f64| if v <= 0.0 { g * a * v.exp_m1() } else { g * v })
         }
         "Celu" => {
+            // max(0, x) + min(0, a (e^(x/a) - 1)) is x for x > 0 and a (e^(x/a) - 1) otherwise, for
+            // either sign of a; NaN stays NaN (the formula's max and min propagate it).
             let a = node.float("alpha", 1.0)?;
-            Box::new(move |v: f64| v.max(0.0) + (a * (v / a).exp_m1()).min(0.0))
+            Box::new(move |v: f64| {
+                if v > 0.0 || v.is_nan() {
+                    v
+                } else {
+                    a * (v / a).exp_m1()
+                }
+            })
         }
         "HardSigmoid" => {
-            let a = node.float("alpha", 0.2)?;
+            // Float attributes are f32 in ONNX: the default alpha is 0.2f32, not 0.2.
+            let a = node.float("alpha", 0.2f32 as f64)?;
             let b = node.float("beta", 0.5)?;
             Box::new(move |v: f64| (a * v + b).clamp(0.0, 1.0))
         }
@@ -311,8 +234,19 @@ fn unary(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, Oracl
         "Softsign" => Box::new(|v: f64| v / (1.0 + v.abs())),
         "Gelu" => {
             if node.string("approximate", "none")? == "tanh" {
+                // 1 + tanh(u) directly where tanh(u) >= 0; where u < 0 it is 2 e^(2u) / (1 + e^(2u)),
+                // which does not cancel as tanh(u) nears -1.
                 let c = (2.0 / std::f64::consts::PI).sqrt();
-                Box::new(move |v: f64| 0.5 * v * (1.0 + (c * (v + 0.044715 * v * v * v)).tanh()))
+                Box::new(move |v: f64| {
+                    let u = c * (v + 0.044715 * v * v * v);
+                    let one_plus_tanh = if u >= 0.0 {
+                        1.0 + u.tanh()
+                    } else {
+                        let e = (2.0 * u).exp();
+                        2.0 * e / (1.0 + e)
+                    };
+                    0.5 * v * one_plus_tanh
+                })
             } else {
                 Box::new(|v: f64| 0.5 * v * erfc(-v / std::f64::consts::SQRT_2))
             }
@@ -342,93 +276,30 @@ fn unary(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, Oracl
         _ => x.dtype,
     };
     let data: Vec<f64> = x.data.iter().map(|&v| f(v)).collect();
-    let mag = data.iter().map(|v| v.abs()).collect();
+    // Magnitude: |result|, or the sum of the magnitudes of the terms where the op adds terms that may
+    // cancel (HardSigmoid: alpha x + beta; HardSwish: x (x / 6 + 1/2)).
+    let terms: Box<dyn Fn(f64, f64) -> f64> = match op {
+        "HardSigmoid" => {
+            let a = node.float("alpha", 0.2f32 as f64)?;
+            let b = node.float("beta", 0.5)?;
+            Box::new(move |v: f64, _| a.abs() * v.abs() + b.abs())
+        }
+        "HardSwish" => Box::new(|v: f64, _| v.abs() * v.abs() / 6.0 + v.abs() * 0.5),
+        _ => Box::new(|_, r: f64| r.abs()),
+    };
+    let mag = x
+        .data
+        .iter()
+        .zip(&data)
+        .map(|(&v, &r)| terms(v, r))
+        .collect();
     Ok(vec![make_output(dtype, x.shape.clone(), data, mag)?])
 }
 
-/// PRelu. Since opset 7 the slope broadcasts unidirectionally onto X. Opsets 1 and 6 define a slope
-/// "shared across channels" when it has one element and otherwise one value per channel: a [C] slope
-/// then scales channel c (axis 1) of an [N, C, ...] X, read here by walking X's channel index.
-fn prelu(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, OracleError> {
-    let x = input(node, inputs, 0)?;
-    let slope = input(node, inputs, 1)?;
-    let per_channel = node.opset < 7
-        && x.shape.len() >= 2
-        && slope.shape.len() == 1
-        && slope.len() > 1
-        && slope.len() == x.shape[1];
-    if per_channel {
-        let inner: usize = x.shape[2..].iter().product();
-        let c = x.shape[1];
-        let data: Vec<f64> = x
-            .data
-            .iter()
-            .enumerate()
-            .map(|(i, &v)| if v < 0.0 { v * slope.data[(i / inner.max(1)) % c] } else { v })
-            .collect();
-        let mag = data.iter().map(|v| v.abs()).collect();
-        return Ok(vec![make_output(x.dtype, x.shape.clone(), data, mag)?]);
-    }
-    if broadcast_shape(&[&x.shape, &slope.shape])? != x.shape {
-        return invalid(format!(
-            "PRelu slope {:?} is not unidirectionally broadcastable to X {:?}",
-            slope.shape, x.shape
-        ));
-    }
-    binary(node, inputs)
-}
-
-/// Mod with fmod=0 on floats: the remainder taking the divisor's sign (numpy's `mod`), from the
-/// Euclidean remainder (negating both operands for a negative divisor). Special values per
-/// the specification: NaN for a NaN operand, an infinite x or a zero y; a zero result carries y's
-/// sign; with an infinite y a finite x stays if the signs agree, else the result is y.
-fn floor_mod(x: f64, y: f64) -> f64 {
-    if x.is_nan() || y.is_nan() || x.is_infinite() || y == 0.0 {
-        return f64::NAN;
-    }
-    if y.is_infinite() {
-        return if x == 0.0 || x.is_sign_negative() == y.is_sign_negative() {
-            if x == 0.0 { 0.0f64.copysign(y) } else { x }
-        } else {
-            y
-        };
-    }
-    // mod(x, y) = -mod(-x, -y), so only a positive divisor is needed: there the result is the
-    // Euclidean remainder, in [0, y].
-    let r = if y < 0.0 {
-        -(-x).rem_euclid(-y)
-    } else {
-        x.rem_euclid(y)
-    };
-    if r == 0.0 { 0.0f64.copysign(y) } else { r }
-}
-
-/// BitShift in `dtype`'s width: integer arithmetic on the value, x * 2^s wrapped modulo 2^bits for a
-/// left shift, floor(x / 2^s) for a right shift (an arithmetic shift for signed types). An amount
-/// outside [0, bits) leaves only the sign fill: -1 for a right shift of a negative x, otherwise 0.
-fn shift(x: f64, y: f64, dtype: DType, left: bool) -> Result<f64, OracleError> {
-    let Some((bits, signed)) = int_bits(dtype) else {
-        return invalid(format!("BitShift on {dtype:?}"));
-    };
-    let xi = x as i128;
-    let amount = y as i128;
-    if amount < 0 || amount >= bits as i128 {
-        return Ok(if !left && xi < 0 { -1.0 } else { 0.0 });
-    }
-    let p = 1i128 << amount;
-    if left {
-        let modulus = 1i128 << bits;
-        let mut r = xi.wrapping_mul(p).rem_euclid(modulus);
-        if signed && r >= modulus / 2 {
-            r -= modulus;
-        }
-        Ok(r as f64)
-    } else {
-        Ok(xi.div_euclid(p) as f64)
-    }
-}
-
-fn binary(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, OracleError> {
+pub(super) fn binary(
+    node: &NodeSpec,
+    inputs: &[Option<Value>],
+) -> Result<Vec<Output>, OracleError> {
     let a = input(node, inputs, 0)?;
     let b = input(node, inputs, 1)?;
     let op = node.op_type.as_str();

@@ -11,6 +11,7 @@
 )]
 use crate::{DType, NodeSpec, Oracle, OracleError, Output, Value};
 
+mod arith;
 mod conv;
 mod convt;
 mod elementwise;

@@ -66,7 +66,7 @@ fn batch_norm(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, 
     let bias = input(node, inputs, 2)?;
     let mean = input(node, inputs, 3)?;
     let var = input(node, inputs, 4)?;
-    let eps = node.float("epsilon", 1e-5)?;
+    let eps = node.float("epsilon", 1e-5f32 as f64)?;
     if x.shape.len() < 2 {
         return invalid("BatchNormalization input rank must be >= 2");
     }
@@ -91,7 +91,7 @@ fn layer_norm(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, 
     let x = input(node, inputs, 0)?;
     let scale = input(node, inputs, 1)?;
     let bias = opt_input(inputs, 2);
-    let eps = node.float("epsilon", 1e-5)?;
+    let eps = node.float("epsilon", 1e-5f32 as f64)?;
     let rank = x.shape.len();
     let axis = norm_axis(node.int("axis", -1)?, rank)?;
     let outer: usize = x.shape[..axis].iter().product();
@@ -156,7 +156,7 @@ fn group_norm(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, 
     let x = input(node, inputs, 0)?;
     let scale = input(node, inputs, 1)?;
     let bias = input(node, inputs, 2)?;
-    let eps = node.float("epsilon", 1e-5)?;
+    let eps = node.float("epsilon", 1e-5f32 as f64)?;
     if x.shape.len() < 2 {
         return invalid(format!("{} input rank must be >= 2", node.op_type));
     }
@@ -204,7 +204,7 @@ fn lrn(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, OracleE
     if size < 1 {
         return invalid("LRN needs size >= 1");
     }
-    let alpha = node.float("alpha", 1e-4)?;
+    let alpha = node.float("alpha", 1e-4f32 as f64)?;
     let beta = node.float("beta", 0.75)?;
     let bias = node.float("bias", 1.0)?;
     if x.shape.len() < 2 {
@@ -254,7 +254,7 @@ mod tests {
         .unwrap();
         for i in 0..24 {
             let c = (i / 4) % 3;
-            let want = (x[i] - m[c]) / (v[c] + 1e-5).sqrt() * s[c] + b[c];
+            let want = (x[i] - m[c]) / (v[c] + 1e-5f32 as f64).sqrt() * s[c] + b[c];
             assert!((out[0].value.data[i] - want).abs() < 1e-14);
         }
     }
@@ -280,7 +280,7 @@ mod tests {
             let g = &x[o * 12..(o + 1) * 12];
             let mean: f64 = g.iter().sum::<f64>() / 12.0;
             let var: f64 = g.iter().map(|v| v * v).sum::<f64>() / 12.0 - mean * mean;
-            let inv = 1.0 / (var + 1e-5).sqrt();
+            let inv = 1.0 / (var + 1e-5f32 as f64).sqrt();
             for j in 0..12 {
                 let want = (g[j] - mean) * inv * s[j] + b[j];
                 assert!((out[0].value.data[o * 12 + j] - want).abs() < 1e-12);

@@ -137,13 +137,24 @@ pub(super) fn eval(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Outp
             }
             let (r, m, ix) = match op {
                 "MaxPool" | "GlobalMaxPool" => {
-                    let mut best: Option<(f64, usize)> = None;
-                    for &(v, i) in &vals {
-                        if best.is_none_or(|b| v > b.0) {
-                            best = Some((v, i));
+                    // A NaN in the window makes the max NaN (numpy's max, as ONNX's GlobalMaxPool and
+                    // ReduceMax evaluate it), pointing at the first NaN; otherwise the first largest.
+                    // A window wholly in the padding has no value: -inf (the type's lowest for
+                    // integers), ReduceMax's rule for the max of nothing, and no index (-1).
+                    let best = match vals.iter().find(|v| v.0.is_nan()) {
+                        Some(&nan) => Some(nan),
+                        None => {
+                            vals.iter()
+                                .fold(None, |b: Option<(f64, usize)>, &(v, i)| match b {
+                                    Some(b) if b.0 >= v => Some(b),
+                                    _ => Some((v, i)),
+                                })
                         }
-                    }
-                    let (v, i) = best.unwrap_or((f64::NEG_INFINITY, 0));
+                    };
+                    let (v, i) = match best {
+                        Some((v, i)) => (v, i as i64),
+                        None => (lowest(x.dtype), -1),
+                    };
                     (v, v.abs(), i)
                 }
                 "AveragePool" | "GlobalAveragePool" => {
@@ -175,6 +186,18 @@ pub(super) fn eval(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Outp
         outs.push(make_output(DType::I64, shape, idx, vec![0.0; n])?);
     }
     Ok(outs)
+}
+
+/// The max of no values: -inf for float types, the smallest value of an integer type.
+fn lowest(dtype: DType) -> f64 {
+    match dtype {
+        DType::I8 => i8::MIN as f64,
+        DType::I16 => i16::MIN as f64,
+        DType::I32 => i32::MIN as f64,
+        DType::I64 => i64::MIN as f64,
+        DType::U8 | DType::U16 | DType::U32 | DType::U64 | DType::Bool => 0.0,
+        _ => f64::NEG_INFINITY,
+    }
 }
 
 #[cfg(test)]

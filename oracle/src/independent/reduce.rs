@@ -89,7 +89,10 @@ fn reduce(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, Orac
                 // -inf / +inf for floats, the type's extreme for integers, false / true for bool.
                 let (bottom, top) = match (x.dtype, int_bits(x.dtype)) {
                     (DType::Bool, _) => (0.0, 1.0),
-                    (_, Some((bits, true))) => (-(2f64.powi(bits as i32 - 1)), 2f64.powi(bits as i32 - 1) - 1.0),
+                    (_, Some((bits, true))) => (
+                        -(2f64.powi(bits as i32 - 1)),
+                        2f64.powi(bits as i32 - 1) - 1.0,
+                    ),
                     (_, Some((bits, false))) => (0.0, 2f64.powi(bits as i32) - 1.0),
                     _ => (f64::NEG_INFINITY, f64::INFINITY),
                 };
@@ -103,10 +106,31 @@ fn reduce(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, Orac
                 }
                 (best, best.abs())
             }
-            "ReduceProd" => {
-                let p = g.iter().product::<f64>();
-                (p, p.abs())
-            }
+            "ReduceProd" => match int_bits(x.dtype) {
+                // Integers wrap around (two's complement), and the product is formed modulo 2^64 in
+                // u64 (f64 is exact only to 2^53; 60 factors of 5 reach 8.7e41), then read in the
+                // type: the low `bits` bits, sign-extended for signed types.
+                Some((bits, signed)) => {
+                    let p = g
+                        .iter()
+                        .fold(1u64, |acc, &v| acc.wrapping_mul(v as i128 as u64));
+                    let low = if bits == 64 {
+                        p
+                    } else {
+                        p & ((1u64 << bits) - 1)
+                    };
+                    let r = if signed && low >> (bits - 1) == 1 {
+                        low as i128 - (1i128 << bits)
+                    } else {
+                        low as i128
+                    };
+                    (r as f64, 0.0)
+                }
+                None => {
+                    let p = g.iter().product::<f64>();
+                    (p, p.abs())
+                }
+            },
             "ReduceL1" => (sabs, sabs),
             "ReduceL2" => {
                 let sq: Vec<f64> = g.iter().map(|v| v * v).collect();
@@ -129,7 +153,7 @@ fn reduce(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, Orac
             }
             other => return unsupported(format!("{other} is not a reduction")),
         };
-        let r = if int_bits(x.dtype).is_some() {
+        let r = if int_bits(x.dtype).is_some() && op != "ReduceProd" {
             wrap_int(x.dtype, if op == "ReduceMean" { r.trunc() } else { r })
         } else {
             r
@@ -161,6 +185,17 @@ fn arg(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, OracleE
     let red_offs = axis_offsets(&x.shape, &[axis]);
     let mut data = Vec::with_capacity(kept_offs.len());
     for &k in &kept_offs {
+        // A lane holding NaN: its max and min are NaN (numpy, as ONNX's reference evaluator computes
+        // ArgMax / ArgMin), so the index is of a NaN, the first (or the last, select_last_index).
+        let mut nans = red_offs
+            .iter()
+            .enumerate()
+            .filter(|&(_, &r)| x.data[k + r].is_nan());
+        let nan_at = if last { nans.next_back() } else { nans.next() };
+        if let Some((i, _)) = nan_at {
+            data.push(i as f64);
+            continue;
+        }
         let mut best: Option<(usize, f64)> = None;
         for (i, &r) in red_offs.iter().enumerate() {
             let v = x.data[k + r];

@@ -53,9 +53,30 @@ fn cubic(a: f64, d: f64) -> f64 {
     }
 }
 
+/// The size of the terms a kernel weight at distance `d` is computed from, sum |c_k| |d|^k over the
+/// kernel polynomial's coefficients, for the error allowance: a weight can be tiny beside its terms
+/// (cubic weights near distance 1 or 2) and its rounding error follows the terms.
+fn weight_size(linear: bool, a: f64, d: f64) -> f64 {
+    let x = d.abs();
+    // Coefficients of 1, x, x^2, x^3.
+    let c: [f64; 4] = if linear {
+        [1.0, -1.0, 0.0, 0.0]
+    } else if x <= 1.0 {
+        [1.0, 0.0, -(a + 3.0), a + 2.0]
+    } else {
+        [-4.0 * a, 8.0 * a, -5.0 * a, a]
+    };
+    c.iter()
+        .enumerate()
+        .map(|(k, ck)| ck.abs() * x.powi(k as i32))
+        .sum()
+}
+
 struct AxisPlan {
-    /// Per output coordinate: None to extrapolate, else (input index, weight) pairs.
-    taps: Vec<Option<Vec<(usize, f64)>>>,
+    /// Per output coordinate: None to extrapolate, else (input index, weight, weight size) triples;
+    /// the weight size bounds what the weight was computed from ([`weight_size`]; 0 for nearest,
+    /// whose weights are exact).
+    taps: Vec<Option<Vec<(usize, f64, f64)>>>,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -102,7 +123,12 @@ fn plan_axis(
             }
             "asymmetric" => xr / scale,
             _ => {
-                if n_out > 1 {
+                // tf_crop_and_resize: "length_resized > 1 ? start (len - 1) + x (end - start) (len - 1)
+                // / (length_resized - 1) : (start + end) / 2 (len - 1)". The corpus reads the divisor's
+                // length_resized as the fractional width `lo` (see above), so the test reads it the
+                // same way: with scales 0.75 on 2 (lo = 1.5, one output), output 0 maps to `start`,
+                // not to the centre, as in the onnx reference evaluator and onnxruntime.
+                if lo > 1.0 {
                     roi.0 * (li - 1.0) + xr * (roi.1 - roi.0) * (li - 1.0) / (lo - 1.0)
                 } else {
                     0.5 * (roi.0 + roi.1) * (li - 1.0)
@@ -116,7 +142,7 @@ fn plan_axis(
         let clampi = |p: i64| p.clamp(0, n_in as i64 - 1) as usize;
         let f = x.floor();
         let frac = x - f;
-        let mut list: Vec<(i64, f64)> = match mode.as_str() {
+        let mut list: Vec<(i64, f64, f64)> = match mode.as_str() {
             "nearest" => {
                 let up = if frac == 0.0 {
                     false
@@ -128,7 +154,7 @@ fn plan_axis(
                         _ => true,
                     }
                 };
-                vec![(f as i64 + up as i64, 1.0)]
+                vec![(f as i64 + up as i64, 1.0, 0.0)]
             }
             m => {
                 // Kernel support (in input units) 1 for linear, 2 for cubic; stretched when antialiasing
@@ -147,27 +173,31 @@ fn plan_axis(
                         cubic(a, d)
                     };
                     if w != 0.0 && d.abs() < support {
-                        l.push((p, w));
+                        l.push((p, w, weight_size(m == "linear", a, d)));
                     }
                 }
                 if antialias {
                     let t: f64 = l.iter().map(|e| e.1).sum();
                     for e in l.iter_mut() {
                         e.1 /= t;
+                        e.2 /= t.abs();
                     }
                 }
                 l
             }
         };
         if exclude && mode != "nearest" {
-            list.retain(|&(p, _)| p >= 0 && p < n_in as i64);
+            list.retain(|&(p, _, _)| p >= 0 && p < n_in as i64);
             let t: f64 = list.iter().map(|e| e.1).sum();
             for e in list.iter_mut() {
                 e.1 /= t;
+                e.2 /= t.abs();
             }
         }
         taps.push(Some(
-            list.into_iter().map(|(p, w)| (clampi(p), w)).collect(),
+            list.into_iter()
+                .map(|(p, w, ws)| (clampi(p), w, ws))
+                .collect(),
         ));
     }
     Ok(AxisPlan { taps })
@@ -265,10 +295,12 @@ pub(super) fn eval(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Outp
                         Some(list) => {
                             let mut acc = Neumaier::default();
                             let mut m = 0.0;
-                            for &(p, w) in list {
+                            for &(p, w, ws) in list {
                                 let src = (o * n_in + p) * inner + i;
                                 acc.add(w * data[src]);
-                                m += w.abs() * mag[src];
+                                // First order: the weight times the error terms carried so far,
+                                // plus the weight's own error terms times the value.
+                                m += w.abs() * mag[src] + ws * data[src].abs();
                                 no[dst] |= outside[src];
                             }
                             nd[dst] = acc.value();

@@ -13,11 +13,12 @@ pub(super) fn check(_node: &NodeSpec) -> Result<(), String> {
 /// (outer, len, inner) of the groups the op runs over.
 fn groups(node: &NodeSpec, shape: &[usize]) -> Result<(usize, usize, usize), OracleError> {
     let rank = shape.len();
+    // A scalar has no axis in [-r, r - 1] (the range from opset 11); opset 1 coerces it to [1, 1].
+    if rank == 0 && node.opset >= 11 {
+        return invalid(format!("a scalar input (opset {})", node.opset));
+    }
     if node.opset >= 13 {
         let axis = norm_axis(node.int("axis", -1)?, rank)?;
-        if rank == 0 {
-            return Ok((1, 1, 1));
-        }
         Ok((
             shape[..axis].iter().product(),
             shape[axis],
@@ -71,12 +72,11 @@ pub(super) fn eval(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Outp
             buf.extend(idx.iter().map(|&j| x.data[j]));
             match node.op_type.as_str() {
                 "Hardmax" => {
-                    let mut best = 0;
-                    for l in 1..len {
-                        if buf[l] > buf[best] {
-                            best = l;
-                        }
-                    }
+                    // 1 at the first NaN if there is one (it is the lane's max, as numpy's argmax has
+                    // it), else at the first largest value.
+                    let best = buf.iter().position(|v| v.is_nan()).unwrap_or_else(|| {
+                        (1..len).fold(0, |b, l| if buf[l] > buf[b] { l } else { b })
+                    });
                     for (l, &j) in idx.iter().enumerate() {
                         data[j] = if l == best { 1.0 } else { 0.0 };
                         mag[j] = 0.0;

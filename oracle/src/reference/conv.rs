@@ -131,6 +131,11 @@ pub(super) fn evaluate(
     let nk: usize = kshape.iter().product();
     let mut data = Vec::with_capacity(nb * m * nsp_out);
     let mut mag = Vec::with_capacity(nb * m * nsp_out);
+    // Kernel multi-indices, unravelled once rather than per term.
+    let kidx: Vec<Vec<usize>> = (0..nk).map(|kf| unravel(kf, &kshape)).collect();
+    if b.is_some_and(|b| b.len() != m) {
+        return Err(OracleError::Invalid(format!("Conv bias needs {m} values")));
+    }
     for n in 0..nb {
         for mo in 0..m {
             let g = mo / mg;
@@ -140,8 +145,7 @@ pub(super) fn evaluate(
                 let mut a = 0.0;
                 for ci in 0..cg {
                     let ch = g * cg + ci;
-                    for kf in 0..nk {
-                        let ki = unravel(kf, &kshape);
+                    for ki in &kidx {
                         let mut xoff = n * xst[0] + ch * xst[1];
                         let mut inside = true;
                         for d in 0..sp {
@@ -384,6 +388,12 @@ pub(super) fn evaluate_transpose(
     let ishape = &x.shape[2..];
     let nin: usize = ishape.iter().product();
     let nk: usize = kshape.iter().product();
+    let kidx: Vec<Vec<usize>> = (0..nk).map(|kf| unravel(kf, &kshape)).collect();
+    if b.is_some_and(|b| b.len() != m) {
+        return Err(OracleError::Invalid(format!(
+            "ConvTranspose bias needs {m} values"
+        )));
+    }
     for n in 0..nb {
         for ch in 0..c {
             let g = ch / cg;
@@ -392,8 +402,7 @@ pub(super) fn evaluate_transpose(
                 let xv = x.data[(n * c + ch) * nin + inf];
                 for ml in 0..mg {
                     let mo = g * mg + ml;
-                    for kf in 0..nk {
-                        let ki = unravel(kf, &kshape);
+                    for ki in &kidx {
                         let mut yoff = n * yst[0] + mo * yst[1];
                         let mut inside = true;
                         for d in 0..sp {

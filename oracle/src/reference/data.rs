@@ -258,38 +258,50 @@ fn slice(node: &NodeSpec, inputs: &[Option<Value>], x: &Value) -> Result<Vec<Out
     };
     let axes = axes.unwrap_or_else(|| (0..starts.len() as i64).collect());
     let steps = steps.unwrap_or_else(|| vec![1; starts.len()]);
+    if ends.len() != starts.len() || axes.len() != starts.len() || steps.len() != starts.len() {
+        return Err(OracleError::Invalid(format!(
+            "Slice: starts, ends, axes and steps differ in length ({}, {}, {}, {})",
+            starts.len(),
+            ends.len(),
+            axes.len(),
+            steps.len()
+        )));
+    }
     let mut st = vec![0i64; rank];
     let mut stp = vec![1i64; rank];
     let mut shape = x.shape.clone();
     for i in 0..starts.len() {
         let a = norm_axis(axes[i], rank, "Slice")?;
-        let dim = x.shape[a] as i64;
-        let step = steps[i];
+        // In i128, so that starts / ends near i64::MAX and steps of i64::MIN cannot overflow.
+        let dim = x.shape[a] as i128;
+        let step = steps[i] as i128;
         if step == 0 {
             return Err(OracleError::Invalid("Slice step 0".into()));
         }
-        let (mut s, mut e) = (starts[i], ends[i]);
+        let (mut s, mut e) = (starts[i] as i128, ends[i] as i128);
         if s < 0 {
             s += dim;
         }
         if e < 0 {
             e += dim;
         }
-        if step > 0 {
+        // The specification's clamps: [0, dim] for positive steps, starts to [0, dim - 1] and ends
+        // to [-1, dim - 1] for negative ones. On an empty axis (dim 0) the latter ranges are empty:
+        // there is nothing to take, and the slice is empty whatever starts and ends say.
+        let len = if dim == 0 {
+            0
+        } else if step > 0 {
             s = s.clamp(0, dim);
             e = e.clamp(0, dim);
-        } else {
-            s = s.clamp(0, (dim - 1).max(0));
-            e = e.clamp(-1, dim - 1);
-        }
-        let len = if step > 0 {
             (e - s + step - 1).max(0) / step
         } else {
+            s = s.clamp(0, dim - 1);
+            e = e.clamp(-1, dim - 1);
             (s - e - step - 1).max(0) / (-step)
         };
-        st[a] = s;
-        stp[a] = step;
-        shape[a] = len.max(0) as usize;
+        st[a] = s as i64;
+        stp[a] = steps[i];
+        shape[a] = len as usize;
     }
     let ist = strides(&x.shape);
     let n: usize = shape.iter().product();

@@ -52,6 +52,21 @@ fn ints_of(v: &Value) -> Vec<i64> {
     v.data.iter().map(|&x| x as i64).collect()
 }
 
+/// GatherElements / ScatterElements: `indices` has the data's rank and, off the axis, dims no larger
+/// than the data's (each index position names the data element at the same coordinates but the axis).
+fn check_element_indices(op: &str, x: &Value, idx: &Value, axis: usize) -> Result<(), OracleError> {
+    let fits = idx.shape.len() == x.shape.len()
+        && (0..x.shape.len()).all(|d| d == axis || idx.shape[d] <= x.shape[d]);
+    if fits {
+        Ok(())
+    } else {
+        Err(OracleError::Invalid(format!(
+            "{op}: indices {:?} do not fit data {:?} off axis {axis}",
+            idx.shape, x.shape
+        )))
+    }
+}
+
 fn done(x: &Value, shape: Vec<usize>, data: Vec<f64>) -> Result<Output, OracleError> {
     let mag = data.iter().map(|v| v.abs()).collect();
     output(x.dtype, shape, data, mag)
@@ -251,7 +266,18 @@ pub(super) fn evaluate(
             let axis = norm_axis(node.int("axis", 0)?, rank, op)?;
             let red = node.string("reduction", "none")?;
             let dim = x.shape[axis] as i64;
+            check_element_indices(op, x, idx, axis)?;
+            if upd.shape != idx.shape {
+                return Err(OracleError::Invalid(format!(
+                    "ScatterElements updates {:?} and indices {:?} differ in shape",
+                    upd.shape, idx.shape
+                )));
+            }
             let mut data = x.data.clone();
+            // Per element, the magnitude of the terms combined into it: an addition adds |update|
+            // to it (the sum can cancel far below its terms), a product scales it, a replacement or
+            // a max / min that takes the update restarts it.
+            let mut mag: Vec<f64> = x.data.iter().map(|v| v.abs()).collect();
             for (f, &iv) in idx.data.iter().enumerate() {
                 let mut oi = unravel(f, &idx.shape);
                 let mut i = iv as i64;
@@ -266,20 +292,28 @@ pub(super) fn evaluate(
                 oi[axis] = i as usize;
                 let t = (0..rank).map(|d| oi[d] * ist[d]).sum::<usize>();
                 let u = upd.data[f];
+                let before = data[t];
                 data[t] = match red.as_str() {
-                    "add" => data[t] + u,
-                    "mul" => data[t] * u,
-                    "max" => data[t].max(u),
-                    "min" => data[t].min(u),
+                    "add" => before + u,
+                    "mul" => before * u,
+                    "max" => before.max(u),
+                    "min" => before.min(u),
                     _ => u,
                 };
+                mag[t] = match red.as_str() {
+                    "add" => mag[t] + u.abs(),
+                    "mul" => mag[t] * u.abs(),
+                    "max" | "min" if data[t] == before => mag[t],
+                    _ => u.abs(),
+                };
             }
-            Ok(vec![done(x, x.shape.clone(), data)?])
+            Ok(vec![output(x.dtype, x.shape.clone(), data, mag)?])
         }
         "GatherElements" => {
             let idx = input(node, inputs, 1)?;
             let axis = norm_axis(node.int("axis", 0)?, rank, op)?;
             let dim = x.shape[axis] as i64;
+            check_element_indices(op, x, idx, axis)?;
             let mut data = Vec::with_capacity(idx.len());
             for (f, &iv) in idx.data.iter().enumerate() {
                 let mut oi = unravel(f, &idx.shape);

@@ -1,5 +1,6 @@
 //! Unary, binary and variadic elementwise ops, Where, Clip and Cast.
 use super::scalar_ops;
+use super::special::{erf, erfc, max_nan, min_nan, softplus};
 use super::{broadcast_index, broadcast_shapes, input, opt_input, output, unravel, wrap_int};
 use crate::{DType, NodeSpec, OracleError, Output, Value};
 
@@ -165,45 +166,12 @@ pub(super) fn evaluate(
     Ok(vec![out])
 }
 
-/// erf(x) = 2/sqrt(pi) * exp(-x^2) * sum_{n>=0} 2^n x^(2n+1) / (1*3*...*(2n+1)): all terms positive, so
-/// no cancellation; erf(x) rounds to ±1 in f64 beyond |x| = 6.
-pub(crate) fn erf(x: f64) -> f64 {
-    if x.is_nan() {
-        return x;
-    }
-    let a = x.abs();
-    if a >= 6.0 {
-        return x.signum();
-    }
-    let mut term = a; // n = 0
-    let mut sum = a;
-    let mut n = 0.0f64;
-    while n < 1000.0 {
-        n += 1.0;
-        term *= 2.0 * a * a / (2.0 * n + 1.0);
-        sum += term;
-        if term <= sum * 1e-18 {
-            break;
-        }
-    }
-    let r = 2.0 / std::f64::consts::PI.sqrt() * (-a * a).exp() * sum;
-    r.min(1.0) * x.signum()
-}
-
-fn softplus(x: f64) -> f64 {
-    // ln(exp(x) + 1), written so that it does not overflow for large x.
-    if x > 30.0 {
-        x + (-x).exp().ln_1p()
-    } else {
-        x.exp().ln_1p()
-    }
-}
-
 fn unary(node: &NodeSpec, x: &Value) -> Result<Output, OracleError> {
     let op = node.op_type.as_str();
+    // Float attributes are f32 in ONNX: the defaults are the f32 values (0.2f32 is not 0.2).
     let alpha_default = match op {
-        "LeakyRelu" => 0.01,
-        "HardSigmoid" => 0.2,
+        "LeakyRelu" => 0.01f32 as f64,
+        "HardSigmoid" => 0.2f32 as f64,
         "Selu" => 1.673_263_192_176_818_847_656_25,
         _ => 1.0,
     };
@@ -240,7 +208,13 @@ fn unary(node: &NodeSpec, x: &Value) -> Result<Output, OracleError> {
             "Tan" => v.tan(),
             "Tanh" => v.tanh(),
             "Sigmoid" => 1.0 / (1.0 + (-v).exp()),
-            "Relu" => if v.is_nan() { v } else { v.max(0.0) }, // max(0, NaN) is NaN in ONNX (numpy maximum); f64::max drops it
+            "Relu" => {
+                if v.is_nan() {
+                    v
+                } else {
+                    v.max(0.0)
+                }
+            } // max(0, NaN) is NaN in ONNX (numpy maximum); f64::max drops it
             "LeakyRelu" => {
                 if v < 0.0 {
                     alpha * v
@@ -248,31 +222,39 @@ fn unary(node: &NodeSpec, x: &Value) -> Result<Output, OracleError> {
                     v
                 }
             }
+            // e^x - 1 of the Elu, Selu and Celu formulas through exp_m1: formed as e^x minus 1 it
+            // cancels for small |x| (x = -2.4e-5 leaves it 1e-11 off).
             "Elu" => {
                 if v < 0.0 {
-                    alpha * (v.exp() - 1.0)
+                    alpha * v.exp_m1()
                 } else {
                     v
                 }
             }
             "Selu" => {
                 if v <= 0.0 {
-                    gamma * (alpha * v.exp() - alpha)
+                    // gamma * (alpha * e^x - alpha)
+                    gamma * (alpha * v.exp_m1())
                 } else {
                     gamma * v
                 }
             }
-            "Celu" => v.max(0.0) + (alpha * ((v / alpha).exp() - 1.0)).min(0.0),
-            "HardSigmoid" => (alpha * v + beta).min(1.0).max(0.0),
-            "HardSwish" => v * (v / 6.0 + 0.5).min(1.0).max(0.0),
+            // max / min as the formulas mean them: NaN in, NaN out.
+            "Celu" => max_nan(0.0, v) + min_nan(0.0, alpha * (v / alpha).exp_m1()),
+            "HardSigmoid" => max_nan(0.0, min_nan(1.0, alpha * v + beta)),
+            "HardSwish" => v * max_nan(0.0, min_nan(1.0, v / 6.0 + 0.5)),
             "Softplus" => softplus(v),
             "Softsign" => v / (1.0 + v.abs()),
             "Gelu" => {
+                // 0.5 x (1 + tanh(u)) and 0.5 x (1 + erf(x / sqrt 2)), with the sums formed without
+                // cancellation where they are small (x very negative): 1 + tanh(u) = 2 / (1 + e^(-2u))
+                // and 1 + erf(z) = erfc(-z).
                 if approx_tanh {
                     let c = (2.0 / std::f64::consts::PI).sqrt();
-                    0.5 * v * (1.0 + (c * (v + 0.044715 * v * v * v)).tanh())
+                    let u = c * (v + 0.044715 * v * v * v);
+                    0.5 * v * (2.0 / (1.0 + (-2.0 * u).exp()))
                 } else {
-                    0.5 * v * (1.0 + erf(v / std::f64::consts::SQRT_2))
+                    0.5 * v * erfc(-v / std::f64::consts::SQRT_2)
                 }
             }
             "Mish" => v * softplus(v).tanh(),
@@ -313,7 +295,18 @@ fn unary(node: &NodeSpec, x: &Value) -> Result<Output, OracleError> {
             *v = wrap_int(*v, out_dtype);
         }
     }
-    let mag = data.iter().map(|v| v.abs()).collect();
+    // The magnitude of the terms combined: |result|, except where the formula adds terms that can
+    // cancel (alpha x + beta; x / 6 + 0.5, then times x).
+    let mag = x
+        .data
+        .iter()
+        .zip(&data)
+        .map(|(&v, &r)| match op {
+            "HardSigmoid" => (alpha * v).abs() + beta.abs(),
+            "HardSwish" => v.abs() * (v.abs() / 6.0 + 0.5),
+            _ => r.abs(),
+        })
+        .collect();
     output(out_dtype, x.shape.clone(), data, mag)
 }
 
@@ -498,7 +491,7 @@ fn cast(node: &NodeSpec, x: &Value) -> Result<Output, OracleError> {
         let r = if to == DType::Bool {
             if v != 0.0 { 1.0 } else { 0.0 }
         } else if to.is_float() {
-            v
+            scalar_ops::round_to_float(v, to)
         } else {
             if !v.is_finite() {
                 return Err(OracleError::Unsupported(format!(
@@ -601,22 +594,18 @@ mod tests {
             &[-0.2, -0.05, 0.5, 2.5],
         );
         assert_all_close(&get("Round", &[]), &[-2.0, -0.0, 0.0, 2.0]);
-        assert_all_close(&get("HardSigmoid", &[]), &[0.1, 0.4, 0.6, 1.0]);
+        // The default alpha is the f32 attribute value 0.2f32 (0.20000000298...), not 0.2.
+        let a = 0.2f32 as f64;
+        assert_all_close(
+            &get("HardSigmoid", &[]),
+            &[0.5 - 2.0 * a, 0.5 - 0.5 * a, 0.5 + 0.5 * a, 1.0],
+        );
         assert_all_close(&get("ThresholdedRelu", &[]), &[0.0, 0.0, 0.0, 2.5]);
         assert_all_close(
             &get("Softsign", &[]),
             &[-2.0 / 3.0, -0.5 / 1.5, 0.5 / 1.5, 2.5 / 3.5],
         );
         assert_all_close(&get("Sign", &[]), &[-1.0, -1.0, 1.0, 1.0]);
-    }
-
-    #[test]
-    fn erf_known_values() {
-        // Abramowitz & Stegun table values.
-        assert!((super::erf(0.5) - 0.520_499_877_813_046_5).abs() < 1e-15);
-        assert!((super::erf(1.0) - 0.842_700_792_949_714_9).abs() < 1e-15);
-        assert!((super::erf(-2.0) + 0.995_322_265_018_952_7).abs() < 1e-15);
-        assert_eq!(super::erf(0.0), 0.0);
     }
 
     #[test]

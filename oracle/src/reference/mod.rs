@@ -14,6 +14,7 @@ mod reduce;
 mod resize;
 mod rnn;
 mod scalar_ops;
+mod special;
 mod softmax;
 
 #[cfg(test)]
@@ -300,7 +301,7 @@ mod tests {
                 "{op}"
             );
         }
-        let n = node("Resize", 13, &[("antialias", Attr::Int(1))]);
+        let n = node("Resize", 13, &[("mode", Attr::String("area".into()))]);
         assert!(Reference.supports(&n).is_err());
         assert!(matches!(
             Reference.evaluate(&n, &[]),

@@ -43,7 +43,7 @@ pub(super) fn evaluate(
     inputs: &[Option<Value>],
 ) -> Result<Vec<Output>, OracleError> {
     let x = input(node, inputs, 0)?;
-    let eps = node.float("epsilon", 1e-5)?;
+    let eps = node.float("epsilon", 1e-5f32 as f64)?;
     match node.op_type.as_str() {
         "BatchNormalization" => {
             let (scale, bias, mean, var) = (
@@ -138,7 +138,7 @@ pub(super) fn evaluate(
                     x.shape
                 )));
             }
-            let alpha = node.float("alpha", 1e-4)?;
+            let alpha = node.float("alpha", 1e-4f32 as f64)?;
             let beta = node.float("beta", 0.75)?;
             let bias = node.float("bias", 1.0)?;
             let c = x.shape[1] as i64;
@@ -226,7 +226,7 @@ mod tests {
     #[test]
     fn batchnorm_by_hand() {
         // channel 0: mean 1, var 4-eps -> (x-1)/2*3+1 ; channel 1: mean 0, var 1-eps -> x*1+0
-        let eps = 1e-5;
+        let eps = 1e-5f32 as f64; // the default epsilon, an f32 attribute
         let out = Reference
             .evaluate(
                 &node("BatchNormalization", 15, &[]),
@@ -245,7 +245,7 @@ mod tests {
     #[test]
     fn layernorm_and_instancenorm_by_hand() {
         // Row [1, 3]: mean 2, var 1 -> [-1, 1]/sqrt(1+eps)
-        let k = 1.0 / (1.0f64 + 1e-5).sqrt();
+        let k = 1.0 / (1.0f64 + 1e-5f32 as f64).sqrt();
         let mut n = node("LayerNormalization", 17, &[]);
         n.num_outputs = 3;
         let out = Reference
@@ -261,7 +261,7 @@ mod tests {
         assert_all_close(&out[0].value.data, &[-2.0 * k + 0.5, k + 0.5, 0.5, 0.5]);
         assert_eq!(out[1].value.shape, vec![2, 1]);
         assert_all_close(&out[1].value.data, &[2.0, 0.0]);
-        assert_all_close(&out[2].value.data, &[k, 1.0 / 1e-5f64.sqrt()]);
+        assert_all_close(&out[2].value.data, &[k, 1.0 / (1e-5f32 as f64).sqrt()]);
         let out = Reference
             .evaluate(
                 &node("InstanceNormalization", 6, &[]),
@@ -278,7 +278,7 @@ mod tests {
     #[test]
     fn groupnorm_lrn_by_hand() {
         // 2 channels, 1 group over [1, 3] and [5, 7]: mean 4, var (9 + 1 + 1 + 9) / 4 = 5.
-        let k = 1.0 / (5.0f64 + 1e-5).sqrt();
+        let k = 1.0 / (5.0f64 + 1e-5f32 as f64).sqrt();
         let x = v(vec![1, 2, 2], vec![1.0, 3.0, 5.0, 7.0]);
         let out = Reference
             .evaluate(
@@ -336,7 +336,7 @@ mod tests {
             let mean: f64 = row.iter().sum::<f64>() / 12.0;
             let var: f64 = row.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / 12.0;
             for j in 0..12 {
-                let want = (row[j] - mean) / (var + 1e-5).sqrt() * s[j];
+                let want = (row[j] - mean) / (var + 1e-5f32 as f64).sqrt() * s[j];
                 assert!(close(out[0].value.data[o * 12 + j], want));
             }
         }

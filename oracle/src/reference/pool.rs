@@ -116,6 +116,8 @@ pub(super) fn evaluate(
                     sum += v;
                     asum += v.abs();
                     lp_sum += v.abs().powf(p);
+                    // NaN wins and stays (the first NaN of the window): the max of values with a
+                    // NaN among them is NaN, as for ReduceMax and GlobalMaxPool.
                     if !found || v > best || v.is_nan() && !best.is_nan() {
                         best = v;
                         best_idx = base + if storage_col { coff } else { off };
@@ -127,9 +129,18 @@ pub(super) fn evaluate(
                     data.push(r);
                     mag.push(r);
                 } else if is_max {
-                    data.push(best);
-                    mag.push(best.abs());
-                    indices.push(best_idx as f64);
+                    // A window wholly in the padding (dilations or auto_pad can make one) holds no
+                    // value. The max of no values is "minus infinity (if supported by the datatype) or
+                    // the minimum value of the data type otherwise" (ReduceMax's rule; MaxPool does not
+                    // say), and its index -1: there is no element to point at.
+                    let (v, i) = if found {
+                        (best, best_idx as f64)
+                    } else {
+                        (super::reduce::empty_extreme(x.dtype, true), -1.0)
+                    };
+                    data.push(v);
+                    mag.push(v.abs());
+                    indices.push(i);
                 } else {
                     let cnt = if count_include_pad {
                         cnt_padded

@@ -54,12 +54,15 @@ pub(super) fn evaluate(
     } else {
         node.ints("axes")?.unwrap_or_default()
     };
+    // noop_with_empty_axes with no axes: "reduction happens over an empty set of axes (similar to
+    // the case when `axis=()` in numpy) ... the reduction step behaves like a no-op (identity
+    // function), but composite-reduction operators will still perform the non-reduction steps as
+    // needed. Thus, ReduceLogSum returns the Log of input tensor, and ReduceSumSquare returns the
+    // Square of the input tensor" (the attribute's text since onnx 1.16; the onnx reference
+    // evaluator does the same, `np.sum(np.square(x), axis=())`). So no axis is reduced: every group
+    // below holds one element, and the op's per-element steps (abs, square, log, exp) still apply.
     let noop = node.int("noop_with_empty_axes", 0)? != 0;
-    if axes.is_empty() && noop {
-        let mag = x.data.iter().map(|v| v.abs()).collect();
-        return Ok(vec![output(x.dtype, x.shape.clone(), x.data.clone(), mag)?]);
-    }
-    let mut reduced = vec![axes.is_empty(); rank];
+    let mut reduced = vec![axes.is_empty() && !noop; rank];
     for &a in &axes {
         reduced[norm_axis(a, rank, op)?] = true;
     }
@@ -124,6 +127,15 @@ pub(super) fn evaluate(
                 });
                 (r, r.abs())
             }
+            "ReduceProd" if !x.dtype.is_float() => {
+                // Integer types wrap around (two's complement), as their elementwise products do:
+                // the product is kept exactly, reduced into the type's range after every factor
+                // (f64 holds integers exactly only up to 2^53).
+                let r = g
+                    .iter()
+                    .fold(1i128, |acc, &v| wrap_i128(acc * v as i128, x.dtype));
+                (r as f64, 0.0)
+            }
             "ReduceProd" => {
                 let r: f64 = g.iter().product();
                 (r, r.abs())
@@ -156,8 +168,26 @@ pub(super) fn evaluate(
     Ok(vec![output(x.dtype, out_shape, data, mag)?])
 }
 
+/// `v` reduced into the two's-complement range of an integer type (modulo 2^bits).
+fn wrap_i128(v: i128, dt: DType) -> i128 {
+    let (bits, signed) = match dt {
+        DType::I8 => (8, true),
+        DType::I16 => (16, true),
+        DType::I32 => (32, true),
+        DType::I64 => (64, true),
+        DType::U8 => (8, false),
+        DType::U16 => (16, false),
+        DType::U32 => (32, false),
+        DType::U64 => (64, false),
+        _ => return v,
+    };
+    let m = 1i128 << bits;
+    let r = v.rem_euclid(m);
+    if signed && r >= m / 2 { r - m } else { r }
+}
+
 /// The identity of ReduceMax (`max = true`: the lowest value of the type) or ReduceMin (the highest).
-fn empty_extreme(dt: DType, max: bool) -> f64 {
+pub(super) fn empty_extreme(dt: DType, max: bool) -> f64 {
     let (lo, hi) = match dt {
         DType::Bool => (0.0, 1.0),
         DType::U8 => (0.0, u8::MAX as f64),
@@ -188,7 +218,12 @@ fn arg(node: &NodeSpec, x: &Value, keepdims: bool) -> Result<Output, OracleError
             for j in 1..len {
                 let v = x.data[(o * len + j) * inner + i];
                 let b = x.data[(o * len + best) * inner + i];
-                let better = if op == "ArgMax" {
+                // NaN is both the max and the min (numpy's argmax and argmin, which ONNX's reference
+                // evaluator runs; ReduceMax and ReduceMin return NaN, so their arg points at one): the
+                // first NaN wins, or the last one with select_last_index.
+                let better = if v.is_nan() || b.is_nan() {
+                    v.is_nan() && (!b.is_nan() || last)
+                } else if op == "ArgMax" {
                     v > b || (last && v == b)
                 } else {
                     v < b || (last && v == b)
@@ -345,7 +380,9 @@ mod tests {
     fn empty_max_and_min_give_the_type_extremes() {
         let run = |op: &str, dt: DType| {
             let x = Some(Value::new(dt, vec![2, 0, 3], vec![]).unwrap());
-            let out = Reference.evaluate(&node(op, 18, &[]), &[x, axes(&[1])]).unwrap();
+            let out = Reference
+                .evaluate(&node(op, 18, &[]), &[x, axes(&[1])])
+                .unwrap();
             assert_eq!(out[0].value.shape, vec![2, 1, 3]);
             out[0].value.data[0]
         };

@@ -1,7 +1,7 @@
-//! Resize (opset >= 11): nearest (all nearest_modes), linear and cubic, every
-//! coordinate_transformation_mode; separable per-dimension sampling with edge-clamped neighbours, as in
-//! the specification's interpolate_nd.
-use super::{input, opt_input, output, strides, unravel};
+//! Resize (opset >= 11): nearest (all nearest_modes), linear and cubic (with antialias), every
+//! coordinate_transformation_mode, `axes` and `keep_aspect_ratio_policy`; per output element, the
+//! tensor product of per-dimension taps with edge-clamped neighbours, as the specification describes.
+use super::{input, norm_axis, opt_input, output, strides, unravel};
 use crate::{NodeSpec, OracleError, Output, Value};
 
 pub(super) fn supports(node: &NodeSpec) -> Result<(), String> {
@@ -12,16 +12,10 @@ pub(super) fn supports(node: &NodeSpec) -> Result<(), String> {
     if node.num_outputs > 1 {
         return Err("Resize has one output".into());
     }
-    if node.int("antialias", 0).map_err(e)? != 0 {
-        return Err("Resize antialias=1 is not covered".into());
-    }
-    if node.ints("axes").map_err(e)?.is_some() {
-        return Err("Resize axes attribute is not covered".into());
-    }
     let kp = node
         .string("keep_aspect_ratio_policy", "stretch")
         .map_err(e)?;
-    if kp != "stretch" {
+    if !matches!(kp.as_str(), "stretch" | "not_larger" | "not_smaller") {
         return Err(format!(
             "Resize keep_aspect_ratio_policy '{kp}' is not covered"
         ));
@@ -58,18 +52,149 @@ pub(super) fn supports(node: &NodeSpec) -> Result<(), String> {
     Ok(())
 }
 
+/// Keys' cubic convolution kernel with coefficient `a` at distance `x`.
+fn cubic_w(x: f64, a: f64) -> f64 {
+    let x = x.abs();
+    if x <= 1.0 {
+        ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0
+    } else if x < 2.0 {
+        ((a * x - 5.0 * a) * x + 8.0 * a) * x - 4.0 * a
+    } else {
+        0.0
+    }
+}
+
 fn cubic_coeffs(t: f64, a: f64) -> [f64; 4] {
-    let w = |x: f64| -> f64 {
-        let x = x.abs();
-        if x <= 1.0 {
-            ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0
-        } else if x < 2.0 {
-            ((a * x - 5.0 * a) * x + 8.0 * a) * x - 4.0 * a
-        } else {
-            0.0
+    [
+        cubic_w(t + 1.0, a),
+        cubic_w(t, a),
+        cubic_w(1.0 - t, a),
+        cubic_w(2.0 - t, a),
+    ]
+}
+
+/// The size of the terms an interpolation weight is computed from, Σ|terms| of the kernel polynomial
+/// at distance `u`, for the error allowance (`Output::magnitude`): a weight can be far smaller than
+/// its terms (a cubic weight of 1e-7 from terms near 1, at a distance just short of 1 or 2), and its
+/// rounding error follows the terms, not the weight. (The source coordinate is formed by the
+/// specification's formula in f64 here and in the runtime alike; its rounding is not modelled.)
+fn weight_magnitude(linear: bool, u: f64, a: f64) -> f64 {
+    let u = u.abs();
+    if linear {
+        1.0 + u
+    } else if u <= 1.0 {
+        (a + 2.0).abs() * u * u * u + (a + 3.0).abs() * u * u + 1.0
+    } else {
+        a.abs() * (u * u * u + 5.0 * u * u + 8.0 * u + 4.0)
+    }
+}
+
+/// Per dimension: output shape, scale, and `length_resized` of the coordinate formulas.
+struct Geometry {
+    oshape: Vec<usize>,
+    scales: Vec<f64>,
+    lresized: Vec<f64>,
+    /// (roi_start, roi_end) per dimension; (0, 1) where the roi does not reach.
+    roi: Vec<(f64, f64)>,
+}
+
+/// Output geometry. `length_resized` is the output width before it is made an integer: input *
+/// scale when scales are given (or a keep_aspect_ratio_policy chose the scale), the sizes
+/// themselves otherwise. ONNX's reference evaluator and expected data use it unrounded, e.g.
+/// align_corners downsampling 4 -> floor(4 * 0.6) = 2 maps output 1 to 1 * 3 / (2.4 - 1).
+fn geometry(node: &NodeSpec, x: &Value, inputs: &[Option<Value>]) -> Result<Geometry, OracleError> {
+    let rank = x.shape.len();
+    let axes: Vec<usize> = match node.ints("axes")? {
+        None => (0..rank).collect(),
+        Some(a) => {
+            let mut v = Vec::with_capacity(a.len());
+            for &ax in &a {
+                let d = norm_axis(ax, rank, "Resize")?;
+                if v.contains(&d) {
+                    return Err(OracleError::Invalid(format!("Resize axes {a:?} repeat")));
+                }
+                v.push(d);
+            }
+            v
         }
     };
-    [w(t + 1.0), w(t), w(1.0 - t), w(2.0 - t)]
+    let k = axes.len();
+    let roi_in = opt_input(inputs, 1).filter(|v| !v.is_empty());
+    let scales_in = opt_input(inputs, 2).filter(|v| !v.is_empty());
+    let sizes_in = opt_input(inputs, 3).filter(|v| !v.is_empty());
+    let inn: Vec<f64> = x.shape.iter().map(|&d| d as f64).collect();
+    let mut g = Geometry {
+        oshape: x.shape.clone(),
+        scales: vec![1.0; rank],
+        lresized: inn.clone(),
+        roi: vec![(0.0, 1.0); rank],
+    };
+    if let Some(r) = roi_in {
+        if r.len() != 2 * k {
+            return Err(OracleError::Invalid(format!(
+                "Resize roi has {} values for {k} axes",
+                r.len()
+            )));
+        }
+        for (i, &d) in axes.iter().enumerate() {
+            g.roi[d] = (r.data[i], r.data[k + i]);
+        }
+    }
+    match (sizes_in, scales_in) {
+        (Some(s), None) => {
+            if s.len() != k || s.data.iter().any(|&v| v < 0.0) {
+                return Err(OracleError::Invalid(format!(
+                    "Resize sizes {:?} for {k} axes",
+                    s.data
+                )));
+            }
+            let policy = node.string("keep_aspect_ratio_policy", "stretch")?;
+            if policy == "stretch" {
+                for (i, &d) in axes.iter().enumerate() {
+                    g.oshape[d] = s.data[i] as usize;
+                    g.scales[d] = s.data[i] / inn[d];
+                    g.lresized[d] = s.data[i];
+                }
+            } else {
+                // scale = Min (not_larger) or Max (not_smaller) of sizes[i] / in_size[d];
+                // out_size[d] = round_int(scale * in_size[d]), halves rounded up.
+                let ratios = axes.iter().enumerate().map(|(i, &d)| s.data[i] / inn[d]);
+                let sc = if policy == "not_larger" {
+                    ratios.fold(f64::INFINITY, f64::min)
+                } else {
+                    ratios.fold(f64::NEG_INFINITY, f64::max)
+                };
+                for &d in &axes {
+                    g.scales[d] = sc;
+                    g.lresized[d] = sc * inn[d];
+                    g.oshape[d] = (sc * inn[d] + 0.5).floor().max(0.0) as usize;
+                }
+            }
+        }
+        (None, Some(s)) => {
+            if s.len() != k || s.data.iter().any(|&v| v.is_nan() || v <= 0.0) {
+                return Err(OracleError::Invalid(format!(
+                    "Resize scales {:?} for {k} axes",
+                    s.data
+                )));
+            }
+            // The specification's sizing formula also multiplies by the roi extent (floor(in *
+            // (roi_end - roi_start) * scale)), but its reference evaluator and onnxruntime size the
+            // output as floor(in * scale) in every mode; no corpus case tells them apart, and this
+            // follows the evaluators.
+            for (i, &d) in axes.iter().enumerate() {
+                g.scales[d] = s.data[i];
+                g.lresized[d] = inn[d] * s.data[i];
+                g.oshape[d] = g.lresized[d].floor() as usize;
+            }
+        }
+        _ => {
+            return Err(OracleError::Invalid(
+                "Resize needs exactly one of scales and sizes".into(),
+            ));
+        }
+    }
+    Ok(g)
 }
 
 pub(super) fn evaluate(
@@ -78,52 +203,17 @@ pub(super) fn evaluate(
 ) -> Result<Vec<Output>, OracleError> {
     let x = input(node, inputs, 0)?;
     let rank = x.shape.len();
-    let roi = opt_input(inputs, 1).filter(|v| !v.is_empty());
-    let scales_in = opt_input(inputs, 2).filter(|v| !v.is_empty());
-    let sizes_in = opt_input(inputs, 3).filter(|v| !v.is_empty());
     let mode = node.string("mode", "nearest")?;
     let ct = node.string("coordinate_transformation_mode", "half_pixel")?;
     let nm = node.string("nearest_mode", "round_prefer_floor")?;
     let a = node.float("cubic_coeff_a", -0.75)?;
     let exclude_outside = node.int("exclude_outside", 0)? != 0;
+    let antialias = node.int("antialias", 0)? != 0;
     let extrap = node.float("extrapolation_value", 0.0)?;
-    // `length_resized` of the coordinate formulas is the output width before it is made an integer
-    // (`output_width` = input width * scale when scales are given; the sizes themselves otherwise):
-    // the specification's align_corners and tf_crop_and_resize divide by `length_resized - 1`.
-    let (oshape, scales, lresized): (Vec<usize>, Vec<f64>, Vec<f64>) = match (sizes_in, scales_in)
-    {
-        (Some(s), None) => {
-            let o: Vec<usize> = s.data.iter().map(|&v| v as usize).collect();
-            let sc = (0..rank.min(o.len()))
-                .map(|d| o[d] as f64 / x.shape[d] as f64)
-                .collect();
-            let lr = o.iter().map(|&v| v as f64).collect();
-            (o, sc, lr)
-        }
-        (None, Some(s)) => {
-            // The specification's first formula scales the roi extent too (floor(in * (roi_end -
-            // roi_start) * scale)), but its own reference evaluator and onnxruntime size the output
-            // as floor(in * scale) in every mode; no corpus case tells them apart, and this follows
-            // the evaluators.
-            let lr: Vec<f64> = (0..rank.min(s.len()))
-                .map(|d| x.shape[d] as f64 * s.data[d])
-                .collect();
-            (
-                lr.iter().map(|v| v.floor().max(0.0) as usize).collect(),
-                s.data.clone(),
-                lr,
-            )
-        }
-        _ => {
-            return Err(OracleError::Invalid(
-                "Resize needs exactly one of scales and sizes".into(),
-            ));
-        }
-    };
-    if oshape.len() != rank || scales.len() != rank {
-        return Err(OracleError::Invalid(
-            "Resize scales/sizes length differs from rank".into(),
-        ));
+    let g = geometry(node, x, inputs)?;
+    let oshape = g.oshape.clone();
+    if x.is_empty() && oshape.iter().product::<usize>() > 0 {
+        return Err(OracleError::Invalid("Resize of an empty tensor".into()));
     }
     let ist = strides(&x.shape);
     let n: usize = oshape.iter().product();
@@ -131,16 +221,23 @@ pub(super) fn evaluate(
     let mut mag = Vec::with_capacity(n);
     for f in 0..n {
         let oi = unravel(f, &oshape);
-        // Per dimension: list of (input index, weight).
-        let mut taps: Vec<Vec<(usize, f64)>> = Vec::with_capacity(rank);
+        // Per dimension: list of (input index, weight, size of the weight's error terms: 0 for the
+        // exact weights of nearest, `weight_magnitude` for computed ones).
+        let mut taps: Vec<Vec<(usize, f64, f64)>> = Vec::with_capacity(rank);
         let mut outside = false;
         for d in 0..rank {
-            let (xi, inn, on, sc) = (oi[d] as f64, x.shape[d] as f64, oshape[d] as f64, scales[d]);
-            let lr = lresized[d];
+            let (xi, inn, on, sc) = (
+                oi[d] as f64,
+                x.shape[d] as f64,
+                oshape[d] as f64,
+                g.scales[d],
+            );
+            let lr = g.lresized[d];
             let xo = match ct.as_str() {
                 "half_pixel" => (xi + 0.5) / sc - 0.5,
                 "half_pixel_symmetric" => {
-                    let adj = on / (sc * inn);
+                    // adjustment = output_width_int / output_width
+                    let adj = on / lr;
                     let center = inn / 2.0;
                     center * (1.0 - adj) + (xi + 0.5) / sc - 0.5
                 }
@@ -160,16 +257,7 @@ pub(super) fn evaluate(
                 }
                 "asymmetric" => xi / sc,
                 _ => {
-                    let roi = roi.ok_or_else(|| {
-                        OracleError::Invalid("tf_crop_and_resize needs roi".into())
-                    })?;
-                    if roi.len() != 2 * rank {
-                        return Err(OracleError::Invalid(format!(
-                            "Resize roi has {} values for rank {rank}",
-                            roi.len()
-                        )));
-                    }
-                    let (s, e) = (roi.data[d], roi.data[rank + d]);
+                    let (s, e) = g.roi[d];
                     let v = if lr > 1.0 {
                         s * (inn - 1.0) + xi * (e - s) * (inn - 1.0) / (lr - 1.0)
                     } else {
@@ -203,33 +291,71 @@ pub(super) fn evaluate(
                         "floor" => xo.floor(),
                         _ => xo.ceil(),
                     };
-                    vec![(clampi(r as i64), 1.0)]
+                    vec![(clampi(r as i64), 1.0, 0.0)]
+                }
+                m if antialias && sc < 1.0 => {
+                    // "Stretching the resampling filter by a factor max(1, 1 / scale)": every input
+                    // index within the stretched support, weighted by the kernel at scale * distance,
+                    // the weights normalised to sum to one.
+                    let support = if m == "linear" { 1.0 } else { 2.0 } / sc;
+                    let kernel = |u: f64| {
+                        if m == "linear" {
+                            (1.0 - u.abs()).max(0.0)
+                        } else {
+                            cubic_w(u, a)
+                        }
+                    };
+                    let mut v: Vec<(usize, f64, f64)> = Vec::new();
+                    let mut wsum = 0.0;
+                    let (lo, hi) = ((xo - support).floor() as i64, (xo + support).ceil() as i64);
+                    for i in lo..=hi {
+                        let u = sc * (i as f64 - xo);
+                        let w = kernel(u);
+                        if w == 0.0 || (exclude_outside && (i < 0 || i > last)) {
+                            continue;
+                        }
+                        wsum += w;
+                        v.push((clampi(i), w, weight_magnitude(m == "linear", u, a)));
+                    }
+                    if wsum != 0.0 {
+                        for p in &mut v {
+                            p.1 /= wsum;
+                            p.2 /= wsum.abs();
+                        }
+                    }
+                    v
                 }
                 "linear" => {
                     let i0 = xo.floor();
                     let w = xo - i0;
                     let i0 = i0 as i64;
-                    vec![(clampi(i0), 1.0 - w), (clampi(i0 + 1), w)]
+                    vec![
+                        (clampi(i0), 1.0 - w, weight_magnitude(true, w, a)),
+                        (clampi(i0 + 1), w, weight_magnitude(true, 1.0 - w, a)),
+                    ]
                 }
                 _ => {
                     let i0 = xo.floor();
-                    let c = cubic_coeffs(xo - i0, a);
+                    let t = xo - i0;
+                    let c = cubic_coeffs(t, a);
+                    let dist = [t + 1.0, t, 1.0 - t, 2.0 - t];
                     let i0 = i0 as i64;
-                    let mut v: Vec<(usize, f64)> = Vec::with_capacity(4);
+                    let mut v: Vec<(usize, f64, f64)> = Vec::with_capacity(4);
                     let mut wsum = 0.0;
                     for (k, &ck) in c.iter().enumerate() {
                         let i = i0 - 1 + k as i64;
-                        let w = if exclude_outside && (i < 0 || i > last) {
-                            0.0
+                        let (w, wm) = if exclude_outside && (i < 0 || i > last) {
+                            (0.0, 0.0)
                         } else {
-                            ck
+                            (ck, weight_magnitude(false, dist[k], a))
                         };
                         wsum += w;
-                        v.push((clampi(i), w));
+                        v.push((clampi(i), w, wm));
                     }
                     if exclude_outside && wsum != 0.0 {
                         for p in &mut v {
                             p.1 /= wsum;
+                            p.2 /= wsum.abs();
                         }
                     }
                     v
@@ -245,21 +371,31 @@ pub(super) fn evaluate(
         // Tensor product of the per-dimension taps.
         let counts: Vec<usize> = taps.iter().map(|t| t.len()).collect();
         let total: usize = counts.iter().product();
-        let (mut s, mut g) = (0.0, 0.0);
+        let (mut s, mut m) = (0.0, 0.0);
         for tf in 0..total {
             let ti = unravel(tf, &counts);
             let mut w = 1.0;
             let mut off = 0;
             for d in 0..rank {
-                let (i, wd) = taps[d][ti[d]];
+                let (i, wd, _) = taps[d][ti[d]];
                 w *= wd;
                 off += i * ist[d];
             }
+            // The product's magnitude: |prod w_d|, plus to first order each weight's error terms
+            // times the other weights (sum_d W_d prod_{e != d} |w_e|).
+            let mut wm = w.abs();
+            for d in 0..rank {
+                let mut others = taps[d][ti[d]].2;
+                for e in (0..rank).filter(|&e| e != d) {
+                    others *= taps[e][ti[e]].1.abs();
+                }
+                wm += others;
+            }
             s += w * x.data[off];
-            g += (w * x.data[off]).abs();
+            m += wm * x.data[off].abs();
         }
         data.push(s);
-        mag.push(g);
+        mag.push(m);
     }
     Ok(vec![output(x.dtype, oshape, data, mag)?])
 }
@@ -411,6 +547,89 @@ mod tests {
                 .map(|(k, w)| w * (k as f64 - 1.0))
                 .sum();
             assert!(close(lin, t));
+        }
+    }
+
+    #[test]
+    fn antialias_axes_and_aspect_policy_by_hand() {
+        let x = v(vec![4], vec![1.0, 2.0, 3.0, 4.0]);
+        let sc = v(vec![1], vec![0.5]);
+        // Linear antialias at scale 1/2: the triangle stretched to radius 2. Output 0 sits at
+        // x = 0.5: taps -1, 0, 1, 2 at distances 1.5, 0.5, 0.5, 1.5 -> weights 1/4, 3/4, 3/4, 1/4
+        // (sum 2), index -1 clamped to 0: (1 + 3 + 6 + 3) / 8 = 1.625. Output 1 at 2.5: taps 1..4
+        // on [2, 3, 4, 4]: (2 + 9 + 12 + 4) / 8 = 3.375.
+        let aa = |extra: &[(&str, Attr)]| {
+            let mut a = vec![
+                ("mode", Attr::String("linear".into())),
+                ("antialias", Attr::Int(1)),
+            ];
+            a.extend(extra.iter().cloned());
+            Reference
+                .evaluate(&node("Resize", 18, &a), &[x.clone(), None, sc.clone()])
+                .unwrap()[0]
+                .value
+                .data
+                .clone()
+        };
+        assert_all_close(&aa(&[]), &[1.625, 3.375]);
+        // exclude_outside drops tap -1: (3/4 * 1 + 3/4 * 2 + 1/4 * 3) / (7/4) = 12/7.
+        assert_all_close(
+            &aa(&[("exclude_outside", Attr::Int(1))])[..1],
+            &[12.0 / 7.0],
+        );
+        // Upsampling ignores antialias.
+        let up = Reference
+            .evaluate(
+                &node(
+                    "Resize",
+                    18,
+                    &[
+                        ("mode", Attr::String("linear".into())),
+                        ("antialias", Attr::Int(1)),
+                    ],
+                ),
+                &[x.clone(), None, v(vec![1], vec![2.0])],
+            )
+            .unwrap();
+        assert_all_close(
+            &up[0].value.data,
+            &[1.0, 1.25, 1.75, 2.25, 2.75, 3.25, 3.75, 4.0],
+        );
+        // axes [1]: only the last dimension is resized (nearest, asymmetric, scale 2).
+        let x2 = v(vec![2, 3], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        let n = node(
+            "Resize",
+            18,
+            &[
+                ("axes", Attr::Ints(vec![-1])),
+                (
+                    "coordinate_transformation_mode",
+                    Attr::String("asymmetric".into()),
+                ),
+            ],
+        );
+        let out = Reference
+            .evaluate(&n, &[x2.clone(), None, v(vec![1], vec![2.0])])
+            .unwrap();
+        assert_eq!(out[0].value.shape, vec![2, 6]);
+        assert_eq!(
+            out[0].value.data,
+            vec![1.0, 1.0, 2.0, 2.0, 3.0, 3.0, 4.0, 4.0, 5.0, 5.0, 6.0, 6.0]
+        );
+        // keep_aspect_ratio_policy on a [4, 2] input asked for [2, 2]: not_larger takes the smaller
+        // ratio 1/2 for both axes -> [2, 1]; not_smaller the larger, 1 -> [4, 2].
+        let x3 = v(vec![4, 2], vec![1.0; 8]);
+        let sizes = Some(Value::new(DType::I64, vec![2], vec![2.0, 2.0]).unwrap());
+        for (policy, want) in [("not_larger", vec![2, 1]), ("not_smaller", vec![4, 2])] {
+            let n = node(
+                "Resize",
+                18,
+                &[("keep_aspect_ratio_policy", Attr::String(policy.into()))],
+            );
+            let out = Reference
+                .evaluate(&n, &[x3.clone(), None, None, sizes.clone()])
+                .unwrap();
+            assert_eq!(out[0].value.shape, want, "{policy}");
         }
     }
 }

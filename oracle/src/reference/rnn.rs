@@ -6,8 +6,10 @@
 //! - `activation_alpha` / `activation_beta` are "consumed in the order of activation functions": each
 //!   function that takes an alpha (beta) takes the next unused one, the others take none; a function
 //!   left without one uses its ONNX operator's default (onnxruntime reads it the same way).
-//! - `clip` bounds "the input of activations": every activation's argument is clipped, including
-//!   LSTM's h(Ct); the cell state carried to the next step is not.
+//! - `clip` bounds "the input of activations" of the gates: the pre-activations of f and g (LSTM's
+//!   i, f, c~, o; GRU's z, r, h~) are clipped. LSTM's h(Ct) takes the cell state unclipped, and the
+//!   cell state itself is never clipped. (ONNX's reference evaluator ignores `clip`; onnxruntime
+//!   and the independent oracle clip the gate pre-activations only, and this follows them.)
 //! - `input_forget=1` couples the gates as ft = 1 - it.
 //! - A batch entry with sequence length L < seq_length runs L steps (reverse: from L-1 down to 0);
 //!   Y is 0 at its steps t >= L and Y_h / Y_c hold its state after its last step (the initial state
@@ -45,15 +47,16 @@ struct Act {
 /// Name -> kind, with (default alpha, default beta) for the functions that take them.
 fn kind_of(name: &str) -> Option<(Kind, Option<f64>, Option<f64>)> {
     // Matched without regard to case, as exporters and runtimes write e.g. "sigmoid" and "Sigmoid".
+    // The defaults are those of the activation ops' float (f32) attributes: 0.2f32, not 0.2.
     Some(match name.to_ascii_lowercase().as_str() {
         "relu" => (Kind::Relu, None, None),
         "tanh" => (Kind::Tanh, None, None),
         "sigmoid" => (Kind::Sigmoid, None, None),
         "affine" => (Kind::Affine, Some(1.0), Some(0.0)),
-        "leakyrelu" => (Kind::LeakyRelu, Some(0.01), None),
+        "leakyrelu" => (Kind::LeakyRelu, Some(0.01f32 as f64), None),
         "thresholdedrelu" => (Kind::ThresholdedRelu, Some(1.0), None),
         "scaledtanh" => (Kind::ScaledTanh, Some(1.0), Some(1.0)),
-        "hardsigmoid" => (Kind::HardSigmoid, Some(0.2), Some(0.5)),
+        "hardsigmoid" => (Kind::HardSigmoid, Some(0.2f32 as f64), Some(0.5)),
         "elu" => (Kind::Elu, Some(1.0), None),
         "softsign" => (Kind::Softsign, None, None),
         "softplus" => (Kind::Softplus, None, None),
@@ -91,7 +94,7 @@ impl Act {
                 }
             }
             Kind::ScaledTanh => a * (b * x).tanh(),
-            Kind::HardSigmoid => (a * x + b).max(0.0).min(1.0),
+            Kind::HardSigmoid => (a * x + b).clamp(0.0, 1.0),
             Kind::Elu => {
                 if x >= 0.0 {
                     x
@@ -328,7 +331,7 @@ pub(super) fn evaluate(
             b.map_or(0.0, |b| b.data[d * 2 * gates * hs + (gates + g) * hs + j])
         };
         let pv = |g: usize, j: usize| p.map_or(0.0, |p| p.data[d * 3 * hs + g * hs + j]);
-        for bb in 0..batch {
+        for (bb, &len) in lens.iter().enumerate() {
             let mut h: Vec<f64> = (0..hs)
                 .map(|j| init_h.map_or(0.0, |v| state_at(v, d, bb, j)))
                 .collect();
@@ -338,9 +341,9 @@ pub(super) fn evaluate(
             let mut hm: Vec<f64> = h.iter().map(|v| v.abs()).collect();
             let mut cm: Vec<f64> = c.iter().map(|v| v.abs()).collect();
             let steps: Vec<usize> = if reverse {
-                (0..lens[bb]).rev().collect()
+                (0..len).rev().collect()
             } else {
-                (0..lens[bb]).collect()
+                (0..len).collect()
             };
             for t in steps {
                 // Xt*(Wg^T) + Ht-1*(Rg^T) per gate and unit, with Σ|terms| beside each.
@@ -379,7 +382,7 @@ pub(super) fn evaluate(
                         let ct = f(zc + wb(gc, j) + rb(gc, j), &act[1]);
                         nc[j] = ft * c[j] + it * ct;
                         let ot = f(zo + pv(1, j) * nc[j] + wb(go, j) + rb(go, j), &act[0]);
-                        nh[j] = ot * f(nc[j], &act[2]);
+                        nh[j] = ot * act[2].apply(nc[j]);
                         let s = mi.max(mo).max(mf).max(mc)
                             + (pv(0, j) * c[j]).abs().max((pv(2, j) * c[j]).abs())
                             + (pv(1, j) * nc[j]).abs()

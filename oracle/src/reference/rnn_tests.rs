@@ -72,11 +72,11 @@ fn gru_zero_weights_by_hand() {
 
 /// Seeded random LSTM inputs for hidden size 1, input size 2, batch 1, two steps.
 struct Lstm1 {
-    x: Vec<f64>,  // [2 steps][2]
-    w: Vec<f64>,  // [4 gates i,o,f,c][2]
-    r: Vec<f64>,  // [4]
-    b: Vec<f64>,  // [8]: Wb i,o,f,c then Rb i,o,f,c
-    p: Vec<f64>,  // [3]: i, o, f
+    x: Vec<f64>, // [2 steps][2]
+    w: Vec<f64>, // [4 gates i,o,f,c][2]
+    r: Vec<f64>, // [4]
+    b: Vec<f64>, // [8]: Wb i,o,f,c then Rb i,o,f,c
+    p: Vec<f64>, // [3]: i, o, f
     h0: f64,
     c0: f64,
 }
@@ -124,7 +124,11 @@ impl Lstm1 {
         for t in 0..2 {
             let (x0, x1) = (self.x[2 * t], self.x[2 * t + 1]);
             let lin = |k: usize| {
-                x0 * self.w[2 * k] + x1 * self.w[2 * k + 1] + hp * self.r[k] + self.b[k] + self.b[4 + k]
+                x0 * self.w[2 * k]
+                    + x1 * self.w[2 * k + 1]
+                    + hp * self.r[k]
+                    + self.b[k]
+                    + self.b[4 + k]
             };
             let i = f(cl(lin(0) + self.p[0] * cp));
             let fg = if input_forget {
@@ -135,7 +139,7 @@ impl Lstm1 {
             let c_tilde = g(cl(lin(3)));
             let c = fg * cp + i * c_tilde;
             let o = f(cl(lin(1) + self.p[1] * c));
-            let hh = o * h(cl(c));
+            let hh = o * h(c); // h's argument is the cell state, not clipped
             hs.push(hh);
             hp = hh;
             cp = c;
@@ -149,7 +153,10 @@ fn lstm_random_one_unit_against_longhand() {
     for seed in [1u64, 2, 3] {
         let s = Lstm1::new(seed);
         let out = Reference
-            .evaluate(&rnn("LSTM", 14, &[("hidden_size", Attr::Int(1))], 3), &s.inputs())
+            .evaluate(
+                &rnn("LSTM", 14, &[("hidden_size", Attr::Int(1))], 3),
+                &s.inputs(),
+            )
             .unwrap();
         let (hs, c) = s.longhand(&sig, &|z: f64| z.tanh(), &|z: f64| z.tanh(), None, false);
         assert_all_close(&out[0].value.data, &hs);
@@ -168,7 +175,11 @@ fn lstm_activation_params_clip_and_input_forget() {
         ("hidden_size", Attr::Int(1)),
         (
             "activations",
-            Attr::Strings(vec!["HardSigmoid".into(), "LeakyRelu".into(), "Affine".into()]),
+            Attr::Strings(vec![
+                "HardSigmoid".into(),
+                "LeakyRelu".into(),
+                "Affine".into(),
+            ]),
         ),
         ("activation_alpha", Attr::Floats(vec![0.3, 0.05, 2.0])),
         ("activation_beta", Attr::Floats(vec![0.4, 0.1])),
@@ -265,14 +276,26 @@ fn random_inputs(op: &str, num_dir: usize, seed: u64) -> Vec<Option<Value>> {
     let mut g = SplitMix64(seed);
     let mut v = vec![
         v(vec![seq, batch, isz], g.vec(seq * batch * isz)),
-        v(vec![num_dir, gates * hs, isz], g.vec(num_dir * gates * hs * isz)),
-        v(vec![num_dir, gates * hs, hs], g.vec(num_dir * gates * hs * hs)),
-        v(vec![num_dir, 2 * gates * hs], g.vec(num_dir * 2 * gates * hs)),
+        v(
+            vec![num_dir, gates * hs, isz],
+            g.vec(num_dir * gates * hs * isz),
+        ),
+        v(
+            vec![num_dir, gates * hs, hs],
+            g.vec(num_dir * gates * hs * hs),
+        ),
+        v(
+            vec![num_dir, 2 * gates * hs],
+            g.vec(num_dir * 2 * gates * hs),
+        ),
         None,
         v(vec![num_dir, batch, hs], g.vec(num_dir * batch * hs)),
     ];
     if op == "LSTM" {
-        v.push(self::v(vec![num_dir, batch, hs], g.vec(num_dir * batch * hs)));
+        v.push(self::v(
+            vec![num_dir, batch, hs],
+            g.vec(num_dir * batch * hs),
+        ));
         v.push(self::v(vec![num_dir, 3 * hs], g.vec(num_dir * 3 * hs)));
     }
     v
@@ -295,7 +318,10 @@ fn reverse_is_forward_on_reversed_time_and_bidirectional_stacks_both() {
         let ins = random_inputs(op, 1, 5);
         let fwd = |ins: &[Option<Value>], dir: &str| {
             Reference
-                .evaluate(&rnn(op, 14, &[("direction", Attr::String(dir.into()))], outs), ins)
+                .evaluate(
+                    &rnn(op, 14, &[("direction", Attr::String(dir.into()))], outs),
+                    ins,
+                )
                 .unwrap()
         };
         let rev = fwd(&ins, "reverse");
@@ -318,7 +344,13 @@ fn reverse_is_forward_on_reversed_time_and_bidirectional_stacks_both() {
             let one: Vec<Option<Value>> = bi_in
                 .iter()
                 .enumerate()
-                .map(|(i, v)| if i == 0 || v.is_none() { v.clone() } else { half(v, d) })
+                .map(|(i, v)| {
+                    if i == 0 || v.is_none() {
+                        v.clone()
+                    } else {
+                        half(v, d)
+                    }
+                })
                 .collect();
             let single = fwd(&one, if d == 0 { "forward" } else { "reverse" });
             // Y [seq, 2, batch, hidden]: direction d of every step.
@@ -365,7 +397,12 @@ fn layout_1_is_layout_0_transposed() {
     for op in ["LSTM", "GRU"] {
         let outs = if op == "LSTM" { 3 } else { 2 };
         let ins = random_inputs(op, 2, 13);
-        let n0 = rnn(op, 14, &[("direction", Attr::String("bidirectional".into()))], outs);
+        let n0 = rnn(
+            op,
+            14,
+            &[("direction", Attr::String("bidirectional".into()))],
+            outs,
+        );
         let mut n1 = n0.clone();
         n1.attrs.insert("layout".into(), Attr::Int(1));
         let swap01 = |v: &Value| {
@@ -416,7 +453,10 @@ fn bad_shapes_and_names_are_errors_not_panics() {
     let n = rnn(
         "GRU",
         14,
-        &[("activations", Attr::Strings(vec!["Sigmoid".into(), "Cosh".into()]))],
+        &[(
+            "activations",
+            Attr::Strings(vec!["Sigmoid".into(), "Cosh".into()]),
+        )],
         2,
     );
     assert!(Reference.supports(&n).is_err());

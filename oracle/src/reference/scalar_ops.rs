@@ -110,9 +110,86 @@ pub(super) fn prelu_slope(opset: i64, x: &Value, slope: &Value) -> Value {
     slope.clone()
 }
 
+/// Cast to a float type: round to nearest, ties to even, at the target's precision (subnormals
+/// included), and ±infinity beyond its range ("floating point: +/- infinity if OOR"). Worked on the
+/// f64 bit pattern: the 53-bit significand loses its low bits, rounded on the dropped remainder.
+pub(super) fn round_to_float(v: f64, dt: DType) -> f64 {
+    // (explicit fraction bits, minimum normal exponent, largest finite value)
+    let (frac, emin, max): (u32, i32, f64) = match dt {
+        DType::F32 => (23, -126, f32::MAX as f64),
+        DType::F16 => (10, -14, 65504.0),
+        DType::BF16 => (7, -126, (2.0 - 2f64.powi(-7)) * 2f64.powi(127)),
+        _ => return v,
+    };
+    if !v.is_finite() || v == 0.0 {
+        return v;
+    }
+    let bits = v.to_bits();
+    let biased = ((bits >> 52) & 0x7ff) as i32;
+    if biased == 0 {
+        // An f64 subnormal is below 2^-1022, under half the smallest subnormal of every target.
+        return 0.0f64.copysign(v);
+    }
+    let exp = biased - 1023; // 2^exp <= |v| < 2^(exp+1)
+    let sig: u64 = (bits & ((1u64 << 52) - 1)) | (1u64 << 52);
+    // Bits to drop: the fraction bits the target lacks, and more below its normal range.
+    let drop = (52 - frac) as i64 + (emin - exp).max(0) as i64;
+    if drop > 54 {
+        return 0.0f64.copysign(v);
+    }
+    let drop = drop as u32;
+    let mut q = sig >> drop;
+    let rem = sig & ((1u64 << drop) - 1);
+    let half = 1u64 << (drop - 1);
+    if rem > half || (rem == half && q & 1 == 1) {
+        q += 1;
+    }
+    let r = q as f64 * 2f64.powi(exp - 52 + drop as i32);
+    let r = if r > max { f64::INFINITY } else { r };
+    r.copysign(v)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn round_to_float_by_hand() {
+        // f16 has 10 fraction bits: 1 + 2^-11 is a tie between 1 and 1 + 2^-10 -> even (1).
+        assert_eq!(round_to_float(1.0 + 2f64.powi(-11), DType::F16), 1.0);
+        // 1 + 3 * 2^-11 ties between 1 + 2^-10 (odd) and 1 + 2^-9 (even) -> 1 + 2^-9.
+        assert_eq!(
+            round_to_float(1.0 + 3.0 * 2f64.powi(-11), DType::F16),
+            1.0 + 2f64.powi(-9)
+        );
+        assert_eq!(
+            round_to_float(0.4789254665374756, DType::F16),
+            0.47900390625
+        );
+        assert_eq!(round_to_float(0.4789254665374756, DType::BF16), 0.478515625);
+        assert_eq!(
+            round_to_float(0.1, DType::F32),
+            0.1f32 as f64 // Rust's own f64 -> f32 conversion rounds to nearest even
+        );
+        // Range: f16 max 65504; 65519 rounds down to it, 65520 (a tie, odd side) overflows.
+        assert_eq!(round_to_float(65519.0, DType::F16), 65504.0);
+        assert_eq!(round_to_float(-65520.0, DType::F16), f64::NEG_INFINITY);
+        assert_eq!(round_to_float(1e39, DType::F32), f64::INFINITY);
+        // Subnormals: f16's smallest is 2^-24; 2^-25 is a tie with 0 -> 0; 3 * 2^-26 -> 2^-24.
+        assert_eq!(round_to_float(2f64.powi(-25), DType::F16), 0.0);
+        assert_eq!(
+            round_to_float(3.0 * 2f64.powi(-26), DType::F16),
+            2f64.powi(-24)
+        );
+        assert_eq!(
+            round_to_float(5.0 * 2f64.powi(-24), DType::F16),
+            5.0 * 2f64.powi(-24)
+        );
+        assert!(round_to_float(-1e-300, DType::F32).is_sign_negative());
+        assert_eq!(round_to_float(1e-300, DType::F32), 0.0);
+        assert!(round_to_float(f64::NAN, DType::BF16).is_nan());
+        assert_eq!(round_to_float(0.1, DType::F64), 0.1);
+    }
 
     #[test]
     fn mod_floor_float_signs_and_special_cases() {

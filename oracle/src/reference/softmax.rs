@@ -19,9 +19,16 @@ pub(super) fn evaluate(
     let rank = x.shape.len();
     let new = node.opset >= 13;
     let axis = node.int("axis", if new { -1 } else { 1 })?;
-    let (outer, len, inner) = if rank == 0 {
-        (1, 1, 1)
-    } else if new {
+    // "Accepted range is [-r, r-1] where r = rank(input)" (opset 11 on): empty for a scalar, which
+    // ONNX's shape inference rejects ("Input rank must be >= 1"). Opset 1 only coerces the input to
+    // 2-D at `axis`; a scalar with axis 0 is then [1, 1].
+    if rank == 0 && node.opset >= 11 {
+        return Err(OracleError::Invalid(format!(
+            "{op}: the input must have rank >= 1 (opset {})",
+            node.opset
+        )));
+    }
+    let (outer, len, inner) = if new {
         let a = norm_axis(axis, rank, op)?;
         (
             x.shape[..a].iter().product(),
@@ -49,9 +56,12 @@ pub(super) fn evaluate(
             let at = |j: usize| (o * len + j) * inner + i;
             let mut max = f64::NEG_INFINITY;
             let mut argmax = 0usize;
+            // The first maximum, NaN counting as the maximum (numpy's argmax, as ONNX's evaluator
+            // computes Hardmax; ArgMax and ReduceMax agree). With a NaN in the lane, Softmax and
+            // LogSoftmax are NaN throughout either way (the sum of exponentials is NaN).
             for j in 0..len {
                 let v = x.data[at(j)];
-                if v > max {
+                if !max.is_nan() && (v > max || v.is_nan()) {
                     max = v;
                     argmax = j;
                 }

@@ -3,7 +3,7 @@
 //! Spatial dims are handled as 3-D (missing leading dims are 1); each (n, c) plane is one task.
 use half::{bf16, f16};
 use ndarray::{ArrayD, IxDyn};
-use num_traits::{Bounded, Float, Zero};
+use num_traits::{Float, Zero};
 use rayon::prelude::*;
 
 use super::{OpCtx, Registry, input, opt_input, single};
@@ -213,7 +213,29 @@ fn windows(g: &PGeom, mut f: impl FnMut(usize, &[(i64, usize, usize, usize); 3])
 // MaxPool
 // ---------------------------------------------------------------------------------------------
 
-fn max_pool_t<T: Copy + PartialOrd + Bounded + Send + Sync>(
+/// The max of no values, for a window wholly in the padding (dilations or auto_pad can make one):
+/// "minus infinity (if supported by the datatype) or the minimum value of the data type otherwise",
+/// ReduceMax's rule for an empty reduction (MaxPool's text does not say; onnxruntime's CPU kernel
+/// gives the lowest finite value, PyTorch -inf).
+trait EmptyMax: Copy {
+    const EMPTY_MAX: Self;
+}
+
+macro_rules! empty_max {
+    ($($t:ty => $v:expr),* $(,)?) => {$(impl EmptyMax for $t { const EMPTY_MAX: Self = $v; })*};
+}
+
+empty_max! {
+    f32 => f32::NEG_INFINITY, f64 => f64::NEG_INFINITY, f16 => f16::NEG_INFINITY,
+    bf16 => bf16::NEG_INFINITY, i8 => i8::MIN, u8 => u8::MIN, i16 => i16::MIN, u16 => u16::MIN,
+    i32 => i32::MIN, u32 => u32::MIN, i64 => i64::MIN, u64 => u64::MIN,
+}
+
+/// MaxPool of one tensor. A NaN in a window makes its max NaN and its index the first NaN's (the max
+/// of values with a NaN among them is NaN, as for ReduceMax and for GlobalMaxPool, which the
+/// specification calls MaxPool over the whole plane); a window wholly in the padding gives
+/// [`EmptyMax`] and index -1.
+fn max_pool_t<T: Copy + PartialOrd + EmptyMax + Send + Sync>(
     ctx: &OpCtx,
     x: &ArrayD<T>,
     want_idx: bool,
@@ -247,7 +269,7 @@ fn max_pool_t<T: Copy + PartialOrd + Bounded + Send + Sync>(
         [i1 * i2, i2, 1]
     };
     let total = oshape.iter().product::<usize>();
-    let mut y: Vec<(T, i64)> = vec![(T::min_value(), -1); total];
+    let mut y: Vec<(T, i64)> = vec![(T::EMPTY_MAX, -1); total];
     for_planes(
         &mut y,
         out_sp,
@@ -265,17 +287,25 @@ fn max_pool_t<T: Copy + PartialOrd + Bounded + Send + Sync>(
                         for kc in w[2].1..w[2].2 {
                             let ic = (w[2].0 + (kc * g.d[2]) as i64) as usize;
                             let v = src[row + ic];
-                            match best {
-                                Some((b, _))
-                                    if v.partial_cmp(&b) != Some(std::cmp::Ordering::Greater) => {}
-                                _ => best = Some((v, ia * mul[0] + ib * mul[1] + ic * mul[2])),
+                            // Replace unless the best so far is NaN, or `v` is neither NaN nor
+                            // greater (`partial_cmp` is None exactly when one of them is NaN).
+                            let take = match best {
+                                None => true,
+                                Some((b, _)) => {
+                                    b.partial_cmp(&b).is_some()
+                                        && v.partial_cmp(&b) != Some(std::cmp::Ordering::Less)
+                                        && v.partial_cmp(&b) != Some(std::cmp::Ordering::Equal)
+                                }
+                            };
+                            if take {
+                                best = Some((v, ia * mul[0] + ib * mul[1] + ic * mul[2]));
                             }
                         }
                     }
                 }
                 out[oi] = match best {
                     Some((v, p)) => (v, base + p as i64),
-                    None => (T::min_value(), -1),
+                    None => (T::EMPTY_MAX, -1),
                 };
             });
         },
@@ -823,119 +853,5 @@ fn roi_align(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
 }
 
 #[cfg(test)]
-mod tests {
-
-    use super::*;
-    use crate::ir::Attr;
-    use crate::ops::Kernel;
-    use crate::ops::testing::run_kernel;
-
-    fn call(k: Kernel, attrs: Vec<(&str, Attr)>, x: Tensor, outs: usize) -> Vec<Tensor> {
-        run_kernel(k, "X", 22, attrs, vec![Some(x)], outs).unwrap()
-    }
-
-    fn rand(seed: u64, n: usize) -> Vec<f32> {
-        let mut s = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (0..n)
-            .map(|_| {
-                s = s
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-            })
-            .collect()
-    }
-
-    fn ints(v: &[i64]) -> Attr {
-        Attr::Ints(v.to_vec())
-    }
-
-    #[test]
-    fn maxpool_ceil_dilation_pads_col_major_indices() {
-        // 2-D, H=5, W=6, kernel 2x3, strides 2x2, dilations 2x1, pads [1,0,0,1], ceil_mode.
-        let (h, w) = (5usize, 6usize);
-        let xv = rand(1, 2 * h * w);
-        let x = Tensor::from_f32(&[1, 2, h, w], xv.clone()).unwrap();
-        let attrs = vec![
-            ("kernel_shape", ints(&[2, 3])),
-            ("strides", ints(&[2, 2])),
-            ("dilations", ints(&[2, 1])),
-            ("pads", ints(&[1, 0, 0, 1])),
-            ("ceil_mode", Attr::Int(1)),
-            ("storage_order", Attr::Int(1)),
-        ];
-        let out = call(max_pool, attrs, x, 2);
-        // rows: (5+1-3)/2 ceil +1 = 3 (last start 3 < 5+1); cols: (6+1-3)/2 +1 = 3.
-        assert_eq!(out[0].shape(), &[1, 2, 3, 3]);
-        let (vals, idx) = (out[0].to_f64_vec().unwrap(), out[1].to_i64_vec().unwrap());
-        for c in 0..2 {
-            for i in 0..3 {
-                for j in 0..3 {
-                    let mut best: Option<(f32, i64)> = None;
-                    for a in 0..2 {
-                        for b in 0..3 {
-                            let (yy, xx) = ((i * 2 + a * 2) as i64 - 1, (j * 2 + b) as i64);
-                            if yy < 0 || yy >= h as i64 || xx >= w as i64 {
-                                continue;
-                            }
-                            let v = xv[(c * h + yy as usize) * w + xx as usize];
-                            if best.is_none_or(|(bv, _)| v > bv) {
-                                best = Some((v, (c * h * w) as i64 + yy + xx * h as i64));
-                            }
-                        }
-                    }
-                    let (bv, bi) = best.unwrap();
-                    let o = (c * 3 + i) * 3 + j;
-                    assert_eq!((vals[o] as f32, idx[o]), (bv, bi), "at {o}");
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn averagepool_count_include_pad_ceil_1d() {
-        // L=5, k=3, s=2, pads [1,1], ceil: windows start at -1, 1, 3 (3 < 5+1), last one overhangs.
-        let xv = rand(2, 5);
-        let x = Tensor::from_f32(&[1, 1, 5], xv.clone()).unwrap();
-        for include in [0, 1] {
-            let attrs = vec![
-                ("kernel_shape", ints(&[3])),
-                ("strides", ints(&[2])),
-                ("pads", ints(&[1, 1])),
-                ("ceil_mode", Attr::Int(1)),
-                ("count_include_pad", Attr::Int(include)),
-            ];
-            let got = call(average_pool, attrs, x.clone(), 1)
-                .remove(0)
-                .to_f64_vec()
-                .unwrap();
-            assert_eq!(got.len(), 3);
-            for (o, g) in got.iter().enumerate() {
-                let st = o as i64 * 2 - 1;
-                let pos: Vec<i64> = (st..st + 3).collect();
-                let sum: f32 = pos
-                    .iter()
-                    .filter(|&&p| (0..5).contains(&p))
-                    .map(|&p| xv[p as usize])
-                    .sum();
-                let n = pos
-                    .iter()
-                    .filter(|&&p| {
-                        if include == 1 {
-                            (-1..6).contains(&p)
-                        } else {
-                            (0..5).contains(&p)
-                        }
-                    })
-                    .count();
-                assert!(
-                    (*g as f32 - sum / n as f32).abs() < 1e-5,
-                    "include {include} at {o}: {g} vs {}",
-                    sum / n as f32
-                );
-            }
-        }
-    }
-}
+#[path = "pool_tests.rs"]
+mod tests;

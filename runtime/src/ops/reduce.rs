@@ -520,13 +520,15 @@ fn reduce_log_sum_exp(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Va
     reduce(ctx, inputs, Op::LogSumExp)
 }
 
-/// Index of the max (or min) along the lanes of `[outer, r, inner]`; NaN wins, like numpy.
+/// Index of the max (or min) along the lanes of `[outer, r, inner]`. NaN wins, for both, as in
+/// numpy's argmax / argmin (ONNX's reference evaluator; ArgMax points at the NaN ReduceMax returns):
+/// the first NaN, or the last with `select_last_index` (numpy's argmax of the flipped lane).
 fn arg_slice<T: Elem>(s: &[T], d: (usize, usize, usize), max: bool, last: bool) -> Vec<i64> {
     let better = move |x: T, best: T| {
-        if best.nan() {
+        if x.nan() {
+            !best.nan() || last
+        } else if best.nan() {
             false
-        } else if x.nan() {
-            true
         } else if max {
             if last { x >= best } else { x > best }
         } else if last {
@@ -692,6 +694,17 @@ mod tests {
         assert_eq!(arg_slice(&s, (1, 3, 2), true, false), vec![1, 0]);
         assert_eq!(arg_slice(&s, (1, 3, 2), true, true), vec![2, 1]);
         assert_eq!(arg_slice(&s, (1, 3, 2), false, true), vec![0, 2]);
+    }
+
+    /// NaN is the answer of both ArgMax and ArgMin: the first NaN, or the last with
+    /// select_last_index (numpy's argmax / argmin, and of the flipped lane).
+    #[test]
+    fn arg_nan_wins_first_or_last() {
+        let s = [1.0f32, f32::NAN, 3.0, f32::NAN, 0.0];
+        for max in [true, false] {
+            assert_eq!(arg_slice(&s, (1, 5, 1), max, false), vec![1]);
+            assert_eq!(arg_slice(&s, (1, 5, 1), max, true), vec![3]);
+        }
     }
 
     /// Empty reduced sets give each op's identity.

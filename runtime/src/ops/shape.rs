@@ -236,12 +236,23 @@ fn constant(ctx: &OpCtx, _: &[Option<&Value>]) -> OpResult<Vec<Value>> {
 }
 
 fn constant_of_shape(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
-    let shape = dims_of(input(inputs, 0)?, "ConstantOfShape shape")?;
+    let (shape, v) = constant_of_shape_plan(ctx, input(inputs, 0)?)?;
+    single(crate::map_array!(&v, a => match a.iter().next() {
+        Some(e) => ArrayD::from_elem(IxDyn(&shape), e.clone()),
+        None => bail!("ConstantOfShape value is empty"),
+    }))
+}
+
+/// ConstantOfShape's output shape (checked against the size limit) and its one-element value
+/// (float32 zero by default). Shared by every backend.
+pub(crate) fn constant_of_shape_plan(ctx: &OpCtx, shape: &Tensor) -> OpResult<(Vec<usize>, Tensor)> {
+    let shape = dims_of(shape, "ConstantOfShape shape")?;
     let value = ctx.attr_opt_tensor("value")?;
     let dtype = value.map_or(DType::F32, |v| v.dtype());
     ctx.check_alloc(&shape, dtype.size_in_memory())?;
-    let Some(v) = value else {
-        return single(Tensor::zeros(DType::F32, &shape));
+    let v = match value {
+        Some(v) => v.clone(),
+        None => Tensor::zeros(DType::F32, &[1]),
     };
     if v.len() != 1 {
         bail!(
@@ -249,10 +260,7 @@ fn constant_of_shape(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Val
             v.shape()
         );
     }
-    single(crate::map_array!(v, a => match a.iter().next() {
-        Some(e) => ArrayD::from_elem(IxDyn(&shape), e.clone()),
-        None => bail!("ConstantOfShape value is empty"),
-    }))
+    Ok((shape, v))
 }
 
 /// Sets the elements at flat `positions` of `t` to one.

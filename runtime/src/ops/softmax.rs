@@ -147,9 +147,15 @@ fn run(ctx: &OpCtx, inputs: &[Option<&Value>], kind: Kind) -> OpResult<Vec<Value
     let rank = shape.len();
     let new = ctx.opset() >= 13;
     let axis = ctx.attr_i("axis", if new { -1 } else { 1 })?;
-    let dims = if rank == 0 {
-        (1, 1, 1)
-    } else if new {
+    // From opset 11 the axis must lie in [-r, r - 1], an empty range for a scalar (ONNX's shape
+    // inference: "Input rank must be >= 1"). Before, the input is coerced to 2-D at `axis`, which a
+    // scalar allows with axis 0 ([1, 1]).
+    if rank == 0 && ctx.opset() >= 11 {
+        return Err(OpError::Invalid(format!(
+            "{kind:?}max needs an input of rank >= 1 from opset 11, got a scalar"
+        )));
+    }
+    let dims = if new {
         let a = norm_axis(axis, rank)?;
         (
             shape[..a].iter().product(),
@@ -236,5 +242,24 @@ mod tests {
         assert_eq!(s[[0, 2]], 0.0);
         let l = compute(&a, (1, 3, 1), Kind::LogSoft, |v| v).unwrap();
         assert!((l[[0, 1]] as f64 - (-1.0 - (1.0 + e).ln())).abs() < 1e-4);
+    }
+
+    /// A scalar has no axis in [-r, r - 1] from opset 11 (an error, not a value); opset 1 coerces
+    /// it to [1, 1] at axis 0.
+    #[test]
+    fn scalar_input_only_before_opset_11() {
+        use crate::ir::Attr;
+        use crate::ops::testing::run_kernel;
+        let x = || vec![Some(Tensor::from_f32(&[], vec![2.0]).unwrap())];
+        for opset in [11, 13] {
+            assert!(run_kernel(softmax, "Softmax", opset, vec![], x(), 1).is_err());
+            assert!(run_kernel(hardmax, "Hardmax", opset, vec![], x(), 1).is_err());
+        }
+        let axis0 = || vec![("axis", Attr::Int(0))];
+        let y = run_kernel(softmax, "Softmax", 1, axis0(), x(), 1).unwrap();
+        assert_eq!(y[0].to_f64_vec().unwrap(), vec![1.0]);
+        let y = run_kernel(log_softmax, "LogSoftmax", 1, axis0(), x(), 1).unwrap();
+        assert_eq!(y[0].to_f64_vec().unwrap(), vec![0.0]);
+        assert!(run_kernel(softmax, "Softmax", 1, vec![], x(), 1).is_err());
     }
 }

@@ -93,3 +93,47 @@ fn bench_kernels() {
     );
     println!("BENCH counters {:?}", counters.snapshot());
 }
+
+/// Median wall milliseconds of whole `Session::run` calls (inputs uploaded, outputs downloaded).
+fn session_ms(case: crate::harness::Case, iters: usize) -> (f64, quorum::CounterSnapshot) {
+    let options = quorum::SessionOptions {
+        providers: vec![quorum::Provider::Cuda, quorum::Provider::Cpu],
+        ..Default::default()
+    };
+    let (s, feeds) = case.session(options);
+    for _ in 0..5 {
+        s.run(feeds.clone()).unwrap();
+    }
+    let mut times = Vec::with_capacity(iters);
+    for _ in 0..iters {
+        let f = feeds.clone();
+        let t = Instant::now();
+        s.run(f).unwrap();
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    (median(times), s.counters())
+}
+
+#[test]
+#[ignore = "benchmark: run with --ignored on a GPU machine"]
+fn bench_sessions() {
+    use crate::harness::Case;
+    // A ResNet layer: N1 C64 56×56, K64 3×3, pads 1, weights resident after the first run.
+    let conv = Case::new("Conv")
+        .attr_ints("pads", &[1, 1, 1, 1])
+        .input(rand_f32(7, &[1, 64, 56, 56]))
+        .constant(rand_f32(8, &[64, 64, 3, 3]))
+        .constant(rand_f32(9, &[64]));
+    let (ms, c) = session_ms(conv, 50);
+    let gflop = 2.0 * 64.0 * 56.0 * 56.0 * 64.0 * 9.0 / 1e9;
+    println!(
+        "BENCH conv_resnet_layer_session {ms:.3} ms per run ({:.2} TFLOP/s incl. transfers; weight bytes uploaded {})",
+        gflop / ms,
+        c.weight_bytes_uploaded
+    );
+    let mm = Case::new("MatMul")
+        .input(rand_f32(10, &[16, 64, 128]))
+        .input(rand_f32(11, &[16, 128, 64]));
+    let (ms, _) = session_ms(mm, 200);
+    println!("BENCH batched_matmul_session {:.1} us per run (incl. transfers)", ms * 1e3);
+}

@@ -248,6 +248,21 @@ impl Case {
         )
     }
 
+    /// The case's session under `options`, and its runtime inputs (for benchmarks).
+    pub fn session(&self, options: SessionOptions) -> (Session, Vec<(String, Value)>) {
+        let session = Session::from_bytes(&self.model(), options).expect("the case loads");
+        let feeds = self
+            .inputs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, inp)| match inp {
+                Some((t, false)) => Some((format!("in{i}"), Value::Tensor(t.clone()))),
+                _ => None,
+            })
+            .collect();
+        (session, feeds)
+    }
+
     /// Runs the case on CUDA (poisoned buffers, no size floor) and judges every output against both
     /// oracles. Panics with the case's description on any failure.
     pub fn check(self) -> Report {

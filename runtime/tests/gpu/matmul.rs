@@ -1,5 +1,6 @@
 //! On-device tests of the `matmul` family: MatMul and Gemm through every GEMM path (64×64 and
-//! 128×128 tiles, 16-byte and scalar loads, transposed operands, split-K, batched and broadcast).
+//! 128×128 tiles, skinny rows, 16-byte and scalar loads, transposed operands, split-K, batched and
+//! broadcast). `QUORUM_CUDA_GEMM=naive` runs the same cases through the naive reference kernel.
 use quorum::{DType, Tensor};
 
 use crate::harness::{Case, rand_f32};
@@ -65,6 +66,18 @@ fn matmul_gemv_split_k() {
     matmul(&[3, 4099], &[4099, 70], 41);
     matmul(&[2048], &[2048, 33], 42);
     matmul(&[5, 3000], &[3000], 43);
+}
+
+#[test]
+fn matmul_skinny_rows() {
+    // At most 4 rows: the skinny kernel, batched (no split) and alone (split along K).
+    matmul(&[3, 2, 40], &[3, 40, 300], 44);
+    matmul(&[4, 1, 3, 129], &[4, 129, 130], 45);
+    matmul(&[4, 777], &[777, 131], 46);
+    matmul(&[2, 4096], &[4096, 3], 47);
+    matmul(&[3, 1030], &[1030], 48);
+    matmul(&[8, 2048], &[2048, 300], 49);
+    matmul(&[2, 6, 64], &[2, 64, 1000], 59);
 }
 
 #[test]
@@ -179,6 +192,21 @@ fn gemm_classifier_heads() {
         Some(&[200, 1]),
         303,
     );
+    // Skinny with A transposed, both B layouts, split along K.
+    gemm(3, 200, 700, true, true, Some(0.5), None, Some(&[200]), 306);
+    gemm(
+        4,
+        300,
+        600,
+        true,
+        false,
+        None,
+        Some(-1.0),
+        Some(&[4, 300]),
+        307,
+    );
+    gemm(2, 37, 1500, false, false, None, None, Some(&[2, 1]), 308);
+    gemm(7, 1000, 4096, false, true, None, None, Some(&[1000]), 309);
     // Empty M and empty K.
     gemm(0, 4, 3, false, false, None, None, Some(&[4]), 304);
     gemm(3, 4, 0, false, false, None, None, Some(&[3, 4]), 305);

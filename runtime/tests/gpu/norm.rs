@@ -179,3 +179,44 @@ fn lrn() {
         }
     }
 }
+
+/// Few long rows: statistics in chunks merged per row, then one thread per element.
+#[test]
+fn few_long_rows_in_chunks() {
+    Case::new("GroupNormalization")
+        .opset(21)
+        .attr_i("num_groups", 32)
+        .input(rand_range(1, &[1, 320, 32, 64], -2.0, 6.0))
+        .constant(rand_f32(2, &[320]))
+        .constant(rand_f32(3, &[320]))
+        .check();
+    Case::new("GroupNormalization")
+        .opset(18)
+        .attr_i("num_groups", 4)
+        .input(rand_range(4, &[2, 8, 9000], 10.0, 11.0))
+        .constant(rand_f32(5, &[4]))
+        .constant(rand_f32(6, &[4]))
+        .check();
+    Case::new("InstanceNormalization")
+        .opset(6)
+        .input(rand_range(7, &[1, 4, 70000], -1.0, 3.0))
+        .constant(rand_f32(8, &[4]))
+        .constant(rand_f32(9, &[4]))
+        .check();
+    for outs in [1, 3] {
+        Case::new("LayerNormalization")
+            .opset(17)
+            .attr_i("axis", 1)
+            .outputs(outs)
+            .input(rand_range(10, &[2, 100, 1001], 100.0, 101.0))
+            .constant(rand_f32(11, &[100, 1001]))
+            .constant(rand_f32(12, &[1001]))
+            .check();
+    }
+    Case::new("LayerNormalization")
+        .opset(17)
+        .outputs(3)
+        .input(to_f16(&rand_f32(13, &[3, 60000])))
+        .constant(to_f16(&rand_f32(14, &[60000])))
+        .check();
+}

@@ -32,6 +32,7 @@ const SWEEP: &[(&[usize], &[i64])] = &[
     (&[300, 40], &[1]),
     (&[4, 5000], &[1]),
     (&[5000, 3], &[0]),
+    (&[64, 300], &[0]),
     (&[3, 1, 4, 5], &[0, 2]),
 ];
 
@@ -105,7 +106,15 @@ fn reduce_all_axes_and_noop() {
             // noop: the oracles agree on the ops that are the identity on one element (for
             // L1/L2/SumSquare/LogSum/LogSumExp the reference returns the input unchanged, the
             // independent oracle and the CPU kernel apply the op to each element).
-            if ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd"].contains(op) {
+            if [
+                "ReduceSum",
+                "ReduceMean",
+                "ReduceMax",
+                "ReduceMin",
+                "ReduceProd",
+            ]
+            .contains(op)
+            {
                 reduce(op, 18, x.clone(), Some(&[]), 1)
                     .attr_i("noop_with_empty_axes", 1)
                     .check();
@@ -117,6 +126,43 @@ fn reduce_all_axes_and_noop() {
     }
 }
 
+/// Rows too few to fill the device: the fold runs in chunks merged by a second kernel.
+#[test]
+fn reduce_in_chunks() {
+    let cases: &[(&[usize], &[i64])] = &[
+        (&[40000], &[0]),
+        (&[3, 70000], &[1]),
+        (&[70000, 3], &[0]),
+        (&[5, 200, 300], &[0, 2]),
+    ];
+    for (s, (shape, axes)) in cases.iter().enumerate() {
+        for (o, op) in REDUCE.iter().enumerate() {
+            let x = match *op {
+                "ReduceProd" => rand_range(s as u64, shape, 0.999, 1.001),
+                _ => values(op, (s * 10 + o) as u64, shape),
+            };
+            reduce(op, 18, x, Some(axes), (o % 2) as i64).check();
+        }
+        if axes.len() == 1 {
+            for op in ["ArgMax", "ArgMin"] {
+                for last in [0, 1] {
+                    for x in [rand_f32(s as u64, shape), ties(s as u64 + 1, shape)] {
+                        Case::new(op)
+                            .opset(13)
+                            .attr_i("axis", axes[0])
+                            .attr_i("select_last_index", last)
+                            .input(x)
+                            .check();
+                    }
+                }
+            }
+        }
+    }
+    let x = with(&rand_f32(9, &[3, 70000]), &[(100_000, f32::NAN)]);
+    reduce("ReduceMax", 18, x.clone(), Some(&[1]), 1).check();
+    reduce("ReduceSum", 18, x, Some(&[1]), 1).check();
+}
+
 #[test]
 fn reduce_empty_sets_and_outputs() {
     for op in REDUCE {
@@ -124,8 +170,9 @@ fn reduce_empty_sets_and_outputs() {
         reduce(op, 18, rand_f32(1, &[2, 0, 3]), Some(&[1]), 1).check();
         // Empty output.
         reduce(op, 18, rand_f32(2, &[0, 4]), Some(&[1]), 0).check();
-        // A single element.
+        // A single element, and a scalar.
         reduce(op, 18, values(op, 3, &[1, 1]), Some(&[0, 1]), 0).check();
+        reduce(op, 18, values(op, 4, &[]), None, 1).check();
     }
 }
 

@@ -176,3 +176,28 @@ fn strict_verification_passes_correct_kernels() {
     assert_eq!(c.verify_checks, 4, "{c:?}");
     assert_eq!(c.verify_mismatches, 0, "{c:?}");
 }
+
+/// ConstantOfShape runs as a device fill (no kernel, no upload); outside the oracles' op set, so it is
+/// compared with the CPU engine, on poisoned buffers.
+#[test]
+fn constant_of_shape_fills_every_element() {
+    use crate::harness::{Case, i64s};
+    let case = || Case::new("ConstantOfShape").constant(i64s(&[3], vec![3, 5, 7]));
+    let providers = if on_cpu() {
+        vec![Provider::Cpu]
+    } else {
+        vec![Provider::Cuda, Provider::Cpu]
+    };
+    let (s, feeds) = case().session(SessionOptions {
+        providers,
+        poison_device_buffers: true,
+        ..Default::default()
+    });
+    let (cpu, cfeeds) = case().session(SessionOptions::default());
+    let y = s.run(feeds).unwrap();
+    let want = cpu.run(cfeeds).unwrap();
+    assert_eq!(y, want);
+    if !on_cpu() {
+        assert_eq!(s.counters().h2d_bytes, 0, "{:?}", s.counters());
+    }
+}

@@ -1,16 +1,23 @@
 //! CUDA kernels: the `matmul` family (MatMul, Gemm), and the GEMM launcher that Conv reuses.
 //!
-//! Every product runs through one of the kernels of `matmul_tile.rs`: the register-tiled kernel
-//! (128×128 tiles when there are enough of them to fill the GPU, 64×64 otherwise), split along K when
-//! a single small output would leave most of the GPU idle (GEMV-like shapes), or the naive kernel when
-//! `QUORUM_CUDA_GEMM=naive` is set (a reference for bisecting).
+//! Every product runs through one kernel of `matmul_tile.rs` / `matmul_skinny.rs`:
+//! - at most 8 rows with a strided B: the skinny kernel (B streamed once with 16-byte loads);
+//! - else the register-tiled kernel, 128×128 tiles when there are enough of them to fill the GPU,
+//!   64×64 otherwise;
+//! - either split along K (partials in an f32 workspace, then a reduction that applies alpha, beta·C
+//!   and the output dtype) when a single small output would leave SMs idle;
+//! - or the naive kernel when `QUORUM_CUDA_GEMM=naive` is set (a reference for bisecting).
+//!
+//! `sgemm` runs a plain (batched) product on device tensors without a session, for benchmarks.
+#[path = "matmul_skinny.rs"]
+pub mod skinny;
 #[path = "matmul_tile.rs"]
 pub mod tile;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use self::tile::{BSrc, GemmArgs, Im2col, TileCfg, Variant};
+use self::tile::{BSrc, GemmArgs, Im2col, SKINNY_ROWS, TileCfg, Variant};
 use super::{broadcast_strides, require_u32_len, simplify, strides};
 use crate::cuda::memory::DevTensor;
 use crate::cuda::ptx;
@@ -103,20 +110,23 @@ fn tile_ptx(cc: (i32, i32), cfg: &TileCfg) -> Arc<String> {
         .clone()
 }
 
-fn reduce_ptx(cc: (i32, i32), has_c: bool, f16: bool) -> Arc<String> {
-    type Cache = Mutex<HashMap<(bool, bool, (i32, i32)), Arc<String>>>;
+fn reduce_ptx(cc: (i32, i32), has_c: bool, f16: bool, lanes: u32) -> Arc<String> {
+    type Cache = Mutex<HashMap<(bool, bool, u32, (i32, i32)), Arc<String>>>;
     static CACHE: OnceLock<Cache> = OnceLock::new();
     let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
     let mut c = cache.lock().unwrap_or_else(|e| e.into_inner());
-    c.entry((has_c, f16, cc))
-        .or_insert_with(|| Arc::new(ptx::module(cc, &[tile::reduce_kernel(has_c, f16)])))
+    c.entry((has_c, f16, lanes, cc))
+        .or_insert_with(|| Arc::new(ptx::module(cc, &[skinny::reduce_kernel(has_c, f16, lanes)])))
         .clone()
 }
 
 /// Whether 16-byte loads of an operand are safe: f32, leading dim and every batch stride a multiple
 /// of 4 elements, base aligned to 16 bytes.
 fn vec_ok(dtype: DType, ptr: u64, ld: usize, strides: &[usize]) -> bool {
-    dtype == DType::F32 && ptr % 16 == 0 && ld % 4 == 0 && strides.iter().all(|s| s % 4 == 0)
+    dtype == DType::F32
+        && ptr.is_multiple_of(16)
+        && ld.is_multiple_of(4)
+        && strides.iter().all(|s| s.is_multiple_of(4))
 }
 
 fn naive_requested() -> bool {
@@ -124,11 +134,10 @@ fn naive_requested() -> bool {
     *NAIVE.get_or_init(|| std::env::var("QUORUM_CUDA_GEMM").is_ok_and(|v| v == "naive"))
 }
 
-/// Number of SMs assumed when sizing grids (H100/H200 have 132).
-const SMS: usize = 132;
-
 /// Runs one GEMM problem on the run's stream.
 pub(crate) fn run_gemm(run: &Run, p: &Problem) -> KResult<()> {
+    // Grids are sized against the device's own SM count (132 on an H100/H200).
+    let sms = (run.device.ctx.info.multiprocessors.max(1)) as usize;
     let nb: usize = p.batch.iter().product();
     if p.m == 0 || p.n == 0 || nb == 0 {
         return Ok(());
@@ -148,28 +157,49 @@ pub(crate) fn run_gemm(run: &Run, p: &Problem) -> KResult<()> {
     };
 
     let tiles = |t: usize| p.m.div_ceil(t) * p.n.div_ceil(t) * nb;
-    let mut variant = if naive_requested() {
+    let strided = matches!(p.bop, BOperand::Strided { .. });
+    let variant = if naive_requested() {
         Variant::Naive
-    } else if tiles(128) >= SMS {
+    } else if strided && p.m <= SKINNY_ROWS {
+        Variant::Skinny(p.m.next_power_of_two() as u8)
+    } else if tiles(128) >= sms {
         Variant::Big
     } else {
         Variant::Small
     };
-    // Split K when one small output leaves SMs idle (GEMV-like shapes): aim at 4 blocks per SM
-    // (what the 64×64 kernel's registers allow), with chunks of at least 128 along K.
+    // Split K when the output alone leaves SMs idle (GEMV-like shapes): aim at 4 blocks per SM.
     let mut nsplit = 1usize;
     let mut kc = p.k;
-    if variant == Variant::Small && nb == 1 && tiles(64) < SMS && p.k >= 256 {
-        let want = (4 * SMS).div_ceil(tiles(64)).min(p.k / 128).max(1);
+    let split = |blocks: usize, min_chunk: usize, align: usize| -> (usize, usize) {
+        let want = (4 * sms).div_ceil(blocks).min(p.k / min_chunk).max(1);
         if want > 1 {
-            kc = p.k.div_ceil(want).next_multiple_of(16);
-            nsplit = p.k.div_ceil(kc);
+            let kc = p.k.div_ceil(want).next_multiple_of(align);
+            (p.k.div_ceil(kc), kc)
+        } else {
+            (1, p.k)
+        }
+    };
+    if nb == 1 {
+        match variant {
+            Variant::Small if tiles(64) < sms && p.k >= 256 => {
+                (nsplit, kc) = split(tiles(64), 128, 16);
+            }
+            Variant::Skinny(_) => {
+                let cols = if matches!(p.bop, BOperand::Strided { trans: true, .. }) {
+                    8
+                } else {
+                    128
+                };
+                let blocks = p.n.div_ceil(cols);
+                if blocks < 4 * sms && p.k >= 512 {
+                    (nsplit, kc) = split(blocks, 256, 128);
+                }
+            }
+            _ => {}
         }
     }
     if nsplit == 1 {
         kc = p.k;
-    } else {
-        variant = Variant::Small;
     }
 
     let (trans_b, ldb) = match p.bop {
@@ -177,6 +207,7 @@ pub(crate) fn run_gemm(run: &Run, p: &Problem) -> KResult<()> {
         BOperand::Im2col(_) => (false, 0),
     };
     let tiled = variant != Variant::Naive;
+    // The skinny kernel uses 16-byte loads of A only when A is not transposed.
     let sa: Vec<usize> = bstr[0].clone();
     let vec_a = tiled && vec_ok(p.dtype, p.a, p.lda, &sa);
     let bsrc = match p.bop {
@@ -304,13 +335,18 @@ pub(crate) fn run_gemm(run: &Run, p: &Problem) -> KResult<()> {
     }
 
     if let Some(w) = ws {
-        let text = reduce_ptx(run.cc(), has_c, f16);
-        let name = format!("quorum_gemm_splitk_reduce_c{}_h{}", has_c as u8, f16 as u8);
+        // Many splits: 8 lanes per output share the sum; few: one thread per output.
+        let lanes = if nsplit >= 16 { 8u32 } else { 1 };
+        let text = reduce_ptx(run.cc(), has_c, f16, lanes);
+        let name = format!(
+            "quorum_gemm_splitk_reduce_c{}_h{}_l{lanes}",
+            has_c as u8, f16 as u8
+        );
         let total = p.m * p.n;
         run.launch(
             &text,
             &name,
-            (blocks(total, 256), 1, 1),
+            (blocks(total, 256 / lanes), 1, 1),
             (256, 1, 1),
             0,
             &[

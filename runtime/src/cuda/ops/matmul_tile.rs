@@ -26,6 +26,9 @@ pub enum BSrc {
     Im2col,
 }
 
+/// Most rows the skinny kernel handles.
+pub const SKINNY_ROWS: usize = 4;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Variant {
     /// 128×128×8 block tile, 8×8 per thread.
@@ -34,6 +37,10 @@ pub enum Variant {
     Small,
     /// One thread per output (16×16 threads per block), no shared memory.
     Naive,
+    /// At most this many rows (1, 2 or 4; GEMV-like): B streamed once with 16-byte loads, the
+    /// rows kept in registers; a warp per column when B is contiguous along k, else a block per 128
+    /// columns.
+    Skinny(u8),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -58,14 +65,19 @@ impl TileCfg {
             Variant::Big => (128, 128, 8, 8),
             Variant::Small => (64, 64, 16, 4),
             Variant::Naive => (16, 16, 1, 1),
+            Variant::Skinny(r) => match self.b {
+                BSrc::Strided { trans: true, .. } => (r as usize, 8, 128, 1),
+                _ => (r as usize, 128, 8, 1),
+            },
         }
     }
 
     pub fn name(&self) -> String {
         let v = match self.variant {
-            Variant::Big => "big",
-            Variant::Small => "small",
-            Variant::Naive => "naive",
+            Variant::Big => "big".to_string(),
+            Variant::Small => "small".to_string(),
+            Variant::Naive => "naive".to_string(),
+            Variant::Skinny(r) => format!("skinny{r}"),
         };
         let b = match self.b {
             BSrc::Strided { trans, vec } => format!("b{}{}", trans as u8, vec as u8),
@@ -81,7 +93,7 @@ impl TileCfg {
         )
     }
 
-    fn es(&self) -> usize {
+    pub(crate) fn es(&self) -> usize {
         if self.f16 { 2 } else { 4 }
     }
 }
@@ -179,42 +191,42 @@ impl GemmArgs {
 }
 
 /// The parameters every variant declares, loaded.
-struct Params {
-    a: Reg,
-    b: Reg,
-    c: Reg,
-    y: Reg,
-    m: Reg,
-    n: Reg,
-    lda: Reg,
-    ldb: Reg,
-    ldy: Reg,
-    c_rs: Reg,
-    c_cs: Reg,
-    alpha: Reg,
-    beta: Reg,
+pub(crate) struct Params {
+    pub(crate) a: Reg,
+    pub(crate) b: Reg,
+    pub(crate) c: Reg,
+    pub(crate) y: Reg,
+    pub(crate) m: Reg,
+    pub(crate) n: Reg,
+    pub(crate) lda: Reg,
+    pub(crate) ldb: Reg,
+    pub(crate) ldy: Reg,
+    pub(crate) c_rs: Reg,
+    pub(crate) c_cs: Reg,
+    pub(crate) alpha: Reg,
+    pub(crate) beta: Reg,
     /// First k of this block's split, and the end of its k range.
-    kbeg: Reg,
-    kend: Reg,
-    g: Option<GeomRegs>,
+    pub(crate) kbeg: Reg,
+    pub(crate) kend: Reg,
+    pub(crate) g: Option<GeomRegs>,
 }
 
 #[derive(Clone, Copy)]
-struct GeomRegs {
-    ins: [Reg; 3],
-    o12: Reg,
-    o2: Reg,
-    k12: Reg,
-    k2: Reg,
-    ksz: Reg,
-    in_sp: Reg,
-    s: [Reg; 3],
-    d: [Reg; 3],
-    pads: [Reg; 3],
+pub(crate) struct GeomRegs {
+    pub(crate) ins: [Reg; 3],
+    pub(crate) o12: Reg,
+    pub(crate) o2: Reg,
+    pub(crate) k12: Reg,
+    pub(crate) k2: Reg,
+    pub(crate) ksz: Reg,
+    pub(crate) in_sp: Reg,
+    pub(crate) s: [Reg; 3],
+    pub(crate) d: [Reg; 3],
+    pub(crate) pads: [Reg; 3],
 }
 
 /// Declares the parameters and applies the batch and split offsets to the four pointers.
-fn params(k: &mut Kernel, cfg: &TileCfg) -> Params {
+pub(crate) fn params(k: &mut Kernel, cfg: &TileCfg) -> Params {
     let es = cfg.es();
     let a = k.param_ptr("a");
     let b = k.param_ptr("b");
@@ -226,12 +238,8 @@ fn params(k: &mut Kernel, cfg: &TileCfg) -> Params {
     let beta = k.param("beta", Ty::F32);
     let [nsplit, kc, ssy, d1, d2] =
         ["nsplit", "kc", "ssy", "d1", "d2"].map(|s| k.param(s, Ty::U32));
-    let mut st = [[m; 3]; 4];
-    for (i, op) in ["sa", "sb", "sc", "sy"].iter().enumerate() {
-        for j in 0..3 {
-            st[i][j] = k.param(&format!("{op}{j}"), Ty::U32);
-        }
-    }
+    let st =
+        ["sa", "sb", "sc", "sy"].map(|op| [0, 1, 2].map(|j| k.param(&format!("{op}{j}"), Ty::U32)));
     let g = if cfg.b == BSrc::Im2col {
         let [
             i0,
@@ -316,7 +324,7 @@ fn params(k: &mut Kernel, cfg: &TileCfg) -> Params {
 }
 
 /// `@p ld` of one element (f32, or f16 widened) into the existing f32 register `v`.
-fn load1(k: &mut Kernel, f16: bool, v: Reg, p: Reg, addr: Reg, off: i64) {
+pub(crate) fn load1(k: &mut Kernel, f16: bool, v: Reg, p: Reg, addr: Reg, off: i64) {
     if f16 {
         let h = k.reg(Ty::F16);
         k.raw(format!("@{p} ld.global.nc.b16 {h}, [{addr}+{off}]"));
@@ -326,13 +334,20 @@ fn load1(k: &mut Kernel, f16: bool, v: Reg, p: Reg, addr: Reg, off: i64) {
     }
 }
 
-fn zero(k: &mut Kernel, v: Reg) {
+pub(crate) fn zero(k: &mut Kernel, v: Reg) {
     k.raw(format!("mov.f32 {v}, 0f00000000"));
 }
 
 /// Loads 4 consecutive elements at `addr` into `vals` (0 where the predicate is false). With `vec`,
 /// a 16-byte load when all four are in range (`preds[3]` implies the others).
-fn load4(k: &mut Kernel, f16: bool, vec: bool, vals: [Reg; 4], preds: [Reg; 4], addr: Reg) {
+pub(crate) fn load4(
+    k: &mut Kernel,
+    f16: bool,
+    vec: bool,
+    vals: [Reg; 4],
+    preds: [Reg; 4],
+    addr: Reg,
+) {
     for v in vals {
         zero(k, v);
     }
@@ -453,7 +468,7 @@ fn strided_operand(
 }
 
 /// The base input coordinates (`o·s − pad`, per spatial dim) of output position `p`.
-fn gather_base(k: &mut Kernel, g: &GeomRegs, p: Reg) -> [Reg; 3] {
+pub(crate) fn gather_base(k: &mut Kernel, g: &GeomRegs, p: Reg) -> [Reg; 3] {
     let od = k.div(Ty::U32, p, g.o12);
     let r = k.rem(Ty::U32, p, g.o12);
     let oh = k.div(Ty::U32, r, g.o2);
@@ -466,7 +481,7 @@ fn gather_base(k: &mut Kernel, g: &GeomRegs, p: Reg) -> [Reg; 3] {
 }
 
 /// Per-k part of the gather: (channel offset in elements, kernel tap offsets per dim).
-fn gather_k(k: &mut Kernel, g: &GeomRegs, kk: Reg) -> (Reg, [Reg; 3]) {
+pub(crate) fn gather_k(k: &mut Kernel, g: &GeomRegs, kk: Reg) -> (Reg, [Reg; 3]) {
     let c = k.div(Ty::U32, kk, g.ksz);
     let kp = k.rem(Ty::U32, kk, g.ksz);
     let kd = k.div(Ty::U32, kp, g.k12);
@@ -480,7 +495,8 @@ fn gather_k(k: &mut Kernel, g: &GeomRegs, kk: Reg) -> (Reg, [Reg; 3]) {
 }
 
 /// Address and in-range predicate of one gathered element (`ok` already holds the k and n checks).
-fn gather_addr(
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gather_addr(
     k: &mut Kernel,
     g: &GeomRegs,
     b: Reg,
@@ -571,7 +587,7 @@ fn store_tile(k: &mut Kernel, op: &Operand, buf: Reg) {
 
 /// Writes one output: `alpha·acc + beta·C` (or the raw sum for a split), predicated on `p`.
 #[allow(clippy::too_many_arguments)]
-fn store_out(
+pub(crate) fn store_out(
     k: &mut Kernel,
     cfg: &TileCfg,
     pr: &Params,
@@ -775,236 +791,15 @@ pub fn build_tiled(cfg: &TileCfg) -> Kernel {
     k
 }
 
-/// One thread per output, same parameters as the tiled kernel (block 256 = 16×16).
-pub fn build_naive(cfg: &TileCfg) -> Kernel {
-    let es = cfg.es();
-    let yes = if cfg.split { 4 } else { es };
-    let mut k = Kernel::new(&cfg.name());
-    let p = params(&mut k, cfg);
-    let t = k.special("tid.x");
-    let tx = k.and(Ty::U32, t, 15u32);
-    let ty = k.shr(Ty::U32, t, 4u32);
-    let by = k.special("ctaid.y");
-    let row = k.fma(Ty::U32, by, 16u32, ty);
-    let bx = k.special("ctaid.x");
-    let col = k.fma(Ty::U32, bx, 16u32, tx);
-    let pr = k.setp(Cmp::Ge, Ty::U32, row, p.m);
-    k.exit_if(pr);
-    let pc = k.setp(Cmp::Ge, Ty::U32, col, p.n);
-    k.exit_if(pc);
-    let acc = k.mov(Ty::F32, 0.0f32);
-    let always = k.setp(Cmp::Eq, Ty::U32, row, row);
-    let gbase = p.g.as_ref().map(|g| gather_base(&mut k, g, col));
-    let (lda, ldb) = (p.lda, p.ldb);
-    let (pa, pb) = (p.a, p.b);
-    let trans_a = cfg.trans_a;
-    let bsrc = cfg.b;
-    let f16 = cfg.f16;
-    let geom = p.g;
-    k.for_range(Ty::U32, p.kbeg, p.kend, 1u32, |k, kk| {
-        let ai = if trans_a {
-            k.fma(Ty::U32, kk, lda, row)
-        } else {
-            k.fma(Ty::U32, row, lda, kk)
-        };
-        let aa = k.addr(pa, ai, es);
-        let av = k.mov(Ty::F32, 0.0f32);
-        load1(k, f16, av, always, aa, 0);
-        let bv = k.mov(Ty::F32, 0.0f32);
-        match bsrc {
-            BSrc::Strided { trans, .. } => {
-                let bi = if trans {
-                    k.fma(Ty::U32, col, ldb, kk)
-                } else {
-                    k.fma(Ty::U32, kk, ldb, col)
-                };
-                let ba = k.addr(pb, bi, es);
-                load1(k, f16, bv, always, ba, 0);
-            }
-            BSrc::Im2col => {
-                let g = geom.as_ref().expect("im2col geometry");
-                let (coff, off) = gather_k(k, g, kk);
-                let base = gbase.expect("im2col base");
-                let (ba, ok) = gather_addr(k, g, pb, es, always, base, coff, off);
-                load1(k, f16, bv, ok, ba, 0);
-            }
-        }
-        k.fma_acc(acc, av, bv);
-    });
-    let yi = k.fma(Ty::U32, row, p.ldy, col);
-    let ya = k.addr(p.y, yi, yes);
-    store_out(&mut k, cfg, &p, always, acc, ya, row, col);
-    k
-}
-
 /// The kernel for `cfg`.
 pub fn build(cfg: &TileCfg) -> Kernel {
     match cfg.variant {
-        Variant::Naive => build_naive(cfg),
+        Variant::Naive => super::skinny::build_naive(cfg),
+        Variant::Skinny(_) => super::skinny::build_skinny(cfg),
         _ => build_tiled(cfg),
     }
 }
 
-/// Sums the `nsplit` f32 partials of a split-K launch (workspace `[nsplit, m·n]`) and applies
-/// `alpha`, `beta·C` and the output dtype. Params: ws, c, y, m, n, ldy, c_rs, c_cs, alpha, beta,
-/// nsplit (u32 / f32). One thread per output.
-pub fn reduce_kernel(has_c: bool, f16: bool) -> Kernel {
-    let es = if f16 { 2 } else { 4 };
-    let mut k = Kernel::new(&format!(
-        "quorum_gemm_splitk_reduce_c{}_h{}",
-        has_c as u8, f16 as u8
-    ));
-    let ws = k.param_ptr("ws");
-    let c = k.param_ptr("c");
-    let y = k.param_ptr("y");
-    let [m, n, ldy, c_rs, c_cs] = ["m", "n", "ldy", "c_rs", "c_cs"].map(|s| k.param(s, Ty::U32));
-    let alpha = k.param("alpha", Ty::F32);
-    let beta = k.param("beta", Ty::F32);
-    let nsplit = k.param("nsplit", Ty::U32);
-    let total = k.mul(Ty::U32, m, n);
-    let e = crate::cuda::ops::thread_index(&mut k, total);
-    let row = k.div(Ty::U32, e, n);
-    let col = k.rem(Ty::U32, e, n);
-    let acc = k.mov(Ty::F32, 0.0f32);
-    k.for_range(Ty::U32, 0u32, nsplit, 1u32, |k, s| {
-        let i = k.fma(Ty::U32, s, total, e);
-        let a = k.addr(ws, i, 4);
-        let v = k.ld(Space::Global, Ty::F32, a, 0);
-        k.raw(format!("add.rn.f32 {acc}, {acc}, {v}"));
-    });
-    let mut v = k.mul(Ty::F32, acc, alpha);
-    if has_c {
-        let co = k.mul(Ty::U32, row, c_rs);
-        let co = k.fma(Ty::U32, col, c_cs, co);
-        let ca = k.addr(c, co, es);
-        let cv = if f16 {
-            let h = k.ld(Space::Global, Ty::F16, ca, 0);
-            k.cvt(Ty::F32, Ty::F16, "", h)
-        } else {
-            k.ld(Space::Global, Ty::F32, ca, 0)
-        };
-        v = k.fma(Ty::F32, beta, cv, v);
-    }
-    let yi = k.fma(Ty::U32, row, ldy, col);
-    let ya = k.addr(y, yi, es);
-    if f16 {
-        let h = k.cvt(Ty::F16, Ty::F32, ".rn", v);
-        k.st(Space::Global, ya, 0, h);
-    } else {
-        k.st(Space::Global, ya, 0, v);
-    }
-    k
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::cuda::ptx::module;
-
-    fn all_cfgs() -> Vec<TileCfg> {
-        let mut v = Vec::new();
-        for variant in [Variant::Big, Variant::Small, Variant::Naive] {
-            for (trans_a, vec_a) in [(false, false), (false, true), (true, true)] {
-                for b in [
-                    BSrc::Strided {
-                        trans: false,
-                        vec: true,
-                    },
-                    BSrc::Strided {
-                        trans: true,
-                        vec: false,
-                    },
-                    BSrc::Im2col,
-                ] {
-                    for (has_c, f16, split) in [
-                        (false, false, false),
-                        (true, false, false),
-                        (true, true, false),
-                        (false, false, true),
-                    ] {
-                        v.push(TileCfg {
-                            variant,
-                            trans_a,
-                            vec_a: vec_a && !f16,
-                            b,
-                            has_c,
-                            f16,
-                            split,
-                        });
-                    }
-                }
-            }
-        }
-        v
-    }
-
-    #[test]
-    fn every_variant_generates_declared_ptx() {
-        for cfg in all_cfgs() {
-            let kern = build(&cfg);
-            let text = module((9, 0), &[kern]);
-            let name = cfg.name();
-            assert!(text.contains(&format!(".visible .entry {name}(")), "{name}");
-            assert!(!text.contains(".approx"), "{name}");
-            assert!(text.contains(".param .u64 a"), "{name}");
-            let n_params = text.matches("\t.param .").count();
-            let want = if cfg.b == BSrc::Im2col { 49 } else { 31 };
-            assert_eq!(n_params, want, "{name}");
-            let args = GemmArgs {
-                im2col: (cfg.b == BSrc::Im2col).then(Im2col::default),
-                ..Default::default()
-            };
-            assert_eq!(args.args().len(), want, "{name}");
-            // Every register used is declared: the highest index per class is below the count.
-            if cfg.variant != Variant::Naive {
-                assert!(text.contains("bar.sync 0"), "{name}");
-                assert!(text.contains(".shared .align 16 .b8 smem["), "{name}");
-                assert!(text.contains("ld.shared.v4.f32"), "{name}");
-                assert!(text.contains("L_ktile_"), "{name}");
-            } else {
-                assert!(text.contains("L_loop_"), "{name}");
-            }
-            if cfg.f16 {
-                assert!(text.contains("cvt.f32.f16") && text.contains("cvt.rn.f16.f32"));
-            }
-            if cfg.vec_a && cfg.variant != Variant::Naive {
-                assert!(text.contains("ld.global.nc.v4.f32"), "{name}");
-            }
-        }
-    }
-
-    #[test]
-    fn big_tile_has_64_accumulating_fmas_per_k_step() {
-        let cfg = TileCfg {
-            variant: Variant::Big,
-            trans_a: false,
-            vec_a: true,
-            b: BSrc::Strided {
-                trans: false,
-                vec: true,
-            },
-            has_c: true,
-            f16: false,
-            split: false,
-        };
-        let text = module((9, 0), &[build(&cfg)]);
-        // 8 k-steps of 8×8 accumulations, plus the epilogue's beta·C fmas.
-        let accs = text
-            .lines()
-            .filter(|l| l.trim_start().starts_with("fma.rn.f32"))
-            .count();
-        assert_eq!(accs, 8 * 64 + 64, "{accs}");
-        assert_eq!(text.matches("ld.shared.v4.f32").count(), 8 * 4);
-        // 16896 bytes of shared memory: two stages of (8 × 132) floats for each operand.
-        assert!(text.contains("smem[16896]"), "{text}");
-    }
-
-    #[test]
-    fn reduce_kernel_generates() {
-        for (c, h) in [(false, false), (true, false), (true, true)] {
-            let text = module((9, 0), &[reduce_kernel(c, h)]);
-            assert!(text.contains("quorum_gemm_splitk_reduce"));
-            assert!(!text.contains(".approx"));
-        }
-    }
-}
+#[path = "matmul_tile_tests.rs"]
+mod tests;

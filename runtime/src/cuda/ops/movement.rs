@@ -14,14 +14,14 @@ use crate::error::OpError;
 use crate::ir::Node;
 use crate::ops::broadcast::broadcast_shapes;
 use crate::ops::data::{slice_plan, split_plan};
-use crate::ops::shape::view_shape;
+use crate::ops::shape::{constant_of_shape_plan, view_shape};
 use crate::ops::{OpCtx, norm_axis};
 use crate::tensor::Tensor;
 
 /// Op types this family claims in at least one form.
 pub const OPS: &[&str] = &[
     "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpose", "Expand", "Slice", "Concat",
-    "Split", "Tile", "DepthToSpace", "SpaceToDepth", "Pad", "Gather",
+    "Split", "Tile", "DepthToSpace", "SpaceToDepth", "Pad", "Gather", "ConstantOfShape",
 ];
 
 /// The kernel for `node` if this family owns its op type.
@@ -39,6 +39,7 @@ pub fn claim(node: &Node) -> Option<Result<CudaKernel, String>> {
         "DepthToSpace" | "SpaceToDepth" => k_space_depth,
         "Pad" => k_pad,
         "Gather" => k_gather,
+        "ConstantOfShape" => k_constant_of_shape,
         "Resize" | "GatherElements" | "ScatterElements" | "Trilu" | "Range" | "OneHot" => {
             return Some(Err(format!("{op} has no CUDA kernel yet")));
         }
@@ -341,9 +342,15 @@ fn k_space_depth(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<Dev
                     "spatial dims {h}×{w} not divisible by blocksize {b}"
                 ))));
             }
+            // Opset 28 added `mode`: CRD is the inverse of DepthToSpace CRD.
+            let perm = if ctx.attr_s("mode", "DCR")? == "CRD" {
+                [0, 1, 3, 5, 2, 4]
+            } else {
+                [0, 3, 5, 1, 2, 4]
+            };
             (
                 vec![n, c, h / b, b, w / b, b],
-                [0, 3, 5, 1, 2, 4],
+                perm,
                 vec![n, c * b * b, h / b, w / b],
             )
         };
@@ -572,5 +579,25 @@ fn k_gather(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTenso
             Arg::U32(n),
         ],
     )?;
+    Ok(vec![out])
+}
+
+/// ConstantOfShape of a 4-byte value: the driver's 32-bit fill, no kernel and no upload (light models
+/// build their weights this way).
+fn k_constant_of_shape(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>> {
+    let shape = inputs
+        .host(0)?
+        .ok_or_else(|| KError::Op(OpError::Invalid("ConstantOfShape needs a shape".into())))?;
+    let Some(shape) = shape.as_tensor() else {
+        return Err(KError::Op(OpError::Invalid("ConstantOfShape shape must be a tensor".into())));
+    };
+    let (shape, value) = constant_of_shape_plan(ctx, shape)?;
+    let bytes = tensor_bytes(&value)
+        .ok_or_else(|| KError::Decline(format!("ConstantOfShape of {}", value.dtype())))?;
+    let Ok(word) = <[u8; 4]>::try_from(bytes.as_slice()) else {
+        decline!("ConstantOfShape of {} (the device fill takes 4-byte values)", value.dtype());
+    };
+    let out = run.alloc(value.dtype(), &shape)?;
+    run.stream().fill32(out.ptr(), u32::from_le_bytes(word), out.len())?;
     Ok(vec![out])
 }

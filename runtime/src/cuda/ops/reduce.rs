@@ -206,117 +206,270 @@ fn combine_min(k: &mut Kernel, mine: &[Reg], other: &[Reg]) {
     k.assign(mine[0], m);
 }
 
-/// The kernel `reduce(x, y, rows)`: output `row` of `y` reduces its walk of `x`.
-pub(crate) fn reduce_kernel(red: Red, e: Elem, w: &Walk, layout: Rows) -> Kernel {
-    let mut k = Kernel::new("reduce");
-    let x = k.param_ptr("x");
-    let y = k.param_ptr("y");
-    let nrows = k.param("rows", Ty::U32);
-    let ids = layout.ids(&mut k, nrows);
-    let base = w.base(&mut k, ids.row);
-    let res = match red {
-        Red::Max | Red::Min => {
-            let is_max = red == Red::Max;
-            let init = if is_max {
-                f32::NEG_INFINITY
-            } else {
-                f32::INFINITY
-            };
-            let acc = k.mov(Ty::F32, init);
-            for_elems(&mut k, layout, &ids, w, base, x, e, |k, v, _| {
-                let m = if is_max {
-                    rows::max_nan(k, acc, v)
-                } else {
-                    rows::min_nan(k, acc, v)
-                };
-                k.assign(acc, m);
-            });
-            if is_max {
-                layout.reduce(&mut k, &ids, &[acc], &combine_max);
-            } else {
-                layout.reduce(&mut k, &ids, &[acc], &combine_min);
-            }
-            acc
+/// What a one-pass reduction accumulates: a Reduce* operator other than LogSumExp (which needs the
+/// max first), or ArgMax/ArgMin. Each is an identity state, a per-element step, a commutative merge
+/// and a final value, so the same fold runs in one pass or in chunks merged by a second kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fold {
+    Red(Red),
+    Arg { is_max: bool, last: bool },
+}
+
+impl Fold {
+    /// The state's registers (each stored as one 8-byte slot between passes).
+    fn init(self, k: &mut Kernel) -> Vec<Reg> {
+        match self {
+            Fold::Arg { .. } => vec![k.mov(Ty::F32, 0.0f32), k.mov(Ty::U32, NONE)],
+            Fold::Red(Red::Max) => vec![k.mov(Ty::F32, f32::NEG_INFINITY)],
+            Fold::Red(Red::Min) => vec![k.mov(Ty::F32, f32::INFINITY)],
+            Fold::Red(Red::Prod) => vec![k.mov(Ty::F64, 1.0f64)],
+            Fold::Red(_) => vec![k.mov(Ty::F64, 0.0f64)],
         }
-        Red::LogSumExp => {
-            let m = k.mov(Ty::F32, f32::NEG_INFINITY);
-            for_elems(&mut k, layout, &ids, w, base, x, e, |k, v, _| {
-                let t = rows::max_nan(k, m, v);
-                k.assign(m, t);
-            });
-            layout.reduce(&mut k, &ids, &[m], &combine_max);
-            let md = f64_of(&mut k, m);
-            let s = k.mov(Ty::F64, 0.0f64);
-            for_elems(&mut k, layout, &ids, w, base, x, e, |k, v, _| {
-                let vd = f64_of(k, v);
-                let dv = k.sub(Ty::F64, vd, md);
-                let ev = exp64(k, dv);
-                let t = k.add(Ty::F64, s, ev);
-                k.assign(s, t);
-            });
-            layout.reduce(&mut k, &ids, &[s], &combine_add);
-            let l = log64(&mut k, s);
-            let r = k.add(Ty::F64, md, l);
-            let r = f32_of(&mut k, r);
-            // An infinite max is the result itself (-inf for an empty or all -inf set).
-            let am = k.unary("abs", Ty::F32, m);
-            let inf = k.setp(Cmp::Eq, Ty::F32, am, f32::INFINITY);
-            k.selp(Ty::F32, m, r, inf)
+    }
+
+    fn slots(self) -> usize {
+        if matches!(self, Fold::Arg { .. }) {
+            2
+        } else {
+            1
         }
-        _ => {
-            let acc = k.mov(Ty::F64, if red == Red::Prod { 1.0f64 } else { 0.0 });
-            for_elems(&mut k, layout, &ids, w, base, x, e, |k, v, _| {
+    }
+
+    /// Folds element `j` of value `v` (f32) into `acc`.
+    fn step(self, k: &mut Kernel, acc: &[Reg], v: Reg, j: Reg) {
+        match self {
+            Fold::Arg { .. } => self.combine(k, acc, &[v, j]),
+            Fold::Red(Red::Max | Red::Min) => self.combine(k, acc, &[v]),
+            Fold::Red(red) => {
                 let vd = f64_of(k, v);
                 let t = match red {
                     Red::L1 => {
                         let a = k.unary("abs", Ty::F64, vd);
-                        k.add(Ty::F64, acc, a)
+                        k.add(Ty::F64, acc[0], a)
                     }
-                    Red::L2 | Red::SumSquare => k.fma(Ty::F64, vd, vd, acc),
-                    Red::Prod => k.mul(Ty::F64, acc, vd),
-                    _ => k.add(Ty::F64, acc, vd),
+                    Red::L2 | Red::SumSquare => k.fma(Ty::F64, vd, vd, acc[0]),
+                    Red::Prod => k.mul(Ty::F64, acc[0], vd),
+                    _ => k.add(Ty::F64, acc[0], vd),
                 };
-                k.assign(acc, t);
-            });
-            if red == Red::Prod {
-                layout.reduce(&mut k, &ids, &[acc], &combine_mul);
-            } else {
-                layout.reduce(&mut k, &ids, &[acc], &combine_add);
+                k.assign(acc[0], t);
             }
-            let out = match red {
-                Red::Mean => k.div(Ty::F64, acc, d(w.r as f64)),
-                Red::L2 => k.unary("sqrt.rn", Ty::F64, acc),
-                Red::LogSum => log64(&mut k, acc),
-                _ => acc,
-            };
-            f32_of(&mut k, out)
         }
-    };
-    layout.leader(&mut k, &ids, |k| rows::store(k, e, y, ids.row, res));
-    k
+    }
+
+    fn combine(self, k: &mut Kernel, a: &[Reg], b: &[Reg]) {
+        match self {
+            Fold::Arg { is_max, last } => arg_combine(is_max, last)(k, a, b),
+            Fold::Red(Red::Max) => combine_max(k, a, b),
+            Fold::Red(Red::Min) => combine_min(k, a, b),
+            Fold::Red(Red::Prod) => combine_mul(k, a, b),
+            Fold::Red(_) => combine_add(k, a, b),
+        }
+    }
+
+    /// Stores the final value of `acc` (a fold of `r` elements) as output `row` of `y`.
+    fn store(self, k: &mut Kernel, acc: &[Reg], e: Elem, y: Reg, row: Reg, r: usize) {
+        match self {
+            Fold::Arg { .. } => {
+                let wide = k.cvt(Ty::S64, Ty::U32, "", acc[1]);
+                let a = k.addr(y, row, 8);
+                k.st(Space::Global, a, 0, wide);
+            }
+            Fold::Red(Red::Max | Red::Min) => rows::store(k, e, y, row, acc[0]),
+            Fold::Red(red) => {
+                let out = match red {
+                    Red::Mean => k.div(Ty::F64, acc[0], d(r as f64)),
+                    Red::L2 => k.unary("sqrt.rn", Ty::F64, acc[0]),
+                    Red::LogSum => log64(k, acc[0]),
+                    _ => acc[0],
+                };
+                rows::store_f64(k, e, y, row, out);
+            }
+        }
+    }
 }
 
-/// The kernel `arg(x, y, rows)`: the int64 index of the max (min) of each output's single axis.
-pub(crate) fn arg_kernel(is_max: bool, last: bool, e: Elem, w: &Walk, layout: Rows) -> Kernel {
-    let mut k = Kernel::new("arg");
+/// The kernel `fold(x, y, rows)`: output `row` of `y` folds its whole walk of `x`.
+pub(crate) fn fold_kernel(fold: Fold, e: Elem, w: &Walk, layout: Rows) -> Kernel {
+    let mut k = Kernel::new("fold");
     let x = k.param_ptr("x");
     let y = k.param_ptr("y");
     let nrows = k.param("rows", Ty::U32);
     let ids = layout.ids(&mut k, nrows);
     let base = w.base(&mut k, ids.row);
-    let v = k.mov(Ty::F32, 0.0f32);
-    let i = k.mov(Ty::U32, NONE);
-    let comb = arg_combine(is_max, last);
-    for_elems(&mut k, layout, &ids, w, base, x, e, |k, xv, j| {
-        comb(k, &[v, i], &[xv, j])
+    let acc = fold.init(&mut k);
+    for_elems(&mut k, layout, &ids, w, base, x, e, |k, v, j| {
+        fold.step(k, &acc, v, j)
     });
-    layout.reduce(&mut k, &ids, &[v, i], &comb);
+    layout.reduce(&mut k, &ids, &acc, &|k, a, b| fold.combine(k, a, b));
+    layout.leader(&mut k, &ids, |k| fold.store(k, &acc, e, y, ids.row, w.r));
+    k
+}
+
+/// Pass 1 of a chunked fold, `fold_part(x, part, rows)`: block column `c` = `ctaid.y` folds
+/// elements `[c·len, (c+1)·len)` of each row and stores its state in `part`, laid out as
+/// `[row][chunk][slot]` with 8-byte slots.
+pub(crate) fn part_kernel(
+    fold: Fold,
+    e: Elem,
+    w: &Walk,
+    layout: Rows,
+    len: usize,
+    chunks: usize,
+) -> Kernel {
+    let mut k = Kernel::new("fold_part");
+    let x = k.param_ptr("x");
+    let part = k.param_ptr("part");
+    let nrows = k.param("rows", Ty::U32);
+    let ids = layout.ids(&mut k, nrows);
+    let base = w.base(&mut k, ids.row);
+    let c = k.special("ctaid.y");
+    let lo = k.mul(Ty::U32, c, len as u32);
+    let hi = k.add(Ty::U32, lo, len as u32);
+    let hi = k.min(Ty::U32, hi, w.r as u32);
+    let acc = fold.init(&mut k);
+    layout.for_span(&mut k, &ids, lo, hi, |k, j| {
+        let off = w.red_offset(k, j);
+        let i = k.add(Ty::U32, base, off);
+        let v = rows::load(k, e, x, i);
+        fold.step(k, &acc, v, j);
+    });
+    layout.reduce(&mut k, &ids, &acc, &|k, a, b| fold.combine(k, a, b));
     layout.leader(&mut k, &ids, |k| {
-        let wide = k.cvt(Ty::S64, Ty::U32, "", i);
-        let a = k.addr(y, ids.row, 8);
-        k.st(Space::Global, a, 0, wide);
+        let at = k.fma(Ty::U32, ids.row, chunks as u32, c);
+        let at = k.mul(Ty::U32, at, acc.len() as u32);
+        let a = k.addr(part, at, 8);
+        for (i, &r) in acc.iter().enumerate() {
+            k.st(Space::Global, a, (i * 8) as i64, r);
+        }
     });
     k
+}
+
+/// Pass 2 of a chunked fold, `fold_merge(part, y, rows)`: one warp per row merges the states of its
+/// chunks (in any order: every merge is commutative and, for ArgMax/ArgMin, a total order) and stores
+/// the output.
+pub(crate) fn merge_kernel(fold: Fold, e: Elem, chunks: usize, r: usize) -> Kernel {
+    let mut k = Kernel::new("fold_merge");
+    let part = k.param_ptr("part");
+    let y = k.param_ptr("y");
+    let nrows = k.param("rows", Ty::U32);
+    let layout = Rows::Lanes(32);
+    let ids = layout.ids(&mut k, nrows);
+    let acc = fold.init(&mut k);
+    let n = acc.len();
+    let first = k.mul(Ty::U32, ids.row, (chunks * n) as u32);
+    layout.for_each(&mut k, &ids, chunks, |k, c| {
+        let at = k.fma(Ty::U32, c, n as u32, first);
+        let a = k.addr(part, at, 8);
+        let vals: Vec<Reg> = acc
+            .iter()
+            .enumerate()
+            .map(|(i, r)| k.ld(Space::Global, r.ty, a, (i * 8) as i64))
+            .collect();
+        fold.combine(k, &acc, &vals);
+    });
+    layout.reduce(&mut k, &ids, &acc, &|k, a, b| fold.combine(k, a, b));
+    layout.leader(&mut k, &ids, |k| fold.store(k, &acc, e, y, ids.row, r));
+    k
+}
+
+/// The kernel `lse(x, y, rows)`: ReduceLogSumExp, the max first, then the sum of exp(x - max) in
+/// f64.
+pub(crate) fn lse_kernel(e: Elem, w: &Walk, layout: Rows) -> Kernel {
+    let mut k = Kernel::new("lse");
+    let x = k.param_ptr("x");
+    let y = k.param_ptr("y");
+    let nrows = k.param("rows", Ty::U32);
+    let ids = layout.ids(&mut k, nrows);
+    let base = w.base(&mut k, ids.row);
+    let m = k.mov(Ty::F32, f32::NEG_INFINITY);
+    for_elems(&mut k, layout, &ids, w, base, x, e, |k, v, _| {
+        let t = rows::max_nan(k, m, v);
+        k.assign(m, t);
+    });
+    layout.reduce(&mut k, &ids, &[m], &combine_max);
+    let md = f64_of(&mut k, m);
+    let s = k.mov(Ty::F64, 0.0f64);
+    for_elems(&mut k, layout, &ids, w, base, x, e, |k, v, _| {
+        let vd = f64_of(k, v);
+        let dv = k.sub(Ty::F64, vd, md);
+        let ev = exp64(k, dv);
+        let t = k.add(Ty::F64, s, ev);
+        k.assign(s, t);
+    });
+    layout.reduce(&mut k, &ids, &[s], &combine_add);
+    let l = log64(&mut k, s);
+    let r = k.add(Ty::F64, md, l);
+    let r = f32_of(&mut k, r);
+    // An infinite max is the result itself (-inf for an empty or all -inf set).
+    let am = k.unary("abs", Ty::F32, m);
+    let inf = k.setp(Cmp::Eq, Ty::F32, am, f32::INFINITY);
+    let res = k.selp(Ty::F32, m, r, inf);
+    layout.leader(&mut k, &ids, |k| rows::store(k, e, y, ids.row, res));
+    k
+}
+
+/// Chunks per row for a fold whose one-pass launch would be `blocks` blocks: enough to give the
+/// device about a thousand blocks, each thread still folding a few dozen elements.
+fn chunks_for(blocks: usize, threads_per_row: usize, r: usize) -> usize {
+    if blocks >= 512 {
+        return 1;
+    }
+    let want = 1024usize.div_ceil(blocks.max(1));
+    let most = r / (threads_per_row * 32).max(1);
+    want.min(most).clamp(1, 1024)
+}
+
+/// Launches `fold` over the walk `w` of `x` into `y`: one pass, or two when the rows are too few to
+/// fill the device.
+fn launch_fold(
+    run: &Run,
+    fold: Fold,
+    e: Elem,
+    w: &Walk,
+    contiguous: bool,
+    x: &DevTensor,
+    y: &DevTensor,
+) -> KResult<()> {
+    let rows = w.outputs;
+    let layout = Rows::choose(rows, w.r, contiguous);
+    let grid = layout.grid(rows);
+    let chunks = chunks_for(grid as usize, layout.threads() as usize, w.r);
+    let n = Arg::U32(rows as u32);
+    if chunks <= 1 {
+        let ptx = module(run.cc(), &[fold_kernel(fold, e, w, layout)]);
+        return run.launch(
+            &ptx,
+            "fold",
+            (grid, 1, 1),
+            (BLOCK, 1, 1),
+            0,
+            &[Arg::Ptr(x.ptr()), Arg::Ptr(y.ptr()), n],
+        );
+    }
+    let len = w.r.div_ceil(chunks);
+    let chunks = w.r.div_ceil(len);
+    let part = run.alloc(DType::F64, &[rows * chunks * fold.slots()])?;
+    let ptx = module(run.cc(), &[part_kernel(fold, e, w, layout, len, chunks)]);
+    run.launch(
+        &ptx,
+        "fold_part",
+        (grid, chunks as u32, 1),
+        (BLOCK, 1, 1),
+        0,
+        &[Arg::Ptr(x.ptr()), Arg::Ptr(part.ptr()), n],
+    )?;
+    let ptx = module(run.cc(), &[merge_kernel(fold, e, chunks, w.r)]);
+    run.launch(
+        &ptx,
+        "fold_merge",
+        (Rows::Lanes(32).grid(rows), 1, 1),
+        (BLOCK, 1, 1),
+        0,
+        &[Arg::Ptr(part.ptr()), Arg::Ptr(y.ptr()), n],
+    )?;
+    run.release(part);
+    Ok(())
 }
 
 /// The reduced axes of a Reduce* node (sorted, deduplicated), the CPU kernel's rules: `axes` from the
@@ -381,20 +534,24 @@ pub(crate) fn reduce_dev(
     if w.outputs == 0 {
         return Ok(y);
     }
-    let layout = Rows::choose(w.outputs, w.r, w.contiguous());
-    let ptx = module(run.cc(), &[reduce_kernel(red, e, &w, layout)]);
-    run.launch(
-        &ptx,
-        "reduce",
-        (layout.grid(w.outputs), 1, 1),
-        (BLOCK, 1, 1),
-        0,
-        &[
-            Arg::Ptr(x.ptr()),
-            Arg::Ptr(y.ptr()),
-            Arg::U32(w.outputs as u32),
-        ],
-    )?;
+    if red == Red::LogSumExp {
+        let layout = Rows::choose(w.outputs, w.r, w.contiguous());
+        let ptx = module(run.cc(), &[lse_kernel(e, &w, layout)]);
+        run.launch(
+            &ptx,
+            "lse",
+            (layout.grid(w.outputs), 1, 1),
+            (BLOCK, 1, 1),
+            0,
+            &[
+                Arg::Ptr(x.ptr()),
+                Arg::Ptr(y.ptr()),
+                Arg::U32(w.outputs as u32),
+            ],
+        )?;
+    } else {
+        launch_fold(run, Fold::Red(red), e, &w, w.contiguous(), x, &y)?;
+    }
     Ok(y)
 }
 
@@ -449,20 +606,7 @@ fn k_arg(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>>
     if w.outputs == 0 {
         return Ok(vec![y]);
     }
-    let layout = Rows::choose(w.outputs, w.r, s == 1);
-    let ptx = module(run.cc(), &[arg_kernel(is_max, last, e, &w, layout)]);
-    run.launch(
-        &ptx,
-        "arg",
-        (layout.grid(w.outputs), 1, 1),
-        (BLOCK, 1, 1),
-        0,
-        &[
-            Arg::Ptr(x.ptr()),
-            Arg::Ptr(y.ptr()),
-            Arg::U32(w.outputs as u32),
-        ],
-    )?;
+    launch_fold(run, Fold::Arg { is_max, last }, e, &w, s == 1, &x, &y)?;
     Ok(vec![y])
 }
 
@@ -509,8 +653,38 @@ mod tests {
         module((9, 0), &[k])
     }
 
+    const FOLDS: &[Fold] = &[
+        Fold::Red(Red::Sum),
+        Fold::Red(Red::Mean),
+        Fold::Red(Red::Max),
+        Fold::Red(Red::Min),
+        Fold::Red(Red::Prod),
+        Fold::Red(Red::L1),
+        Fold::Red(Red::L2),
+        Fold::Red(Red::SumSquare),
+        Fold::Red(Red::LogSum),
+        Fold::Arg {
+            is_max: true,
+            last: false,
+        },
+        Fold::Arg {
+            is_max: false,
+            last: true,
+        },
+    ];
+
+    fn check_layout(t: &str, layout: Rows) {
+        assert!(t.contains(".param .u32 rows"), "{t}");
+        assert!(t.contains("L_loop_"), "{t}");
+        assert!(!t.contains(".approx"), "{t}");
+        let sync = matches!(layout, Rows::Block | Rows::Cols(_));
+        assert_eq!(t.contains("bar.sync"), sync, "{t}");
+        let shfl = matches!(layout, Rows::Lanes(_) | Rows::Block);
+        assert_eq!(t.contains("shfl.sync"), shfl, "{t}");
+    }
+
     #[test]
-    fn reduce_kernels_are_well_formed() {
+    fn fold_kernels_are_well_formed() {
         for (shape, axes) in [
             (vec![7, 5000], vec![1]),
             (vec![1000, 40], vec![1]),
@@ -518,31 +692,45 @@ mod tests {
             (vec![3, 5, 7], vec![0, 2]),
         ] {
             let w = Walk::new(&shape, &axes);
-            for layout in [Rows::Thread, Rows::Warp, Rows::Block] {
-                for red in [
-                    Red::Sum,
-                    Red::Mean,
-                    Red::Max,
-                    Red::Min,
-                    Red::Prod,
-                    Red::L1,
-                    Red::L2,
-                    Red::SumSquare,
-                    Red::LogSum,
-                    Red::LogSumExp,
-                ] {
-                    let t = text(reduce_kernel(red, Elem::F32, &w, layout));
-                    assert!(t.contains(".visible .entry reduce("), "{t}");
-                    assert!(t.contains(".param .u64 x") && t.contains(".param .u32 rows"));
-                    assert!(t.contains("L_loop_"), "{t}");
-                    assert!(!t.contains(".approx"), "{t}");
-                    assert_eq!(t.contains("bar.sync"), layout == Rows::Block, "{t}");
-                    assert_eq!(t.contains("shfl.sync"), layout != Rows::Thread, "{t}");
+            for layout in [
+                Rows::Thread,
+                Rows::Cols(8),
+                Rows::Lanes(4),
+                Rows::Lanes(32),
+                Rows::Block,
+            ] {
+                for &fold in FOLDS {
+                    let t = text(fold_kernel(fold, Elem::F32, &w, layout));
+                    assert!(t.contains(".visible .entry fold("), "{t}");
+                    check_layout(&t, layout);
+                    let t = text(part_kernel(fold, Elem::F32, &w, layout, 100, 50));
+                    assert!(t.contains(".visible .entry fold_part("), "{t}");
+                    assert!(t.contains("%ctaid.y") && t.contains("min.u32"), "{t}");
+                    check_layout(&t, layout);
+                    let arg = matches!(fold, Fold::Arg { .. });
+                    assert_eq!(t.contains("st.global.u32"), arg, "{t}");
                 }
+                let t = text(lse_kernel(Elem::F32, &w, layout));
+                assert!(t.contains(".visible .entry lse("), "{t}");
+                check_layout(&t, layout);
             }
         }
+        for &fold in FOLDS {
+            let t = text(merge_kernel(fold, Elem::F32, 50, 5000));
+            assert!(
+                t.contains(".visible .entry fold_merge(") && t.contains("ld.global."),
+                "{t}"
+            );
+            let arg = matches!(fold, Fold::Arg { .. });
+            assert_eq!(t.contains("st.global.s64"), arg, "{t}");
+        }
         let w = Walk::new(&[4, 6], &[1]);
-        let t = text(reduce_kernel(Red::Max, Elem::F16, &w, Rows::Warp));
+        let t = text(fold_kernel(
+            Fold::Red(Red::Max),
+            Elem::F16,
+            &w,
+            Rows::Lanes(32),
+        ));
         assert!(
             t.contains("ld.global.nc.b16") && t.contains("cvt.f32.f16"),
             "{t}"
@@ -555,20 +743,13 @@ mod tests {
     }
 
     #[test]
-    fn arg_kernels_store_int64() {
-        let w = Walk {
-            kept: vec![(3, 1)],
-            red: vec![(5000, 3)],
-            outputs: 3,
-            r: 5000,
-        };
-        for layout in [Rows::Thread, Rows::Block] {
-            let t = text(arg_kernel(true, true, Elem::F32, &w, layout));
-            assert!(
-                t.contains("cvt.s64.u32") && t.contains("st.global.s64"),
-                "{t}"
-            );
-            assert!(t.contains("setp.nan.f32") && t.contains("selp.f32"), "{t}");
-        }
+    fn chunking_fills_the_device() {
+        // One long row (reduce all): about a thousand chunks.
+        assert_eq!(chunks_for(1, 256, 16 << 20), 1024);
+        // 64 long rows, one block each.
+        assert_eq!(chunks_for(64, 256, 1 << 20), 16);
+        // Enough blocks already, or too little work.
+        assert_eq!(chunks_for(1024, 32, 1 << 20), 1);
+        assert_eq!(chunks_for(1, 256, 5000), 1);
     }
 }

@@ -175,9 +175,10 @@ fn shfl(k: &mut Kernel, v: Reg, mask: u32) -> Reg {
     }
 }
 
-/// Butterfly reduction over the full warp: afterwards every lane holds the combined state.
-pub(crate) fn warp_reduce(k: &mut Kernel, acc: &[Reg], combine: Combine) {
-    for mask in [16u32, 8, 4, 2, 1] {
+/// Butterfly reduction over aligned groups of `lanes` lanes (a power of two up to 32; the whole
+/// warp takes part): afterwards every lane holds its group's combined state.
+pub(crate) fn warp_reduce(k: &mut Kernel, acc: &[Reg], combine: Combine, lanes: u32) {
+    for mask in [16u32, 8, 4, 2, 1].into_iter().filter(|&m| m < lanes) {
         let other: Vec<Reg> = acc.iter().map(|&a| shfl(k, a, mask)).collect();
         combine(k, acc, &other);
     }
@@ -188,8 +189,13 @@ pub(crate) fn warp_reduce(k: &mut Kernel, acc: &[Reg], combine: Combine) {
 pub(crate) enum Rows {
     /// One thread per row (short rows, or strided rows that neighbouring threads read coalesced).
     Thread,
-    /// One warp per row, eight rows per block.
-    Warp,
+    /// `s` threads per row (a power of two up to 32) for strided rows: a block holds `256 / s`
+    /// neighbouring rows, so each load instruction still reads neighbouring addresses, and the lanes
+    /// of a row combine through shared memory.
+    Cols(u32),
+    /// `g` neighbouring lanes of a warp per row (a power of two from 2 to 32), `256 / g` rows per
+    /// block; the lanes of a row combine through shuffles.
+    Lanes(u32),
     /// One block of 256 threads per row (long rows).
     Block,
 }
@@ -201,18 +207,35 @@ pub(crate) struct RowIds {
     /// The thread's index within its row (u32; 0 for `Rows::Thread`).
     pub lane: Reg,
     tid: Reg,
+    /// For `Cols`: whether the row exists (threads past the last row stay for the barriers).
+    valid: Option<Reg>,
 }
+
+/// Threads a launch aims for when it splits strided rows over lanes (about two per H200 core slot).
+const TARGET_THREADS: usize = 1 << 18;
 
 impl Rows {
     /// The layout for `rows` rows of `n` elements; `contiguous` when a row's elements are adjacent
-    /// in memory (otherwise neighbouring rows are, and one thread per row reads coalesced).
+    /// in memory (otherwise neighbouring rows are, and threads on neighbouring rows read coalesced).
     pub(crate) fn choose(rows: usize, n: usize, contiguous: bool) -> Rows {
-        if n < 32 || (!contiguous && rows >= 2048) {
+        if !contiguous {
+            let mut s = 1usize;
+            while s < 32 && rows * s < TARGET_THREADS && n / (2 * s) >= 8 {
+                s *= 2;
+            }
+            return if s == 1 {
+                Rows::Thread
+            } else {
+                Rows::Cols(s as u32)
+            };
+        }
+        if n < 8 {
             Rows::Thread
         } else if n > 1024 {
             Rows::Block
         } else {
-            Rows::Warp
+            // About eight elements per lane.
+            Rows::Lanes((n / 8).next_power_of_two().clamp(2, 32) as u32)
         }
     }
 
@@ -220,7 +243,7 @@ impl Rows {
     pub(crate) fn threads(self) -> u32 {
         match self {
             Rows::Thread => 1,
-            Rows::Warp => 32,
+            Rows::Cols(s) | Rows::Lanes(s) => s,
             Rows::Block => BLOCK,
         }
     }
@@ -230,8 +253,9 @@ impl Rows {
         blocks(rows, BLOCK / self.threads())
     }
 
-    /// This thread's row and lane; threads past `rows` (u32 register) exit, a whole warp at a time
-    /// for `Warp`, so that shuffles stay converged. `Block` launches exactly one block per row.
+    /// This thread's row and lane. Threads past `rows` (u32 register) exit for `Thread`; `Block`
+    /// launches exactly one block per row; `Cols` and `Lanes` keep them, without work, for their
+    /// barriers and full-warp shuffles.
     pub(crate) fn ids(self, k: &mut Kernel, rows: Reg) -> RowIds {
         let tid = k.special("tid.x");
         let bid = k.special("ctaid.x");
@@ -241,20 +265,43 @@ impl Rows {
                 let done = k.setp(Cmp::Ge, Ty::U32, row, rows);
                 k.exit_if(done);
                 let lane = k.mov(Ty::U32, 0u32);
-                RowIds { row, lane, tid }
+                RowIds {
+                    row,
+                    lane,
+                    tid,
+                    valid: None,
+                }
             }
-            Rows::Warp => {
-                let warp = k.shr(Ty::U32, tid, 5u32);
-                let lane = k.and(Ty::U32, tid, 31u32);
-                let row = k.fma(Ty::U32, bid, BLOCK / 32, warp);
-                let done = k.setp(Cmp::Ge, Ty::U32, row, rows);
-                k.exit_if(done);
-                RowIds { row, lane, tid }
+            Rows::Cols(s) => {
+                let per = BLOCK / s;
+                let rib = k.and(Ty::U32, tid, per - 1);
+                let lane = k.shr(Ty::U32, tid, per.trailing_zeros());
+                let row = k.fma(Ty::U32, bid, per, rib);
+                let valid = k.setp(Cmp::Lt, Ty::U32, row, rows);
+                RowIds {
+                    row,
+                    lane,
+                    tid,
+                    valid: Some(valid),
+                }
+            }
+            Rows::Lanes(g) => {
+                let lane = k.and(Ty::U32, tid, g - 1);
+                let sub = k.shr(Ty::U32, tid, g.trailing_zeros());
+                let row = k.fma(Ty::U32, bid, BLOCK / g, sub);
+                let valid = k.setp(Cmp::Lt, Ty::U32, row, rows);
+                RowIds {
+                    row,
+                    lane,
+                    tid,
+                    valid: Some(valid),
+                }
             }
             Rows::Block => RowIds {
                 row: bid,
                 lane: tid,
                 tid,
+                valid: None,
             },
         }
     }
@@ -268,21 +315,73 @@ impl Rows {
         n: usize,
         body: impl FnOnce(&mut Kernel, Reg),
     ) {
-        k.for_range(Ty::U32, ids.lane, n as u32, self.threads(), body);
+        match ids.valid {
+            None => k.for_range(Ty::U32, ids.lane, n as u32, self.threads(), body),
+            Some(v) => {
+                let end = k.selp(Ty::U32, n as u32, 0u32, v);
+                k.for_range(Ty::U32, ids.lane, end, self.threads(), body);
+            }
+        }
+    }
+
+    /// `body(k, j)` for the row's elements `j` in `lo..hi` (u32 registers) that this thread owns.
+    pub(crate) fn for_span(
+        self,
+        k: &mut Kernel,
+        ids: &RowIds,
+        lo: Reg,
+        hi: Reg,
+        body: impl FnOnce(&mut Kernel, Reg),
+    ) {
+        let start = k.add(Ty::U32, lo, ids.lane);
+        let end = match ids.valid {
+            None => hi,
+            Some(v) => k.selp(Ty::U32, hi, 0u32, v),
+        };
+        k.for_range(Ty::U32, start, end, self.threads(), body);
     }
 
     /// Combines `acc` over the threads of the row; afterwards every thread of the row holds the
-    /// result. `Block` uses a fresh shared array and two barriers' worth of synchronisation (every
-    /// thread of the block must reach this call).
+    /// result. `Block` and `Cols` go through a fresh shared array and a barrier (every thread of the
+    /// block must reach this call).
     pub(crate) fn reduce(self, k: &mut Kernel, ids: &RowIds, acc: &[Reg], combine: Combine) {
+        let slot = acc.len() * 8;
         match self {
             Rows::Thread => {}
-            Rows::Warp => warp_reduce(k, acc, combine),
+            Rows::Lanes(g) => warp_reduce(k, acc, combine, g),
+            Rows::Cols(s) => {
+                // Slot of (lane, row in block) = tid; every lane folds its row's slots in order.
+                let name = k.new_label("red");
+                k.shared_array(&name, BLOCK as usize * slot);
+                let base = k.shared_addr(&name);
+                let mine = k.fma(Ty::U32, ids.tid, slot as u32, base);
+                for (i, &a) in acc.iter().enumerate() {
+                    k.st(Space::Shared, mine, (i * 8) as i64, a);
+                }
+                k.bar_sync();
+                let per = BLOCK / s;
+                let rib = k.and(Ty::U32, ids.tid, per - 1);
+                let first = k.fma(Ty::U32, rib, slot as u32, base);
+                for l in 0..s as usize {
+                    let at = (l * per as usize * slot) as i64;
+                    let vals: Vec<Reg> = acc
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &a)| k.ld(Space::Shared, a.ty, first, at + (i * 8) as i64))
+                        .collect();
+                    if l == 0 {
+                        for (&a, &v) in acc.iter().zip(&vals) {
+                            k.assign(a, v);
+                        }
+                    } else {
+                        combine(k, acc, &vals);
+                    }
+                }
+            }
             Rows::Block => {
-                warp_reduce(k, acc, combine);
+                warp_reduce(k, acc, combine, 32);
                 let warps = BLOCK / 32;
                 let name = k.new_label("red");
-                let slot = acc.len() * 8;
                 k.shared_array(&name, warps as usize * slot);
                 let base = k.shared_addr(&name);
                 let lane = k.and(Ty::U32, ids.tid, 31u32);
@@ -311,15 +410,17 @@ impl Rows {
         }
     }
 
-    /// Runs `body` in one thread of the row (for per-row results).
+    /// Runs `body` in one thread of each existing row (for per-row results).
     pub(crate) fn leader(self, k: &mut Kernel, ids: &RowIds, body: impl FnOnce(&mut Kernel)) {
-        match self {
-            Rows::Thread => body(k),
-            Rows::Warp | Rows::Block => {
-                let lead = k.setp(Cmp::Eq, Ty::U32, ids.lane, 0u32);
-                k.when(lead, body);
-            }
+        if self == Rows::Thread {
+            return body(k);
         }
+        let lead = k.setp(Cmp::Eq, Ty::U32, ids.lane, 0u32);
+        let lead = match ids.valid {
+            Some(v) => k.pred_and(lead, v),
+            None => lead,
+        };
+        k.when(lead, body);
     }
 }
 
@@ -353,11 +454,18 @@ mod tests {
 
     #[test]
     fn layouts_cover_rows() {
-        assert_eq!(Rows::choose(10, 5, true), Rows::Thread);
-        assert_eq!(Rows::choose(10, 500, true), Rows::Warp);
+        assert_eq!(Rows::choose(10, 500, true), Rows::Lanes(32));
+        assert_eq!(Rows::choose(10, 64, true), Rows::Lanes(8));
+        assert_eq!(Rows::choose(10, 9, true), Rows::Lanes(2));
+        assert_eq!(Rows::choose(10, 7, true), Rows::Thread);
         assert_eq!(Rows::choose(10, 5000, true), Rows::Block);
-        assert_eq!(Rows::choose(100_000, 500, false), Rows::Thread);
-        assert_eq!(Rows::Warp.grid(17), 3);
+        assert_eq!(Rows::choose(300_000, 500, false), Rows::Thread);
+        assert_eq!(Rows::choose(8192, 8192, false), Rows::Cols(32));
+        assert_eq!(Rows::choose(8192, 40, false), Rows::Cols(4));
+        assert_eq!(Rows::choose(3, 5000, false), Rows::Cols(32));
+        assert_eq!(Rows::Cols(32).grid(17), 3);
+        assert_eq!(Rows::Lanes(32).grid(17), 3);
+        assert_eq!(Rows::Lanes(4).grid(65), 2);
         assert_eq!(Rows::Block.grid(17), 17);
         assert_eq!(Rows::Thread.grid(257), 2);
     }

@@ -13,7 +13,7 @@ use super::reduce::rows::{
 };
 use super::require_u32_len;
 use crate::cuda::driver::Arg;
-use crate::cuda::ptx::{Cmp, Kernel, Reg, Ty, module};
+use crate::cuda::ptx::{Cmp, Kernel, Reg, Space, Ty, module};
 use crate::cuda::{CudaKernel, DevTensor, Inputs, KError, KResult, Run, dev_input};
 use crate::error::OpError;
 use crate::ir::Node;
@@ -114,6 +114,9 @@ pub(crate) fn softmax_kernel(kind: Kind, e: Elem, n: usize, inner: usize, layout
     layout.reduce(&mut k, &ids, &[m], &combine_max);
     let md = f64_of(&mut k, m);
     let s = k.mov(Ty::F64, 0.0f64);
+    // f32 Softmax keeps exp(x - max) in `y` (rounded once) and rescales it in the last pass, saving
+    // one exp per element; f16 would round it twice to half precision, so it recomputes.
+    let keep = kind == Kind::Soft && e == Elem::F32;
     layout.for_each(&mut k, &ids, n, |k, j| {
         let xi = at(k, j);
         let xv = load(k, e, x, xi);
@@ -122,6 +125,10 @@ pub(crate) fn softmax_kernel(kind: Kind, e: Elem, n: usize, inner: usize, layout
         let ev = exp64(k, dv);
         let t = k.add(Ty::F64, s, ev);
         k.assign(s, t);
+        if keep {
+            let ef = f32_of(k, ev);
+            store(k, e, y, xi, ef);
+        }
     });
     layout.reduce(&mut k, &ids, &[s], &combine_add);
     let f = if kind == Kind::Soft {
@@ -131,14 +138,22 @@ pub(crate) fn softmax_kernel(kind: Kind, e: Elem, n: usize, inner: usize, layout
     };
     layout.for_each(&mut k, &ids, n, |k, j| {
         let xi = at(k, j);
-        let xv = load(k, e, x, xi);
-        let xd = f64_of(k, xv);
-        let dv = k.sub(Ty::F64, xd, md);
-        let r = if kind == Kind::Soft {
-            let ev = exp64(k, dv);
+        let r = if keep {
+            // Written by this same thread in the previous pass: a plain (coherent) load.
+            let a = k.addr(y, xi, 4);
+            let ev = k.ld(Space::Global, Ty::F32, a, 0);
+            let ev = f64_of(k, ev);
             k.mul(Ty::F64, ev, f)
         } else {
-            k.sub(Ty::F64, dv, f)
+            let xv = load(k, e, x, xi);
+            let xd = f64_of(k, xv);
+            let dv = k.sub(Ty::F64, xd, md);
+            if kind == Kind::Soft {
+                let ev = exp64(k, dv);
+                k.mul(Ty::F64, ev, f)
+            } else {
+                k.sub(Ty::F64, dv, f)
+            }
         };
         let r = f32_of(k, r);
         store(k, e, y, xi, r);
@@ -195,23 +210,42 @@ mod tests {
     #[test]
     fn kernels_are_well_formed() {
         for (n, inner) in [(5000, 1), (40, 1), (7, 1), (3, 5), (300, 4)] {
-            for layout in [Rows::Thread, Rows::Warp, Rows::Block] {
+            for layout in [
+                Rows::Thread,
+                Rows::Cols(8),
+                Rows::Lanes(4),
+                Rows::Lanes(32),
+                Rows::Block,
+            ] {
                 for kind in [Kind::Soft, Kind::LogSoft, Kind::Hard] {
                     let t = module((9, 0), &[softmax_kernel(kind, Elem::F32, n, inner, layout)]);
                     assert!(t.contains(".visible .entry softmax("), "{t}");
                     assert!(t.contains("L_loop_"), "{t}");
                     assert!(!t.contains(".approx"), "{t}");
-                    assert_eq!(t.contains("bar.sync"), layout == Rows::Block, "{t}");
+                    assert_eq!(
+                        t.contains("bar.sync"),
+                        matches!(layout, Rows::Block | Rows::Cols(_)),
+                        "{t}"
+                    );
                     assert_eq!(kind == Kind::Hard, !t.contains("max.NaN.f32"), "{t}");
                     if kind == Kind::Soft {
                         assert!(t.contains("div.rn.f64"), "{t}");
+                        // The exponentials are kept in y and rescaled: one exp per element.
+                        assert!(t.contains("ld.global.f32"), "{t}");
+                        assert_eq!(t.matches("cvt.rni.s32.f64").count(), 1, "{t}");
                     }
                 }
             }
         }
         let t = module(
             (9, 0),
-            &[softmax_kernel(Kind::Soft, Elem::F16, 64, 1, Rows::Warp)],
+            &[softmax_kernel(
+                Kind::Soft,
+                Elem::F16,
+                64,
+                1,
+                Rows::Lanes(32),
+            )],
         );
         assert!(
             t.contains("cvt.f32.f16") && t.contains("cvt.rn.f16.f32"),

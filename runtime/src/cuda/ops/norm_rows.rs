@@ -1,0 +1,490 @@
+//! Row normalizations (Instance, Layer and Group normalization): each normalized group is a
+//! contiguous row. Rows that fill the device take one row kernel (three passes in f64: the mean, the
+//! centred variance, then `(x - mean) · inv · scale + bias` rounded once); a few long rows take
+//! their statistics in chunks (mean and M2 per chunk, merged per row), then one thread per element.
+//! The ops differ only in where a row's scale and bias come from ([`ParamAt`]).
+use super::super::reduce::rows::{
+    BLOCK, Elem, Rows, combine_add, d, f32_of, load_f64, store, store_f64,
+};
+use super::super::{offsets, require_u32_len, thread_index};
+use crate::cuda::driver::Arg;
+use crate::cuda::ptx::{Kernel, Reg, Space, Ty, module};
+use crate::cuda::{DevTensor, Inputs, KResult, Run, blocks, dev_input};
+use crate::tensor::DType;
+
+/// Where element `j` of row `row` finds its scale and bias.
+#[derive(Clone, Debug)]
+pub(crate) enum ParamAt {
+    /// Indexed by the column through these (simplified) dims and per-parameter strides [scale, bias]
+    /// (LayerNormalization's broadcast parameters).
+    Cols {
+        shape: Vec<usize>,
+        strides: Vec<Vec<i64>>,
+    },
+    /// One per row: `row % c` (InstanceNormalization, per-group GroupNormalization).
+    Row { c: usize },
+    /// Per channel within a group: `(row % g) · cpg + j / inner` (GroupNormalization, opset 21).
+    Channel { g: usize, cpg: usize, inner: usize },
+}
+
+/// A row normalization: rows of `cols` contiguous elements.
+#[derive(Clone, Debug)]
+pub(crate) struct RowNorm {
+    pub x: Elem,
+    pub scale: Elem,
+    /// The bias's element type, `None` when there is no bias (LayerNormalization's optional B).
+    pub bias: Option<Elem>,
+    pub cols: usize,
+    pub eps: f64,
+    pub at: ParamAt,
+    /// Also write each row's mean and 1/stddev as f32.
+    pub stats: bool,
+}
+
+/// `a % m` for a constant `m` (0 taken as 1).
+pub(super) fn rem_const(k: &mut Kernel, a: Reg, m: usize) -> Reg {
+    k.rem(Ty::U32, a, m.max(1) as u32)
+}
+
+/// The pointers of a normalization's data and parameters.
+struct Params {
+    x: Reg,
+    w: Reg,
+    b: Option<Reg>,
+}
+
+impl Params {
+    /// Declares `x`, `scale` and (when there is one) `bias`, in that order.
+    fn declare(k: &mut Kernel, s: &RowNorm) -> Params {
+        let x = k.param_ptr("x");
+        let w = k.param_ptr("scale");
+        let b = s.bias.map(|_| k.param_ptr("bias"));
+        Params { x, w, b }
+    }
+}
+
+/// `(x[i] - mean) · inv · scale + bias` in f64 for element `j` of row `row` (x at flat index `i`).
+#[allow(clippy::too_many_arguments)]
+fn normalize(
+    k: &mut Kernel,
+    s: &RowNorm,
+    p: &Params,
+    i: Reg,
+    row: Reg,
+    j: Reg,
+    mean: Reg,
+    inv: Reg,
+) -> Reg {
+    let v = load_f64(k, s.x, p.x, i);
+    let dv = k.sub(Ty::F64, v, mean);
+    let t = k.mul(Ty::F64, dv, inv);
+    let (wi, bi) = match &s.at {
+        ParamAt::Row { c } => {
+            let r = rem_const(k, row, *c);
+            (r, r)
+        }
+        ParamAt::Channel { g, cpg, inner } => {
+            let r = rem_const(k, row, *g);
+            let ch = k.div(Ty::U32, j, (*inner).max(1) as u32);
+            let ch = k.fma(Ty::U32, r, *cpg as u32, ch);
+            (ch, ch)
+        }
+        ParamAt::Cols { shape, strides } if !shape.is_empty() => {
+            let o = offsets(k, j, shape, strides);
+            (o[0], o[1])
+        }
+        ParamAt::Cols { .. } => {
+            let z = k.mov(Ty::U32, 0u32);
+            (z, z)
+        }
+    };
+    let wv = load_f64(k, s.scale, p.w, wi);
+    let bv = match (p.b, s.bias) {
+        (Some(b), Some(eb)) => load_f64(k, eb, b, bi),
+        _ => k.mov(Ty::F64, 0.0f64),
+    };
+    k.fma(Ty::F64, t, wv, bv)
+}
+
+/// Pass 1 of chunked statistics, `norm_part(x, part, rows)`: block (row, c = `ctaid.y`) takes the
+/// mean and the sum of squared deviations (M2) of elements `[c·len, (c+1)·len)` of its row, two
+/// passes in f64, and stores them at `part[(row · chunks + c) · 2]`.
+pub(crate) fn norm_part_kernel(s: &RowNorm, len: usize, chunks: usize) -> Kernel {
+    let mut k = Kernel::new("norm_part");
+    let x = k.param_ptr("x");
+    let part = k.param_ptr("part");
+    let nrows = k.param("rows", Ty::U32);
+    let layout = Rows::Block;
+    let ids = layout.ids(&mut k, nrows);
+    let base = k.mul(Ty::U32, ids.row, s.cols as u32);
+    let c = k.special("ctaid.y");
+    let lo = k.mul(Ty::U32, c, len as u32);
+    let hi = k.add(Ty::U32, lo, len as u32);
+    let hi = k.min(Ty::U32, hi, s.cols as u32);
+    let sum = k.mov(Ty::F64, 0.0f64);
+    layout.for_span(&mut k, &ids, lo, hi, |k, j| {
+        let i = k.add(Ty::U32, base, j);
+        let v = load_f64(k, s.x, x, i);
+        let t = k.add(Ty::F64, sum, v);
+        k.assign(sum, t);
+    });
+    layout.reduce(&mut k, &ids, &[sum], &combine_add);
+    let cnt = k.sub(Ty::U32, hi, lo);
+    let cnt = k.cvt(Ty::F64, Ty::U32, ".rn", cnt);
+    let mean = k.div(Ty::F64, sum, cnt);
+    let sq = k.mov(Ty::F64, 0.0f64);
+    layout.for_span(&mut k, &ids, lo, hi, |k, j| {
+        let i = k.add(Ty::U32, base, j);
+        let v = load_f64(k, s.x, x, i);
+        let dv = k.sub(Ty::F64, v, mean);
+        let t = k.fma(Ty::F64, dv, dv, sq);
+        k.assign(sq, t);
+    });
+    layout.reduce(&mut k, &ids, &[sq], &combine_add);
+    layout.leader(&mut k, &ids, |k| {
+        let at = k.fma(Ty::U32, ids.row, chunks as u32, c);
+        let at = k.mul(Ty::U32, at, 2u32);
+        let a = k.addr(part, at, 8);
+        k.st(Space::Global, a, 0, mean);
+        k.st(Space::Global, a, 8, sq);
+    });
+    k
+}
+
+/// Pass 2, `norm_merge(part, stat, [mean, inv], rows)`: one warp per row merges its chunks'
+/// statistics: the mean is `Σ n_c·mean_c / cols`, then `M2 = Σ (M2_c + n_c·(mean_c - mean)²)`. It
+/// stores the row's mean and 1/stddev as f64 at `stat[row · 2]`, and as f32 in the Mean/InvStdDev
+/// outputs when wanted.
+pub(crate) fn norm_merge_kernel(s: &RowNorm, len: usize, chunks: usize) -> Kernel {
+    let mut k = Kernel::new("norm_merge");
+    let part = k.param_ptr("part");
+    let stat = k.param_ptr("stat");
+    let outs = if s.stats {
+        Some((k.param_ptr("mean"), k.param_ptr("inv")))
+    } else {
+        None
+    };
+    let nrows = k.param("rows", Ty::U32);
+    let layout = Rows::Lanes(32);
+    let ids = layout.ids(&mut k, nrows);
+    let first = k.mul(Ty::U32, ids.row, (chunks * 2) as u32);
+    // Chunk c: its (mean, M2) and its element count as f64.
+    let chunk = |k: &mut Kernel, c: Reg| -> (Reg, Reg, Reg) {
+        let at = k.fma(Ty::U32, c, 2u32, first);
+        let a = k.addr(part, at, 8);
+        let mb = k.ld(Space::Global, Ty::F64, a, 0);
+        let qb = k.ld(Space::Global, Ty::F64, a, 8);
+        let lo = k.mul(Ty::U32, c, len as u32);
+        let left = k.sub(Ty::U32, s.cols as u32, lo);
+        let nb = k.min(Ty::U32, left, len as u32);
+        let nb = k.cvt(Ty::F64, Ty::U32, ".rn", nb);
+        (mb, qb, nb)
+    };
+    let total = k.mov(Ty::F64, 0.0f64);
+    layout.for_each(&mut k, &ids, chunks, |k, c| {
+        let (mb, _, nb) = chunk(k, c);
+        let t = k.fma(Ty::F64, mb, nb, total);
+        k.assign(total, t);
+    });
+    layout.reduce(&mut k, &ids, &[total], &combine_add);
+    let mean = k.div(Ty::F64, total, d(s.cols as f64));
+    let m2 = k.mov(Ty::F64, 0.0f64);
+    layout.for_each(&mut k, &ids, chunks, |k, c| {
+        let (mb, qb, nb) = chunk(k, c);
+        let dv = k.sub(Ty::F64, mb, mean);
+        let sq = k.mul(Ty::F64, dv, dv);
+        let t = k.fma(Ty::F64, sq, nb, qb);
+        let t = k.add(Ty::F64, m2, t);
+        k.assign(m2, t);
+    });
+    layout.reduce(&mut k, &ids, &[m2], &combine_add);
+    let var = k.div(Ty::F64, m2, d(s.cols as f64));
+    let ve = k.add(Ty::F64, var, d(s.eps));
+    let sd = k.unary("sqrt.rn", Ty::F64, ve);
+    let inv = k.div(Ty::F64, d(1.0), sd);
+    layout.leader(&mut k, &ids, |k| {
+        let at = k.mul(Ty::U32, ids.row, 2u32);
+        let a = k.addr(stat, at, 8);
+        k.st(Space::Global, a, 0, mean);
+        k.st(Space::Global, a, 8, inv);
+        if let Some((mp, ip)) = outs {
+            let m32 = f32_of(k, mean);
+            store(k, Elem::F32, mp, ids.row, m32);
+            let i32v = f32_of(k, inv);
+            store(k, Elem::F32, ip, ids.row, i32v);
+        }
+    });
+    k
+}
+
+/// Pass 3, `norm_apply(x, scale, [bias], stat, y, n)`: one thread per element normalizes with its
+/// row's (mean, inv) from `stat`.
+pub(crate) fn norm_apply_kernel(s: &RowNorm) -> Kernel {
+    let mut k = Kernel::new("norm_apply");
+    let p = Params::declare(&mut k, s);
+    let stat = k.param_ptr("stat");
+    let y = k.param_ptr("y");
+    let n = k.param("n", Ty::U32);
+    let i = thread_index(&mut k, n);
+    let row = k.div(Ty::U32, i, s.cols as u32);
+    let j = k.rem(Ty::U32, i, s.cols as u32);
+    let at = k.mul(Ty::U32, row, 2u32);
+    let a = k.addr(stat, at, 8);
+    let mean = k.ld(Space::Global, Ty::F64, a, 0);
+    let inv = k.ld(Space::Global, Ty::F64, a, 8);
+    let r = normalize(&mut k, s, &p, i, row, j, mean, inv);
+    store_f64(&mut k, s.x, y, i, r);
+    k
+}
+
+/// The kernel `rownorm(x, scale, [bias], y, [mean, inv], rows)`.
+pub(crate) fn rownorm_kernel(s: &RowNorm, layout: Rows) -> Kernel {
+    let mut k = Kernel::new("rownorm");
+    let p = Params::declare(&mut k, s);
+    let x = p.x;
+    let y = k.param_ptr("y");
+    let stats = if s.stats {
+        Some((k.param_ptr("mean"), k.param_ptr("inv")))
+    } else {
+        None
+    };
+    let nrows = k.param("rows", Ty::U32);
+    let ids = layout.ids(&mut k, nrows);
+    let base = k.mul(Ty::U32, ids.row, s.cols as u32);
+    let sum = k.mov(Ty::F64, 0.0f64);
+    layout.for_each(&mut k, &ids, s.cols, |k, j| {
+        let i = k.add(Ty::U32, base, j);
+        let v = load_f64(k, s.x, x, i);
+        let t = k.add(Ty::F64, sum, v);
+        k.assign(sum, t);
+    });
+    layout.reduce(&mut k, &ids, &[sum], &combine_add);
+    let cols = d(s.cols as f64);
+    let mean = k.div(Ty::F64, sum, cols);
+    let sq = k.mov(Ty::F64, 0.0f64);
+    layout.for_each(&mut k, &ids, s.cols, |k, j| {
+        let i = k.add(Ty::U32, base, j);
+        let v = load_f64(k, s.x, x, i);
+        let dv = k.sub(Ty::F64, v, mean);
+        let t = k.fma(Ty::F64, dv, dv, sq);
+        k.assign(sq, t);
+    });
+    layout.reduce(&mut k, &ids, &[sq], &combine_add);
+    let var = k.div(Ty::F64, sq, cols);
+    let ve = k.add(Ty::F64, var, d(s.eps));
+    let sd = k.unary("sqrt.rn", Ty::F64, ve);
+    let inv = k.div(Ty::F64, d(1.0), sd);
+    layout.for_each(&mut k, &ids, s.cols, |k, j| {
+        let i = k.add(Ty::U32, base, j);
+        let r = normalize(k, s, &p, i, ids.row, j, mean, inv);
+        store_f64(k, s.x, y, i, r);
+    });
+    if let Some((mp, ip)) = stats {
+        layout.leader(&mut k, &ids, |k| {
+            let m32 = f32_of(k, mean);
+            store(k, Elem::F32, mp, ids.row, m32);
+            let i32v = f32_of(k, inv);
+            store(k, Elem::F32, ip, ids.row, i32v);
+        });
+    }
+    k
+}
+
+/// Runs a row normalization of input 0 (scale input 1, bias input 2 when `s.bias`); returns the
+/// output and, with `s.stats`, the (mean, inv) tensors of `stat_shape`.
+pub(super) fn rownorm_run(
+    run: &Run,
+    inputs: &dyn Inputs,
+    s: &RowNorm,
+    shape: &[usize],
+    rows: usize,
+) -> KResult<(DevTensor, Option<(DevTensor, DevTensor)>)> {
+    rownorm_run_stats(run, inputs, s, shape, rows, &[])
+}
+
+pub(super) fn rownorm_run_stats(
+    run: &Run,
+    inputs: &dyn Inputs,
+    s: &RowNorm,
+    shape: &[usize],
+    rows: usize,
+    stat_shape: &[usize],
+) -> KResult<(DevTensor, Option<(DevTensor, DevTensor)>)> {
+    let total = require_u32_len(shape)?;
+    let x = dev_input(inputs, 0)?;
+    let w = dev_input(inputs, 1)?;
+    let b = match s.bias {
+        Some(_) => Some(dev_input(inputs, 2)?),
+        None => None,
+    };
+    let y = run.alloc(s.x.dtype(), shape)?;
+    let st = if s.stats {
+        Some((
+            run.alloc(DType::F32, stat_shape)?,
+            run.alloc(DType::F32, stat_shape)?,
+        ))
+    } else {
+        None
+    };
+    if rows == 0 || (total == 0 && !s.stats) {
+        return Ok((y, st));
+    }
+    let mut params = vec![Arg::Ptr(x.ptr()), Arg::Ptr(w.ptr())];
+    if let Some(b) = &b {
+        params.push(Arg::Ptr(b.ptr()));
+    }
+    let outs: Vec<Arg> = st
+        .iter()
+        .flat_map(|(m, i)| [Arg::Ptr(m.ptr()), Arg::Ptr(i.ptr())])
+        .collect();
+    let layout = Rows::choose(rows, s.cols, true);
+    let chunks = if layout == Rows::Block {
+        norm_chunks(rows, s.cols)
+    } else {
+        1
+    };
+    if chunks <= 1 {
+        let mut args = params;
+        args.push(Arg::Ptr(y.ptr()));
+        args.extend(outs);
+        args.push(Arg::U32(rows as u32));
+        let ptx = module(run.cc(), &[rownorm_kernel(s, layout)]);
+        run.launch(
+            &ptx,
+            "rownorm",
+            (layout.grid(rows), 1, 1),
+            (BLOCK, 1, 1),
+            0,
+            &args,
+        )?;
+        return Ok((y, st));
+    }
+    // Few long rows: statistics in chunks, merged per row, then one thread per element.
+    let len = s.cols.div_ceil(chunks);
+    let chunks = s.cols.div_ceil(len);
+    let part = run.alloc(DType::F64, &[rows * chunks * 2])?;
+    let stat = run.alloc(DType::F64, &[rows * 2])?;
+    let n = Arg::U32(rows as u32);
+    let ptx = module(run.cc(), &[norm_part_kernel(s, len, chunks)]);
+    let args = [Arg::Ptr(x.ptr()), Arg::Ptr(part.ptr()), n];
+    run.launch(
+        &ptx,
+        "norm_part",
+        (rows as u32, chunks as u32, 1),
+        (BLOCK, 1, 1),
+        0,
+        &args,
+    )?;
+    let ptx = module(run.cc(), &[norm_merge_kernel(s, len, chunks)]);
+    let mut args = vec![Arg::Ptr(part.ptr()), Arg::Ptr(stat.ptr())];
+    args.extend(outs);
+    args.push(n);
+    let grid = Rows::Lanes(32).grid(rows);
+    run.launch(&ptx, "norm_merge", (grid, 1, 1), (BLOCK, 1, 1), 0, &args)?;
+    let ptx = module(run.cc(), &[norm_apply_kernel(s)]);
+    let mut args = params;
+    args.push(Arg::Ptr(stat.ptr()));
+    args.push(Arg::Ptr(y.ptr()));
+    args.push(Arg::U32(total));
+    let grid = blocks(total as usize, BLOCK);
+    run.launch(&ptx, "norm_apply", (grid, 1, 1), (BLOCK, 1, 1), 0, &args)?;
+    run.release(part);
+    run.release(stat);
+    Ok((y, st))
+}
+
+/// Chunks per row when `rows` rows of `cols` elements would leave the device mostly idle with one
+/// block per row: about a thousand blocks, each thread still taking a few elements per pass.
+fn norm_chunks(rows: usize, cols: usize) -> usize {
+    if rows >= 512 {
+        return 1;
+    }
+    let want = 1024usize.div_ceil(rows.max(1));
+    let most = cols / (BLOCK as usize * 8);
+    want.min(most).clamp(1, 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(k: Kernel) -> String {
+        let t = module((9, 0), &[k]);
+        assert!(!t.contains(".approx"), "{t}");
+        t
+    }
+
+    #[test]
+    fn rownorm_kernels_are_well_formed() {
+        let ats = [
+            ParamAt::Row { c: 3 },
+            ParamAt::Channel {
+                g: 2,
+                cpg: 3,
+                inner: 5,
+            },
+            ParamAt::Cols {
+                shape: vec![4, 5],
+                strides: vec![vec![5, 1], vec![0, 1]],
+            },
+            ParamAt::Cols {
+                shape: vec![],
+                strides: vec![vec![], vec![]],
+            },
+        ];
+        for at in ats {
+            for layout in [Rows::Thread, Rows::Lanes(4), Rows::Lanes(32), Rows::Block] {
+                for (bias, stats) in [(Some(Elem::F32), false), (None, true)] {
+                    let s = RowNorm {
+                        x: Elem::F32,
+                        scale: Elem::F32,
+                        bias,
+                        cols: 20,
+                        eps: 1e-5,
+                        at: at.clone(),
+                        stats,
+                    };
+                    let t = text(rownorm_kernel(&s, layout));
+                    assert!(t.contains(".visible .entry rownorm("), "{t}");
+                    assert!(t.contains("sqrt.rn.f64") && t.contains("div.rn.f64"), "{t}");
+                    assert_eq!(t.contains(".param .u64 bias"), bias.is_some(), "{t}");
+                    assert_eq!(t.contains(".param .u64 mean"), stats, "{t}");
+                    assert_eq!(t.contains("bar.sync"), layout == Rows::Block, "{t}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn chunked_statistics_kernels_are_well_formed() {
+        let s = RowNorm {
+            x: Elem::F16,
+            scale: Elem::F32,
+            bias: Some(Elem::F32),
+            cols: 40960,
+            eps: 1e-5,
+            at: ParamAt::Channel {
+                g: 32,
+                cpg: 10,
+                inner: 4096,
+            },
+            stats: true,
+        };
+        let t = text(norm_part_kernel(&s, 2048, 20));
+        assert!(t.contains("%ctaid.y") && t.contains("bar.sync"), "{t}");
+        assert!(t.contains("st.global.f64"), "{t}");
+        let t = text(norm_merge_kernel(&s, 2048, 20));
+        assert!(
+            t.contains(".param .u64 mean") && t.contains("ld.global.f64"),
+            "{t}"
+        );
+        let t = text(norm_apply_kernel(&s));
+        assert!(
+            t.contains(".param .u64 stat") && t.contains("cvt.rn.f16.f32"),
+            "{t}"
+        );
+        assert_eq!(norm_chunks(32, 40960), 20);
+        assert_eq!(norm_chunks(2048, 40960), 1);
+        assert_eq!(norm_chunks(2, 1000), 1);
+    }
+}

@@ -1,0 +1,156 @@
+//! Tests of the pooling kernels (a child module of `pool`).
+use super::*;
+use crate::ir::Attr;
+use crate::ops::Kernel;
+use crate::ops::testing::run_kernel;
+
+fn call(k: Kernel, attrs: Vec<(&str, Attr)>, x: Tensor, outs: usize) -> Vec<Tensor> {
+    run_kernel(k, "X", 22, attrs, vec![Some(x)], outs).unwrap()
+}
+
+fn rand(seed: u64, n: usize) -> Vec<f32> {
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+fn ints(v: &[i64]) -> Attr {
+    Attr::Ints(v.to_vec())
+}
+
+#[test]
+fn maxpool_ceil_dilation_pads_col_major_indices() {
+    // 2-D, H=5, W=6, kernel 2x3, strides 2x2, dilations 2x1, pads [1,0,0,1], ceil_mode.
+    let (h, w) = (5usize, 6usize);
+    let xv = rand(1, 2 * h * w);
+    let x = Tensor::from_f32(&[1, 2, h, w], xv.clone()).unwrap();
+    let attrs = vec![
+        ("kernel_shape", ints(&[2, 3])),
+        ("strides", ints(&[2, 2])),
+        ("dilations", ints(&[2, 1])),
+        ("pads", ints(&[1, 0, 0, 1])),
+        ("ceil_mode", Attr::Int(1)),
+        ("storage_order", Attr::Int(1)),
+    ];
+    let out = call(max_pool, attrs, x, 2);
+    // rows: (5+1-3)/2 ceil +1 = 3 (last start 3 < 5+1); cols: (6+1-3)/2 +1 = 3.
+    assert_eq!(out[0].shape(), &[1, 2, 3, 3]);
+    let (vals, idx) = (out[0].to_f64_vec().unwrap(), out[1].to_i64_vec().unwrap());
+    for c in 0..2 {
+        for i in 0..3 {
+            for j in 0..3 {
+                let mut best: Option<(f32, i64)> = None;
+                for a in 0..2 {
+                    for b in 0..3 {
+                        let (yy, xx) = ((i * 2 + a * 2) as i64 - 1, (j * 2 + b) as i64);
+                        if yy < 0 || yy >= h as i64 || xx >= w as i64 {
+                            continue;
+                        }
+                        let v = xv[(c * h + yy as usize) * w + xx as usize];
+                        if best.is_none_or(|(bv, _)| v > bv) {
+                            best = Some((v, (c * h * w) as i64 + yy + xx * h as i64));
+                        }
+                    }
+                }
+                let (bv, bi) = best.unwrap();
+                let o = (c * 3 + i) * 3 + j;
+                assert_eq!((vals[o] as f32, idx[o]), (bv, bi), "at {o}");
+            }
+        }
+    }
+}
+
+#[test]
+fn averagepool_count_include_pad_ceil_1d() {
+    // L=5, k=3, s=2, pads [1,1], ceil: windows start at -1, 1, 3 (3 < 5+1), last one overhangs.
+    let xv = rand(2, 5);
+    let x = Tensor::from_f32(&[1, 1, 5], xv.clone()).unwrap();
+    for include in [0, 1] {
+        let attrs = vec![
+            ("kernel_shape", ints(&[3])),
+            ("strides", ints(&[2])),
+            ("pads", ints(&[1, 1])),
+            ("ceil_mode", Attr::Int(1)),
+            ("count_include_pad", Attr::Int(include)),
+        ];
+        let got = call(average_pool, attrs, x.clone(), 1)
+            .remove(0)
+            .to_f64_vec()
+            .unwrap();
+        assert_eq!(got.len(), 3);
+        for (o, g) in got.iter().enumerate() {
+            let st = o as i64 * 2 - 1;
+            let pos: Vec<i64> = (st..st + 3).collect();
+            let sum: f32 = pos
+                .iter()
+                .filter(|&&p| (0..5).contains(&p))
+                .map(|&p| xv[p as usize])
+                .sum();
+            let n = pos
+                .iter()
+                .filter(|&&p| {
+                    if include == 1 {
+                        (-1..6).contains(&p)
+                    } else {
+                        (0..5).contains(&p)
+                    }
+                })
+                .count();
+            assert!(
+                (*g as f32 - sum / n as f32).abs() < 1e-5,
+                "include {include} at {o}: {g} vs {}",
+                sum / n as f32
+            );
+        }
+    }
+}
+
+/// A NaN makes its windows' max NaN, with the first NaN's index; the next window without one is
+/// unaffected.
+#[test]
+fn maxpool_nan_propagates_with_first_index() {
+    let nan = f32::NAN;
+    let x = Tensor::from_f32(&[1, 1, 6], vec![1.0, nan, 3.0, nan, 0.5, 2.0]).unwrap();
+    let out = call(max_pool, vec![("kernel_shape", ints(&[2]))], x, 2);
+    let (v, i) = (out[0].to_f64_vec().unwrap(), out[1].to_i64_vec().unwrap());
+    assert!(v[..4].iter().all(|v| v.is_nan()), "{v:?}");
+    assert_eq!(v[4], 2.0);
+    assert_eq!(i, vec![1, 1, 3, 3, 5]);
+    // A NaN first in the window stays too.
+    let x = Tensor::from_f32(&[1, 1, 3], vec![nan, 4.0, nan]).unwrap();
+    let out = call(max_pool, vec![("kernel_shape", ints(&[3]))], x, 2);
+    assert!(out[0].to_f64_vec().unwrap()[0].is_nan());
+    assert_eq!(out[1].to_i64_vec().unwrap(), vec![0]);
+}
+
+/// Windows wholly in the padding (here made by dilation and SAME_LOWER padding) give -inf and
+/// index -1; a window with a tap inside gives its max.
+#[test]
+fn maxpool_window_in_padding_is_minus_infinity() {
+    let x = Tensor::from_f32(&[1, 1, 3, 1], vec![0.33, 0.62, -0.18]).unwrap();
+    let attrs = vec![
+        ("auto_pad", Attr::String(b"SAME_LOWER".to_vec())),
+        ("dilations", ints(&[1, 2])),
+        ("kernel_shape", ints(&[2, 2])),
+    ];
+    let out = call(max_pool, attrs, x, 2);
+    assert_eq!(out[0].shape(), &[1, 1, 3, 1]);
+    assert_eq!(out[0].to_f64_vec().unwrap(), vec![f64::NEG_INFINITY; 3]);
+    assert_eq!(out[1].to_i64_vec().unwrap(), vec![-1; 3]);
+    let x = Tensor::from_f32(&[1, 1, 1], vec![7.0]).unwrap();
+    let attrs = vec![
+        ("kernel_shape", ints(&[2])),
+        ("dilations", ints(&[2])),
+        ("pads", ints(&[1, 1])),
+    ];
+    let out = call(max_pool, attrs, x, 1);
+    assert_eq!(out[0].to_f64_vec().unwrap(), vec![f64::NEG_INFINITY]);
+}
