@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use quorum::ir::{Attr, Model, Node};
-use quorum::{DType, Tensor, Value};
+use quorum::{Tensor, Value};
 use quorum_oracle::{self as oracle, Oracle};
 
 use crate::arbitrate::{self, Verdict};
@@ -346,87 +346,17 @@ fn run_bound(
 }
 
 fn node_spec(n: &Node) -> Result<oracle::NodeSpec, EngineError> {
-    let mut attrs = std::collections::BTreeMap::new();
-    for (k, a) in &n.attrs {
-        let v = match a {
-            Attr::Int(v) => oracle::Attr::Int(*v),
-            Attr::Float(v) => oracle::Attr::Float(*v as f64),
-            Attr::Ints(v) => oracle::Attr::Ints(v.clone()),
-            Attr::Floats(v) => oracle::Attr::Floats(v.iter().map(|&x| x as f64).collect()),
-            Attr::String(s) => oracle::Attr::String(String::from_utf8_lossy(s).into_owned()),
-            Attr::Strings(s) => oracle::Attr::Strings(
-                s.iter()
-                    .map(|x| String::from_utf8_lossy(x).into_owned())
-                    .collect(),
-            ),
-            other => {
-                return Err(EngineError::Unsupported(format!(
-                    "node '{}' ({}): attribute '{k}' of kind {} is not passed to the oracles",
-                    n.name,
-                    n.op_type,
-                    other.kind()
-                )));
-            }
-        };
-        attrs.insert(k.clone(), v);
-    }
-    Ok(oracle::NodeSpec {
-        domain: n.domain.clone(),
-        op_type: n.op_type.clone(),
-        opset: n.opset,
-        attrs,
-        num_outputs: n.outputs.len(),
+    quorum::verify::node_spec(n).map_err(|why| {
+        EngineError::Unsupported(format!("node '{}' ({}): {why}", n.name, n.op_type))
     })
 }
 
-fn to_oracle_dtype(d: DType) -> Option<oracle::DType> {
-    use oracle::DType as O;
-    Some(match d {
-        DType::F32 => O::F32,
-        DType::F64 => O::F64,
-        DType::F16 => O::F16,
-        DType::BF16 => O::BF16,
-        DType::I8 => O::I8,
-        DType::I16 => O::I16,
-        DType::I32 => O::I32,
-        DType::I64 => O::I64,
-        DType::U8 => O::U8,
-        DType::U16 => O::U16,
-        DType::U32 => O::U32,
-        DType::U64 => O::U64,
-        DType::Bool => O::Bool,
-        _ => return None,
-    })
-}
-
-fn from_oracle_dtype(d: oracle::DType) -> DType {
-    use oracle::DType as O;
-    match d {
-        O::F32 => DType::F32,
-        O::F64 => DType::F64,
-        O::F16 => DType::F16,
-        O::BF16 => DType::BF16,
-        O::I8 => DType::I8,
-        O::I16 => DType::I16,
-        O::I32 => DType::I32,
-        O::I64 => DType::I64,
-        O::U8 => DType::U8,
-        O::U16 => DType::U16,
-        O::U32 => DType::U32,
-        O::U64 => DType::U64,
-        O::Bool => DType::Bool,
-    }
-}
+use quorum::verify::from_oracle_dtype;
 
 fn to_oracle(t: &Tensor) -> Result<oracle::Value, EngineError> {
-    let dtype = to_oracle_dtype(t.dtype()).ok_or_else(|| {
+    quorum::verify::to_oracle(t).ok_or_else(|| {
         EngineError::Unsupported(format!("the oracles take no {} values", t.dtype()))
-    })?;
-    let data = t
-        .to_f64_vec()
-        .map_err(|e| EngineError::Unsupported(e.to_string()))?;
-    oracle::Value::new(dtype, t.shape().to_vec(), data)
-        .map_err(|e| EngineError::Failed(e.to_string()))
+    })
 }
 
 /// The graph's values before any node runs: initializers and the given inputs.

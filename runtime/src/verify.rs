@@ -65,7 +65,8 @@ pub enum Check {
     Unsettled(String),
 }
 
-fn oracle_dtype(d: DType) -> Option<oracle::DType> {
+/// The oracles' name for a dtype (`None` for types they do not take).
+pub fn oracle_dtype(d: DType) -> Option<oracle::DType> {
     use oracle::DType as O;
     Some(match d {
         DType::F32 => O::F32,
@@ -83,6 +84,26 @@ fn oracle_dtype(d: DType) -> Option<oracle::DType> {
         DType::Bool => O::Bool,
         _ => return None,
     })
+}
+
+/// The runtime's dtype for an oracle dtype.
+pub fn from_oracle_dtype(d: oracle::DType) -> DType {
+    use oracle::DType as O;
+    match d {
+        O::F32 => DType::F32,
+        O::F64 => DType::F64,
+        O::F16 => DType::F16,
+        O::BF16 => DType::BF16,
+        O::I8 => DType::I8,
+        O::I16 => DType::I16,
+        O::I32 => DType::I32,
+        O::I64 => DType::I64,
+        O::U8 => DType::U8,
+        O::U16 => DType::U16,
+        O::U32 => DType::U32,
+        O::U64 => DType::U64,
+        O::Bool => DType::Bool,
+    }
 }
 
 /// A tensor as the oracles' value type (`None` for types the oracles do not take).

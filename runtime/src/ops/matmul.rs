@@ -320,6 +320,39 @@ pub(crate) fn matmul_nd<T: MmElem>(
     b: &ArrayD<T>,
 ) -> OpResult<ArrayD<T>> {
     let (ash, bsh) = (a.shape(), b.shape());
+    let MatMulShape {
+        m,
+        k: ka,
+        n,
+        a_batch,
+        b_batch,
+        out_shape,
+        ..
+    } = matmul_shape(ash, bsh)?;
+    let (a_batch, b_batch) = (a_batch.as_slice(), b_batch.as_slice());
+    ctx.check_alloc(&out_shape, std::mem::size_of::<T>())?;
+    let a = a.as_standard_layout();
+    let b = b.as_standard_layout();
+    let (Some(asl), Some(bsl)) = (a.as_slice(), b.as_slice()) else {
+        bail!("MatMul: non-contiguous operand")
+    };
+    let (out, _) = batched_mm(asl, a_batch, bsl, b_batch, m, ka, n)?;
+    Ok(ArrayD::from_shape_vec(IxDyn(&out_shape), out)?)
+}
+
+/// MatMul's shapes (numpy matmul rules): 1-D operands promoted and their unit dim removed from the
+/// output, batch dims broadcast. Shared by every backend.
+pub(crate) struct MatMulShape {
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+    pub a_batch: Vec<usize>,
+    pub b_batch: Vec<usize>,
+    pub batch: Vec<usize>,
+    pub out_shape: Vec<usize>,
+}
+
+pub(crate) fn matmul_shape(ash: &[usize], bsh: &[usize]) -> OpResult<MatMulShape> {
     if ash.is_empty() || bsh.is_empty() {
         bail!("MatMul operands must have rank >= 1, got {ash:?} and {bsh:?}");
     }
@@ -347,14 +380,15 @@ pub(crate) fn matmul_nd<T: MmElem>(
     if rb > 1 {
         out_shape.push(n);
     }
-    ctx.check_alloc(&out_shape, std::mem::size_of::<T>())?;
-    let a = a.as_standard_layout();
-    let b = b.as_standard_layout();
-    let (Some(asl), Some(bsl)) = (a.as_slice(), b.as_slice()) else {
-        bail!("MatMul: non-contiguous operand")
-    };
-    let (out, _) = batched_mm(asl, a_batch, bsl, b_batch, m, ka, n)?;
-    Ok(ArrayD::from_shape_vec(IxDyn(&out_shape), out)?)
+    Ok(MatMulShape {
+        m,
+        k: ka,
+        n,
+        a_batch: a_batch.to_vec(),
+        b_batch: b_batch.to_vec(),
+        batch,
+        out_shape,
+    })
 }
 
 fn to_f32<T: Copy>(a: &ArrayD<T>, f: fn(T) -> f32) -> ArrayD<f32> {

@@ -440,13 +440,18 @@ fn axes_input_since(op: Op) -> i64 {
     if op == Op::Sum { 13 } else { 18 }
 }
 
-fn reduce(ctx: &OpCtx, inputs: &[Option<&Value>], op: Op) -> OpResult<Vec<Value>> {
-    let x = input(inputs, 0)?;
-    let rank = x.rank();
-    let keepdims = ctx.attr_i("keepdims", 1)? != 0;
-    let axes: Vec<i64> = if ctx.opset() >= axes_input_since(op) || ctx.attr("axes").is_none() {
-        match opt_input(inputs, 1)? {
-            Some(t) => t.to_i64_vec()?,
+/// The reduced axes of a Reduce* node, sorted and deduplicated: `axes` from the second input
+/// (`axes_in`) from opset `since` on or when the attribute is absent, else the attribute; no axes means
+/// every axis unless `noop_with_empty_axes`. Shared by every backend.
+pub(crate) fn reduced_axes(
+    ctx: &OpCtx,
+    rank: usize,
+    axes_in: Option<Vec<i64>>,
+    since: i64,
+) -> OpResult<Vec<usize>> {
+    let axes: Vec<i64> = if ctx.opset() >= since || ctx.attr("axes").is_none() {
+        match axes_in {
+            Some(v) => v,
             None => ctx.attr_opt_ints("axes")?.unwrap_or_default(),
         }
     } else {
@@ -469,6 +474,15 @@ fn reduce(ctx: &OpCtx, inputs: &[Option<&Value>], op: Op) -> OpResult<Vec<Value>
     }
     norm.sort_unstable();
     norm.dedup();
+    Ok(norm)
+}
+
+fn reduce(ctx: &OpCtx, inputs: &[Option<&Value>], op: Op) -> OpResult<Vec<Value>> {
+    let x = input(inputs, 0)?;
+    let rank = x.rank();
+    let keepdims = ctx.attr_i("keepdims", 1)? != 0;
+    let axes_in = opt_input(inputs, 1)?.map(|t| t.to_i64_vec()).transpose()?;
+    let norm = reduced_axes(ctx, rank, axes_in, axes_input_since(op))?;
     let g = geometry(x.shape(), &norm);
     let out = match x {
         Tensor::F32(a) => Tensor::F32(reduce_array(a, &g, keepdims, op)?),

@@ -25,7 +25,6 @@ use crate::cuda::{CudaKernel, Inputs, KError, KResult, Run, blocks, dev_input};
 use crate::error::OpError;
 use crate::ir::Node;
 use crate::ops::OpCtx;
-use crate::ops::broadcast::broadcast_shapes;
 use crate::tensor::DType;
 
 /// Op types this family claims in at least one form.
@@ -469,38 +468,16 @@ fn matmul(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>
     let b = dev_input(inputs, 1)?;
     let dtype = float_dtype("MatMul", &[&a, &b])?;
     let (ash, bsh) = (a.shape.clone(), b.shape.clone());
-    if ash.is_empty() || bsh.is_empty() {
-        return Err(invalid(format!(
-            "MatMul operands must have rank >= 1, got {ash:?} and {bsh:?}"
-        )));
-    }
-    let (ra, rb) = (ash.len(), bsh.len());
-    let (m, ka) = if ra == 1 {
-        (1, ash[0])
-    } else {
-        (ash[ra - 2], ash[ra - 1])
-    };
-    let (kb, n) = if rb == 1 {
-        (bsh[0], 1)
-    } else {
-        (bsh[rb - 2], bsh[rb - 1])
-    };
-    if ka != kb {
-        return Err(invalid(format!(
-            "MatMul inner dimensions differ: {ash:?} x {bsh:?}"
-        )));
-    }
-    let k = ka;
-    let a_batch = if ra <= 2 { &[][..] } else { &ash[..ra - 2] };
-    let b_batch = if rb <= 2 { &[][..] } else { &bsh[..rb - 2] };
-    let batch = broadcast_shapes(&[a_batch, b_batch])?;
-    let mut out_shape = batch.clone();
-    if ra > 1 {
-        out_shape.push(m);
-    }
-    if rb > 1 {
-        out_shape.push(n);
-    }
+    let crate::ops::matmul::MatMulShape {
+        m,
+        k,
+        n,
+        a_batch,
+        b_batch,
+        batch,
+        out_shape,
+    } = crate::ops::matmul::matmul_shape(&ash, &bsh)?;
+    let (a_batch, b_batch) = (a_batch.as_slice(), b_batch.as_slice());
     ctx.check_alloc(&out_shape, if dtype == DType::F16 { 2 } else { 4 })?;
     require_u32_len(&ash)?;
     require_u32_len(&bsh)?;

@@ -17,7 +17,7 @@ use super::{offsets, require_u32_len, strides};
 use crate::cuda::driver::Arg;
 use crate::cuda::ptx::{Cmp, Kernel, Reg, Space, Ty, module};
 use crate::cuda::{CudaKernel, DevTensor, Inputs, KError, KResult, Run, dev_input, host_i64s};
-use crate::error::{OpError, OpResult};
+use crate::error::OpError;
 use crate::ir::Node;
 use crate::ops::reduce::geometry;
 use crate::ops::{OpCtx, norm_axis};
@@ -472,43 +472,15 @@ fn launch_fold(
     Ok(())
 }
 
-/// The reduced axes of a Reduce* node (sorted, deduplicated), the CPU kernel's rules: `axes` from the
-/// second input from `since` on (or when the attribute is absent), empty axes = all axes unless
-/// `noop_with_empty_axes`.
+/// The reduced axes of a Reduce* node, by the rules every backend shares
+/// (`crate::ops::reduce::reduced_axes`).
 fn reduced_axes(ctx: &OpCtx, inputs: &dyn Inputs, rank: usize, since: i64) -> KResult<Vec<usize>> {
-    let from_input = |inputs: &dyn Inputs| -> KResult<Option<Vec<i64>>> {
-        if inputs.len() > 1 && inputs.present(1) {
-            host_i64s(inputs, 1)
-        } else {
-            Ok(None)
-        }
-    };
-    let axes: Vec<i64> = if ctx.opset() >= since || ctx.attr("axes").is_none() {
-        match from_input(inputs)? {
-            Some(v) => v,
-            None => ctx.attr_opt_ints("axes")?.unwrap_or_default(),
-        }
+    let axes_in = if inputs.len() > 1 && inputs.present(1) {
+        host_i64s(inputs, 1)?
     } else {
-        ctx.attr_opt_ints("axes")?.unwrap_or_default()
+        None
     };
-    let noop = ctx.attr_i("noop_with_empty_axes", 0)? != 0;
-    let mut norm: Vec<usize> = if axes.is_empty() {
-        if noop {
-            Vec::new()
-        } else {
-            (0..rank).collect()
-        }
-    } else {
-        axes.iter()
-            .map(|&a| norm_axis(a, rank))
-            .collect::<OpResult<_>>()?
-    };
-    if rank == 0 {
-        norm.clear();
-    }
-    norm.sort_unstable();
-    norm.dedup();
-    Ok(norm)
+    Ok(crate::ops::reduce::reduced_axes(ctx, rank, axes_in, since)?)
 }
 
 fn input_shape(inputs: &dyn Inputs, i: usize) -> KResult<Vec<usize>> {
