@@ -152,5 +152,35 @@ pub fn write_summary(dir: &Path, reports: &[EngineReport]) -> Result<()> {
         s.push_str(&r.markdown());
         s.push('\n');
     }
+    // Engines that did not run here (a GPU engine on a machine without one) keep their last report.
+    let mut others: Vec<String> = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            let path = e.path();
+            let Some(name) = path.file_stem().and_then(|n| n.to_str()) else {
+                continue;
+            };
+            if path.extension().is_none_or(|x| x != "json") || reports.iter().any(|r| r.engine == name) {
+                continue;
+            }
+            let Ok(j) = std::fs::read_to_string(&path)
+                .map_err(anyhow::Error::from)
+                .and_then(|t| Ok(serde_json::from_str::<serde_json::Value>(&t)?))
+            else {
+                continue;
+            };
+            let t = &j["totals"];
+            others.push(format!(
+                "| `{name}` | {} | {} | {} | {} | {} | {} |\n",
+                j["device"].as_str().unwrap_or("?"),
+                t["pass"], t["fail"], t["unsupported"], t["nondeterministic"], t["total"]
+            ));
+        }
+    }
+    if !others.is_empty() {
+        others.sort();
+        s.push_str("## Engines not run on this machine (their last reports)\n\n| engine | device | pass | fail | unsupported | nondeterministic | total |\n|---|---|---|---|---|---|---|\n");
+        others.iter().for_each(|o| s.push_str(o));
+    }
     std::fs::write(dir.join("summary.md"), s).context("writing summary.md")
 }
