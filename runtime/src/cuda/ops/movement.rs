@@ -151,7 +151,7 @@ fn k_view(ctx: &OpCtx, _: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>> 
         None
     };
     let shape = view_shape(ctx, &x.shape, param)?;
-    if shape.iter().product::<usize>() != x.len() {
+    if shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)) != Some(x.len()) {
         return Err(KError::Op(OpError::Invalid(format!(
             "cannot view {:?} as {shape:?}",
             x.shape
@@ -422,8 +422,10 @@ fn k_pad(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>>
     if n == 0 {
         return Ok(vec![out]);
     }
-    if !fits_i32(&x.shape, &contiguous(&x.shape), 0) {
-        decline!("Pad input beyond 32-bit indexing");
+    if !fits_i32(&x.shape, &contiguous(&x.shape), 0)
+        || begin.iter().any(|&b| i32::try_from(b).is_err())
+    {
+        decline!("Pad input or pads beyond 32-bit indexing");
     }
     let (ty, size) = elem_ty(&x)?;
     // The constant as the element type's bits.
