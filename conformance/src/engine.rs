@@ -40,7 +40,8 @@ fn classify(e: quorum::Error) -> EngineError {
 /// Quorum's CPU backend.
 pub struct Cpu;
 
-struct CpuModel(Session);
+/// A runtime session, whatever its providers (the cpu and cuda engines).
+struct SessionModel(Session);
 
 impl Engine for Cpu {
     fn name(&self) -> &str {
@@ -48,13 +49,13 @@ impl Engine for Cpu {
     }
 
     fn prepare(&self, model: &Path) -> Result<Box<dyn Prepared>, EngineError> {
-        Ok(Box::new(CpuModel(
+        Ok(Box::new(SessionModel(
             Session::from_file(model, SessionOptions::default()).map_err(classify)?,
         )))
     }
 }
 
-impl Prepared for CpuModel {
+impl Prepared for SessionModel {
     fn run(&self, inputs: Vec<(String, Value)>) -> Result<Vec<Value>, EngineError> {
         Ok(self
             .0
@@ -83,7 +84,7 @@ impl Engine for Cuda {
             providers: vec![quorum::Provider::Cuda, quorum::Provider::Cpu],
             ..Default::default()
         };
-        Ok(Box::new(CpuModel(
+        Ok(Box::new(SessionModel(
             Session::from_file(model, options).map_err(classify)?,
         )))
     }
@@ -94,7 +95,10 @@ pub fn cuda_device() -> Option<String> {
     #[cfg(feature = "cuda")]
     if let Ok(d) = quorum::cuda::Device::get() {
         let (ma, mi) = d.ctx.info.compute_capability;
-        return Some(format!("{} (compute capability {ma}.{mi})", d.ctx.info.name));
+        return Some(format!(
+            "{} (compute capability {ma}.{mi})",
+            d.ctx.info.name
+        ));
     }
     None
 }

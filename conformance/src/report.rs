@@ -160,7 +160,9 @@ pub fn write_summary(dir: &Path, reports: &[EngineReport]) -> Result<()> {
             let Some(name) = path.file_stem().and_then(|n| n.to_str()) else {
                 continue;
             };
-            if path.extension().is_none_or(|x| x != "json") || reports.iter().any(|r| r.engine == name) {
+            if path.extension().is_none_or(|x| x != "json")
+                || reports.iter().any(|r| r.engine == name)
+            {
                 continue;
             }
             let Ok(j) = std::fs::read_to_string(&path)
@@ -173,7 +175,11 @@ pub fn write_summary(dir: &Path, reports: &[EngineReport]) -> Result<()> {
             others.push(format!(
                 "| `{name}` | {} | {} | {} | {} | {} | {} |\n",
                 j["device"].as_str().unwrap_or("?"),
-                t["pass"], t["fail"], t["unsupported"], t["nondeterministic"], t["total"]
+                t["pass"],
+                t["fail"],
+                t["unsupported"],
+                t["nondeterministic"],
+                t["total"]
             ));
         }
     }

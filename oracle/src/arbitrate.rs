@@ -107,7 +107,8 @@ pub fn arbitrate(
             .copied()
             .unwrap_or(0.0)
             .max(o.abs());
-        let allowed = C_ENGINE * engine_eps * mag + engine_eps * o.abs() + subnormal_step(engine_eps);
+        let allowed =
+            C_ENGINE * engine_eps * mag + engine_eps * o.abs() + subnormal_step(engine_eps);
         let ok = if o.is_nan() {
             e.is_nan()
         } else if o.is_infinite() {

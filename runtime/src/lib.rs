@@ -2,9 +2,9 @@
 //!
 //! Load a model with [`Session::from_file`] or [`Session::from_bytes`], then call [`Session::run`].
 
+pub mod counters;
 #[cfg(feature = "cuda")]
 pub mod cuda;
-pub mod counters;
 pub mod error;
 pub mod inputs;
 pub mod ir;
@@ -22,11 +22,11 @@ pub mod proto {
     include!(concat!(env!("OUT_DIR"), "/onnx.rs"));
 }
 
-pub use error::{Error, OpError, Result};
 pub use counters::CounterSnapshot;
+pub use error::{Error, OpError, Result};
 pub use session::{NodePlacement, Provider, Session, SessionOptions, parse_providers};
-pub use verify::VerifyMode;
 pub use tensor::{DType, Tensor, Value};
+pub use verify::VerifyMode;
 
 /// Default for [`SessionOptions::max_tensor_bytes`]: 16 GiB, above any real model's single tensor here.
 pub const DEFAULT_MAX_TENSOR_BYTES: u64 = 16 << 30;

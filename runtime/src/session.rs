@@ -526,10 +526,9 @@ impl Exec<'_> {
                 "node '{}' ({}): the CUDA kernel declined after starting: {why}",
                 node.name, node.op_type
             )),
-            KError::Cuda(e) => Error::Device(format!(
-                "node '{}' ({}): {e}",
-                node.name, node.op_type
-            )),
+            KError::Cuda(e) => {
+                Error::Device(format!("node '{}' ({}): {e}", node.name, node.op_type))
+            }
         }
     }
 

@@ -41,9 +41,7 @@ impl VerifyMode {
     /// `QUORUM_VERIFY` overrides the mode a session was built with (an invalid value is an error).
     pub fn with_env_override(self) -> Result<VerifyMode, String> {
         match std::env::var("QUORUM_VERIFY") {
-            Ok(v) if !v.is_empty() => v
-                .parse()
-                .map_err(|e: String| format!("QUORUM_VERIFY: {e}")),
+            Ok(v) if !v.is_empty() => v.parse().map_err(|e: String| format!("QUORUM_VERIFY: {e}")),
             _ => Ok(self),
         }
     }
@@ -158,7 +156,9 @@ pub fn check(node: &Node, inputs: &[Option<&Value>], outputs: &[Value]) -> Check
             None => args.push(None),
             Some(Value::Tensor(t)) => match to_oracle(t) {
                 Some(o) => args.push(Some(o)),
-                None => return Check::Unsettled(format!("the oracles take no {} values", t.dtype())),
+                None => {
+                    return Check::Unsettled(format!("the oracles take no {} values", t.dtype()));
+                }
             },
             Some(_) => return Check::Unsettled("the oracles take tensors only".into()),
         }

@@ -5,23 +5,23 @@
 #[path = "gpu/harness.rs"]
 mod harness;
 
-#[path = "gpu/elementwise.rs"]
-mod elementwise;
-#[path = "gpu/movement.rs"]
-mod movement;
-#[path = "gpu/system.rs"]
-mod system;
 #[path = "gpu/bench.rs"]
 mod bench;
-#[path = "gpu/matmul.rs"]
-mod matmul;
 #[path = "gpu/conv.rs"]
 mod conv;
-#[path = "gpu/reduce.rs"]
-mod reduce;
-#[path = "gpu/softmax.rs"]
-mod softmax;
+#[path = "gpu/elementwise.rs"]
+mod elementwise;
+#[path = "gpu/matmul.rs"]
+mod matmul;
+#[path = "gpu/movement.rs"]
+mod movement;
 #[path = "gpu/norm.rs"]
 mod norm;
 #[path = "gpu/pool.rs"]
 mod pool;
+#[path = "gpu/reduce.rs"]
+mod reduce;
+#[path = "gpu/softmax.rs"]
+mod softmax;
+#[path = "gpu/system.rs"]
+mod system;

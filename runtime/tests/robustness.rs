@@ -720,6 +720,9 @@ fn load_errors_name_the_file() {
     };
     assert!(matches!(e, Error::Unsupported { .. }), "{e}");
     let msg = e.to_string();
-    assert!(msg.contains("unknown_op.onnx") && msg.contains("NoSuchOp"), "{msg}");
+    assert!(
+        msg.contains("unknown_op.onnx") && msg.contains("NoSuchOp"),
+        "{msg}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

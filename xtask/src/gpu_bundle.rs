@@ -38,22 +38,43 @@ pub fn run() -> Result<bool> {
     let json = cargo(
         &root,
         &[
-            "test", "--release", "-p", "quorum", "--features", "gpu-tests", "--test", "gpu",
-            "--no-run", "--message-format=json",
+            "test",
+            "--release",
+            "-p",
+            "quorum",
+            "--features",
+            "gpu-tests",
+            "--test",
+            "gpu",
+            "--no-run",
+            "--message-format=json",
         ],
     )?;
     let tests = test_executable(&json).context("cargo did not report the gpu test executable")?;
     cargo(
         &root,
         &[
-            "build", "--release", "-p", "quorum", "--features", "gpu-tests", "--bin", "quorum",
+            "build",
+            "--release",
+            "-p",
+            "quorum",
+            "--features",
+            "gpu-tests",
+            "--bin",
+            "quorum",
         ],
     )?;
     cargo(
         &root,
         &[
-            "build", "--release", "-p", "quorum-conformance", "--features", "quorum/gpu-tests",
-            "--bin", "conformance",
+            "build",
+            "--release",
+            "-p",
+            "quorum-conformance",
+            "--features",
+            "quorum/gpu-tests",
+            "--bin",
+            "conformance",
         ],
     )?;
     let dir = root.join("target/gpu-bundle");

@@ -14,8 +14,8 @@ mod reduce;
 mod resize;
 mod rnn;
 mod scalar_ops;
-mod special;
 mod softmax;
+mod special;
 
 #[cfg(test)]
 mod testutil;

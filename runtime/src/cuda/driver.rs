@@ -32,7 +32,9 @@ const CU_EVENT_DISABLE_TIMING: c_uint = 2;
 /// A failed driver call: which call, the CUDA error name, and anything the driver logged.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum CudaError {
-    #[error("libcuda.so.1 could not be opened ({0}); install the NVIDIA driver or run on a machine with an NVIDIA GPU")]
+    #[error(
+        "libcuda.so.1 could not be opened ({0}); install the NVIDIA driver or run on a machine with an NVIDIA GPU"
+    )]
     NoLibrary(String),
     #[error("libcuda.so.1 lacks {0} (driver too old?)")]
     MissingSymbol(&'static str),
@@ -46,8 +48,14 @@ pub enum CudaError {
     Jit { name: String, log: String },
     #[error("no CUDA device (cuDeviceGetCount returned 0)")]
     NoDevice,
-    #[error("device memory budget of {budget} bytes exceeded (asked for {asked} more, {held} held)")]
-    OverBudget { asked: usize, held: usize, budget: usize },
+    #[error(
+        "device memory budget of {budget} bytes exceeded (asked for {asked} more, {held} held)"
+    )]
+    OverBudget {
+        asked: usize,
+        held: usize,
+        budget: usize,
+    },
 }
 
 pub type Result<T> = std::result::Result<T, CudaError>;
@@ -116,7 +124,8 @@ impl Api {
     /// Opens `libcuda.so.1` (or `QUORUM_LIBCUDA`, for tests that point at a missing file).
     pub fn open() -> Result<Arc<Api>> {
         let path = std::env::var("QUORUM_LIBCUDA").unwrap_or_else(|_| "libcuda.so.1".into());
-        let lib = unsafe { Library::new(&path) }.map_err(|e| CudaError::NoLibrary(e.to_string()))?;
+        let lib =
+            unsafe { Library::new(&path) }.map_err(|e| CudaError::NoLibrary(e.to_string()))?;
         let api = Api::load(lib)?;
         let api = Arc::new(api);
         api.check("cuInit", unsafe { (api.cuInit)(0) })?;
@@ -174,12 +183,16 @@ impl Context {
     pub fn new(ordinal: i32) -> Result<Arc<Context>> {
         let api = Api::open()?;
         let mut count = 0;
-        api.check("cuDeviceGetCount", unsafe { (api.cuDeviceGetCount)(&mut count) })?;
+        api.check("cuDeviceGetCount", unsafe {
+            (api.cuDeviceGetCount)(&mut count)
+        })?;
         if count <= ordinal {
             return Err(CudaError::NoDevice);
         }
         let mut device = 0;
-        api.check("cuDeviceGet", unsafe { (api.cuDeviceGet)(&mut device, ordinal) })?;
+        api.check("cuDeviceGet", unsafe {
+            (api.cuDeviceGet)(&mut device, ordinal)
+        })?;
         let mut name = [0 as c_char; 256];
         api.check("cuDeviceGetName", unsafe {
             (api.cuDeviceGetName)(name.as_mut_ptr(), 255, device)
@@ -192,10 +205,14 @@ impl Context {
             Ok(v)
         };
         let mut total = 0usize;
-        api.check("cuDeviceTotalMem", unsafe { (api.cuDeviceTotalMem_v2)(&mut total, device) })?;
+        api.check("cuDeviceTotalMem", unsafe {
+            (api.cuDeviceTotalMem_v2)(&mut total, device)
+        })?;
         let info = DeviceInfo {
             ordinal,
-            name: unsafe { CStr::from_ptr(name.as_ptr()) }.to_string_lossy().into_owned(),
+            name: unsafe { CStr::from_ptr(name.as_ptr()) }
+                .to_string_lossy()
+                .into_owned(),
             compute_capability: (
                 attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
                 attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
@@ -221,8 +238,9 @@ impl Context {
     /// Makes this context current on the calling thread. Every entry point that touches the device
     /// calls it first, so a session built on one thread runs on any other.
     pub fn bind(&self) -> Result<()> {
-        self.api
-            .check("cuCtxSetCurrent", unsafe { (self.api.cuCtxSetCurrent)(self.raw) })
+        self.api.check("cuCtxSetCurrent", unsafe {
+            (self.api.cuCtxSetCurrent)(self.raw)
+        })
     }
 
     pub fn check(&self, call: &'static str, code: CuResult) -> Result<()> {
@@ -363,7 +381,12 @@ impl Stream {
             return Ok(());
         }
         self.ctx.check("cuMemcpyHtoDAsync", unsafe {
-            (self.ctx.api.cuMemcpyHtoDAsync_v2)(dst, src.as_ptr() as *const c_void, src.len(), self.raw)
+            (self.ctx.api.cuMemcpyHtoDAsync_v2)(
+                dst,
+                src.as_ptr() as *const c_void,
+                src.len(),
+                self.raw,
+            )
         })
     }
 
@@ -372,7 +395,12 @@ impl Stream {
             return Ok(());
         }
         self.ctx.check("cuMemcpyDtoHAsync", unsafe {
-            (self.ctx.api.cuMemcpyDtoHAsync_v2)(dst.as_mut_ptr() as *mut c_void, src, dst.len(), self.raw)
+            (self.ctx.api.cuMemcpyDtoHAsync_v2)(
+                dst.as_mut_ptr() as *mut c_void,
+                src,
+                dst.len(),
+                self.raw,
+            )
         })
     }
 
@@ -424,7 +452,9 @@ impl Event {
         } else {
             CU_EVENT_DISABLE_TIMING
         };
-        ctx.check("cuEventCreate", unsafe { (ctx.api.cuEventCreate)(&mut raw, flags) })?;
+        ctx.check("cuEventCreate", unsafe {
+            (ctx.api.cuEventCreate)(&mut raw, flags)
+        })?;
         Ok(Event {
             ctx: ctx.clone(),
             raw,
@@ -515,7 +545,10 @@ impl Module {
             )
         };
         if code != 0 {
-            let end = error_log.iter().position(|&b| b == 0).unwrap_or(error_log.len());
+            let end = error_log
+                .iter()
+                .position(|&b| b == 0)
+                .unwrap_or(error_log.len());
             return Err(CudaError::Jit {
                 name: ctx.api.error_name(code),
                 log: String::from_utf8_lossy(&error_log[..end]).into_owned(),

@@ -281,10 +281,7 @@ impl WeightCache {
         let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         let e = entries.get(&(Arc::as_ptr(v) as usize))?;
         let t = v.as_tensor()?;
-        let same = e
-            .source
-            .upgrade()
-            .is_some_and(|s| Arc::ptr_eq(&s, v))
+        let same = e.source.upgrade().is_some_and(|s| Arc::ptr_eq(&s, v))
             && e.dtype == t.dtype()
             && e.shape == t.shape();
         same.then(|| e.dev.clone())
@@ -318,7 +315,18 @@ mod tests {
 
     #[test]
     fn size_classes_cover_the_request() {
-        for b in [0usize, 1, 255, 256, 257, 4096, 4097, (64 << 20) - 1, 64 << 20, (64 << 20) + 1] {
+        for b in [
+            0usize,
+            1,
+            255,
+            256,
+            257,
+            4096,
+            4097,
+            (64 << 20) - 1,
+            64 << 20,
+            (64 << 20) + 1,
+        ] {
             let c = size_class(b);
             assert!(c >= b && c >= 256, "{b} -> {c}");
         }

@@ -14,10 +14,10 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use driver::{Arg, Context, CudaError, DeviceMemory, Function, Module, PinnedMemory, Stream};
 pub use crate::counters::{CounterSnapshot, Counters};
-pub use memory::{DevTensor, WeightCache};
+use driver::{Arg, Context, CudaError, DeviceMemory, Function, Module, PinnedMemory, Stream};
 use memory::{DevBuf, Pool, StagingPool, device_elem_size, tensor_bytes, tensor_from_bytes};
+pub use memory::{DevTensor, WeightCache};
 
 use crate::error::OpError;
 use crate::ir::Node;
@@ -141,7 +141,12 @@ impl Device {
     }
 
     /// A compiled kernel: the module is looked up by its PTX text and JIT-compiled on a miss.
-    pub fn function(&self, ptx: &str, name: &str, counters: &Counters) -> Result<Function, CudaError> {
+    pub fn function(
+        &self,
+        ptx: &str,
+        name: &str,
+        counters: &Counters,
+    ) -> Result<Function, CudaError> {
         let cached = self
             .modules
             .lock()
@@ -205,7 +210,11 @@ pub struct Run<'a> {
 }
 
 impl<'a> Run<'a> {
-    pub fn new(device: &'a Device, counters: &'a Counters, poison: bool) -> Result<Run<'a>, CudaError> {
+    pub fn new(
+        device: &'a Device,
+        counters: &'a Counters,
+        poison: bool,
+    ) -> Result<Run<'a>, CudaError> {
         device.ctx.bind()?;
         Ok(Run {
             stream: Some(device.take_stream()?),
@@ -220,7 +229,9 @@ impl<'a> Run<'a> {
 
     /// The run's stream (present until the run is dropped).
     pub fn stream(&self) -> &Stream {
-        self.stream.as_ref().expect("a run's stream lives as long as the run")
+        self.stream
+            .as_ref()
+            .expect("a run's stream lives as long as the run")
     }
 
     /// A new device tensor (contents undefined, or poisoned).

@@ -449,7 +449,11 @@ impl Kernel {
     pub fn setp(&mut self, cmp: Cmp, ty: Ty, a: impl Into<Op>, b: impl Into<Op>) -> Reg {
         let (a, b) = (a.into(), b.into());
         let p = self.reg(Ty::Pred);
-        self.raw(format!("setp.{}.{} {p}, {a}, {b}", cmp.name(ty), ty.suffix()));
+        self.raw(format!(
+            "setp.{}.{} {p}, {a}, {b}",
+            cmp.name(ty),
+            ty.suffix()
+        ));
         p
     }
     /// `p ? a : b`.
@@ -547,7 +551,9 @@ impl Kernel {
     /// `shfl.sync.down` of a 32-bit value across the full warp.
     pub fn shfl_down(&mut self, v: Reg, delta: u32) -> Reg {
         let r = self.reg(v.ty);
-        self.raw(format!("shfl.sync.down.b32 {r}, {v}, {delta}, 31, 0xffffffff"));
+        self.raw(format!(
+            "shfl.sync.down.b32 {r}, {v}, {delta}, 31, 0xffffffff"
+        ));
         r
     }
 
@@ -592,11 +598,24 @@ impl Kernel {
             .iter()
             .map(|(n, t)| format!("\t.param .{} {n}", t.suffix()))
             .collect();
-        let _ = writeln!(out, ".visible .entry {}(\n{}\n)\n{{", self.name, params.join(",\n"));
+        let _ = writeln!(
+            out,
+            ".visible .entry {}(\n{}\n)\n{{",
+            self.name,
+            params.join(",\n")
+        );
         for s in &self.shared {
             let _ = writeln!(out, "\t{s}");
         }
-        for ty in [Ty::Pred, Ty::U16, Ty::U32, Ty::U64, Ty::F16, Ty::F32, Ty::F64] {
+        for ty in [
+            Ty::Pred,
+            Ty::U16,
+            Ty::U32,
+            Ty::U64,
+            Ty::F16,
+            Ty::F32,
+            Ty::F64,
+        ] {
             let (prefix, idx) = ty.class();
             let n = self.counters[idx];
             if n > 0 {
@@ -659,7 +678,10 @@ mod tests {
         assert!(text.starts_with(".version 8.0\n.target sm_90\n"), "{text}");
         assert!(text.contains(".param .u64 x"), "{text}");
         assert!(text.contains("setp.hs.u32 %p0, %r1, %r0;"), "{text}");
-        assert!(text.contains("fma.rn.f32 %f1, %f0, 0f40000000, 0f3F800000;"), "{text}");
+        assert!(
+            text.contains("fma.rn.f32 %f1, %f0, 0f40000000, 0f3F800000;"),
+            "{text}"
+        );
         assert!(text.contains(".reg .f32 %f<2>;"), "{text}");
         assert!(text.contains("st.global.f32 [%rd3+0], %f1;"), "{text}");
     }
@@ -674,7 +696,10 @@ mod tests {
         });
         k.for_range(Ty::U32, 0u32, 3u32, 1u32, |_, _| {});
         let text = module((8, 0), &[k]);
-        assert!(text.contains("L_loop_1:") && text.contains("L_loop_3:"), "{text}");
+        assert!(
+            text.contains("L_loop_1:") && text.contains("L_loop_3:"),
+            "{text}"
+        );
         assert!(text.contains("cvt.rn.f32.u32"), "{text}");
         assert!(text.starts_with(".version 7.0\n.target sm_80"), "{text}");
     }

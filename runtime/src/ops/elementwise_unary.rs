@@ -383,7 +383,11 @@ fn erfc_from_1(ax: f64) -> f64 {
 
 /// 1 + erf(z) without cancellation for negative z (it is erfc(-z) there).
 fn one_plus_erf(z: f64) -> f64 {
-    if z < -1.0 { erfc_from_1(-z) } else { 1.0 + erf(z) }
+    if z < -1.0 {
+        erfc_from_1(-z)
+    } else {
+        1.0 + erf(z)
+    }
 }
 
 pub(super) fn register(r: &mut Registry) {

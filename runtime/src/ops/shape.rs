@@ -84,7 +84,11 @@ fn view(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
 /// The output shape of a view op (Reshape, Flatten, Squeeze, Unsqueeze) on an input of shape `ins`;
 /// `param` is the second input's values (shape or axes) where the opset takes them as an input.
 /// Every backend uses this, so the shape rules are written once.
-pub(crate) fn view_shape(ctx: &OpCtx, ins: &[usize], param: Option<Vec<i64>>) -> OpResult<Vec<usize>> {
+pub(crate) fn view_shape(
+    ctx: &OpCtx,
+    ins: &[usize],
+    param: Option<Vec<i64>>,
+) -> OpResult<Vec<usize>> {
     match ctx.node.op_type.as_str() {
         "Reshape" => reshape_shape(ctx, ins, param),
         "Flatten" => {
@@ -100,7 +104,11 @@ pub(crate) fn view_shape(ctx: &OpCtx, ins: &[usize], param: Option<Vec<i64>>) ->
             ])
         }
         "Squeeze" => {
-            let axes = if ctx.opset() < 13 { ctx.attr_opt_ints("axes")? } else { param };
+            let axes = if ctx.opset() < 13 {
+                ctx.attr_opt_ints("axes")?
+            } else {
+                param
+            };
             let drop: Vec<usize> = match axes {
                 Some(axes) => {
                     let a: Vec<usize> = axes
@@ -108,7 +116,10 @@ pub(crate) fn view_shape(ctx: &OpCtx, ins: &[usize], param: Option<Vec<i64>>) ->
                         .map(|&v| norm_axis(v, ins.len()))
                         .collect::<OpResult<_>>()?;
                     if let Some(&bad) = a.iter().find(|&&d| ins[d] != 1) {
-                        bail!("Squeeze axis {bad} has size {}, not 1 (shape {ins:?})", ins[bad]);
+                        bail!(
+                            "Squeeze axis {bad} has size {}, not 1 (shape {ins:?})",
+                            ins[bad]
+                        );
                     }
                     a
                 }
@@ -120,7 +131,11 @@ pub(crate) fn view_shape(ctx: &OpCtx, ins: &[usize], param: Option<Vec<i64>>) ->
                 .collect())
         }
         "Unsqueeze" => {
-            let axes = if ctx.opset() < 13 { ctx.attr_opt_ints("axes")? } else { param };
+            let axes = if ctx.opset() < 13 {
+                ctx.attr_opt_ints("axes")?
+            } else {
+                param
+            };
             let Some(axes) = axes else {
                 bail!("Unsqueeze needs axes")
             };
@@ -135,7 +150,13 @@ pub(crate) fn view_shape(ctx: &OpCtx, ins: &[usize], param: Option<Vec<i64>>) ->
             let mut dims = ins.iter();
             Ok(ones
                 .iter()
-                .map(|&one| if one { 1 } else { dims.next().copied().unwrap_or(1) })
+                .map(|&one| {
+                    if one {
+                        1
+                    } else {
+                        dims.next().copied().unwrap_or(1)
+                    }
+                })
                 .collect())
         }
         other => bail!("{other} is not a view op"),
@@ -245,7 +266,10 @@ fn constant_of_shape(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Val
 
 /// ConstantOfShape's output shape (checked against the size limit) and its one-element value
 /// (float32 zero by default). Shared by every backend.
-pub(crate) fn constant_of_shape_plan(ctx: &OpCtx, shape: &Tensor) -> OpResult<(Vec<usize>, Tensor)> {
+pub(crate) fn constant_of_shape_plan(
+    ctx: &OpCtx,
+    shape: &Tensor,
+) -> OpResult<(Vec<usize>, Tensor)> {
     let shape = dims_of(shape, "ConstantOfShape shape")?;
     let value = ctx.attr_opt_tensor("value")?;
     let dtype = value.map_or(DType::F32, |v| v.dtype());

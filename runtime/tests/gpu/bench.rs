@@ -22,7 +22,10 @@ fn time_ms(run: &Run, warm: usize, reps: usize, f: &mut dyn FnMut()) -> f64 {
     let ctx = &run.device.ctx;
     let mut times = Vec::with_capacity(reps);
     for _ in 0..reps {
-        let (a, b) = (Event::new(ctx, true).unwrap(), Event::new(ctx, true).unwrap());
+        let (a, b) = (
+            Event::new(ctx, true).unwrap(),
+            Event::new(ctx, true).unwrap(),
+        );
         a.record(run.stream()).unwrap();
         f();
         b.record(run.stream()).unwrap();
@@ -50,7 +53,10 @@ fn bench_kernels() {
     });
     let tbs = 3.0 * (n as f64) * 4.0 / (ms * 1e-3) / 1e12;
     println!("BENCH add_64mib_ms {ms:.4} ms");
-    println!("BENCH add_64mib_bandwidth {tbs:.3} TB/s ({:.0}% of the 4.0 TB/s copy)", tbs / 4.0 * 100.0);
+    println!(
+        "BENCH add_64mib_bandwidth {tbs:.3} TB/s ({:.0}% of the 4.0 TB/s copy)",
+        tbs / 4.0 * 100.0
+    );
 
     // SGEMM, square, f32.
     for size in [1024usize, 2048, 4096] {
@@ -74,16 +80,23 @@ fn bench_kernels() {
     let a = run.upload(&rand_f32(5, &[16, 64, 128])).unwrap();
     let b = run.upload(&rand_f32(6, &[16, 128, 64])).unwrap();
     let ms = time_ms(&run, 10, 200, &mut || {
-        let y = quorum::cuda::ops::matmul::sgemm(&run, &a, &b, None, 64, 64, 128, false, false, 1.0, 0.0, 16)
-            .unwrap();
+        let y = quorum::cuda::ops::matmul::sgemm(
+            &run, &a, &b, None, 64, 64, 128, false, false, 1.0, 0.0, 16,
+        )
+        .unwrap();
         run.release(y);
     });
-    println!("BENCH batched_matmul_16x64x128x64 {:.1} us (device time)", ms * 1e3);
+    println!(
+        "BENCH batched_matmul_16x64x128x64 {:.1} us (device time)",
+        ms * 1e3
+    );
     // The same with the host launch cost: wall time per call, synchronizing each time.
     let t = Instant::now();
     for _ in 0..200 {
-        let y = quorum::cuda::ops::matmul::sgemm(&run, &a, &b, None, 64, 64, 128, false, false, 1.0, 0.0, 16)
-            .unwrap();
+        let y = quorum::cuda::ops::matmul::sgemm(
+            &run, &a, &b, None, 64, 64, 128, false, false, 1.0, 0.0, 16,
+        )
+        .unwrap();
         run.synchronize().unwrap();
         run.release(y);
     }
@@ -135,5 +148,8 @@ fn bench_sessions() {
         .input(rand_f32(10, &[16, 64, 128]))
         .input(rand_f32(11, &[16, 128, 64]));
     let (ms, _) = session_ms(mm, 200);
-    println!("BENCH batched_matmul_session {:.1} us per run (incl. transfers)", ms * 1e3);
+    println!(
+        "BENCH batched_matmul_session {:.1} us per run (incl. transfers)",
+        ms * 1e3
+    );
 }

@@ -99,7 +99,10 @@ fn attr_proto(name: &str, a: &Attr) -> proto::AttributeProto {
             p.s = Some(s.clone());
             p.r#type = Some(T::String as i32);
         }
-        other => panic!("the harness does not pass attributes of kind {}", other.kind()),
+        other => panic!(
+            "the harness does not pass attributes of kind {}",
+            other.kind()
+        ),
     }
     p
 }
@@ -200,11 +203,7 @@ impl Case {
         }
         let outs: Vec<String> = (0..self.outputs).map(|i| format!("out{i}")).collect();
         node.output = outs.clone();
-        node.attribute = self
-            .attrs
-            .iter()
-            .map(|(n, a)| attr_proto(n, a))
-            .collect();
+        node.attribute = self.attrs.iter().map(|(n, a)| attr_proto(n, a)).collect();
         let m = proto::ModelProto {
             ir_version: Some(8),
             opset_import: vec![proto::OperatorSetIdProto {
@@ -311,12 +310,12 @@ impl Case {
             );
         }
         let node = &session.model().graph.nodes[0];
-        let all: Vec<Option<&Value>> = self
+        let owned: Vec<Option<Value>> = self
             .inputs
             .iter()
-            .map(|i| i.as_ref().map(|(t, _)| t))
-            .map(|t| t.map(|t| Box::leak(Box::new(Value::Tensor(t.clone()))) as &Value))
+            .map(|i| i.as_ref().map(|(t, _)| Value::Tensor(t.clone())))
             .collect();
+        let all: Vec<Option<&Value>> = owned.iter().map(Option::as_ref).collect();
         match check(node, &all, &outputs) {
             Check::Agree => {}
             Check::Mismatch {

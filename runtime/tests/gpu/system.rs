@@ -108,7 +108,11 @@ fn steady_state_uploads_no_weights_and_keeps_activations_on_the_device() {
     assert_eq!(c2.h2d_calls - c1.h2d_calls, 1, "{c1:?} -> {c2:?}");
     assert_eq!(c2.d2h_calls - c1.d2h_calls, 1, "{c1:?} -> {c2:?}");
     assert_eq!(c2.module_misses, c1.module_misses, "{c1:?} -> {c2:?}");
-    assert_eq!(c2.kernel_launches - c1.kernel_launches, 4, "{c1:?} -> {c2:?}");
+    assert_eq!(
+        c2.kernel_launches - c1.kernel_launches,
+        4,
+        "{c1:?} -> {c2:?}"
+    );
     println!("steady-state counters (two runs): {c2:?}");
 }
 

@@ -85,14 +85,21 @@ fn cuda_placement(nodes: &[quorum::ir::Node]) {
     for n in nodes {
         match quorum::cuda::claim(n) {
             Ok(_) => claims += 1,
-            Err(why) => *declined.entry(format!("{}: {why}", n.qualified_op())).or_default() += 1,
+            Err(why) => {
+                *declined
+                    .entry(format!("{}: {why}", n.qualified_op()))
+                    .or_default() += 1
+            }
         }
     }
     let avail = match quorum::Provider::Cuda.available() {
         Ok(()) => "available".to_string(),
         Err(e) => format!("not available here: {e}"),
     };
-    println!("  cuda ({avail}): claims {claims} of {} top-level nodes", nodes.len());
+    println!(
+        "  cuda ({avail}): claims {claims} of {} top-level nodes",
+        nodes.len()
+    );
     for (why, n) in &declined {
         println!("    declines {n} node(s): {why}");
     }

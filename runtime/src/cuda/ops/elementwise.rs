@@ -8,7 +8,9 @@ use super::math::{erf64, exp64, log64, sincos64, tanh64};
 use super::{broadcast_strides, offsets, require_u32_len, simplify, thread_index};
 use crate::cuda::driver::Arg;
 use crate::cuda::ptx::{Cmp, Kernel, Op, Reg, Space, Ty, module};
-use crate::cuda::{CudaKernel, DevTensor, Inputs, KError, KResult, Run, blocks, dev_input, host_f64s};
+use crate::cuda::{
+    CudaKernel, DevTensor, Inputs, KError, KResult, Run, blocks, dev_input, host_f64s,
+};
 use crate::decline;
 use crate::error::OpError;
 use crate::ir::Node;
@@ -18,11 +20,58 @@ use crate::tensor::DType;
 
 /// Op types this family claims in at least one form.
 pub const OPS: &[&str] = &[
-    "Abs", "Neg", "Ceil", "Floor", "Round", "Sign", "Reciprocal", "Sqrt", "Exp", "Log", "Erf", "Sin",
-    "Cos", "Tan", "Tanh", "Sigmoid", "Relu", "LeakyRelu", "Elu", "Selu", "Celu", "HardSigmoid",
-    "HardSwish", "Softplus", "Softsign", "Gelu", "Mish", "ThresholdedRelu", "Clip", "Not", "IsNaN",
-    "IsInf", "Add", "Sub", "Mul", "Div", "Pow", "Mod", "Min", "Max", "Sum", "Mean", "PRelu", "Equal",
-    "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Xor", "Where",
+    "Abs",
+    "Neg",
+    "Ceil",
+    "Floor",
+    "Round",
+    "Sign",
+    "Reciprocal",
+    "Sqrt",
+    "Exp",
+    "Log",
+    "Erf",
+    "Sin",
+    "Cos",
+    "Tan",
+    "Tanh",
+    "Sigmoid",
+    "Relu",
+    "LeakyRelu",
+    "Elu",
+    "Selu",
+    "Celu",
+    "HardSigmoid",
+    "HardSwish",
+    "Softplus",
+    "Softsign",
+    "Gelu",
+    "Mish",
+    "ThresholdedRelu",
+    "Clip",
+    "Not",
+    "IsNaN",
+    "IsInf",
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Pow",
+    "Mod",
+    "Min",
+    "Max",
+    "Sum",
+    "Mean",
+    "PRelu",
+    "Equal",
+    "Less",
+    "LessOrEqual",
+    "Greater",
+    "GreaterOrEqual",
+    "And",
+    "Or",
+    "Xor",
+    "Where",
 ];
 
 /// The kernel for `node` if this family owns its op type.
@@ -98,7 +147,6 @@ fn store(k: &mut Kernel, base: Reg, i: Reg, dtype: DType, v: Reg) -> KResult<()>
 /// Runs `expr` over operands broadcast to their common shape.
 fn map_kernel(
     run: &Run,
-    tag: &str,
     operands: &[DevTensor],
     out_dtype: DType,
     expr: &dyn Fn(&mut Kernel, &[Reg]) -> KResult<Reg>,
@@ -135,26 +183,37 @@ fn map_kernel(
     }
     let y = expr(&mut k, &vals)?;
     store(&mut k, out_p, i, out_dtype, y)?;
-    let _ = tag; // the expression is part of the PTX text, which keys the module cache
     let ptx = module(run.cc(), &[k]);
     let mut args = vec![Arg::Ptr(out.ptr())];
     args.extend(operands.iter().map(|t| Arg::Ptr(t.ptr())));
     args.push(Arg::U32(n));
-    run.launch(&ptx, "ew", (blocks(n as usize, 256), 1, 1), (256, 1, 1), 0, &args)?;
+    run.launch(
+        &ptx,
+        "ew",
+        (blocks(n as usize, 256), 1, 1),
+        (256, 1, 1),
+        0,
+        &args,
+    )?;
     Ok(out)
 }
 
 /// `a + b`, `a - b`, `a · b` or `a / b` with broadcasting, outside any session (benchmarks).
 pub fn binary(run: &Run, op: &str, a: &DevTensor, b: &DevTensor) -> KResult<DevTensor> {
     let d = float_dtypes(op, &[a.clone(), b.clone()])?;
-    map_kernel(run, op, &[a.clone(), b.clone()], d, &|k, v| {
-        Ok(match op {
-            "Add" => k.add(Ty::F32, v[0], v[1]),
-            "Sub" => k.sub(Ty::F32, v[0], v[1]),
-            "Mul" => k.mul(Ty::F32, v[0], v[1]),
-            "Div" => k.div(Ty::F32, v[0], v[1]),
-            other => decline!("binary {other}"),
-        })
+    map_kernel(run, &[a.clone(), b.clone()], d, &|k, v| {
+        arith(k, op, v[0], v[1])
+    })
+}
+
+/// The four correctly rounded f32 arithmetic ops.
+fn arith(k: &mut Kernel, op: &str, a: Reg, b: Reg) -> KResult<Reg> {
+    Ok(match op {
+        "Add" => k.add(Ty::F32, a, b),
+        "Sub" => k.sub(Ty::F32, a, b),
+        "Mul" => k.mul(Ty::F32, a, b),
+        "Div" => k.div(Ty::F32, a, b),
+        other => decline!("no arithmetic op {other}"),
     })
 }
 
@@ -204,7 +263,14 @@ fn map_kernel_v4(
     let mut args = vec![Arg::Ptr(out.ptr())];
     args.extend(operands.iter().map(|t| Arg::Ptr(t.ptr())));
     args.push(Arg::U32(quads));
-    run.launch(&ptx, "ew4", (blocks(quads as usize, 256), 1, 1), (256, 1, 1), 0, &args)?;
+    run.launch(
+        &ptx,
+        "ew4",
+        (blocks(quads as usize, 256), 1, 1),
+        (256, 1, 1),
+        0,
+        &args,
+    )?;
     Ok(out)
 }
 
@@ -466,7 +532,8 @@ fn float_dtypes(op: &str, ts: &[DevTensor]) -> KResult<DType> {
         decline!("{op} on {d}: the CUDA kernels take float32 and float16");
     }
     for t in &ts[1..] {
-        if t.dtype != d && !(op == "Pow" && matches!(t.dtype, DType::F32 | DType::I32 | DType::I64)) {
+        if t.dtype != d && !(op == "Pow" && matches!(t.dtype, DType::F32 | DType::I32 | DType::I64))
+        {
             decline!("{op} operands {d} and {}", t.dtype);
         }
     }
@@ -496,7 +563,7 @@ fn k_map(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>>
                     decline!("{op} on {}", t.dtype);
                 }
             }
-            map_kernel(run, op, &ts, DType::Bool, &|k, v| {
+            map_kernel(run, &ts, DType::Bool, &|k, v| {
                 Ok(match op {
                     "Not" => k.xor(Ty::U16, v[0], 1u32),
                     "And" => k.and(Ty::U16, v[0], v[1]),
@@ -511,7 +578,7 @@ fn k_map(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>>
                 ctx.attr_i("detect_positive", 1)? != 0,
                 ctx.attr_i("detect_negative", 1)? != 0,
             );
-            map_kernel(run, op, &ts, DType::Bool, &|k, v| {
+            map_kernel(run, &ts, DType::Bool, &|k, v| {
                 let p = if op == "IsNaN" {
                     k.setp(Cmp::Nan, Ty::F32, v[0], v[0])
                 } else {
@@ -530,7 +597,9 @@ fn k_map(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>>
         "Equal" | "Less" | "LessOrEqual" | "Greater" | "GreaterOrEqual" => {
             float_dtypes(op, &ts)?;
             if ts.len() != 2 {
-                return Err(KError::Op(OpError::Invalid(format!("{op} takes two inputs"))));
+                return Err(KError::Op(OpError::Invalid(format!(
+                    "{op} takes two inputs"
+                ))));
             }
             let c = match op {
                 "Equal" => Cmp::Eq,
@@ -539,7 +608,7 @@ fn k_map(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>>
                 "Greater" => Cmp::Gt,
                 _ => Cmp::Ge,
             };
-            map_kernel(run, op, &ts, DType::Bool, &|k, v| {
+            map_kernel(run, &ts, DType::Bool, &|k, v| {
                 let p = k.setp(c, Ty::F32, v[0], v[1]);
                 Ok(k.selp(Ty::U16, 1u32, 0u32, p))
             })?
@@ -547,22 +616,25 @@ fn k_map(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>>
         "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Mod" | "PRelu" => {
             let d = float_dtypes(op, &ts)?;
             if ts.len() != 2 {
-                return Err(KError::Op(OpError::Invalid(format!("{op} takes two inputs"))));
+                return Err(KError::Op(OpError::Invalid(format!(
+                    "{op} takes two inputs"
+                ))));
             }
             let fmod = ctx.attr_i("fmod", 0)? != 0;
             if op == "PRelu" {
                 // Opsets before 7 broadcast the slope another way; the CPU kernel handles that.
                 let shapes = [ts[0].shape.as_slice(), ts[1].shape.as_slice()];
                 if broadcast_shapes(&shapes).ok().as_deref() != Some(ts[0].shape.as_slice()) {
-                    decline!("PRelu slope {:?} does not broadcast to {:?}", ts[1].shape, ts[0].shape);
+                    decline!(
+                        "PRelu slope {:?} does not broadcast to {:?}",
+                        ts[1].shape,
+                        ts[0].shape
+                    );
                 }
             }
-            map_kernel(run, op, &ts, d, &|k, v| {
+            map_kernel(run, &ts, d, &|k, v| {
                 Ok(match op {
-                    "Add" => k.add(Ty::F32, v[0], v[1]),
-                    "Sub" => k.sub(Ty::F32, v[0], v[1]),
-                    "Mul" => k.mul(Ty::F32, v[0], v[1]),
-                    "Div" => k.div(Ty::F32, v[0], v[1]),
+                    "Add" | "Sub" | "Mul" | "Div" => arith(k, op, v[0], v[1])?,
                     "Pow" => pow_expr(k, v[0], v[1]),
                     "Mod" => mod_expr(k, v[0], v[1], fmod),
                     _ => {
@@ -576,7 +648,7 @@ fn k_map(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>>
         "Sum" | "Mean" | "Max" | "Min" => {
             let d = float_dtypes(op, &ts)?;
             let count = ts.len();
-            map_kernel(run, op, &ts, d, &|k, v| {
+            map_kernel(run, &ts, d, &|k, v| {
                 let mut acc = v[0];
                 for &x in &v[1..] {
                     acc = match op {
@@ -594,9 +666,11 @@ fn k_map(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>>
         _ => {
             let d = float_dtypes(op, &ts)?;
             if ts.len() != 1 {
-                return Err(KError::Op(OpError::Invalid(format!("{op} takes one input"))));
+                return Err(KError::Op(OpError::Invalid(format!(
+                    "{op} takes one input"
+                ))));
             }
-            map_kernel(run, op, &ts, d, &|k, v| unary_expr(ctx, k, op, v[0]))?
+            map_kernel(run, &ts, d, &|k, v| unary_expr(ctx, k, op, v[0]))?
         }
     };
     Ok(vec![out])
@@ -623,7 +697,7 @@ fn k_clip(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>
         };
         (bound(1, f32::NEG_INFINITY)?, bound(2, f32::INFINITY)?)
     };
-    let out = map_kernel(run, "Clip", &[x.clone()], x.dtype, &|k, v| {
+    let out = map_kernel(run, &[x.clone()], x.dtype, &|k, v| {
         // NaN stays NaN: comparisons with NaN are false.
         let lt = k.setp(Cmp::Lt, Ty::F32, v[0], lo);
         let y = k.selp(Ty::F32, lo, v[0], lt);

@@ -268,9 +268,12 @@ mod tests {
             let n = n as i32;
             let n1 = n >> 1;
             let n2 = n - n1;
-            p * f64::from_bits(((n1 + 1023) as u64) << 52) * f64::from_bits(((n2 + 1023) as u64) << 52)
+            p * f64::from_bits(((n1 + 1023) as u64) << 52)
+                * f64::from_bits(((n2 + 1023) as u64) << 52)
         };
-        for &x in &[-100.0f64, -10.5, -1.0, -1e-8, 0.0, 0.3, 1.0, 20.0, 88.5, 700.0] {
+        for &x in &[
+            -100.0f64, -10.5, -1.0, -1e-8, 0.0, 0.3, 1.0, 20.0, 88.5, 700.0,
+        ] {
             let (a, b) = (exp(x), x.exp());
             assert!(((a - b) / b).abs() < 1e-14, "exp({x}) = {a} vs {b}");
         }

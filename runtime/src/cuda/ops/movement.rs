@@ -20,8 +20,22 @@ use crate::tensor::Tensor;
 
 /// Op types this family claims in at least one form.
 pub const OPS: &[&str] = &[
-    "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpose", "Expand", "Slice", "Concat",
-    "Split", "Tile", "DepthToSpace", "SpaceToDepth", "Pad", "Gather", "ConstantOfShape",
+    "Reshape",
+    "Flatten",
+    "Squeeze",
+    "Unsqueeze",
+    "Identity",
+    "Transpose",
+    "Expand",
+    "Slice",
+    "Concat",
+    "Split",
+    "Tile",
+    "DepthToSpace",
+    "SpaceToDepth",
+    "Pad",
+    "Gather",
+    "ConstantOfShape",
 ];
 
 /// The kernel for `node` if this family owns its op type.
@@ -139,7 +153,16 @@ fn gather_view(
     src_strides: &[i64],
 ) -> KResult<DevTensor> {
     let out = run.alloc(src.dtype, shape)?;
-    strided_copy(run, &out, 0, &contiguous(shape), src, base, src_strides, shape)?;
+    strided_copy(
+        run,
+        &out,
+        0,
+        &contiguous(shape),
+        src,
+        base,
+        src_strides,
+        shape,
+    )?;
     Ok(out)
 }
 
@@ -332,9 +355,17 @@ fn k_space_depth(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<Dev
             }
             let cc = c / (b * b);
             if ctx.attr_s("mode", "DCR")? == "CRD" {
-                (vec![n, cc, b, b, h, w], [0, 1, 4, 2, 5, 3], vec![n, cc, h * b, w * b])
+                (
+                    vec![n, cc, b, b, h, w],
+                    [0, 1, 4, 2, 5, 3],
+                    vec![n, cc, h * b, w * b],
+                )
             } else {
-                (vec![n, b, b, cc, h, w], [0, 3, 4, 1, 5, 2], vec![n, cc, h * b, w * b])
+                (
+                    vec![n, b, b, cc, h, w],
+                    [0, 3, 4, 1, 5, 2],
+                    vec![n, cc, h * b, w * b],
+                )
             }
         } else {
             if h % b != 0 || w % b != 0 {
@@ -371,7 +402,9 @@ fn k_pad(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>>
     } else {
         let pads = host_i64s(inputs, 1)?.unwrap_or_default();
         let value = if inputs.present(2) {
-            host_f64s(inputs, 2)?.and_then(|v| v.first().copied()).unwrap_or(0.0)
+            host_f64s(inputs, 2)?
+                .and_then(|v| v.first().copied())
+                .unwrap_or(0.0)
         } else {
             0.0
         };
@@ -412,7 +445,12 @@ fn k_pad(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>>
         }
         out_shape.push(v as usize);
     }
-    if mode != "constant" && x.shape.iter().zip(&out_shape).any(|(&i, &o)| i == 0 && o > 0) {
+    if mode != "constant"
+        && x.shape
+            .iter()
+            .zip(&out_shape)
+            .any(|(&i, &o)| i == 0 && o > 0)
+    {
         return Err(KError::Op(OpError::Invalid(format!(
             "Pad mode {mode} of an empty axis"
         ))));
@@ -532,9 +570,11 @@ fn k_gather(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTenso
     let ishape = inputs
         .shape(1)
         .ok_or_else(|| KError::Op(OpError::Invalid("Gather needs indices".into())))?;
-    let norm: Vec<i64> = idx.iter().map(|&v| if v < 0 { v + dim } else { v }).collect();
+    let norm: Vec<i64> = idx
+        .iter()
+        .map(|&v| if v < 0 { v + dim } else { v })
+        .collect();
     let itensor = run.upload(&Tensor::from_i64(&[norm.len()], norm)?)?;
-    let outer: usize = x.shape[..axis].iter().product();
     let inner: usize = x.shape[axis + 1..].iter().product();
     let mut out_shape = x.shape[..axis].to_vec();
     out_shape.extend(&ishape);
@@ -562,7 +602,6 @@ fn k_gather(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTenso
     let iv = k.cvt(Ty::U32, Ty::S64, "", iv);
     let row = k.fma(Ty::U32, o, dim as u32, iv);
     let src = k.fma(Ty::U32, row, inner as u32, inn);
-    let _ = outer;
     let sa = k.addr(xp, src, size);
     let v = k.ld_nc(ty, sa, 0);
     let oa = k.addr(op, i, size);
@@ -591,15 +630,21 @@ fn k_constant_of_shape(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<V
         .host(0)?
         .ok_or_else(|| KError::Op(OpError::Invalid("ConstantOfShape needs a shape".into())))?;
     let Some(shape) = shape.as_tensor() else {
-        return Err(KError::Op(OpError::Invalid("ConstantOfShape shape must be a tensor".into())));
+        return Err(KError::Op(OpError::Invalid(
+            "ConstantOfShape shape must be a tensor".into(),
+        )));
     };
     let (shape, value) = constant_of_shape_plan(ctx, shape)?;
     let bytes = tensor_bytes(&value)
         .ok_or_else(|| KError::Decline(format!("ConstantOfShape of {}", value.dtype())))?;
     let Ok(word) = <[u8; 4]>::try_from(bytes.as_slice()) else {
-        decline!("ConstantOfShape of {} (the device fill takes 4-byte values)", value.dtype());
+        decline!(
+            "ConstantOfShape of {} (the device fill takes 4-byte values)",
+            value.dtype()
+        );
     };
     let out = run.alloc(value.dtype(), &shape)?;
-    run.stream().fill32(out.ptr(), u32::from_le_bytes(word), out.len())?;
+    run.stream()
+        .fill32(out.ptr(), u32::from_le_bytes(word), out.len())?;
     Ok(vec![out])
 }
