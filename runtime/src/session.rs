@@ -694,7 +694,8 @@ impl Exec<'_> {
                     Slot::Device { dev, .. } => Some(dev.len()),
                 })
                 .max()
-                .unwrap_or(0);
+                .unwrap_or(0)
+                .max(generated_elements(node, &slots));
             if largest < self.min_device_elements {
                 return Ok(None);
             }
@@ -892,5 +893,26 @@ impl crate::cuda::Inputs for NodeInputs<'_, '_> {
             .host_value(slot, self.node)
             .map(Some)
             .map_err(|e| crate::cuda::KError::Decline(e.to_string()))
+    }
+}
+
+/// The number of elements a generator node makes from small host inputs (ConstantOfShape's shape),
+/// so that the `auto` size floor judges it by its output: light models build 100 MB of weights with
+/// ConstantOfShape on every run, which on the CPU would then go up the bus to their consumers.
+#[cfg(feature = "cuda")]
+fn generated_elements(node: &Node, slots: &[Option<&Slot>]) -> usize {
+    if node.op_type != "ConstantOfShape" {
+        return 0;
+    }
+    match slots.first() {
+        Some(Some(Slot::Host { value, .. })) => value
+            .as_tensor()
+            .and_then(|t| crate::ops::cast::to_i64_vec(t).ok())
+            .map(|dims| {
+                dims.iter()
+                    .fold(1usize, |n, &d| n.saturating_mul(d.max(0) as usize))
+            })
+            .unwrap_or(0),
+        _ => 0,
     }
 }

@@ -7,10 +7,14 @@ mod harness;
 
 #[path = "gpu/bench.rs"]
 mod bench;
+#[path = "gpu/cast.rs"]
+mod cast;
 #[path = "gpu/conv.rs"]
 mod conv;
 #[path = "gpu/elementwise.rs"]
 mod elementwise;
+#[path = "gpu/index.rs"]
+mod index;
 #[path = "gpu/matmul.rs"]
 mod matmul;
 #[path = "gpu/movement.rs"]
@@ -21,6 +25,8 @@ mod norm;
 mod pool;
 #[path = "gpu/reduce.rs"]
 mod reduce;
+#[path = "gpu/resize.rs"]
+mod resize;
 #[path = "gpu/softmax.rs"]
 mod softmax;
 #[path = "gpu/system.rs"]

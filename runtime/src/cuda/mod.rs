@@ -106,12 +106,19 @@ pub fn host_f64s(inputs: &dyn Inputs, i: usize) -> KResult<Option<Vec<f64>>> {
     }
 }
 
+/// A generator-cached PTX text (kept alive as the key's owner) and its compiled module.
+type SharedModule = (Arc<String>, Arc<Module>);
+
 /// One CUDA device as the process sees it: context, compiled modules, memory pool, streams.
 pub struct Device {
     pub ctx: Arc<Context>,
     pub pool: Arc<Pool>,
     staging: StagingPool,
     modules: Mutex<HashMap<String, Arc<Module>>>,
+    /// Modules of PTX texts held in process-wide generator caches, by the text's address: a lookup
+    /// without hashing tens of kilobytes of text per launch. Each entry keeps its text alive, so an
+    /// address is never reused by another text while it is a key.
+    shared_modules: Mutex<HashMap<usize, SharedModule>>,
     streams: Mutex<Vec<Stream>>,
     dump_dir: Option<PathBuf>,
 }
@@ -132,6 +139,7 @@ impl Device {
                     pool: Arc::new(Pool::new(ctx.clone(), budget)),
                     staging: StagingPool::new(ctx.clone()),
                     modules: Mutex::new(HashMap::new()),
+                    shared_modules: Mutex::new(HashMap::new()),
                     streams: Mutex::new(Vec::new()),
                     dump_dir: std::env::var_os("QUORUM_DUMP_PTX").map(PathBuf::from),
                     ctx,
@@ -179,6 +187,41 @@ impl Device {
             }
         };
         module.function(name)
+    }
+
+    /// A compiled kernel of a generator-cached text: found by the text's address, compiled (or
+    /// taken from the text-keyed cache) on first use.
+    pub fn shared_function(
+        &self,
+        ptx: &Arc<String>,
+        name: &str,
+        counters: &Counters,
+    ) -> Result<Function, CudaError> {
+        let key = Arc::as_ptr(ptx) as usize;
+        let cached = self
+            .shared_modules
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+            .map(|(_, m)| m.clone());
+        if let Some(m) = cached {
+            Counters::bump(&counters.module_hits, 1);
+            return m.function(name);
+        }
+        let f = self.function(ptx, name, counters)?;
+        let module = self
+            .modules
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(ptx.as_str())
+            .cloned();
+        if let Some(m) = module {
+            self.shared_modules
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(key, (ptx.clone(), m));
+        }
+        Ok(f)
     }
 
     /// The number of compiled modules held.
@@ -358,6 +401,34 @@ impl<'a> Run<'a> {
             return Ok(());
         }
         let f = self.device.function(ptx, name, self.counters)?;
+        self.launch_function(&f, grid, block, shared, args)
+    }
+
+    /// [`Run::launch`] for a text held by a generator cache (see [`Device::shared_function`]).
+    pub fn launch_shared(
+        &self,
+        ptx: &Arc<String>,
+        name: &str,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        shared: u32,
+        args: &[Arg],
+    ) -> KResult<()> {
+        if grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
+            return Ok(());
+        }
+        let f = self.device.shared_function(ptx, name, self.counters)?;
+        self.launch_function(&f, grid, block, shared, args)
+    }
+
+    fn launch_function(
+        &self,
+        f: &Function,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        shared: u32,
+        args: &[Arg],
+    ) -> KResult<()> {
         if shared > 48 << 10 {
             f.set_max_dynamic_shared(shared)?;
         }

@@ -41,7 +41,7 @@ fn saturate_attr(ctx: &OpCtx) -> OpResult<bool> {
 }
 
 /// The `to` attribute: a DataType code, or (Cast-1) the type's name.
-fn to_attr(ctx: &OpCtx) -> OpResult<DType> {
+pub(crate) fn to_attr(ctx: &OpCtx) -> OpResult<DType> {
     let code = match ctx.attr("to") {
         Some(Attr::Int(v)) => *v,
         Some(Attr::String(s)) => {

@@ -18,7 +18,7 @@ use crate::tensor::{Tensor, Value};
 use crate::{bail, map_array};
 
 #[path = "data_index.rs"]
-mod index;
+pub(crate) mod index;
 #[path = "data_layout.rs"]
 mod layout;
 

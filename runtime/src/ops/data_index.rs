@@ -107,7 +107,7 @@ fn gather(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
 }
 
 /// Flat data offsets of GatherElements/ScatterElements: `indices` replaces the coordinate on `axis`.
-fn element_offsets(dshape: &[usize], ind: &Tensor, axis: usize) -> OpResult<Vec<usize>> {
+pub(crate) fn element_offsets(dshape: &[usize], ind: &Tensor, axis: usize) -> OpResult<Vec<usize>> {
     let ishape = ind.shape();
     if ishape.len() != dshape.len()
         || ishape
@@ -204,7 +204,7 @@ fn gather_nd(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
 }
 
 #[derive(Clone, Copy, PartialEq, Debug)]
-enum Reduction {
+pub(crate) enum Reduction {
     None,
     Add,
     Mul,
@@ -212,7 +212,7 @@ enum Reduction {
     Min,
 }
 
-fn reduction(ctx: &OpCtx) -> OpResult<Reduction> {
+pub(crate) fn reduction(ctx: &OpCtx) -> OpResult<Reduction> {
     Ok(match ctx.attr_s("reduction", "none")?.as_str() {
         "none" => Reduction::None,
         "add" => Reduction::Add,
@@ -321,9 +321,13 @@ fn scatter_nd(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     single(scatter_any(x, upd, &offs, inner, reduction(ctx)?)?)
 }
 
-fn one_hot(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
-    let (ind, depth, values) = (input(inputs, 0)?, input(inputs, 1)?, input(inputs, 2)?);
-    let idx = ind.to_f64_vec()?;
+/// OneHot's depth, axis and output shape for indices of shape `ishape` (shared with the CUDA kernel).
+pub(crate) fn one_hot_plan(
+    ctx: &OpCtx,
+    ishape: &[usize],
+    depth: &Tensor,
+    values: &Tensor,
+) -> OpResult<(usize, usize, Vec<usize>)> {
     let &[depth] = depth.to_f64_vec()?.as_slice() else {
         bail!("OneHot depth must hold one value")
     };
@@ -337,7 +341,6 @@ fn one_hot(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
             values.shape()
         );
     }
-    let ishape = ind.shape();
     let axis = norm_axis(ctx.attr_i("axis", -1)?, ishape.len() + 1)?;
     let shape: Vec<usize> = ishape[..axis]
         .iter()
@@ -346,6 +349,23 @@ fn one_hot(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
         .copied()
         .collect();
     ctx.check_alloc(&shape, values.dtype().size_in_memory())?;
+    Ok((depth, axis, shape))
+}
+
+/// The position of index value `v` along OneHot's depth axis (negative wraps), None when outside.
+pub(crate) fn one_hot_pos(v: f64, depth: usize) -> Option<usize> {
+    let mut j = v.trunc();
+    if j < 0.0 {
+        j += depth as f64;
+    }
+    (j >= 0.0 && j < depth as f64).then_some(j as usize)
+}
+
+fn one_hot(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+    let (ind, depth, values) = (input(inputs, 0)?, input(inputs, 1)?, input(inputs, 2)?);
+    let idx = ind.to_f64_vec()?;
+    let ishape = ind.shape();
+    let (depth, axis, shape) = one_hot_plan(ctx, ishape, depth, values)?;
     let outer: usize = ishape[..axis].iter().product();
     let inner: usize = ishape[axis..].iter().product();
     single(map_array!(values, a => {
@@ -353,12 +373,8 @@ fn one_hot(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
         let mut out = vec![v[0].clone(); outer * depth * inner];
         for o in 0..outer {
             for i in 0..inner {
-                let mut j = idx[o * inner + i].trunc();
-                if j < 0.0 {
-                    j += depth as f64;
-                }
-                if j >= 0.0 && j < depth as f64 {
-                    out[(o * depth + j as usize) * inner + i] = v[1].clone();
+                if let Some(j) = one_hot_pos(idx[o * inner + i], depth) {
+                    out[(o * depth + j) * inner + i] = v[1].clone();
                 }
             }
         }

@@ -23,6 +23,7 @@ pub mod matmul;
 pub mod misc;
 pub mod norm;
 pub mod pool;
+pub mod pool_roi;
 pub mod quantize;
 pub mod reduce;
 pub mod resize;

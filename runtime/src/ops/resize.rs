@@ -209,12 +209,76 @@ impl Params {
     }
 }
 
-/// Taps of one axis for linear/cubic: `n` (index, weight) pairs per output position.
-struct Taps {
-    n: usize,
-    idx: Vec<usize>,
-    w: Vec<f64>,
-    extrap: Vec<bool>,
+/// Taps of one axis for linear/cubic: `n` (index, weight) pairs per output position (`extrap[o]`:
+/// output position `o` takes the extrapolation value instead).
+pub(crate) struct Taps {
+    pub(crate) n: usize,
+    pub(crate) idx: Vec<usize>,
+    pub(crate) w: Vec<f64>,
+    pub(crate) extrap: Vec<bool>,
+}
+
+/// How one axis of a Resize maps output positions to input positions.
+pub(crate) enum AxisTable {
+    /// Output position `o` is input position `o` (an axis not resized).
+    Identity,
+    /// Nearest mode: the source index of each output position (`None`: the extrapolation value).
+    Map(Vec<Option<usize>>),
+    /// Linear and cubic modes: weighted taps.
+    Taps(Taps),
+}
+
+/// A Resize (or Upsample) node's parameters, resized axes and output shape, from its attributes and
+/// parameter inputs: what the CPU kernel and the device kernels both resample by.
+pub(crate) struct ResizeSetup {
+    p: Params,
+    plans: Vec<AxisPlan>,
+    pub(crate) out_shape: Vec<usize>,
+}
+
+impl ResizeSetup {
+    fn new(shape: &[usize], p: Params, plans: Vec<AxisPlan>) -> ResizeSetup {
+        let mut out_shape = shape.to_vec();
+        for ap in &plans {
+            out_shape[ap.axis] = ap.out;
+        }
+        ResizeSetup {
+            p,
+            plans,
+            out_shape,
+        }
+    }
+
+    /// The value of extrapolated outputs (tf_crop_and_resize).
+    pub(crate) fn extrapolation(&self) -> f64 {
+        self.p.extrapolation
+    }
+
+    /// One table per axis of an input of shape `shape` (the shape the setup was made for). Nearest:
+    /// `Map` for every resized axis; linear and cubic: `Taps` for every resized axis that is not the
+    /// identity, in which case the axis is `Identity` as it is for axes not resized.
+    pub(crate) fn tables(&self, ctx: &OpCtx, shape: &[usize]) -> OpResult<Vec<AxisTable>> {
+        let mut t: Vec<AxisTable> = shape.iter().map(|_| AxisTable::Identity).collect();
+        for ap in &self.plans {
+            let inl = shape[ap.axis];
+            if self.p.mode == Mode::Nearest {
+                t[ap.axis] = AxisTable::Map(
+                    (0..ap.out)
+                        .map(|y| self.p.nearest_index(y, inl, ap))
+                        .collect(),
+                );
+                continue;
+            }
+            let trivial_roi = ap
+                .roi
+                .is_none_or(|(d, off)| (d - 1.0).abs() < 1e-9 && off.abs() < 1e-9);
+            if (ap.scale - 1.0).abs() <= 1e-9 && ap.out == inl && trivial_roi {
+                continue;
+            }
+            t[ap.axis] = AxisTable::Taps(build_taps(ctx, &self.p, inl, ap)?);
+        }
+        Ok(t)
+    }
 }
 
 fn build_taps(ctx: &OpCtx, p: &Params, inl: usize, ap: &AxisPlan) -> OpResult<Taps> {
@@ -371,41 +435,33 @@ fn gather_fill<T: FromF64>(
     gather(src, maps, T::from_f64(fill))
 }
 
-/// Runs a resize of `x` described by `plans` (resized axes in processing order).
-fn run_resize(ctx: &OpCtx, x: &Tensor, p: &Params, plans: &[AxisPlan]) -> OpResult<Tensor> {
-    let mut shape = x.shape().to_vec();
-    for ap in plans {
-        shape[ap.axis] = ap.out;
-    }
-    ctx.check_alloc(&shape, x.dtype().size_in_memory().max(8))?;
+/// Runs a resize of `x` described by `setup`.
+fn run_resize(ctx: &OpCtx, x: &Tensor, setup: &ResizeSetup) -> OpResult<Tensor> {
+    let p = &setup.p;
+    ctx.check_alloc(&setup.out_shape, x.dtype().size_in_memory().max(8))?;
     if p.mode == Mode::Nearest {
-        let mut maps: Vec<Vec<Option<usize>>> = x
-            .shape()
-            .iter()
-            .map(|&d| (0..d).map(Some).collect())
+        let tables = setup.tables(ctx, x.shape())?;
+        let maps: Vec<Vec<Option<usize>>> = tables
+            .into_iter()
+            .zip(x.shape())
+            .map(|(t, &d)| match t {
+                AxisTable::Map(m) => m,
+                _ => (0..d).map(Some).collect(),
+            })
             .collect();
-        for ap in plans {
-            let inl = x.shape()[ap.axis];
-            maps[ap.axis] = (0..ap.out).map(|y| p.nearest_index(y, inl, ap)).collect();
-        }
         return Ok(map_array!(x, a => gather_fill(a, &maps, p.extrapolation)?));
     }
     if matches!(x, Tensor::Bool(_) | Tensor::Str(_) | Tensor::Packed(..)) {
         unsupported!("{:?} interpolation of {} data", p.mode, x.dtype());
     }
+    let tables = setup.tables(ctx, x.shape())?;
     let mut data = x.to_f64_vec()?;
     let mut cur = x.shape().to_vec();
-    for ap in plans {
-        let inl = cur[ap.axis];
-        let trivial_roi = ap
-            .roi
-            .is_none_or(|(d, off)| (d - 1.0).abs() < 1e-9 && off.abs() < 1e-9);
-        if (ap.scale - 1.0).abs() <= 1e-9 && ap.out == inl && trivial_roi {
-            continue;
+    for ap in &setup.plans {
+        if let AxisTable::Taps(taps) = &tables[ap.axis] {
+            data = apply_taps(&data, &cur, ap.axis, taps, p.extrapolation);
+            cur[ap.axis] = ap.out;
         }
-        let taps = build_taps(ctx, p, inl, ap)?;
-        data = apply_taps(&data, &cur, ap.axis, &taps, p.extrapolation);
-        cur[ap.axis] = ap.out;
     }
     tensor_like(x, &cur, data)
 }
@@ -447,12 +503,35 @@ fn plans_from_scales(shape: &[usize], axes: &[usize], scales: &[f64]) -> OpResul
 
 fn resize(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let x = input(inputs, 0)?;
+    let f64s = |i: usize| -> OpResult<Option<Vec<f64>>> {
+        opt_input(inputs, i)?.map(|t| t.to_f64_vec()).transpose()
+    };
+    let sizes = opt_input(inputs, 3)?.map(|t| t.to_i64_vec()).transpose()?;
+    let setup = resize_setup(ctx, x.shape(), f64s(1)?, f64s(2)?, sizes)?;
+    if x.shape().contains(&0) {
+        ctx.check_alloc(&setup.out_shape, x.dtype().size_in_memory())?;
+        return single(Tensor::zeros(x.dtype(), &setup.out_shape));
+    }
+    single(run_resize(ctx, x, &setup)?)
+}
+
+/// The setup of a Resize node over an input of shape `shape`, from its parameter inputs 1, 2 and 3
+/// (roi, scales, sizes; from opset 11 an empty one counts as omitted; opset 10 has scales at 1).
+pub(crate) fn resize_setup(
+    ctx: &OpCtx,
+    shape: &[usize],
+    in1: Option<Vec<f64>>,
+    in2: Option<Vec<f64>>,
+    in3: Option<Vec<i64>>,
+) -> OpResult<ResizeSetup> {
     let opset = ctx.opset();
-    let shape = x.shape().to_vec();
+    let shape = shape.to_vec();
     let r = shape.len();
     let mode = parse_mode(&ctx.attr_s("mode", "nearest")?)?;
     if opset < 11 {
-        let scales = input(inputs, 1)?.to_f64_vec()?;
+        let Some(scales) = in1 else {
+            bail!("Resize-{opset} needs the scales input")
+        };
         let axes: Vec<usize> = (0..r).collect();
         let plans = plans_from_scales(&shape, &axes, &scales)?;
         let p = Params {
@@ -464,7 +543,7 @@ fn resize(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
             extrapolation: 0.0,
             antialias: false,
         };
-        return single(run_resize(ctx, x, &p, &plans)?);
+        return Ok(ResizeSetup::new(&shape, p, plans));
     }
     let coord = match ctx
         .attr_s("coordinate_transformation_mode", "half_pixel")?
@@ -507,16 +586,13 @@ fn resize(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
             bail!("axis {a} is repeated in axes {axes:?}");
         }
     }
-    let nonempty = |i: usize| -> OpResult<Option<&Tensor>> {
-        Ok(opt_input(inputs, i)?.filter(|t| !t.is_empty()))
-    };
-    let (roi_t, scales_t, sizes_t) = (nonempty(1)?, nonempty(2)?, nonempty(3)?);
-    let mut plans = match (scales_t, sizes_t) {
+    let (roi_v, scales_v) = (in1.filter(|v| !v.is_empty()), in2.filter(|v| !v.is_empty()));
+    let sizes_v = in3.filter(|v| !v.is_empty());
+    let mut plans = match (scales_v, sizes_v) {
         (Some(_), Some(_)) => bail!("only one of scales and sizes may be given"),
         (None, None) => bail!("one of scales and sizes must be given"),
-        (Some(s), None) => plans_from_scales(&shape, &axes, &s.to_f64_vec()?)?,
-        (None, Some(s)) => {
-            let sizes = s.to_i64_vec()?;
+        (Some(s), None) => plans_from_scales(&shape, &axes, &s)?,
+        (None, Some(sizes)) => {
             if sizes.len() != axes.len() || sizes.iter().any(|&v| v < 0) {
                 bail!("sizes {sizes:?} must be {} non-negative values", axes.len());
             }
@@ -551,10 +627,9 @@ fn resize(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
         }
     };
     if coord == Coord::TfCropAndResize {
-        let Some(roi_t) = roi_t else {
+        let Some(roi) = roi_v else {
             bail!("tf_crop_and_resize needs a roi input")
         };
-        let roi = roi_t.to_f64_vec()?;
         let n = axes.len();
         if roi.len() != 2 * n {
             bail!("roi has {} values, expected {}", roi.len(), 2 * n);
@@ -572,13 +647,7 @@ fn resize(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
             ap.roi = Some((e - s, s * last));
         }
     }
-    if shape.contains(&0) {
-        let mut out = shape.clone();
-        plans.iter().for_each(|ap| out[ap.axis] = ap.out);
-        ctx.check_alloc(&out, x.dtype().size_in_memory())?;
-        return single(Tensor::zeros(x.dtype(), &out));
-    }
-    single(run_resize(ctx, x, &p, &plans)?)
+    Ok(ResizeSetup::new(&shape, p, plans))
 }
 
 fn upsample(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
@@ -616,7 +685,7 @@ fn upsample(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     if p.mode == Mode::Cubic {
         bail!("Upsample supports nearest and linear modes only");
     }
-    single(run_resize(ctx, x, &p, &plans)?)
+    single(run_resize(ctx, x, &ResizeSetup::new(x.shape(), p, plans))?)
 }
 
 #[cfg(test)]

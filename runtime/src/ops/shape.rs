@@ -346,8 +346,16 @@ fn scalar_of(t: &Tensor, what: &str) -> OpResult<()> {
     Ok(())
 }
 
-fn range(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
-    let (s, l, d) = (input(inputs, 0)?, input(inputs, 1)?, input(inputs, 2)?);
+/// What Range produces: `n` values `start + i·delta`, computed in f64 (floats) or i128 (integers) and
+/// then converted to the inputs' dtype (shared with the CUDA kernel).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum RangePlan {
+    Float { start: f64, delta: f64, n: usize },
+    Int { start: i128, delta: i128, n: usize },
+}
+
+/// Validates Range's three scalars and counts its elements.
+pub(crate) fn range_plan(ctx: &OpCtx, s: &Tensor, l: &Tensor, d: &Tensor) -> OpResult<RangePlan> {
     scalar_of(s, "start")?;
     scalar_of(l, "limit")?;
     scalar_of(d, "delta")?;
@@ -372,15 +380,11 @@ fn range(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
         }
         let n = n as usize;
         ctx.check_alloc(&[n], dt.size_in_memory())?;
-        let vals = (0..n).map(|i| s0 + i as f64 * d0);
-        let t = match dt {
-            DType::F32 => Tensor::F32(arr(&[n], vals.map(|v| v as f32).collect())?),
-            DType::F64 => Tensor::F64(arr(&[n], vals.collect())?),
-            DType::F16 => Tensor::F16(arr(&[n], vals.map(f16::from_f64).collect())?),
-            DType::BF16 => Tensor::BF16(arr(&[n], vals.map(bf16::from_f64).collect())?),
-            other => unsupported!("Range of {other}"),
-        };
-        return single(t);
+        return Ok(RangePlan::Float {
+            start: s0,
+            delta: d0,
+            n,
+        });
     }
     let (s0, l0, d0) = (
         s.to_i64_vec()?[0] as i128,
@@ -401,17 +405,49 @@ fn range(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     }
     let n = n as usize;
     ctx.check_alloc(&[n], dt.size_in_memory())?;
-    let vals = (0..n as i128).map(|i| s0 + i * d0);
-    let t = match dt {
-        DType::I64 => Tensor::I64(arr(&[n], vals.map(|v| v as i64).collect())?),
-        DType::I32 => Tensor::I32(arr(&[n], vals.map(|v| v as i32).collect())?),
-        DType::I16 => Tensor::I16(arr(&[n], vals.map(|v| v as i16).collect())?),
-        DType::I8 => Tensor::I8(arr(&[n], vals.map(|v| v as i8).collect())?),
-        DType::U8 => Tensor::U8(arr(&[n], vals.map(|v| v as u8).collect())?),
-        DType::U16 => Tensor::U16(arr(&[n], vals.map(|v| v as u16).collect())?),
-        DType::U32 => Tensor::U32(arr(&[n], vals.map(|v| v as u32).collect())?),
-        DType::U64 => Tensor::U64(arr(&[n], vals.map(|v| v as u64).collect())?),
-        other => unsupported!("Range of {other}"),
+    Ok(RangePlan::Int {
+        start: s0,
+        delta: d0,
+        n,
+    })
+}
+
+fn range(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+    let (s, l, d) = (input(inputs, 0)?, input(inputs, 1)?, input(inputs, 2)?);
+    let dt = s.dtype();
+    let t = match range_plan(ctx, s, l, d)? {
+        RangePlan::Float {
+            start: s0,
+            delta: d0,
+            n,
+        } => {
+            let vals = (0..n).map(|i| s0 + i as f64 * d0);
+            match dt {
+                DType::F32 => Tensor::F32(arr(&[n], vals.map(|v| v as f32).collect())?),
+                DType::F64 => Tensor::F64(arr(&[n], vals.collect())?),
+                DType::F16 => Tensor::F16(arr(&[n], vals.map(f16::from_f64).collect())?),
+                DType::BF16 => Tensor::BF16(arr(&[n], vals.map(bf16::from_f64).collect())?),
+                other => unsupported!("Range of {other}"),
+            }
+        }
+        RangePlan::Int {
+            start: s0,
+            delta: d0,
+            n,
+        } => {
+            let vals = (0..n as i128).map(|i| s0 + i * d0);
+            match dt {
+                DType::I64 => Tensor::I64(arr(&[n], vals.map(|v| v as i64).collect())?),
+                DType::I32 => Tensor::I32(arr(&[n], vals.map(|v| v as i32).collect())?),
+                DType::I16 => Tensor::I16(arr(&[n], vals.map(|v| v as i16).collect())?),
+                DType::I8 => Tensor::I8(arr(&[n], vals.map(|v| v as i8).collect())?),
+                DType::U8 => Tensor::U8(arr(&[n], vals.map(|v| v as u8).collect())?),
+                DType::U16 => Tensor::U16(arr(&[n], vals.map(|v| v as u16).collect())?),
+                DType::U32 => Tensor::U32(arr(&[n], vals.map(|v| v as u32).collect())?),
+                DType::U64 => Tensor::U64(arr(&[n], vals.map(|v| v as u64).collect())?),
+                other => unsupported!("Range of {other}"),
+            }
+        }
     };
     single(t)
 }

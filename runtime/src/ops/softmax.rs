@@ -141,9 +141,10 @@ fn compute<T: Float + Elem>(
     Ok(ArrayD::from_shape_vec(IxDyn(a.shape()), v)?)
 }
 
-fn run(ctx: &OpCtx, inputs: &[Option<&Value>], kind: Kind) -> OpResult<Vec<Value>> {
-    let x = input(inputs, 0)?;
-    let shape = x.shape();
+/// `(outer, n, inner)`: the lanes a Softmax, LogSoftmax or Hardmax node reduces over, for an input
+/// of `shape` (opset 13's single axis, or the older flatten-to-2-D at `axis`). Shared with the CUDA
+/// kernels.
+pub(crate) fn lanes(ctx: &OpCtx, shape: &[usize]) -> OpResult<(usize, usize, usize)> {
     let rank = shape.len();
     let new = ctx.opset() >= 13;
     let axis = ctx.attr_i("axis", if new { -1 } else { 1 })?;
@@ -152,10 +153,11 @@ fn run(ctx: &OpCtx, inputs: &[Option<&Value>], kind: Kind) -> OpResult<Vec<Value
     // scalar allows with axis 0 ([1, 1]).
     if rank == 0 && ctx.opset() >= 11 {
         return Err(OpError::Invalid(format!(
-            "{kind:?}max needs an input of rank >= 1 from opset 11, got a scalar"
+            "{} needs an input of rank >= 1 from opset 11, got a scalar",
+            ctx.node.op_type
         )));
     }
-    let dims = if new {
+    Ok(if new {
         let a = norm_axis(axis, rank)?;
         (
             shape[..a].iter().product(),
@@ -172,7 +174,13 @@ fn run(ctx: &OpCtx, inputs: &[Option<&Value>], kind: Kind) -> OpResult<Vec<Value
         }
         let a = a as usize;
         (shape[..a].iter().product(), shape[a..].iter().product(), 1)
-    };
+    })
+}
+
+fn run(ctx: &OpCtx, inputs: &[Option<&Value>], kind: Kind) -> OpResult<Vec<Value>> {
+    let x = input(inputs, 0)?;
+    let shape = x.shape();
+    let dims = lanes(ctx, shape)?;
     let out = match x {
         Tensor::F32(a) => Tensor::F32(compute(a, dims, kind, |v| v)?),
         Tensor::F64(a) => Tensor::F64(compute(a, dims, kind, |v| v)?),

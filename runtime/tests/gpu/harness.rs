@@ -250,33 +250,40 @@ impl Case {
     /// The case's session under `options`, and its runtime inputs (for benchmarks).
     pub fn session(&self, options: SessionOptions) -> (Session, Vec<(String, Value)>) {
         let session = Session::from_bytes(&self.model(), options).expect("the case loads");
-        let feeds = self
-            .inputs
+        (session, self.feeds())
+    }
+
+    /// The case's runtime inputs by name (constants are initializers instead).
+    fn feeds(&self) -> Vec<(String, Value)> {
+        self.inputs
             .iter()
             .enumerate()
             .filter_map(|(i, inp)| match inp {
                 Some((t, false)) => Some((format!("in{i}"), Value::Tensor(t.clone()))),
                 _ => None,
             })
-            .collect();
-        (session, feeds)
+            .collect()
+    }
+
+    /// Runs the case where `check` would and returns the run's error: for inputs that break the op's
+    /// contract, which must be a typed error on every provider, never a value or a panic.
+    pub fn fails(self) -> String {
+        let what = self.describe();
+        let session = match Session::from_bytes(&self.model(), device_options()) {
+            Ok(s) => s,
+            Err(e) => return e.to_string(),
+        };
+        match session.run(self.feeds()) {
+            Ok(_) => panic!("{what}: ran, but the inputs break the op's contract"),
+            Err(e) => e.to_string(),
+        }
     }
 
     /// Runs the case on CUDA (poisoned buffers, no size floor) and judges every output against both
     /// oracles. Panics with the case's description on any failure.
     pub fn check(self) -> Report {
         let what = self.describe();
-        let providers = if on_cpu() {
-            vec![Provider::Cpu]
-        } else {
-            vec![Provider::Cuda, Provider::Cpu]
-        };
-        let options = SessionOptions {
-            providers,
-            poison_device_buffers: true,
-            ..Default::default()
-        };
-        let session = match Session::from_bytes(&self.model(), options) {
+        let session = match Session::from_bytes(&self.model(), device_options()) {
             Ok(s) => s,
             Err(e) => panic!("{what}: load: {e}"),
         };
@@ -289,16 +296,7 @@ impl Case {
                 p.declined
             );
         }
-        let feeds: Vec<(String, Value)> = self
-            .inputs
-            .iter()
-            .enumerate()
-            .filter_map(|(i, inp)| match inp {
-                Some((t, false)) => Some((format!("in{i}"), Value::Tensor(t.clone()))),
-                _ => None,
-            })
-            .collect();
-        let outputs: Vec<Value> = match session.run(feeds) {
+        let outputs: Vec<Value> = match session.run(self.feeds()) {
             Ok(o) => o.into_iter().map(|(_, v)| v).collect(),
             Err(e) => panic!("{what}: run: {e}"),
         };
@@ -330,6 +328,21 @@ impl Case {
             Check::Unsettled(why) => panic!("{what}: unsettled: {why}"),
         }
         Report { outputs, counters }
+    }
+}
+
+/// CUDA first (the CPU provider alone under `QUORUM_GPU_TESTS_ON_CPU`), with poisoned device buffers
+/// and no size floor.
+fn device_options() -> SessionOptions {
+    let providers = if on_cpu() {
+        vec![Provider::Cpu]
+    } else {
+        vec![Provider::Cuda, Provider::Cpu]
+    };
+    SessionOptions {
+        providers,
+        poison_device_buffers: true,
+        ..Default::default()
     }
 }
 

@@ -190,3 +190,30 @@ fn pools_on_f16() {
         assert_eq!(dtype(&r.outputs[0]), DType::F16);
     }
 }
+
+/// NaN in a window: the max is NaN and the index the first NaN's (the settled rule, as ReduceMax
+/// and GlobalMaxPool); a window entirely in the padding: -inf with index -1.
+#[test]
+fn max_pool_nan_and_all_padding_windows() {
+    let x = rand_f32(50, &[2, 3, 9, 11]);
+    let mut v: Vec<f32> = x.to_f64_vec().unwrap().iter().map(|&a| a as f32).collect();
+    for i in (0..v.len()).step_by(7) {
+        v[i] = f32::NAN;
+    }
+    let x = Tensor::from_f32(&[2, 3, 9, 11], v).unwrap();
+    for (_, attrs) in windows().into_iter().filter(|(r, _)| *r == 2) {
+        case("MaxPool", 12, &attrs, x.clone()).outputs(2).check();
+    }
+    Case::new("GlobalMaxPool").input(x.clone()).check();
+    // A 1×1 kernel with padding 1: the border windows hold no input element.
+    for storage_order in [0, 1] {
+        Case::new("MaxPool")
+            .opset(12)
+            .attr_ints("kernel_shape", &[1, 1])
+            .attr_ints("pads", &[1, 1, 1, 1])
+            .attr_i("storage_order", storage_order)
+            .input(rand_f32(51, &[1, 2, 4, 5]))
+            .outputs(2)
+            .check();
+    }
+}

@@ -294,3 +294,30 @@ fn argmax_argmin() {
         .input(to_f16(&ties(4, &[3, 300])))
         .check();
 }
+
+/// NaN is the answer of ArgMax and ArgMin: the first NaN of the lane, or the last with
+/// select_last_index, over short rows and rows long enough to be split between threads.
+#[test]
+fn argmax_argmin_nan() {
+    for (s, shape) in [&[5usize, 9][..], &[3, 3000], &[3000, 4]]
+        .iter()
+        .enumerate()
+    {
+        let x = ties(60 + s as u64, shape);
+        let n = x.len();
+        let nans: Vec<(usize, f32)> = (0..n).step_by(5).map(|i| (i, f32::NAN)).collect();
+        let x = with(&x, &nans);
+        for axis in 0..shape.len() as i64 {
+            for op in ["ArgMax", "ArgMin"] {
+                for last in [0, 1] {
+                    Case::new(op)
+                        .opset(13)
+                        .attr_i("axis", axis)
+                        .attr_i("select_last_index", last)
+                        .input(x.clone())
+                        .check();
+                }
+            }
+        }
+    }
+}

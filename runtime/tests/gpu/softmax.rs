@@ -135,3 +135,13 @@ fn f16_and_empty() {
         }
     }
 }
+
+/// A scalar has no axis from opset 11: a typed error on the device as on the CPU.
+#[test]
+fn scalar_input_is_an_error_from_opset_11() {
+    for op in OPS {
+        let x = Tensor::from_f32(&[], vec![0.75]).unwrap();
+        let e = Case::new(op).opset(13).input(x).fails();
+        assert!(e.contains("rank >= 1"), "{op}: {e}");
+    }
+}

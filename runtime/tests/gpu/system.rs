@@ -18,15 +18,25 @@ fn tensor_proto(name: &str, t: &Tensor) -> proto::TensorProto {
     }
 }
 
-/// y = Relu(x · w + b) · s, with w, b, s initializers: an all-CUDA chain of four nodes.
-fn chain_model() -> Vec<u8> {
-    let node = |op: &str, i: &[&str], o: &str| proto::NodeProto {
+fn node(op: &str, i: &[&str], o: &str) -> proto::NodeProto {
+    proto::NodeProto {
         op_type: Some(op.into()),
         name: Some(format!("{op}_{o}")),
         input: i.iter().map(|s| s.to_string()).collect(),
         output: vec![o.into()],
         ..Default::default()
-    };
+    }
+}
+
+fn value(name: &str) -> proto::ValueInfoProto {
+    proto::ValueInfoProto {
+        name: Some(name.into()),
+        ..Default::default()
+    }
+}
+
+/// An opset-17 model of `nodes` with graph input `x`, graph output `y` and `inits`.
+fn graph_model(nodes: Vec<proto::NodeProto>, inits: Vec<proto::TensorProto>) -> Vec<u8> {
     let m = proto::ModelProto {
         ir_version: Some(8),
         opset_import: vec![proto::OperatorSetIdProto {
@@ -34,31 +44,33 @@ fn chain_model() -> Vec<u8> {
             version: Some(17),
         }],
         graph: Some(proto::GraphProto {
-            name: Some("chain".into()),
-            node: vec![
-                node("Mul", &["x", "w"], "t1"),
-                node("Add", &["t1", "b"], "t2"),
-                node("Relu", &["t2"], "t3"),
-                node("Mul", &["t3", "s"], "y"),
-            ],
-            input: vec![proto::ValueInfoProto {
-                name: Some("x".into()),
-                ..Default::default()
-            }],
-            output: vec![proto::ValueInfoProto {
-                name: Some("y".into()),
-                ..Default::default()
-            }],
-            initializer: vec![
-                tensor_proto("w", &rand_f32(1, &[64, 256])),
-                tensor_proto("b", &rand_f32(2, &[256])),
-                tensor_proto("s", &rand_f32(3, &[64, 256])),
-            ],
+            name: Some("system".into()),
+            node: nodes,
+            input: vec![value("x")],
+            output: vec![value("y")],
+            initializer: inits,
             ..Default::default()
         }),
         ..Default::default()
     };
     m.encode_to_vec()
+}
+
+/// y = Relu(x · w + b) · s, with w, b, s initializers: an all-CUDA chain of four nodes.
+fn chain_model() -> Vec<u8> {
+    graph_model(
+        vec![
+            node("Mul", &["x", "w"], "t1"),
+            node("Add", &["t1", "b"], "t2"),
+            node("Relu", &["t2"], "t3"),
+            node("Mul", &["t3", "s"], "y"),
+        ],
+        vec![
+            tensor_proto("w", &rand_f32(1, &[64, 256])),
+            tensor_proto("b", &rand_f32(2, &[256])),
+            tensor_proto("s", &rand_f32(3, &[64, 256])),
+        ],
+    )
 }
 
 fn session() -> Session {
@@ -204,4 +216,47 @@ fn constant_of_shape_fills_every_element() {
     if !on_cpu() {
         assert_eq!(s.counters().h2d_bytes, 0, "{:?}", s.counters());
     }
+}
+
+/// Under `auto`, a ConstantOfShape with a large output goes to the device even though its input is
+/// a 2-element shape: judged by its small input it would run on the CPU, and its output would go up
+/// the bus on every run (light models make all their weights this way).
+#[test]
+fn auto_places_large_constant_of_shape_on_the_device() {
+    if on_cpu() {
+        return;
+    }
+    let m = graph_model(
+        vec![
+            node("ConstantOfShape", &["shape"], "c"),
+            node("Add", &["x", "c"], "y"),
+        ],
+        vec![tensor_proto(
+            "shape",
+            &Tensor::from_i64(&[2], vec![256, 256]).unwrap(),
+        )],
+    );
+    let s = Session::from_bytes(
+        &m,
+        SessionOptions {
+            providers: vec![Provider::Cuda, Provider::Cpu],
+            min_device_elements: quorum::session::AUTO_MIN_DEVICE_ELEMENTS,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let x = rand_f32(50, &[256, 256]);
+    let feed = || vec![("x".to_string(), Value::Tensor(x.clone()))];
+    let y = s.run(feed()).unwrap();
+    let c1 = s.counters();
+    s.run(feed()).unwrap();
+    let c2 = s.counters();
+    let want: Vec<f64> = x.to_f64_vec().unwrap();
+    let got = y[0].1.as_tensor().unwrap().to_f64_vec().unwrap();
+    assert_eq!(got, want, "ConstantOfShape's default value is 0");
+    assert_eq!(
+        c2.h2d_bytes - c1.h2d_bytes,
+        256 * 256 * 4,
+        "{c1:?} -> {c2:?}"
+    );
 }

@@ -303,7 +303,7 @@ fn direct(
         args.extend(u32s(v)?.map(Arg::U32));
     }
     args.extend(geom_pads(g)?.map(Arg::I32));
-    run.launch(
+    run.launch_shared(
         &text,
         &name,
         (blocks(total, 256), 1, 1),

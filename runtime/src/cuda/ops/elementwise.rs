@@ -437,8 +437,12 @@ fn unary_expr(ctx: &OpCtx, k: &mut Kernel, op: &str, x: Reg) -> KResult<Reg> {
                         let inner = k.fma(Ty::F64, x3, Op::D(0.044715), xd);
                         let inner =
                             k.mul(Ty::F64, inner, Op::D((2.0 / std::f64::consts::PI).sqrt()));
-                        let t = tanh64(k, inner);
-                        let one_p = k.add(Ty::F64, t, Op::D(1.0));
+                        // 1 + tanh(u) = 2 / (1 + e^(-2u)): no cancellation for negative x
+                        // (at x = -10 the sum form gives 0 for -1.4e-37).
+                        let m2u = k.mul(Ty::F64, inner, Op::D(-2.0));
+                        let e = exp64(k, m2u);
+                        let den = k.add(Ty::F64, e, Op::D(1.0));
+                        let one_p = k.div(Ty::F64, Op::D(2.0), den);
                         k.mul(Ty::F64, half_x, one_p)
                     } else {
                         // 1 + erf(z) = erfc(-z): no cancellation for negative x.

@@ -321,7 +321,7 @@ pub(crate) fn run_gemm(run: &Run, p: &Problem) -> KResult<()> {
             if ws.is_none() {
                 a.y = p.y + zo(3) as u64 * es;
             }
-            run.launch(
+            run.launch_shared(
                 &text,
                 &name,
                 (gx, gy, (zn * per_z) as u32),
@@ -342,7 +342,7 @@ pub(crate) fn run_gemm(run: &Run, p: &Problem) -> KResult<()> {
             has_c as u8, f16 as u8
         );
         let total = p.m * p.n;
-        run.launch(
+        run.launch_shared(
             &text,
             &name,
             (blocks(total, 256 / lanes), 1, 1),

@@ -147,3 +147,71 @@ fn parameters_are_declared_in_argument_order() {
         assert_eq!(got, w, "{}", cfg.name());
     }
 }
+
+/// Host cost of generating a GEMM module's text and hashing it (what a launch pays to find its
+/// compiled module). Timing only: `cargo test --release -p quorum --lib -- --ignored --nocapture
+/// ptx_generation_cost`.
+#[test]
+#[ignore = "timing: run by hand"]
+fn ptx_generation_cost() {
+    use std::hash::{BuildHasher, RandomState};
+    for cfg in all_cfgs().into_iter().step_by(17) {
+        let t = std::time::Instant::now();
+        let reps = 200;
+        let mut bytes = 0;
+        let mut h = 0u64;
+        let s = RandomState::new();
+        for _ in 0..reps {
+            let text = module((9, 0), &[build(&cfg)]);
+            bytes = text.len();
+            h ^= s.hash_one(&text);
+        }
+        let per = t.elapsed().as_secs_f64() / reps as f64 * 1e6;
+        println!(
+            "{:40} {bytes:7} bytes {per:8.1} us per generate+hash ({h:x})",
+            cfg.name()
+        );
+    }
+}
+
+/// Host cost of a small kernel's text (the pool family's 3×3 MaxPool) and of SipHash over a 44 KB
+/// GEMM text. Timing only, like `ptx_generation_cost`.
+#[test]
+#[ignore = "timing: run by hand"]
+fn small_kernel_and_hash_cost() {
+    use crate::cuda::ops::pool::{Dim, PoolKind, pool_kernel};
+    use crate::cuda::ops::reduce::rows::Elem;
+    use std::hash::{BuildHasher, RandomState};
+    let dim = |ins, stride, mul| Dim {
+        ins,
+        outs: ins / 2,
+        k: 3,
+        s: 2,
+        d: 1,
+        pb: 1,
+        pe: 1,
+        stride,
+        mul,
+    };
+    let dims = [dim(112, 112, 56), dim(112, 1, 1)];
+    let kind = PoolKind::Max {
+        indices: false,
+        col_major: false,
+    };
+    let t = std::time::Instant::now();
+    let mut n = 0;
+    for _ in 0..2000 {
+        n += module((9, 0), &[pool_kernel(kind, Elem::F32, &dims)]).len();
+    }
+    let per = t.elapsed().as_secs_f64() / 2000.0 * 1e6;
+    println!("pool kernel: {per:.1} us per generate ({} bytes)", n / 2000);
+    let text = module((9, 0), &[build(&all_cfgs()[0])]);
+    let s = RandomState::new();
+    let t = std::time::Instant::now();
+    let mut h = 0u64;
+    for _ in 0..2000 {
+        h ^= s.hash_one(&text);
+    }
+    let per = t.elapsed().as_secs_f64() / 2000.0 * 1e6;
+    println!("SipHash of {} bytes: {per:.2} us ({h:x})", text.len());
+}

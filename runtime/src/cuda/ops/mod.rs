@@ -10,20 +10,26 @@ use super::{CudaKernel, KError, KResult};
 use crate::ir::Node;
 use crate::tensor::DType;
 
+pub mod cast;
 pub mod conv;
 pub mod elementwise;
+pub mod index;
 pub mod math;
 pub mod matmul;
 pub mod movement;
 pub mod norm;
 pub mod pool;
 pub mod reduce;
+pub mod resize;
 pub mod softmax;
 
 /// Every family's claim function, in the order they are asked.
-const FAMILIES: [fn(&Node) -> Option<Result<CudaKernel, String>>; 8] = [
+const FAMILIES: [fn(&Node) -> Option<Result<CudaKernel, String>>; 11] = [
     elementwise::claim,
+    cast::claim,
     movement::claim,
+    index::claim,
+    resize::claim,
     matmul::claim,
     conv::claim,
     reduce::claim,
@@ -32,9 +38,12 @@ const FAMILIES: [fn(&Node) -> Option<Result<CudaKernel, String>>; 8] = [
     pool::claim,
 ];
 
-const FAMILY_OPS: [&[&str]; 8] = [
+const FAMILY_OPS: [&[&str]; 11] = [
     elementwise::OPS,
+    cast::OPS,
     movement::OPS,
+    index::OPS,
+    resize::OPS,
     matmul::OPS,
     conv::OPS,
     reduce::OPS,

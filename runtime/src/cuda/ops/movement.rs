@@ -54,15 +54,12 @@ pub fn claim(node: &Node) -> Option<Result<CudaKernel, String>> {
         "Pad" => k_pad,
         "Gather" => k_gather,
         "ConstantOfShape" => k_constant_of_shape,
-        "Resize" | "GatherElements" | "ScatterElements" | "Trilu" | "Range" | "OneHot" => {
-            return Some(Err(format!("{op} has no CUDA kernel yet")));
-        }
         _ => return None,
     };
     Some(Ok(k))
 }
 
-fn elem_ty(t: &DevTensor) -> KResult<(Ty, usize)> {
+pub(super) fn elem_ty(t: &DevTensor) -> KResult<(Ty, usize)> {
     Ok(match device_elem_size(t.dtype) {
         Some(1) => (Ty::U8, 1),
         Some(2) => (Ty::U16, 2),
@@ -78,7 +75,7 @@ fn signed_addr(k: &mut Kernel, base: Reg, off: Reg, size: usize) -> Reg {
     k.addr(base, s, size)
 }
 
-fn store_bits(k: &mut Kernel, ty: Ty, addr: Reg, v: Reg) {
+pub(super) fn store_bits(k: &mut Kernel, ty: Ty, addr: Reg, v: Reg) {
     if ty == Ty::U8 {
         k.st_u8(Space::Global, addr, 0, v);
     } else {

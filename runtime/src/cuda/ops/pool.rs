@@ -4,15 +4,15 @@
 //! (n, c) plane and the output position, then walks every tap of the window in nested loops (1 to 3
 //! spatial dims), with predicates for "inside the input" and "inside the padded extent" (for
 //! count_include_pad). The geometry (output shape, pads from auto_pad and ceil_mode) is the CPU
-//! kernel's `pool_geom`, baked into the PTX as constants. MaxPool keeps the first maximum (a NaN is
-//! kept only when it is the first valid tap, like the CPU kernel) and its flattened index, row- or
+//! kernel's `pool_geom`, baked into the PTX as constants. MaxPool keeps the first maximum (the first NaN
+//! wins, like the CPU kernel) and its flattened index, row- or
 //! column-major over the spatial dims. Sums and powers are f64. Global pools are reductions.
 use super::math::{exp64, log64};
 use super::reduce::rows::{BLOCK, Elem, NONE, d, f64_of, load, store, store_f64};
 use super::reduce::{Red, reduce_dev};
 use super::{require_u32_len, thread_index};
 use crate::cuda::driver::Arg;
-use crate::cuda::ptx::{Cmp, Kernel, Reg, Space, Ty, module};
+use crate::cuda::ptx::{Cmp, Kernel, Op, Reg, Space, Ty, module};
 use crate::cuda::{CudaKernel, DevTensor, Inputs, KError, KResult, Run, blocks, dev_input};
 use crate::error::OpError;
 use crate::ir::Node;
@@ -178,23 +178,30 @@ pub(crate) fn pool_kernel(kind: PoolKind, e: Elem, dims: &[Dim]) -> Kernel {
                 k.when(t.valid, |k| {
                     let i = k.add(Ty::U32, plane_base, t.off);
                     let v = load(k, e, x, i);
+                    // Take the first tap, then any tap greater than the best or NaN, unless the
+                    // best is already NaN: the first NaN wins, with its index (the CPU rule).
                     let none = k.setp(Cmp::Eq, Ty::U32, bi, NONE);
                     let gt = k.setp(Cmp::Gt, Ty::F32, v, best);
-                    let take = k.pred_or(none, gt);
+                    let v_nan = k.setp(Cmp::Nan, Ty::F32, v, v);
+                    let up = k.pred_or(gt, v_nan);
+                    let best_num = k.setp(Cmp::Num, Ty::F32, best, best);
+                    let up = k.pred_and(up, best_num);
+                    let take = k.pred_or(none, up);
                     let nb = k.selp(Ty::F32, v, best, take);
                     let ni = k.selp(Ty::U32, t.ioff, bi, take);
                     k.assign(best, nb);
                     k.assign(bi, ni);
                 });
             });
-            // A window with no tap inside the input: -inf at index 0 (the oracles' convention).
+            // A window with no tap inside the input: -inf with index -1 (ReduceMax's empty-set
+            // rule, as the CPU kernel and both oracles).
             let none = k.setp(Cmp::Eq, Ty::U32, bi, NONE);
             let v = k.selp(Ty::F32, f32::NEG_INFINITY, best, none);
             store(&mut k, e, y, o, v);
             if let Some(ip) = idx_out {
                 let flat = k.add(Ty::U32, plane_base, bi);
-                let flat = k.selp(Ty::U32, 0u32, flat, none);
                 let wide = k.cvt(Ty::S64, Ty::U32, "", flat);
+                let wide = k.selp(Ty::S64, Op::I(-1), wide, none);
                 let a = k.addr(ip, o, 8);
                 k.st(Space::Global, a, 0, wide);
             }

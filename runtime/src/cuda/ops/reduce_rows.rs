@@ -135,18 +135,19 @@ pub(crate) fn arg_combine(is_max: bool, last: bool) -> impl Fn(&mut Kernel, &[Re
         let b_some = k.setp(Cmp::Ne, Ty::U32, ib, NONE);
         let nan_a = k.setp(Cmp::Nan, Ty::F32, va, va);
         let nan_b = k.setp(Cmp::Nan, Ty::F32, vb, vb);
-        let b_earlier = k.setp(Cmp::Lt, Ty::U32, ib, ia);
+        // Between equals (two NaNs, or two equal numbers) the earlier index wins, or the later
+        // with select_last_index: NaN beats every number for both ArgMax and ArgMin (numpy).
+        let pref = if last {
+            k.setp(Cmp::Gt, Ty::U32, ib, ia)
+        } else {
+            k.setp(Cmp::Lt, Ty::U32, ib, ia)
+        };
         let num_a = k.pred_not(nan_a);
-        let t = k.pred_or(num_a, b_earlier);
+        let t = k.pred_or(num_a, pref);
         let nan_case = k.pred_and(nan_b, t);
         let cmp = if is_max { Cmp::Gt } else { Cmp::Lt };
         let better = k.setp(cmp, Ty::F32, vb, va);
         let equal = k.setp(Cmp::Eq, Ty::F32, vb, va);
-        let pref = if last {
-            k.setp(Cmp::Gt, Ty::U32, ib, ia)
-        } else {
-            b_earlier
-        };
         let tie = k.pred_and(equal, pref);
         let num_case = k.pred_or(better, tie);
         let take = k.pred_or(nan_case, num_case);

@@ -17,7 +17,7 @@ use crate::cuda::ptx::{Cmp, Kernel, Reg, Space, Ty, module};
 use crate::cuda::{CudaKernel, DevTensor, Inputs, KError, KResult, Run, dev_input};
 use crate::error::OpError;
 use crate::ir::Node;
-use crate::ops::{OpCtx, norm_axis};
+use crate::ops::OpCtx;
 
 /// Op types this family claims in at least one form.
 pub const OPS: &[&str] = &["Softmax", "LogSoftmax", "Hardmax"];
@@ -35,33 +35,6 @@ pub(crate) enum Kind {
     Soft,
     LogSoft,
     Hard,
-}
-
-/// `(outer, n, inner)` of the lanes, by the CPU kernel's rules.
-fn lanes(ctx: &OpCtx, shape: &[usize]) -> KResult<(usize, usize, usize)> {
-    let rank = shape.len();
-    let new = ctx.opset() >= 13;
-    let axis = ctx.attr_i("axis", if new { -1 } else { 1 })?;
-    if rank == 0 {
-        return Ok((1, 1, 1));
-    }
-    if new {
-        let a = norm_axis(axis, rank)?;
-        return Ok((
-            shape[..a].iter().product(),
-            shape[a],
-            shape[a + 1..].iter().product(),
-        ));
-    }
-    // Flatten to 2-D at `axis`, which may equal the rank (one column per row).
-    let a = if axis < 0 { axis + rank as i64 } else { axis };
-    if a < 0 || a > rank as i64 {
-        return Err(KError::Op(OpError::Invalid(format!(
-            "axis {axis} is out of range for rank {rank}"
-        ))));
-    }
-    let a = a as usize;
-    Ok((shape[..a].iter().product(), shape[a..].iter().product(), 1))
 }
 
 /// The kernel `softmax(x, y, rows)` over lanes of `[_, n, inner]`; `rows` = outer · inner lanes.
@@ -198,7 +171,7 @@ fn k_softmax(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTens
     let shape = inputs
         .shape(0)
         .ok_or_else(|| KError::Op(OpError::Invalid("input 0 is required".into())))?;
-    let dims = lanes(ctx, &shape)?;
+    let dims = crate::ops::softmax::lanes(ctx, &shape)?;
     let x = dev_input(inputs, 0)?;
     Ok(vec![softmax_dev(run, &x, kind, dims)?])
 }
