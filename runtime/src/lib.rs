@@ -6,6 +6,7 @@ pub mod counters;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod error;
+mod fold;
 pub mod inputs;
 pub mod ir;
 pub mod loader;

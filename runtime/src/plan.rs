@@ -29,7 +29,7 @@ pub struct Plan {
 }
 
 /// Names a node reads: its inputs plus whatever its subgraphs take from outer scopes.
-fn reads(node: &Node, subplans: &HashMap<usize, Arc<Plan>>) -> Vec<String> {
+pub(crate) fn reads(node: &Node, subplans: &HashMap<usize, Arc<Plan>>) -> Vec<String> {
     let mut r: Vec<String> = node
         .inputs
         .iter()

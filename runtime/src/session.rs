@@ -97,6 +97,9 @@ pub struct SessionOptions {
     /// Fill every new device buffer with 0xFF bytes (NaN) so that an element a kernel fails to write
     /// shows up in the result (tests).
     pub poison_device_buffers: bool,
+    /// Run nodes whose inputs are all constants once, at session build, and keep their outputs as
+    /// initializers (on by default).
+    pub fold_constants: bool,
 }
 
 impl Default for SessionOptions {
@@ -109,6 +112,7 @@ impl Default for SessionOptions {
             min_device_elements: 0,
             verify: VerifyMode::Off,
             poison_device_buffers: false,
+            fold_constants: true,
         }
     }
 }
@@ -129,6 +133,8 @@ pub struct Session {
     options: SessionOptions,
     verify: VerifyMode,
     placement: Vec<NodePlacement>,
+    /// Nodes computed once at build time (see `fold`), not part of the plan.
+    folded: Vec<String>,
     counters: Arc<Counters>,
     #[cfg(feature = "cuda")]
     cuda: Option<CudaState>,
@@ -183,6 +189,17 @@ impl Session {
             Registry::cpu(),
             &HashSet::new(),
         )?;
+        let mut folded = Vec::new();
+        if options.fold_constants
+            && let Some((graph, names)) = crate::fold::fold_constants(
+                &plan,
+                overridable_initializers(&model),
+                options.max_tensor_bytes,
+            )
+        {
+            plan = Plan::compile(Arc::new(graph), Registry::cpu(), &HashSet::new())?;
+            folded = names;
+        }
         let verify = options
             .verify
             .with_env_override()
@@ -235,6 +252,7 @@ impl Session {
             options,
             verify,
             placement,
+            folded,
             counters: Arc::new(Counters::default()),
             #[cfg(feature = "cuda")]
             cuda,
@@ -244,6 +262,12 @@ impl Session {
     /// Where each top-level node runs, in execution order.
     pub fn placement(&self) -> &[NodePlacement] {
         &self.placement
+    }
+
+    /// The nodes whose inputs were all constants: run once when the session was built, their
+    /// outputs kept as initializers (`SessionOptions::fold_constants`).
+    pub fn folded_nodes(&self) -> &[String] {
+        &self.folded
     }
 
     /// The verification mode in force (after the `QUORUM_VERIFY` override).
@@ -320,6 +344,15 @@ impl Session {
         let given: HashSet<&str> = inputs.iter().map(|(n, _)| n.as_str()).collect();
         let mut bound: HashMap<&str, (usize, &str)> = HashMap::new();
         for (name, value) in inputs {
+            if !overridable_initializers(&self.model) && graph.initializers.contains_key(name) {
+                return Err(Error::Input {
+                    name: name.clone(),
+                    msg: format!(
+                        "an initializer of an IR version {} model is a constant, not an input",
+                        self.model.ir_version
+                    ),
+                });
+            }
             let Some(ty) = declared.get(name.as_str()) else {
                 let expected: Vec<&str> = graph.runtime_inputs().map(|i| i.name.as_str()).collect();
                 return Err(Error::Input {
@@ -894,6 +927,13 @@ impl crate::cuda::Inputs for NodeInputs<'_, '_> {
             .map(Some)
             .map_err(|e| crate::cuda::KError::Decline(e.to_string()))
     }
+}
+
+/// Whether a caller may feed a value for an initializer listed among the graph inputs: from IR
+/// version 4, where listing it there makes it a default; before, every initializer had to be listed
+/// and all of them are constants.
+fn overridable_initializers(model: &Model) -> bool {
+    model.ir_version >= 4
 }
 
 /// The number of elements a generator node makes from small host inputs (ConstantOfShape's shape),

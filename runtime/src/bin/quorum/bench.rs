@@ -64,6 +64,7 @@ pub fn main(a: Args) -> CliResult<()> {
             "p10_ms": p10,
             "p90_ms": p90,
             "counters": session.counters(),
+            "folded_nodes": session.folded_nodes().len(),
         });
         println!("{j}");
     } else {

@@ -56,6 +56,10 @@ pub struct ModelArgs {
     /// (a mismatch ends the run, exit code 6). QUORUM_VERIFY overrides it.
     #[arg(long, default_value = "off")]
     pub verify: String,
+    /// Keep nodes whose inputs are all constants in the plan instead of computing them once at load
+    /// (constant folding is on by default).
+    #[arg(long)]
+    pub no_fold: bool,
 }
 
 fn split_pair<'a>(s: &'a str, what: &str) -> CliResult<(&'a str, &'a str)> {
@@ -93,6 +97,7 @@ impl ModelArgs {
             providers,
             min_device_elements,
             verify,
+            fold_constants: !self.no_fold,
             ..Default::default()
         })
     }
