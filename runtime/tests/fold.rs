@@ -190,5 +190,8 @@ fn old_ir_initializers_are_constants() {
     assert_eq!(s.folded_nodes(), ["Relu_node".to_string()]);
     run(&s, &[("x", seeded(6, 11))]).unwrap();
     let e = run(&s, &[("x", seeded(6, 11)), ("a", seeded(6, 12))]).unwrap_err();
-    assert!(matches!(&e, Error::Input { name, .. } if name == "a"), "{e}");
+    assert!(
+        matches!(&e, Error::Input { name, .. } if name == "a"),
+        "{e}"
+    );
 }

@@ -100,7 +100,7 @@ pub struct Reg {
 
 impl Display for Reg {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "%{}{}", self.ty.class().0, self.id)
+        self.put(f)
     }
 }
 
@@ -115,14 +115,114 @@ pub enum Op {
 
 impl Display for Op {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.put(f)
+    }
+}
+
+/// A piece of PTX text that writes itself without `format!`'s machinery. Kernel families print
+/// their module on every launch (the module cache is keyed by the text), so the builder writes each
+/// instruction's pieces straight into the kernel body (see `ins!`) rather than format a `String`.
+trait Text {
+    fn put<W: Write>(&self, w: &mut W) -> fmt::Result;
+}
+
+impl Text for &str {
+    fn put<W: Write>(&self, w: &mut W) -> fmt::Result {
+        w.write_str(self)
+    }
+}
+
+impl Text for char {
+    fn put<W: Write>(&self, w: &mut W) -> fmt::Result {
+        w.write_char(*self)
+    }
+}
+
+impl Text for i64 {
+    fn put<W: Write>(&self, w: &mut W) -> fmt::Result {
+        if *self < 0 {
+            w.write_char('-')?;
+        }
+        put_decimal(w, self.unsigned_abs())
+    }
+}
+
+impl Text for u32 {
+    fn put<W: Write>(&self, w: &mut W) -> fmt::Result {
+        put_decimal(w, *self as u64)
+    }
+}
+
+impl Text for usize {
+    fn put<W: Write>(&self, w: &mut W) -> fmt::Result {
+        put_decimal(w, *self as u64)
+    }
+}
+
+impl Text for Reg {
+    /// `%` + class prefix + index: `%r12`, `%fd3`.
+    fn put<W: Write>(&self, w: &mut W) -> fmt::Result {
+        w.write_char('%')?;
+        w.write_str(self.ty.class().0)?;
+        put_decimal(w, self.id as u64)
+    }
+}
+
+impl Text for Op {
+    fn put<W: Write>(&self, w: &mut W) -> fmt::Result {
         match self {
-            Op::R(r) => write!(f, "{r}"),
-            Op::I(v) => write!(f, "{v}"),
+            Op::R(r) => r.put(w),
+            Op::I(v) => v.put(w),
             // Exact bit patterns: no decimal rounding between Rust and ptxas.
-            Op::F(v) => write!(f, "0f{:08X}", v.to_bits()),
-            Op::D(v) => write!(f, "0d{:016X}", v.to_bits()),
+            Op::F(v) => {
+                w.write_str("0f")?;
+                put_hex(w, v.to_bits() as u64, 8)
+            }
+            Op::D(v) => {
+                w.write_str("0d")?;
+                put_hex(w, v.to_bits(), 16)
+            }
         }
     }
+}
+
+/// `v` in decimal.
+fn put_decimal<W: Write>(w: &mut W, mut v: u64) -> fmt::Result {
+    let mut buf = [0u8; 20];
+    let mut start = buf.len();
+    loop {
+        start -= 1;
+        buf[start] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    w.write_str(std::str::from_utf8(&buf[start..]).expect("ASCII digits"))
+}
+
+/// The low `digits` hex digits of `bits`, upper case and zero-padded (`{:08X}`).
+fn put_hex<W: Write>(w: &mut W, bits: u64, digits: u32) -> fmt::Result {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    let mut buf = [0u8; 16];
+    for (i, b) in buf[..digits as usize].iter_mut().enumerate() {
+        *b = HEX[(bits >> (4 * (digits as usize - 1 - i))) as usize & 0xF];
+    }
+    w.write_str(std::str::from_utf8(&buf[..digits as usize]).expect("ASCII digits"))
+}
+
+/// Appends one instruction to kernel `$k`'s body: a tab, the pieces (each a [`Text`]) and `;\n`.
+/// `ins!(k; "mov.", ty.mov_name(), ' ', r, ", ", a)` prints what `format!("mov.{} {r}, {a}", ..)`
+/// would, without building a `String`. (The `;` after the kernel also keeps rustfmt from laying the
+/// pieces out one per line.)
+macro_rules! ins {
+    ($k:expr; $($piece:expr),+ $(,)?) => {{
+        let out = &mut $k.body;
+        out.push('\t');
+        // Writing to a `String` cannot fail.
+        $( let _ = Text::put(&$piece, out); )+
+        out.push_str(";\n");
+    }};
 }
 
 impl From<Reg> for Op {
@@ -220,8 +320,10 @@ impl Space {
 /// One kernel under construction.
 pub struct Kernel {
     name: String,
-    params: Vec<(String, Ty)>,
-    shared: Vec<String>,
+    /// The parameter declarations, `\t.param .u64 x` joined by `,\n`.
+    params: String,
+    /// The shared array declarations, one `\t.shared ...;\n` line each.
+    shared: String,
     body: String,
     counters: [u32; 7],
     labels: u32,
@@ -231,9 +333,10 @@ impl Kernel {
     pub fn new(name: &str) -> Kernel {
         Kernel {
             name: name.to_string(),
-            params: Vec::new(),
-            shared: Vec::new(),
-            body: String::new(),
+            params: String::new(),
+            shared: String::new(),
+            // Most kernels print a few KB; start there rather than growing from nothing.
+            body: String::with_capacity(4096),
             counters: [0; 7],
             labels: 0,
         }
@@ -251,85 +354,115 @@ impl Kernel {
         Reg { ty, id }
     }
 
-    /// Appends one raw instruction (without the trailing `;`).
-    pub fn raw(&mut self, ins: impl AsRef<str>) {
-        let _ = writeln!(self.body, "\t{};", ins.as_ref());
+    /// Appends one raw instruction (without the trailing `;`). Takes anything printable: a `&str`,
+    /// a `String`, or, cheapest, `format_args!(...)`, which is written straight into the body.
+    pub fn raw(&mut self, ins: impl Display) {
+        self.body.push('\t');
+        let _ = write!(self.body, "{ins}");
+        self.body.push_str(";\n");
     }
 
     /// A fresh label name (use with [`Kernel::label`] and [`Kernel::bra`]).
     pub fn new_label(&mut self, hint: &str) -> String {
         self.labels += 1;
-        format!("L_{hint}_{}", self.labels)
+        let mut l = String::with_capacity(hint.len() + 8);
+        l.push_str("L_");
+        l.push_str(hint);
+        l.push('_');
+        let _ = self.labels.put(&mut l);
+        l
     }
 
     pub fn label(&mut self, l: &str) {
-        let _ = writeln!(self.body, "{l}:");
+        self.body.push_str(l);
+        self.body.push_str(":\n");
     }
 
     pub fn bra(&mut self, l: &str) {
-        self.raw(format!("bra.uni {l}"));
+        ins!(self; "bra.uni ", l);
     }
 
     /// Branches to `l` when `p` (or its negation) holds.
     pub fn bra_if(&mut self, p: Reg, negate: bool, l: &str) {
-        self.raw(format!("@{}{p} bra {l}", if negate { "!" } else { "" }));
+        ins!(self; if negate { "@!" } else { "@" }, p, " bra ", l);
+    }
+
+    /// Declares parameter `name` of type `ty`.
+    fn declare_param(&mut self, name: &str, ty: Ty) {
+        if !self.params.is_empty() {
+            self.params.push_str(",\n");
+        }
+        self.params.push_str("\t.param .");
+        self.params.push_str(ty.suffix());
+        self.params.push(' ');
+        self.params.push_str(name);
     }
 
     /// A pointer parameter, converted to a global address.
     pub fn param_ptr(&mut self, name: &str) -> Reg {
-        self.params.push((name.to_string(), Ty::U64));
+        self.declare_param(name, Ty::U64);
         let r = self.reg(Ty::U64);
-        self.raw(format!("ld.param.u64 {r}, [{name}]"));
+        ins!(self; "ld.param.u64 ", r, ", [", name, ']');
         let g = self.reg(Ty::U64);
-        self.raw(format!("cvta.to.global.u64 {g}, {r}"));
+        ins!(self; "cvta.to.global.u64 ", g, ", ", r);
         g
     }
 
     /// A scalar parameter of type `ty` (u32, s32, u64, f32).
     pub fn param(&mut self, name: &str, ty: Ty) -> Reg {
-        self.params.push((name.to_string(), ty));
+        self.declare_param(name, ty);
         let r = self.reg(ty);
-        self.raw(format!("ld.param.{} {r}, [{name}]", ty.suffix()));
+        ins!(self; "ld.param.", ty.suffix(), ' ', r, ", [", name, ']');
         r
     }
 
     /// Declares a shared array of `bytes` bytes, aligned to 16; returns its name (usable as an address).
     pub fn shared_array(&mut self, name: &str, bytes: usize) -> String {
-        self.shared
-            .push(format!(".shared .align 16 .b8 {name}[{}];", bytes.max(16)));
+        let s = &mut self.shared;
+        s.push_str("\t.shared .align 16 .b8 ");
+        s.push_str(name);
+        s.push('[');
+        let _ = bytes.max(16).put(s);
+        s.push_str("];\n");
         name.to_string()
     }
 
     /// The address of a shared array as a u32 register.
     pub fn shared_addr(&mut self, name: &str) -> Reg {
         let r = self.reg(Ty::U32);
-        self.raw(format!("mov.u32 {r}, {name}"));
+        ins!(self; "mov.u32 ", r, ", ", name);
         r
     }
 
     /// A special register: `tid.x`, `ctaid.y`, `ntid.x`, `nctaid.x`, `laneid`...
     pub fn special(&mut self, name: &str) -> Reg {
         let r = self.reg(Ty::U32);
-        self.raw(format!("mov.u32 {r}, %{name}"));
+        ins!(self; "mov.u32 ", r, ", %", name);
         r
     }
 
     pub fn mov(&mut self, ty: Ty, a: impl Into<Op>) -> Reg {
         let r = self.reg(ty);
         let a = a.into();
-        self.raw(format!("mov.{} {r}, {a}", ty.mov_name()));
+        ins!(self; "mov.", ty.mov_name(), ' ', r, ", ", a);
         r
     }
 
     /// `dst = a` into an existing register (loop variables).
     pub fn assign(&mut self, dst: Reg, a: impl Into<Op>) {
         let a = a.into();
-        self.raw(format!("mov.{} {dst}, {a}", dst.ty.mov_name()));
+        ins!(self; "mov.", dst.ty.mov_name(), ' ', dst, ", ", a);
     }
 
+    /// `op.type r, a, b` with `type` the instruction suffix `.f32`, `.u64`...
     fn bin(&mut self, op: &str, ty: Ty, a: Op, b: Op) -> Reg {
+        self.bin_named(op, ty.suffix(), ty, a, b)
+    }
+
+    /// `op.tname r, a, b` into a fresh `ty` register.
+    fn bin_named(&mut self, op: &str, tname: &str, ty: Ty, a: Op, b: Op) -> Reg {
         let r = self.reg(ty);
-        self.raw(format!("{op}.{} {r}, {a}, {b}", ty.suffix()));
+        ins!(self; op, '.', tname, ' ', r, ", ", a, ", ", b);
         r
     }
 
@@ -341,21 +474,18 @@ impl Kernel {
     }
     /// Low half of an integer product, or a float product (rounded to nearest).
     pub fn mul(&mut self, ty: Ty, a: impl Into<Op>, b: impl Into<Op>) -> Reg {
-        let (a, b) = (a.into(), b.into());
-        let r = self.reg(ty);
         let op = match ty {
-            Ty::F16 | Ty::F32 | Ty::F64 => format!("mul.rn.{}", ty.suffix()),
-            _ => format!("mul.lo.{}", ty.suffix()),
+            Ty::F16 | Ty::F32 | Ty::F64 => "mul.rn",
+            _ => "mul.lo",
         };
-        self.raw(format!("{op} {r}, {a}, {b}"));
-        r
+        self.bin(op, ty, a.into(), b.into())
     }
     /// 32×32 → 64-bit product (`mul.wide`), for addresses.
     pub fn mul_wide(&mut self, signed: bool, a: impl Into<Op>, b: impl Into<Op>) -> Reg {
         let (a, b) = (a.into(), b.into());
         let r = self.reg(if signed { Ty::S64 } else { Ty::U64 });
         let t = if signed { "s32" } else { "u32" };
-        self.raw(format!("mul.wide.{t} {r}, {a}, {b}"));
+        ins!(self; "mul.wide.", t, ' ', r, ", ", a, ", ", b);
         r
     }
     /// Fused multiply-add `a·b + c` (rounded once for floats).
@@ -363,27 +493,25 @@ impl Kernel {
         let (a, b, c) = (a.into(), b.into(), c.into());
         let r = self.reg(ty);
         let op = match ty {
-            Ty::F16 | Ty::F32 | Ty::F64 => format!("fma.rn.{}", ty.suffix()),
-            _ => format!("mad.lo.{}", ty.suffix()),
+            Ty::F16 | Ty::F32 | Ty::F64 => "fma.rn.",
+            _ => "mad.lo.",
         };
-        self.raw(format!("{op} {r}, {a}, {b}, {c}"));
+        ins!(self; op, ty.suffix(), ' ', r, ", ", a, ", ", b, ", ", c);
         r
     }
     /// `acc += a·b` in place (floats, one rounding).
     pub fn fma_acc(&mut self, acc: Reg, a: impl Into<Op>, b: impl Into<Op>) {
         let (a, b) = (a.into(), b.into());
-        self.raw(format!("fma.rn.{} {acc}, {a}, {b}, {acc}", acc.ty.suffix()));
+        let t = acc.ty.suffix();
+        ins!(self; "fma.rn.", t, ' ', acc, ", ", a, ", ", b, ", ", acc);
     }
     /// IEEE division (correctly rounded for floats).
     pub fn div(&mut self, ty: Ty, a: impl Into<Op>, b: impl Into<Op>) -> Reg {
-        let (a, b) = (a.into(), b.into());
-        let r = self.reg(ty);
         let op = match ty {
-            Ty::F32 | Ty::F64 => format!("div.rn.{}", ty.suffix()),
-            _ => format!("div.{}", ty.suffix()),
+            Ty::F32 | Ty::F64 => "div.rn",
+            _ => "div",
         };
-        self.raw(format!("{op} {r}, {a}, {b}"));
-        r
+        self.bin(op, ty, a.into(), b.into())
     }
     pub fn rem(&mut self, ty: Ty, a: impl Into<Op>, b: impl Into<Op>) -> Reg {
         self.bin("rem", ty, a.into(), b.into())
@@ -397,28 +525,16 @@ impl Kernel {
         self.bin("max", ty, a.into(), b.into())
     }
     pub fn and(&mut self, ty: Ty, a: impl Into<Op>, b: impl Into<Op>) -> Reg {
-        let (a, b) = (a.into(), b.into());
-        let r = self.reg(ty);
-        self.raw(format!("and.{} {r}, {a}, {b}", ty.bits()));
-        r
+        self.bin_named("and", ty.bits(), ty, a.into(), b.into())
     }
     pub fn or(&mut self, ty: Ty, a: impl Into<Op>, b: impl Into<Op>) -> Reg {
-        let (a, b) = (a.into(), b.into());
-        let r = self.reg(ty);
-        self.raw(format!("or.{} {r}, {a}, {b}", ty.bits()));
-        r
+        self.bin_named("or", ty.bits(), ty, a.into(), b.into())
     }
     pub fn xor(&mut self, ty: Ty, a: impl Into<Op>, b: impl Into<Op>) -> Reg {
-        let (a, b) = (a.into(), b.into());
-        let r = self.reg(ty);
-        self.raw(format!("xor.{} {r}, {a}, {b}", ty.bits()));
-        r
+        self.bin_named("xor", ty.bits(), ty, a.into(), b.into())
     }
     pub fn shl(&mut self, ty: Ty, a: impl Into<Op>, b: impl Into<Op>) -> Reg {
-        let (a, b) = (a.into(), b.into());
-        let r = self.reg(ty);
-        self.raw(format!("shl.{} {r}, {a}, {b}", ty.bits()));
-        r
+        self.bin_named("shl", ty.bits(), ty, a.into(), b.into())
     }
     /// Logical (unsigned) or arithmetic (signed) right shift, by `ty`.
     pub fn shr(&mut self, ty: Ty, a: impl Into<Op>, b: impl Into<Op>) -> Reg {
@@ -428,7 +544,7 @@ impl Kernel {
     pub fn unary(&mut self, op: &str, ty: Ty, a: impl Into<Op>) -> Reg {
         let a = a.into();
         let r = self.reg(ty);
-        self.raw(format!("{op}.{} {r}, {a}", ty.suffix()));
+        ins!(self; op, '.', ty.suffix(), ' ', r, ", ", a);
         r
     }
     /// `cvt` with the rounding or saturation modifier given (`""`, `".rn"`, `".rzi"`, `".rni"`, `".sat"`).
@@ -436,46 +552,39 @@ impl Kernel {
         let a = a.into();
         let r = self.reg(to);
         let (ts, fs) = (cvt_name(to), cvt_name(from));
-        self.raw(format!("cvt{modifier}.{ts}.{fs} {r}, {a}"));
+        ins!(self; "cvt", modifier, '.', ts, '.', fs, ' ', r, ", ", a);
         r
     }
     /// Reinterprets the bits of `a` as `to` (same width).
     pub fn bitcast(&mut self, to: Ty, a: Reg) -> Reg {
         let r = self.reg(to);
-        self.raw(format!("mov.{} {r}, {a}", to.bits()));
+        ins!(self; "mov.", to.bits(), ' ', r, ", ", a);
         r
     }
 
     pub fn setp(&mut self, cmp: Cmp, ty: Ty, a: impl Into<Op>, b: impl Into<Op>) -> Reg {
         let (a, b) = (a.into(), b.into());
         let p = self.reg(Ty::Pred);
-        self.raw(format!(
-            "setp.{}.{} {p}, {a}, {b}",
-            cmp.name(ty),
-            ty.suffix()
-        ));
+        let c = cmp.name(ty);
+        ins!(self; "setp.", c, '.', ty.suffix(), ' ', p, ", ", a, ", ", b);
         p
     }
     /// `p ? a : b`.
     pub fn selp(&mut self, ty: Ty, a: impl Into<Op>, b: impl Into<Op>, p: Reg) -> Reg {
         let (a, b) = (a.into(), b.into());
         let r = self.reg(ty);
-        self.raw(format!("selp.{} {r}, {a}, {b}, {p}", ty.mov_name()));
+        ins!(self; "selp.", ty.mov_name(), ' ', r, ", ", a, ", ", b, ", ", p);
         r
     }
     pub fn pred_and(&mut self, a: Reg, b: Reg) -> Reg {
-        let p = self.reg(Ty::Pred);
-        self.raw(format!("and.pred {p}, {a}, {b}"));
-        p
+        self.bin_named("and", "pred", Ty::Pred, a.into(), b.into())
     }
     pub fn pred_or(&mut self, a: Reg, b: Reg) -> Reg {
-        let p = self.reg(Ty::Pred);
-        self.raw(format!("or.pred {p}, {a}, {b}"));
-        p
+        self.bin_named("or", "pred", Ty::Pred, a.into(), b.into())
     }
     pub fn pred_not(&mut self, a: Reg) -> Reg {
         let p = self.reg(Ty::Pred);
-        self.raw(format!("not.pred {p}, {a}"));
+        ins!(self; "not.pred ", p, ", ", a);
         p
     }
 
@@ -483,14 +592,15 @@ impl Kernel {
     pub fn ld(&mut self, space: Space, ty: Ty, addr: Reg, offset: i64) -> Reg {
         let r = self.reg(ty);
         let t = if ty == Ty::F16 { "b16" } else { ty.suffix() };
-        self.raw(format!("ld.{}.{t} {r}, [{addr}+{offset}]", space.name()));
+        let s = space.name();
+        ins!(self; "ld.", s, '.', t, ' ', r, ", [", addr, '+', offset, ']');
         r
     }
     /// Loads a `ty` from global memory through the read-only path (`ld.global.nc`).
     pub fn ld_nc(&mut self, ty: Ty, addr: Reg, offset: i64) -> Reg {
         let r = self.reg(ty);
         let t = if ty == Ty::F16 { "b16" } else { ty.suffix() };
-        self.raw(format!("ld.global.nc.{t} {r}, [{addr}+{offset}]"));
+        ins!(self; "ld.global.nc.", t, ' ', r, ", [", addr, '+', offset, ']');
         r
     }
     /// Loads four consecutive f32 (16-byte aligned address) into four registers.
@@ -501,14 +611,10 @@ impl Kernel {
             self.reg(Ty::F32),
             self.reg(Ty::F32),
         ];
-        self.raw(format!(
-            "ld.{}.v4.f32 {{{}, {}, {}, {}}}, [{addr}+{offset}]",
-            space.name(),
-            r[0],
-            r[1],
-            r[2],
-            r[3]
-        ));
+        let s = space.name();
+        let [a, b, c, d] = r;
+        ins!(self; "ld.", s, ".v4.f32 {", a, ", ", b, ", ", c, ", ", d, "}, [",
+            addr, '+', offset, ']');
         r
     }
     pub fn st(&mut self, space: Space, addr: Reg, offset: i64, v: impl Into<Op>) {
@@ -520,11 +626,13 @@ impl Kernel {
             Op::I(_) => Ty::U32,
         };
         let t = if ty == Ty::F16 { "b16" } else { ty.suffix() };
-        self.raw(format!("st.{}.{t} [{addr}+{offset}], {v}", space.name()));
+        let s = space.name();
+        ins!(self; "st.", s, '.', t, " [", addr, '+', offset, "], ", v);
     }
     /// Stores an 8-bit value held in a 16-bit register.
     pub fn st_u8(&mut self, space: Space, addr: Reg, offset: i64, v: Reg) {
-        self.raw(format!("st.{}.u8 [{addr}+{offset}], {v}", space.name()));
+        let s = space.name();
+        ins!(self; "st.", s, ".u8 [", addr, '+', offset, "], ", v);
     }
     /// `base + index · elem` as a 64-bit address (index is u32 or u64).
     pub fn addr(&mut self, base: Reg, index: Reg, elem: usize) -> Reg {
@@ -537,23 +645,19 @@ impl Kernel {
     }
 
     pub fn bar_sync(&mut self) {
-        self.raw("bar.sync 0");
+        ins!(self; "bar.sync 0");
     }
 
     /// `shfl.sync.bfly` of a 32-bit value across the full warp.
     pub fn shfl_bfly(&mut self, v: Reg, lane_mask: u32) -> Reg {
         let r = self.reg(v.ty);
-        self.raw(format!(
-            "shfl.sync.bfly.b32 {r}, {v}, {lane_mask}, 31, 0xffffffff"
-        ));
+        ins!(self; "shfl.sync.bfly.b32 ", r, ", ", v, ", ", lane_mask, ", 31, 0xffffffff");
         r
     }
     /// `shfl.sync.down` of a 32-bit value across the full warp.
     pub fn shfl_down(&mut self, v: Reg, delta: u32) -> Reg {
         let r = self.reg(v.ty);
-        self.raw(format!(
-            "shfl.sync.down.b32 {r}, {v}, {delta}, 31, 0xffffffff"
-        ));
+        ins!(self; "shfl.sync.down.b32 ", r, ", ", v, ", ", delta, ", 31, 0xffffffff");
         r
     }
 
@@ -574,7 +678,7 @@ impl Kernel {
         let p = self.setp(Cmp::Ge, ty, i, end);
         self.bra_if(p, false, &done);
         body(self, i);
-        self.raw(format!("add.{} {i}, {i}, {step}", ty.suffix()));
+        ins!(self; "add.", ty.suffix(), ' ', i, ", ", i, ", ", step);
         self.bra(&top);
         self.label(&done);
     }
@@ -589,24 +693,22 @@ impl Kernel {
 
     /// Returns from the kernel when `p` holds (bounds checks).
     pub fn exit_if(&mut self, p: Reg) {
-        self.raw(format!("@{p} ret"));
+        ins!(self; '@', p, " ret");
+    }
+
+    /// An upper bound on the length of the text `emit` prints.
+    fn emit_len(&self) -> usize {
+        // The entry line, the braces and `ret`, and seven register declarations.
+        self.name.len() + self.params.len() + self.shared.len() + self.body.len() + 256
     }
 
     fn emit(&self, out: &mut String) {
-        let params: Vec<String> = self
-            .params
-            .iter()
-            .map(|(n, t)| format!("\t.param .{} {n}", t.suffix()))
-            .collect();
-        let _ = writeln!(
-            out,
-            ".visible .entry {}(\n{}\n)\n{{",
-            self.name,
-            params.join(",\n")
-        );
-        for s in &self.shared {
-            let _ = writeln!(out, "\t{s}");
-        }
+        out.push_str(".visible .entry ");
+        out.push_str(&self.name);
+        out.push_str("(\n");
+        out.push_str(&self.params);
+        out.push_str("\n)\n{\n");
+        out.push_str(&self.shared);
         for ty in [
             Ty::Pred,
             Ty::U16,
@@ -619,7 +721,14 @@ impl Kernel {
             let (prefix, idx) = ty.class();
             let n = self.counters[idx];
             if n > 0 {
-                let _ = writeln!(out, "\t.reg .{} %{prefix}<{n}>;", ty.decl());
+                // `\t.reg .b32 %r<12>;`
+                out.push_str("\t.reg .");
+                out.push_str(ty.decl());
+                out.push_str(" %");
+                out.push_str(prefix);
+                out.push('<');
+                let _ = n.put(out);
+                out.push_str(">;\n");
             }
         }
         out.push_str(&self.body);
@@ -650,7 +759,13 @@ pub fn target(cc: (i32, i32)) -> (&'static str, String) {
 /// Prints a module holding `kernels` for compute capability `cc`.
 pub fn module(cc: (i32, i32), kernels: &[Kernel]) -> String {
     let (version, target) = target(cc);
-    let mut out = format!(".version {version}\n.target {target}\n.address_size 64\n\n");
+    let len = 64 + kernels.iter().map(|k| k.emit_len() + 1).sum::<usize>();
+    let mut out = String::with_capacity(len);
+    out.push_str(".version ");
+    out.push_str(version);
+    out.push_str("\n.target ");
+    out.push_str(&target);
+    out.push_str("\n.address_size 64\n\n");
     for k in kernels {
         k.emit(&mut out);
         out.push('\n');
@@ -702,6 +817,47 @@ mod tests {
         );
         assert!(text.contains("cvt.rn.f32.u32"), "{text}");
         assert!(text.starts_with(".version 7.0\n.target sm_80"), "{text}");
+    }
+
+    #[test]
+    fn manual_number_printing_matches_std_formatting() {
+        fn text(t: impl Text) -> String {
+            let mut s = String::new();
+            t.put(&mut s).unwrap();
+            s
+        }
+        for v in [0i64, 7, 9, 10, 99, 100, -1, -10, 65535, i64::MAX, i64::MIN] {
+            assert_eq!(text(v), v.to_string());
+            assert_eq!(Op::I(v).to_string(), v.to_string());
+        }
+        for v in [0u32, 1, 31, 1000, u32::MAX] {
+            assert_eq!(text(v), v.to_string());
+        }
+        for v in [
+            0.0f32,
+            -1.5,
+            f32::MIN_POSITIVE,
+            f32::NAN,
+            f32::INFINITY,
+            1e-45,
+        ] {
+            assert_eq!(Op::F(v).to_string(), format!("0f{:08X}", v.to_bits()));
+        }
+        for v in [
+            0.0f64,
+            -1.5,
+            f64::MIN_POSITIVE,
+            f64::NAN,
+            f64::NEG_INFINITY,
+            5e-324,
+        ] {
+            assert_eq!(Op::D(v).to_string(), format!("0d{:016X}", v.to_bits()));
+        }
+        let r = Reg {
+            ty: Ty::F64,
+            id: 1234,
+        };
+        assert_eq!(r.to_string(), "%fd1234");
     }
 
     #[test]

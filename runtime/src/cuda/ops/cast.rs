@@ -28,7 +28,7 @@ pub fn claim(node: &Node) -> Option<Result<CudaKernel, String>> {
 
 /// How a dtype is held in the kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
+pub(super) enum Kind {
     F64,
     F32,
     F16,
@@ -41,7 +41,7 @@ enum Kind {
     Bool,
 }
 
-fn kind(d: DType) -> Option<Kind> {
+pub(super) fn kind(d: DType) -> Option<Kind> {
     Some(match d {
         DType::F64 => Kind::F64,
         DType::F32 => Kind::F32,
@@ -178,9 +178,9 @@ fn load(k: &mut Kernel, src: Kind, a: Reg) -> Val {
                 let r = k.reg(Ty::S64);
                 let from = ["s8", "s16", "s32", "s64"][bytes.trailing_zeros() as usize];
                 if bytes == 8 {
-                    k.raw(format!("mov.b64 {r}, {raw}"));
+                    k.raw(format_args!("mov.b64 {r}, {raw}"));
                 } else {
-                    k.raw(format!("cvt.s64.{from} {r}, {raw}"));
+                    k.raw(format_args!("cvt.s64.{from} {r}, {raw}"));
                 }
                 r
             } else if bytes == 8 {
@@ -221,7 +221,7 @@ fn float_to_bits(k: &mut Kernel, f: Reg) -> Reg {
     k.selp(Ty::U64, bits, 0u32, finite)
 }
 
-fn cast_kernel(src: Kind, dst: Kind) -> Kernel {
+pub(super) fn cast_kernel(src: Kind, dst: Kind) -> Kernel {
     let mut k = Kernel::new("cast");
     let yp = k.param_ptr("y");
     let xp = k.param_ptr("x");
@@ -262,7 +262,7 @@ fn cast_kernel(src: Kind, dst: Kind) -> Kernel {
                 unreachable!("declined before the kernel is built")
             };
             let y = k.reg(Ty::U16);
-            k.raw(format!("cvt.rn.bf16.f32 {y}, {f}"));
+            k.raw(format_args!("cvt.rn.bf16.f32 {y}, {f}"));
             k.st(crate::cuda::ptx::Space::Global, ya, 0, y);
         }
         Kind::Int { bytes, .. } => {

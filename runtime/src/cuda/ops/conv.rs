@@ -244,7 +244,7 @@ fn conv_transpose(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<De
 
 /// Which direct kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum Direct {
+pub(super) enum Direct {
     /// Conv: W `[M, C/group, k...]`, input position `o·s − pad + t·d`.
     Conv,
     /// ConvTranspose: W `[C, M/group, k...]`, input position `(o + pad − t·d) / s` where exact.
@@ -325,7 +325,7 @@ fn load(k: &mut Kernel, f16: bool, addr: Reg) -> Reg {
 
 /// One thread per output element `(n, oc, od, oh, ow)`; loops over the group's input channels and
 /// the kernel taps, skipping taps that fall outside the input.
-fn direct_kernel(kind: Direct, has_bias: bool, f16: bool) -> Kernel {
+pub(super) fn direct_kernel(kind: Direct, has_bias: bool, f16: bool) -> Kernel {
     let es = if f16 { 2 } else { 4 };
     let mut k = Kernel::new(&direct_name(kind, has_bias, f16));
     let x = k.param_ptr("x");

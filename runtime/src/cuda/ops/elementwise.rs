@@ -95,7 +95,7 @@ pub fn claim(node: &Node) -> Option<Result<CudaKernel, String>> {
 }
 
 /// How an operand is read into a register.
-fn load(k: &mut Kernel, base: Reg, off: Reg, dtype: DType) -> KResult<Reg> {
+pub(super) fn load(k: &mut Kernel, base: Reg, off: Reg, dtype: DType) -> KResult<Reg> {
     Ok(match dtype {
         DType::F32 => {
             let a = k.addr(base, off, 4);
@@ -124,7 +124,7 @@ fn load(k: &mut Kernel, base: Reg, off: Reg, dtype: DType) -> KResult<Reg> {
     })
 }
 
-fn store(k: &mut Kernel, base: Reg, i: Reg, dtype: DType, v: Reg) -> KResult<()> {
+pub(super) fn store(k: &mut Kernel, base: Reg, i: Reg, dtype: DType, v: Reg) -> KResult<()> {
     match dtype {
         DType::F32 => {
             let a = k.addr(base, i, 4);
@@ -243,7 +243,7 @@ fn map_kernel_v4(
             k.reg(Ty::F32),
             k.reg(Ty::F32),
         ];
-        k.raw(format!(
+        k.raw(format_args!(
             "ld.global.nc.v4.f32 {{{}, {}, {}, {}}}, [{a}]",
             r[0], r[1], r[2], r[3]
         ));
@@ -255,7 +255,7 @@ fn map_kernel_v4(
         ys.push(expr(&mut k, &vals)?);
     }
     let oa = k.addr(out_p, i, 16);
-    k.raw(format!(
+    k.raw(format_args!(
         "st.global.v4.f32 [{oa}], {{{}, {}, {}, {}}}",
         ys[0], ys[1], ys[2], ys[3]
     ));
@@ -314,7 +314,7 @@ fn softplus64(k: &mut Kernel, x: Reg) -> Reg {
 }
 
 /// The f32 expression of a unary float op on `x`.
-fn unary_expr(ctx: &OpCtx, k: &mut Kernel, op: &str, x: Reg) -> KResult<Reg> {
+pub(super) fn unary_expr(ctx: &OpCtx, k: &mut Kernel, op: &str, x: Reg) -> KResult<Reg> {
     let zero = Op::F(0.0);
     Ok(match op {
         "Abs" => k.unary("abs", Ty::F32, x),
@@ -459,7 +459,7 @@ fn unary_expr(ctx: &OpCtx, k: &mut Kernel, op: &str, x: Reg) -> KResult<Reg> {
 }
 
 /// ONNX Pow for f32 base `x` and exponent `y`, computed as e^(y·ln|x|) in f64 with C's special cases.
-fn pow_expr(k: &mut Kernel, x: Reg, y: Reg) -> Reg {
+pub(super) fn pow_expr(k: &mut Kernel, x: Reg, y: Reg) -> Reg {
     let xd = f64_of(k, x);
     let yd = f64_of(k, y);
     let ax = k.unary("abs", Ty::F64, xd);
@@ -490,7 +490,7 @@ fn pow_expr(k: &mut Kernel, x: Reg, y: Reg) -> Reg {
 /// is an f32 value, so one fused step in f64 gives it exactly while |x/y| < 2^53). An infinite y
 /// with a finite x is taken apart (the fused step would multiply 0 by ∞): fmod gives x; Python's mod
 /// gives x when x is 0 or has y's sign, else y.
-fn mod_expr(k: &mut Kernel, x: Reg, y: Reg, fmod: bool) -> Reg {
+pub(super) fn mod_expr(k: &mut Kernel, x: Reg, y: Reg, fmod: bool) -> Reg {
     let xd = f64_of(k, x);
     let yd = f64_of(k, y);
     let q = k.div(Ty::F64, xd, yd);
@@ -506,7 +506,7 @@ fn mod_expr(k: &mut Kernel, x: Reg, y: Reg, fmod: bool) -> Reg {
         // Python: a nonzero remainder takes the divisor's sign.
         let rn = k.setp(Cmp::Ne, Ty::F64, r, Op::D(0.0));
         let differ = k.reg(Ty::Pred);
-        k.raw(format!("xor.pred {differ}, {rneg}, {yneg}"));
+        k.raw(format_args!("xor.pred {differ}, {rneg}, {yneg}"));
         let fix = k.pred_and(rn, differ);
         let ry = k.add(Ty::F64, r, yd);
         k.selp(Ty::F64, ry, r, fix)
@@ -520,7 +520,7 @@ fn mod_expr(k: &mut Kernel, x: Reg, y: Reg, fmod: bool) -> Reg {
         xd
     } else {
         let same = k.reg(Ty::Pred);
-        k.raw(format!("xor.pred {same}, {xneg}, {yneg}"));
+        k.raw(format_args!("xor.pred {same}, {xneg}, {yneg}"));
         let same = k.pred_not(same);
         let x0 = k.setp(Cmp::Eq, Ty::F64, xd, Op::D(0.0));
         let keep_x = k.pred_or(same, x0);

@@ -94,7 +94,7 @@ fn launch_1d(run: &Run, k: Kernel, n: u32, args: &[Arg]) -> KResult<()> {
 // GatherElements
 
 /// `out[i] = x[offs[i]]`, one thread per output element.
-fn gather_elements_kernel(ty: Ty, size: usize) -> Kernel {
+pub(super) fn gather_elements_kernel(ty: Ty, size: usize) -> Kernel {
     let mut k = Kernel::new(&format!("gather_elements_b{}", size * 8));
     let op = k.param_ptr("out");
     let xp = k.param_ptr("x");
@@ -189,7 +189,14 @@ fn combine(k: &mut Kernel, red: Reduction, c: Ty, d: Reg, u: Reg) -> Reg {
 
 /// One thread per line: `lines = outer·inner` lines of `len` updates each, update `p` of line
 /// `(o, j)` at `(o·len + a)·inner + j`, applied for `a = 0, 1, ...` in order to `out[offs[p]]`.
-fn scatter_kernel(red: Reduction, st: Ty, c: Ty, size: usize, len: u32, inner: u32) -> Kernel {
+pub(super) fn scatter_kernel(
+    red: Reduction,
+    st: Ty,
+    c: Ty,
+    size: usize,
+    len: u32,
+    inner: u32,
+) -> Kernel {
     let mut k = Kernel::new(&format!(
         "scatter_elements_{}_{}",
         format!("{red:?}").to_lowercase(),
@@ -224,7 +231,7 @@ fn scatter_kernel(red: Reduction, st: Ty, c: Ty, size: usize, len: u32, inner: u
             if st == c { r } else { k.cvt(st, c, ".rn", r) }
         };
         store_bits(k, st, da, v);
-        k.raw(format!("add.u32 {p}, {p}, {inner}"));
+        k.raw(format_args!("add.u32 {p}, {p}, {inner}"));
     });
     k
 }
@@ -285,7 +292,7 @@ fn k_scatter_elements(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Ve
 // OneHot
 
 /// `out[o, j, i] = pos[o·inner + i] == j ? values[1] : values[0]`; `pos` is -1 where out of range.
-fn one_hot_kernel(ty: Ty, size: usize, depth: u32, inner: u32) -> Kernel {
+pub(super) fn one_hot_kernel(ty: Ty, size: usize, depth: u32, inner: u32) -> Kernel {
     let mut k = Kernel::new(&format!("one_hot_b{}", size * 8));
     let op = k.param_ptr("out");
     let vp = k.param_ptr("values");
@@ -351,7 +358,7 @@ fn k_one_hot(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTens
 // Trilu
 
 /// Keeps `x[.., r, c]` where `c - r >= k` (upper) or `c - r <= k` (lower), zero elsewhere.
-fn trilu_kernel(ty: Ty, size: usize, upper: bool, rows: u32, cols: u32) -> Kernel {
+pub(super) fn trilu_kernel(ty: Ty, size: usize, upper: bool, rows: u32, cols: u32) -> Kernel {
     let mut k = Kernel::new(&format!(
         "{}_b{}",
         if upper { "triu" } else { "tril" },
@@ -420,7 +427,7 @@ fn k_trilu(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor
 
 /// `out[i] = start + i·delta`: in f64 (multiply, then add, each rounded, as the CPU does) converted
 /// once to the output float type; or in wrapping 64-bit integers truncated to the output width.
-fn range_kernel(dtype: DType) -> KResult<Kernel> {
+pub(super) fn range_kernel(dtype: DType) -> KResult<Kernel> {
     let mut k = Kernel::new(&format!("range_{dtype}"));
     let op = k.param_ptr("out");
     let sp = k.param("start", Ty::U64);
@@ -434,7 +441,7 @@ fn range_kernel(dtype: DType) -> KResult<Kernel> {
         let prod = k.mul(Ty::F64, fi, d);
         let v = k.reg(Ty::F64);
         // Explicit rounding: never contracted into an fma (the CPU rounds the product).
-        k.raw(format!("add.rn.f64 {v}, {s}, {prod}"));
+        k.raw(format_args!("add.rn.f64 {v}, {s}, {prod}"));
         match dtype {
             DType::F64 => (v, 8),
             DType::F32 => (k.cvt(Ty::F32, Ty::F64, ".rn", v), 4),

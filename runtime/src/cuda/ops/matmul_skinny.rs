@@ -100,18 +100,18 @@ pub fn build_skinny(cfg: &TileCfg) -> Kernel {
                     k.fma_acc(acc[r], av[i], bv[i]);
                 }
             }
-            k.raw(format!("add.u64 {bptr}, {bptr}, {}", 128 * es));
+            k.raw(format_args!("add.u64 {bptr}, {bptr}, {}", 128 * es));
             for &ap in &aptr {
                 match a_iter {
-                    None => k.raw(format!("add.u64 {ap}, {ap}, {}", 128 * es)),
-                    Some(st) => k.raw(format!("add.u64 {ap}, {ap}, {st}")),
+                    None => k.raw(format_args!("add.u64 {ap}, {ap}, {}", 128 * es)),
+                    Some(st) => k.raw(format_args!("add.u64 {ap}, {ap}, {st}")),
                 }
             }
         });
         for &a in &acc {
             for m in [16u32, 8, 4, 2, 1] {
                 let v = k.shfl_bfly(a, m);
-                k.raw(format!("add.rn.f32 {a}, {a}, {v}"));
+                k.raw(format_args!("add.rn.f32 {a}, {a}, {v}"));
             }
         }
         let lane0 = k.setp(Cmp::Eq, Ty::U32, lane, 0u32);
@@ -164,11 +164,11 @@ pub fn build_skinny(cfg: &TileCfg) -> Kernel {
                     k.fma_acc(acc[r][j], av, bv[j]);
                 }
             }
-            k.raw(format!("add.u64 {bptr}, {bptr}, {bstep}"));
+            k.raw(format_args!("add.u64 {bptr}, {bptr}, {bstep}"));
             for &ap in &aptr {
                 match astep {
-                    None => k.raw(format!("add.u64 {ap}, {ap}, {}", 8 * es)),
-                    Some(st) => k.raw(format!("add.u64 {ap}, {ap}, {st}")),
+                    None => k.raw(format_args!("add.u64 {ap}, {ap}, {}", 8 * es)),
+                    Some(st) => k.raw(format_args!("add.u64 {ap}, {ap}, {st}")),
                 }
             }
         });
@@ -180,7 +180,7 @@ pub fn build_skinny(cfg: &TileCfg) -> Kernel {
         let wo = k.add(Ty::U32, wo, lo);
         let sw = k.add(Ty::U32, sbase, wo);
         for (r, v) in acc.iter().enumerate() {
-            k.raw(format!(
+            k.raw(format_args!(
                 "st.shared.v4.f32 [{sw}+{}], {{{}, {}, {}, {}}}",
                 r * 128 * 4,
                 v[0],
@@ -202,7 +202,7 @@ pub fn build_skinny(cfg: &TileCfg) -> Kernel {
                 let sum = k.mov(Ty::F32, 0.0f32);
                 for w in 0..8 {
                     let v = k.ld(Space::Shared, Ty::F32, sa, (w * nrows * 128 * 4) as i64);
-                    k.raw(format!("add.rn.f32 {sum}, {sum}, {v}"));
+                    k.raw(format_args!("add.rn.f32 {sum}, {sum}, {v}"));
                 }
                 let col = k.fma(Ty::U32, bx, 128u32, c);
                 let pr = k.setp(Cmp::Lt, Ty::U32, r, p.m);
@@ -321,11 +321,11 @@ pub fn reduce_kernel(has_c: bool, f16: bool, lanes: u32) -> Kernel {
             let inr = k.setp(Cmp::Lt, Ty::U32, sj, nsplit);
             let p = k.pred_and(inr, valid);
             let v = k.mov(Ty::F32, 0.0f32);
-            k.raw(format!("@{p} ld.global.f32 {v}, [{a}+0]"));
+            k.raw(format_args!("@{p} ld.global.f32 {v}, [{a}+0]"));
             vs.push((p, v));
         }
         for (p, v) in vs {
-            k.raw(format!("@{p} add.rn.f32 {acc}, {acc}, {v}"));
+            k.raw(format_args!("@{p} add.rn.f32 {acc}, {acc}, {v}"));
         }
     });
     k.shared_array("red", 256 * 4);
@@ -341,7 +341,7 @@ pub fn reduce_kernel(has_c: bool, f16: bool, lanes: u32) -> Kernel {
         let sum = k.mov(Ty::F32, 0.0f32);
         for w in 0..lanes {
             let v = k.ld(Space::Shared, Ty::F32, sa, (w * opb * 4) as i64);
-            k.raw(format!("add.rn.f32 {sum}, {sum}, {v}"));
+            k.raw(format_args!("add.rn.f32 {sum}, {sum}, {v}"));
         }
         let row = k.div(Ty::U32, e, n);
         let col = k.rem(Ty::U32, e, n);

@@ -327,15 +327,15 @@ pub(crate) fn params(k: &mut Kernel, cfg: &TileCfg) -> Params {
 pub(crate) fn load1(k: &mut Kernel, f16: bool, v: Reg, p: Reg, addr: Reg, off: i64) {
     if f16 {
         let h = k.reg(Ty::F16);
-        k.raw(format!("@{p} ld.global.nc.b16 {h}, [{addr}+{off}]"));
-        k.raw(format!("@{p} cvt.f32.f16 {v}, {h}"));
+        k.raw(format_args!("@{p} ld.global.nc.b16 {h}, [{addr}+{off}]"));
+        k.raw(format_args!("@{p} cvt.f32.f16 {v}, {h}"));
     } else {
-        k.raw(format!("@{p} ld.global.nc.f32 {v}, [{addr}+{off}]"));
+        k.raw(format_args!("@{p} ld.global.nc.f32 {v}, [{addr}+{off}]"));
     }
 }
 
 pub(crate) fn zero(k: &mut Kernel, v: Reg) {
-    k.raw(format!("mov.f32 {v}, 0f00000000"));
+    k.raw(format_args!("mov.f32 {v}, 0f00000000"));
 }
 
 /// Loads 4 consecutive elements at `addr` into `vals` (0 where the predicate is false). With `vec`,
@@ -354,7 +354,7 @@ pub(crate) fn load4(
     let es = if f16 { 2 } else { 4 };
     if vec && !f16 {
         let p3 = preds[3];
-        k.raw(format!(
+        k.raw(format_args!(
             "@{p3} ld.global.nc.v4.f32 {{{}, {}, {}, {}}}, [{addr}+0]",
             vals[0], vals[1], vals[2], vals[3]
         ));
@@ -559,9 +559,9 @@ fn advance(k: &mut Kernel, cfg: &TileCfg, op: &Operand) {
     let (_, _, bk, _) = cfg.dims();
     match &op.ld {
         Loader::KContig { ptr, .. } => {
-            k.raw(format!("add.u64 {ptr}, {ptr}, {}", bk * cfg.es()));
+            k.raw(format_args!("add.u64 {ptr}, {ptr}, {}", bk * cfg.es()));
         }
-        Loader::MnContig { ptr, step, .. } => k.raw(format!("add.u64 {ptr}, {ptr}, {step}")),
+        Loader::MnContig { ptr, step, .. } => k.raw(format_args!("add.u64 {ptr}, {ptr}, {step}")),
         Loader::Gather { .. } => {}
     }
 }
@@ -577,7 +577,7 @@ fn store_tile(k: &mut Kernel, op: &Operand, buf: Reg) {
         }
         _ => {
             let v = op.vals;
-            k.raw(format!(
+            k.raw(format_args!(
                 "st.shared.v4.f32 [{a}+0], {{{}, {}, {}, {}}}",
                 v[0], v[1], v[2], v[3]
             ));
@@ -598,7 +598,7 @@ pub(crate) fn store_out(
     col: Reg,
 ) {
     if cfg.split {
-        k.raw(format!("@{p} st.global.f32 [{yaddr}+0], {acc}"));
+        k.raw(format_args!("@{p} st.global.f32 [{yaddr}+0], {acc}"));
         return;
     }
     let mut v = k.mul(Ty::F32, acc, pr.alpha);
@@ -612,9 +612,9 @@ pub(crate) fn store_out(
     }
     if cfg.f16 {
         let h = k.cvt(Ty::F16, Ty::F32, ".rn", v);
-        k.raw(format!("@{p} st.global.b16 [{yaddr}+0], {h}"));
+        k.raw(format_args!("@{p} st.global.b16 [{yaddr}+0], {h}"));
     } else {
-        k.raw(format!("@{p} st.global.f32 [{yaddr}+0], {v}"));
+        k.raw(format_args!("@{p} st.global.f32 [{yaddr}+0], {v}"));
     }
 }
 
@@ -725,7 +725,7 @@ pub fn build_tiled(cfg: &TileCfg) -> Kernel {
     k.label(&top);
     let fin = k.setp(Cmp::Ge, Ty::U32, kt, ntiles);
     k.bra_if(fin, false, &done);
-    k.raw(format!("add.u32 {kbase}, {kbase}, {bk}"));
+    k.raw(format_args!("add.u32 {kbase}, {kbase}, {bk}"));
     advance(&mut k, cfg, &opa);
     advance(&mut k, cfg, &opb);
     load_tile(&mut k, cfg, &opa, &p, kbase);
@@ -755,9 +755,9 @@ pub fn build_tiled(cfg: &TileCfg) -> Kernel {
         store_tile(&mut k, &opb, bb);
     }
     k.bar_sync();
-    k.raw(format!("xor.b32 {rd}, {rd}, {stage}"));
-    k.raw(format!("xor.b32 {wr}, {wr}, {stage}"));
-    k.raw(format!("add.u32 {kt}, {kt}, 1"));
+    k.raw(format_args!("xor.b32 {rd}, {rd}, {stage}"));
+    k.raw(format_args!("xor.b32 {wr}, {wr}, {stage}"));
+    k.raw(format_args!("add.u32 {kt}, {kt}, 1"));
     k.bra(&top);
     k.label(&done);
 
@@ -802,4 +802,4 @@ pub fn build(cfg: &TileCfg) -> Kernel {
 
 #[cfg(test)]
 #[path = "matmul_tile_tests.rs"]
-mod tests;
+pub(crate) mod tests;

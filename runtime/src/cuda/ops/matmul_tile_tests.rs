@@ -2,7 +2,7 @@
 use super::*;
 use crate::cuda::ptx::module;
 
-fn all_cfgs() -> Vec<TileCfg> {
+pub(crate) fn all_cfgs() -> Vec<TileCfg> {
     let mut v = Vec::new();
     for variant in [
         Variant::Big,

@@ -19,6 +19,8 @@ pub mod matmul;
 pub mod movement;
 pub mod norm;
 pub mod pool;
+#[cfg(test)]
+mod ptx_golden_tests;
 pub mod reduce;
 pub mod resize;
 pub mod softmax;

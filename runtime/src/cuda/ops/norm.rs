@@ -15,7 +15,7 @@ use crate::ir::{Attr, Node};
 use crate::ops::{OpCtx, norm_axis};
 
 #[path = "norm_rows.rs"]
-mod rows;
+pub(super) mod rows;
 
 use rows::{ParamAt, RowNorm, rem_const, rownorm_run, rownorm_run_stats};
 

@@ -97,14 +97,14 @@ pub(crate) fn f32_of(k: &mut Kernel, v: Reg) -> Reg {
 /// max of two f32 registers, NaN if either is NaN (`max.NaN`, sm_80+).
 pub(crate) fn max_nan(k: &mut Kernel, a: Reg, b: Reg) -> Reg {
     let r = k.reg(Ty::F32);
-    k.raw(format!("max.NaN.f32 {r}, {a}, {b}"));
+    k.raw(format_args!("max.NaN.f32 {r}, {a}, {b}"));
     r
 }
 
 /// min of two f32 registers, NaN if either is NaN (`min.NaN`, sm_80+).
 pub(crate) fn min_nan(k: &mut Kernel, a: Reg, b: Reg) -> Reg {
     let r = k.reg(Ty::F32);
-    k.raw(format!("min.NaN.f32 {r}, {a}, {b}"));
+    k.raw(format_args!("min.NaN.f32 {r}, {a}, {b}"));
     r
 }
 
@@ -165,11 +165,11 @@ fn shfl(k: &mut Kernel, v: Reg, mask: u32) -> Reg {
     if v.ty.size() == 8 {
         let lo = k.reg(Ty::U32);
         let hi = k.reg(Ty::U32);
-        k.raw(format!("mov.b64 {{{lo}, {hi}}}, {v}"));
+        k.raw(format_args!("mov.b64 {{{lo}, {hi}}}, {v}"));
         let lo2 = k.shfl_bfly(lo, mask);
         let hi2 = k.shfl_bfly(hi, mask);
         let r = k.reg(v.ty);
-        k.raw(format!("mov.b64 {r}, {{{lo2}, {hi2}}}"));
+        k.raw(format_args!("mov.b64 {r}, {{{lo2}, {hi2}}}"));
         r
     } else {
         k.shfl_bfly(v, mask)

@@ -64,7 +64,7 @@ enum DimMap {
 
 /// Everything the kernel text depends on.
 #[derive(Clone, Debug, PartialEq)]
-struct Geometry {
+pub(super) struct Geometry {
     out_shape: Vec<usize>,
     dims: Vec<DimMap>,
     /// Weighted sum in f32 (data F32 or F16); otherwise a bit gather of `elem`.
@@ -77,7 +77,7 @@ struct Geometry {
 
 /// The geometry and the table words of a resize of `in_shape` by `tables`. `interp`: the tables are
 /// weighted taps (linear, cubic) rather than nearest maps.
-fn layout(
+pub(super) fn layout(
     in_shape: &[usize],
     out_shape: &[usize],
     tables: &[AxisTable],
@@ -205,7 +205,7 @@ fn walk(
 }
 
 /// The kernel `resize(y, x, tables, n)` for `g`.
-fn resize_kernel(g: &Geometry) -> Kernel {
+pub(super) fn resize_kernel(g: &Geometry) -> Kernel {
     let mut k = Kernel::new("resize");
     let yp = k.param_ptr("y");
     let xp = k.param_ptr("x");
@@ -285,7 +285,7 @@ fn resize_kernel(g: &Geometry) -> Kernel {
             };
             match w {
                 Some(w) => k.fma_acc(acc, w, v),
-                None => k.raw(format!("add.f32 {acc}, {acc}, {v}")),
+                None => k.raw(format_args!("add.f32 {acc}, {acc}, {v}")),
             }
         });
         let out = if g.elem == Ty::F16 {
