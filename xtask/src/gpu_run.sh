@@ -36,6 +36,14 @@ if want models; then
     timeout 60 "$B/quorum" bench "$model" --provider cuda --iters 30 --json > "$LOGS/resnet50-cuda.json" 2>&1
     timeout 60 "$B/quorum" bench "$model" --provider auto --iters 30 --json > "$LOGS/resnet50-auto.json" 2>&1
     timeout 60 "$B/quorum" bench "$small" --provider cuda --verify strict --iters 1 --warmup 0 --json > "$LOGS/squeezenet-strict.json" 2>&1
+    timeout 60 "$B/quorum" bench "$model" --provider cuda --no-fold --iters 30 --json > "$LOGS/resnet50-cuda-nofold.json" 2>&1
+    # Every light model, CUDA and CPU, one JSON line each.
+    for m in target/corpus/onnx-1.23.2/light/test_*/model.onnx; do
+      timeout 60 "$B/quorum" bench "$m" --provider cuda --iters 20 --json 2>&1 | head -c 2000
+      echo
+      timeout 30 "$B/quorum" bench "$m" --provider cpu --iters 5 --warmup 1 --json 2>&1 | head -c 2000
+      echo
+    done > "$LOGS/light-models.jsonl"
   fi
 fi
 if want conformance; then
@@ -57,6 +65,7 @@ if [ -f "$LOGS/conformance-cuda.log" ]; then
   tail -4 "$LOGS/conformance-cuda.log"
 fi
 [ -f "$LOGS/resnet50-cuda.json" ] && echo "resnet50: $(head -c 700 "$LOGS/resnet50-cuda.json")"
+[ -f "$LOGS/resnet50-cuda-nofold.json" ] && echo "resnet50 no-fold: $(head -c 700 "$LOGS/resnet50-cuda-nofold.json")"
 [ -f "$LOGS/squeezenet-strict.json" ] && echo "squeezenet strict: $(head -c 700 "$LOGS/squeezenet-strict.json")"
 [ -f "$LOGS/resnet50-auto.json" ] && echo "resnet50 auto: $(head -c 300 "$LOGS/resnet50-auto.json")"
 exit 0
