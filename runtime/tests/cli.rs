@@ -104,6 +104,7 @@ fn info_lists_io_ops_and_placement() {
         "Add",
         "cpu: takes 2 of 2 nodes",
         "ai.onnx=14",
+        "constant folding: 0 of 2 top-level nodes",
     ] {
         assert!(s.contains(needle), "missing '{needle}' in:\n{s}");
     }

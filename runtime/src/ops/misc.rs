@@ -143,14 +143,20 @@ fn non_max_suppression(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<V
 // ---------------------------------------------------------------------------------------------
 // Dropout (inference; training mode only when it is the identity).
 
-fn dropout(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
-    let x = input(inputs, 0)?;
+/// Whether a Dropout node draws a random mask (training mode with a non-zero ratio), and its ratio,
+/// from its attributes and its optional `ratio` and `training_mode` inputs (opset 12 on). Otherwise
+/// it is the identity. Shared with the CUDA kernel.
+pub(crate) fn dropout_mode(
+    ctx: &OpCtx,
+    ratio: Option<&Tensor>,
+    training_mode: Option<&Tensor>,
+) -> OpResult<(f64, bool)> {
     let (ratio, training) = if ctx.opset() >= 12 {
-        let r = match opt_input(inputs, 1)? {
+        let r = match ratio {
             Some(t) => scalar_f64(t, "ratio")?,
             None => 0.5,
         };
-        let t = match opt_input(inputs, 2)? {
+        let t = match training_mode {
             Some(t) => scalar_f64(t, "training_mode")? != 0.0,
             None => false,
         };
@@ -161,7 +167,13 @@ fn dropout(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
             ctx.opset() < 7 && ctx.attr_i("is_test", 0)? == 0,
         )
     };
-    if training && ratio != 0.0 {
+    Ok((ratio, training && ratio != 0.0))
+}
+
+fn dropout(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+    let x = input(inputs, 0)?;
+    let (ratio, random) = dropout_mode(ctx, opt_input(inputs, 1)?, opt_input(inputs, 2)?)?;
+    if random {
         return dropout_train(ctx, x, ratio);
     }
     let mut outs = vec![Value::Tensor(x.clone())];

@@ -99,6 +99,10 @@ fn attr_proto(name: &str, a: &Attr) -> proto::AttributeProto {
             p.s = Some(s.clone());
             p.r#type = Some(T::String as i32);
         }
+        Attr::Tensor(t) => {
+            p.t = Some(tensor_proto(name, t));
+            p.r#type = Some(T::Tensor as i32);
+        }
         other => panic!(
             "the harness does not pass attributes of kind {}",
             other.kind()
@@ -265,6 +269,39 @@ impl Case {
             .collect()
     }
 
+    /// For ops outside the oracles' set (ConstantOfShape, Dropout): runs the case on CUDA with
+    /// poisoned buffers and on the CPU engine, and asserts the outputs are identical (bits, shapes,
+    /// dtypes) and that CUDA ran the node without falling back (unless `allow_fallback`).
+    pub fn check_against_cpu(self) -> Vec<Value> {
+        let what = self.describe();
+        let session = Session::from_bytes(&self.model(), device_options())
+            .unwrap_or_else(|e| panic!("{what}: load: {e}"));
+        let got: Vec<Value> = session
+            .run(self.feeds())
+            .unwrap_or_else(|e| panic!("{what}: run: {e}"))
+            .into_iter()
+            .map(|(_, v)| v)
+            .collect();
+        if !on_cpu() && !self.allow_fallback {
+            let c = session.counters();
+            assert_eq!(session.placement()[0].provider, Provider::Cuda, "{what}");
+            assert_eq!(c.cuda_fallbacks, 0, "{what}: the CUDA kernel declined");
+        }
+        let cpu_options = SessionOptions {
+            fold_constants: false,
+            ..Default::default()
+        };
+        let cpu = Session::from_bytes(&self.model(), cpu_options).unwrap();
+        let want: Vec<Value> = cpu
+            .run(self.feeds())
+            .unwrap()
+            .into_iter()
+            .map(|(_, v)| v)
+            .collect();
+        assert_eq!(got, want, "{what}: CUDA and CPU differ");
+        got
+    }
+
     /// Runs the case where `check` would and returns the run's error: for inputs that break the op's
     /// contract, which must be a typed error on every provider, never a value or a panic.
     pub fn fails(self) -> String {
@@ -331,8 +368,8 @@ impl Case {
     }
 }
 
-/// CUDA first (the CPU provider alone under `QUORUM_GPU_TESTS_ON_CPU`), with poisoned device buffers
-/// and no size floor.
+/// CUDA first (the CPU provider alone under `QUORUM_GPU_TESTS_ON_CPU`), with poisoned device buffers,
+/// no size floor and no constant folding.
 fn device_options() -> SessionOptions {
     let providers = if on_cpu() {
         vec![Provider::Cpu]
@@ -342,6 +379,9 @@ fn device_options() -> SessionOptions {
     SessionOptions {
         providers,
         poison_device_buffers: true,
+        // The suite tests kernels: a node with constant inputs must run on the device, not once at
+        // load on the CPU.
+        fold_constants: false,
         ..Default::default()
     }
 }

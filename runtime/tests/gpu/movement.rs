@@ -108,3 +108,71 @@ fn pad_gather_depth_space() {
         .input(rand_f32(12, &[1, 2, 4, 6]))
         .check();
 }
+
+/// ConstantOfShape as a device fill for 1-, 2- and 4-byte values (bool and int8 fill a partial last
+/// word), compared with the CPU engine: the oracles do not cover it. 8-byte values stay on the CPU.
+#[test]
+fn constant_of_shape_every_fill_width() {
+    use quorum::ir::Attr;
+    use quorum::{DType, Tensor};
+    let shapes: [&[i64]; 4] = [&[3, 5, 7], &[13], &[0, 4], &[1]];
+    let values = [
+        (DType::F32, -2.5),
+        (DType::F16, 0.333),
+        (DType::Bool, 1.0),
+        (DType::I8, -7.0),
+        (DType::U8, 200.0),
+        (DType::I16, -300.0),
+        (DType::I32, 123456.0),
+        (DType::I64, 9.0),
+    ];
+    for (s, shape) in shapes.iter().enumerate() {
+        for (want, v) in values {
+            let value = Tensor::from_f64s(want, &[1], vec![v]).unwrap();
+            let mut c = Case::new("ConstantOfShape")
+                .attr("value", Attr::Tensor(value))
+                .constant(i64s(&[shape.len()], shape.to_vec()));
+            if want == DType::I64 {
+                c = c.allow_fallback();
+            }
+            let out = c.check_against_cpu();
+            assert_eq!(dtype(&out[0]), want, "shape {s}");
+        }
+    }
+}
+
+/// Inference-mode Dropout is the identity on the device (no kernel); its mask output is a fill of
+/// true (opset 10 on) or of ones in the input's type (before). Compared with the CPU engine.
+#[test]
+fn dropout_is_the_identity_with_a_filled_mask() {
+    use quorum::{DType, Tensor};
+    let x = rand_f32(70, &[2, 3, 13]);
+    Case::new("Dropout")
+        .opset(13)
+        .input(x.clone())
+        .check_against_cpu();
+    let out = Case::new("Dropout")
+        .opset(13)
+        .input(x.clone())
+        .constant(Tensor::from_f32(&[], vec![0.3]).unwrap())
+        .constant(Tensor::from_f64s(DType::Bool, &[], vec![0.0]).unwrap())
+        .outputs(2)
+        .check_against_cpu();
+    assert_eq!(dtype(&out[1]), DType::Bool);
+    let out = Case::new("Dropout")
+        .opset(9)
+        .input(x.clone())
+        .outputs(2)
+        .check_against_cpu();
+    assert_eq!(dtype(&out[1]), DType::F32);
+    let h = Tensor::from_f64s(
+        DType::F16,
+        &[5, 7],
+        rand_f32(71, &[5, 7]).to_f64_vec().unwrap(),
+    );
+    Case::new("Dropout")
+        .opset(7)
+        .input(h.unwrap())
+        .outputs(2)
+        .check_against_cpu();
+}

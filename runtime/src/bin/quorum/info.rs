@@ -73,6 +73,15 @@ pub fn main(a: Args) -> CliResult<()> {
     }
     cuda_placement(&g.nodes);
     println!("  wgpu: not built in this version (declines every node)");
+    // Folding runs the constant nodes' CPU kernels, so it is reported from a CPU session.
+    match quorum::Session::from_model(model.clone(), quorum::SessionOptions::default()) {
+        Ok(s) => println!(
+            "constant folding: {} of {} top-level nodes run once at load (inputs all constants)",
+            s.folded_nodes().len(),
+            g.nodes.len()
+        ),
+        Err(e) => println!("constant folding: no session ({e})"),
+    }
     Ok(())
 }
 

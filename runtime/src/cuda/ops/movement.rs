@@ -16,7 +16,8 @@ use crate::ops::broadcast::broadcast_shapes;
 use crate::ops::data::{slice_plan, split_plan};
 use crate::ops::shape::{constant_of_shape_plan, view_shape};
 use crate::ops::{OpCtx, norm_axis};
-use crate::tensor::Tensor;
+use crate::tensor::{DType, Tensor, Value};
+use std::sync::Arc;
 
 /// Op types this family claims in at least one form.
 pub const OPS: &[&str] = &[
@@ -25,6 +26,7 @@ pub const OPS: &[&str] = &[
     "Squeeze",
     "Unsqueeze",
     "Identity",
+    "Dropout",
     "Transpose",
     "Expand",
     "Slice",
@@ -44,6 +46,7 @@ pub fn claim(node: &Node) -> Option<Result<CudaKernel, String>> {
     let k: CudaKernel = match op {
         "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze" => k_view,
         "Identity" => k_identity,
+        "Dropout" => k_dropout,
         "Transpose" => k_transpose,
         "Expand" => k_expand,
         "Slice" => k_slice,
@@ -182,6 +185,41 @@ fn k_view(ctx: &OpCtx, _: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>> 
 
 fn k_identity(_: &OpCtx, _: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>> {
     Ok(vec![dev_input(inputs, 0)?])
+}
+
+/// Inference-mode Dropout is the identity: the output shares the input's buffer. A random mask
+/// (training mode) stays on the CPU; the mask output of the identity is a device fill.
+fn k_dropout(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>> {
+    let scalar = |i: usize| -> KResult<Option<Arc<Value>>> {
+        if inputs.present(i) {
+            inputs.host(i)
+        } else {
+            Ok(None)
+        }
+    };
+    let (ratio, training) = (scalar(1)?, scalar(2)?);
+    let (_, random) = crate::ops::misc::dropout_mode(
+        ctx,
+        ratio.as_deref().and_then(Value::as_tensor),
+        training.as_deref().and_then(Value::as_tensor),
+    )?;
+    if random {
+        decline!("training-mode Dropout draws a random mask on the CPU");
+    }
+    let x = dev_input(inputs, 0)?;
+    let wants_mask = ctx.node.outputs.get(1).is_some_and(|m| !m.is_empty());
+    if !wants_mask {
+        return Ok(vec![x]);
+    }
+    // The mask keeps every element: bool from opset 10, the input's type before.
+    let dtype = if ctx.opset() >= 10 {
+        DType::Bool
+    } else {
+        x.dtype
+    };
+    let one = Tensor::from_f64s(dtype, &[], vec![1.0])?;
+    let mask = fill(run, &one, &x.shape)?;
+    Ok(vec![x, mask])
 }
 
 fn k_transpose(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>> {
@@ -632,16 +670,28 @@ fn k_constant_of_shape(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<V
         )));
     };
     let (shape, value) = constant_of_shape_plan(ctx, shape)?;
-    let bytes = tensor_bytes(&value)
-        .ok_or_else(|| KError::Decline(format!("ConstantOfShape of {}", value.dtype())))?;
-    let Ok(word) = <[u8; 4]>::try_from(bytes.as_slice()) else {
-        decline!(
-            "ConstantOfShape of {} (the device fill takes 4-byte values)",
-            value.dtype()
-        );
+    Ok(vec![fill(run, &value, &shape)?])
+}
+
+/// A new tensor of `shape` with every element equal to `value` (one element), by a 32-bit device fill
+/// of the value's bytes repeated: 1-, 2- and 4-byte values. Pool size classes are multiples of 4
+/// bytes, so the last partial word stays inside the allocation (checked).
+fn fill(run: &Run, value: &Tensor, shape: &[usize]) -> KResult<DevTensor> {
+    let bytes = tensor_bytes(value)
+        .ok_or_else(|| KError::Decline(format!("a device fill of {}", value.dtype())))?;
+    let word = match *bytes.as_slice() {
+        [b] => u32::from(b) * 0x0101_0101,
+        [lo, hi] => u32::from(u16::from_le_bytes([lo, hi])) * 0x0001_0001,
+        [a, b, c, d] => u32::from_le_bytes([a, b, c, d]),
+        _ => decline!("a device fill of {} (8-byte values)", value.dtype()),
     };
-    let out = run.alloc(value.dtype(), &shape)?;
-    run.stream()
-        .fill32(out.ptr(), u32::from_le_bytes(word), out.len())?;
-    Ok(vec![out])
+    let out = run.alloc(value.dtype(), shape)?;
+    let words = (out.len() * bytes.len()).div_ceil(4);
+    if words * 4 > out.buf.bytes() {
+        decline!("a device fill past its allocation");
+    }
+    if words > 0 {
+        run.stream().fill32(out.ptr(), word, words)?;
+    }
+    Ok(out)
 }
