@@ -154,3 +154,43 @@ fn maxpool_window_in_padding_is_minus_infinity() {
     let out = call(max_pool, attrs, x, 1);
     assert_eq!(out[0].to_f64_vec().unwrap(), vec![f64::NEG_INFINITY]);
 }
+
+/// The values-only path (no Indices output) and the path with indices give the same values, bit for
+/// bit, over geometries with padding, dilations and ceil_mode, on inputs with NaN and ties.
+#[test]
+fn maxpool_values_only_path_matches_the_indexed_path() {
+    let geometries: Vec<Vec<(&str, Attr)>> = vec![
+        vec![("kernel_shape", ints(&[3, 3])), ("strides", ints(&[2, 2]))],
+        vec![
+            ("kernel_shape", ints(&[2, 3])),
+            ("pads", ints(&[1, 2, 1, 0])),
+            ("dilations", ints(&[2, 1])),
+            ("ceil_mode", Attr::Int(1)),
+        ],
+        vec![
+            ("kernel_shape", ints(&[1, 1])),
+            ("pads", ints(&[1, 1, 1, 1])),
+        ],
+    ];
+    for (s, attrs) in geometries.into_iter().enumerate() {
+        let mut v = rand(40 + s as u64, 2 * 3 * 9 * 11);
+        for (i, x) in v.iter_mut().enumerate() {
+            if i % 7 == 3 {
+                *x = f32::NAN;
+            } else {
+                *x = (*x * 3.0).round();
+            }
+        }
+        let x = Tensor::from_f32(&[2, 3, 9, 11], v).unwrap();
+        let one = call(max_pool, attrs.clone(), x.clone(), 1);
+        let two = call(max_pool, attrs, x, 2);
+        let bits = |t: &Tensor| -> Vec<u64> {
+            t.to_f64_vec()
+                .unwrap()
+                .iter()
+                .map(|v| if v.is_nan() { u64::MAX } else { v.to_bits() })
+                .collect()
+        };
+        assert_eq!(bits(&one[0]), bits(&two[0]), "geometry {s}");
+    }
+}
