@@ -11,9 +11,8 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use crate::error::OpResult;
 use crate::ir::{Graph, Node};
-use crate::ops::{OpCtx, SubgraphRunner};
+use crate::ops::{NoSubgraphs, OpCtx};
 use crate::plan::{Plan, reads, subgraphs};
 use crate::tensor::Value;
 
@@ -27,16 +26,6 @@ const RANDOM: &[&str] = &[
     "Multinomial",
     "Dropout",
 ];
-
-struct NoSubgraphs;
-
-impl SubgraphRunner for NoSubgraphs {
-    fn run_subgraph(&self, _: &Graph, _: Vec<Value>) -> OpResult<Vec<Value>> {
-        Err(crate::error::OpError::Unsupported(
-            "constant folding does not run subgraphs".into(),
-        ))
-    }
-}
 
 /// The graph of `plan` with its constant nodes folded into initializers, and the names of the
 /// folded nodes; `None` when nothing folds.

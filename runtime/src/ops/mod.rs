@@ -318,25 +318,27 @@ pub fn single(t: Tensor) -> OpResult<Vec<Value>> {
     Ok(vec![Value::Tensor(t)])
 }
 
+/// A runner for kernels run outside a session (constant folding, unit tests): a node with a
+/// subgraph is an error, not a value.
+pub(crate) struct NoSubgraphs;
+
+impl SubgraphRunner for NoSubgraphs {
+    fn run_subgraph(&self, _: &Graph, _: Vec<Value>) -> OpResult<Vec<Value>> {
+        Err(OpError::Unsupported(
+            "subgraphs run only inside a session".into(),
+        ))
+    }
+}
+
 /// Unit-test support shared by the kernel families.
 #[cfg(test)]
 pub(crate) mod testing {
     use std::collections::HashMap;
 
-    use super::{OpCtx, SubgraphRunner};
+    use super::{NoSubgraphs, OpCtx};
     use crate::error::{OpError, OpResult};
-    use crate::ir::{Attr, Graph, Node};
+    use crate::ir::{Attr, Node};
     use crate::tensor::{Tensor, Value};
-
-    struct NoSubgraphs;
-
-    impl SubgraphRunner for NoSubgraphs {
-        fn run_subgraph(&self, _: &Graph, _: Vec<Value>) -> OpResult<Vec<Value>> {
-            Err(OpError::Unsupported(
-                "no subgraphs in kernel unit tests".into(),
-            ))
-        }
-    }
 
     /// Runs `kernel` as a node `op` at `opset` with `attrs`, `n_out` named outputs and tensor inputs
     /// (`None` for an omitted optional input); returns the tensor outputs.

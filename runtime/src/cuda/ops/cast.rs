@@ -7,7 +7,7 @@
 //! formats, strings and integer or f64 sources to bf16 stay on the CPU.
 use super::{require_u32_len, thread_index};
 use crate::cuda::driver::Arg;
-use crate::cuda::ptx::{Cmp, Kernel, Op, Reg, Ty, module};
+use crate::cuda::ptx::{Cmp, Kernel, Op, Reg, Space, Ty, module};
 use crate::cuda::{CudaKernel, DevTensor, Inputs, KError, KResult, Run, blocks, dev_input};
 use crate::decline;
 use crate::error::OpError;
@@ -236,7 +236,7 @@ pub(super) fn cast_kernel(src: Kind, dst: Kind) -> Kernel {
                 Val::Float { f64, .. } => f64,
                 Val::Int { v, signed } => int_to_float(&mut k, Ty::F64, v, signed),
             };
-            k.st(crate::cuda::ptx::Space::Global, ya, 0, y);
+            k.st(Space::Global, ya, 0, y);
         }
         Kind::F32 => {
             let y = match v {
@@ -244,7 +244,7 @@ pub(super) fn cast_kernel(src: Kind, dst: Kind) -> Kernel {
                 Val::Float { f64, .. } => k.cvt(Ty::F32, Ty::F64, ".rn", f64),
                 Val::Int { v, signed } => int_to_float(&mut k, Ty::F32, v, signed),
             };
-            k.st(crate::cuda::ptx::Space::Global, ya, 0, y);
+            k.st(Space::Global, ya, 0, y);
         }
         Kind::F16 => {
             let y = match v {
@@ -255,7 +255,7 @@ pub(super) fn cast_kernel(src: Kind, dst: Kind) -> Kernel {
                     k.cvt(Ty::F16, Ty::F32, ".rn", f)
                 }
             };
-            k.st(crate::cuda::ptx::Space::Global, ya, 0, y);
+            k.st(Space::Global, ya, 0, y);
         }
         Kind::Bf16 => {
             let Val::Float { f32: Some(f), .. } = v else {
@@ -263,7 +263,7 @@ pub(super) fn cast_kernel(src: Kind, dst: Kind) -> Kernel {
             };
             let y = k.reg(Ty::U16);
             k.raw(format_args!("cvt.rn.bf16.f32 {y}, {f}"));
-            k.st(crate::cuda::ptx::Space::Global, ya, 0, y);
+            k.st(Space::Global, ya, 0, y);
         }
         Kind::Int { bytes, .. } => {
             let bits = match v {
@@ -271,18 +271,18 @@ pub(super) fn cast_kernel(src: Kind, dst: Kind) -> Kernel {
                 Val::Int { v, .. } => k.bitcast(Ty::U64, v),
             };
             match bytes {
-                8 => k.st(crate::cuda::ptx::Space::Global, ya, 0, bits),
+                8 => k.st(Space::Global, ya, 0, bits),
                 4 => {
                     let w = k.cvt(Ty::U32, Ty::U64, "", bits);
-                    k.st(crate::cuda::ptx::Space::Global, ya, 0, w);
+                    k.st(Space::Global, ya, 0, w);
                 }
                 2 => {
                     let w = k.cvt(Ty::U16, Ty::U64, "", bits);
-                    k.st(crate::cuda::ptx::Space::Global, ya, 0, w);
+                    k.st(Space::Global, ya, 0, w);
                 }
                 _ => {
                     let w = k.cvt(Ty::U16, Ty::U64, "", bits);
-                    k.st_u8(crate::cuda::ptx::Space::Global, ya, 0, w);
+                    k.st_u8(Space::Global, ya, 0, w);
                 }
             }
         }
@@ -292,7 +292,7 @@ pub(super) fn cast_kernel(src: Kind, dst: Kind) -> Kernel {
                 Val::Int { v, .. } => k.setp(Cmp::Ne, Ty::U64, v, 0u32),
             };
             let b = k.selp(Ty::U16, 1u32, 0u32, nz);
-            k.st_u8(crate::cuda::ptx::Space::Global, ya, 0, b);
+            k.st_u8(Space::Global, ya, 0, b);
         }
     }
     k

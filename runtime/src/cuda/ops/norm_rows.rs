@@ -405,7 +405,7 @@ fn norm_chunks(rows: usize, cols: usize) -> usize {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn text(k: Kernel) -> String {
@@ -414,9 +414,10 @@ mod tests {
         t
     }
 
-    #[test]
-    fn rownorm_kernels_are_well_formed() {
-        let ats = [
+    /// Parameter placements (per row, per channel group, broadcast columns, scalar), shared with
+    /// the PTX golden digest.
+    pub(crate) fn sample_params() -> [ParamAt; 4] {
+        [
             ParamAt::Row { c: 3 },
             ParamAt::Channel {
                 g: 2,
@@ -431,8 +432,12 @@ mod tests {
                 shape: vec![],
                 strides: vec![vec![], vec![]],
             },
-        ];
-        for at in ats {
+        ]
+    }
+
+    #[test]
+    fn rownorm_kernels_are_well_formed() {
+        for at in sample_params() {
             for layout in [Rows::Thread, Rows::Lanes(4), Rows::Lanes(32), Rows::Block] {
                 for (bias, stats) in [(Some(Elem::F32), false), (None, true)] {
                     let s = RowNorm {

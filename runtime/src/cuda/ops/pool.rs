@@ -347,7 +347,7 @@ fn k_global(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTenso
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn dim(ins: usize, k: usize, s: usize, d: usize, pb: i64, pe: i64) -> Dim {
@@ -366,28 +366,37 @@ mod tests {
         }
     }
 
-    #[test]
-    fn pool_kernels_are_well_formed() {
+    /// Window walks of one, two and three dims (padding, dilation, strides), shared with the PTX
+    /// golden digest.
+    pub(crate) fn sample_walks() -> Vec<Vec<Dim>> {
         let d1 = vec![dim(7, 3, 2, 1, 1, 1)];
         let mut d2 = vec![dim(5, 2, 1, 2, 0, 1), dim(6, 3, 2, 1, 1, 0)];
         d2[0].stride = 6;
         d2[0].mul = 6;
         let d3 = vec![dim(3, 2, 1, 1, 0, 0); 3];
-        for dims in [d1, d2, d3] {
-            for kind in [
-                PoolKind::Max {
-                    indices: true,
-                    col_major: false,
-                },
-                PoolKind::Max {
-                    indices: false,
-                    col_major: true,
-                },
-                PoolKind::Avg { include_pad: true },
-                PoolKind::Avg { include_pad: false },
-                PoolKind::Lp(2.0),
-                PoolKind::Lp(3.0),
-            ] {
+        vec![d1, d2, d3]
+    }
+
+    /// Every window computation, shared with the PTX golden digest.
+    pub(crate) const SAMPLE_KINDS: [PoolKind; 6] = [
+        PoolKind::Max {
+            indices: true,
+            col_major: false,
+        },
+        PoolKind::Max {
+            indices: false,
+            col_major: true,
+        },
+        PoolKind::Avg { include_pad: true },
+        PoolKind::Avg { include_pad: false },
+        PoolKind::Lp(2.0),
+        PoolKind::Lp(3.0),
+    ];
+
+    #[test]
+    fn pool_kernels_are_well_formed() {
+        for dims in sample_walks() {
+            for kind in SAMPLE_KINDS {
                 let t = module((9, 0), &[pool_kernel(kind, Elem::F32, &dims)]);
                 assert!(t.contains(".visible .entry pool("), "{t}");
                 assert!(!t.contains(".approx"), "{t}");

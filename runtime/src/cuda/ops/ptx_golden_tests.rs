@@ -14,22 +14,25 @@ use super::index::{
 use super::math::{erf64, exp64, log64, sincos64, tanh64};
 use super::matmul::skinny::{build_skinny, reduce_kernel};
 use super::matmul::tile::{BSrc, TileCfg, Variant, build, tests::all_cfgs};
+use super::norm::rows::tests::sample_params;
 use super::norm::rows::{
     ParamAt, RowNorm, norm_apply_kernel, norm_merge_kernel, norm_part_kernel, rownorm_kernel,
 };
 use super::norm::{bn_kernel, lrn_kernel};
-use super::pool::{Dim, PoolKind, pool_kernel};
+use super::pool::pool_kernel;
+use super::pool::tests::{SAMPLE_KINDS, sample_walks};
 use super::reduce::rows::{Elem, Rows, combine_add, combine_max};
-use super::reduce::{Fold, Red, Walk, fold_kernel, lse_kernel, merge_kernel, part_kernel};
+use super::reduce::tests::FOLDS;
+use super::reduce::{Walk, fold_kernel, lse_kernel, merge_kernel, part_kernel};
 use super::resize::{layout, resize_kernel};
 use super::softmax::{Kind as SoftKind, softmax_kernel};
 use crate::cuda::ptx::{Kernel, Space, Ty, module};
-use crate::error::{OpError, OpResult};
-use crate::ir::{Graph, Node};
+
+use crate::ir::Node;
 use crate::ops::data::index::Reduction;
 use crate::ops::resize::{AxisTable, Taps};
-use crate::ops::{OpCtx, SubgraphRunner};
-use crate::tensor::{DType, Value};
+use crate::ops::{NoSubgraphs, OpCtx};
+use crate::tensor::DType;
 
 /// The digest of every module `golden_modules` prints, from the generator as of its last intended
 /// change.
@@ -115,14 +118,6 @@ fn conv_modules(out: &mut Vec<String>) {
         for (b, h) in [(false, false), (true, false), (true, true)] {
             out.push(module((9, 0), &[direct_kernel(kind, b, h)]));
         }
-    }
-}
-
-struct NoSubgraphs;
-
-impl SubgraphRunner for NoSubgraphs {
-    fn run_subgraph(&self, _: &Graph, _: Vec<Value>) -> OpResult<Vec<Value>> {
-        Err(OpError::Unsupported("no subgraphs in golden tests".into()))
     }
 }
 
@@ -235,23 +230,7 @@ fn norm_modules(out: &mut Vec<String>) {
         (9, 0),
         &[lrn_kernel(Elem::F32, 5, 9, 3, 1e-4, 0.75, 1.0)],
     ));
-    let ats = [
-        ParamAt::Row { c: 3 },
-        ParamAt::Channel {
-            g: 2,
-            cpg: 3,
-            inner: 5,
-        },
-        ParamAt::Cols {
-            shape: vec![4, 5],
-            strides: vec![vec![5, 1], vec![0, 1]],
-        },
-        ParamAt::Cols {
-            shape: vec![],
-            strides: vec![vec![], vec![]],
-        },
-    ];
-    for at in ats {
+    for at in sample_params() {
         for layout in [Rows::Thread, Rows::Lanes(4), Rows::Lanes(32), Rows::Block] {
             for (bias, stats) in [(Some(Elem::F32), false), (None, true)] {
                 let s = RowNorm {
@@ -286,67 +265,14 @@ fn norm_modules(out: &mut Vec<String>) {
 }
 
 fn pool_modules(out: &mut Vec<String>) {
-    let dim = |ins: usize, k: usize, s: usize, d: usize, pb: i64, pe: i64| {
-        let outs =
-            ((ins as i64 + pb + pe - ((k as i64 - 1) * d as i64 + 1)) / s as i64 + 1) as usize;
-        Dim {
-            ins,
-            outs,
-            k,
-            s,
-            d,
-            pb,
-            pe,
-            stride: 1,
-            mul: 1,
-        }
-    };
-    let d1 = vec![dim(7, 3, 2, 1, 1, 1)];
-    let mut d2 = vec![dim(5, 2, 1, 2, 0, 1), dim(6, 3, 2, 1, 1, 0)];
-    d2[0].stride = 6;
-    d2[0].mul = 6;
-    let d3 = vec![dim(3, 2, 1, 1, 0, 0); 3];
-    for dims in [d1, d2, d3] {
-        for kind in [
-            PoolKind::Max {
-                indices: true,
-                col_major: false,
-            },
-            PoolKind::Max {
-                indices: false,
-                col_major: true,
-            },
-            PoolKind::Avg { include_pad: true },
-            PoolKind::Avg { include_pad: false },
-            PoolKind::Lp(2.0),
-            PoolKind::Lp(3.0),
-        ] {
+    for dims in sample_walks() {
+        for kind in SAMPLE_KINDS {
             for e in [Elem::F32, Elem::F16] {
                 out.push(module((9, 0), &[pool_kernel(kind, e, &dims)]));
             }
         }
     }
 }
-
-const FOLDS: &[Fold] = &[
-    Fold::Red(Red::Sum),
-    Fold::Red(Red::Mean),
-    Fold::Red(Red::Max),
-    Fold::Red(Red::Min),
-    Fold::Red(Red::Prod),
-    Fold::Red(Red::L1),
-    Fold::Red(Red::L2),
-    Fold::Red(Red::SumSquare),
-    Fold::Red(Red::LogSum),
-    Fold::Arg {
-        is_max: true,
-        last: false,
-    },
-    Fold::Arg {
-        is_max: false,
-        last: true,
-    },
-];
 
 fn reduce_modules(out: &mut Vec<String>) {
     for (shape, axes) in [

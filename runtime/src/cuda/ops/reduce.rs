@@ -583,7 +583,7 @@ fn k_arg(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>>
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -625,7 +625,8 @@ mod tests {
         module((9, 0), &[k])
     }
 
-    const FOLDS: &[Fold] = &[
+    /// Every fold, shared with the PTX golden digest.
+    pub(crate) const FOLDS: &[Fold] = &[
         Fold::Red(Red::Sum),
         Fold::Red(Red::Mean),
         Fold::Red(Red::Max),
