@@ -128,6 +128,7 @@ fn cpu_kernel(spec: &Spec, inputs: &[Option<In>]) -> Vec<f64> {
                 Attr::Strings(s) => {
                     RtAttr::Strings(s.iter().map(|x| x.as_bytes().to_vec()).collect())
                 }
+                Attr::Tensor(_) => panic!("no tensor attributes in these cases"),
             };
             (k.to_string(), a)
         })

@@ -122,6 +122,7 @@ impl fmt::Debug for Case {
                 Attr::Floats(x) => write!(f, "{sep}{k}: {x:?}")?,
                 Attr::String(x) => write!(f, "{sep}{k}: {x:?}")?,
                 Attr::Strings(x) => write!(f, "{sep}{k}: {x:?}")?,
+                Attr::Tensor(x) => write!(f, "{sep}{k}: {}{:?} = {:?}", dtype_name(x.dtype), x.shape, x.data)?,
             }
         }
         write!(f, "}} outputs: {} inputs: [", self.num_outputs)?;
@@ -213,6 +214,10 @@ fn rt_attr(a: &Attr) -> RtAttr {
         Attr::Floats(v) => RtAttr::Floats(v.iter().map(|&x| x as f32).collect()),
         Attr::String(s) => RtAttr::String(s.as_bytes().to_vec()),
         Attr::Strings(s) => RtAttr::Strings(s.iter().map(|x| x.as_bytes().to_vec()).collect()),
+        Attr::Tensor(v) => RtAttr::Tensor(
+            Tensor::from_f64s(rt_dtype(v.dtype), &v.shape, v.data.clone())
+                .expect("a tensor attribute of the oracles' types"),
+        ),
     }
 }
 

@@ -87,6 +87,8 @@ pub enum Attr {
     Floats(Vec<f64>),
     String(String),
     Strings(Vec<String>),
+    /// A tensor attribute (`ConstantOfShape`'s `value`, `Constant`'s `value`).
+    Tensor(Value),
 }
 
 /// What an oracle needs to know about a node.
@@ -160,6 +162,16 @@ impl NodeSpec {
             Some(Attr::Floats(v)) => Ok(Some(v.clone())),
             Some(a) => Err(OracleError::Invalid(format!(
                 "attribute '{name}' must be floats, got {a:?}"
+            ))),
+        }
+    }
+
+    pub fn tensor(&self, name: &str) -> Result<Option<&Value>, OracleError> {
+        match self.attrs.get(name) {
+            None => Ok(None),
+            Some(Attr::Tensor(v)) => Ok(Some(v)),
+            Some(a) => Err(OracleError::Invalid(format!(
+                "attribute '{name}' must be a tensor, got {a:?}"
             ))),
         }
     }

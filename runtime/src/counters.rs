@@ -1,5 +1,7 @@
 //! What a session counts: verification checks, device memory, modules, transfers. Cheap atomics,
 //! read with [`Session::counters`](crate::Session::counters).
+use std::collections::BTreeSet;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Counters a session exposes (`Session::counters`). Every field only grows.
@@ -21,6 +23,8 @@ pub struct Counters {
     pub kernel_launches: AtomicU64,
     /// Nodes placed on CUDA that declined at run time (their inputs' dtypes or shapes) and ran on the CPU.
     pub cuda_fallbacks: AtomicU64,
+    /// The names of the nodes behind `cuda_fallbacks` (locked only when a kernel declines).
+    pub fallback_nodes: Mutex<BTreeSet<String>>,
 }
 
 /// A plain copy of [`Counters`].
@@ -45,6 +49,16 @@ pub struct CounterSnapshot {
 impl Counters {
     pub fn bump(c: &AtomicU64, by: u64) {
         c.fetch_add(by, Ordering::Relaxed);
+    }
+
+    /// Records that `node`, placed on an accelerator, declined its inputs and ran on the CPU.
+    pub fn fell_back(&self, node: &str) {
+        Counters::bump(&self.cuda_fallbacks, 1);
+        if let Ok(mut names) = self.fallback_nodes.lock() {
+            if !names.contains(node) {
+                names.insert(node.to_string());
+            }
+        }
     }
 
     pub fn snapshot(&self) -> CounterSnapshot {

@@ -280,6 +280,16 @@ impl Session {
         self.counters.snapshot()
     }
 
+    /// The top-level nodes placed on an accelerator whose kernel declined their inputs at run time
+    /// (so they ran on the CPU) in some run so far.
+    pub fn fallback_nodes(&self) -> Vec<String> {
+        self.counters
+            .fallback_nodes
+            .lock()
+            .map(|n| n.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
     /// The CUDA device's name, when this session uses one.
     pub fn device_name(&self) -> Option<String> {
         #[cfg(feature = "cuda")]
@@ -753,7 +763,7 @@ impl Exec<'_> {
         let outs = match kernel(&ctx, run, &inputs) {
             Ok(o) => o,
             Err(KError::Decline(_)) => {
-                Counters::bump(&self.counters.cuda_fallbacks, 1);
+                self.counters.fell_back(&node.name);
                 return Ok(None);
             }
             Err(e) => return Err(self.kernel_error(node, e)),

@@ -126,6 +126,15 @@ pub fn node_spec(n: &Node) -> Result<oracle::NodeSpec, String> {
                     .map(|x| String::from_utf8_lossy(x).into_owned())
                     .collect(),
             ),
+            Attr::Tensor(t) => match to_oracle(t) {
+                Some(v) => oracle::Attr::Tensor(v),
+                None => {
+                    return Err(format!(
+                        "attribute '{k}' holds a {} tensor, which the oracles do not take",
+                        t.dtype()
+                    ));
+                }
+            },
             other => {
                 return Err(format!(
                     "attribute '{k}' of kind {} is not passed to the oracles",
