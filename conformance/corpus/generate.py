@@ -4,6 +4,8 @@
 What: writes DIR/{node,simple,pytorch-converted,pytorch-operator,light}/<case>/
 model.onnx + test_data_set_N/{input,output}_K.pb (the standard backend-test
 layout) and DIR/manifest.json listing every case with the ops and opsets it uses.
+A case that cannot be written (an error, a duplicate name) fails the whole run
+(exit 1, each such case named on stderr) and leaves an existing DIR untouched.
 Why: the onnx wheel ships only part of the corpus as files; the node cases exist
 only as Python code, and the light models lack an input file. This script turns
 all of it into plain protobuf files the Rust runner can read without Python.
@@ -198,7 +200,7 @@ def main() -> int:
         try:
             write_case(os.path.join(tmp, "node", case.name), case.model, case.data_sets)
             record("node", case.name, case.model)
-        except Exception as e:  # keep going, report in manifest
+        except Exception as e:  # keep going to report every failure, then fail (below)
             shutil.rmtree(os.path.join(tmp, "node", case.name), ignore_errors=True)
             skipped.append({"name": case.name, "part": "node",
                             "error": f"{type(e).__name__}: {e}"})
@@ -241,6 +243,15 @@ def main() -> int:
             shutil.rmtree(case_dir, ignore_errors=True)
             skipped.append({"name": name, "part": "light",
                             "error": f"{type(e).__name__}: {e}"})
+
+    if skipped:
+        # A case lost here would shrink the corpus unnoticed: fail, name each, keep the old corpus.
+        shutil.rmtree(tmp, ignore_errors=True)
+        print(f"generate.py: {len(skipped)} case(s) could not be generated "
+              f"(onnx {onnx.__version__}); the corpus at {out} is unchanged:", file=sys.stderr)
+        for s in skipped:
+            print(f"  {s['part']}/{s['name']}: {s['error']}", file=sys.stderr)
+        return 1
 
     manifest = {"onnx_version": onnx.__version__, "seed": args.seed,
                 "cases": cases, "skipped": skipped}

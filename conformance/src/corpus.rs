@@ -1,13 +1,20 @@
-//! The corpus: generated from a pinned `onnx` release (installed with pip into a virtual environment
-//! under `target/`) by `corpus/generate.py`, plus Quorum's regression cases from `cases/regression.py`.
-//! Regenerated only when the pin or a generator script changes.
+//! The corpus: generated from a pinned `onnx` release by `corpus/generate.py`, plus Quorum's regression
+//! cases from `cases/regression.py`, in a Python whose every package is locked
+//! (`corpus/requirements.lock`, see [`crate::pyenv`]). Regenerated only when the lock, a generator
+//! script or `QUORUM_PYTHON` changes.
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Mutex;
 
 use anyhow::{Context, Result, bail};
 
-/// The onnx release the corpus is generated from.
+use crate::pyenv::{self, Environment, Lock};
+
+/// The onnx release the corpus is generated from (the lock pins the same version; a test checks).
 pub const ONNX_PIN: &str = "1.23.2";
+
+/// Beside the corpus: the Python environment that generated it ([`Environment`]).
+pub const ENVIRONMENT_FILE: &str = "environment.json";
 
 pub fn default_dir() -> PathBuf {
     crate::workspace_root()
@@ -23,83 +30,64 @@ fn scripts() -> [PathBuf; 2] {
     ]
 }
 
-/// FNV-1a over the generator scripts and the pin: the corpus's identity.
-fn stamp() -> Result<String> {
+/// FNV-1a over the pin, the lock, the generator scripts and `QUORUM_PYTHON`: the corpus's identity.
+fn stamp(lock: &Lock) -> Result<String> {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     let mut feed = |bytes: &[u8]| {
         for &b in bytes {
             h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
         }
+        // A separator, so that moving bytes from one part to the next changes the stamp.
+        h = (h ^ 0xff).wrapping_mul(0x0100_0000_01b3);
     };
     feed(ONNX_PIN.as_bytes());
+    feed(&lock.bytes);
     for s in scripts() {
         feed(&std::fs::read(&s).with_context(|| format!("reading {}", s.display()))?);
+    }
+    if let Some(p) = std::env::var_os("QUORUM_PYTHON") {
+        feed(p.to_string_lossy().as_bytes());
     }
     Ok(format!("{h:016x}"))
 }
 
-/// The Python that runs the generators: `$QUORUM_PYTHON` if set (a machine without network that already
-/// has onnx 1.23.x), else a venv under `target/` with the pinned onnx, created on first use.
-fn python() -> Result<PathBuf> {
-    if let Some(p) = std::env::var_os("QUORUM_PYTHON") {
-        return Ok(PathBuf::from(p));
-    }
-    let venv = crate::workspace_root().join("target/corpus-venv");
-    let py = venv.join("bin/python");
-    let has_pin = py.is_file()
-        && Command::new(&py)
-            .args([
-                "-c",
-                &format!("import onnx,sys; sys.exit(onnx.__version__ != '{ONNX_PIN}')"),
-            ])
-            .status()
-            .is_ok_and(|s| s.success());
-    if !has_pin {
-        eprintln!("corpus: creating {} with onnx=={ONNX_PIN}", venv.display());
-        run(
-            Command::new("python3").args(["-m", "venv"]).arg(&venv),
-            "python3 -m venv (install python3-venv?)",
-        )?;
-        run(
-            Command::new(&py).args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                &format!("onnx=={ONNX_PIN}"),
-            ]),
-            "pip install onnx",
-        )?;
-    }
-    Ok(py)
-}
-
-fn run(cmd: &mut Command, what: &str) -> Result<()> {
-    let status = cmd
-        .status()
-        .with_context(|| format!("could not start {what}"))?;
-    if !status.success() {
-        bail!("{what} failed ({status})");
-    }
-    Ok(())
-}
+/// Test binaries run their tests on threads that may all ask for the corpus at once.
+static GENERATING: Mutex<()> = Mutex::new(());
 
 /// Makes sure a current corpus exists at `dir`, generating it if missing or stale.
 pub fn ensure(dir: &Path) -> Result<()> {
-    let want = stamp()?;
+    let _one_at_a_time = GENERATING.lock().unwrap_or_else(|p| p.into_inner());
+    let want = stamp(&Lock::load()?)?;
     let stamp_file = dir.join(".quorum-stamp");
     if std::fs::read_to_string(&stamp_file).is_ok_and(|s| s.trim() == want) {
         return Ok(());
     }
-    generate(dir)?;
-    std::fs::write(&stamp_file, want)?;
+    generate_unlocked(dir)?;
+    std::fs::write(&stamp_file, want)
+        .with_context(|| format!("writing {}", stamp_file.display()))?;
     Ok(())
 }
 
 /// Generates the corpus at `dir` (replacing what is there).
 pub fn generate(dir: &Path) -> Result<()> {
-    let py = python()?;
+    let _one_at_a_time = GENERATING.lock().unwrap_or_else(|p| p.into_inner());
+    generate_unlocked(dir)
+}
+
+fn generate_unlocked(dir: &Path) -> Result<()> {
+    let lock = Lock::load()?;
+    let interp = pyenv::interpreter(&lock)?;
+    let env = pyenv::environment(&interp, &lock)?;
+    if !env.differences.is_empty() {
+        eprintln!(
+            "corpus: WARNING: {} ({}) differs from {}: {}",
+            env.python,
+            env.source,
+            pyenv::lock_path().display(),
+            env.differences.join("; ")
+        );
+    }
+    let py = interp.path();
     let [gen_script, cases_script] = scripts();
     if let Some(parent) = dir.parent() {
         std::fs::create_dir_all(parent)?;
@@ -109,15 +97,33 @@ pub fn generate(dir: &Path) -> Result<()> {
         dir.display()
     );
     run(
-        Command::new(&py).arg(&gen_script).arg("--out").arg(dir),
+        Command::new(py).arg(&gen_script).arg("--out").arg(dir),
         "corpus/generate.py",
     )?;
     run(
-        Command::new(&py)
+        Command::new(py)
             .arg(&cases_script)
             .arg("--out")
             .arg(dir.join("cases")),
         "cases/regression.py",
     )?;
+    let path = dir.join(ENVIRONMENT_FILE);
+    std::fs::write(&path, serde_json::to_string_pretty(&env)? + "\n")
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+/// The environment that generated the corpus at `dir`, when it recorded one.
+pub fn environment(dir: &Path) -> Option<Environment> {
+    let text = std::fs::read_to_string(dir.join(ENVIRONMENT_FILE)).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+fn run(cmd: &mut Command, what: &str) -> Result<()> {
+    let status = cmd
+        .status()
+        .with_context(|| format!("could not start {what}"))?;
+    if !status.success() {
+        bail!("{what} failed ({status})");
+    }
     Ok(())
 }

@@ -1,8 +1,12 @@
 //! Engines: anything that runs a model on inputs. The runner knows only this trait, so new engines
 //! (oracles, CUDA, wgpu) slot in without touching it.
+use std::collections::HashSet;
 use std::path::Path;
 
+use quorum::ir::Model;
 use quorum::{Session, SessionOptions, Value};
+
+use crate::coverage::Coverage;
 
 /// Why an engine did not produce outputs.
 #[derive(Debug, Clone)]
@@ -28,6 +32,11 @@ pub trait Engine: Send + Sync {
 
 pub trait Prepared: Send + Sync {
     fn run(&self, inputs: Vec<(String, Value)>) -> Result<Vec<Value>, EngineError>;
+    /// Where the model's nodes ran over the runs so far: engines with a device report it, the others
+    /// nothing.
+    fn coverage(&self) -> Option<Coverage> {
+        None
+    }
 }
 
 fn classify(e: quorum::Error) -> EngineError {
@@ -40,8 +49,12 @@ fn classify(e: quorum::Error) -> EngineError {
 /// Quorum's CPU backend.
 pub struct Cpu;
 
-/// A runtime session, whatever its providers (the cpu and cuda engines).
-struct SessionModel(Session);
+/// A runtime session, whatever its providers (the cpu and cuda engines); `device` when it reports
+/// coverage.
+struct SessionModel {
+    session: Session,
+    device: bool,
+}
 
 impl Engine for Cpu {
     fn name(&self) -> &str {
@@ -49,26 +62,49 @@ impl Engine for Cpu {
     }
 
     fn prepare(&self, model: &Path) -> Result<Box<dyn Prepared>, EngineError> {
-        Ok(Box::new(SessionModel(
-            Session::from_file(model, SessionOptions::default()).map_err(classify)?,
-        )))
+        Ok(Box::new(SessionModel {
+            session: Session::from_file(model, SessionOptions::default()).map_err(classify)?,
+            device: false,
+        }))
     }
 }
 
 impl Prepared for SessionModel {
     fn run(&self, inputs: Vec<(String, Value)>) -> Result<Vec<Value>, EngineError> {
         Ok(self
-            .0
+            .session
             .run(inputs)
             .map_err(classify)?
             .into_iter()
             .map(|(_, v)| v)
             .collect())
     }
+
+    fn coverage(&self) -> Option<Coverage> {
+        self.device.then(|| session_coverage(&self.session))
+    }
+}
+
+/// Where a session's top-level nodes ran so far: its plan-time placement, less the nodes whose
+/// device kernel declined at run time.
+pub fn session_coverage(session: &Session) -> Coverage {
+    Coverage::from_placement(session.placement(), &session.fallback_nodes())
 }
 
 /// Quorum's CUDA backend: every node CUDA claims runs there (no size floor), the CPU runs the rest.
+/// Constant folding is off, so that the device kernels, not the CPU at session build, compute the
+/// nodes whose inputs are constants. Reports per case how many nodes ran on the device.
 pub struct Cuda;
+
+impl Cuda {
+    pub fn options() -> SessionOptions {
+        SessionOptions {
+            providers: vec![quorum::Provider::Cuda, quorum::Provider::Cpu],
+            fold_constants: false,
+            ..Default::default()
+        }
+    }
+}
 
 impl Engine for Cuda {
     fn name(&self) -> &str {
@@ -79,14 +115,51 @@ impl Engine for Cuda {
         quorum::Provider::Cuda.available()
     }
 
-    fn prepare(&self, model: &Path) -> Result<Box<dyn Prepared>, EngineError> {
-        let options = SessionOptions {
-            providers: vec![quorum::Provider::Cuda, quorum::Provider::Cpu],
-            ..Default::default()
+    fn prepare(&self, path: &Path) -> Result<Box<dyn Prepared>, EngineError> {
+        let options = Cuda::options();
+        let lo = quorum::loader::LoadOptions {
+            base_dir: None,
+            max_tensor_bytes: options.max_tensor_bytes,
         };
-        Ok(Box::new(SessionModel(
-            Session::from_file(model, options).map_err(classify)?,
-        )))
+        let mut model = quorum::loader::model_from_file(path, &lo).map_err(classify)?;
+        name_nodes(&mut model);
+        Ok(Box::new(SessionModel {
+            session: Session::from_model(model, options).map_err(|e| {
+                let e = classify(e);
+                match e {
+                    EngineError::Unsupported(m) => {
+                        EngineError::Unsupported(format!("{m} (in {})", path.display()))
+                    }
+                    EngineError::Failed(m) => {
+                        EngineError::Failed(format!("{}: {m}", path.display()))
+                    }
+                }
+            })?,
+            device: true,
+        }))
+    }
+}
+
+/// Gives every top-level node a name no other node has (`<op>#<position>` for an unnamed or repeated
+/// one), so that the nodes a session reports by name (run-time fallbacks) are told apart.
+pub fn name_nodes(model: &mut Model) {
+    let mut seen: HashSet<String> = HashSet::new();
+    let named: HashSet<String> = model
+        .graph
+        .nodes
+        .iter()
+        .map(|n| n.name.clone())
+        .filter(|n| !n.is_empty())
+        .collect();
+    for (i, node) in model.graph.nodes.iter_mut().enumerate() {
+        if node.name.is_empty() || !seen.insert(node.name.clone()) {
+            let mut name = format!("{}#{i}", node.op_type);
+            while named.contains(&name) || seen.contains(&name) {
+                name.push('_');
+            }
+            seen.insert(name.clone());
+            node.name = name;
+        }
     }
 }
 
@@ -115,4 +188,50 @@ pub fn all() -> Vec<Box<dyn Engine>> {
 
 pub fn by_name(name: &str) -> Option<Box<dyn Engine>> {
     all().into_iter().find(|e| e.name() == name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unnamed_and_repeated_nodes_get_distinct_names() {
+        let mut model = Model {
+            ir_version: 8,
+            opsets: Default::default(),
+            producer: String::new(),
+            graph: Default::default(),
+            metadata: Vec::new(),
+        };
+        for (name, op) in [
+            ("", "Add"),
+            ("x", "Relu"),
+            ("x", "Relu"),
+            ("", "Add"),
+            ("Add#0", "Mul"),
+        ] {
+            model.graph.nodes.push(quorum::ir::Node {
+                name: name.into(),
+                op_type: op.into(),
+                domain: String::new(),
+                opset: 17,
+                inputs: vec![],
+                outputs: vec![],
+                attrs: Default::default(),
+            });
+        }
+        name_nodes(&mut model);
+        let names: Vec<&str> = model.graph.nodes.iter().map(|n| n.name.as_str()).collect();
+        let distinct: HashSet<&&str> = names.iter().collect();
+        assert_eq!(distinct.len(), names.len(), "{names:?}");
+        assert_eq!(names[1], "x");
+        assert_eq!(names[4], "Add#0");
+    }
+
+    #[test]
+    fn the_cuda_engine_does_not_fold_constants() {
+        let o = Cuda::options();
+        assert!(!o.fold_constants);
+        assert_eq!(o.min_device_elements, 0);
+    }
 }

@@ -41,6 +41,8 @@ impl Status {
 pub struct Expectation {
     pub status: Status,
     pub reason: String,
+    /// The line of the list it was read from (0 for an entry made by this run).
+    pub line: usize,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -57,13 +59,15 @@ pub fn path_for(engine: &str) -> PathBuf {
 impl Expectations {
     /// Reads a list; a missing file is an empty list (every case expected to pass).
     pub fn load(path: &Path) -> Result<Expectations> {
-        let text = match std::fs::read_to_string(path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Ok(Expectations::default());
-            }
-            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
-        };
+        match std::fs::read_to_string(path) {
+            Ok(text) => Expectations::parse(&text, path),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Expectations::default()),
+            Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+        }
+    }
+
+    /// Parses a list's text; errors name `path` and the line.
+    pub fn parse(text: &str, path: &Path) -> Result<Expectations> {
         let mut entries = BTreeMap::new();
         for (i, line) in text.lines().enumerate() {
             let line = line.trim();
@@ -87,7 +91,14 @@ impl Expectations {
             if reason.is_empty() {
                 bail!("{}:{}: case {id} has no reason", path.display(), i + 1);
             }
-            entries.insert(id.to_string(), Expectation { status, reason });
+            let entry = Expectation {
+                status,
+                reason,
+                line: i + 1,
+            };
+            if entries.insert(id.to_string(), entry).is_some() {
+                bail!("{}:{}: case {id} is listed twice", path.display(), i + 1);
+            }
         }
         Ok(Expectations { entries })
     }

@@ -8,12 +8,17 @@ pub mod arbitrate;
 pub mod case;
 pub mod cli;
 pub mod corpus;
+pub mod coverage;
 pub mod engine;
 pub mod expect;
+pub mod integrity;
+pub mod nondeterministic;
 pub mod oracle_engine;
+pub mod pyenv;
 pub mod report;
 pub mod runner;
 pub mod tolerance;
+pub mod undefined;
 
 use std::path::PathBuf;
 

@@ -2,14 +2,12 @@
 //! oracles (quorum-oracle). A node the oracle does not cover makes the case `unsupported`, never a pass.
 //!
 //! A few nodes hold data rather than computation, and the engine binds them itself: `Constant` (every
-//! numeric value form), `ConstantOfShape` (the light models' weights), `Shape`, `Size`, and
-//! inference-mode `Dropout` (the identity). `CastLike` runs as the oracle's `Cast` to the type of its
-//! second input. Models holding more than [`MAX_WEIGHTS`] weight values are declined (the `light`
-//! networks: scalar f64 takes minutes on them).
+//! numeric value form), `Shape` and `Size`. Everything else, `ConstantOfShape`, `Dropout` and
+//! `CastLike` included, is the oracle's. Models holding more than [`MAX_WEIGHTS`] weight values are
+//! declined (the `light` networks: scalar f64 takes minutes on them).
 //!
 //! [`compare_oracles`] runs both oracles on every node of a model with the same inputs and reports
 //! where they disagree.
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -75,61 +73,15 @@ enum Step {
     Bound(Bound),
     /// Computation, by the oracle.
     Oracle(oracle::NodeSpec),
-    /// `CastLike(x, like)`, run as the oracle's `Cast` of x to like's type (`to` set per run).
-    CastLike(oracle::NodeSpec),
-}
-
-/// The oracle node and inputs a step runs as (`None` for a bound step).
-fn oracle_call<'a>(
-    step: &'a Step,
-    args: &[Option<oracle::Value>],
-) -> Option<(Cow<'a, oracle::NodeSpec>, Vec<Option<oracle::Value>>)> {
-    match step {
-        Step::Bound(_) => None,
-        Step::Oracle(spec) => Some((Cow::Borrowed(spec), args.to_vec())),
-        Step::CastLike(spec) => {
-            let mut cast = spec.clone();
-            if let Some(Some(like)) = args.get(1) {
-                cast.attrs
-                    .insert("to".into(), oracle::Attr::Int(onnx_type(like.dtype)));
-            }
-            Some((Cow::Owned(cast), args.iter().take(1).cloned().collect()))
-        }
-    }
-}
-
-/// The ONNX TensorProto element type number of an oracle dtype.
-fn onnx_type(d: oracle::DType) -> i64 {
-    use oracle::DType as O;
-    match d {
-        O::F32 => 1,
-        O::U8 => 2,
-        O::I8 => 3,
-        O::U16 => 4,
-        O::I16 => 5,
-        O::I32 => 6,
-        O::I64 => 7,
-        O::Bool => 9,
-        O::F16 => 10,
-        O::F64 => 11,
-        O::U32 => 12,
-        O::U64 => 13,
-        O::BF16 => 16,
-    }
 }
 
 enum Bound {
     /// A `Constant`'s value.
     Value(oracle::Value),
-    /// `ConstantOfShape`: its fill value (shape from input 0).
-    Fill(oracle::Value),
     /// `Shape` with its `start` and `end`.
     Shape(i64, Option<i64>),
     /// `Size`: the element count of input 0.
     Size,
-    /// Inference-mode `Dropout`: output 0 is input 0, output 1 (the mask) all ones: in X's type when
-    /// the flag is set (opsets 7 to 9), bool from opset 10.
-    Dropout(bool),
 }
 
 /// The most weight values (initializers plus `ConstantOfShape` fills) a model may hold for the oracle
@@ -186,24 +138,13 @@ fn plan(model: &Model, oracles: &[&(dyn Oracle + Send + Sync)]) -> Result<Vec<St
             steps.push(Step::Bound(b));
             continue;
         }
-        let mut spec = node_spec(n)?;
-        let cast_like = n.op_type == "CastLike" && spec.domain.is_empty();
-        if cast_like {
-            // Checked as a Cast to float; the target type is known when the node runs.
-            spec.op_type = "Cast".into();
-            spec.attrs.retain(|k, _| k != "saturate");
-            spec.attrs.insert("to".into(), oracle::Attr::Int(1));
-        }
+        let spec = node_spec(n)?;
         for o in oracles {
             o.supports(&spec).map_err(|why| {
                 EngineError::Unsupported(format!("node '{}' ({}): {why}", n.name, n.op_type))
             })?;
         }
-        steps.push(if cast_like {
-            Step::CastLike(spec)
-        } else {
-            Step::Oracle(spec)
-        });
+        steps.push(Step::Oracle(spec));
     }
     Ok(steps)
 }
@@ -248,26 +189,8 @@ fn bound(n: &Node) -> Result<Option<Bound>, EngineError> {
                     .map_err(|e| EngineError::Failed(e.to_string()))?,
             )
         }
-        "ConstantOfShape" => Bound::Fill(match n.attrs.get("value") {
-            None => oracle::Value::new(oracle::DType::F32, vec![1], vec![0.0])
-                .map_err(|e| EngineError::Failed(e.to_string()))?,
-            Some(Attr::Tensor(t)) if t.len() == 1 => to_oracle(t)?,
-            Some(_) => {
-                return Err(EngineError::Failed(
-                    "ConstantOfShape value must be a one-element tensor".into(),
-                ));
-            }
-        }),
         "Shape" => Bound::Shape(int_attr(n, "start").unwrap_or(0), int_attr(n, "end")),
         "Size" => Bound::Size,
-        "Dropout" => {
-            // Before opset 7 Dropout trains unless `is_test` is set; from 12 `training_mode` (an
-            // input, checked when the node runs) chooses.
-            if n.opset < 7 && int_attr(n, "is_test").unwrap_or(0) == 0 {
-                return Err(unsupported("Dropout with is_test=0 draws a random mask"));
-            }
-            Bound::Dropout(n.opset < 10)
-        }
         _ => return Ok(None),
     }))
 }
@@ -296,19 +219,6 @@ fn run_bound(
     };
     Ok(match b {
         Bound::Value(v) => vec![v.clone()],
-        Bound::Fill(v) => {
-            let dims = &arg(0)?.data;
-            if dims.iter().any(|&d| d < 0.0 || d.fract() != 0.0) {
-                return Err(failed(format!("shape {dims:?}")));
-            }
-            let shape: Vec<usize> = dims.iter().map(|&d| d as usize).collect();
-            let count = shape
-                .iter()
-                .try_fold(1usize, |a, &d| a.checked_mul(d))
-                .filter(|&c| c <= 1 << 28)
-                .ok_or_else(|| failed(format!("shape {shape:?} is too large")))?;
-            vec![value(v.dtype, shape, vec![v.data[0]; count])?]
-        }
         Bound::Shape(start, end) => {
             let shape = &arg(0)?.shape;
             let r = shape.len() as i64;
@@ -322,26 +232,6 @@ fn run_bound(
             vec![],
             vec![arg(0)?.len() as f64],
         )?],
-        Bound::Dropout(mask_like_x) => {
-            if args
-                .get(2)
-                .and_then(|a| a.as_ref())
-                .is_some_and(|t| t.data.iter().any(|&v| v != 0.0))
-            {
-                return Err(EngineError::Unsupported(format!(
-                    "node '{}' (Dropout): training_mode draws a random mask",
-                    n.name
-                )));
-            }
-            let x = arg(0)?.clone();
-            let mask_type = if *mask_like_x {
-                x.dtype
-            } else {
-                oracle::DType::Bool
-            };
-            let mask = value(mask_type, x.shape.clone(), vec![1.0; x.len()])?;
-            vec![x, mask]
-        }
     })
 }
 
@@ -425,16 +315,15 @@ impl Prepared for OracleModel {
         // Corpus graphs list nodes in topological order, as the ONNX IR requires.
         for (n, step) in g.nodes.iter().zip(&self.steps) {
             let args = node_args(n, &env)?;
-            let outs = match (step, oracle_call(step, &args)) {
-                (Step::Bound(b), _) => run_bound(b, n, &args)?,
-                (_, Some((spec, args))) => self
+            let outs = match step {
+                Step::Bound(b) => run_bound(b, n, &args)?,
+                Step::Oracle(spec) => self
                     .oracle
-                    .evaluate(&spec, &args)
+                    .evaluate(spec, &args)
                     .map_err(|e| oracle_error(n, e))?
                     .into_iter()
                     .map(|o| o.value)
                     .collect(),
-                (_, None) => unreachable!("only bound steps have no oracle call"),
             };
             bind_outputs(n, outs, &mut env);
         }
@@ -464,7 +353,7 @@ pub struct Disagreement {
 
 /// Runs the model at `path` on `inputs` through both oracles, node by node, giving every node the same
 /// inputs (the reference oracle's values of its predecessors, so that one difference does not spread),
-/// and judges each output as [`arbitrate::arbitrate`] judges oracles. `Err` when the pair does not
+/// and judges each output as [`arbitrate::oracles_agree`] does. `Err` when the pair does not
 /// cover the model (as for the engines) or a node fails in both.
 pub fn compare_oracles(
     path: &Path,
@@ -481,13 +370,13 @@ pub fn compare_oracles(
     let mut found = Vec::new();
     for (n, step) in model.graph.nodes.iter().zip(&steps) {
         let args = node_args(n, &env)?;
-        let Some((spec, args)) = oracle_call(step, &args) else {
-            if let Step::Bound(b) = step {
+        let spec = match step {
+            Step::Bound(b) => {
                 bind_outputs(n, run_bound(b, n, &args)?, &mut env);
+                continue;
             }
-            continue;
+            Step::Oracle(spec) => spec,
         };
-        let spec = spec.as_ref();
         let mut note = |what: String| {
             found.push(Disagreement {
                 node: n.name.clone(),
@@ -527,7 +416,7 @@ pub fn compare_oracles(
                 ));
                 continue;
             }
-            let v = arbitrate::arbitrate(&x.value.data, 0.0, x, y);
+            let v = arbitrate::oracles_agree(x, y);
             if let Verdict::OraclesDisagree { .. } = v {
                 note(format!("output {k}: {v:?}"));
             }

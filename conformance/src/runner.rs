@@ -2,20 +2,29 @@
 use std::panic::AssertUnwindSafe;
 use std::time::Instant;
 
+use quorum::Value;
 use rayon::prelude::*;
 
 use crate::case::{self, Case};
+use crate::coverage::Coverage;
 use crate::engine::{Engine, EngineError};
 use crate::expect::Status;
-use crate::tolerance;
+use crate::{nondeterministic, tolerance, undefined};
 
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Outcome {
     pub id: String,
     pub status: &'static str,
+    /// Why the case did not pass; for a case that did, what was left out of the comparison or how a
+    /// nondeterministic case was judged (empty when there is nothing to say).
     pub detail: String,
     pub ops: Vec<String>,
     pub millis: f64,
+    /// Output elements not compared because the specification leaves their value undefined
+    /// ([`undefined`]), over all data sets.
+    pub not_compared: usize,
+    /// Where the nodes ran, from engines with a device.
+    pub coverage: Option<Coverage>,
 }
 
 impl Outcome {
@@ -24,16 +33,39 @@ impl Outcome {
     }
 }
 
-/// Runs one case. With `nondeterministic`, the case must run but its values are not compared.
+/// What a case's run leaves beside its verdict.
+#[derive(Default)]
+struct Notes {
+    ops: Vec<String>,
+    not_compared: usize,
+    why_not_compared: Option<String>,
+    judged: Vec<String>,
+    /// With a step-bound override: the most steps any compared element was from the expected one.
+    steps: Option<u128>,
+    coverage: Option<Coverage>,
+}
+
+/// Runs one case. With `nondeterministic`, the values are judged by rules instead of compared
+/// ([`nondeterministic::check`]).
 pub fn run_case(engine: &dyn Engine, case: &Case, nondeterministic: bool) -> Outcome {
     let start = Instant::now();
-    let mut ops = Vec::new();
+    let mut notes = Notes::default();
     let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
-        run_inner(engine, case, nondeterministic, &mut ops)
+        run_inner(engine, case, nondeterministic, &mut notes)
     }));
-    let (status, detail) = match result {
-        Ok(Ok(())) if nondeterministic => (Status::Nondeterministic, String::new()),
-        Ok(Ok(())) => (Status::Pass, String::new()),
+    let (status, mut detail) = match result {
+        Ok(Ok(())) if nondeterministic => (Status::Nondeterministic, notes.judged.join(" | ")),
+        Ok(Ok(())) => match notes.steps {
+            Some(n) => (
+                Status::Pass,
+                format!(
+                    "at most {n} step{} from the expected values (override: {})",
+                    if n == 1 { "" } else { "s" },
+                    tolerance::for_case(engine.name(), &case.id).steps
+                ),
+            ),
+            None => (Status::Pass, String::new()),
+        },
         Ok(Err(EngineError::Unsupported(m))) => (Status::Unsupported, m),
         Ok(Err(EngineError::Failed(m))) => (Status::Fail, m),
         Err(p) => {
@@ -44,12 +76,25 @@ pub fn run_case(engine: &dyn Engine, case: &Case, nondeterministic: bool) -> Out
             (Status::Fail, format!("PANIC: {}", msg.unwrap_or_default()))
         }
     };
+    if let Some(why) = &notes.why_not_compared {
+        let note = format!(
+            "{} elements not compared (undefined by the specification: {why})",
+            notes.not_compared
+        );
+        detail = if detail.is_empty() {
+            note
+        } else {
+            format!("{detail}; {note}")
+        };
+    }
     Outcome {
         id: case.id.clone(),
         status: status.as_str(),
         detail: detail.replace('\n', " "),
-        ops,
+        ops: notes.ops,
         millis: start.elapsed().as_secs_f64() * 1e3,
+        not_compared: notes.not_compared,
+        coverage: notes.coverage,
     }
 }
 
@@ -57,39 +102,62 @@ fn run_inner(
     engine: &dyn Engine,
     case: &Case,
     nondeterministic: bool,
-    ops: &mut Vec<String>,
+    notes: &mut Notes,
 ) -> Result<(), EngineError> {
     let failed = |e: anyhow::Error| EngineError::Failed(format!("{e:#}"));
     let model = quorum::loader::model_from_file(&case.model_path(), &Default::default())
         .map_err(|e| EngineError::Failed(e.to_string()))?;
     for op in model.all_nodes().iter().map(|n| n.qualified_op()) {
-        if !ops.contains(&op) {
-            ops.push(op);
+        if !notes.ops.contains(&op) {
+            notes.ops.push(op);
         }
     }
     let sets = case::data_sets(case, &model).map_err(failed)?;
     let prepared = engine.prepare(&case.model_path())?;
-    let tol = tolerance::for_case(&case.id);
-    for set in sets {
-        let outputs = prepared.run(set.inputs)?;
-        if nondeterministic {
-            continue;
+    let tol = tolerance::for_case(engine.name(), &case.id);
+    let judge = || -> Result<(), EngineError> {
+        for set in sets {
+            let inputs = set.inputs.clone();
+            let outputs = prepared.run(set.inputs)?;
+            if nondeterministic {
+                let judged = nondeterministic::check(&model, &inputs, &outputs, &set.outputs)
+                    .map_err(|m| {
+                        EngineError::Failed(format!("{} (nondeterministic rules): {m}", set.name))
+                    })?;
+                notes.judged.push(format!("{}: {judged}", set.name));
+                continue;
+            }
+            if outputs.len() < set.outputs.len() {
+                return Err(EngineError::Failed(format!(
+                    "{}: {} outputs, expected {}",
+                    set.name,
+                    outputs.len(),
+                    set.outputs.len()
+                )));
+            }
+            for (k, (a, e)) in outputs.iter().zip(&set.outputs).enumerate() {
+                let undefined = undefined::for_output(&model, &inputs, k, e);
+                let skip = undefined.as_ref().map_or(&[][..], |u| &u.mask[..]);
+                if let Some(u) = &undefined {
+                    notes.not_compared += u.count;
+                    notes.why_not_compared = Some(u.why.clone());
+                }
+                tolerance::compare_except(a, e, tol, skip).map_err(|m| {
+                    EngineError::Failed(format!("{} output {k}: {}", set.name, m.message))
+                })?;
+                if tol.steps > 0
+                    && let (Value::Tensor(a), Value::Tensor(e)) = (a, e)
+                    && let Some(n) = tolerance::max_steps(a, e)
+                {
+                    notes.steps = Some(notes.steps.map_or(n, |m| m.max(n)));
+                }
+            }
         }
-        if outputs.len() < set.outputs.len() {
-            return Err(EngineError::Failed(format!(
-                "{}: {} outputs, expected {}",
-                set.name,
-                outputs.len(),
-                set.outputs.len()
-            )));
-        }
-        for (k, (a, e)) in outputs.iter().zip(&set.outputs).enumerate() {
-            tolerance::compare(a, e, tol).map_err(|m| {
-                EngineError::Failed(format!("{} output {k}: {}", set.name, m.message))
-            })?;
-        }
-    }
-    Ok(())
+        Ok(())
+    };
+    let result = judge();
+    notes.coverage = prepared.coverage();
+    result
 }
 
 /// Runs `cases` on `engine` with `jobs` threads, calling `progress` after each case.

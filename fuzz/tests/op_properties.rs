@@ -19,7 +19,7 @@ use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, Test
 use quorum_fuzz::opcase::{Checked, check, round_inputs};
 use quorum_fuzz::opgen::{self, CHOICES};
 
-/// Cases per op by default: the whole suite (106 ops) takes about 5 s on 2 cores (kernels
+/// Cases per op by default: the whole suite (109 ops) takes about 5 s on 2 cores (kernels
 /// unoptimised, oracles optimised), well within a `cargo test --workspace`.
 const DEFAULT_CASES: u32 = 2000;
 
@@ -190,6 +190,7 @@ properties! {
     reshape => "Reshape", flatten => "Flatten", squeeze => "Squeeze", unsqueeze => "Unsqueeze",
     identity => "Identity",
     lstm => "LSTM", gru => "GRU",
+    constant_of_shape => "ConstantOfShape", dropout => "Dropout", cast_like => "CastLike",
 }
 
 /// Every op with a generator has a test, and every op of `shared/GPU_OPS.md` (when the file is in
@@ -242,4 +243,58 @@ fn every_accelerated_op_has_a_property() {
         missing.is_empty(),
         "GPU_OPS.md ops without a property: {missing:?}"
     );
+}
+
+/// One case in a hundred is big: its tensors reach the sizes where the CPU kernels change path
+/// (parallel elementwise work, parallel GEMM), so those paths are judged too.
+#[test]
+fn big_cases_reach_the_parallel_paths() {
+    use quorum::ops::broadcast::PAR_THRESHOLD;
+    use quorum::ops::matmul::PAR_WORK;
+    let mut runner = TestRunner::new_with_rng(
+        Config::default(),
+        TestRng::from_seed(RngAlgorithm::ChaCha, &[7; 32]),
+    );
+    let strategy = (prop::collection::vec(any::<u32>(), CHOICES), any::<u64>());
+    let elems = |v: &quorum_oracle::Value| v.data.len();
+    let mut big = 0;
+    let (mut wide_add, mut wide_softmax, mut heavy_matmul) = (0, 0, 0);
+    let draws = 3000;
+    for _ in 0..draws {
+        use proptest::strategy::ValueTree;
+        let (choices, seed) = strategy.new_tree(&mut runner).unwrap().current();
+        for op in ["Add", "Softmax", "MatMul"] {
+            let case = opgen::generate(op, &choices, seed);
+            let largest = case.inputs.iter().flatten().map(elems).max().unwrap_or(0);
+            match op {
+                "Add" => wide_add += (largest >= PAR_THRESHOLD) as usize,
+                "Softmax" => wide_softmax += (largest >= PAR_THRESHOLD) as usize,
+                _ => {
+                    let (a, b) = (
+                        case.inputs[0].as_ref().unwrap(),
+                        case.inputs[1].as_ref().unwrap(),
+                    );
+                    let m = if a.shape.len() > 1 {
+                        a.shape[a.shape.len() - 2]
+                    } else {
+                        1
+                    };
+                    let k = a.shape.last().copied().unwrap_or(1);
+                    let n = if b.shape.len() > 1 {
+                        *b.shape.last().unwrap()
+                    } else {
+                        1
+                    };
+                    heavy_matmul += (m * k * n >= PAR_WORK) as usize;
+                }
+            }
+        }
+        big += (choices[CHOICES - 2] % 100 == 99) as usize;
+    }
+    eprintln!(
+        "{big} big draws of {draws}: Add {wide_add}, Softmax {wide_softmax} over {PAR_THRESHOLD} \
+         elements, MatMul {heavy_matmul} over {PAR_WORK} multiply-adds"
+    );
+    assert!(big > 0 && big < draws / 30, "{big} big draws of {draws}");
+    assert!(wide_add > 0 && wide_softmax > 0 && heavy_matmul > 0);
 }

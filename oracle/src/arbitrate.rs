@@ -1,18 +1,34 @@
 //! Arbitration between an engine and the two oracles (as PyTorch's float64 reference helper does):
 //! both oracles agree and the engine differs → the engine is wrong; the oracles disagree → a human must
 //! look, and the case is never passed.
-use crate::Output;
+//!
+//! How far an engine may be from the oracles follows from error analysis of the op's class (see
+//! [`Class`] and [`class_of`]) and from what the engine promises to compute in ([`Bound::compute`]),
+//! never from a constant chosen to pass. With `o` the oracles' exact answer, `m` the magnitude of the
+//! terms combined into it (Σ|terms|, from the oracle), `ε` the machine epsilon of the computed type
+//! (2⁻²³ for f32) and `½ulp` half a unit in the last place of the *output* type at the result:
+//!
+//! | class | bound on \|engine − o\| |
+//! |---|---|
+//! | exact | 0: the engine's value is `o` itself, rounded once into the output type |
+//! | correctly rounded | 0 against `o` rounded once into the output type, ties to even |
+//! | unary math | `ulps · ε · m + ½ulp + δ`, `ulps` stated per function |
+//! | sums and products | `C · ε · m + ½ulp + δ`, `C` per kind of computation |
+//!
+//! `δ = C_ORACLES · ε(f64) · m` is the oracles' own accuracy (they compute in f64 with ordinary
+//! algorithms and agree to within it): far below any f32 bound, it is what limits f64 judgements.
+//!
+//! In every class NaN matches only NaN, an infinity only the same infinity, and the engine's value
+//! equal to `o` rounded once into the output type is always right (it covers results that overflow the
+//! output type). A magnitude that is not finite where the answer is (HardSigmoid(±∞) = 0 or 1) bounds
+//! by the answer instead.
+use crate::{DType, NodeSpec, Output};
 
 /// The outcome of judging one output.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Verdict {
     Agree,
-    EngineWrong {
-        index: usize,
-        engine: f64,
-        oracle: f64,
-        allowed: f64,
-    },
+    EngineWrong(Wrong),
     OraclesDisagree {
         index: usize,
         reference: f64,
@@ -20,53 +36,246 @@ pub enum Verdict {
     },
 }
 
-/// Unit roundoff of the engine's element type, by name (`float32`, `float16`, ...). Integer and bool
-/// types are exact (0).
-pub fn eps(dtype: &str) -> f64 {
-    match dtype {
-        "float64" => f64::EPSILON,
-        "float32" => f32::EPSILON as f64,
-        "float16" => 9.765_625e-4,
-        "bfloat16" => 7.812_5e-3,
-        _ => 0.0,
-    }
+/// How an engine's output is wrong.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Wrong {
+    /// Element `index` is outside the bound `allowed` of the oracles' `oracle`.
+    Value {
+        index: usize,
+        engine: f64,
+        oracle: f64,
+        allowed: f64,
+    },
+    /// The element type, shape or element count differs from the oracles' answer.
+    Form(String),
 }
 
-/// How far an engine computing in `eps` precision may be from the exact result of combining terms of
-/// total magnitude `magnitude`: `C_ENGINE · eps · magnitude`, plus one rounding of the result itself.
-/// `C_ENGINE = 64` covers the √(terms) growth of a blocked or pairwise sum up to ~4000 terms taken at
-/// their full magnitude, which in practice bounds far longer sums (errors cancel; Σ|a·b| overstates).
-pub const C_ENGINE: f64 = 64.0;
-
-/// Half the spacing of the smallest (subnormal) values of the type with unit roundoff `eps`: the
-/// absolute error of rounding a result that underflows (e^-104 in f32 is 6.8e-46, which rounds to 0).
-pub fn subnormal_step(eps: f64) -> f64 {
-    if eps == f32::EPSILON as f64 {
-        f32::from_bits(1) as f64 / 2.0
-    } else if eps == 9.765_625e-4 {
-        5.960_464_477_539_063e-8 / 2.0
-    } else if eps == 7.812_5e-3 {
-        9.183_549_615_799_121e-41 / 2.0
-    } else {
-        f64::MIN_POSITIVE
-    }
+/// What an op's result is, for the purpose of bounding an engine's error.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Class {
+    /// A selection or rearrangement of input values, a comparison, a logical or integer result, a
+    /// count or an index: determined exactly.
+    Exact,
+    /// One conversion into the output type (Cast between float types): within half an ulp, ties to
+    /// even — exactly the oracles' answer rounded once.
+    Rounded,
+    /// A function of one value (and attributes) computed in the promised type: within `ulps` ulps of
+    /// the computed type at the magnitude, plus the rounding into the output type.
+    Math { ulps: f64 },
+    /// Sums and products: `c · ε(computed) · Σ|terms|`, plus the rounding into the output type.
+    Sum { c: f64 },
 }
+
+/// Elementwise arithmetic (Add, Mul, Sum of a few inputs, Mean, PRelu...): each result takes a handful
+/// of roundings in the computed type (variadic Sum and Mean one per input); 8 covers up to 8 inputs.
+pub const C_ELEMENTWISE: f64 = 8.0;
+
+/// Reductions, dot products, convolutions, normalisations, softmax, interpolation: the √(terms) growth
+/// of a blocked or pairwise sum up to ~4000 terms taken at their full magnitude, which in practice
+/// bounds far longer sums (errors cancel; Σ|a·b| overstates them).
+pub const C_REDUCE: f64 = 64.0;
 
 /// Both oracles compute in f64: they may differ only by f64 rounding of the same terms.
 pub const C_ORACLES: f64 = 1e4;
+
+/// The class of `node`'s outputs, from the table in this function (`None` for an op it does not list).
+/// Integer and bool outputs (MaxPool's indices, Dropout's mask) are exact whatever the class.
+pub fn class_of(node: &NodeSpec) -> Option<Class> {
+    let op = node.op_type.as_str();
+    let math = |ulps: f64| Some(Class::Math { ulps });
+    let sum = |c: f64| Some(Class::Sum { c });
+    if !node.domain.is_empty() && node.domain != "ai.onnx" {
+        return None;
+    }
+    match op {
+        // Selections and rearrangements of input values; comparisons, logic, counts and indices.
+        "Abs" | "Neg" | "Ceil" | "Floor" | "Round" | "Sign" | "Relu" | "ThresholdedRelu"
+        | "Clip" | "Not" | "IsNaN" | "IsInf" | "Min" | "Max" | "Equal" | "Less" | "LessOrEqual"
+        | "Greater" | "GreaterOrEqual" | "And" | "Or" | "Xor" | "Where" | "BitShift"
+        | "Transpose" | "Concat" | "Split" | "Slice" | "Gather" | "GatherElements" | "Expand"
+        | "Pad" | "Tile" | "DepthToSpace" | "SpaceToDepth" | "Trilu" | "OneHot" | "Reshape"
+        | "Flatten" | "Squeeze" | "Unsqueeze" | "Identity" | "MaxPool" | "GlobalMaxPool"
+        | "ReduceMax" | "ReduceMin" | "ArgMax" | "ArgMin" | "Hardmax" | "ConstantOfShape"
+        | "Dropout" => Some(Class::Exact),
+        // Scatter without a reduction (or with max/min) moves values; add and mul combine them.
+        "ScatterElements" => match node.string("reduction", "none").ok()?.as_str() {
+            "add" | "mul" => sum(C_ELEMENTWISE),
+            _ => Some(Class::Exact),
+        },
+        // Nearest-neighbour resizing picks input values; linear and cubic interpolate.
+        "Resize" => match node.string("mode", "nearest").ok()?.as_str() {
+            "nearest" => Some(Class::Exact),
+            _ => sum(C_REDUCE),
+        },
+        "Cast" | "CastLike" => Some(Class::Rounded),
+        // Correctly rounded in IEEE arithmetic.
+        "Reciprocal" | "Sqrt" => math(1.0),
+        // One library-quality function of the input.
+        "Exp" | "Log" | "Erf" | "Sin" | "Cos" | "Tan" | "Tanh" | "Sigmoid" | "Softsign"
+        | "HardSigmoid" => math(4.0),
+        // Compositions of a few such functions and arithmetic.
+        "Elu" | "Selu" | "Celu" | "HardSwish" | "Softplus" | "Gelu" | "Mish" | "Pow" => math(8.0),
+        "Add" | "Sub" | "Mul" | "Div" | "Mod" | "Sum" | "Mean" | "PRelu" | "LeakyRelu"
+        | "Range" => sum(C_ELEMENTWISE),
+        "MatMul"
+        | "Gemm"
+        | "Conv"
+        | "ConvTranspose"
+        | "AveragePool"
+        | "GlobalAveragePool"
+        | "LpPool"
+        | "BatchNormalization"
+        | "InstanceNormalization"
+        | "LayerNormalization"
+        | "GroupNormalization"
+        | "LRN"
+        | "Softmax"
+        | "LogSoftmax"
+        | "ReduceSum"
+        | "ReduceMean"
+        | "ReduceProd"
+        | "ReduceL1"
+        | "ReduceL2"
+        | "ReduceSumSquare"
+        | "ReduceLogSum"
+        | "ReduceLogSumExp"
+        | "LSTM"
+        | "GRU" => sum(C_REDUCE),
+        _ => None,
+    }
+}
+
+/// The bound one output is judged by: the op's class and the type the engine promises to compute in.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bound {
+    pub class: Class,
+    /// The type results are computed (and accumulated) in before the one rounding into the output
+    /// type: f32 for f32, f16 and bf16 kernels, f64 for f64.
+    pub compute: DType,
+}
+
+impl Bound {
+    /// The bound for an output of `node` with element type `dtype`, for an engine that keeps the
+    /// standard promise ([`standard_compute`]). An op outside [`class_of`]'s table is judged as a long
+    /// sum ([`C_REDUCE`]).
+    pub fn for_node(node: &NodeSpec, dtype: DType) -> Bound {
+        Bound {
+            class: class_of(node).unwrap_or(Class::Sum { c: C_REDUCE }),
+            compute: if sequential_in_element_type(node) {
+                dtype
+            } else {
+                standard_compute(dtype)
+            },
+        }
+    }
+}
+
+/// ScatterElements with reduction `add` or `mul` is defined as a sequence of updates of the output
+/// in its element type (`output[...] += updates[...]`, duplicates applied in order): its kernels round
+/// after each update, as that definition does, so they promise the element type, not f32.
+fn sequential_in_element_type(node: &NodeSpec) -> bool {
+    node.op_type == "ScatterElements"
+        && matches!(
+            node.string("reduction", "none").as_deref(),
+            Ok("add") | Ok("mul")
+        )
+}
+
+/// The type Quorum's kernels compute in for results of type `dtype`: f16 and bf16 are widened to f32
+/// (and rounded once at the end), f32 stays f32, f64 stays f64; integers and bools are exact.
+pub fn standard_compute(dtype: DType) -> DType {
+    match dtype {
+        DType::F16 | DType::BF16 | DType::F32 => DType::F32,
+        d => d,
+    }
+}
+
+/// An engine's output as the arbitration sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct EngineOutput<'a> {
+    pub dtype: DType,
+    pub shape: &'a [usize],
+    pub data: &'a [f64],
+}
+
+/// The bits of a float format: explicit mantissa bits and the exponent range of normal numbers.
+struct Format {
+    mantissa: i32,
+    min_exp: i32,
+    max_exp: i32,
+}
+
+fn format(d: DType) -> Option<Format> {
+    let (mantissa, min_exp, max_exp) = match d {
+        DType::F16 => (10, -14, 15),
+        DType::BF16 => (7, -126, 127),
+        DType::F32 => (23, -126, 127),
+        DType::F64 => (52, -1022, 1023),
+        _ => return None,
+    };
+    Some(Format {
+        mantissa,
+        min_exp,
+        max_exp,
+    })
+}
+
+/// ⌊log₂|x|⌋ for a finite nonzero normal f64.
+fn exponent(x: f64) -> i32 {
+    ((x.to_bits() >> 52) & 0x7ff) as i32 - 1023
+}
+
+/// The spacing of values of type `d` at `x` (the subnormal spacing below the normal range); 0 for
+/// integer and bool types.
+pub fn ulp(d: DType, x: f64) -> f64 {
+    let Some(f) = format(d) else {
+        return 0.0;
+    };
+    let e = if x == 0.0 || !x.is_finite() || x.abs() < f64::MIN_POSITIVE {
+        f.min_exp
+    } else {
+        exponent(x).max(f.min_exp)
+    };
+    2f64.powi(e - f.mantissa)
+}
+
+/// `x` rounded once to the nearest value of type `d`, ties to even, overflowing to ±∞ (integers and
+/// bools, which the oracles return exactly, pass through).
+pub fn round_to(d: DType, x: f64) -> f64 {
+    let Some(f) = format(d) else {
+        return x;
+    };
+    if d == DType::F64 || x == 0.0 || !x.is_finite() {
+        return x;
+    }
+    if x.abs() < f64::MIN_POSITIVE {
+        // Far below every smaller format's subnormals.
+        return 0.0f64.copysign(x);
+    }
+    let q = 2f64.powi(exponent(x).max(f.min_exp) - f.mantissa);
+    let r = (x / q).round_ties_even() * q;
+    let max = 2f64.powi(f.max_exp) * (2.0 - 2f64.powi(-f.mantissa));
+    if r.abs() > max {
+        f64::INFINITY.copysign(x)
+    } else {
+        r
+    }
+}
+
+/// Machine epsilon (the ulp of 1) of a type; 0 for integer and bool types.
+pub fn eps(d: DType) -> f64 {
+    match format(d) {
+        Some(f) => 2f64.powi(-f.mantissa),
+        None => 0.0,
+    }
+}
 
 fn same(a: f64, b: f64) -> bool {
     (a.is_nan() && b.is_nan()) || a == b
 }
 
-/// Judges `engine` (its values as f64, computed in a type with unit roundoff `engine_eps`) against the
-/// two oracles' outputs for the same node and inputs.
-pub fn arbitrate(
-    engine: &[f64],
-    engine_eps: f64,
-    reference: &Output,
-    independent: &Output,
-) -> Verdict {
+/// Checks that the two oracles agree, element for element, within f64 rounding of the same terms.
+pub fn oracles_agree(reference: &Output, independent: &Output) -> Verdict {
     let (r, i) = (&reference.value.data, &independent.value.data);
     for k in 0..r.len().max(i.len()) {
         let (Some(&a), Some(&b)) = (r.get(k), i.get(k)) else {
@@ -92,37 +301,89 @@ pub fn arbitrate(
             };
         }
     }
-    if engine.len() != r.len() {
-        return Verdict::EngineWrong {
-            index: engine.len().min(r.len()),
-            engine: f64::NAN,
-            oracle: f64::NAN,
-            allowed: 0.0,
-        };
+    Verdict::Agree
+}
+
+/// How far element `o` (with term magnitude `mag`) may be from the engine's `e` under `bound`, for
+/// output type `out`. `None`: the element must equal `o` rounded once into `out`.
+pub fn allowed(bound: Bound, out: DType, o: f64, mag: f64, e: f64) -> Option<f64> {
+    let k = match bound.class {
+        Class::Exact | Class::Rounded => return None,
+        Class::Math { ulps } => ulps,
+        Class::Sum { c } => c,
+    };
+    if format(out).is_none() {
+        return None;
     }
-    for (k, (&e, &o)) in engine.iter().zip(r).enumerate() {
-        let mag = reference
-            .magnitude
-            .get(k)
-            .copied()
-            .unwrap_or(0.0)
-            .max(o.abs());
-        let allowed =
-            C_ENGINE * engine_eps * mag + engine_eps * o.abs() + subnormal_step(engine_eps);
-        let ok = if o.is_nan() {
-            e.is_nan()
-        } else if o.is_infinite() {
-            e == o
-        } else {
-            (e - o).abs() <= allowed
+    let mag = if mag.is_finite() {
+        mag.max(o.abs())
+    } else {
+        o.abs()
+    };
+    // Half an ulp of the output type at the larger of the two values: a result that rounds across a
+    // power of two lands on the coarser spacing.
+    let at = if e.is_finite() {
+        o.abs().max(e.abs())
+    } else {
+        o.abs()
+    };
+    // The oracles' own accuracy: they agree to within `C_ORACLES · ε(f64) · m`, and their f64
+    // transcendental functions are that far from exact (erf, up to ~130 f64 ulps). Negligible beside
+    // an f32 bound (2e-12 against 1e-7 relative), it is what limits the judgement of f64 results.
+    let judge = C_ORACLES * f64::EPSILON * mag;
+    Some(k * eps(bound.compute) * mag + ulp(out, at) / 2.0 + judge)
+}
+
+/// Judges `engine` against the two oracles' outputs for the same node and inputs under `bound`.
+pub fn arbitrate(
+    engine: EngineOutput,
+    bound: Bound,
+    reference: &Output,
+    independent: &Output,
+) -> Verdict {
+    let agreed = oracles_agree(reference, independent);
+    if agreed != Verdict::Agree {
+        return agreed;
+    }
+    let want = &reference.value;
+    if engine.dtype != want.dtype {
+        return Verdict::EngineWrong(Wrong::Form(format!(
+            "element type {:?}, the oracles' {:?}",
+            engine.dtype, want.dtype
+        )));
+    }
+    if engine.shape != want.shape.as_slice() {
+        return Verdict::EngineWrong(Wrong::Form(format!(
+            "shape {:?}, the oracles' {:?}",
+            engine.shape, want.shape
+        )));
+    }
+    if engine.data.len() != want.data.len() {
+        return Verdict::EngineWrong(Wrong::Form(format!(
+            "{} elements, the oracles' {}",
+            engine.data.len(),
+            want.data.len()
+        )));
+    }
+    for (k, (&e, &o)) in engine.data.iter().zip(&want.data).enumerate() {
+        let rounded = round_to(engine.dtype, o);
+        if same(e, rounded) {
+            continue;
+        }
+        let mag = reference.magnitude.get(k).copied().unwrap_or(0.0);
+        let limit = allowed(bound, engine.dtype, o, mag, e);
+        let ok = match limit {
+            _ if o.is_nan() || o.is_infinite() || !e.is_finite() => false,
+            None => false,
+            Some(a) => (e - o).abs() <= a,
         };
         if !ok {
-            return Verdict::EngineWrong {
+            return Verdict::EngineWrong(Wrong::Value {
                 index: k,
                 engine: e,
                 oracle: o,
-                allowed,
-            };
+                allowed: limit.unwrap_or(0.0),
+            });
         }
     }
     Verdict::Agree
@@ -131,58 +392,203 @@ pub fn arbitrate(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{DType, Value};
+    use crate::Value;
 
-    fn out(data: Vec<f64>, magnitude: Vec<f64>) -> Output {
+    fn out(dtype: DType, data: Vec<f64>, magnitude: Vec<f64>) -> Output {
         Output {
-            value: Value::new(DType::F32, vec![data.len()], data).unwrap(),
+            value: Value::new(dtype, vec![data.len()], data).unwrap(),
             magnitude,
         }
     }
 
+    fn judge(dtype: DType, e: &[f64], bound: Bound, o: &Output) -> Verdict {
+        let shape = [e.len()];
+        let view = EngineOutput {
+            dtype,
+            shape: &shape,
+            data: e,
+        };
+        arbitrate(view, bound, o, &o.clone())
+    }
+
+    fn bound(class: Class) -> Bound {
+        Bound {
+            class,
+            compute: DType::F32,
+        }
+    }
+
+    fn is_value_wrong(v: &Verdict, at: usize) -> bool {
+        matches!(v, Verdict::EngineWrong(Wrong::Value { index, .. }) if *index == at)
+    }
+
     #[test]
-    fn verdicts() {
-        let r = out(vec![1.0, -2.5, 1e-3], vec![4.0, 2.5, 50.0]);
-        let i = out(vec![1.0 + 1e-15, -2.5, 1e-3], vec![4.0, 2.5, 50.0]);
-        let e32 = eps("float32");
-        assert_eq!(
-            arbitrate(&[1.000_000_1, -2.5, 1.2e-3], e32, &r, &i),
-            Verdict::Agree
+    fn sums_allow_c_eps_terms_plus_half_an_output_ulp() {
+        let r = out(DType::F32, vec![1.0, -2.5, 1e-3], vec![4.0, 2.5, 50.0]);
+        let i = out(
+            DType::F32,
+            vec![1.0 + 1e-15, -2.5, 1e-3],
+            vec![4.0, 2.5, 50.0],
         );
+        let b = bound(Class::Sum { c: C_REDUCE });
+        let shape = [3];
+        let ok = [1.000_000_1, -2.5, 1.2e-3];
+        let view = EngineOutput {
+            dtype: DType::F32,
+            shape: &shape,
+            data: &ok,
+        };
+        assert_eq!(arbitrate(view, b, &r, &i), Verdict::Agree);
+        let bad = [1.01, -2.5, 1e-3];
+        let view = EngineOutput { data: &bad, ..view };
+        assert!(is_value_wrong(&arbitrate(view, b, &r, &i), 0));
+        let j = out(DType::F32, vec![1.0, -2.4, 1e-3], vec![4.0, 2.5, 50.0]);
         assert!(matches!(
-            arbitrate(&[1.01, -2.5, 1e-3], e32, &r, &i),
-            Verdict::EngineWrong { index: 0, .. }
-        ));
-        let j = out(vec![1.0, -2.4, 1e-3], vec![4.0, 2.5, 50.0]);
-        assert!(matches!(
-            arbitrate(&[1.0, -2.5, 1e-3], e32, &r, &j),
+            arbitrate(view, b, &r, &j),
             Verdict::OraclesDisagree { index: 1, .. }
         ));
     }
 
     #[test]
     fn nan_and_infinity_must_match_exactly() {
-        let r = out(vec![f64::NAN, f64::INFINITY], vec![1.0, 1.0]);
+        let r = out(DType::F32, vec![f64::NAN, f64::INFINITY], vec![1.0, 1.0]);
+        let b = bound(Class::Sum { c: C_REDUCE });
         assert_eq!(
-            arbitrate(&[f64::NAN, f64::INFINITY], eps("float32"), &r, &r.clone()),
+            judge(DType::F32, &[f64::NAN, f64::INFINITY], b, &r),
             Verdict::Agree
         );
-        assert!(matches!(
-            arbitrate(&[0.0, f64::INFINITY], eps("float32"), &r, &r.clone()),
-            Verdict::EngineWrong { index: 0, .. }
+        assert!(is_value_wrong(
+            &judge(DType::F32, &[0.0, f64::INFINITY], b, &r),
+            0
         ));
-        assert!(matches!(
-            arbitrate(&[f64::NAN, f64::MAX], eps("float32"), &r, &r.clone()),
-            Verdict::EngineWrong { index: 1, .. }
+        assert!(is_value_wrong(
+            &judge(DType::F32, &[f64::NAN, f64::MAX], b, &r),
+            1
+        ));
+        let finite = out(DType::F32, vec![2.0], vec![2.0]);
+        assert!(is_value_wrong(
+            &judge(DType::F32, &[f64::NAN], b, &finite),
+            0
+        ));
+        assert!(is_value_wrong(
+            &judge(DType::F32, &[f64::INFINITY], b, &finite),
+            0
         ));
     }
 
     #[test]
     fn integers_are_exact() {
-        let r = out(vec![3.0, 4.0], vec![0.0, 0.0]);
+        let r = out(DType::I64, vec![3.0, 4.0], vec![0.0, 0.0]);
+        let b = Bound::for_node(&spec("Add"), DType::I64);
+        assert!(is_value_wrong(&judge(DType::I64, &[3.0, 5.0], b, &r), 1));
+        assert_eq!(judge(DType::I64, &[3.0, 4.0], b, &r), Verdict::Agree);
+    }
+
+    fn spec(op: &str) -> NodeSpec {
+        NodeSpec {
+            domain: String::new(),
+            op_type: op.into(),
+            opset: 21,
+            attrs: Default::default(),
+            num_outputs: 1,
+        }
+    }
+
+    #[test]
+    fn rounding_is_to_nearest_even_in_each_format() {
+        // f16: 1 + 2^-11 is a tie between 1 and 1 + 2^-10: to even (1); 1 + 3·2^-11 rounds up.
+        assert_eq!(round_to(DType::F16, 1.0 + 2f64.powi(-11)), 1.0);
+        assert_eq!(
+            round_to(DType::F16, 1.0 + 3.0 * 2f64.powi(-11)),
+            1.0 + 2.0 * 2f64.powi(-10)
+        );
+        // f16 overflow: 65504 is the largest; 65520 (the tie above it) goes to infinity.
+        assert_eq!(round_to(DType::F16, 65519.0), 65504.0);
+        assert_eq!(round_to(DType::F16, 65520.0), f64::INFINITY);
+        assert_eq!(round_to(DType::F16, -7e4), f64::NEG_INFINITY);
+        // f16 subnormals: spacing 2^-24.
+        assert_eq!(round_to(DType::F16, 1.4 * 2f64.powi(-24)), 2f64.powi(-24));
+        assert_eq!(round_to(DType::F16, 0.4 * 2f64.powi(-24)), 0.0);
+        // bf16 keeps 8 significant bits; f32 agrees with Rust's own conversion.
+        assert_eq!(round_to(DType::BF16, 1.0 + 2f64.powi(-8)), 1.0);
+        assert_eq!(round_to(DType::BF16, 3.14159), 3.140625);
+        for x in [0.1, -1e-40, 3.4e38, 3.5e38, 1e-46, 7.0e-46, 123456.789] {
+            assert_eq!(round_to(DType::F32, x), x as f32 as f64, "{x}");
+        }
+        assert_eq!(round_to(DType::I32, 7.0), 7.0);
+        assert_eq!(ulp(DType::F32, 1.5), 2f64.powi(-23));
+        assert_eq!(ulp(DType::F16, 0.0), 2f64.powi(-24));
+        assert_eq!(ulp(DType::BF16, 300.0), 2.0);
+    }
+
+    #[test]
+    fn a_cast_is_exactly_the_rounded_answer() {
+        let b = Bound::for_node(&spec("Cast"), DType::BF16);
+        assert_eq!(b.class, Class::Rounded);
+        let r = out(DType::BF16, vec![3.140625, 100.0], vec![3.140625, 100.0]);
+        assert_eq!(
+            judge(DType::BF16, &[3.140625, 100.0], b, &r),
+            Verdict::Agree
+        );
+        // One bf16 step off is wrong, however small.
+        assert!(is_value_wrong(
+            &judge(DType::BF16, &[3.15625, 100.0], b, &r),
+            0
+        ));
+        // The oracles may answer exactly; the engine's correctly rounded value is what is asked.
+        let exact = out(DType::BF16, vec![3.14159], vec![3.14159]);
+        assert_eq!(judge(DType::BF16, &[3.140625], b, &exact), Verdict::Agree);
+    }
+
+    #[test]
+    fn f16_results_are_bounded_by_f32_computation() {
+        // Exp of f16: 4 f32 ulps plus half an f16 ulp; 3% off is far outside.
+        let b = Bound::for_node(&spec("Exp"), DType::F16);
+        let o = 2.718_281_828_459_045;
+        let r = out(DType::F16, vec![o], vec![o]);
+        assert_eq!(
+            judge(DType::F16, &[round_to(DType::F16, o)], b, &r),
+            Verdict::Agree
+        );
+        assert!(is_value_wrong(
+            &judge(DType::F16, &[round_to(DType::F16, o * 1.03)], b, &r),
+            0
+        ));
+        // One f16 step off the correctly rounded value is already too far.
+        let step = round_to(DType::F16, o) + ulp(DType::F16, o);
+        assert!(is_value_wrong(&judge(DType::F16, &[step], b, &r), 0));
+    }
+
+    #[test]
+    fn an_infinite_magnitude_bounds_by_the_answer() {
+        // HardSigmoid(+inf) = 1 with magnitude |alpha·inf| + beta = inf: any finite value used to pass.
+        let b = Bound::for_node(&spec("HardSigmoid"), DType::F32);
+        let r = out(DType::F32, vec![1.0], vec![f64::INFINITY]);
+        assert_eq!(judge(DType::F32, &[1.0], b, &r), Verdict::Agree);
+        assert!(is_value_wrong(&judge(DType::F32, &[0.5], b, &r), 0));
+    }
+
+    #[test]
+    fn form_is_checked_before_values() {
+        let r = out(DType::F32, vec![1.0, 2.0], vec![1.0, 2.0]);
+        let b = bound(Class::Exact);
         assert!(matches!(
-            arbitrate(&[3.0, 5.0], eps("int64"), &r, &r.clone()),
-            Verdict::EngineWrong { index: 1, .. }
+            judge(DType::F64, &[1.0, 2.0], b, &r),
+            Verdict::EngineWrong(Wrong::Form(_))
+        ));
+        assert!(matches!(
+            judge(DType::F32, &[1.0], b, &r),
+            Verdict::EngineWrong(Wrong::Form(_))
+        ));
+        let shape = [2, 1];
+        let view = EngineOutput {
+            dtype: DType::F32,
+            shape: &shape,
+            data: &[1.0, 2.0],
+        };
+        assert!(matches!(
+            arbitrate(view, b, &r, &r.clone()),
+            Verdict::EngineWrong(Wrong::Form(_))
         ));
     }
 }

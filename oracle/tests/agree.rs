@@ -319,6 +319,266 @@ fn typed_cases(rng: &mut Rng) -> Vec<(NodeSpec, Vec<Option<Value>>)> {
     ]
 }
 
+/// A float tensor of `dtype` with random values (exactly representable in f16 and bf16: multiples of
+/// 1/64 below 4 in magnitude), never all zeros.
+fn floats_of(dtype: DType, shape: &[usize], rng: &mut Rng) -> Value {
+    let mut v = random(shape, rng, false);
+    for x in v.data.iter_mut() {
+        *x = (*x * 64.0).round() / 64.0;
+    }
+    if v.data.iter().all(|&x| x == 0.0) && !v.data.is_empty() {
+        v.data[0] = 0.5;
+    }
+    Value::new(dtype, v.shape, v.data).unwrap()
+}
+
+fn scalar(dtype: DType, v: f64) -> Option<Value> {
+    Some(Value::new(dtype, vec![], vec![v]).unwrap())
+}
+
+fn i64s(v: &[i64]) -> Option<Value> {
+    Some(
+        Value::new(
+            DType::I64,
+            vec![v.len()],
+            v.iter().map(|&x| x as f64).collect(),
+        )
+        .unwrap(),
+    )
+}
+
+/// ConstantOfShape, Dropout where it is deterministic (every era of the op) and CastLike.
+fn fill_cases(rng: &mut Rng) -> Vec<(NodeSpec, Vec<Option<Value>>)> {
+    use Attr::*;
+    let two = |mut n: NodeSpec| {
+        n.num_outputs = 2;
+        n
+    };
+    let fill = |dtype: DType, v: f64| Tensor(Value::new(dtype, vec![1], vec![v]).unwrap());
+    let f = |d: DType, shape: &[usize], rng: &mut Rng| Some(floats_of(d, shape, rng));
+    let mut out = vec![
+        (spec("ConstantOfShape", 9, &[]), vec![i64s(&[2, 3, 4])]),
+        (
+            spec(
+                "ConstantOfShape",
+                9,
+                &[("value", fill(DType::F32, rng.next() * 5.0))],
+            ),
+            vec![i64s(&[4, 1, 3])],
+        ),
+        (
+            spec("ConstantOfShape", 20, &[("value", fill(DType::I64, -7.0))]),
+            vec![i64s(&[])],
+        ),
+        (
+            spec("ConstantOfShape", 21, &[("value", fill(DType::Bool, 1.0))]),
+            vec![i64s(&[3, 0, 2])],
+        ),
+        (
+            spec("ConstantOfShape", 23, &[("value", fill(DType::F16, 0.375))]),
+            vec![i64s(&[5, 2])],
+        ),
+    ];
+    let x = f(DType::F32, &[3, 4], rng);
+    let dropouts = vec![
+        (
+            two(spec("Dropout", 1, &[("is_test", Int(1))])),
+            vec![x.clone()],
+        ),
+        (
+            two(spec("Dropout", 6, &[("ratio", Float(0.0))])),
+            vec![x.clone()],
+        ),
+        (
+            two(spec("Dropout", 7, &[("ratio", Float(0.3))])),
+            vec![x.clone()],
+        ),
+        (
+            spec("Dropout", 10, &[]),
+            vec![f(DType::F64, &[2, 2, 3], rng)],
+        ),
+        (two(spec("Dropout", 10, &[])), vec![x.clone()]),
+        (
+            two(spec("Dropout", 12, &[("seed", Int(7))])),
+            vec![x.clone(), scalar(DType::F32, 0.25)],
+        ),
+        (
+            two(spec("Dropout", 13, &[])),
+            vec![
+                f(DType::BF16, &[6], rng),
+                scalar(DType::F16, 0.5),
+                scalar(DType::Bool, 0.0),
+            ],
+        ),
+        (
+            two(spec("Dropout", 22, &[])),
+            vec![x.clone(), scalar(DType::F64, 0.0), scalar(DType::Bool, 1.0)],
+        ),
+        (
+            two(spec("Dropout", 22, &[])),
+            vec![f(DType::F16, &[2, 0], rng)],
+        ),
+    ];
+    out.extend(dropouts);
+    let like = |d: DType| Some(Value::new(d, vec![0], vec![]).unwrap());
+    let casts = vec![
+        (
+            spec("CastLike", 15, &[]),
+            vec![
+                Some(ints(DType::I64, &[2, 5], rng, -300, 300)),
+                like(DType::F16),
+            ],
+        ),
+        (
+            spec("CastLike", 19, &[("saturate", Int(1))]),
+            vec![x.clone(), like(DType::I32)],
+        ),
+        (
+            spec("CastLike", 21, &[]),
+            vec![x.clone(), like(DType::Bool)],
+        ),
+        (
+            spec("CastLike", 24, &[]),
+            vec![Some(random(&[7], rng, false)), like(DType::BF16)],
+        ),
+        (
+            spec("CastLike", 15, &[]),
+            vec![Some(ints(DType::I32, &[4], rng, -50, 50)), like(DType::U8)],
+        ),
+    ];
+    out.extend(casts);
+    out
+}
+
+/// Resize forms: Resize-10 both ways in both modes, tf_half_pixel_for_nn in every mode (with axes
+/// resized by 1, which that mode still moves), and a few of the other modes beside them.
+fn resize_cases(rng: &mut Rng) -> Vec<(NodeSpec, Vec<Option<Value>>)> {
+    use Attr::*;
+    let f = |shape: &[usize], rng: &mut Rng| Some(random(shape, rng, false));
+    let scales = |v: &[f64]| {
+        Some(
+            Value::new(
+                DType::F32,
+                vec![v.len()],
+                v.iter().map(|&x| x as f32 as f64).collect(),
+            )
+            .unwrap(),
+        )
+    };
+    let s = |v: &str| String(v.into());
+    let tf = ("coordinate_transformation_mode", s("tf_half_pixel_for_nn"));
+    let empty = scales(&[]);
+    vec![
+        (
+            spec("Resize", 10, &[]),
+            vec![f(&[1, 2, 3, 4], rng), scales(&[1.0, 1.0, 2.5, 0.6])],
+        ),
+        (
+            spec("Resize", 10, &[("mode", s("nearest"))]),
+            vec![f(&[2, 5, 3], rng), scales(&[1.5, 0.75, 3.0])],
+        ),
+        (
+            spec("Resize", 10, &[("mode", s("linear"))]),
+            vec![f(&[1, 1, 4, 5], rng), scales(&[1.0, 1.0, 0.6, 1.8])],
+        ),
+        (
+            spec("Resize", 10, &[("mode", s("linear"))]),
+            vec![f(&[3, 7], rng), scales(&[2.0, 0.5])],
+        ),
+        (
+            spec("Resize", 11, std::slice::from_ref(&tf)),
+            vec![
+                f(&[1, 2, 4, 4], rng),
+                empty.clone(),
+                scales(&[1.0, 1.0, 2.0, 0.75]),
+            ],
+        ),
+        (
+            spec("Resize", 11, &[tf.clone(), ("nearest_mode", s("ceil"))]),
+            vec![f(&[2, 3, 5], rng), empty.clone(), scales(&[1.0, 1.5, 0.6])],
+        ),
+        (
+            spec(
+                "Resize",
+                13,
+                &[tf.clone(), ("nearest_mode", s("round_prefer_ceil"))],
+            ),
+            vec![f(&[4, 6], rng), None, None, i64s(&[3, 9])],
+        ),
+        (
+            spec("Resize", 13, &[tf.clone(), ("mode", s("linear"))]),
+            vec![f(&[1, 3, 4, 5], rng), None, scales(&[1.0, 1.0, 1.5, 0.8])],
+        ),
+        (
+            spec(
+                "Resize",
+                18,
+                &[
+                    tf.clone(),
+                    ("mode", s("cubic")),
+                    ("exclude_outside", Int(1)),
+                ],
+            ),
+            vec![f(&[2, 6, 5], rng), None, scales(&[1.0, 2.0, 0.6])],
+        ),
+        (
+            spec(
+                "Resize",
+                18,
+                &[
+                    tf.clone(),
+                    ("mode", s("linear")),
+                    ("axes", Ints(vec![-1, 1])),
+                ],
+            ),
+            vec![f(&[2, 4, 5], rng), None, scales(&[1.0, 1.0])],
+        ),
+        (
+            spec(
+                "Resize",
+                18,
+                &[
+                    tf,
+                    ("mode", s("linear")),
+                    ("antialias", Int(1)),
+                    ("keep_aspect_ratio_policy", s("not_larger")),
+                    ("axes", Ints(vec![1, 2])),
+                ],
+            ),
+            vec![f(&[2, 8, 6], rng), None, None, i64s(&[3, 4])],
+        ),
+        (
+            spec(
+                "Resize",
+                19,
+                &[
+                    ("mode", s("cubic")),
+                    ("antialias", Int(1)),
+                    ("coordinate_transformation_mode", s("half_pixel_symmetric")),
+                ],
+            ),
+            vec![f(&[1, 1, 7, 9], rng), None, scales(&[1.0, 1.0, 0.5, 0.7])],
+        ),
+        (
+            spec(
+                "Resize",
+                13,
+                &[
+                    ("mode", s("linear")),
+                    ("coordinate_transformation_mode", s("tf_crop_and_resize")),
+                    ("extrapolation_value", Float(-1.5)),
+                ],
+            ),
+            vec![
+                f(&[2, 5, 5], rng),
+                scales(&[0.0, -0.2, 0.3, 1.0, 0.9, 1.2]),
+                None,
+                i64s(&[2, 4, 6]),
+            ],
+        ),
+    ]
+}
+
 /// Evaluates `node` with both oracles and records what they disagree on (or panics when one fails).
 fn compare(node: &NodeSpec, inputs: &[Option<Value>], disagreements: &mut Vec<String>) {
     let a = Reference
@@ -375,6 +635,8 @@ fn oracles_agree_where_both_claim_an_op() {
         })
         .collect();
     table.extend(typed_cases(&mut rng));
+    table.extend(fill_cases(&mut rng));
+    table.extend(resize_cases(&mut rng));
     let total = table.len();
     for (node, inputs) in table {
         match (r.supports(&node), i.supports(&node)) {

@@ -1,6 +1,6 @@
 //! What a session counts: verification checks, device memory, modules, transfers. Cheap atomics,
 //! read with [`Session::counters`](crate::Session::counters).
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -25,6 +25,19 @@ pub struct Counters {
     pub cuda_fallbacks: AtomicU64,
     /// The names of the nodes behind `cuda_fallbacks` (locked only when a kernel declines).
     pub fallback_nodes: Mutex<BTreeSet<String>>,
+    /// What verification found, per op type (written only while verification is on).
+    pub verify_by_op: Mutex<BTreeMap<String, OpVerification>>,
+}
+
+/// What verification found for one op type over a session's runs.
+#[derive(Default, Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct OpVerification {
+    pub checked: u64,
+    pub mismatched: u64,
+    /// Checks the oracles could not settle (allowed by name, or in shadow mode).
+    pub unsettled: u64,
+    /// Why each unsettled or mismatched check was, with how many times.
+    pub reasons: BTreeMap<String, u64>,
 }
 
 /// A plain copy of [`Counters`].
@@ -58,6 +71,27 @@ impl Counters {
             if !names.contains(node) {
                 names.insert(node.to_string());
             }
+        }
+    }
+
+    /// Records one verification outcome for `op`: `mismatch` and `unsettled` carry the reason.
+    pub fn verified(&self, op: &str, mismatch: Option<&str>, unsettled: Option<&str>) {
+        Counters::bump(&self.verify_checks, 1);
+        if mismatch.is_some() {
+            Counters::bump(&self.verify_mismatches, 1);
+        }
+        if unsettled.is_some() {
+            Counters::bump(&self.verify_unsettled, 1);
+        }
+        let Ok(mut by_op) = self.verify_by_op.lock() else {
+            return;
+        };
+        let entry = by_op.entry(op.to_string()).or_default();
+        entry.checked += 1;
+        entry.mismatched += mismatch.is_some() as u64;
+        entry.unsettled += unsettled.is_some() as u64;
+        if let Some(why) = mismatch.or(unsettled) {
+            *entry.reasons.entry(why.to_string()).or_default() += 1;
         }
     }
 

@@ -36,18 +36,24 @@ pub enum Error {
     /// The device failed (a driver call, a JIT error, out of device memory).
     #[error("device error: {0}")]
     Device(String),
-    /// Strict verification: an accelerated result differs from what both oracles computed.
-    #[error(
-        "verification failed: node '{node}' ({op}) output {output} element {index}: device {device}, both oracles {oracle} (allowed error {allowed:e})"
-    )]
+    /// Strict verification: an accelerated result differs from what both oracles computed (a value
+    /// outside the op's error bound, or the wrong dtype, shape or number of outputs).
+    #[error("verification failed: node '{node}' ({op}) output {output}: {detail}")]
     VerifyMismatch {
         node: String,
         op: String,
         output: usize,
-        index: usize,
-        device: f64,
-        oracle: f64,
-        allowed: f64,
+        detail: String,
+    },
+    /// Strict verification: the oracles could not judge an accelerated node (they disagree, reject the
+    /// inputs, or do not cover the op) and the op is not allowed unchecked.
+    #[error(
+        "verification could not settle node '{node}' ({op}): {reason} (allow the op unchecked by name, e.g. --allow-unchecked {op})"
+    )]
+    VerifyUnsettled {
+        node: String,
+        op: String,
+        reason: String,
     },
     #[error("tensor of {bytes} bytes exceeds the limit of {limit} bytes ({what})")]
     TooLarge {

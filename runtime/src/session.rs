@@ -1,5 +1,5 @@
 //! `Session`: a loaded, planned model that can be run many times, from many threads at once.
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -94,9 +94,14 @@ pub struct SessionOptions {
     pub min_device_elements: usize,
     /// How accelerated results are checked; `QUORUM_VERIFY` overrides it.
     pub verify: VerifyMode,
-    /// Fill every new device buffer with 0xFF bytes (NaN) so that an element a kernel fails to write
-    /// shows up in the result (tests).
-    pub poison_device_buffers: bool,
+    /// Op types whose accelerated results `Strict` verification lets through when the oracles cannot
+    /// judge them (they disagree, reject the inputs, or do not cover the op); counted as unsettled.
+    pub allow_unchecked: Vec<String>,
+    /// Fill every new device buffer with this byte so that an element a kernel fails to write shows up
+    /// in the result (tests): 0xFF makes every float NaN, a byte such as 0x3C makes finite values
+    /// (0.0115 in f32), which shows an unwritten element even where the right answer is NaN.
+    /// `None` leaves new buffers as the pool gives them.
+    pub poison_device_buffers: Option<u8>,
     /// Run nodes whose inputs are all constants once, at session build, and keep their outputs as
     /// initializers (on by default).
     pub fold_constants: bool,
@@ -111,7 +116,8 @@ impl Default for SessionOptions {
             providers: vec![Provider::Cpu],
             min_device_elements: 0,
             verify: VerifyMode::Off,
-            poison_device_buffers: false,
+            allow_unchecked: Vec::new(),
+            poison_device_buffers: None,
             fold_constants: true,
         }
     }
@@ -290,6 +296,15 @@ impl Session {
             .unwrap_or_default()
     }
 
+    /// What verification found so far, per op type (empty while verification is off).
+    pub fn verification(&self) -> BTreeMap<String, crate::counters::OpVerification> {
+        self.counters
+            .verify_by_op
+            .lock()
+            .map(|m| m.clone())
+            .unwrap_or_default()
+    }
+
     /// The CUDA device's name, when this session uses one.
     pub fn device_name(&self) -> Option<String> {
         #[cfg(feature = "cuda")]
@@ -329,6 +344,7 @@ impl Session {
             max_loop_iterations: self.options.max_loop_iterations,
             min_device_elements: self.options.min_device_elements,
             verify: self.verify,
+            allow_unchecked: &self.options.allow_unchecked,
             counters: &self.counters,
             #[cfg(feature = "cuda")]
             cuda: match (&self.cuda, &run) {
@@ -476,6 +492,7 @@ struct Exec<'s> {
     max_loop_iterations: u64,
     min_device_elements: usize,
     verify: VerifyMode,
+    allow_unchecked: &'s [String],
     counters: &'s Counters,
     #[cfg(feature = "cuda")]
     cuda: Option<(&'s crate::cuda::Run<'s>, &'s crate::cuda::WeightCache)>,
@@ -793,48 +810,18 @@ impl Exec<'_> {
             .collect::<Result<_>>()?;
         let refs: Vec<Option<&Value>> = host_in.iter().map(|a| a.as_deref()).collect();
         let out_vals: Vec<Value> = host_out.iter().map(|v| (**v).clone()).collect();
-        Counters::bump(&self.counters.verify_checks, 1);
-        match crate::verify::check(node, &refs, &out_vals) {
-            crate::verify::Check::Agree => {}
-            crate::verify::Check::Unsettled(why) => {
-                Counters::bump(&self.counters.verify_unsettled, 1);
-                if std::env::var_os("QUORUM_VERIFY_LOG").is_some() {
-                    eprintln!(
-                        "quorum: verify: node '{}' ({}) unsettled: {why}",
-                        node.name, node.op_type
-                    );
-                }
-            }
-            crate::verify::Check::Mismatch {
-                output,
-                index,
-                device,
-                oracle,
-                allowed,
-            } => {
-                Counters::bump(&self.counters.verify_mismatches, 1);
-                if self.verify == VerifyMode::Strict {
-                    return Err(Error::VerifyMismatch {
-                        node: node.name.clone(),
-                        op: node.op_type.clone(),
-                        output,
-                        index,
-                        device,
-                        oracle,
-                        allowed,
-                    });
-                }
-                eprintln!(
-                    "quorum: verify: node '{}' ({}) output {output} element {index}: device {device}, oracles {oracle} (allowed error {allowed:e}); using the CPU result",
-                    node.name, node.op_type
-                );
-                let cpu = self.run_cpu(plan, scope, node, step)?;
-                return Ok(Some(
-                    cpu.into_iter()
-                        .map(|v| Slot::host(Arc::new(v), false))
-                        .collect(),
-                ));
-            }
+        let check = crate::verify::check(node, &refs, &out_vals);
+        let policy = crate::verify::Policy {
+            mode: self.verify,
+            allow_unchecked: self.allow_unchecked,
+        };
+        if policy.apply(node, &check, self.counters)? == crate::verify::Use::Cpu {
+            let cpu = self.run_cpu(plan, scope, node, step)?;
+            return Ok(Some(
+                cpu.into_iter()
+                    .map(|v| Slot::host(Arc::new(v), false))
+                    .collect(),
+            ));
         }
         Ok(Some(
             outs.into_iter()

@@ -3,14 +3,19 @@
 //! `VerifyMode::Off` trusts the accelerator; `Shadow` also runs each accelerated node's inputs through
 //! both oracles, logs and counts a mismatch and continues with the CPU kernel's result; `Strict` ends
 //! the run with [`Error::VerifyMismatch`](crate::Error::VerifyMismatch). The verdict is the one
-//! arbitration function of `quorum_oracle::arbitrate`: both oracles agree and the device differs →
-//! the device is wrong; the oracles disagree → unsettled, counted and logged, never passed as a check.
+//! arbitration function of `quorum_oracle::arbitrate`, with the error bound of the op's class: both
+//! oracles agree and the device differs → the device is wrong. A check the oracles cannot settle (they
+//! disagree, they reject the inputs, or they do not cover the op, a dtype or an attribute) is never
+//! passed: `Strict` stops the run ([`Error::VerifyUnsettled`](crate::Error::VerifyUnsettled)) unless
+//! the op is allowed by name (`SessionOptions::allow_unchecked`), `Shadow` counts and reports it.
 use std::collections::BTreeMap;
 
 use quorum_oracle as oracle;
 use quorum_oracle::Oracle;
-use quorum_oracle::arbitrate::{Verdict, arbitrate, eps};
+use quorum_oracle::arbitrate::{Bound, EngineOutput, Verdict, Wrong, arbitrate};
 
+use crate::counters::Counters;
+use crate::error::{Error, Result};
 use crate::ir::{Attr, Node};
 use crate::tensor::{DType, Tensor, Value};
 
@@ -51,16 +56,59 @@ impl VerifyMode {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Check {
     Agree,
-    /// Output `output`, element `index`: the device gave `device`, both oracles `oracle`.
+    /// Output `output` is wrong: a value outside the bound, or the wrong dtype, shape or count.
     Mismatch {
         output: usize,
-        index: usize,
-        device: f64,
-        oracle: f64,
-        allowed: f64,
+        wrong: Wrong,
     },
-    /// The oracles could not judge: they disagree, or they do not cover this node or dtype.
-    Unsettled(String),
+    /// The oracles could not judge.
+    Unsettled(Unsettled),
+}
+
+/// Why the oracles could not judge a node.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Unsettled {
+    /// The two oracles gave different answers: a human must settle which is right.
+    OraclesDisagree(String),
+    /// The oracles refuse these inputs as breaking the op's contract (the device computed something).
+    InputsRejected(String),
+    /// The op, one of its forms, a dtype or an attribute is outside the oracles' set.
+    NotCovered(String),
+}
+
+impl std::fmt::Display for Unsettled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unsettled::OraclesDisagree(m) => write!(f, "the oracles disagree: {m}"),
+            Unsettled::InputsRejected(m) => write!(f, "the oracles reject the inputs: {m}"),
+            Unsettled::NotCovered(m) => write!(f, "not covered by the oracles: {m}"),
+        }
+    }
+}
+
+impl std::fmt::Display for Check {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Check::Agree => f.write_str("agrees with both oracles"),
+            Check::Mismatch { output, wrong } => write!(f, "output {output}: {}", describe(wrong)),
+            Check::Unsettled(u) => write!(f, "unsettled: {u}"),
+        }
+    }
+}
+
+/// One line for a wrong output.
+pub fn describe(wrong: &Wrong) -> String {
+    match wrong {
+        Wrong::Value {
+            index,
+            engine,
+            oracle,
+            allowed,
+        } => format!(
+            "element {index}: device {engine}, both oracles {oracle} (allowed error {allowed:e})"
+        ),
+        Wrong::Form(m) => m.clone(),
+    }
 }
 
 /// The oracles' name for a dtype (`None` for types they do not take).
@@ -153,11 +201,13 @@ pub fn node_spec(n: &Node) -> Result<oracle::NodeSpec, String> {
     })
 }
 
-/// Judges `outputs` (what the accelerator produced for `node` on `inputs`) against both oracles.
+/// Judges `outputs` (what the accelerator produced for `node` on `inputs`) against both oracles, each
+/// output under the error bound of the node's class (`quorum_oracle::arbitrate::class_of`) for kernels
+/// that compute f16 and bf16 in f32.
 pub fn check(node: &Node, inputs: &[Option<&Value>], outputs: &[Value]) -> Check {
     let spec = match node_spec(node) {
         Ok(s) => s,
-        Err(e) => return Check::Unsettled(e),
+        Err(e) => return Check::Unsettled(Unsettled::NotCovered(e)),
     };
     let mut args = Vec::with_capacity(inputs.len());
     for v in inputs {
@@ -166,72 +216,177 @@ pub fn check(node: &Node, inputs: &[Option<&Value>], outputs: &[Value]) -> Check
             Some(Value::Tensor(t)) => match to_oracle(t) {
                 Some(o) => args.push(Some(o)),
                 None => {
-                    return Check::Unsettled(format!("the oracles take no {} values", t.dtype()));
+                    return Check::Unsettled(Unsettled::NotCovered(format!(
+                        "the oracles take no {} values",
+                        t.dtype()
+                    )));
                 }
             },
-            Some(_) => return Check::Unsettled("the oracles take tensors only".into()),
+            Some(v) => {
+                return Check::Unsettled(Unsettled::NotCovered(format!(
+                    "the oracles take tensors only, not {}",
+                    v.describe()
+                )));
+            }
         }
     }
     let reference = oracle::reference::Reference;
     let independent = oracle::independent::Independent;
     for o in [&reference as &dyn Oracle, &independent] {
         if let Err(e) = o.supports(&spec) {
-            return Check::Unsettled(format!("not covered by an oracle: {e}"));
+            return Check::Unsettled(Unsettled::NotCovered(format!("{}: {e}", o.name())));
         }
     }
-    let r = match reference.evaluate(&spec, &args) {
+    let evaluate = |o: &dyn Oracle| {
+        o.evaluate(&spec, &args).map_err(|e| match e {
+            oracle::OracleError::Unsupported(m) => {
+                Unsettled::NotCovered(format!("{}: {m}", o.name()))
+            }
+            oracle::OracleError::Invalid(m) => {
+                Unsettled::InputsRejected(format!("{}: {m}", o.name()))
+            }
+        })
+    };
+    let r = match evaluate(&reference) {
         Ok(r) => r,
-        Err(e) => return Check::Unsettled(format!("reference oracle: {e}")),
+        Err(u) => return Check::Unsettled(u),
     };
-    let i = match independent.evaluate(&spec, &args) {
+    let i = match evaluate(&independent) {
         Ok(i) => i,
-        Err(e) => return Check::Unsettled(format!("independent oracle: {e}")),
+        Err(u) => return Check::Unsettled(u),
     };
-    for (k, out) in outputs.iter().enumerate() {
-        let (Some(ro), Some(io)) = (r.get(k), i.get(k)) else {
-            continue;
+    if r.len() != i.len() {
+        return Check::Unsettled(Unsettled::OraclesDisagree(format!(
+            "reference gives {} outputs, independent {}",
+            r.len(),
+            i.len()
+        )));
+    }
+    if outputs.len() != r.len() {
+        return Check::Mismatch {
+            output: outputs.len().min(r.len()),
+            wrong: Wrong::Form(format!(
+                "{} outputs, the oracles {}",
+                outputs.len(),
+                r.len()
+            )),
         };
+    }
+    for (k, ((out, ro), io)) in outputs.iter().zip(&r).zip(&i).enumerate() {
         let Value::Tensor(t) = out else {
-            return Check::Unsettled("a non-tensor output".into());
-        };
-        if t.shape() != ro.value.shape.as_slice() {
             return Check::Mismatch {
                 output: k,
-                index: 0,
-                device: f64::NAN,
-                oracle: f64::NAN,
-                allowed: 0.0,
+                wrong: Wrong::Form(format!("{}, the oracles a tensor", out.describe())),
             };
-        }
-        let Ok(data) = t.to_f64_vec() else {
-            return Check::Unsettled(format!("output of type {}", t.dtype()));
         };
-        match arbitrate(&data, eps(t.dtype().name()), ro, io) {
+        let Some(dtype) = oracle_dtype(t.dtype()) else {
+            return Check::Mismatch {
+                output: k,
+                wrong: Wrong::Form(format!(
+                    "element type {}, the oracles {}",
+                    t.dtype(),
+                    from_oracle_dtype(ro.value.dtype)
+                )),
+            };
+        };
+        let data = match t.to_f64_vec() {
+            Ok(d) => d,
+            Err(e) => return Check::Unsettled(Unsettled::NotCovered(e.to_string())),
+        };
+        let engine = EngineOutput {
+            dtype,
+            shape: t.shape(),
+            data: &data,
+        };
+        match arbitrate(engine, Bound::for_node(&spec, dtype), ro, io) {
             Verdict::Agree => {}
-            Verdict::EngineWrong {
-                index,
-                engine,
-                oracle,
-                allowed,
-            } => {
-                return Check::Mismatch {
-                    output: k,
-                    index,
-                    device: engine,
-                    oracle,
-                    allowed,
-                };
-            }
+            Verdict::EngineWrong(wrong) => return Check::Mismatch { output: k, wrong },
             Verdict::OraclesDisagree {
                 index,
                 reference,
                 independent,
             } => {
-                return Check::Unsettled(format!(
-                    "the oracles disagree at output {k} element {index}: reference {reference}, independent {independent}"
-                ));
+                return Check::Unsettled(Unsettled::OraclesDisagree(format!(
+                    "output {k} element {index}: reference {reference}, independent {independent}"
+                )));
             }
         }
     }
     Check::Agree
 }
+
+/// Which result a run goes on with after a check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Use {
+    /// The accelerator's outputs.
+    Device,
+    /// The CPU kernel's outputs (the device's were wrong, `Shadow`).
+    Cpu,
+}
+
+/// What a session does with a check's outcome.
+#[derive(Debug, Clone, Copy)]
+pub struct Policy<'a> {
+    pub mode: VerifyMode,
+    /// Op types (`Op` or `domain::Op`) allowed unchecked under `Strict`.
+    pub allow_unchecked: &'a [String],
+}
+
+impl Policy<'_> {
+    /// Counts `check` for `node`'s op in `counters` and decides: a mismatch ends a `Strict` run
+    /// ([`Error::VerifyMismatch`]) and makes `Shadow` use the CPU's result; an unsettled check ends a
+    /// `Strict` run ([`Error::VerifyUnsettled`]) unless the op is allowed unchecked, and is counted and
+    /// reported (per op, with its reason) otherwise.
+    pub fn apply(&self, node: &Node, check: &Check, counters: &Counters) -> Result<Use> {
+        let op = node.qualified_op();
+        match check {
+            Check::Agree => {
+                counters.verified(&op, None, None);
+                Ok(Use::Device)
+            }
+            Check::Unsettled(why) => {
+                let why = why.to_string();
+                counters.verified(&op, None, Some(&why));
+                let allowed = self
+                    .allow_unchecked
+                    .iter()
+                    .any(|a| *a == node.op_type || *a == op);
+                if self.mode == VerifyMode::Strict && !allowed {
+                    return Err(Error::VerifyUnsettled {
+                        node: node.name.clone(),
+                        op,
+                        reason: why,
+                    });
+                }
+                if std::env::var_os("QUORUM_VERIFY_LOG").is_some() {
+                    eprintln!(
+                        "quorum: verify: node '{}' ({op}) unsettled: {why}",
+                        node.name
+                    );
+                }
+                Ok(Use::Device)
+            }
+            Check::Mismatch { output, wrong } => {
+                let detail = describe(wrong);
+                counters.verified(&op, Some(&detail), None);
+                if self.mode == VerifyMode::Strict {
+                    return Err(Error::VerifyMismatch {
+                        node: node.name.clone(),
+                        op,
+                        output: *output,
+                        detail,
+                    });
+                }
+                eprintln!(
+                    "quorum: verify: node '{}' ({op}) output {output}: {detail}; using the CPU result",
+                    node.name
+                );
+                Ok(Use::Cpu)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "verify_tests.rs"]
+mod tests;

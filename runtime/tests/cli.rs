@@ -147,3 +147,48 @@ fn failures_exit_with_documented_codes() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn verification_prints_a_summary_and_takes_allowed_ops() {
+    let model = write_model("verify");
+    let out = quorum()
+        .args([
+            "bench",
+            "--iters",
+            "2",
+            "--warmup",
+            "0",
+            "--json",
+            "--provider",
+            "cpu",
+        ])
+        .args(["--verify", "strict", "--allow-unchecked", "Dropout, Resize"])
+        .arg(&model)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    // Nothing ran on an accelerator here, and the summary says so instead of staying silent.
+    assert!(
+        stderr.contains("verification (Strict): 0 checks"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("no node ran on an accelerator"), "{stderr}");
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(json["verification"].is_object(), "{json}");
+    // Verification off: no summary.
+    let quiet = quorum()
+        .args([
+            "bench",
+            "--iters",
+            "1",
+            "--warmup",
+            "0",
+            "--provider",
+            "cpu",
+        ])
+        .arg(&model)
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&quiet.stderr).contains("verification"));
+}

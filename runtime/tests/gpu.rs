@@ -13,6 +13,10 @@ mod cast;
 mod conv;
 #[path = "gpu/elementwise.rs"]
 mod elementwise;
+#[path = "gpu/elementwise_f16.rs"]
+mod elementwise_f16;
+#[path = "gpu/elementwise_int.rs"]
+mod elementwise_int;
 #[path = "gpu/index.rs"]
 mod index;
 #[path = "gpu/matmul.rs"]

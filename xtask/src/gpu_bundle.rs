@@ -1,5 +1,5 @@
-//! `cargo xtask gpu-bundle`: the gpu-tests binary, the `quorum` CLI and the conformance runner, built in
-//! release, stripped and gzipped, with `run.sh`, in `target/gpu-bundle/` — everything a GPU machine without a
+//! `cargo xtask gpu-bundle [--dev]`: the gpu-tests binary, the `quorum` CLI and the conformance runner,
+//! built in release (or the dev profile, for quick correctness runs), stripped and gzipped, with `run.sh`, in `target/gpu-bundle/` — everything a GPU machine without a
 //! Rust toolchain needs (the corpus is generated there by the same generator script).
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -32,14 +32,19 @@ fn test_executable(json: &str) -> Option<PathBuf> {
         .find_map(|v| v["executable"].as_str().map(PathBuf::from))
 }
 
-pub fn run() -> Result<bool> {
+pub fn run(dev: bool) -> Result<bool> {
     let root = quorum_conformance::workspace_root();
+    let (profile, profile_dir) = if dev {
+        ("--profile=dev", "debug")
+    } else {
+        ("--release", "release")
+    };
     // One feature set for all three, so the library builds once.
     let json = cargo(
         &root,
         &[
             "test",
-            "--release",
+            profile,
             "-p",
             "quorum",
             "--features",
@@ -55,7 +60,7 @@ pub fn run() -> Result<bool> {
         &root,
         &[
             "build",
-            "--release",
+            profile,
             "-p",
             "quorum",
             "--features",
@@ -68,7 +73,7 @@ pub fn run() -> Result<bool> {
         &root,
         &[
             "build",
-            "--release",
+            profile,
             "-p",
             "quorum-conformance",
             "--features",
@@ -83,7 +88,7 @@ pub fn run() -> Result<bool> {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(|d| root.join(d))
         .unwrap_or_else(|| root.join("target"));
-    let release = target.join("release");
+    let release = target.join(profile_dir);
     let files = [
         (tests, "gpu-tests"),
         (release.join("quorum"), "quorum"),
@@ -94,6 +99,18 @@ pub fn run() -> Result<bool> {
     for (from, to) in &files {
         let dest = dir.join(to);
         std::fs::copy(from, &dest).with_context(|| format!("copying {}", from.display()))?;
+        if dev {
+            // The dev profile keeps dependencies' debug info; strip the copy (not the build's
+            // own file, so the dev build's fingerprints stay as they are).
+            let ok = Command::new("strip")
+                .arg(&dest)
+                .status()
+                .context("running strip")?
+                .success();
+            if !ok {
+                bail!("strip {} failed", dest.display());
+            }
+        }
         let ok = Command::new("gzip")
             .args(["-9", "-f"])
             .arg(&dest)

@@ -61,6 +61,8 @@ fi
 [ -f "$LOGS/bench.log" ] && { grep -E '^BENCH|^rc=' "$LOGS/bench.log" || tail -20 "$LOGS/bench.log"; }
 if [ -f "$LOGS/conformance-cuda.log" ]; then
   echo "conformance cuda:"
+  # How this machine's Python differs from conformance/corpus/requirements.lock (reported, not fatal).
+  grep -E '^WARNING' "$LOGS/conformance-cuda.log" | head -3
   grep -E '\*\*all\*\*|^rc=' "$LOGS/conformance-cuda.log" | head -5
   tail -4 "$LOGS/conformance-cuda.log"
 fi

@@ -26,7 +26,13 @@ enum Task {
     /// Fuzz model loading and running (cargo-fuzz target `load_and_run`), seeded with the corpus models.
     Fuzz(fuzz::Args),
     /// Build the on-device tests and tools (release, stripped) with run.sh into target/gpu-bundle/.
-    GpuBundle,
+    GpuBundle {
+        /// Build with the dev profile instead (Quorum's own crates unoptimised, dependencies
+        /// optimised): minutes instead of the release build's half hour, for correctness runs; its
+        /// timings are not Quorum's speed.
+        #[arg(long)]
+        dev: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -34,7 +40,7 @@ fn main() -> ExitCode {
     let result = match cli.task {
         Task::Conformance(args) => quorum_conformance::cli::run(args),
         Task::Fuzz(args) => fuzz::run(args),
-        Task::GpuBundle => gpu_bundle::run(),
+        Task::GpuBundle { dev } => gpu_bundle::run(dev),
         Task::Corpus { force } => {
             let dir = quorum_conformance::corpus::default_dir();
             let r = if force {

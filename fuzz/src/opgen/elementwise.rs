@@ -164,7 +164,16 @@ fn clip(g: &mut Gen) -> Case {
     } else {
         DType::F32
     };
-    let x = values(g, dtype, &shape);
+    let mut x = values(g, dtype, &shape);
+    // Infinities: clipped to the bounds, which before opset 11 default to the f32 limits.
+    if dtype == DType::F32 && !x.data.is_empty() && g.chance(15) {
+        let k = g.value_int(0, x.data.len() as i64 - 1) as usize;
+        x.data[k] = if g.chance(50) {
+            f64::INFINITY
+        } else {
+            f64::NEG_INFINITY
+        };
+    }
     let mut lo = g.int(-12, 4) as f64 * 0.25;
     let mut hi = g.int(-4, 12) as f64 * 0.25;
     if dtype != DType::F32 {
@@ -230,6 +239,16 @@ fn is_special(op: &'static str, g: &mut Gen) -> Case {
 
 fn cast(g: &mut Gen) -> Case {
     let opset = g.pick(&[21, 19, 13, 9, 6]);
+    let (to, _, x) = cast_operands(g);
+    let mut c = Case::new("Cast", opset, g.seed);
+    c.int("to", to).input(x);
+    c
+}
+
+/// A cast's target (ONNX type number and dtype) and a value to cast to it, of a random shape and
+/// element type, inside the range where the conversion is defined (float to integer: within the
+/// target's range).
+pub(super) fn cast_operands(g: &mut Gen) -> (i64, DType, Value) {
     let shape = g.shape(0, 4, true);
     // (ONNX type number, dtype)
     let types = [
@@ -281,9 +300,7 @@ fn cast(g: &mut Gen) -> Case {
             g.ints(d, &shape, lo, 100)
         }
     };
-    let mut c = Case::new("Cast", opset, g.seed);
-    c.int("to", to).input(x);
-    c
+    (to, to_dt, x)
 }
 
 fn arithmetic(op: &'static str, g: &mut Gen) -> Case {

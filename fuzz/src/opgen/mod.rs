@@ -1,4 +1,5 @@
-//! Generators of random valid nodes for every op of the accelerated op set (`shared/GPU_OPS.md`).
+//! Generators of random valid nodes for every op of the accelerated op set (`shared/GPU_OPS.md`), and
+//! for the fills and pass-throughs the CUDA backend claims besides (ConstantOfShape, Dropout, CastLike).
 //!
 //! A generator is plain code reading its decisions (ranks, dims, attribute forms) from a [`Gen`]: a
 //! sequence of choices drawn by proptest, each read modulo the number of options, so that shrinking
@@ -6,6 +7,7 @@
 //! attributes), Hypothesis-style. Input values come from a separate seed, never all zeros.
 mod data;
 mod elementwise;
+mod generated;
 mod nn;
 mod norm;
 mod resize;
@@ -18,7 +20,8 @@ pub use crate::opcase::Case;
 /// How many choices one case draws (a generator that reads past the end gets 0s: simplest forms).
 pub const CHOICES: usize = 96;
 
-/// Every op with a generator, by family (the op list of `shared/GPU_OPS.md`).
+/// Every op with a generator, by family (the op list of `shared/GPU_OPS.md`, then the fills and
+/// pass-throughs).
 #[rustfmt::skip]
 pub const OPS: &[&str] = &[
     // unary elementwise
@@ -50,21 +53,53 @@ pub const OPS: &[&str] = &[
     "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity",
     // recurrent
     "LSTM", "GRU",
+    // fills and pass-throughs
+    "ConstantOfShape", "Dropout", "CastLike",
 ];
 
 /// Builds one case of `op` from proptest's choices and a value seed. Panics on an op without a
 /// generator (see [`OPS`]).
 pub fn generate(op: &str, choices: &[u32], seed: u64) -> Case {
     let mut g = Gen::new(choices, seed);
+    // One case in a hundred is big (the second-last choice decides; 0, where shrinking goes, is not).
+    g.big = choices.get(CHOICES - 2).is_some_and(|c| c % 100 == 99);
     let op: &'static str = OPS
         .iter()
         .find(|o| **o == op)
         .unwrap_or_else(|| panic!("no generator for {op}"));
-    elementwise::generate(op, &mut g)
+    let case = elementwise::generate(op, &mut g)
         .or_else(|| nn::generate(op, &mut g))
         .or_else(|| data::generate(op, &mut g))
+        .or_else(|| generated::generate(op, &mut g))
         .unwrap_or_else(|| panic!("no generator for {op}"))
-        .trim()
+        .trim();
+    retype_floats(case, choices.get(CHOICES - 1).copied().unwrap_or(0))
+}
+
+/// Ops whose generators choose their own float types (or whose float inputs must stay f32: Resize's
+/// scales).
+const OWN_FLOAT_TYPES: &[&str] = &["Cast", "CastLike", "ConstantOfShape", "Dropout", "Resize"];
+
+/// One case in twenty computes in f16, one in twenty in bf16 and one in twenty in f64 (the last
+/// choice decides, and 0, where shrinking goes, is f32): every f32 input becomes that type, so that the
+/// kernels' narrow-type paths (widened to f32, rounded once) and f64 paths are judged by the bounds
+/// of their class like the f32 ones. Values are rounded into the type by `round_inputs`.
+fn retype_floats(mut case: Case, choice: u32) -> Case {
+    let to = match choice % 20 {
+        17 => DType::F16,
+        18 => DType::BF16,
+        19 => DType::F64,
+        _ => return case,
+    };
+    if OWN_FLOAT_TYPES.contains(&case.op) {
+        return case;
+    }
+    for v in case.inputs.iter_mut().flatten() {
+        if v.dtype == DType::F32 {
+            v.dtype = to;
+        }
+    }
+    case
 }
 
 /// How input values are drawn.
@@ -86,7 +121,19 @@ pub struct Gen<'a> {
     at: usize,
     rng: u64,
     pub seed: u64,
+    /// A big case: up to [`BIG_DIMS`] of its dims are drawn from [`BIG_DIM`] instead of 1..=6, so
+    /// that tensors reach the sizes where the CPU kernels change path (the parallel thresholds of
+    /// elementwise ops, MatMul, Softmax and pooling at 2^14–2^15 elements or multiply-adds, reduction
+    /// rows past 1024, transpose tiles of 32).
+    pub big: bool,
+    big_dims: usize,
 }
+
+/// The range of a big dim.
+pub const BIG_DIM: (usize, usize) = (20, 64);
+
+/// How many dims of one big case are big.
+pub const BIG_DIMS: usize = 3;
 
 impl<'a> Gen<'a> {
     pub fn new(choices: &'a [u32], seed: u64) -> Gen<'a> {
@@ -95,6 +142,8 @@ impl<'a> Gen<'a> {
             at: 0,
             rng: seed,
             seed,
+            big: false,
+            big_dims: 0,
         }
     }
 
@@ -124,8 +173,12 @@ impl<'a> Gen<'a> {
         xs[self.size(0, xs.len() - 1)].clone()
     }
 
-    /// A dim in 1..=6.
+    /// A dim in 1..=6 (in a big case, some in [`BIG_DIM`]).
     pub fn dim(&mut self) -> usize {
+        if self.big && self.big_dims < BIG_DIMS && self.chance(80) {
+            self.big_dims += 1;
+            return self.size(BIG_DIM.0, BIG_DIM.1);
+        }
         self.size(1, 6)
     }
 

@@ -1,5 +1,6 @@
-//! Resize: every mode, coordinate transformation, nearest mode, cubic form, antialias, axes and
-//! aspect-ratio policy, from opset 10 to 19.
+//! Resize: every mode, coordinate transformation (tf_half_pixel_for_nn from 11 to 18), nearest mode,
+//! cubic form, antialias, axes and aspect-ratio policy, from opset 10 (X and scales only, nearest and
+//! linear) to 19.
 use quorum_oracle::{DType, Value};
 
 use super::{Case, Gen, f32s, i64s};
@@ -45,6 +46,9 @@ pub(super) fn resize(g: &mut Gen) -> Case {
         ];
         if opset >= 19 {
             ctms.push("half_pixel_symmetric");
+        } else {
+            // Resize-11's "(x + 0.5) / scale", deprecated from 13, gone in 19.
+            ctms.push("tf_half_pixel_for_nn");
         }
         ctm = g.pick(&ctms);
         if ctm != "half_pixel" || g.chance(20) {

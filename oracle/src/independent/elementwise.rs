@@ -479,8 +479,9 @@ fn clip(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, Oracle
     let x = input(node, inputs, 0)?;
     let (lo, hi) = if node.opset < 11 {
         (
-            node.float("min", f64::NEG_INFINITY)?,
-            node.float("max", f64::INFINITY)?,
+            // Before opset 11 the bounds default to the largest finite f32 (attribute defaults).
+            node.float("min", f32::MIN as f64)?,
+            node.float("max", f32::MAX as f64)?,
         )
     } else {
         let lo = match opt_input(inputs, 1) {
@@ -553,9 +554,14 @@ fn cast(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, Oracle
     let Some(dt) = dtype_from_onnx(to) else {
         return unsupported(format!("Cast to element type {to}"));
     };
+    Ok(vec![cast_to(x, dt)?])
+}
+
+/// `x` converted to `dt` (Cast, and CastLike with the type of its second input).
+pub(super) fn cast_to(x: &Value, dt: DType) -> Result<Output, OracleError> {
     let data: Vec<f64> = x.data.iter().map(|&v| convert(v, dt)).collect();
     let mag = data.iter().map(|v| v.abs()).collect();
-    Ok(vec![make_output(dt, x.shape.clone(), data, mag)?])
+    make_output(dt, x.shape.clone(), data, mag)
 }
 
 #[cfg(test)]

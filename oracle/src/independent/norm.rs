@@ -127,10 +127,14 @@ fn layer_norm(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, 
         .map(|d| if d < axis { x.shape[d] } else { 1 })
         .collect();
     let mut outs = vec![make_output(x.dtype, x.shape.clone(), data, mag)?];
-    let stash = if node.int("stash_type", 1)? == 1 {
-        DType::F32
-    } else {
-        x.dtype
+    let stash = match node.int("stash_type", 1)? {
+        1 => DType::F32,
+        16 => DType::BF16,
+        other => {
+            return Err(OracleError::Invalid(format!(
+                "LayerNormalization stash_type {other} (Mean and InvStdDev are float or bfloat16)"
+            )));
+        }
     };
     if node.num_outputs > 1 {
         let m = means.iter().map(|v| v.abs()).collect();

@@ -1,28 +1,39 @@
 //! Resize through precomputed per-axis coordinate tables (output coordinate -> list of (input index,
 //! weight), or "extrapolate"), applied one axis at a time (the N-D kernels are separable).
+//!
+//! Resize-10 (X and scales; nearest and linear) leaves its coordinate rule unwritten. The data of its
+//! own tests (onnx 1.5) fixes it, as onnxruntime's opset-10 path computes it: source = output / scale,
+//! and a fractional nearest source rounds down on an axis scaled up, up on one scaled down.
 use super::*;
 
 pub(super) const OPS: &[&str] = &["Resize"];
 
+/// Coordinate modes of every opset from 11 (tf_half_pixel_for_nn is checked apart).
+const COORDINATE_MODES: &[&str] = &[
+    "half_pixel",
+    "half_pixel_symmetric",
+    "pytorch_half_pixel",
+    "align_corners",
+    "asymmetric",
+    "tf_crop_and_resize",
+];
+
 pub(super) fn check(node: &NodeSpec) -> Result<(), String> {
     let s = |n: &str, d: &str| node.string(n, d).map_err(|e| e.to_string());
-    if node.opset < 11 {
-        return Err("Resize-10 (implicit coordinate mode) is not covered".into());
-    }
     let mode = s("mode", "nearest")?;
+    match node.opset {
+        ..=9 => return Err("no Resize before opset 10".into()),
+        10 if mode == "nearest" || mode == "linear" => return Ok(()),
+        10 => return Err(format!("Resize-10 knows no mode '{mode}'")),
+        _ => {}
+    }
     if !matches!(mode.as_str(), "nearest" | "linear" | "cubic") {
         return Err(format!("Resize mode '{mode}' is not covered"));
     }
     let ct = s("coordinate_transformation_mode", "half_pixel")?;
-    if !matches!(
-        ct.as_str(),
-        "half_pixel"
-            | "half_pixel_symmetric"
-            | "pytorch_half_pixel"
-            | "align_corners"
-            | "asymmetric"
-            | "tf_crop_and_resize"
-    ) {
+    // "(x + 0.5) / scale": introduced by Resize-11, gone from the list in Resize-19.
+    let tf_nn_here = ct == "tf_half_pixel_for_nn" && (11..=18).contains(&node.opset);
+    if !tf_nn_here && !COORDINATE_MODES.contains(&ct.as_str()) {
         return Err(format!(
             "coordinate_transformation_mode '{ct}' is not covered"
         ));
@@ -72,6 +83,41 @@ fn weight_size(linear: bool, a: f64, d: f64) -> f64 {
         .sum()
 }
 
+/// How source coordinates and taps are formed, from the node's attributes (Resize-10: fixed).
+struct Rule {
+    mode: String,
+    ct: String,
+    /// A nearest_mode, or "by direction" for Resize-10.
+    nm: String,
+    a: f64,
+    exclude: bool,
+    antialias: bool,
+}
+
+impl Rule {
+    fn of(node: &NodeSpec) -> Result<Rule, OracleError> {
+        let mode = node.string("mode", "nearest")?;
+        if node.opset == 10 {
+            return Ok(Rule {
+                mode,
+                ct: "asymmetric".into(),
+                nm: "by direction".into(),
+                a: -0.75,
+                exclude: false,
+                antialias: false,
+            });
+        }
+        Ok(Rule {
+            mode,
+            ct: node.string("coordinate_transformation_mode", "half_pixel")?,
+            nm: node.string("nearest_mode", "round_prefer_floor")?,
+            a: node.float("cubic_coeff_a", -0.75)?,
+            exclude: node.int("exclude_outside", 0)? != 0,
+            antialias: node.opset >= 18 && node.int("antialias", 0)? != 0,
+        })
+    }
+}
+
 struct AxisPlan {
     /// Per output coordinate: None to extrapolate, else (input index, weight, weight size) triples;
     /// the weight size bounds what the weight was computed from ([`weight_size`]; 0 for nearest,
@@ -79,20 +125,9 @@ struct AxisPlan {
     taps: Vec<Option<Vec<(usize, f64, f64)>>>,
 }
 
-#[allow(clippy::too_many_arguments)]
-fn plan_axis(
-    node: &NodeSpec,
-    n_in: usize,
-    n_out: usize,
-    scale: f64,
-    roi: (f64, f64),
-) -> Result<AxisPlan, OracleError> {
-    let mode = node.string("mode", "nearest")?;
-    let ct = node.string("coordinate_transformation_mode", "half_pixel")?;
-    let nm = node.string("nearest_mode", "round_prefer_floor")?;
-    let a = node.float("cubic_coeff_a", -0.75)?;
-    let exclude = node.int("exclude_outside", 0)? != 0;
-    let antialias = node.int("antialias", 0)? != 0;
+fn plan_axis(rule: &Rule, n_in: usize, n_out: usize, scale: f64, roi: (f64, f64)) -> AxisPlan {
+    let (mode, ct, nm) = (&rule.mode, &rule.ct, &rule.nm);
+    let (a, exclude, antialias) = (rule.a, rule.exclude, rule.antialias);
     // `lo` is the resized length of the coordinate formulas: n_in * scale, the output width before
     // truncation to an integer (it equals n_out when sizes were given). ONNX's reference evaluator and
     // its expected data use it unrounded, e.g. align_corners downsampling 4 -> floor(2.4) = 2 maps
@@ -122,6 +157,7 @@ fn plan_axis(
                 }
             }
             "asymmetric" => xr / scale,
+            "tf_half_pixel_for_nn" => (xr + 0.5) / scale,
             _ => {
                 // tf_crop_and_resize: "length_resized > 1 ? start (len - 1) + x (end - start) (len - 1)
                 // / (length_resized - 1) : (start + end) / 2 (len - 1)". The corpus reads the divisor's
@@ -151,7 +187,8 @@ fn plan_axis(
                         "round_prefer_floor" => frac > 0.5,
                         "round_prefer_ceil" => frac >= 0.5,
                         "floor" => false,
-                        _ => true,
+                        "ceil" => true,
+                        _ => scale < 1.0,
                     }
                 };
                 vec![(f as i64 + up as i64, 1.0, 0.0)]
@@ -200,13 +237,19 @@ fn plan_axis(
                 .collect(),
         ));
     }
-    Ok(AxisPlan { taps })
+    AxisPlan { taps }
 }
 
 pub(super) fn eval(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, OracleError> {
     let x = input(node, inputs, 0)?;
     let rank = x.shape.len();
-    let axes: Vec<usize> = match node.ints("axes")? {
+    let rule = Rule::of(node)?;
+    let axes_attr = if node.opset >= 18 {
+        node.ints("axes")?
+    } else {
+        None
+    };
+    let axes: Vec<usize> = match axes_attr {
         Some(a) => a
             .iter()
             .map(|&v| norm_axis(v, rank))
@@ -214,11 +257,18 @@ pub(super) fn eval(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Outp
         None => (0..rank).collect(),
     };
     let k = axes.len();
-    let nonempty = |i: usize| opt_input(inputs, i).filter(|v| !v.is_empty());
-    let ct = node.string("coordinate_transformation_mode", "half_pixel")?;
+    // Input positions of roi, scales and sizes: Resize-10 has scales alone, at 1.
+    let [roi_at, scales_at, sizes_at] = if node.opset == 10 {
+        [None, Some(1), None]
+    } else {
+        [Some(1), Some(2), Some(3)]
+    };
+    let nonempty =
+        |at: Option<usize>| at.and_then(|i| opt_input(inputs, i).filter(|v| !v.is_empty()));
+    let ct = rule.ct.as_str();
     let mut roi = vec![(0.0, 1.0); rank];
     if ct == "tf_crop_and_resize" {
-        if let Some(r) = nonempty(1) {
+        if let Some(r) = nonempty(roi_at) {
             if r.len() != 2 * k {
                 return invalid(format!("roi of {} entries for {k} axes", r.len()));
             }
@@ -229,7 +279,7 @@ pub(super) fn eval(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Outp
     }
     let mut scales = vec![1.0; rank];
     let mut out = x.shape.clone();
-    if let Some(sz) = nonempty(3) {
+    if let Some(sz) = nonempty(sizes_at) {
         if sz.len() != k {
             return invalid("sizes length differs from axes");
         }
@@ -254,7 +304,7 @@ pub(super) fn eval(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Outp
                 scales[a] = s;
             }
         }
-    } else if let Some(sc) = nonempty(2) {
+    } else if let Some(sc) = nonempty(scales_at) {
         if sc.len() != k {
             return invalid("scales length differs from axes");
         }
@@ -276,10 +326,13 @@ pub(super) fn eval(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Outp
     let mut mag: Vec<f64> = x.data.iter().map(|v| v.abs()).collect();
     let mut outside = vec![false; x.len()];
     for d in 0..rank {
-        if out[d] == shape[d] && scales[d] == 1.0 && ct != "tf_crop_and_resize" {
+        // An axis left out of `axes` is not resized; one resized by 1 is copied, except where the
+        // coordinate mode moves it (a roi, or tf_half_pixel_for_nn's source i + 0.5).
+        let moved = ct == "tf_crop_and_resize" || ct == "tf_half_pixel_for_nn";
+        if !axes.contains(&d) || (out[d] == shape[d] && scales[d] == 1.0 && !moved) {
             continue;
         }
-        let plan = plan_axis(node, shape[d], out[d], scales[d], roi[d])?;
+        let plan = plan_axis(&rule, shape[d], out[d], scales[d], roi[d]);
         let outer: usize = shape[..d].iter().product();
         let inner: usize = shape[d + 1..].iter().product();
         let (n_in, n_out) = (shape[d], out[d]);
@@ -449,5 +502,98 @@ mod tests {
         .unwrap();
         // x = 0.5*2 + o * 1.0 * 2 / 2 = 1, 2, 3 -> last outside.
         assert_eq!(out[0].value.data, vec![1.0, 2.0, 10.0]);
+    }
+
+    #[test]
+    fn resize_10_rounds_by_direction() {
+        let mut r = SplitMix64(310);
+        let xs = r.values(5);
+        let run = |mode: &str, scale: f64| {
+            let nd = node("Resize", 10, attrs(&[("mode", mode)]));
+            eval(
+                &nd,
+                &[f32v(&[1, 5], xs.clone()), f32v(&[2], vec![1.0, scale])],
+            )
+            .unwrap()
+            .remove(0)
+        };
+        // x2.5 (12 outputs): sources o / 2.5 = 0, 0.4, 0.8, 1.2, ... rounded down.
+        let up = run("nearest", 2.5);
+        assert_eq!(up.value.shape, vec![1, 12]);
+        let want: Vec<f64> = (0..12)
+            .map(|o| xs[(o as f64 / 2.5).floor() as usize])
+            .collect();
+        assert_eq!(up.value.data, want);
+        // x0.5 (2 outputs) and x0.75 (3): sources o / s rounded up, 0 and 2; 0, 1.33 -> 2, 2.67 -> 3.
+        assert_eq!(run("nearest", 0.5).value.data, vec![xs[0], xs[2]]);
+        assert_eq!(run("nearest", 0.75).value.data, vec![xs[0], xs[2], xs[3]]);
+        // Linear x0.75: sources 0, 4/3, 8/3 between neighbours; x2: the last output clamps at 4.
+        let lin = run("linear", 0.75);
+        let at = |p: f64| {
+            let i = p.floor() as usize;
+            xs[i] + (p - i as f64) * (xs[(i + 1).min(4)] - xs[i])
+        };
+        assert!(close(
+            &lin.value.data,
+            &[at(0.0), at(4.0 / 3.0), at(8.0 / 3.0)],
+            1e-15
+        ));
+        let lin = run("linear", 2.0);
+        let want: Vec<f64> = (0..10).map(|o| at((o as f64 / 2.0).min(4.0))).collect();
+        assert!(close(&lin.value.data, &want, 1e-15));
+        assert!(check(&node("Resize", 10, attrs(&[("mode", "cubic")]))).is_err());
+    }
+
+    #[test]
+    fn tf_half_pixel_for_nn_shifts_by_half() {
+        let mut r = SplitMix64(311);
+        let xs = r.values(3);
+        let tf = ("coordinate_transformation_mode", "tf_half_pixel_for_nn");
+        // Downscale 3 -> 1 (scale 1/3): source 0.5 * 3 = 1.5, round_prefer_floor -> 1.
+        let nd = node("Resize", 13, attrs(&[tf]));
+        let out = eval(
+            &nd,
+            &[
+                f32v(&[3], xs.clone()),
+                None,
+                None,
+                typed(DType::I64, &[1], vec![1.0]),
+            ],
+        )
+        .unwrap();
+        assert_eq!(out[0].value.data, vec![xs[1]]);
+        // round_prefer_ceil at scale 1: sources 0.5, 1.5, 2.5 -> 1, 2, 2 (clamped).
+        let nd = node(
+            "Resize",
+            11,
+            attrs(&[tf, ("nearest_mode", "round_prefer_ceil")]),
+        );
+        let empty = f32v(&[0], vec![]);
+        let out = eval(&nd, &[f32v(&[3], xs.clone()), empty, f32v(&[1], vec![1.0])]).unwrap();
+        assert_eq!(out[0].value.data, vec![xs[1], xs[2], xs[2]]);
+        // Cubic at scale 1: each output sits halfway, weights w(1.5), w(0.5), w(0.5), w(1.5).
+        let nd = node("Resize", 18, attrs(&[tf, ("mode", "cubic")]));
+        let out = eval(&nd, &[f32v(&[3], xs.clone()), None, f32v(&[1], vec![1.0])]).unwrap();
+        let (w0, w1) = (cubic(-0.75, 0.5), cubic(-0.75, 1.5));
+        let x = |i: i64| xs[i.clamp(0, 2) as usize];
+        let want: Vec<f64> = (0..3)
+            .map(|o| w1 * x(o - 1) + w0 * x(o) + w0 * x(o + 1) + w1 * x(o + 2))
+            .collect();
+        assert!(close(&out[0].value.data, &want, 1e-15));
+        // Only axes named in `axes` move.
+        let nd = node("Resize", 18, {
+            let mut a = attrs(&[tf, ("nearest_mode", "ceil")]);
+            a.push(("axes", Attr::Ints(vec![0])));
+            a
+        });
+        let grid: Vec<f64> = [xs.clone(), xs.clone()].concat();
+        let out = eval(
+            &nd,
+            &[f32v(&[2, 3], grid.clone()), None, f32v(&[1], vec![1.0])],
+        )
+        .unwrap();
+        assert_eq!(out[0].value.data, [xs.clone(), xs.clone()].concat());
+        assert!(check(&node("Resize", 19, attrs(&[tf]))).is_err());
+        assert!(check(&node("Resize", 18, attrs(&[tf]))).is_ok());
     }
 }

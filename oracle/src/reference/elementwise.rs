@@ -448,8 +448,9 @@ fn clip(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Output, OracleError
     let x = input(node, inputs, 0)?;
     let (lo, hi) = if node.opset < 11 {
         (
-            node.float("min", f64::NEG_INFINITY)?,
-            node.float("max", f64::INFINITY)?,
+            // Clip-6: "min (default: -3.402823e+38)", "max (default: 3.402823e+38)".
+            node.float("min", -3.402_823_466_385_288_6e38)?,
+            node.float("max", 3.402_823_466_385_288_6e38)?,
         )
     } else {
         let scalar = |i: usize, d: f64| -> Result<f64, OracleError> {
@@ -486,6 +487,11 @@ fn cast(node: &NodeSpec, x: &Value) -> Result<Output, OracleError> {
     let to = dtype_from_onnx(to_num).ok_or_else(|| {
         OracleError::Unsupported(format!("Cast to ONNX type {to_num} is not covered"))
     })?;
+    cast_to(x, to)
+}
+
+/// Cast of `x` to `to` (also CastLike's, with `to` the type of its second input).
+pub(super) fn cast_to(x: &Value, to: DType) -> Result<Output, OracleError> {
     let mut data = Vec::with_capacity(x.data.len());
     for &v in &x.data {
         let r = if to == DType::Bool {

@@ -7,6 +7,7 @@ mod conv;
 mod data;
 mod data2;
 mod elementwise;
+mod fill;
 mod matmul;
 mod norm;
 mod pool;
@@ -59,6 +60,9 @@ fn family(node: &NodeSpec) -> Result<Family, String> {
     if data2::covers(op) {
         return Ok(Family::Data2);
     }
+    if fill::covers(op) {
+        return Ok(Family::Fill);
+    }
     if op == "Resize" {
         return Ok(Family::Resize);
     }
@@ -84,6 +88,7 @@ enum Family {
     Pool,
     Data,
     Data2,
+    Fill,
     Resize,
     Rnn,
 }
@@ -104,6 +109,7 @@ impl Oracle for Reference {
             Family::Pool => pool::supports(node),
             Family::Data => data::supports(node),
             Family::Data2 => data2::supports(node),
+            Family::Fill => fill::supports(node),
             Family::Resize => resize::supports(node),
             Family::Rnn => rnn::supports(node),
         }
@@ -125,6 +131,7 @@ impl Oracle for Reference {
             Family::Pool => pool::supports(node),
             Family::Data => data::supports(node),
             Family::Data2 => data2::supports(node),
+            Family::Fill => fill::supports(node),
             Family::Resize => resize::supports(node),
             Family::Rnn => rnn::supports(node),
         };
@@ -142,6 +149,7 @@ impl Oracle for Reference {
             Family::Pool => pool::evaluate(node, inputs),
             Family::Data => data::evaluate(node, inputs),
             Family::Data2 => data2::evaluate(node, inputs),
+            Family::Fill => fill::evaluate(node, inputs),
             Family::Resize => resize::evaluate(node, inputs),
             Family::Rnn => rnn::evaluate(node, inputs),
         }
@@ -322,7 +330,7 @@ mod tests {
                    LogSoftmax Hardmax ReduceSum ReduceMean ReduceMax ReduceMin ReduceProd ReduceL1 ReduceL2 \
                    ReduceSumSquare ReduceLogSum ReduceLogSumExp ArgMax ArgMin Transpose Concat Split Slice Gather \
                    GatherElements ScatterElements Expand Pad Resize Tile DepthToSpace SpaceToDepth Trilu Range OneHot \
-                   Reshape Flatten Squeeze Unsqueeze Identity LSTM GRU";
+                   Reshape Flatten Squeeze Unsqueeze Identity LSTM GRU ConstantOfShape Dropout CastLike";
         for op in ops.split_whitespace() {
             let mut attrs: Vec<(&str, Attr)> = Vec::new();
             match op {

@@ -1,6 +1,6 @@
 //! BatchNormalization (inference), InstanceNormalization, LayerNormalization.
 use super::{broadcast_index, input, norm_axis, opt_input, output, unravel};
-use crate::{NodeSpec, OracleError, Output, Value};
+use crate::{DType, NodeSpec, OracleError, Output, Value};
 
 pub(super) fn supports(node: &NodeSpec) -> Result<(), String> {
     let e = |x: OracleError| x.to_string();
@@ -202,13 +202,23 @@ fn layer_norm(
     let mut outs = vec![output(x.dtype, x.shape.clone(), data, mag)?];
     let mut stat_shape: Vec<usize> = x.shape[..axis].to_vec();
     stat_shape.resize(rank, 1);
+    // "stash_type: Type of Mean and InvStdDev" (type constraint U: float or bfloat16; default 1).
+    let stash = match node.int("stash_type", 1)? {
+        1 => DType::F32,
+        16 => DType::BF16,
+        t => {
+            return Err(OracleError::Invalid(format!(
+                "stash_type {t}: Mean and InvStdDev are float (1) or bfloat16 (16)"
+            )));
+        }
+    };
     if node.num_outputs >= 2 {
         let m = means.iter().map(|v| v.abs()).collect();
-        outs.push(output(x.dtype, stat_shape.clone(), means, m)?);
+        outs.push(output(stash, stat_shape.clone(), means, m)?);
     }
     if node.num_outputs >= 3 {
         let m = inv_stds.iter().map(|v| v.abs()).collect();
-        outs.push(output(x.dtype, stat_shape, inv_stds, m)?);
+        outs.push(output(stash, stat_shape, inv_stds, m)?);
     }
     Ok(outs)
 }

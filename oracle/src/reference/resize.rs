@@ -1,16 +1,28 @@
-//! Resize (opset >= 11): nearest (all nearest_modes), linear and cubic (with antialias), every
+//! Resize: nearest (all nearest_modes), linear and cubic (with antialias), every
 //! coordinate_transformation_mode, `axes` and `keep_aspect_ratio_policy`; per output element, the
 //! tensor product of per-dimension taps with edge-clamped neighbours, as the specification describes.
+//!
+//! Resize-10 (inputs X and scales; modes nearest and linear) names no coordinate rule: its own test
+//! data (onnx 1.5, `test_resize_{up,down}sample_{nearest,linear}`) and onnxruntime's opset-10 path map
+//! output x to x / scale ("asymmetric"), and round a nearest source index down when upsampling (x3:
+//! 0, 0, 0, 1, 1, 1) and up when downsampling (x0.6 on 4 values: sources 0 and 1/0.6 -> 2).
 use super::{input, norm_axis, opt_input, output, strides, unravel};
 use crate::{NodeSpec, OracleError, Output, Value};
 
 pub(super) fn supports(node: &NodeSpec) -> Result<(), String> {
     let e = |x: OracleError| x.to_string();
-    if node.opset < 11 {
-        return Err("Resize/Upsample before opset 11 is not covered".into());
+    if node.opset < 10 {
+        return Err("Resize exists from opset 10 (Upsample before)".into());
     }
     if node.num_outputs > 1 {
         return Err("Resize has one output".into());
+    }
+    let mode = node.string("mode", "nearest").map_err(e)?;
+    if node.opset == 10 {
+        if !matches!(mode.as_str(), "nearest" | "linear") {
+            return Err(format!("Resize-10 has no mode '{mode}'"));
+        }
+        return Ok(());
     }
     let kp = node
         .string("keep_aspect_ratio_policy", "stretch")
@@ -20,24 +32,29 @@ pub(super) fn supports(node: &NodeSpec) -> Result<(), String> {
             "Resize keep_aspect_ratio_policy '{kp}' is not covered"
         ));
     }
-    let mode = node.string("mode", "nearest").map_err(e)?;
     if !matches!(mode.as_str(), "nearest" | "linear" | "cubic") {
         return Err(format!("Resize mode '{mode}' is not covered"));
     }
     let ct = node
         .string("coordinate_transformation_mode", "half_pixel")
         .map_err(e)?;
-    if !matches!(
-        ct.as_str(),
-        "half_pixel"
-            | "half_pixel_symmetric"
-            | "pytorch_half_pixel"
-            | "align_corners"
-            | "asymmetric"
-            | "tf_crop_and_resize"
-    ) {
+    // tf_half_pixel_for_nn is a Resize-11 mode, deprecated from 13 and dropped in 19 (onnxruntime
+    // still runs it through 18).
+    let tf_nn = ct == "tf_half_pixel_for_nn" && node.opset <= 18;
+    if !tf_nn
+        && !matches!(
+            ct.as_str(),
+            "half_pixel"
+                | "half_pixel_symmetric"
+                | "pytorch_half_pixel"
+                | "align_corners"
+                | "asymmetric"
+                | "tf_crop_and_resize"
+        )
+    {
         return Err(format!(
-            "Resize coordinate_transformation_mode '{ct}' is not covered"
+            "Resize-{} coordinate_transformation_mode '{ct}' is not covered",
+            node.opset
         ));
     }
     let nm = node
@@ -96,6 +113,9 @@ struct Geometry {
     lresized: Vec<f64>,
     /// (roi_start, roi_end) per dimension; (0, 1) where the roi does not reach.
     roi: Vec<(f64, f64)>,
+    /// Whether `axes` lists the dimension: "non-specified dimensions are interpreted as
+    /// non-resizable" (output index i reads input index i, whatever the coordinate mode).
+    listed: Vec<bool>,
 }
 
 /// Output geometry. `length_resized` is the output width before it is made an integer: input *
@@ -104,7 +124,13 @@ struct Geometry {
 /// align_corners downsampling 4 -> floor(4 * 0.6) = 2 maps output 1 to 1 * 3 / (2.4 - 1).
 fn geometry(node: &NodeSpec, x: &Value, inputs: &[Option<Value>]) -> Result<Geometry, OracleError> {
     let rank = x.shape.len();
-    let axes: Vec<usize> = match node.ints("axes")? {
+    // `axes` exists from opset 18.
+    let axes_attr = if node.opset >= 18 {
+        node.ints("axes")?
+    } else {
+        None
+    };
+    let axes: Vec<usize> = match axes_attr {
         None => (0..rank).collect(),
         Some(a) => {
             let mut v = Vec::with_capacity(a.len());
@@ -119,15 +145,23 @@ fn geometry(node: &NodeSpec, x: &Value, inputs: &[Option<Value>]) -> Result<Geom
         }
     };
     let k = axes.len();
-    let roi_in = opt_input(inputs, 1).filter(|v| !v.is_empty());
-    let scales_in = opt_input(inputs, 2).filter(|v| !v.is_empty());
-    let sizes_in = opt_input(inputs, 3).filter(|v| !v.is_empty());
+    // Resize-10 takes (X, scales); from 11 (X, roi, scales, sizes), an empty one counting as absent.
+    let (roi_in, scales_in, sizes_in) = if node.opset == 10 {
+        (None, opt_input(inputs, 1), None)
+    } else {
+        (
+            opt_input(inputs, 1).filter(|v| !v.is_empty()),
+            opt_input(inputs, 2).filter(|v| !v.is_empty()),
+            opt_input(inputs, 3).filter(|v| !v.is_empty()),
+        )
+    };
     let inn: Vec<f64> = x.shape.iter().map(|&d| d as f64).collect();
     let mut g = Geometry {
         oshape: x.shape.clone(),
         scales: vec![1.0; rank],
         lresized: inn.clone(),
         roi: vec![(0.0, 1.0); rank],
+        listed: (0..rank).map(|d| axes.contains(&d)).collect(),
     };
     if let Some(r) = roi_in {
         if r.len() != 2 * k {
@@ -204,11 +238,22 @@ pub(super) fn evaluate(
     let x = input(node, inputs, 0)?;
     let rank = x.shape.len();
     let mode = node.string("mode", "nearest")?;
-    let ct = node.string("coordinate_transformation_mode", "half_pixel")?;
-    let nm = node.string("nearest_mode", "round_prefer_floor")?;
+    // Resize-10 has only `mode`: its coordinates are asymmetric and its nearest rounding depends on
+    // the direction (see the module's documentation).
+    let v10 = node.opset == 10;
+    let ct = if v10 {
+        "asymmetric".to_string()
+    } else {
+        node.string("coordinate_transformation_mode", "half_pixel")?
+    };
+    let nm = if v10 {
+        "floor up, ceil down".to_string()
+    } else {
+        node.string("nearest_mode", "round_prefer_floor")?
+    };
     let a = node.float("cubic_coeff_a", -0.75)?;
-    let exclude_outside = node.int("exclude_outside", 0)? != 0;
-    let antialias = node.int("antialias", 0)? != 0;
+    let exclude_outside = !v10 && node.int("exclude_outside", 0)? != 0;
+    let antialias = node.opset >= 18 && node.int("antialias", 0)? != 0;
     let extrap = node.float("extrapolation_value", 0.0)?;
     let g = geometry(node, x, inputs)?;
     let oshape = g.oshape.clone();
@@ -226,6 +271,10 @@ pub(super) fn evaluate(
         let mut taps: Vec<Vec<(usize, f64, f64)>> = Vec::with_capacity(rank);
         let mut outside = false;
         for d in 0..rank {
+            if !g.listed[d] {
+                taps.push(vec![(oi[d], 1.0, 0.0)]);
+                continue;
+            }
             let (xi, inn, on, sc) = (
                 oi[d] as f64,
                 x.shape[d] as f64,
@@ -256,6 +305,7 @@ pub(super) fn evaluate(
                     }
                 }
                 "asymmetric" => xi / sc,
+                "tf_half_pixel_for_nn" => (xi + 0.5) / sc,
                 _ => {
                     let (s, e) = g.roi[d];
                     let v = if lr > 1.0 {
@@ -289,7 +339,10 @@ pub(super) fn evaluate(
                             }
                         }
                         "floor" => xo.floor(),
-                        _ => xo.ceil(),
+                        "ceil" => xo.ceil(),
+                        // Resize-10's rule.
+                        _ if sc < 1.0 => xo.ceil(),
+                        _ => xo.floor(),
                     };
                     vec![(clampi(r as i64), 1.0, 0.0)]
                 }
@@ -401,235 +454,4 @@ pub(super) fn evaluate(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::super::Reference;
-    use super::super::testutil::*;
-    use crate::{Attr, DType, Oracle, Value};
-
-    fn v(shape: Vec<usize>, data: Vec<f64>) -> Option<Value> {
-        Some(Value::new(DType::F32, shape, data).unwrap())
-    }
-
-    #[test]
-    fn resize_nearest_and_linear_by_hand() {
-        let x = v(vec![1, 2], vec![1.0, 3.0]);
-        let sc = v(vec![2], vec![1.0, 2.0]);
-        // asymmetric nearest (floor): x_orig = i / 2 -> [0, 0, 1, 1]
-        let n = node(
-            "Resize",
-            13,
-            &[
-                (
-                    "coordinate_transformation_mode",
-                    Attr::String("asymmetric".into()),
-                ),
-                ("nearest_mode", Attr::String("floor".into())),
-            ],
-        );
-        let out = Reference
-            .evaluate(&n, &[x.clone(), None, sc.clone()])
-            .unwrap();
-        assert_eq!(out[0].value.data, vec![1.0, 1.0, 3.0, 3.0]);
-        // half_pixel linear: x_orig = (i + 0.5) / 2 - 0.5 = -0.25, 0.25, 0.75, 1.25 -> clamp edges
-        let n = node("Resize", 13, &[("mode", Attr::String("linear".into()))]);
-        let out = Reference.evaluate(&n, &[x.clone(), None, sc]).unwrap();
-        assert_all_close(&out[0].value.data, &[1.0, 1.5, 2.5, 3.0]);
-        // align_corners linear via sizes: 3 outputs -> x_orig 0, 0.5, 1
-        let n = node(
-            "Resize",
-            13,
-            &[
-                ("mode", Attr::String("linear".into())),
-                (
-                    "coordinate_transformation_mode",
-                    Attr::String("align_corners".into()),
-                ),
-            ],
-        );
-        let sizes = Some(Value::new(DType::I64, vec![2], vec![1.0, 3.0]).unwrap());
-        let out = Reference.evaluate(&n, &[x, None, None, sizes]).unwrap();
-        assert_all_close(&out[0].value.data, &[1.0, 2.0, 3.0]);
-    }
-
-    #[test]
-    fn resize_cubic_and_crop_against_spec_values() {
-        // Expected values from the ONNX specification's reference evaluator (f32 outputs, so 1e-6).
-        let near = |g: &[f64], w: &[f64]| {
-            for (a, b) in g.iter().zip(w) {
-                assert!((a - b).abs() < 1e-6 * (1.0 + b.abs()), "got {a}, want {b}");
-            }
-        };
-        let x = v(vec![1, 4], vec![1.0, 2.0, 4.0, 8.0]);
-        let sc = v(vec![2], vec![1.0, 2.0]);
-        let out = Reference
-            .evaluate(
-                &node("Resize", 19, &[("mode", Attr::String("cubic".into()))]),
-                &[x.clone(), None, sc.clone()],
-            )
-            .unwrap();
-        near(
-            &out[0].value.data,
-            &[
-                0.89453125, 1.15625, 1.5625, 2.41796875, 3.16015625, 5.1171875, 7.1640625, 8.421875,
-            ],
-        );
-        let n = node(
-            "Resize",
-            19,
-            &[
-                ("mode", Attr::String("cubic".into())),
-                ("exclude_outside", Attr::Int(1)),
-            ],
-        );
-        let out = Reference
-            .evaluate(&n, &[x.clone(), None, sc.clone()])
-            .unwrap();
-        near(
-            &out[0].value.data,
-            &[
-                0.86363637, 1.14134276, 1.54339623, 2.41796875, 3.16015625, 5.21509457, 7.24381638,
-                8.54545498,
-            ],
-        );
-        let n = node(
-            "Resize",
-            19,
-            &[(
-                "coordinate_transformation_mode",
-                Attr::String("half_pixel_symmetric".into()),
-            )],
-        );
-        let out = Reference.evaluate(&n, &[x.clone(), None, sc]).unwrap();
-        assert_eq!(
-            out[0].value.data,
-            vec![1.0, 1.0, 2.0, 2.0, 4.0, 4.0, 8.0, 8.0]
-        );
-        let n = node(
-            "Resize",
-            19,
-            &[
-                ("mode", Attr::String("linear".into())),
-                (
-                    "coordinate_transformation_mode",
-                    Attr::String("tf_crop_and_resize".into()),
-                ),
-            ],
-        );
-        let roi = v(vec![4], vec![0.0, 0.2, 1.0, 0.9]);
-        let out = Reference
-            .evaluate(&n, &[x, roi, v(vec![2], vec![1.0, 1.5])])
-            .unwrap();
-        near(&out[0].value.data, &[1.6, 2.04, 2.88, 3.72, 5.12, 6.8]);
-    }
-
-    #[test]
-    fn cubic_at_node_is_exact() {
-        // t = 0: weights [w(1), w(0), w(1), w(2)] = [0, 1, 0, 0] for any a.
-        let c = super::cubic_coeffs(0.0, -0.75);
-        assert_all_close(&c, &[0.0, 1.0, 0.0, 0.0]);
-        // t = 0.5, a = -0.75: w(1.5) = ((a*1.5 - 5a)*1.5 + 8a)*1.5 - 4a = -0.09375, w(0.5) = 0.59375
-        let c = super::cubic_coeffs(0.5, -0.75);
-        assert_all_close(&c, &[-0.09375, 0.59375, 0.59375, -0.09375]);
-    }
-
-    #[test]
-    fn cubic_weights_sum_to_one_and_reproduce_linear() {
-        let mut rng = SplitMix64(99);
-        for _ in 0..8 {
-            let t = rng.unit().abs();
-            let c = super::cubic_coeffs(t, -0.75);
-            assert!(close(c.iter().sum::<f64>(), 1.0));
-            // With a = -0.5 Keys' kernel reproduces linear functions: sum c_k * (k - 1) = t.
-            let c = super::cubic_coeffs(t, -0.5);
-            let lin: f64 = c
-                .iter()
-                .enumerate()
-                .map(|(k, w)| w * (k as f64 - 1.0))
-                .sum();
-            assert!(close(lin, t));
-        }
-    }
-
-    #[test]
-    fn antialias_axes_and_aspect_policy_by_hand() {
-        let x = v(vec![4], vec![1.0, 2.0, 3.0, 4.0]);
-        let sc = v(vec![1], vec![0.5]);
-        // Linear antialias at scale 1/2: the triangle stretched to radius 2. Output 0 sits at
-        // x = 0.5: taps -1, 0, 1, 2 at distances 1.5, 0.5, 0.5, 1.5 -> weights 1/4, 3/4, 3/4, 1/4
-        // (sum 2), index -1 clamped to 0: (1 + 3 + 6 + 3) / 8 = 1.625. Output 1 at 2.5: taps 1..4
-        // on [2, 3, 4, 4]: (2 + 9 + 12 + 4) / 8 = 3.375.
-        let aa = |extra: &[(&str, Attr)]| {
-            let mut a = vec![
-                ("mode", Attr::String("linear".into())),
-                ("antialias", Attr::Int(1)),
-            ];
-            a.extend(extra.iter().cloned());
-            Reference
-                .evaluate(&node("Resize", 18, &a), &[x.clone(), None, sc.clone()])
-                .unwrap()[0]
-                .value
-                .data
-                .clone()
-        };
-        assert_all_close(&aa(&[]), &[1.625, 3.375]);
-        // exclude_outside drops tap -1: (3/4 * 1 + 3/4 * 2 + 1/4 * 3) / (7/4) = 12/7.
-        assert_all_close(
-            &aa(&[("exclude_outside", Attr::Int(1))])[..1],
-            &[12.0 / 7.0],
-        );
-        // Upsampling ignores antialias.
-        let up = Reference
-            .evaluate(
-                &node(
-                    "Resize",
-                    18,
-                    &[
-                        ("mode", Attr::String("linear".into())),
-                        ("antialias", Attr::Int(1)),
-                    ],
-                ),
-                &[x.clone(), None, v(vec![1], vec![2.0])],
-            )
-            .unwrap();
-        assert_all_close(
-            &up[0].value.data,
-            &[1.0, 1.25, 1.75, 2.25, 2.75, 3.25, 3.75, 4.0],
-        );
-        // axes [1]: only the last dimension is resized (nearest, asymmetric, scale 2).
-        let x2 = v(vec![2, 3], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
-        let n = node(
-            "Resize",
-            18,
-            &[
-                ("axes", Attr::Ints(vec![-1])),
-                (
-                    "coordinate_transformation_mode",
-                    Attr::String("asymmetric".into()),
-                ),
-            ],
-        );
-        let out = Reference
-            .evaluate(&n, &[x2.clone(), None, v(vec![1], vec![2.0])])
-            .unwrap();
-        assert_eq!(out[0].value.shape, vec![2, 6]);
-        assert_eq!(
-            out[0].value.data,
-            vec![1.0, 1.0, 2.0, 2.0, 3.0, 3.0, 4.0, 4.0, 5.0, 5.0, 6.0, 6.0]
-        );
-        // keep_aspect_ratio_policy on a [4, 2] input asked for [2, 2]: not_larger takes the smaller
-        // ratio 1/2 for both axes -> [2, 1]; not_smaller the larger, 1 -> [4, 2].
-        let x3 = v(vec![4, 2], vec![1.0; 8]);
-        let sizes = Some(Value::new(DType::I64, vec![2], vec![2.0, 2.0]).unwrap());
-        for (policy, want) in [("not_larger", vec![2, 1]), ("not_smaller", vec![4, 2])] {
-            let n = node(
-                "Resize",
-                18,
-                &[("keep_aspect_ratio_policy", Attr::String(policy.into()))],
-            );
-            let out = Reference
-                .evaluate(&n, &[x3.clone(), None, None, sizes.clone()])
-                .unwrap();
-            assert_eq!(out[0].value.shape, want, "{policy}");
-        }
-    }
-}
+mod tests;

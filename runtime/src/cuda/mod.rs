@@ -245,8 +245,9 @@ pub struct Run<'a> {
     pub device: &'a Device,
     stream: Option<Stream>,
     pub counters: &'a Counters,
-    /// Fill every new buffer with 0xFF bytes (NaN for floats) so an unwritten element shows.
-    pub poison: bool,
+    /// Fill every new buffer with this byte (see `SessionOptions::poison_device_buffers`) so that an
+    /// unwritten element shows.
+    pub poison: Option<u8>,
     alive: RefCell<HashMap<u64, Arc<DevBuf>>>,
     parked: RefCell<Vec<DeviceMemory>>,
     staging: RefCell<Vec<PinnedMemory>>,
@@ -256,7 +257,7 @@ impl<'a> Run<'a> {
     pub fn new(
         device: &'a Device,
         counters: &'a Counters,
-        poison: bool,
+        poison: Option<u8>,
     ) -> Result<Run<'a>, CudaError> {
         device.ctx.bind()?;
         Ok(Run {
@@ -300,8 +301,9 @@ impl<'a> Run<'a> {
             }
             None => self.device.pool.take(n, self.counters)?,
         };
-        if self.poison {
-            self.stream().fill32(mem.ptr, 0xFFFF_FFFF, mem.bytes / 4)?;
+        if let Some(byte) = self.poison {
+            self.stream()
+                .fill32(mem.ptr, u32::from_ne_bytes([byte; 4]), mem.bytes / 4)?;
         }
         let buf = Arc::new(DevBuf::new(mem, self.device.pool.clone()));
         self.alive.borrow_mut().insert(buf.ptr(), buf.clone());

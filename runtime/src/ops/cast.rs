@@ -342,7 +342,7 @@ pub(crate) fn narrow_v(d: DType, b: u8) -> V {
 }
 
 /// A narrow float bit pattern as f64 (exact).
-pub(crate) fn decode_narrow(d: DType, b: u8) -> f64 {
+pub fn decode_narrow(d: DType, b: u8) -> f64 {
     match d {
         DType::F8E8M0 => e8m0_decode(b),
         d => match float_fmt(d) {

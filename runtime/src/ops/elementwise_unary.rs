@@ -9,6 +9,10 @@ use crate::ops::{OpCtx, Registry, broadcast, input, opt_input, single};
 use crate::tensor::{Tensor, Value};
 use crate::{bail, unsupported};
 
+#[path = "elementwise_erf.rs"]
+mod error_function;
+use error_function::{erf, gelu};
+
 /// Maps a float tensor elementwise: `$x` is an `$F` (f32 for f32/f16/bf16, f64 for f64); f16 and
 /// bf16 are computed in f32 and rounded once.
 macro_rules! float_map {
@@ -196,12 +200,9 @@ fn k_shrink(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
 fn k_gelu(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let x = input(inputs, 0)?;
     single(match ctx.attr_s("approximate", "none")?.as_str() {
-        // In f64, in forms without cancellation for negative x: 1 + erf(z) = erfc(-z), and
-        // 1 + tanh(u) = 2 / (1 + e^(-2u)).
-        "none" => float_map!(x, F, |x| {
-            let x = x as f64;
-            (0.5 * x * one_plus_erf(x * std::f64::consts::FRAC_1_SQRT_2)) as F
-        }),
+        // In f64, in forms without cancellation for negative x: 1 + erf(z) = erfc(-z) (see
+        // `gelu`), and 1 + tanh(u) = 2 / (1 + e^(-2u)).
+        "none" => float_map!(x, F, |x| gelu(x as f64) as F),
         "tanh" => float_map!(x, F, |x| {
             let x = x as f64;
             let u = (2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x);
@@ -278,118 +279,6 @@ fn k_isinf(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     single(Tensor::Bool(float_test!(input(inputs, 0)?, f)))
 }
 
-/// 2/sqrt(pi) * (-1)^n / (n! (2n+1)): the Taylor coefficients of erf in x^2 (x times the series).
-const ERF_TAYLOR: [f64; 20] = {
-    let mut c = [0.0; 20];
-    let (mut fact, mut n) = (1.0, 0);
-    while n < 20 {
-        if n > 0 {
-            fact *= n as f64;
-        }
-        let sign = if n % 2 == 0 { 1.0 } else { -1.0 };
-        c[n] = sign * std::f64::consts::FRAC_2_SQRT_PI / (fact * (2 * n + 1) as f64);
-        n += 1;
-    }
-    c
-};
-
-/// Chebyshev coefficients of h(t) = x erfc(x) exp(x^2), t = 1/x, on t in [1/6, 0.4] and [0.4, 1]
-/// (interpolated at Chebyshev nodes; relative error about 3e-15 and 1.5e-15).
-const ERFC_FAR: [f64; 13] = [
-    0.5428391662993293,
-    -0.014904719866427175,
-    -0.0010001600995144422,
-    8.324150368571968e-05,
-    -1.3760754589082878e-06,
-    -2.6905987569239345e-07,
-    2.8452799646030866e-08,
-    -9.192259438213418e-10,
-    -9.804896084944541e-11,
-    1.6671757614257572e-11,
-    -1.0726816672377044e-12,
-    -1.2863917052833113e-14,
-    1.0891055130972881e-14,
-];
-const ERFC_NEAR: [f64; 17] = [
-    0.47705154744122635,
-    -0.050101351399559416,
-    0.00031184716128010496,
-    0.0003788948402861005,
-    -6.336578880337012e-05,
-    6.33017491693883e-06,
-    -2.990953968312608e-07,
-    -3.835868643472898e-08,
-    1.3169219259038028e-08,
-    -2.2362493373904312e-09,
-    2.6751012399708567e-10,
-    -1.9806142445478642e-11,
-    -5.729311315811912e-13,
-    5.515214855532107e-13,
-    -1.270211305632277e-13,
-    2.0677459941882698e-14,
-    -2.4889453241812464e-15,
-];
-
-/// The sum of `c[k] T_k(u)` (Clenshaw).
-fn chebyshev(c: &[f64], u: f64) -> f64 {
-    let (mut b1, mut b2) = (0.0, 0.0);
-    for &ck in c.iter().skip(1).rev() {
-        (b1, b2) = (ck + 2.0 * u * b1 - b2, b1);
-    }
-    c.first().copied().unwrap_or(0.0) + u * b1 - b2
-}
-
-/// The error function to about 1e-15 relative: its Taylor series below 1, then 1 - erfc.
-pub(super) fn erf(x: f64) -> f64 {
-    let ax = x.abs();
-    if ax.is_nan() {
-        return x;
-    }
-    if ax < 1.0 {
-        let z = x * x;
-        return x * ERF_TAYLOR.iter().rev().fold(0.0, |s, &c| s * z + c);
-    }
-    if ax >= 6.0 {
-        return 1f64.copysign(x);
-    }
-    (1.0 - erfc_from_1(ax)).copysign(x)
-}
-
-/// erfc(x) for x ≥ 1: a Chebyshev fit of `x erfc(x) exp(x^2)` in 1/x below 6, the asymptotic series
-/// from 6 on (its smallest term there is below 1e-7 of the sum).
-fn erfc_from_1(ax: f64) -> f64 {
-    let sq = ax * ax;
-    // exp(-x^2) with the rounding error of x^2 corrected to first order.
-    let lo = ax.mul_add(ax, -sq);
-    let e = (-sq).exp() * (1.0 - lo);
-    if ax >= 6.0 {
-        let inv = 1.0 / (2.0 * sq);
-        let (mut term, mut sum) = (1.0, 1.0);
-        for k in 1..7 {
-            term *= -((2 * k - 1) as f64) * inv;
-            sum += term;
-        }
-        return e * sum / (ax * std::f64::consts::PI.sqrt());
-    }
-    let t = 1.0 / ax;
-    let h = if t < 0.4 {
-        let a = 1.0 / 6.0;
-        chebyshev(&ERFC_FAR, (2.0 * t - a - 0.4) / (0.4 - a))
-    } else {
-        chebyshev(&ERFC_NEAR, (2.0 * t - 1.4) / 0.6)
-    };
-    e * h * t
-}
-
-/// 1 + erf(z) without cancellation for negative z (it is erfc(-z) there).
-fn one_plus_erf(z: f64) -> f64 {
-    if z < -1.0 {
-        erfc_from_1(-z)
-    } else {
-        1.0 + erf(z)
-    }
-}
-
 pub(super) fn register(r: &mut Registry) {
     r.add("", "Abs", k_abs);
     r.add("", "Neg", k_neg);
@@ -437,34 +326,6 @@ pub(super) fn register(r: &mut Registry) {
 mod tests {
     use super::super::tests::Rng;
     use super::*;
-
-    /// erf by Simpson's rule on 2/sqrt(pi) exp(-t^2) over [0, x].
-    fn erf_integral(x: f64) -> f64 {
-        let n = 20_000;
-        let h = x / n as f64;
-        let f = |t: f64| (-t * t).exp();
-        let mut s = f(0.0) + f(x);
-        for i in 1..n {
-            s += f(i as f64 * h) * if i % 2 == 1 { 4.0 } else { 2.0 };
-        }
-        s * h / 3.0 * std::f64::consts::FRAC_2_SQRT_PI
-    }
-
-    #[test]
-    fn erf_matches_integral() {
-        let mut rng = Rng(0x5eed);
-        for _ in 0..200 {
-            let x = (rng.next() - 0.5) * 14.0;
-            let (got, want) = (erf(x), erf_integral(x));
-            assert!(
-                (got - want).abs() <= 1e-13 * want.abs(),
-                "erf({x}) = {got}, want {want}"
-            );
-        }
-        assert_eq!(erf(0.0), 0.0);
-        assert!(erf(f64::NAN).is_nan());
-        assert_eq!(erf(f64::NEG_INFINITY), -1.0);
-    }
 
     #[test]
     fn fast_exp_within_two_ulp() {

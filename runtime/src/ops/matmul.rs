@@ -28,7 +28,7 @@ impl GemmFloat for f32 {}
 impl GemmFloat for f64 {}
 
 /// Work (m·n·k) below which a GEMM runs on the calling thread.
-const PAR_WORK: usize = 32 * 32 * 32;
+pub const PAR_WORK: usize = 32 * 32 * 32;
 
 /// `dst = alpha·A·B (+ dst if accumulate)`, where `A[i,p] = a[i*a_rs + p*a_cs]`,
 /// `B[p,j] = b[p*b_rs + j*b_cs]`, `dst[i,j] = dst[i*d_rs + j]`. Runs in parallel (rayon) when `par`

@@ -74,15 +74,17 @@ impl Act {
         betas: &mut impl Iterator<Item = f64>,
     ) -> OpResult<Act> {
         use ActFn::*;
+        // The defaults are those operators' float attributes, so f32 values (0.2f32, not 0.2): it
+        // matters to f64 models.
         let (f, a, b) = match name.to_ascii_lowercase().as_str() {
             "relu" => (Relu, None, None),
             "tanh" => (Tanh, None, None),
             "sigmoid" => (Sigmoid, None, None),
             "affine" => (Affine, Some(1.0), Some(0.0)),
-            "leakyrelu" => (LeakyRelu, Some(0.01), None),
+            "leakyrelu" => (LeakyRelu, Some(0.01f32 as f64), None),
             "thresholdedrelu" => (ThresholdedRelu, Some(1.0), None),
             "scaledtanh" => (ScaledTanh, Some(1.0), Some(1.0)),
-            "hardsigmoid" => (HardSigmoid, Some(0.2), Some(0.5)),
+            "hardsigmoid" => (HardSigmoid, Some(0.2f32 as f64), Some(0.5)),
             "elu" => (Elu, Some(1.0), None),
             "softsign" => (Softsign, None, None),
             "softplus" => (Softplus, None, None),

@@ -2,13 +2,15 @@
 use ndarray::{ArrayD, IxDyn, Zip};
 
 use super::broadcast::{PAR_THRESHOLD, broadcast_shapes, view_as};
+use super::cast::cast;
 use super::elementwise::{Ar, Num, arith_t, check_out};
 use super::{OpCtx, Registry, input, single};
 use crate::error::OpResult;
-use crate::tensor::{Tensor, Value};
+use crate::tensor::{DType, Tensor, Value};
 use crate::{bail, map_array2};
 
-/// Folds the inputs with `op` left to right (one input is returned as is).
+/// Folds the inputs with `op` left to right (one input is returned as is). f16 and bf16 inputs are
+/// folded in f32 and the result is left in f32 for the caller to round once ([`narrow`]).
 fn fold(ctx: &OpCtx, inputs: &[Option<&Value>], op: Ar) -> OpResult<Tensor> {
     let all = (0..inputs.len())
         .map(|i| input(inputs, i))
@@ -18,23 +20,47 @@ fn fold(ctx: &OpCtx, inputs: &[Option<&Value>], op: Ar) -> OpResult<Tensor> {
     };
     let shapes: Vec<&[usize]> = all.iter().map(|t| t.shape()).collect();
     check_out(ctx, &shapes, first.dtype().size_in_memory())?;
-    let Some((&second, rest)) = rest.split_first() else {
+    if rest.is_empty() {
         return Ok(first.clone());
+    }
+    let wide: Vec<Tensor>;
+    let all: Vec<&Tensor> = if matches!(first.dtype(), DType::F16 | DType::BF16) {
+        wide = all
+            .iter()
+            .map(|t| cast(t, DType::F32, false))
+            .collect::<OpResult<_>>()?;
+        wide.iter().collect()
+    } else {
+        all
     };
+    let (first, second, rest) = (all[0], all[1], &all[2..]);
     rest.iter()
         .try_fold(arith_t(first, second, op)?, |acc, t| arith_t(&acc, t, op))
 }
 
+/// The fold's result rounded once into the inputs' type (f16 and bf16 were summed in f32).
+fn narrow(t: Tensor, like: DType) -> OpResult<Tensor> {
+    if t.dtype() == like {
+        Ok(t)
+    } else {
+        cast(&t, like, false)
+    }
+}
+
+fn first_dtype(inputs: &[Option<&Value>]) -> OpResult<DType> {
+    Ok(input(inputs, 0)?.dtype())
+}
+
 fn k_sum(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
-    single(fold(ctx, inputs, Ar::Add)?)
+    single(narrow(fold(ctx, inputs, Ar::Add)?, first_dtype(inputs)?)?)
 }
 
 fn k_max(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
-    single(fold(ctx, inputs, Ar::Max)?)
+    single(narrow(fold(ctx, inputs, Ar::Max)?, first_dtype(inputs)?)?)
 }
 
 fn k_min(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
-    single(fold(ctx, inputs, Ar::Min)?)
+    single(narrow(fold(ctx, inputs, Ar::Min)?, first_dtype(inputs)?)?)
 }
 
 fn k_mean(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
@@ -44,13 +70,14 @@ fn k_mean(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
         super::broadcast::unary(a, |v: T| v.n_div(n))
     }
     let n = inputs.len();
-    single(match &sum {
+    let mean = match &sum {
         Tensor::F32(a) => Tensor::F32(div(a, n)),
         Tensor::F64(a) => Tensor::F64(div(a, n)),
         Tensor::F16(a) => Tensor::F16(div(a, n)),
         Tensor::BF16(a) => Tensor::BF16(div(a, n)),
         other => crate::unsupported!("Mean of dtype {} (expected a float type)", other.dtype()),
-    })
+    };
+    single(narrow(mean, first_dtype(inputs)?)?)
 }
 
 /// `cond ? x : y` elementwise over the broadcast shape of all three.

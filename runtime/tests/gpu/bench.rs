@@ -41,7 +41,7 @@ fn bench_kernels() {
     let device = Device::get().expect("a CUDA device");
     println!("BENCH device {}", device.ctx.info.name);
     let counters = Counters::default();
-    let run = Run::new(&device, &counters, false).unwrap();
+    let run = Run::new(&device, &counters, None).unwrap();
 
     // 64 MiB elementwise Add: 16 Mi floats per operand; bytes moved = 3 × 64 MiB.
     let n = 16 << 20;

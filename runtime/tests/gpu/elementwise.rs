@@ -1,9 +1,29 @@
-//! Elementwise ops on CUDA against both oracles, over a sweep of shapes.
+//! Elementwise ops on CUDA against both oracles, over a sweep of shapes; comparisons on values with
+//! ties, and binary ops over every pair of special values (NaN, ±∞, ±0), in f32 and f16.
+use quorum::{DType, Tensor};
+
 use crate::harness::*;
 
 const SHAPES: &[&[usize]] = &[&[1], &[7], &[3, 5], &[2, 3, 257], &[1000, 33], &[0, 4]];
 
-const UNARY: &[&str] = &[
+/// Operand shapes of the binary cases, broadcasting included.
+pub const PAIRS: &[(&[usize], &[usize])] = &[
+    (&[5], &[5]),
+    (&[2, 3, 4], &[4]),
+    (&[2, 1, 4], &[3, 1]),
+    (&[1], &[6, 7]),
+    (&[3, 0, 2], &[2]),
+    (&[64, 65], &[64, 65]),
+];
+
+pub const COMPARISONS: [&str; 5] = ["Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual"];
+
+/// `t`'s values as `d` (rounded once).
+pub fn as_dtype(t: &Tensor, d: DType) -> Tensor {
+    Tensor::from_f64s(d, t.shape(), t.to_f64_vec().unwrap()).unwrap()
+}
+
+pub const UNARY: &[&str] = &[
     "Abs",
     "Neg",
     "Ceil",
@@ -95,15 +115,7 @@ fn unary_special_values() {
 
 #[test]
 fn binary_ops_broadcast() {
-    let pairs: &[(&[usize], &[usize])] = &[
-        (&[5], &[5]),
-        (&[2, 3, 4], &[4]),
-        (&[2, 1, 4], &[3, 1]),
-        (&[1], &[6, 7]),
-        (&[3, 0, 2], &[2]),
-        (&[64, 65], &[64, 65]),
-    ];
-    for (p, (a, b)) in pairs.iter().enumerate() {
+    for (p, (a, b)) in PAIRS.iter().enumerate() {
         for (o, op) in [
             "Add",
             "Sub",
@@ -202,4 +214,90 @@ fn variadic_and_clip_and_where() {
         Case::new(op).input(cond.clone()).input(b2.clone()).check();
     }
     Case::new("Not").input(cond).check();
+}
+
+/// Seeded multiples of 0.5 in [-2, 2] as `d`: nine values, so that equal elements are common and
+/// Equal, Less, LessOrEqual, Greater and GreaterOrEqual are told apart.
+pub fn half_steps(seed: u64, d: DType, shape: &[usize]) -> Tensor {
+    let n: usize = shape.iter().product();
+    let mut rng = quorum::inputs::Rng::new(seed);
+    let v = (0..n)
+        .map(|_| (rng.next_u64() % 9) as f64 * 0.5 - 2.0)
+        .collect();
+    Tensor::from_f64s(d, shape, v).unwrap()
+}
+
+#[test]
+fn comparisons_with_ties() {
+    for d in [DType::F32, DType::F16] {
+        for (p, (a, b)) in PAIRS.iter().enumerate() {
+            for (o, op) in COMPARISONS.iter().enumerate() {
+                let seed = (p * 10 + o) as u64;
+                Case::new(op)
+                    .input(half_steps(seed, d, a))
+                    .input(half_steps(seed + 100, d, b))
+                    .check();
+            }
+        }
+    }
+}
+
+/// NaN, both infinities, both zeros and a few ordinary values: as `[n, 1]` and `[n]` operands they
+/// broadcast to every pair.
+pub fn special_pairs(d: DType) -> (Tensor, Tensor) {
+    let v = vec![
+        f64::NAN,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        0.5,
+        -2.5,
+        3.0,
+        -3.0,
+        2.0,
+    ];
+    let n = v.len();
+    (
+        Tensor::from_f64s(d, &[n, 1], v.clone()).unwrap(),
+        Tensor::from_f64s(d, &[n], v).unwrap(),
+    )
+}
+
+#[test]
+fn binary_special_values() {
+    for d in [DType::F32, DType::F16] {
+        let (x, y) = special_pairs(d);
+        for op in [
+            "Add",
+            "Sub",
+            "Mul",
+            "Div",
+            "Min",
+            "Max",
+            "Sum",
+            "Mean",
+            "Equal",
+            "Less",
+            "LessOrEqual",
+            "Greater",
+            "GreaterOrEqual",
+        ] {
+            Case::new(op).input(x.clone()).input(y.clone()).check();
+        }
+        Case::new("Pow")
+            .opset(15)
+            .input(x.clone())
+            .input(y.clone())
+            .check();
+        for fmod in [1, 0] {
+            Case::new("Mod")
+                .attr_i("fmod", fmod)
+                .input(x.clone())
+                .input(y.clone())
+                .check();
+        }
+    }
 }

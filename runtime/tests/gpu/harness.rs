@@ -1,5 +1,7 @@
 //! The on-device test harness: one-node models run on CUDA with poisoned device buffers, every output
-//! judged against both CPU oracles by the runtime's own arbitration (`quorum::verify::check`).
+//! judged against both CPU oracles by the runtime's own arbitration (`quorum::verify::check`). Each
+//! case runs twice, once per poison pattern ([`POISONS`]): NaN bytes show an element a kernel left
+//! unwritten wherever the right answer is a number, finite bytes show it where the answer is NaN.
 //!
 //! `QUORUM_GPU_TESTS_ON_CPU=1` runs the same cases on the CPU provider instead: it checks the harness
 //! and the cases themselves on a machine without a GPU.
@@ -9,6 +11,14 @@ use quorum::ir::Attr;
 use quorum::proto;
 use quorum::verify::{Check, check};
 use quorum::{DType, Provider, Session, SessionOptions, Tensor, Value};
+
+/// Poison bytes: every float type reads NaN (an integer -1, a bool true).
+pub const POISON_NAN: u8 = 0xFF;
+/// Poison bytes: finite values in every float type (0.0115 in f32, 1.06 in f16), 0x3C3C3C3C in an
+/// i32, 60 in a bool byte.
+pub const POISON_FINITE: u8 = 0x3C;
+/// The patterns each checked case runs under.
+pub const POISONS: [u8; 2] = [POISON_NAN, POISON_FINITE];
 
 /// Seeded uniform values in [-1, 1) (never all zero).
 pub fn rand_f32(seed: u64, shape: &[usize]) -> Tensor {
@@ -269,24 +279,10 @@ impl Case {
             .collect()
     }
 
-    /// For ops outside the oracles' set (ConstantOfShape, Dropout): runs the case on CUDA with
-    /// poisoned buffers and on the CPU engine, and asserts the outputs are identical (bits, shapes,
+    /// For integers beyond 2^53, which the oracles hold as f64: runs the case on CUDA with poisoned
+    /// buffers (each pattern of [`POISONS`]) and on the CPU engine, and asserts the outputs are identical (bits, shapes,
     /// dtypes) and that CUDA ran the node without falling back (unless `allow_fallback`).
     pub fn check_against_cpu(self) -> Vec<Value> {
-        let what = self.describe();
-        let session = Session::from_bytes(&self.model(), device_options())
-            .unwrap_or_else(|e| panic!("{what}: load: {e}"));
-        let got: Vec<Value> = session
-            .run(self.feeds())
-            .unwrap_or_else(|e| panic!("{what}: run: {e}"))
-            .into_iter()
-            .map(|(_, v)| v)
-            .collect();
-        if !on_cpu() && !self.allow_fallback {
-            let c = session.counters();
-            assert_eq!(session.placement()[0].provider, Provider::Cuda, "{what}");
-            assert_eq!(c.cuda_fallbacks, 0, "{what}: the CUDA kernel declined");
-        }
         let cpu_options = SessionOptions {
             fold_constants: false,
             ..Default::default()
@@ -298,15 +294,31 @@ impl Case {
             .into_iter()
             .map(|(_, v)| v)
             .collect();
-        assert_eq!(got, want, "{what}: CUDA and CPU differ");
-        got
+        for poison in POISONS {
+            let what = format!("{} (poison {poison:#04X})", self.describe());
+            let session = Session::from_bytes(&self.model(), device_options(poison))
+                .unwrap_or_else(|e| panic!("{what}: load: {e}"));
+            let got: Vec<Value> = session
+                .run(self.feeds())
+                .unwrap_or_else(|e| panic!("{what}: run: {e}"))
+                .into_iter()
+                .map(|(_, v)| v)
+                .collect();
+            if !on_cpu() && !self.allow_fallback {
+                let c = session.counters();
+                assert_eq!(session.placement()[0].provider, Provider::Cuda, "{what}");
+                assert_eq!(c.cuda_fallbacks, 0, "{what}: the CUDA kernel declined");
+            }
+            assert_eq!(got, want, "{what}: CUDA and CPU differ");
+        }
+        want
     }
 
     /// Runs the case where `check` would and returns the run's error: for inputs that break the op's
     /// contract, which must be a typed error on every provider, never a value or a panic.
     pub fn fails(self) -> String {
         let what = self.describe();
-        let session = match Session::from_bytes(&self.model(), device_options()) {
+        let session = match Session::from_bytes(&self.model(), device_options(POISON_NAN)) {
             Ok(s) => s,
             Err(e) => return e.to_string(),
         };
@@ -317,10 +329,19 @@ impl Case {
     }
 
     /// Runs the case on CUDA (poisoned buffers, no size floor) and judges every output against both
-    /// oracles. Panics with the case's description on any failure.
+    /// oracles, once per poison pattern of [`POISONS`]. Panics with the case's description on any
+    /// failure; the report is the last run's.
     pub fn check(self) -> Report {
-        let what = self.describe();
-        let session = match Session::from_bytes(&self.model(), device_options()) {
+        let mut report = None;
+        for poison in POISONS {
+            report = Some(self.check_with(poison));
+        }
+        report.expect("at least one poison pattern")
+    }
+
+    fn check_with(&self, poison: u8) -> Report {
+        let what = format!("{} (poison {poison:#04X})", self.describe());
+        let session = match Session::from_bytes(&self.model(), device_options(poison)) {
             Ok(s) => s,
             Err(e) => panic!("{what}: load: {e}"),
         };
@@ -353,24 +374,16 @@ impl Case {
         let all: Vec<Option<&Value>> = owned.iter().map(Option::as_ref).collect();
         match check(node, &all, &outputs) {
             Check::Agree => {}
-            Check::Mismatch {
-                output,
-                index,
-                device,
-                oracle,
-                allowed,
-            } => panic!(
-                "{what}: output {output} element {index}: got {device}, both oracles {oracle} (allowed {allowed:e})"
-            ),
+            Check::Mismatch { output, wrong } => panic!("{what}: output {output}: {wrong:?}"),
             Check::Unsettled(why) => panic!("{what}: unsettled: {why}"),
         }
         Report { outputs, counters }
     }
 }
 
-/// CUDA first (the CPU provider alone under `QUORUM_GPU_TESTS_ON_CPU`), with poisoned device buffers,
-/// no size floor and no constant folding.
-fn device_options() -> SessionOptions {
+/// CUDA first (the CPU provider alone under `QUORUM_GPU_TESTS_ON_CPU`), with device buffers poisoned
+/// with `poison`, no size floor and no constant folding.
+fn device_options(poison: u8) -> SessionOptions {
     let providers = if on_cpu() {
         vec![Provider::Cpu]
     } else {
@@ -378,7 +391,7 @@ fn device_options() -> SessionOptions {
     };
     SessionOptions {
         providers,
-        poison_device_buffers: true,
+        poison_device_buffers: Some(poison),
         // The suite tests kernels: a node with constant inputs must run on the device, not once at
         // load on the CPU.
         fold_constants: false,

@@ -31,7 +31,7 @@ fn expect_error(case: Case, what: &str) {
     };
     let (session, feeds) = case.session(SessionOptions {
         providers,
-        poison_device_buffers: true,
+        poison_device_buffers: Some(crate::harness::POISON_NAN),
         ..Default::default()
     });
     let r: Result<Vec<(String, Value)>, _> = session.run(feeds);

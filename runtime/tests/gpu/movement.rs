@@ -110,7 +110,7 @@ fn pad_gather_depth_space() {
 }
 
 /// ConstantOfShape as a device fill for 1-, 2- and 4-byte values (bool and int8 fill a partial last
-/// word), compared with the CPU engine: the oracles do not cover it. 8-byte values stay on the CPU.
+/// word), judged by both oracles. 8-byte values stay on the CPU.
 #[test]
 fn constant_of_shape_every_fill_width() {
     use quorum::ir::Attr;
@@ -135,36 +135,33 @@ fn constant_of_shape_every_fill_width() {
             if want == DType::I64 {
                 c = c.allow_fallback();
             }
-            let out = c.check_against_cpu();
+            let out = c.check().outputs;
             assert_eq!(dtype(&out[0]), want, "shape {s}");
         }
     }
 }
 
 /// Inference-mode Dropout is the identity on the device (no kernel); its mask output is a fill of
-/// true (opset 10 on) or of ones in the input's type (before). Compared with the CPU engine.
+/// true (opset 10 on) or of ones in the input's type (before). Judged by both oracles.
 #[test]
 fn dropout_is_the_identity_with_a_filled_mask() {
     use quorum::{DType, Tensor};
     let x = rand_f32(70, &[2, 3, 13]);
-    Case::new("Dropout")
-        .opset(13)
-        .input(x.clone())
-        .check_against_cpu();
+    Case::new("Dropout").opset(13).input(x.clone()).check();
     let out = Case::new("Dropout")
         .opset(13)
         .input(x.clone())
         .constant(Tensor::from_f32(&[], vec![0.3]).unwrap())
         .constant(Tensor::from_f64s(DType::Bool, &[], vec![0.0]).unwrap())
         .outputs(2)
-        .check_against_cpu();
-    assert_eq!(dtype(&out[1]), DType::Bool);
+        .check();
+    assert_eq!(dtype(&out.outputs[1]), DType::Bool);
     let out = Case::new("Dropout")
         .opset(9)
         .input(x.clone())
         .outputs(2)
-        .check_against_cpu();
-    assert_eq!(dtype(&out[1]), DType::F32);
+        .check();
+    assert_eq!(dtype(&out.outputs[1]), DType::F32);
     let h = Tensor::from_f64s(
         DType::F16,
         &[5, 7],
@@ -174,5 +171,5 @@ fn dropout_is_the_identity_with_a_filled_mask() {
         .opset(7)
         .input(h.unwrap())
         .outputs(2)
-        .check_against_cpu();
+        .check();
 }

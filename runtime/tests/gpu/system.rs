@@ -83,7 +83,7 @@ fn session() -> Session {
         &chain_model(),
         SessionOptions {
             providers,
-            poison_device_buffers: true,
+            poison_device_buffers: Some(crate::harness::POISON_NAN),
             ..Default::default()
         },
     )

@@ -1,7 +1,7 @@
 //! `quorum bench`: repeated runs of one model; median, p10 and p90 latency.
 use std::time::Instant;
 
-use crate::common::{CliResult, ModelArgs, from_quorum};
+use crate::common::{CliResult, ModelArgs, from_quorum, print_verification};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -37,16 +37,21 @@ pub fn main(a: Args) -> CliResult<()> {
         None => a.model.provider.clone(),
     };
     let (inputs, _) = a.model.inputs(&session, a.seed)?;
-    for _ in 0..a.warmup {
-        session.run(inputs.clone()).map_err(from_quorum)?;
-    }
     let mut times = Vec::with_capacity(a.iters);
-    for _ in 0..a.iters.max(1) {
-        let batch = inputs.clone();
-        let t = Instant::now();
-        session.run(batch).map_err(from_quorum)?;
-        times.push(t.elapsed().as_secs_f64() * 1e3);
-    }
+    let timed = (|| {
+        for _ in 0..a.warmup {
+            session.run(inputs.clone())?;
+        }
+        for _ in 0..a.iters.max(1) {
+            let batch = inputs.clone();
+            let t = Instant::now();
+            session.run(batch)?;
+            times.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        Ok(())
+    })();
+    print_verification(&session);
+    timed.map_err(from_quorum)?;
     times.sort_by(f64::total_cmp);
     let (p10, median, p90) = (
         percentile(&times, 10.0),
@@ -65,6 +70,7 @@ pub fn main(a: Args) -> CliResult<()> {
             "p90_ms": p90,
             "counters": session.counters(),
             "folded_nodes": session.folded_nodes().len(),
+            "verification": session.verification(),
         });
         println!("{j}");
     } else {

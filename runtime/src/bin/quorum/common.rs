@@ -25,7 +25,7 @@ pub fn from_quorum(e: Error) -> CliError {
         Error::Input { .. } => 4,
         Error::Node { .. } | Error::TooLarge { .. } => 1,
         Error::Provider(_) => 2,
-        Error::VerifyMismatch { .. } => 6,
+        Error::VerifyMismatch { .. } | Error::VerifyUnsettled { .. } => 6,
         Error::Device(_) => 7,
         Error::Io { .. }
         | Error::Decode(_)
@@ -56,6 +56,10 @@ pub struct ModelArgs {
     /// (a mismatch ends the run, exit code 6). QUORUM_VERIFY overrides it.
     #[arg(long, default_value = "off")]
     pub verify: String,
+    /// Op types that strict verification lets through when the oracles cannot judge them (they
+    /// disagree, reject the inputs, or do not cover the op), comma-separated: e.g. Dropout,Resize.
+    #[arg(long, value_name = "OPS", value_delimiter = ',')]
+    pub allow_unchecked: Vec<String>,
     /// Keep nodes whose inputs are all constants in the plan instead of computing them once at load
     /// (constant folding is on by default).
     #[arg(long)]
@@ -97,6 +101,12 @@ impl ModelArgs {
             providers,
             min_device_elements,
             verify,
+            allow_unchecked: self
+                .allow_unchecked
+                .iter()
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect(),
             fold_constants: !self.no_fold,
             ..Default::default()
         })
@@ -150,4 +160,32 @@ fn read_value(path: &Path, ty: &quorum::ir::ValueType) -> CliResult<Value> {
         quorum::loader::value_from_pb(&bytes, ty, &Default::default())
     };
     r.map_err(|e| fail(4, format!("{}: {e}", path.display())))
+}
+
+/// Prints what verification found, per op (to stderr, so `--json` output stays one object):
+/// checked, mismatched and unsettled counts, and each reason with its count.
+pub fn print_verification(session: &Session) {
+    if session.verify_mode() == quorum::VerifyMode::Off {
+        return;
+    }
+    let by_op = session.verification();
+    let (checked, mismatched, unsettled) = by_op.values().fold((0, 0, 0), |(c, m, u), v| {
+        (c + v.checked, m + v.mismatched, u + v.unsettled)
+    });
+    eprintln!(
+        "verification ({:?}): {checked} checks, {mismatched} mismatched, {unsettled} unsettled",
+        session.verify_mode()
+    );
+    if by_op.is_empty() {
+        eprintln!("  no node ran on an accelerator: nothing to check");
+    }
+    for (op, v) in &by_op {
+        eprintln!(
+            "  {op}: {} checked, {} mismatched, {} unsettled",
+            v.checked, v.mismatched, v.unsettled
+        );
+        for (why, n) in &v.reasons {
+            eprintln!("    {n} x {why}");
+        }
+    }
 }

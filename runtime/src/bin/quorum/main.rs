@@ -15,7 +15,8 @@ const EXIT_CODES: &str = "Exit codes:
   3  the model could not be loaded (malformed, invalid, or uses an unsupported operator)
   4  bad inputs (missing, unknown, wrong dtype or shape, unreadable file)
   5  an I/O error writing outputs
-  6  verification failed (--verify strict): a device result differs from both oracles
+  6  verification failed (--verify strict): a device result differs from both oracles, or the
+     oracles could not judge a node whose op is not in --allow-unchecked
   7  the device failed (driver error, PTX JIT error, out of device memory)";
 
 #[derive(Parser)]

@@ -3,7 +3,7 @@ use std::path::PathBuf;
 
 use quorum::{Tensor, Value};
 
-use crate::common::{CliResult, ModelArgs, fail, from_quorum};
+use crate::common::{CliResult, ModelArgs, fail, from_quorum, print_verification};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -58,7 +58,9 @@ pub fn main(a: Args) -> CliResult<()> {
             generated.join(", ")
         );
     }
-    let outputs = session.run(inputs).map_err(from_quorum)?;
+    let result = session.run(inputs);
+    print_verification(&session);
+    let outputs = result.map_err(from_quorum)?;
     std::fs::create_dir_all(&a.output_dir)
         .map_err(|e| fail(5, format!("cannot create {}: {e}", a.output_dir.display())))?;
     for (name, value) in outputs {

@@ -1,22 +1,30 @@
-//! CUDA kernels: elementwise ops (unary, binary, variadic, comparisons, logic, Where, Clip).
+//! CUDA kernels: elementwise ops (unary, binary, variadic, comparisons, logic, BitShift, Where, Clip).
 //!
 //! One generator covers them all: a kernel over the broadcast output shape that loads each operand at
 //! its broadcast offset (constants baked into the PTX), converts it to the compute type, applies the
 //! op's expression and stores the result. Float ops compute in f32 (f16 operands are widened and the
-//! result rounded once); transcendental functions go through `math` in f64.
-use super::math::{erf64, exp64, log64, sincos64, tanh64};
+//! result rounded once; the expressions are in `elementwise_float.rs`); transcendental functions go
+//! through `math` in f64. Integer and bool operands keep their own type (`elementwise_int.rs`).
 use super::{broadcast_strides, offsets, require_u32_len, simplify, thread_index};
 use crate::cuda::driver::Arg;
-use crate::cuda::ptx::{Cmp, Kernel, Op, Reg, Space, Ty, module};
-use crate::cuda::{
-    CudaKernel, DevTensor, Inputs, KError, KResult, Run, blocks, dev_input, host_f64s,
-};
+use crate::cuda::ptx::{Cmp, Kernel, Reg, Space, Ty, module};
+use crate::cuda::{CudaKernel, DevTensor, Inputs, KError, KResult, Run, blocks, dev_input};
 use crate::decline;
 use crate::error::OpError;
 use crate::ir::Node;
 use crate::ops::OpCtx;
 use crate::ops::broadcast::broadcast_shapes;
-use crate::tensor::DType;
+use crate::tensor::{DType, Tensor, Value};
+
+#[path = "elementwise_float.rs"]
+mod float;
+#[path = "elementwise_int.rs"]
+mod int;
+
+use float::nan_max;
+pub(super) use float::{mod_expr, pow_expr, unary_expr};
+#[cfg(test)]
+pub(super) use int::tests::int_modules;
 
 /// Op types this family claims in at least one form.
 pub const OPS: &[&str] = &[
@@ -72,6 +80,7 @@ pub const OPS: &[&str] = &[
     "Or",
     "Xor",
     "Where",
+    "BitShift",
 ];
 
 /// The kernel for `node` if this family owns its op type.
@@ -144,12 +153,53 @@ pub(super) fn store(k: &mut Kernel, base: Reg, i: Reg, dtype: DType, v: Reg) -> 
     Ok(())
 }
 
-/// Runs `expr` over operands broadcast to their common shape.
+/// How a map kernel reads its operands and writes its result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Io {
+    /// Converted to and from f32 ([`load`], [`store`]).
+    Float,
+    /// At their own width, in 32- or 64-bit integer registers (`int::load`, `int::store`).
+    Int,
+}
+
+/// A parameter a map kernel takes after `n`; its register is handed to the expression.
+enum Param {
+    /// A device pointer (a flag word the kernel may set).
+    Ptr(&'static str, DevTensor),
+    /// A scalar of a register type (a value with no plain PTX literal).
+    Scalar(&'static str, Ty, Arg),
+}
+
+/// The expression of a map kernel: the operands' registers and the extra parameters' registers in,
+/// the result out.
+type Expr<'a> = &'a dyn Fn(&mut Kernel, &[Reg], &[Reg]) -> KResult<Reg>;
+
+/// Runs `expr` over float operands broadcast to their common shape.
 fn map_kernel(
     run: &Run,
     operands: &[DevTensor],
     out_dtype: DType,
     expr: &dyn Fn(&mut Kernel, &[Reg]) -> KResult<Reg>,
+) -> KResult<DevTensor> {
+    map_kernel_with(
+        run,
+        operands,
+        out_dtype,
+        Io::Float,
+        Vec::new(),
+        &|k, v, _| expr(k, v),
+    )
+}
+
+/// Runs `expr` over operands broadcast to their common shape, read and written as `io` says, with
+/// `extra` parameters after `n`.
+fn map_kernel_with(
+    run: &Run,
+    operands: &[DevTensor],
+    out_dtype: DType,
+    io: Io,
+    extra: Vec<Param>,
+    expr: Expr,
 ) -> KResult<DevTensor> {
     let shapes: Vec<&[usize]> = operands.iter().map(|t| t.shape.as_slice()).collect();
     let out_shape = broadcast_shapes(&shapes)?;
@@ -161,7 +211,7 @@ fn map_kernel(
     let same_f32 = operands
         .iter()
         .all(|t| t.shape == out_shape && t.dtype == DType::F32);
-    if same_f32 && out_dtype == DType::F32 && n % 4 == 0 {
+    if io == Io::Float && extra.is_empty() && same_f32 && out_dtype == DType::F32 && n % 4 == 0 {
         return map_kernel_v4(run, operands, out, n, expr);
     }
     let st: Vec<Vec<i64>> = operands
@@ -176,17 +226,36 @@ fn map_kernel(
         .collect();
     let n_r = k.param("n", Ty::U32);
     let i = thread_index(&mut k, n_r);
-    let offs = offsets(&mut k, i, &shape, &st);
-    let mut vals = Vec::with_capacity(operands.len());
-    for (j, t) in operands.iter().enumerate() {
-        vals.push(load(&mut k, ptrs[j], offs[j], t.dtype)?);
-    }
-    let y = expr(&mut k, &vals)?;
-    store(&mut k, out_p, i, out_dtype, y)?;
-    let ptx = module(run.cc(), &[k]);
     let mut args = vec![Arg::Ptr(out.ptr())];
     args.extend(operands.iter().map(|t| Arg::Ptr(t.ptr())));
     args.push(Arg::U32(n));
+    let mut extra_regs = Vec::with_capacity(extra.len());
+    for p in extra {
+        match p {
+            Param::Ptr(name, t) => {
+                extra_regs.push(k.param_ptr(name));
+                args.push(Arg::Ptr(t.ptr()));
+            }
+            Param::Scalar(name, ty, v) => {
+                extra_regs.push(k.param(name, ty));
+                args.push(v);
+            }
+        }
+    }
+    let offs = offsets(&mut k, i, &shape, &st);
+    let mut vals = Vec::with_capacity(operands.len());
+    for (j, t) in operands.iter().enumerate() {
+        vals.push(match io {
+            Io::Float => load(&mut k, ptrs[j], offs[j], t.dtype)?,
+            Io::Int => int::load(&mut k, ptrs[j], offs[j], t.dtype)?,
+        });
+    }
+    let y = expr(&mut k, &vals, &extra_regs)?;
+    match io {
+        Io::Float => store(&mut k, out_p, i, out_dtype, y)?,
+        Io::Int => int::store(&mut k, out_p, i, out_dtype, y)?,
+    }
+    let ptx = module(run.cc(), &[k]);
     run.launch(
         &ptx,
         "ew",
@@ -224,7 +293,7 @@ fn map_kernel_v4(
     operands: &[DevTensor],
     out: DevTensor,
     n: u32,
-    expr: &dyn Fn(&mut Kernel, &[Reg]) -> KResult<Reg>,
+    expr: Expr,
 ) -> KResult<DevTensor> {
     let quads = n / 4;
     let mut k = Kernel::new("ew4");
@@ -252,7 +321,7 @@ fn map_kernel_v4(
     let mut ys = Vec::with_capacity(4);
     for lane in 0..4 {
         let vals: Vec<Reg> = lanes.iter().map(|r| r[lane]).collect();
-        ys.push(expr(&mut k, &vals)?);
+        ys.push(expr(&mut k, &vals, &[])?);
     }
     let oa = k.addr(out_p, i, 16);
     k.raw(format_args!(
@@ -272,262 +341,6 @@ fn map_kernel_v4(
         &args,
     )?;
     Ok(out)
-}
-
-fn f64_of(k: &mut Kernel, x: Reg) -> Reg {
-    k.cvt(Ty::F64, Ty::F32, "", x)
-}
-
-fn f32_of(k: &mut Kernel, x: Reg) -> Reg {
-    k.cvt(Ty::F32, Ty::F64, ".rn", x)
-}
-
-/// NaN-propagating max/min of two f32 registers (IEEE max returns the number; ONNX wants NaN).
-fn nan_max(k: &mut Kernel, a: Reg, b: Reg, is_max: bool) -> Reg {
-    let m = if is_max {
-        k.max(Ty::F32, a, b)
-    } else {
-        k.min(Ty::F32, a, b)
-    };
-    let an = k.setp(Cmp::Nan, Ty::F32, a, a);
-    let m = k.selp(Ty::F32, a, m, an);
-    let bn = k.setp(Cmp::Nan, Ty::F32, b, b);
-    k.selp(Ty::F32, b, m, bn)
-}
-
-fn fattr(ctx: &OpCtx, name: &str, default: f32) -> KResult<f32> {
-    Ok(ctx.attr_f(name, default)?)
-}
-
-/// Softplus in f64: log(1 + e^x), with the tails taken where the direct form loses accuracy.
-fn softplus64(k: &mut Kernel, x: Reg) -> Reg {
-    let e = exp64(k, x);
-    let ep1 = k.add(Ty::F64, e, Op::D(1.0));
-    let mid = log64(k, ep1);
-    let nx = k.unary("neg", Ty::F64, x);
-    let en = exp64(k, nx);
-    let hi = k.add(Ty::F64, x, en);
-    let is_lo = k.setp(Cmp::Lt, Ty::F64, x, Op::D(-20.0));
-    let y = k.selp(Ty::F64, e, mid, is_lo);
-    let is_hi = k.setp(Cmp::Gt, Ty::F64, x, Op::D(20.0));
-    k.selp(Ty::F64, hi, y, is_hi)
-}
-
-/// The f32 expression of a unary float op on `x`.
-pub(super) fn unary_expr(ctx: &OpCtx, k: &mut Kernel, op: &str, x: Reg) -> KResult<Reg> {
-    let zero = Op::F(0.0);
-    Ok(match op {
-        "Abs" => k.unary("abs", Ty::F32, x),
-        "Neg" => k.unary("neg", Ty::F32, x),
-        "Ceil" => k.cvt(Ty::F32, Ty::F32, ".rpi", x),
-        "Floor" => k.cvt(Ty::F32, Ty::F32, ".rmi", x),
-        "Round" => k.cvt(Ty::F32, Ty::F32, ".rni", x),
-        "Sign" => {
-            let pos = k.setp(Cmp::Gt, Ty::F32, x, zero);
-            let neg = k.setp(Cmp::Lt, Ty::F32, x, zero);
-            let y = k.selp(Ty::F32, 1.0f32, x, pos);
-            k.selp(Ty::F32, -1.0f32, y, neg)
-        }
-        "Reciprocal" => k.unary("rcp.rn", Ty::F32, x),
-        "Sqrt" => k.unary("sqrt.rn", Ty::F32, x),
-        "Relu" => {
-            // x > 0 ? x : 0, keeping NaN.
-            let le = k.setp(Cmp::Le, Ty::F32, x, zero);
-            k.selp(Ty::F32, zero, x, le)
-        }
-        "LeakyRelu" => {
-            let a = fattr(ctx, "alpha", 0.01)?;
-            let ax = k.mul(Ty::F32, x, a);
-            let neg = k.setp(Cmp::Lt, Ty::F32, x, zero);
-            k.selp(Ty::F32, ax, x, neg)
-        }
-        "ThresholdedRelu" => {
-            let a = fattr(ctx, "alpha", 1.0)?;
-            let le = k.setp(Cmp::Le, Ty::F32, x, a);
-            k.selp(Ty::F32, zero, x, le)
-        }
-        "HardSigmoid" => {
-            let (a, b) = (fattr(ctx, "alpha", 0.2)?, fattr(ctx, "beta", 0.5)?);
-            let v = k.fma(Ty::F32, x, a, b);
-            let v = k.max(Ty::F32, v, zero);
-            let v = k.min(Ty::F32, v, 1.0f32);
-            let nan = k.setp(Cmp::Nan, Ty::F32, x, x);
-            k.selp(Ty::F32, x, v, nan)
-        }
-        "HardSwish" => {
-            // x · max(0, min(1, x/6 + 1/2)), the ratio computed in f64 so 1/6 is not rounded first.
-            let xd = f64_of(k, x);
-            let v = k.div(Ty::F64, xd, Op::D(6.0));
-            let v = k.add(Ty::F64, v, Op::D(0.5));
-            let v = k.max(Ty::F64, v, Op::D(0.0));
-            let v = k.min(Ty::F64, v, Op::D(1.0));
-            let y = k.mul(Ty::F64, xd, v);
-            let y = f32_of(k, y);
-            let nan = k.setp(Cmp::Nan, Ty::F32, x, x);
-            k.selp(Ty::F32, x, y, nan)
-        }
-        "Softsign" => {
-            let ax = k.unary("abs", Ty::F32, x);
-            let d = k.add(Ty::F32, ax, 1.0f32);
-            k.div(Ty::F32, x, d)
-        }
-        _ => {
-            // f64 paths.
-            let xd = f64_of(k, x);
-            let y = match op {
-                "Exp" => exp64(k, xd),
-                "Log" => log64(k, xd),
-                "Sin" => sincos64(k, xd).0,
-                "Cos" => sincos64(k, xd).1,
-                "Tan" => {
-                    let (s, c) = sincos64(k, xd);
-                    k.div(Ty::F64, s, c)
-                }
-                "Tanh" => tanh64(k, xd),
-                "Erf" => erf64(k, xd).0,
-                "Sigmoid" => {
-                    // x ≥ 0: 1/(1+e^-x); x < 0: e^x/(1+e^x) (no cancellation either way).
-                    let ax = k.unary("abs", Ty::F64, xd);
-                    let nax = k.unary("neg", Ty::F64, ax);
-                    let e = exp64(k, nax);
-                    let den = k.add(Ty::F64, e, Op::D(1.0));
-                    let pos = k.div(Ty::F64, Op::D(1.0), den);
-                    let negv = k.div(Ty::F64, e, den);
-                    let is_neg = k.setp(Cmp::Lt, Ty::F64, xd, Op::D(0.0));
-                    k.selp(Ty::F64, negv, pos, is_neg)
-                }
-                "Elu" | "Selu" | "Celu" => {
-                    let a = fattr(
-                        ctx,
-                        "alpha",
-                        match op {
-                            "Selu" => 1.673_263_2,
-                            _ => 1.0,
-                        },
-                    )? as f64;
-                    let scaled = if op == "Celu" {
-                        k.div(Ty::F64, xd, Op::D(a))
-                    } else {
-                        xd
-                    };
-                    let e = exp64(k, scaled);
-                    let em1 = k.sub(Ty::F64, e, Op::D(1.0));
-                    let negv = k.mul(Ty::F64, em1, Op::D(a));
-                    let is_neg = k.setp(Cmp::Lt, Ty::F64, xd, Op::D(0.0));
-                    let y = k.selp(Ty::F64, negv, xd, is_neg);
-                    if op == "Selu" {
-                        let g = fattr(ctx, "gamma", 1.050_701)? as f64;
-                        k.mul(Ty::F64, y, Op::D(g))
-                    } else {
-                        y
-                    }
-                }
-                "Softplus" => softplus64(k, xd),
-                "Mish" => {
-                    let sp = softplus64(k, xd);
-                    let t = tanh64(k, sp);
-                    k.mul(Ty::F64, xd, t)
-                }
-                "Gelu" => {
-                    let approx = ctx.attr_s("approximate", "none")?;
-                    let half_x = k.mul(Ty::F64, xd, Op::D(0.5));
-                    if approx == "tanh" {
-                        let x3 = k.mul(Ty::F64, xd, xd);
-                        let x3 = k.mul(Ty::F64, x3, xd);
-                        let inner = k.fma(Ty::F64, x3, Op::D(0.044715), xd);
-                        let inner =
-                            k.mul(Ty::F64, inner, Op::D((2.0 / std::f64::consts::PI).sqrt()));
-                        // 1 + tanh(u) = 2 / (1 + e^(-2u)): no cancellation for negative x
-                        // (at x = -10 the sum form gives 0 for -1.4e-37).
-                        let m2u = k.mul(Ty::F64, inner, Op::D(-2.0));
-                        let e = exp64(k, m2u);
-                        let den = k.add(Ty::F64, e, Op::D(1.0));
-                        let one_p = k.div(Ty::F64, Op::D(2.0), den);
-                        k.mul(Ty::F64, half_x, one_p)
-                    } else {
-                        // 1 + erf(z) = erfc(-z): no cancellation for negative x.
-                        let nz = k.mul(Ty::F64, xd, Op::D(-std::f64::consts::FRAC_1_SQRT_2));
-                        let (_, erfc) = erf64(k, nz);
-                        k.mul(Ty::F64, half_x, erfc)
-                    }
-                }
-                other => decline!("no CUDA expression for {other}"),
-            };
-            f32_of(k, y)
-        }
-    })
-}
-
-/// ONNX Pow for f32 base `x` and exponent `y`, computed as e^(y·ln|x|) in f64 with C's special cases.
-pub(super) fn pow_expr(k: &mut Kernel, x: Reg, y: Reg) -> Reg {
-    let xd = f64_of(k, x);
-    let yd = f64_of(k, y);
-    let ax = k.unary("abs", Ty::F64, xd);
-    let l = log64(k, ax);
-    let t = k.mul(Ty::F64, yd, l);
-    let mag = exp64(k, t);
-    // Negative base: integer exponents keep the sign of x^y, others give NaN.
-    let yr = k.cvt(Ty::F64, Ty::F64, ".rni", yd);
-    let is_int = k.setp(Cmp::Eq, Ty::F64, yr, yd);
-    let half = k.mul(Ty::F64, yd, Op::D(0.5));
-    let hr = k.cvt(Ty::F64, Ty::F64, ".rni", half);
-    let odd_p = k.setp(Cmp::Ne, Ty::F64, hr, half);
-    let odd = k.pred_and(is_int, odd_p);
-    let neg_mag = k.unary("neg", Ty::F64, mag);
-    let signed = k.selp(Ty::F64, neg_mag, mag, odd);
-    let neg_res = k.selp(Ty::F64, signed, Op::D(f64::NAN), is_int);
-    let x_neg = k.setp(Cmp::Lt, Ty::F64, xd, Op::D(0.0));
-    let r = k.selp(Ty::F64, neg_res, mag, x_neg);
-    // y == 0 → 1 (even for NaN x); x == 1 → 1 (even for NaN y).
-    let y0 = k.setp(Cmp::Eq, Ty::F64, yd, Op::D(0.0));
-    let r = k.selp(Ty::F64, Op::D(1.0), r, y0);
-    let x1 = k.setp(Cmp::Eq, Ty::F64, xd, Op::D(1.0));
-    let r = k.selp(Ty::F64, Op::D(1.0), r, x1);
-    f32_of(k, r)
-}
-
-/// Mod: `fmod` (sign of x) or Python's mod (sign of y), computed exactly in f64 (x − trunc(x/y)·y
-/// is an f32 value, so one fused step in f64 gives it exactly while |x/y| < 2^53). An infinite y
-/// with a finite x is taken apart (the fused step would multiply 0 by ∞): fmod gives x; Python's mod
-/// gives x when x is 0 or has y's sign, else y.
-pub(super) fn mod_expr(k: &mut Kernel, x: Reg, y: Reg, fmod: bool) -> Reg {
-    let xd = f64_of(k, x);
-    let yd = f64_of(k, y);
-    let q = k.div(Ty::F64, xd, yd);
-    let q = k.cvt(Ty::F64, Ty::F64, ".rzi", q);
-    let nq = k.unary("neg", Ty::F64, q);
-    let r = k.fma(Ty::F64, nq, yd, xd);
-    let rneg = k.setp(Cmp::Lt, Ty::F64, r, Op::D(0.0));
-    let xneg = k.setp(Cmp::Lt, Ty::F64, xd, Op::D(0.0));
-    let yneg = k.setp(Cmp::Lt, Ty::F64, yd, Op::D(0.0));
-    let r = if fmod {
-        r
-    } else {
-        // Python: a nonzero remainder takes the divisor's sign.
-        let rn = k.setp(Cmp::Ne, Ty::F64, r, Op::D(0.0));
-        let differ = k.reg(Ty::Pred);
-        k.raw(format_args!("xor.pred {differ}, {rneg}, {yneg}"));
-        let fix = k.pred_and(rn, differ);
-        let ry = k.add(Ty::F64, r, yd);
-        k.selp(Ty::F64, ry, r, fix)
-    };
-    let ay = k.unary("abs", Ty::F64, yd);
-    let ax = k.unary("abs", Ty::F64, xd);
-    let y_inf = k.setp(Cmp::Eq, Ty::F64, ay, Op::D(f64::INFINITY));
-    let x_fin = k.setp(Cmp::Lt, Ty::F64, ax, Op::D(f64::INFINITY));
-    let take = k.pred_and(y_inf, x_fin);
-    let special = if fmod {
-        xd
-    } else {
-        let same = k.reg(Ty::Pred);
-        k.raw(format_args!("xor.pred {same}, {xneg}, {yneg}"));
-        let same = k.pred_not(same);
-        let x0 = k.setp(Cmp::Eq, Ty::F64, xd, Op::D(0.0));
-        let keep_x = k.pred_or(same, x0);
-        k.selp(Ty::F64, xd, yd, keep_x)
-    };
-    let r = k.selp(Ty::F64, special, r, take);
-    f32_of(k, r)
 }
 
 fn float_dtypes(op: &str, ts: &[DevTensor]) -> KResult<DType> {
@@ -557,9 +370,44 @@ fn all_inputs(inputs: &dyn Inputs) -> KResult<Vec<DevTensor>> {
     Ok(v)
 }
 
+/// Declines a binary node that broadcasts the pre-opset-7 way (`broadcast=1`, `B` placed at `axis`):
+/// the CPU kernel lays that out (`legacy_b`), and numpy's rules the kernels follow can differ.
+fn legacy_broadcast(ctx: &OpCtx, ts: &[DevTensor]) -> KResult<()> {
+    if ctx.opset() < 7
+        && ts.len() == 2
+        && ts[0].shape != ts[1].shape
+        && ts[1].len() != 1
+        && ctx.attr_i("broadcast", 0)? != 0
+    {
+        decline!(
+            "broadcast=1 at opset {}: the CPU kernel aligns B at its axis",
+            ctx.opset()
+        );
+    }
+    Ok(())
+}
+
+/// Declines a PRelu whose slope does not broadcast onto X (opsets before 7 place a per-channel slope
+/// another way; the CPU kernel handles that).
+fn require_prelu_slope(x: &DevTensor, slope: &DevTensor) -> KResult<()> {
+    let shapes = [x.shape.as_slice(), slope.shape.as_slice()];
+    if broadcast_shapes(&shapes).ok().as_deref() != Some(x.shape.as_slice()) {
+        decline!(
+            "PRelu slope {:?} does not broadcast to {:?}",
+            slope.shape,
+            x.shape
+        );
+    }
+    Ok(())
+}
+
 fn k_map(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>> {
     let op = ctx.node.op_type.as_str();
     let ts = all_inputs(inputs)?;
+    legacy_broadcast(ctx, &ts)?;
+    if let Some(out) = int::map(ctx, run, &ts)? {
+        return Ok(vec![out]);
+    }
     let out = match op {
         "Not" | "And" | "Or" | "Xor" => {
             for t in &ts {
@@ -626,15 +474,7 @@ fn k_map(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>>
             }
             let fmod = ctx.attr_i("fmod", 0)? != 0;
             if op == "PRelu" {
-                // Opsets before 7 broadcast the slope another way; the CPU kernel handles that.
-                let shapes = [ts[0].shape.as_slice(), ts[1].shape.as_slice()];
-                if broadcast_shapes(&shapes).ok().as_deref() != Some(ts[0].shape.as_slice()) {
-                    decline!(
-                        "PRelu slope {:?} does not broadcast to {:?}",
-                        ts[1].shape,
-                        ts[0].shape
-                    );
-                }
+                require_prelu_slope(&ts[0], &ts[1])?;
             }
             map_kernel(run, &ts, d, &|k, v| {
                 Ok(match op {
@@ -667,6 +507,10 @@ fn k_map(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>>
                 Ok(acc)
             })?
         }
+        "BitShift" => decline!(
+            "BitShift on {}: the CPU kernel takes integers only",
+            ts[0].dtype
+        ),
         _ => {
             let d = float_dtypes(op, &ts)?;
             if ts.len() != 1 {
@@ -680,28 +524,48 @@ fn k_map(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>>
     Ok(vec![out])
 }
 
+/// Clip's bound input `i` (opset 11 on) as the CPU kernel takes it: absent or empty is no bound; a
+/// bound of another dtype than X's, or of more than one value, is refused there, so declined here.
+fn clip_bound(inputs: &dyn Inputs, i: usize, x: DType) -> KResult<Option<Tensor>> {
+    let Some(v) = inputs.host(i)? else {
+        return Ok(None);
+    };
+    let Value::Tensor(b) = &*v else {
+        return Err(KError::Op(OpError::Invalid(format!(
+            "Clip bound {i} must be a tensor"
+        ))));
+    };
+    if b.dtype() != x || b.len() > 1 {
+        decline!(
+            "Clip bound {} on a {x} input: the CPU kernel refuses it",
+            b.describe()
+        );
+    }
+    Ok((b.len() == 1).then(|| b.clone()))
+}
+
 fn k_clip(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>> {
     let x = dev_input(inputs, 0)?;
+    if int::int_ty(x.dtype).is_some() {
+        return Ok(vec![int::clip(ctx, run, inputs, x)?]);
+    }
     float_dtypes("Clip", std::slice::from_ref(&x))?;
     let (lo, hi) = if ctx.opset() < 11 {
         (
-            ctx.attr_f("min", f32::NEG_INFINITY)?,
-            ctx.attr_f("max", f32::INFINITY)?,
+            // Clip-6's defaults are the f32 limits, not infinities: Clip(±inf) is ±f32::MAX.
+            ctx.attr_f("min", f32::MIN)?,
+            ctx.attr_f("max", f32::MAX)?,
         )
     } else {
         let bound = |i: usize, default: f32| -> KResult<f32> {
-            match host_f64s(inputs, i)? {
-                None => Ok(default),
-                Some(v) if v.len() == 1 => Ok(v[0] as f32),
-                Some(v) => Err(KError::Op(OpError::Invalid(format!(
-                    "Clip bound {i} must be a scalar, got {} values",
-                    v.len()
-                )))),
-            }
+            Ok(match clip_bound(inputs, i, x.dtype)? {
+                Some(b) => b.to_f64_vec()?.first().map_or(default, |&v| v as f32),
+                None => default,
+            })
         };
         (bound(1, f32::NEG_INFINITY)?, bound(2, f32::INFINITY)?)
     };
-    let out = map_kernel(run, &[x.clone()], x.dtype, &|k, v| {
+    let out = map_kernel(run, std::slice::from_ref(&x), x.dtype, &|k, v| {
         // NaN stays NaN: comparisons with NaN are false.
         let lt = k.setp(Cmp::Lt, Ty::F32, v[0], lo);
         let y = k.selp(Ty::F32, lo, v[0], lt);

@@ -1,0 +1,201 @@
+//! `check` and `Policy` on the CPU: outputs an accelerator might hand back (right, wrong in value,
+//! type, shape or count) and nodes the oracles cannot judge, and what each verification mode does.
+use super::*;
+use crate::inputs::Rng;
+use crate::ir::Node;
+
+fn node(op: &str, opset: i64, outputs: usize) -> Node {
+    Node {
+        name: format!("{op}_0"),
+        op_type: op.into(),
+        domain: String::new(),
+        opset,
+        inputs: vec!["a".into(), "b".into()],
+        outputs: (0..outputs).map(|i| format!("y{i}")).collect(),
+        attrs: Default::default(),
+    }
+}
+
+fn rand(seed: u64, n: usize) -> Vec<f32> {
+    let mut rng = Rng::new(seed);
+    (0..n).map(|_| rng.uniform() as f32 * 4.0).collect()
+}
+
+fn f32s(shape: &[usize], v: Vec<f32>) -> Value {
+    Value::Tensor(Tensor::from_f32(shape, v).unwrap())
+}
+
+/// An Add of two seeded [2, 3] inputs and its right answer.
+fn add_case(seed: u64) -> (Node, Vec<Value>, Value) {
+    let (a, b) = (rand(seed, 6), rand(seed + 1, 6));
+    let sum = a.iter().zip(&b).map(|(x, y)| x + y).collect();
+    (
+        node("Add", 14, 1),
+        vec![f32s(&[2, 3], a), f32s(&[2, 3], b)],
+        f32s(&[2, 3], sum),
+    )
+}
+
+fn run_check(n: &Node, inputs: &[Value], outputs: &[Value]) -> Check {
+    let refs: Vec<Option<&Value>> = inputs.iter().map(Some).collect();
+    check(n, &refs, outputs)
+}
+
+#[test]
+fn a_right_answer_agrees_and_a_wrong_one_is_a_mismatch() {
+    for seed in [1, 7, 99] {
+        let (n, inputs, right) = add_case(seed);
+        assert_eq!(run_check(&n, &inputs, &[right.clone()]), Check::Agree);
+        let Value::Tensor(Tensor::F32(mut off)) = right else {
+            unreachable!()
+        };
+        off[[1, 2]] += 1e-3;
+        let got = run_check(&n, &inputs, &[Value::Tensor(Tensor::F32(off))]);
+        assert!(
+            matches!(
+                got,
+                Check::Mismatch {
+                    output: 0,
+                    wrong: Wrong::Value { index: 5, .. }
+                }
+            ),
+            "{got:?}"
+        );
+    }
+}
+
+#[test]
+fn wrong_dtype_shape_or_count_is_a_mismatch_never_a_skip() {
+    let (n, inputs, right) = add_case(3);
+    let t = right.as_tensor().unwrap();
+    let as_f64 =
+        Value::Tensor(Tensor::from_f64s(DType::F64, t.shape(), t.to_f64_vec().unwrap()).unwrap());
+    let reshaped = Value::Tensor(t.reshape(&[3, 2]).unwrap());
+    for (what, outs) in [
+        ("dtype", vec![as_f64]),
+        ("shape", vec![reshaped]),
+        ("count", vec![right.clone(), right.clone()]),
+        ("none", vec![]),
+    ] {
+        let got = run_check(&n, &inputs, &outs);
+        assert!(
+            matches!(
+                got,
+                Check::Mismatch {
+                    wrong: Wrong::Form(_),
+                    ..
+                }
+            ),
+            "{what}: {got:?}"
+        );
+    }
+}
+
+#[test]
+fn what_the_oracles_cannot_judge_is_unsettled_with_its_kind() {
+    let (_, inputs, right) = add_case(5);
+    let unknown = run_check(&node("NoSuchOp", 1, 1), &inputs, &[right.clone()]);
+    assert!(
+        matches!(unknown, Check::Unsettled(Unsettled::NotCovered(_))),
+        "{unknown:?}"
+    );
+    // Integer division by zero breaks Div's contract: the oracles reject it.
+    let a = Value::Tensor(Tensor::from_i64(&[2], vec![7, 3]).unwrap());
+    let b = Value::Tensor(Tensor::from_i64(&[2], vec![2, 0]).unwrap());
+    let y = Value::Tensor(Tensor::from_i64(&[2], vec![3, 0]).unwrap());
+    let rejected = run_check(&node("Div", 14, 1), &[a, b], &[y]);
+    assert!(
+        matches!(rejected, Check::Unsettled(Unsettled::InputsRejected(_))),
+        "{rejected:?}"
+    );
+    // An attribute kind the oracles are not given.
+    let mut with_tensors = node("Add", 14, 1);
+    with_tensors
+        .attrs
+        .insert("extra".into(), Attr::Tensors(vec![]));
+    let foreign = run_check(&with_tensors, &inputs, &[right]);
+    assert!(
+        matches!(foreign, Check::Unsettled(Unsettled::NotCovered(_))),
+        "{foreign:?}"
+    );
+}
+
+fn apply(mode: VerifyMode, allow: &[&str], check: &Check) -> (Result<Use>, Counters) {
+    let counters = Counters::default();
+    let allow: Vec<String> = allow.iter().map(|s| s.to_string()).collect();
+    let policy = Policy {
+        mode,
+        allow_unchecked: &allow,
+    };
+    let r = policy.apply(&node("Add", 14, 1), check, &counters);
+    (r, counters)
+}
+
+#[test]
+fn strict_stops_on_mismatch_and_shadow_uses_the_cpu() {
+    let wrong = Check::Mismatch {
+        output: 0,
+        wrong: Wrong::Value {
+            index: 2,
+            engine: 1.5,
+            oracle: 1.0,
+            allowed: 1e-7,
+        },
+    };
+    let (r, _) = apply(VerifyMode::Strict, &["Add"], &wrong);
+    assert!(
+        matches!(r, Err(Error::VerifyMismatch { output: 0, .. })),
+        "{r:?}"
+    );
+    let (r, c) = apply(VerifyMode::Shadow, &[], &wrong);
+    assert_eq!(r.unwrap(), Use::Cpu);
+    let s = c.snapshot();
+    assert_eq!((s.verify_checks, s.verify_mismatches), (1, 1));
+    let by_op = c.verify_by_op.lock().unwrap();
+    assert_eq!(by_op["Add"].mismatched, 1);
+    assert!(by_op["Add"].reasons.keys().any(|r| r.contains("element 2")));
+}
+
+#[test]
+fn strict_stops_on_unsettled_unless_the_op_is_allowed_by_name() {
+    let unsettled = Check::Unsettled(Unsettled::OraclesDisagree("output 0 element 1".into()));
+    let (r, _) = apply(VerifyMode::Strict, &[], &unsettled);
+    assert!(
+        matches!(&r, Err(Error::VerifyUnsettled { op, .. }) if op == "Add"),
+        "{r:?}"
+    );
+    let (r, _) = apply(VerifyMode::Strict, &["Mul", "Relu"], &unsettled);
+    assert!(r.is_err(), "another op's name does not allow Add");
+    for allow in ["Add", "Mul,Add"] {
+        let names: Vec<&str> = allow.split(',').collect();
+        let (r, c) = apply(VerifyMode::Strict, &names, &unsettled);
+        assert_eq!(r.unwrap(), Use::Device);
+        assert_eq!(c.snapshot().verify_unsettled, 1);
+        assert_eq!(c.verify_by_op.lock().unwrap()["Add"].unsettled, 1);
+    }
+    let (r, c) = apply(VerifyMode::Shadow, &[], &unsettled);
+    assert_eq!(r.unwrap(), Use::Device);
+    let by_op = c.verify_by_op.lock().unwrap();
+    assert!(
+        by_op["Add"]
+            .reasons
+            .keys()
+            .any(|r| r.contains("the oracles disagree")),
+        "{by_op:?}"
+    );
+}
+
+#[test]
+fn agreement_is_counted_per_op() {
+    let (r, c) = apply(VerifyMode::Strict, &[], &Check::Agree);
+    assert_eq!(r.unwrap(), Use::Device);
+    let by_op = c.verify_by_op.lock().unwrap();
+    assert_eq!(
+        (
+            by_op["Add"].checked,
+            by_op["Add"].mismatched,
+            by_op["Add"].unsettled
+        ),
+        (1, 0, 0)
+    );
+}
