@@ -371,7 +371,12 @@ pub fn arbitrate(
             continue;
         }
         let mag = reference.magnitude.get(k).copied().unwrap_or(0.0);
-        let limit = allowed(bound, engine.dtype, o, mag, e);
+        // A NaN or infinite answer admits nothing but itself (compared above).
+        let limit = if o.is_finite() {
+            allowed(bound, engine.dtype, o, mag, e)
+        } else {
+            None
+        };
         let ok = match limit {
             _ if o.is_nan() || o.is_infinite() || !e.is_finite() => false,
             None => false,
