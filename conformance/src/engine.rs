@@ -165,15 +165,9 @@ pub fn name_nodes(model: &mut Model) {
 
 /// The CUDA device's name, for reports.
 pub fn cuda_device() -> Option<String> {
-    #[cfg(feature = "cuda")]
-    if let Ok(d) = quorum::cuda::Device::get() {
-        let (ma, mi) = d.ctx.info.compute_capability;
-        return Some(format!(
-            "{} (compute capability {ma}.{mi})",
-            d.ctx.info.name
-        ));
-    }
-    None
+    let backend = quorum::backend::backend(quorum::Provider::Cuda)?;
+    backend.available().ok()?;
+    Some(backend.open().ok()?.device_name())
 }
 
 /// Every engine this build knows, available or not.
@@ -202,6 +196,7 @@ mod tests {
             producer: String::new(),
             graph: Default::default(),
             metadata: Vec::new(),
+            warnings: Vec::new(),
         };
         for (name, op) in [
             ("", "Add"),

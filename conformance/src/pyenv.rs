@@ -91,10 +91,7 @@ impl Lock {
 
     /// Reads `conformance/corpus/requirements.lock`.
     pub fn load() -> Result<Lock> {
-        let path = lock_path();
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("reading {}", path.display()))?;
-        Lock::parse(&text, &path)
+        PyEnv::corpus().load_lock()
     }
 }
 
@@ -177,69 +174,100 @@ impl Interpreter {
 /// `$QUORUM_PYTHON` when set (a machine without network, used as it is); else the venv, created, or
 /// rebuilt when its packages differ from the lock.
 pub fn interpreter(lock: &Lock) -> Result<Interpreter> {
-    if let Some(p) = std::env::var_os("QUORUM_PYTHON") {
-        return Ok(Interpreter::External(PathBuf::from(p)));
-    }
-    let venv = venv_dir();
-    let py = venv.join("bin/python");
-    if py.is_file() {
-        match installed(&py) {
-            Ok(have) => {
-                let diff = differences(lock, &have, true);
-                if diff.is_empty() {
-                    return Ok(Interpreter::Venv(py));
-                }
-                eprintln!(
-                    "corpus: {} differs from {} ({}); rebuilding it",
-                    venv.display(),
-                    lock_path().display(),
-                    diff.join("; ")
-                );
-            }
-            Err(e) => eprintln!("corpus: {e:#}; rebuilding {}", venv.display()),
+    PyEnv::corpus().interpreter(lock)
+}
+
+/// A Python environment the project owns: a lock, the venv installed from it, and the variable
+/// that names another Python instead. The corpus generators have one ([`PyEnv::corpus`]); so do
+/// the benchmarks' exporters and onnxruntime (`xtask/src/bench_cpu.rs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PyEnv {
+    /// What the environment is for, in messages (`corpus`, `bench`).
+    pub label: &'static str,
+    pub lock: PathBuf,
+    pub venv: PathBuf,
+    /// When set, names a Python used as it is instead of the venv.
+    pub python_var: &'static str,
+}
+
+impl PyEnv {
+    /// The corpus generators': `conformance/corpus/requirements.lock`, `target/corpus-venv`,
+    /// `QUORUM_PYTHON`.
+    pub fn corpus() -> PyEnv {
+        PyEnv {
+            label: "corpus",
+            lock: lock_path(),
+            venv: venv_dir(),
+            python_var: "QUORUM_PYTHON",
         }
-        std::fs::remove_dir_all(&venv).with_context(|| format!("removing {}", venv.display()))?;
     }
-    eprintln!(
-        "corpus: creating {} from {}",
-        venv.display(),
-        lock_path().display()
-    );
-    run(
-        Command::new("python3").args(["-m", "venv"]).arg(&venv),
-        "python3 -m venv (install python3-venv?)",
-    )?;
-    run(
-        Command::new(&py)
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                "--no-deps",
-                "-r",
-            ])
-            .arg(lock_path()),
-        &format!("pip install --no-deps -r {}", lock_path().display()),
-    )?;
-    run(
-        Command::new(&py).args(["-m", "pip", "check", "--disable-pip-version-check"]),
-        &format!(
-            "pip check (a dependency missing from {}?)",
-            lock_path().display()
-        ),
-    )?;
-    let diff = differences(lock, &installed(&py)?, true);
-    if !diff.is_empty() {
-        bail!(
-            "{} still differs from {} after installing it: {}",
-            venv.display(),
-            lock_path().display(),
-            diff.join("; ")
-        );
+
+    /// Reads and parses the lock.
+    pub fn load_lock(&self) -> Result<Lock> {
+        let text = std::fs::read_to_string(&self.lock)
+            .with_context(|| format!("reading {}", self.lock.display()))?;
+        Lock::parse(&text, &self.lock)
     }
-    Ok(Interpreter::Venv(py))
+
+    /// `$python_var` when set; else the venv, created, or rebuilt when its packages differ from
+    /// the lock.
+    pub fn interpreter(&self, lock: &Lock) -> Result<Interpreter> {
+        if let Some(p) = std::env::var_os(self.python_var) {
+            return Ok(Interpreter::External(PathBuf::from(p)));
+        }
+        let (label, venv, lock_file) = (self.label, &self.venv, self.lock.display());
+        let py = venv.join("bin/python");
+        if py.is_file() {
+            match installed(&py) {
+                Ok(have) => {
+                    let diff = differences(lock, &have, true);
+                    if diff.is_empty() {
+                        return Ok(Interpreter::Venv(py));
+                    }
+                    eprintln!(
+                        "{label}: {} differs from {lock_file} ({}); rebuilding it",
+                        venv.display(),
+                        diff.join("; ")
+                    );
+                }
+                Err(e) => eprintln!("{label}: {e:#}; rebuilding {}", venv.display()),
+            }
+            std::fs::remove_dir_all(venv)
+                .with_context(|| format!("removing {}", venv.display()))?;
+        }
+        eprintln!("{label}: creating {} from {lock_file}", venv.display());
+        run(
+            Command::new("python3").args(["-m", "venv"]).arg(venv),
+            "python3 -m venv (install python3-venv?)",
+        )?;
+        run(
+            Command::new(&py)
+                .args([
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                    "--no-deps",
+                    "-r",
+                ])
+                .arg(&self.lock),
+            &format!("pip install --no-deps -r {lock_file}"),
+        )?;
+        run(
+            Command::new(&py).args(["-m", "pip", "check", "--disable-pip-version-check"]),
+            &format!("pip check (a dependency missing from {lock_file}?)"),
+        )?;
+        let diff = differences(lock, &installed(&py)?, true);
+        if !diff.is_empty() {
+            bail!(
+                "{} still differs from {lock_file} after installing it: {}",
+                venv.display(),
+                diff.join("; ")
+            );
+        }
+        Ok(Interpreter::Venv(py))
+    }
 }
 
 fn run(cmd: &mut Command, what: &str) -> Result<()> {

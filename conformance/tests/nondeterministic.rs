@@ -234,6 +234,7 @@ fn dropout_model(n: usize) -> Model {
             ..Default::default()
         },
         metadata: Vec::new(),
+        warnings: Vec::new(),
     }
 }
 

@@ -21,6 +21,15 @@ pub enum Error {
         opset: i64,
         reason: String,
     },
+    /// The model imports a version of an ONNX domain newer than Quorum implements.
+    #[error(
+        "unsupported: the model imports {domain} opset {declared}; Quorum implements {domain} up to opset {latest}. Export the model at opset {latest} or lower, or set QUORUM_ALLOW_NEWER_OPSETS=1 to run its nodes as opset {latest}"
+    )]
+    UnsupportedOpset {
+        domain: String,
+        declared: i64,
+        latest: i64,
+    },
     #[error("node '{node}' ({op}) with inputs {shapes}: {msg}")]
     Node {
         node: String,

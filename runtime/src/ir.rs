@@ -157,11 +157,15 @@ impl Graph {
 #[derive(Debug, Clone)]
 pub struct Model {
     pub ir_version: i64,
-    /// Domain → version; the default domain is keyed `""`.
+    /// Domain → version as the model declares it; the default domain is keyed `""`. Nodes carry the
+    /// version they run at (`Node::opset`), which differs only where `warnings` says so.
     pub opsets: HashMap<String, i64>,
     pub producer: String,
     pub graph: Graph,
     pub metadata: Vec<(String, String)>,
+    /// What loading accepted but a person should hear about (e.g. a newer opset run as an older
+    /// one, `crate::opsets`); the CLI prints each line as a warning.
+    pub warnings: Vec<String>,
 }
 
 impl Model {

@@ -2,6 +2,7 @@
 //!
 //! Load a model with [`Session::from_file`] or [`Session::from_bytes`], then call [`Session::run`].
 
+pub mod backend;
 pub mod counters;
 #[cfg(feature = "cuda")]
 pub mod cuda;
@@ -12,6 +13,9 @@ pub mod ir;
 pub mod loader;
 pub mod npy;
 pub mod ops;
+pub mod opsets;
+pub mod output_files;
+pub mod pb;
 pub mod plan;
 pub mod session;
 pub mod tensor;
@@ -23,9 +27,10 @@ pub mod proto {
     include!(concat!(env!("OUT_DIR"), "/onnx.rs"));
 }
 
+pub use backend::{Provider, parse_providers};
 pub use counters::CounterSnapshot;
 pub use error::{Error, OpError, Result};
-pub use session::{NodePlacement, Provider, Session, SessionOptions, parse_providers};
+pub use session::{NodePlacement, Session, SessionOptions};
 pub use tensor::{DType, Tensor, Value};
 pub use verify::VerifyMode;
 

@@ -91,11 +91,16 @@ fn lower_model(m: proto::ModelProto, opts: &LoadOptions) -> Result<Model> {
     let g = m
         .graph
         .ok_or_else(|| Error::InvalidModel("the model has no graph".into()))?;
+    let newer = crate::opsets::Newer::from_env();
+    let mut warnings = Vec::new();
+    let used = crate::opsets::resolve(&opsets, newer, &mut warnings)?;
     let cx = Lower {
         opts,
         functions: &functions,
+        newer,
+        warnings: std::cell::RefCell::new(warnings),
     };
-    let graph = cx.graph(g, &opsets, 0)?;
+    let graph = cx.graph(g, &used, 0)?;
     Ok(Model {
         ir_version: m.ir_version.unwrap_or(0),
         opsets,
@@ -106,6 +111,7 @@ fn lower_model(m: proto::ModelProto, opts: &LoadOptions) -> Result<Model> {
             .iter()
             .map(|p| (p.key().to_string(), p.value().to_string()))
             .collect(),
+        warnings: cx.warnings.into_inner(),
     })
 }
 
@@ -117,6 +123,8 @@ pub fn normalize_domain(d: &str) -> &str {
 struct Lower<'a> {
     opts: &'a LoadOptions,
     functions: &'a HashMap<(String, String), proto::FunctionProto>,
+    newer: crate::opsets::Newer,
+    warnings: std::cell::RefCell<Vec<String>>,
 }
 
 /// Model-local functions may call each other; deeper expansion than this is taken as recursion.
@@ -239,6 +247,8 @@ impl Lower<'_> {
         for o in &f.opset_import {
             f_opsets.insert(normalize_domain(o.domain()).to_string(), o.version());
         }
+        let f_opsets =
+            crate::opsets::resolve(&f_opsets, self.newer, &mut self.warnings.borrow_mut())?;
         // Attribute values: the call's own (resolving its refs against the caller), else the defaults.
         let mut scope: HashMap<String, proto::AttributeProto> = HashMap::new();
         for a in &f.attribute_proto {
@@ -408,28 +418,29 @@ pub fn value_type(t: Option<&proto::TypeProto>) -> ValueType {
     match v {
         V::TensorType(tt) => ValueType::Tensor {
             dtype: tt.elem_type.and_then(DType::from_onnx),
-            shape: tt.shape.as_ref().map(|s| {
-                s.dim
-                    .iter()
-                    .map(|d| match &d.value {
-                        Some(proto::tensor_shape_proto::dimension::Value::DimValue(v)) => {
-                            Dim::Fixed(*v)
-                        }
-                        Some(proto::tensor_shape_proto::dimension::Value::DimParam(p))
-                            if !p.is_empty() =>
-                        {
-                            Dim::Symbol(p.clone())
-                        }
-                        _ => Dim::Unknown,
-                    })
-                    .collect()
-            }),
+            shape: tt
+                .shape
+                .as_ref()
+                .map(|s| s.dim.iter().map(|d| dim(d.value.as_ref())).collect()),
         },
         V::SequenceType(s) => ValueType::Sequence(Box::new(value_type(s.elem_type.as_deref()))),
         V::OptionalType(o) => ValueType::Optional(Box::new(value_type(o.elem_type.as_deref()))),
         V::MapType(_) => ValueType::Map,
         V::SparseTensorType(_) => ValueType::SparseTensor,
         V::OpaqueType(_) => ValueType::Unknown,
+    }
+}
+
+/// Lowers one declared dimension. A real symbol (`batch`, `seq_len`) names a size that every input
+/// declaring it must share; `?` (PaddlePaddle's "unknown"), an empty `dim_param`, a negative
+/// `dim_value` and an absent dimension say only that the size is not known, so each is its own
+/// anonymous [`Dim::Unknown`], never one shared symbol.
+fn dim(d: Option<&proto::tensor_shape_proto::dimension::Value>) -> Dim {
+    use proto::tensor_shape_proto::dimension::Value as D;
+    match d {
+        Some(D::DimValue(v)) if *v >= 0 => Dim::Fixed(*v),
+        Some(D::DimParam(p)) if !p.is_empty() && p != "?" => Dim::Symbol(p.clone()),
+        _ => Dim::Unknown,
     }
 }
 
@@ -576,7 +587,7 @@ fn arr<T>(shape: &[usize], v: Vec<T>) -> std::result::Result<ArrayD<T>, String> 
 }
 
 /// Number of elements packed per byte for the sub-byte integer and float formats.
-fn per_byte(dtype: DType) -> usize {
+pub(crate) fn per_byte(dtype: DType) -> usize {
     match dtype {
         DType::U4 | DType::I4 | DType::F4E2M1 => 2,
         DType::U2 | DType::I2 => 4,
@@ -804,10 +815,21 @@ pub fn tensor_from_pb(bytes: &[u8], opts: &LoadOptions) -> Result<Tensor> {
 /// Decodes a serialized value whose declared type is `ty`: TensorProto, SequenceProto or OptionalProto.
 pub fn value_from_pb(bytes: &[u8], ty: &ValueType, opts: &LoadOptions) -> Result<Value> {
     match ty {
-        ValueType::Sequence(_) => {
+        ValueType::Sequence(elem) => {
             let s = proto::SequenceProto::decode(bytes)
                 .map_err(|e| Error::Decode(format!("not a SequenceProto: {e}")))?;
-            sequence_value(&s, opts)
+            let mut v = sequence_value(&s, opts)?;
+            // An empty sequence carries no element type of its own: the declared one is its type.
+            if let (
+                Value::Sequence {
+                    dtype: d @ None, ..
+                },
+                ValueType::Tensor { dtype, .. },
+            ) = (&mut v, elem.as_ref())
+            {
+                *d = *dtype;
+            }
+            Ok(v)
         }
         ValueType::Optional(_) => {
             let o = proto::OptionalProto::decode(bytes)

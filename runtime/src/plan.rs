@@ -13,9 +13,8 @@ pub struct Step {
     pub kernel: Kernel,
     /// Values whose last reader is this step (dropped after it runs).
     pub frees: Vec<String>,
-    /// The CUDA kernel, when the session placed this node on CUDA.
-    #[cfg(feature = "cuda")]
-    pub cuda: Option<crate::cuda::CudaKernel>,
+    /// The accelerator and kernel, when the session placed this node on one.
+    pub device: Option<crate::session::DeviceStep>,
 }
 
 pub struct Plan {
@@ -162,8 +161,7 @@ impl Plan {
                 node: i,
                 kernel,
                 frees: Vec::new(),
-                #[cfg(feature = "cuda")]
-                cuda: None,
+                device: None,
             });
         }
         // Lifetimes: a value is dropped after its last reader, unless it is a graph output.

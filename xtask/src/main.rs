@@ -1,4 +1,6 @@
-//! `cargo xtask <task>`: conformance runs, corpus generation, fuzzing. See the README for each task.
+//! `cargo xtask <task>`: conformance runs, corpus generation, fuzzing, CPU benchmarks. See the README
+//! for each task.
+mod bench_cpu;
 mod fuzz;
 mod gpu_bundle;
 
@@ -23,6 +25,9 @@ enum Task {
         #[arg(long)]
         force: bool,
     },
+    /// Time Quorum and onnxruntime side by side on the CPU (light corpus models and real models
+    /// exported from PyPI packages); writes reports/cpu/models-vs-onnxruntime.{md,json}.
+    BenchCpu(bench_cpu::Args),
     /// Fuzz model loading and running (cargo-fuzz target `load_and_run`), seeded with the corpus models.
     Fuzz(fuzz::Args),
     /// Build the on-device tests and tools (release, stripped) with run.sh into target/gpu-bundle/.
@@ -39,6 +44,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.task {
         Task::Conformance(args) => quorum_conformance::cli::run(args),
+        Task::BenchCpu(args) => bench_cpu::run(args),
         Task::Fuzz(args) => fuzz::run(args),
         Task::GpuBundle { dev } => gpu_bundle::run(dev),
         Task::Corpus { force } => {

@@ -7,6 +7,7 @@
 pub mod driver;
 pub mod memory;
 pub mod ops;
+pub mod provider;
 pub mod ptx;
 
 use std::cell::RefCell;
@@ -33,6 +34,9 @@ pub enum KError {
     Op(OpError),
     /// The device failed.
     Cuda(CudaError),
+    /// The device failed in a step taken through the backend seam (an input's upload), as reported
+    /// there.
+    Device(String),
 }
 
 impl From<CudaError> for KError {

@@ -52,6 +52,7 @@ pub fn main(a: Args) -> CliResult<()> {
     })();
     print_verification(&session);
     timed.map_err(from_quorum)?;
+    let in_order = times.clone();
     times.sort_by(f64::total_cmp);
     let (p10, median, p90) = (
         percentile(&times, 10.0),
@@ -68,6 +69,7 @@ pub fn main(a: Args) -> CliResult<()> {
             "median_ms": median,
             "p10_ms": p10,
             "p90_ms": p90,
+            "times_ms": in_order,
             "counters": session.counters(),
             "folded_nodes": session.folded_nodes().len(),
             "verification": session.verification(),

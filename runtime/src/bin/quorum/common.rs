@@ -30,7 +30,8 @@ pub fn from_quorum(e: Error) -> CliError {
         Error::Io { .. }
         | Error::Decode(_)
         | Error::InvalidModel(_)
-        | Error::Unsupported { .. } => 3,
+        | Error::Unsupported { .. }
+        | Error::UnsupportedOpset { .. } => 3,
     };
     CliError {
         message: e.to_string(),
@@ -112,8 +113,11 @@ impl ModelArgs {
         })
     }
 
+    /// The session, after printing the model's load warnings (one `warning:` line each, to stderr).
     pub fn session(&self) -> CliResult<Session> {
-        Session::from_file(&self.model, self.options()?).map_err(from_quorum)
+        let session = Session::from_file(&self.model, self.options()?).map_err(from_quorum)?;
+        print_warnings(session.model());
+        Ok(session)
     }
 
     /// Inputs read from files, then every remaining runtime input generated with `seed`.
@@ -160,6 +164,13 @@ fn read_value(path: &Path, ty: &quorum::ir::ValueType) -> CliResult<Value> {
         quorum::loader::value_from_pb(&bytes, ty, &Default::default())
     };
     r.map_err(|e| fail(4, format!("{}: {e}", path.display())))
+}
+
+/// Prints each of the model's load warnings (a newer opset run as an older one...) to stderr.
+pub fn print_warnings(model: &quorum::ir::Model) {
+    for w in &model.warnings {
+        eprintln!("warning: {w}");
+    }
 }
 
 /// Prints what verification found, per op (to stderr, so `--json` output stays one object):

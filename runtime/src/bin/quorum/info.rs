@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use quorum::loader::{self, LoadOptions};
 use quorum::ops::Registry;
 
-use crate::common::{CliResult, ModelArgs, from_quorum};
+use crate::common::{CliResult, ModelArgs, from_quorum, print_warnings};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -15,6 +15,7 @@ pub struct Args {
 pub fn main(a: Args) -> CliResult<()> {
     let model =
         loader::model_from_file(&a.model.model, &LoadOptions::default()).map_err(from_quorum)?;
+    print_warnings(&model);
     let g = &model.graph;
     println!(
         "model: {} (ir {}, producer '{}')",
@@ -71,7 +72,7 @@ pub fn main(a: Args) -> CliResult<()> {
     for (why, n) in &declined {
         println!("    declines {n} node(s): {why}");
     }
-    cuda_placement(&g.nodes);
+    accelerator_placement(&g.nodes);
     println!("  wgpu: not built in this version (declines every node)");
     // Folding runs the constant nodes' CPU kernels, so it is reported from a CPU session.
     match quorum::Session::from_model(model.clone(), quorum::SessionOptions::default()) {
@@ -85,36 +86,37 @@ pub fn main(a: Args) -> CliResult<()> {
     Ok(())
 }
 
-/// What CUDA would claim of the top-level nodes, and why it declines the rest (decided from the
-/// nodes alone, so it needs no GPU).
-#[cfg(feature = "cuda")]
-fn cuda_placement(nodes: &[quorum::ir::Node]) {
-    let mut claims = 0;
-    let mut declined: BTreeMap<String, usize> = BTreeMap::new();
-    for n in nodes {
-        match quorum::cuda::claim(n) {
-            Ok(_) => claims += 1,
-            Err(why) => {
-                *declined
-                    .entry(format!("{}: {why}", n.qualified_op()))
-                    .or_default() += 1
+/// What each accelerator this build knows would claim of the top-level nodes, and why it declines
+/// the rest (decided from the nodes alone, so it needs no device).
+fn accelerator_placement(nodes: &[quorum::ir::Node]) {
+    for p in quorum::Provider::ACCELERATORS {
+        let Some(backend) = quorum::backend::backend(p) else {
+            println!("  {}: not in this build", p.name());
+            continue;
+        };
+        let mut claims = 0;
+        let mut declined: BTreeMap<String, usize> = BTreeMap::new();
+        for n in nodes {
+            match backend.claim(n) {
+                Ok(_) => claims += 1,
+                Err(why) => {
+                    *declined
+                        .entry(format!("{}: {why}", n.qualified_op()))
+                        .or_default() += 1
+                }
             }
         }
+        let avail = match p.available() {
+            Ok(()) => "available".to_string(),
+            Err(e) => format!("not available here: {e}"),
+        };
+        println!(
+            "  {} ({avail}): claims {claims} of {} top-level nodes",
+            p.name(),
+            nodes.len()
+        );
+        for (why, n) in &declined {
+            println!("    declines {n} node(s): {why}");
+        }
     }
-    let avail = match quorum::Provider::Cuda.available() {
-        Ok(()) => "available".to_string(),
-        Err(e) => format!("not available here: {e}"),
-    };
-    println!(
-        "  cuda ({avail}): claims {claims} of {} top-level nodes",
-        nodes.len()
-    );
-    for (why, n) in &declined {
-        println!("    declines {n} node(s): {why}");
-    }
-}
-
-#[cfg(not(feature = "cuda"))]
-fn cuda_placement(_: &[quorum::ir::Node]) {
-    println!("  cuda: not in this build (feature `cuda`)");
 }

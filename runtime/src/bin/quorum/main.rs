@@ -28,7 +28,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run a model once and write each output as <name>.npy.
+    /// Run a model once and write each output to a file: <name>.npy, or <name>.pb (ONNX protobuf) where
+    /// numpy has no dtype, for sequences and optionals, or for all with --format pb.
     Run(run::Args),
     /// Time a model: median, p10 and p90 over repeated runs.
     Bench(bench::Args),

@@ -1,6 +1,9 @@
-//! `quorum run`: one run, outputs written as .npy with a one-line summary each.
+//! `quorum run`: one run, every output written to a file (`.npy`, or ONNX protobuf `.pb` where numpy
+//! has no dtype, for sequences and optionals, or for all with `--format pb`) with a one-line summary
+//! each.
 use std::path::PathBuf;
 
+use quorum::output_files::{self, Format};
 use quorum::{Tensor, Value};
 
 use crate::common::{CliResult, ModelArgs, fail, from_quorum, print_verification};
@@ -15,25 +18,15 @@ pub struct Args {
     /// Seed for inputs that are not given.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// File format of the outputs: npy (a .pb TensorProto where numpy has no dtype: bfloat16,
+    /// float8, int4, int2...; sequences and optionals as SequenceProto/OptionalProto .pb) or pb
+    /// (every output as ONNX protobuf).
+    #[arg(long, default_value = "npy", value_parser = parse_format)]
+    format: Format,
 }
 
-/// A file-system-safe version of a value name.
-fn safe_name(name: &str) -> String {
-    let s: String = name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    if s.is_empty() || s.starts_with('.') {
-        format!("output{s}")
-    } else {
-        s
-    }
+fn parse_format(s: &str) -> Result<Format, String> {
+    s.parse()
 }
 
 fn stats(t: &Tensor) -> String {
@@ -63,27 +56,31 @@ pub fn main(a: Args) -> CliResult<()> {
     let outputs = result.map_err(from_quorum)?;
     std::fs::create_dir_all(&a.output_dir)
         .map_err(|e| fail(5, format!("cannot create {}: {e}", a.output_dir.display())))?;
-    for (name, value) in outputs {
-        let Value::Tensor(t) = &value else {
-            println!(
-                "{name}: {} (not written: only tensors are saved as .npy)",
-                value.describe()
-            );
-            continue;
+    let names: Vec<&str> = outputs.iter().map(|(n, _)| n.as_str()).collect();
+    let stems = output_files::file_stems(&names);
+    let graph = &session.model().graph;
+    for ((name, value), stem) in outputs.iter().zip(stems) {
+        let declared = graph
+            .outputs
+            .iter()
+            .find(|o| &o.name == name)
+            .map(|o| &o.ty);
+        let file = output_files::encode(name, value, declared, a.format);
+        let path = a.output_dir.join(format!("{stem}.{}", file.extension));
+        std::fs::write(&path, &file.bytes).map_err(|e| {
+            fail(
+                5,
+                format!("output '{name}': cannot write {}: {e}", path.display()),
+            )
+        })?;
+        let stats = match value {
+            Value::Tensor(t) => stats(t),
+            _ => String::new(),
         };
-        let path = a.output_dir.join(format!("{}.npy", safe_name(&name)));
-        match quorum::npy::write(t) {
-            Ok(bytes) => std::fs::write(&path, bytes)
-                .map_err(|e| fail(5, format!("cannot write {}: {e}", path.display())))?,
-            Err(e) => {
-                println!("{name}: {} (not written: {e})", t.describe());
-                continue;
-            }
-        }
+        let why = file.fallback.map(|w| format!(" ({w})")).unwrap_or_default();
         println!(
-            "{name}: {} {} -> {}",
-            t.describe(),
-            stats(t),
+            "{name}: {} {stats} -> {}{why}",
+            value.describe(),
             path.display()
         );
     }

@@ -1,6 +1,7 @@
-//! The on-device suite: `cargo test -p quorum --features gpu-tests --test gpu` on a machine with an
-//! NVIDIA GPU (or from `target/gpu-bundle/run.sh`). A plain `cargo test` builds none of it.
-#![cfg(feature = "gpu-tests")]
+//! The on-device suite: every accelerated op family run on the device and judged against both CPU
+//! oracles. `cargo test -p quorum-device-tests` runs it on the accelerator present, or, where there
+//! is none, runs the same cases on the CPU provider (which checks the cases and the harness);
+//! `--features gpu-tests` (GPU runners, the GPU bundle) requires the device.
 
 #[path = "gpu/harness.rs"]
 mod harness;

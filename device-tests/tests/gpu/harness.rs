@@ -3,8 +3,8 @@
 //! case runs twice, once per poison pattern ([`POISONS`]): NaN bytes show an element a kernel left
 //! unwritten wherever the right answer is a number, finite bytes show it where the answer is NaN.
 //!
-//! `QUORUM_GPU_TESTS_ON_CPU=1` runs the same cases on the CPU provider instead: it checks the harness
-//! and the cases themselves on a machine without a GPU.
+//! Where no device is usable (or with `QUORUM_GPU_TESTS_ON_CPU=1`) the same cases run on the CPU
+//! provider instead: that checks the harness and the cases themselves on every `cargo test`.
 #![allow(dead_code)]
 use prost::Message;
 use quorum::ir::Attr;
@@ -42,8 +42,15 @@ pub fn i64s(shape: &[usize], v: Vec<i64>) -> Tensor {
     Tensor::from_i64(shape, v).unwrap()
 }
 
+/// Whether the cases run on the CPU provider instead of the device: asked for with
+/// `QUORUM_GPU_TESTS_ON_CPU`, or because no device is usable here (unless the `gpu-tests` feature
+/// requires one, as on GPU runners).
 pub fn on_cpu() -> bool {
-    std::env::var_os("QUORUM_GPU_TESTS_ON_CPU").is_some()
+    static ON_CPU: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON_CPU.get_or_init(|| {
+        std::env::var_os("QUORUM_GPU_TESTS_ON_CPU").is_some()
+            || (!cfg!(feature = "gpu-tests") && Provider::Cuda.available().is_err())
+    })
 }
 
 fn tensor_proto(name: &str, t: &Tensor) -> proto::TensorProto {

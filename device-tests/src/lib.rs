@@ -1,0 +1,2 @@
+//! Quorum's on-device suite lives in `tests/gpu.rs` (`cargo test -p quorum-device-tests`); this
+//! library is empty.

@@ -1,0 +1,219 @@
+//! The one seam between the executor and accelerators, and the registry of accelerators this build
+//! knows.
+//!
+//! A [`Backend`] is a kind of accelerator (CUDA, wgpu): it claims a node at plan time — returning the
+//! kernel it will launch — or declines it with a reason, without needing a device, and opens a
+//! [`DeviceSession`] for a session. A device session holds what lives as long as the session (the
+//! device, resident weights) and starts a [`DeviceRun`] per `Session::run`: the per-run context that
+//! allocates, copies, launches and releases. The executor sees device values only as
+//! [`DeviceTensor`]s and knows nothing of any backend; adding one touches [`backend`] (the registry)
+//! and [`Provider`], not the executor.
+use std::any::Any;
+use std::sync::Arc;
+
+use crate::counters::Counters;
+use crate::error::OpError;
+use crate::ir::Node;
+use crate::ops::OpCtx;
+use crate::tensor::{DType, Tensor, Value};
+
+/// Where nodes may run, by name. The CPU runs every node no accelerator claims.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Provider {
+    Cpu,
+    /// NVIDIA GPUs through the CUDA driver (feature `cuda`).
+    Cuda,
+}
+
+impl Provider {
+    pub fn name(self) -> &'static str {
+        match self {
+            Provider::Cpu => "cpu",
+            Provider::Cuda => "cuda",
+        }
+    }
+
+    /// Whether this build and machine can use the provider (`Err` says why not).
+    pub fn available(self) -> Result<(), String> {
+        match self {
+            Provider::Cpu => Ok(()),
+            p => backend(p)
+                .ok_or_else(|| format!("this build has no {} support", p.name()))?
+                .available(),
+        }
+    }
+
+    /// The accelerators in the order `auto` prefers them.
+    pub const ACCELERATORS: [Provider; 1] = [Provider::Cuda];
+}
+
+/// The backend of an accelerator, if this build has it: the registry.
+pub fn backend(p: Provider) -> Option<&'static dyn Backend> {
+    match p {
+        Provider::Cpu => None,
+        #[cfg(feature = "cuda")]
+        Provider::Cuda => Some(&crate::cuda::provider::CudaBackend),
+        #[cfg(not(feature = "cuda"))]
+        Provider::Cuda => None,
+    }
+}
+
+/// A kernel a backend claimed for a node at plan time; only that backend looks inside.
+pub struct Claim(pub Box<dyn Any + Send + Sync>);
+
+impl std::fmt::Debug for Claim {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Claim")
+    }
+}
+
+/// A kind of accelerator.
+pub trait Backend: Send + Sync {
+    fn provider(&self) -> Provider;
+    /// Whether a device is present and usable here (`Err` says why not).
+    fn available(&self) -> Result<(), String>;
+    /// Plan time, from the node alone: the kernel this backend will launch for `node`, or why it
+    /// declines it (shown by `quorum info`).
+    fn claim(&self, node: &Node) -> Result<Claim, String>;
+    /// The device side of one session.
+    fn open(&self) -> Result<Arc<dyn DeviceSession>, String>;
+}
+
+/// What an accelerator keeps for the life of a session: the device and the session's resident
+/// weights.
+pub trait DeviceSession: Send + Sync {
+    /// The device, in words (for reports).
+    fn device_name(&self) -> String;
+    /// Starts the device side of one run. `index`: this device's place among the session's
+    /// accelerators (stamped on every [`DeviceTensor`] it makes). `poison`: fill every new buffer
+    /// with this byte, so that an element a kernel fails to write shows.
+    fn begin<'s>(
+        &'s self,
+        index: usize,
+        counters: &'s Counters,
+        poison: Option<u8>,
+    ) -> Result<Box<dyn DeviceRun + 's>, DeviceError>;
+}
+
+/// The device side of one run: allocation, copies, launches and release, in the order the executor
+/// asks. Nothing a run allocated goes back to shared pools before the device is done with it.
+pub trait DeviceRun {
+    /// Runs a node this backend claimed.
+    fn launch(
+        &self,
+        claim: &Claim,
+        ctx: &OpCtx,
+        inputs: &dyn NodeInputs,
+    ) -> Result<Vec<DeviceTensor>, DeviceError>;
+    /// Copies a run input (or another host value) to the device.
+    fn upload(&self, t: &Tensor) -> Result<DeviceTensor, DeviceError>;
+    /// An initializer on the device: uploaded once per session, then resident.
+    fn weight(&self, v: &Arc<Value>) -> Result<DeviceTensor, DeviceError>;
+    /// Copies a device value back to the host.
+    fn download(&self, d: &DeviceTensor) -> Result<Tensor, DeviceError>;
+    /// Hands a value back before the run ends (its last reader has been launched).
+    fn release(&self, d: DeviceTensor);
+}
+
+/// A node's inputs as a backend's kernel sees them: on the device (uploaded on first use) or on the
+/// host (downloaded on first use; for small parameter tensors such as shapes, axes and pads).
+pub trait NodeInputs {
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Whether input `i` is present (not omitted).
+    fn present(&self, i: usize) -> bool;
+    fn dtype(&self, i: usize) -> Option<DType>;
+    fn shape(&self, i: usize) -> Option<Vec<usize>>;
+    fn device(&self, i: usize) -> Result<Option<DeviceTensor>, DeviceError>;
+    fn host(&self, i: usize) -> Result<Option<Arc<Value>>, DeviceError>;
+}
+
+/// A tensor in an accelerator's memory. The executor moves it between nodes; only the backend that
+/// made it looks inside `buf`.
+#[derive(Clone)]
+pub struct DeviceTensor {
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    /// The index, among the session's accelerators, of the one that holds it.
+    pub device: usize,
+    pub buf: Arc<dyn Any + Send + Sync>,
+}
+
+impl DeviceTensor {
+    pub fn len(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl std::fmt::Debug for DeviceTensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "DeviceTensor({} {:?} on device {})",
+            self.dtype, self.shape, self.device
+        )
+    }
+}
+
+/// Why a device step did not produce its outputs.
+#[derive(Debug)]
+pub enum DeviceError {
+    /// A form the kernel does not handle: the node runs on the CPU instead.
+    Decline(String),
+    /// The inputs break the operator's contract (as the CPU kernel would say).
+    Op(OpError),
+    /// The device failed (the message names the call and the device's error).
+    Device(String),
+}
+
+impl std::fmt::Display for DeviceError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeviceError::Decline(m) => write!(f, "declined: {m}"),
+            DeviceError::Op(e) => write!(f, "{e}"),
+            DeviceError::Device(m) => f.write_str(m),
+        }
+    }
+}
+
+impl From<OpError> for DeviceError {
+    fn from(e: OpError) -> Self {
+        DeviceError::Op(e)
+    }
+}
+
+/// Parses a provider list as `--provider` takes it: `cpu`, `cuda`, `auto` (every available
+/// accelerator in priority order, then the CPU, with a size floor), or a comma-separated list in
+/// priority order. Returns the list and the device size floor.
+pub fn parse_providers(s: &str) -> Result<(Vec<Provider>, usize), String> {
+    if s == "auto" {
+        let mut v: Vec<Provider> = Provider::ACCELERATORS
+            .into_iter()
+            .filter(|p| p.available().is_ok())
+            .collect();
+        v.push(Provider::Cpu);
+        return Ok((v, crate::session::AUTO_MIN_DEVICE_ELEMENTS));
+    }
+    let mut v = Vec::new();
+    for part in s.split(',') {
+        v.push(match part.trim() {
+            "cpu" => Provider::Cpu,
+            "cuda" => Provider::Cuda,
+            "wgpu" => {
+                return Err("provider 'wgpu' is not built yet (use cpu, cuda or auto)".into());
+            }
+            other => {
+                return Err(format!(
+                    "unknown provider '{other}' (expected auto, cpu, cuda or a comma list)"
+                ));
+            }
+        });
+    }
+    Ok((v, 0))
+}

@@ -1,0 +1,190 @@
+//! CUDA behind the backend seam (`crate::backend`): claims by the kernel families' `claim`, a device
+//! session holding the process's device and the session's resident weights, and a per-run context
+//! wrapping [`Run`]. Device values cross the seam as `DeviceTensor`s holding this backend's `DevBuf`.
+use std::sync::Arc;
+
+use super::memory::{DevBuf, DevTensor, WeightCache};
+use super::{CudaKernel, Device, Inputs, KError, KResult, Run};
+use crate::backend::{
+    Backend, Claim, DeviceError, DeviceRun, DeviceSession, DeviceTensor, NodeInputs, Provider,
+};
+use crate::counters::Counters;
+use crate::ir::Node;
+use crate::ops::OpCtx;
+use crate::tensor::{DType, Tensor, Value};
+
+/// The CUDA backend (registered in `crate::backend::backend`).
+pub struct CudaBackend;
+
+impl Backend for CudaBackend {
+    fn provider(&self) -> Provider {
+        Provider::Cuda
+    }
+
+    fn available(&self) -> Result<(), String> {
+        Device::get().map(|_| ()).map_err(|e| e.to_string())
+    }
+
+    fn claim(&self, node: &Node) -> Result<Claim, String> {
+        super::ops::claim(node).map(|k| Claim(Box::new(k)))
+    }
+
+    fn open(&self) -> Result<Arc<dyn DeviceSession>, String> {
+        let device = Device::get().map_err(|e| e.to_string())?;
+        Ok(Arc::new(CudaSession {
+            device,
+            weights: WeightCache::default(),
+        }))
+    }
+}
+
+/// One session's CUDA side: the process's device and the weights this session keeps on it.
+struct CudaSession {
+    device: Arc<Device>,
+    weights: WeightCache,
+}
+
+impl DeviceSession for CudaSession {
+    fn device_name(&self) -> String {
+        let (major, minor) = self.device.ctx.info.compute_capability;
+        format!(
+            "{} (compute capability {major}.{minor})",
+            self.device.ctx.info.name
+        )
+    }
+
+    fn begin<'s>(
+        &'s self,
+        index: usize,
+        counters: &'s Counters,
+        poison: Option<u8>,
+    ) -> Result<Box<dyn DeviceRun + 's>, DeviceError> {
+        let run = Run::new(&self.device, counters, poison)
+            .map_err(|e| DeviceError::Device(e.to_string()))?;
+        Ok(Box::new(CudaRun {
+            run,
+            weights: &self.weights,
+            index,
+        }))
+    }
+}
+
+struct CudaRun<'s> {
+    run: Run<'s>,
+    weights: &'s WeightCache,
+    index: usize,
+}
+
+fn device_error(e: KError) -> DeviceError {
+    match e {
+        KError::Decline(m) => DeviceError::Decline(m),
+        KError::Op(e) => DeviceError::Op(e),
+        KError::Cuda(e) => DeviceError::Device(e.to_string()),
+        KError::Device(m) => DeviceError::Device(m),
+    }
+}
+
+fn kernel_error(e: DeviceError) -> KError {
+    match e {
+        DeviceError::Decline(m) => KError::Decline(m),
+        DeviceError::Op(e) => KError::Op(e),
+        DeviceError::Device(m) => KError::Device(m),
+    }
+}
+
+/// This backend's tensor inside a seam tensor (a tensor of another device is declined).
+fn unwrap(d: DeviceTensor) -> KResult<DevTensor> {
+    let (dtype, shape) = (d.dtype, d.shape);
+    let buf = d
+        .buf
+        .downcast::<DevBuf>()
+        .map_err(|_| KError::Decline("a tensor on another device".into()))?;
+    Ok(DevTensor { buf, dtype, shape })
+}
+
+impl CudaRun<'_> {
+    fn wrap(&self, t: DevTensor) -> DeviceTensor {
+        DeviceTensor {
+            dtype: t.dtype,
+            shape: t.shape,
+            device: self.index,
+            buf: t.buf,
+        }
+    }
+}
+
+impl DeviceRun for CudaRun<'_> {
+    fn launch(
+        &self,
+        claim: &Claim,
+        ctx: &OpCtx,
+        inputs: &dyn NodeInputs,
+    ) -> Result<Vec<DeviceTensor>, DeviceError> {
+        let kernel = claim
+            .0
+            .downcast_ref::<CudaKernel>()
+            .ok_or_else(|| DeviceError::Device("a claim of another backend".into()))?;
+        let outs = kernel(ctx, &self.run, &SeamInputs(inputs)).map_err(device_error)?;
+        Ok(outs.into_iter().map(|t| self.wrap(t)).collect())
+    }
+
+    fn upload(&self, t: &Tensor) -> Result<DeviceTensor, DeviceError> {
+        let d = self.run.upload(t).map_err(device_error)?;
+        Ok(self.wrap(d))
+    }
+
+    fn weight(&self, v: &Arc<Value>) -> Result<DeviceTensor, DeviceError> {
+        if let Some(d) = self.weights.get(v) {
+            return Ok(self.wrap(d));
+        }
+        let Value::Tensor(t) = &**v else {
+            return Err(DeviceError::Decline("a non-tensor weight".into()));
+        };
+        let d = self.run.upload_weight(t).map_err(device_error)?;
+        self.weights.insert(v, d.clone());
+        Ok(self.wrap(d))
+    }
+
+    fn download(&self, d: &DeviceTensor) -> Result<Tensor, DeviceError> {
+        let t = unwrap(d.clone()).map_err(device_error)?;
+        self.run.download(&t).map_err(device_error)
+    }
+
+    fn release(&self, d: DeviceTensor) {
+        if let Ok(t) = unwrap(d) {
+            self.run.release(t);
+        }
+    }
+}
+
+/// The executor's node inputs as the CUDA kernels' [`Inputs`].
+struct SeamInputs<'a>(&'a dyn NodeInputs);
+
+impl Inputs for SeamInputs<'_> {
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn present(&self, i: usize) -> bool {
+        self.0.present(i)
+    }
+
+    fn dtype(&self, i: usize) -> Option<DType> {
+        self.0.dtype(i)
+    }
+
+    fn shape(&self, i: usize) -> Option<Vec<usize>> {
+        self.0.shape(i)
+    }
+
+    fn dev(&self, i: usize) -> KResult<Option<DevTensor>> {
+        match self.0.device(i).map_err(kernel_error)? {
+            None => Ok(None),
+            Some(d) => unwrap(d).map(Some),
+        }
+    }
+
+    fn host(&self, i: usize) -> KResult<Option<Arc<Value>>> {
+        self.0.host(i).map_err(kernel_error)
+    }
+}

@@ -1,0 +1,318 @@
+//! The executor: runs a plan's steps in order, each on the CPU or on the device its step was placed
+//! on, keeping values where they were produced (`residency`), checking device results when
+//! verification is on, and dropping each value after its last reader.
+use std::sync::Arc;
+
+use super::placement::{DeviceStep, under_floor};
+use super::residency::{Scope, Slot, SlotInputs};
+use crate::backend::{DeviceError, DeviceRun};
+use crate::counters::Counters;
+use crate::error::{Error, OpError, OpResult, Result};
+use crate::ir::{Graph, Node};
+use crate::ops::{OpCtx, SubgraphRunner};
+use crate::plan::{Plan, Step, graph_key};
+use crate::tensor::Value;
+use crate::verify::{Policy, Use, VerifyMode};
+
+/// One run's execution state: its limits, its verification policy, its counters and the device
+/// side of each of the session's accelerators.
+pub(super) struct Exec<'s> {
+    pub max_tensor_bytes: u64,
+    pub max_loop_iterations: u64,
+    pub min_device_elements: usize,
+    pub policy: Policy<'s>,
+    pub counters: &'s Counters,
+    /// Indexed like the session's devices (a `DeviceTensor::device` is an index here).
+    pub devices: Vec<Box<dyn DeviceRun + 's>>,
+}
+
+struct Runner<'a, 's> {
+    exec: &'a Exec<'s>,
+    plan: &'a Plan,
+    scope: &'a Scope<'a>,
+}
+
+impl SubgraphRunner for Runner<'_, '_> {
+    fn run_subgraph(&self, graph: &Graph, inputs: Vec<Value>) -> OpResult<Vec<Value>> {
+        let plan =
+            self.plan.subplans.get(&graph_key(graph)).ok_or_else(|| {
+                OpError::Invalid("subgraph was not compiled with its parent".into())
+            })?;
+        let named = plan
+            .graph
+            .inputs
+            .iter()
+            .map(|i| i.name.clone())
+            .zip(inputs)
+            .collect();
+        self.exec
+            .run_plan(plan, named, Some(self.scope))
+            .map_err(|e| OpError::Invalid(format!("in subgraph '{}': {e}", graph.name)))
+    }
+
+    fn max_loop_iterations(&self) -> u64 {
+        self.exec.max_loop_iterations
+    }
+}
+
+/// A kernel's error as the session reports it: the node, its op and its inputs' shapes.
+pub(super) fn node_error(node: &Node, refs: &[Option<&Value>], e: OpError) -> Error {
+    let shapes = format!(
+        "[{}]",
+        refs.iter()
+            .map(|r| r.map_or("-".into(), |v| v.describe()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    match e {
+        OpError::Unsupported(reason) => Error::Unsupported {
+            node: node.name.clone(),
+            op: node.op_type.clone(),
+            domain: if node.domain.is_empty() {
+                String::new()
+            } else {
+                format!("{}::", node.domain)
+            },
+            opset: node.opset,
+            reason: format!("{reason} (inputs {shapes})"),
+        },
+        OpError::Invalid(msg) => Error::Node {
+            node: node.name.clone(),
+            op: node.op_type.clone(),
+            shapes,
+            msg,
+        },
+    }
+}
+
+/// A device step's error as the session reports it.
+pub(super) fn device_error(node: &Node, e: DeviceError) -> Error {
+    match e {
+        DeviceError::Op(e) => node_error(node, &[], e),
+        DeviceError::Decline(why) => Error::Device(format!(
+            "node '{}' ({}): the device kernel declined after starting: {why}",
+            node.name, node.op_type
+        )),
+        DeviceError::Device(e) => {
+            Error::Device(format!("node '{}' ({}): {e}", node.name, node.op_type))
+        }
+    }
+}
+
+/// A stand-in node for errors that belong to no node (a graph output's download).
+fn output_node(name: &str) -> Node {
+    Node {
+        name: format!("output '{name}'"),
+        op_type: String::new(),
+        domain: String::new(),
+        opset: 0,
+        inputs: vec![],
+        outputs: vec![],
+        attrs: Default::default(),
+    }
+}
+
+impl Exec<'_> {
+    pub(super) fn run_plan(
+        &self,
+        plan: &Plan,
+        inputs: Vec<(String, Value)>,
+        parent: Option<&Scope>,
+    ) -> Result<Vec<Value>> {
+        let g = &*plan.graph;
+        let mut scope = Scope {
+            values: plan
+                .initializers
+                .iter()
+                .map(|(k, v)| (k.clone(), Slot::host(v.clone(), true)))
+                .collect(),
+            parent,
+        };
+        for (name, v) in inputs {
+            scope.values.insert(name, Slot::host(Arc::new(v), false));
+        }
+        for step in &plan.steps {
+            let node = &g.nodes[step.node];
+            for name in node.inputs.iter().filter(|n| !n.is_empty()) {
+                if scope.get(name).is_none() {
+                    return Err(Error::Node {
+                        node: node.name.clone(),
+                        op: node.op_type.clone(),
+                        shapes: String::new(),
+                        msg: format!(
+                            "input '{name}' has no value (an optional input that was not given?)"
+                        ),
+                    });
+                }
+            }
+            let device_outs = match &step.device {
+                Some(ds) if ds.device < self.devices.len() => {
+                    self.run_device(plan, &scope, node, step, ds)?
+                }
+                _ => None,
+            };
+            let outs = match device_outs {
+                Some(outs) => outs,
+                None => self
+                    .run_cpu(plan, &scope, node, step)?
+                    .into_iter()
+                    .map(|v| Slot::host(Arc::new(v), false))
+                    .collect(),
+            };
+            for (name, v) in node.outputs.iter().zip(outs) {
+                if !name.is_empty() {
+                    scope.values.insert(name.clone(), v);
+                }
+            }
+            for f in &step.frees {
+                if let Some(slot) = scope.values.remove(f) {
+                    self.release(slot);
+                }
+            }
+        }
+        let mut outs = Vec::with_capacity(g.outputs.len());
+        for o in &g.outputs {
+            let v = match scope.values.remove(&o.name) {
+                Some(slot) => self.host_value(&slot, &output_node(&o.name))?,
+                None => match scope.get(&o.name) {
+                    Some(slot) => self.host_value(slot, &output_node(&o.name))?,
+                    None => {
+                        return Err(Error::InvalidModel(format!(
+                            "graph output '{}' was not produced",
+                            o.name
+                        )));
+                    }
+                },
+            };
+            outs.push(Arc::try_unwrap(v).unwrap_or_else(|a| (*a).clone()));
+        }
+        Ok(outs)
+    }
+
+    fn run_cpu(&self, plan: &Plan, scope: &Scope, node: &Node, step: &Step) -> Result<Vec<Value>> {
+        let args: Vec<Option<Arc<Value>>> = node
+            .inputs
+            .iter()
+            .map(|name| match name.as_str() {
+                "" => Ok(None),
+                n => match scope.get(n) {
+                    Some(slot) => self.host_value(slot, node).map(Some),
+                    None => Ok(None),
+                },
+            })
+            .collect::<Result<_>>()?;
+        let refs: Vec<Option<&Value>> = args.iter().map(|a| a.as_deref()).collect();
+        let runner = Runner {
+            exec: self,
+            plan,
+            scope,
+        };
+        let ctx = OpCtx {
+            node,
+            runner: &runner,
+            max_tensor_bytes: self.max_tensor_bytes,
+        };
+        let outs = (step.kernel)(&ctx, &refs).map_err(|e| node_error(node, &refs, e))?;
+        let wanted = node
+            .outputs
+            .iter()
+            .rposition(|o| !o.is_empty())
+            .map_or(0, |p| p + 1);
+        if outs.len() < wanted {
+            return Err(Error::Node {
+                node: node.name.clone(),
+                op: node.op_type.clone(),
+                shapes: String::new(),
+                msg: format!(
+                    "kernel produced {} outputs, the node names {wanted}",
+                    outs.len()
+                ),
+            });
+        }
+        Ok(outs)
+    }
+
+    /// Runs a node on the device its step was placed on. `Ok(None)`: the node stays on the CPU
+    /// (under `auto`'s size floor, or the kernel declined these inputs).
+    fn run_device(
+        &self,
+        plan: &Plan,
+        scope: &Scope,
+        node: &Node,
+        step: &Step,
+        ds: &DeviceStep,
+    ) -> Result<Option<Vec<Slot>>> {
+        let slots: Vec<Option<&Slot>> = node
+            .inputs
+            .iter()
+            .map(|n| if n.is_empty() { None } else { scope.get(n) })
+            .collect();
+        if under_floor(self.min_device_elements, node, &slots) {
+            return Ok(None);
+        }
+        let inputs = SlotInputs {
+            exec: self,
+            node,
+            slots: &slots,
+            device: ds.device,
+        };
+        let runner = Runner {
+            exec: self,
+            plan,
+            scope,
+        };
+        let ctx = OpCtx {
+            node,
+            runner: &runner,
+            max_tensor_bytes: self.max_tensor_bytes,
+        };
+        let run = &self.devices[ds.device];
+        let outs = match run.launch(&ds.claim, &ctx, &inputs) {
+            Ok(o) => o,
+            Err(DeviceError::Decline(_)) => {
+                self.counters.fell_back(&node.name);
+                return Ok(None);
+            }
+            Err(e) => return Err(device_error(node, e)),
+        };
+        if self.policy.mode == VerifyMode::Off {
+            return Ok(Some(outs.into_iter().map(Slot::device).collect()));
+        }
+        // Verification: the device's outputs against both oracles on the same inputs.
+        let host_in: Vec<Option<Arc<Value>>> = slots
+            .iter()
+            .map(|s| s.map(|s| self.host_value(s, node)).transpose())
+            .collect::<Result<_>>()?;
+        let host_out: Vec<Arc<Value>> = outs
+            .iter()
+            .map(|d| {
+                run.download(d)
+                    .map(|t| Arc::new(Value::Tensor(t)))
+                    .map_err(|e| device_error(node, e))
+            })
+            .collect::<Result<_>>()?;
+        let refs: Vec<Option<&Value>> = host_in.iter().map(|a| a.as_deref()).collect();
+        let out_vals: Vec<Value> = host_out.iter().map(|v| (**v).clone()).collect();
+        let check = crate::verify::check(node, &refs, &out_vals);
+        if self.policy.apply(node, &check, self.counters)? == Use::Cpu {
+            let cpu = self.run_cpu(plan, scope, node, step)?;
+            return Ok(Some(
+                cpu.into_iter()
+                    .map(|v| Slot::host(Arc::new(v), false))
+                    .collect(),
+            ));
+        }
+        Ok(Some(
+            outs.into_iter()
+                .zip(host_out)
+                .map(|(dev, h)| {
+                    let slot = Slot::device(dev);
+                    if let Slot::Device { host, .. } = &slot {
+                        let _ = host.set(h);
+                    }
+                    slot
+                })
+                .collect(),
+        ))
+    }
+}

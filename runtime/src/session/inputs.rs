@@ -1,0 +1,88 @@
+//! What a run's inputs must be: declared, given once, of the declared dtype and shape, with each
+//! symbolic dim bound to one value across inputs.
+use std::collections::{HashMap, HashSet};
+
+use crate::error::{Error, Result};
+use crate::ir::{Dim, Graph, Model, ValueType};
+use crate::tensor::Value;
+
+pub(super) fn check_inputs(model: &Model, graph: &Graph, inputs: &[(String, Value)]) -> Result<()> {
+    let declared: HashMap<&str, &ValueType> = graph
+        .inputs
+        .iter()
+        .map(|i| (i.name.as_str(), &i.ty))
+        .collect();
+    let given: HashSet<&str> = inputs.iter().map(|(n, _)| n.as_str()).collect();
+    let mut bound: HashMap<&str, (usize, &str)> = HashMap::new();
+    for (name, value) in inputs {
+        if !overridable_initializers(model) && graph.initializers.contains_key(name) {
+            return Err(Error::Input {
+                name: name.clone(),
+                msg: format!(
+                    "an initializer of an IR version {} model is a constant, not an input",
+                    model.ir_version
+                ),
+            });
+        }
+        let Some(ty) = declared.get(name.as_str()) else {
+            let expected: Vec<&str> = graph.runtime_inputs().map(|i| i.name.as_str()).collect();
+            return Err(Error::Input {
+                name: name.clone(),
+                msg: format!("the model has no such input (it takes {expected:?})"),
+            });
+        };
+        if let (ValueType::Tensor { dtype, shape }, Value::Tensor(t)) = (ty, value) {
+            if let Some(d) = dtype {
+                if *d != t.dtype() {
+                    return Err(Error::Input {
+                        name: name.clone(),
+                        msg: format!("expected {d}, got {}", t.dtype()),
+                    });
+                }
+            }
+            if let Some(shape) = shape {
+                let err = || Error::Input {
+                    name: name.clone(),
+                    msg: format!("expected shape {ty}, got {:?}", t.shape()),
+                };
+                if shape.len() != t.rank() {
+                    return Err(err());
+                }
+                for (d, &actual) in shape.iter().zip(t.shape()) {
+                    match d {
+                        Dim::Fixed(v) if *v >= 0 && *v as usize != actual => return Err(err()),
+                        Dim::Symbol(s) => {
+                            if let Some((prev, other)) = bound.insert(s, (actual, name)) {
+                                if prev != actual {
+                                    return Err(Error::Input {
+                                        name: name.clone(),
+                                        msg: format!(
+                                            "dim '{s}' is {actual} here but {prev} in input '{other}'"
+                                        ),
+                                    });
+                                }
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+    for i in graph.runtime_inputs() {
+        if !given.contains(i.name.as_str()) {
+            return Err(Error::Input {
+                name: i.name.clone(),
+                msg: format!("required input of type {} was not given", i.ty),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Whether a caller may feed a value for an initializer listed among the graph inputs: from IR
+/// version 4, where listing it there makes it a default; before, every initializer had to be listed
+/// and all of them are constants.
+pub(crate) fn overridable_initializers(model: &Model) -> bool {
+    model.ir_version >= 4
+}

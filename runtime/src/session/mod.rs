@@ -1,0 +1,201 @@
+//! `Session`: a loaded, planned model that can be run many times, from many threads at once.
+//!
+//! Building a session loads the model, compiles the plan (`crate::plan`), folds constant nodes
+//! (`crate::fold`), opens the device side of each listed accelerator and places every top-level
+//! node (`placement`). A run checks its inputs (`inputs`), starts each device's run context, and
+//! executes the plan (`exec`), values living where they were produced (`residency`). Nothing here
+//! knows a particular accelerator: they are reached through `crate::backend`.
+mod exec;
+mod inputs;
+mod options;
+mod placement;
+mod residency;
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
+use std::sync::Arc;
+
+pub use crate::backend::{Provider, parse_providers};
+use crate::counters::{CounterSnapshot, Counters, OpVerification};
+use crate::error::{Error, Result};
+use crate::ir::Model;
+use crate::loader::{self, LoadOptions};
+use crate::ops::Registry;
+use crate::plan::Plan;
+use crate::tensor::Value;
+pub use crate::verify::VerifyMode;
+pub(crate) use inputs::overridable_initializers;
+pub use options::SessionOptions;
+use placement::SessionDevice;
+pub use placement::{AUTO_MIN_DEVICE_ELEMENTS, DeviceStep, NodePlacement};
+
+pub struct Session {
+    model: Model,
+    plan: Plan,
+    options: SessionOptions,
+    verify: VerifyMode,
+    placement: Vec<NodePlacement>,
+    /// Nodes computed once at build time (see `fold`), not part of the plan.
+    folded: Vec<String>,
+    counters: Arc<Counters>,
+    /// The accelerators this session uses, in priority order (a plan step's device index).
+    devices: Vec<SessionDevice>,
+}
+
+impl Session {
+    pub fn from_file(path: impl AsRef<Path>, options: SessionOptions) -> Result<Session> {
+        let lo = LoadOptions {
+            base_dir: None,
+            max_tensor_bytes: options.max_tensor_bytes,
+        };
+        let path = path.as_ref();
+        let model = loader::model_from_file(path, &lo)?;
+        Session::from_model(model, options).map_err(|e| match e {
+            Error::Unsupported {
+                node,
+                op,
+                domain,
+                opset,
+                reason,
+            } => Error::Unsupported {
+                node,
+                op,
+                domain,
+                opset,
+                reason: format!("{reason} (in {})", path.display()),
+            },
+            Error::InvalidModel(m) => Error::InvalidModel(format!("{}: {m}", path.display())),
+            e => e,
+        })
+    }
+
+    pub fn from_bytes(bytes: &[u8], options: SessionOptions) -> Result<Session> {
+        let lo = LoadOptions {
+            base_dir: None,
+            max_tensor_bytes: options.max_tensor_bytes,
+        };
+        let model = loader::model_from_bytes(bytes, &lo)?;
+        Session::from_model(model, options)
+    }
+
+    pub fn from_model(model: Model, options: SessionOptions) -> Result<Session> {
+        let mut plan = Plan::compile(
+            Arc::new(model.graph.clone()),
+            Registry::cpu(),
+            &HashSet::new(),
+        )?;
+        let mut folded = Vec::new();
+        if options.fold_constants
+            && let Some((graph, names)) = crate::fold::fold_constants(
+                &plan,
+                overridable_initializers(&model),
+                options.max_tensor_bytes,
+            )
+        {
+            plan = Plan::compile(Arc::new(graph), Registry::cpu(), &HashSet::new())?;
+            folded = names;
+        }
+        let verify = options
+            .verify
+            .with_env_override()
+            .map_err(Error::Provider)?;
+        let devices = placement::open_devices(&options.providers)?;
+        let placement = placement::place(&mut plan, &options.providers, &devices);
+        Ok(Session {
+            model,
+            plan,
+            options,
+            verify,
+            placement,
+            folded,
+            counters: Arc::new(Counters::default()),
+            devices,
+        })
+    }
+
+    /// Where each top-level node runs, in execution order.
+    pub fn placement(&self) -> &[NodePlacement] {
+        &self.placement
+    }
+
+    /// The nodes whose inputs were all constants: run once when the session was built, their
+    /// outputs kept as initializers (`SessionOptions::fold_constants`).
+    pub fn folded_nodes(&self) -> &[String] {
+        &self.folded
+    }
+
+    /// The verification mode in force (after the `QUORUM_VERIFY` override).
+    pub fn verify_mode(&self) -> VerifyMode {
+        self.verify
+    }
+
+    /// The session's counters so far (every run, every thread).
+    pub fn counters(&self) -> CounterSnapshot {
+        self.counters.snapshot()
+    }
+
+    /// The top-level nodes placed on an accelerator whose kernel declined their inputs at run time
+    /// (so they ran on the CPU) in some run so far.
+    pub fn fallback_nodes(&self) -> Vec<String> {
+        self.counters
+            .fallback_nodes
+            .lock()
+            .map(|n| n.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// What verification found so far, per op type (empty while verification is off).
+    pub fn verification(&self) -> BTreeMap<String, OpVerification> {
+        self.counters
+            .verify_by_op
+            .lock()
+            .map(|m| m.clone())
+            .unwrap_or_default()
+    }
+
+    /// The device of the session's first accelerator, in words, when it uses one.
+    pub fn device_name(&self) -> Option<String> {
+        self.devices.first().map(|d| d.session.device_name())
+    }
+
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    pub fn options(&self) -> &SessionOptions {
+        &self.options
+    }
+
+    /// Runs the model. `inputs` are (name, value) pairs for the graph's runtime inputs; the result holds
+    /// every graph output in declaration order.
+    pub fn run(&self, inputs: Vec<(String, Value)>) -> Result<Vec<(String, Value)>> {
+        let graph = &self.plan.graph;
+        inputs::check_inputs(&self.model, graph, &inputs)?;
+        let mut devices = Vec::with_capacity(self.devices.len());
+        for (index, d) in self.devices.iter().enumerate() {
+            let run = d
+                .session
+                .begin(index, &self.counters, self.options.poison_device_buffers)
+                .map_err(|e| Error::Device(format!("starting a {} run: {e}", d.provider.name())))?;
+            devices.push(run);
+        }
+        let exec = exec::Exec {
+            max_tensor_bytes: self.options.max_tensor_bytes,
+            max_loop_iterations: self.options.max_loop_iterations,
+            min_device_elements: self.options.min_device_elements,
+            policy: crate::verify::Policy {
+                mode: self.verify,
+                allow_unchecked: &self.options.allow_unchecked,
+            },
+            counters: &self.counters,
+            devices,
+        };
+        let outs = exec.run_plan(&self.plan, inputs, None)?;
+        Ok(graph
+            .outputs
+            .iter()
+            .map(|o| o.name.clone())
+            .zip(outs)
+            .collect())
+    }
+}

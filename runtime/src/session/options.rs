@@ -1,0 +1,53 @@
+//! How a session is built: `SessionOptions` and its defaults.
+use std::collections::HashMap;
+
+use crate::backend::Provider;
+use crate::verify::VerifyMode;
+
+/// How a session is built.
+#[derive(Debug, Clone)]
+pub struct SessionOptions {
+    /// Largest tensor (bytes in memory) that loading or running may create; larger is an error.
+    pub max_tensor_bytes: u64,
+    /// Most iterations one `Loop` node may run; more is an error. A Loop whose trip count and condition
+    /// come from data could otherwise run forever.
+    pub max_loop_iterations: u64,
+    /// Values for symbolic input dims, used by tools that generate inputs (`quorum bench`).
+    pub dims: HashMap<String, i64>,
+    /// Providers in priority order; each node goes to the first that claims it, the CPU otherwise.
+    /// A listed provider that is not available makes session creation fail.
+    pub providers: Vec<Provider>,
+    /// A node whose inputs are all on the host and whose largest input has fewer elements than this
+    /// stays on the CPU (see [`AUTO_MIN_DEVICE_ELEMENTS`](super::AUTO_MIN_DEVICE_ELEMENTS)); 0 sends
+    /// every claimed node to its provider.
+    pub min_device_elements: usize,
+    /// How accelerated results are checked; `QUORUM_VERIFY` overrides it.
+    pub verify: VerifyMode,
+    /// Op types whose accelerated results `Strict` verification lets through when the oracles cannot
+    /// judge them (they disagree, reject the inputs, or do not cover the op); counted as unsettled.
+    pub allow_unchecked: Vec<String>,
+    /// Fill every new device buffer with this byte so that an element a kernel fails to write shows up
+    /// in the result (tests): 0xFF makes every float NaN, a byte such as 0x3C makes finite values
+    /// (0.0115 in f32), which shows an unwritten element even where the right answer is NaN.
+    /// `None` leaves new buffers as the pool gives them.
+    pub poison_device_buffers: Option<u8>,
+    /// Run nodes whose inputs are all constants once, at session build, and keep their outputs as
+    /// initializers (on by default).
+    pub fold_constants: bool,
+}
+
+impl Default for SessionOptions {
+    fn default() -> Self {
+        SessionOptions {
+            max_tensor_bytes: crate::DEFAULT_MAX_TENSOR_BYTES,
+            max_loop_iterations: crate::DEFAULT_MAX_LOOP_ITERATIONS,
+            dims: HashMap::new(),
+            providers: vec![Provider::Cpu],
+            min_device_elements: 0,
+            verify: VerifyMode::Off,
+            allow_unchecked: Vec::new(),
+            poison_device_buffers: None,
+            fold_constants: true,
+        }
+    }
+}
