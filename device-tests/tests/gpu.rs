@@ -5,6 +5,8 @@
 
 #[path = "gpu/harness.rs"]
 mod harness;
+#[path = "gpu/models.rs"]
+mod models;
 
 #[path = "gpu/bench.rs"]
 mod bench;
@@ -34,5 +36,7 @@ mod reduce;
 mod resize;
 #[path = "gpu/softmax.rs"]
 mod softmax;
+#[path = "gpu/streams.rs"]
+mod streams;
 #[path = "gpu/system.rs"]
 mod system;

@@ -84,35 +84,52 @@ pub trait Backend: Send + Sync {
 pub trait DeviceSession: Send + Sync {
     /// The device, in words (for reports).
     fn device_name(&self) -> String;
-    /// Starts the device side of one run. `index`: this device's place among the session's
-    /// accelerators (stamped on every [`DeviceTensor`] it makes). `poison`: fill every new buffer
-    /// with this byte, so that an element a kernel fails to write shows.
+    /// Starts the device side of one run with `streams` streams (at least one). `index`: this
+    /// device's place among the session's accelerators (stamped on every [`DeviceTensor`] it makes).
+    /// `poison`: fill every new buffer with this byte, so that an element a kernel fails to write
+    /// shows.
     fn begin<'s>(
         &'s self,
         index: usize,
+        streams: usize,
         counters: &'s Counters,
         poison: Option<u8>,
     ) -> Result<Box<dyn DeviceRun + 's>, DeviceError>;
 }
 
-/// The device side of one run: allocation, copies, launches and release, in the order the executor
-/// asks. Nothing a run allocated goes back to shared pools before the device is done with it.
+/// The device side of one run: allocation, copies, launches, events and release, in the order the
+/// executor asks, on the streams its schedule names (`crate::session::schedule`). Work on one stream
+/// runs in order; across streams only the events order it. Nothing a run allocated goes back to
+/// shared pools before the device is done with it.
 pub trait DeviceRun {
-    /// Runs a node this backend claimed.
+    /// Runs a node this backend claimed, on `stream`.
     fn launch(
         &self,
+        stream: usize,
         claim: &Claim,
         ctx: &OpCtx,
         inputs: &dyn NodeInputs,
     ) -> Result<Vec<DeviceTensor>, DeviceError>;
-    /// Copies a run input (or another host value) to the device.
-    fn upload(&self, t: &Tensor) -> Result<DeviceTensor, DeviceError>;
+    /// Copies a host value (a run input, or a value a host step made) to the device, on `stream`.
+    fn upload(&self, stream: usize, t: &Tensor) -> Result<DeviceTensor, DeviceError>;
     /// An initializer on the device: uploaded once per session, then resident.
     fn weight(&self, v: &Arc<Value>) -> Result<DeviceTensor, DeviceError>;
-    /// Copies a device value back to the host.
+    /// Copies a device value back to the host now (after the work before it on its stream; it waits
+    /// for that copy alone).
     fn download(&self, d: &DeviceTensor) -> Result<Tensor, DeviceError>;
-    /// Hands a value back before the run ends (its last reader has been launched).
-    fn release(&self, d: DeviceTensor);
+    /// Starts copying a device value back, to be collected by [`DeviceRun::finish`] (the run's
+    /// outputs): returns its place in `finish`'s result.
+    fn download_later(&self, d: &DeviceTensor) -> Result<usize, DeviceError>;
+    /// Records event `event` (the executor's name: the recording step) on `stream`.
+    fn record(&self, stream: usize, event: usize) -> Result<(), DeviceError>;
+    /// Makes `stream` wait for a recorded event.
+    fn wait(&self, stream: usize, event: usize) -> Result<(), DeviceError>;
+    /// Hands a value back before the run ends; its buffer may be reused only once the recorded
+    /// events `after` (its readers on other streams) are complete.
+    fn release(&self, d: DeviceTensor, after: &[usize]);
+    /// Waits once for everything the run enqueued and returns the copies of
+    /// [`DeviceRun::download_later`], in order.
+    fn finish(&self) -> Result<Vec<Tensor>, DeviceError>;
 }
 
 /// A node's inputs as a backend's kernel sees them: on the device (uploaded on first use) or on the
@@ -138,6 +155,8 @@ pub struct DeviceTensor {
     pub shape: Vec<usize>,
     /// The index, among the session's accelerators, of the one that holds it.
     pub device: usize,
+    /// The stream that wrote it (a download waits for the work before it there).
+    pub stream: usize,
     pub buf: Arc<dyn Any + Send + Sync>,
 }
 

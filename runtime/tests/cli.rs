@@ -87,6 +87,12 @@ fn bench_prints_json_with_percentiles() {
         assert!(j[key].as_f64().is_some_and(|v| v >= 0.0), "{key} in {j}");
     }
     assert_eq!(j["iters"], 5);
+    // Every timed run, in order, for tools that pool runs across processes (cargo xtask bench-cpu).
+    let times = j["times_ms"].as_array().expect("times_ms");
+    assert_eq!(times.len(), 5, "{j}");
+    let mut sorted: Vec<f64> = times.iter().map(|t| t.as_f64().unwrap()).collect();
+    sorted.sort_by(f64::total_cmp);
+    assert_eq!(j["median_ms"].as_f64(), Some(sorted[2]), "{j}");
     // `auto` on a machine without a GPU: everything on the CPU, nothing launched.
     assert_eq!(j["provider"], "auto");
     assert_eq!(j["counters"]["kernel_launches"], 0, "{j}");

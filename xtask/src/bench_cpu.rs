@@ -467,3 +467,33 @@ fn names_of(j: &serde_json::Value) -> Vec<String> {
         })
         .unwrap_or_default()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bench_lock_pins_what_the_scripts_import_with_the_corpus_onnx() {
+        let lock = pyenv().load_lock().unwrap();
+        for p in [
+            "torch",
+            "torchvision",
+            "onnxruntime",
+            "onnx",
+            "numpy",
+            "protobuf",
+        ] {
+            assert!(lock.pins.contains_key(p), "{p} is not locked");
+        }
+        assert_eq!(
+            lock.pins.get("onnx").map(String::as_str),
+            Some(quorum_conformance::corpus::ONNX_PIN)
+        );
+    }
+
+    #[test]
+    fn the_export_stamp_follows_every_byte() {
+        assert_ne!(fnv1a(b"torch==2.5.1"), fnv1a(b"torch==2.5.2"));
+        assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
+    }
+}

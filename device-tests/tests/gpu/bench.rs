@@ -49,7 +49,7 @@ fn bench_kernels() {
     let b = run.upload(&rand_f32(2, &[n])).unwrap();
     let ms = time_ms(&run, 5, 50, &mut || {
         let y = quorum::cuda::ops::elementwise::binary(&run, "Add", &a, &b).unwrap();
-        run.release(y);
+        run.release(y, &[]);
     });
     let tbs = 3.0 * (n as f64) * 4.0 / (ms * 1e-3) / 1e12;
     println!("BENCH add_64mib_ms {ms:.4} ms");
@@ -68,12 +68,12 @@ fn bench_kernels() {
                 &run, &a, &b, None, size, size, size, false, false, 1.0, 0.0, 1,
             )
             .unwrap();
-            run.release(y);
+            run.release(y, &[]);
         });
         let tflops = 2.0 * (size as f64).powi(3) / (ms * 1e-3) / 1e12;
         println!("BENCH sgemm_{size} {tflops:.2} TFLOP/s ({ms:.3} ms)");
-        run.release(a);
-        run.release(b);
+        run.release(a, &[]);
+        run.release(b, &[]);
     }
 
     // Batched MatMul [16,64,128] x [16,128,64].
@@ -84,7 +84,7 @@ fn bench_kernels() {
             &run, &a, &b, None, 64, 64, 128, false, false, 1.0, 0.0, 16,
         )
         .unwrap();
-        run.release(y);
+        run.release(y, &[]);
     });
     println!(
         "BENCH batched_matmul_16x64x128x64 {:.1} us (device time)",
@@ -98,7 +98,7 @@ fn bench_kernels() {
         )
         .unwrap();
         run.synchronize().unwrap();
-        run.release(y);
+        run.release(y, &[]);
     }
     println!(
         "BENCH batched_matmul_16x64x128x64_wall {:.1} us (per call incl. launch + sync)",

@@ -2,58 +2,15 @@
 //! another thread, activation residency (one upload per input, one download per output).
 use std::sync::Arc;
 
-use prost::Message;
 use quorum::proto;
 use quorum::{Provider, Session, SessionOptions, Tensor, Value};
 
 use crate::harness::{on_cpu, rand_f32};
-
-fn tensor_proto(name: &str, t: &Tensor) -> proto::TensorProto {
-    proto::TensorProto {
-        name: Some(name.into()),
-        dims: t.shape().iter().map(|&d| d as i64).collect(),
-        data_type: Some(t.dtype().onnx()),
-        raw_data: Some(quorum::cuda::memory::tensor_bytes(t).unwrap()),
-        ..Default::default()
-    }
-}
-
-fn node(op: &str, i: &[&str], o: &str) -> proto::NodeProto {
-    proto::NodeProto {
-        op_type: Some(op.into()),
-        name: Some(format!("{op}_{o}")),
-        input: i.iter().map(|s| s.to_string()).collect(),
-        output: vec![o.into()],
-        ..Default::default()
-    }
-}
-
-fn value(name: &str) -> proto::ValueInfoProto {
-    proto::ValueInfoProto {
-        name: Some(name.into()),
-        ..Default::default()
-    }
-}
+use crate::models::{model, node, tensor_proto};
 
 /// An opset-17 model of `nodes` with graph input `x`, graph output `y` and `inits`.
 fn graph_model(nodes: Vec<proto::NodeProto>, inits: Vec<proto::TensorProto>) -> Vec<u8> {
-    let m = proto::ModelProto {
-        ir_version: Some(8),
-        opset_import: vec![proto::OperatorSetIdProto {
-            domain: Some(String::new()),
-            version: Some(17),
-        }],
-        graph: Some(proto::GraphProto {
-            name: Some("system".into()),
-            node: nodes,
-            input: vec![value("x")],
-            output: vec![value("y")],
-            initializer: inits,
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    m.encode_to_vec()
+    model(nodes, &["x"], &["y"], inits)
 }
 
 /// y = Relu(x · w + b) · s, with w, b, s initializers: an all-CUDA chain of four nodes.

@@ -10,13 +10,15 @@ pub mod ops;
 pub mod provider;
 pub mod ptx;
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 
 pub use crate::counters::{CounterSnapshot, Counters};
-use driver::{Arg, Context, CudaError, DeviceMemory, Function, Module, PinnedMemory, Stream};
+use driver::{
+    Arg, Context, CudaError, DeviceMemory, Event, Function, Module, PinnedMemory, Stream,
+};
 use memory::{DevBuf, Pool, StagingPool, device_elem_size, tensor_bytes, tensor_from_bytes};
 pub use memory::{DevTensor, WeightCache};
 
@@ -124,6 +126,7 @@ pub struct Device {
     /// address is never reused by another text while it is a key.
     shared_modules: Mutex<HashMap<usize, SharedModule>>,
     streams: Mutex<Vec<Stream>>,
+    events: Mutex<Vec<Event>>,
     dump_dir: Option<PathBuf>,
 }
 
@@ -145,6 +148,7 @@ impl Device {
                     modules: Mutex::new(HashMap::new()),
                     shared_modules: Mutex::new(HashMap::new()),
                     streams: Mutex::new(Vec::new()),
+                    events: Mutex::new(Vec::new()),
                     dump_dir: std::env::var_os("QUORUM_DUMP_PTX").map(PathBuf::from),
                     ctx,
                 }))
@@ -240,49 +244,133 @@ impl Device {
             None => Stream::new(&self.ctx),
         }
     }
+
+    fn give_streams(&self, streams: Vec<Stream>) {
+        self.streams
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(streams);
+    }
+
+    /// An event (without timing) from the device's pool.
+    fn take_event(&self) -> Result<Event, CudaError> {
+        let e = self.events.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        match e {
+            Some(e) => Ok(e),
+            None => Event::new(&self.ctx, false),
+        }
+    }
+
+    fn give_event(&self, e: Event) {
+        self.events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(e);
+    }
 }
 
-/// The device state of one `Session::run`: its stream, the buffers it allocated (returned to the pool
-/// only after the stream has finished, so another thread's run can never receive a buffer this run's
-/// kernels still read), and the pinned staging buffers of its uploads.
+/// A buffer a run handed back mid-run, with the events (its readers on other streams) that must be
+/// complete before another allocation of this run reuses it.
+struct Parked {
+    mem: DeviceMemory,
+    after: Vec<usize>,
+}
+
+/// An output copy started by [`Run::download_later`], collected by [`Run::finish`].
+struct Later {
+    pinned: PinnedMemory,
+    bytes: usize,
+    dtype: DType,
+    shape: Vec<usize>,
+}
+
+/// The device state of one `Session::run`: its streams, the buffers it allocated (returned to the pool
+/// only after every stream has finished, so another thread's run can never receive a buffer this
+/// run's kernels still read), its events and the pinned staging buffers of its copies.
+///
+/// Kernels launch on the current stream ([`Run::set_stream`]); a buffer handed back mid-run is
+/// reused by this run's later allocations only, and an allocation on one stream first waits for the
+/// events of the buffer's readers on the others.
 pub struct Run<'a> {
     pub device: &'a Device,
-    stream: Option<Stream>,
+    streams: Vec<Stream>,
+    current: Cell<usize>,
     pub counters: &'a Counters,
     /// Fill every new buffer with this byte (see `SessionOptions::poison_device_buffers`) so that an
     /// unwritten element shows.
     pub poison: Option<u8>,
     alive: RefCell<HashMap<u64, Arc<DevBuf>>>,
-    parked: RefCell<Vec<DeviceMemory>>,
+    parked: RefCell<Vec<Parked>>,
     staging: RefCell<Vec<PinnedMemory>>,
+    /// Recorded events by the executor's name for them, with the stream each was recorded on.
+    events: RefCell<HashMap<usize, (Event, usize)>>,
+    /// Events gathered from releases of handles of a buffer that other handles still hold.
+    release_waits: RefCell<HashMap<u64, Vec<usize>>>,
+    later: RefCell<Vec<Later>>,
 }
 
 impl<'a> Run<'a> {
+    /// A run with one stream.
     pub fn new(
         device: &'a Device,
         counters: &'a Counters,
         poison: Option<u8>,
     ) -> Result<Run<'a>, CudaError> {
+        Run::with_streams(device, counters, poison, 1)
+    }
+
+    /// A run with `streams` streams (at least one), taken from the device's pool.
+    pub fn with_streams(
+        device: &'a Device,
+        counters: &'a Counters,
+        poison: Option<u8>,
+        streams: usize,
+    ) -> Result<Run<'a>, CudaError> {
         device.ctx.bind()?;
+        let mut taken = Vec::with_capacity(streams.max(1));
+        for _ in 0..streams.max(1) {
+            match device.take_stream() {
+                Ok(s) => taken.push(s),
+                Err(e) => {
+                    device.give_streams(taken);
+                    return Err(e);
+                }
+            }
+        }
         Ok(Run {
-            stream: Some(device.take_stream()?),
+            streams: taken,
+            current: Cell::new(0),
             device,
             counters,
             poison,
             alive: RefCell::new(HashMap::new()),
             parked: RefCell::new(Vec::new()),
             staging: RefCell::new(Vec::new()),
+            events: RefCell::new(HashMap::new()),
+            release_waits: RefCell::new(HashMap::new()),
+            later: RefCell::new(Vec::new()),
         })
     }
 
-    /// The run's stream (present until the run is dropped).
+    /// The current stream: where kernels launch and copies go.
     pub fn stream(&self) -> &Stream {
-        self.stream
-            .as_ref()
-            .expect("a run's stream lives as long as the run")
+        &self.streams[self.current.get().min(self.streams.len() - 1)]
     }
 
-    /// A new device tensor (contents undefined, or poisoned).
+    /// Makes stream `s` current (an index below [`Run::stream_count`]).
+    pub fn set_stream(&self, s: usize) {
+        self.current.set(s.min(self.streams.len() - 1));
+    }
+
+    pub fn current_stream(&self) -> usize {
+        self.current.get()
+    }
+
+    pub fn stream_count(&self) -> usize {
+        self.streams.len()
+    }
+
+    /// A new device tensor (contents undefined, or poisoned), for use on the current stream.
     pub fn alloc(&self, dtype: DType, shape: &[usize]) -> KResult<DevTensor> {
         let elem = device_elem_size(dtype)
             .ok_or_else(|| KError::Decline(format!("{dtype} values stay on the host")))?;
@@ -295,13 +383,23 @@ impl<'a> Run<'a> {
         let parked = {
             let mut p = self.parked.borrow_mut();
             p.iter()
-                .position(|m| m.bytes == class)
+                .position(|m| m.mem.bytes == class)
                 .map(|i| p.swap_remove(i))
         };
         let mem = match parked {
             Some(m) => {
+                // Its readers on other streams must be done before this stream writes it.
+                let here = self.current.get();
+                let events = self.events.borrow();
+                for e in &m.after {
+                    if let Some((event, on)) = events.get(e)
+                        && *on != here
+                    {
+                        self.stream().wait(event)?;
+                    }
+                }
                 Counters::bump(&self.counters.pool_hits, 1);
-                m
+                m.mem
             }
             None => self.device.pool.take(n, self.counters)?,
         };
@@ -319,23 +417,62 @@ impl<'a> Run<'a> {
     }
 
     /// Hands a tensor back in the middle of the run. Its buffer is reused by this run's later
-    /// allocations (same stream, so in order) once nothing else holds it.
-    pub fn release(&self, t: DevTensor) {
+    /// allocations once nothing else holds it, after the events `after` (see [`Run::record`]).
+    ///
+    /// Views share a buffer (Reshape's output is its input's memory): the events of every handle's
+    /// release are gathered until the last handle goes, so the buffer waits for the readers of all.
+    pub fn release(&self, t: DevTensor, after: &[usize]) {
         let ptr = t.ptr();
         drop(t);
+        let mut waits = self.release_waits.borrow_mut();
+        let gathered = waits.entry(ptr).or_default();
+        for &e in after {
+            if !gathered.contains(&e) {
+                gathered.push(e);
+            }
+        }
         let mut alive = self.alive.borrow_mut();
         if alive.get(&ptr).is_some_and(|b| Arc::strong_count(b) == 1) {
+            let after = waits.remove(&ptr).unwrap_or_default();
             if let Some(buf) = alive.remove(&ptr) {
                 if let Ok(buf) = Arc::try_unwrap(buf) {
-                    if let Some(m) = buf.into_memory() {
-                        self.parked.borrow_mut().push(m);
+                    if let Some(mem) = buf.into_memory() {
+                        self.parked.borrow_mut().push(Parked { mem, after });
                     }
                 }
             }
         }
     }
 
-    /// Copies a host tensor to the device through a pinned staging buffer.
+    /// Records event `id` on stream `stream` (an event recorded again under the same id is moved).
+    pub fn record(&self, stream: usize, id: usize) -> KResult<()> {
+        let s = stream.min(self.streams.len() - 1);
+        let mut events = self.events.borrow_mut();
+        let event = match events.remove(&id) {
+            Some((e, _)) => e,
+            None => self.device.take_event()?,
+        };
+        event.record(&self.streams[s])?;
+        events.insert(id, (event, s));
+        Ok(())
+    }
+
+    /// Makes `stream` wait for recorded event `id` (nothing to do when it was recorded there).
+    pub fn wait(&self, stream: usize, id: usize) -> KResult<()> {
+        let s = stream.min(self.streams.len() - 1);
+        let events = self.events.borrow();
+        let Some((event, on)) = events.get(&id) else {
+            return Err(KError::Op(OpError::Invalid(format!(
+                "event {id} was never recorded"
+            ))));
+        };
+        if *on != s {
+            self.streams[s].wait(event)?;
+        }
+        Ok(())
+    }
+
+    /// Copies a host tensor to the device on the current stream, through a pinned staging buffer.
     pub fn upload(&self, t: &Tensor) -> KResult<DevTensor> {
         let bytes = tensor_bytes(t)
             .ok_or_else(|| KError::Decline(format!("{} values stay on the host", t.dtype())))?;
@@ -371,7 +508,8 @@ impl<'a> Run<'a> {
         Ok(d)
     }
 
-    /// Copies a device tensor back (waits for the stream).
+    /// Copies a device tensor back: the copy follows the work before it on the current stream, and
+    /// the host waits for that copy alone.
     pub fn download(&self, d: &DevTensor) -> KResult<Tensor> {
         let n = d.bytes();
         let mut out = vec![0u8; n];
@@ -379,7 +517,10 @@ impl<'a> Run<'a> {
             let mut pinned = self.device.staging.take(n)?;
             self.stream()
                 .download(&mut pinned.as_mut_slice()[..n], d.ptr())?;
-            self.stream().synchronize()?;
+            let done = self.device.take_event()?;
+            let waited = done.record(self.stream()).and_then(|_| done.synchronize());
+            self.device.give_event(done);
+            waited?;
             out.copy_from_slice(&pinned.as_slice()[..n]);
             self.device.staging.give(pinned);
             Counters::bump(&self.counters.d2h_bytes, n as u64);
@@ -391,6 +532,45 @@ impl<'a> Run<'a> {
                 d.dtype, d.shape
             )))
         })
+    }
+
+    /// Starts copying a device tensor back on the current stream; [`Run::finish`] collects it.
+    pub fn download_later(&self, d: &DevTensor) -> KResult<usize> {
+        let n = d.bytes();
+        let mut pinned = self.device.staging.take(n.max(1))?;
+        if n > 0 {
+            self.stream()
+                .download(&mut pinned.as_mut_slice()[..n], d.ptr())?;
+            Counters::bump(&self.counters.d2h_bytes, n as u64);
+            Counters::bump(&self.counters.d2h_calls, 1);
+        }
+        let mut later = self.later.borrow_mut();
+        later.push(Later {
+            pinned,
+            bytes: n,
+            dtype: d.dtype,
+            shape: d.shape.clone(),
+        });
+        Ok(later.len() - 1)
+    }
+
+    /// Waits for every stream once, then returns the copies started by [`Run::download_later`].
+    pub fn finish(&self) -> KResult<Vec<Tensor>> {
+        for s in &self.streams {
+            s.synchronize()?;
+        }
+        let mut out = Vec::new();
+        for l in self.later.borrow_mut().drain(..) {
+            let t = tensor_from_bytes(l.dtype, &l.shape, &l.pinned.as_slice()[..l.bytes]);
+            self.device.staging.give(l.pinned);
+            out.push(t.ok_or_else(|| {
+                KError::Op(OpError::Invalid(format!(
+                    "cannot rebuild a {} tensor of shape {:?}",
+                    l.dtype, l.shape
+                )))
+            })?);
+        }
+        Ok(out)
     }
 
     /// Launches a generated kernel (compiled on first use, then from the module cache).
@@ -448,36 +628,44 @@ impl<'a> Run<'a> {
         self.device.ctx.info.compute_capability
     }
 
+    /// Waits for every stream of the run.
     pub fn synchronize(&self) -> KResult<()> {
-        Ok(self.stream().synchronize()?)
+        for s in &self.streams {
+            s.synchronize()?;
+        }
+        Ok(())
     }
 }
 
 impl Drop for Run<'_> {
     fn drop(&mut self) {
-        // Nothing goes back to shared pools before this stream is done with it.
-        let Some(stream) = self.stream.take() else {
+        // Nothing goes back to shared pools before every stream is done with it.
+        let streams = std::mem::take(&mut self.streams);
+        if streams.is_empty() {
             return;
-        };
-        let synced = stream.synchronize().is_ok();
+        }
+        let synced = streams.iter().all(|s| s.synchronize().is_ok());
         for p in self.staging.borrow_mut().drain(..) {
             self.device.staging.give(p);
         }
+        for l in self.later.borrow_mut().drain(..) {
+            self.device.staging.give(l.pinned);
+        }
         if synced {
             for m in self.parked.borrow_mut().drain(..) {
-                self.device.pool.give(m);
+                self.device.pool.give(m.mem);
             }
             self.alive.borrow_mut().clear();
-            self.device
-                .streams
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(stream);
+            for (_, (e, _)) in self.events.borrow_mut().drain() {
+                self.device.give_event(e);
+            }
+            self.device.give_streams(streams);
         } else {
             // A failed stream: leak its buffers rather than hand possibly-busy memory to others.
             std::mem::forget(std::mem::take(&mut *self.parked.borrow_mut()));
             std::mem::forget(std::mem::take(&mut *self.alive.borrow_mut()));
-            std::mem::forget(stream);
+            std::mem::forget(std::mem::take(&mut *self.events.borrow_mut()));
+            std::mem::forget(streams);
         }
     }
 }

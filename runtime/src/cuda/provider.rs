@@ -56,10 +56,11 @@ impl DeviceSession for CudaSession {
     fn begin<'s>(
         &'s self,
         index: usize,
+        streams: usize,
         counters: &'s Counters,
         poison: Option<u8>,
     ) -> Result<Box<dyn DeviceRun + 's>, DeviceError> {
-        let run = Run::new(&self.device, counters, poison)
+        let run = Run::with_streams(&self.device, counters, poison, streams)
             .map_err(|e| DeviceError::Device(e.to_string()))?;
         Ok(Box::new(CudaRun {
             run,
@@ -103,11 +104,13 @@ fn unwrap(d: DeviceTensor) -> KResult<DevTensor> {
 }
 
 impl CudaRun<'_> {
+    /// A tensor of this run as the seam sees it, written on the current stream.
     fn wrap(&self, t: DevTensor) -> DeviceTensor {
         DeviceTensor {
             dtype: t.dtype,
             shape: t.shape,
             device: self.index,
+            stream: self.run.current_stream(),
             buf: t.buf,
         }
     }
@@ -116,6 +119,7 @@ impl CudaRun<'_> {
 impl DeviceRun for CudaRun<'_> {
     fn launch(
         &self,
+        stream: usize,
         claim: &Claim,
         ctx: &OpCtx,
         inputs: &dyn NodeInputs,
@@ -124,11 +128,13 @@ impl DeviceRun for CudaRun<'_> {
             .0
             .downcast_ref::<CudaKernel>()
             .ok_or_else(|| DeviceError::Device("a claim of another backend".into()))?;
+        self.run.set_stream(stream);
         let outs = kernel(ctx, &self.run, &SeamInputs(inputs)).map_err(device_error)?;
         Ok(outs.into_iter().map(|t| self.wrap(t)).collect())
     }
 
-    fn upload(&self, t: &Tensor) -> Result<DeviceTensor, DeviceError> {
+    fn upload(&self, stream: usize, t: &Tensor) -> Result<DeviceTensor, DeviceError> {
+        self.run.set_stream(stream);
         let d = self.run.upload(t).map_err(device_error)?;
         Ok(self.wrap(d))
     }
@@ -146,14 +152,35 @@ impl DeviceRun for CudaRun<'_> {
     }
 
     fn download(&self, d: &DeviceTensor) -> Result<Tensor, DeviceError> {
-        let t = unwrap(d.clone()).map_err(device_error)?;
-        self.run.download(&t).map_err(device_error)
+        let current = self.run.current_stream();
+        self.run.set_stream(d.stream);
+        let t = unwrap(d.clone()).and_then(|t| self.run.download(&t));
+        self.run.set_stream(current);
+        t.map_err(device_error)
     }
 
-    fn release(&self, d: DeviceTensor) {
+    fn download_later(&self, d: &DeviceTensor) -> Result<usize, DeviceError> {
+        self.run.set_stream(d.stream);
+        let t = unwrap(d.clone()).map_err(device_error)?;
+        self.run.download_later(&t).map_err(device_error)
+    }
+
+    fn record(&self, stream: usize, event: usize) -> Result<(), DeviceError> {
+        self.run.record(stream, event).map_err(device_error)
+    }
+
+    fn wait(&self, stream: usize, event: usize) -> Result<(), DeviceError> {
+        self.run.wait(stream, event).map_err(device_error)
+    }
+
+    fn release(&self, d: DeviceTensor, after: &[usize]) {
         if let Ok(t) = unwrap(d) {
-            self.run.release(t);
+            self.run.release(t, after);
         }
+    }
+
+    fn finish(&self) -> Result<Vec<Tensor>, DeviceError> {
+        self.run.finish().map_err(device_error)
     }
 }
 

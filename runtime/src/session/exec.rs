@@ -1,10 +1,12 @@
 //! The executor: runs a plan's steps in order, each on the CPU or on the device its step was placed
 //! on, keeping values where they were produced (`residency`), checking device results when
 //! verification is on, and dropping each value after its last reader.
+use std::cell::RefCell;
 use std::sync::Arc;
 
 use super::placement::{DeviceStep, under_floor};
 use super::residency::{Scope, Slot, SlotInputs};
+use super::schedule::{Schedule, StepSchedule};
 use crate::backend::{DeviceError, DeviceRun};
 use crate::counters::Counters;
 use crate::error::{Error, OpError, OpResult, Result};
@@ -24,6 +26,11 @@ pub(super) struct Exec<'s> {
     pub counters: &'s Counters,
     /// Indexed like the session's devices (a `DeviceTensor::device` is an index here).
     pub devices: Vec<Box<dyn DeviceRun + 's>>,
+    /// The top-level steps that recorded their event in this run (a step placed on a device may
+    /// still run on the CPU, and then records nothing to wait for).
+    pub recorded: RefCell<Vec<bool>>,
+    /// The next name for an event that no step names (events are named by steps below this).
+    pub next_event: std::cell::Cell<usize>,
 }
 
 struct Runner<'a, 's> {
@@ -46,7 +53,7 @@ impl SubgraphRunner for Runner<'_, '_> {
             .zip(inputs)
             .collect();
         self.exec
-            .run_plan(plan, named, Some(self.scope))
+            .run_plan(plan, named, Some(self.scope), None)
             .map_err(|e| OpError::Invalid(format!("in subgraph '{}': {e}", graph.name)))
     }
 
@@ -113,11 +120,26 @@ fn output_node(name: &str) -> Node {
 }
 
 impl Exec<'_> {
+    /// Runs the top-level plan under its schedule: streams and events for device steps, the graph
+    /// outputs copied back together with one synchronisation at the end.
+    pub(super) fn run_top(
+        &self,
+        plan: &Plan,
+        schedule: &Schedule,
+        inputs: Vec<(String, Value)>,
+    ) -> Result<Vec<Value>> {
+        *self.recorded.borrow_mut() = vec![false; plan.steps.len()];
+        self.next_event.set(plan.steps.len());
+        self.run_plan(plan, inputs, None, Some(schedule))
+    }
+
+    /// Runs a plan: the top level (with its schedule) or a subgraph (on the CPU, inside a step).
     pub(super) fn run_plan(
         &self,
         plan: &Plan,
         inputs: Vec<(String, Value)>,
         parent: Option<&Scope>,
+        schedule: Option<&Schedule>,
     ) -> Result<Vec<Value>> {
         let g = &*plan.graph;
         let mut scope = Scope {
@@ -131,8 +153,10 @@ impl Exec<'_> {
         for (name, v) in inputs {
             scope.values.insert(name, Slot::host(Arc::new(v), false));
         }
-        for step in &plan.steps {
+        let none = StepSchedule::default();
+        for (index, step) in plan.steps.iter().enumerate() {
             let node = &g.nodes[step.node];
+            let sched = schedule.and_then(|s| s.steps.get(index)).unwrap_or(&none);
             for name in node.inputs.iter().filter(|n| !n.is_empty()) {
                 if scope.get(name).is_none() {
                     return Err(Error::Node {
@@ -146,8 +170,8 @@ impl Exec<'_> {
                 }
             }
             let device_outs = match &step.device {
-                Some(ds) if ds.device < self.devices.len() => {
-                    self.run_device(plan, &scope, node, step, ds)?
+                Some(ds) if ds.device < self.devices.len() && schedule.is_some() => {
+                    self.run_device(plan, &scope, node, step, ds, index, sched)?
                 }
                 _ => None,
             };
@@ -166,9 +190,18 @@ impl Exec<'_> {
             }
             for f in &step.frees {
                 if let Some(slot) = scope.values.remove(f) {
-                    self.release(slot);
+                    let after = sched
+                        .releases
+                        .iter()
+                        .find(|(v, _)| v == f)
+                        .map(|(_, after)| self.recorded_of(after))
+                        .unwrap_or_default();
+                    self.release(slot, &after);
                 }
             }
+        }
+        if schedule.is_some() {
+            return self.collect_outputs(g, scope);
         }
         let mut outs = Vec::with_capacity(g.outputs.len());
         for o in &g.outputs {
@@ -187,6 +220,72 @@ impl Exec<'_> {
             outs.push(Arc::try_unwrap(v).unwrap_or_else(|a| (*a).clone()));
         }
         Ok(outs)
+    }
+
+    /// A name for an event no step names.
+    pub(super) fn fresh_event(&self) -> usize {
+        let e = self.next_event.get();
+        self.next_event.set(e + 1);
+        e
+    }
+
+    /// The events among `steps` that this run recorded.
+    fn recorded_of(&self, steps: &[usize]) -> Vec<usize> {
+        let recorded = self.recorded.borrow();
+        steps
+            .iter()
+            .copied()
+            .filter(|&s| recorded.get(s).copied().unwrap_or(false))
+            .collect()
+    }
+
+    /// The top-level graph outputs: device values start copying back at once, every device is
+    /// synchronised once, then all are collected.
+    fn collect_outputs(&self, g: &Graph, scope: Scope) -> Result<Vec<Value>> {
+        enum Out {
+            Host(Arc<Value>),
+            Later { device: usize, at: usize },
+        }
+        let mut pending = Vec::with_capacity(g.outputs.len());
+        for o in &g.outputs {
+            let Some(slot) = scope.get(&o.name) else {
+                return Err(Error::InvalidModel(format!(
+                    "graph output '{}' was not produced",
+                    o.name
+                )));
+            };
+            pending.push(match slot {
+                Slot::Device { dev, host } if host.get().is_none() => {
+                    let at = self.devices[dev.device]
+                        .download_later(dev)
+                        .map_err(|e| device_error(&output_node(&o.name), e))?;
+                    Out::Later {
+                        device: dev.device,
+                        at,
+                    }
+                }
+                slot => Out::Host(self.host_value(slot, &output_node(&o.name))?),
+            });
+        }
+        let mut copies: Vec<Vec<Option<crate::tensor::Tensor>>> = Vec::new();
+        for run in &self.devices {
+            let got = run
+                .finish()
+                .map_err(|e| Error::Device(format!("finishing the run: {e}")))?;
+            copies.push(got.into_iter().map(Some).collect());
+        }
+        drop(scope);
+        pending
+            .into_iter()
+            .map(|o| match o {
+                Out::Host(v) => Ok(Arc::try_unwrap(v).unwrap_or_else(|a| (*a).clone())),
+                Out::Later { device, at } => copies[device]
+                    .get_mut(at)
+                    .and_then(Option::take)
+                    .map(Value::Tensor)
+                    .ok_or_else(|| Error::Device("an output copy went missing".into())),
+            })
+            .collect()
     }
 
     fn run_cpu(&self, plan: &Plan, scope: &Scope, node: &Node, step: &Step) -> Result<Vec<Value>> {
@@ -234,6 +333,7 @@ impl Exec<'_> {
 
     /// Runs a node on the device its step was placed on. `Ok(None)`: the node stays on the CPU
     /// (under `auto`'s size floor, or the kernel declined these inputs).
+    #[allow(clippy::too_many_arguments)]
     fn run_device(
         &self,
         plan: &Plan,
@@ -241,6 +341,8 @@ impl Exec<'_> {
         node: &Node,
         step: &Step,
         ds: &DeviceStep,
+        index: usize,
+        sched: &StepSchedule,
     ) -> Result<Option<Vec<Slot>>> {
         let slots: Vec<Option<&Slot>> = node
             .inputs
@@ -250,11 +352,13 @@ impl Exec<'_> {
         if under_floor(self.min_device_elements, node, &slots) {
             return Ok(None);
         }
+        let stream = sched.stream.unwrap_or(0);
         let inputs = SlotInputs {
             exec: self,
             node,
             slots: &slots,
             device: ds.device,
+            stream,
         };
         let runner = Runner {
             exec: self,
@@ -267,7 +371,10 @@ impl Exec<'_> {
             max_tensor_bytes: self.max_tensor_bytes,
         };
         let run = &self.devices[ds.device];
-        let outs = match run.launch(&ds.claim, &ctx, &inputs) {
+        for p in self.recorded_of(&sched.waits) {
+            run.wait(stream, p).map_err(|e| device_error(node, e))?;
+        }
+        let outs = match run.launch(stream, &ds.claim, &ctx, &inputs) {
             Ok(o) => o,
             Err(DeviceError::Decline(_)) => {
                 self.counters.fell_back(&node.name);
@@ -275,6 +382,13 @@ impl Exec<'_> {
             }
             Err(e) => return Err(device_error(node, e)),
         };
+        if sched.record {
+            run.record(stream, index)
+                .map_err(|e| device_error(node, e))?;
+            if let Some(r) = self.recorded.borrow_mut().get_mut(index) {
+                *r = true;
+            }
+        }
         if self.policy.mode == VerifyMode::Off {
             return Ok(Some(outs.into_iter().map(Slot::device).collect()));
         }

@@ -10,6 +10,7 @@ mod inputs;
 mod options;
 mod placement;
 mod residency;
+pub mod schedule;
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
@@ -40,6 +41,8 @@ pub struct Session {
     counters: Arc<Counters>,
     /// The accelerators this session uses, in priority order (a plan step's device index).
     devices: Vec<SessionDevice>,
+    /// Streams and events of the top-level plan.
+    schedule: schedule::Schedule,
 }
 
 impl Session {
@@ -101,6 +104,8 @@ impl Session {
             .map_err(Error::Provider)?;
         let devices = placement::open_devices(&options.providers)?;
         let placement = placement::place(&mut plan, &options.providers, &devices);
+        let on_device: Vec<bool> = plan.steps.iter().map(|s| s.device.is_some()).collect();
+        let schedule = schedule::build(&plan, &on_device, options.streams);
         Ok(Session {
             model,
             plan,
@@ -110,6 +115,7 @@ impl Session {
             folded,
             counters: Arc::new(Counters::default()),
             devices,
+            schedule,
         })
     }
 
@@ -166,6 +172,11 @@ impl Session {
         &self.options
     }
 
+    /// The streams and events of the top-level plan, step by step in execution order.
+    pub fn schedule(&self) -> &schedule::Schedule {
+        &self.schedule
+    }
+
     /// Runs the model. `inputs` are (name, value) pairs for the graph's runtime inputs; the result holds
     /// every graph output in declaration order.
     pub fn run(&self, inputs: Vec<(String, Value)>) -> Result<Vec<(String, Value)>> {
@@ -175,7 +186,12 @@ impl Session {
         for (index, d) in self.devices.iter().enumerate() {
             let run = d
                 .session
-                .begin(index, &self.counters, self.options.poison_device_buffers)
+                .begin(
+                    index,
+                    self.schedule.streams.max(1),
+                    &self.counters,
+                    self.options.poison_device_buffers,
+                )
                 .map_err(|e| Error::Device(format!("starting a {} run: {e}", d.provider.name())))?;
             devices.push(run);
         }
@@ -189,8 +205,10 @@ impl Session {
             },
             counters: &self.counters,
             devices,
+            recorded: Default::default(),
+            next_event: Default::default(),
         };
-        let outs = exec.run_plan(&self.plan, inputs, None)?;
+        let outs = exec.run_top(&self.plan, &self.schedule, inputs)?;
         Ok(graph
             .outputs
             .iter()

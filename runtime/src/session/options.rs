@@ -34,6 +34,9 @@ pub struct SessionOptions {
     /// Run nodes whose inputs are all constants once, at session build, and keep their outputs as
     /// initializers (on by default).
     pub fold_constants: bool,
+    /// Device streams a run may use (at least 1): independent branches of the graph go on different
+    /// streams (see `session::schedule`); results are bit-identical to one stream.
+    pub streams: usize,
 }
 
 impl Default for SessionOptions {
@@ -48,6 +51,7 @@ impl Default for SessionOptions {
             allow_unchecked: Vec::new(),
             poison_device_buffers: None,
             fold_constants: true,
+            streams: 1,
         }
     }
 }

@@ -99,6 +99,7 @@ impl Exec<'_> {
         &self,
         slot: &Slot,
         device: usize,
+        stream: usize,
         node: &Node,
     ) -> std::result::Result<DeviceTensor, DeviceError> {
         let run = self
@@ -115,7 +116,7 @@ impl Exec<'_> {
                 let Value::Tensor(t) = &*v else {
                     return Err(DeviceError::Decline("a non-tensor input".into()));
                 };
-                run.upload(t)
+                run.upload(stream, t)
             }
             Slot::Host {
                 value,
@@ -123,6 +124,13 @@ impl Exec<'_> {
                 copies,
             } => {
                 if let Some(d) = copies.borrow().iter().find(|d| d.device == device) {
+                    if d.stream != stream {
+                        // Uploaded on another stream: wait for everything enqueued there so far
+                        // (the upload among it).
+                        let event = self.fresh_event();
+                        run.record(d.stream, event)?;
+                        run.wait(stream, event)?;
+                    }
                     return Ok(d.clone());
                 }
                 let Value::Tensor(t) = &**value else {
@@ -131,7 +139,7 @@ impl Exec<'_> {
                 let d = if *weight {
                     run.weight(value)?
                 } else {
-                    run.upload(t)?
+                    run.upload(stream, t)?
                 };
                 copies.borrow_mut().push(d.clone());
                 Ok(d)
@@ -139,19 +147,20 @@ impl Exec<'_> {
         }
     }
 
-    /// Hands a slot whose last reader has run back to the devices holding it (resident weights stay).
-    pub(super) fn release(&self, slot: Slot) {
+    /// Hands a slot whose last reader has run back to the devices holding it (resident weights
+    /// stay); its buffers are reused only after the recorded events `after`.
+    pub(super) fn release(&self, slot: Slot, after: &[usize]) {
         match slot {
             Slot::Device { dev, .. } => {
                 if let Some(run) = self.devices.get(dev.device) {
-                    run.release(dev);
+                    run.release(dev, after);
                 }
             }
             Slot::Host { weight, copies, .. } => {
                 if !weight {
                     for d in copies.into_inner() {
                         if let Some(run) = self.devices.get(d.device) {
-                            run.release(d);
+                            run.release(d, after);
                         }
                     }
                 }
@@ -165,8 +174,9 @@ pub(super) struct SlotInputs<'a, 's> {
     pub exec: &'a Exec<'s>,
     pub node: &'a Node,
     pub slots: &'a [Option<&'a Slot>],
-    /// The device the node runs on.
+    /// The device the node runs on, and its stream there.
     pub device: usize,
+    pub stream: usize,
 }
 
 impl NodeInputs for SlotInputs<'_, '_> {
@@ -197,7 +207,7 @@ impl NodeInputs for SlotInputs<'_, '_> {
             None => Ok(None),
             Some(slot) => self
                 .exec
-                .device_value(slot, self.device, self.node)
+                .device_value(slot, self.device, self.stream, self.node)
                 .map(Some),
         }
     }

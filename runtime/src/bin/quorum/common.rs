@@ -65,6 +65,10 @@ pub struct ModelArgs {
     /// (constant folding is on by default).
     #[arg(long)]
     pub no_fold: bool,
+    /// Device streams a run may use: independent branches of the graph run concurrently (results
+    /// are bit-identical to one stream).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub streams: u16,
 }
 
 fn split_pair<'a>(s: &'a str, what: &str) -> CliResult<(&'a str, &'a str)> {
@@ -109,6 +113,7 @@ impl ModelArgs {
                 .filter(|s| !s.is_empty())
                 .collect(),
             fold_constants: !self.no_fold,
+            streams: self.streams as usize,
             ..Default::default()
         })
     }

@@ -290,7 +290,7 @@ fn divide(run: &Run, ts: &[DevTensor], t: IntTy, rem: bool, fmod: bool) -> KResu
         &|k, v, extra| Ok(divide_expr(k, t, v[0], v[1], extra[0], rem, fmod)),
     )?;
     let seen = run.download(&flag)?.to_i64_vec()?;
-    run.release(flag);
+    run.release(flag, &[]);
     if seen.first().is_some_and(|&f| f != 0) {
         return Err(KError::Op(OpError::Invalid(
             "integer division by zero".into(),

@@ -362,7 +362,7 @@ pub(crate) fn run_gemm(run: &Run, p: &Problem) -> KResult<()> {
                 crate::cuda::driver::Arg::U32(nsplit as u32),
             ],
         )?;
-        run.release(w);
+        run.release(w, &[]);
     }
     Ok(())
 }

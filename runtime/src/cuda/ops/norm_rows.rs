@@ -388,8 +388,8 @@ pub(super) fn rownorm_run_stats(
     args.push(Arg::U32(total));
     let grid = blocks(total as usize, BLOCK);
     run.launch(&ptx, "norm_apply", (grid, 1, 1), (BLOCK, 1, 1), 0, &args)?;
-    run.release(part);
-    run.release(stat);
+    run.release(part, &[]);
+    run.release(stat, &[]);
     Ok((y, st))
 }
 

@@ -468,7 +468,7 @@ fn launch_fold(
         0,
         &[Arg::Ptr(part.ptr()), Arg::Ptr(y.ptr()), n],
     )?;
-    run.release(part);
+    run.release(part, &[]);
     Ok(())
 }
 
