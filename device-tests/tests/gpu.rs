@@ -20,6 +20,8 @@ mod elementwise;
 mod elementwise_f16;
 #[path = "gpu/elementwise_int.rs"]
 mod elementwise_int;
+#[path = "gpu/graphs.rs"]
+mod graphs;
 #[path = "gpu/index.rs"]
 mod index;
 #[path = "gpu/matmul.rs"]

@@ -130,6 +130,30 @@ pub trait DeviceRun {
     /// Waits once for everything the run enqueued and returns the copies of
     /// [`DeviceRun::download_later`], in order.
     fn finish(&self) -> Result<Vec<Tensor>, DeviceError>;
+    /// Starts capturing the run's device work into a graph: from here on nothing runs until
+    /// [`DeviceRun::end_capture`], and anything that would wait for the device mid-run (a download,
+    /// a weight upload) is declined, which refuses the capture.
+    fn begin_capture(&self) -> Result<(), DeviceError> {
+        Err(DeviceError::Decline(
+            "this device does not capture graphs".into(),
+        ))
+    }
+    /// Ends the capture: runs the captured work once and returns this run's outputs (the copies of
+    /// [`DeviceRun::download_later`]) and a graph that replays the run on new inputs of the same
+    /// shapes (the run's first uploads, in order).
+    fn end_capture(&self) -> Result<(Vec<Tensor>, Box<dyn Replay>), DeviceError> {
+        Err(DeviceError::Decline(
+            "this device does not capture graphs".into(),
+        ))
+    }
+    /// Abandons a capture begun with [`DeviceRun::begin_capture`]: nothing captured runs.
+    fn abort_capture(&self) {}
+}
+
+/// A run captured by a device: replays it on new inputs of the same shapes and dtypes.
+pub trait Replay: Send + Sync {
+    /// `inputs`: the captured run's first uploads, in order. Returns the run's outputs.
+    fn replay(&self, inputs: &[&Tensor], counters: &Counters) -> Result<Vec<Tensor>, DeviceError>;
 }
 
 /// A node's inputs as a backend's kernel sees them: on the device (uploaded on first use) or on the

@@ -23,6 +23,14 @@ pub struct Counters {
     pub kernel_launches: AtomicU64,
     /// Nodes placed on CUDA that declined at run time (their inputs' dtypes or shapes) and ran on the CPU.
     pub cuda_fallbacks: AtomicU64,
+    /// Events recorded and waited on between streams (and for releases), over all runs.
+    pub events_recorded: AtomicU64,
+    pub events_waited: AtomicU64,
+    /// Runs captured into a device graph, replays of captured graphs, and captures refused (the
+    /// reasons are in `Session::graph_report`).
+    pub graph_captures: AtomicU64,
+    pub graph_replays: AtomicU64,
+    pub graph_refusals: AtomicU64,
     /// The names of the nodes behind `cuda_fallbacks` (locked only when a kernel declines).
     pub fallback_nodes: Mutex<BTreeSet<String>>,
     /// What verification found, per op type (written only while verification is on).
@@ -57,6 +65,11 @@ pub struct CounterSnapshot {
     pub d2h_calls: u64,
     pub kernel_launches: u64,
     pub cuda_fallbacks: u64,
+    pub events_recorded: u64,
+    pub events_waited: u64,
+    pub graph_captures: u64,
+    pub graph_replays: u64,
+    pub graph_refusals: u64,
 }
 
 impl Counters {
@@ -112,6 +125,11 @@ impl Counters {
             d2h_calls: g(&self.d2h_calls),
             kernel_launches: g(&self.kernel_launches),
             cuda_fallbacks: g(&self.cuda_fallbacks),
+            events_recorded: g(&self.events_recorded),
+            events_waited: g(&self.events_waited),
+            graph_captures: g(&self.graph_captures),
+            graph_replays: g(&self.graph_replays),
+            graph_refusals: g(&self.graph_refusals),
         }
     }
 }

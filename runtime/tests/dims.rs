@@ -117,3 +117,31 @@ fn a_fixed_dim_is_still_checked() {
         "{e}"
     );
 }
+
+/// The shape PaddlePaddle's exporter writes: one input with "?" on two axes, run at two different
+/// sizes (it was refused with "dim '?' is 320 here but 1 in input 'x'").
+#[test]
+fn one_input_with_question_marks_on_two_axes_of_different_sizes_runs() {
+    let mut t = tensor_type(1, &[1, 32, 1]);
+    if let Some(proto::type_proto::Value::TensorType(tt)) = &mut t.value {
+        let dims = &mut tt.shape.as_mut().unwrap().dim;
+        dims[0].value = Some(D::DimParam("?".into()));
+        dims[2].value = Some(D::DimParam("?".into()));
+    }
+    let m = model(
+        vec![node("Relu", &["x"], &["y"])],
+        vec![value_info("x", t.clone())],
+        vec![value_info("y", t)],
+        vec![],
+        13,
+    );
+    let s = Session::from_bytes(&bytes(&m), SessionOptions::default()).unwrap();
+    let mut rng = Rng::new(320);
+    let v: Vec<f32> = (0..2 * 32 * 5).map(|_| rng.uniform() as f32).collect();
+    let x = Tensor::from_f32(&[2, 32, 5], v.clone()).unwrap();
+    let out = s.run(vec![("x".into(), x.into())]).unwrap();
+    let y = out[0].1.as_tensor().unwrap();
+    assert_eq!(y.shape(), [2, 32, 5]);
+    let want: Vec<f64> = v.iter().map(|&a| a.max(0.0) as f64).collect();
+    assert_eq!(y.to_f64_vec().unwrap(), want);
+}

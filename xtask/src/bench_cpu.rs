@@ -82,14 +82,19 @@ pub fn run(a: Args) -> Result<bool> {
     let py = interp.path().to_path_buf();
     let exported = root.join("target/bench-models");
     export(&root, &py, &exported)?;
-    let (quorum, commit) = match &a.quorum {
+    let (quorum, commit, built) = match &a.quorum {
         Some(q) => (
             q.clone(),
             a.quorum_commit
                 .clone()
                 .unwrap_or_else(|| "unknown (binary given with --quorum)".into()),
+            "given with --quorum",
         ),
-        None => (build_quorum(&root)?, commit_of(&root)),
+        None => (
+            build_quorum(&root)?,
+            commit_of(&root),
+            "built by cargo build --release -p quorum",
+        ),
     };
     let mut models = light_models(&corpus, &work)?;
     models.extend(real_models(&exported)?);
@@ -115,7 +120,7 @@ pub fn run(a: Args) -> Result<bool> {
     }
     let meta = report::Meta {
         commit,
-        quorum_binary: quorum.display().to_string(),
+        quorum_binary: format!("{} ({built})", quorum.display()),
         machine: machine(),
         threads: a.threads,
         rounds: a.rounds,

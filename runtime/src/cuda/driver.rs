@@ -15,6 +15,8 @@ pub type CuFunction = *mut c_void;
 pub type CuStream = *mut c_void;
 pub type CuEvent = *mut c_void;
 pub type CuDevicePtr = u64;
+pub type CuGraph = *mut c_void;
+pub type CuGraphExec = *mut c_void;
 
 const CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: c_int = 16;
 const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: c_int = 75;
@@ -28,6 +30,8 @@ const CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: c_int = 8;
 const CU_STREAM_NON_BLOCKING: c_uint = 1;
 const CU_EVENT_DEFAULT: c_uint = 0;
 const CU_EVENT_DISABLE_TIMING: c_uint = 2;
+/// `CU_STREAM_CAPTURE_MODE_RELAXED`: other threads may use the driver while a stream captures.
+const CU_STREAM_CAPTURE_MODE_RELAXED: c_int = 2;
 
 /// A failed driver call: which call, the CUDA error name, and anything the driver logged.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -118,6 +122,12 @@ api! {
     cuModuleGetFunction: fn(*mut CuFunction, CuModule, *const c_char) -> CuResult;
     cuFuncSetAttribute: fn(CuFunction, c_int, c_int) -> CuResult;
     cuLaunchKernel: fn(CuFunction, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, CuStream, *mut *mut c_void, *mut *mut c_void) -> CuResult;
+    cuStreamBeginCapture_v2: fn(CuStream, c_int) -> CuResult;
+    cuStreamEndCapture: fn(CuStream, *mut CuGraph) -> CuResult;
+    cuGraphInstantiateWithFlags: fn(*mut CuGraphExec, CuGraph, u64) -> CuResult;
+    cuGraphLaunch: fn(CuGraphExec, CuStream) -> CuResult;
+    cuGraphExecDestroy: fn(CuGraphExec) -> CuResult;
+    cuGraphDestroy: fn(CuGraph) -> CuResult;
 }
 
 impl Api {
@@ -480,6 +490,70 @@ impl Event {
             (self.ctx.api.cuEventElapsedTime)(&mut ms, start.raw, self.raw)
         })?;
         Ok(ms)
+    }
+}
+
+impl Stream {
+    /// Starts capturing this stream's work into a graph (relaxed mode: other threads may keep using
+    /// the driver). Work other streams do after waiting on an event of this one joins the capture.
+    pub fn begin_capture(&self) -> Result<()> {
+        self.ctx.bind()?;
+        self.ctx.check("cuStreamBeginCapture", unsafe {
+            (self.ctx.api.cuStreamBeginCapture_v2)(self.raw, CU_STREAM_CAPTURE_MODE_RELAXED)
+        })
+    }
+
+    /// Ends the capture begun on this stream and instantiates what it captured.
+    pub fn end_capture(&self) -> Result<Graph> {
+        let mut graph = std::ptr::null_mut();
+        self.ctx.check("cuStreamEndCapture", unsafe {
+            (self.ctx.api.cuStreamEndCapture)(self.raw, &mut graph)
+        })?;
+        let mut exec = std::ptr::null_mut();
+        let r = self.ctx.check("cuGraphInstantiateWithFlags", unsafe {
+            (self.ctx.api.cuGraphInstantiateWithFlags)(&mut exec, graph, 0)
+        });
+        if let Err(e) = r {
+            unsafe {
+                (self.ctx.api.cuGraphDestroy)(graph);
+            }
+            return Err(e);
+        }
+        Ok(Graph {
+            ctx: self.ctx.clone(),
+            graph,
+            exec,
+        })
+    }
+}
+
+/// A captured and instantiated CUDA graph.
+pub struct Graph {
+    pub ctx: Arc<Context>,
+    graph: CuGraph,
+    exec: CuGraphExec,
+}
+
+unsafe impl Send for Graph {}
+unsafe impl Sync for Graph {}
+
+impl Graph {
+    /// Launches the whole graph on `stream`.
+    pub fn launch(&self, stream: &Stream) -> Result<()> {
+        self.ctx.bind()?;
+        self.ctx.check("cuGraphLaunch", unsafe {
+            (self.ctx.api.cuGraphLaunch)(self.exec, stream.raw)
+        })
+    }
+}
+
+impl Drop for Graph {
+    fn drop(&mut self) {
+        unsafe {
+            (self.ctx.api.cuCtxSetCurrent)(self.ctx.raw);
+            (self.ctx.api.cuGraphExecDestroy)(self.exec);
+            (self.ctx.api.cuGraphDestroy)(self.graph);
+        }
     }
 }
 

@@ -270,10 +270,20 @@ impl Device {
 }
 
 /// A buffer a run handed back mid-run, with the events (its readers on other streams) that must be
-/// complete before another allocation of this run reuses it.
+/// complete before another allocation of this run reuses it, and — with several streams — an event
+/// recorded where it was handed back (a kernel's scratch buffer, released by the kernel itself, is
+/// still being read by that kernel's later launches on its stream).
 struct Parked {
     mem: DeviceMemory,
     after: Vec<usize>,
+    released: Option<(Event, usize)>,
+}
+
+/// What a capture keeps while it runs.
+#[derive(Default)]
+struct CaptureLog {
+    events: Vec<Event>,
+    uploads: Vec<Option<usize>>,
 }
 
 /// An output copy started by [`Run::download_later`], collected by [`Run::finish`].
@@ -306,6 +316,11 @@ pub struct Run<'a> {
     events: RefCell<HashMap<usize, (Event, usize)>>,
     /// Events gathered from releases of handles of a buffer that other handles still hold.
     release_waits: RefCell<HashMap<u64, Vec<usize>>>,
+    /// Release marks already waited on (kept until the run ends, or with a captured graph).
+    spent: RefCell<Vec<Event>>,
+    /// While the run's work is being captured into a graph: the events that fork and join its
+    /// streams, and each upload's staging buffer (an index into `staging`), in order.
+    capture: RefCell<Option<CaptureLog>>,
     later: RefCell<Vec<Later>>,
 }
 
@@ -348,6 +363,8 @@ impl<'a> Run<'a> {
             staging: RefCell::new(Vec::new()),
             events: RefCell::new(HashMap::new()),
             release_waits: RefCell::new(HashMap::new()),
+            spent: RefCell::new(Vec::new()),
+            capture: RefCell::new(None),
             later: RefCell::new(Vec::new()),
         })
     }
@@ -398,6 +415,12 @@ impl<'a> Run<'a> {
                         self.stream().wait(event)?;
                     }
                 }
+                if let Some((event, on)) = m.released {
+                    if on != here {
+                        self.stream().wait(&event)?;
+                    }
+                    self.spent.borrow_mut().push(event);
+                }
                 Counters::bump(&self.counters.pool_hits, 1);
                 m.mem
             }
@@ -434,10 +457,26 @@ impl<'a> Run<'a> {
         let mut alive = self.alive.borrow_mut();
         if alive.get(&ptr).is_some_and(|b| Arc::strong_count(b) == 1) {
             let after = waits.remove(&ptr).unwrap_or_default();
+            // With several streams, mark where it was handed back: an allocation on another
+            // stream waits for that point.
+            let released = if self.streams.len() > 1 {
+                let here = self.current.get();
+                match self.device.take_event() {
+                    Ok(e) if e.record(self.stream()).is_ok() => Some((e, here)),
+                    // Without the mark it must not be reused: it stays held until the run ends.
+                    _ => return,
+                }
+            } else {
+                None
+            };
             if let Some(buf) = alive.remove(&ptr) {
                 if let Ok(buf) = Arc::try_unwrap(buf) {
                     if let Some(mem) = buf.into_memory() {
-                        self.parked.borrow_mut().push(Parked { mem, after });
+                        self.parked.borrow_mut().push(Parked {
+                            mem,
+                            after,
+                            released,
+                        });
                     }
                 }
             }
@@ -482,9 +521,15 @@ impl<'a> Run<'a> {
             pinned.as_mut_slice()[..bytes.len()].copy_from_slice(&bytes);
             self.stream()
                 .upload(d.ptr(), &pinned.as_slice()[..bytes.len()])?;
-            self.staging.borrow_mut().push(pinned);
+            let mut staging = self.staging.borrow_mut();
+            staging.push(pinned);
+            if let Some(log) = self.capture.borrow_mut().as_mut() {
+                log.uploads.push(Some(staging.len() - 1));
+            }
             Counters::bump(&self.counters.h2d_bytes, bytes.len() as u64);
             Counters::bump(&self.counters.h2d_calls, 1);
+        } else if let Some(log) = self.capture.borrow_mut().as_mut() {
+            log.uploads.push(None);
         }
         Ok(d)
     }
@@ -492,6 +537,7 @@ impl<'a> Run<'a> {
     /// Uploads a weight outside the run's own buffers (it lives in the session's cache) and waits for
     /// the copy, so that other runs may read it at once.
     pub fn upload_weight(&self, t: &Tensor) -> KResult<DevTensor> {
+        self.not_capturing("a weight that is not resident yet")?;
         let bytes = tensor_bytes(t)
             .ok_or_else(|| KError::Decline(format!("{} values stay on the host", t.dtype())))?;
         let mem = self.device.pool.take(bytes.len(), self.counters)?;
@@ -511,6 +557,7 @@ impl<'a> Run<'a> {
     /// Copies a device tensor back: the copy follows the work before it on the current stream, and
     /// the host waits for that copy alone.
     pub fn download(&self, d: &DevTensor) -> KResult<Tensor> {
+        self.not_capturing("a host read of a device value")?;
         let n = d.bytes();
         let mut out = vec![0u8; n];
         if n > 0 {
@@ -552,6 +599,94 @@ impl<'a> Run<'a> {
             shape: d.shape.clone(),
         });
         Ok(later.len() - 1)
+    }
+
+    /// A capture cannot hold `what` (it would wait for the device mid-run).
+    fn not_capturing(&self, what: &str) -> KResult<()> {
+        if self.capture.borrow().is_some() {
+            return Err(KError::Decline(format!("graph capture: {what}")));
+        }
+        Ok(())
+    }
+
+    /// Starts capturing the run's device work: the first stream captures, the others join it
+    /// through an event. Nothing captured runs until [`Run::end_capture`].
+    pub fn begin_capture(&self) -> KResult<()> {
+        let mut log = CaptureLog::default();
+        self.streams[0].begin_capture()?;
+        if self.streams.len() > 1 {
+            let fork = self.device.take_event()?;
+            fork.record(&self.streams[0])?;
+            for s in &self.streams[1..] {
+                s.wait(&fork)?;
+            }
+            log.events.push(fork);
+        }
+        *self.capture.borrow_mut() = Some(log);
+        Ok(())
+    }
+
+    /// Abandons a capture (a refusal mid-run): nothing captured has run or will.
+    pub fn abort_capture(&self) {
+        if let Some(log) = self.capture.borrow_mut().take() {
+            if let Ok(g) = self.streams[0].end_capture() {
+                drop(g);
+            }
+            for e in log.events {
+                self.device.give_event(e);
+            }
+        }
+    }
+
+    /// Ends the capture: joins the streams, instantiates the graph, runs it once and returns this
+    /// run's outputs (the [`Run::download_later`] copies) with the graph and everything it uses.
+    pub fn end_capture(&self) -> KResult<(Vec<Tensor>, Captured)> {
+        let Some(mut log) = self.capture.borrow_mut().take() else {
+            return Err(KError::Op(OpError::Invalid(
+                "no capture in progress".into(),
+            )));
+        };
+        for s in &self.streams[1..] {
+            let join = self.device.take_event()?;
+            join.record(s)?;
+            self.streams[0].wait(&join)?;
+            log.events.push(join);
+        }
+        let graph = self.streams[0].end_capture()?;
+        graph.launch(&self.streams[0])?;
+        self.streams[0].synchronize()?;
+        let later = std::mem::take(&mut *self.later.borrow_mut());
+        let outputs = later
+            .iter()
+            .map(|l| {
+                tensor_from_bytes(l.dtype, &l.shape, &l.pinned.as_slice()[..l.bytes])
+                    .ok_or_else(|| KError::Op(OpError::Invalid("cannot rebuild an output".into())))
+            })
+            .collect::<KResult<Vec<_>>>()?;
+        let mut events: Vec<Event> = log.events;
+        events.extend(self.events.borrow_mut().drain().map(|(_, (e, _))| e));
+        events.append(&mut self.spent.borrow_mut());
+        let parked = std::mem::take(&mut *self.parked.borrow_mut());
+        let mut parked_mem = Vec::with_capacity(parked.len());
+        for p in parked {
+            if let Some((e, _)) = p.released {
+                events.push(e);
+            }
+            parked_mem.push(p.mem);
+        }
+        let captured = Captured {
+            graph,
+            uploads: log.uploads,
+            staging: Mutex::new(std::mem::take(&mut *self.staging.borrow_mut())),
+            later,
+            alive: std::mem::take(&mut *self.alive.borrow_mut())
+                .into_values()
+                .collect(),
+            parked: parked_mem,
+            events,
+            device_pool: self.device.pool.clone(),
+        };
+        Ok((outputs, captured))
     }
 
     /// Waits for every stream once, then returns the copies started by [`Run::download_later`].
@@ -630,6 +765,7 @@ impl<'a> Run<'a> {
 
     /// Waits for every stream of the run.
     pub fn synchronize(&self) -> KResult<()> {
+        self.not_capturing("a synchronisation")?;
         for s in &self.streams {
             s.synchronize()?;
         }
@@ -637,8 +773,94 @@ impl<'a> Run<'a> {
     }
 }
 
+/// A run's device work captured as a graph, with the buffers, staging and output copies it uses at
+/// fixed addresses: replaying it runs the same work on new inputs of the same shapes.
+pub struct Captured {
+    graph: driver::Graph,
+    /// Each upload of the captured run, in order: its staging buffer's index (`None`: empty).
+    uploads: Vec<Option<usize>>,
+    staging: Mutex<Vec<PinnedMemory>>,
+    later: Vec<Later>,
+    alive: Vec<Arc<DevBuf>>,
+    parked: Vec<DeviceMemory>,
+    events: Vec<Event>,
+    device_pool: Arc<memory::Pool>,
+}
+
+impl Captured {
+    /// Replays the graph: `inputs` are the first uploads of the captured run, in order (same shapes
+    /// and dtypes); their bytes go to the staging buffers the graph copies from, the graph runs on
+    /// `device`'s stream, and the outputs come back from the pinned buffers the graph copies to.
+    pub fn replay(
+        &self,
+        device: &Device,
+        inputs: &[&Tensor],
+        counters: &Counters,
+    ) -> KResult<Vec<Tensor>> {
+        {
+            let mut staging = self.staging.lock().unwrap_or_else(|e| e.into_inner());
+            for (i, t) in inputs.iter().enumerate() {
+                let bytes = tensor_bytes(t).ok_or_else(|| {
+                    KError::Decline(format!("{} values stay on the host", t.dtype()))
+                })?;
+                match self.uploads.get(i) {
+                    Some(Some(k)) => {
+                        let pinned = &mut staging[*k];
+                        if pinned.bytes < bytes.len() {
+                            return Err(KError::Op(OpError::Invalid(format!(
+                                "replay input {i} has {} bytes, the graph {}",
+                                bytes.len(),
+                                pinned.bytes
+                            ))));
+                        }
+                        pinned.as_mut_slice()[..bytes.len()].copy_from_slice(&bytes);
+                        Counters::bump(&counters.h2d_bytes, bytes.len() as u64);
+                        Counters::bump(&counters.h2d_calls, 1);
+                    }
+                    Some(None) if bytes.is_empty() => {}
+                    _ => {
+                        return Err(KError::Op(OpError::Invalid(format!(
+                            "replay input {i} does not match the captured run"
+                        ))));
+                    }
+                }
+            }
+            let stream = device.take_stream()?;
+            let ran = self
+                .graph
+                .launch(&stream)
+                .and_then(|_| stream.synchronize());
+            device.give_streams(vec![stream]);
+            ran?;
+        }
+        for l in &self.later {
+            Counters::bump(&counters.d2h_bytes, l.bytes as u64);
+            Counters::bump(&counters.d2h_calls, 1);
+        }
+        self.later
+            .iter()
+            .map(|l| {
+                tensor_from_bytes(l.dtype, &l.shape, &l.pinned.as_slice()[..l.bytes])
+                    .ok_or_else(|| KError::Op(OpError::Invalid("cannot rebuild an output".into())))
+            })
+            .collect()
+    }
+}
+
+impl Drop for Captured {
+    fn drop(&mut self) {
+        // The graph goes first; then nothing refers to the buffers any more.
+        for m in self.parked.drain(..) {
+            self.device_pool.give(m);
+        }
+        self.alive.clear();
+        drop(std::mem::take(&mut self.events));
+    }
+}
+
 impl Drop for Run<'_> {
     fn drop(&mut self) {
+        self.abort_capture();
         // Nothing goes back to shared pools before every stream is done with it.
         let streams = std::mem::take(&mut self.streams);
         if streams.is_empty() {
@@ -654,6 +876,12 @@ impl Drop for Run<'_> {
         if synced {
             for m in self.parked.borrow_mut().drain(..) {
                 self.device.pool.give(m.mem);
+                if let Some((e, _)) = m.released {
+                    self.device.give_event(e);
+                }
+            }
+            for e in self.spent.borrow_mut().drain(..) {
+                self.device.give_event(e);
             }
             self.alive.borrow_mut().clear();
             for (_, (e, _)) in self.events.borrow_mut().drain() {
@@ -665,6 +893,7 @@ impl Drop for Run<'_> {
             std::mem::forget(std::mem::take(&mut *self.parked.borrow_mut()));
             std::mem::forget(std::mem::take(&mut *self.alive.borrow_mut()));
             std::mem::forget(std::mem::take(&mut *self.events.borrow_mut()));
+            std::mem::forget(std::mem::take(&mut *self.spent.borrow_mut()));
             std::mem::forget(streams);
         }
     }

@@ -4,9 +4,10 @@
 use std::sync::Arc;
 
 use super::memory::{DevBuf, DevTensor, WeightCache};
-use super::{CudaKernel, Device, Inputs, KError, KResult, Run};
+use super::{Captured, CudaKernel, Device, Inputs, KError, KResult, Run};
 use crate::backend::{
     Backend, Claim, DeviceError, DeviceRun, DeviceSession, DeviceTensor, NodeInputs, Provider,
+    Replay,
 };
 use crate::counters::Counters;
 use crate::ir::Node;
@@ -64,6 +65,7 @@ impl DeviceSession for CudaSession {
             .map_err(|e| DeviceError::Device(e.to_string()))?;
         Ok(Box::new(CudaRun {
             run,
+            device: self.device.clone(),
             weights: &self.weights,
             index,
         }))
@@ -72,6 +74,7 @@ impl DeviceSession for CudaSession {
 
 struct CudaRun<'s> {
     run: Run<'s>,
+    device: Arc<Device>,
     weights: &'s WeightCache,
     index: usize,
 }
@@ -181,6 +184,40 @@ impl DeviceRun for CudaRun<'_> {
 
     fn finish(&self) -> Result<Vec<Tensor>, DeviceError> {
         self.run.finish().map_err(device_error)
+    }
+
+    fn begin_capture(&self) -> Result<(), DeviceError> {
+        self.run.set_stream(0);
+        self.run.begin_capture().map_err(device_error)
+    }
+
+    fn end_capture(&self) -> Result<(Vec<Tensor>, Box<dyn Replay>), DeviceError> {
+        let (outs, captured) = self.run.end_capture().map_err(device_error)?;
+        Ok((
+            outs,
+            Box::new(CudaReplay {
+                device: self.device.clone(),
+                captured,
+            }),
+        ))
+    }
+
+    fn abort_capture(&self) {
+        self.run.abort_capture();
+    }
+}
+
+/// A CUDA graph of a captured run, replayed on the device's streams.
+struct CudaReplay {
+    device: Arc<Device>,
+    captured: Captured,
+}
+
+impl Replay for CudaReplay {
+    fn replay(&self, inputs: &[&Tensor], counters: &Counters) -> Result<Vec<Tensor>, DeviceError> {
+        self.captured
+            .replay(&self.device, inputs, counters)
+            .map_err(device_error)
     }
 }
 

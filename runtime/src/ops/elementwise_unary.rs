@@ -57,21 +57,10 @@ impl FastExp for f64 {
 }
 
 impl FastExp for f32 {
-    /// Cody-Waite reduction by ln 2 (the split constants of Cephes' expf), a degree-7 Taylor polynomial
-    /// on |r| <= ln(2)/2, and scaling by 2^n in two halves so subnormal results come out right.
+    /// The one f32 `exp` of the elementwise kernels and of fused epilogues (`quorum-kernels`), so
+    /// that a fused Sigmoid equals the standalone one bit for bit.
     fn fast_exp(self) -> f32 {
-        let x = self.clamp(-104.0, 89.0);
-        let n = (x * std::f32::consts::LOG2_E + 12_582_912.0) - 12_582_912.0;
-        let r = x - n * (355.0 / 512.0) + n * 2.121_944_4e-4;
-        let p = 1.0
-            + r * (1.0
-                + r * (0.5
-                    + r * (1.0 / 6.0
-                        + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r / 5040.0))))));
-        let k = n as i32;
-        let half = k >> 1;
-        let scale = |e: i32| f32::from_bits(((e + 127) as u32) << 23);
-        p * scale(half) * scale(k - half)
+        quorum_kernels::activation::exp_f32(self)
     }
 }
 

@@ -45,7 +45,18 @@ pub trait SubgraphRunner {
     fn max_loop_iterations(&self) -> u64 {
         u64::MAX
     }
+
+    /// The shared value named `name` when it is a constant of the running session (an initializer,
+    /// given or folded, that no run input overrides), so that a kernel can keep work derived from it
+    /// across runs, keyed by its `Arc` (packed convolution weights, `runtime/src/ops/conv_weights.rs`).
+    /// `None` for values computed or fed per run, and by default.
+    fn constant(&self, _name: &str) -> Option<std::sync::Arc<Value>> {
+        None
+    }
 }
+
+/// The domain of Quorum's own ops (fused forms the graph optimiser produces), e.g. `FusedConv`.
+pub const QUORUM_DOMAIN: &str = "com.quorum";
 
 /// What a kernel sees of its node.
 pub struct OpCtx<'a> {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::placement::{DeviceStep, under_floor};
 use super::residency::{Scope, Slot, SlotInputs};
 use super::schedule::{Schedule, StepSchedule};
-use crate::backend::{DeviceError, DeviceRun};
+use crate::backend::{DeviceError, DeviceRun, Replay};
 use crate::counters::Counters;
 use crate::error::{Error, OpError, OpResult, Result};
 use crate::ir::{Graph, Node};
@@ -31,6 +31,12 @@ pub(super) struct Exec<'s> {
     pub recorded: RefCell<Vec<bool>>,
     /// The next name for an event that no step names (events are named by steps below this).
     pub next_event: std::cell::Cell<usize>,
+    /// Capturing this run into a graph: the run inputs uploaded first, in the replay's order.
+    pub capture: Option<Vec<String>>,
+    /// Why the capture of this run was refused, once something refused it.
+    pub refusal: RefCell<Option<String>>,
+    /// The captured graph, once the run ended its capture.
+    pub replay: RefCell<Option<Box<dyn Replay>>>,
 }
 
 struct Runner<'a, 's> {
@@ -153,6 +159,11 @@ impl Exec<'_> {
         for (name, v) in inputs {
             scope.values.insert(name, Slot::host(Arc::new(v), false));
         }
+        if schedule.is_some()
+            && let Some(names) = &self.capture
+        {
+            self.begin_capture(&scope, names)?;
+        }
         let none = StepSchedule::default();
         for (index, step) in plan.steps.iter().enumerate() {
             let node = &g.nodes[step.node];
@@ -177,6 +188,12 @@ impl Exec<'_> {
             };
             let outs = match device_outs {
                 Some(outs) => outs,
+                None if schedule.is_some() && self.capture.is_some() => {
+                    return Err(self.refuse(format!(
+                        "node '{}' ({}) runs on the CPU",
+                        node.name, node.op_type
+                    )));
+                }
                 None => self
                     .run_cpu(plan, &scope, node, step)?
                     .into_iter()
@@ -222,11 +239,60 @@ impl Exec<'_> {
         Ok(outs)
     }
 
+    /// Refuses this run's capture (the first reason stands) and returns the error that unwinds it.
+    pub(super) fn refuse(&self, reason: String) -> Error {
+        let mut r = self.refusal.borrow_mut();
+        let reason = r.get_or_insert(reason).clone();
+        Error::Provider(format!("graph capture refused: {reason}"))
+    }
+
+    /// Records event `event` on `stream` of device `device`, counted.
+    pub(super) fn record(
+        &self,
+        device: usize,
+        stream: usize,
+        event: usize,
+    ) -> std::result::Result<(), DeviceError> {
+        crate::counters::Counters::bump(&self.counters.events_recorded, 1);
+        self.devices[device].record(stream, event)
+    }
+
+    /// Makes `stream` of device `device` wait for `event`, counted.
+    pub(super) fn wait(
+        &self,
+        device: usize,
+        stream: usize,
+        event: usize,
+    ) -> std::result::Result<(), DeviceError> {
+        crate::counters::Counters::bump(&self.counters.events_waited, 1);
+        self.devices[device].wait(stream, event)
+    }
+
     /// A name for an event no step names.
     pub(super) fn fresh_event(&self) -> usize {
         let e = self.next_event.get();
         self.next_event.set(e + 1);
         e
+    }
+
+    /// Starts capturing on the (one) device and uploads the run inputs first, in `names` order: the
+    /// replay writes new inputs where these uploads read.
+    fn begin_capture(&self, scope: &Scope, names: &[String]) -> Result<()> {
+        let run = self
+            .devices
+            .first()
+            .ok_or_else(|| self.refuse("no device".into()))?;
+        run.begin_capture()
+            .map_err(|e| self.refuse(format!("the device cannot capture: {e}")))?;
+        for name in names {
+            let slot = scope
+                .values
+                .get(name)
+                .ok_or_else(|| self.refuse(format!("run input '{name}' was not given")))?;
+            self.device_value(slot, 0, 0, &output_node(name))
+                .map_err(|e| self.refuse(format!("uploading run input '{name}': {e}")))?;
+        }
+        Ok(())
     }
 
     /// The events among `steps` that this run recorded.
@@ -268,11 +334,25 @@ impl Exec<'_> {
             });
         }
         let mut copies: Vec<Vec<Option<crate::tensor::Tensor>>> = Vec::new();
-        for run in &self.devices {
-            let got = run
-                .finish()
-                .map_err(|e| Error::Device(format!("finishing the run: {e}")))?;
+        if self.capture.is_some() {
+            if let Some(name) = g.outputs.iter().zip(&pending).find_map(|(o, p)| match p {
+                Out::Host(_) => Some(&o.name),
+                Out::Later { .. } => None,
+            }) {
+                return Err(self.refuse(format!("graph output '{name}' is not made on the device")));
+            }
+            let (got, replay) = self.devices[0]
+                .end_capture()
+                .map_err(|e| self.refuse(format!("ending the capture: {e}")))?;
+            *self.replay.borrow_mut() = Some(replay);
             copies.push(got.into_iter().map(Some).collect());
+        } else {
+            for run in &self.devices {
+                let got = run
+                    .finish()
+                    .map_err(|e| Error::Device(format!("finishing the run: {e}")))?;
+                copies.push(got.into_iter().map(Some).collect());
+            }
         }
         drop(scope);
         pending
@@ -372,7 +452,8 @@ impl Exec<'_> {
         };
         let run = &self.devices[ds.device];
         for p in self.recorded_of(&sched.waits) {
-            run.wait(stream, p).map_err(|e| device_error(node, e))?;
+            self.wait(ds.device, stream, p)
+                .map_err(|e| device_error(node, e))?;
         }
         let outs = match run.launch(stream, &ds.claim, &ctx, &inputs) {
             Ok(o) => o,
@@ -383,7 +464,7 @@ impl Exec<'_> {
             Err(e) => return Err(device_error(node, e)),
         };
         if sched.record {
-            run.record(stream, index)
+            self.record(ds.device, stream, index)
                 .map_err(|e| device_error(node, e))?;
             if let Some(r) = self.recorded.borrow_mut().get_mut(index) {
                 *r = true;

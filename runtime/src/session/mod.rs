@@ -5,6 +5,7 @@
 //! node (`placement`). A run checks its inputs (`inputs`), starts each device's run context, and
 //! executes the plan (`exec`), values living where they were produced (`residency`). Nothing here
 //! knows a particular accelerator: they are reached through `crate::backend`.
+mod capture;
 mod exec;
 mod inputs;
 mod options;
@@ -25,6 +26,7 @@ use crate::ops::Registry;
 use crate::plan::Plan;
 use crate::tensor::Value;
 pub use crate::verify::VerifyMode;
+pub use capture::{GraphCapture, GraphRecord, WARMUP_RUNS};
 pub(crate) use inputs::overridable_initializers;
 pub use options::SessionOptions;
 use placement::SessionDevice;
@@ -43,6 +45,47 @@ pub struct Session {
     devices: Vec<SessionDevice>,
     /// Streams and events of the top-level plan.
     schedule: schedule::Schedule,
+    /// Why no run of this session can be captured into a device graph (`None`: runs may be).
+    capture_blocker: Option<String>,
+    graphs: capture::Graphs,
+}
+
+/// Why a plan's runs can never be captured into a device graph, if they cannot.
+fn capture_blocker(plan: &Plan, devices: &[SessionDevice], verify: VerifyMode) -> Option<String> {
+    if devices.len() != 1 {
+        return Some(match devices.len() {
+            0 => "no accelerator in the session".into(),
+            n => format!("{n} accelerators in the session (graphs take one)"),
+        });
+    }
+    if verify != VerifyMode::Off {
+        return Some("verification reads every device result back mid-run".into());
+    }
+    let g = &*plan.graph;
+    if let Some(step) = plan.steps.iter().find(|s| s.device.is_none()) {
+        let n = &g.nodes[step.node];
+        return Some(format!(
+            "node '{}' ({}) runs on the CPU",
+            n.name,
+            n.qualified_op()
+        ));
+    }
+    let made_on_device: HashSet<&str> = plan
+        .steps
+        .iter()
+        .flat_map(|s| g.nodes[s.node].outputs.iter().map(String::as_str))
+        .collect();
+    if let Some(o) = g
+        .outputs
+        .iter()
+        .find(|o| !made_on_device.contains(o.name.as_str()))
+    {
+        return Some(format!(
+            "graph output '{}' is not made on the device",
+            o.name
+        ));
+    }
+    None
 }
 
 impl Session {
@@ -106,6 +149,7 @@ impl Session {
         let placement = placement::place(&mut plan, &options.providers, &devices);
         let on_device: Vec<bool> = plan.steps.iter().map(|s| s.device.is_some()).collect();
         let schedule = schedule::build(&plan, &on_device, options.streams);
+        let capture_blocker = capture_blocker(&plan, &devices, verify);
         Ok(Session {
             model,
             plan,
@@ -116,6 +160,8 @@ impl Session {
             counters: Arc::new(Counters::default()),
             devices,
             schedule,
+            capture_blocker,
+            graphs: Default::default(),
         })
     }
 
@@ -177,11 +223,108 @@ impl Session {
         &self.schedule
     }
 
+    /// Why runs of this session cannot be captured into a device graph (`None`: they can be, once
+    /// warm, when nothing in the run refuses; see [`Session::graph_report`]).
+    pub fn capture_blocker(&self) -> Option<&str> {
+        self.capture_blocker.as_deref()
+    }
+
+    /// Graph capture per input-shape key: warming, replaying (with eager and replay medians where
+    /// `auto` measured them), refused with the reason, or slower than eager.
+    pub fn graph_report(&self) -> Vec<GraphRecord> {
+        self.graphs.report()
+    }
+
     /// Runs the model. `inputs` are (name, value) pairs for the graph's runtime inputs; the result holds
     /// every graph output in declaration order.
     pub fn run(&self, inputs: Vec<(String, Value)>) -> Result<Vec<(String, Value)>> {
+        inputs::check_inputs(&self.model, &self.plan.graph, &inputs)?;
+        if self.options.graph_capture != GraphCapture::Off && self.capture_blocker.is_none() {
+            let key = capture::shape_key(&inputs);
+            match self.graphs.plan(&key) {
+                capture::Plan::Replay(c) => {
+                    if let Some(r) = c.replay(&self.plan.graph, &inputs, &self.counters) {
+                        return r;
+                    }
+                }
+                capture::Plan::Capture => return self.capture(&key, inputs),
+                capture::Plan::Eager => {}
+            }
+        }
+        Ok(self.execute(inputs, None)?.0)
+    }
+
+    /// Captures a run into a device graph (falling back to an eager run when something refuses).
+    fn capture(
+        &self,
+        key: &capture::ShapeKey,
+        inputs: Vec<(String, Value)>,
+    ) -> Result<Vec<(String, Value)>> {
+        let names: Vec<String> = self
+            .plan
+            .graph
+            .runtime_inputs()
+            .map(|i| i.name.clone())
+            .filter(|n| inputs.iter().any(|(m, _)| m == n))
+            .collect();
+        match self.execute(inputs.clone(), Some(names.clone())) {
+            Ok((outs, Some(replay))) => {
+                Counters::bump(&self.counters.graph_captures, 1);
+                let (measured, keep) = if self.options.graph_capture == GraphCapture::Auto {
+                    let n = capture::auto_samples();
+                    let eager = capture::median_ms(n, || {
+                        self.execute(inputs.clone(), None)?;
+                        Ok(())
+                    })?;
+                    let replayed = capture::median_ms(n, || {
+                        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+                        let refs: Vec<&crate::tensor::Tensor> = names
+                            .iter()
+                            .filter_map(|n| {
+                                inputs
+                                    .iter()
+                                    .find(|(m, _)| m == n)
+                                    .and_then(|(_, v)| v.as_tensor())
+                            })
+                            .collect();
+                        replay
+                            .replay(&refs, &self.counters)
+                            .map(|_| ())
+                            .map_err(|e| Error::Device(format!("replaying a captured graph: {e}")))
+                    })?;
+                    (Some((eager, replayed)), replayed < eager)
+                } else {
+                    (None, true)
+                };
+                self.graphs.keep(key, replay, names, measured, keep);
+                Ok(outs)
+            }
+            Ok((_, None)) => Err(Error::Device("a capture ended without a graph".into())),
+            Err(Refused::Capture(reason)) => {
+                self.graphs.refuse(key, reason, &self.counters);
+                Ok(self.execute(inputs, None)?.0)
+            }
+            Err(Refused::Error(e)) => {
+                self.graphs.refuse(key, e.to_string(), &self.counters);
+                Err(e)
+            }
+        }
+    }
+
+    /// One run through the executor; with `capture` (the run inputs in the replay's order), the
+    /// device work is captured and the graph returned beside the outputs.
+    fn execute(
+        &self,
+        inputs: Vec<(String, Value)>,
+        capture: Option<Vec<String>>,
+    ) -> std::result::Result<
+        (
+            Vec<(String, Value)>,
+            Option<Box<dyn crate::backend::Replay>>,
+        ),
+        Refused,
+    > {
         let graph = &self.plan.graph;
-        inputs::check_inputs(&self.model, graph, &inputs)?;
         let mut devices = Vec::with_capacity(self.devices.len());
         for (index, d) in self.devices.iter().enumerate() {
             let run = d
@@ -192,7 +335,12 @@ impl Session {
                     &self.counters,
                     self.options.poison_device_buffers,
                 )
-                .map_err(|e| Error::Device(format!("starting a {} run: {e}", d.provider.name())))?;
+                .map_err(|e| {
+                    Refused::Error(Error::Device(format!(
+                        "starting a {} run: {e}",
+                        d.provider.name()
+                    )))
+                })?;
             devices.push(run);
         }
         let exec = exec::Exec {
@@ -207,13 +355,49 @@ impl Session {
             devices,
             recorded: Default::default(),
             next_event: Default::default(),
+            capture,
+            refusal: Default::default(),
+            replay: Default::default(),
         };
-        let outs = exec.run_top(&self.plan, &self.schedule, inputs)?;
-        Ok(graph
-            .outputs
-            .iter()
-            .map(|o| o.name.clone())
-            .zip(outs)
-            .collect())
+        let outs = match exec.run_top(&self.plan, &self.schedule, inputs) {
+            Ok(outs) => outs,
+            Err(e) => {
+                if exec.capture.is_some() {
+                    for d in &exec.devices {
+                        d.abort_capture();
+                    }
+                }
+                return Err(match exec.refusal.borrow_mut().take() {
+                    Some(reason) => Refused::Capture(reason),
+                    None => Refused::Error(e),
+                });
+            }
+        };
+        let replay = exec.replay.borrow_mut().take();
+        Ok((
+            graph
+                .outputs
+                .iter()
+                .map(|o| o.name.clone())
+                .zip(outs)
+                .collect(),
+            replay,
+        ))
+    }
+}
+
+/// Why an executor run did not give outputs: a capture refused (the run can go again eagerly), or
+/// an error.
+enum Refused {
+    Capture(String),
+    Error(Error),
+}
+
+impl From<Refused> for Error {
+    fn from(r: Refused) -> Error {
+        match r {
+            Refused::Capture(reason) => Error::Provider(format!("graph capture refused: {reason}")),
+            Refused::Error(e) => e,
+        }
     }
 }

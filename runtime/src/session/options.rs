@@ -1,6 +1,7 @@
 //! How a session is built: `SessionOptions` and its defaults.
 use std::collections::HashMap;
 
+use super::capture::GraphCapture;
 use crate::backend::Provider;
 use crate::verify::VerifyMode;
 
@@ -37,6 +38,8 @@ pub struct SessionOptions {
     /// Device streams a run may use (at least 1): independent branches of the graph go on different
     /// streams (see `session::schedule`); results are bit-identical to one stream.
     pub streams: usize,
+    /// Whether runs are captured into device graphs and replayed (see `session::capture`).
+    pub graph_capture: GraphCapture,
 }
 
 impl Default for SessionOptions {
@@ -52,6 +55,7 @@ impl Default for SessionOptions {
             poison_device_buffers: None,
             fold_constants: true,
             streams: 1,
+            graph_capture: GraphCapture::Off,
         }
     }
 }

@@ -128,8 +128,8 @@ impl Exec<'_> {
                         // Uploaded on another stream: wait for everything enqueued there so far
                         // (the upload among it).
                         let event = self.fresh_event();
-                        run.record(d.stream, event)?;
-                        run.wait(stream, event)?;
+                        self.record(device, d.stream, event)?;
+                        self.wait(device, stream, event)?;
                     }
                     return Ok(d.clone());
                 }
@@ -216,6 +216,15 @@ impl NodeInputs for SlotInputs<'_, '_> {
         let Some(slot) = self.slots.get(i).copied().flatten() else {
             return Ok(None);
         };
+        if self.exec.capture.is_some() && matches!(slot, Slot::Host { weight: false, .. }) {
+            // A replay would reuse these values: the graph would not follow new inputs.
+            let why = format!(
+                "node '{}' ({}) reads the values of a run input on the host",
+                self.node.name, self.node.op_type
+            );
+            self.exec.refuse(why.clone());
+            return Err(DeviceError::Decline(why));
+        }
         self.exec
             .host_value(slot, self.node)
             .map(Some)

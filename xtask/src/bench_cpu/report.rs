@@ -184,7 +184,7 @@ pub fn render(meta: &Meta, results: &[ModelResult]) -> (String, serde_json::Valu
     let _ = writeln!(w, "- commit: `{}`", meta.commit);
     let _ = writeln!(
         w,
-        "- Quorum: `{}` (release), `quorum bench --json --provider cpu`, `RAYON_NUM_THREADS={}` (its rayon pool, which the GEMMs use too)",
+        "- Quorum: `{}`, `quorum bench --json --provider cpu`, `RAYON_NUM_THREADS={}` (its rayon pool, which the GEMMs use too; the `threads` its JSON reports is checked)",
         meta.quorum_binary, meta.threads
     );
     let _ = writeln!(

@@ -73,6 +73,10 @@ pub fn main(a: Args) -> CliResult<()> {
             "counters": session.counters(),
             "folded_nodes": session.folded_nodes().len(),
             "verification": session.verification(),
+            "streams": session.schedule().streams,
+            "graph_capture": session.options().graph_capture != quorum::session::GraphCapture::Off,
+            "capture_blocker": session.capture_blocker(),
+            "graphs": session.graph_report(),
         });
         println!("{j}");
     } else {

@@ -69,6 +69,10 @@ pub struct ModelArgs {
     /// are bit-identical to one stream).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub streams: u16,
+    /// Device graph capture: off, on (capture each input-shape key after warm-up and replay it) or
+    /// auto (keep a graph only where replay measured faster than eager runs).
+    #[arg(long, default_value = "off")]
+    pub graph: String,
 }
 
 fn split_pair<'a>(s: &'a str, what: &str) -> CliResult<(&'a str, &'a str)> {
@@ -114,6 +118,10 @@ impl ModelArgs {
                 .collect(),
             fold_constants: !self.no_fold,
             streams: self.streams as usize,
+            graph_capture: self
+                .graph
+                .parse()
+                .map_err(|e: String| fail(2, format!("--graph: {e}")))?,
             ..Default::default()
         })
     }

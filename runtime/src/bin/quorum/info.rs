@@ -83,6 +83,28 @@ pub fn main(a: Args) -> CliResult<()> {
         ),
         Err(e) => println!("constant folding: no session ({e})"),
     }
+    // Streams and graph capture depend on placement, so they come from a session with the
+    // providers asked for.
+    match a.model.session() {
+        Ok(s) => {
+            let on_device = s.schedule().steps.iter().filter(|st| st.stream.is_some());
+            println!(
+                "streams ({} asked, --provider {}): {} used by {} device nodes",
+                a.model.streams,
+                a.model.provider,
+                s.schedule().streams,
+                on_device.count()
+            );
+            match s.capture_blocker() {
+                None => println!(
+                    "graph capture: possible, per input-shape key after {} warm-up runs, unless a run refuses it",
+                    quorum::session::WARMUP_RUNS
+                ),
+                Some(why) => println!("graph capture: not possible: {why}"),
+            }
+        }
+        Err(e) => println!("streams and graph capture: no session ({})", e.message),
+    }
     Ok(())
 }
 

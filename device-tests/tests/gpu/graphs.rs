@@ -1,0 +1,237 @@
+//! Graph capture: replays identical to eager runs (on one and several streams, for new inputs of the
+//! same shapes and for a second shape key), refusals with their reasons, and `auto`'s measurement.
+use quorum::session::{GraphCapture, WARMUP_RUNS};
+use quorum::{Provider, Session, SessionOptions, Tensor, Value};
+
+use crate::harness::{POISON_NAN, on_cpu, rand_f32};
+use crate::models::{model, node, tensor_proto};
+
+fn options(streams: usize, graph: GraphCapture) -> SessionOptions {
+    let providers = if on_cpu() {
+        vec![Provider::Cpu]
+    } else {
+        vec![Provider::Cuda, Provider::Cpu]
+    };
+    SessionOptions {
+        providers,
+        streams,
+        graph_capture: graph,
+        poison_device_buffers: Some(POISON_NAN),
+        ..Default::default()
+    }
+}
+
+fn bits(s: &Session, x: &Tensor) -> Vec<u64> {
+    let out = s.run(vec![("x".into(), Value::Tensor(x.clone()))]).unwrap();
+    out[0]
+        .1
+        .as_tensor()
+        .unwrap()
+        .to_f64_vec()
+        .unwrap()
+        .iter()
+        .map(|v| v.to_bits())
+        .collect()
+}
+
+/// Two branches joined: y = Sigmoid(Relu(x)·w + Tanh(x)·s), every node on the device.
+fn branches() -> Vec<u8> {
+    model(
+        vec![
+            node("Relu", &["x"], "a"),
+            node("Tanh", &["x"], "b"),
+            node("MatMul", &["a", "w"], "c"),
+            node("Mul", &["b", "s"], "d"),
+            node("Add", &["c", "d"], "e"),
+            node("Sigmoid", &["e"], "y"),
+        ],
+        &["x"],
+        &["y"],
+        vec![
+            tensor_proto("w", &rand_f32(1, &[64, 64])),
+            tensor_proto("s", &rand_f32(2, &[64])),
+        ],
+    )
+}
+
+#[test]
+fn replays_match_eager_runs_for_new_inputs() {
+    let m = branches();
+    let eager = Session::from_bytes(&m, options(1, GraphCapture::Off)).unwrap();
+    for streams in [1, 3] {
+        let s = Session::from_bytes(&m, options(streams, GraphCapture::On)).unwrap();
+        if on_cpu() {
+            assert!(s.capture_blocker().is_some());
+            continue;
+        }
+        assert_eq!(s.capture_blocker(), None);
+        for (i, rows) in [
+            (0u64, 16usize),
+            (1, 16),
+            (2, 16),
+            (3, 16),
+            (4, 16),
+            (5, 40),
+            (6, 40),
+        ]
+        .into_iter()
+        .chain((7..11).map(|i| (i, 40)))
+        {
+            let x = rand_f32(100 + i, &[rows, 64]);
+            assert_eq!(
+                bits(&s, &x),
+                bits(&eager, &x),
+                "{streams} streams, run {i} ({rows} rows)"
+            );
+        }
+        let c = s.counters();
+        assert_eq!(c.graph_captures, 2, "one capture per shape key: {c:?}");
+        // Per key: WARMUP_RUNS eager runs, one captured, the rest replayed (5 and 6 runs).
+        let replays = (5 - WARMUP_RUNS - 1) + (6 - WARMUP_RUNS - 1);
+        assert_eq!(c.graph_replays as usize, replays, "{c:?}");
+        let report = s.graph_report();
+        assert_eq!(report.len(), 2, "{report:?}");
+        assert!(report.iter().all(|r| r.state == "replaying"), "{report:?}");
+    }
+}
+
+#[test]
+fn light_models_replay_their_eager_results() {
+    if on_cpu() {
+        return;
+    }
+    let root = std::env::var_os("QUORUM_ROOT")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".."));
+    let Ok(entries) = std::fs::read_dir(root.join("target/corpus/onnx-1.23.2/light")) else {
+        eprintln!("no corpus here: light models skipped");
+        return;
+    };
+    for e in entries.flatten() {
+        let path = e.path().join("model.onnx");
+        if !path.is_file() {
+            continue;
+        }
+        let eager = Session::from_file(&path, options(1, GraphCapture::Off)).unwrap();
+        let graph = Session::from_file(&path, options(4, GraphCapture::On)).unwrap();
+        for seed in 0..5 {
+            let inputs =
+                quorum::inputs::generate(&eager.model().graph, &[], &Default::default(), seed)
+                    .unwrap();
+            let a = eager.run(inputs.clone()).unwrap();
+            let b = graph.run(inputs).unwrap();
+            assert_eq!(a, b, "{}: run {seed}", path.display());
+        }
+        let report = graph.graph_report();
+        eprintln!(
+            "{}: {:?} {report:?}",
+            path.display(),
+            graph.capture_blocker(),
+        );
+        assert_eq!(graph.capture_blocker(), None, "{}", path.display());
+        assert_eq!(report.len(), 1);
+        assert_eq!(report[0].state, "replaying", "{}", path.display());
+        assert_eq!(graph.counters().graph_replays, 2, "{}", path.display());
+    }
+}
+
+/// What refuses a capture, and that the run still gives the eager result.
+#[test]
+fn refusals_say_why_and_runs_stay_right() {
+    if on_cpu() {
+        return;
+    }
+    // A node CUDA does not run, in the middle.
+    let cpu_middle = model(
+        vec![
+            node("Relu", &["x"], "a"),
+            node("CumSum", &["a", "axis"], "b"),
+            node("Tanh", &["b"], "y"),
+        ],
+        &["x"],
+        &["y"],
+        vec![tensor_proto(
+            "axis",
+            &Tensor::from_i64(&[], vec![1]).unwrap(),
+        )],
+    );
+    let s = Session::from_bytes(&cpu_middle, options(1, GraphCapture::On)).unwrap();
+    let why = s.capture_blocker().expect("a CPU node blocks capture");
+    assert!(
+        why.contains("CumSum") && why.contains("runs on the CPU"),
+        "{why}"
+    );
+    // The shape of a Reshape read from a run input on the host: a replay could not follow it.
+    let reshape = model(
+        vec![
+            node("Relu", &["x"], "a"),
+            node("Reshape", &["a", "shape"], "b"),
+            node("Tanh", &["b"], "y"),
+        ],
+        &["x", "shape"],
+        &["y"],
+        vec![],
+    );
+    let s = Session::from_bytes(&reshape, options(1, GraphCapture::On)).unwrap();
+    let eager = Session::from_bytes(&reshape, options(1, GraphCapture::Off)).unwrap();
+    let feeds = |seed: u64| {
+        vec![
+            ("x".to_string(), Value::Tensor(rand_f32(seed, &[4, 6]))),
+            (
+                "shape".to_string(),
+                Value::Tensor(Tensor::from_i64(&[2], vec![6, 4]).unwrap()),
+            ),
+        ]
+    };
+    for seed in 0..5 {
+        assert_eq!(
+            s.run(feeds(seed)).unwrap(),
+            eager.run(feeds(seed)).unwrap(),
+            "run {seed}"
+        );
+    }
+    let report = s.graph_report();
+    assert_eq!(report.len(), 1, "{report:?}");
+    if s.capture_blocker().is_none() {
+        assert!(
+            report[0].state.contains("reads the values of a run input"),
+            "{report:?}"
+        );
+        assert_eq!(s.counters().graph_refusals, 1);
+    }
+    // Verification reads every result back: no capture.
+    let verified = Session::from_bytes(
+        &branches(),
+        SessionOptions {
+            verify: quorum::VerifyMode::Shadow,
+            ..options(1, GraphCapture::On)
+        },
+    )
+    .unwrap();
+    assert!(
+        verified
+            .capture_blocker()
+            .is_some_and(|w| w.contains("verification"))
+    );
+}
+
+#[test]
+fn auto_measures_eager_against_replay() {
+    if on_cpu() {
+        return;
+    }
+    let s = Session::from_bytes(&branches(), options(2, GraphCapture::Auto)).unwrap();
+    let eager = Session::from_bytes(&branches(), options(1, GraphCapture::Off)).unwrap();
+    for i in 0..6 {
+        let x = rand_f32(300 + i, &[8, 64]);
+        assert_eq!(bits(&s, &x), bits(&eager, &x), "run {i}");
+    }
+    let report = s.graph_report();
+    assert_eq!(report.len(), 1);
+    let r = &report[0];
+    assert!(
+        r.eager_ms.is_some() && r.replay_ms.is_some(),
+        "auto keeps its measurement: {r:?}"
+    );
+    eprintln!("auto: {r:?}");
+}

@@ -1,0 +1,249 @@
+//! `C = act(A·B + bias)` in f32: `A` packed once ([`PackedA`]), `B` packed here one cache block at a
+//! time from its [`BSource`], the bias and activation applied to each tile as it is stored.
+//!
+//! Blocking: for each block of `NC` columns and `KC` steps, `B` is packed (kc×nc, in L2); each `B`
+//! panel (kc×NR, in L1) then meets every `A` panel (MR×kc) of a block of rows that stays in L2. The sum over `K`
+//! runs in `p` order, one accumulator per output, and crosses `KC` blocks through `C` (the block's
+//! sum added to the stored partial sum).
+//!
+//! Threads: work below [`PAR_MIN_WORK`] multiply-adds runs on the calling thread; above it, the
+//! columns or the row panels (whichever divides more evenly) are split into one part per rayon thread.
+//! Each thread packs its own `B` blocks into a buffer it keeps between calls, so a steady-state call
+//! allocates nothing.
+use std::cell::RefCell;
+use std::mem::MaybeUninit;
+
+use rayon::prelude::*;
+
+use crate::activation::Activation;
+use crate::microkernel::tile;
+use crate::pack::{BSource, PackedA};
+
+/// Steps of `K` per packed block: a `B` panel (KC×NR) stays in L1 while the `A` panels stream past.
+const KC: usize = 192;
+/// `A` panels per block of rows: the block's `A` (about MC_PANELS·8×KC) stays in L2.
+const MC_PANELS: usize = 32;
+/// Columns per packed block: a multiple of every `NR`.
+const NC: usize = 512;
+
+/// Multiply-adds (`m·n·k`) below which a GEMM runs on the calling thread. Measured on a 2-core
+/// Xeon (Ice Lake, AVX-512) with two rayon threads: splitting is a loss below about 2^16 and a gain
+/// from about 2^17 (see `reports/cpu/light-vs-onnxruntime.md`).
+pub const PAR_MIN_WORK: usize = 1 << 17;
+
+/// Whether a GEMM may split its work across rayon's threads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Threads {
+    /// On the calling thread.
+    Serial,
+    /// Split when the work reaches [`PAR_MIN_WORK`] and rayon has more than one thread.
+    Auto,
+    /// Split whatever the size (for measuring the crossover, and for tests of the split path).
+    Always,
+}
+
+/// What is applied to each output as it is stored: `act(C + bias[row])`.
+#[derive(Debug, Clone, Copy)]
+pub struct Epilogue<'a> {
+    /// One value per row of `C` (a convolution's output channel), or none.
+    pub bias: Option<&'a [f32]>,
+    pub act: Activation,
+}
+
+impl Epilogue<'_> {
+    /// Neither bias nor activation.
+    pub const NONE: Epilogue<'static> = Epilogue {
+        bias: None,
+        act: Activation::None,
+    };
+
+    fn is_identity(&self) -> bool {
+        self.bias.is_none() && self.act == Activation::None
+    }
+}
+
+/// `C[i, j] = act(Σ_p A[i, p]·B[p, j] + bias[i])` for `i < a.rows()`, `j < n`, with `C[i, j]` at
+/// `c[i·ldc + j]`. Every element of that region is written (and none read before it is written), so
+/// `c` may be uninitialised; [`sgemm`] is the form for initialised slices.
+///
+/// # Panics
+/// When `c`, the bias or `b` is too small for the shapes, or `a` was packed for an instruction set
+/// this CPU lacks (caller errors).
+pub fn sgemm_uninit(
+    a: &PackedA,
+    b: &BSource,
+    n: usize,
+    c: &mut [MaybeUninit<f32>],
+    ldc: usize,
+    epi: &Epilogue,
+    threads: Threads,
+) {
+    let (m, k) = (a.rows(), a.depth());
+    if m == 0 || n == 0 {
+        return;
+    }
+    assert!(
+        ldc >= n && (m - 1) * ldc + n <= c.len(),
+        "sgemm: C of {} values cannot hold {m}x{n} with row stride {ldc}",
+        c.len()
+    );
+    assert!(
+        epi.bias.is_none_or(|bias| bias.len() >= m),
+        "sgemm: bias shorter than {m} rows"
+    );
+    assert!(
+        a.isa().is_supported(),
+        "sgemm: A was packed for {:?}",
+        a.isa()
+    );
+    b.check(k, n);
+    let out = OutPtr(c.as_mut_ptr().cast::<f32>());
+    let (mr, nr) = (a.isa().mr(), a.isa().nr());
+    let panels = m.div_ceil(mr);
+    let work = m.saturating_mul(n).saturating_mul(k.max(1));
+    let split = match threads {
+        Threads::Serial => false,
+        Threads::Auto => work >= PAR_MIN_WORK,
+        Threads::Always => true,
+    };
+    let threads = rayon::current_num_threads();
+    if !split || threads < 2 {
+        block(a, b, out, ldc, (0, panels), (0, n), epi);
+        return;
+    }
+    let cols = n.div_ceil(nr);
+    // Parts of whole panels; the dimension that splits more evenly (the larger on a tie).
+    let excess = |units: usize| units.div_ceil(threads) * threads * 1000 / units;
+    let by_cols = (excess(cols), panels) <= (excess(panels), cols);
+    let (units, per) = if by_cols {
+        (cols, cols.div_ceil(threads))
+    } else {
+        (panels, panels.div_ceil(threads))
+    };
+    (0..units.div_ceil(per)).into_par_iter().for_each(|t| {
+        let (u0, u1) = (t * per, ((t + 1) * per).min(units));
+        if by_cols {
+            block(
+                a,
+                b,
+                out,
+                ldc,
+                (0, panels),
+                (u0 * nr, (u1 * nr).min(n)),
+                epi,
+            );
+        } else {
+            block(a, b, out, ldc, (u0, u1), (0, n), epi);
+        }
+    });
+}
+
+/// [`sgemm_uninit`] on an initialised `C`.
+pub fn sgemm(
+    a: &PackedA,
+    b: &BSource,
+    n: usize,
+    c: &mut [f32],
+    ldc: usize,
+    epi: &Epilogue,
+    threads: Threads,
+) {
+    // SAFETY: f32 and MaybeUninit<f32> have the same layout, and sgemm_uninit only writes f32 values.
+    let c = unsafe { &mut *(c as *mut [f32] as *mut [MaybeUninit<f32>]) };
+    sgemm_uninit(a, b, n, c, ldc, epi, threads);
+}
+
+/// The output pointer, shared by threads that write disjoint tiles.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+// SAFETY: each thread writes only the rows and columns of its own part (see `sgemm_uninit`).
+unsafe impl Send for OutPtr {}
+unsafe impl Sync for OutPtr {}
+
+thread_local! {
+    /// Per-thread packing buffers: the packed `B` block and one row of patches.
+    static SCRATCH: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// Row panels `q0..q1` and columns `j0..j1` of `C`, on the calling thread.
+fn block(
+    a: &PackedA,
+    b: &BSource,
+    out: OutPtr,
+    ldc: usize,
+    (q0, q1): (usize, usize),
+    (j0, j1): (usize, usize),
+    epi: &Epilogue,
+) {
+    let isa = a.isa();
+    let (mr, nr, m, k) = (isa.mr(), isa.nr(), a.rows(), a.depth());
+    let row_range = |q: usize| (q * mr, mr.min(m - q * mr));
+    if k == 0 {
+        for q in q0..q1 {
+            let (r0, rows) = row_range(q);
+            for i in r0..r0 + rows {
+                // SAFETY: inside C (checked by sgemm_uninit); this part owns these rows and columns.
+                let dst =
+                    unsafe { std::slice::from_raw_parts_mut(out.0.add(i * ldc + j0), j1 - j0) };
+                dst.fill(0.0);
+                epi.act.apply(dst, epi.bias.map(|b| b[i]));
+            }
+        }
+        return;
+    }
+    let run = |bp: &mut Vec<f32>, row: &mut Vec<f32>| {
+        for jc in (j0..j1).step_by(NC) {
+            let nc = NC.min(j1 - jc);
+            let bpanels = nc.div_ceil(nr);
+            for pc in (0..k).step_by(KC) {
+                let kc = KC.min(k - pc);
+                bp.resize(bpanels * nr * kc, 0.0);
+                b.pack(nr, (pc, kc), (jc, nc), bp, row);
+                let last = pc + kc == k;
+                for ic in (q0..q1).step_by(MC_PANELS) {
+                    for jr in 0..bpanels {
+                        let cols = nr.min(nc - jr * nr);
+                        let bpanel = &bp[jr * kc * nr..(jr + 1) * kc * nr];
+                        for q in ic..q1.min(ic + MC_PANELS) {
+                            let ap = a.panel(q, pc);
+                            let (r0, rows) = row_range(q);
+                            // SAFETY: the panels hold kc steps of this ISA's tile; the tile lies
+                            // inside C and inside this part's rows and columns; the ISA was checked.
+                            unsafe {
+                                let cp = out.0.add(r0 * ldc + jc + jr * nr);
+                                tile(
+                                    isa,
+                                    kc,
+                                    ap.as_ptr(),
+                                    bpanel.as_ptr(),
+                                    cp,
+                                    ldc,
+                                    rows,
+                                    cols,
+                                    pc > 0,
+                                );
+                                if last && !epi.is_identity() {
+                                    for i in 0..rows {
+                                        let dst =
+                                            std::slice::from_raw_parts_mut(cp.add(i * ldc), cols);
+                                        epi.act.apply(dst, epi.bias.map(|b| b[r0 + i]));
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    SCRATCH.with(|s| match s.try_borrow_mut() {
+        Ok(mut s) => {
+            let (bp, row) = &mut *s;
+            run(bp, row)
+        }
+        Err(_) => run(&mut Vec::new(), &mut Vec::new()),
+    });
+}
+
+#[cfg(test)]
+mod tests;

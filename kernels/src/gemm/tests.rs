@@ -1,0 +1,267 @@
+//! The packed GEMM against f64 sums under the bound the runtime's verification uses for sums and
+//! products (`64·ε·Σ|terms| + ½ulp`), at the edges of every tile and block, on every instruction set
+//! this CPU has, split across threads and not; and a deliberately broken GEMM that the check must
+//! catch.
+use super::*;
+use crate::Isa;
+use crate::pack::ConvPatches;
+
+/// Seeded values in [-1, 1), never all zero.
+fn rand(seed: u64, n: usize) -> Vec<f32> {
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+/// `(value, Σ|terms|)` of `C[i, j]` in f64 with the bias and the activation.
+fn reference(
+    a: &[f32],
+    b: impl Fn(usize, usize) -> f32,
+    (m, n, k): (usize, usize, usize),
+    bias: Option<&[f32]>,
+    act: Activation,
+) -> Vec<(f64, f64)> {
+    let mut out = Vec::with_capacity(m * n);
+    for i in 0..m {
+        for j in 0..n {
+            let (mut s, mut mag) = (0f64, 0f64);
+            for p in 0..k {
+                let t = a[i * k + p] as f64 * b(p, j) as f64;
+                s += t;
+                mag += t.abs();
+            }
+            if let Some(bias) = bias {
+                s += bias[i] as f64;
+                mag += (bias[i] as f64).abs();
+            }
+            // Activations here are monotone and 1-Lipschitz or nearly: judge after them too.
+            out.push((
+                act.scalar(s as f32) as f64,
+                mag.max(act.scalar(s as f32).abs() as f64),
+            ));
+        }
+    }
+    out
+}
+
+/// The first element outside the bound, if any.
+fn outside(got: &[f32], want: &[(f64, f64)], n: usize, ldc: usize) -> Option<String> {
+    let eps = f32::EPSILON as f64;
+    for (idx, (v, mag)) in want.iter().enumerate() {
+        let (i, j) = (idx / n, idx % n);
+        let g = got[i * ldc + j] as f64;
+        // 64·ε·m plus half an f32 ulp at the larger value (at least half the smallest subnormal).
+        let half_ulp = (v.abs().max(g.abs()) * eps / 2.0).max(f32::from_bits(1) as f64 / 2.0);
+        let bound = 64.0 * eps * mag.max(v.abs()) + half_ulp;
+        if (g - v).abs() > bound || g.is_nan() != v.is_nan() {
+            return Some(format!("C[{i},{j}] = {g}, want {v} (bound {bound:e})"));
+        }
+    }
+    None
+}
+
+#[test]
+fn dense_gemm_matches_f64_at_tile_and_block_edges() {
+    for &isa in Isa::supported() {
+        let (mr, nr) = (isa.mr(), isa.nr());
+        for (m, n, k) in [
+            (1, 1, 1),
+            (mr, nr, 3),
+            (mr + 1, nr - 1, KC),
+            (2 * mr - 1, nr + 1, KC + 1),
+            (3, NC + nr + 5, 2 * KC + 7),
+            (mr * 5 + 2, 2 * NC + 3, 17),
+            (5, 7, 0),
+        ] {
+            let a = rand(1 + m as u64, m * k);
+            let ld = n + 3;
+            let bdata = rand(2 + n as u64, k.max(1) * ld);
+            let bias = rand(3, m);
+            let packed = PackedA::new(isa, m, k, &a, k);
+            let src = BSource::Dense { data: &bdata, ld };
+            for (with_bias, act) in [
+                (false, Activation::None),
+                (true, Activation::Relu),
+                (true, Activation::Sigmoid),
+            ] {
+                let epi = Epilogue {
+                    bias: with_bias.then_some(&bias[..]),
+                    act,
+                };
+                let want = reference(&a, |p, j| bdata[p * ld + j], (m, n, k), epi.bias, act);
+                let ldc = n + 2;
+                let mut serial = vec![f32::NAN; m * ldc];
+                let mut split = vec![f32::NAN; m * ldc];
+                sgemm(&packed, &src, n, &mut serial, ldc, &epi, Threads::Serial);
+                sgemm(&packed, &src, n, &mut split, ldc, &epi, Threads::Always);
+                if let Some(e) = outside(&serial, &want, n, ldc) {
+                    panic!("{isa:?} {m}x{n}x{k} {act:?}: {e}");
+                }
+                // Each output sums in the same order however the work is split.
+                for (x, y) in serial.iter().zip(&split) {
+                    assert_eq!(
+                        x.to_bits(),
+                        y.to_bits(),
+                        "{isa:?} {m}x{n}x{k}: split differs"
+                    );
+                }
+                // The padding columns between rows are left alone.
+                for i in 0..m {
+                    assert!(
+                        serial[i * ldc + n..(i + 1) * ldc]
+                            .iter()
+                            .all(|v| v.is_nan())
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn convolution_patches_match_f64() {
+    for &isa in Isa::supported() {
+        for (c, ins, kernel, strides, dilations, pads, outs) in [
+            (
+                3,
+                [1, 9, 11],
+                [1, 3, 3],
+                [1, 1, 1],
+                [1, 1, 1],
+                [0, 1, 1],
+                [1, 9, 11],
+            ),
+            (
+                2,
+                [1, 8, 8],
+                [1, 7, 7],
+                [1, 2, 2],
+                [1, 1, 1],
+                [0, 3, 3],
+                [1, 4, 4],
+            ),
+            (
+                5,
+                [1, 6, 5],
+                [1, 2, 3],
+                [1, 2, 1],
+                [1, 2, 1],
+                [0, 0, 1],
+                [1, 2, 5],
+            ),
+            (
+                4,
+                [3, 4, 4],
+                [2, 2, 2],
+                [1, 1, 1],
+                [1, 1, 1],
+                [1, 0, 1],
+                [4, 3, 5],
+            ),
+        ] {
+            let in_sp: usize = ins.iter().product();
+            let x = rand(7, c * in_sp);
+            let g = ConvPatches {
+                x: &x,
+                channels: c,
+                ins,
+                kernel,
+                strides,
+                dilations,
+                pads,
+                outs,
+            };
+            let (k, n) = (
+                c * kernel.iter().product::<usize>(),
+                outs.iter().product::<usize>(),
+            );
+            let m = isa.mr() + 3;
+            let a = rand(8, m * k);
+            let packed = PackedA::new(isa, m, k, &a, k);
+            let bias = rand(9, m);
+            let epi = Epilogue {
+                bias: Some(&bias),
+                act: Activation::LeakyRelu { alpha: 0.1 },
+            };
+            // The patch matrix written out, for the reference.
+            let mut dense = vec![0f32; k * n];
+            let mut row = Vec::new();
+            let mut panel = vec![0f32; n.div_ceil(isa.nr()) * isa.nr() * k];
+            BSource::Conv(g).pack(isa.nr(), (0, k), (0, n), &mut panel, &mut row);
+            for p in 0..k {
+                for j in 0..n {
+                    let (q, jj) = (j / isa.nr(), j % isa.nr());
+                    dense[p * n + j] = panel[(q * k + p) * isa.nr() + jj];
+                }
+            }
+            let want = reference(&a, |p, j| dense[p * n + j], (m, n, k), epi.bias, epi.act);
+            let mut got = vec![f32::NAN; m * n];
+            sgemm(
+                &packed,
+                &BSource::Conv(g),
+                n,
+                &mut got,
+                n,
+                &epi,
+                Threads::Always,
+            );
+            if let Some(e) = outside(&got, &want, n, n) {
+                panic!("{isa:?} conv {kernel:?}: {e}");
+            }
+        }
+    }
+}
+
+/// The check above catches a deliberately broken GEMM: one that leaves out the last step of `K` (the
+/// slip a wrong block edge makes).
+#[test]
+fn a_broken_gemm_is_caught() {
+    let isa = Isa::detected();
+    let (m, n, k) = (isa.mr() + 1, isa.nr() + 1, KC + 1);
+    let a = rand(11, m * k);
+    let bdata = rand(12, k * n);
+    let want = reference(
+        &a,
+        |p, j| bdata[p * n + j],
+        (m, n, k),
+        None,
+        Activation::None,
+    );
+    let src = BSource::Dense {
+        data: &bdata,
+        ld: n,
+    };
+    let mut got = vec![0f32; m * n];
+    sgemm(
+        &PackedA::new(isa, m, k, &a, k),
+        &src,
+        n,
+        &mut got,
+        n,
+        &Epilogue::NONE,
+        Threads::Serial,
+    );
+    assert!(outside(&got, &want, n, n).is_none());
+    let broken = PackedA::new(isa, m, k - 1, &a, k);
+    sgemm(
+        &broken,
+        &src,
+        n,
+        &mut got,
+        n,
+        &Epilogue::NONE,
+        Threads::Serial,
+    );
+    assert!(
+        outside(&got, &want, n, n).is_some(),
+        "a missing step went unnoticed"
+    );
+}

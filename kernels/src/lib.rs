@@ -1,0 +1,96 @@
+//! Quorum's CPU arithmetic cores, kept apart from the runtime so that they are built optimised in every
+//! profile (the runtime's own code builds unoptimised in dev to keep compiles short, and the conformance
+//! corpus runs the light models through these loops inside `cargo test`).
+//!
+//! - [`gemm`]: `C = act(A·B + bias)` in f32 over packed panels, cache-blocked and split across rayon's
+//!   threads above a measured work size, with register-blocked micro-kernels for AVX-512, AVX2+FMA and
+//!   a portable fallback ([`Isa`]).
+//! - [`pack`]: the packed left operand ([`PackedA`], made once per weight by the runtime's caches) and
+//!   the right operand's sources: a dense row-major matrix, or the patches of a convolution read straight
+//!   from its input ([`ConvPatches`]), so that no im2col matrix is ever written.
+//! - [`activation`]: the activations a convolution or GEMM can apply in its store pass, with the same
+//!   formulas as the runtime's standalone kernels (which call them), so that a fused node equals the
+//!   unfused pair bit for bit.
+//!
+//! Nothing here knows ONNX: shapes, attributes and their errors are the runtime's (`runtime/src/ops/`).
+//! Entry points check the sizes they are given and panic on a caller's inconsistency, never on data.
+
+pub mod activation;
+pub mod gemm;
+mod microkernel;
+pub mod pack;
+
+pub use activation::Activation;
+pub use gemm::{Epilogue, Threads, sgemm, sgemm_uninit};
+pub use pack::{BSource, ConvPatches, PackedA};
+
+/// The instruction set a GEMM runs with. Packed operands are laid out for one of them (its register
+/// tile), so a [`PackedA`] remembers the `Isa` it was packed for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Isa {
+    /// Plain Rust loops, 4×8 tiles: any target.
+    Portable,
+    /// AVX2 with FMA, 6×16 tiles.
+    Avx2,
+    /// AVX-512F, 8×32 tiles.
+    Avx512,
+}
+
+impl Isa {
+    /// The best instruction set this CPU supports (detected once). `QUORUM_CPU_ISA=avx2` or `portable`
+    /// caps it, for comparing paths on one machine.
+    pub fn detected() -> Isa {
+        static ISA: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
+        *ISA.get_or_init(|| {
+            let best = Isa::supported().last().copied().unwrap_or(Isa::Portable);
+            match std::env::var("QUORUM_CPU_ISA").as_deref() {
+                Ok("portable") => Isa::Portable,
+                Ok("avx2") if best == Isa::Avx512 => Isa::Avx2,
+                _ => best,
+            }
+        })
+    }
+
+    /// Every instruction set this CPU can run, weakest first (tests run each of them).
+    pub fn supported() -> &'static [Isa] {
+        static ALL: std::sync::OnceLock<Vec<Isa>> = std::sync::OnceLock::new();
+        ALL.get_or_init(|| {
+            let mut v = vec![Isa::Portable];
+            #[cfg(target_arch = "x86_64")]
+            {
+                if std::arch::is_x86_feature_detected!("avx2")
+                    && std::arch::is_x86_feature_detected!("fma")
+                {
+                    v.push(Isa::Avx2);
+                }
+                if std::arch::is_x86_feature_detected!("avx512f") {
+                    v.push(Isa::Avx512);
+                }
+            }
+            v
+        })
+    }
+
+    /// Whether this CPU runs `self`.
+    pub fn is_supported(self) -> bool {
+        Isa::supported().contains(&self)
+    }
+
+    /// Rows of the register tile: the panel height of a [`PackedA`].
+    pub fn mr(self) -> usize {
+        match self {
+            Isa::Portable => 4,
+            Isa::Avx2 => 6,
+            Isa::Avx512 => 8,
+        }
+    }
+
+    /// Columns of the register tile: the panel width of the packed right operand.
+    pub fn nr(self) -> usize {
+        match self {
+            Isa::Portable => 8,
+            Isa::Avx2 => 16,
+            Isa::Avx512 => 32,
+        }
+    }
+}

@@ -1,0 +1,221 @@
+//! Register-blocked micro-kernels: one `MR×NR` tile of `C`, `C (+)= Σ_p a[p]ᵀ·b[p]`, where `a` is a
+//! packed `A` panel (`MR` values per step `p`) and `b` a packed `B` panel (`NR` values per step).
+//!
+//! Each `A` value is broadcast and multiplied into `NR/W` vectors of `B` (W lanes per vector), so
+//! the accumulators hold `MR` rows of `NR` contiguous outputs. Tiles: AVX-512 8×32 (16 accumulators
+//! of 32), AVX2+FMA 6×16 (12 of 16), portable 4×8. One accumulator per output, summed in `p` order
+//! with one rounding per step (a fused multiply-add on the SIMD paths).
+use crate::Isa;
+
+/// Largest `MR·NR` over the instruction sets: the size of the scratch tile for partial tiles.
+const MAX_TILE: usize = 8 * 32;
+
+/// Writes the `rows × cols` corner of one tile of `C` at `c` (row stride `ldc`): the sum over `k`
+/// steps of the panels at `a` and `b`, added to what `C` holds when `accumulate`.
+///
+/// # Safety
+/// `a` must hold `k·mr` values and `b` `k·nr` values of `isa`'s tile; `c` must be valid for writes
+/// (and for reads when `accumulate`) at `i·ldc + j` for `i < rows`, `j < cols`, with `rows <= mr`
+/// and `cols <= nr`; `isa` must be supported by this CPU.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn tile(
+    isa: Isa,
+    k: usize,
+    a: *const f32,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    rows: usize,
+    cols: usize,
+    accumulate: bool,
+) {
+    let (mr, nr) = (isa.mr(), isa.nr());
+    let full: unsafe fn(usize, *const f32, *const f32, *mut f32, usize, bool) = match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => avx512_8x32,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => avx2_6x16,
+        _ => portable_4x8,
+    };
+    // SAFETY: the caller's contract; a partial tile goes through a scratch tile of the full size.
+    unsafe {
+        if rows == mr && cols == nr {
+            full(k, a, b, c, ldc, accumulate);
+            return;
+        }
+        let mut scratch = [0f32; MAX_TILE];
+        full(k, a, b, scratch.as_mut_ptr(), nr, false);
+        for i in 0..rows {
+            let src = &scratch[i * nr..i * nr + cols];
+            let dst = std::slice::from_raw_parts_mut(c.add(i * ldc), cols);
+            if accumulate {
+                for (d, s) in dst.iter_mut().zip(src) {
+                    *d += *s;
+                }
+            } else {
+                dst.copy_from_slice(src);
+            }
+        }
+    }
+}
+
+/// The portable 4×8 tile (also the reference the SIMD tiles are tested against).
+unsafe fn portable_4x8(
+    k: usize,
+    a: *const f32,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+) {
+    const MR: usize = 4;
+    const NR: usize = 8;
+    let mut acc = [[0f32; NR]; MR];
+    // SAFETY: the contract of `tile`.
+    unsafe {
+        let a = std::slice::from_raw_parts(a, k * MR);
+        let b = std::slice::from_raw_parts(b, k * NR);
+        for (ap, bp) in a.chunks_exact(MR).zip(b.chunks_exact(NR)) {
+            for i in 0..MR {
+                for j in 0..NR {
+                    acc[i][j] += ap[i] * bp[j];
+                }
+            }
+        }
+        for (i, row) in acc.iter().enumerate() {
+            let dst = std::slice::from_raw_parts_mut(c.add(i * ldc), NR);
+            for (d, s) in dst.iter_mut().zip(row) {
+                *d = if accumulate { *d + *s } else { *s };
+            }
+        }
+    }
+}
+
+/// One SIMD tile kernel: `$mr` rows of `$nv` vectors of `$w` lanes.
+macro_rules! simd_tile {
+    ($name:ident, $feat:literal, $mr:literal, $nv:literal, $w:literal, $zero:ident, $load:ident,
+     $store:ident, $set1:ident, $fmadd:ident, $add:ident) => {
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = $feat)]
+        unsafe fn $name(
+            k: usize,
+            a: *const f32,
+            b: *const f32,
+            c: *mut f32,
+            ldc: usize,
+            accumulate: bool,
+        ) {
+            use std::arch::x86_64::*;
+            // SAFETY: the contract of `tile`; this function runs only where `$feat` was detected.
+            unsafe {
+                let mut acc = [[$zero(); $nv]; $mr];
+                let (mut a, mut b) = (a, b);
+                for _ in 0..k {
+                    let mut bv = [$zero(); $nv];
+                    for (v, slot) in bv.iter_mut().enumerate() {
+                        *slot = $load(b.add(v * $w));
+                    }
+                    for (i, row) in acc.iter_mut().enumerate() {
+                        let ai = $set1(*a.add(i));
+                        for (v, r) in row.iter_mut().enumerate() {
+                            *r = $fmadd(ai, bv[v], *r);
+                        }
+                    }
+                    a = a.add($mr);
+                    b = b.add($nv * $w);
+                }
+                for (i, row) in acc.iter().enumerate() {
+                    let dst = c.add(i * ldc);
+                    for (v, r) in row.iter().enumerate() {
+                        let p = dst.add(v * $w);
+                        let out = if accumulate { $add($load(p), *r) } else { *r };
+                        $store(p, out);
+                    }
+                }
+            }
+        }
+    };
+}
+
+simd_tile!(
+    avx512_8x32,
+    "avx512f",
+    8,
+    2,
+    16,
+    _mm512_setzero_ps,
+    _mm512_loadu_ps,
+    _mm512_storeu_ps,
+    _mm512_set1_ps,
+    _mm512_fmadd_ps,
+    _mm512_add_ps
+);
+
+simd_tile!(
+    avx2_6x16,
+    "avx2,fma",
+    6,
+    2,
+    8,
+    _mm256_setzero_ps,
+    _mm256_loadu_ps,
+    _mm256_storeu_ps,
+    _mm256_set1_ps,
+    _mm256_fmadd_ps,
+    _mm256_add_ps
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every supported tile against plain f64 sums, full and partial, overwrite and accumulate.
+    #[test]
+    fn tiles_match_plain_sums() {
+        for &isa in Isa::supported() {
+            let (mr, nr) = (isa.mr(), isa.nr());
+            for k in [0usize, 1, 7, 33] {
+                let a: Vec<f32> = (0..k * mr).map(|i| ((i * 7 % 13) as f32) - 6.0).collect();
+                let b: Vec<f32> = (0..k * nr)
+                    .map(|i| ((i * 5 % 11) as f32) * 0.5 - 2.0)
+                    .collect();
+                for (rows, cols) in [(mr, nr), (1, 1), (mr - 1, nr - 3), (mr, 1)] {
+                    for accumulate in [false, true] {
+                        let ldc = nr + 5;
+                        let mut c = vec![3.0f32; mr * ldc];
+                        // SAFETY: panels and C are sized for the tile, the ISA is supported.
+                        unsafe {
+                            tile(
+                                isa,
+                                k,
+                                a.as_ptr(),
+                                b.as_ptr(),
+                                c.as_mut_ptr(),
+                                ldc,
+                                rows,
+                                cols,
+                                accumulate,
+                            )
+                        };
+                        for i in 0..mr {
+                            for j in 0..ldc {
+                                let mut want = if accumulate || i >= rows || j >= cols {
+                                    3.0
+                                } else {
+                                    0.0
+                                };
+                                if i < rows && j < cols {
+                                    want += (0..k)
+                                        .map(|p| a[p * mr + i] as f64 * b[p * nr + j] as f64)
+                                        .sum::<f64>()
+                                        as f32;
+                                }
+                                assert_eq!(c[i * ldc + j], want, "{isa:?} k={k} ({i},{j})");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,301 @@
+//! The GEMM's operands in the layouts its micro-kernels read.
+//!
+//! `A` (`M×K`, the weights of a convolution) is packed once into panels of `MR` rows: panel `q` holds,
+//! for each `p`, the `MR` values `A[q·MR + i, p]` (zeros past `M`). `B` (`K×N`) is packed per call,
+//! one cache block at a time, into panels of `NR` columns: for each `p`, `NR` consecutive values of
+//! row `p` (zeros past `N`). `B` is read either from a dense row-major matrix or straight from a
+//! convolution's input ([`ConvPatches`]): the im2col matrix exists only one block at a time, in the
+//! packing buffer.
+use crate::Isa;
+
+/// `A` packed for one instruction set's tile.
+#[derive(Debug, Clone)]
+pub struct PackedA {
+    isa: Isa,
+    m: usize,
+    k: usize,
+    data: Vec<f32>,
+}
+
+impl PackedA {
+    /// Packs the `m×k` matrix with `A[i, p] = a[i·lda + p]`.
+    ///
+    /// # Panics
+    /// When `a` is too short for `m`, `k` and `lda` (a caller's error).
+    pub fn new(isa: Isa, m: usize, k: usize, a: &[f32], lda: usize) -> PackedA {
+        assert!(isa.is_supported(), "PackedA: {isa:?} is not supported here");
+        assert!(
+            m == 0 || k == 0 || ((m - 1) * lda + k <= a.len() && lda >= k),
+            "PackedA: a {m}x{k} matrix with row stride {lda} does not fit in {} values",
+            a.len()
+        );
+        let mr = isa.mr();
+        let panels = m.div_ceil(mr);
+        let mut data = vec![0f32; panels * mr * k];
+        for q in 0..panels {
+            let panel = &mut data[q * mr * k..(q + 1) * mr * k];
+            for i in 0..mr.min(m - q * mr) {
+                let row = &a[(q * mr + i) * lda..(q * mr + i) * lda + k];
+                for (p, &v) in row.iter().enumerate() {
+                    panel[p * mr + i] = v;
+                }
+            }
+        }
+        PackedA { isa, m, k, data }
+    }
+
+    pub fn isa(&self) -> Isa {
+        self.isa
+    }
+
+    pub fn rows(&self) -> usize {
+        self.m
+    }
+
+    pub fn depth(&self) -> usize {
+        self.k
+    }
+
+    /// Bytes held, for cache accounting.
+    pub fn bytes(&self) -> usize {
+        self.data.len() * std::mem::size_of::<f32>()
+    }
+
+    /// Panel `q` from step `p0` on.
+    pub(crate) fn panel(&self, q: usize, p0: usize) -> &[f32] {
+        let mr = self.isa.mr();
+        &self.data[(q * self.k + p0) * mr..(q + 1) * self.k * mr]
+    }
+}
+
+/// The geometry of a convolution's patches, spatial dims padded to three (leading dims of size 1),
+/// over an input of `channels` planes: `B[(c, kd, kh, kw), (od, oh, ow)]` is the input at
+/// `o·stride + k·dilation - pad_begin` in plane `c`, or zero outside it.
+#[derive(Debug, Clone, Copy)]
+pub struct ConvPatches<'a> {
+    /// `channels` planes of `ins[0]·ins[1]·ins[2]` values.
+    pub x: &'a [f32],
+    pub channels: usize,
+    pub ins: [usize; 3],
+    pub kernel: [usize; 3],
+    pub strides: [usize; 3],
+    pub dilations: [usize; 3],
+    pub pads: [i64; 3],
+    pub outs: [usize; 3],
+}
+
+impl ConvPatches<'_> {
+    fn taps(&self) -> usize {
+        self.kernel.iter().product()
+    }
+
+    /// Offset along dim `i` of tap `t` relative to `o·stride`.
+    fn off(&self, i: usize, t: usize) -> i64 {
+        (t * self.dilations[i]) as i64 - self.pads[i]
+    }
+
+    /// Row `p` of the patch matrix for columns `j0..j0 + out.len()`.
+    fn row(&self, p: usize, j0: usize, out: &mut [f32]) {
+        let ksz = self.taps();
+        let (c, kk) = (p / ksz, p % ksz);
+        let [k0, k1, k2] = self.kernel;
+        let t = [kk / (k1 * k2), (kk / k2) % k1, kk % k2];
+        debug_assert!(t[0] < k0);
+        let [i0, i1, i2] = self.ins;
+        let [o0, o1, o2] = self.outs;
+        let plane = &self.x[c * i0 * i1 * i2..(c + 1) * i0 * i1 * i2];
+        let off = [self.off(0, t[0]), self.off(1, t[1]), self.off(2, t[2])];
+        let (lo, hi) = span(o2, self.strides[2], off[2], i2);
+        let s2 = self.strides[2];
+        let (mut j, end) = (j0, j0 + out.len());
+        while j < end {
+            let (row, w0) = (j / o2, j % o2);
+            let w1 = o2.min(w0 + end - j);
+            let dst = &mut out[j - j0..j - j0 + (w1 - w0)];
+            let (a, b) = (row / o1, row % o1);
+            let ia = (a * self.strides[0]) as i64 + off[0];
+            let ib = (b * self.strides[1]) as i64 + off[1];
+            if a >= o0 || ia < 0 || ia >= i0 as i64 || ib < 0 || ib >= i1 as i64 {
+                dst.fill(0.0);
+            } else {
+                let src = &plane[(ia as usize * i1 + ib as usize) * i2..][..i2];
+                let (v0, v1) = (lo.clamp(w0, w1), hi.clamp(w0, w1));
+                dst[..v0 - w0].fill(0.0);
+                dst[v1 - w0..].fill(0.0);
+                let mid = &mut dst[v0 - w0..v1 - w0];
+                let first = (v0 * s2) as i64 + off[2];
+                if s2 == 1 {
+                    mid.copy_from_slice(&src[first as usize..first as usize + mid.len()]);
+                } else {
+                    for (q, d) in mid.iter_mut().enumerate() {
+                        *d = src[first as usize + q * s2];
+                    }
+                }
+            }
+            j += w1 - w0;
+        }
+    }
+}
+
+/// The `t` in `[0, count)` with `0 <= t·s + off < bound`, as a range.
+pub(crate) fn span(count: usize, s: usize, off: i64, bound: usize) -> (usize, usize) {
+    let s = s as i64;
+    let lo = if off >= 0 { 0 } else { (-off + s - 1) / s };
+    let lim = bound as i64 - off;
+    let hi = if lim <= 0 {
+        0
+    } else {
+        ((lim - 1) / s + 1).min(count as i64)
+    };
+    let lo = lo.min(count as i64);
+    (lo as usize, hi.max(lo) as usize)
+}
+
+/// Where the GEMM reads `B` (`K×N`) from.
+#[derive(Debug, Clone, Copy)]
+pub enum BSource<'a> {
+    /// Row-major with row stride `ld`: `B[p, j] = data[p·ld + j]` (a 1×1 convolution's input is
+    /// its own `B`, `ld` the plane size).
+    Dense { data: &'a [f32], ld: usize },
+    /// A convolution's patches, read from its input as they are packed.
+    Conv(ConvPatches<'a>),
+}
+
+impl BSource<'_> {
+    /// Checks that every element of a `k×n` `B` lies inside the source.
+    pub(crate) fn check(&self, k: usize, n: usize) {
+        match self {
+            BSource::Dense { data, ld } => assert!(
+                k == 0 || n == 0 || ((k - 1) * ld + n <= data.len() && *ld >= n),
+                "BSource: a {k}x{n} matrix with row stride {ld} does not fit in {} values",
+                data.len()
+            ),
+            BSource::Conv(g) => {
+                let in_sp: usize = g.ins.iter().product();
+                let out_sp: usize = g.outs.iter().product();
+                assert!(
+                    k == g.channels * g.taps()
+                        && n == out_sp
+                        && g.x.len() >= g.channels * in_sp
+                        && g.kernel.iter().all(|&t| t > 0)
+                        && g.strides.iter().all(|&s| s > 0),
+                    "BSource: convolution patches of {:?} do not make a {k}x{n} matrix",
+                    (g.channels, g.ins, g.kernel, g.outs)
+                );
+            }
+        }
+    }
+
+    /// Packs rows `p0..p0+kc` and columns `j0..j0+nc` into `NR`-wide panels in `out`
+    /// (`nc.div_ceil(nr)·nr·kc` values), zeros past column `j0+nc`; `row` is scratch of `nc` values.
+    pub(crate) fn pack(
+        &self,
+        nr: usize,
+        (p0, kc): (usize, usize),
+        (j0, nc): (usize, usize),
+        out: &mut [f32],
+        row: &mut Vec<f32>,
+    ) {
+        let panels = nc.div_ceil(nr);
+        debug_assert!(out.len() >= panels * nr * kc);
+        for p in 0..kc {
+            let src: &[f32] = match self {
+                BSource::Dense { data, ld } => &data[(p0 + p) * ld + j0..][..nc],
+                BSource::Conv(g) => {
+                    row.resize(nc, 0.0);
+                    g.row(p0 + p, j0, row);
+                    row
+                }
+            };
+            for q in 0..panels {
+                let dst = &mut out[(q * kc + p) * nr..(q * kc + p + 1) * nr];
+                let part = &src[q * nr..nc.min((q + 1) * nr)];
+                dst[..part.len()].copy_from_slice(part);
+                dst[part.len()..].fill(0.0);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The patch matrix element by its definition.
+    fn patch(g: &ConvPatches, p: usize, j: usize) -> f32 {
+        let ksz: usize = g.kernel.iter().product();
+        let (c, kk) = (p / ksz, p % ksz);
+        let t = [
+            kk / (g.kernel[1] * g.kernel[2]),
+            (kk / g.kernel[2]) % g.kernel[1],
+            kk % g.kernel[2],
+        ];
+        let o = [
+            j / (g.outs[1] * g.outs[2]),
+            (j / g.outs[2]) % g.outs[1],
+            j % g.outs[2],
+        ];
+        let mut idx = [0usize; 3];
+        for d in 0..3 {
+            let v = (o[d] * g.strides[d] + t[d] * g.dilations[d]) as i64 - g.pads[d];
+            if v < 0 || v >= g.ins[d] as i64 {
+                return 0.0;
+            }
+            idx[d] = v as usize;
+        }
+        let in_sp: usize = g.ins.iter().product();
+        g.x[c * in_sp + (idx[0] * g.ins[1] + idx[1]) * g.ins[2] + idx[2]]
+    }
+
+    #[test]
+    fn conv_rows_match_the_definition() {
+        let x: Vec<f32> = (0..2 * 2 * 5 * 7).map(|v| v as f32 + 1.0).collect();
+        for (kernel, strides, dilations, pads, outs) in [
+            ([1, 3, 3], [1, 1, 1], [1, 1, 1], [0, 1, 1], [2, 5, 7]),
+            ([1, 3, 2], [1, 2, 3], [1, 1, 2], [0, 2, 1], [2, 4, 2]),
+            ([2, 1, 1], [1, 1, 1], [1, 1, 1], [0, 0, 0], [1, 5, 7]),
+            ([1, 7, 7], [1, 2, 2], [1, 1, 1], [0, 3, 3], [2, 3, 4]),
+        ] {
+            let g = ConvPatches {
+                x: &x,
+                channels: 2,
+                ins: [2, 5, 7],
+                kernel,
+                strides,
+                dilations,
+                pads,
+                outs,
+            };
+            let (k, n) = (2 * g.taps(), outs.iter().product::<usize>());
+            for j0 in [0, 3, n - 1] {
+                let mut row = vec![f32::NAN; n - j0];
+                for p in 0..k {
+                    g.row(p, j0, &mut row);
+                    for (jj, v) in row.iter().enumerate() {
+                        assert_eq!(*v, patch(&g, p, j0 + jj), "{kernel:?} p={p} j={}", j0 + jj);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn packed_a_panels_hold_columns_of_mr_rows() {
+        let (m, k) = (7, 3);
+        let a: Vec<f32> = (0..m * 5).map(|v| v as f32).collect();
+        for &isa in Isa::supported() {
+            let pa = PackedA::new(isa, m, k, &a, 5);
+            let mr = isa.mr();
+            for q in 0..m.div_ceil(mr) {
+                let panel = pa.panel(q, 0);
+                for p in 0..k {
+                    for i in 0..mr {
+                        let r = q * mr + i;
+                        let want = if r < m { a[r * 5 + p] } else { 0.0 };
+                        assert_eq!(panel[p * mr + i], want);
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,422 @@
+//! Conv and FusedConv: shapes and attributes, the activation of FusedConv, the general path (im2col
+//! + GEMM, for every float type; the f32 fast path in `conv_packed.rs` is tested against it) and direct
+//! depthwise convolution, which both paths share.
+use ndarray::{ArrayD, IxDyn};
+use quorum_kernels::Activation;
+use rayon::prelude::*;
+
+use super::{Geom, PAR_MIN, check_bias, contiguous, conv_geom, fill_bias, float_dispatch, span};
+use crate::bail;
+use crate::error::OpResult;
+use crate::ops::matmul::{GemmFloat, gemm_into};
+use crate::ops::{OpCtx, input, opt_input, single};
+use crate::tensor::Value;
+
+pub(super) fn conv(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+    run(ctx, inputs, Activation::None)
+}
+
+/// `com.quorum` FusedConv: Conv's inputs and attributes, and `activation` (`Relu`, `Clip`,
+/// `LeakyRelu`, `Sigmoid`, `HardSwish`; absent or empty for none) with `activation_params` (Clip:
+/// `[min, max]`; LeakyRelu: `[alpha]`, default 0.01), onnxruntime's FusedConv contract. The bias and
+/// the activation are applied as each output tile is stored. For f32 and f64 the result equals Conv
+/// followed by the activation node bit for bit; f16 and bf16 are rounded once, after the activation,
+/// where the pair rounds twice (equal for Relu and Clip, within a half ulp of the narrow type before
+/// the activation otherwise).
+pub(super) fn fused_conv(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+    run(ctx, inputs, activation_attr(ctx)?)
+}
+
+/// The `activation` and `activation_params` attributes of a fused node.
+pub(crate) fn activation_attr(ctx: &OpCtx) -> OpResult<Activation> {
+    let name = ctx.attr_s("activation", "")?;
+    let params = ctx
+        .attr_opt_floats("activation_params")?
+        .unwrap_or_default();
+    let want = |n: usize| -> OpResult<()> {
+        if params.len() != n {
+            bail!("activation {name} takes {n} activation_params, got {params:?}");
+        }
+        Ok(())
+    };
+    Ok(match name.as_str() {
+        "" => {
+            want(0)?;
+            Activation::None
+        }
+        "Relu" => {
+            want(0)?;
+            Activation::Relu
+        }
+        "Sigmoid" => {
+            want(0)?;
+            Activation::Sigmoid
+        }
+        "HardSwish" => {
+            want(0)?;
+            Activation::HardSwish
+        }
+        "Clip" => {
+            want(2)?;
+            Activation::Clip {
+                lo: params[0],
+                hi: params[1],
+            }
+        }
+        "LeakyRelu" => {
+            if params.is_empty() {
+                Activation::LeakyRelu { alpha: 0.01 }
+            } else {
+                want(1)?;
+                Activation::LeakyRelu { alpha: params[0] }
+            }
+        }
+        other => {
+            bail!("activation '{other}' is not one of Relu, Clip, LeakyRelu, Sigmoid, HardSwish")
+        }
+    })
+}
+
+fn run(ctx: &OpCtx, inputs: &[Option<&Value>], act: Activation) -> OpResult<Vec<Value>> {
+    let x = input(inputs, 0)?;
+    let rest = vec![Some(input(inputs, 1)?), opt_input(inputs, 2)?];
+    fn go<T: ConvFloat>(
+        x: &ArrayD<T>,
+        r: &[Option<&ArrayD<T>>],
+        ctx: &OpCtx,
+        act: Activation,
+    ) -> OpResult<ArrayD<T>> {
+        let Some(w) = r[0] else {
+            bail!("Conv: W is missing")
+        };
+        T::conv(ctx, x, w, r[1], act)
+    }
+    single(float_dispatch!(x, rest, go, ctx, act))
+}
+
+/// The float types Conv computes in: f32 through the packed GEMM, f64 through the general path.
+pub(super) trait ConvFloat: GemmFloat {
+    fn conv(
+        ctx: &OpCtx,
+        x: &ArrayD<Self>,
+        w: &ArrayD<Self>,
+        b: Option<&ArrayD<Self>>,
+        act: Activation,
+    ) -> OpResult<ArrayD<Self>>;
+
+    /// `act` on each value, with the formulas of the standalone activation kernels for this type.
+    fn activate(v: &mut [Self], act: Activation);
+}
+
+impl ConvFloat for f32 {
+    fn conv(
+        ctx: &OpCtx,
+        x: &ArrayD<f32>,
+        w: &ArrayD<f32>,
+        b: Option<&ArrayD<f32>>,
+        act: Activation,
+    ) -> OpResult<ArrayD<f32>> {
+        super::packed::conv_f32(ctx, x, w, b, act)
+    }
+
+    fn activate(v: &mut [f32], act: Activation) {
+        act.apply(v, None);
+    }
+}
+
+impl ConvFloat for f64 {
+    fn conv(
+        ctx: &OpCtx,
+        x: &ArrayD<f64>,
+        w: &ArrayD<f64>,
+        b: Option<&ArrayD<f64>>,
+        act: Activation,
+    ) -> OpResult<ArrayD<f64>> {
+        conv_general(ctx, x, w, b, act)
+    }
+
+    /// The f64 forms of the elementwise kernels (whose f64 `exp` is the library's).
+    fn activate(v: &mut [f64], act: Activation) {
+        let f: &dyn Fn(f64) -> f64 = match act {
+            Activation::None => return,
+            Activation::Relu => &|x| if x < 0.0 { 0.0 } else { x },
+            Activation::Clip { lo, hi } => &move |x| {
+                let x = if x < lo as f64 { lo as f64 } else { x };
+                if x > hi as f64 { hi as f64 } else { x }
+            },
+            Activation::LeakyRelu { alpha } => &move |x| if x < 0.0 { x * alpha as f64 } else { x },
+            Activation::Sigmoid => &|x| 1.0 / (1.0 + (-x).exp()),
+            Activation::HardSwish => &|x| x * (x / 6.0 + 0.5).clamp(0.0, 1.0),
+        };
+        v.iter_mut().for_each(|x| *x = f(*x));
+    }
+}
+
+/// A Conv node's shapes, checked against each other and the attributes.
+pub(super) struct ConvShape {
+    pub n: usize,
+    pub c: usize,
+    pub m: usize,
+    pub group: usize,
+    pub g: Geom,
+    pub out_shape: Vec<usize>,
+}
+
+impl ConvShape {
+    pub fn new<T>(
+        ctx: &OpCtx,
+        xs: &[usize],
+        ws: &[usize],
+        b: Option<&ArrayD<T>>,
+    ) -> OpResult<ConvShape> {
+        if xs.len() < 3 || ws.len() != xs.len() {
+            bail!("Conv needs X of rank >= 3 and W of the same rank, got {xs:?} and {ws:?}");
+        }
+        let group = ctx.attr_i("group", 1)?;
+        if group < 1 {
+            bail!("group must be >= 1, got {group}");
+        }
+        let group = group as usize;
+        let (n, c, m) = (xs[0], xs[1], ws[0]);
+        if ws[1].checked_mul(group) != Some(c) || m % group != 0 {
+            bail!("Conv channels mismatch: X {xs:?}, W {ws:?}, group {group}");
+        }
+        check_bias(b, m)?;
+        let g = conv_geom(ctx, &xs[2..], &ws[2..])?;
+        let mut out_shape = vec![n, m];
+        out_shape.extend_from_slice(&g.outs[3 - (xs.len() - 2)..]);
+        ctx.check_alloc(&out_shape, std::mem::size_of::<T>())?;
+        Ok(ConvShape {
+            n,
+            c,
+            m,
+            group,
+            g,
+            out_shape,
+        })
+    }
+
+    /// Input channels per group.
+    pub fn cg(&self) -> usize {
+        self.c / self.group
+    }
+
+    /// Output channels per group.
+    pub fn mg(&self) -> usize {
+        self.m / self.group
+    }
+
+    /// One input channel per group (a channel multiplier `mg` allowed): the direct path.
+    pub fn depthwise(&self) -> bool {
+        self.cg() == 1 && self.group > 1
+    }
+
+    /// A 1×1 kernel with unit strides and no padding: the input planes are the GEMM's right operand.
+    pub fn pointwise(&self) -> bool {
+        let g = &self.g;
+        g.ksz() == 1 && g.s == [1, 1, 1] && g.pb == [0, 0, 0] && g.outs == g.ins
+    }
+}
+
+/// Fills one im2col row (`dst`, `out_sp` long) for channel plane `src` and kernel tap `kp`.
+fn im2col_row<T: GemmFloat>(src: &[T], g: &Geom, kp: [usize; 3], dst: &mut [T]) {
+    let [o0, o1, o2] = g.outs;
+    let [_, i1, i2] = g.ins;
+    let (h0, h1) = span(o0, g.s[0], g.off(0, kp[0]), g.ins[0]);
+    let (r0, r1) = span(o1, g.s[1], g.off(1, kp[1]), i1);
+    let (c0, c1) = span(o2, g.s[2], g.off(2, kp[2]), i2);
+    let woff = g.off(2, kp[2]);
+    if c0 >= c1 {
+        dst.fill(T::zero());
+        return;
+    }
+    for od in 0..o0 {
+        let plane = &mut dst[od * o1 * o2..(od + 1) * o1 * o2];
+        if od < h0 || od >= h1 {
+            plane.fill(T::zero());
+            continue;
+        }
+        let id = (od as i64 * g.s[0] as i64 + g.off(0, kp[0])) as usize;
+        plane[..r0 * o2].fill(T::zero());
+        plane[r1 * o2..].fill(T::zero());
+        for oh in r0..r1 {
+            let ih = (oh as i64 * g.s[1] as i64 + g.off(1, kp[1])) as usize;
+            let srow = &src[(id * i1 + ih) * i2..(id * i1 + ih + 1) * i2];
+            let drow = &mut plane[oh * o2..(oh + 1) * o2];
+            drow[..c0].fill(T::zero());
+            drow[c1..].fill(T::zero());
+            if g.s[2] == 1 {
+                let st = (c0 as i64 + woff) as usize;
+                drow[c0..c1].copy_from_slice(&srow[st..st + (c1 - c0)]);
+            } else {
+                for ow in c0..c1 {
+                    drow[ow] = srow[(ow as i64 * g.s[2] as i64 + woff) as usize];
+                }
+            }
+        }
+    }
+}
+
+/// im2col of `cg` channel planes into `col` (`[cg*ksz, out_sp]`).
+fn im2col<T: GemmFloat>(x: &[T], g: &Geom, cg: usize, col: &mut [T], par: bool) {
+    let (in_sp, out_sp, ksz) = (g.in_sp(), g.out_sp(), g.ksz());
+    let f = |(row, dst): (usize, &mut [T])| {
+        let c = row / ksz;
+        im2col_row(&x[c * in_sp..(c + 1) * in_sp], g, g.kpos(row % ksz), dst);
+    };
+    if par && cg * ksz * out_sp >= PAR_MIN {
+        col.par_chunks_mut(out_sp).enumerate().for_each(f);
+    } else {
+        col.chunks_mut(out_sp).enumerate().for_each(f);
+    }
+}
+
+/// Direct convolution of one input plane with one filter (depthwise), added into `out`.
+pub(super) fn direct_plane<T: GemmFloat>(x: &[T], w: &[T], g: &Geom, out: &mut [T]) {
+    let [o0, o1, o2] = g.outs;
+    let [_, i1, i2] = g.ins;
+    for (kk, &wv) in w.iter().enumerate() {
+        let kp = g.kpos(kk);
+        let (h0, h1) = span(o0, g.s[0], g.off(0, kp[0]), g.ins[0]);
+        let (r0, r1) = span(o1, g.s[1], g.off(1, kp[1]), i1);
+        let (c0, c1) = span(o2, g.s[2], g.off(2, kp[2]), i2);
+        let woff = g.off(2, kp[2]);
+        if c0 >= c1 {
+            continue;
+        }
+        for od in h0..h1 {
+            let id = (od as i64 * g.s[0] as i64 + g.off(0, kp[0])) as usize;
+            for oh in r0..r1 {
+                let ih = (oh as i64 * g.s[1] as i64 + g.off(1, kp[1])) as usize;
+                let srow = &x[(id * i1 + ih) * i2..(id * i1 + ih + 1) * i2];
+                let drow = &mut out[(od * o1 + oh) * o2..(od * o1 + oh + 1) * o2];
+                if g.s[2] == 1 {
+                    let st = (c0 as i64 + woff) as usize;
+                    for (d, &v) in drow[c0..c1].iter_mut().zip(&srow[st..st + (c1 - c0)]) {
+                        *d = *d + wv * v;
+                    }
+                } else {
+                    for ow in c0..c1 {
+                        let v = srow[(ow as i64 * g.s[2] as i64 + woff) as usize];
+                        drow[ow] = drow[ow] + wv * v;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Depthwise convolution (one input channel per group, output channel `oc` reading input channel
+/// `oc / mg`) by direct loops, one output plane per task: `y = act(bias + Σ w·x)`.
+pub(super) fn depthwise<T: ConvFloat>(
+    sh: &ConvShape,
+    xd: &[T],
+    wd: &[T],
+    bias: Option<&[T]>,
+    act: Activation,
+) -> Vec<T> {
+    let (g, m, mg) = (&sh.g, sh.m, sh.mg());
+    let (in_sp, out_sp, ksz) = (g.in_sp(), g.out_sp(), g.ksz());
+    let mut y = vec![T::zero(); sh.n * m * out_sp];
+    if y.is_empty() {
+        return y;
+    }
+    let f = |(plane, out): (usize, &mut [T])| {
+        let (ni, oc) = (plane / m, plane % m);
+        out.fill(bias.map_or(T::zero(), |b| b[oc]));
+        let ic = ni * sh.c + oc / mg;
+        direct_plane(
+            &xd[ic * in_sp..(ic + 1) * in_sp],
+            &wd[oc * ksz..(oc + 1) * ksz],
+            g,
+            out,
+        );
+        T::activate(out, act);
+    };
+    if y.len().saturating_mul(ksz) >= PAR_MIN {
+        y.par_chunks_mut(out_sp).enumerate().for_each(f);
+    } else {
+        y.chunks_mut(out_sp).enumerate().for_each(f);
+    }
+    y
+}
+
+/// Conv by im2col + GEMM (the `gemm` crate) per group, then the activation: every float type, and
+/// the reference for the f32 fast path. Depthwise convolutions take the direct path.
+pub(super) fn conv_general<T: ConvFloat>(
+    ctx: &OpCtx,
+    x: &ArrayD<T>,
+    w: &ArrayD<T>,
+    b: Option<&ArrayD<T>>,
+    act: Activation,
+) -> OpResult<ArrayD<T>> {
+    let sh = ConvShape::new(ctx, x.shape(), w.shape(), b)?;
+    let (n, c, m, group) = (sh.n, sh.c, sh.m, sh.group);
+    let (cg, mg, g) = (sh.cg(), sh.mg(), &sh.g);
+    let (in_sp, out_sp, ksz) = (g.in_sp(), g.out_sp(), g.ksz());
+    let kdim = cg * ksz;
+    let xd = contiguous(x);
+    let wd = contiguous(w);
+    let bd = b.map(contiguous);
+    let bias = bd.as_deref();
+    if sh.depthwise() {
+        let y = depthwise(&sh, &xd, &wd, bias, act);
+        return Ok(ArrayD::from_shape_vec(IxDyn(&sh.out_shape), y)?);
+    }
+    let mut y = vec![T::zero(); n * m * out_sp];
+    if y.is_empty() {
+        return Ok(ArrayD::from_shape_vec(IxDyn(&sh.out_shape), y)?);
+    }
+    let pointwise = sh.pointwise();
+    if !pointwise && cg > 1 {
+        ctx.check_alloc(&[kdim, out_sp], std::mem::size_of::<T>())?;
+    }
+    let par_groups = group > 1 && group >= 2 * rayon::current_num_threads();
+    let mut col: Vec<T> = Vec::new();
+    for ni in 0..n {
+        let xn = &xd[ni * c * in_sp..(ni + 1) * c * in_sp];
+        let yn = &mut y[ni * m * out_sp..(ni + 1) * m * out_sp];
+        let run_group = |gi: usize, yg: &mut [T], col: &mut Vec<T>, par: bool| {
+            let xg = &xn[gi * cg * in_sp..(gi + 1) * cg * in_sp];
+            let wg = &wd[gi * mg * kdim..(gi + 1) * mg * kdim];
+            fill_bias(yg, bias, gi * mg, out_sp);
+            let bmat: &[T] = if pointwise {
+                xg
+            } else {
+                col.resize(kdim * out_sp, T::zero());
+                im2col(xg, g, cg, col, par);
+                col
+            };
+            gemm_into(
+                mg,
+                out_sp,
+                kdim,
+                wg,
+                kdim,
+                1,
+                bmat,
+                out_sp,
+                1,
+                yg,
+                out_sp,
+                T::one(),
+                true,
+                par,
+            );
+            T::activate(yg, act);
+        };
+        if par_groups {
+            yn.par_chunks_mut(mg * out_sp)
+                .enumerate()
+                .for_each(|(gi, yg)| {
+                    let mut col = Vec::new();
+                    run_group(gi, yg, &mut col, false)
+                });
+        } else {
+            for (gi, yg) in yn.chunks_mut(mg * out_sp).enumerate() {
+                run_group(gi, yg, &mut col, true);
+            }
+        }
+    }
+    Ok(ArrayD::from_shape_vec(IxDyn(&sh.out_shape), y)?)
+}

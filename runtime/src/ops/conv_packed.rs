@@ -1,0 +1,118 @@
+//! The f32 Conv path: per group, `Y = act(W·B + bias)` by the packed GEMM of `quorum-kernels`, with
+//! `W` packed once per weight initializer (`conv_weights.rs`) and `B` read by the GEMM's packing
+//! straight from the input: a 1×1 convolution's input planes are `B` as they lie, and any other
+//! kernel's patches are gathered one cache block at a time, so no im2col matrix is written. The bias
+//! and the activation are applied as each tile is stored; the output is written once, never zeroed
+//! first. Depthwise convolutions take the direct path shared with the general one.
+use ndarray::{ArrayD, IxDyn};
+use quorum_kernels::{Activation, BSource, ConvPatches, Epilogue, Isa, PackedA, Threads};
+use rayon::prelude::*;
+
+use super::contiguous;
+use super::forward::{ConvShape, depthwise};
+use super::weights::{PackedWeights, packed_weights};
+use crate::error::OpResult;
+use crate::ops::OpCtx;
+
+pub(super) fn conv_f32(
+    ctx: &OpCtx,
+    x: &ArrayD<f32>,
+    w: &ArrayD<f32>,
+    b: Option<&ArrayD<f32>>,
+    act: Activation,
+) -> OpResult<ArrayD<f32>> {
+    let sh = ConvShape::new(ctx, x.shape(), w.shape(), b)?;
+    let xd = contiguous(x);
+    let bd = b.map(contiguous);
+    let bias = bd.as_deref();
+    if sh.depthwise() {
+        let y = depthwise(&sh, &xd, &contiguous(w), bias, act);
+        return Ok(ArrayD::from_shape_vec(IxDyn(&sh.out_shape), y)?);
+    }
+    let isa = Isa::detected();
+    let weights = packed_weights(ctx, 1, isa, sh.group, w.shape(), || {
+        pack_weights(isa, &sh, &contiguous(w))
+    });
+    let y = conv_packed(&sh, &xd, &weights, bias, act, Threads::Auto);
+    Ok(ArrayD::from_shape_vec(IxDyn(&sh.out_shape), y)?)
+}
+
+/// `W` (`[M, C/group, k...]`, contiguous) packed per group for `isa`.
+pub(super) fn pack_weights(isa: Isa, sh: &ConvShape, wd: &[f32]) -> PackedWeights {
+    let (mg, kdim) = (sh.mg(), sh.cg() * sh.g.ksz());
+    PackedWeights {
+        groups: (0..sh.group)
+            .map(|gi| {
+                PackedA::new(
+                    isa,
+                    mg,
+                    kdim,
+                    &wd[gi * mg * kdim..(gi + 1) * mg * kdim],
+                    kdim,
+                )
+            })
+            .collect(),
+    }
+}
+
+/// The convolution of `xd` (`[N, C, ins...]`) by packed weights, `act(conv + bias)`. Groups run in
+/// parallel when there are at least twice as many as threads (each GEMM then serial), otherwise one
+/// after the other with each GEMM split across threads above its work threshold.
+pub(super) fn conv_packed(
+    sh: &ConvShape,
+    xd: &[f32],
+    weights: &PackedWeights,
+    bias: Option<&[f32]>,
+    act: Activation,
+    threads: Threads,
+) -> Vec<f32> {
+    let (n, c, m, group) = (sh.n, sh.c, sh.m, sh.group);
+    let (cg, mg, g) = (sh.cg(), sh.mg(), &sh.g);
+    let (in_sp, out_sp) = (g.in_sp(), g.out_sp());
+    let total = n * m * out_sp;
+    let mut y: Vec<f32> = Vec::with_capacity(total);
+    if total == 0 {
+        return y;
+    }
+    let pointwise = sh.pointwise();
+    let par_groups = group > 1 && group >= 2 * rayon::current_num_threads();
+    let out = &mut y.spare_capacity_mut()[..total];
+    let run = |ni: usize, gi: usize, yg: &mut [std::mem::MaybeUninit<f32>], threads: Threads| {
+        let xg = &xd[(ni * c + gi * cg) * in_sp..(ni * c + (gi + 1) * cg) * in_sp];
+        let src = if pointwise {
+            BSource::Dense {
+                data: xg,
+                ld: in_sp,
+            }
+        } else {
+            BSource::Conv(ConvPatches {
+                x: xg,
+                channels: cg,
+                ins: g.ins,
+                kernel: g.k,
+                strides: g.s,
+                dilations: g.d,
+                pads: g.pb,
+                outs: g.outs,
+            })
+        };
+        let epi = Epilogue {
+            bias: bias.map(|b| &b[gi * mg..(gi + 1) * mg]),
+            act,
+        };
+        quorum_kernels::sgemm_uninit(&weights.groups[gi], &src, out_sp, yg, out_sp, &epi, threads);
+    };
+    if par_groups && threads != Threads::Serial {
+        out.par_chunks_mut(mg * out_sp)
+            .enumerate()
+            .for_each(|(i, yg)| run(i / group, i % group, yg, Threads::Serial));
+    } else {
+        for (i, yg) in out.chunks_mut(mg * out_sp).enumerate() {
+            run(i / group, i % group, yg, threads);
+        }
+    }
+    // SAFETY: the chunks cover `out` (n·group chunks of mg·out_sp values), and sgemm_uninit writes
+    // every element of its `mg × out_sp` output.
+    unsafe { y.set_len(total) };
+    y
+}
