@@ -69,6 +69,8 @@ pub struct BenchModel {
     pub inputs: Vec<(String, PathBuf)>,
     /// What the model is (real models: from their meta.json).
     pub about: String,
+    /// What a reader of the output comparison should know (meta.json's `note`).
+    pub note: Option<String>,
 }
 
 pub fn run(a: Args) -> Result<bool> {
@@ -269,6 +271,7 @@ fn light_models(corpus: &Path, work: &Path) -> Result<Vec<BenchModel>> {
             path: case.model_path(),
             inputs,
             about: format!("onnx backend corpus {}", case.id),
+            note: None,
         });
     }
     Ok(out)
@@ -313,6 +316,7 @@ fn real_models(dir: &Path) -> Result<Vec<BenchModel>> {
             path: d.join("model.onnx"),
             inputs,
             about: meta["model"].as_str().unwrap_or("").to_string(),
+            note: meta["note"].as_str().map(String::from),
         });
     }
     Ok(out)

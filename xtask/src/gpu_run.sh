@@ -2,7 +2,7 @@
 # Runs Quorum's on-device checks on a GPU machine without a Rust toolchain, from the project root that
 # holds target/gpu-bundle (see shared/gpu/README.md): the gpu-tests suite, the device benchmarks, and
 # the `cuda` conformance engine over the corpus (generated here with this machine's onnx).
-#   run.sh [all|tests|bench|models|conformance]...   (default: all)
+#   run.sh [all|tests|bench|models|conformance|pytorch]...   (default: all)
 # Logs go to $OUT (or target/gpu-bundle/logs); a short summary table ends the output.
 set -u
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -46,6 +46,12 @@ if want models; then
     done > "$LOGS/light-models.jsonl"
   fi
 fi
+if want pytorch; then
+  # PyTorch (eager, graph replay, host to host) beside Quorum (1 stream, several, graph replay) on
+  # torchvision models exported here; host overhead per node; streams on light models; threads.
+  timeout 540 python3 benches/gpu/models_vs_pytorch.py --quorum "$B/quorum" --out "$LOGS/models" > "$LOGS/pytorch.log" 2>&1
+  echo "rc=$?" >> "$LOGS/pytorch.log"
+fi
 if want conformance; then
   timeout 420 "$B/conformance" --engine cuda --jobs 8 > "$LOGS/conformance-cuda.log" 2>&1
   echo "rc=$?" >> "$LOGS/conformance-cuda.log"
@@ -53,6 +59,7 @@ if want conformance; then
 fi
 
 echo "== summary =="
+[ -f "$LOGS/models/models-vs-pytorch.md" ] && cat "$LOGS/models/models-vs-pytorch.md"
 echo "device: $(cat "$LOGS/device.txt")"
 if [ -f "$LOGS/gpu-tests.log" ]; then
   echo "gpu-tests: $(grep -E '^test result|^rc=' "$LOGS/gpu-tests.log" | tr '\n' ' ')"

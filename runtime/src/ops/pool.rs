@@ -330,52 +330,6 @@ fn max_pool_t<T: Copy + PartialOrd + EmptyMax + Send + Sync>(
     Ok((vals, idx))
 }
 
-/// MaxPool's values alone (no Indices output), by the same rule as [`max_pool_t`]: the first tap,
-/// then any greater tap or NaN until the max is NaN. Without the index bookkeeping, the commonest
-/// form runs about twice as fast.
-fn max_pool_values<T: Copy + PartialOrd + EmptyMax + Send + Sync>(
-    g: &PGeom,
-    xd: &[T],
-    oshape: &[usize],
-) -> OpResult<ArrayD<T>> {
-    let (in_sp, out_sp) = (g.in_sp(), g.out_sp());
-    let [_, i1, i2] = g.ins;
-    let total = oshape.iter().product::<usize>();
-    let mut y: Vec<T> = vec![T::EMPTY_MAX; total];
-    for_planes(
-        &mut y,
-        out_sp,
-        g.k.iter().fold(total, |a, &b| a.saturating_mul(b)),
-        |pi, out| {
-            let src = &xd[pi * in_sp..(pi + 1) * in_sp];
-            windows(g, |oi, w| {
-                let mut best = T::EMPTY_MAX;
-                let mut first = true;
-                for ka in w[0].1..w[0].2 {
-                    let ia = (w[0].0 + (ka * g.d[0]) as i64) as usize;
-                    for kb in w[1].1..w[1].2 {
-                        let ib = (w[1].0 + (kb * g.d[1]) as i64) as usize;
-                        let row = (ia * i1 + ib) * i2;
-                        for kc in w[2].1..w[2].2 {
-                            let ic = (w[2].0 + (kc * g.d[2]) as i64) as usize;
-                            let v = src[row + ic];
-                            // `x != x` exactly for NaN; once the max is NaN it stays.
-                            #[allow(clippy::eq_op)]
-                            let take = first || (best == best && (v > best || v != v));
-                            if take {
-                                best = v;
-                                first = false;
-                            }
-                        }
-                    }
-                }
-                out[oi] = best;
-            });
-        },
-    );
-    Ok(ArrayD::from_shape_vec(IxDyn(oshape), y)?)
-}
-
 fn max_pool(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let x = input(inputs, 0)?;
     let want = ctx.node.outputs.len() > 1 && !ctx.node.outputs[1].is_empty();
@@ -587,6 +541,10 @@ fn global_max_pool(_ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Valu
     let t = map_numeric!(x, a => global_t(a, mx)?)?;
     single(t)
 }
+
+#[path = "pool_max.rs"]
+mod max_values;
+use max_values::max_pool_values;
 
 #[cfg(test)]
 #[path = "pool_tests.rs"]

@@ -194,3 +194,70 @@ fn maxpool_values_only_path_matches_the_indexed_path() {
         assert_eq!(bits(&one[0]), bits(&two[0]), "geometry {s}");
     }
 }
+
+/// The separable MaxPool path against the window walk, bit for bit (NaN payloads and the signs of
+/// tied zeros included), over geometries at its edges: padding on every side, ceil_mode windows
+/// running past the input, stride larger than the kernel, 1-D and 3-D with one tap in depth, and
+/// windows wholly in the padding; plus a deliberately broken variant (a max that ignores the NaN
+/// rule) that the comparison must catch.
+#[test]
+fn maxpool_separable_path_matches_the_window_walk() {
+    let geometries: Vec<(Vec<usize>, Vec<(&str, Attr)>)> = vec![
+        (vec![2, 3, 9, 11], vec![("kernel_shape", ints(&[3, 3])), ("strides", ints(&[2, 2]))]),
+        (
+            vec![1, 2, 8, 7],
+            vec![
+                ("kernel_shape", ints(&[3, 2])),
+                ("pads", ints(&[1, 2, 2, 1])),
+                ("ceil_mode", Attr::Int(1)),
+                ("strides", ints(&[2, 3])),
+            ],
+        ),
+        (vec![1, 2, 6, 6], vec![("kernel_shape", ints(&[2, 2])), ("strides", ints(&[3, 3]))]),
+        (vec![2, 2, 13], vec![("kernel_shape", ints(&[4])), ("pads", ints(&[2, 3]))]),
+        (
+            vec![1, 2, 3, 5, 6],
+            vec![("kernel_shape", ints(&[1, 3, 3])), ("pads", ints(&[0, 1, 1, 0, 1, 1]))],
+        ),
+        (
+            vec![1, 1, 4, 4],
+            vec![("kernel_shape", ints(&[3, 3])), ("pads", ints(&[3, 3, 3, 3])), ("strides", ints(&[4, 4]))],
+        ),
+    ];
+    for (s, (shape, attrs)) in geometries.into_iter().enumerate() {
+        let n: usize = shape.iter().product();
+        let mut v = rand(60 + s as u64, n);
+        for (i, x) in v.iter_mut().enumerate() {
+            *x = match i % 11 {
+                3 => f32::from_bits(0x7fc0_0000 | i as u32),
+                5 => -0.0,
+                7 => 0.0,
+                _ => (*x * 2.0).round(),
+            };
+        }
+        let xa = ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&shape), v).unwrap();
+        run_kernel(
+            |ctx: &OpCtx, _: &[Option<&Value>]| {
+                let g = pool_geom(ctx, &shape)?;
+                let os = out_shape(&shape, &g);
+                let xd = xa.as_slice().unwrap();
+                assert!(max_values::separable(&g), "geometry {s}");
+                let fast = max_values::max_pool_rows(&g, xd, &os, max_values::take)?;
+                let walk = max_values::max_pool_windows(&g, xd, &os)?;
+                let bits = |a: &ndarray::ArrayD<f32>| a.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&fast), bits(&walk), "geometry {s}");
+                // The broken variant: a plain `>` max, under which a later value replaces a NaN.
+                let plain = |b: f32, v: f32| if v > b { v } else { b };
+                let broken = max_values::max_pool_rows(&g, xd, &os, plain)?;
+                assert_ne!(bits(&broken), bits(&walk), "geometry {s}: a broken max went unnoticed");
+                Ok(vec![])
+            },
+            "MaxPool",
+            22,
+            attrs,
+            vec![],
+            0,
+        )
+        .unwrap();
+    }
+}

@@ -20,6 +20,9 @@ pub struct OutputDiff {
     /// Why the output could not be compared element by element (dtype or shape differ, not a
     /// tensor, unreadable), if so.
     pub note: Option<String>,
+    /// A remark that is no failure: onnxruntime's output holds one value throughout (the light
+    /// models of the corpus, whose weights make every class equally likely), so agreeing says little.
+    pub remark: Option<String>,
 }
 
 /// Compares each output named `names` (graph order): Quorum's file (`quorum run`'s naming) in
@@ -44,6 +47,7 @@ pub fn outputs(q_dir: &Path, o_dir: &Path, names: &[String]) -> Vec<OutputDiff> 
                     max_abs: f64::NAN,
                     max_rel: f64::NAN,
                     scale: f64::NAN,
+                    remark: None,
                     note: Some(format!(
                         "not compared: {}",
                         [
@@ -86,6 +90,7 @@ pub fn diff(name: &str, q: &Tensor, o: &Tensor) -> OutputDiff {
         max_rel: f64::NAN,
         scale: f64::NAN,
         note: None,
+        remark: None,
     };
     if q.dtype() != o.dtype() {
         d.note = Some(format!("dtype differs: onnxruntime gives {}", o.describe()));
@@ -121,6 +126,16 @@ pub fn diff(name: &str, q: &Tensor, o: &Tensor) -> OutputDiff {
     d.max_abs = max_abs;
     d.max_rel = max_rel;
     d.scale = ov.iter().fold(0.0f64, |m, x| m.max(x.abs()));
+    let (lo, hi) = ov
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| {
+            (lo.min(x), hi.max(x))
+        });
+    if ov.len() > 1 && hi - lo <= 1e-6 * d.scale {
+        d.remark = Some(format!(
+            "every element is {lo:.6} (to 1e-6): agreement says little"
+        ));
+    }
     d
 }
 
@@ -159,6 +174,17 @@ mod tests {
         assert_eq!(
             diff("y", &t(&[3.0, 1.0]), &t(&[3.0, f32::NAN])).max_abs,
             f64::INFINITY
+        );
+    }
+
+    #[test]
+    fn a_constant_output_is_remarked_but_not_suspect() {
+        let d = diff("p", &t(&[0.001; 4]), &t(&[0.001; 4]));
+        assert!(d.remark.is_some() && !d.suspect());
+        assert!(
+            diff("p", &t(&[0.001, 0.002]), &t(&[0.001, 0.002]))
+                .remark
+                .is_none()
         );
     }
 

@@ -40,6 +40,8 @@ pub struct ModelResult {
     pub name: String,
     pub group: String,
     pub about: String,
+    /// What a reader of the output comparison should know (real models: their meta.json's note).
+    pub note: Option<String>,
     pub path: String,
     pub quorum: SideResult,
     pub ort: SideResult,
@@ -53,6 +55,7 @@ impl ModelResult {
             name: m.name.clone(),
             group: m.group.to_string(),
             about: m.about.clone(),
+            note: m.note.clone(),
             path: m.path.display().to_string(),
             quorum: SideResult::default(),
             ort: SideResult::default(),
@@ -99,6 +102,9 @@ impl ModelResult {
                     d.max_abs, d.scale
                 ))
             ));
+        }
+        if let (Some(note), false) = (&self.note, out.is_empty()) {
+            out.push(format!("{}: note: {note}", self.name));
         }
         out
     }
@@ -269,7 +275,11 @@ pub fn render(meta: &Meta, results: &[ModelResult]) -> (String, serde_json::Valu
                 d.max_rel,
                 d.scale,
                 if d.suspect() { "⚠ " } else { "" },
-                d.note.clone().unwrap_or_default()
+                [d.note.clone(), d.remark.clone()]
+                    .into_iter()
+                    .flatten()
+                    .collect::<Vec<_>>()
+                    .join("; ")
             );
         }
         if r.comparison.is_empty() {
@@ -295,7 +305,12 @@ pub fn render(meta: &Meta, results: &[ModelResult]) -> (String, serde_json::Valu
     let _ = writeln!(w, "| model | group | what |");
     let _ = writeln!(w, "|---|---|---|");
     for r in results {
-        let _ = writeln!(w, "| {} | {} | {} |", r.name, r.group, r.about);
+        let note = r
+            .note
+            .as_deref()
+            .map(|n| format!(" Note: {n}."))
+            .unwrap_or_default();
+        let _ = writeln!(w, "| {} | {} | {}{note} |", r.name, r.group, r.about);
     }
     let json = serde_json::json!({
         "meta": meta,
@@ -310,6 +325,7 @@ pub fn render(meta: &Meta, results: &[ModelResult]) -> (String, serde_json::Valu
                 "name": r.name,
                 "group": r.group,
                 "about": r.about,
+                "note": r.note,
                 "path": r.path,
                 "quorum": stats(&r.quorum),
                 "onnxruntime": stats(&r.ort),
@@ -348,6 +364,7 @@ mod tests {
             path: "m.onnx".into(),
             inputs: vec![],
             about: String::new(),
+            note: None,
         };
         let mut r = ModelResult::new(&m);
         r.quorum.times_ms = vec![2.0, 4.0, 6.0];

@@ -19,6 +19,10 @@ pub struct Args {
     /// Seed for generated inputs.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Threads running the one session at once, each doing `iters` timed runs; the JSON reports
+    /// their throughput (runs per second of wall time) beside the latency of every run.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
+    concurrency: u16,
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -38,15 +42,35 @@ pub fn main(a: Args) -> CliResult<()> {
     };
     let (inputs, _) = a.model.inputs(&session, a.seed)?;
     let mut times = Vec::with_capacity(a.iters);
+    let mut wall_s = 0.0;
     let timed = (|| {
         for _ in 0..a.warmup {
             session.run(inputs.clone())?;
         }
-        for _ in 0..a.iters.max(1) {
-            let batch = inputs.clone();
-            let t = Instant::now();
-            session.run(batch)?;
-            times.push(t.elapsed().as_secs_f64() * 1e3);
+        let start = Instant::now();
+        let per_thread: Vec<quorum::Result<Vec<f64>>> = std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..a.concurrency)
+                .map(|_| {
+                    scope.spawn(|| -> quorum::Result<Vec<f64>> {
+                        let mut t_ms = Vec::with_capacity(a.iters);
+                        for _ in 0..a.iters.max(1) {
+                            let batch = inputs.clone();
+                            let t = Instant::now();
+                            session.run(batch)?;
+                            t_ms.push(t.elapsed().as_secs_f64() * 1e3);
+                        }
+                        Ok(t_ms)
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .map(|w| w.join().unwrap_or_else(|_| Ok(Vec::new())))
+                .collect()
+        });
+        wall_s = start.elapsed().as_secs_f64();
+        for t in per_thread {
+            times.extend(t?);
         }
         Ok(())
     })();
@@ -65,6 +89,8 @@ pub fn main(a: Args) -> CliResult<()> {
             "provider": provider,
             "threads": rayon::current_num_threads(),
             "iters": times.len(),
+            "concurrency": a.concurrency,
+            "throughput_per_s": times.len() as f64 / wall_s.max(1e-9),
             "warmup": a.warmup,
             "median_ms": median,
             "p10_ms": p10,

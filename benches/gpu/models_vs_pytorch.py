@@ -1,0 +1,213 @@
+#!/usr/bin/env python3
+"""Quorum against PyTorch on the GPU machine, side by side in one run.
+
+What: exports torchvision models (random weights, eval mode) to ONNX with the torch found on the
+GPU machine, times PyTorch (eager, CUDA-graph replay, host to host) and Quorum (`quorum bench`:
+one stream, several streams, graph replay) on the same model in the same run, checks Quorum's
+outputs against onnxruntime (CPU) on the same file and input, and writes a Markdown table.
+Why: a speed claim is only worth its anchor measured beside it, on the same machine, the same day.
+
+    python3 models_vs_pytorch.py --quorum target/gpu-bundle/quorum --out DIR [--models resnet18,...]
+
+Runs on the GPU machine (torch 2.11, onnxruntime, numpy there); TF32 is off for PyTorch.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+MODELS = {
+    "resnet18": ("resnet18", 1),
+    "resnet50": ("resnet50", 1),
+    "mobilenet_v2": ("mobilenet_v2", 1),
+}
+
+
+def export(name: str, batch: int, out_dir: str) -> tuple[str, object]:
+    import torch
+    import torchvision
+
+    model = getattr(torchvision.models, MODELS[name][0])(weights=None).eval()
+    x = torch.randn(batch, 3, 224, 224, generator=torch.Generator().manual_seed(7))
+    path = os.path.join(out_dir, f"{name}_b{batch}.onnx")
+    if not os.path.exists(path):
+        torch.onnx.export(model, (x,), path, opset_version=17, input_names=["x"],
+                          output_names=["y"], dynamo=False)
+    return path, (model, x)
+
+
+def time_torch(model, x, iters: int) -> dict:
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    m = model.cuda()
+    xd = x.cuda()
+
+    def median_ms(f):
+        for _ in range(10):
+            f()
+        torch.cuda.synchronize()
+        ts = []
+        for _ in range(iters):
+            t = time.perf_counter()
+            f()
+            torch.cuda.synchronize()
+            ts.append((time.perf_counter() - t) * 1e3)
+        return statistics.median(ts)
+
+    with torch.no_grad():
+        eager = median_ms(lambda: m(xd))
+        host = median_ms(lambda: m(x.cuda()).cpu())
+        static_x = xd.clone()
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(3):
+                m(static_x)
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            static_y = m(static_x)
+        graph = median_ms(lambda: g.replay())
+        ref = m(xd).cpu().numpy()
+    del static_y
+    return {"eager_ms": eager, "graph_ms": graph, "host_ms": host, "reference": ref}
+
+
+def quorum_bench(quorum: str, model: str, extra: list[str], iters: int) -> dict:
+    cmd = [quorum, "bench", model, "--provider", "cuda", "--iters", str(iters), "--warmup", "5",
+           "--json", *extra]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        return {"error": (r.stderr or r.stdout).strip()[-400:]}
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def check_against_ort(quorum: str, model: str, x, work: str) -> str:
+    import numpy as np
+    import onnxruntime as ort
+
+    xin = x.numpy().astype(np.float32)
+    np.save(os.path.join(work, "x.npy"), xin)
+    outdir = os.path.join(work, "q")
+    r = subprocess.run([quorum, "run", model, "--provider", "cuda", "--input",
+                        f"x={os.path.join(work, 'x.npy')}", "--output-dir", outdir],
+                       capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        return f"quorum run failed: {r.stderr.strip()[-200:]}"
+    got = np.load(os.path.join(outdir, "y.npy"))
+    sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    want = sess.run(None, {"x": xin})[0]
+    diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
+    scale = np.abs(want).max()
+    return f"max abs diff {diff.max():.2e} (max |y| {scale:.2e})"
+
+
+def chain_model(path: str, nodes: int) -> None:
+    """A chain of `nodes` Relu nodes over 64 floats: nearly all host overhead per node."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    names = ["x"] + [f"t{i}" for i in range(nodes - 1)] + ["y"]
+    graph = helper.make_graph(
+        [helper.make_node("Relu", [names[i]], [names[i + 1]]) for i in range(nodes)],
+        "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def extras(quorum: str, out: str, light: str, iters: int) -> list[str]:
+    """Host overhead per node, streams on branchy light models, and threads on one session."""
+    lines = ["", "Host overhead per launched node (a chain of 200 Relu over 64 floats, `quorum bench`):",
+             "", "| mode | median ms per run | µs per node |", "|---|---|---|"]
+    chain = os.path.join(out, "chain200.onnx")
+    chain_model(chain, 200)
+    for label, extra in [("eager", []), ("graph replay", ["--graph", "on"])]:
+        q = quorum_bench(quorum, chain, extra, iters)
+        if "median_ms" in q:
+            lines.append(f"| {label} | {q['median_ms']:.3f} | {q['median_ms'] * 1e3 / 200:.2f} |")
+            print(json.dumps({"chain": label, "median_ms": q["median_ms"]}), flush=True)
+    lines += ["", "Light models, one stream against several (eager) and graph replay:", "",
+              "| model | 1 stream | 4 streams | graph, 4 streams | streams used |", "|---|---|---|---|---|"]
+    for m in ["inception_v1", "densenet121", "inception_v2", "resnet50", "squeezenet"]:
+        path = os.path.join(light, f"test_{m}", "model.onnx")
+        if not os.path.exists(path):
+            continue
+        r = [quorum_bench(quorum, path, e, iters) for e in
+             (["--streams", "1"], ["--streams", "4"], ["--streams", "4", "--graph", "on"])]
+        med = [f"{x['median_ms']:.3f}" if "median_ms" in x else "error" for x in r]
+        lines.append(f"| {m} | {med[0]} | {med[1]} | {med[2]} | {r[1].get('streams')} |")
+        print(json.dumps({"light": m, "medians": med}), flush=True)
+    path = os.path.join(light, "test_resnet50", "model.onnx")
+    if os.path.exists(path):
+        lines += ["", "One session of light resnet50 from several threads (eager, 1 stream):", "",
+                  "| threads | runs per second | median ms per run |", "|---|---|---|"]
+        for n in [1, 2, 4, 8]:
+            q = quorum_bench(quorum, path, ["--concurrency", str(n)], max(10, iters // 2))
+            if "throughput_per_s" in q:
+                lines.append(f"| {n} | {q['throughput_per_s']:.1f} | {q['median_ms']:.3f} |")
+                print(json.dumps({"threads": n, "throughput": q["throughput_per_s"]}), flush=True)
+    return lines
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quorum", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--streams", type=int, default=4)
+    ap.add_argument("--light", default="target/corpus/onnx-1.23.2/light")
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    import torch
+
+    rows = []
+    for name in args.models.split(","):
+        path, (model, x) = export(name, MODELS[name][1], args.out)
+        t = time_torch(model, x, args.iters)
+        q1 = quorum_bench(args.quorum, path, ["--streams", "1"], args.iters)
+        qs = quorum_bench(args.quorum, path, ["--streams", str(args.streams)], args.iters)
+        qg = quorum_bench(args.quorum, path, ["--streams", "1", "--graph", "on"], args.iters)
+        qgs = quorum_bench(args.quorum, path, ["--streams", str(args.streams), "--graph", "on"],
+                           args.iters)
+        check = check_against_ort(args.quorum, path, x, args.out)
+        rows.append((name, t, q1, qs, qg, qgs, check))
+        print(json.dumps({"model": name, "torch": {k: v for k, v in t.items() if k != "reference"},
+                          "quorum_1": q1.get("median_ms"), "quorum_streams": qs.get("median_ms"),
+                          "quorum_graph": qg.get("median_ms"),
+                          "quorum_graph_streams": qgs.get("median_ms"),
+                          "graphs": qg.get("graphs"), "errors": [q.get("error") for q in
+                                                                  (q1, qs, qg, qgs) if "error" in q],
+                          "check": check}), flush=True)
+    lines = [
+        f"Same run on {torch.cuda.get_device_name(0)}, torch {torch.__version__} (TF32 off), "
+        f"medians of {args.iters} runs in ms. Quorum through `quorum bench --provider cuda` (input "
+        "from the host, output back to it); its graph replay includes those copies.",
+        "",
+        "| model | PyTorch eager | PyTorch graph replay | PyTorch host to host | Quorum 1 stream "
+        f"| Quorum {args.streams} streams | Quorum graph replay | Quorum graph, {args.streams} streams "
+        "| Quorum vs onnxruntime |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, t, q1, qs, qg, qgs, check in rows:
+        def f(q):
+            return f"{q['median_ms']:.3f}" if "median_ms" in q else "error"
+        lines.append(f"| {name} b1 | {t['eager_ms']:.3f} | {t['graph_ms']:.3f} | {t['host_ms']:.3f} "
+                     f"| {f(q1)} | {f(qs)} | {f(qg)} | {f(qgs)} | {check} |")
+    lines += extras(args.quorum, args.out, args.light, args.iters)
+    text = "\n".join(lines) + "\n"
+    with open(os.path.join(args.out, "models-vs-pytorch.md"), "w") as fh:
+        fh.write(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
