@@ -84,6 +84,11 @@ pub trait Backend: Send + Sync {
 pub trait DeviceSession: Send + Sync {
     /// The device, in words (for reports).
     fn device_name(&self) -> String;
+    /// The driver's version, where the backend can tell: with the device name it identifies the
+    /// adapter whose measured dispatch thresholds `auto` uses (`session::thresholds`).
+    fn driver_version(&self) -> Option<String> {
+        None
+    }
     /// Starts the device side of one run with `streams` streams (at least one). `index`: this
     /// device's place among the session's accelerators (stamped on every [`DeviceTensor`] it makes).
     /// `poison`: fill every new buffer with this byte, so that an element a kernel fails to write

@@ -54,6 +54,13 @@ impl DeviceSession for CudaSession {
         )
     }
 
+    /// The kernel module's version from `/proc/driver/nvidia/version` (the driver the device
+    /// runs; `cuDriverGetVersion` gives only the CUDA version it supports).
+    fn driver_version(&self) -> Option<String> {
+        let text = std::fs::read_to_string("/proc/driver/nvidia/version").ok()?;
+        nvidia_driver_version(&text)
+    }
+
     fn begin<'s>(
         &'s self,
         index: usize,
@@ -250,5 +257,31 @@ impl Inputs for SeamInputs<'_> {
 
     fn host(&self, i: usize) -> KResult<Option<Arc<Value>>> {
         self.0.host(i).map_err(kernel_error)
+    }
+}
+
+/// The driver version in the text of `/proc/driver/nvidia/version` ("NVRM version: NVIDIA UNIX
+/// x86_64 Kernel Module  580.159.03  Tue ..."): the first word that is dotted numbers.
+pub fn nvidia_driver_version(text: &str) -> Option<String> {
+    let line = text.lines().find(|l| l.starts_with("NVRM"))?;
+    line.split_whitespace()
+        .find(|w| w.contains('.') && w.chars().all(|c| c.is_ascii_digit() || c == '.'))
+        .map(str::to_string)
+}
+
+#[cfg(test)]
+mod driver_version_tests {
+    #[test]
+    fn reads_the_kernel_module_version() {
+        let text = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.03  Tue Oct  7 2025\nGCC version:  gcc version 13.3.0\n";
+        assert_eq!(
+            super::nvidia_driver_version(text).as_deref(),
+            Some("580.159.03")
+        );
+        // A file without the NVRM line names no driver.
+        assert_eq!(
+            super::nvidia_driver_version("GCC version: 13.3.0 1.2"),
+            None
+        );
     }
 }

@@ -4,7 +4,8 @@
 use std::cell::RefCell;
 use std::sync::Arc;
 
-use super::placement::{DeviceStep, under_floor};
+use super::dispatch::Dispatch;
+use super::placement::DeviceStep;
 use super::residency::{Scope, Slot, SlotInputs};
 use super::schedule::{Schedule, StepSchedule};
 use crate::backend::{DeviceError, DeviceRun, Replay};
@@ -21,7 +22,8 @@ use crate::verify::{Policy, Use, VerifyMode};
 pub(super) struct Exec<'s> {
     pub max_tensor_bytes: u64,
     pub max_loop_iterations: u64,
-    pub min_device_elements: usize,
+    /// `auto`'s per-node decision (CPU or the claimed device) for nodes whose inputs are on the host.
+    pub dispatch: &'s Dispatch,
     pub policy: Policy<'s>,
     pub counters: &'s Counters,
     /// Indexed like the session's devices (a `DeviceTensor::device` is an index here).
@@ -429,7 +431,7 @@ impl Exec<'_> {
             .iter()
             .map(|n| if n.is_empty() { None } else { scope.get(n) })
             .collect();
-        if under_floor(self.min_device_elements, node, &slots) {
+        if self.dispatch.keep_on_cpu(index, ds.device, node, &slots) {
             return Ok(None);
         }
         let stream = sched.stream.unwrap_or(0);

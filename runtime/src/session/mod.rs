@@ -6,12 +6,14 @@
 //! executes the plan (`exec`), values living where they were produced (`residency`). Nothing here
 //! knows a particular accelerator: they are reached through `crate::backend`.
 mod capture;
+pub mod dispatch;
 mod exec;
 mod inputs;
 mod options;
 mod placement;
 mod residency;
 pub mod schedule;
+pub mod thresholds;
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
@@ -47,6 +49,10 @@ pub struct Session {
     schedule: schedule::Schedule,
     /// Why no run of this session can be captured into a device graph (`None`: runs may be).
     capture_blocker: Option<String>,
+    /// `auto`'s per-node decisions and the threshold tables behind them.
+    dispatch: dispatch::Dispatch,
+    /// Which table each accelerator's decisions come from, or why none.
+    dispatch_notes: Vec<String>,
     graphs: capture::Graphs,
 }
 
@@ -150,6 +156,8 @@ impl Session {
         let on_device: Vec<bool> = plan.steps.iter().map(|s| s.device.is_some()).collect();
         let schedule = schedule::build(&plan, &on_device, options.streams);
         let capture_blocker = capture_blocker(&plan, &devices, verify);
+        let (dispatch, dispatch_notes) =
+            placement::dispatch_for(options.min_device_elements, &devices, plan.steps.len());
         Ok(Session {
             model,
             plan,
@@ -161,6 +169,8 @@ impl Session {
             devices,
             schedule,
             capture_blocker,
+            dispatch,
+            dispatch_notes,
             graphs: Default::default(),
         })
     }
@@ -233,6 +243,19 @@ impl Session {
     /// `auto` measured them), refused with the reason, or slower than eager.
     pub fn graph_report(&self) -> Vec<GraphRecord> {
         self.graphs.report()
+    }
+
+    /// Which measured threshold table `auto` uses for each accelerator, or why the conservative
+    /// floor stands in (empty unless `min_device_elements` > 0, as `auto` sets it).
+    pub fn dispatch_notes(&self) -> &[String] {
+        &self.dispatch_notes
+    }
+
+    /// For each top-level node in execution order: the last `auto` decision made for it in a run
+    /// so far (CPU or its device, and the rule with the threshold that decided), `None` where
+    /// `auto` decided nothing (a CPU node, an explicit provider, no run yet).
+    pub fn dispatch_decisions(&self) -> Vec<Option<dispatch::Decision>> {
+        self.dispatch.decisions()
     }
 
     /// Runs the model. `inputs` are (name, value) pairs for the graph's runtime inputs; the result holds
@@ -346,7 +369,7 @@ impl Session {
         let exec = exec::Exec {
             max_tensor_bytes: self.options.max_tensor_bytes,
             max_loop_iterations: self.options.max_loop_iterations,
-            min_device_elements: self.options.min_device_elements,
+            dispatch: &self.dispatch,
             policy: crate::verify::Policy {
                 mode: self.verify,
                 allow_unchecked: &self.options.allow_unchecked,

@@ -1,16 +1,20 @@
 //! Placement: which provider runs each top-level node. At plan time each node goes to the first
 //! accelerator (in the session's priority order) whose backend claims it, the CPU otherwise; at run
-//! time `auto`'s size floor keeps small nodes whose inputs are all on the host on the CPU.
+//! time `auto` keeps a claimed node whose inputs are all on the host on the CPU when the measured
+//! thresholds of its accelerator's adapter say the CPU is faster at its size (`dispatch`), or,
+//! where nothing was measured, when it is under a conservative floor.
 use std::sync::Arc;
 
-use super::residency::Slot;
+use super::dispatch::Dispatch;
+use super::thresholds;
 use crate::backend::{Claim, DeviceSession, Provider, backend};
 use crate::error::{Error, Result};
-use crate::ir::Node;
 use crate::plan::Plan;
 
-/// Elements below which `auto` keeps a node whose inputs are all on the host on the CPU: the
-/// transfers would cost more than the kernel saves. A simple floor until measured thresholds exist.
+/// `auto`'s conservative default: elements (or multiply-adds for matmul and conv) below which a
+/// node whose inputs are all on the host stays on the CPU, wherever no measured threshold table
+/// covers the node (no table for the adapter, no entry for the node's family, or every measured
+/// point inside the noise). The floor the runtime used before thresholds were measured.
 pub const AUTO_MIN_DEVICE_ELEMENTS: usize = 1 << 14;
 
 /// Where one node runs, and why not elsewhere (`quorum info`).
@@ -99,38 +103,29 @@ pub(super) fn place(
     placement
 }
 
-/// Whether `auto`'s size floor keeps a claimed node on the CPU: every input is on the host and the
-/// largest (or, for a generator like ConstantOfShape, its output) has fewer than `min` elements.
-pub(super) fn under_floor(min: usize, node: &Node, slots: &[Option<&Slot>]) -> bool {
-    if min == 0 || slots.iter().flatten().any(|s| s.on_device()) {
-        return false;
+/// The dispatch of a session: for `auto` (`floor` > 0), each accelerator's measured threshold
+/// table found by its adapter (provider, device name, driver), and a note per accelerator saying
+/// which table applies or that the conservative floor stands in (`quorum info` prints them).
+pub(super) fn dispatch_for(
+    floor: usize,
+    devices: &[SessionDevice],
+    steps: usize,
+) -> (Dispatch, Vec<String>) {
+    if floor == 0 {
+        return (Dispatch::new(0, Vec::new(), steps), Vec::new());
     }
-    let largest = slots
-        .iter()
-        .flatten()
-        .filter_map(|s| s.elements())
-        .max()
-        .unwrap_or(0)
-        .max(generated_elements(node, slots));
-    largest < min
-}
-
-/// The number of elements a generator node makes from small host inputs (ConstantOfShape's shape),
-/// so that the `auto` size floor judges it by its output: light models build 100 MB of weights with
-/// ConstantOfShape on every run, which on the CPU would then go up the bus to their consumers.
-fn generated_elements(node: &Node, slots: &[Option<&Slot>]) -> usize {
-    if node.op_type != "ConstantOfShape" {
-        return 0;
+    let (tables, problems) = thresholds::available();
+    let mut chosen = Vec::with_capacity(devices.len());
+    let mut notes: Vec<String> = problems
+        .into_iter()
+        .map(|p| format!("a threshold table was skipped: {p}"))
+        .collect();
+    for d in devices {
+        let name = d.session.device_name();
+        let driver = d.session.driver_version();
+        let (table, note) = thresholds::find(&tables, d.provider.name(), &name, driver.as_deref());
+        notes.push(format!("{}: {note}", d.provider.name()));
+        chosen.push(table);
     }
-    match slots.first() {
-        Some(Some(Slot::Host { value, .. })) => value
-            .as_tensor()
-            .and_then(|t| crate::ops::cast::to_i64_vec(t).ok())
-            .map(|dims| {
-                dims.iter()
-                    .fold(1usize, |n, &d| n.saturating_mul(d.max(0) as usize))
-            })
-            .unwrap_or(0),
-        _ => 0,
-    }
+    (Dispatch::new(floor, chosen, steps), notes)
 }

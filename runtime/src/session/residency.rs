@@ -48,11 +48,19 @@ impl Slot {
         matches!(self, Slot::Device { .. })
     }
 
-    /// The element count of a tensor value.
-    pub fn elements(&self) -> Option<usize> {
+    /// The shape of a tensor value.
+    pub fn shape(&self) -> Option<Vec<usize>> {
         match self {
-            Slot::Host { value, .. } => value.as_tensor().map(|t| t.len()),
-            Slot::Device { dev, .. } => Some(dev.len()),
+            Slot::Host { value, .. } => value.as_tensor().map(|t| t.shape().to_vec()),
+            Slot::Device { dev, .. } => Some(dev.shape.clone()),
+        }
+    }
+
+    /// The dtype of a tensor value.
+    pub fn dtype(&self) -> Option<DType> {
+        match self {
+            Slot::Host { value, .. } => value.as_tensor().map(|t| t.dtype()),
+            Slot::Device { dev, .. } => Some(dev.dtype),
         }
     }
 }

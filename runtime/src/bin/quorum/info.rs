@@ -102,6 +102,7 @@ pub fn main(a: Args) -> CliResult<()> {
                 ),
                 Some(why) => println!("graph capture: not possible: {why}"),
             }
+            auto_dispatch(&a, &s);
         }
         Err(e) => println!("streams and graph capture: no session ({})", e.message),
     }
@@ -139,6 +140,52 @@ fn accelerator_placement(nodes: &[quorum::ir::Node]) {
         );
         for (why, n) in &declined {
             println!("    declines {n} node(s): {why}");
+        }
+    }
+}
+
+/// Under `auto`: which measured threshold table each accelerator uses (or that the conservative
+/// floor stands in), then, from one run with generated inputs, the threshold that decided each
+/// node (decisions depend on the shapes a run brings).
+fn auto_dispatch(a: &Args, s: &quorum::Session) {
+    if s.options().min_device_elements == 0 {
+        return;
+    }
+    println!("auto dispatch:");
+    if s.device_name().is_none() {
+        println!("  no accelerator available here: every node runs on the CPU");
+        return;
+    }
+    for note in s.dispatch_notes() {
+        println!("  {note}");
+    }
+    let ran = a
+        .model
+        .inputs(s, 0)
+        .and_then(|(inputs, _)| s.run(inputs).map_err(from_quorum));
+    if let Err(e) = ran {
+        println!("  decisions: no run with generated inputs ({})", e.message);
+        return;
+    }
+    println!("  decisions (one run with generated inputs):");
+    for (p, d) in s.placement().iter().zip(s.dispatch_decisions()) {
+        match d {
+            Some(d) => println!(
+                "    {} ({}): {}: {}",
+                p.node,
+                p.op,
+                if d.device { p.provider.name() } else { "cpu" },
+                d.rule
+            ),
+            None if p.provider == quorum::Provider::Cpu => {
+                println!("    {} ({}): cpu: no accelerator claims it", p.node, p.op)
+            }
+            None => println!(
+                "    {} ({}): {}: not decided in this run",
+                p.node,
+                p.op,
+                p.provider.name()
+            ),
         }
     }
 }
