@@ -124,7 +124,9 @@ impl ConvPatches<'_> {
                 dst[v1 - w0..].fill(0.0);
                 let mid = &mut dst[v0 - w0..v1 - w0];
                 let first = (v0 * s2) as i64 + off[2];
-                if s2 == 1 {
+                if mid.is_empty() {
+                    // The whole segment lies in the padding (`first` may be past the row).
+                } else if s2 == 1 {
                     mid.copy_from_slice(&src[first as usize..first as usize + mid.len()]);
                 } else {
                     for (q, d) in mid.iter_mut().enumerate() {
@@ -196,8 +198,25 @@ impl BSource<'_> {
         out: &mut [f32],
         row: &mut Vec<f32>,
     ) {
-        let panels = nc.div_ceil(nr);
-        debug_assert!(out.len() >= panels * nr * kc);
+        match nr {
+            8 => self.pack_nr::<8>((p0, kc), (j0, nc), out, row),
+            16 => self.pack_nr::<16>((p0, kc), (j0, nc), out, row),
+            32 => self.pack_nr::<32>((p0, kc), (j0, nc), out, row),
+            _ => unreachable!("no instruction set has {nr}-wide panels"),
+        }
+    }
+
+    /// [`BSource::pack`] for one panel width, so that each panel row is a fixed-size copy.
+    fn pack_nr<const NR: usize>(
+        &self,
+        (p0, kc): (usize, usize),
+        (j0, nc): (usize, usize),
+        out: &mut [f32],
+        row: &mut Vec<f32>,
+    ) {
+        let full = nc / NR;
+        let panels = nc.div_ceil(NR);
+        debug_assert!(out.len() >= panels * NR * kc);
         for p in 0..kc {
             let src: &[f32] = match self {
                 BSource::Dense { data, ld } => &data[(p0 + p) * ld + j0..][..nc],
@@ -207,9 +226,16 @@ impl BSource<'_> {
                     row
                 }
             };
-            for q in 0..panels {
-                let dst = &mut out[(q * kc + p) * nr..(q * kc + p + 1) * nr];
-                let part = &src[q * nr..nc.min((q + 1) * nr)];
+            for (q, part) in src.chunks_exact(NR).enumerate() {
+                let dst: &mut [f32; NR] = (&mut out[(q * kc + p) * NR..][..NR])
+                    .try_into()
+                    .unwrap_or_else(|_| unreachable!());
+                let part: &[f32; NR] = part.try_into().unwrap_or_else(|_| unreachable!());
+                *dst = *part;
+            }
+            if full < panels {
+                let part = &src[full * NR..];
+                let dst = &mut out[(full * kc + p) * NR..][..NR];
                 dst[..part.len()].copy_from_slice(part);
                 dst[part.len()..].fill(0.0);
             }
@@ -255,6 +281,7 @@ mod tests {
             ([1, 3, 2], [1, 2, 3], [1, 1, 2], [0, 2, 1], [2, 4, 2]),
             ([2, 1, 1], [1, 1, 1], [1, 1, 1], [0, 0, 0], [1, 5, 7]),
             ([1, 7, 7], [1, 2, 2], [1, 1, 1], [0, 3, 3], [2, 3, 4]),
+            ([1, 5, 5], [1, 1, 1], [1, 1, 1], [0, 3, 4], [2, 7, 10]),
         ] {
             let g = ConvPatches {
                 x: &x,
@@ -267,7 +294,7 @@ mod tests {
                 outs,
             };
             let (k, n) = (2 * g.taps(), outs.iter().product::<usize>());
-            for j0 in [0, 3, n - 1] {
+            for j0 in 0..n {
                 let mut row = vec![f32::NAN; n - j0];
                 for p in 0..k {
                     g.row(p, j0, &mut row);

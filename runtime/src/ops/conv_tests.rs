@@ -300,7 +300,8 @@ fn with_conv(
 /// Shapes at the edges of the packed path: the pointwise (dense) source across a column block,
 /// depth across a `K` block, a 7×7 stride-2 kernel over 3 channels, a strided 1×1, groups with
 /// dilations and asymmetric pads, 1-D and 3-D, auto_pad, depthwise, more rows than a row block, no
-/// input channels at all, and groups run in parallel.
+/// input channels at all, groups run in parallel, and a column block starting inside the right
+/// padding of an output row.
 fn edge_cases() -> Vec<(Vec<(&'static str, Attr)>, Vec<usize>, Vec<usize>)> {
     let i = |v: &[i64]| Attr::Ints(v.to_vec());
     vec![

@@ -480,12 +480,25 @@ fn lrn_slice<T: Elem>(
                     *s += v * v;
                 }
             }
-            for ((o, v), s) in yb[ch * inner..(ch + 1) * inner]
+            let scaled = sq.iter().map(|s| bias + alpha / size as f64 * s);
+            let out = yb[ch * inner..(ch + 1) * inner]
                 .iter_mut()
-                .zip(&xb[ch * inner..(ch + 1) * inner])
-                .zip(&sq)
-            {
-                *o = T::from_f64(v.to_f64() / (bias + alpha / size as f64 * s).powf(beta));
+                .zip(&xb[ch * inner..(ch + 1) * inner]);
+            // t^β by square roots for the common exponents (each correctly rounded in f64, so
+            // within a few f64 ulps of `powf`, far inside the f32 bound) instead of a libm call.
+            if beta == 0.75 {
+                for ((o, v), t) in out.zip(scaled) {
+                    let r = t.sqrt();
+                    *o = T::from_f64(v.to_f64() / (r * r.sqrt()));
+                }
+            } else if beta == 0.5 {
+                for ((o, v), t) in out.zip(scaled) {
+                    *o = T::from_f64(v.to_f64() / t.sqrt());
+                }
+            } else {
+                for ((o, v), t) in out.zip(scaled) {
+                    *o = T::from_f64(v.to_f64() / t.powf(beta));
+                }
             }
         }
     };
@@ -625,23 +638,33 @@ mod tests {
             .collect()
     }
 
-    /// LRN with an even size: the window is [c - (size-1)/2 floor, c + (size-1)/2 ceil].
+    /// LRN with an even size: the window is [c - (size-1)/2 floor, c + (size-1)/2 ceil]; the square
+    /// root forms of β = 0.75 and 0.5 and the general `powf` against `powf`, and a deliberately wrong
+    /// exponent that the same check must catch.
     #[test]
     fn lrn_even_window() {
         let (c, inner, size) = (5, 3, 4);
         let x = rand_vec(2 * c * inner, 3);
-        let y = lrn_slice(&x, c, inner, size, 0.3, 0.75, 1.5);
-        for n in 0..2 {
-            for ch in 0..c {
-                for k in 0..inner {
-                    let lo = ch.saturating_sub(1);
-                    let hi = (ch + 2).min(c - 1);
-                    let sq: f64 = (lo..=hi).map(|j| x[(n * c + j) * inner + k].powi(2)).sum();
-                    let i = (n * c + ch) * inner + k;
-                    let want = x[i] / (1.5 + 0.3 / 4.0 * sq).powf(0.75);
-                    assert!((y[i] - want).abs() < 1e-12);
+        for (beta, judged_as) in [(0.75, 0.75), (0.5, 0.5), (0.6, 0.6), (0.75, 0.7)] {
+            let y = lrn_slice(&x, c, inner, size, 0.3, beta, 1.5);
+            let mut worst = 0f64;
+            for n in 0..2 {
+                for ch in 0..c {
+                    for k in 0..inner {
+                        let lo = ch.saturating_sub(1);
+                        let hi = (ch + 2).min(c - 1);
+                        let sq: f64 = (lo..=hi).map(|j| x[(n * c + j) * inner + k].powi(2)).sum();
+                        let i = (n * c + ch) * inner + k;
+                        let want = x[i] / (1.5 + 0.3 / 4.0 * sq).powf(judged_as);
+                        worst = worst.max((y[i] - want).abs());
+                    }
                 }
             }
+            assert_eq!(
+                worst < 1e-12,
+                beta == judged_as,
+                "beta {beta}: worst {worst:e}"
+            );
         }
     }
 

@@ -153,4 +153,3 @@ pub(super) fn max_pool_windows<T: Copy + PartialOrd + EmptyMax + Send + Sync>(
     );
     Ok(ArrayD::from_shape_vec(IxDyn(oshape), y)?)
 }
-

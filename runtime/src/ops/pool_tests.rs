@@ -203,7 +203,10 @@ fn maxpool_values_only_path_matches_the_indexed_path() {
 #[test]
 fn maxpool_separable_path_matches_the_window_walk() {
     let geometries: Vec<(Vec<usize>, Vec<(&str, Attr)>)> = vec![
-        (vec![2, 3, 9, 11], vec![("kernel_shape", ints(&[3, 3])), ("strides", ints(&[2, 2]))]),
+        (
+            vec![2, 3, 9, 11],
+            vec![("kernel_shape", ints(&[3, 3])), ("strides", ints(&[2, 2]))],
+        ),
         (
             vec![1, 2, 8, 7],
             vec![
@@ -213,15 +216,28 @@ fn maxpool_separable_path_matches_the_window_walk() {
                 ("strides", ints(&[2, 3])),
             ],
         ),
-        (vec![1, 2, 6, 6], vec![("kernel_shape", ints(&[2, 2])), ("strides", ints(&[3, 3]))]),
-        (vec![2, 2, 13], vec![("kernel_shape", ints(&[4])), ("pads", ints(&[2, 3]))]),
+        (
+            vec![1, 2, 6, 6],
+            vec![("kernel_shape", ints(&[2, 2])), ("strides", ints(&[3, 3]))],
+        ),
+        (
+            vec![2, 2, 13],
+            vec![("kernel_shape", ints(&[4])), ("pads", ints(&[2, 3]))],
+        ),
         (
             vec![1, 2, 3, 5, 6],
-            vec![("kernel_shape", ints(&[1, 3, 3])), ("pads", ints(&[0, 1, 1, 0, 1, 1]))],
+            vec![
+                ("kernel_shape", ints(&[1, 3, 3])),
+                ("pads", ints(&[0, 1, 1, 0, 1, 1])),
+            ],
         ),
         (
             vec![1, 1, 4, 4],
-            vec![("kernel_shape", ints(&[3, 3])), ("pads", ints(&[3, 3, 3, 3])), ("strides", ints(&[4, 4]))],
+            vec![
+                ("kernel_shape", ints(&[3, 3])),
+                ("pads", ints(&[3, 3, 3, 3])),
+                ("strides", ints(&[4, 4])),
+            ],
         ),
     ];
     for (s, (shape, attrs)) in geometries.into_iter().enumerate() {
@@ -244,12 +260,17 @@ fn maxpool_separable_path_matches_the_window_walk() {
                 assert!(max_values::separable(&g), "geometry {s}");
                 let fast = max_values::max_pool_rows(&g, xd, &os, max_values::take)?;
                 let walk = max_values::max_pool_windows(&g, xd, &os)?;
-                let bits = |a: &ndarray::ArrayD<f32>| a.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                let bits =
+                    |a: &ndarray::ArrayD<f32>| a.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
                 assert_eq!(bits(&fast), bits(&walk), "geometry {s}");
                 // The broken variant: a plain `>` max, under which a later value replaces a NaN.
                 let plain = |b: f32, v: f32| if v > b { v } else { b };
                 let broken = max_values::max_pool_rows(&g, xd, &os, plain)?;
-                assert_ne!(bits(&broken), bits(&walk), "geometry {s}: a broken max went unnoticed");
+                assert_ne!(
+                    bits(&broken),
+                    bits(&walk),
+                    "geometry {s}: a broken max went unnoticed"
+                );
                 Ok(vec![])
             },
             "MaxPool",
