@@ -20,8 +20,9 @@ use crate::runner;
     about = "Run the ONNX backend corpus on Quorum's engines"
 )]
 pub struct Args {
-    /// Engine to run (repeatable): cpu, cuda, oracle-reference, oracle-independent. Default: every
-    /// engine available on this machine (cuda only where a GPU is present).
+    /// Engine to run (repeatable): cpu, cuda, wgpu, oracle-reference, oracle-independent. Default:
+    /// every engine available on this machine (cuda only where a GPU is present, wgpu where an
+    /// adapter is).
     #[arg(long = "engine")]
     pub engines: Vec<String>,
     /// Only cases whose id (`part/name`) matches this regular expression.
@@ -243,6 +244,8 @@ fn device_name(engine: &str) -> String {
             std::env::consts::ARCH
         ),
         "cuda" => crate::engine::cuda_device().unwrap_or_else(|| "no CUDA device".into()),
+        "wgpu" => crate::engine::device_name(quorum::Provider::Wgpu)
+            .unwrap_or_else(|| "no wgpu adapter".into()),
         other => other.to_string(),
     }
 }

@@ -91,32 +91,48 @@ pub fn session_coverage(session: &Session) -> Coverage {
     Coverage::from_placement(session.placement(), &session.fallback_nodes())
 }
 
-/// Quorum's CUDA backend: every node CUDA claims runs there (no size floor), the CPU runs the rest.
-/// Constant folding is off, so that the device kernels, not the CPU at session build, compute the
-/// nodes whose inputs are constants. Reports per case how many nodes ran on the device.
-pub struct Cuda;
+/// An accelerator's engine (`cuda`, `wgpu`): every node the backend claims runs there (no size
+/// floor), the CPU runs the rest. Constant folding is off, so that the device kernels, not the CPU
+/// at session build, compute the nodes whose inputs are constants. Reports per case how many nodes
+/// ran on the device.
+pub struct Device {
+    pub provider: quorum::Provider,
+}
 
-impl Cuda {
-    pub fn options() -> SessionOptions {
+/// Quorum's CUDA backend as an engine.
+#[allow(non_upper_case_globals)]
+pub const Cuda: Device = Device {
+    provider: quorum::Provider::Cuda,
+};
+
+/// Quorum's wgpu backend as an engine, on the adapter wgpu picks (lavapipe where it is the only
+/// one, as in CI; `QUORUM_WGPU_ADAPTER` names another).
+#[allow(non_upper_case_globals)]
+pub const Wgpu: Device = Device {
+    provider: quorum::Provider::Wgpu,
+};
+
+impl Device {
+    pub fn options(&self) -> SessionOptions {
         SessionOptions {
-            providers: vec![quorum::Provider::Cuda, quorum::Provider::Cpu],
+            providers: vec![self.provider, quorum::Provider::Cpu],
             fold_constants: false,
             ..Default::default()
         }
     }
 }
 
-impl Engine for Cuda {
+impl Engine for Device {
     fn name(&self) -> &str {
-        "cuda"
+        self.provider.name()
     }
 
     fn available(&self) -> Result<(), String> {
-        quorum::Provider::Cuda.available()
+        self.provider.available()
     }
 
     fn prepare(&self, path: &Path) -> Result<Box<dyn Prepared>, EngineError> {
-        let options = Cuda::options();
+        let options = self.options();
         let lo = quorum::loader::LoadOptions {
             base_dir: None,
             max_tensor_bytes: options.max_tensor_bytes,
@@ -165,7 +181,12 @@ pub fn name_nodes(model: &mut Model) {
 
 /// The CUDA device's name, for reports.
 pub fn cuda_device() -> Option<String> {
-    let backend = quorum::backend::backend(quorum::Provider::Cuda)?;
+    device_name(quorum::Provider::Cuda)
+}
+
+/// An accelerator's device in words, for reports (`None` where it is not usable).
+pub fn device_name(p: quorum::Provider) -> Option<String> {
+    let backend = quorum::backend::backend(p)?;
     backend.available().ok()?;
     Some(backend.open().ok()?.device_name())
 }
@@ -175,6 +196,7 @@ pub fn all() -> Vec<Box<dyn Engine>> {
     vec![
         Box::new(Cpu),
         Box::new(Cuda),
+        Box::new(Wgpu),
         Box::new(crate::oracle_engine::reference()),
         Box::new(crate::oracle_engine::independent()),
     ]
@@ -225,7 +247,11 @@ mod tests {
 
     #[test]
     fn the_cuda_engine_does_not_fold_constants() {
-        let o = Cuda::options();
+        let o = Cuda.options();
+        assert!(!o.fold_constants);
+        assert_eq!(o.min_device_elements, 0);
+        let o = Wgpu.options();
+        assert_eq!(o.providers[0], quorum::Provider::Wgpu);
         assert!(!o.fold_constants);
         assert_eq!(o.min_device_elements, 0);
     }

@@ -10,6 +10,8 @@ mod models;
 
 #[path = "gpu/bench.rs"]
 mod bench;
+#[path = "gpu/bench_wgpu.rs"]
+mod bench_wgpu;
 #[path = "gpu/cast.rs"]
 mod cast;
 #[path = "gpu/conv.rs"]
@@ -20,6 +22,8 @@ mod elementwise;
 mod elementwise_f16;
 #[path = "gpu/elementwise_int.rs"]
 mod elementwise_int;
+#[path = "gpu/fuzz_streams.rs"]
+mod fuzz_streams;
 #[path = "gpu/graphs.rs"]
 mod graphs;
 #[path = "gpu/index.rs"]
@@ -42,3 +46,7 @@ mod softmax;
 mod streams;
 #[path = "gpu/system.rs"]
 mod system;
+#[path = "gpu/wgpu.rs"]
+mod wgpu;
+#[path = "gpu/wgpu_more.rs"]
+mod wgpu_more;

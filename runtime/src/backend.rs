@@ -23,6 +23,11 @@ pub enum Provider {
     Cpu,
     /// NVIDIA GPUs through the CUDA driver (feature `cuda`).
     Cuda,
+    /// Any adapter wgpu finds: Vulkan, Metal, DX12 (feature `wgpu`).
+    Wgpu,
+    /// A simulated device: the CPU kernels behind the device seam, for command logs (`crate::sim`).
+    /// Never chosen by `auto`.
+    Sim,
 }
 
 impl Provider {
@@ -30,6 +35,8 @@ impl Provider {
         match self {
             Provider::Cpu => "cpu",
             Provider::Cuda => "cuda",
+            Provider::Wgpu => "wgpu",
+            Provider::Sim => "sim",
         }
     }
 
@@ -43,8 +50,17 @@ impl Provider {
         }
     }
 
+    /// Whether `auto` uses the provider here: available, and not a device `auto` passes over (a
+    /// software adapter that was not asked for by name).
+    pub fn auto_available(self) -> Result<(), String> {
+        match backend(self) {
+            Some(b) => b.auto_available(),
+            None => self.available(),
+        }
+    }
+
     /// The accelerators in the order `auto` prefers them.
-    pub const ACCELERATORS: [Provider; 1] = [Provider::Cuda];
+    pub const ACCELERATORS: [Provider; 2] = [Provider::Cuda, Provider::Wgpu];
 }
 
 /// The backend of an accelerator, if this build has it: the registry.
@@ -55,6 +71,11 @@ pub fn backend(p: Provider) -> Option<&'static dyn Backend> {
         Provider::Cuda => Some(&crate::cuda::provider::CudaBackend),
         #[cfg(not(feature = "cuda"))]
         Provider::Cuda => None,
+        #[cfg(feature = "wgpu")]
+        Provider::Wgpu => Some(&crate::wgpu::provider::WgpuBackend),
+        #[cfg(not(feature = "wgpu"))]
+        Provider::Wgpu => None,
+        Provider::Sim => Some(&crate::sim::SimBackend),
     }
 }
 
@@ -72,6 +93,10 @@ pub trait Backend: Send + Sync {
     fn provider(&self) -> Provider;
     /// Whether a device is present and usable here (`Err` says why not).
     fn available(&self) -> Result<(), String>;
+    /// Whether `auto` should use it (a software adapter is usable but left out unless named).
+    fn auto_available(&self) -> Result<(), String> {
+        self.available()
+    }
     /// Plan time, from the node alone: the kernel this backend will launch for `node`, or why it
     /// declines it (shown by `quorum info`).
     fn claim(&self, node: &Node) -> Result<Claim, String>;
@@ -153,6 +178,9 @@ pub trait DeviceRun {
     }
     /// Abandons a capture begun with [`DeviceRun::begin_capture`]: nothing captured runs.
     fn abort_capture(&self) {}
+    /// Records this run's commands into `log` from now on (`crate::cmdlog`); a backend that keeps
+    /// no log ignores it.
+    fn attach_log(&self, _log: Arc<crate::cmdlog::CommandLog>) {}
 }
 
 /// A run captured by a device: replays it on new inputs of the same shapes and dtypes.
@@ -243,7 +271,7 @@ pub fn parse_providers(s: &str) -> Result<(Vec<Provider>, usize), String> {
     if s == "auto" {
         let mut v: Vec<Provider> = Provider::ACCELERATORS
             .into_iter()
-            .filter(|p| p.available().is_ok())
+            .filter(|p| p.auto_available().is_ok())
             .collect();
         v.push(Provider::Cpu);
         return Ok((v, crate::session::AUTO_MIN_DEVICE_ELEMENTS));
@@ -253,12 +281,11 @@ pub fn parse_providers(s: &str) -> Result<(Vec<Provider>, usize), String> {
         v.push(match part.trim() {
             "cpu" => Provider::Cpu,
             "cuda" => Provider::Cuda,
-            "wgpu" => {
-                return Err("provider 'wgpu' is not built yet (use cpu, cuda or auto)".into());
-            }
+            "sim" => Provider::Sim,
+            "wgpu" => Provider::Wgpu,
             other => {
                 return Err(format!(
-                    "unknown provider '{other}' (expected auto, cpu, cuda or a comma list)"
+                    "unknown provider '{other}' (expected auto, cpu, cuda, wgpu or a comma list)"
                 ));
             }
         });

@@ -3,6 +3,7 @@
 //! Load a model with [`Session::from_file`] or [`Session::from_bytes`], then call [`Session::run`].
 
 pub mod backend;
+pub mod cmdlog;
 pub mod counters;
 #[cfg(feature = "cuda")]
 pub mod cuda;
@@ -11,6 +12,7 @@ mod fold;
 pub mod inputs;
 pub mod ir;
 pub mod loader;
+pub mod mutants;
 pub mod npy;
 pub mod ops;
 pub mod opsets;
@@ -18,8 +20,11 @@ pub mod output_files;
 pub mod pb;
 pub mod plan;
 pub mod session;
+pub mod sim;
 pub mod tensor;
 pub mod verify;
+#[cfg(feature = "wgpu")]
+pub mod wgpu;
 
 /// The ONNX schema, generated at build time from `proto/onnx.proto`.
 #[allow(clippy::all, missing_docs)]

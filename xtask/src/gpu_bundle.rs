@@ -1,4 +1,5 @@
-//! `cargo xtask gpu-bundle [--dev]`: the gpu-tests binary, the `quorum` CLI and the conformance runner,
+//! `cargo xtask gpu-bundle [--dev]`: the gpu-tests binary, the `quorum` CLI, the conformance runner
+//! and the benchmark matrix (`quorum-matrix`),
 //! built in release (or the dev profile, for quick correctness runs), stripped and gzipped, with `run.sh`, in `target/gpu-bundle/` — everything a GPU machine without a
 //! Rust toolchain needs (the corpus is generated there by the same generator script).
 use std::path::{Path, PathBuf};
@@ -32,7 +33,7 @@ fn test_executable(json: &str) -> Option<PathBuf> {
         .find_map(|v| v["executable"].as_str().map(PathBuf::from))
 }
 
-pub fn run(dev: bool) -> Result<bool> {
+pub fn run(dev: bool, mutants: bool) -> Result<bool> {
     let root = quorum_conformance::workspace_root();
     let (profile, profile_dir) = if dev {
         ("--profile=dev", "debug")
@@ -49,7 +50,11 @@ pub fn run(dev: bool) -> Result<bool> {
             "-p",
             "quorum-device-tests",
             "--features",
-            "gpu-tests",
+            if mutants {
+                "gpu-tests,mutants"
+            } else {
+                "gpu-tests"
+            },
             "--test",
             "gpu",
             "--no-run",
@@ -70,6 +75,10 @@ pub fn run(dev: bool) -> Result<bool> {
             "quorum-conformance",
             "--bin",
             "conformance",
+            "-p",
+            "quorum-matrix",
+            "--bin",
+            "quorum-matrix",
         ],
     )?;
     let dir = root.join("target/gpu-bundle");
@@ -83,8 +92,9 @@ pub fn run(dev: bool) -> Result<bool> {
         (tests, "gpu-tests"),
         (release.join("quorum"), "quorum"),
         (release.join("conformance"), "conformance"),
+        (release.join("quorum-matrix"), "quorum-matrix"),
     ];
-    // Stripped, the three binaries are ~30 MiB each; gzip brings them to a quarter, and run.sh unpacks.
+    // Stripped, the four binaries are ~30 MiB each; gzip brings them to a quarter, and run.sh unpacks.
     let mut total = 0;
     for (from, to) in &files {
         let dest = dir.join(to);
@@ -112,6 +122,29 @@ pub fn run(dev: bool) -> Result<bool> {
         }
         total += dir.join(format!("{to}.gz")).metadata()?.len();
     }
+    // The GPU machine's copy of the tree has no git: the commit measured travels with the bundle
+    // (`quorum-matrix` reads it through QUORUM_COMMIT, which run.sh sets).
+    let commit = Command::new("git")
+        .current_dir(&root)
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown".into());
+    let dirty = Command::new("git")
+        .current_dir(&root)
+        .args(["status", "--porcelain", "--untracked-files=no"])
+        .output()
+        .is_ok_and(|o| !o.stdout.is_empty());
+    std::fs::write(
+        dir.join("commit.txt"),
+        if dirty {
+            format!("{commit}-dirty\n")
+        } else {
+            format!("{commit}\n")
+        },
+    )?;
     let script = dir.join("run.sh");
     std::fs::write(&script, RUN_SH)?;
     #[cfg(unix)]

@@ -3,6 +3,7 @@
 mod bench_cpu;
 mod fuzz;
 mod gpu_bundle;
+mod nightly;
 
 use std::process::ExitCode;
 
@@ -28,8 +29,23 @@ enum Task {
     /// Time Quorum and onnxruntime side by side on the CPU (light corpus models and real models
     /// exported from PyPI packages); writes reports/cpu/models-vs-onnxruntime.{md,json}.
     BenchCpu(bench_cpu::Args),
+    /// The nightly report: the benchmark matrix, the conformance engines present and the model
+    /// benchmarks into reports/nightly/<date>/ (index.html, summary.md), one line in
+    /// reports/history.jsonl; exits non-zero on a regression. --from DIR renders measurements made
+    /// elsewhere (the GPU bundle's nightly step).
+    Nightly(nightly::Args),
     /// Fuzz model loading and running (cargo-fuzz target `load_and_run`), seeded with the corpus models.
     Fuzz(fuzz::Args),
+    /// The device stream fuzzer on this machine's GPU: random DAGs on random streams, threads, graph
+    /// capture and spin delays, each run compared with one stream and its command log checked.
+    FuzzStreams {
+        /// How long to fuzz.
+        #[arg(long, default_value_t = 5)]
+        minutes: u64,
+        /// Hunt every injected synchronisation bug instead (`quorum::mutants`), `minutes` each.
+        #[arg(long)]
+        mutants: bool,
+    },
     /// Build the on-device tests and tools (release, stripped) with run.sh into target/gpu-bundle/.
     GpuBundle {
         /// Build with the dev profile instead (Quorum's own crates unoptimised, dependencies
@@ -37,6 +53,10 @@ enum Task {
         /// timings are not Quorum's speed.
         #[arg(long)]
         dev: bool,
+        /// Build with the injected synchronisation bugs compiled in (`quorum::mutants`), for the
+        /// device mutant hunt (`run.sh mutants`); never for measurements.
+        #[arg(long)]
+        mutants: bool,
     },
 }
 
@@ -46,7 +66,9 @@ fn main() -> ExitCode {
         Task::Conformance(args) => quorum_conformance::cli::run(args),
         Task::BenchCpu(args) => bench_cpu::run(args),
         Task::Fuzz(args) => fuzz::run(args),
-        Task::GpuBundle { dev } => gpu_bundle::run(dev),
+        Task::Nightly(args) => nightly::run(args),
+        Task::GpuBundle { dev, mutants } => gpu_bundle::run(dev, mutants),
+        Task::FuzzStreams { minutes, mutants } => fuzz_streams(minutes, mutants),
         Task::Corpus { force } => {
             let dir = quorum_conformance::corpus::default_dir();
             let r = if force {
@@ -69,4 +91,39 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// `cargo xtask fuzz-streams`: the device-tests' ignored fuzzer tests, for `minutes`.
+fn fuzz_streams(minutes: u64, mutants: bool) -> anyhow::Result<bool> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let features = if mutants {
+        "gpu-tests,mutants"
+    } else {
+        "gpu-tests"
+    };
+    let test = if mutants {
+        "fuzz_streams_mutants"
+    } else {
+        "fuzz_streams"
+    };
+    let status = std::process::Command::new(cargo)
+        .current_dir(quorum_conformance::workspace_root())
+        .env("QUORUM_FUZZ_SECONDS", (minutes * 60).to_string())
+        .args([
+            "test",
+            "--release",
+            "-p",
+            "quorum-device-tests",
+            "--features",
+            features,
+            "--test",
+            "gpu",
+            "--",
+            "--ignored",
+            "--exact",
+            &format!("fuzz_streams::{test}"),
+            "--nocapture",
+        ])
+        .status()?;
+    Ok(status.success())
 }

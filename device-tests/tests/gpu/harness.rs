@@ -1,10 +1,17 @@
-//! The on-device test harness: one-node models run on CUDA with poisoned device buffers, every output
-//! judged against both CPU oracles by the runtime's own arbitration (`quorum::verify::check`). Each
-//! case runs twice, once per poison pattern ([`POISONS`]): NaN bytes show an element a kernel left
-//! unwritten wherever the right answer is a number, finite bytes show it where the answer is NaN.
+//! The on-device test harness: one-node models run on each accelerator present ([`accelerators`]:
+//! CUDA, wgpu) with poisoned device buffers, every output judged against both CPU oracles by the
+//! runtime's own arbitration (`quorum::verify::check`). Each case runs twice per accelerator, once
+//! per poison pattern ([`POISONS`]): NaN bytes show an element a kernel left unwritten wherever the
+//! right answer is a number, finite bytes show it where the answer is NaN.
 //!
-//! Where no device is usable (or with `QUORUM_GPU_TESTS_ON_CPU=1`) the same cases run on the CPU
-//! provider instead: that checks the harness and the cases themselves on every `cargo test`.
+//! CUDA must run every case it is given. wgpu may decline a node (at plan time, or its kernel at
+//! run time: an i64 operand, an adapter without f64): the node then runs on the CPU and the result
+//! is still judged, and the decline is printed (`wgpu declines ...`); `tests/gpu/wgpu.rs` pins the
+//! forms wgpu must run on its device. wgpu on a software adapter (lavapipe) is tested whenever it is
+//! the adapter wgpu picks (the only one here, as in CI) or named with `QUORUM_WGPU_ADAPTER`.
+//!
+//! Where no accelerator is usable (or with `QUORUM_GPU_TESTS_ON_CPU=1`) the same cases run on the
+//! CPU provider instead: that checks the harness and the cases themselves on every `cargo test`.
 #![allow(dead_code)]
 use prost::Message;
 use quorum::ir::Attr;
@@ -42,9 +49,38 @@ pub fn i64s(shape: &[usize], v: Vec<i64>) -> Tensor {
     Tensor::from_i64(shape, v).unwrap()
 }
 
-/// Whether the cases run on the CPU provider instead of the device: asked for with
-/// `QUORUM_GPU_TESTS_ON_CPU`, or because no device is usable here (unless the `gpu-tests` feature
-/// requires one, as on GPU runners).
+/// The accelerators each case runs on: CUDA and wgpu where usable, none under
+/// `QUORUM_GPU_TESTS_ON_CPU` (the cases then run on the CPU provider).
+pub fn accelerators() -> &'static [Provider] {
+    static ACC: std::sync::OnceLock<Vec<Provider>> = std::sync::OnceLock::new();
+    ACC.get_or_init(|| {
+        if std::env::var_os("QUORUM_GPU_TESTS_ON_CPU").is_some() {
+            return Vec::new();
+        }
+        [Provider::Cuda, Provider::Wgpu]
+            .into_iter()
+            .filter(|p| p.available().is_ok())
+            .collect()
+    })
+}
+
+/// The providers a case runs on: every accelerator present, or the CPU where there is none (unless
+/// the `gpu-tests` feature requires one, as on GPU runners).
+fn targets() -> Vec<Provider> {
+    let acc = accelerators();
+    if acc.is_empty() {
+        assert!(
+            !cfg!(feature = "gpu-tests"),
+            "the gpu-tests feature requires an accelerator and none is usable here"
+        );
+        return vec![Provider::Cpu];
+    }
+    acc.to_vec()
+}
+
+/// Whether the CUDA-only tests (streams, graphs, system) run on the CPU provider instead: asked
+/// for with `QUORUM_GPU_TESTS_ON_CPU`, or because CUDA is not usable here (unless the `gpu-tests`
+/// feature requires it, as on CUDA runners).
 pub fn on_cpu() -> bool {
     static ON_CPU: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON_CPU.get_or_init(|| {
@@ -58,9 +94,16 @@ fn tensor_proto(name: &str, t: &Tensor) -> proto::TensorProto {
         name: Some(name.into()),
         dims: t.shape().iter().map(|&d| d as i64).collect(),
         data_type: Some(t.dtype().onnx()),
-        raw_data: Some(quorum::cuda::memory::tensor_bytes(t).expect("a device dtype")),
+        raw_data: Some(raw_bytes(t)),
         ..Default::default()
     }
+}
+
+/// A tensor's elements as ONNX raw data (little-endian, bool as one byte).
+pub fn raw_bytes(t: &Tensor) -> Vec<u8> {
+    quorum::pb::tensor_proto("t", t)
+        .raw_data
+        .unwrap_or_default()
 }
 
 fn typed(name: &str, t: &Tensor) -> proto::ValueInfoProto {
@@ -142,6 +185,8 @@ pub struct Case {
 pub struct Report {
     pub outputs: Vec<Value>,
     pub counters: quorum::CounterSnapshot,
+    /// The node ran on the provider asked for: claimed at plan time, no run-time decline.
+    pub on_device: bool,
 }
 
 impl Case {
@@ -250,7 +295,7 @@ impl Case {
         m.encode_to_vec()
     }
 
-    fn describe(&self) -> String {
+    pub fn describe(&self) -> String {
         let shapes: Vec<String> = self
             .inputs
             .iter()
@@ -286,9 +331,11 @@ impl Case {
             .collect()
     }
 
-    /// For integers beyond 2^53, which the oracles hold as f64: runs the case on CUDA with poisoned
-    /// buffers (each pattern of [`POISONS`]) and on the CPU engine, and asserts the outputs are identical (bits, shapes,
-    /// dtypes) and that CUDA ran the node without falling back (unless `allow_fallback`).
+    /// For integers beyond 2^53, which the oracles hold as f64: runs the case on each accelerator
+    /// with poisoned buffers (each pattern of [`POISONS`]) and on the CPU engine, and asserts the
+    /// outputs are identical (bits, shapes, dtypes) and that the accelerator ran the node without
+    /// falling back (CUDA always, unless `allow_fallback`; wgpu where it runs the node, see the
+    /// module doc).
     pub fn check_against_cpu(self) -> Vec<Value> {
         let cpu_options = SessionOptions {
             fold_constants: false,
@@ -301,22 +348,20 @@ impl Case {
             .into_iter()
             .map(|(_, v)| v)
             .collect();
-        for poison in POISONS {
-            let what = format!("{} (poison {poison:#04X})", self.describe());
-            let session = Session::from_bytes(&self.model(), device_options(poison))
-                .unwrap_or_else(|e| panic!("{what}: load: {e}"));
-            let got: Vec<Value> = session
-                .run(self.feeds())
-                .unwrap_or_else(|e| panic!("{what}: run: {e}"))
-                .into_iter()
-                .map(|(_, v)| v)
-                .collect();
-            if !on_cpu() && !self.allow_fallback {
-                let c = session.counters();
-                assert_eq!(session.placement()[0].provider, Provider::Cuda, "{what}");
-                assert_eq!(c.cuda_fallbacks, 0, "{what}: the CUDA kernel declined");
+        for p in targets() {
+            for poison in POISONS {
+                let what = format!("{} on {} (poison {poison:#04X})", self.describe(), p.name());
+                let session = Session::from_bytes(&self.model(), device_options(p, poison))
+                    .unwrap_or_else(|e| panic!("{what}: load: {e}"));
+                let got: Vec<Value> = session
+                    .run(self.feeds())
+                    .unwrap_or_else(|e| panic!("{what}: run: {e}"))
+                    .into_iter()
+                    .map(|(_, v)| v)
+                    .collect();
+                self.placed(&session, p, &what);
+                assert_eq!(got, want, "{what}: {} and CPU differ", p.name());
             }
-            assert_eq!(got, want, "{what}: CUDA and CPU differ");
         }
         want
     }
@@ -325,53 +370,89 @@ impl Case {
     /// contract, which must be a typed error on every provider, never a value or a panic.
     pub fn fails(self) -> String {
         let what = self.describe();
-        let session = match Session::from_bytes(&self.model(), device_options(POISON_NAN)) {
-            Ok(s) => s,
-            Err(e) => return e.to_string(),
-        };
-        match session.run(self.feeds()) {
-            Ok(_) => panic!("{what}: ran, but the inputs break the op's contract"),
-            Err(e) => e.to_string(),
+        let mut last = String::new();
+        for p in targets() {
+            let session = match Session::from_bytes(&self.model(), device_options(p, POISON_NAN)) {
+                Ok(s) => s,
+                Err(e) => {
+                    last = e.to_string();
+                    continue;
+                }
+            };
+            match session.run(self.feeds()) {
+                Ok(_) => panic!(
+                    "{what} on {}: ran, but the inputs break the op's contract",
+                    p.name()
+                ),
+                Err(e) => last = e.to_string(),
+            }
         }
+        last
     }
 
-    /// Runs the case on CUDA (poisoned buffers, no size floor) and judges every output against both
-    /// oracles, once per poison pattern of [`POISONS`]. Panics with the case's description on any
-    /// failure; the report is the last run's.
+    /// Runs the case on each accelerator (poisoned buffers, no size floor) and judges every output
+    /// against both oracles, once per poison pattern of [`POISONS`]. Panics with the case's
+    /// description on any failure; the report is the last run's.
     pub fn check(self) -> Report {
         let mut report = None;
-        for poison in POISONS {
-            report = Some(self.check_with(poison));
+        for p in targets() {
+            for poison in POISONS {
+                report = Some(self.check_with(p, poison));
+            }
         }
-        report.expect("at least one poison pattern")
+        report.expect("at least one provider and poison pattern")
     }
 
-    fn check_with(&self, poison: u8) -> Report {
-        let what = format!("{} (poison {poison:#04X})", self.describe());
-        let session = match Session::from_bytes(&self.model(), device_options(poison)) {
+    /// Whether `session` ran the node where the case demands: CUDA always (unless
+    /// `allow_fallback`); wgpu where it claims the node, and a decline is printed.
+    fn placed(&self, session: &Session, p: Provider, what: &str) {
+        let place = &session.placement()[0];
+        let c = session.counters();
+        match p {
+            Provider::Cpu => {}
+            Provider::Wgpu => {
+                if place.provider != p {
+                    eprintln!("wgpu declines {what}: {:?}", place.declined);
+                } else if c.cuda_fallbacks != 0 {
+                    eprintln!("wgpu declines {what} at run time: the CPU ran it");
+                }
+            }
+            _ => {
+                assert_eq!(
+                    place.provider,
+                    p,
+                    "{what}: {} declined the node: {:?}",
+                    p.name(),
+                    place.declined
+                );
+                if !self.allow_fallback {
+                    assert_eq!(
+                        c.cuda_fallbacks, 0,
+                        "{what}: the kernel declined these inputs"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Runs the case on `p` alone and reports whether its kernel ran the node (no plan-time or
+    /// run-time decline), with the outputs judged against both oracles.
+    pub fn ran_on(&self, p: Provider) -> bool {
+        self.check_with(p, POISON_NAN).on_device && self.check_with(p, POISON_FINITE).on_device
+    }
+
+    fn check_with(&self, p: Provider, poison: u8) -> Report {
+        let what = format!("{} on {} (poison {poison:#04X})", self.describe(), p.name());
+        let session = match Session::from_bytes(&self.model(), device_options(p, poison)) {
             Ok(s) => s,
             Err(e) => panic!("{what}: load: {e}"),
         };
-        if !on_cpu() {
-            let p = &session.placement()[0];
-            assert_eq!(
-                p.provider,
-                Provider::Cuda,
-                "{what}: CUDA declined the node: {:?}",
-                p.declined
-            );
-        }
         let outputs: Vec<Value> = match session.run(self.feeds()) {
             Ok(o) => o.into_iter().map(|(_, v)| v).collect(),
             Err(e) => panic!("{what}: run: {e}"),
         };
+        self.placed(&session, p, &what);
         let counters = session.counters();
-        if !on_cpu() && !self.allow_fallback {
-            assert_eq!(
-                counters.cuda_fallbacks, 0,
-                "{what}: the CUDA kernel declined these inputs"
-            );
-        }
         let node = &session.model().graph.nodes[0];
         let owned: Vec<Option<Value>> = self
             .inputs
@@ -384,17 +465,22 @@ impl Case {
             Check::Mismatch { output, wrong } => panic!("{what}: output {output}: {wrong:?}"),
             Check::Unsettled(why) => panic!("{what}: unsettled: {why}"),
         }
-        Report { outputs, counters }
+        let on_device = session.placement()[0].provider == p && counters.cuda_fallbacks == 0;
+        Report {
+            outputs,
+            counters,
+            on_device,
+        }
     }
 }
 
-/// CUDA first (the CPU provider alone under `QUORUM_GPU_TESTS_ON_CPU`), with device buffers poisoned
-/// with `poison`, no size floor and no constant folding.
-fn device_options(poison: u8) -> SessionOptions {
-    let providers = if on_cpu() {
+/// `p` first (the CPU provider alone for `Provider::Cpu`), with device buffers poisoned with
+/// `poison`, no size floor and no constant folding.
+fn device_options(p: Provider, poison: u8) -> SessionOptions {
+    let providers = if p == Provider::Cpu {
         vec![Provider::Cpu]
     } else {
-        vec![Provider::Cuda, Provider::Cpu]
+        vec![p, Provider::Cpu]
     };
     SessionOptions {
         providers,

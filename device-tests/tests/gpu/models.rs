@@ -8,7 +8,7 @@ pub fn tensor_proto(name: &str, t: &Tensor) -> proto::TensorProto {
         name: Some(name.into()),
         dims: t.shape().iter().map(|&d| d as i64).collect(),
         data_type: Some(t.dtype().onnx()),
-        raw_data: Some(quorum::cuda::memory::tensor_bytes(t).unwrap()),
+        raw_data: Some(crate::harness::raw_bytes(t)),
         ..Default::default()
     }
 }

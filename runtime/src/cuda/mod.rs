@@ -22,8 +22,10 @@ use driver::{
 use memory::{DevBuf, Pool, StagingPool, device_elem_size, tensor_bytes, tensor_from_bytes};
 pub use memory::{DevTensor, WeightCache};
 
+use crate::cmdlog::{Agent, Command, CommandLog, Range};
 use crate::error::OpError;
 use crate::ir::Node;
+use crate::mutants::{self, Mutant};
 use crate::ops::OpCtx;
 use crate::tensor::{DType, Tensor, Value};
 
@@ -321,6 +323,10 @@ pub struct Run<'a> {
     /// While the run's work is being captured into a graph: the events that fork and join its
     /// streams, and each upload's staging buffer (an index into `staging`), in order.
     capture: RefCell<Option<CaptureLog>>,
+    /// The command log, when the session records one (`crate::cmdlog`), and the node whose work is
+    /// being issued with the buffers allocated for it so far (written by its kernels).
+    log: RefCell<Option<Arc<CommandLog>>>,
+    node: RefCell<(String, Vec<(u64, u64)>)>,
     later: RefCell<Vec<Later>>,
 }
 
@@ -365,6 +371,8 @@ impl<'a> Run<'a> {
             release_waits: RefCell::new(HashMap::new()),
             spent: RefCell::new(Vec::new()),
             capture: RefCell::new(None),
+            log: RefCell::new(None),
+            node: RefCell::new((String::new(), Vec::new())),
             later: RefCell::new(Vec::new()),
         })
     }
@@ -387,6 +395,51 @@ impl<'a> Run<'a> {
         self.streams.len()
     }
 
+    /// Records this run's commands into `log` from now on.
+    pub fn attach_log(&self, log: Arc<CommandLog>) {
+        *self.log.borrow_mut() = Some(log);
+    }
+
+    /// Names the node whose work follows (for the command log): the buffers allocated from here
+    /// until the next node are the ones its kernels write.
+    pub fn begin_node(&self, name: &str) {
+        if self.log.borrow().is_some() {
+            let mut n = self.node.borrow_mut();
+            n.0 = name.to_string();
+            n.1.clear();
+        }
+    }
+
+    fn logged(&self, c: impl FnOnce(u64) -> Command) {
+        if let Some(log) = self.log.borrow().as_ref() {
+            log.push(c(self.stream().raw as u64));
+        }
+    }
+
+    fn log_access(&self, by: Agent, what: &str, reads: Vec<Range>, writes: Vec<Range>) {
+        if let Some(log) = self.log.borrow().as_ref() {
+            log.push(Command::Access {
+                by,
+                what: what.to_string(),
+                node: self.node.borrow().0.clone(),
+                reads,
+                writes,
+            });
+        }
+    }
+
+    /// The range of the run's buffer at `ptr` (a weight outside the run: `None`).
+    fn range_of(&self, ptr: u64) -> Option<Range> {
+        self.alive
+            .borrow()
+            .get(&ptr)
+            .map(|b| Range::device(ptr, b.bytes() as u64))
+    }
+
+    fn current_raw(&self) -> u64 {
+        self.stream().raw as u64
+    }
+
     /// A new device tensor (contents undefined, or poisoned), for use on the current stream.
     pub fn alloc(&self, dtype: DType, shape: &[usize]) -> KResult<DevTensor> {
         let elem = device_elem_size(dtype)
@@ -404,6 +457,12 @@ impl<'a> Run<'a> {
                 .map(|i| p.swap_remove(i))
         };
         let mem = match parked {
+            Some(m) if mutants::active(Mutant::SharedFreeList) => {
+                if let Some((e, _)) = m.released {
+                    self.spent.borrow_mut().push(e);
+                }
+                m.mem
+            }
             Some(m) => {
                 // Its readers on other streams must be done before this stream writes it.
                 let here = self.current.get();
@@ -413,11 +472,15 @@ impl<'a> Run<'a> {
                         && *on != here
                     {
                         self.stream().wait(event)?;
+                        let event = event.raw as u64;
+                        self.logged(|stream| Command::Wait { stream, event });
                     }
                 }
                 if let Some((event, on)) = m.released {
                     if on != here {
                         self.stream().wait(&event)?;
+                        let ev = event.raw as u64;
+                        self.logged(|stream| Command::Wait { stream, event: ev });
                     }
                     self.spent.borrow_mut().push(event);
                 }
@@ -426,9 +489,21 @@ impl<'a> Run<'a> {
             }
             None => self.device.pool.take(n, self.counters)?,
         };
+        let range = Range::device(mem.ptr, mem.bytes as u64);
+        self.logged(|stream| Command::Alloc { range, stream });
+        if let Some(n) = self.log.borrow().is_some().then(|| self.node.borrow_mut()) {
+            let mut n = n;
+            n.1.push((mem.ptr, mem.bytes as u64));
+        }
         if let Some(byte) = self.poison {
             self.stream()
                 .fill32(mem.ptr, u32::from_ne_bytes([byte; 4]), mem.bytes / 4)?;
+            self.log_access(
+                Agent::Stream(self.current_raw()),
+                "poison",
+                vec![],
+                vec![range],
+            );
         }
         let buf = Arc::new(DevBuf::new(mem, self.device.pool.clone()));
         self.alive.borrow_mut().insert(buf.ptr(), buf.clone());
@@ -456,19 +531,31 @@ impl<'a> Run<'a> {
         }
         let mut alive = self.alive.borrow_mut();
         if alive.get(&ptr).is_some_and(|b| Arc::strong_count(b) == 1) {
-            let after = waits.remove(&ptr).unwrap_or_default();
+            let mut after = waits.remove(&ptr).unwrap_or_default();
+            let early = mutants::active(Mutant::EarlyRelease);
+            if early {
+                after.clear();
+            }
             // With several streams, mark where it was handed back: an allocation on another
             // stream waits for that point.
-            let released = if self.streams.len() > 1 {
+            let released = if self.streams.len() > 1 && !early {
                 let here = self.current.get();
                 match self.device.take_event() {
-                    Ok(e) if e.record(self.stream()).is_ok() => Some((e, here)),
+                    Ok(e) if e.record(self.stream()).is_ok() => {
+                        let event = e.raw as u64;
+                        self.logged(|stream| Command::Record { stream, event });
+                        Some((e, here))
+                    }
                     // Without the mark it must not be reused: it stays held until the run ends.
                     _ => return,
                 }
             } else {
                 None
             };
+            if let Some(b) = alive.get(&ptr) {
+                let range = Range::device(ptr, b.bytes() as u64);
+                self.logged(|_| Command::Release { range });
+            }
             if let Some(buf) = alive.remove(&ptr) {
                 if let Ok(buf) = Arc::try_unwrap(buf) {
                     if let Some(mem) = buf.into_memory() {
@@ -492,6 +579,12 @@ impl<'a> Run<'a> {
             None => self.device.take_event()?,
         };
         event.record(&self.streams[s])?;
+        if let Some(log) = self.log.borrow().as_ref() {
+            log.push(Command::Record {
+                stream: self.streams[s].raw as u64,
+                event: event.raw as u64,
+            });
+        }
         events.insert(id, (event, s));
         Ok(())
     }
@@ -507,6 +600,12 @@ impl<'a> Run<'a> {
         };
         if *on != s {
             self.streams[s].wait(event)?;
+            if let Some(log) = self.log.borrow().as_ref() {
+                log.push(Command::Wait {
+                    stream: self.streams[s].raw as u64,
+                    event: event.raw as u64,
+                });
+            }
         }
         Ok(())
     }
@@ -521,6 +620,19 @@ impl<'a> Run<'a> {
             pinned.as_mut_slice()[..bytes.len()].copy_from_slice(&bytes);
             self.stream()
                 .upload(d.ptr(), &pinned.as_slice()[..bytes.len()])?;
+            let staged = Range::pinned(pinned.ptr as u64, bytes.len() as u64);
+            self.log_access(Agent::Host, "stage", vec![], vec![staged]);
+            self.log_access(
+                Agent::Stream(self.current_raw()),
+                "upload",
+                vec![staged],
+                vec![Range::device(d.ptr(), bytes.len() as u64)],
+            );
+            if mutants::active(Mutant::StagingReuse) && self.capture.borrow().is_none() {
+                // Back to the pool while the copy may still read it.
+                self.device.staging.give(pinned);
+                return Ok(d);
+            }
             let mut staging = self.staging.borrow_mut();
             staging.push(pinned);
             if let Some(log) = self.capture.borrow_mut().as_mut() {
@@ -564,11 +676,24 @@ impl<'a> Run<'a> {
             let mut pinned = self.device.staging.take(n)?;
             self.stream()
                 .download(&mut pinned.as_mut_slice()[..n], d.ptr())?;
-            let done = self.device.take_event()?;
-            let waited = done.record(self.stream()).and_then(|_| done.synchronize());
-            self.device.give_event(done);
-            waited?;
+            let staged = Range::pinned(pinned.ptr as u64, n as u64);
+            self.log_access(
+                Agent::Stream(self.current_raw()),
+                "download",
+                vec![Range::device(d.ptr(), n as u64)],
+                vec![staged],
+            );
+            if !mutants::active(Mutant::UnsyncedHostRead) {
+                let done = self.device.take_event()?;
+                let waited = done.record(self.stream()).and_then(|_| done.synchronize());
+                let event = done.raw as u64;
+                self.logged(|stream| Command::Record { stream, event });
+                self.logged(|_| Command::SyncEvent { event });
+                self.device.give_event(done);
+                waited?;
+            }
             out.copy_from_slice(&pinned.as_slice()[..n]);
+            self.log_access(Agent::Host, "read", vec![staged], vec![]);
             self.device.staging.give(pinned);
             Counters::bump(&self.counters.d2h_bytes, n as u64);
             Counters::bump(&self.counters.d2h_calls, 1);
@@ -588,6 +713,12 @@ impl<'a> Run<'a> {
         if n > 0 {
             self.stream()
                 .download(&mut pinned.as_mut_slice()[..n], d.ptr())?;
+            self.log_access(
+                Agent::Stream(self.current_raw()),
+                "download",
+                vec![Range::device(d.ptr(), n as u64)],
+                vec![Range::pinned(pinned.ptr as u64, n as u64)],
+            );
             Counters::bump(&self.counters.d2h_bytes, n as u64);
             Counters::bump(&self.counters.d2h_calls, 1);
         }
@@ -693,9 +824,17 @@ impl<'a> Run<'a> {
     pub fn finish(&self) -> KResult<Vec<Tensor>> {
         for s in &self.streams {
             s.synchronize()?;
+            let stream = s.raw as u64;
+            self.logged(|_| Command::SyncStream { stream });
         }
         let mut out = Vec::new();
         for l in self.later.borrow_mut().drain(..) {
+            self.log_access(
+                Agent::Host,
+                "read",
+                vec![Range::pinned(l.pinned.ptr as u64, l.bytes as u64)],
+                vec![],
+            );
             let t = tensor_from_bytes(l.dtype, &l.shape, &l.pinned.as_slice()[..l.bytes]);
             self.device.staging.give(l.pinned);
             out.push(t.ok_or_else(|| {
@@ -755,6 +894,77 @@ impl<'a> Run<'a> {
         }
         f.launch(self.stream(), grid, block, shared, args)?;
         Counters::bump(&self.counters.kernel_launches, 1);
+        if self.log.borrow().is_some() {
+            // A buffer allocated for this node is written by it (its output, its scratch);
+            // any other buffer of the run is read. Weights are outside the run: never written.
+            let (mut reads, mut writes) = (Vec::new(), Vec::new());
+            let node = self.node.borrow();
+            for a in args {
+                let Arg::Ptr(p) = a else { continue };
+                let Some(range) = self.range_of(*p) else {
+                    continue;
+                };
+                if node.1.iter().any(|&(start, _)| start == *p) {
+                    writes.push(range);
+                } else {
+                    reads.push(range);
+                }
+            }
+            let name = node.0.clone();
+            drop(node);
+            if let Some(log) = self.log.borrow().as_ref() {
+                log.push(Command::Access {
+                    by: Agent::Stream(self.current_raw()),
+                    what: "kernel".into(),
+                    node: name,
+                    reads,
+                    writes,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// A single-thread kernel that spins for about `cycles` clock cycles on the current stream: the
+    /// stream fuzzer puts these on random streams to stretch the interleavings a run can take.
+    pub fn spin(&self, cycles: u64) -> KResult<()> {
+        let mut k = ptx::Kernel::new("spin");
+        let n = k.param("cycles", ptx::Ty::U64);
+        let start = k.reg(ptx::Ty::U64);
+        let now = k.reg(ptx::Ty::U64);
+        let dt = k.reg(ptx::Ty::U64);
+        k.raw(format_args!("mov.u64 {start}, %clock64"));
+        let top = k.new_label("spin");
+        k.label(&top);
+        k.raw(format_args!("mov.u64 {now}, %clock64"));
+        k.raw(format_args!("sub.u64 {dt}, {now}, {start}"));
+        let more = k.setp(ptx::Cmp::Lt, ptx::Ty::U64, dt, n);
+        k.bra_if(more, false, &top);
+        let text = ptx::module(self.cc(), &[k]);
+        self.launch(&text, "spin", (1, 1, 1), (1, 1, 1), 0, &[Arg::U64(cycles)])
+    }
+
+    /// Fills `words` 32-bit words of `t` with `value` on the current stream.
+    pub fn fill32(&self, t: &DevTensor, value: u32, words: usize) -> KResult<()> {
+        self.stream().fill32(t.ptr(), value, words)?;
+        self.log_access(
+            Agent::Stream(self.current_raw()),
+            "fill",
+            vec![],
+            vec![Range::device(t.ptr(), (words * 4) as u64)],
+        );
+        Ok(())
+    }
+
+    /// Copies `bytes` from `src` to `dst` on the current stream.
+    pub fn copy(&self, dst: &DevTensor, src: &DevTensor, bytes: usize) -> KResult<()> {
+        self.stream().copy(dst.ptr(), src.ptr(), bytes)?;
+        self.log_access(
+            Agent::Stream(self.current_raw()),
+            "copy",
+            vec![Range::device(src.ptr(), bytes as u64)],
+            vec![Range::device(dst.ptr(), bytes as u64)],
+        );
         Ok(())
     }
 
@@ -768,6 +978,8 @@ impl<'a> Run<'a> {
         self.not_capturing("a synchronisation")?;
         for s in &self.streams {
             s.synchronize()?;
+            let stream = s.raw as u64;
+            self.logged(|_| Command::SyncStream { stream });
         }
         Ok(())
     }
@@ -804,6 +1016,9 @@ impl Captured {
                     KError::Decline(format!("{} values stay on the host", t.dtype()))
                 })?;
                 match self.uploads.get(i) {
+                    Some(Some(_)) if mutants::active(Mutant::StaleReplayInput) => {
+                        // Written where the graph does not read: it replays the captured inputs.
+                    }
                     Some(Some(k)) => {
                         let pinned = &mut staging[*k];
                         if pinned.bytes < bytes.len() {

@@ -75,6 +75,7 @@ impl DeviceSession for CudaSession {
             device: self.device.clone(),
             weights: &self.weights,
             index,
+            delays: Delays::from_env(),
         }))
     }
 }
@@ -84,6 +85,32 @@ struct CudaRun<'s> {
     device: Arc<Device>,
     weights: &'s WeightCache,
     index: usize,
+    /// Random spin kernels before launches (`QUORUM_FUZZ_DELAYS`), for the stream fuzzer.
+    delays: Option<Delays>,
+}
+
+/// `QUORUM_FUZZ_DELAYS=SEED`: before a third of the launches, a spin kernel of up to ~200 µs on the
+/// launch's stream, drawn from `SEED` (set per run by the stream fuzzer; unset, no delays).
+struct Delays(std::cell::Cell<u64>);
+
+impl Delays {
+    fn from_env() -> Option<Delays> {
+        let seed: u64 = std::env::var("QUORUM_FUZZ_DELAYS")
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?;
+        Some(Delays(std::cell::Cell::new(seed ^ 0x9e37_79b9_7f4a_7c15)))
+    }
+
+    fn next(&self) -> Option<u64> {
+        let mut z = self.0.get().wrapping_add(0x9e37_79b9_7f4a_7c15);
+        self.0.set(z);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        (z % 3 == 0).then_some((z >> 8) % 400_000)
+    }
 }
 
 fn device_error(e: KError) -> DeviceError {
@@ -139,6 +166,10 @@ impl DeviceRun for CudaRun<'_> {
             .downcast_ref::<CudaKernel>()
             .ok_or_else(|| DeviceError::Device("a claim of another backend".into()))?;
         self.run.set_stream(stream);
+        self.run.begin_node(&ctx.node.name);
+        if let Some(cycles) = self.delays.as_ref().and_then(|d| d.next()) {
+            self.run.spin(cycles).map_err(device_error)?;
+        }
         let outs = kernel(ctx, &self.run, &SeamInputs(inputs)).map_err(device_error)?;
         Ok(outs.into_iter().map(|t| self.wrap(t)).collect())
     }
@@ -163,7 +194,9 @@ impl DeviceRun for CudaRun<'_> {
 
     fn download(&self, d: &DeviceTensor) -> Result<Tensor, DeviceError> {
         let current = self.run.current_stream();
-        self.run.set_stream(d.stream);
+        if !crate::mutants::active(crate::mutants::Mutant::DownloadWrongStream) {
+            self.run.set_stream(d.stream);
+        }
         let t = unwrap(d.clone()).and_then(|t| self.run.download(&t));
         self.run.set_stream(current);
         t.map_err(device_error)
@@ -211,6 +244,10 @@ impl DeviceRun for CudaRun<'_> {
 
     fn abort_capture(&self) {
         self.run.abort_capture();
+    }
+
+    fn attach_log(&self, log: Arc<crate::cmdlog::CommandLog>) {
+        self.run.attach_log(log);
     }
 }
 

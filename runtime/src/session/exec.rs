@@ -12,6 +12,7 @@ use crate::backend::{DeviceError, DeviceRun, Replay};
 use crate::counters::Counters;
 use crate::error::{Error, OpError, OpResult, Result};
 use crate::ir::{Graph, Node};
+use crate::mutants::{self, Mutant};
 use crate::ops::{OpCtx, SubgraphRunner};
 use crate::plan::{Plan, Step, graph_key};
 use crate::tensor::Value;
@@ -453,8 +454,15 @@ impl Exec<'_> {
             max_tensor_bytes: self.max_tensor_bytes,
         };
         let run = &self.devices[ds.device];
-        for p in self.recorded_of(&sched.waits) {
-            self.wait(ds.device, stream, p)
+        if !mutants::active(Mutant::DropWait) {
+            for p in self.recorded_of(&sched.waits) {
+                self.wait(ds.device, stream, p)
+                    .map_err(|e| device_error(node, e))?;
+            }
+        }
+        let early = sched.record && mutants::active(Mutant::RecordBeforeLaunch);
+        if early {
+            self.record(ds.device, stream, index)
                 .map_err(|e| device_error(node, e))?;
         }
         let outs = match run.launch(stream, &ds.claim, &ctx, &inputs) {
@@ -466,8 +474,10 @@ impl Exec<'_> {
             Err(e) => return Err(device_error(node, e)),
         };
         if sched.record {
-            self.record(ds.device, stream, index)
-                .map_err(|e| device_error(node, e))?;
+            if !early {
+                self.record(ds.device, stream, index)
+                    .map_err(|e| device_error(node, e))?;
+            }
             if let Some(r) = self.recorded.borrow_mut().get_mut(index) {
                 *r = true;
             }

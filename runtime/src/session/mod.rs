@@ -54,6 +54,8 @@ pub struct Session {
     /// Which table each accelerator's decisions come from, or why none.
     dispatch_notes: Vec<String>,
     graphs: capture::Graphs,
+    /// Command logs of finished runs, when `SessionOptions::command_log` asks for them.
+    logs: std::sync::Mutex<Vec<Vec<crate::cmdlog::Command>>>,
 }
 
 /// Why a plan's runs can never be captured into a device graph, if they cannot.
@@ -172,6 +174,7 @@ impl Session {
             dispatch,
             dispatch_notes,
             graphs: Default::default(),
+            logs: Default::default(),
         })
     }
 
@@ -231,6 +234,12 @@ impl Session {
     /// The streams and events of the top-level plan, step by step in execution order.
     pub fn schedule(&self) -> &schedule::Schedule {
         &self.schedule
+    }
+
+    /// The command logs of the runs so far (one per run, in the order they ended), taken out of the
+    /// session; empty unless `SessionOptions::command_log` is on.
+    pub fn take_command_logs(&self) -> Vec<Vec<crate::cmdlog::Command>> {
+        std::mem::take(&mut *self.logs.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// Why runs of this session cannot be captured into a device graph (`None`: they can be, once
@@ -366,6 +375,15 @@ impl Session {
                 })?;
             devices.push(run);
         }
+        let log = self
+            .options
+            .command_log
+            .then(|| Arc::new(crate::cmdlog::CommandLog::default()));
+        if let Some(log) = &log {
+            for d in &devices {
+                d.attach_log(log.clone());
+            }
+        }
         let exec = exec::Exec {
             max_tensor_bytes: self.options.max_tensor_bytes,
             max_loop_iterations: self.options.max_loop_iterations,
@@ -382,14 +400,22 @@ impl Session {
             refusal: Default::default(),
             replay: Default::default(),
         };
-        let outs = match exec.run_top(&self.plan, &self.schedule, inputs) {
+        let result = exec.run_top(&self.plan, &self.schedule, inputs);
+        let aborted = result.is_err() && exec.capture.is_some();
+        if aborted {
+            for d in &exec.devices {
+                d.abort_capture();
+            }
+        }
+        if let Some(log) = &log {
+            self.logs
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(log.take());
+        }
+        let outs = match result {
             Ok(outs) => outs,
             Err(e) => {
-                if exec.capture.is_some() {
-                    for d in &exec.devices {
-                        d.abort_capture();
-                    }
-                }
                 return Err(match exec.refusal.borrow_mut().take() {
                     Some(reason) => Refused::Capture(reason),
                     None => Refused::Error(e),

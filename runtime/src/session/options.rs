@@ -40,6 +40,9 @@ pub struct SessionOptions {
     pub streams: usize,
     /// Whether runs are captured into device graphs and replayed (see `session::capture`).
     pub graph_capture: GraphCapture,
+    /// Record every device run's commands (`crate::cmdlog`), kept for
+    /// `Session::take_command_logs`; off by default (then nothing is recorded).
+    pub command_log: bool,
 }
 
 impl Default for SessionOptions {
@@ -56,6 +59,7 @@ impl Default for SessionOptions {
             fold_constants: true,
             streams: 1,
             graph_capture: GraphCapture::Off,
+            command_log: false,
         }
     }
 }

@@ -49,8 +49,10 @@ pub struct ModelArgs {
     /// The value of a symbolic dimension, SYMBOL=VALUE (repeatable; default 1 for generated inputs).
     #[arg(long = "dim", value_name = "SYMBOL=VALUE")]
     pub dims: Vec<String>,
-    /// Where nodes run: auto (every available provider, small nodes kept on the CPU), cpu, cuda
-    /// (every node CUDA claims, the CPU for the rest), or a comma list in priority order.
+    /// Where nodes run: auto (every available provider, small nodes kept on the CPU; a software
+    /// wgpu adapter is left out), cpu, cuda (every node CUDA claims, the CPU for the rest), wgpu
+    /// (every node wgpu claims, on the adapter it picks; QUORUM_WGPU_ADAPTER names one), or a comma
+    /// list in priority order.
     #[arg(long, default_value = "auto")]
     pub provider: String,
     /// How accelerated results are checked: off, shadow (log, count, use the CPU result) or strict

@@ -73,7 +73,7 @@ pub fn main(a: Args) -> CliResult<()> {
         println!("    declines {n} node(s): {why}");
     }
     accelerator_placement(&g.nodes);
-    println!("  wgpu: not built in this version (declines every node)");
+    wgpu_adapters();
     // Folding runs the constant nodes' CPU kernels, so it is reported from a CPU session.
     match quorum::Session::from_model(model.clone(), quorum::SessionOptions::default()) {
         Ok(s) => println!(
@@ -107,6 +107,25 @@ pub fn main(a: Args) -> CliResult<()> {
         Err(e) => println!("streams and graph capture: no session ({})", e.message),
     }
     Ok(())
+}
+
+/// The adapters wgpu finds here and the one it uses (name, backend, driver, what its shaders offer).
+fn wgpu_adapters() {
+    #[cfg(feature = "wgpu")]
+    {
+        for a in quorum::wgpu::device::adapter_report() {
+            println!("  wgpu adapter found: {a}");
+        }
+        match quorum::wgpu::Device::get() {
+            Ok(d) => {
+                println!("  wgpu uses: {}", d.describe());
+                if let Err(why) = d.auto_usable() {
+                    println!("  wgpu under --provider auto: left out: {why}");
+                }
+            }
+            Err(why) => println!("  wgpu uses no adapter: {why}"),
+        }
+    }
 }
 
 /// What each accelerator this build knows would claim of the top-level nodes, and why it declines

@@ -37,7 +37,21 @@ enum Command {
     Info(info::Args),
 }
 
+/// Mesa's implicit `VK_LAYER_MESA_device_select` layer, which only orders GPUs for presentation,
+/// connects to a Wayland display while the wgpu provider enumerates adapters and, where there is
+/// none (a server, CI), prints "XDG_RUNTIME_DIR is invalid" twice to stderr. Quorum picks its
+/// adapter itself, so the CLI turns the layer off (`NODEVICE_SELECT=1`, the layer's own switch)
+/// unless the user set that variable.
+fn quiet_vulkan_device_select() {
+    if std::env::var_os("NODEVICE_SELECT").is_none() {
+        // SAFETY: the first statement of `main`, before any other thread exists, so nothing can be
+        // reading the environment at the same time.
+        unsafe { std::env::set_var("NODEVICE_SELECT", "1") };
+    }
+}
+
 fn main() -> ExitCode {
+    quiet_vulkan_device_select();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(a) => run::main(a),

@@ -280,7 +280,7 @@ fn divide(run: &Run, ts: &[DevTensor], t: IntTy, rem: bool, fmod: bool) -> KResu
         decline!("an empty result: the CPU kernel still checks the divisor for zeros");
     }
     let flag = run.alloc(DType::U32, &[1])?;
-    run.stream().fill32(flag.ptr(), 0, 1)?;
+    run.fill32(&flag, 0, 1)?;
     let out = map_kernel_with(
         run,
         ts,

@@ -262,7 +262,7 @@ fn k_scatter_elements(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Ve
     let (bits, size) = elem_ty(&x)?;
     let (st, c) = scatter_types(x.dtype, red, bits)?;
     let out = run.alloc(x.dtype, &x.shape)?;
-    run.stream().copy(out.ptr(), x.ptr(), x.bytes())?;
+    run.copy(&out, &x, x.bytes())?;
     if total == 0 {
         return Ok(vec![out]);
     }

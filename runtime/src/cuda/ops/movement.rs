@@ -691,7 +691,7 @@ fn fill(run: &Run, value: &Tensor, shape: &[usize]) -> KResult<DevTensor> {
         decline!("a device fill past its allocation");
     }
     if words > 0 {
-        run.stream().fill32(out.ptr(), word, words)?;
+        run.fill32(&out, word, words)?;
     }
     Ok(out)
 }

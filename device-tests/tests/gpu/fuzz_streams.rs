@@ -1,0 +1,198 @@
+//! The device stream fuzzer (`cargo xtask fuzz-streams`, the GPU bundle's `run.sh fuzz`): random DAG
+//! models run on CUDA with random stream counts, threads, graph capture and spin kernels injected on
+//! random streams; every result must equal the one-stream run bit for bit and every run's command log
+//! must pass the happens-before checker. With the `mutants` feature, each injected synchronisation
+//! bug is hunted by both the checker and the comparison.
+use std::time::{Duration, Instant};
+
+use quorum::inputs::Rng;
+use quorum::session::GraphCapture;
+use quorum::{Provider, Session, SessionOptions, Value};
+use quorum_fuzz::{dags, hb};
+
+use crate::harness::on_cpu;
+
+fn seconds() -> u64 {
+    std::env::var("QUORUM_FUZZ_SECONDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(30)
+}
+
+/// Spin kernels before launches (read by each run as it starts).
+fn delays(seed: Option<u64>) {
+    // Only this (ignored, run alone) test sets it.
+    unsafe {
+        match seed {
+            Some(s) => std::env::set_var("QUORUM_FUZZ_DELAYS", s.to_string()),
+            None => std::env::remove_var("QUORUM_FUZZ_DELAYS"),
+        }
+    }
+}
+
+fn bits(vs: &[(String, Value)]) -> Vec<Vec<u64>> {
+    vs.iter()
+        .map(|(_, v)| {
+            v.as_tensor()
+                .unwrap()
+                .to_f64_vec()
+                .unwrap()
+                .iter()
+                .map(|x| x.to_bits())
+                .collect()
+        })
+        .collect()
+}
+
+/// What one case found: a checker report or a result that differs from one stream.
+fn case(seed: u64) -> (usize, Option<String>) {
+    let mut rng = Rng::new(seed);
+    let mut pick = |n: usize| (rng.uniform().abs() * n as f64) as usize % n;
+    let dag = dags::generate(seed, 8 + pick(40));
+    let (streams, threads) = ([1, 2, 3, 4, 8][pick(5)], 1 + pick(3));
+    let graph = if pick(3) == 0 {
+        GraphCapture::On
+    } else {
+        GraphCapture::Off
+    };
+    delays(None);
+    let one = Session::from_bytes(
+        &dag.bytes,
+        SessionOptions {
+            providers: vec![Provider::Cuda, Provider::Cpu],
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    // Four inputs of the same shapes (a replay must follow each), with their one-stream results.
+    let variants: Vec<(Vec<(String, Value)>, Vec<Vec<u64>>)> = (0..4u64)
+        .map(|v| {
+            let inputs: Vec<(String, Value)> = dag
+                .inputs
+                .iter()
+                .map(|(n, x)| {
+                    let t = x.as_tensor().unwrap();
+                    let shifted: Vec<f32> = t
+                        .to_f64_vec()
+                        .unwrap()
+                        .iter()
+                        .map(|&e| (e as f32) * (1.0 + v as f32 * 0.25) - v as f32 * 0.125)
+                        .collect();
+                    (
+                        n.clone(),
+                        Value::Tensor(quorum::Tensor::from_f32(t.shape(), shifted).unwrap()),
+                    )
+                })
+                .collect();
+            let want = bits(&one.run(inputs.clone()).unwrap());
+            (inputs, want)
+        })
+        .collect();
+    delays(Some(seed));
+    let s = Session::from_bytes(
+        &dag.bytes,
+        SessionOptions {
+            providers: vec![Provider::Cuda, Provider::Cpu],
+            streams,
+            graph_capture: graph,
+            command_log: graph == GraphCapture::Off,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let what = format!("seed {seed}: {streams} streams, {threads} threads, graph {graph:?}");
+    let mut differs = None;
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    (0..8)
+                        .map(|r| {
+                            let (inputs, want) = &variants[r % variants.len()];
+                            bits(&s.run(inputs.clone()).unwrap()) == *want
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        for h in handles {
+            for same in h.join().unwrap() {
+                if !same && differs.is_none() {
+                    differs = Some(format!("{what}: a result differs from one stream"));
+                }
+            }
+        }
+    });
+    delays(None);
+    if differs.is_some() {
+        return (0, differs);
+    }
+    let mut commands = 0;
+    for log in s.take_command_logs() {
+        commands += log.len();
+        let r = hb::check(&log, 1);
+        if !r.is_clean() {
+            let first = r.races.first().map(|x| x.to_string()).unwrap_or_default();
+            return (commands, Some(format!("{what}: {first}")));
+        }
+    }
+    (commands, None)
+}
+
+#[test]
+#[ignore = "the device stream fuzzer: run with --ignored on a GPU machine"]
+fn fuzz_streams() {
+    if on_cpu() {
+        return;
+    }
+    let deadline = Instant::now() + Duration::from_secs(seconds());
+    let (mut cases, mut commands) = (0u64, 0usize);
+    let start = Instant::now();
+    while Instant::now() < deadline {
+        let (n, found) = case(0x5eed_0000 + cases);
+        commands += n;
+        cases += 1;
+        assert!(found.is_none(), "{}", found.unwrap());
+    }
+    println!(
+        "FUZZ streams: {cases} cases, {commands} commands checked, {:.0} s, 0 reports",
+        start.elapsed().as_secs_f64()
+    );
+}
+
+#[cfg(feature = "mutants")]
+#[test]
+#[ignore = "the mutant hunt on the device: run with --ignored on a GPU machine"]
+fn fuzz_streams_mutants() {
+    use quorum::mutants::{Mutant, inject};
+    if on_cpu() {
+        return;
+    }
+    let budget = Duration::from_secs(seconds());
+    for m in Mutant::ALL {
+        inject(Some(m));
+        let start = Instant::now();
+        let mut cases = 0u64;
+        let mut found = None;
+        while start.elapsed() < budget && found.is_none() {
+            // A panic (a kernel reading garbage) counts as caught, too.
+            let r = std::panic::catch_unwind(|| case(0xbad_0000 + cases));
+            found = match r {
+                Ok((_, f)) => f,
+                Err(_) => Some("the run panicked".into()),
+            };
+            cases += 1;
+        }
+        inject(None);
+        match found {
+            Some(f) => println!(
+                "MUTANT {m:?}: caught after {cases} case(s), {:.1} s: {f}",
+                start.elapsed().as_secs_f64()
+            ),
+            None => println!(
+                "MUTANT {m:?}: not observed in {cases} case(s), {:.0} s",
+                start.elapsed().as_secs_f64()
+            ),
+        }
+    }
+}

@@ -1,0 +1,120 @@
+//! What wgpu must run on its own device, not hand to the CPU: one representative form per family
+//! (the family suites run every case on wgpu too, but there a decline only prints). Where wgpu is
+//! not usable these tests have nothing to check and pass.
+use quorum::{DType, Provider, Tensor};
+
+use crate::harness::{Case, accelerators, i64s, rand_f32, rand_range};
+
+fn wgpu_here() -> bool {
+    accelerators().contains(&Provider::Wgpu)
+}
+
+/// `t`'s values as `d` (rounded, truncated or tested for zero as `Tensor::from_f64s` does).
+fn conv(t: Tensor, d: DType) -> Tensor {
+    Tensor::from_f64s(d, t.shape(), t.to_f64_vec().unwrap()).unwrap()
+}
+
+fn f16(t: Tensor) -> Tensor {
+    conv(t, DType::F16)
+}
+
+/// The forms wgpu claims and computes on the device, each judged against both oracles.
+fn on_device_cases() -> Vec<Case> {
+    let x = || rand_f32(11, &[3, 4, 5]);
+    let mut v = vec![
+        Case::new("Add").input(x()).input(rand_f32(12, &[4, 1])),
+        Case::new("Mul").input(x()).constant(rand_f32(13, &[5])),
+        Case::new("Div")
+            .input(x())
+            .input(rand_range(14, &[3, 4, 5], 0.5, 2.0)),
+        Case::new("Max")
+            .input(x())
+            .input(rand_f32(15, &[5]))
+            .input(rand_f32(16, &[4, 5])),
+        Case::new("Relu").input(x()),
+        Case::new("Exp").input(x()),
+        Case::new("Erf").input(x()),
+        Case::new("Tanh").input(x()),
+        Case::new("Sigmoid").input(x()),
+        Case::new("Sqrt").input(rand_range(17, &[64], 0.0, 9.0)),
+        Case::new("Pow")
+            .input(rand_range(18, &[64], 0.1, 3.0))
+            .input(rand_f32(19, &[64])),
+        Case::new("LeakyRelu").attr_f("alpha", 0.3).input(x()),
+        Case::new("Gelu")
+            .opset(20)
+            .attr_s("approximate", "tanh")
+            .input(x()),
+        Case::new("Less").input(x()).input(rand_f32(20, &[5])),
+        Case::new("Where")
+            .input(conv(rand_f32(21, &[4, 5]), DType::Bool))
+            .input(x())
+            .input(rand_f32(22, &[5])),
+        Case::new("Add")
+            .input(f16(x()))
+            .input(f16(rand_f32(23, &[5]))),
+        Case::new("Add")
+            .input(conv(rand_range(24, &[40], -1e3, 1e3), DType::I32))
+            .input(conv(rand_range(25, &[40], -1e3, 1e3), DType::I32)),
+        Case::new("Cast")
+            .attr_i("to", DType::F16.onnx() as i64)
+            .input(x()),
+        Case::new("Cast")
+            .attr_i("to", DType::I32.onnx() as i64)
+            .input(rand_range(26, &[50], -1e4, 1e4)),
+        Case::new("Transpose")
+            .attr_ints("perm", &[2, 0, 1])
+            .input(x()),
+        Case::new("Concat")
+            .attr_i("axis", 1)
+            .input(x())
+            .input(rand_f32(27, &[3, 2, 5])),
+        Case::new("Slice")
+            .input(x())
+            .constant(i64s(&[2], vec![3, -1]))
+            .constant(i64s(&[2], vec![0, 0]))
+            .constant(i64s(&[2], vec![2, 0]))
+            .constant(i64s(&[2], vec![1, -2])),
+        Case::new("Gather")
+            .attr_i("axis", 1)
+            .input(x())
+            .constant(i64s(&[2, 2], vec![3, 0, -1, 1])),
+        Case::new("Pad")
+            .attr_s("mode", "reflect")
+            .input(x())
+            .constant(i64s(&[6], vec![0, 1, 2, 0, 2, 1])),
+        Case::new("Expand")
+            .input(rand_f32(28, &[4, 1]))
+            .constant(i64s(&[3], vec![2, 4, 3])),
+    ];
+    v.extend(crate::wgpu_more::on_device_cases());
+    v
+}
+
+#[test]
+fn wgpu_runs_each_family_on_its_device() {
+    if !wgpu_here() {
+        return;
+    }
+    for case in on_device_cases() {
+        let what = case.describe();
+        assert!(
+            case.ran_on(Provider::Wgpu),
+            "wgpu did not run {what} on its device"
+        );
+    }
+}
+
+/// The check above catches a form wgpu hands to the CPU: float Mod is declined (an exact
+/// remainder needs a fused multiply-add WGSL does not promise), so it must not count as run there.
+#[test]
+fn a_declined_form_is_not_counted_as_run_on_wgpu() {
+    if !wgpu_here() {
+        return;
+    }
+    let case = Case::new("Mod")
+        .attr_i("fmod", 1)
+        .input(rand_f32(1, &[8]))
+        .input(rand_range(2, &[8], 0.5, 2.0));
+    assert!(!case.ran_on(Provider::Wgpu));
+}

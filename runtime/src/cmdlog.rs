@@ -1,0 +1,113 @@
+//! The command log of a device run: every launch, copy, fill, event record and wait, stream or host
+//! synchronisation, allocation and release, in the order the host issued them, with the stream each
+//! went to and the byte ranges each reads and writes. A happens-before checker (`quorum-fuzz`'s
+//! `hb`) finds every pair of conflicting accesses that no event or synchronisation orders.
+//!
+//! Recording is asked for per session (`SessionOptions::command_log`); when it is off no entry is
+//! made and the cost is one branch per device call. Device memory and pinned host memory are two
+//! address spaces ([`Space`]); streams and events are named by the backend (for CUDA, their driver
+//! handles), so the same name may come back in a later run once returned to its pool.
+use std::sync::Mutex;
+
+/// Which memory a range is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+pub enum Space {
+    Device,
+    /// Pinned host memory the device copies to and from (staging).
+    Pinned,
+}
+
+/// A byte range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+pub struct Range {
+    pub space: Space,
+    pub start: u64,
+    pub len: u64,
+}
+
+impl Range {
+    pub fn device(start: u64, len: u64) -> Range {
+        Range {
+            space: Space::Device,
+            start,
+            len,
+        }
+    }
+
+    pub fn pinned(start: u64, len: u64) -> Range {
+        Range {
+            space: Space::Pinned,
+            start,
+            len,
+        }
+    }
+
+    pub fn overlaps(&self, o: &Range) -> bool {
+        self.space == o.space
+            && self.len > 0
+            && o.len > 0
+            && self.start < o.start.saturating_add(o.len)
+            && o.start < self.start.saturating_add(self.len)
+    }
+}
+
+/// Who does a command: a stream (its work runs in issue order on it) or the host (now).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+pub enum Agent {
+    Stream(u64),
+    Host,
+}
+
+/// One command of a run.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub enum Command {
+    /// Work on `by` (a kernel, a copy, a fill) that reads and writes these ranges. `what` names it
+    /// (the kernel, or `upload`, `download`, `fill`, `copy`) and `node` the node it belongs to.
+    Access {
+        by: Agent,
+        what: String,
+        node: String,
+        reads: Vec<Range>,
+        writes: Vec<Range>,
+    },
+    /// Event `event` recorded on `stream`: it completes when the stream's work issued so far has.
+    Record { stream: u64, event: u64 },
+    /// `stream`'s later work waits for the last record of `event`.
+    Wait { stream: u64, event: u64 },
+    /// The host waits for everything issued so far on `stream`.
+    SyncStream { stream: u64 },
+    /// The host waits for the last record of `event`.
+    SyncEvent { event: u64 },
+    /// A range handed to the run (from the pool, or reused within it) for work on `stream`.
+    Alloc { range: Range, stream: u64 },
+    /// A range handed back by the run (to be reused by a later allocation).
+    Release { range: Range },
+}
+
+/// A run's commands as the backend issues them.
+#[derive(Debug, Default)]
+pub struct CommandLog {
+    entries: Mutex<Vec<Command>>,
+}
+
+impl CommandLog {
+    pub fn push(&self, c: Command) {
+        self.entries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(c);
+    }
+
+    /// The commands so far, in issue order.
+    pub fn entries(&self) -> Vec<Command> {
+        self.entries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Takes the commands so far, leaving the log empty.
+    pub fn take(&self) -> Vec<Command> {
+        std::mem::take(&mut *self.entries.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}

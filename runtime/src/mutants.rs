@@ -1,0 +1,64 @@
+//! Injected synchronisation bugs, one at a time, so that the happens-before checker and the stream
+//! fuzzer can prove they catch each kind (`quorum-fuzz`'s `tests/mutants.rs`). Compiled in only with
+//! the `mutants` feature; without it [`active`] is a constant `false` and every injection point
+//! folds away.
+#[cfg(feature = "mutants")]
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// One injected bug.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Mutant {
+    /// The executor drops the event wait of a cross-stream edge.
+    DropWait = 1,
+    /// A buffer goes back to the run's free list without its readers' events.
+    EarlyRelease,
+    /// A download is issued on the current stream, not its producer's.
+    DownloadWrongStream,
+    /// A pinned staging buffer is reused before its upload has completed.
+    StagingReuse,
+    /// A step's event is recorded before its launch instead of after.
+    RecordBeforeLaunch,
+    /// A graph replay writes its inputs where the graph does not read them (a stale address).
+    StaleReplayInput,
+    /// The host reads a downloaded value without waiting for the copy.
+    UnsyncedHostRead,
+    /// The free list hands a buffer to another stream without waiting for anything.
+    SharedFreeList,
+}
+
+impl Mutant {
+    pub const ALL: [Mutant; 8] = [
+        Mutant::DropWait,
+        Mutant::EarlyRelease,
+        Mutant::DownloadWrongStream,
+        Mutant::StagingReuse,
+        Mutant::RecordBeforeLaunch,
+        Mutant::StaleReplayInput,
+        Mutant::UnsyncedHostRead,
+        Mutant::SharedFreeList,
+    ];
+}
+
+#[cfg(feature = "mutants")]
+static ACTIVE: AtomicU8 = AtomicU8::new(0);
+
+/// Injects `m` (or nothing) for every session in the process from now on.
+#[cfg(feature = "mutants")]
+pub fn inject(m: Option<Mutant>) {
+    ACTIVE.store(m.map_or(0, |m| m as u8), Ordering::SeqCst);
+}
+
+/// Whether bug `m` is injected.
+#[inline]
+pub fn active(m: Mutant) -> bool {
+    #[cfg(feature = "mutants")]
+    {
+        ACTIVE.load(Ordering::Relaxed) == m as u8
+    }
+    #[cfg(not(feature = "mutants"))]
+    {
+        let _ = m;
+        false
+    }
+}

@@ -1,0 +1,515 @@
+//! WGSL elementwise kernels: unary, binary and variadic ops, comparisons, logic, BitShift, Where and
+//! Clip, over operands broadcast to their common shape.
+//!
+//! One generator covers them all ([`map`]): a kernel that turns the flat output index into each
+//! operand's offset (dims and strides in the parameter words), loads each operand in its kind's
+//! type, applies the op's function `f` (`elementwise_expr`) and stores the result. Float ops compute
+//! in f32 (f16 and bf16 widened exactly, the result rounded once); integer ops in i32 or u32,
+//! wrapping, the result keeping the element type's low bits as the CPU's `wrapping_*` do.
+use super::elementwise_expr::{self as ex, Unary};
+use super::{
+    all_dev, broadcast_strides, decline, dev, invalid, offsets_code, offsets_params, require_f64,
+    simplify, u32_len,
+};
+use crate::backend::{DeviceError, NodeInputs};
+use crate::ir::Node;
+use crate::ops::OpCtx;
+use crate::ops::broadcast::broadcast_shapes;
+use crate::tensor::{DType, Tensor, Value};
+use crate::wgpu::memory::{WTensor, words};
+use crate::wgpu::run::{KResult, Run};
+use crate::wgpu::wgsl::{self, Kind, kind};
+
+use super::WgpuKernel;
+
+/// Op types this family claims in at least one form.
+pub const OPS: &[&str] = &[
+    "Abs",
+    "Neg",
+    "Ceil",
+    "Floor",
+    "Round",
+    "Sign",
+    "Reciprocal",
+    "Sqrt",
+    "Exp",
+    "Log",
+    "Erf",
+    "Sin",
+    "Cos",
+    "Tan",
+    "Tanh",
+    "Sigmoid",
+    "Relu",
+    "LeakyRelu",
+    "Elu",
+    "Selu",
+    "Celu",
+    "HardSigmoid",
+    "HardSwish",
+    "Softplus",
+    "Softsign",
+    "Gelu",
+    "Mish",
+    "ThresholdedRelu",
+    "Clip",
+    "Not",
+    "IsNaN",
+    "IsInf",
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Pow",
+    "Mod",
+    "Min",
+    "Max",
+    "Sum",
+    "Mean",
+    "PRelu",
+    "Equal",
+    "Less",
+    "LessOrEqual",
+    "Greater",
+    "GreaterOrEqual",
+    "And",
+    "Or",
+    "Xor",
+    "Where",
+    "BitShift",
+];
+
+/// The kernel for `node` if this family owns its op type.
+pub fn claim(node: &Node) -> Option<Result<WgpuKernel, String>> {
+    let op = node.op_type.as_str();
+    if !OPS.contains(&op) {
+        return None;
+    }
+    Some(match op {
+        "Gelu" => match node.attrs.get("approximate") {
+            Some(crate::ir::Attr::String(s)) if s != b"none" && s != b"tanh" => Err(format!(
+                "Gelu approximate='{}' is not an ONNX mode",
+                String::from_utf8_lossy(s)
+            )),
+            _ => Ok(k_map as WgpuKernel),
+        },
+        "Clip" => Ok(k_clip as WgpuKernel),
+        "Where" => Ok(k_where as WgpuKernel),
+        _ => Ok(k_map as WgpuKernel),
+    })
+}
+
+/// Runs `func` (a WGSL function `f` of the operands' values in their kinds' types, returning the
+/// output's kind) over `operands` broadcast to their common shape. `lib` is extra WGSL (the f64
+/// library, helpers); `attrs` are up to four parameter words, `P[2..6]`. With `flag`, the kernel
+/// also binds a one-word output `o1` it may set (a zero divisor), returned beside the result.
+#[allow(clippy::too_many_arguments)]
+pub fn map(
+    run: &Run,
+    name: &str,
+    operands: &[&WTensor],
+    out_dtype: DType,
+    func: &str,
+    lib: &str,
+    attrs: &[u32],
+    flag: Option<&WTensor>,
+) -> KResult<WTensor> {
+    let shapes: Vec<&[usize]> = operands.iter().map(|t| t.shape.as_slice()).collect();
+    let out_shape = broadcast_shapes(&shapes)?;
+    let n = u32_len(&out_shape)?;
+    let out = run.alloc(out_dtype, &out_shape)?;
+    if n == 0 {
+        return Ok(out);
+    }
+    let st: Vec<Vec<i64>> = operands
+        .iter()
+        .map(|t| broadcast_strides(&t.shape, &out_shape))
+        .collect();
+    let (shape, st) = simplify(&out_shape, &st);
+    let mut body = offsets_code(operands.len(), 6);
+    let mut args = Vec::new();
+    for (j, t) in operands.iter().enumerate() {
+        body.push_str(&format!(
+            "let a{j} = {};\n",
+            wgsl::load(t.dtype, &format!("i{j}[off{j}]"))
+        ));
+        args.push(format!("a{j}"));
+    }
+    body.push_str(&format!(
+        "o0[i] = {};\n",
+        wgsl::store(out_dtype, &format!("f({})", args.join(", ")))
+    ));
+    let mut dtypes: Vec<DType> = operands.iter().map(|t| t.dtype).collect();
+    dtypes.push(out_dtype);
+    let half = if wgsl::needs_half(&dtypes) {
+        wgsl::HALF
+    } else {
+        ""
+    };
+    let outs = if flag.is_some() { 2 } else { 1 };
+    let src = format!(
+        "{}{half}{lib}\n{func}\n{}",
+        wgsl::header(outs, operands.len()),
+        wgsl::entry_1d(&body)
+    );
+    let mut params = vec![0u32; 6];
+    params[..2].copy_from_slice(&[n, 0]);
+    params[2..2 + attrs.len()].copy_from_slice(attrs);
+    let rest = offsets_params(n, &shape, &st);
+    params[1] = rest[1];
+    params.extend_from_slice(&rest[2..]);
+    let mut out_refs = vec![&out];
+    if let Some(f) = flag {
+        out_refs.push(f);
+    }
+    run.dispatch_n(name, &src, &out_refs, operands, params, n as usize)?;
+    Ok(out)
+}
+
+/// `a + b`, `a - b`, `a · b` or `a / b` of f32 tensors with broadcasting, outside any session too
+/// (benchmarks).
+pub fn binary(run: &Run, op: &str, a: &WTensor, b: &WTensor) -> KResult<WTensor> {
+    let e = match op {
+        "Add" => "a0 + a1",
+        "Sub" => "a0 - a1",
+        "Mul" => "a0 * a1",
+        "Div" => "a0 / a1",
+        other => decline!("no arithmetic op {other}"),
+    };
+    if a.dtype != DType::F32 || b.dtype != DType::F32 {
+        decline!("{op} of {} and {}: f32 only here", a.dtype, b.dtype);
+    }
+    let f = format!("fn f(a0: f32, a1: f32) -> f32 {{ return {e}; }}");
+    map(run, op, &[a, b], DType::F32, &f, "", &[], None)
+}
+
+/// The f64 library when the function calls it.
+fn lib_for(func: &str) -> String {
+    if func.contains("64(") {
+        super::math::library()
+    } else {
+        String::new()
+    }
+}
+
+fn same_dtypes(op: &str, ts: &[WTensor]) -> KResult<DType> {
+    let d = ts[0].dtype;
+    for t in &ts[1..] {
+        if t.dtype != d {
+            decline!(
+                "{op} operands {d} and {}: the CPU kernel decides mixed types",
+                t.dtype
+            );
+        }
+    }
+    Ok(d)
+}
+
+fn arity(op: &str, ts: &[WTensor], n: usize) -> KResult<()> {
+    if ts.len() != n {
+        return Err(invalid(format!("{op} takes {n} input(s)")));
+    }
+    Ok(())
+}
+
+/// Declines a binary node that broadcasts the pre-opset-7 way (`broadcast=1`, `B` at `axis`).
+fn legacy_broadcast(ctx: &OpCtx, ts: &[WTensor]) -> KResult<()> {
+    if ctx.opset() < 7
+        && ts.len() == 2
+        && ts[0].shape != ts[1].shape
+        && ts[1].len() != 1
+        && ctx.attr_i("broadcast", 0)? != 0
+    {
+        decline!(
+            "broadcast=1 at opset {}: the CPU kernel aligns B at its axis",
+            ctx.opset()
+        );
+    }
+    Ok(())
+}
+
+fn k_map(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<Vec<WTensor>> {
+    let op = ctx.node.op_type.as_str();
+    let ts = all_dev(inputs)?;
+    legacy_broadcast(ctx, &ts)?;
+    let refs: Vec<&WTensor> = ts.iter().collect();
+    let d = ts[0].dtype;
+    let k = kind(d)?;
+    if matches!(op, "Not" | "And" | "Or" | "Xor") {
+        for t in &ts {
+            if t.dtype != DType::Bool {
+                decline!("{op} on {}", t.dtype);
+            }
+        }
+        let f = match op {
+            "Not" => "fn f(a0: u32) -> u32 { return 1u - a0; }",
+            "And" => "fn f(a0: u32, a1: u32) -> u32 { return a0 & a1; }",
+            "Or" => "fn f(a0: u32, a1: u32) -> u32 { return a0 | a1; }",
+            _ => "fn f(a0: u32, a1: u32) -> u32 { return a0 ^ a1; }",
+        };
+        return Ok(vec![map(run, op, &refs, DType::Bool, f, "", &[], None)?]);
+    }
+    if d == DType::Bool && !matches!(op, "Equal") {
+        decline!("{op} on bool: the CPU kernel decides");
+    }
+    let t = wgsl::ty(k);
+    let out = match op {
+        "Equal" | "Less" | "LessOrEqual" | "Greater" | "GreaterOrEqual" => {
+            arity(op, &ts, 2)?;
+            same_dtypes(op, &ts)?;
+            let f = format!(
+                "fn f(a0: {t}, a1: {t}) -> u32 {{ return select(0u, 1u, {}); }}",
+                ex::compare(op)?
+            );
+            map(run, op, &refs, DType::Bool, &f, "", &[], None)?
+        }
+        "IsNaN" | "IsInf" => {
+            float_only(op, k)?;
+            let pos = ctx.attr_i("detect_positive", 1)? as u32;
+            let neg = ctx.attr_i("detect_negative", 1)? as u32;
+            let f = if op == "IsNaN" {
+                "fn f(a0: f32) -> u32 { return select(0u, 1u, isnan32(a0)); }"
+            } else {
+                "fn f(a0: f32) -> u32 { let b = bitcast<u32>(a0); \
+                 let p = b == 0x7f800000u && P[2] != 0u; let n = b == 0xff800000u && P[3] != 0u; \
+                 return select(0u, 1u, p || n); }"
+            };
+            map(run, op, &refs, DType::Bool, f, "", &[pos, neg], None)?
+        }
+        _ if k != Kind::Float => return super::elementwise_int::map_int(ctx, run, &ts, k),
+        "Add" | "Sub" | "Mul" | "Div" => {
+            arity(op, &ts, 2)?;
+            same_dtypes(op, &ts)?;
+            let e = match op {
+                "Add" => "a0 + a1",
+                "Sub" => "a0 - a1",
+                "Mul" => "a0 * a1",
+                // Correctly rounded where the adapter has f64 (WGSL's f32 division promises 2.5 ulp).
+                _ if run.device.caps.f64 => "f32(f64(a0) / f64(a1))",
+                _ => "a0 / a1",
+            };
+            let f = format!("fn f(a0: f32, a1: f32) -> f32 {{ return {e}; }}");
+            map(run, op, &refs, d, &f, "", &[], None)?
+        }
+        "Pow" => {
+            arity(op, &ts, 2)?;
+            require_f64(run, "Pow")?;
+            let yt = match ts[1].dtype {
+                y if y == d => "f64(a1)",
+                DType::I32 | DType::I16 | DType::I8 => "f64(a1)",
+                DType::U32 | DType::U16 | DType::U8 => "f64(a1)",
+                y => decline!("Pow exponent {y} with a {d} base"),
+            };
+            let yk = wgsl::ty(kind(ts[1].dtype)?);
+            let f = format!("fn f(a0: f32, a1: {yk}) -> f32 {{ return powf(a0, {yt}); }}");
+            let lib = format!("{}{}", super::math::library(), ex::POW);
+            map(run, op, &refs, d, &f, &lib, &[], None)?
+        }
+        "Mod" => decline!(
+            "float Mod: the exact remainder needs a fused multiply-add, which WGSL does not promise"
+        ),
+        "PRelu" => {
+            arity(op, &ts, 2)?;
+            same_dtypes(op, &ts)?;
+            require_prelu_slope(&ts[0], &ts[1])?;
+            let f = "fn f(a0: f32, a1: f32) -> f32 { return select(a0, a0 * a1, a0 < 0.0); }";
+            map(run, op, &refs, d, f, "", &[], None)?
+        }
+        "Sum" | "Mean" | "Max" | "Min" => {
+            same_dtypes(op, &ts)?;
+            let params: Vec<String> = (0..ts.len()).map(|j| format!("a{j}: f32")).collect();
+            let mut acc = "a0".to_string();
+            let mut body = String::new();
+            for j in 1..ts.len() {
+                let next = match op {
+                    "Sum" | "Mean" => format!("acc + a{j}"),
+                    "Max" => ex::nan_fold("acc", &format!("a{j}"), true),
+                    _ => ex::nan_fold("acc", &format!("a{j}"), false),
+                };
+                body.push_str(&format!("acc = {next};\n"));
+                acc = "acc".into();
+            }
+            let _ = acc;
+            let fin = if op == "Mean" && ts.len() > 1 {
+                if run.device.caps.f64 {
+                    format!("f32(f64(acc) / {}.0lf)", ts.len())
+                } else {
+                    format!("acc / {}.0", ts.len())
+                }
+            } else {
+                "acc".into()
+            };
+            let f = format!(
+                "fn f({}) -> f32 {{ var acc = a0;\n{body}return {fin}; }}",
+                params.join(", ")
+            );
+            map(run, op, &refs, d, &f, "", &[], None)?
+        }
+        "BitShift" => decline!("BitShift on {d}: the CPU kernel takes integers only"),
+        _ => {
+            arity(op, &ts, 1)?;
+            let tanh = ctx.attr_s("approximate", "none")? == "tanh";
+            let u: Unary = ex::unary(op, tanh)?;
+            if u.f64 {
+                require_f64(run, op)?;
+            }
+            let attrs: Vec<u32> = match op {
+                "LeakyRelu" => vec![ctx.attr_f("alpha", 0.01)?.to_bits()],
+                "ThresholdedRelu" | "Elu" | "Celu" => vec![ctx.attr_f("alpha", 1.0)?.to_bits()],
+                "HardSigmoid" => vec![
+                    ctx.attr_f("alpha", 0.2)?.to_bits(),
+                    ctx.attr_f("beta", 0.5)?.to_bits(),
+                ],
+                "Selu" => vec![
+                    ctx.attr_f("alpha", 1.673_263_2)?.to_bits(),
+                    ctx.attr_f("gamma", 1.050_701)?.to_bits(),
+                ],
+                _ => vec![],
+            };
+            let lib = lib_for(&u.body);
+            map(run, op, &refs, d, &u.body, &lib, &attrs, None)?
+        }
+    };
+    Ok(vec![out])
+}
+
+fn float_only(op: &str, k: Kind) -> KResult<()> {
+    if k != Kind::Float {
+        decline!("{op} on integers: the CPU kernel decides");
+    }
+    Ok(())
+}
+
+/// Declines a PRelu whose slope does not broadcast onto X (the CPU handles the old placements).
+pub fn require_prelu_slope(x: &WTensor, slope: &WTensor) -> KResult<()> {
+    let shapes = [x.shape.as_slice(), slope.shape.as_slice()];
+    if broadcast_shapes(&shapes).ok().as_deref() != Some(x.shape.as_slice()) {
+        decline!(
+            "PRelu slope {:?} does not broadcast to {:?}",
+            slope.shape,
+            x.shape
+        );
+    }
+    Ok(())
+}
+
+/// Clip's bound input `i` (opset 11 on): absent or empty is no bound; another dtype than X's, or more
+/// than one value, is refused by the CPU kernel, so declined here.
+fn clip_bound(inputs: &dyn NodeInputs, i: usize, x: DType) -> KResult<Option<Tensor>> {
+    let Some(v) = inputs.host(i)? else {
+        return Ok(None);
+    };
+    let Value::Tensor(b) = &*v else {
+        return Err(invalid(format!("Clip bound {i} must be a tensor")));
+    };
+    if b.dtype() != x || b.len() > 1 {
+        decline!(
+            "Clip bound {} on a {x} input: the CPU kernel refuses it",
+            b.describe()
+        );
+    }
+    Ok((b.len() == 1).then(|| b.clone()))
+}
+
+fn k_clip(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<Vec<WTensor>> {
+    let x = dev(inputs, 0)?;
+    let k = kind(x.dtype)?;
+    if x.dtype == DType::Bool {
+        decline!("Clip on bool: the CPU kernel refuses it");
+    }
+    let t = wgsl::ty(k);
+    let (lo, hi): (u32, u32) = match k {
+        Kind::Float => {
+            let (lo, hi) = if ctx.opset() < 11 {
+                (ctx.attr_f("min", f32::MIN)?, ctx.attr_f("max", f32::MAX)?)
+            } else {
+                let b = |i: usize, default: f32| -> KResult<f32> {
+                    Ok(match clip_bound(inputs, i, x.dtype)? {
+                        Some(b) => b.to_f64_vec()?.first().map_or(default, |&v| v as f32),
+                        None => default,
+                    })
+                };
+                (b(1, f32::NEG_INFINITY)?, b(2, f32::INFINITY)?)
+            };
+            (lo.to_bits(), hi.to_bits())
+        }
+        _ => {
+            if ctx.opset() < 11 {
+                decline!(
+                    "Clip before opset 11 on {}: the CPU kernel takes floats only",
+                    x.dtype
+                );
+            }
+            let (dlo, dhi) = if k == Kind::Int {
+                (i32::MIN as u32, i32::MAX as u32)
+            } else {
+                (0, u32::MAX)
+            };
+            let b = |i: usize, default: u32| -> KResult<u32> {
+                Ok(match clip_bound(inputs, i, x.dtype)? {
+                    Some(b) => b.to_i64_vec()?.first().map_or(default, |&v| v as u32),
+                    None => default,
+                })
+            };
+            (b(1, dlo)?, b(2, dhi)?)
+        }
+    };
+    let conv = |p: &str| match k {
+        Kind::Float => format!("bitcast<f32>({p})"),
+        Kind::Int => format!("bitcast<i32>({p})"),
+        Kind::Uint => p.to_string(),
+    };
+    // NaN stays NaN: comparisons with NaN are false. x < lo first, then > hi, as the CPU orders them.
+    let f = format!(
+        "fn f(a0: {t}) -> {t} {{ let lo = {}; let hi = {}; let y = select(a0, lo, a0 < lo); return select(y, hi, y > hi); }}",
+        conv("P[2]"),
+        conv("P[3]")
+    );
+    Ok(vec![map(
+        run,
+        "Clip",
+        &[&x],
+        x.dtype,
+        &f,
+        "",
+        &[lo, hi],
+        None,
+    )?])
+}
+
+/// Where(cond, x, y) for any element type: the words are moved, not interpreted.
+fn k_where(_: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<Vec<WTensor>> {
+    let c = dev(inputs, 0)?;
+    let x = dev(inputs, 1)?;
+    let y = dev(inputs, 2)?;
+    if c.dtype != DType::Bool || x.dtype != y.dtype {
+        decline!("Where with {}, {}, {}", c.dtype, x.dtype, y.dtype);
+    }
+    let w = words(x.dtype).ok_or_else(|| DeviceError::Decline(format!("Where on {}", x.dtype)))?;
+    let shapes = [c.shape.as_slice(), x.shape.as_slice(), y.shape.as_slice()];
+    let out_shape = broadcast_shapes(&shapes)?;
+    let n = u32_len(&out_shape)?;
+    let out = run.alloc(x.dtype, &out_shape)?;
+    if n == 0 {
+        return Ok(vec![out]);
+    }
+    let st: Vec<Vec<i64>> = [&c, &x, &y]
+        .iter()
+        .map(|t| broadcast_strides(&t.shape, &out_shape))
+        .collect();
+    let (shape, st) = simplify(&out_shape, &st);
+    let mut body = offsets_code(3, 2);
+    body.push_str(&format!(
+        "let pick = i0[off0] != 0u;\nfor (var w = 0u; w < {w}u; w = w + 1u) {{ o0[i * {w}u + w] = select(i2[off2 * {w}u + w], i1[off1 * {w}u + w], pick); }}\n"
+    ));
+    let src = format!("{}{}", wgsl::header(1, 3), wgsl::entry_1d(&body));
+    run.dispatch_n(
+        "where",
+        &src,
+        &[&out],
+        &[&c, &x, &y],
+        offsets_params(n, &shape, &st),
+        n as usize,
+    )?;
+    Ok(vec![out])
+}

@@ -1,0 +1,328 @@
+//! WGSL kernels: MatMul (batched, broadcast batch dims, 1-D operands; shapes by the CPU's
+//! `matmul_shape`) and Gemm (transA, transB, alpha, beta, broadcast C), through one tiled GEMM
+//! template ([`gemm`]) that the convolutions share.
+//!
+//! The template: a 16×16 workgroup computes a 64×64 tile of C, each thread a 4×4 block, walking K in
+//! steps of 16 through workgroup memory (64×16 of A and 16×64 of B per step). Operands are read
+//! through per-op functions (`loadA(m, k)`, `loadB(k, n)`, `storeC(m, n, acc)` after `setup(batch)`),
+//! so a convolution's im2col is an index computation in the tile load, never a buffer. Each C
+//! element is one f32 sum over k in order (16-bit operands widened exactly, the result rounded once).
+use super::{WgpuKernel, broadcast_strides, decline, dev, dev_opt, invalid, strides};
+use crate::backend::NodeInputs;
+use crate::ir::Node;
+use crate::ops::OpCtx;
+use crate::tensor::DType;
+use crate::wgpu::memory::WTensor;
+use crate::wgpu::run::{KResult, Run};
+use crate::wgpu::wgsl;
+
+/// Op types this family claims in at least one form.
+pub const OPS: &[&str] = &["MatMul", "Gemm"];
+
+pub fn claim(node: &Node) -> Option<Result<WgpuKernel, String>> {
+    match node.op_type.as_str() {
+        "MatMul" => Some(Ok(k_matmul as WgpuKernel)),
+        "Gemm" => Some(Ok(k_gemm as WgpuKernel)),
+        _ => None,
+    }
+}
+
+/// Rows and columns of C per workgroup.
+pub const TILE: u32 = 64;
+
+/// The tiled GEMM main over `setup`, `loadA`, `loadB` and `storeC` defined in `ops` (WGSL text).
+/// `P[0..3]` are M, N, K; the op's own parameters start at `P[4]`.
+pub fn gemm_source(ops: &str, dtypes: &[DType], outs: usize, ins: usize) -> String {
+    let half = if wgsl::needs_half(dtypes) {
+        wgsl::HALF
+    } else {
+        ""
+    };
+    format!(
+        r#"{header}{half}
+var<workgroup> As: array<f32, 1024>;
+var<workgroup> Bs: array<f32, 1024>;
+{ops}
+@compute @workgroup_size(16, 16)
+fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {{
+  let M = P[0];
+  let N = P[1];
+  let K = P[2];
+  setup(wid.z);
+  let m0 = wid.y * 64u;
+  let n0 = wid.x * 64u;
+  let t = lid.y * 16u + lid.x;
+  var acc: array<f32, 16>;
+  for (var q = 0u; q < 16u; q = q + 1u) {{ acc[q] = 0.0; }}
+  for (var k0 = 0u; k0 < K; k0 = k0 + 16u) {{
+    for (var r = 0u; r < 4u; r = r + 1u) {{
+      let e = t + r * 256u;
+      let mm = e / 16u;
+      let ka = e % 16u;
+      var av = 0.0;
+      if (m0 + mm < M && k0 + ka < K) {{ av = loadA(m0 + mm, k0 + ka); }}
+      As[ka * 64u + mm] = av;
+      let kb = e / 64u;
+      let nn = e % 64u;
+      var bv = 0.0;
+      if (k0 + kb < K && n0 + nn < N) {{ bv = loadB(k0 + kb, n0 + nn); }}
+      Bs[kb * 64u + nn] = bv;
+    }}
+    workgroupBarrier();
+    let kn = min(16u, K - k0);
+    for (var kk = 0u; kk < kn; kk = kk + 1u) {{
+      let a = vec4<f32>(As[kk * 64u + lid.y * 4u], As[kk * 64u + lid.y * 4u + 1u], As[kk * 64u + lid.y * 4u + 2u], As[kk * 64u + lid.y * 4u + 3u]);
+      let b = vec4<f32>(Bs[kk * 64u + lid.x * 4u], Bs[kk * 64u + lid.x * 4u + 1u], Bs[kk * 64u + lid.x * 4u + 2u], Bs[kk * 64u + lid.x * 4u + 3u]);
+      for (var i = 0u; i < 4u; i = i + 1u) {{
+        acc[i * 4u] = acc[i * 4u] + a[i] * b.x;
+        acc[i * 4u + 1u] = acc[i * 4u + 1u] + a[i] * b.y;
+        acc[i * 4u + 2u] = acc[i * 4u + 2u] + a[i] * b.z;
+        acc[i * 4u + 3u] = acc[i * 4u + 3u] + a[i] * b.w;
+      }}
+    }}
+    workgroupBarrier();
+  }}
+  for (var i = 0u; i < 4u; i = i + 1u) {{
+    for (var j = 0u; j < 4u; j = j + 1u) {{
+      let gm = m0 + lid.y * 4u + i;
+      let gn = n0 + lid.x * 4u + j;
+      if (gm < M && gn < N) {{ storeC(gm, gn, acc[i * 4u + j]); }}
+    }}
+  }}
+}}
+"#,
+        header = wgsl::header(outs, ins)
+    )
+}
+
+/// Dispatches a GEMM of `batch` products of M×K by K×N.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm(
+    run: &Run,
+    name: &str,
+    src: &str,
+    outs: &[&WTensor],
+    ins: &[&WTensor],
+    (m, n, k, batch): (usize, usize, usize, usize),
+    extra: Vec<u32>,
+) -> KResult<()> {
+    super::loop_budget(run, name, k + k.div_ceil(16) * 8)?;
+    let max = run.device.limits.max_compute_workgroups_per_dimension as usize;
+    let (gx, gy) = (n.div_ceil(TILE as usize), m.div_ceil(TILE as usize));
+    if gx > max || gy > max || batch > max {
+        decline!("a GEMM of {batch}×{m}×{n} exceeds the adapter's dispatch limits");
+    }
+    for v in [m, n, k, batch] {
+        if u32::try_from(v).is_err() {
+            decline!("GEMM dims beyond 32 bits");
+        }
+    }
+    let mut p = vec![m as u32, n as u32, k as u32, batch as u32];
+    p.extend(extra);
+    run.dispatch(
+        name,
+        src,
+        outs,
+        ins,
+        p,
+        [gx as u32, gy as u32, batch as u32],
+    )
+}
+
+/// Declines unless every operand is f32 or f16, all the same.
+pub fn float_dtype(what: &str, ts: &[&WTensor]) -> KResult<DType> {
+    let d = ts[0].dtype;
+    if !matches!(d, DType::F32 | DType::F16) || ts.iter().any(|t| t.dtype != d) {
+        decline!(
+            "{what} on {}: the WGSL kernels take f32 or f16, all alike",
+            ts.iter()
+                .map(|t| t.dtype.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    Ok(d)
+}
+
+fn k_matmul(_: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<Vec<WTensor>> {
+    let a = dev(inputs, 0)?;
+    let b = dev(inputs, 1)?;
+    Ok(vec![matmul(run, &a, &b)?])
+}
+
+/// MatMul of two device tensors (numpy rules), outside any session too (benchmarks).
+pub fn matmul(run: &Run, a: &WTensor, b: &WTensor) -> KResult<WTensor> {
+    let d = float_dtype("MatMul", &[a, b])?;
+    let crate::ops::matmul::MatMulShape {
+        m,
+        k,
+        n,
+        a_batch,
+        b_batch,
+        batch,
+        out_shape,
+    } = crate::ops::matmul::matmul_shape(&a.shape, &b.shape)?;
+    let out = run.alloc(d, &out_shape)?;
+    let nb: usize = batch.iter().product();
+    if out.is_empty() {
+        return Ok(out);
+    }
+    if k == 0 {
+        super::fill_words(run, &out, 0, false)?;
+        return Ok(out);
+    }
+    // Batch offsets: A and B strides over the broadcast batch dims (0 where broadcast).
+    let ast: Vec<i64> = broadcast_strides(&a_batch, &batch)
+        .iter()
+        .map(|s| s * (m * k) as i64)
+        .collect();
+    let bst: Vec<i64> = broadcast_strides(&b_batch, &batch)
+        .iter()
+        .map(|s| s * (k * n) as i64)
+        .collect();
+    let mut extra = vec![batch.len() as u32];
+    extra.extend(batch.iter().map(|&v| v as u32));
+    extra.extend(ast.iter().map(|&v| v as u32));
+    extra.extend(bst.iter().map(|&v| v as u32));
+    let ops = format!(
+        r#"
+var<private> abase: u32;
+var<private> bbase: u32;
+var<private> cbase: u32;
+fn setup(b: u32) {{
+  let r = P[4];
+  var rest = b;
+  abase = 0u;
+  bbase = 0u;
+  for (var q = 0u; q < r; q = q + 1u) {{
+    let d = r - 1u - q;
+    let c = rest % P[5u + d];
+    rest = rest / P[5u + d];
+    abase = abase + c * P[5u + r + d];
+    bbase = bbase + c * P[5u + 2u * r + d];
+  }}
+  cbase = b * P[0] * P[1];
+}}
+fn loadA(m: u32, k: u32) -> f32 {{ return {la}; }}
+fn loadB(k: u32, n: u32) -> f32 {{ return {lb}; }}
+fn storeC(m: u32, n: u32, v: f32) {{ o0[cbase + m * P[1] + n] = {st}; }}
+"#,
+        la = wgsl::load(d, "i0[abase + m * P[2] + k]"),
+        lb = wgsl::load(d, "i1[bbase + k * P[1] + n]"),
+        st = wgsl::store(d, "v"),
+    );
+    let src = gemm_source(&ops, &[d], 1, 2);
+    gemm(run, "matmul", &src, &[&out], &[a, b], (m, n, k, nb), extra)?;
+    Ok(out)
+}
+
+fn k_gemm(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<Vec<WTensor>> {
+    let a = dev(inputs, 0)?;
+    let b = dev(inputs, 1)?;
+    let c = if inputs.present(2) {
+        dev_opt(inputs, 2)?
+    } else {
+        None
+    };
+    let mut ts = vec![&a, &b];
+    ts.extend(c.as_ref());
+    let d = float_dtype("Gemm", &ts)?;
+    if a.shape.len() != 2 || b.shape.len() != 2 {
+        return Err(invalid(format!(
+            "Gemm takes 2-D A and B, got {:?} and {:?}",
+            a.shape, b.shape
+        )));
+    }
+    let ta = ctx.attr_i("transA", 0)? != 0;
+    let tb = ctx.attr_i("transB", 0)? != 0;
+    let alpha = ctx.attr_f("alpha", 1.0)?;
+    let beta = ctx.attr_f("beta", 1.0)?;
+    let (m, k) = if ta {
+        (a.shape[1], a.shape[0])
+    } else {
+        (a.shape[0], a.shape[1])
+    };
+    let (kb, n) = if tb {
+        (b.shape[1], b.shape[0])
+    } else {
+        (b.shape[0], b.shape[1])
+    };
+    if k != kb {
+        return Err(invalid(format!(
+            "Gemm inner dimensions differ: {:?} x {:?}",
+            a.shape, b.shape
+        )));
+    }
+    let cst = match &c {
+        Some(c) => {
+            if c.shape.len() > 2
+                || crate::ops::broadcast::broadcast_shapes(&[&c.shape, &[m, n]]).ok()
+                    != Some(vec![m, n])
+            {
+                return Err(invalid(format!(
+                    "Gemm C {:?} does not broadcast to [{m}, {n}]",
+                    c.shape
+                )));
+            }
+            broadcast_strides(&c.shape, &[m, n])
+        }
+        None => vec![0, 0],
+    };
+    let out = run.alloc(d, &[m, n])?;
+    if out.is_empty() {
+        return Ok(vec![out]);
+    }
+    let ast = strides(&a.shape);
+    let bst = strides(&b.shape);
+    let (am, ak) = if ta {
+        (ast[1], ast[0])
+    } else {
+        (ast[0], ast[1])
+    };
+    let (bk, bn) = if tb {
+        (bst[1], bst[0])
+    } else {
+        (bst[0], bst[1])
+    };
+    let extra = vec![
+        am as u32,
+        ak as u32,
+        bk as u32,
+        bn as u32,
+        cst[0] as u32,
+        cst[1] as u32,
+        alpha.to_bits(),
+        beta.to_bits(),
+    ];
+    // alpha·AB + beta·C: ONNX computes the product first; with beta·C absent or beta 0, C is not read.
+    let has_c = c.is_some() && beta != 0.0;
+    let cterm = if has_c {
+        format!(
+            " + bitcast<f32>(P[11]) * {}",
+            wgsl::load(d, "i2[m * P[8] + n * P[9]]")
+        )
+    } else {
+        String::new()
+    };
+    let ops = format!(
+        r#"
+fn setup(b: u32) {{}}
+fn loadA(m: u32, k: u32) -> f32 {{ return {la}; }}
+fn loadB(k: u32, n: u32) -> f32 {{ return {lb}; }}
+fn storeC(m: u32, n: u32, v: f32) {{ o0[m * P[1] + n] = {st}; }}
+"#,
+        la = wgsl::load(d, "i0[m * P[4] + k * P[5]]"),
+        lb = wgsl::load(d, "i1[k * P[6] + n * P[7]]"),
+        st = wgsl::store(d, &format!("bitcast<f32>(P[10]) * v{cterm}")),
+    );
+    let mut ins = vec![&a, &b];
+    if has_c {
+        ins.extend(c.as_ref());
+    }
+    let src = gemm_source(&ops, &[d], 1, ins.len());
+    if k == 0 {
+        decline!("Gemm with K = 0");
+    }
+    gemm(run, "gemm", &src, &[&out], &ins, (m, n, k, 1), extra)?;
+    Ok(vec![out])
+}

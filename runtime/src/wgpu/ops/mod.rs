@@ -1,0 +1,322 @@
+//! WGSL kernels, one file per op family. Each family's `claim` says, from the node alone, whether
+//! wgpu runs it and with which kernel, or why not; a kernel that meets a form it does not compute
+//! exactly at run time (a dtype, a shape, an adapter without f64) declines with
+//! `DeviceError::Decline`, and the node runs on the CPU.
+//!
+//! Op semantics (attribute defaults, shape rules, broadcasting) come from `crate::ops`; only the
+//! device code lives here.
+use std::sync::Arc;
+
+use super::memory::{WBuf, WTensor};
+use super::run::{KResult, Run};
+use super::wgsl;
+use crate::backend::{DeviceError, NodeInputs};
+use crate::error::OpError;
+use crate::ir::Node;
+use crate::ops::OpCtx;
+use crate::tensor::{DType, Value};
+
+pub mod cast;
+pub mod conv;
+pub mod elementwise;
+mod elementwise_expr;
+mod elementwise_int;
+pub mod math;
+pub mod matmul;
+pub mod movement;
+mod movement_index;
+pub mod norm;
+pub mod pool;
+pub mod reduce;
+pub mod softmax;
+
+/// A WGSL kernel for one node.
+pub type WgpuKernel = fn(&OpCtx, &Run, &dyn NodeInputs) -> KResult<Vec<WTensor>>;
+
+type Family = fn(&Node) -> Option<Result<WgpuKernel, String>>;
+
+/// Every family's claim function, in the order they are asked, with its op types.
+const FAMILIES: [(Family, &[&str]); 10] = [
+    (elementwise::claim, elementwise::OPS),
+    (cast::claim, cast::OPS),
+    (movement::claim, movement::OPS),
+    (matmul::claim, matmul::OPS),
+    (conv::claim, conv::OPS),
+    (reduce::claim, reduce::OPS),
+    (softmax::claim, softmax::OPS),
+    (norm::claim, norm::OPS),
+    (pool::claim, pool::OPS),
+    (movement_index::claim, movement_index::OPS),
+];
+
+/// The kernel for `node`, or the reason wgpu declines it.
+pub fn claim(node: &Node) -> Result<WgpuKernel, String> {
+    if !node.domain.is_empty() {
+        return Err(format!("domain '{}' has no WGSL kernels", node.domain));
+    }
+    for (f, _) in FAMILIES {
+        if let Some(r) = f(node) {
+            return r;
+        }
+    }
+    Err("no WGSL kernel for this operator".into())
+}
+
+/// Every op type some family claims in at least one form.
+pub fn claimed_ops() -> Vec<&'static str> {
+    let mut v: Vec<&'static str> = FAMILIES
+        .iter()
+        .flat_map(|(_, o)| o.iter().copied())
+        .collect();
+    v.sort();
+    v
+}
+
+/// Declines with a formatted reason.
+macro_rules! decline {
+    ($($t:tt)*) => { return Err($crate::backend::DeviceError::Decline(format!($($t)*))) };
+}
+pub(crate) use decline;
+
+/// An operator-contract error, as the CPU kernel would give it.
+pub fn invalid(msg: impl Into<String>) -> DeviceError {
+    DeviceError::Op(OpError::Invalid(msg.into()))
+}
+
+/// This backend's tensor inside a seam tensor (a tensor of another device is declined).
+pub fn unwrap(d: crate::backend::DeviceTensor) -> KResult<WTensor> {
+    let (dtype, shape) = (d.dtype, d.shape);
+    let buf: Arc<WBuf> = d
+        .buf
+        .downcast::<WBuf>()
+        .map_err(|_| DeviceError::Decline("a tensor on another device".into()))?;
+    Ok(WTensor { buf, dtype, shape })
+}
+
+/// Input `i` on the device, or `None` when omitted.
+pub fn dev_opt(inputs: &dyn NodeInputs, i: usize) -> KResult<Option<WTensor>> {
+    match inputs.device(i)? {
+        None => Ok(None),
+        Some(d) => unwrap(d).map(Some),
+    }
+}
+
+/// Input `i` on the device; an error when it is missing.
+pub fn dev(inputs: &dyn NodeInputs, i: usize) -> KResult<WTensor> {
+    dev_opt(inputs, i)?.ok_or_else(|| invalid(format!("input {i} is required")))
+}
+
+/// Every present input on the device.
+pub fn all_dev(inputs: &dyn NodeInputs) -> KResult<Vec<WTensor>> {
+    let mut v = Vec::new();
+    for i in 0..inputs.len() {
+        if let Some(t) = dev_opt(inputs, i)? {
+            v.push(t);
+        }
+    }
+    if v.is_empty() {
+        return Err(invalid("no inputs"));
+    }
+    Ok(v)
+}
+
+/// Input `i` read on the host as i64 values (shapes, axes, pads); `None` when omitted.
+pub fn host_i64s(inputs: &dyn NodeInputs, i: usize) -> KResult<Option<Vec<i64>>> {
+    match inputs.host(i)? {
+        None => Ok(None),
+        Some(v) => match &*v {
+            Value::Tensor(t) => Ok(Some(t.to_i64_vec()?)),
+            _ => Err(invalid(format!("input {i} must be a tensor"))),
+        },
+    }
+}
+
+/// Input `i` read on the host as f64 values; `None` when omitted.
+pub fn host_f64s(inputs: &dyn NodeInputs, i: usize) -> KResult<Option<Vec<f64>>> {
+    match inputs.host(i)? {
+        None => Ok(None),
+        Some(v) => match &*v {
+            Value::Tensor(t) => Ok(Some(t.to_f64_vec()?)),
+            _ => Err(invalid(format!("input {i} must be a tensor"))),
+        },
+    }
+}
+
+/// Declines unless `d` is one of `allowed`.
+pub fn require_dtype(what: &str, d: DType, allowed: &[DType]) -> KResult<()> {
+    if allowed.contains(&d) {
+        return Ok(());
+    }
+    decline!(
+        "{what} is {d}; the WGSL kernel takes {}",
+        allowed
+            .iter()
+            .map(|d| d.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
+/// Declines unless the adapter has f64 and i64 in shaders (what the accurate functions need:
+/// `math` takes exponents from the bits of an f64).
+pub fn require_f64(run: &Run, what: &str) -> KResult<()> {
+    if run.device.caps.f64 && run.device.caps.i64 {
+        return Ok(());
+    }
+    decline!("{what} is computed in f64 and this adapter lacks f64 or i64 shaders")
+}
+
+/// Loop iterations one thread may run on a software adapter. llvmpipe (lavapipe) stops a shader's
+/// loops after 65535 iterations to guard against hangs, so a longer walk would end early and give
+/// a partial result; a kernel that would loop more on such an adapter declines instead (measured:
+/// a 40,000-element ReduceSum, whose walk loops twice per element, came back short).
+pub const SOFTWARE_LOOP_LIMIT: usize = 32_768;
+
+/// Declines a kernel whose threads loop `iterations` times (loops nested within counted) on an
+/// adapter that cuts long loops short ([`SOFTWARE_LOOP_LIMIT`]).
+pub fn loop_budget(run: &Run, what: &str, iterations: usize) -> KResult<()> {
+    if run.device.software && iterations > SOFTWARE_LOOP_LIMIT {
+        decline!(
+            "{what} loops {iterations} times per thread; {} (software) ends loops after 65535 iterations",
+            run.device.info.name
+        );
+    }
+    Ok(())
+}
+
+/// The element count as a u32 for kernel indices, or a decline beyond 2^31.
+pub fn u32_len(shape: &[usize]) -> KResult<u32> {
+    let n: usize = shape.iter().product();
+    match u32::try_from(n) {
+        Ok(n) if n < (1 << 31) => Ok(n),
+        _ => decline!("{n} elements exceed 32-bit indexing"),
+    }
+}
+
+/// Row-major strides of `shape` in elements.
+pub fn strides(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1usize; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * shape[i + 1];
+    }
+    s
+}
+
+/// Strides of an operand of shape `in_shape` broadcast (numpy rules, right-aligned) to `out_shape`.
+pub fn broadcast_strides(in_shape: &[usize], out_shape: &[usize]) -> Vec<i64> {
+    let own = strides(in_shape);
+    let lead = out_shape.len() - in_shape.len();
+    (0..out_shape.len())
+        .map(|d| {
+            if d < lead || in_shape[d - lead] == 1 {
+                0
+            } else {
+                own[d - lead] as i64
+            }
+        })
+        .collect()
+}
+
+/// Removes size-1 dims and merges neighbours that every operand walks contiguously.
+pub fn simplify(shape: &[usize], strides: &[Vec<i64>]) -> (Vec<usize>, Vec<Vec<i64>>) {
+    let mut out_shape: Vec<usize> = Vec::new();
+    let mut out_strides: Vec<Vec<i64>> = vec![Vec::new(); strides.len()];
+    for d in 0..shape.len() {
+        if shape[d] == 1 {
+            continue;
+        }
+        let merge = !out_shape.is_empty()
+            && strides.iter().enumerate().all(|(j, s)| {
+                let last = *out_strides[j].last().unwrap_or(&0);
+                last == s[d] * shape[d] as i64
+            });
+        if merge {
+            let n = out_shape.len() - 1;
+            out_shape[n] *= shape[d];
+            for (j, s) in strides.iter().enumerate() {
+                out_strides[j][n] = s[d];
+            }
+        } else {
+            out_shape.push(shape[d]);
+            for (j, s) in strides.iter().enumerate() {
+                out_strides[j].push(s[d]);
+            }
+        }
+    }
+    (out_shape, out_strides)
+}
+
+/// WGSL statements that turn flat index `i` into element offsets `off0..` of several operands
+/// walking the output dims `P[base..base+rank]` with strides `P[base+rank*(1+j)..]` (two's
+/// complement words, so negative strides work in u32 arithmetic). `rank` is `P[1]`.
+pub fn offsets_code(operands: usize, base: usize) -> String {
+    let mut s = String::new();
+    for j in 0..operands {
+        s.push_str(&format!("var off{j} = 0u;\n"));
+    }
+    s.push_str(&format!(
+        "let rank = P[1];\nvar rest = i;\nfor (var k = 0u; k < rank; k = k + 1u) {{\n  let d = rank - 1u - k;\n  let dim = P[{base}u + d];\n  let c = rest % dim;\n  rest = rest / dim;\n"
+    ));
+    for j in 0..operands {
+        s.push_str(&format!(
+            "  off{j} = off{j} + c * P[{base}u + rank * {}u + d];\n",
+            j + 1
+        ));
+    }
+    s.push_str("}\n");
+    s
+}
+
+/// Parameter words for [`offsets_code`] with `base = 2`: `[n, rank, dims..., strides...]`.
+pub fn offsets_params(n: u32, shape: &[usize], strides: &[Vec<i64>]) -> Vec<u32> {
+    let mut p = vec![n, shape.len() as u32];
+    p.extend(shape.iter().map(|&d| d as u32));
+    for s in strides {
+        p.extend(s.iter().map(|&v| v as i32 as u32));
+    }
+    p
+}
+
+/// Fills every word of `t`'s buffer (`whole`) or of its elements with `word`, in queue order.
+pub fn fill_words(run: &Run, t: &WTensor, word: u32, whole: bool) -> KResult<()> {
+    let n = if whole {
+        (t.buf.size() / 4) as usize
+    } else {
+        t.bytes() as usize / 4
+    };
+    let src = format!("{}{}", wgsl::header(1, 0), wgsl::entry_1d("o0[i] = P[1];"));
+    run.dispatch_n("fill", &src, &[t], &[], vec![n as u32, word], n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn simplify_merges_contiguous_and_drops_ones() {
+        let shape = [2, 1, 3, 4];
+        let a = broadcast_strides(&[2, 1, 3, 4], &shape);
+        let b = broadcast_strides(&[4], &shape);
+        let (s, st) = simplify(&shape, &[a, b]);
+        assert_eq!(s, vec![6, 4]);
+        assert_eq!(st, vec![vec![4, 1], vec![0, 1]]);
+        let (s, _) = simplify(&[2, 3], &[vec![1, 2]]);
+        assert_eq!(s, vec![2, 3]);
+    }
+
+    #[test]
+    fn every_claimed_op_is_in_the_accelerated_set_or_a_view() {
+        for op in claimed_ops() {
+            let node = Node {
+                name: "n".into(),
+                op_type: op.to_string(),
+                domain: String::new(),
+                opset: 13,
+                inputs: vec![],
+                outputs: vec![],
+                attrs: Default::default(),
+            };
+            assert!(claim(&node).is_ok(), "{op}");
+        }
+    }
+}

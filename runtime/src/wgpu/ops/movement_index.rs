@@ -1,0 +1,186 @@
+//! WGSL kernels of data movement that index: Pad (constant, edge, wrap, reflect) and Gather. The
+//! pad and axis rules are the CPU's; Gather's indices are checked on the host first, so an
+//! out-of-range index is the CPU's error, never a wild read.
+use super::{WgpuKernel, decline, dev, host_f64s, host_i64s, invalid, strides, u32_len};
+use crate::backend::{DeviceError, NodeInputs};
+use crate::ir::Node;
+use crate::ops::{OpCtx, norm_axis};
+use crate::tensor::Tensor;
+use crate::wgpu::memory::{WTensor, encode, words};
+use crate::wgpu::run::{KResult, Run};
+use crate::wgpu::wgsl;
+
+/// Op types this family claims in at least one form.
+pub const OPS: &[&str] = &["Pad", "Gather"];
+
+pub fn claim(node: &Node) -> Option<Result<WgpuKernel, String>> {
+    match node.op_type.as_str() {
+        "Pad" => Some(Ok(k_pad as WgpuKernel)),
+        "Gather" => Some(Ok(k_gather as WgpuKernel)),
+        _ => None,
+    }
+}
+
+fn k_pad(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<Vec<WTensor>> {
+    let x = dev(inputs, 0)?;
+    let r = x.shape.len();
+    let mode = ctx.attr_s("mode", "constant")?;
+    let (pads, value, axes) = if ctx.opset() < 11 {
+        let pads = ctx.attr_opt_ints("pads")?.unwrap_or_default();
+        (pads, ctx.attr_f("value", 0.0)? as f64, None)
+    } else {
+        let pads = host_i64s(inputs, 1)?.unwrap_or_default();
+        let value = if inputs.present(2) {
+            host_f64s(inputs, 2)?
+                .and_then(|v| v.first().copied())
+                .unwrap_or(0.0)
+        } else {
+            0.0
+        };
+        let axes = if inputs.present(3) {
+            host_i64s(inputs, 3)?
+        } else {
+            None
+        };
+        (pads, value, axes)
+    };
+    let axes: Vec<usize> = match axes {
+        Some(a) => a
+            .iter()
+            .map(|&v| norm_axis(v, r))
+            .collect::<Result<_, _>>()?,
+        None => (0..r).collect(),
+    };
+    if pads.len() != 2 * axes.len() {
+        return Err(invalid(format!(
+            "Pad has {} pads for {} axes",
+            pads.len(),
+            axes.len()
+        )));
+    }
+    let mut begin = vec![0i64; r];
+    let mut end = vec![0i64; r];
+    for (i, &a) in axes.iter().enumerate() {
+        begin[a] = pads[i];
+        end[a] = pads[i + axes.len()];
+    }
+    let mut out_shape = Vec::with_capacity(r);
+    for d in 0..r {
+        let v = x.shape[d] as i64 + begin[d] + end[d];
+        if v < 0 {
+            return Err(invalid(format!("Pad makes axis {d} negative ({v})")));
+        }
+        out_shape.push(v as usize);
+    }
+    if mode != "constant"
+        && x.shape
+            .iter()
+            .zip(&out_shape)
+            .any(|(&i, &o)| i == 0 && o > 0)
+    {
+        return Err(invalid(format!("Pad mode {mode} of an empty axis")));
+    }
+    let rule = match mode.as_str() {
+        "constant" => "if (s < 0i || s >= id) { inside = false; }",
+        "edge" => "s = clamp(s, 0i, id - 1i);",
+        "wrap" => "s = ((s % id) + id) % id;",
+        "reflect" => {
+            "if (id == 1i) { s = 0i; } else { let per = 2i * (id - 1i); let m = abs(s) % per; s = select(m, per - m, m >= id); }"
+        }
+        other => return Err(invalid(format!("Pad mode '{other}' is not an ONNX mode"))),
+    };
+    let n = u32_len(&out_shape)?;
+    u32_len(&x.shape)?;
+    let out = run.alloc(x.dtype, &out_shape)?;
+    if n == 0 {
+        return Ok(vec![out]);
+    }
+    if begin.iter().chain(&end).any(|&b| i32::try_from(b).is_err()) {
+        decline!("pads beyond 32-bit indexing");
+    }
+    let w = words(x.dtype).ok_or_else(|| DeviceError::Decline(format!("Pad of {}", x.dtype)))?;
+    let cw = encode(&Tensor::from_f64s(x.dtype, &[1], vec![value])?)
+        .ok_or_else(|| DeviceError::Decline(format!("Pad of {}", x.dtype)))?;
+    let cw: Vec<u32> = cw
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    // P: n, rank, constant words (2), then per dim: out dim, in dim, begin, in stride.
+    let body = format!(
+        "let rank = P[1];\nvar rest = i;\nvar src = 0i;\nvar inside = true;\n\
+         for (var k = 0u; k < rank; k = k + 1u) {{\n  let d = rank - 1u - k;\n  let q = 4u + d * 4u;\n\
+           let c = i32(rest % P[q]);\n  rest = rest / P[q];\n  let id = i32(P[q + 1u]);\n\
+           var s = c - bitcast<i32>(P[q + 2u]);\n  {rule}\n  src = src + s * i32(P[q + 3u]);\n}}\n\
+         for (var k = 0u; k < {w}u; k = k + 1u) {{\n\
+           o0[i * {w}u + k] = select(P[2u + k], i0[u32(src) * {w}u + k], inside);\n}}\n"
+    );
+    let src = format!("{}{}", wgsl::header(1, 1), wgsl::entry_1d(&body));
+    let ist = strides(&x.shape);
+    let mut params = vec![n, r as u32, cw[0], cw.get(1).copied().unwrap_or(0)];
+    for d in 0..r {
+        params.extend([
+            out_shape[d] as u32,
+            x.shape[d] as u32,
+            begin[d] as i32 as u32,
+            ist[d] as u32,
+        ]);
+    }
+    run.dispatch_n("pad", &src, &[&out], &[&x], params, n as usize)?;
+    Ok(vec![out])
+}
+
+fn k_gather(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<Vec<WTensor>> {
+    let x = dev(inputs, 0)?;
+    let r = x.shape.len();
+    if r == 0 {
+        return Err(invalid("Gather on a scalar"));
+    }
+    let axis = norm_axis(ctx.attr_i("axis", 0)?, r)?;
+    let dim = x.shape[axis] as i64;
+    let idx = host_i64s(inputs, 1)?.ok_or_else(|| invalid("Gather needs indices"))?;
+    if let Some(&bad) = idx.iter().find(|&&v| v < -dim || v >= dim) {
+        return Err(invalid(format!(
+            "Gather index {bad} is out of range for axis {axis} of size {dim}"
+        )));
+    }
+    let ishape = inputs
+        .shape(1)
+        .ok_or_else(|| invalid("Gather needs indices"))?;
+    let norm: Vec<u32> = idx
+        .iter()
+        .map(|&v| (if v < 0 { v + dim } else { v }) as u32)
+        .collect();
+    let ni = norm.len();
+    let itensor = run.upload(&Tensor::U32(
+        ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&[ni]), norm)
+            .map_err(|e| invalid(e.to_string()))?,
+    ))?;
+    let inner: usize = x.shape[axis + 1..].iter().product();
+    let mut out_shape = x.shape[..axis].to_vec();
+    out_shape.extend(&ishape);
+    out_shape.extend(&x.shape[axis + 1..]);
+    let n = u32_len(&out_shape)?;
+    let out = run.alloc(x.dtype, &out_shape)?;
+    if n == 0 {
+        return Ok(vec![out]);
+    }
+    u32_len(&x.shape)?;
+    let w = words(x.dtype).ok_or_else(|| DeviceError::Decline(format!("Gather of {}", x.dtype)))?;
+    let body = format!(
+        "let inner = P[1]; let ni = P[2]; let dim = P[3];\n\
+         let inn = i % inner; let q = i / inner; let j = q % ni; let o = q / ni;\n\
+         let s = (o * dim + i1[j]) * inner + inn;\n\
+         for (var k = 0u; k < {w}u; k = k + 1u) {{ o0[i * {w}u + k] = i0[s * {w}u + k]; }}\n"
+    );
+    let src = format!("{}{}", wgsl::header(1, 2), wgsl::entry_1d(&body));
+    run.dispatch_n(
+        "gather",
+        &src,
+        &[&out],
+        &[&x, &itensor],
+        vec![n, inner as u32, ni as u32, dim as u32],
+        n as usize,
+    )?;
+    run.release(itensor);
+    Ok(vec![out])
+}

@@ -1,0 +1,497 @@
+//! The device side of one `Session::run` on wgpu: the buffers it allocated (kept until its work is
+//! done, so another run never receives a buffer this run's kernels still use), the commands it has
+//! not submitted yet, its output copies, and its counters.
+//!
+//! One queue is one stream. A wgpu queue runs what it is given in order, and wgpu orders the
+//! dispatches of a pass that touch the same buffer, so a run asked for several streams puts all of
+//! them on the one queue in the executor's order: that order already respects every dependency, so
+//! `record` and `wait` have nothing left to enforce and are no-ops (still counted by the executor).
+//!
+//! Commands collect in a list and go to the queue in one submission at each point where the host
+//! must see a result (a download, the end of the run). Parameters of the collected dispatches are
+//! written into one buffer per submission. Data goes up through `Queue::write_buffer`, which wgpu
+//! carries out at the start of the next submission — before commands collected earlier — so it only
+//! ever targets a buffer fresh from the shared pool, which no collected command can name.
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::device::{Device, Pipeline};
+use super::memory::{WBuf, WTensor, decode, encode, size_class, words};
+use crate::backend::DeviceError;
+use crate::counters::Counters;
+use crate::error::OpError;
+use crate::tensor::{DType, Tensor};
+
+pub type KResult<T> = Result<T, DeviceError>;
+
+/// Threads per workgroup of the one-dimensional kernels (`super::wgsl::entry_1d`).
+pub const WG: u32 = 256;
+
+enum Cmd {
+    Dispatch {
+        pipeline: Arc<Pipeline>,
+        params: Vec<u32>,
+        buffers: Vec<Arc<WBuf>>,
+        groups: [u32; 3],
+    },
+    Copy {
+        src: Arc<WBuf>,
+        dst: Arc<WBuf>,
+        bytes: u64,
+    },
+}
+
+/// An output copy started by [`Run::download_later`], collected by [`Run::finish`].
+struct Later {
+    staging: Arc<WBuf>,
+    bytes: u64,
+    dtype: DType,
+    shape: Vec<usize>,
+}
+
+pub struct Run<'a> {
+    pub device: &'a Device,
+    pub counters: &'a Counters,
+    /// Fill every new buffer with this byte (see `SessionOptions::poison_device_buffers`).
+    pub poison: Option<u8>,
+    cmds: RefCell<Vec<Cmd>>,
+    /// Every buffer this run allocated, by id, released to the pool only when the run's work is done.
+    alive: RefCell<HashMap<u64, Arc<WBuf>>>,
+    /// Buffers handed back mid-run, reused by this run's later allocations (in queue order).
+    parked: RefCell<Vec<Arc<WBuf>>>,
+    /// Buffers the submissions use besides tensors (parameters, staging), held until the end.
+    held: RefCell<Vec<Arc<WBuf>>>,
+    later: RefCell<Vec<Later>>,
+    last: RefCell<Option<wgpu::SubmissionIndex>>,
+    /// A submission failed to complete: nothing this run touched goes back to the pools.
+    failed: Cell<bool>,
+}
+
+fn dev_err(e: impl std::fmt::Display) -> DeviceError {
+    DeviceError::Device(format!("wgpu: {e}"))
+}
+
+/// Workgroup counts for `n` one-dimensional threads in groups of [`WG`]: x up to the adapter's
+/// limit, the rest in y (`super::wgsl` recovers the flat index).
+pub fn grid(n: usize, max: u32) -> KResult<[u32; 3]> {
+    let groups = n.div_ceil(WG as usize);
+    let x = groups.min(max as usize).max(1);
+    let y = groups.div_ceil(x);
+    if y > max as usize {
+        return Err(DeviceError::Decline(format!(
+            "{n} threads exceed the adapter's dispatch limits"
+        )));
+    }
+    Ok([x as u32, y.max(1) as u32, 1])
+}
+
+impl<'a> Run<'a> {
+    pub fn new(device: &'a Device, counters: &'a Counters, poison: Option<u8>) -> Run<'a> {
+        Run {
+            device,
+            counters,
+            poison,
+            cmds: RefCell::new(Vec::new()),
+            alive: RefCell::new(HashMap::new()),
+            parked: RefCell::new(Vec::new()),
+            held: RefCell::new(Vec::new()),
+            later: RefCell::new(Vec::new()),
+            last: RefCell::new(None),
+            failed: Cell::new(false),
+        }
+    }
+
+    fn fresh(&self, bytes: u64) -> KResult<Arc<WBuf>> {
+        let b = self.device.pool.take(bytes.max(4), self.counters)?;
+        Ok(Arc::new(WBuf::new(b, self.device.pool.clone())))
+    }
+
+    /// A new device tensor (contents undefined, or poisoned).
+    pub fn alloc(&self, dtype: DType, shape: &[usize]) -> KResult<WTensor> {
+        let w = words(dtype)
+            .ok_or_else(|| DeviceError::Decline(format!("{dtype} values stay on the host")))?;
+        let bytes = shape
+            .iter()
+            .try_fold(1usize, |a, &d| a.checked_mul(d))
+            .and_then(|n| n.checked_mul(w * 4))
+            .ok_or_else(|| {
+                DeviceError::Op(OpError::Invalid(format!("shape {shape:?} overflows")))
+            })? as u64;
+        let class = size_class(bytes.max(4));
+        let parked = {
+            let mut p = self.parked.borrow_mut();
+            p.iter()
+                .position(|b| b.size() == class)
+                .map(|i| p.swap_remove(i))
+        };
+        let buf = match parked {
+            Some(b) => {
+                Counters::bump(&self.counters.pool_hits, 1);
+                b
+            }
+            None => self.fresh(bytes)?,
+        };
+        self.alive.borrow_mut().insert(buf.id, buf.clone());
+        let t = WTensor {
+            buf,
+            dtype,
+            shape: shape.to_vec(),
+        };
+        if let Some(byte) = self.poison {
+            super::ops::fill_words(self, &t, u32::from_ne_bytes([byte; 4]), true)?;
+        }
+        Ok(t)
+    }
+
+    /// Hands a tensor back mid-run: once no other handle holds its buffer, this run's later
+    /// allocations may reuse it (their work follows on the same queue).
+    pub fn release(&self, t: WTensor) {
+        let id = t.buf.id;
+        drop(t);
+        let mut alive = self.alive.borrow_mut();
+        if alive.get(&id).is_some_and(|b| Arc::strong_count(b) == 1)
+            && let Some(b) = alive.remove(&id)
+        {
+            self.parked.borrow_mut().push(b);
+        }
+    }
+
+    /// Copies a host tensor to a fresh buffer (see the module doc for why fresh).
+    pub fn upload(&self, t: &Tensor) -> KResult<WTensor> {
+        let bytes = encode(t).ok_or_else(|| {
+            DeviceError::Decline(format!("{} values stay on the host", t.dtype()))
+        })?;
+        let buf = self.fresh(bytes.len() as u64)?;
+        if !bytes.is_empty() {
+            self.device.queue.write_buffer(buf.buffer(), 0, &bytes);
+            Counters::bump(&self.counters.h2d_bytes, bytes.len() as u64);
+            Counters::bump(&self.counters.h2d_calls, 1);
+        }
+        self.alive.borrow_mut().insert(buf.id, buf.clone());
+        Ok(WTensor {
+            buf,
+            dtype: t.dtype(),
+            shape: t.shape().to_vec(),
+        })
+    }
+
+    /// Uploads a weight outside the run's own buffers (it lives in the session's cache).
+    pub fn upload_weight(&self, t: &Tensor) -> KResult<WTensor> {
+        let bytes = encode(t).ok_or_else(|| {
+            DeviceError::Decline(format!("{} values stay on the host", t.dtype()))
+        })?;
+        let buf = self.fresh(bytes.len() as u64)?;
+        if !bytes.is_empty() {
+            self.device.queue.write_buffer(buf.buffer(), 0, &bytes);
+        }
+        Counters::bump(&self.counters.h2d_bytes, bytes.len() as u64);
+        Counters::bump(&self.counters.h2d_calls, 1);
+        Counters::bump(&self.counters.weight_bytes_uploaded, bytes.len() as u64);
+        Ok(WTensor {
+            buf,
+            dtype: t.dtype(),
+            shape: t.shape().to_vec(),
+        })
+    }
+
+    /// Queues a kernel: `src` is its WGSL (compiled on first use, then from the pipeline cache),
+    /// bound as the parameter words `params`, then `outs` (read-write) and `ins` (read-only).
+    pub fn dispatch(
+        &self,
+        name: &str,
+        src: &str,
+        outs: &[&WTensor],
+        ins: &[&WTensor],
+        params: Vec<u32>,
+        groups: [u32; 3],
+    ) -> KResult<()> {
+        if groups.contains(&0) {
+            return Ok(());
+        }
+        let max = self.device.limits.max_storage_buffers_per_shader_stage as usize;
+        if outs.len() + ins.len() + 1 > max {
+            return Err(DeviceError::Decline(format!(
+                "{} operands exceed the adapter's {max} storage buffers per kernel",
+                outs.len() + ins.len()
+            )));
+        }
+        let pipeline = self
+            .device
+            .pipeline(name, src, outs.len(), ins.len(), self.counters)
+            .map_err(DeviceError::Device)?;
+        let buffers = outs.iter().chain(ins).map(|t| t.buf.clone()).collect();
+        self.cmds.borrow_mut().push(Cmd::Dispatch {
+            pipeline,
+            params,
+            buffers,
+            groups,
+        });
+        Counters::bump(&self.counters.kernel_launches, 1);
+        Ok(())
+    }
+
+    /// [`Run::dispatch`] over `n` one-dimensional threads (`super::wgsl::entry_1d`).
+    pub fn dispatch_n(
+        &self,
+        name: &str,
+        src: &str,
+        outs: &[&WTensor],
+        ins: &[&WTensor],
+        params: Vec<u32>,
+        n: usize,
+    ) -> KResult<()> {
+        if n == 0 {
+            return Ok(());
+        }
+        let g = grid(n, self.device.limits.max_compute_workgroups_per_dimension)?;
+        self.dispatch(name, src, outs, ins, params, g)
+    }
+
+    /// Submits the collected commands (parameters written into one buffer first).
+    fn flush(&self) -> KResult<()> {
+        let cmds = std::mem::take(&mut *self.cmds.borrow_mut());
+        if cmds.is_empty() {
+            return Ok(());
+        }
+        let align = self
+            .device
+            .limits
+            .min_storage_buffer_offset_alignment
+            .max(4) as usize;
+        let mut offsets = Vec::new();
+        let mut bytes: Vec<u8> = Vec::new();
+        for c in &cmds {
+            if let Cmd::Dispatch { params, .. } = c {
+                let at = bytes.len().next_multiple_of(align);
+                bytes.resize(at, 0);
+                offsets.push(at as u64);
+                let mut p = params.clone();
+                if p.is_empty() {
+                    p.push(0);
+                }
+                for w in p {
+                    bytes.extend_from_slice(&w.to_le_bytes());
+                }
+            }
+        }
+        let pbuf = if bytes.is_empty() {
+            None
+        } else {
+            let b = self.fresh(bytes.len() as u64)?;
+            self.device.queue.write_buffer(b.buffer(), 0, &bytes);
+            self.held.borrow_mut().push(b.clone());
+            Some(b)
+        };
+        let dev = &self.device.device;
+        let mut enc = dev.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+        let mut k = 0;
+        let mut i = 0;
+        while i < cmds.len() {
+            match &cmds[i] {
+                Cmd::Copy { src, dst, bytes } => {
+                    enc.copy_buffer_to_buffer(src.buffer(), 0, dst.buffer(), 0, *bytes);
+                    i += 1;
+                }
+                Cmd::Dispatch { .. } => {
+                    let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+                    while let Some(Cmd::Dispatch {
+                        pipeline,
+                        params,
+                        buffers,
+                        groups,
+                    }) = cmds.get(i)
+                    {
+                        let pb = pbuf
+                            .as_ref()
+                            .ok_or_else(|| dev_err("no parameter buffer"))?;
+                        let size = (params.len().max(1) * 4) as u64;
+                        let mut entries = vec![wgpu::BindGroupEntry {
+                            binding: 0,
+                            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                                buffer: pb.buffer(),
+                                offset: offsets[k],
+                                size: std::num::NonZeroU64::new(size),
+                            }),
+                        }];
+                        for (j, b) in buffers.iter().enumerate() {
+                            entries.push(wgpu::BindGroupEntry {
+                                binding: 1 + j as u32,
+                                resource: b.buffer().as_entire_binding(),
+                            });
+                        }
+                        let bg = dev.create_bind_group(&wgpu::BindGroupDescriptor {
+                            label: None,
+                            layout: &pipeline.layout,
+                            entries: &entries,
+                        });
+                        pass.set_pipeline(&pipeline.pipeline);
+                        pass.set_bind_group(0, &bg, &[]);
+                        pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
+                        k += 1;
+                        i += 1;
+                    }
+                }
+            }
+        }
+        let idx = self.device.queue.submit([enc.finish()]);
+        *self.last.borrow_mut() = Some(idx);
+        for c in cmds {
+            match c {
+                Cmd::Dispatch { buffers, .. } => self.held.borrow_mut().extend(buffers),
+                Cmd::Copy { src, dst, .. } => self.held.borrow_mut().extend([src, dst]),
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for everything submitted so far, then reports any error wgpu raised meanwhile.
+    fn wait(&self) -> KResult<()> {
+        let idx = self.last.borrow().clone();
+        if let Some(idx) = idx {
+            if let Err(e) = self.device.device.poll(wgpu::PollType::Wait {
+                submission_index: Some(idx),
+                timeout: None,
+            }) {
+                self.failed.set(true);
+                return Err(dev_err(format!("waiting for the queue: {e}")));
+            }
+        }
+        let errors = self.device.take_errors();
+        if !errors.is_empty() {
+            self.failed.set(true);
+            return Err(dev_err(errors.join("; ")));
+        }
+        Ok(())
+    }
+
+    /// A readback buffer of at least `bytes`, held by the run.
+    fn staging(&self, bytes: u64) -> KResult<Arc<WBuf>> {
+        let b = self.device.readback.take(bytes.max(4), self.counters)?;
+        Ok(Arc::new(WBuf::new(b, self.device.readback.clone())))
+    }
+
+    /// Maps a waited-for readback buffer and copies its first `bytes` out.
+    fn read(&self, staging: &WBuf, bytes: u64) -> KResult<Vec<u8>> {
+        if bytes == 0 {
+            return Ok(Vec::new());
+        }
+        // The callback runs on whichever thread polls the device: with several runs sharing it,
+        // another run's poll can take our callback and still be running it when our own poll
+        // returns. So the result comes through a channel, and we wait for it after polling.
+        let (tx, rx) = std::sync::mpsc::channel::<Result<(), String>>();
+        let b = staging.buffer();
+        b.map_async(wgpu::MapMode::Read, 0..bytes, move |r| {
+            let _ = tx.send(r.map_err(|e| e.to_string()));
+        });
+        self.device
+            .device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| dev_err(format!("mapping a download: {e}")))?;
+        match rx.recv_timeout(std::time::Duration::from_secs(120)) {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(dev_err(format!("mapping a download: {e}"))),
+            Err(_) => {
+                // Cancel the pending map, so that the buffer goes back to the pool unmapped.
+                b.unmap();
+                return Err(dev_err(
+                    "a download was not mapped within 120 s of the wait",
+                ));
+            }
+        }
+        let out = {
+            let view = b
+                .get_mapped_range(0..bytes)
+                .map_err(|e| dev_err(format!("reading a download: {e}")))?;
+            view.to_vec()
+        };
+        b.unmap();
+        Ok(out)
+    }
+
+    /// Copies a device tensor back now (after the work before it).
+    pub fn download(&self, t: &WTensor) -> KResult<Tensor> {
+        let n = t.bytes();
+        let staging = self.staging(n)?;
+        if n > 0 {
+            self.cmds.borrow_mut().push(Cmd::Copy {
+                src: t.buf.clone(),
+                dst: staging.clone(),
+                bytes: n,
+            });
+        }
+        self.flush()?;
+        self.wait()?;
+        let bytes = self.read(&staging, n)?;
+        Counters::bump(&self.counters.d2h_bytes, n);
+        Counters::bump(&self.counters.d2h_calls, 1);
+        decode(t.dtype, &t.shape, &bytes).ok_or_else(|| {
+            DeviceError::Op(OpError::Invalid(format!(
+                "cannot rebuild a {} tensor of shape {:?}",
+                t.dtype, t.shape
+            )))
+        })
+    }
+
+    /// Starts copying a device tensor back; [`Run::finish`] collects it.
+    pub fn download_later(&self, t: &WTensor) -> KResult<usize> {
+        let n = t.bytes();
+        let staging = self.staging(n)?;
+        if n > 0 {
+            self.cmds.borrow_mut().push(Cmd::Copy {
+                src: t.buf.clone(),
+                dst: staging.clone(),
+                bytes: n,
+            });
+        }
+        let mut later = self.later.borrow_mut();
+        later.push(Later {
+            staging,
+            bytes: n,
+            dtype: t.dtype,
+            shape: t.shape.clone(),
+        });
+        Ok(later.len() - 1)
+    }
+
+    /// Submits what is left, waits once, and returns the copies of [`Run::download_later`].
+    pub fn finish(&self) -> KResult<Vec<Tensor>> {
+        self.flush()?;
+        self.wait()?;
+        let later = std::mem::take(&mut *self.later.borrow_mut());
+        let mut out = Vec::with_capacity(later.len());
+        for l in later {
+            let bytes = self.read(&l.staging, l.bytes)?;
+            Counters::bump(&self.counters.d2h_bytes, l.bytes);
+            Counters::bump(&self.counters.d2h_calls, 1);
+            out.push(decode(l.dtype, &l.shape, &bytes).ok_or_else(|| {
+                DeviceError::Op(OpError::Invalid(format!(
+                    "cannot rebuild a {} tensor of shape {:?}",
+                    l.dtype, l.shape
+                )))
+            })?);
+        }
+        Ok(out)
+    }
+
+    /// Submits the collected commands and waits for them (benchmarks time the device this way).
+    pub fn synchronize(&self) -> KResult<()> {
+        self.flush()?;
+        self.wait()
+    }
+}
+
+impl Drop for Run<'_> {
+    fn drop(&mut self) {
+        // Nothing goes back to the shared pools before the queue is done with it.
+        self.cmds.borrow_mut().clear();
+        let done = !self.failed.get() && self.wait().is_ok();
+        if !done {
+            // A failed queue: leak rather than hand possibly-busy buffers to others.
+            std::mem::forget(std::mem::take(&mut *self.alive.borrow_mut()));
+            std::mem::forget(std::mem::take(&mut *self.parked.borrow_mut()));
+            std::mem::forget(std::mem::take(&mut *self.held.borrow_mut()));
+            std::mem::forget(std::mem::take(&mut *self.later.borrow_mut()));
+        }
+    }
+}
