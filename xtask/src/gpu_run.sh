@@ -2,7 +2,8 @@
 # Runs Quorum's on-device checks on a GPU machine without a Rust toolchain, from the project root that
 # holds target/gpu-bundle (see shared/gpu/README.md): the gpu-tests suite, the device benchmarks, and
 # the `cuda` conformance engine over the corpus (generated here with this machine's onnx).
-#   run.sh [all|tests|bench|models|conformance|pytorch|nightly]...   (default: all but nightly)
+#   run.sh [all|tests|bench|models|conformance|pytorch|fuzz|mutants|sanitizer|wgpu|nightly]...
+#   (default: all but nightly)
 # `nightly` measures what `cargo xtask nightly --from` renders on a machine with a toolchain: the
 # benchmark matrix, thresholds, graph-capture outcomes and the auto validation (quorum-matrix), with
 # the cuda conformance report beside them; it takes most of a 10-minute call on its own.
@@ -28,7 +29,7 @@ if want tests; then
   echo "rc=$?" >> "$LOGS/gpu-tests.log"
 fi
 if want bench; then
-  timeout 90 "$B/gpu-tests" --ignored bench_ --nocapture --test-threads=1 > "$LOGS/bench.log" 2>&1
+  timeout "${BENCH_TIMEOUT:-90}" "$B/gpu-tests" --ignored bench_ --nocapture --test-threads=1 > "$LOGS/bench.log" 2>&1
   echo "rc=$?" >> "$LOGS/bench.log"
 fi
 if want models; then
@@ -67,6 +68,23 @@ if want mutants; then
   QUORUM_FUZZ_SECONDS="${MUTANT_SECONDS:-20}" timeout 600 "$B/gpu-tests" --ignored --exact fuzz_streams::fuzz_streams_mutants --nocapture --test-threads=1 > "$LOGS/mutants.log" 2>&1
   echo "rc=$?" >> "$LOGS/mutants.log"
 fi
+if want sanitizer; then
+  # compute-sanitizer's memcheck, racecheck and synccheck over the CUDA cases that use several
+  # streams, graph capture and the big tiles (SANITIZER_FILTER picks others), each tool its own
+  # time limit (SANITIZER_SECONDS); a tool cut off by its limit says so in its log.
+  for tool in memcheck racecheck synccheck; do
+    timeout "${SANITIZER_SECONDS:-40}" compute-sanitizer --tool "$tool" --print-limit 20 \
+      "$B/gpu-tests" --test-threads=1 ${SANITIZER_FILTER:-streams::} > "$LOGS/sanitizer-$tool.log" 2>&1
+    echo "rc=$?" >> "$LOGS/sanitizer-$tool.log"
+  done
+fi
+if want wgpu; then
+  # The wgpu engine over the corpus on this machine's Vulkan adapter (the loader packages unpacked
+  # from .gpu/gl), after the cuda engine or the models step generated the corpus.
+  QUORUM_WGPU_ADAPTER="${QUORUM_WGPU_ADAPTER:-NVIDIA}" timeout "${WGPU_TIMEOUT:-300}" "$B/conformance" --engine wgpu --jobs 8 > "$LOGS/conformance-wgpu.log" 2>&1
+  echo "rc=$?" >> "$LOGS/conformance-wgpu.log"
+  cp -f reports/conformance/wgpu.json "$LOGS/" 2>/dev/null
+fi
 if want conformance; then
   timeout 420 "$B/conformance" --engine cuda --jobs 8 > "$LOGS/conformance-cuda.log" 2>&1
   echo "rc=$?" >> "$LOGS/conformance-cuda.log"
@@ -86,7 +104,7 @@ fi
 
 echo "== summary =="
 [ -f "$LOGS/fuzz.log" ] && grep -E "^FUZZ|panicked|^rc=" "$LOGS/fuzz.log" | head -5
-[ -f "$LOGS/mutants.log" ] && grep -E "^MUTANT|panicked|^rc=" "$LOGS/mutants.log" | head -12
+[ -f "$LOGS/mutants.log" ] && grep -E "^MUTANT|panicked|^rc=" "$LOGS/mutants.log" | head -20
 [ -f "$LOGS/models/models-vs-pytorch.md" ] && cat "$LOGS/models/models-vs-pytorch.md"
 echo "device: $(cat "$LOGS/device.txt")"
 if [ -f "$LOGS/gpu-tests.log" ]; then
@@ -94,6 +112,14 @@ if [ -f "$LOGS/gpu-tests.log" ]; then
   grep -E '^---- |panicked at' -A1 "$LOGS/gpu-tests.log" | grep -v '^--$' | cut -c1-400 | head -60
 fi
 [ -f "$LOGS/bench.log" ] && { grep -E '^BENCH|^rc=' "$LOGS/bench.log" || tail -20 "$LOGS/bench.log"; }
+for tool in memcheck racecheck synccheck; do
+  [ -f "$LOGS/sanitizer-$tool.log" ] && echo "sanitizer $tool: $(grep -E 'ERROR SUMMARY|^test result|^rc=' "$LOGS/sanitizer-$tool.log" | tr '\n' ' ')"
+done
+if [ -f "$LOGS/conformance-wgpu.log" ]; then
+  echo "conformance wgpu:"
+  grep -E '\*\*all\*\*|^rc=|UNEXPECTED' "$LOGS/conformance-wgpu.log" | head -12
+  tail -4 "$LOGS/conformance-wgpu.log"
+fi
 if [ -f "$LOGS/conformance-cuda.log" ]; then
   echo "conformance cuda:"
   # How this machine's Python differs from conformance/corpus/requirements.lock (reported, not fatal).

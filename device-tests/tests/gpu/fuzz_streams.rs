@@ -44,8 +44,16 @@ fn bits(vs: &[(String, Value)]) -> Vec<Vec<u64>> {
         .collect()
 }
 
-/// What one case found: a checker report or a result that differs from one stream.
-fn case(seed: u64) -> (usize, Option<String>) {
+/// What one case found, by each judge separately: the comparison (a result that differs from the
+/// one-stream run, or a one-stream run the oracles reject) and the happens-before checker.
+#[derive(Default)]
+struct Found {
+    commands: usize,
+    differs: Option<String>,
+    races: Option<String>,
+}
+
+fn case(seed: u64) -> Found {
     let mut rng = Rng::new(seed);
     let mut pick = |n: usize| (rng.uniform().abs() * n as f64) as usize % n;
     let dag = dags::generate(seed, 8 + pick(40));
@@ -60,10 +68,13 @@ fn case(seed: u64) -> (usize, Option<String>) {
         &dag.bytes,
         SessionOptions {
             providers: vec![Provider::Cuda, Provider::Cpu],
+            // The reference itself is judged against the oracles, node by node.
+            verify: quorum::VerifyMode::Strict,
             ..Default::default()
         },
     )
     .unwrap();
+    let mut found = Found::default();
     // Four inputs of the same shapes (a replay must follow each), with their one-stream results.
     let variants: Vec<(Vec<(String, Value)>, Vec<Vec<u64>>)> = (0..4u64)
         .map(|v| {
@@ -84,7 +95,15 @@ fn case(seed: u64) -> (usize, Option<String>) {
                     )
                 })
                 .collect();
-            let want = bits(&one.run(inputs.clone()).unwrap());
+            let want = match one.run(inputs.clone()) {
+                Ok(o) => bits(&o),
+                Err(e) => {
+                    found
+                        .differs
+                        .get_or_insert(format!("seed {seed}: one stream: {e}"));
+                    Vec::new()
+                }
+            };
             (inputs, want)
         })
         .collect();
@@ -101,7 +120,7 @@ fn case(seed: u64) -> (usize, Option<String>) {
     )
     .unwrap();
     let what = format!("seed {seed}: {streams} streams, {threads} threads, graph {graph:?}");
-    let mut differs = None;
+    let mut differs = found.differs.take();
     std::thread::scope(|scope| {
         let handles: Vec<_> = (0..threads)
             .map(|_| {
@@ -109,7 +128,7 @@ fn case(seed: u64) -> (usize, Option<String>) {
                     (0..8)
                         .map(|r| {
                             let (inputs, want) = &variants[r % variants.len()];
-                            bits(&s.run(inputs.clone()).unwrap()) == *want
+                            s.run(inputs.clone()).is_ok_and(|o| bits(&o) == *want)
                         })
                         .collect::<Vec<_>>()
                 })
@@ -124,19 +143,16 @@ fn case(seed: u64) -> (usize, Option<String>) {
         }
     });
     delays(None);
-    if differs.is_some() {
-        return (0, differs);
-    }
-    let mut commands = 0;
+    found.differs = differs;
     for log in s.take_command_logs() {
-        commands += log.len();
+        found.commands += log.len();
         let r = hb::check(&log, 1);
-        if !r.is_clean() {
+        if !r.is_clean() && found.races.is_none() {
             let first = r.races.first().map(|x| x.to_string()).unwrap_or_default();
-            return (commands, Some(format!("{what}: {first}")));
+            found.races = Some(format!("{what}: {first}"));
         }
     }
-    (commands, None)
+    found
 }
 
 #[test]
@@ -149,10 +165,11 @@ fn fuzz_streams() {
     let (mut cases, mut commands) = (0u64, 0usize);
     let start = Instant::now();
     while Instant::now() < deadline {
-        let (n, found) = case(0x5eed_0000 + cases);
-        commands += n;
+        let f = case(0x5eed_0000 + cases);
+        commands += f.commands;
         cases += 1;
-        assert!(found.is_none(), "{}", found.unwrap());
+        assert!(f.differs.is_none(), "{}", f.differs.unwrap());
+        assert!(f.races.is_none(), "{}", f.races.unwrap());
     }
     println!(
         "FUZZ streams: {cases} cases, {commands} commands checked, {:.0} s, 0 reports",
@@ -169,30 +186,39 @@ fn fuzz_streams_mutants() {
         return;
     }
     let budget = Duration::from_secs(seconds());
+    // First detection by each judge: (cases, seconds, what).
+    let show = |judge: &str, first: &Option<(u64, f64, String)>, cases: u64, secs: f64| match first
+    {
+        Some((c, t, f)) => format!("{judge} caught after {c} case(s), {t:.1} s: {f}"),
+        None => format!("{judge} not observed in {cases} case(s), {secs:.0} s"),
+    };
     for m in Mutant::ALL {
         inject(Some(m));
         let start = Instant::now();
         let mut cases = 0u64;
-        let mut found = None;
-        while start.elapsed() < budget && found.is_none() {
-            // A panic (a kernel reading garbage) counts as caught, too.
-            let r = std::panic::catch_unwind(|| case(0xbad_0000 + cases));
-            found = match r {
-                Ok((_, f)) => f,
-                Err(_) => Some("the run panicked".into()),
-            };
+        let (mut differs, mut races) = (None, None);
+        while start.elapsed() < budget && (differs.is_none() || races.is_none()) {
+            // A panic (a kernel reading garbage) counts as a caught difference.
+            let f =
+                std::panic::catch_unwind(|| case(0xbad_0000 + cases)).unwrap_or_else(|_| Found {
+                    differs: Some("the run panicked".into()),
+                    ..Found::default()
+                });
             cases += 1;
+            let t = start.elapsed().as_secs_f64();
+            if differs.is_none() {
+                differs = f.differs.map(|w| (cases, t, w));
+            }
+            if races.is_none() {
+                races = f.races.map(|w| (cases, t, w));
+            }
         }
         inject(None);
-        match found {
-            Some(f) => println!(
-                "MUTANT {m:?}: caught after {cases} case(s), {:.1} s: {f}",
-                start.elapsed().as_secs_f64()
-            ),
-            None => println!(
-                "MUTANT {m:?}: not observed in {cases} case(s), {:.0} s",
-                start.elapsed().as_secs_f64()
-            ),
-        }
+        let secs = start.elapsed().as_secs_f64();
+        println!("MUTANT {m:?}: {}", show("checker", &races, cases, secs));
+        println!(
+            "MUTANT {m:?}: {}",
+            show("comparison", &differs, cases, secs)
+        );
     }
 }
