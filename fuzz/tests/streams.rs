@@ -30,7 +30,21 @@ fn outputs(s: &Session, inputs: &[(String, Value)]) -> Vec<Value> {
 fn check_dag(dag: &dags::Dag, streams: usize, what: &str) -> usize {
     let cpu = Session::from_bytes(&dag.bytes, SessionOptions::default()).unwrap();
     let want = outputs(&cpu, &dag.inputs);
-    let sim = Session::from_bytes(&dag.bytes, options(Provider::Sim, streams)).unwrap();
+    // On one stream every device node is also judged against the oracles, as the device fuzzer
+    // judges its reference (random inputs reach corners like Sigmoid's f64 underflow).
+    let verify = if streams == 1 {
+        quorum::VerifyMode::Strict
+    } else {
+        quorum::VerifyMode::Off
+    };
+    let sim = Session::from_bytes(
+        &dag.bytes,
+        SessionOptions {
+            verify,
+            ..options(Provider::Sim, streams)
+        },
+    )
+    .unwrap();
     let mut commands = 0;
     for round in 0..2 {
         assert_eq!(outputs(&sim, &dag.inputs), want, "{what}: round {round}");

@@ -73,7 +73,11 @@ fn leaky_relu(x: f32, alpha: f32) -> f32 {
 
 #[inline(always)]
 fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + exp_f32(-x))
+    // e^-|x| never overflows; below 0, e^x/(1+e^x) keeps the subnormal tail (x < -88) that
+    // 1/(1+e^-x) loses to an infinite denominator. Branch-free (a select) so loops vectorize.
+    let e = exp_f32(-x.abs());
+    let r = 1.0 / (1.0 + e);
+    if x < 0.0 { e * r } else { r }
 }
 
 #[inline(always)]
@@ -155,5 +159,14 @@ mod tests {
         let s = Activation::Sigmoid.scalar(1.0);
         assert!((s as f64 - 1.0 / (1.0 + (-1.0f64).exp())).abs() < 1e-7);
         assert!((exp_f32(-100.0) as f64 - (-100.0f64).exp()).abs() < 1e-45);
+        // The subnormal tail: sigmoid(-95) = e^-95 / (1 + e^-95) ≈ 5.5e-42, not 0.
+        let tail = Activation::Sigmoid.scalar(-95.0) as f64;
+        let want = (-95.0f64).exp();
+        assert!(
+            (tail - want).abs() <= 2.0 * f32::from_bits(1) as f64,
+            "{tail} vs {want}"
+        );
+        assert_eq!(Activation::Sigmoid.scalar(-200.0), 0.0);
+        assert!(Activation::Sigmoid.scalar(f32::NAN).is_nan());
     }
 }

@@ -9,6 +9,7 @@ pub mod counters;
 pub mod cuda;
 pub mod error;
 mod fold;
+pub mod freelist;
 pub mod inputs;
 pub mod ir;
 pub mod loader;

@@ -71,8 +71,9 @@ fi
 if want sanitizer; then
   # compute-sanitizer's memcheck, racecheck and synccheck over the CUDA cases that use several
   # streams, graph capture and the big tiles (SANITIZER_FILTER picks others), each tool its own
-  # time limit (SANITIZER_SECONDS); a tool cut off by its limit says so in its log.
-  for tool in memcheck racecheck synccheck; do
+  # time limit (SANITIZER_SECONDS; SANITIZER_TOOLS picks tools); a tool cut off by its limit
+  # says so in its log (rc=124).
+  for tool in ${SANITIZER_TOOLS:-memcheck racecheck synccheck}; do
     timeout "${SANITIZER_SECONDS:-40}" compute-sanitizer --tool "$tool" --print-limit 20 \
       "$B/gpu-tests" --test-threads=1 ${SANITIZER_FILTER:-streams::} > "$LOGS/sanitizer-$tool.log" 2>&1
     echo "rc=$?" >> "$LOGS/sanitizer-$tool.log"

@@ -7,30 +7,22 @@ use ndarray::{ArrayD, IxDyn};
 
 use super::driver::{Context, CudaError, DeviceMemory, PinnedMemory, Result};
 pub use crate::counters::{CounterSnapshot, Counters};
+use crate::freelist::{Block, FreeLists, TakeError};
 use crate::tensor::{DType, Tensor, Value};
 
-/// The size class of a request: 256-byte minimum, then powers of two up to 64 MiB, then 2 MiB steps.
-pub fn size_class(bytes: usize) -> usize {
-    if bytes <= 256 {
-        256
-    } else if bytes <= 64 << 20 {
-        bytes.next_power_of_two()
-    } else {
-        bytes.div_ceil(2 << 20) * (2 << 20)
-    }
-}
+pub use crate::freelist::size_class;
 
 /// Free device blocks by size class, with a budget on everything allocated (free or in use).
 pub struct Pool {
     ctx: Arc<Context>,
     budget: usize,
-    state: Mutex<PoolState>,
+    state: Mutex<FreeLists<DeviceMemory>>,
 }
 
-#[derive(Default)]
-struct PoolState {
-    free: HashMap<usize, Vec<DeviceMemory>>,
-    held: usize,
+impl Block for DeviceMemory {
+    fn bytes(&self) -> usize {
+        self.bytes
+    }
 }
 
 impl Pool {
@@ -38,46 +30,45 @@ impl Pool {
         Pool {
             ctx,
             budget,
-            state: Mutex::new(PoolState::default()),
+            state: Mutex::new(FreeLists::default()),
         }
     }
 
     /// A block of at least `bytes`. The caller must only hand a block back (`give`) once no stream
     /// still uses it; blocks freed in the middle of a run go to that run's own list instead.
     pub fn take(&self, bytes: usize, counters: &Counters) -> Result<DeviceMemory> {
-        let class = size_class(bytes);
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(m) = st.free.get_mut(&class).and_then(Vec::pop) {
-            Counters::bump(&counters.pool_hits, 1);
-            return Ok(m);
-        }
-        Counters::bump(&counters.pool_misses, 1);
-        if st.held + class > self.budget {
-            // Release every cached block before giving up.
-            let cached: usize = st.free.values().flatten().map(|m| m.bytes).sum();
-            st.free.clear();
-            st.held -= cached;
-            if st.held + class > self.budget {
-                return Err(CudaError::OverBudget {
-                    asked: class,
-                    held: st.held,
-                    budget: self.budget,
-                });
+        let alloc = |class| DeviceMemory::alloc(&self.ctx, class);
+        match st.take(size_class(bytes), self.budget, alloc, drop) {
+            Ok((m, hit)) => {
+                let c = if hit {
+                    &counters.pool_hits
+                } else {
+                    &counters.pool_misses
+                };
+                Counters::bump(c, 1);
+                Ok(m)
             }
+            Err(TakeError::Alloc(e)) => Err(e),
+            Err(TakeError::OverBudget {
+                asked,
+                held,
+                budget,
+            }) => Err(CudaError::OverBudget {
+                asked,
+                held,
+                budget,
+            }),
         }
-        let m = DeviceMemory::alloc(&self.ctx, class)?;
-        st.held += class;
-        Ok(m)
     }
 
     pub fn give(&self, m: DeviceMemory) {
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        st.free.entry(m.bytes).or_default().push(m);
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).give(m);
     }
 
     /// Bytes allocated from the device (in use or cached).
     pub fn held(&self) -> usize {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).held
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).held()
     }
 }
 

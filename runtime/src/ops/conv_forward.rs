@@ -145,7 +145,11 @@ impl ConvFloat for f64 {
                 if x > hi as f64 { hi as f64 } else { x }
             },
             Activation::LeakyRelu { alpha } => &move |x| if x < 0.0 { x * alpha as f64 } else { x },
-            Activation::Sigmoid => &|x| 1.0 / (1.0 + (-x).exp()),
+            Activation::Sigmoid => &|x| {
+                let e = (-x.abs()).exp();
+                let r = 1.0 / (1.0 + e);
+                if x < 0.0 { e * r } else { r }
+            },
             Activation::HardSwish => &|x| x * (x / 6.0 + 0.5).clamp(0.0, 1.0),
         };
         v.iter_mut().for_each(|x| *x = f(*x));

@@ -94,7 +94,13 @@ float_kernels! {
     k_acosh => |x| x.acosh();
     k_atanh => |x| x.atanh();
     k_tanh => |x| x.tanh();
-    k_sigmoid => |x| 1.0 / (1.0 + (-x).fast_exp());
+    // As `quorum_kernels::activation`'s fused Sigmoid, bit for bit: e^-|x|, then e^x/(1+e^x)
+    // below 0 so the subnormal tail survives (1/(1+e^-x) is 0 once e^-x overflows).
+    k_sigmoid => |x| {
+        let e = (-x.abs()).fast_exp();
+        let r = 1.0 / (1.0 + e);
+        if x < 0.0 { e * r } else { r }
+    };
     k_softplus => |x| if x > 0.0 { x + (-x).exp().ln_1p() } else { x.exp().ln_1p() };
     k_softsign => |x| x / (1.0 + x.abs());
     k_mish => |x| x * (if x > 0.0 { x + (-x).exp().ln_1p() } else { x.exp().ln_1p() }).tanh();

@@ -101,7 +101,12 @@ impl Act {
         match self.f {
             ActFn::Relu => x.max(zero),
             ActFn::Tanh => x.tanh(),
-            ActFn::Sigmoid => one / (one + (-x).exp()),
+            // e^-|x| never overflows; below 0, e^x/(1+e^x) keeps the subnormal tail.
+            ActFn::Sigmoid => {
+                let e = (-x.abs()).exp();
+                let r = one / (one + e);
+                if x < zero { e * r } else { r }
+            }
             ActFn::Affine => c(self.alpha) * x + c(self.beta),
             ActFn::LeakyRelu => {
                 if x >= zero {

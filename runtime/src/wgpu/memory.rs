@@ -16,17 +16,12 @@ use ndarray::{ArrayD, IxDyn};
 
 use crate::backend::DeviceError;
 use crate::counters::Counters;
+use crate::freelist::{Block, FreeLists, TakeError};
 use crate::tensor::{DType, Tensor, Value};
 
-/// The size class of a request: 256-byte minimum, then powers of two up to 64 MiB, then 2 MiB steps.
+/// The size class of a request (the same classes as CUDA's pool).
 pub fn size_class(bytes: u64) -> u64 {
-    if bytes <= 256 {
-        256
-    } else if bytes <= 64 << 20 {
-        bytes.next_power_of_two()
-    } else {
-        bytes.div_ceil(2 << 20) * (2 << 20)
-    }
+    crate::freelist::size_class(bytes as usize) as u64
 }
 
 /// What a pool's buffers are for.
@@ -45,13 +40,13 @@ pub struct Pool {
     budget: u64,
     /// The largest buffer the adapter binds or maps.
     max_buffer: u64,
-    state: Mutex<PoolState>,
+    state: Mutex<FreeLists<wgpu::Buffer>>,
 }
 
-#[derive(Default)]
-struct PoolState {
-    free: HashMap<u64, Vec<wgpu::Buffer>>,
-    held: u64,
+impl Block for wgpu::Buffer {
+    fn bytes(&self) -> usize {
+        self.size() as usize
+    }
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -63,7 +58,7 @@ impl Pool {
             usage,
             budget,
             max_buffer,
-            state: Mutex::new(PoolState::default()),
+            state: Mutex::new(FreeLists::default()),
         }
     }
 
@@ -78,24 +73,6 @@ impl Pool {
             )));
         }
         let class = size_class(bytes).min(self.max_buffer);
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(b) = st.free.get_mut(&class).and_then(Vec::pop) {
-            Counters::bump(&counters.pool_hits, 1);
-            return Ok(b);
-        }
-        Counters::bump(&counters.pool_misses, 1);
-        if st.held + class > self.budget {
-            let cached: u64 = st.free.values().flatten().map(|b| b.size()).sum();
-            st.free.clear();
-            st.held -= cached;
-            if st.held + class > self.budget {
-                return Err(DeviceError::Device(format!(
-                    "device memory over budget: {class} bytes asked, {} held, budget {} \
-                     (QUORUM_WGPU_BUDGET)",
-                    st.held, self.budget
-                )));
-            }
-        }
         let usage = match self.usage {
             Usage::Storage => {
                 wgpu::BufferUsages::STORAGE
@@ -104,30 +81,49 @@ impl Pool {
             }
             Usage::Readback => wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
         };
-        let scope = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
-        let b = self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: None,
-            size: class,
-            usage,
-            mapped_at_creation: false,
-        });
-        if let Some(e) = pollster::block_on(scope.pop()) {
-            return Err(DeviceError::Device(format!(
-                "allocating {class} bytes: {e}"
-            )));
+        let alloc = |class: usize| {
+            let scope = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+            let b = self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: None,
+                size: class as u64,
+                usage,
+                mapped_at_creation: false,
+            });
+            match pollster::block_on(scope.pop()) {
+                Some(e) => Err(format!("allocating {class} bytes: {e}")),
+                None => Ok(b),
+            }
+        };
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        match st.take(class as usize, self.budget as usize, alloc, drop) {
+            Ok((b, hit)) => {
+                let c = if hit {
+                    &counters.pool_hits
+                } else {
+                    &counters.pool_misses
+                };
+                Counters::bump(c, 1);
+                Ok(b)
+            }
+            Err(TakeError::Alloc(e)) => Err(DeviceError::Device(e)),
+            Err(TakeError::OverBudget {
+                asked,
+                held,
+                budget,
+            }) => Err(DeviceError::Device(format!(
+                "device memory over budget: {asked} bytes asked, {held} held, budget {budget} \
+                 (QUORUM_WGPU_BUDGET)"
+            ))),
         }
-        st.held += class;
-        Ok(b)
     }
 
     pub fn give(&self, b: wgpu::Buffer) {
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        st.free.entry(b.size()).or_default().push(b);
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).give(b);
     }
 
     /// Bytes allocated from the device (in use or cached).
     pub fn held(&self) -> u64 {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).held
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).held() as u64
     }
 }
 

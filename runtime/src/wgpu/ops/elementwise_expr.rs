@@ -38,9 +38,13 @@ pub fn unary(op: &str, approximate_tanh: bool) -> KResult<Unary> {
         // WGSL's round takes halfway cases to even, as ONNX's Round does.
         "Round" => f32_body("return round(x);"),
         "Sign" => f32_body("return select(select(x, -1.0, x < 0.0), 1.0, x > 0.0);"),
-        "Relu" => f32_body("return select(x, 0.0, x <= 0.0);"),
+        // WGSL lets a compiler assume no NaN: NVIDIA's Vulkan driver turns the plain select into
+        // max(x, 0) and Relu(NaN) became 0 on the H200. The NaN test is on the bits.
+        "Relu" => f32_body("if (isnan32(x)) { return x; } return select(x, 0.0, x <= 0.0);"),
         "LeakyRelu" => f32_body("return select(x, x * bitcast<f32>(P[2]), x < 0.0);"),
-        "ThresholdedRelu" => f32_body("return select(x, 0.0, x <= bitcast<f32>(P[2]));"),
+        "ThresholdedRelu" => f32_body(
+            "if (isnan32(x)) { return x; } return select(x, 0.0, x <= bitcast<f32>(P[2]));",
+        ),
         "HardSigmoid" => f32_body(
             "if (isnan32(x)) { return x; } \
              let v = x * bitcast<f32>(P[2]) + bitcast<f32>(P[3]); \
