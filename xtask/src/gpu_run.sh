@@ -104,8 +104,8 @@ if want nightly; then
 fi
 
 echo "== summary =="
-[ -f "$LOGS/fuzz.log" ] && grep -E "^FUZZ|panicked|^rc=" "$LOGS/fuzz.log" | head -5
-[ -f "$LOGS/mutants.log" ] && grep -E "^MUTANT|panicked|^rc=" "$LOGS/mutants.log" | head -20
+[ -f "$LOGS/fuzz.log" ] && grep -oE "FUZZ .*|panicked.*|^rc=.*" "$LOGS/fuzz.log" | head -5
+[ -f "$LOGS/mutants.log" ] && grep -oE "MUTANT .*|panicked.*|^rc=.*" "$LOGS/mutants.log" | head -20
 [ -f "$LOGS/models/models-vs-pytorch.md" ] && cat "$LOGS/models/models-vs-pytorch.md"
 echo "device: $(cat "$LOGS/device.txt")"
 if [ -f "$LOGS/gpu-tests.log" ]; then
