@@ -118,3 +118,50 @@ fn a_declined_form_is_not_counted_as_run_on_wgpu() {
         .input(rand_range(2, &[8], 0.5, 2.0));
     assert!(!case.ran_on(Provider::Wgpu));
 }
+
+/// A buffer handed back mid-run is reused by the run's next allocation of its size even while the
+/// commands that read it are not submitted yet (the one queue orders them): a chain of 40 Adds
+/// releasing each input uses a couple of buffers, not 40, and its result is bit for bit the host's
+/// f32 chain. Before the fix every released buffer stayed out of reuse until the run ended.
+#[test]
+fn released_buffers_are_reused_within_a_run() {
+    use quorum::counters::Counters;
+    use quorum::wgpu::ops::elementwise;
+    use quorum::wgpu::{Device, Run};
+    if !wgpu_here() {
+        return;
+    }
+    let device = Device::get().unwrap();
+    let counters = Counters::default();
+    let run = Run::new(&device, &counters, Some(0xff));
+    let n = 1 << 16;
+    let x = rand_f32(21, &[n]);
+    let step = rand_f32(22, &[n]);
+    let mut acc = run.upload(&x).unwrap();
+    let s = run.upload(&step).unwrap();
+    let mut ids = std::collections::HashSet::new();
+    for _ in 0..40 {
+        let y = elementwise::binary(&run, "Add", &acc, &s).unwrap();
+        ids.insert(y.buf.id);
+        run.release(acc);
+        acc = y;
+    }
+    let got = run.download(&acc).unwrap().to_f64_vec().unwrap();
+    let (mut want, st) = (
+        x.to_f64_vec()
+            .unwrap()
+            .iter()
+            .map(|&v| v as f32)
+            .collect::<Vec<_>>(),
+        step.to_f64_vec().unwrap(),
+    );
+    for _ in 0..40 {
+        for (w, &d) in want.iter_mut().zip(&st) {
+            *w += d as f32;
+        }
+    }
+    for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(*g as f32, *w, "element {k}");
+    }
+    assert!(ids.len() <= 3, "40 outputs used {} buffers", ids.len());
+}

@@ -42,6 +42,16 @@ enum Cmd {
     },
 }
 
+impl Cmd {
+    /// How many handles on buffer `id` this command holds.
+    fn uses(&self, id: u64) -> usize {
+        match self {
+            Cmd::Dispatch { buffers, .. } => buffers.iter().filter(|b| b.id == id).count(),
+            Cmd::Copy { src, dst, .. } => (src.id == id) as usize + (dst.id == id) as usize,
+        }
+    }
+}
+
 /// An output copy started by [`Run::download_later`], collected by [`Run::finish`].
 struct Later {
     staging: Arc<WBuf>,
@@ -149,8 +159,15 @@ impl<'a> Run<'a> {
     pub fn release(&self, t: WTensor) {
         let id = t.buf.id;
         drop(t);
+        // Commands not submitted yet hold handles too; they do not stop the reuse: everything
+        // recorded later runs after them on the one queue (wgpu orders the dispatches' accesses).
+        // Counting them as holders kept every released buffer out of reuse until the run ended
+        // (a 64 MiB Add in a loop ran the H200's 8 GiB budget out).
+        let pending: usize = self.cmds.borrow().iter().map(|c| c.uses(id)).sum();
         let mut alive = self.alive.borrow_mut();
-        if alive.get(&id).is_some_and(|b| Arc::strong_count(b) == 1)
+        if alive
+            .get(&id)
+            .is_some_and(|b| Arc::strong_count(b) == 1 + pending)
             && let Some(b) = alive.remove(&id)
         {
             self.parked.borrow_mut().push(b);
