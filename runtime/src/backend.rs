@@ -285,7 +285,7 @@ pub fn parse_providers(s: &str) -> Result<(Vec<Provider>, usize), String> {
             "wgpu" => Provider::Wgpu,
             other => {
                 return Err(format!(
-                    "unknown provider '{other}' (expected auto, cpu, cuda, wgpu or a comma list)"
+                    "unknown provider '{other}' (expected auto, cpu, cuda, wgpu, sim or a comma list)"
                 ));
             }
         });

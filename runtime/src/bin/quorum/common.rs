@@ -51,8 +51,9 @@ pub struct ModelArgs {
     pub dims: Vec<String>,
     /// Where nodes run: auto (every available provider, small nodes kept on the CPU; a software
     /// wgpu adapter is left out), cpu, cuda (every node CUDA claims, the CPU for the rest), wgpu
-    /// (every node wgpu claims, on the adapter it picks; QUORUM_WGPU_ADAPTER names one), or a comma
-    /// list in priority order.
+    /// (every node wgpu claims, on the adapter it picks; QUORUM_WGPU_ADAPTER names one), sim (the
+    /// simulated device of the stream checker: CPU kernels behind the device seam), or a comma list
+    /// in priority order.
     #[arg(long, default_value = "auto")]
     pub provider: String,
     /// How accelerated results are checked: off, shadow (log, count, use the CPU result) or strict
