@@ -24,6 +24,7 @@ pub mod session;
 pub mod sim;
 pub mod tensor;
 pub mod verify;
+pub mod weights;
 #[cfg(feature = "wgpu")]
 pub mod wgpu;
 

@@ -1,14 +1,13 @@
 //! Device memory: a size-classed buffer pool with a budget, pinned staging buffers, the byte views of
 //! host tensors, and the per-session weight-residency cache.
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 
 use ndarray::{ArrayD, IxDyn};
 
 use super::driver::{Context, CudaError, DeviceMemory, PinnedMemory, Result};
 pub use crate::counters::{CounterSnapshot, Counters};
 use crate::freelist::{Block, FreeLists, TakeError};
-use crate::tensor::{DType, Tensor, Value};
+use crate::tensor::{DType, Tensor};
 
 pub use crate::freelist::size_class;
 
@@ -252,53 +251,8 @@ impl DevTensor {
     }
 }
 
-/// Weights resident on the device, keyed by the identity of the initializer's `Arc`. A lookup is
-/// checked, not trusted: the entry keeps a `Weak` to the value it was made from, and an address whose
-/// value was dropped and replaced (or whose shape or dtype differs) is uploaded again.
-#[derive(Default)]
-pub struct WeightCache {
-    entries: Mutex<HashMap<usize, WeightEntry>>,
-}
-
-struct WeightEntry {
-    source: Weak<Value>,
-    dtype: DType,
-    shape: Vec<usize>,
-    dev: DevTensor,
-}
-
-impl WeightCache {
-    pub fn get(&self, v: &Arc<Value>) -> Option<DevTensor> {
-        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        let e = entries.get(&(Arc::as_ptr(v) as usize))?;
-        let t = v.as_tensor()?;
-        let same = e.source.upgrade().is_some_and(|s| Arc::ptr_eq(&s, v))
-            && e.dtype == t.dtype()
-            && e.shape == t.shape();
-        same.then(|| e.dev.clone())
-    }
-
-    pub fn insert(&self, v: &Arc<Value>, dev: DevTensor) {
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        entries.insert(
-            Arc::as_ptr(v) as usize,
-            WeightEntry {
-                source: Arc::downgrade(v),
-                dtype: dev.dtype,
-                shape: dev.shape.clone(),
-                dev,
-            },
-        );
-    }
-
-    pub fn len(&self) -> usize {
-        self.entries.lock().unwrap_or_else(|e| e.into_inner()).len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
+/// The per-session cache of resident weights (`crate::weights`).
+pub type WeightCache = crate::weights::WeightCache<DevTensor>;
 
 #[cfg(test)]
 mod tests {

@@ -8,16 +8,15 @@
 //! operand as `array<u32>` and convert exactly: an f16 value to f32 and back through integer code,
 //! with ties to even (`super::wgsl`), which no adapter feature is needed for and which WGSL's own
 //! conversions do not promise. 64-bit elements are two words, low first.
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 
 use ndarray::{ArrayD, IxDyn};
 
 use crate::backend::DeviceError;
 use crate::counters::Counters;
 use crate::freelist::{Block, FreeLists, TakeError};
-use crate::tensor::{DType, Tensor, Value};
+use crate::tensor::{DType, Tensor};
 
 /// The size class of a request (the same classes as CUDA's pool).
 pub fn size_class(bytes: u64) -> u64 {
@@ -289,52 +288,8 @@ pub fn decode(dtype: DType, shape: &[usize], bytes: &[u8]) -> Option<Tensor> {
     })
 }
 
-/// Weights resident on the device, keyed by the identity of the initializer's `Arc` and checked on
-/// every lookup (a `Weak` to the value, its dtype and shape), as the CUDA backend's cache is.
-#[derive(Default)]
-pub struct WeightCache {
-    entries: Mutex<HashMap<usize, WeightEntry>>,
-}
-
-struct WeightEntry {
-    source: Weak<Value>,
-    dtype: DType,
-    shape: Vec<usize>,
-    dev: WTensor,
-}
-
-impl WeightCache {
-    pub fn get(&self, v: &Arc<Value>) -> Option<WTensor> {
-        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        let e = entries.get(&(Arc::as_ptr(v) as usize))?;
-        let t = v.as_tensor()?;
-        let same = e.source.upgrade().is_some_and(|s| Arc::ptr_eq(&s, v))
-            && e.dtype == t.dtype()
-            && e.shape == t.shape();
-        same.then(|| e.dev.clone())
-    }
-
-    pub fn insert(&self, v: &Arc<Value>, dev: WTensor) {
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        entries.insert(
-            Arc::as_ptr(v) as usize,
-            WeightEntry {
-                source: Arc::downgrade(v),
-                dtype: dev.dtype,
-                shape: dev.shape.clone(),
-                dev,
-            },
-        );
-    }
-
-    pub fn len(&self) -> usize {
-        self.entries.lock().unwrap_or_else(|e| e.into_inner()).len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
+/// The per-session cache of resident weights (`crate::weights`).
+pub type WeightCache = crate::weights::WeightCache<WTensor>;
 
 #[cfg(test)]
 mod tests {
