@@ -46,14 +46,46 @@ fn classify(e: quorum::Error) -> EngineError {
     }
 }
 
-/// Quorum's CPU backend.
+/// Quorum's CPU backend. Where the session's graph rewrites (`quorum::optimize`) change the
+/// model, the case also runs unrewritten and the two must agree bit for bit: the corpus judges the
+/// rewritten graph against its expected outputs and against the graph as written.
 pub struct Cpu;
 
 /// A runtime session, whatever its providers (the cpu and cuda engines); `device` when it reports
-/// coverage.
+/// coverage; `plain`, the same model without graph rewrites, where the session has some.
 struct SessionModel {
     session: Session,
     device: bool,
+    plain: Option<Session>,
+}
+
+/// Where two runs' outputs differ bit for bit, in words (`None`: they agree).
+fn bitwise_difference(a: &[Value], b: &[Value]) -> Option<String> {
+    if a.len() != b.len() {
+        return Some(format!("{} outputs vs {}", a.len(), b.len()));
+    }
+    for (k, (p, q)) in a.iter().zip(b).enumerate() {
+        match (p.as_tensor(), q.as_tensor()) {
+            (Some(p), Some(q)) => {
+                if p.dtype() != q.dtype() || p.shape() != q.shape() {
+                    return Some(format!("output {k}: {} vs {}", p.describe(), q.describe()));
+                }
+                let (Ok(pv), Ok(qv)) = (p.to_f64_vec(), q.to_f64_vec()) else {
+                    continue;
+                };
+                if let Some(i) = pv
+                    .iter()
+                    .zip(&qv)
+                    .position(|(x, y)| x.to_bits() != y.to_bits())
+                {
+                    return Some(format!("output {k} element {i}: {} vs {}", pv[i], qv[i]));
+                }
+            }
+            (None, None) => {}
+            _ => return Some(format!("output {k}: a tensor on one side only")),
+        }
+    }
+    None
 }
 
 impl Engine for Cpu {
@@ -62,22 +94,51 @@ impl Engine for Cpu {
     }
 
     fn prepare(&self, model: &Path) -> Result<Box<dyn Prepared>, EngineError> {
+        let session = Session::from_file(model, SessionOptions::default()).map_err(classify)?;
+        let plain = if session.rewrites().is_empty() {
+            None
+        } else {
+            let options = SessionOptions {
+                optimize: false,
+                ..Default::default()
+            };
+            Some(Session::from_file(model, options).map_err(classify)?)
+        };
         Ok(Box::new(SessionModel {
-            session: Session::from_file(model, SessionOptions::default()).map_err(classify)?,
+            session,
             device: false,
+            plain,
         }))
     }
 }
 
 impl Prepared for SessionModel {
     fn run(&self, inputs: Vec<(String, Value)>) -> Result<Vec<Value>, EngineError> {
-        Ok(self
-            .session
-            .run(inputs)
-            .map_err(classify)?
-            .into_iter()
-            .map(|(_, v)| v)
-            .collect())
+        let run = |s: &Session, inputs| -> Result<Vec<Value>, EngineError> {
+            Ok(s.run(inputs)
+                .map_err(classify)?
+                .into_iter()
+                .map(|(_, v)| v)
+                .collect())
+        };
+        let Some(plain) = &self.plain else {
+            return run(&self.session, inputs);
+        };
+        let outs = run(&self.session, inputs.clone())?;
+        let want = run(plain, inputs)?;
+        if let Some(d) = bitwise_difference(&outs, &want) {
+            let rewrites: Vec<String> = self
+                .session
+                .rewrites()
+                .iter()
+                .map(|r| r.to_string())
+                .collect();
+            return Err(EngineError::Failed(format!(
+                "the graph rewrites changed the result ({d}); rewrites: {}",
+                rewrites.join("; ")
+            )));
+        }
+        Ok(outs)
     }
 
     fn coverage(&self) -> Option<Coverage> {
@@ -152,6 +213,7 @@ impl Engine for Device {
                 }
             })?,
             device: true,
+            plain: None,
         }))
     }
 }
@@ -254,5 +316,33 @@ mod tests {
         assert_eq!(o.providers[0], quorum::Provider::Wgpu);
         assert!(!o.fold_constants);
         assert_eq!(o.min_device_elements, 0);
+    }
+}
+
+#[cfg(test)]
+mod rewrite_check_tests {
+    use super::*;
+    use quorum::tensor::Tensor;
+
+    fn v(x: Vec<f32>) -> Value {
+        Value::Tensor(Tensor::from_f32(&[x.len()], x).unwrap())
+    }
+
+    /// The rewritten-vs-plain comparison passes equal outputs and catches a one-ulp change, a
+    /// zero's sign and a shape change (the slips a wrong rewrite makes).
+    #[test]
+    fn bitwise_difference_catches_the_smallest_changes() {
+        let base = vec![1.5f32, -0.0, 3.25];
+        assert_eq!(
+            bitwise_difference(&[v(base.clone())], &[v(base.clone())]),
+            None
+        );
+        let mut ulp = base.clone();
+        ulp[2] = f32::from_bits(ulp[2].to_bits() + 1);
+        assert!(bitwise_difference(&[v(base.clone())], &[v(ulp)]).is_some());
+        let mut zero = base.clone();
+        zero[1] = 0.0;
+        assert!(bitwise_difference(&[v(base.clone())], &[v(zero)]).is_some());
+        assert!(bitwise_difference(&[v(base.clone())], &[v(base[..2].to_vec())]).is_some());
     }
 }

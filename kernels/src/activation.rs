@@ -17,6 +17,9 @@ pub enum Activation {
     Sigmoid,
     /// `x · clamp(x/6 + 1/2, 0, 1)`.
     HardSwish,
+    /// `x · sigmoid(x)` (SiLU, also called Swish): the Sigmoid → Mul pair that EfficientNet-style
+    /// models export, with [`Activation::Sigmoid`]'s formula, so it equals that pair bit for bit.
+    Silu,
 }
 
 impl Activation {
@@ -30,6 +33,7 @@ impl Activation {
             Activation::LeakyRelu { alpha } => leaky_relu(x, alpha),
             Activation::Sigmoid => sigmoid(x),
             Activation::HardSwish => hard_swish(x),
+            Activation::Silu => x * sigmoid(x),
         }
     }
 
@@ -51,6 +55,7 @@ impl Activation {
             Activation::LeakyRelu { alpha } => each!(|x| leaky_relu(x, alpha)),
             Activation::Sigmoid => each!(sigmoid),
             Activation::HardSwish => each!(hard_swish),
+            Activation::Silu => each!(|x| x * sigmoid(x)),
         }
     }
 }
@@ -135,6 +140,7 @@ mod tests {
             Activation::LeakyRelu { alpha: 0.1 },
             Activation::Sigmoid,
             Activation::HardSwish,
+            Activation::Silu,
         ];
         for act in acts {
             for bias in [None, Some(0.25f32)] {

@@ -17,7 +17,7 @@ use rayon::prelude::*;
 
 use crate::activation::Activation;
 use crate::microkernel::tile;
-use crate::pack::{BSource, PackedA};
+use crate::pack::{BSource, PackedA, Piece};
 
 /// Steps of `K` per packed block: a `B` panel (KC×NR) stays in L1 while the `A` panels stream past.
 const KC: usize = 192;
@@ -161,8 +161,9 @@ unsafe impl Send for OutPtr {}
 unsafe impl Sync for OutPtr {}
 
 thread_local! {
-    /// Per-thread packing buffers: the packed `B` block and one row of patches.
-    static SCRATCH: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+    /// Per-thread packing buffers: the packed `B` block and the pieces a convolution's block is cut
+    /// into.
+    static SCRATCH: RefCell<(Vec<f32>, Vec<Piece>)> = const { RefCell::new((Vec::new(), Vec::new())) };
 }
 
 /// Row panels `q0..q1` and columns `j0..j1` of `C`, on the calling thread.
@@ -191,7 +192,7 @@ fn block(
         }
         return;
     }
-    let run = |bp: &mut Vec<f32>, row: &mut Vec<f32>| {
+    let run = |bp: &mut Vec<f32>, row: &mut Vec<Piece>| {
         for jc in (j0..j1).step_by(NC) {
             let nc = NC.min(j1 - jc);
             let bpanels = nc.div_ceil(nr);

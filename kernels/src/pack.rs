@@ -94,49 +94,93 @@ impl ConvPatches<'_> {
         (t * self.dilations[i]) as i64 - self.pads[i]
     }
 
-    /// Row `p` of the patch matrix for columns `j0..j0 + out.len()`.
-    fn row(&self, p: usize, j0: usize, out: &mut [f32]) {
-        let ksz = self.taps();
-        let (c, kk) = (p / ksz, p % ksz);
-        let [k0, k1, k2] = self.kernel;
-        let t = [kk / (k1 * k2), (kk / k2) % k1, kk % k2];
-        debug_assert!(t[0] < k0);
+    /// Rows `p0..p0+kc`, columns `j0..j0+nc` of the patch matrix, packed into `NR`-wide panels
+    /// (`out[(q·kc + p)·NR + lane]` for column `j0 + q·NR + lane`, zeros past `nc`).
+    ///
+    /// The block's columns are cut once into pieces that lie in one output row and one panel; each
+    /// patch row then copies (or zeroes) piece by piece straight into the panels, with no division
+    /// per piece and no intermediate row.
+    fn pack_panels<const NR: usize>(
+        &self,
+        (p0, kc): (usize, usize),
+        (j0, nc): (usize, usize),
+        out: &mut [f32],
+        pieces: &mut Vec<Piece>,
+    ) {
+        let [_, o1, o2] = self.outs;
         let [i0, i1, i2] = self.ins;
-        let [o0, o1, o2] = self.outs;
-        let plane = &self.x[c * i0 * i1 * i2..(c + 1) * i0 * i1 * i2];
-        let off = [self.off(0, t[0]), self.off(1, t[1]), self.off(2, t[2])];
-        let (lo, hi) = span(o2, self.strides[2], off[2], i2);
-        let s2 = self.strides[2];
-        let (mut j, end) = (j0, j0 + out.len());
+        let [_, k1, k2] = self.kernel;
+        let [s0, s1, s2] = self.strides;
+        pieces.clear();
+        let (mut j, end) = (j0, j0 + nc);
         while j < end {
             let (row, w0) = (j / o2, j % o2);
-            let w1 = o2.min(w0 + end - j);
-            let dst = &mut out[j - j0..j - j0 + (w1 - w0)];
-            let (a, b) = (row / o1, row % o1);
-            let ia = (a * self.strides[0]) as i64 + off[0];
-            let ib = (b * self.strides[1]) as i64 + off[1];
-            if a >= o0 || ia < 0 || ia >= i0 as i64 || ib < 0 || ib >= i1 as i64 {
-                dst.fill(0.0);
-            } else {
+            let rel = j - j0;
+            let lane = rel % NR;
+            let len = (o2 - w0).min(end - j).min(NR - lane);
+            pieces.push(Piece {
+                dst: (rel / NR) * kc * NR + lane,
+                w0,
+                len,
+                a: row / o1,
+                b: row % o1,
+            });
+            j += len;
+        }
+        let ksz = self.taps();
+        let plane_len = i0 * i1 * i2;
+        let tail = nc % NR;
+        for p in 0..kc {
+            let (c, kk) = ((p0 + p) / ksz, (p0 + p) % ksz);
+            let t = [kk / (k1 * k2), (kk / k2) % k1, kk % k2];
+            let plane = &self.x[c * plane_len..(c + 1) * plane_len];
+            let off = [self.off(0, t[0]), self.off(1, t[1]), self.off(2, t[2])];
+            let (lo, hi) = span(o2, s2, off[2], i2);
+            for pc in pieces.iter() {
+                let dst = &mut out[pc.dst + p * NR..][..pc.len];
+                let ia = (pc.a * s0) as i64 + off[0];
+                let ib = (pc.b * s1) as i64 + off[1];
+                if ia < 0 || ia >= i0 as i64 || ib < 0 || ib >= i1 as i64 {
+                    dst.fill(0.0);
+                    continue;
+                }
                 let src = &plane[(ia as usize * i1 + ib as usize) * i2..][..i2];
+                let (w0, w1) = (pc.w0, pc.w0 + pc.len);
                 let (v0, v1) = (lo.clamp(w0, w1), hi.clamp(w0, w1));
                 dst[..v0 - w0].fill(0.0);
                 dst[v1 - w0..].fill(0.0);
-                let mid = &mut dst[v0 - w0..v1 - w0];
-                let first = (v0 * s2) as i64 + off[2];
-                if mid.is_empty() {
-                    // The whole segment lies in the padding (`first` may be past the row).
-                } else if s2 == 1 {
-                    mid.copy_from_slice(&src[first as usize..first as usize + mid.len()]);
-                } else {
-                    for (q, d) in mid.iter_mut().enumerate() {
-                        *d = src[first as usize + q * s2];
+                if v1 > v0 {
+                    // `first` is inside the row here (a piece wholly in the padding has v0 == v1).
+                    let first = ((v0 * s2) as i64 + off[2]) as usize;
+                    let mid = &mut dst[v0 - w0..v1 - w0];
+                    if s2 == 1 {
+                        mid.copy_from_slice(&src[first..first + mid.len()]);
+                    } else {
+                        for (d, v) in mid.iter_mut().zip(src[first..].iter().step_by(s2)) {
+                            *d = *v;
+                        }
                     }
                 }
             }
-            j += w1 - w0;
+            if tail != 0 {
+                let q = nc / NR;
+                out[(q * kc + p) * NR + tail..(q * kc + p + 1) * NR].fill(0.0);
+            }
         }
     }
+}
+
+/// A run of a packing block's columns that lies in one output row and one panel.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Piece {
+    /// Where its first column goes in the packed block, for patch row 0 (row `p` adds `p·NR`).
+    dst: usize,
+    /// Its first output column within the row, and its length.
+    w0: usize,
+    len: usize,
+    /// The output row's indices along the first two spatial dims.
+    a: usize,
+    b: usize,
 }
 
 /// The `t` in `[0, count)` with `0 <= t·s + off < bound`, as a range.
@@ -189,14 +233,14 @@ impl BSource<'_> {
     }
 
     /// Packs rows `p0..p0+kc` and columns `j0..j0+nc` into `NR`-wide panels in `out`
-    /// (`nc.div_ceil(nr)·nr·kc` values), zeros past column `j0+nc`; `row` is scratch of `nc` values.
+    /// (`nc.div_ceil(nr)·nr·kc` values), zeros past column `j0+nc`; `pieces` is scratch.
     pub(crate) fn pack(
         &self,
         nr: usize,
         (p0, kc): (usize, usize),
         (j0, nc): (usize, usize),
         out: &mut [f32],
-        row: &mut Vec<f32>,
+        row: &mut Vec<Piece>,
     ) {
         match nr {
             8 => self.pack_nr::<8>((p0, kc), (j0, nc), out, row),
@@ -212,20 +256,17 @@ impl BSource<'_> {
         (p0, kc): (usize, usize),
         (j0, nc): (usize, usize),
         out: &mut [f32],
-        row: &mut Vec<f32>,
+        row: &mut Vec<Piece>,
     ) {
         let full = nc / NR;
         let panels = nc.div_ceil(NR);
         debug_assert!(out.len() >= panels * NR * kc);
+        let (data, ld) = match self {
+            BSource::Dense { data, ld } => (*data, *ld),
+            BSource::Conv(g) => return g.pack_panels::<NR>((p0, kc), (j0, nc), out, row),
+        };
         for p in 0..kc {
-            let src: &[f32] = match self {
-                BSource::Dense { data, ld } => &data[(p0 + p) * ld + j0..][..nc],
-                BSource::Conv(g) => {
-                    row.resize(nc, 0.0);
-                    g.row(p0 + p, j0, row);
-                    row
-                }
-            };
+            let src: &[f32] = &data[(p0 + p) * ld + j0..][..nc];
             for (q, part) in src.chunks_exact(NR).enumerate() {
                 let dst: &mut [f32; NR] = (&mut out[(q * kc + p) * NR..][..NR])
                     .try_into()
@@ -273,8 +314,39 @@ mod tests {
         g.x[c * in_sp + (idx[0] * g.ins[1] + idx[1]) * g.ins[2] + idx[2]]
     }
 
+    /// Packed blocks of patches against the definition, element by element (the buffer poisoned
+    /// first, so an unwritten lane shows), for every panel width, blocks starting at every row and
+    /// column offset, tails of the last panel included.
     #[test]
-    fn conv_rows_match_the_definition() {
+    fn conv_blocks_match_the_definition() {
+        fn check<const NR: usize>(g: &ConvPatches, k: usize, n: usize) {
+            let mut pieces = Vec::new();
+            for (p0, kc) in [(0, k), (1, k - 1), (k / 2, k - k / 2), (k - 1, 1)] {
+                for j0 in 0..n {
+                    for nc in [n - j0, (n - j0).min(NR + 3), 1] {
+                        let panels = nc.div_ceil(NR);
+                        let mut out = vec![f32::NAN; panels * NR * kc];
+                        BSource::Conv(*g).pack_nr::<NR>((p0, kc), (j0, nc), &mut out, &mut pieces);
+                        for p in 0..kc {
+                            for jj in 0..panels * NR {
+                                let got = out[((jj / NR) * kc + p) * NR + jj % NR];
+                                let want = if jj < nc {
+                                    patch(g, p0 + p, j0 + jj)
+                                } else {
+                                    0.0
+                                };
+                                assert_eq!(
+                                    got.to_bits(),
+                                    want.to_bits(),
+                                    "NR={NR} {:?} block ({p0},{kc})x({j0},{nc}) p={p} j={jj}",
+                                    g.kernel
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
         let x: Vec<f32> = (0..2 * 2 * 5 * 7).map(|v| v as f32 + 1.0).collect();
         for (kernel, strides, dilations, pads, outs) in [
             ([1, 3, 3], [1, 1, 1], [1, 1, 1], [0, 1, 1], [2, 5, 7]),
@@ -294,16 +366,39 @@ mod tests {
                 outs,
             };
             let (k, n) = (2 * g.taps(), outs.iter().product::<usize>());
-            for j0 in 0..n {
-                let mut row = vec![f32::NAN; n - j0];
-                for p in 0..k {
-                    g.row(p, j0, &mut row);
-                    for (jj, v) in row.iter().enumerate() {
-                        assert_eq!(*v, patch(&g, p, j0 + jj), "{kernel:?} p={p} j={}", j0 + jj);
-                    }
-                }
-            }
+            check::<8>(&g, k, n);
+            check::<16>(&g, k, n);
+            check::<32>(&g, k, n);
         }
+    }
+
+    /// The check above catches a packing that drops a piece's last column (the off-by-one a
+    /// wrong piece length makes): the same comparison on a deliberately broken copy.
+    #[test]
+    fn a_broken_packing_is_caught() {
+        let x: Vec<f32> = (0..3 * 6 * 6).map(|v| v as f32 + 1.0).collect();
+        let g = ConvPatches {
+            x: &x,
+            channels: 3,
+            ins: [1, 6, 6],
+            kernel: [1, 3, 3],
+            strides: [1, 1, 1],
+            dilations: [1, 1, 1],
+            pads: [0, 1, 1],
+            outs: [1, 6, 6],
+        };
+        let (k, n) = (27usize, 36usize);
+        let mut out = vec![f32::NAN; n.div_ceil(8) * 8 * k];
+        let mut pieces = Vec::new();
+        BSource::Conv(g).pack_nr::<8>((0, k), (0, n), &mut out, &mut pieces);
+        // Break it: the last column of the first piece of row 4 is left as poison.
+        let first = pieces[0];
+        out[first.dst + 4 * 8 + first.len - 1] = f32::NAN;
+        let wrong = (0..k).any(|p| {
+            (0..n)
+                .any(|j| out[((j / 8) * k + p) * 8 + j % 8].to_bits() != patch(&g, p, j).to_bits())
+        });
+        assert!(wrong, "the comparison missed a dropped column");
     }
 
     #[test]

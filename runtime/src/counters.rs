@@ -35,6 +35,18 @@ pub struct Counters {
     pub fallback_nodes: Mutex<BTreeSet<String>>,
     /// What verification found, per op type (written only while verification is on).
     pub verify_by_op: Mutex<BTreeMap<String, OpVerification>>,
+    /// Time per op type and where it ran (written only while `SessionOptions::profile` is on).
+    pub op_time: Mutex<BTreeMap<(String, String), OpTime>>,
+}
+
+/// The time the top-level nodes of one op type spent on one provider over a session's runs: wall
+/// time on the calling thread from a node's start to its outputs (for a device node, the time to
+/// enqueue its work, not the device's time).
+#[derive(Default, Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct OpTime {
+    /// Node executions.
+    pub calls: u64,
+    pub nanos: u64,
 }
 
 /// What verification found for one op type over a session's runs.

@@ -17,6 +17,7 @@ pub mod mutants;
 pub mod npy;
 pub mod ops;
 pub mod opsets;
+pub mod optimize;
 pub mod output_files;
 pub mod pb;
 pub mod plan;

@@ -54,6 +54,14 @@ pub fn par_fill<O: Send>(out: &mut [O], work: &(dyn Fn(usize, &mut [O]) + Sync))
     }
 }
 
+/// [`par_fill`] over memory not yet initialised: `work` must write every element of its chunk.
+pub fn par_fill_uninit<O: Send>(
+    out: &mut [std::mem::MaybeUninit<O>],
+    work: &(dyn Fn(usize, &mut [std::mem::MaybeUninit<O>]) + Sync),
+) {
+    par_fill(out, work)
+}
+
 /// Row-major strides of `shape` as seen from the broadcast `out` shape (0 along broadcast axes).
 fn broadcast_strides(shape: &[usize], out: &[usize]) -> Vec<usize> {
     let pad = out.len() - shape.len();
@@ -64,6 +72,38 @@ fn broadcast_strides(shape: &[usize], out: &[usize]) -> Vec<usize> {
         s *= shape[i];
     }
     strides
+}
+
+/// `shape` with adjacent dims merged wherever both operands' strides allow (each operand either
+/// contiguous across the pair or broadcast along both), so that the innermost loop is as long as it
+/// can be: [1, C, H, W] · [1, C, 1, 1] becomes [C, H·W] · [C, 1].
+fn coalesce(
+    shape: &[usize],
+    sa: Vec<usize>,
+    sb: Vec<usize>,
+) -> (Vec<usize>, Vec<usize>, Vec<usize>) {
+    if shape.is_empty() {
+        return (vec![1], vec![0], vec![0]);
+    }
+    let (mut dims, mut ta, mut tb) = (vec![shape[0]], vec![sa[0]], vec![sb[0]]);
+    for d in 1..shape.len() {
+        let last = dims.len() - 1;
+        let merges = |t: &[usize], s: &[usize]| t[last] == s[d] * shape[d];
+        if shape[d] == 1 {
+            continue;
+        }
+        if dims[last] == 1 {
+            (dims[last], ta[last], tb[last]) = (shape[d], sa[d], sb[d]);
+        } else if merges(&ta, &sa) && merges(&tb, &sb) {
+            dims[last] *= shape[d];
+            (ta[last], tb[last]) = (sa[d], sb[d]);
+        } else {
+            dims.push(shape[d]);
+            ta.push(sa[d]);
+            tb.push(sb[d]);
+        }
+    }
+    (dims, ta, tb)
 }
 
 /// `f(a, b)` elementwise with broadcasting.
@@ -108,23 +148,62 @@ where
             }
         });
     } else if n > 0 {
-        let sa = broadcast_strides(a.shape(), &shape);
-        let sb = broadcast_strides(b.shape(), &shape);
-        let shape = &shape;
+        let (shape, sa, sb) = coalesce(
+            &shape,
+            broadcast_strides(a.shape(), &shape),
+            broadcast_strides(b.shape(), &shape),
+        );
+        let (shape, sa, sb) = (&shape, &sa, &sb);
         par_fill(&mut out, &|start, o| {
-            // Odometer over the output's multi-index, starting at flat offset `start`.
+            // Rows of the innermost dim; an odometer over the outer dims, from flat offset `start`.
             let r = shape.len();
+            let inner = shape[r - 1];
+            let (ea, eb) = (sa[r - 1], sb[r - 1]);
             let mut idx = vec![0usize; r];
             let mut rem = start;
             for d in (0..r).rev() {
                 idx[d] = rem % shape[d];
                 rem /= shape[d];
             }
-            let mut ia: usize = idx.iter().zip(&sa).map(|(i, s)| i * s).sum();
-            let mut ib: usize = idx.iter().zip(&sb).map(|(i, s)| i * s).sum();
-            for o in o.iter_mut() {
-                *o = f(x[ia].clone(), y[ib].clone());
-                for d in (0..r).rev() {
+            let mut ia: usize = idx.iter().zip(sa).map(|(i, s)| i * s).sum();
+            let mut ib: usize = idx.iter().zip(sb).map(|(i, s)| i * s).sum();
+            let mut done = 0;
+            while done < o.len() {
+                let m = (inner - idx[r - 1]).min(o.len() - done);
+                let dst = &mut o[done..done + m];
+                match (ea, eb) {
+                    (1, 1) => {
+                        for ((o, p), q) in dst.iter_mut().zip(&x[ia..ia + m]).zip(&y[ib..ib + m]) {
+                            *o = f(p.clone(), q.clone());
+                        }
+                    }
+                    (1, 0) => {
+                        let q = &y[ib];
+                        for (o, p) in dst.iter_mut().zip(&x[ia..ia + m]) {
+                            *o = f(p.clone(), q.clone());
+                        }
+                    }
+                    (0, 1) => {
+                        let p = &x[ia];
+                        for (o, q) in dst.iter_mut().zip(&y[ib..ib + m]) {
+                            *o = f(p.clone(), q.clone());
+                        }
+                    }
+                    _ => {
+                        for (k, o) in dst.iter_mut().enumerate() {
+                            *o = f(x[ia + k * ea].clone(), y[ib + k * eb].clone());
+                        }
+                    }
+                }
+                done += m;
+                if done == o.len() {
+                    break;
+                }
+                // Next row: back to the start of the innermost dim, carry into the outer ones.
+                ia -= ea * idx[r - 1];
+                ib -= eb * idx[r - 1];
+                idx[r - 1] = 0;
+                for d in (0..r - 1).rev() {
                     idx[d] += 1;
                     ia += sa[d];
                     ib += sb[d];
@@ -152,15 +231,15 @@ where
     let Some(x) = a.as_slice() else {
         return a.map(|p| f(p.clone()));
     };
-    let Some(first) = x.first() else {
-        return a.map(|p| f(p.clone()));
-    };
-    let mut out = vec![f(first.clone()); x.len()];
-    par_fill(&mut out, &|start, o| {
-        for (k, o) in o.iter_mut().enumerate() {
-            *o = f(x[start + k].clone());
+    let mut out: Vec<O> = Vec::with_capacity(x.len());
+    par_fill_uninit(&mut out.spare_capacity_mut()[..x.len()], &|start, o| {
+        for (o, v) in o.iter_mut().zip(&x[start..]) {
+            o.write(f(v.clone()));
         }
     });
+    // SAFETY: par_fill_uninit hands every element of the first x.len() to exactly one call, and
+    // each call writes all of its chunk.
+    unsafe { out.set_len(x.len()) };
     ArrayD::from_shape_vec(IxDyn(a.shape()), out).unwrap_or_else(|_| a.map(|p| f(p.clone())))
 }
 
@@ -198,6 +277,36 @@ mod tests {
         let c = ArrayD::from_shape_vec(IxDyn(&[1, 2]), vec![1.0f32, -1.0]).unwrap();
         let z = binary(&b, &c, |p, q| p * q).unwrap();
         assert_eq!(z[[n - 1, 1]], -((n - 1) as f32));
+    }
+
+    /// The row-wise general path (dims coalesced, rows split across chunks at any offset) against
+    /// explicit indexing, on shapes where the innermost loop has each stride pattern.
+    #[test]
+    fn general_broadcast_rows_match_explicit_indexing() {
+        let n = PAR_THRESHOLD + 77;
+        for (sa, sb) in [
+            (vec![3, n / 3, 1], vec![1, n / 3, 5]),
+            (vec![2, 7, 3, n / 40], vec![7, 1, 1]),
+            (vec![1, 9, 1, n / 9], vec![1, 9, n / 9, 1]),
+            (vec![4, 1, n / 16], vec![1, 3, n / 16]),
+        ] {
+            let mk = |s: &[usize], k: f64| {
+                let len: usize = s.iter().product();
+                ArrayD::from_shape_vec(IxDyn(s), (0..len).map(|v| v as f64 * k + 0.25).collect())
+                    .unwrap()
+            };
+            let (a, b) = (mk(&sa, 1.0), mk(&sb, -0.5));
+            let y = binary(&a, &b, |p, q| p * 3.0 + q).unwrap();
+            let shape = broadcast_shapes(&[&sa, &sb]).unwrap();
+            assert_eq!(y.shape(), shape.as_slice());
+            let (va, vb) = (
+                a.broadcast(IxDyn(&shape)).unwrap(),
+                b.broadcast(IxDyn(&shape)).unwrap(),
+            );
+            for ((p, q), got) in va.iter().zip(vb.iter()).zip(y.iter()) {
+                assert_eq!(*got, p * 3.0 + q, "{sa:?} {sb:?}");
+            }
+        }
     }
 
     #[test]

@@ -18,7 +18,8 @@ pub(super) fn conv(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value
 
 /// `com.quorum` FusedConv: Conv's inputs and attributes, and `activation` (`Relu`, `Clip`,
 /// `LeakyRelu`, `Sigmoid`, `HardSwish`; absent or empty for none) with `activation_params` (Clip:
-/// `[min, max]`; LeakyRelu: `[alpha]`, default 0.01), onnxruntime's FusedConv contract. The bias and
+/// `[min, max]`; LeakyRelu: `[alpha]`, default 0.01), onnxruntime's FusedConv contract, plus `Silu`
+/// (x·sigmoid(x), the Sigmoid → Mul pair; not in onnxruntime's list). The bias and
 /// the activation are applied as each output tile is stored. For f32 and f64 the result equals Conv
 /// followed by the activation node bit for bit; f16 and bf16 are rounded once, after the activation,
 /// where the pair rounds twice (equal for Relu and Clip, within a half ulp of the narrow type before
@@ -56,6 +57,10 @@ pub(crate) fn activation_attr(ctx: &OpCtx) -> OpResult<Activation> {
             want(0)?;
             Activation::HardSwish
         }
+        "Silu" => {
+            want(0)?;
+            Activation::Silu
+        }
         "Clip" => {
             want(2)?;
             Activation::Clip {
@@ -72,7 +77,9 @@ pub(crate) fn activation_attr(ctx: &OpCtx) -> OpResult<Activation> {
             }
         }
         other => {
-            bail!("activation '{other}' is not one of Relu, Clip, LeakyRelu, Sigmoid, HardSwish")
+            bail!(
+                "activation '{other}' is not one of Relu, Clip, LeakyRelu, Sigmoid, HardSwish, Silu"
+            )
         }
     })
 }
@@ -145,15 +152,19 @@ impl ConvFloat for f64 {
                 if x > hi as f64 { hi as f64 } else { x }
             },
             Activation::LeakyRelu { alpha } => &move |x| if x < 0.0 { x * alpha as f64 } else { x },
-            Activation::Sigmoid => &|x| {
-                let e = (-x.abs()).exp();
-                let r = 1.0 / (1.0 + e);
-                if x < 0.0 { e * r } else { r }
-            },
+            Activation::Sigmoid => &sigmoid_f64,
+            Activation::Silu => &|x| x * sigmoid_f64(x),
             Activation::HardSwish => &|x| x * (x / 6.0 + 0.5).clamp(0.0, 1.0),
         };
         v.iter_mut().for_each(|x| *x = f(*x));
     }
+}
+
+/// The f64 Sigmoid kernel's formula (see `elementwise_unary.rs`).
+fn sigmoid_f64(x: f64) -> f64 {
+    let e = (-x.abs()).exp();
+    let r = 1.0 / (1.0 + e);
+    if x < 0.0 { e * r } else { r }
 }
 
 /// A Conv node's shapes, checked against each other and the attributes.
@@ -279,30 +290,55 @@ fn im2col<T: GemmFloat>(x: &[T], g: &Geom, cg: usize, col: &mut [T], par: bool) 
 pub(super) fn direct_plane<T: GemmFloat>(x: &[T], w: &[T], g: &Geom, out: &mut [T]) {
     let [o0, o1, o2] = g.outs;
     let [_, i1, i2] = g.ins;
-    for (kk, &wv) in w.iter().enumerate() {
-        let kp = g.kpos(kk);
-        let (h0, h1) = span(o0, g.s[0], g.off(0, kp[0]), g.ins[0]);
-        let (r0, r1) = span(o1, g.s[1], g.off(1, kp[1]), i1);
-        let (c0, c1) = span(o2, g.s[2], g.off(2, kp[2]), i2);
-        let woff = g.off(2, kp[2]);
-        if c0 >= c1 {
-            continue;
-        }
-        for od in h0..h1 {
-            let id = (od as i64 * g.s[0] as i64 + g.off(0, kp[0])) as usize;
-            for oh in r0..r1 {
-                let ih = (oh as i64 * g.s[1] as i64 + g.off(1, kp[1])) as usize;
+    // Per tap: its weight, the output ranges it reaches along each dim, and its offsets.
+    struct Tap<T> {
+        wv: T,
+        rows: [(usize, usize); 2],
+        cols: (usize, usize),
+        off: [i64; 3],
+    }
+    let taps: Vec<Tap<T>> = w
+        .iter()
+        .enumerate()
+        .map(|(kk, &wv)| {
+            let kp = g.kpos(kk);
+            let off = [g.off(0, kp[0]), g.off(1, kp[1]), g.off(2, kp[2])];
+            Tap {
+                wv,
+                rows: [
+                    span(o0, g.s[0], off[0], g.ins[0]),
+                    span(o1, g.s[1], off[1], i1),
+                ],
+                cols: span(o2, g.s[2], off[2], i2),
+                off,
+            }
+        })
+        .filter(|t| t.cols.0 < t.cols.1)
+        .collect();
+    // One output row at a time, every tap in order: the row stays in L1 and each element sums
+    // its taps in the same order as a tap-by-tap pass over the plane would (same bits).
+    for od in 0..o0 {
+        for oh in 0..o1 {
+            let drow = &mut out[(od * o1 + oh) * o2..(od * o1 + oh + 1) * o2];
+            for t in &taps {
+                let ([(h0, h1), (r0, r1)], (c0, c1)) = (t.rows, t.cols);
+                if od < h0 || od >= h1 || oh < r0 || oh >= r1 {
+                    continue;
+                }
+                let id = (od as i64 * g.s[0] as i64 + t.off[0]) as usize;
+                let ih = (oh as i64 * g.s[1] as i64 + t.off[1]) as usize;
                 let srow = &x[(id * i1 + ih) * i2..(id * i1 + ih + 1) * i2];
-                let drow = &mut out[(od * o1 + oh) * o2..(od * o1 + oh + 1) * o2];
+                let wv = t.wv;
                 if g.s[2] == 1 {
-                    let st = (c0 as i64 + woff) as usize;
+                    let st = (c0 as i64 + t.off[2]) as usize;
                     for (d, &v) in drow[c0..c1].iter_mut().zip(&srow[st..st + (c1 - c0)]) {
                         *d = *d + wv * v;
                     }
                 } else {
-                    for ow in c0..c1 {
-                        let v = srow[(ow as i64 * g.s[2] as i64 + woff) as usize];
-                        drow[ow] = drow[ow] + wv * v;
+                    let s2 = g.s[2];
+                    let st = (c0 as i64 * s2 as i64 + t.off[2]) as usize;
+                    for (d, &v) in drow[c0..c1].iter_mut().zip(srow[st..].iter().step_by(s2)) {
+                        *d = *d + wv * v;
                     }
                 }
             }

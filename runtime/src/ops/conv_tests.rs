@@ -463,6 +463,8 @@ fn activations() -> Vec<(
         ),
         ("Sigmoid", vec![], "Sigmoid", vec![]),
         ("HardSwish", vec![], "HardSwish", vec![]),
+        // Not one op: Sigmoid, then Mul of its input and output (see the test).
+        ("Silu", vec![], "Sigmoid", vec![]),
     ]
 }
 
@@ -528,9 +530,23 @@ fn fused_conv_equals_conv_then_activation_bit_for_bit() {
                     ins.push(Some(bound(params[0])));
                     ins.push(Some(bound(params[1])));
                 }
-                let want = run_kernel(reg.get("", op).unwrap(), op, 22, act_attrs.clone(), ins, 1)
+                let conv_out = ins[0].clone();
+                let mut want =
+                    run_kernel(reg.get("", op).unwrap(), op, 22, act_attrs.clone(), ins, 1)
+                        .unwrap()
+                        .remove(0);
+                if name == "Silu" {
+                    want = run_kernel(
+                        reg.get("", "Mul").unwrap(),
+                        "Mul",
+                        14,
+                        vec![],
+                        vec![conv_out, Some(want)],
+                        1,
+                    )
                     .unwrap()
                     .remove(0);
+                }
                 let mut fattrs = attrs.clone();
                 fattrs.push(("activation", Attr::String(name.as_bytes().to_vec())));
                 if !params.is_empty() {
@@ -659,4 +675,86 @@ fn weights_are_packed_once_per_constant_and_checked() {
         drop(arc);
     }
     assert!(last_addr.is_some());
+}
+
+/// A Conv whose W is an initializer of a session: the session hands the kernel the initializer's
+/// `Arc` as a constant, so the packed weights made by the first run are the cache's (a runner that
+/// says "not a constant" — the executor before this was wired — leaves nothing cached and repacks
+/// every run). A run input that overrides the initializer is not a constant: its result follows the
+/// weights fed.
+#[test]
+fn session_runs_reuse_packed_initializer_weights() {
+    use crate::ir::{Dim, Graph, Model, Node, ValueInfo, ValueType};
+    use crate::session::{Session, SessionOptions};
+    let (x, _) = t(&[1, 3, 6, 6], 41);
+    let (w, _) = t(&[5, 3, 3, 3], 42);
+    let w_arc = Arc::new(Value::Tensor(w.clone()));
+    let info = |name: &str, shape: &[i64]| ValueInfo {
+        name: name.into(),
+        ty: ValueType::Tensor {
+            dtype: Some(crate::tensor::DType::F32),
+            shape: Some(shape.iter().map(|&d| Dim::Fixed(d)).collect()),
+        },
+    };
+    let graph = Graph {
+        name: "g".into(),
+        nodes: vec![Node {
+            name: "conv0".into(),
+            op_type: "Conv".into(),
+            domain: String::new(),
+            opset: 22,
+            inputs: vec!["x".into(), "w".into()],
+            outputs: vec!["y".into()],
+            attrs: [("pads".to_string(), ints(&[1, 1, 1, 1]))].into(),
+        }],
+        inputs: vec![info("x", &[1, 3, 6, 6]), info("w", &[5, 3, 3, 3])],
+        outputs: vec![info("y", &[1, 5, 6, 6])],
+        initializers: [("w".to_string(), w_arc.clone())].into(),
+        value_info: Default::default(),
+    };
+    let model = Model {
+        ir_version: 8,
+        opsets: [(String::new(), 22)].into(),
+        producer: "test".into(),
+        graph,
+        metadata: vec![],
+        warnings: vec![],
+    };
+    let session = Session::from_model(model, SessionOptions::default()).unwrap();
+    let isa = Isa::detected();
+    let shape = [5usize, 3, 3, 3];
+    assert!(!super::weights::is_cached(&w_arc, isa, 1, &shape));
+    let y = |outs: Vec<(String, Value)>| outs[0].1.as_tensor().unwrap().to_f64_vec().unwrap();
+    let first = y(session
+        .run(vec![("x".into(), Value::Tensor(x.clone()))])
+        .unwrap());
+    assert!(
+        super::weights::is_cached(&w_arc, isa, 1, &shape),
+        "the session's initializer was not packed into the cache"
+    );
+    let second = y(session
+        .run(vec![("x".into(), Value::Tensor(x.clone()))])
+        .unwrap());
+    assert_eq!(first, second);
+    let direct = call(
+        conv,
+        vec![("pads", ints(&[1, 1, 1, 1]))],
+        vec![Some(x.clone()), Some(w.clone())],
+    );
+    assert_eq!(first, direct.to_f64_vec().unwrap());
+    // W fed per run: the fed weights, not the cached initializer's.
+    let (w2, _) = t(&[5, 3, 3, 3], 43);
+    let fed = y(session
+        .run(vec![
+            ("x".into(), Value::Tensor(x.clone())),
+            ("w".into(), Value::Tensor(w2.clone())),
+        ])
+        .unwrap());
+    let want = call(
+        conv,
+        vec![("pads", ints(&[1, 1, 1, 1]))],
+        vec![Some(x.clone()), Some(w2)],
+    );
+    assert_eq!(fed, want.to_f64_vec().unwrap());
+    assert_ne!(fed, first);
 }

@@ -1,4 +1,5 @@
-//! MatMul, Gemm and Einsum over a cache-blocked GEMM (the `gemm` crate for f32/f64; f16/bf16 are
+//! MatMul, Gemm and Einsum over a cache-blocked GEMM (f32 MatMul through the packed GEMM of
+//! `quorum-kernels` in `matmul_packed.rs`; otherwise the `gemm` crate for f32/f64; f16/bf16 are
 //! computed in f32; integers use a plain wrapping loop).
 //!
 //! [`gemm_into`] / [`sgemm`] are the shared entry points other kernels (Conv, ConvTranspose, ...) use.
@@ -11,6 +12,9 @@ use super::{OpCtx, Registry, input, opt_input, single};
 use crate::error::OpResult;
 use crate::tensor::{Tensor, Value};
 use crate::{bail, unsupported};
+
+#[path = "matmul_packed.rs"]
+mod packed;
 
 pub fn register(r: &mut Registry) {
     r.add("", "MatMul", matmul);
@@ -399,14 +403,14 @@ fn matmul(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let a = input(inputs, 0)?;
     let b = input(inputs, 1)?;
     let t = match (a, b) {
-        (Tensor::F32(x), Tensor::F32(y)) => Tensor::F32(matmul_nd(ctx, x, y)?),
+        (Tensor::F32(x), Tensor::F32(y)) => Tensor::F32(packed::matmul_f32(ctx, x, y)?),
         (Tensor::F64(x), Tensor::F64(y)) => Tensor::F64(matmul_nd(ctx, x, y)?),
         (Tensor::F16(x), Tensor::F16(y)) => {
-            let r = matmul_nd(ctx, &to_f32(x, f16::to_f32), &to_f32(y, f16::to_f32))?;
+            let r = packed::matmul_f32(ctx, &to_f32(x, f16::to_f32), &to_f32(y, f16::to_f32))?;
             Tensor::F16(r.mapv(f16::from_f32))
         }
         (Tensor::BF16(x), Tensor::BF16(y)) => {
-            let r = matmul_nd(ctx, &to_f32(x, bf16::to_f32), &to_f32(y, bf16::to_f32))?;
+            let r = packed::matmul_f32(ctx, &to_f32(x, bf16::to_f32), &to_f32(y, bf16::to_f32))?;
             Tensor::BF16(r.mapv(bf16::from_f32))
         }
         (Tensor::I32(x), Tensor::I32(y)) => Tensor::I32(matmul_nd(ctx, x, y)?),

@@ -365,10 +365,25 @@ fn vals<T: Float>(t: &Tensor) -> OpResult<Vec<T>> {
     if !t.dtype().is_float() || t.dtype().is_narrow_float() {
         unsupported!("recurrent layer input of dtype {}", t.dtype());
     }
-    Ok(t.to_f64_vec()?
-        .into_iter()
-        .map(|v| T::from(v).unwrap_or_else(T::nan))
-        .collect())
+    // f32 and f64 straight from their (standard-layout) slices: weights are read every run, and
+    // ndarray's n-dimensional iterator and an f64 copy cost more than the recurrence itself.
+    fn conv<S: Copy + num_traits::ToPrimitive, T: Float>(a: &ArrayD<S>) -> Vec<T> {
+        let a = a.as_standard_layout();
+        let each = |v: &S| T::from(*v).unwrap_or_else(T::nan);
+        match a.as_slice() {
+            Some(sl) => sl.iter().map(each).collect(),
+            None => a.iter().map(each).collect(),
+        }
+    }
+    Ok(match t {
+        Tensor::F32(a) => conv(a),
+        Tensor::F64(a) => conv(a),
+        _ => t
+            .to_f64_vec()?
+            .into_iter()
+            .map(|v| T::from(v).unwrap_or_else(T::nan))
+            .collect(),
+    })
 }
 
 /// Builds a tensor of `like`'s float dtype from working values.

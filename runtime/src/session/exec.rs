@@ -21,6 +21,8 @@ use crate::verify::{Policy, Use, VerifyMode};
 /// One run's execution state: its limits, its verification policy, its counters and the device
 /// side of each of the session's accelerators.
 pub(super) struct Exec<'s> {
+    /// Time each top-level step into `Counters::op_time`.
+    pub profile: bool,
     pub max_tensor_bytes: u64,
     pub max_loop_iterations: u64,
     /// `auto`'s per-node decision (CPU or the claimed device) for nodes whose inputs are on the host.
@@ -68,6 +70,19 @@ impl SubgraphRunner for Runner<'_, '_> {
 
     fn max_loop_iterations(&self) -> u64 {
         self.exec.max_loop_iterations
+    }
+
+    /// Initializers (given or folded) are the session's constants; a run input that overrides an
+    /// initializer is held as a plain value and is not one.
+    fn constant(&self, name: &str) -> Option<Arc<Value>> {
+        match self.scope.get(name)? {
+            Slot::Host {
+                value,
+                weight: true,
+                ..
+            } => Some(value.clone()),
+            _ => None,
+        }
     }
 }
 
@@ -183,6 +198,7 @@ impl Exec<'_> {
                     });
                 }
             }
+            let started = (self.profile && schedule.is_some()).then(std::time::Instant::now);
             let device_outs = match &step.device {
                 Some(ds) if ds.device < self.devices.len() && schedule.is_some() => {
                     self.run_device(plan, &scope, node, step, ds, index, sched)?
@@ -203,6 +219,14 @@ impl Exec<'_> {
                     .map(|v| Slot::host(Arc::new(v), false))
                     .collect(),
             };
+            if let Some(t) = started {
+                let provider = if outs.iter().any(Slot::on_device) {
+                    "device"
+                } else {
+                    "cpu"
+                };
+                self.count_time(node, provider, t.elapsed());
+            }
             for (name, v) in node.outputs.iter().zip(outs) {
                 if !name.is_empty() {
                     scope.values.insert(name.clone(), v);
@@ -240,6 +264,20 @@ impl Exec<'_> {
             outs.push(Arc::try_unwrap(v).unwrap_or_else(|a| (*a).clone()));
         }
         Ok(outs)
+    }
+
+    /// Adds one execution of `node` to its op type's time.
+    fn count_time(&self, node: &Node, provider: &str, took: std::time::Duration) {
+        let mut m = self
+            .counters
+            .op_time
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let e = m
+            .entry((node.qualified_op(), provider.to_string()))
+            .or_default();
+        e.calls += 1;
+        e.nanos += took.as_nanos() as u64;
     }
 
     /// Refuses this run's capture (the first reason stands) and returns the error that unwinds it.

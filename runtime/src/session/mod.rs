@@ -1,7 +1,7 @@
 //! `Session`: a loaded, planned model that can be run many times, from many threads at once.
 //!
 //! Building a session loads the model, compiles the plan (`crate::plan`), folds constant nodes
-//! (`crate::fold`), opens the device side of each listed accelerator and places every top-level
+//! (`crate::fold`), rewrites the graph where every node runs on the CPU (`crate::optimize`), opens the device side of each listed accelerator and places every top-level
 //! node (`placement`). A run checks its inputs (`inputs`), starts each device's run context, and
 //! executes the plan (`exec`), values living where they were produced (`residency`). Nothing here
 //! knows a particular accelerator: they are reached through `crate::backend`.
@@ -42,6 +42,8 @@ pub struct Session {
     placement: Vec<NodePlacement>,
     /// Nodes computed once at build time (see `fold`), not part of the plan.
     folded: Vec<String>,
+    /// The graph rewrites applied at build time (`crate::optimize`).
+    rewrites: Vec<crate::optimize::Rewrite>,
     counters: Arc<Counters>,
     /// The accelerators this session uses, in priority order (a plan step's device index).
     devices: Vec<SessionDevice>,
@@ -154,6 +156,15 @@ impl Session {
             .with_env_override()
             .map_err(Error::Provider)?;
         let devices = placement::open_devices(&options.providers)?;
+        let mut rewrites = Vec::new();
+        if options.optimize && devices.is_empty() {
+            let constants =
+                crate::optimize::constants(&plan.graph, overridable_initializers(&model));
+            if let Some((graph, done)) = crate::optimize::optimize(&plan.graph, &constants) {
+                plan = Plan::compile(Arc::new(graph), Registry::cpu(), &HashSet::new())?;
+                rewrites = done;
+            }
+        }
         let placement = placement::place(&mut plan, &options.providers, &devices);
         let on_device: Vec<bool> = plan.steps.iter().map(|s| s.device.is_some()).collect();
         let schedule = schedule::build(&plan, &on_device, options.streams);
@@ -167,6 +178,7 @@ impl Session {
             verify,
             placement,
             folded,
+            rewrites,
             counters: Arc::new(Counters::default()),
             devices,
             schedule,
@@ -187,6 +199,32 @@ impl Session {
     /// outputs kept as initializers (`SessionOptions::fold_constants`).
     pub fn folded_nodes(&self) -> &[String] {
         &self.folded
+    }
+
+    /// The compiled plan of the top-level graph (as rewritten and folded).
+    #[cfg(test)]
+    pub(crate) fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// The graph rewrites applied when the session was built (`SessionOptions::optimize`; applied
+    /// only when every node runs on the CPU).
+    pub fn rewrites(&self) -> &[crate::optimize::Rewrite] {
+        &self.rewrites
+    }
+
+    /// Time per (op type, provider) over the runs so far, most first: empty unless
+    /// `SessionOptions::profile` is on.
+    pub fn op_profile(&self) -> Vec<(String, String, crate::counters::OpTime)> {
+        let map = self
+            .counters
+            .op_time
+            .lock()
+            .map(|m| m.clone())
+            .unwrap_or_default();
+        let mut v: Vec<_> = map.into_iter().map(|((op, p), t)| (op, p, t)).collect();
+        v.sort_by(|a, b| b.2.nanos.cmp(&a.2.nanos).then_with(|| a.0.cmp(&b.0)));
+        v
     }
 
     /// The verification mode in force (after the `QUORUM_VERIFY` override).
@@ -385,6 +423,7 @@ impl Session {
             }
         }
         let exec = exec::Exec {
+            profile: self.options.profile,
             max_tensor_bytes: self.options.max_tensor_bytes,
             max_loop_iterations: self.options.max_loop_iterations,
             dispatch: &self.dispatch,
@@ -450,3 +489,7 @@ impl From<Refused> for Error {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "profile_tests.rs"]
+mod profile_tests;

@@ -35,11 +35,17 @@ pub struct SessionOptions {
     /// Run nodes whose inputs are all constants once, at session build, and keep their outputs as
     /// initializers (on by default).
     pub fold_constants: bool,
+    /// Apply the graph rewrites of `crate::optimize` (fusions, Identity removal) when every node of
+    /// the session runs on the CPU (on by default); each keeps the outputs bit for bit.
+    pub optimize: bool,
     /// Device streams a run may use (at least 1): independent branches of the graph go on different
     /// streams (see `session::schedule`); results are bit-identical to one stream.
     pub streams: usize,
     /// Whether runs are captured into device graphs and replayed (see `session::capture`).
     pub graph_capture: GraphCapture,
+    /// Time every top-level node and add it to its op type's total (`Session::op_profile`); off by
+    /// default (then nothing is timed).
+    pub profile: bool,
     /// Record every device run's commands (`crate::cmdlog`), kept for
     /// `Session::take_command_logs`; off by default (then nothing is recorded).
     pub command_log: bool,
@@ -57,9 +63,11 @@ impl Default for SessionOptions {
             allow_unchecked: Vec::new(),
             poison_device_buffers: None,
             fold_constants: true,
+            optimize: true,
             streams: 1,
             graph_capture: GraphCapture::Off,
             command_log: false,
+            profile: false,
         }
     }
 }

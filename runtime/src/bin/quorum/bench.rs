@@ -23,6 +23,10 @@ pub struct Args {
     /// their throughput (runs per second of wall time) beside the latency of every run.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
     concurrency: u16,
+    /// Time every node and print the time per op type (milliseconds per run, share of the node
+    /// time, calls), most first; with --json, a "profile" array. Timing adds a little per node.
+    #[arg(long)]
+    profile: bool,
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -35,7 +39,9 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 pub fn main(a: Args) -> CliResult<()> {
-    let session = a.model.session()?;
+    let mut options = a.model.options()?;
+    options.profile = a.profile;
+    let session = a.model.session_with(options)?;
     let provider = match session.device_name() {
         Some(d) => format!("{} ({d})", a.model.provider),
         None => a.model.provider.clone(),
@@ -43,10 +49,13 @@ pub fn main(a: Args) -> CliResult<()> {
     let (inputs, _) = a.model.inputs(&session, a.seed)?;
     let mut times = Vec::with_capacity(a.iters);
     let mut wall_s = 0.0;
+    let mut profile = Vec::new();
     let timed = (|| {
         for _ in 0..a.warmup {
             session.run(inputs.clone())?;
         }
+        // The warm-up's node times are not part of the profile.
+        let warm = session.op_profile();
         let start = Instant::now();
         let per_thread: Vec<quorum::Result<Vec<f64>>> = std::thread::scope(|scope| {
             let workers: Vec<_> = (0..a.concurrency)
@@ -72,6 +81,7 @@ pub fn main(a: Args) -> CliResult<()> {
         for t in per_thread {
             times.extend(t?);
         }
+        profile = timed_profile(session.op_profile(), &warm, times.len());
         Ok(())
     })();
     print_verification(&session);
@@ -103,6 +113,9 @@ pub fn main(a: Args) -> CliResult<()> {
             "graph_capture": session.options().graph_capture != quorum::session::GraphCapture::Off,
             "capture_blocker": session.capture_blocker(),
             "graphs": session.graph_report(),
+            "profile": profile.iter().map(|(op, provider, calls, ms)| serde_json::json!({
+                "op": op, "provider": provider, "nodes_per_run": calls, "ms_per_run": ms,
+            })).collect::<Vec<_>>(),
         });
         println!("{j}");
     } else {
@@ -111,6 +124,53 @@ pub fn main(a: Args) -> CliResult<()> {
             a.model.model.display(),
             times.len()
         );
+        print_profile(&profile, median);
     }
     Ok(())
+}
+
+/// One op type's share of the timed runs: (op, provider, node executions per run, milliseconds
+/// per run), from the session's totals less the warm-up's, most time first.
+fn timed_profile(
+    all: Vec<(String, String, quorum::counters::OpTime)>,
+    warm: &[(String, String, quorum::counters::OpTime)],
+    runs: usize,
+) -> Vec<(String, String, f64, f64)> {
+    let runs = runs.max(1) as f64;
+    let mut rows: Vec<(String, String, f64, f64)> = all
+        .into_iter()
+        .map(|(op, provider, t)| {
+            let w = warm
+                .iter()
+                .find(|(o, p, _)| *o == op && *p == provider)
+                .map(|(_, _, t)| *t)
+                .unwrap_or_default();
+            let calls = t.calls.saturating_sub(w.calls) as f64 / runs;
+            let ms = t.nanos.saturating_sub(w.nanos) as f64 / 1e6 / runs;
+            (op, provider, calls, ms)
+        })
+        .filter(|r| r.2 > 0.0)
+        .collect();
+    rows.sort_by(|a, b| b.3.total_cmp(&a.3));
+    rows
+}
+
+fn print_profile(rows: &[(String, String, f64, f64)], median_ms: f64) {
+    if rows.is_empty() {
+        return;
+    }
+    let total: f64 = rows.iter().map(|r| r.3).sum();
+    println!(
+        "profile per run: {total:.3} ms in nodes (the run's median: {median_ms:.3} ms; device nodes: time to enqueue)"
+    );
+    println!(
+        "  {:<32} {:>6} {:>7} {:>10} {:>7}",
+        "op", "where", "nodes", "ms", "share"
+    );
+    for (op, provider, calls, ms) in rows {
+        println!(
+            "  {op:<32} {provider:>6} {calls:>7.1} {ms:>10.3} {:>6.1}%",
+            100.0 * ms / total.max(1e-12)
+        );
+    }
 }

@@ -68,6 +68,10 @@ pub struct ModelArgs {
     /// (constant folding is on by default).
     #[arg(long)]
     pub no_fold: bool,
+    /// Leave the graph as the model gives it: no fusions, no Identity removal (the rewrites, on by
+    /// default where every node runs on the CPU, keep every output bit for bit).
+    #[arg(long)]
+    pub no_optimize: bool,
     /// Device streams a run may use: independent branches of the graph run concurrently (results
     /// are bit-identical to one stream).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
@@ -120,6 +124,7 @@ impl ModelArgs {
                 .filter(|s| !s.is_empty())
                 .collect(),
             fold_constants: !self.no_fold,
+            optimize: !self.no_optimize,
             streams: self.streams as usize,
             graph_capture: self
                 .graph
@@ -131,7 +136,12 @@ impl ModelArgs {
 
     /// The session, after printing the model's load warnings (one `warning:` line each, to stderr).
     pub fn session(&self) -> CliResult<Session> {
-        let session = Session::from_file(&self.model, self.options()?).map_err(from_quorum)?;
+        self.session_with(self.options()?)
+    }
+
+    /// [`ModelArgs::session`] with options the caller adjusted.
+    pub fn session_with(&self, options: SessionOptions) -> CliResult<Session> {
+        let session = Session::from_file(&self.model, options).map_err(from_quorum)?;
         print_warnings(session.model());
         Ok(session)
     }

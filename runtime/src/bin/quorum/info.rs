@@ -76,11 +76,26 @@ pub fn main(a: Args) -> CliResult<()> {
     wgpu_adapters();
     // Folding runs the constant nodes' CPU kernels, so it is reported from a CPU session.
     match quorum::Session::from_model(model.clone(), quorum::SessionOptions::default()) {
-        Ok(s) => println!(
-            "constant folding: {} of {} top-level nodes run once at load (inputs all constants)",
-            s.folded_nodes().len(),
-            g.nodes.len()
-        ),
+        Ok(s) => {
+            println!(
+                "constant folding: {} of {} top-level nodes run once at load (inputs all constants)",
+                s.folded_nodes().len(),
+                g.nodes.len()
+            );
+            // The rewrites of a CPU session (they are not applied when nodes run on a device).
+            if a.model.no_optimize {
+                println!("graph rewrites (CPU sessions): off (--no-optimize)");
+            } else {
+                println!(
+                    "graph rewrites (CPU sessions): {} applied{}",
+                    s.rewrites().len(),
+                    if s.rewrites().is_empty() { "" } else { ":" }
+                );
+                for r in s.rewrites() {
+                    println!("  {r}");
+                }
+            }
+        }
         Err(e) => println!("constant folding: no session ({e})"),
     }
     // Streams and graph capture depend on placement, so they come from a session with the

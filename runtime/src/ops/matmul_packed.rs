@@ -1,0 +1,184 @@
+//! f32 MatMul through the packed GEMM of `quorum-kernels` (AVX-512 or AVX2+FMA micro-kernels): the
+//! left operand packed into row panels per call, the right one read by the GEMM's own block packing.
+//! Shapes too thin for its register tile (fewer rows than a tile, or a handful of columns) keep the
+//! general path (`matmul_nd`), which handles them as matrix-vector products.
+use ndarray::{ArrayD, IxDyn};
+use quorum_kernels::{BSource, Epilogue, Isa, PackedA, Threads, sgemm_uninit};
+use rayon::prelude::*;
+
+use super::{MatMulShape, batch_offsets, matmul_nd, matmul_shape};
+use crate::bail;
+use crate::error::OpResult;
+use crate::ops::OpCtx;
+
+pub(super) fn matmul_f32(ctx: &OpCtx, a: &ArrayD<f32>, b: &ArrayD<f32>) -> OpResult<ArrayD<f32>> {
+    let MatMulShape {
+        m,
+        k,
+        n,
+        a_batch,
+        b_batch,
+        batch,
+        out_shape,
+    } = matmul_shape(a.shape(), b.shape())?;
+    let isa = Isa::detected();
+    let na: usize = a_batch.iter().product();
+    let nbb: usize = b_batch.iter().product();
+    let nb: usize = batch.iter().product();
+    // One tall GEMM when B is shared: A's batches fold into its rows.
+    let tall = nbb == 1 && na == nb;
+    let rows = if tall { nb * m } else { m };
+    if rows < isa.mr() || n < isa.nr() / 2 {
+        return matmul_nd(ctx, a, b);
+    }
+    ctx.check_alloc(&out_shape, std::mem::size_of::<f32>())?;
+    let a = a.as_standard_layout();
+    let b = b.as_standard_layout();
+    let (Some(asl), Some(bsl)) = (a.as_slice(), b.as_slice()) else {
+        bail!("MatMul: non-contiguous operand")
+    };
+    let total = nb * m * n;
+    let mut out: Vec<f32> = Vec::with_capacity(total);
+    let spare = &mut out.spare_capacity_mut()[..total];
+    if tall {
+        let pa = PackedA::new(isa, rows, k, asl, k);
+        let src = BSource::Dense { data: bsl, ld: n };
+        sgemm_uninit(&pa, &src, n, spare, n, &Epilogue::NONE, Threads::Auto);
+    } else if total > 0 {
+        let ao = batch_offsets(&a_batch, &batch, m * k);
+        let bo = batch_offsets(&b_batch, &batch, k * n);
+        let one = |i: usize, o: &mut [std::mem::MaybeUninit<f32>], threads: Threads| {
+            let pa = PackedA::new(isa, m, k, &asl[ao[i]..], k);
+            let src = BSource::Dense {
+                data: &bsl[bo[i]..],
+                ld: n,
+            };
+            sgemm_uninit(&pa, &src, n, o, n, &Epilogue::NONE, threads);
+        };
+        // Many small products (attention heads): one per task, each on one thread.
+        let work = m.saturating_mul(n).saturating_mul(k.max(1));
+        if nb >= 2 * rayon::current_num_threads() && work < quorum_kernels::gemm::PAR_MIN_WORK {
+            spare
+                .par_chunks_mut(m * n)
+                .enumerate()
+                .for_each(|(i, o)| one(i, o, Threads::Serial));
+        } else {
+            for (i, o) in spare.chunks_mut(m * n).enumerate() {
+                one(i, o, Threads::Auto);
+            }
+        }
+    }
+    // SAFETY: sgemm_uninit writes every element of each `rows × n` (or `m × n`) output it is given,
+    // and those outputs cover the first `total` elements.
+    unsafe { out.set_len(total) };
+    Ok(ArrayD::from_shape_vec(IxDyn(&out_shape), out)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::testing::run_kernel;
+    use crate::tensor::Tensor;
+
+    fn rand(seed: u64, n: usize) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    /// numpy.matmul by f64 sums over broadcast batches, and the bound each element may be off by
+    /// (f32 rounding of a k-term sum: k·ε·Σ|a·b|).
+    fn reference(a: &[f32], ash: &[usize], b: &[f32], bsh: &[usize]) -> Vec<(f64, f64)> {
+        let s = matmul_shape(ash, bsh).unwrap();
+        let ao = batch_offsets(&s.a_batch, &s.batch, s.m * s.k);
+        let bo = batch_offsets(&s.b_batch, &s.batch, s.k * s.n);
+        let mut out = Vec::new();
+        for bi in 0..ao.len() {
+            for i in 0..s.m {
+                for j in 0..s.n {
+                    let (mut sum, mut mag) = (0f64, 0f64);
+                    for p in 0..s.k {
+                        let t = a[ao[bi] + i * s.k + p] as f64 * b[bo[bi] + p * s.n + j] as f64;
+                        sum += t;
+                        mag += t.abs();
+                    }
+                    out.push((sum, (s.k as f64 + 2.0) * f32::EPSILON as f64 * mag + 1e-30));
+                }
+            }
+        }
+        out
+    }
+
+    fn first_outside(got: &[f32], want: &[(f64, f64)]) -> Option<usize> {
+        if got.len() != want.len() {
+            return Some(0);
+        }
+        got.iter()
+            .zip(want)
+            .position(|(g, (w, tol))| !((*g as f64 - w).abs() <= *tol))
+    }
+
+    /// Tall (shared B), batched with broadcasting both ways, many small products, 1-D promotion,
+    /// an empty K, and shapes thin enough to take the general path, each against f64 sums.
+    #[test]
+    fn packed_matmul_matches_f64_sums() {
+        for (ash, bsh) in [
+            (vec![4, 20, 37], vec![37, 45]),
+            (vec![2, 3, 20, 37], vec![3, 37, 45]),
+            (vec![3, 1, 9, 40], vec![1, 4, 40, 33]),
+            (vec![16, 9, 8], vec![16, 8, 40]),
+            (vec![37], vec![37, 45]),
+            (vec![20, 0], vec![0, 45]),
+            (vec![20, 37], vec![37, 3]),
+            (vec![130, 64], vec![64, 200]),
+        ] {
+            let (na, nb) = (ash.iter().product(), bsh.iter().product());
+            let (a, b) = (rand(1, na), rand(2, nb));
+            let got = run_kernel(
+                super::super::matmul,
+                "MatMul",
+                13,
+                vec![],
+                vec![
+                    Some(Tensor::from_f32(&ash, a.clone()).unwrap()),
+                    Some(Tensor::from_f32(&bsh, b.clone()).unwrap()),
+                ],
+                1,
+            )
+            .unwrap()
+            .remove(0);
+            let want = reference(&a, &ash, &b, &bsh);
+            let g: Vec<f32> = got
+                .to_f64_vec()
+                .unwrap()
+                .iter()
+                .map(|&v| v as f32)
+                .collect();
+            assert_eq!(first_outside(&g, &want), None, "{ash:?} x {bsh:?}");
+        }
+    }
+
+    /// The comparison above catches a product one term short (a lost step of K), the slip a wrong
+    /// block edge makes.
+    #[test]
+    fn the_comparison_catches_a_lost_term() {
+        let (ash, bsh) = (vec![20usize, 37], vec![37usize, 45]);
+        let (a, b) = (rand(3, 20 * 37), rand(4, 37 * 45));
+        let want = reference(&a, &ash, &b, &bsh);
+        let short = reference(&a[..], &ash, &b, &bsh)
+            .iter()
+            .enumerate()
+            .map(|(e, (w, _))| {
+                let (i, j) = (e / 45, e % 45);
+                (w - a[i * 37 + 36] as f64 * b[36 * 45 + j] as f64) as f32
+            })
+            .collect::<Vec<f32>>();
+        assert!(first_outside(&short, &want).is_some());
+    }
+}

@@ -1,0 +1,309 @@
+//! Graph rewrites at session build, for sessions whose nodes all run on the CPU (an accelerator's
+//! backend claims the model's own ops and fuses inside its kernels; a rewritten op it does not know
+//! would pull nodes off the device). Each rewrite is local, keeps every graph output's name and
+//! value, and is applied only where its result equals the unrewritten subgraph bit for bit:
+//!
+//! - `identity`: an Identity node is removed and its readers read its input (the kernel copies the
+//!   tensor; the rewrite copies nothing).
+//! - `conv-activation`: Conv followed by Relu, LeakyRelu, Sigmoid, HardSwish or Clip, or by the
+//!   Sigmoid → Mul pair of SiLU, becomes one `com.quorum` FusedConv that applies the activation as
+//!   each output tile is stored (one pass over the output instead of two). Only where the weight is
+//!   a constant f32 tensor (f64 too, except Clip), so that the dtype is known to be one whose fused
+//!   result equals the pair's (FusedConv rounds f16 once where the pair rounds twice), and the Conv
+//!   output has no other reader.
+//!
+//! A value read inside a subgraph, or a graph output, is never renamed or removed.
+//! `SessionOptions::optimize` (`--no-optimize`) turns the rewrites off; `quorum info` lists them.
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use quorum_kernels::Activation;
+
+use crate::ir::{Attr, Graph, Node};
+use crate::ops::QUORUM_DOMAIN;
+use crate::plan::subgraphs;
+use crate::tensor::{DType, Value};
+
+/// One rewrite applied: the pass and what it did, in words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rewrite {
+    pub pass: &'static str,
+    pub detail: String,
+}
+
+impl std::fmt::Display for Rewrite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.pass, self.detail)
+    }
+}
+
+/// `graph` rewritten, with the rewrites applied, or `None` when nothing applies. `constants`: the
+/// values no run can change (initializers a caller cannot override, folded values).
+pub(crate) fn optimize(
+    graph: &Graph,
+    constants: &HashMap<String, Arc<Value>>,
+) -> Option<(Graph, Vec<Rewrite>)> {
+    let mut g = graph.clone();
+    let mut done = Vec::new();
+    remove_identities(&mut g, &mut done);
+    fuse_conv_activation(&mut g, constants, &mut done);
+    (!done.is_empty()).then_some((g, done))
+}
+
+/// The values of `g` no run can change: its initializers, less those a caller may override (when
+/// `overridable`, an initializer that is also a graph input is only a default).
+pub(crate) fn constants(g: &Graph, overridable: bool) -> HashMap<String, Arc<Value>> {
+    let inputs: HashSet<&str> = g.inputs.iter().map(|i| i.name.as_str()).collect();
+    g.initializers
+        .iter()
+        .filter(|(k, _)| !(overridable && inputs.contains(k.as_str())))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+/// Names a rewrite must not rename or remove: graph outputs and whatever a subgraph reads (it
+/// may read any name of an enclosing scope).
+fn pinned(g: &Graph) -> HashSet<String> {
+    fn walk(g: &Graph, out: &mut HashSet<String>) {
+        for n in &g.nodes {
+            for sg in subgraphs(n) {
+                for m in &sg.nodes {
+                    out.extend(m.inputs.iter().filter(|s| !s.is_empty()).cloned());
+                }
+                out.extend(sg.outputs.iter().map(|o| o.name.clone()));
+                walk(sg, out);
+            }
+        }
+    }
+    let mut out: HashSet<String> = g.outputs.iter().map(|o| o.name.clone()).collect();
+    walk(g, &mut out);
+    out
+}
+
+/// Readers of each value: (node index, input position).
+fn readers(g: &Graph) -> HashMap<&str, Vec<(usize, usize)>> {
+    let mut r: HashMap<&str, Vec<(usize, usize)>> = HashMap::new();
+    for (i, n) in g.nodes.iter().enumerate() {
+        for (k, name) in n.inputs.iter().enumerate() {
+            if !name.is_empty() {
+                r.entry(name.as_str()).or_default().push((i, k));
+            }
+        }
+    }
+    r
+}
+
+fn remove_identities(g: &mut Graph, done: &mut Vec<Rewrite>) {
+    let pinned = pinned(g);
+    let mut rename: HashMap<String, String> = HashMap::new();
+    let mut removed = vec![false; g.nodes.len()];
+    for (i, n) in g.nodes.iter().enumerate() {
+        if n.op_type != "Identity" || !n.domain.is_empty() || n.inputs.len() != 1 {
+            continue;
+        }
+        let (Some(src), Some(out)) = (n.inputs.first(), n.outputs.first()) else {
+            continue;
+        };
+        if src.is_empty() || out.is_empty() || pinned.contains(out) || n.outputs.len() != 1 {
+            continue;
+        }
+        rename.insert(out.clone(), src.clone());
+        removed[i] = true;
+        done.push(Rewrite {
+            pass: "identity",
+            detail: format!("removed '{}' ('{out}' is '{src}')", n.name),
+        });
+    }
+    if rename.is_empty() {
+        return;
+    }
+    let mut k = 0;
+    g.nodes.retain(|_| {
+        k += 1;
+        !removed[k - 1]
+    });
+    // Chains of Identity resolve to the first input, whatever order the nodes are listed in (the
+    // plan compiled before the rewrites has ruled out cycles; the bound is a guard all the same).
+    let resolve = |name: &String| {
+        let mut to = name;
+        for _ in 0..=rename.len() {
+            match rename.get(to) {
+                Some(next) => to = next,
+                None => break,
+            }
+        }
+        to.clone()
+    };
+    for n in &mut g.nodes {
+        for name in &mut n.inputs {
+            if rename.contains_key(name) {
+                *name = resolve(name);
+            }
+        }
+    }
+}
+
+/// The activation node `act` applies to its first input, when FusedConv can apply it to a Conv
+/// output of dtype `dtype` bit for bit.
+fn activation_of(
+    act: &Node,
+    dtype: DType,
+    constants: &HashMap<String, Arc<Value>>,
+) -> Option<Activation> {
+    if !act.domain.is_empty() {
+        return None;
+    }
+    let float_attr = |name: &str| match act.attrs.get(name) {
+        None => Some(None),
+        Some(Attr::Float(v)) => Some(Some(*v)),
+        Some(_) => None,
+    };
+    match act.op_type.as_str() {
+        "Relu" => Some(Activation::Relu),
+        "Sigmoid" => Some(Activation::Sigmoid),
+        "HardSwish" => Some(Activation::HardSwish),
+        "LeakyRelu" => Some(Activation::LeakyRelu {
+            alpha: float_attr("alpha")?.unwrap_or(0.01),
+        }),
+        "Clip" if dtype == DType::F32 => {
+            if act.opset < 11 {
+                return Some(Activation::Clip {
+                    lo: float_attr("min")?.unwrap_or(f32::MIN),
+                    hi: float_attr("max")?.unwrap_or(f32::MAX),
+                });
+            }
+            let bound = |k: usize, absent: f32| -> Option<f32> {
+                match act.inputs.get(k).map(String::as_str) {
+                    None | Some("") => Some(absent),
+                    Some(name) => {
+                        let t = constants.get(name)?.as_tensor()?;
+                        (t.dtype() == DType::F32 && t.len() == 1)
+                            .then(|| t.to_f64_vec().ok()?.first().map(|&v| v as f32))?
+                    }
+                }
+            };
+            Some(Activation::Clip {
+                lo: bound(1, f32::NEG_INFINITY)?,
+                hi: bound(2, f32::INFINITY)?,
+            })
+        }
+        _ => None,
+    }
+}
+
+/// The name and parameters FusedConv's attributes give `act`.
+fn activation_attrs(act: Activation) -> (&'static str, Vec<f32>) {
+    match act {
+        Activation::None => ("", vec![]),
+        Activation::Relu => ("Relu", vec![]),
+        Activation::Sigmoid => ("Sigmoid", vec![]),
+        Activation::HardSwish => ("HardSwish", vec![]),
+        Activation::Silu => ("Silu", vec![]),
+        Activation::LeakyRelu { alpha } => ("LeakyRelu", vec![alpha]),
+        Activation::Clip { lo, hi } => ("Clip", vec![lo, hi]),
+    }
+}
+
+fn fuse_conv_activation(
+    g: &mut Graph,
+    constants: &HashMap<String, Arc<Value>>,
+    done: &mut Vec<Rewrite>,
+) {
+    let pinned = pinned(g);
+    let readers = readers(g);
+    // Conv node index → (activation, the nodes it absorbs, the output the fused node writes).
+    let mut fusions: Vec<(usize, Activation, Vec<usize>, String)> = Vec::new();
+    let mut absorbed: HashSet<usize> = HashSet::new();
+    for (i, conv) in g.nodes.iter().enumerate() {
+        if conv.op_type != "Conv" || !conv.domain.is_empty() || conv.outputs.len() != 1 {
+            continue;
+        }
+        let y = &conv.outputs[0];
+        let dtype = conv
+            .inputs
+            .get(1)
+            .and_then(|w| constants.get(w))
+            .and_then(|w| w.as_tensor())
+            .map(|w| w.dtype());
+        let Some(dtype @ (DType::F32 | DType::F64)) = dtype else {
+            continue;
+        };
+        if y.is_empty() || pinned.contains(y) {
+            continue;
+        }
+        let users = readers.get(y.as_str()).cloned().unwrap_or_default();
+        let single_output = |n: &Node| n.outputs.len() == 1 && !n.outputs[0].is_empty();
+        let fusion = match users.as_slice() {
+            [(a, 0)] if single_output(&g.nodes[*a]) => {
+                activation_of(&g.nodes[*a], dtype, constants)
+                    .map(|act| (act, vec![*a], g.nodes[*a].outputs[0].clone()))
+            }
+            // SiLU: y → Sigmoid → s, Mul(y, s) (either order), s read by the Mul alone.
+            [(p, kp), (q, kq)] => {
+                let (s, m) = if g.nodes[*p].op_type == "Sigmoid" {
+                    ((*p, *kp), (*q, *kq))
+                } else {
+                    ((*q, *kq), (*p, *kp))
+                };
+                let (sn, mn) = (&g.nodes[s.0], &g.nodes[m.0]);
+                let s_out = sn.outputs.first().cloned().unwrap_or_default();
+                let silu = s.1 == 0
+                    && sn.op_type == "Sigmoid"
+                    && sn.domain.is_empty()
+                    && single_output(sn)
+                    && !pinned.contains(&s_out)
+                    && readers.get(s_out.as_str()).map(Vec::as_slice) == Some(&[(m.0, 1 - m.1)])
+                    && mn.op_type == "Mul"
+                    && mn.domain.is_empty()
+                    && mn.inputs.len() == 2
+                    && single_output(mn);
+                silu.then(|| (Activation::Silu, vec![s.0, m.0], mn.outputs[0].clone()))
+            }
+            _ => None,
+        };
+        if let Some((act, nodes, out)) = fusion
+            && nodes.iter().all(|n| !absorbed.contains(n))
+        {
+            absorbed.extend(nodes.iter().copied());
+            fusions.push((i, act, nodes, out));
+        }
+    }
+    if fusions.is_empty() {
+        return;
+    }
+    for (i, act, nodes, out) in &fusions {
+        let (name, params) = activation_attrs(*act);
+        let names: Vec<String> = nodes.iter().map(|&n| g.nodes[n].name.clone()).collect();
+        let conv = &mut g.nodes[*i];
+        conv.op_type = "FusedConv".into();
+        conv.domain = QUORUM_DOMAIN.into();
+        conv.opset = 1;
+        conv.outputs = vec![out.clone()];
+        conv.attrs
+            .insert("activation".into(), Attr::String(name.as_bytes().to_vec()));
+        if !params.is_empty() {
+            conv.attrs
+                .insert("activation_params".into(), Attr::Floats(params));
+        }
+        done.push(Rewrite {
+            pass: "conv-activation",
+            detail: format!(
+                "Conv '{}' + {} → FusedConv({name})",
+                conv.name,
+                names
+                    .iter()
+                    .map(|n| format!("'{n}'"))
+                    .collect::<Vec<_>>()
+                    .join(" + ")
+            ),
+        });
+    }
+    let mut k = 0;
+    g.nodes.retain(|_| {
+        k += 1;
+        !absorbed.contains(&(k - 1))
+    });
+}
+
+#[cfg(test)]
+mod tests;

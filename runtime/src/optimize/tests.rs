@@ -1,0 +1,270 @@
+//! Each rewrite on small graphs: applied where it should be, left alone where it must be, and the
+//! rewritten session's outputs equal the unrewritten one's bit for bit on seeded random inputs. The
+//! comparison is checked against a deliberately wrong rewrite it must catch.
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::*;
+use crate::ir::{Dim, Model, ValueInfo, ValueType};
+use crate::session::{Session, SessionOptions};
+use crate::tensor::Tensor;
+
+fn rand(seed: u64, n: usize) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 6.0 - 3.0
+        })
+        .collect()
+}
+
+fn tensor(shape: &[usize], seed: u64) -> Tensor {
+    Tensor::from_f32(shape, rand(seed, shape.iter().product())).unwrap()
+}
+
+fn info(name: &str, shape: &[usize]) -> ValueInfo {
+    ValueInfo {
+        name: name.into(),
+        ty: ValueType::Tensor {
+            dtype: Some(DType::F32),
+            shape: Some(shape.iter().map(|&d| Dim::Fixed(d as i64)).collect()),
+        },
+    }
+}
+
+fn node(name: &str, op: &str, inputs: &[&str], outputs: &[&str]) -> Node {
+    Node {
+        name: name.into(),
+        op_type: op.into(),
+        domain: String::new(),
+        opset: 17,
+        inputs: inputs.iter().map(|s| s.to_string()).collect(),
+        outputs: outputs.iter().map(|s| s.to_string()).collect(),
+        attrs: HashMap::new(),
+    }
+}
+
+/// A model over input `x` [1, 3, 8, 8] with a 3×3 Conv of W [4, 3, 3, 3] (pads 1) and bias, named
+/// `y`, followed by `tail`; `outputs` are [1, 4, 8, 8] each.
+fn model(tail: Vec<Node>, outputs: &[&str], extra: Vec<(&str, Tensor)>) -> Model {
+    let mut conv = node("conv", "Conv", &["x", "w", "b"], &["y"]);
+    conv.attrs
+        .insert("pads".into(), Attr::Ints(vec![1, 1, 1, 1]));
+    let mut nodes = vec![conv];
+    nodes.extend(tail);
+    let mut initializers: HashMap<String, Arc<Value>> = [
+        (
+            "w".to_string(),
+            Arc::new(Value::Tensor(tensor(&[4, 3, 3, 3], 2))),
+        ),
+        ("b".to_string(), Arc::new(Value::Tensor(tensor(&[4], 3)))),
+    ]
+    .into();
+    for (k, v) in extra {
+        initializers.insert(k.into(), Arc::new(Value::Tensor(v)));
+    }
+    Model {
+        ir_version: 8,
+        opsets: [(String::new(), 17)].into(),
+        producer: "test".into(),
+        graph: Graph {
+            name: "g".into(),
+            nodes,
+            inputs: vec![info("x", &[1, 3, 8, 8])],
+            outputs: outputs.iter().map(|o| info(o, &[1, 4, 8, 8])).collect(),
+            initializers,
+            value_info: Default::default(),
+        },
+        metadata: vec![],
+        warnings: vec![],
+    }
+}
+
+fn session(m: &Model, optimize: bool) -> Session {
+    let options = SessionOptions {
+        optimize,
+        ..Default::default()
+    };
+    Session::from_model(m.clone(), options).unwrap()
+}
+
+fn outputs(s: &Session, seed: u64) -> Vec<Vec<u64>> {
+    s.run(vec![(
+        "x".into(),
+        Value::Tensor(tensor(&[1, 3, 8, 8], seed)),
+    )])
+    .unwrap()
+    .into_iter()
+    .map(|(_, v)| {
+        let t = v.into_tensor().unwrap();
+        t.to_f64_vec()
+            .unwrap()
+            .iter()
+            .map(|v| v.to_bits())
+            .collect()
+    })
+    .collect()
+}
+
+/// Where the two sessions' outputs first differ (output, element), over a few seeded inputs.
+fn first_difference(a: &Session, b: &Session) -> Option<(usize, usize)> {
+    for seed in [11, 12, 13] {
+        for (k, (p, q)) in outputs(a, seed).iter().zip(outputs(b, seed)).enumerate() {
+            if p.len() != q.len() {
+                return Some((k, 0));
+            }
+            if let Some(i) = p.iter().zip(&q).position(|(x, y)| x != y) {
+                return Some((k, i));
+            }
+        }
+    }
+    None
+}
+
+/// The optimised session's rewrites and ops, after checking it equals the plain one bit for bit.
+fn check(m: &Model) -> (Vec<Rewrite>, Vec<String>) {
+    let (plain, opt) = (session(m, false), session(m, true));
+    assert!(plain.rewrites().is_empty());
+    assert_eq!(
+        first_difference(&plain, &opt),
+        None,
+        "rewrites {:?}",
+        opt.rewrites()
+    );
+    let ops = opt
+        .plan()
+        .graph
+        .nodes
+        .iter()
+        .map(|n| n.qualified_op())
+        .collect();
+    (opt.rewrites().to_vec(), ops)
+}
+
+#[test]
+fn conv_then_each_activation_fuses_bit_for_bit() {
+    let mut leaky = node("act", "LeakyRelu", &["y"], &["z"]);
+    leaky.attrs.insert("alpha".into(), Attr::Float(0.2));
+    let mut clip6 = node("act", "Clip", &["y"], &["z"]);
+    clip6.opset = 6;
+    clip6.attrs.insert("min".into(), Attr::Float(-0.5));
+    clip6.attrs.insert("max".into(), Attr::Float(1.5));
+    let mut hswish = node("act", "HardSwish", &["y"], &["z"]);
+    hswish.opset = 14;
+    let bounds = vec![
+        ("lo", Tensor::from_f32(&[], vec![0.0]).unwrap()),
+        ("hi", Tensor::from_f32(&[], vec![6.0]).unwrap()),
+    ];
+    let cases = vec![
+        (node("act", "Relu", &["y"], &["z"]), vec![]),
+        (node("act", "Sigmoid", &["y"], &["z"]), vec![]),
+        (leaky, vec![]),
+        (clip6, vec![]),
+        (hswish, vec![]),
+        (
+            node("act", "Clip", &["y", "lo", "hi"], &["z"]),
+            bounds.clone(),
+        ),
+        (node("act", "Clip", &["y", "", "hi"], &["z"]), bounds),
+    ];
+    for (act, extra) in cases {
+        let op = act.op_type.clone();
+        let (rewrites, ops) = check(&model(vec![act], &["z"], extra));
+        assert_eq!(ops, ["com.quorum::FusedConv"], "{op}");
+        assert_eq!(rewrites.len(), 1);
+        assert_eq!(rewrites[0].pass, "conv-activation");
+    }
+}
+
+#[test]
+fn silu_pair_fuses_in_either_mul_order() {
+    for mul_inputs in [["y", "s"], ["s", "y"]] {
+        let tail = vec![
+            node("sig", "Sigmoid", &["y"], &["s"]),
+            node("mul", "Mul", &mul_inputs, &["z"]),
+        ];
+        let (rewrites, ops) = check(&model(tail, &["z"], vec![]));
+        assert_eq!(ops, ["com.quorum::FusedConv"]);
+        assert!(rewrites[0].detail.contains("Silu"), "{rewrites:?}");
+    }
+}
+
+#[test]
+fn fusion_keeps_out_where_the_pair_is_not_alone() {
+    // The Conv output is also a graph output.
+    let (r, _) = check(&model(
+        vec![node("act", "Relu", &["y"], &["z"])],
+        &["z", "y"],
+        vec![],
+    ));
+    assert!(r.is_empty());
+    // The Conv output has a second reader.
+    let tail = vec![
+        node("act", "Relu", &["y"], &["z"]),
+        node("neg", "Neg", &["y"], &["n"]),
+    ];
+    let (r, _) = check(&model(tail, &["z", "n"], vec![]));
+    assert!(r.is_empty());
+    // Sigmoid's output read by something besides the Mul: a Sigmoid fusion would drop it.
+    let tail = vec![
+        node("sig", "Sigmoid", &["y"], &["s"]),
+        node("mul", "Mul", &["y", "s"], &["z"]),
+        node("neg", "Neg", &["s"], &["n"]),
+    ];
+    let (r, _) = check(&model(tail, &["z", "n"], vec![]));
+    assert!(r.is_empty());
+    // A Clip bound fed per run (a graph input): not a constant.
+    let mut m = model(
+        vec![node("act", "Clip", &["y", "lo"], &["z"])],
+        &["z"],
+        vec![("lo", Tensor::from_f32(&[], vec![0.0]).unwrap())],
+    );
+    m.graph.inputs.push(info("lo", &[]));
+    let (r, _) = check(&m);
+    assert!(r.is_empty());
+    // An op with no fused form.
+    let (r, _) = check(&model(
+        vec![node("act", "Tanh", &["y"], &["z"])],
+        &["z"],
+        vec![],
+    ));
+    assert!(r.is_empty());
+}
+
+#[test]
+fn identities_are_removed_but_not_graph_outputs() {
+    let tail = vec![
+        node("id1", "Identity", &["y"], &["i1"]),
+        node("id2", "Identity", &["i1"], &["i2"]),
+        node("neg", "Neg", &["i2"], &["z"]),
+        node("id3", "Identity", &["z"], &["out"]),
+    ];
+    let (r, ops) = check(&model(tail.clone(), &["out"], vec![]));
+    assert_eq!(r.iter().filter(|r| r.pass == "identity").count(), 2);
+    assert_eq!(ops, ["Conv", "Neg", "Identity"]);
+    // The same chain listed out of order (a valid graph need not be sorted).
+    let mut reversed = model(tail, &["out"], vec![]);
+    reversed.graph.nodes.reverse();
+    let (r, _) = check(&reversed);
+    assert_eq!(r.iter().filter(|r| r.pass == "identity").count(), 2);
+}
+
+/// The harness catches a rewrite that changes the arithmetic: a session whose FusedConv has
+/// another activation than the pair it replaced.
+#[test]
+fn the_comparison_catches_a_wrong_fusion() {
+    let m = model(vec![node("act", "Relu", &["y"], &["z"])], &["z"], vec![]);
+    let plain = session(&m, false);
+    let (mut g, _) = optimize(&m.graph, &constants(&m.graph, true)).unwrap();
+    g.nodes[0]
+        .attrs
+        .insert("activation".into(), Attr::String(b"Sigmoid".to_vec()));
+    let mut wrong = m.clone();
+    wrong.graph = g;
+    wrong.opsets.insert(QUORUM_DOMAIN.into(), 1);
+    let wrong = session(&wrong, false);
+    assert!(first_difference(&plain, &wrong).is_some());
+}
