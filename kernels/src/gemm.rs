@@ -96,6 +96,14 @@ pub fn sgemm_uninit(
         "sgemm: A was packed for {:?}",
         a.isa()
     );
+    if let BSource::Packed(pb) = b {
+        assert!(
+            pb.isa() == a.isa(),
+            "sgemm: A packed for {:?}, B for {:?}",
+            a.isa(),
+            pb.isa()
+        );
+    }
     b.check(k, n);
     let out = OutPtr(c.as_mut_ptr().cast::<f32>());
     let (mr, nr) = (a.isa().mr(), a.isa().nr());
@@ -198,13 +206,19 @@ fn block(
             let bpanels = nc.div_ceil(nr);
             for pc in (0..k).step_by(KC) {
                 let kc = KC.min(k - pc);
-                bp.resize(bpanels * nr * kc, 0.0);
-                b.pack(nr, (pc, kc), (jc, nc), bp, row);
+                if !matches!(b, BSource::Packed(_)) {
+                    bp.resize(bpanels * nr * kc, 0.0);
+                    b.pack(nr, (pc, kc), (jc, nc), bp, row);
+                }
                 let last = pc + kc == k;
                 for ic in (q0..q1).step_by(MC_PANELS) {
                     for jr in 0..bpanels {
                         let cols = nr.min(nc - jr * nr);
-                        let bpanel = &bp[jr * kc * nr..(jr + 1) * kc * nr];
+                        // `jc` is a multiple of `nr` (parts and blocks start on panel edges).
+                        let bpanel = match b {
+                            BSource::Packed(pb) => &pb.panel(jc / nr + jr, pc)[..kc * nr],
+                            _ => &bp[jr * kc * nr..(jr + 1) * kc * nr],
+                        };
                         for q in ic..q1.min(ic + MC_PANELS) {
                             let ap = a.panel(q, pc);
                             let (r0, rows) = row_range(q);

@@ -22,7 +22,7 @@ pub mod pack;
 
 pub use activation::Activation;
 pub use gemm::{Epilogue, Threads, sgemm, sgemm_uninit};
-pub use pack::{BSource, ConvPatches, PackedA};
+pub use pack::{BSource, ConvPatches, PackedA, PackedB};
 
 /// The instruction set a GEMM runs with. Packed operands are laid out for one of them (its register
 /// tile), so a [`PackedA`] remembers the `Isa` it was packed for.

@@ -23,10 +23,23 @@ impl PackedA {
     /// # Panics
     /// When `a` is too short for `m`, `k` and `lda` (a caller's error).
     pub fn new(isa: Isa, m: usize, k: usize, a: &[f32], lda: usize) -> PackedA {
+        assert!(
+            m == 0 || k == 0 || lda >= k,
+            "PackedA: row stride {lda} is shorter than a row of {k}"
+        );
+        PackedA::strided(isa, m, k, a, lda, 1)
+    }
+
+    /// Packs the `m×k` matrix with `A[i, p] = a[i·rs + p·cs]` (a transposed store: `rs = 1`,
+    /// `cs = m`).
+    ///
+    /// # Panics
+    /// When `a` is too short for the shape and strides (a caller's error).
+    pub fn strided(isa: Isa, m: usize, k: usize, a: &[f32], rs: usize, cs: usize) -> PackedA {
         assert!(isa.is_supported(), "PackedA: {isa:?} is not supported here");
         assert!(
-            m == 0 || k == 0 || ((m - 1) * lda + k <= a.len() && lda >= k),
-            "PackedA: a {m}x{k} matrix with row stride {lda} does not fit in {} values",
+            m == 0 || k == 0 || (m - 1) * rs + (k - 1) * cs < a.len(),
+            "PackedA: a {m}x{k} matrix with strides ({rs}, {cs}) does not fit in {} values",
             a.len()
         );
         let mr = isa.mr();
@@ -35,9 +48,15 @@ impl PackedA {
         for q in 0..panels {
             let panel = &mut data[q * mr * k..(q + 1) * mr * k];
             for i in 0..mr.min(m - q * mr) {
-                let row = &a[(q * mr + i) * lda..(q * mr + i) * lda + k];
-                for (p, &v) in row.iter().enumerate() {
-                    panel[p * mr + i] = v;
+                let r = (q * mr + i) * rs;
+                if cs == 1 {
+                    for (p, &v) in a[r..r + k].iter().enumerate() {
+                        panel[p * mr + i] = v;
+                    }
+                } else {
+                    for p in 0..k {
+                        panel[p * mr + i] = a[r + p * cs];
+                    }
                 }
             }
         }
@@ -65,6 +84,65 @@ impl PackedA {
     pub(crate) fn panel(&self, q: usize, p0: usize) -> &[f32] {
         let mr = self.isa.mr();
         &self.data[(q * self.k + p0) * mr..(q + 1) * self.k * mr]
+    }
+}
+
+/// `B` (`K×N`) packed once, whole: panel `q` holds, for each `p` of all `K`, the `NR` values
+/// `B[p, q·NR + lane]` (zeros past `N`). The GEMM reads its blocks in place instead of packing them
+/// per call: the form for weights (a MatMul's or Gemm's constant right operand), made once per
+/// initializer and cached by the runtime.
+#[derive(Debug, Clone)]
+pub struct PackedB {
+    isa: Isa,
+    k: usize,
+    n: usize,
+    data: Vec<f32>,
+}
+
+impl PackedB {
+    /// Packs the `k×n` matrix with `B[p, j] = b[p·rs + j·cs]` (row-major: `rs = n, cs = 1`; a
+    /// transposed `n×k` store: `rs = 1, cs = k`).
+    ///
+    /// # Panics
+    /// When `b` is too short for the shape and strides (a caller's error).
+    pub fn new(isa: Isa, k: usize, n: usize, b: &[f32], rs: usize, cs: usize) -> PackedB {
+        assert!(isa.is_supported(), "PackedB: {isa:?} is not supported here");
+        assert!(
+            k == 0 || n == 0 || (k - 1) * rs + (n - 1) * cs < b.len(),
+            "PackedB: a {k}x{n} matrix with strides ({rs}, {cs}) does not fit in {} values",
+            b.len()
+        );
+        let nr = isa.nr();
+        let panels = n.div_ceil(nr);
+        let mut data = vec![0f32; panels * nr * k];
+        for q in 0..panels {
+            let panel = &mut data[q * nr * k..(q + 1) * nr * k];
+            for lane in 0..nr.min(n - q * nr) {
+                let j = q * nr + lane;
+                for p in 0..k {
+                    panel[p * nr + lane] = b[p * rs + j * cs];
+                }
+            }
+        }
+        PackedB { isa, k, n, data }
+    }
+
+    pub fn isa(&self) -> Isa {
+        self.isa
+    }
+
+    pub fn depth(&self) -> usize {
+        self.k
+    }
+
+    pub fn cols(&self) -> usize {
+        self.n
+    }
+
+    /// Panel `q` (columns `q·NR..`) from step `p0` on.
+    pub(crate) fn panel(&self, q: usize, p0: usize) -> &[f32] {
+        let nr = self.isa.nr();
+        &self.data[(q * self.k + p0) * nr..(q + 1) * self.k * nr]
     }
 }
 
@@ -205,6 +283,8 @@ pub enum BSource<'a> {
     Dense { data: &'a [f32], ld: usize },
     /// A convolution's patches, read from its input as they are packed.
     Conv(ConvPatches<'a>),
+    /// Packed once beforehand: read in place, never packed per call.
+    Packed(&'a PackedB),
 }
 
 impl BSource<'_> {
@@ -215,6 +295,12 @@ impl BSource<'_> {
                 k == 0 || n == 0 || ((k - 1) * ld + n <= data.len() && *ld >= n),
                 "BSource: a {k}x{n} matrix with row stride {ld} does not fit in {} values",
                 data.len()
+            ),
+            BSource::Packed(pb) => assert!(
+                pb.k == k && pb.n == n,
+                "BSource: a packed {}x{} B is not {k}x{n}",
+                pb.k,
+                pb.n
             ),
             BSource::Conv(g) => {
                 let in_sp: usize = g.ins.iter().product();
@@ -264,6 +350,7 @@ impl BSource<'_> {
         let (data, ld) = match self {
             BSource::Dense { data, ld } => (*data, *ld),
             BSource::Conv(g) => return g.pack_panels::<NR>((p0, kc), (j0, nc), out, row),
+            BSource::Packed(_) => unreachable!("packed B is read in place"),
         };
         for p in 0..kc {
             let src: &[f32] = &data[(p0 + p) * ld + j0..][..nc];

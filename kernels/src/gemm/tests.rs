@@ -265,3 +265,53 @@ fn a_broken_gemm_is_caught() {
         "a missing step went unnoticed"
     );
 }
+
+/// `B` packed once (from a row-major or a transposed store) gives the bits of `B` packed per call,
+/// and `A` packed from a transposed store the bits of `A` packed from rows: shapes across tile and
+/// block edges, serial and split, with `C` poisoned first.
+#[test]
+fn prepacked_operands_give_the_same_bits() {
+    use crate::pack::PackedB;
+    for &isa in Isa::supported() {
+        for (m, k, n) in [
+            (9usize, 200usize, 37usize),
+            (17, 5, 70),
+            (3, 400, 1),
+            (16, 64, 64),
+        ] {
+            let a = rand(11, m * k);
+            let b = rand(12, k * n);
+            let bt: Vec<f32> = (0..n * k).map(|e| b[(e % k) * n + e / k]).collect();
+            let at: Vec<f32> = (0..k * m).map(|e| a[(e % m) * k + e / m]).collect();
+            let pa = PackedA::new(isa, m, k, &a, k);
+            let pa_t = PackedA::strided(isa, m, k, &at, 1, m);
+            let pb = PackedB::new(isa, k, n, &b, n, 1);
+            let pb_t = PackedB::new(isa, k, n, &bt, 1, k);
+            for threads in [Threads::Serial, Threads::Always] {
+                let run = |a: &PackedA, src: &BSource| {
+                    let mut c = vec![f32::NAN; m * n];
+                    sgemm(a, src, n, &mut c, n, &Epilogue::NONE, threads);
+                    c.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+                };
+                let want = run(&pa, &BSource::Dense { data: &b, ld: n });
+                assert_eq!(run(&pa, &BSource::Packed(&pb)), want, "{isa:?} {m}x{k}x{n}");
+                assert_eq!(
+                    run(&pa, &BSource::Packed(&pb_t)),
+                    want,
+                    "{isa:?} {m}x{k}x{n} Bt"
+                );
+                assert_eq!(
+                    run(&pa_t, &BSource::Packed(&pb)),
+                    want,
+                    "{isa:?} {m}x{k}x{n} At"
+                );
+                let ok = c_is_finite(&want);
+                assert!(ok, "{isa:?} {m}x{k}x{n}: an element was never written");
+            }
+        }
+    }
+}
+
+fn c_is_finite(bits: &[u32]) -> bool {
+    bits.iter().all(|b| f32::from_bits(*b).is_finite())
+}

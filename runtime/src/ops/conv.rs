@@ -27,7 +27,7 @@ mod packed;
 #[path = "conv_transpose.rs"]
 mod transpose;
 #[path = "conv_weights.rs"]
-mod weights;
+pub(crate) mod weights;
 
 pub(crate) use transpose::convt_geom;
 

@@ -1,4 +1,5 @@
-//! Convolution weights packed once per initializer, for the packed GEMM.
+//! Weights packed once per initializer, for the packed GEMM: a convolution's `A` panels per group,
+//! a MatMul's or Gemm's `B` panels.
 //!
 //! Keyed, like the CUDA weight cache, by the identity of the initializer's `Arc` (which the session
 //! gives a kernel through [`SubgraphRunner::constant`](crate::ops::SubgraphRunner::constant)), and
@@ -7,6 +8,7 @@
 //! weight shape) is the one asked for. An address whose value was dropped and reused, a value fed
 //! per run (no `Arc` given) or a different layout is packed again. Entries whose value is gone are
 //! dropped at the next insertion, so the cache holds the packed weights of live sessions only.
+use std::any::Any;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
@@ -24,18 +26,24 @@ pub(crate) struct PackedWeights {
 struct Entry {
     source: Weak<Value>,
     layout: Layout,
-    packed: Arc<PackedWeights>,
+    packed: Arc<dyn Any + Send + Sync>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Layout {
+    /// What the packing is for (a convolution's `A`, a GEMM's `B`, ...): one initializer may be
+    /// packed for several uses.
+    kind: &'static str,
     isa: Isa,
     group: usize,
     shape: Vec<usize>,
 }
 
-fn cache() -> &'static Mutex<HashMap<usize, Entry>> {
-    static CACHE: std::sync::OnceLock<Mutex<HashMap<usize, Entry>>> = std::sync::OnceLock::new();
+/// Entries keyed by the initializer's address and the packing's kind.
+type Cache = Mutex<HashMap<(usize, &'static str), Entry>>;
+
+fn cache() -> &'static Cache {
+    static CACHE: std::sync::OnceLock<Cache> = std::sync::OnceLock::new();
     CACHE.get_or_init(Default::default)
 }
 
@@ -50,6 +58,20 @@ pub(super) fn packed_weights(
     shape: &[usize],
     pack: impl FnOnce() -> PackedWeights,
 ) -> Arc<PackedWeights> {
+    packed_constant(ctx, input, "conv", isa, group, shape, pack)
+}
+
+/// [`packed_weights`] for any packed form `P`, told apart by `kind` (with the instruction set, a
+/// `group` or other small parameter, and the weight's shape).
+pub(crate) fn packed_constant<P: Any + Send + Sync>(
+    ctx: &OpCtx,
+    input: usize,
+    kind: &'static str,
+    isa: Isa,
+    group: usize,
+    shape: &[usize],
+    pack: impl FnOnce() -> P,
+) -> Arc<P> {
     let source = ctx
         .node
         .inputs
@@ -59,18 +81,19 @@ pub(super) fn packed_weights(
         return Arc::new(pack());
     };
     let layout = Layout {
+        kind,
         isa,
         group,
         shape: shape.to_vec(),
     };
-    if let Some(hit) = lookup(&source, &layout) {
+    if let Some(hit) = lookup(&source, &layout).and_then(|p| p.downcast::<P>().ok()) {
         return hit;
     }
     let packed = Arc::new(pack());
     let mut entries = cache().lock().unwrap_or_else(|e| e.into_inner());
     entries.retain(|_, e| e.source.strong_count() > 0);
     entries.insert(
-        Arc::as_ptr(&source) as usize,
+        (Arc::as_ptr(&source) as usize, kind),
         Entry {
             source: Arc::downgrade(&source),
             layout,
@@ -80,9 +103,9 @@ pub(super) fn packed_weights(
     packed
 }
 
-fn lookup(source: &Arc<Value>, layout: &Layout) -> Option<Arc<PackedWeights>> {
+fn lookup(source: &Arc<Value>, layout: &Layout) -> Option<Arc<dyn Any + Send + Sync>> {
     let entries = cache().lock().unwrap_or_else(|e| e.into_inner());
-    let e = entries.get(&(Arc::as_ptr(source) as usize))?;
+    let e = entries.get(&(Arc::as_ptr(source) as usize, layout.kind))?;
     let same = e.source.upgrade().is_some_and(|s| Arc::ptr_eq(&s, source)) && e.layout == *layout;
     same.then(|| e.packed.clone())
 }
@@ -91,6 +114,7 @@ fn lookup(source: &Arc<Value>, layout: &Layout) -> Option<Arc<PackedWeights>> {
 #[cfg(test)]
 pub(super) fn is_cached(source: &Arc<Value>, isa: Isa, group: usize, shape: &[usize]) -> bool {
     let layout = Layout {
+        kind: "conv",
         isa,
         group,
         shape: shape.to_vec(),

@@ -566,7 +566,16 @@ fn gemm_op(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
         }};
     }
     let t = match (a, b) {
-        (Tensor::F32(x), Tensor::F32(y)) => go!(F32, x, y),
+        (Tensor::F32(x), Tensor::F32(y)) => {
+            let cc = match c {
+                Some(Tensor::F32(c)) => Some(c),
+                _ => None,
+            };
+            match packed::gemm_f32(ctx, x, y, cc, (ta, tb), (alpha, beta))? {
+                Some(r) => Tensor::F32(r),
+                None => go!(F32, x, y),
+            }
+        }
         (Tensor::F64(x), Tensor::F64(y)) => go!(F64, x, y),
         (Tensor::F16(_), Tensor::F16(_)) => go_half!(F16, f16),
         (Tensor::BF16(_), Tensor::BF16(_)) => go_half!(BF16, bf16),

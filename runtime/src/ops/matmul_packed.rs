@@ -1,15 +1,19 @@
-//! f32 MatMul through the packed GEMM of `quorum-kernels` (AVX-512 or AVX2+FMA micro-kernels): the
-//! left operand packed into row panels per call, the right one read by the GEMM's own block packing.
-//! Shapes too thin for its register tile (fewer rows than a tile, or a handful of columns) keep the
-//! general path (`matmul_nd`), which handles them as matrix-vector products.
+//! f32 MatMul and Gemm through the packed GEMM of `quorum-kernels` (AVX-512 or AVX2+FMA
+//! micro-kernels): the left operand packed into row panels per call; the right one, when it is a
+//! constant of the session (a weight), packed once and cached (`conv_weights.rs`), otherwise read
+//! by the GEMM's own block packing. Shapes too thin for its register tile (fewer rows than a tile,
+//! or a handful of columns) keep the general path, which handles them as matrix-vector products.
+use std::sync::Arc;
+
 use ndarray::{ArrayD, IxDyn};
-use quorum_kernels::{BSource, Epilogue, Isa, PackedA, Threads, sgemm_uninit};
+use quorum_kernels::{BSource, Epilogue, Isa, PackedA, PackedB, Threads, sgemm_uninit};
 use rayon::prelude::*;
 
 use super::{MatMulShape, batch_offsets, matmul_nd, matmul_shape};
 use crate::bail;
 use crate::error::OpResult;
 use crate::ops::OpCtx;
+use crate::ops::conv::weights::packed_constant;
 
 pub(super) fn matmul_f32(ctx: &OpCtx, a: &ArrayD<f32>, b: &ArrayD<f32>) -> OpResult<ArrayD<f32>> {
     let MatMulShape {
@@ -42,7 +46,16 @@ pub(super) fn matmul_f32(ctx: &OpCtx, a: &ArrayD<f32>, b: &ArrayD<f32>) -> OpRes
     let spare = &mut out.spare_capacity_mut()[..total];
     if tall {
         let pa = PackedA::new(isa, rows, k, asl, k);
-        let src = BSource::Dense { data: bsl, ld: n };
+        // A 2-D B that is a session constant: packed once, read in place.
+        let cached = if b.ndim() == 2 {
+            weight_b(ctx, isa, (k, n), false, bsl)
+        } else {
+            None
+        };
+        let src = match &cached {
+            Some(pb) => BSource::Packed(pb),
+            None => BSource::Dense { data: bsl, ld: n },
+        };
         sgemm_uninit(&pa, &src, n, spare, n, &Epilogue::NONE, Threads::Auto);
     } else if total > 0 {
         let ao = batch_offsets(&a_batch, &batch, m * k);
@@ -72,6 +85,110 @@ pub(super) fn matmul_f32(ctx: &OpCtx, a: &ArrayD<f32>, b: &ArrayD<f32>) -> OpRes
     // and those outputs cover the first `total` elements.
     unsafe { out.set_len(total) };
     Ok(ArrayD::from_shape_vec(IxDyn(&out_shape), out)?)
+}
+
+/// Input 1 (`B`, `k×n`, stored transposed when `trans`) packed once when it is a constant of the
+/// running session (cached per initializer); `None` when it is fed or computed per run.
+fn weight_b(
+    ctx: &OpCtx,
+    isa: Isa,
+    (k, n): (usize, usize),
+    trans: bool,
+    b: &[f32],
+) -> Option<Arc<PackedB>> {
+    let name = ctx.node.inputs.get(1)?;
+    ctx.runner.constant(name)?;
+    let (rs, cs) = if trans { (1, k) } else { (n, 1) };
+    Some(packed_constant(
+        ctx,
+        1,
+        "gemm-b",
+        isa,
+        trans as usize,
+        &[k, n],
+        || PackedB::new(isa, k, n, b, rs, cs),
+    ))
+}
+
+/// Gemm in f32: `alpha·op(A)·op(B) + beta·C`, or `None` where the shape is too thin for the packed
+/// GEMM (the caller's general path runs it).
+pub(super) fn gemm_f32(
+    ctx: &OpCtx,
+    a: &ArrayD<f32>,
+    b: &ArrayD<f32>,
+    c: Option<&ArrayD<f32>>,
+    (ta, tb): (bool, bool),
+    (alpha, beta): (f64, f64),
+) -> OpResult<Option<ArrayD<f32>>> {
+    if a.ndim() != 2 || b.ndim() != 2 {
+        return Ok(None);
+    }
+    let (m, k) = if ta {
+        (a.shape()[1], a.shape()[0])
+    } else {
+        (a.shape()[0], a.shape()[1])
+    };
+    let (kb, n) = if tb {
+        (b.shape()[1], b.shape()[0])
+    } else {
+        (b.shape()[0], b.shape()[1])
+    };
+    let isa = Isa::detected();
+    if k != kb || m < isa.mr() || n < isa.nr() / 2 {
+        return Ok(None);
+    }
+    let cv = match c {
+        Some(c) if beta != 0.0 => match c.broadcast(IxDyn(&[m, n])) {
+            Some(v) if c.ndim() <= 2 => Some(v),
+            _ => return Ok(None),
+        },
+        _ => None,
+    };
+    ctx.check_alloc(&[m, n], std::mem::size_of::<f32>())?;
+    let a = a.as_standard_layout();
+    let b = b.as_standard_layout();
+    let (Some(asl), Some(bsl)) = (a.as_slice(), b.as_slice()) else {
+        return Ok(None);
+    };
+    let pa = if ta {
+        PackedA::strided(isa, m, k, asl, 1, m)
+    } else {
+        PackedA::new(isa, m, k, asl, k)
+    };
+    let packed_per_call;
+    let cached = weight_b(ctx, isa, (k, n), tb, bsl);
+    let src = match (&cached, tb) {
+        (Some(pb), _) => BSource::Packed(pb),
+        (None, false) => BSource::Dense { data: bsl, ld: n },
+        (None, true) => {
+            packed_per_call = PackedB::new(isa, k, n, bsl, 1, k);
+            BSource::Packed(&packed_per_call)
+        }
+    };
+    let mut out: Vec<f32> = Vec::with_capacity(m * n);
+    sgemm_uninit(
+        &pa,
+        &src,
+        n,
+        &mut out.spare_capacity_mut()[..m * n],
+        n,
+        &Epilogue::NONE,
+        Threads::Auto,
+    );
+    // SAFETY: sgemm_uninit wrote every element of the m×n output.
+    unsafe { out.set_len(m * n) };
+    let (alpha, beta) = (alpha as f32, beta as f32);
+    if alpha != 1.0 {
+        out.iter_mut().for_each(|v| *v *= alpha);
+    }
+    if let Some(cv) = cv {
+        for (row, crow) in out.chunks_mut(n).zip(cv.rows()) {
+            for (v, &cval) in row.iter_mut().zip(crow.iter()) {
+                *v += if beta == 1.0 { cval } else { cval * beta };
+            }
+        }
+    }
+    Ok(Some(ArrayD::from_shape_vec(IxDyn(&[m, n]), out)?))
 }
 
 #[cfg(test)]
@@ -180,5 +297,118 @@ mod tests {
             })
             .collect::<Vec<f32>>();
         assert!(first_outside(&short, &want).is_some());
+    }
+
+    /// A runner that calls input `w` a constant of the session.
+    struct Constant(Arc<crate::tensor::Value>);
+
+    impl crate::ops::SubgraphRunner for Constant {
+        fn run_subgraph(
+            &self,
+            _: &crate::ir::Graph,
+            _: Vec<crate::tensor::Value>,
+        ) -> OpResult<Vec<crate::tensor::Value>> {
+            unreachable!()
+        }
+
+        fn constant(&self, name: &str) -> Option<Arc<crate::tensor::Value>> {
+            (name == "w").then(|| self.0.clone())
+        }
+    }
+
+    /// Gemm through the packed path: every transpose, alpha and beta, C of each broadcast shape, B
+    /// fed per run and B a cached constant (twice: the second from the cache), against f64 sums of
+    /// the definition.
+    #[test]
+    fn packed_gemm_matches_f64_sums() {
+        use crate::ir::{Attr, Node};
+        use crate::tensor::Value;
+        let (m, k, n) = (19usize, 70usize, 41usize);
+        for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+            for (cshape, alpha, beta) in [
+                (vec![n], 1.0f32, 1.0f32),
+                (vec![m, 1], 0.5, -2.0),
+                (vec![m, n], 1.0, 0.25),
+                (vec![], 2.0, 1.0),
+            ] {
+                let ash = if ta { [k, m] } else { [m, k] };
+                let bsh = if tb { [n, k] } else { [k, n] };
+                let (a, b) = (rand(5, m * k), rand(6, k * n));
+                let c = rand(7, cshape.iter().product());
+                let at = |i: usize, p: usize| if ta { a[p * m + i] } else { a[i * k + p] };
+                let bt = |p: usize, j: usize| if tb { b[j * k + p] } else { b[p * n + j] };
+                let cat = |i: usize, j: usize| match cshape.as_slice() {
+                    [_] => c[j],
+                    [_, 1] => c[i],
+                    [_, _] => c[i * n + j],
+                    _ => c[0],
+                };
+                let mut want = Vec::new();
+                for i in 0..m {
+                    for j in 0..n {
+                        let (mut sum, mut mag) = (0f64, 0f64);
+                        for p in 0..k {
+                            let t = at(i, p) as f64 * bt(p, j) as f64;
+                            sum += t;
+                            mag += t.abs();
+                        }
+                        let v = alpha as f64 * sum + beta as f64 * cat(i, j) as f64;
+                        let tol = (k as f64 + 4.0)
+                            * f32::EPSILON as f64
+                            * (alpha.abs() as f64 * mag + (beta as f64 * cat(i, j) as f64).abs())
+                            + 1e-30;
+                        want.push((v, tol));
+                    }
+                }
+                let node = Node {
+                    name: "g".into(),
+                    op_type: "Gemm".into(),
+                    domain: String::new(),
+                    opset: 13,
+                    inputs: vec!["a".into(), "w".into(), "c".into()],
+                    outputs: vec!["y".into()],
+                    attrs: [
+                        ("transA".to_string(), Attr::Int(ta as i64)),
+                        ("transB".to_string(), Attr::Int(tb as i64)),
+                        ("alpha".to_string(), Attr::Float(alpha)),
+                        ("beta".to_string(), Attr::Float(beta)),
+                    ]
+                    .into(),
+                };
+                let av = Value::Tensor(Tensor::from_f32(&ash, a.clone()).unwrap());
+                let bv = Arc::new(Value::Tensor(Tensor::from_f32(&bsh, b.clone()).unwrap()));
+                let cv = Value::Tensor(Tensor::from_f32(&cshape, c.clone()).unwrap());
+                let fed = crate::ops::NoSubgraphs;
+                let constant = Constant(bv.clone());
+                for runner in [
+                    &fed as &dyn crate::ops::SubgraphRunner,
+                    &constant,
+                    &constant,
+                ] {
+                    let ctx = OpCtx {
+                        node: &node,
+                        runner,
+                        max_tensor_bytes: 1 << 30,
+                    };
+                    let got = super::super::gemm_op(&ctx, &[Some(&av), Some(&bv), Some(&cv)])
+                        .unwrap()
+                        .remove(0)
+                        .into_tensor()
+                        .unwrap();
+                    assert_eq!(got.shape(), &[m, n]);
+                    let g: Vec<f32> = got
+                        .to_f64_vec()
+                        .unwrap()
+                        .iter()
+                        .map(|&v| v as f32)
+                        .collect();
+                    assert_eq!(
+                        first_outside(&g, &want),
+                        None,
+                        "transA={ta} transB={tb} C{cshape:?} alpha={alpha} beta={beta}"
+                    );
+                }
+            }
+        }
     }
 }

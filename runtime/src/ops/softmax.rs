@@ -125,7 +125,12 @@ fn compute<T: Float + Elem>(
     (outer, n, inner): (usize, usize, usize),
     kind: Kind,
 ) -> OpResult<ArrayD<T>> {
-    let mut v: Vec<T> = a.iter().copied().collect();
+    // A contiguous input is copied as one slice (ndarray's n-dimensional iterator costs more than
+    // the softmax itself).
+    let mut v: Vec<T> = match a.as_slice() {
+        Some(s) => s.to_vec(),
+        None => a.iter().copied().collect(),
+    };
     let len = n * inner;
     if len > 0 {
         if v.len() >= PAR_THRESHOLD && outer > 1 {
