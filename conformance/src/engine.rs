@@ -76,7 +76,9 @@ fn bitwise_difference(a: &[Value], b: &[Value]) -> Option<String> {
                 if let Some(i) = pv
                     .iter()
                     .zip(&qv)
-                    .position(|(x, y)| x.to_bits() != y.to_bits())
+                    // Any NaN equals any NaN: IEEE 754 leaves the sign and payload of a NaN
+                    // result unspecified, and vector code may take them from the other operand.
+                    .position(|(x, y)| x.to_bits() != y.to_bits() && !(x.is_nan() && y.is_nan()))
                 {
                     return Some(format!("output {k} element {i}: {} vs {}", pv[i], qv[i]));
                 }
@@ -328,8 +330,9 @@ mod rewrite_check_tests {
         Value::Tensor(Tensor::from_f32(&[x.len()], x).unwrap())
     }
 
-    /// The rewritten-vs-plain comparison passes equal outputs and catches a one-ulp change, a
-    /// zero's sign and a shape change (the slips a wrong rewrite makes).
+    /// The rewritten-vs-plain comparison passes equal outputs (NaNs of any sign equal) and catches
+    /// a one-ulp change, a zero's sign, a NaN for a number and a shape change (the slips a wrong
+    /// rewrite makes).
     #[test]
     fn bitwise_difference_catches_the_smallest_changes() {
         let base = vec![1.5f32, -0.0, 3.25];
@@ -344,5 +347,10 @@ mod rewrite_check_tests {
         zero[1] = 0.0;
         assert!(bitwise_difference(&[v(base.clone())], &[v(zero)]).is_some());
         assert!(bitwise_difference(&[v(base.clone())], &[v(base[..2].to_vec())]).is_some());
+        let (mut n1, mut n2) = (base.clone(), base.clone());
+        n1[0] = f32::NAN;
+        n2[0] = -f32::NAN;
+        assert_eq!(bitwise_difference(&[v(n1.clone())], &[v(n2)]), None);
+        assert!(bitwise_difference(&[v(n1)], &[v(base)]).is_some());
     }
 }

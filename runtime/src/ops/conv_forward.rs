@@ -113,6 +113,12 @@ pub(super) trait ConvFloat: GemmFloat {
 
     /// `act` on each value, with the formulas of the standalone activation kernels for this type.
     fn activate(v: &mut [Self], act: Activation);
+
+    /// [`direct_plane`] on this type, compiled for the widest vectors the CPU has where that
+    /// pays (the same operations in the same order: the same bits).
+    fn plane(x: &[Self], w: &[Self], g: &Geom, out: &mut [Self]) {
+        direct_plane(x, w, g, out)
+    }
 }
 
 impl ConvFloat for f32 {
@@ -128,6 +134,28 @@ impl ConvFloat for f32 {
 
     fn activate(v: &mut [f32], act: Activation) {
         act.apply(v, None);
+    }
+
+    fn plane(x: &[f32], w: &[f32], g: &Geom, out: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use quorum_kernels::Isa;
+            #[target_feature(enable = "avx512f")]
+            fn avx512(x: &[f32], w: &[f32], g: &Geom, out: &mut [f32]) {
+                direct_plane(x, w, g, out)
+            }
+            #[target_feature(enable = "avx2")]
+            fn avx2(x: &[f32], w: &[f32], g: &Geom, out: &mut [f32]) {
+                direct_plane(x, w, g, out)
+            }
+            match Isa::detected() {
+                // SAFETY: the instruction set was detected on this CPU.
+                Isa::Avx512 => return unsafe { avx512(x, w, g, out) },
+                Isa::Avx2 => return unsafe { avx2(x, w, g, out) },
+                Isa::Portable => {}
+            }
+        }
+        direct_plane(x, w, g, out)
     }
 }
 
@@ -287,6 +315,7 @@ fn im2col<T: GemmFloat>(x: &[T], g: &Geom, cg: usize, col: &mut [T], par: bool) 
 }
 
 /// Direct convolution of one input plane with one filter (depthwise), added into `out`.
+#[inline(always)]
 pub(super) fn direct_plane<T: GemmFloat>(x: &[T], w: &[T], g: &Geom, out: &mut [T]) {
     let [o0, o1, o2] = g.outs;
     let [_, i1, i2] = g.ins;
@@ -365,7 +394,7 @@ pub(super) fn depthwise<T: ConvFloat>(
         let (ni, oc) = (plane / m, plane % m);
         out.fill(bias.map_or(T::zero(), |b| b[oc]));
         let ic = ni * sh.c + oc / mg;
-        direct_plane(
+        T::plane(
             &xd[ic * in_sp..(ic + 1) * in_sp],
             &wd[oc * ksz..(oc + 1) * ksz],
             g,

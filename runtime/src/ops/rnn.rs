@@ -173,11 +173,19 @@ struct DirIn<T> {
 /// accumulators: it vectorises without reassociation, and stays fast in unoptimised builds).
 pub(crate) trait Elem: Float + Send + Sync {
     fn dot(a: &[Self], b: &[Self]) -> Self;
+
+    /// `out[i, j] = a[i, :] · b[j, :]` for row-major `a` (m×k) and `b` (n×k): the input projection
+    /// of every time step at once.
+    fn matmul_nt(a: &[Self], b: &[Self], m: usize, n: usize, k: usize) -> Vec<Self>;
 }
 
 macro_rules! elem_impl {
-    ($($t:ty),*) => {$(
+    ($($t:ty => $mm:expr),*) => {$(
         impl Elem for $t {
+            fn matmul_nt(a: &[$t], b: &[$t], m: usize, n: usize, k: usize) -> Vec<$t> {
+                $mm(a, b, m, n, k)
+            }
+
             #[inline]
             fn dot(a: &[$t], b: &[$t]) -> $t {
                 let n = a.len().min(b.len());
@@ -206,7 +214,32 @@ macro_rules! elem_impl {
         }
     )*};
 }
-elem_impl!(f32, f64);
+elem_impl!(f32 => matmul_nt_f32, f64 => matmul_nt::<f64>);
+
+/// f32 through the packed GEMM of `quorum-kernels` (`b` read as the transposed right operand),
+/// where there are rows enough for its register tile; f64 and thin shapes by dot products.
+fn matmul_nt_f32(a: &[f32], b: &[f32], m: usize, n: usize, k: usize) -> Vec<f32> {
+    use quorum_kernels::{BSource, Epilogue, Isa, PackedA, PackedB, Threads};
+    let isa = Isa::detected();
+    if m < isa.mr() || n < isa.nr() || k == 0 {
+        return matmul_nt(a, b, m, n, k);
+    }
+    let pa = PackedA::new(isa, m, k, a, k);
+    let pb = PackedB::new(isa, k, n, b, 1, k);
+    let mut out: Vec<f32> = Vec::with_capacity(m * n);
+    quorum_kernels::sgemm_uninit(
+        &pa,
+        &BSource::Packed(&pb),
+        n,
+        &mut out.spare_capacity_mut()[..m * n],
+        n,
+        &Epilogue::NONE,
+        Threads::Auto,
+    );
+    // SAFETY: sgemm_uninit wrote every element of the m×n output.
+    unsafe { out.set_len(m * n) };
+    out
+}
 
 /// `out[i, j] = a[i, :] · b[j, :]` for row-major `a` (m×k) and `b` (n×k).
 fn matmul_nt<T: Elem>(a: &[T], b: &[T], m: usize, n: usize, k: usize) -> Vec<T> {
@@ -241,7 +274,7 @@ fn run_direction<T: Elem>(
     let gh = g * h;
     let c = |v: f64| T::from(v).unwrap_or_else(T::nan);
     // Input projection for every (time, batch) row, with the biases that sit outside the recurrence.
-    let mut xw = matmul_nt(x, &d.w, seq * batch, gh, cfg.isz);
+    let mut xw = T::matmul_nt(x, &d.w, seq * batch, gh, cfg.isz);
     if let Some(b) = d.b.as_ref().filter(|_| gh > 0) {
         let mut bias: Vec<T> = (0..gh).map(|j| b[j] + b[gh + j]).collect();
         if cfg.kind == Kind::Gru && cfg.linear_before_reset {
@@ -653,6 +686,36 @@ mod tests {
             .into_iter()
             .map(|v| v as f32)
             .collect()
+    }
+
+    /// The f32 input projection through the packed GEMM against f64 sums (k·ε bound), on shapes
+    /// above and below its register tile; a product one term short must fall outside the bound.
+    #[test]
+    fn packed_input_projection_matches_f64_sums() {
+        for (m, n, k) in [(37usize, 96usize, 80usize), (5, 40, 16), (200, 64, 3)] {
+            let (a, b) = (rand(3, m * k), rand(4, n * k));
+            let got = <f32 as Elem>::matmul_nt(&a, &b, m, n, k);
+            let bound = |i: usize, j: usize, drop: usize| {
+                let terms = (0..k - drop).map(|p| a[i * k + p] as f64 * b[j * k + p] as f64);
+                let mag: f64 = terms.clone().map(f64::abs).sum();
+                (
+                    terms.sum::<f64>(),
+                    (k as f64 + 2.0) * f32::EPSILON as f64 * mag,
+                )
+            };
+            for i in 0..m {
+                for j in 0..n {
+                    let (want, tol) = bound(i, j, 0);
+                    assert!(
+                        (got[i * n + j] as f64 - want).abs() <= tol,
+                        "{m}x{n}x{k} ({i},{j})"
+                    );
+                }
+            }
+            let (short, _) = bound(0, 0, 1);
+            let (want, tol) = bound(0, 0, 0);
+            assert!((short - want).abs() > tol, "the bound misses a lost term");
+        }
     }
 
     #[test]
