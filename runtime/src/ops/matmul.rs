@@ -435,6 +435,22 @@ fn matmul(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
 // Gemm
 // ---------------------------------------------------------------------------------------------
 
+/// Gemm's `(m, k)` of op(A) and `(k, n)` of op(B) from 2-D shapes and the transposes, as
+/// `(m, k, k_of_b, n)`.
+fn gemm_dims(ash: &[usize], bsh: &[usize], ta: bool, tb: bool) -> (usize, usize, usize, usize) {
+    let (m, k) = if ta {
+        (ash[1], ash[0])
+    } else {
+        (ash[0], ash[1])
+    };
+    let (kb, n) = if tb {
+        (bsh[1], bsh[0])
+    } else {
+        (bsh[0], bsh[1])
+    };
+    (m, k, kb, n)
+}
+
 #[allow(clippy::too_many_arguments)]
 fn gemm_t<T: MmElem>(
     ctx: &OpCtx,
@@ -453,16 +469,7 @@ fn gemm_t<T: MmElem>(
             b.shape()
         );
     }
-    let (m, k) = if ta {
-        (a.shape()[1], a.shape()[0])
-    } else {
-        (a.shape()[0], a.shape()[1])
-    };
-    let (kb, n) = if tb {
-        (b.shape()[1], b.shape()[0])
-    } else {
-        (b.shape()[0], b.shape()[1])
-    };
+    let (m, k, kb, n) = gemm_dims(a.shape(), b.shape(), ta, tb);
     if k != kb {
         bail!(
             "Gemm inner dimensions differ: A {:?} (transA={ta}) B {:?} (transB={tb})",

@@ -9,7 +9,7 @@ use ndarray::{ArrayD, IxDyn};
 use quorum_kernels::{BSource, Epilogue, Isa, PackedA, PackedB, Threads, sgemm_uninit};
 use rayon::prelude::*;
 
-use super::{MatMulShape, batch_offsets, matmul_nd, matmul_shape};
+use super::{MatMulShape, batch_offsets, gemm_dims, matmul_nd, matmul_shape};
 use crate::bail;
 use crate::error::OpResult;
 use crate::ops::OpCtx;
@@ -123,16 +123,7 @@ pub(super) fn gemm_f32(
     if a.ndim() != 2 || b.ndim() != 2 {
         return Ok(None);
     }
-    let (m, k) = if ta {
-        (a.shape()[1], a.shape()[0])
-    } else {
-        (a.shape()[0], a.shape()[1])
-    };
-    let (kb, n) = if tb {
-        (b.shape()[1], b.shape()[0])
-    } else {
-        (b.shape()[0], b.shape()[1])
-    };
+    let (m, k, kb, n) = gemm_dims(a.shape(), b.shape(), ta, tb);
     let isa = Isa::detected();
     if k != kb || m < isa.mr() || n < isa.nr() / 2 {
         return Ok(None);
@@ -198,15 +189,7 @@ mod tests {
     use crate::tensor::Tensor;
 
     fn rand(seed: u64, n: usize) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-            })
-            .collect()
+        crate::ops::testing::seeded_f32(seed, n, -1.0, 1.0)
     }
 
     /// numpy.matmul by f64 sums over broadcast batches, and the bound each element may be off by

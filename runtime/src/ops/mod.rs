@@ -351,6 +351,19 @@ pub(crate) mod testing {
     use crate::ir::{Attr, Node};
     use crate::tensor::{Tensor, Value};
 
+    /// `n` seeded values uniform in `[lo, hi)` (xorshift64): test inputs that are never all zero.
+    pub fn seeded_f32(seed: u64, n: usize, lo: f32, hi: f32) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                lo + ((s >> 40) as f32 / (1u64 << 24) as f32) * (hi - lo)
+            })
+            .collect()
+    }
+
     /// Runs `kernel` as a node `op` at `opset` with `attrs`, `n_out` named outputs and tensor inputs
     /// (`None` for an omitted optional input); returns the tensor outputs.
     pub fn run_kernel(

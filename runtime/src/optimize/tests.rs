@@ -10,15 +10,7 @@ use crate::session::{Session, SessionOptions};
 use crate::tensor::Tensor;
 
 fn rand(seed: u64, n: usize) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 6.0 - 3.0
-        })
-        .collect()
+    crate::ops::testing::seeded_f32(seed, n, -3.0, 3.0)
 }
 
 fn tensor(shape: &[usize], seed: u64) -> Tensor {
