@@ -38,17 +38,7 @@ pub(crate) fn fold_constants(
     max_tensor_bytes: u64,
 ) -> Option<(Graph, Vec<String>)> {
     let g = &*plan.graph;
-    let overridable: HashSet<&str> = if overridable {
-        g.inputs.iter().map(|i| i.name.as_str()).collect()
-    } else {
-        HashSet::new()
-    };
-    let mut consts: HashMap<String, Arc<Value>> = g
-        .initializers
-        .iter()
-        .filter(|(k, _)| !overridable.contains(k.as_str()))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
+    let mut consts = constants(g, overridable);
     let mut folded = vec![false; g.nodes.len()];
     let mut made: Vec<String> = Vec::new();
     for step in &plan.steps {
@@ -133,6 +123,17 @@ pub(crate) fn fold_constants(
         },
         names,
     ))
+}
+
+/// The values of `g` no run can change: its initializers, less those a caller may override (when
+/// `overridable`, an initializer that is also a graph input is only a default).
+pub(crate) fn constants(g: &Graph, overridable: bool) -> HashMap<String, Arc<Value>> {
+    let inputs: HashSet<&str> = g.inputs.iter().map(|i| i.name.as_str()).collect();
+    g.initializers
+        .iter()
+        .filter(|(k, _)| !(overridable && inputs.contains(k.as_str())))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
 }
 
 fn foldable(node: &Node) -> bool {

@@ -15,6 +15,8 @@
 //! A value read inside a subgraph, or a graph output, is never renamed or removed.
 //! `SessionOptions::optimize` (`--no-optimize`) turns the rewrites off; `quorum info` lists them.
 use std::collections::{HashMap, HashSet};
+
+pub(crate) use crate::fold::constants;
 use std::sync::Arc;
 
 use quorum_kernels::Activation;
@@ -48,17 +50,6 @@ pub(crate) fn optimize(
     remove_identities(&mut g, &mut done);
     fuse_conv_activation(&mut g, constants, &mut done);
     (!done.is_empty()).then_some((g, done))
-}
-
-/// The values of `g` no run can change: its initializers, less those a caller may override (when
-/// `overridable`, an initializer that is also a graph input is only a default).
-pub(crate) fn constants(g: &Graph, overridable: bool) -> HashMap<String, Arc<Value>> {
-    let inputs: HashSet<&str> = g.inputs.iter().map(|i| i.name.as_str()).collect();
-    g.initializers
-        .iter()
-        .filter(|(k, _)| !(overridable && inputs.contains(k.as_str())))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect()
 }
 
 /// Names a rewrite must not rename or remove: graph outputs and whatever a subgraph reads (it

@@ -54,14 +54,6 @@ pub fn par_fill<O: Send>(out: &mut [O], work: &(dyn Fn(usize, &mut [O]) + Sync))
     }
 }
 
-/// [`par_fill`] over memory not yet initialised: `work` must write every element of its chunk.
-pub fn par_fill_uninit<O: Send>(
-    out: &mut [std::mem::MaybeUninit<O>],
-    work: &(dyn Fn(usize, &mut [std::mem::MaybeUninit<O>]) + Sync),
-) {
-    par_fill(out, work)
-}
-
 /// Row-major strides of `shape` as seen from the broadcast `out` shape (0 along broadcast axes).
 fn broadcast_strides(shape: &[usize], out: &[usize]) -> Vec<usize> {
     let pad = out.len() - shape.len();
@@ -232,12 +224,12 @@ where
         return a.map(|p| f(p.clone()));
     };
     let mut out: Vec<O> = Vec::with_capacity(x.len());
-    par_fill_uninit(&mut out.spare_capacity_mut()[..x.len()], &|start, o| {
+    par_fill(&mut out.spare_capacity_mut()[..x.len()], &|start, o| {
         for (o, v) in o.iter_mut().zip(&x[start..]) {
             o.write(f(v.clone()));
         }
     });
-    // SAFETY: par_fill_uninit hands every element of the first x.len() to exactly one call, and
+    // SAFETY: par_fill hands every element of the first x.len() to exactly one call, and
     // each call writes all of its chunk.
     unsafe { out.set_len(x.len()) };
     ArrayD::from_shape_vec(IxDyn(a.shape()), out).unwrap_or_else(|_| a.map(|p| f(p.clone())))

@@ -15,6 +15,7 @@ use crate::{bail, unsupported};
 
 #[path = "matmul_packed.rs"]
 mod packed;
+pub(crate) use packed::gemm_to_vec;
 
 pub fn register(r: &mut Registry) {
     r.add("", "MatMul", matmul);

@@ -15,6 +15,24 @@ use crate::error::OpResult;
 use crate::ops::OpCtx;
 use crate::ops::conv::weights::packed_constant;
 
+/// The `m×n` product of the packed GEMM in a new vector (the GEMM writes every element, so the
+/// vector is never filled first).
+pub(crate) fn gemm_to_vec(a: &PackedA, b: &BSource, m: usize, n: usize) -> Vec<f32> {
+    let mut out: Vec<f32> = Vec::with_capacity(m * n);
+    sgemm_uninit(
+        a,
+        b,
+        n,
+        &mut out.spare_capacity_mut()[..m * n],
+        n,
+        &Epilogue::NONE,
+        Threads::Auto,
+    );
+    // SAFETY: sgemm_uninit wrote every element of the m×n output.
+    unsafe { out.set_len(m * n) };
+    out
+}
+
 pub(super) fn matmul_f32(ctx: &OpCtx, a: &ArrayD<f32>, b: &ArrayD<f32>) -> OpResult<ArrayD<f32>> {
     let MatMulShape {
         m,
@@ -156,18 +174,7 @@ pub(super) fn gemm_f32(
             BSource::Packed(&packed_per_call)
         }
     };
-    let mut out: Vec<f32> = Vec::with_capacity(m * n);
-    sgemm_uninit(
-        &pa,
-        &src,
-        n,
-        &mut out.spare_capacity_mut()[..m * n],
-        n,
-        &Epilogue::NONE,
-        Threads::Auto,
-    );
-    // SAFETY: sgemm_uninit wrote every element of the m×n output.
-    unsafe { out.set_len(m * n) };
+    let mut out = gemm_to_vec(&pa, &src, m, n);
     let (alpha, beta) = (alpha as f32, beta as f32);
     if alpha != 1.0 {
         out.iter_mut().for_each(|v| *v *= alpha);
@@ -215,6 +222,17 @@ mod tests {
         out
     }
 
+    /// The first element of `got` outside its bound.
+    fn outside(got: &Tensor, want: &[(f64, f64)]) -> Option<usize> {
+        let g: Vec<f32> = got
+            .to_f64_vec()
+            .unwrap()
+            .iter()
+            .map(|&v| v as f32)
+            .collect();
+        first_outside(&g, want)
+    }
+
     fn first_outside(got: &[f32], want: &[(f64, f64)]) -> Option<usize> {
         if got.len() != want.len() {
             return Some(0);
@@ -254,13 +272,7 @@ mod tests {
             .unwrap()
             .remove(0);
             let want = reference(&a, &ash, &b, &bsh);
-            let g: Vec<f32> = got
-                .to_f64_vec()
-                .unwrap()
-                .iter()
-                .map(|&v| v as f32)
-                .collect();
-            assert_eq!(first_outside(&g, &want), None, "{ash:?} x {bsh:?}");
+            assert_eq!(outside(&got, &want), None, "{ash:?} x {bsh:?}");
         }
     }
 
@@ -379,14 +391,8 @@ mod tests {
                         .into_tensor()
                         .unwrap();
                     assert_eq!(got.shape(), &[m, n]);
-                    let g: Vec<f32> = got
-                        .to_f64_vec()
-                        .unwrap()
-                        .iter()
-                        .map(|&v| v as f32)
-                        .collect();
                     assert_eq!(
-                        first_outside(&g, &want),
+                        outside(&got, &want),
                         None,
                         "transA={ta} transB={tb} C{cshape:?} alpha={alpha} beta={beta}"
                     );

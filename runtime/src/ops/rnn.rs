@@ -219,26 +219,14 @@ elem_impl!(f32 => matmul_nt_f32, f64 => matmul_nt::<f64>);
 /// f32 through the packed GEMM of `quorum-kernels` (`b` read as the transposed right operand),
 /// where there are rows enough for its register tile; f64 and thin shapes by dot products.
 fn matmul_nt_f32(a: &[f32], b: &[f32], m: usize, n: usize, k: usize) -> Vec<f32> {
-    use quorum_kernels::{BSource, Epilogue, Isa, PackedA, PackedB, Threads};
+    use quorum_kernels::{BSource, Isa, PackedA, PackedB};
     let isa = Isa::detected();
     if m < isa.mr() || n < isa.nr() || k == 0 {
         return matmul_nt(a, b, m, n, k);
     }
     let pa = PackedA::new(isa, m, k, a, k);
     let pb = PackedB::new(isa, k, n, b, 1, k);
-    let mut out: Vec<f32> = Vec::with_capacity(m * n);
-    quorum_kernels::sgemm_uninit(
-        &pa,
-        &BSource::Packed(&pb),
-        n,
-        &mut out.spare_capacity_mut()[..m * n],
-        n,
-        &Epilogue::NONE,
-        Threads::Auto,
-    );
-    // SAFETY: sgemm_uninit wrote every element of the m×n output.
-    unsafe { out.set_len(m * n) };
-    out
+    super::matmul::gemm_to_vec(&pa, &BSource::Packed(&pb), m, n)
 }
 
 /// `out[i, j] = a[i, :] · b[j, :]` for row-major `a` (m×k) and `b` (n×k).

@@ -1,8 +1,8 @@
 //! `Session`: a loaded, planned model that can be run many times, from many threads at once.
 //!
 //! Building a session loads the model, compiles the plan (`crate::plan`), folds constant nodes
-//! (`crate::fold`), rewrites the graph where every node runs on the CPU (`crate::optimize`), opens the device side of each listed accelerator and places every top-level
-//! node (`placement`). A run checks its inputs (`inputs`), starts each device's run context, and
+//! (`crate::fold`), opens the device side of each listed accelerator, rewrites the graph when
+//! every node runs on the CPU (`crate::optimize`) and places every top-level node (`placement`). A run checks its inputs (`inputs`), starts each device's run context, and
 //! executes the plan (`exec`), values living where they were produced (`residency`). Nothing here
 //! knows a particular accelerator: they are reached through `crate::backend`.
 mod capture;
