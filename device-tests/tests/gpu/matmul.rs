@@ -1,5 +1,5 @@
 //! On-device tests of the `matmul` family: MatMul and Gemm through every GEMM path (64×64 and
-//! 128×128 tiles, skinny rows, 16-byte and scalar loads, transposed operands, split-K, batched and
+//! 128×128 tiles, on CUDA and wgpu, skinny rows, 16-byte and scalar loads, transposed operands, split-K, batched and
 //! broadcast). `QUORUM_CUDA_GEMM=naive` runs the same cases through the naive reference kernel.
 use quorum::{DType, Tensor};
 
@@ -49,6 +49,14 @@ fn matmul_edges_not_multiple_of_tiles() {
     matmul(&[64, 64], &[64, 64], 26);
     matmul(&[65, 17], &[17, 63], 27);
     matmul(&[31, 4], &[4, 36], 28); // 16-byte loads of both operands
+}
+
+#[test]
+fn matmul_large_tiles() {
+    // Enough 128×128 tiles for the large GEMM tile (wgpu), edges on every side, K not a multiple of
+    // the step (a partial last step).
+    matmul(&[22, 260, 37], &[22, 37, 390], 60);
+    matmul(&[2049, 19], &[19, 2049], 61);
 }
 
 #[test]

@@ -17,18 +17,25 @@ pub const PRELUDE: &str =
 
 /// The binding declarations of a kernel with `outs` outputs and `ins` inputs, and [`PRELUDE`].
 pub fn header(outs: usize, ins: usize) -> String {
+    header_typed(&vec!["u32"; outs], &vec!["u32"; ins])
+}
+
+/// [`header`] with each binding's array element type given (`u32`, or `vec4<u32>` for kernels that
+/// move four words at a time: every pooled buffer is a multiple of 256 bytes, so any buffer binds
+/// as either).
+pub fn header_typed(outs: &[&str], ins: &[&str]) -> String {
     let mut s = String::from(PRELUDE);
     s.push_str("@group(0) @binding(0) var<storage, read> P: array<u32>;\n");
-    for o in 0..outs {
+    for (o, t) in outs.iter().enumerate() {
         s.push_str(&format!(
-            "@group(0) @binding({}) var<storage, read_write> o{o}: array<u32>;\n",
+            "@group(0) @binding({}) var<storage, read_write> o{o}: array<{t}>;\n",
             1 + o
         ));
     }
-    for i in 0..ins {
+    for (i, t) in ins.iter().enumerate() {
         s.push_str(&format!(
-            "@group(0) @binding({}) var<storage, read> i{i}: array<u32>;\n",
-            1 + outs + i
+            "@group(0) @binding({}) var<storage, read> i{i}: array<{t}>;\n",
+            1 + outs.len() + i
         ));
     }
     s

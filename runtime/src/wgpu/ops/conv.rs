@@ -1,10 +1,11 @@
 //! WGSL kernels: Conv (1-D to 3-D; groups incl. depthwise, strides, dilations, symmetric and
 //! asymmetric pads, auto_pad) and ConvTranspose (output_padding, output_shape), both as an implicit
-//! GEMM through `matmul::gemm_source`: per (batch, group) a GEMM whose B operand is the input read
+//! GEMM through `gemm_tile`: per (batch, group) a GEMM whose B operand is the input read
 //! through the im2col index (Conv: input position `o·s − pad + t·d`; ConvTranspose: `(o + pad −
 //! t·d) / s` where that divides exactly), computed in the tile load. The geometry (output sizes,
 //! pads from auto_pad, output_shape) is the CPU's `conv_geom` and `convt_geom`.
-use super::matmul::{float_dtype, gemm, gemm_source};
+use super::gemm_tile::gemm;
+use super::matmul::float_dtype;
 use super::{WgpuKernel, decline, dev, dev_opt, invalid};
 use crate::backend::NodeInputs;
 use crate::ir::Node;
@@ -189,12 +190,6 @@ fn k_conv(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<Vec<WTenso
     super::u32_len(&ws)?;
     super::u32_len(&oshape)?;
     let extra = geom_params(c, cg, m, mg, group, &g)?;
-    let src = gemm_source(
-        &ops_text(x.dtype, false, bias.is_some()),
-        &[x.dtype],
-        1,
-        2 + bias.is_some() as usize,
-    );
     let mut ins = vec![&x, &w];
     ins.extend(bias.as_ref());
     if cg * ksz == 0 {
@@ -203,7 +198,8 @@ fn k_conv(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<Vec<WTenso
     gemm(
         run,
         "conv",
-        &src,
+        &ops_text(x.dtype, false, bias.is_some()),
+        &[x.dtype],
         &[&out],
         &ins,
         (mg, osp, cg * ksz, n * group),
@@ -237,12 +233,6 @@ fn k_conv_transpose(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<
     super::u32_len(&ws)?;
     super::u32_len(&oshape)?;
     let extra = geom_params(c, cg, m, mg, group, &g)?;
-    let src = gemm_source(
-        &ops_text(x.dtype, true, bias.is_some()),
-        &[x.dtype],
-        1,
-        2 + bias.is_some() as usize,
-    );
     let mut ins = vec![&x, &w];
     ins.extend(bias.as_ref());
     if cg * ksz == 0 {
@@ -252,7 +242,8 @@ fn k_conv_transpose(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<
     gemm(
         run,
         "conv_transpose",
-        &src,
+        &ops_text(x.dtype, true, bias.is_some()),
+        &[x.dtype],
         &[&out],
         &ins,
         (mg, osp, cg * ksz, n * group),

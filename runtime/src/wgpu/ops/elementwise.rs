@@ -126,6 +126,9 @@ pub fn map(
         .map(|t| broadcast_strides(&t.shape, &out_shape))
         .collect();
     let (shape, st) = simplify(&out_shape, &st);
+    if let Some(k) = vec4_form(operands, out_dtype, n, &shape, &st) {
+        return map_vec4(run, name, operands, out, func, lib, attrs, flag, k);
+    }
     let mut body = offsets_code(operands.len(), 6);
     let mut args = Vec::new();
     for (j, t) in operands.iter().enumerate() {
@@ -163,6 +166,96 @@ pub fn map(
         out_refs.push(f);
     }
     run.dispatch_n(name, &src, &out_refs, operands, params, n as usize)?;
+    Ok(out)
+}
+
+/// Where [`map`] may move four words per thread: one element per word for every operand and the
+/// output, a count divisible by four, and each operand either laid out like the output (stride 1
+/// after `simplify`) or one element read by all. Returns the number of vec4s.
+fn vec4_form(
+    operands: &[&WTensor],
+    out_dtype: DType,
+    n: u32,
+    shape: &[usize],
+    st: &[Vec<i64>],
+) -> Option<u32> {
+    let one_word = |d: DType| words(d) == Some(1);
+    let flat = shape.len() == 1 && st.iter().all(|s| s[0] == 1 || s[0] == 0);
+    (flat && n % 4 == 0 && one_word(out_dtype) && operands.iter().all(|t| one_word(t.dtype)))
+        .then_some(n / 4)
+}
+
+/// [`map`]'s kernel over `quads` vec4s of words: operands read four words at a time (a broadcast
+/// operand's one word splatted), `f` applied to each lane, four words written. Same `f`, same
+/// values as the element-at-a-time kernel.
+#[allow(clippy::too_many_arguments)]
+fn map_vec4(
+    run: &Run,
+    name: &str,
+    operands: &[&WTensor],
+    out: WTensor,
+    func: &str,
+    lib: &str,
+    attrs: &[u32],
+    flag: Option<&WTensor>,
+    quads: u32,
+) -> KResult<WTensor> {
+    let mut body = String::new();
+    let mut ins = Vec::new();
+    for (j, t) in operands.iter().enumerate() {
+        if t.len() == 1 {
+            ins.push("u32");
+            body.push_str(&format!("let w{j} = vec4<u32>(i{j}[0]);\n"));
+        } else {
+            ins.push("vec4<u32>");
+            body.push_str(&format!("let w{j} = i{j}[i];\n"));
+        }
+    }
+    body.push_str("var r: vec4<u32>;\n");
+    for lane in ["x", "y", "z", "w"] {
+        let args: Vec<String> = operands
+            .iter()
+            .enumerate()
+            .map(|(j, t)| wgsl::load(t.dtype, &format!("w{j}.{lane}")))
+            .collect();
+        body.push_str(&format!(
+            "r.{lane} = {};\n",
+            wgsl::store(out.dtype, &format!("f({})", args.join(", ")))
+        ));
+    }
+    body.push_str("o0[i] = r;\n");
+    let mut dtypes: Vec<DType> = operands.iter().map(|t| t.dtype).collect();
+    dtypes.push(out.dtype);
+    let half = if wgsl::needs_half(&dtypes) {
+        wgsl::HALF
+    } else {
+        ""
+    };
+    let outs: &[&str] = if flag.is_some() {
+        &["vec4<u32>", "u32"]
+    } else {
+        &["vec4<u32>"]
+    };
+    let src = format!(
+        "{}{half}{lib}\n{func}\n{}",
+        wgsl::header_typed(outs, &ins),
+        wgsl::entry_1d(&body)
+    );
+    let mut params = vec![0u32; 6];
+    params[0] = quads;
+    params[2..2 + attrs.len()].copy_from_slice(attrs);
+    let mut out_refs = vec![&out];
+    if let Some(f) = flag {
+        out_refs.push(f);
+    }
+    run.dispatch_n(
+        &format!("{name}_x4"),
+        &src,
+        &out_refs,
+        operands,
+        params,
+        quads as usize,
+    )?;
     Ok(out)
 }
 

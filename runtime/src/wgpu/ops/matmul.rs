@@ -1,12 +1,7 @@
 //! WGSL kernels: MatMul (batched, broadcast batch dims, 1-D operands; shapes by the CPU's
-//! `matmul_shape`) and Gemm (transA, transB, alpha, beta, broadcast C), through one tiled GEMM
-//! template ([`gemm`]) that the convolutions share.
-//!
-//! The template: a 16×16 workgroup computes a 64×64 tile of C, each thread a 4×4 block, walking K in
-//! steps of 16 through workgroup memory (64×16 of A and 16×64 of B per step). Operands are read
-//! through per-op functions (`loadA(m, k)`, `loadB(k, n)`, `storeC(m, n, acc)` after `setup(batch)`),
-//! so a convolution's im2col is an index computation in the tile load, never a buffer. Each C
-//! element is one f32 sum over k in order (16-bit operands widened exactly, the result rounded once).
+//! `matmul_shape`) and Gemm (transA, transB, alpha, beta, broadcast C), through the tiled GEMM
+//! template the convolutions share (`gemm_tile`).
+use super::gemm_tile::gemm;
 use super::{WgpuKernel, broadcast_strides, decline, dev, dev_opt, invalid, strides};
 use crate::backend::NodeInputs;
 use crate::ir::Node;
@@ -25,108 +20,6 @@ pub fn claim(node: &Node) -> Option<Result<WgpuKernel, String>> {
         "Gemm" => Some(Ok(k_gemm as WgpuKernel)),
         _ => None,
     }
-}
-
-/// Rows and columns of C per workgroup.
-pub const TILE: u32 = 64;
-
-/// The tiled GEMM main over `setup`, `loadA`, `loadB` and `storeC` defined in `ops` (WGSL text).
-/// `P[0..3]` are M, N, K; the op's own parameters start at `P[4]`.
-pub fn gemm_source(ops: &str, dtypes: &[DType], outs: usize, ins: usize) -> String {
-    let half = if wgsl::needs_half(dtypes) {
-        wgsl::HALF
-    } else {
-        ""
-    };
-    format!(
-        r#"{header}{half}
-var<workgroup> As: array<f32, 1024>;
-var<workgroup> Bs: array<f32, 1024>;
-{ops}
-@compute @workgroup_size(16, 16)
-fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {{
-  let M = P[0];
-  let N = P[1];
-  let K = P[2];
-  setup(wid.z);
-  let m0 = wid.y * 64u;
-  let n0 = wid.x * 64u;
-  let t = lid.y * 16u + lid.x;
-  var acc: array<f32, 16>;
-  for (var q = 0u; q < 16u; q = q + 1u) {{ acc[q] = 0.0; }}
-  for (var k0 = 0u; k0 < K; k0 = k0 + 16u) {{
-    for (var r = 0u; r < 4u; r = r + 1u) {{
-      let e = t + r * 256u;
-      let mm = e / 16u;
-      let ka = e % 16u;
-      var av = 0.0;
-      if (m0 + mm < M && k0 + ka < K) {{ av = loadA(m0 + mm, k0 + ka); }}
-      As[ka * 64u + mm] = av;
-      let kb = e / 64u;
-      let nn = e % 64u;
-      var bv = 0.0;
-      if (k0 + kb < K && n0 + nn < N) {{ bv = loadB(k0 + kb, n0 + nn); }}
-      Bs[kb * 64u + nn] = bv;
-    }}
-    workgroupBarrier();
-    let kn = min(16u, K - k0);
-    for (var kk = 0u; kk < kn; kk = kk + 1u) {{
-      let a = vec4<f32>(As[kk * 64u + lid.y * 4u], As[kk * 64u + lid.y * 4u + 1u], As[kk * 64u + lid.y * 4u + 2u], As[kk * 64u + lid.y * 4u + 3u]);
-      let b = vec4<f32>(Bs[kk * 64u + lid.x * 4u], Bs[kk * 64u + lid.x * 4u + 1u], Bs[kk * 64u + lid.x * 4u + 2u], Bs[kk * 64u + lid.x * 4u + 3u]);
-      for (var i = 0u; i < 4u; i = i + 1u) {{
-        acc[i * 4u] = acc[i * 4u] + a[i] * b.x;
-        acc[i * 4u + 1u] = acc[i * 4u + 1u] + a[i] * b.y;
-        acc[i * 4u + 2u] = acc[i * 4u + 2u] + a[i] * b.z;
-        acc[i * 4u + 3u] = acc[i * 4u + 3u] + a[i] * b.w;
-      }}
-    }}
-    workgroupBarrier();
-  }}
-  for (var i = 0u; i < 4u; i = i + 1u) {{
-    for (var j = 0u; j < 4u; j = j + 1u) {{
-      let gm = m0 + lid.y * 4u + i;
-      let gn = n0 + lid.x * 4u + j;
-      if (gm < M && gn < N) {{ storeC(gm, gn, acc[i * 4u + j]); }}
-    }}
-  }}
-}}
-"#,
-        header = wgsl::header(outs, ins)
-    )
-}
-
-/// Dispatches a GEMM of `batch` products of M×K by K×N.
-#[allow(clippy::too_many_arguments)]
-pub fn gemm(
-    run: &Run,
-    name: &str,
-    src: &str,
-    outs: &[&WTensor],
-    ins: &[&WTensor],
-    (m, n, k, batch): (usize, usize, usize, usize),
-    extra: Vec<u32>,
-) -> KResult<()> {
-    super::loop_budget(run, name, k + k.div_ceil(16) * 8)?;
-    let max = run.device.limits.max_compute_workgroups_per_dimension as usize;
-    let (gx, gy) = (n.div_ceil(TILE as usize), m.div_ceil(TILE as usize));
-    if gx > max || gy > max || batch > max {
-        decline!("a GEMM of {batch}×{m}×{n} exceeds the adapter's dispatch limits");
-    }
-    for v in [m, n, k, batch] {
-        if u32::try_from(v).is_err() {
-            decline!("GEMM dims beyond 32 bits");
-        }
-    }
-    let mut p = vec![m as u32, n as u32, k as u32, batch as u32];
-    p.extend(extra);
-    run.dispatch(
-        name,
-        src,
-        outs,
-        ins,
-        p,
-        [gx as u32, gy as u32, batch as u32],
-    )
 }
 
 /// Declines unless every operand is f32 or f16, all the same.
@@ -211,8 +104,16 @@ fn storeC(m: u32, n: u32, v: f32) {{ o0[cbase + m * P[1] + n] = {st}; }}
         lb = wgsl::load(d, "i1[bbase + k * P[1] + n]"),
         st = wgsl::store(d, "v"),
     );
-    let src = gemm_source(&ops, &[d], 1, 2);
-    gemm(run, "matmul", &src, &[&out], &[a, b], (m, n, k, nb), extra)?;
+    gemm(
+        run,
+        "matmul",
+        &ops,
+        &[d],
+        &[&out],
+        &[a, b],
+        (m, n, k, nb),
+        extra,
+    )?;
     Ok(out)
 }
 
@@ -319,10 +220,9 @@ fn storeC(m: u32, n: u32, v: f32) {{ o0[m * P[1] + n] = {st}; }}
     if has_c {
         ins.extend(c.as_ref());
     }
-    let src = gemm_source(&ops, &[d], 1, ins.len());
     if k == 0 {
         decline!("Gemm with K = 0");
     }
-    gemm(run, "gemm", &src, &[&out], &ins, (m, n, k, 1), extra)?;
+    gemm(run, "gemm", &ops, &[d], &[&out], &ins, (m, n, k, 1), extra)?;
     Ok(vec![out])
 }

@@ -21,6 +21,7 @@ pub mod conv;
 pub mod elementwise;
 mod elementwise_expr;
 mod elementwise_int;
+pub mod gemm_tile;
 pub mod math;
 pub mod matmul;
 pub mod movement;
