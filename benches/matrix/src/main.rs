@@ -37,6 +37,11 @@ struct Common {
     /// Only these op families (comma list; default: all).
     #[arg(long, value_delimiter = ',')]
     families: Vec<String>,
+    /// Only these accelerators (comma list: cuda, wgpu; default: every one present). The CPU is
+    /// always measured: it is what each threshold is against. One device call can then measure
+    /// one accelerator's column in full rather than two in part.
+    #[arg(long, value_delimiter = ',')]
+    accelerators: Vec<String>,
     /// Stop measuring new matrix points after this many seconds (the rest are kept with a note).
     #[arg(long)]
     deadline_s: Option<u64>,
@@ -134,7 +139,15 @@ fn all_cases(c: &Common) -> Vec<Case> {
 
 fn measure_matrix(c: &Common) -> Matrix {
     let machine = Machine::here();
-    let providers: Vec<ProviderInfo> = matrix::providers();
+    let mut providers: Vec<ProviderInfo> = matrix::providers();
+    for p in &mut providers {
+        if p.provider != "cpu"
+            && !c.accelerators.is_empty()
+            && !c.accelerators.contains(&p.provider)
+        {
+            p.unavailable = Some("left out by --accelerators".into());
+        }
+    }
     for p in &providers {
         match (&p.device, &p.unavailable) {
             (_, Some(why)) => eprintln!("{}: not measured ({why})", p.provider),

@@ -205,7 +205,14 @@ pub fn time_session(
     feeds: &[(String, Value)],
     budget: &Budget,
 ) -> Result<Stats, String> {
-    for _ in 0..quorum::session::WARMUP_RUNS + 2 {
+    // `auto` first times whole-model placements (`quorum::session::trial`): not part of its
+    // steady state.
+    let trial = if session.auto_trial().is_some() {
+        quorum::session::trial::TRIAL_RUNS
+    } else {
+        0
+    };
+    for _ in 0..quorum::session::WARMUP_RUNS + 2 + trial {
         session.run(feeds.to_vec()).map_err(|e| e.to_string())?;
     }
     let mut samples = Vec::new();

@@ -5,6 +5,8 @@
 //! instantiated hundreds of times. Rayon is therefore only reached through `par_fill`, which is generic
 //! over the output element type alone and takes the per-chunk work as a `dyn` closure; the per-element
 //! loop inside a chunk stays monomorphic and inlinable.
+use std::mem::MaybeUninit;
+
 use ndarray::{ArrayD, ArrayViewD, IxDyn};
 use rayon::prelude::*;
 
@@ -233,6 +235,32 @@ where
     // each call writes all of its chunk.
     unsafe { out.set_len(x.len()) };
     ArrayD::from_shape_vec(IxDyn(a.shape()), out).unwrap_or_else(|_| a.map(|p| f(p.clone())))
+}
+
+/// [`unary`] with a kernel over whole slices (`f(inputs, outputs)` writes every output), for
+/// kernels written to vectorize across elements; chunks split across threads as [`par_fill`] does.
+pub fn unary_slices<A, O>(a: &ArrayD<A>, f: fn(&[A], &mut [MaybeUninit<O>])) -> ArrayD<O>
+where
+    A: Clone + Sync,
+    O: Clone + Send,
+{
+    let a = a.as_standard_layout();
+    let owned: Vec<A>;
+    let x = match a.as_slice() {
+        Some(x) => x,
+        None => {
+            owned = a.iter().cloned().collect();
+            &owned
+        }
+    };
+    let mut out: Vec<O> = Vec::with_capacity(x.len());
+    par_fill(&mut out.spare_capacity_mut()[..x.len()], &|start, o| {
+        f(&x[start..start + o.len()], o)
+    });
+    // SAFETY: par_fill hands every element of the first x.len() to exactly one call, and `f`
+    // writes all of its chunk.
+    unsafe { out.set_len(x.len()) };
+    ArrayD::from_shape_vec(IxDyn(a.shape()), out).expect("one output per input element")
 }
 
 #[cfg(test)]

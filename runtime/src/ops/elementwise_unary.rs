@@ -11,7 +11,7 @@ use crate::{bail, unsupported};
 
 #[path = "elementwise_erf.rs"]
 mod error_function;
-use error_function::{erf, gelu};
+use error_function::{erf, erf_f32, gelu};
 
 /// Maps a float tensor elementwise: `$x` is an `$F` (f32 for f32/f16/bf16, f64 for f64); f16 and
 /// bf16 are computed in f32 and rounded once.
@@ -64,6 +64,14 @@ impl FastExp for f32 {
     }
 }
 
+/// Erf: f32 through the branch-free slice kernel ([`erf_f32`]), other float types per element.
+fn k_erf(_: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+    match input(inputs, 0)? {
+        Tensor::F32(a) => single(Tensor::F32(broadcast::unary_slices(a, erf_f32))),
+        t => single(float_map!(t, F, |x| erf(x as f64) as F)),
+    }
+}
+
 /// Kernels of one float input and no attributes.
 macro_rules! float_kernels {
     ($($name:ident => |$x:ident| $e:expr;)*) => {$(
@@ -81,7 +89,6 @@ float_kernels! {
     k_sqrt => |x| x.sqrt();
     k_exp => |x| x.fast_exp();
     k_log => |x| x.ln();
-    k_erf => |x| erf(x as f64) as F;
     k_sin => |x| x.sin();
     k_cos => |x| x.cos();
     k_tan => |x| x.tan();

@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use super::residency::Slot;
 use super::thresholds::{Crossover, Status, ThresholdTable};
+use super::trial::{Trial, Whole};
 use crate::ir::{Attr, Node};
 use crate::tensor::DType;
 
@@ -211,30 +212,46 @@ pub(super) struct Dispatch {
     tables: Vec<Option<Arc<ThresholdTable>>>,
     /// The last decision for each top-level step (by step index), for reports.
     decisions: Mutex<Vec<Option<Decision>>>,
+    /// The whole-model trial (`super::trial`): which placement each run uses.
+    pub trial: Trial,
 }
 
 impl Dispatch {
-    pub fn new(floor: usize, tables: Vec<Option<Arc<ThresholdTable>>>, steps: usize) -> Dispatch {
+    /// `trial`: time whole-model placements over the first runs (`auto` without graph capture).
+    pub fn new(
+        floor: usize,
+        tables: Vec<Option<Arc<ThresholdTable>>>,
+        steps: usize,
+        trial: bool,
+    ) -> Dispatch {
         Dispatch {
             floor,
             tables,
             decisions: Mutex::new(vec![None; steps]),
+            trial: Trial::new(trial && floor > 0),
         }
     }
 
     /// Whether `auto` keeps top-level step `step` (claimed by device `device`) on the CPU for
-    /// this run; the decision is kept for [`Dispatch::decisions`].
+    /// a run placing its nodes as `whole`; the decision is kept for [`Dispatch::decisions`].
     pub fn keep_on_cpu(
         &self,
         step: usize,
         device: usize,
         node: &Node,
         slots: &[Option<&Slot>],
+        whole: Whole,
     ) -> bool {
         if self.floor == 0 {
             return false;
         }
-        let d = self.decide(device, node, slots);
+        let d = match whole {
+            Whole::Nodes => self.decide(device, node, slots),
+            w => Decision {
+                device: w == Whole::Device,
+                rule: format!("auto's whole-model trial: {}", w.describe()),
+            },
+        };
         let on_cpu = !d.device;
         if let Ok(mut all) = self.decisions.lock()
             && let Some(s) = all.get_mut(step)

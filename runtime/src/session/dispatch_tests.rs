@@ -3,6 +3,7 @@ use std::sync::Arc;
 
 use super::*;
 use crate::session::thresholds::{Adapter, Entry, find};
+use crate::session::trial::Whole;
 
 fn node(op: &str, attrs: &[(&str, i64)]) -> Node {
     Node {
@@ -216,13 +217,60 @@ fn tables_are_found_by_provider_and_name_preferring_the_driver() {
 
 #[test]
 fn an_explicit_provider_list_never_keeps_a_node_on_the_cpu() {
-    let d = Dispatch::new(0, vec![], 1);
+    let d = Dispatch::new(0, vec![], 1, true);
     let n = node("Add", &[]);
-    assert!(!d.keep_on_cpu(0, 0, &n, &[]));
+    assert!(!d.keep_on_cpu(0, 0, &n, &[], Whole::Cpu));
     assert_eq!(d.decisions(), vec![None]);
+    assert!(d.trial.report().is_none(), "no trial without auto");
     // Under auto, the decision is kept for reports.
-    let d = Dispatch::new(1 << 14, vec![None], 1);
-    assert!(d.keep_on_cpu(0, 0, &n, &[]));
+    let d = Dispatch::new(1 << 14, vec![None], 1, true);
+    assert!(d.keep_on_cpu(0, 0, &n, &[], Whole::Nodes));
     let kept = d.decisions();
     assert!(kept[0].as_ref().is_some_and(|k| !k.device), "{kept:?}");
+    // A whole-model placement overrides the node's rule, and says so.
+    assert!(!d.keep_on_cpu(0, 0, &n, &[], Whole::Device));
+    let kept = d.decisions();
+    assert!(
+        kept[0]
+            .as_ref()
+            .is_some_and(|k| k.device && k.rule.contains("whole-model")),
+        "{kept:?}"
+    );
+}
+
+/// `auto` on the simulated device: the trial's runs give each placement its turn, every run
+/// returns the same bits (the simulated device runs the CPU kernels), and afterwards every run
+/// uses the choice the report names.
+#[test]
+fn auto_trial_runs_every_placement_then_keeps_one() {
+    use crate::session::trial::TRIAL_RUNS;
+    use crate::{Provider, Session, SessionOptions};
+    let model = crate::session::profile_tests::model();
+    let options = SessionOptions {
+        providers: vec![Provider::Sim, Provider::Cpu],
+        min_device_elements: 1 << 14,
+        ..Default::default()
+    };
+    let s = Session::from_model(model, options).unwrap();
+    let feeds = crate::inputs::generate(&s.model().graph, &[], &Default::default(), 3).unwrap();
+    let first = s.run(feeds.clone()).unwrap();
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 1..TRIAL_RUNS + 3 {
+        let out = s.run(feeds.clone()).unwrap();
+        for ((_, a), (_, b)) in first.iter().zip(&out) {
+            let (a, b) = (a.as_tensor().unwrap(), b.as_tensor().unwrap());
+            assert_eq!(a.to_f64_vec().unwrap(), b.to_f64_vec().unwrap());
+        }
+        let on_device = s
+            .dispatch_decisions()
+            .iter()
+            .flatten()
+            .filter(|d| d.device)
+            .count();
+        seen.insert(on_device);
+    }
+    let report = s.auto_trial().unwrap();
+    assert!(report.contains("chosen"), "{report}");
+    // The CPU alone (0 nodes on the device) and every node on it were both tried.
+    assert!(seen.contains(&0) && seen.len() >= 2, "{seen:?}");
 }

@@ -27,6 +27,8 @@ pub(super) struct Exec<'s> {
     pub max_loop_iterations: u64,
     /// `auto`'s per-node decision (CPU or the claimed device) for nodes whose inputs are on the host.
     pub dispatch: &'s Dispatch,
+    /// This run's placement of the nodes `auto` decides for (`trial`).
+    pub whole: super::trial::Whole,
     pub policy: Policy<'s>,
     pub counters: &'s Counters,
     /// Indexed like the session's devices (a `DeviceTensor::device` is an index here).
@@ -470,7 +472,10 @@ impl Exec<'_> {
             .iter()
             .map(|n| if n.is_empty() { None } else { scope.get(n) })
             .collect();
-        if self.dispatch.keep_on_cpu(index, ds.device, node, &slots) {
+        if self
+            .dispatch
+            .keep_on_cpu(index, ds.device, node, &slots, self.whole)
+        {
             return Ok(None);
         }
         let stream = sched.stream.unwrap_or(0);

@@ -14,6 +14,7 @@ mod placement;
 mod residency;
 pub mod schedule;
 pub mod thresholds;
+pub mod trial;
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
@@ -169,8 +170,12 @@ impl Session {
         let on_device: Vec<bool> = plan.steps.iter().map(|s| s.device.is_some()).collect();
         let schedule = schedule::build(&plan, &on_device, options.streams);
         let capture_blocker = capture_blocker(&plan, &devices, verify);
-        let (dispatch, dispatch_notes) =
-            placement::dispatch_for(options.min_device_elements, &devices, plan.steps.len());
+        let (dispatch, dispatch_notes) = placement::dispatch_for(
+            options.min_device_elements,
+            &devices,
+            plan.steps.len(),
+            options.graph_capture == GraphCapture::Off,
+        );
         Ok(Session {
             model,
             plan,
@@ -305,6 +310,13 @@ impl Session {
         self.dispatch.decisions()
     }
 
+    /// `auto`'s whole-model trial (`trial`): each placement's fastest timed run and the one
+    /// chosen, or how far the trial got; `None` where there is none (not `auto`, or graph capture
+    /// on).
+    pub fn auto_trial(&self) -> Option<String> {
+        self.dispatch.trial.report()
+    }
+
     /// Runs the model. `inputs` are (name, value) pairs for the graph's runtime inputs; the result holds
     /// every graph output in declaration order.
     pub fn run(&self, inputs: Vec<(String, Value)>) -> Result<Vec<(String, Value)>> {
@@ -394,6 +406,12 @@ impl Session {
         ),
         Refused,
     > {
+        // A capture needs every node on the device: such runs use the per-node rule, untimed.
+        let ticket = match &capture {
+            None => self.dispatch.trial.begin(),
+            Some(_) => trial::Trial::new(false).begin(),
+        };
+        let started = std::time::Instant::now();
         let graph = &self.plan.graph;
         let mut devices = Vec::with_capacity(self.devices.len());
         for (index, d) in self.devices.iter().enumerate() {
@@ -427,6 +445,7 @@ impl Session {
             max_tensor_bytes: self.options.max_tensor_bytes,
             max_loop_iterations: self.options.max_loop_iterations,
             dispatch: &self.dispatch,
+            whole: ticket.whole,
             policy: crate::verify::Policy {
                 mode: self.verify,
                 allow_unchecked: &self.options.allow_unchecked,
@@ -440,6 +459,11 @@ impl Session {
             replay: Default::default(),
         };
         let result = exec.run_top(&self.plan, &self.schedule, inputs);
+        if result.is_ok() {
+            self.dispatch
+                .trial
+                .end(ticket, started.elapsed().as_secs_f64() * 1e3);
+        }
         let aborted = result.is_err() && exec.capture.is_some();
         if aborted {
             for d in &exec.devices {

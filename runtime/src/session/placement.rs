@@ -106,13 +106,15 @@ pub(super) fn place(
 /// The dispatch of a session: for `auto` (`floor` > 0), each accelerator's measured threshold
 /// table found by its adapter (provider, device name, driver), and a note per accelerator saying
 /// which table applies or that the conservative floor stands in (`quorum info` prints them).
+/// `trial`: `auto` may time whole-model placements over its first runs (`super::trial`).
 pub(super) fn dispatch_for(
     floor: usize,
     devices: &[SessionDevice],
     steps: usize,
+    trial: bool,
 ) -> (Dispatch, Vec<String>) {
     if floor == 0 {
-        return (Dispatch::new(0, Vec::new(), steps), Vec::new());
+        return (Dispatch::new(0, Vec::new(), steps, false), Vec::new());
     }
     let (tables, problems) = thresholds::available();
     let mut chosen = Vec::with_capacity(devices.len());
@@ -127,5 +129,5 @@ pub(super) fn dispatch_for(
         notes.push(format!("{}: {note}", d.provider.name()));
         chosen.push(table);
     }
-    (Dispatch::new(floor, chosen, steps), notes)
+    (Dispatch::new(floor, chosen, steps, trial), notes)
 }

@@ -7,7 +7,7 @@ use super::{Session, SessionOptions};
 use crate::ir::{Dim, Graph, Model, Node, ValueInfo, ValueType};
 use crate::tensor::{DType, Tensor, Value};
 
-fn model() -> Model {
+pub(super) fn model() -> Model {
     let info = |name: &str| ValueInfo {
         name: name.into(),
         ty: ValueType::Tensor {

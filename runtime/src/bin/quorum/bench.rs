@@ -7,7 +7,7 @@ use crate::common::{CliResult, ModelArgs, from_quorum, print_verification};
 pub struct Args {
     #[command(flatten)]
     model: ModelArgs,
-    /// Untimed runs before timing.
+    /// Untimed runs before timing (under `auto`, after the runs of its whole-model trial).
     #[arg(long, default_value_t = 3)]
     warmup: usize,
     /// Timed runs.
@@ -51,7 +51,13 @@ pub fn main(a: Args) -> CliResult<()> {
     let mut wall_s = 0.0;
     let mut profile = Vec::new();
     let timed = (|| {
-        for _ in 0..a.warmup {
+        // `auto` times whole-model placements over its first runs: not its steady state.
+        let trial = if session.auto_trial().is_some() {
+            quorum::session::trial::TRIAL_RUNS
+        } else {
+            0
+        };
+        for _ in 0..a.warmup + trial {
             session.run(inputs.clone())?;
         }
         // The warm-up's node times are not part of the profile.
@@ -113,6 +119,7 @@ pub fn main(a: Args) -> CliResult<()> {
             "graph_capture": session.options().graph_capture != quorum::session::GraphCapture::Off,
             "capture_blocker": session.capture_blocker(),
             "graphs": session.graph_report(),
+            "auto_trial": session.auto_trial(),
             "profile": profile.iter().map(|(op, provider, calls, ms)| serde_json::json!({
                 "op": op, "provider": provider, "nodes_per_run": calls, "ms_per_run": ms,
             })).collect::<Vec<_>>(),
@@ -124,6 +131,9 @@ pub fn main(a: Args) -> CliResult<()> {
             a.model.model.display(),
             times.len()
         );
+        if let Some(t) = session.auto_trial() {
+            println!("auto's whole-model trial: {t}");
+        }
         print_profile(&profile, median);
     }
     Ok(())

@@ -193,6 +193,13 @@ fn auto_dispatch(a: &Args, s: &quorum::Session) {
     for note in s.dispatch_notes() {
         println!("  {note}");
     }
+    if s.auto_trial().is_some() {
+        println!(
+            "  whole-model trial: the first {} runs time each node by the thresholds, every claimed \
+             node on its device and the CPU alone, in turn; later runs use the fastest",
+            quorum::session::trial::TRIAL_RUNS
+        );
+    }
     let ran = a
         .model
         .inputs(s, 0)
