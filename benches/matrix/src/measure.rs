@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use quorum::inputs::{Rng, random_tensor};
-use quorum::ir::{Graph, Model, ValueInfo, ValueType};
+use quorum::ir::{Graph, Model, Node, ValueInfo, ValueType};
 use quorum::session::GraphCapture;
 use quorum::{Provider, Session, SessionOptions, Value};
 
@@ -81,8 +81,16 @@ pub struct Budget {
     pub time: Duration,
 }
 
-/// A case's one-node model: non-weight inputs as graph inputs under [`Residency::Host`], every
-/// input an initializer under [`Residency::Resident`]. Returns the model and the run inputs.
+/// A case's model: its node, then the node's output flattened (a view) and its first element
+/// sliced out as the graph output. Non-weight inputs are graph inputs under [`Residency::Host`],
+/// every input an initializer under [`Residency::Resident`]. Returns the model and the run inputs.
+///
+/// The tail is what a node inside a chain of device nodes sees: its output stays where it was made
+/// and a consumer reads it there. Without it every point paid the download of the node's whole
+/// output, which a chain does not pay; the first H200 matrix, measured that way, had the CPU win
+/// every elementwise, norm and convolution size "with the inputs on the host" and placed whole
+/// models on the CPU. The tail's own cost (a one-element slice, the same on every provider) is a
+/// launch and a four-byte download.
 pub fn model(
     case: &Case,
     residency: Residency,
@@ -119,7 +127,11 @@ pub fn model(
             feeds.push((name, Value::Tensor(t)));
         }
     }
+    let mut node = node;
+    node.outputs = vec!["y".into()];
+    let opset = node.opset;
     graph.nodes.push(node);
+    take_first_element(&mut graph, opset);
     let model = Model {
         ir_version: 8,
         opsets: HashMap::from([(String::new(), case.opset)]),
@@ -129,6 +141,56 @@ pub fn model(
         warnings: Vec::new(),
     };
     Ok((model, feeds))
+}
+
+/// Appends `out = Slice(Reshape(y, [-1]), 0, 1)` (Slice's inputs from opset 10, its attributes
+/// before).
+fn take_first_element(graph: &mut Graph, opset: i64) {
+    let ints = |name: &str, v: Vec<i64>| {
+        (
+            name.to_string(),
+            Arc::new(Value::Tensor(
+                quorum::Tensor::from_f64s(
+                    quorum::DType::I64,
+                    &[v.len()],
+                    v.iter().map(|&x| x as f64).collect(),
+                )
+                .expect("a small i64 vector"),
+            )),
+        )
+    };
+    let node = |name: &str, op: &str, inputs: &[&str], output: &str| Node {
+        name: name.into(),
+        op_type: op.into(),
+        domain: String::new(),
+        opset,
+        inputs: inputs.iter().map(|s| s.to_string()).collect(),
+        outputs: vec![output.into()],
+        attrs: HashMap::new(),
+    };
+    let (k, v) = ints("tail_shape", vec![-1]);
+    graph.initializers.insert(k, v);
+    graph
+        .nodes
+        .push(node("tail_flat", "Reshape", &["y", "tail_shape"], "flat"));
+    if opset >= 10 {
+        for (name, v) in [("tail_starts", 0), ("tail_ends", 1)] {
+            let (k, t) = ints(name, vec![v]);
+            graph.initializers.insert(k, t);
+        }
+        graph.nodes.push(node(
+            "tail_first",
+            "Slice",
+            &["flat", "tail_starts", "tail_ends"],
+            "out",
+        ));
+    } else {
+        let mut n = node("tail_first", "Slice", &["flat"], "out");
+        for (name, v) in [("starts", 0), ("ends", 1), ("axes", 0)] {
+            n.attrs.insert(name.into(), quorum::ir::Attr::Ints(vec![v]));
+        }
+        graph.nodes.push(n);
+    }
 }
 
 /// What one timing gave: the stats, and what a reader should know (a refused capture, a node
@@ -161,11 +223,12 @@ pub fn time(
         ..Default::default()
     };
     let session = Session::from_model(model, options).map_err(|e| e.to_string())?;
+    // The case's node is the first; the tail may be claimed when it is not.
     if provider != Provider::Cpu
         && session
             .placement()
-            .iter()
-            .all(|p| p.provider == Provider::Cpu)
+            .first()
+            .is_none_or(|p| p.provider == Provider::Cpu)
     {
         let why = session
             .placement()

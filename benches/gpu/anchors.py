@@ -1,0 +1,51 @@
+"""PyTorch anchors for the device kernel benchmarks (`device-tests/tests/gpu/bench*.rs`), printed as
+`ANCHOR name value unit` lines: SGEMM 1024^3 and 4096^3 (TF32 off), the 64 MiB elementwise Add and
+the batched MatMul [16,64,128] x [16,128,64], timed with CUDA events around batches after a warm-up
+(medians of the batches), in the same device call as Quorum's figures. Run on the GPU machine:
+`python3 benches/gpu/anchors.py`."""
+import statistics
+
+import torch
+
+
+def per_call_ms(f, batch, reps, warm=3):
+    for _ in range(warm):
+        f()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(batch):
+            f()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) / batch)
+    return statistics.median(times)
+
+
+def main():
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    dev = torch.device("cuda")
+    print(f"ANCHOR torch {torch.__version__} {torch.cuda.get_device_name(0)}")
+    g = torch.Generator(device=dev).manual_seed(1)
+    n = 16 << 20
+    a = torch.rand(n, device=dev, generator=g)
+    b = torch.rand(n, device=dev, generator=g)
+    ms = per_call_ms(lambda: torch.add(a, b), 10, 20)
+    print(f"ANCHOR torch_add_64mib {ms:.4f} ms {3 * n * 4 / (ms * 1e-3) / 1e12:.3f} TB/s")
+    for size in (1024, 4096):
+        x = torch.rand(size, size, device=dev, generator=g)
+        y = torch.rand(size, size, device=dev, generator=g)
+        reps, batch = (5, 4) if size >= 4096 else (20, 10)
+        ms = per_call_ms(lambda: torch.mm(x, y), batch, reps)
+        print(f"ANCHOR torch_sgemm_{size} {2 * size**3 / (ms * 1e-3) / 1e12:.2f} TFLOP/s ({ms:.3f} ms)")
+    x = torch.rand(16, 64, 128, device=dev, generator=g)
+    y = torch.rand(16, 128, 64, device=dev, generator=g)
+    ms = per_call_ms(lambda: torch.bmm(x, y), 100, 20)
+    print(f"ANCHOR torch_batched_matmul_16x64x128x64 {ms * 1e3:.1f} us (device time per call)")
+
+
+if __name__ == "__main__":
+    main()
