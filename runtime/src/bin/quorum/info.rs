@@ -196,7 +196,8 @@ fn auto_dispatch(a: &Args, s: &quorum::Session) {
     if s.auto_trial().is_some() {
         println!(
             "  whole-model trial: the first {} runs time each node by the thresholds, every claimed \
-             node on its device and the CPU alone, in turn; later runs use the fastest",
+             node on its device and the CPU alone, each placement's runs back to back; later runs \
+             use the fastest",
             quorum::session::trial::TRIAL_RUNS
         );
     }
