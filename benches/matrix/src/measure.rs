@@ -270,12 +270,7 @@ pub fn time_session(
 ) -> Result<Stats, String> {
     // `auto` first times whole-model placements (`quorum::session::trial`): not part of its
     // steady state.
-    let trial = if session.auto_trial().is_some() {
-        quorum::session::trial::TRIAL_RUNS
-    } else {
-        0
-    };
-    for _ in 0..quorum::session::WARMUP_RUNS + 2 + trial {
+    for _ in 0..quorum::session::WARMUP_RUNS + 2 + session.auto_trial_runs() {
         session.run(feeds.to_vec()).map_err(|e| e.to_string())?;
     }
     let mut samples = Vec::new();

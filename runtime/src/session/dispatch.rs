@@ -245,13 +245,23 @@ impl Dispatch {
         if self.floor == 0 {
             return false;
         }
-        let d = match whole {
-            Whole::Nodes => self.decide(device, node, slots),
-            w => Decision {
-                device: w == Whole::Device,
-                rule: format!("auto's whole-model trial: {}", w.describe()),
-            },
-        };
+        if whole != Whole::Nodes {
+            // Every node of the run alike: the kept decision is rebuilt only when it changes.
+            let device = whole == Whole::Device;
+            if let Ok(mut all) = self.decisions.lock()
+                && let Some(s) = all.get_mut(step)
+                && !s
+                    .as_ref()
+                    .is_some_and(|d| d.device == device && d.rule == whole.rule())
+            {
+                *s = Some(Decision {
+                    device,
+                    rule: whole.rule().into(),
+                });
+            }
+            return !device;
+        }
+        let d = self.decide(device, node, slots);
         let on_cpu = !d.device;
         if let Ok(mut all) = self.decisions.lock()
             && let Some(s) = all.get_mut(step)

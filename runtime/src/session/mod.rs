@@ -317,6 +317,11 @@ impl Session {
         self.dispatch.trial.report()
     }
 
+    /// How many first runs `auto`'s trial takes (0 without one): benchmarks warm up past them.
+    pub fn auto_trial_runs(&self) -> usize {
+        self.dispatch.trial.runs()
+    }
+
     /// Runs the model. `inputs` are (name, value) pairs for the graph's runtime inputs; the result holds
     /// every graph output in declaration order.
     pub fn run(&self, inputs: Vec<(String, Value)>) -> Result<Vec<(String, Value)>> {
@@ -409,7 +414,7 @@ impl Session {
         // A capture needs every node on the device: such runs use the per-node rule, untimed.
         let ticket = match &capture {
             None => self.dispatch.trial.begin(),
-            Some(_) => trial::Trial::new(false).begin(),
+            Some(_) => trial::Ticket::per_node(),
         };
         let started = std::time::Instant::now();
         let graph = &self.plan.graph;

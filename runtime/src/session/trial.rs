@@ -43,6 +43,15 @@ impl Whole {
             Whole::Cpu => "the CPU alone",
         }
     }
+
+    /// The rule a node's decision names when this placement decided it (not the per-node rule).
+    pub fn rule(self) -> &'static str {
+        match self {
+            Whole::Nodes => "auto's whole-model trial: each node by the measured thresholds",
+            Whole::Device => "auto's whole-model trial: every claimed node on its device",
+            Whole::Cpu => "auto's whole-model trial: the CPU alone",
+        }
+    }
 }
 
 /// Runs of each placement in the trial: the first untimed, the rest timed.
@@ -73,6 +82,16 @@ pub struct Ticket {
     timed: bool,
 }
 
+impl Ticket {
+    /// A run outside the trial (a graph capture): the per-node rule, untimed.
+    pub fn per_node() -> Ticket {
+        Ticket {
+            whole: Whole::Nodes,
+            timed: false,
+        }
+    }
+}
+
 impl Trial {
     pub fn new(on: bool) -> Trial {
         Trial {
@@ -88,7 +107,7 @@ impl Trial {
             timed: false,
         };
         if !self.on {
-            return untimed(Whole::Nodes);
+            return Ticket::per_node();
         }
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(w) = st.chosen {
@@ -124,6 +143,11 @@ impl Trial {
         if st.chosen.is_none() && st.samples.iter().all(|s| s.len() >= TRIAL_ROUNDS - 1) {
             st.chosen = best(&st.samples);
         }
+    }
+
+    /// Runs a caller should let pass before timing the steady state (0 without a trial).
+    pub fn runs(&self) -> usize {
+        if self.on { TRIAL_RUNS } else { 0 }
     }
 
     /// The trial in words: each placement's fastest timed run and the choice, or how far it got.

@@ -52,12 +52,7 @@ pub fn main(a: Args) -> CliResult<()> {
     let mut profile = Vec::new();
     let timed = (|| {
         // `auto` times whole-model placements over its first runs: not its steady state.
-        let trial = if session.auto_trial().is_some() {
-            quorum::session::trial::TRIAL_RUNS
-        } else {
-            0
-        };
-        for _ in 0..a.warmup + trial {
+        for _ in 0..a.warmup + session.auto_trial_runs() {
             session.run(inputs.clone())?;
         }
         // The warm-up's node times are not part of the profile.

@@ -188,11 +188,9 @@ pub fn gemm(
     extra: Vec<u32>,
 ) -> KResult<()> {
     let tile = Tile::for_shape(m, n, batch);
-    super::loop_budget(
-        run,
-        name,
-        k.div_ceil(tile.bk() as usize) * 8 + tile.bk() as usize,
-    )?;
+    // The K loop's steps, and the partial last step's own loop (full steps are unrolled).
+    let bk = tile.bk() as usize;
+    super::loop_budget(run, name, k.div_ceil(bk) + bk)?;
     let max = run.device.limits.max_compute_workgroups_per_dimension as usize;
     let (gx, gy) = (n.div_ceil(tile.t as usize), m.div_ceil(tile.t as usize));
     if gx > max || gy > max || batch > max {
