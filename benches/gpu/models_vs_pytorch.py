@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """Quorum against PyTorch on the GPU machine, side by side in one run.
 
-What: exports torchvision models (random weights, eval mode) to ONNX with the torch found on the
-GPU machine, times PyTorch (eager, CUDA-graph replay, host to host) and Quorum (`quorum bench`:
-one stream, several streams, graph replay) on the same model in the same run, checks Quorum's
-outputs against onnxruntime (CPU) on the same file and input, and writes a Markdown table.
+What: exports the models of issue 16's table (torchvision CNNs, timm's ViT-S/16, a BERT-base encoder
+from transformers; random weights, eval mode) to ONNX with the torch found on the GPU machine, times
+PyTorch (eager, CUDA-graph replay, host to host) and Quorum (`quorum bench`: one stream, several
+streams, graph replay) on the same model in the same run, checks Quorum's outputs against
+onnxruntime (CPU) on the same file and input, and writes a Markdown table. With `--ncu`, Nsight
+Compute times every kernel of one Quorum run per model and a second table gives each kernel's share.
 Why: a speed claim is only worth its anchor measured beside it, on the same machine, the same day.
 
     python3 models_vs_pytorch.py --quorum target/gpu-bundle/quorum --out DIR [--models resnet18,...]
+        [--ncu MODEL,...] [--extras]
 
 Runs on the GPU machine (torch 2.11, onnxruntime, numpy there); TF32 is off for PyTorch.
 """
@@ -21,24 +24,68 @@ import subprocess
 import sys
 import time
 
+# name: (source, architecture, batch). Sources: torchvision, timm, and "bert" (transformers' BertModel
+# with BertConfig's defaults: bert-base, 12 layers, hidden 768, sequence 128, eager attention).
 MODELS = {
-    "resnet18": ("resnet18", 1),
-    "resnet50": ("resnet50", 1),
-    "mobilenet_v2": ("mobilenet_v2", 1),
+    "resnet18": ("torchvision", "resnet18", 1),
+    "resnet50": ("torchvision", "resnet50", 1),
+    "mobilenet_v2": ("torchvision", "mobilenet_v2", 1),
+    "efficientnet_b0": ("torchvision", "efficientnet_b0", 1),
+    "resnet50_b8": ("torchvision", "resnet50", 8),
+    "convnext_tiny": ("torchvision", "convnext_tiny", 1),
+    "vit_small": ("timm", "vit_small_patch16_224", 1),
+    "bert_base": ("bert", "bert-base", 1),
+    "bert_base_b8": ("bert", "bert-base", 8),
 }
+SEQ = 128
 
 
-def export(name: str, batch: int, out_dir: str) -> tuple[str, object]:
+def build(name: str):
+    """The eval-mode module and its seeded input."""
     import torch
-    import torchvision
 
-    model = getattr(torchvision.models, MODELS[name][0])(weights=None).eval()
-    x = torch.randn(batch, 3, 224, 224, generator=torch.Generator().manual_seed(7))
-    path = os.path.join(out_dir, f"{name}_b{batch}.onnx")
+    source, arch, batch = MODELS[name]
+    g = torch.Generator().manual_seed(7)
+    if source == "torchvision":
+        import torchvision
+        return getattr(torchvision.models, arch)(weights=None).eval(), \
+            torch.randn(batch, 3, 224, 224, generator=g)
+    if source == "timm":
+        import timm
+        return timm.create_model(arch, pretrained=False).eval(), \
+            torch.randn(batch, 3, 224, 224, generator=g)
+    from transformers import BertConfig, BertModel
+
+    class Encoder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bert = BertModel(BertConfig(), add_pooling_layer=False,
+                                  attn_implementation="eager")
+
+        def forward(self, ids):
+            return self.bert(input_ids=ids).last_hidden_state
+
+    cfg = BertConfig()
+    return Encoder().eval(), torch.randint(0, cfg.vocab_size, (batch, SEQ), generator=g)
+
+
+def export(name: str, out_dir: str) -> tuple[str, object]:
+    import torch
+
+    model, x = build(name)
+    path = os.path.join(out_dir, f"{name}.onnx")
     if not os.path.exists(path):
-        torch.onnx.export(model, (x,), path, opset_version=17, input_names=["x"],
-                          output_names=["y"], dynamo=False)
+        with torch.no_grad():
+            torch.onnx.export(model, (x,), path, opset_version=17, input_names=["x"],
+                              output_names=["y"], dynamo=False)
     return path, (model, x)
+
+
+def label(name: str) -> str:
+    source, arch, batch = MODELS[name]
+    base = name[:-3] if name.endswith("_b8") else name
+    extra = f", seq {SEQ}" if source == "bert" else ""
+    return f"{base}{extra} b{batch}"
 
 
 def time_torch(model, x, iters: int) -> dict:
@@ -81,6 +128,7 @@ def time_torch(model, x, iters: int) -> dict:
 
 
 def quorum_bench(quorum: str, model: str, extra: list[str], iters: int) -> dict:
+    """`quorum bench` on CUDA; `extra` may name the input file (`--input x=FILE`)."""
     cmd = [quorum, "bench", model, "--provider", "cuda", "--iters", str(iters), "--warmup", "5",
            "--json", *extra]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
@@ -89,15 +137,25 @@ def quorum_bench(quorum: str, model: str, extra: list[str], iters: int) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def check_against_ort(quorum: str, model: str, x, work: str) -> str:
+def save_input(x, work: str, name: str) -> str:
+    """The model's input as .npy (float32, or int64 token ids), for Quorum and onnxruntime alike."""
+    import numpy as np
+
+    xin = x.numpy()
+    xin = xin.astype(np.float32) if xin.dtype.kind == "f" else xin.astype(np.int64)
+    path = os.path.join(work, f"{name}-x.npy")
+    np.save(path, xin)
+    return path
+
+
+def check_against_ort(quorum: str, model: str, xfile: str, work: str) -> str:
     import numpy as np
     import onnxruntime as ort
 
-    xin = x.numpy().astype(np.float32)
-    np.save(os.path.join(work, "x.npy"), xin)
+    xin = np.load(xfile)
     outdir = os.path.join(work, "q")
     r = subprocess.run([quorum, "run", model, "--provider", "cuda", "--input",
-                        f"x={os.path.join(work, 'x.npy')}", "--output-dir", outdir],
+                        f"x={xfile}", "--output-dir", outdir],
                        capture_output=True, text=True, timeout=300)
     if r.returncode != 0:
         return f"quorum run failed: {r.stderr.strip()[-200:]}"
@@ -107,6 +165,67 @@ def check_against_ort(quorum: str, model: str, x, work: str) -> str:
     diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
     scale = np.abs(want).max()
     return f"max abs diff {diff.max():.2e} (max |y| {scale:.2e})"
+
+
+def find_ncu() -> str | None:
+    import glob
+    import shutil
+
+    found = shutil.which("ncu")
+    if found:
+        return found
+    cands = sorted(glob.glob("/opt/nvidia/nsight-compute/*/ncu") + glob.glob("/usr/local/cuda*/bin/ncu"))
+    return cands[-1] if cands else None
+
+
+def ncu_profile(quorum: str, model: str, xfile: str, timeout: int) -> dict:
+    """Every kernel of one eager Quorum run (one stream) timed by Nsight Compute: time per kernel
+    name, launches, and the five longest launches. The run is a session's first, so its kernels
+    are the steady state's (modules are built before launch; nothing else differs)."""
+    import csv
+    import io
+
+    ncu = find_ncu()
+    if ncu is None:
+        return {"error": "ncu not found"}
+    cmd = [ncu, "--clock-control", "none", "--metrics", "gpu__time_duration.sum", "--csv",
+           "--print-units", "base", quorum, "bench", model, "--provider", "cuda", "--iters", "1",
+           "--warmup", "0", "--streams", "1", "--input", f"x={xfile}"]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"ncu ran past {timeout} s"}
+    lines = r.stdout.splitlines()
+    start = next((i for i, l in enumerate(lines) if l.startswith('"ID"')), None)
+    if start is None:
+        return {"error": (r.stderr or r.stdout).strip()[-300:]}
+    per, launches = {}, []
+    for row in csv.DictReader(io.StringIO("\n".join(lines[start:]))):
+        if row.get("Metric Name") != "gpu__time_duration.sum":
+            continue
+        ns = float(row["Metric Value"].replace(",", ""))
+        k = row["Kernel Name"]
+        t, c = per.get(k, (0.0, 0))
+        per[k] = (t + ns, c + 1)
+        launches.append((ns, k, row.get("Grid Size", ""), row.get("Block Size", "")))
+    total = sum(t for t, _ in per.values())
+    launches.sort(reverse=True)
+    return {"total_us": total / 1e3, "launches": sum(c for _, c in per.values()),
+            "kernels": sorted(((k, t / 1e3, c) for k, (t, c) in per.items()),
+                              key=lambda e: -e[1]),
+            "longest": [(ns / 1e3, k, g, b) for ns, k, g, b in launches[:5]]}
+
+
+def ncu_lines(name: str, p: dict) -> list[str]:
+    if "error" in p:
+        return [f"- {label(name)}: {p['error']}"]
+    out = [f"- **{label(name)}**: {p['total_us']:.0f} µs of kernel time over {p['launches']} "
+           "launches (one run, serialised by the profiler). Shares: " +
+           ", ".join(f"`{k}` {100 * t / p['total_us']:.1f}% ({c}×, {t / c:.1f} µs each)"
+                     for k, t, c in p["kernels"][:8]) + ".",
+           "  Longest launches: " + "; ".join(f"`{k}` {us:.1f} µs (grid {g}, block {b})"
+                                            for us, k, g, b in p["longest"]) + "."]
+    return out
 
 
 def chain_model(path: str, nodes: int) -> None:
@@ -164,21 +283,37 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--streams", type=int, default=4)
     ap.add_argument("--light", default="target/corpus/onnx-1.23.2/light")
+    ap.add_argument("--ncu", default="", help="models whose kernels Nsight Compute times")
+    ap.add_argument("--ncu-timeout", type=int, default=150)
+    ap.add_argument("--extras", action="store_true",
+                    help="also host overhead per node, streams on light models, threads")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     import torch
 
-    rows = []
+    rows, profiles = [], []
+    ncu_models = [m for m in args.ncu.split(",") if m]
     for name in args.models.split(","):
-        path, (model, x) = export(name, MODELS[name][1], args.out)
+        try:
+            path, (model, x) = export(name, args.out)
+        except Exception as e:  # an exporter the machine lacks: say so, go on
+            print(json.dumps({"model": name, "export_error": str(e)[-300:]}), flush=True)
+            continue
+        xfile = save_input(x, args.out, name)
+        inp = ["--input", f"x={xfile}"]
         t = time_torch(model, x, args.iters)
-        q1 = quorum_bench(args.quorum, path, ["--streams", "1"], args.iters)
-        qs = quorum_bench(args.quorum, path, ["--streams", str(args.streams)], args.iters)
-        qg = quorum_bench(args.quorum, path, ["--streams", "1", "--graph", "on"], args.iters)
-        qgs = quorum_bench(args.quorum, path, ["--streams", str(args.streams), "--graph", "on"],
-                           args.iters)
-        check = check_against_ort(args.quorum, path, x, args.out)
+        q1 = quorum_bench(args.quorum, path, ["--streams", "1", *inp], args.iters)
+        qs = quorum_bench(args.quorum, path, ["--streams", str(args.streams), *inp], args.iters)
+        qg = quorum_bench(args.quorum, path, ["--streams", "1", "--graph", "on", *inp], args.iters)
+        qgs = quorum_bench(args.quorum, path,
+                           ["--streams", str(args.streams), "--graph", "on", *inp], args.iters)
+        check = check_against_ort(args.quorum, path, xfile, args.out)
         rows.append((name, t, q1, qs, qg, qgs, check))
+        if name in ncu_models:
+            p = ncu_profile(args.quorum, path, xfile, args.ncu_timeout)
+            profiles.append((name, p))
+            print(json.dumps({"ncu": name, **{k: v for k, v in p.items() if k != "kernels"},
+                              "top": p.get("kernels", [])[:10]}), flush=True)
         print(json.dumps({"model": name, "torch": {k: v for k, v in t.items() if k != "reference"},
                           "quorum_1": q1.get("median_ms"), "quorum_streams": qs.get("median_ms"),
                           "quorum_graph": qg.get("median_ms"),
@@ -199,9 +334,15 @@ def main() -> int:
     for name, t, q1, qs, qg, qgs, check in rows:
         def f(q):
             return f"{q['median_ms']:.3f}" if "median_ms" in q else "error"
-        lines.append(f"| {name} b1 | {t['eager_ms']:.3f} | {t['graph_ms']:.3f} | {t['host_ms']:.3f} "
+        lines.append(f"| {label(name)} | {t['eager_ms']:.3f} | {t['graph_ms']:.3f} | {t['host_ms']:.3f} "
                      f"| {f(q1)} | {f(qs)} | {f(qg)} | {f(qgs)} | {check} |")
-    lines += extras(args.quorum, args.out, args.light, args.iters)
+    if profiles:
+        lines += ["", "Kernel time per model (Nsight Compute, `--clock-control none`, one eager run, "
+                  "one stream):", ""]
+        for name, p in profiles:
+            lines += ncu_lines(name, p)
+    if args.extras:
+        lines += extras(args.quorum, args.out, args.light, args.iters)
     text = "\n".join(lines) + "\n"
     with open(os.path.join(args.out, "models-vs-pytorch.md"), "w") as fh:
         fh.write(text)

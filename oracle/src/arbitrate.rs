@@ -96,7 +96,7 @@ pub fn class_of(node: &NodeSpec) -> Option<Class> {
         | "Pad" | "Tile" | "DepthToSpace" | "SpaceToDepth" | "Trilu" | "OneHot" | "Reshape"
         | "Flatten" | "Squeeze" | "Unsqueeze" | "Identity" | "MaxPool" | "GlobalMaxPool"
         | "ReduceMax" | "ReduceMin" | "ArgMax" | "ArgMin" | "Hardmax" | "ConstantOfShape"
-        | "Dropout" => Some(Class::Exact),
+        | "Dropout" | "Shape" | "Size" => Some(Class::Exact),
         // Scatter without a reduction (or with max/min) moves values; add and mul combine them.
         "ScatterElements" => match node.string("reduction", "none").ok()?.as_str() {
             "add" | "mul" => sum(C_ELEMENTWISE),

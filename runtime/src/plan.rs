@@ -15,6 +15,10 @@ pub struct Step {
     pub frees: Vec<String>,
     /// The accelerator and kernel, when the session placed this node on one.
     pub device: Option<crate::session::DeviceStep>,
+    /// The node computes only from tensor shapes and constants (Shape, Size, and small arithmetic
+    /// on their results): it runs on the host whatever the placement, reads no device data, and a
+    /// graph capture may contain it (its results are fixed by the run's input shapes).
+    pub shapes_only: bool,
 }
 
 pub struct Plan {
@@ -162,6 +166,7 @@ impl Plan {
                 kernel,
                 frees: Vec::new(),
                 device: None,
+                shapes_only: false,
             });
         }
         // Lifetimes: a value is dropped after its last reader, unless it is a graph output.

@@ -100,11 +100,12 @@ impl DeviceSession for SimSession {
         &'s self,
         index: usize,
         streams: usize,
-        _counters: &'s Counters,
+        counters: &'s Counters,
         poison: Option<u8>,
     ) -> Result<Box<dyn DeviceRun + 's>, DeviceError> {
         Ok(Box::new(SimRun {
             session: self,
+            counters,
             index,
             streams: (0..streams.max(1)).map(|_| self.name()).collect(),
             current: Cell::new(0),
@@ -130,6 +131,8 @@ struct Parked {
 
 struct SimRun<'s> {
     session: &'s SimSession,
+    /// The session's counters: transfers are counted as the real backends count them.
+    counters: &'s Counters,
     index: usize,
     streams: Vec<u64>,
     current: Cell<usize>,
@@ -148,6 +151,10 @@ struct SimRun<'s> {
 
 fn bytes_of(t: &Tensor) -> u64 {
     (t.len() * t.dtype().size_in_memory()) as u64
+}
+
+fn bytes_of_dev(d: &DeviceTensor) -> u64 {
+    (d.len() * d.dtype.size_in_memory()) as u64
 }
 
 impl SimRun<'_> {
@@ -329,6 +336,8 @@ impl DeviceRun for SimRun<'_> {
     fn upload(&self, stream: usize, t: &Tensor) -> Result<DeviceTensor, DeviceError> {
         self.current.set(stream.min(self.streams.len() - 1));
         let bytes = bytes_of(t);
+        Counters::bump(&self.counters.h2d_bytes, bytes);
+        Counters::bump(&self.counters.h2d_calls, 1);
         let buf = self.alloc(bytes);
         let staged = self.stage(bytes);
         self.access(Agent::Host, "stage", vec![], vec![staged]);
@@ -372,6 +381,8 @@ impl DeviceRun for SimRun<'_> {
 
     fn download(&self, d: &DeviceTensor) -> Result<Tensor, DeviceError> {
         let buf = Self::unwrap(d)?;
+        Counters::bump(&self.counters.d2h_bytes, bytes_of_dev(d));
+        Counters::bump(&self.counters.d2h_calls, 1);
         let stream = if mutants::active(Mutant::DownloadWrongStream) {
             self.stream()
         } else {
@@ -398,6 +409,8 @@ impl DeviceRun for SimRun<'_> {
 
     fn download_later(&self, d: &DeviceTensor) -> Result<usize, DeviceError> {
         let buf = Self::unwrap(d)?;
+        Counters::bump(&self.counters.d2h_bytes, bytes_of_dev(d));
+        Counters::bump(&self.counters.d2h_calls, 1);
         let stream = self.streams[d.stream.min(self.streams.len() - 1)];
         let staged = self.pinned(buf.bytes);
         self.access(

@@ -67,6 +67,27 @@ fn conv(xs: &[usize], ws: &[usize], bias: bool, at: A, seed: u64) {
 }
 
 #[test]
+fn conv_batched_split_k() {
+    // A batch of small late-layer maps (resnet50 at batch 8 shape, scaled down): few tiles, long K,
+    // so K is split with the batch in one grid; bias through the split reduction; groups as a
+    // second batch dim.
+    conv(
+        &[4, 64, 7, 7],
+        &[128, 64, 3, 3],
+        true,
+        a().i("pads", &[1, 1, 1, 1]),
+        95,
+    );
+    conv(
+        &[3, 128, 5, 5],
+        &[64, 64, 3, 3],
+        true,
+        a().i("pads", &[1, 1, 1, 1]).group(2),
+        96,
+    );
+}
+
+#[test]
 fn conv_2d_pads_strides_dilations() {
     conv(&[1, 1, 5, 5], &[1, 1, 3, 3], false, a(), 1);
     conv(

@@ -95,6 +95,74 @@ fn replays_match_eager_runs_for_new_inputs() {
     }
 }
 
+/// A transformer-style reshape whose target shape is computed from the input's shape (Shape →
+/// Gather → Unsqueeze → Concat → Reshape) and a scale from a dim (Cast → Sqrt): the shape
+/// arithmetic runs on the host, the graph still captures, and replays follow new values and a
+/// second shape key.
+fn reshaped_by_its_shape() -> Vec<u8> {
+    use quorum::proto::attribute_proto::AttributeType;
+    let mut cast = node("Cast", &["cols"], "colsf");
+    cast.attribute.push(quorum::proto::AttributeProto {
+        name: Some("to".into()),
+        i: Some(1),
+        r#type: Some(AttributeType::Int as i32),
+        ..Default::default()
+    });
+    let mut cat = node("Concat", &["rows1", "eight8"], "target");
+    cat.attribute.push(quorum::proto::AttributeProto {
+        name: Some("axis".into()),
+        i: Some(0),
+        r#type: Some(AttributeType::Int as i32),
+        ..Default::default()
+    });
+    let ints = |name: &str, dims: &[usize], v: Vec<i64>| {
+        tensor_proto(name, &Tensor::from_i64(dims, v).unwrap())
+    };
+    model(
+        vec![
+            node("Relu", &["x"], "a"),
+            node("Shape", &["a"], "s"),
+            node("Gather", &["s", "zero"], "rows"),
+            node("Unsqueeze", &["rows", "axes"], "rows1"),
+            cat,
+            node("Reshape", &["a", "target"], "b"),
+            node("Gather", &["s", "one"], "cols"),
+            cast,
+            node("Sqrt", &["colsf"], "q"),
+            node("Mul", &["b", "q"], "y"),
+        ],
+        &["x"],
+        &["y"],
+        vec![
+            ints("zero", &[], vec![0]),
+            ints("one", &[], vec![1]),
+            ints("axes", &[1], vec![0]),
+            ints("eight8", &[2], vec![8, 8]),
+        ],
+    )
+}
+
+#[test]
+fn shape_arithmetic_on_the_host_does_not_stop_a_capture() {
+    let m = reshaped_by_its_shape();
+    let eager = Session::from_bytes(&m, options(1, GraphCapture::Off)).unwrap();
+    let s = Session::from_bytes(&m, options(1, GraphCapture::On)).unwrap();
+    if on_cpu() {
+        return;
+    }
+    assert_eq!(s.capture_blocker(), None, "{:?}", s.placement());
+    for (i, rows) in (0u64..5)
+        .map(|i| (i, 16usize))
+        .chain((5..10).map(|i| (i, 40)))
+    {
+        let x = rand_f32(300 + i, &[rows, 64]);
+        assert_eq!(bits(&s, &x), bits(&eager, &x), "run {i} ({rows} rows)");
+    }
+    let report = s.graph_report();
+    assert_eq!(report.len(), 2, "{report:?}");
+    assert!(report.iter().all(|r| r.state == "replaying"), "{report:?}");
+}
+
 #[test]
 fn light_models_replay_their_eager_results() {
     if on_cpu() {

@@ -33,6 +33,7 @@ fn matmul_broadcast_batches() {
     matmul(&[2, 1, 5, 7], &[3, 7, 9], 10);
     matmul(&[3, 7, 9], &[2, 1, 9, 4], 11);
     matmul(&[2, 3, 5, 7], &[7, 9], 12); // folds into one tall product
+    matmul(&[1, 6, 5, 70], &[70, 9], 16); // folds too: a batch dim of 1 moves no offset
     matmul(&[5, 7], &[4, 7, 9], 13); // A shared by every batch
     matmul(&[2, 1, 3, 5, 6], &[1, 4, 1, 6, 2], 14); // three broadcast batch dims
     matmul(&[2, 2, 2, 2, 3, 4], &[2, 1, 2, 1, 4, 5], 15); // more batch dims than the kernel takes
@@ -74,6 +75,16 @@ fn matmul_gemv_split_k() {
     matmul(&[3, 4099], &[4099, 70], 41);
     matmul(&[2048], &[2048, 33], 42);
     matmul(&[5, 3000], &[3000], 43);
+}
+
+#[test]
+fn matmul_batched_split_k() {
+    // Few output tiles over a batch and a long K: split along K with the batch in one grid, the
+    // workspace per batch, the reduction per batch (one, two and three batch dims, broadcast A).
+    matmul(&[4, 64, 512], &[4, 512, 64], 90);
+    matmul(&[2, 3, 70, 1000], &[2, 3, 1000, 33], 91);
+    matmul(&[2, 2, 2, 65, 300], &[2, 2, 2, 300, 70], 92);
+    matmul(&[100, 257], &[3, 257, 40], 93);
 }
 
 #[test]

@@ -1,9 +1,10 @@
 //! ConstantOfShape (the value replicated outward one axis at a time), Dropout where no element is
-//! dropped, and CastLike (this oracle's conversion, to the element type of input 1).
+//! dropped, CastLike (this oracle's conversion, to the element type of input 1), and the shape
+//! readers Shape and Size.
 use super::elementwise::cast_to;
 use super::*;
 
-pub(super) const OPS: &[&str] = &["ConstantOfShape", "Dropout", "CastLike"];
+pub(super) const OPS: &[&str] = &["ConstantOfShape", "Dropout", "CastLike", "Shape", "Size"];
 
 /// The largest ConstantOfShape output this oracle builds, in elements.
 const FILL_LIMIT: u128 = 1 << 26;
@@ -31,6 +32,7 @@ pub(super) fn check(node: &NodeSpec) -> Result<(), String> {
     let (since, outputs) = match node.op_type.as_str() {
         "ConstantOfShape" => (9, 1),
         "CastLike" => (15, 1),
+        "Shape" | "Size" => (1, 1),
         _ => (1, 2),
     };
     if node.opset < since {
@@ -61,11 +63,44 @@ pub(super) fn eval(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Outp
     match node.op_type.as_str() {
         "ConstantOfShape" => constant_of_shape(node, inputs),
         "Dropout" => dropout(node, inputs),
+        "Shape" => shape(node, inputs),
+        "Size" => {
+            let count: usize = input(node, inputs, 0)?.shape.iter().product();
+            Ok(vec![make_output(
+                DType::I64,
+                vec![],
+                vec![count as f64],
+                vec![0.0],
+            )?])
+        }
         _ => {
             let like = input(node, inputs, 1)?;
             Ok(vec![cast_to(input(node, inputs, 0)?, like.dtype)?])
         }
     }
+}
+
+/// The input's dims whose axis lies in [start, end) once both are made non-negative (adding the
+/// rank) — an axis outside that window, and every axis when the window is empty or inverted, is
+/// left out. The attributes exist from opset 15; before it the whole shape.
+fn shape(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, OracleError> {
+    let dims = &input(node, inputs, 0)?.shape;
+    let r = dims.len() as i64;
+    let (mut lo, mut hi) = (0, r);
+    if node.opset >= 15 {
+        lo = node.int("start", 0)?;
+        hi = node.int("end", r)?;
+    }
+    lo += if lo < 0 { r } else { 0 };
+    hi += if hi < 0 { r } else { 0 };
+    let kept: Vec<f64> = dims
+        .iter()
+        .enumerate()
+        .filter(|&(axis, _)| (axis as i64) >= lo && (axis as i64) < hi)
+        .map(|(_, &d)| d as f64)
+        .collect();
+    let n = kept.len();
+    Ok(vec![make_output(DType::I64, vec![n], kept, vec![0.0; n])?])
 }
 
 fn constant_of_shape(
@@ -194,6 +229,32 @@ mod tests {
     use super::super::testkit::*;
     use super::*;
     use crate::Attr;
+
+    #[test]
+    fn shape_windows_and_size() {
+        let x = typed(
+            DType::F32,
+            &[5, 1, 7, 2],
+            (0..70).map(|i| i as f64 * 0.25 - 3.0).collect(),
+        );
+        let run = |opset: i64, attrs: Vec<(&'static str, Attr)>| {
+            eval(&node("Shape", opset, attrs), std::slice::from_ref(&x)).unwrap()
+        };
+        let whole = run(13, vec![]);
+        assert_eq!(whole[0].value.data, vec![5.0, 1.0, 7.0, 2.0]);
+        assert_eq!(whole[0].value.dtype, DType::I64);
+        let tail = run(15, vec![("start", Attr::Int(-2))]);
+        assert_eq!(tail[0].value.data, vec![7.0, 2.0]);
+        let mid = run(15, vec![("start", Attr::Int(1)), ("end", Attr::Int(-1))]);
+        assert_eq!(mid[0].value.data, vec![1.0, 7.0]);
+        let wide = run(15, vec![("start", Attr::Int(-9)), ("end", Attr::Int(9))]);
+        assert_eq!(wide[0].value.data.len(), 4);
+        let none = run(15, vec![("start", Attr::Int(3)), ("end", Attr::Int(1))]);
+        assert_eq!(none[0].value.shape, vec![0]);
+        let size = eval(&node("Size", 13, vec![]), std::slice::from_ref(&x)).unwrap();
+        assert_eq!(size[0].value.data, vec![70.0]);
+        assert!(size[0].value.shape.is_empty());
+    }
 
     fn fill(value: Option<Value>, dims: &[f64]) -> Result<Vec<Output>, OracleError> {
         let attrs = value

@@ -1,10 +1,10 @@
-//! Ops whose outputs are a constant fill or their input passed through: ConstantOfShape, Dropout
-//! where it is deterministic (inference, or training with ratio 0), and CastLike (this oracle's Cast,
-//! to the element type of input 1).
+//! Ops whose outputs are a constant fill, their input passed through, or their input's shape:
+//! ConstantOfShape, Dropout where it is deterministic (inference, or training with ratio 0),
+//! CastLike (this oracle's Cast, to the element type of input 1), Shape and Size.
 use super::{elementwise, input, opt_input, output};
 use crate::{DType, NodeSpec, OracleError, Output, Value};
 
-const OPS: &[&str] = &["ConstantOfShape", "Dropout", "CastLike"];
+const OPS: &[&str] = &["ConstantOfShape", "Dropout", "CastLike", "Shape", "Size"];
 
 /// The most elements a ConstantOfShape output may have here (each is an f64 plus its magnitude).
 const MAX_FILL: usize = 1 << 26;
@@ -51,11 +51,38 @@ pub(super) fn evaluate(
     match node.op_type.as_str() {
         "ConstantOfShape" => constant_of_shape(node, inputs),
         "Dropout" => dropout(node, inputs),
+        "Shape" => shape_of(node, inputs),
+        "Size" => {
+            let n = input(node, inputs, 0)?.len() as f64;
+            Ok(vec![output(DType::I64, vec![], vec![n], vec![0.0])?])
+        }
         _ => Ok(vec![elementwise::cast_to(
             input(node, inputs, 0)?,
             input(node, inputs, 1)?.dtype,
         )?]),
     }
+}
+
+/// "Takes a tensor as input and outputs an 1D int64 tensor containing the shape of the input", from
+/// opset 15 only the dims from `start` to `end` (negative: counted from the back; clamped to
+/// [0, rank]; an empty slice when start ≥ end).
+fn shape_of(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, OracleError> {
+    let x = input(node, inputs, 0)?;
+    let rank = x.shape.len() as i64;
+    let place = |v: i64| -> usize {
+        let v = if v < 0 { v + rank } else { v };
+        v.max(0).min(rank) as usize
+    };
+    let start = place(node.int("start", 0)?);
+    let end = place(node.int("end", rank)?);
+    let mut dims = Vec::new();
+    let mut d = start;
+    while d < end {
+        dims.push(x.shape[d] as f64);
+        d += 1;
+    }
+    let n = dims.len();
+    Ok(vec![output(DType::I64, vec![n], dims, vec![0.0; n])?])
 }
 
 /// "Generate a tensor with given value and shape": the shape is a 1-D int64 tensor of non-negative
@@ -187,6 +214,39 @@ mod tests {
 
     fn v(dtype: DType, shape: Vec<usize>, data: Vec<f64>) -> Option<Value> {
         Some(Value::new(dtype, shape, data).unwrap())
+    }
+
+    #[test]
+    fn shape_and_size_read_the_input_shape() {
+        let mut rng = SplitMix64(11);
+        let data: Vec<f64> = (0..24).map(|_| rng.unit() - 0.5).collect();
+        let x = v(DType::F32, vec![2, 3, 4], data);
+        let all = Reference
+            .evaluate(&node("Shape", 13, &[]), std::slice::from_ref(&x))
+            .unwrap();
+        assert_eq!(all[0].value.dtype, DType::I64);
+        assert_eq!(all[0].value.shape, vec![3]);
+        assert_eq!(all[0].value.data, vec![2.0, 3.0, 4.0]);
+        for (start, end, want) in [
+            (1, None, vec![3.0, 4.0]),
+            (-1, None, vec![4.0]),
+            (0, Some(-1), vec![2.0, 3.0]),
+            (-10, Some(10), vec![2.0, 3.0, 4.0]),
+            (2, Some(1), vec![]),
+        ] {
+            let mut attrs = vec![("start", Attr::Int(start))];
+            if let Some(e) = end {
+                attrs.push(("end", Attr::Int(e)));
+            }
+            let out = Reference
+                .evaluate(&node("Shape", 15, &attrs), std::slice::from_ref(&x))
+                .unwrap();
+            assert_eq!(out[0].value.data, want, "start {start} end {end:?}");
+            assert_eq!(out[0].value.shape, vec![want.len()]);
+        }
+        let size = Reference.evaluate(&node("Size", 13, &[]), &[x]).unwrap();
+        assert_eq!(size[0].value.shape, Vec::<usize>::new());
+        assert_eq!(size[0].value.data, vec![24.0]);
     }
 
     #[test]

@@ -566,6 +566,9 @@ fn k_not(_: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
 /// Unary math and activations; declared here, after the dispatch macros it uses.
 #[path = "elementwise_unary.rs"]
 mod unary;
+#[cfg(test)]
+pub(crate) use unary::erf_f64;
+pub(crate) use unary::{ERF_MID_F32, ERF_SMALL};
 
 /// PRelu's slope broadcasts to X. Before opset 7 a 1-D slope could also name the channel axis (axis 1,
 /// or the one axis of X of its length): reshape it to that.

@@ -50,7 +50,7 @@
 //! relative).
 
 /// The error function 2/√π ∫₀ˣ e^(-t²) dt. NaN stays NaN.
-pub(super) fn erf(x: f64) -> f64 {
+pub(crate) fn erf(x: f64) -> f64 {
     let a = x.abs();
     if a < 1.0 {
         x + x * polynomial(&ERF_SMALL, 2.0 * (x * x) - 1.0)
@@ -133,7 +133,7 @@ fn erfc_direct(y: f64) -> f64 {
 /// erf(x) on [1, 4] in powers of u = (2x − 5)/3: the fit above (`fit(erf, 1, 4)`), truncated after
 /// the last term above 1e-11 rather than 1e-19, for f32 results only ([`erf_f32`]): within
 /// 1.2e-11 of erf on the interval, against half an f32 ulp of at least 3e-8 there.
-const ERF_MID_F32: [f64; 20] = [
+pub(crate) const ERF_MID_F32: [f64; 20] = [
     0.9995930479757179,
     -2.4401655903195117e-18,
     0.0032674262997314085,
@@ -241,7 +241,7 @@ fn polynomial_parts(a: &[f64], u: f64) -> (f64, f64) {
 }
 
 /// Q(z) = erf(√z)/√z − 1 on z in [0, 1], in powers of u = 2z − 1.
-const ERF_SMALL: [f64; 15] = [
+pub(crate) const ERF_SMALL: [f64; 15] = [
     -0.03453126133013269,
     9.355257732086903e-19,
     -0.1405360890227171,

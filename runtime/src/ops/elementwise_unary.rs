@@ -11,6 +11,10 @@ use crate::{bail, unsupported};
 
 #[path = "elementwise_erf.rs"]
 mod error_function;
+#[cfg(test)]
+pub(crate) use error_function::erf as erf_f64;
+/// The erf polynomials the device kernels evaluate too (one source for every engine).
+pub(crate) use error_function::{ERF_MID_F32, ERF_SMALL};
 use error_function::{erf, erf_f32, gelu};
 
 /// Maps a float tensor elementwise: `$x` is an `$F` (f32 for f32/f16/bf16, f64 for f64); f16 and

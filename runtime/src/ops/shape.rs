@@ -41,17 +41,23 @@ fn dims_of(t: &Tensor, what: &str) -> OpResult<Vec<usize>> {
 }
 
 fn shape(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
-    let s = input(inputs, 0)?.shape();
+    let v = shape_values(ctx, input(inputs, 0)?.shape())?;
+    single(Tensor::from_i64(&[v.len()], v)?)
+}
+
+/// Shape's output for an input of shape `s`: its dims from `start` to `end` (opset 15; negative
+/// counts from the back, both clamped to [0, rank]). Shared with the device kernels, which read
+/// only the input's shape.
+pub(crate) fn shape_values(ctx: &OpCtx, s: &[usize]) -> OpResult<Vec<i64>> {
     let r = s.len() as i64;
     let clamp = |v: i64| (if v < 0 { v + r } else { v }).clamp(0, r) as usize;
     let start = clamp(ctx.attr_i("start", 0)?);
     let end = clamp(ctx.attr_opt_i("end")?.unwrap_or(r));
-    let v = if start < end {
+    Ok(if start < end {
         i64s(&s[start..end])
     } else {
         Vec::new()
-    };
-    single(Tensor::from_i64(&[v.len()], v)?)
+    })
 }
 
 fn size(_: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {

@@ -15,7 +15,7 @@ use crate::ir::{Graph, Node};
 use crate::mutants::{self, Mutant};
 use crate::ops::{OpCtx, SubgraphRunner};
 use crate::plan::{Plan, Step, graph_key};
-use crate::tensor::Value;
+use crate::tensor::{Tensor, Value};
 use crate::verify::{Policy, Use, VerifyMode};
 
 /// One run's execution state: its limits, its verification policy, its counters and the device
@@ -209,6 +209,11 @@ impl Exec<'_> {
             };
             let outs = match device_outs {
                 Some(outs) => outs,
+                None if step.shapes_only => self
+                    .run_shapes(plan, &scope, node, step)?
+                    .into_iter()
+                    .map(|v| Slot::of_shapes(Arc::new(v)))
+                    .collect(),
                 None if schedule.is_some() && self.capture.is_some() => {
                     return Err(self.refuse(format!(
                         "node '{}' ({}) runs on the CPU",
@@ -452,6 +457,43 @@ impl Exec<'_> {
             });
         }
         Ok(outs)
+    }
+
+    /// Runs a shape-arithmetic step on the host. Shape and Size read their input's shape where it
+    /// lives, so a device value is not downloaded (nor the device waited for).
+    fn run_shapes(
+        &self,
+        plan: &Plan,
+        scope: &Scope,
+        node: &Node,
+        step: &Step,
+    ) -> Result<Vec<Value>> {
+        let reads_shape = matches!(node.op_type.as_str(), "Shape" | "Size");
+        let on_device = |n: &String| scope.get(n).is_some_and(Slot::on_device);
+        if !(reads_shape && node.inputs.first().is_some_and(on_device)) {
+            return self.run_cpu(plan, scope, node, step);
+        }
+        let shape = scope
+            .get(&node.inputs[0])
+            .and_then(Slot::shape)
+            .unwrap_or_default();
+        let ctx = OpCtx {
+            node,
+            runner: &Runner {
+                exec: self,
+                plan,
+                scope,
+            },
+            max_tensor_bytes: self.max_tensor_bytes,
+        };
+        let t = if node.op_type == "Size" {
+            Tensor::scalar_i64(shape.iter().product::<usize>() as i64)
+        } else {
+            let v = crate::ops::shape::shape_values(&ctx, &shape)
+                .map_err(|e| node_error(node, &[], e))?;
+            Tensor::from_i64(&[v.len()], v).map_err(|e| node_error(node, &[], e))?
+        };
+        Ok(vec![Value::Tensor(t)])
     }
 
     /// Runs a node on the device its step was placed on. `Ok(None)`: the node stays on the CPU

@@ -73,7 +73,12 @@ fn capture_blocker(plan: &Plan, devices: &[SessionDevice], verify: VerifyMode) -
         return Some("verification reads every device result back mid-run".into());
     }
     let g = &*plan.graph;
-    if let Some(step) = plan.steps.iter().find(|s| s.device.is_none()) {
+    // Shape arithmetic runs on the host in a capture too: its results are fixed by the shape key.
+    if let Some(step) = plan
+        .steps
+        .iter()
+        .find(|s| s.device.is_none() && !s.shapes_only)
+    {
         let n = &g.nodes[step.node];
         return Some(format!(
             "node '{}' ({}) runs on the CPU",
@@ -84,6 +89,7 @@ fn capture_blocker(plan: &Plan, devices: &[SessionDevice], verify: VerifyMode) -
     let made_on_device: HashSet<&str> = plan
         .steps
         .iter()
+        .filter(|s| s.device.is_some())
         .flat_map(|s| g.nodes[s.node].outputs.iter().map(String::as_str))
         .collect();
     if let Some(o) = g
@@ -522,3 +528,6 @@ impl From<Refused> for Error {
 #[cfg(test)]
 #[path = "profile_tests.rs"]
 mod profile_tests;
+#[cfg(test)]
+#[path = "shapes_tests.rs"]
+mod shapes_tests;

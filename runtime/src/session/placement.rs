@@ -62,13 +62,94 @@ pub(super) fn open_devices(providers: &[Provider]) -> Result<Vec<SessionDevice>>
     Ok(devices)
 }
 
+/// Ops that, given only values computed from tensor shapes and constants, stay shape arithmetic: a
+/// few small integers (or a scale such as 1/√d) whose work is less than a launch. Ops whose output
+/// can be large whatever their inputs' size (Range, ConstantOfShape, Expand, Tile) are not here.
+const SHAPE_ARITHMETIC: &[&str] = &[
+    "Gather",
+    "Unsqueeze",
+    "Squeeze",
+    "Concat",
+    "Slice",
+    "Cast",
+    "Reshape",
+    "Flatten",
+    "Identity",
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Mod",
+    "Neg",
+    "Abs",
+    "Min",
+    "Max",
+    "Equal",
+    "Less",
+    "Greater",
+    "Not",
+    "And",
+    "Or",
+    "Where",
+    "ReduceProd",
+    "ReduceSum",
+    "ReduceMin",
+    "ReduceMax",
+    "Floor",
+    "Ceil",
+    "Sqrt",
+    "Reciprocal",
+    "Pow",
+    "Sign",
+];
+
+/// Marks the steps that compute only from tensor shapes ([`crate::plan::Step::shapes_only`]): every
+/// Shape and Size, then every shape-arithmetic op whose inputs are all such results or constants
+/// (initializers no graph input overrides), at least one of them a shape result.
+fn mark_shape_arithmetic(plan: &mut Plan) {
+    let g = &*plan.graph;
+    let overridable: std::collections::HashSet<&str> =
+        g.inputs.iter().map(|i| i.name.as_str()).collect();
+    let mut from_shapes: std::collections::HashSet<&str> = Default::default();
+    for step in &mut plan.steps {
+        let node = &g.nodes[step.node];
+        let standard = node.domain.is_empty() || node.domain == "ai.onnx";
+        let op = node.op_type.as_str();
+        let inputs = node.inputs.iter().filter(|n| !n.is_empty());
+        let constant = |n: &str| plan.initializers.contains_key(n) && !overridable.contains(n);
+        let derived = standard
+            && match op {
+                "Shape" | "Size" => true,
+                _ if SHAPE_ARITHMETIC.contains(&op) => {
+                    inputs.clone().any(|n| from_shapes.contains(n.as_str()))
+                        && inputs
+                            .clone()
+                            .all(|n| from_shapes.contains(n.as_str()) || constant(n))
+                }
+                _ => false,
+            };
+        if derived {
+            step.shapes_only = true;
+            from_shapes.extend(
+                node.outputs
+                    .iter()
+                    .filter(|o| !o.is_empty())
+                    .map(String::as_str),
+            );
+        }
+    }
+}
+
 /// Places every top-level step of `plan`: the first accelerator of `providers` that claims it
-/// (recorded in the step), the CPU otherwise.
+/// (recorded in the step), the CPU otherwise; shape arithmetic always on the host.
 pub(super) fn place(
     plan: &mut Plan,
     providers: &[Provider],
     devices: &[SessionDevice],
 ) -> Vec<NodePlacement> {
+    if !devices.is_empty() {
+        mark_shape_arithmetic(plan);
+    }
     let mut placement = Vec::with_capacity(plan.steps.len());
     for step in &mut plan.steps {
         let node = &plan.graph.nodes[step.node];
@@ -78,6 +159,12 @@ pub(super) fn place(
             provider: Provider::Cpu,
             declined: None,
         };
+        if step.shapes_only {
+            place.declined =
+                Some("shape arithmetic: computed on the host from tensor shapes".into());
+            placement.push(place);
+            continue;
+        }
         for &p in providers {
             if p == Provider::Cpu {
                 break;

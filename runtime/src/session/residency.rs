@@ -18,6 +18,8 @@ pub(super) enum Slot {
         value: Arc<Value>,
         /// An initializer: goes to a device through its resident weights, not per run.
         weight: bool,
+        /// Computed from tensor shapes only (a `shapes_only` step): a captured graph may bake it in.
+        from_shapes: bool,
         /// Its copies on devices, at most one per device.
         copies: RefCell<Vec<DeviceTensor>>,
     },
@@ -33,6 +35,17 @@ impl Slot {
         Slot::Host {
             value,
             weight,
+            from_shapes: false,
+            copies: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// The result of a step that computes from tensor shapes only.
+    pub fn of_shapes(value: Arc<Value>) -> Slot {
+        Slot::Host {
+            value,
+            weight: false,
+            from_shapes: true,
             copies: RefCell::new(Vec::new()),
         }
     }
@@ -130,6 +143,7 @@ impl Exec<'_> {
                 value,
                 weight,
                 copies,
+                ..
             } => {
                 if let Some(d) = copies.borrow().iter().find(|d| d.device == device) {
                     if d.stream != stream {
@@ -224,8 +238,17 @@ impl NodeInputs for SlotInputs<'_, '_> {
         let Some(slot) = self.slots.get(i).copied().flatten() else {
             return Ok(None);
         };
-        if self.exec.capture.is_some() && matches!(slot, Slot::Host { weight: false, .. }) {
-            // A replay would reuse these values: the graph would not follow new inputs.
+        let run_value = matches!(
+            slot,
+            Slot::Host {
+                weight: false,
+                from_shapes: false,
+                ..
+            }
+        );
+        if self.exec.capture.is_some() && run_value {
+            // A replay would reuse these values: the graph would not follow new inputs (values
+            // computed from shapes alone are fixed by the capture's input-shape key).
             let why = format!(
                 "node '{}' ({}) reads the values of a run input on the host",
                 self.node.name, self.node.op_type

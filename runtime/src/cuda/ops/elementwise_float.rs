@@ -1,7 +1,7 @@
 //! CUDA elementwise kernels: the f32 expressions of the float ops (a child of `elementwise`, mounted
 //! there with `#[path]`). Each takes f32 registers (f16 operands are widened by the loader) and returns
 //! the f32 result, rounded once: arithmetic in f32, transcendental functions through `math` in f64.
-use super::super::math::{erf64, exp64, log64, sincos64, tanh64};
+use super::super::math::{erf64, erf64_for_f32, exp64, log64, sincos64, tanh64};
 use crate::cuda::KResult;
 use crate::cuda::ptx::{Cmp, Kernel, Op, Reg, Ty};
 use crate::decline;
@@ -117,7 +117,8 @@ pub(crate) fn unary_expr(ctx: &OpCtx, k: &mut Kernel, op: &str, x: Reg) -> KResu
                     k.div(Ty::F64, s, c)
                 }
                 "Tanh" => tanh64(k, xd),
-                "Erf" => erf64(k, xd).0,
+                // The result is rounded to f32 (and then f16 where that is the type).
+                "Erf" => erf64_for_f32(k, xd),
                 "Sigmoid" => {
                     // x ≥ 0: 1/(1+e^-x); x < 0: e^x/(1+e^x) (no cancellation either way).
                     let ax = k.unary("abs", Ty::F64, xd);

@@ -203,6 +203,57 @@ pub fn erf64(k: &mut Kernel, x: Reg) -> (Reg, Reg) {
     (erf, erfc)
 }
 
+/// A polynomial stored as the CPU's erf tables store it, `[a₀ hi, a₀ lo, a₁, a₂, ...]`, at `u`:
+/// two Horner chains in u² (odd and even powers), then `a₀ hi + (a₀ lo + (u·odd + u²·even))`.
+fn split_poly(k: &mut Kernel, a: &[f64], u: Reg) -> Reg {
+    let [a0, a0_lo, higher @ ..] = a else {
+        return k.mov(Ty::F64, d(a.first().copied().unwrap_or(0.0)));
+    };
+    let u2 = k.mul(Ty::F64, u, u);
+    let pairs = higher.chunks_exact(2);
+    let mut odd = k.mov(
+        Ty::F64,
+        d(pairs.remainder().first().copied().unwrap_or(0.0)),
+    );
+    let mut even = k.mov(Ty::F64, d(0.0));
+    for pair in pairs.rev() {
+        odd = k.fma(Ty::F64, odd, u2, d(pair[0]));
+        even = k.fma(Ty::F64, even, u2, d(pair[1]));
+    }
+    let e = k.mul(Ty::F64, u2, even);
+    let rest = k.fma(Ty::F64, u, odd, e);
+    let rest = k.add(Ty::F64, rest, d(*a0_lo));
+    k.add(Ty::F64, rest, d(*a0))
+}
+
+/// erf x in f64 for a result rounded to f32 (the Erf kernels of f32 and f16): the CPU's `erf_f32`
+/// algorithm on its tables — `x + x·Q(x²)` below 1 (`ERF_SMALL`), `ERF_MID_F32` in
+/// u = (2|x| − 5)/3 on [1, 4], ±1 beyond — within about 2e-11 of erf before the rounding. Both
+/// polynomials are evaluated and one selected: about 30 f64 FMAs, no division, no loop (the
+/// series and continued fraction of [`erf64`] cost some 220 f64 divisions per element).
+pub fn erf64_for_f32(k: &mut Kernel, x: Reg) -> Reg {
+    use crate::ops::elementwise::{ERF_MID_F32, ERF_SMALL};
+    let a = k.unary("abs", Ty::F64, x);
+    let x2 = k.mul(Ty::F64, x, x);
+    let u = k.fma(Ty::F64, x2, d(2.0), d(-1.0));
+    let q = split_poly(k, &ERF_SMALL, u);
+    let small = k.fma(Ty::F64, x, q, x);
+    let ac = k.max(Ty::F64, a, d(1.0));
+    let ac = k.min(Ty::F64, ac, d(4.0));
+    let um = k.fma(Ty::F64, ac, d(2.0), d(-5.0));
+    let um = k.mul(Ty::F64, um, d(1.0 / 3.0));
+    let mid = split_poly(k, &ERF_MID_F32, um);
+    let below4 = k.setp(Cmp::Lt, Ty::F64, a, d(4.0));
+    let big = k.selp(Ty::F64, mid, d(1.0), below4);
+    let nbig = k.unary("neg", Ty::F64, big);
+    let neg = k.setp(Cmp::Lt, Ty::F64, x, d(0.0));
+    let signed = k.selp(Ty::F64, nbig, big, neg);
+    let below1 = k.setp(Cmp::Lt, Ty::F64, a, d(1.0));
+    let r = k.selp(Ty::F64, small, signed, below1);
+    let nan = k.setp(Cmp::Nan, Ty::F64, x, x);
+    k.selp(Ty::F64, x, r, nan)
+}
+
 /// tanh x in f64: x·(1 - x²/3) for tiny x, otherwise sign·(1 - 2/(e^(2|x|) + 1)).
 pub fn tanh64(k: &mut Kernel, x: Reg) -> Reg {
     let ax = k.unary("abs", Ty::F64, x);
@@ -260,6 +311,102 @@ mod tests {
         assert!(!text.contains(".approx"), "{text}");
         assert!(text.contains("cvt.rni.s32.f64"), "{text}");
         assert!(text.contains("cvt.rn.f32.f64"), "{text}");
+    }
+
+    /// [`erf64_for_f32`] in Rust, instruction for instruction (each PTX `fma` a `mul_add`), on the
+    /// tables given.
+    fn erf_for_f32_mirror(x: f64, small_t: &[f64], mid_t: &[f64]) -> f64 {
+        let poly = |a: &[f64], u: f64| {
+            let u2 = u * u;
+            let pairs = a[2..].chunks_exact(2);
+            let mut odd = pairs.remainder().first().copied().unwrap_or(0.0);
+            let mut even = 0.0f64;
+            for pair in pairs.rev() {
+                odd = odd.mul_add(u2, pair[0]);
+                even = even.mul_add(u2, pair[1]);
+            }
+            (u.mul_add(odd, u2 * even) + a[1]) + a[0]
+        };
+        let a = x.abs();
+        let small = x.mul_add(poly(small_t, (x * x).mul_add(2.0, -1.0)), x);
+        let um = a.clamp(1.0, 4.0).mul_add(2.0, -5.0) * (1.0 / 3.0);
+        let big = if a < 4.0 { poly(mid_t, um) } else { 1.0 };
+        let r = if a < 1.0 {
+            small
+        } else if x < 0.0 {
+            -big
+        } else {
+            big
+        };
+        if x.is_nan() { x } else { r }
+    }
+
+    /// The largest error of an erf for f32 results against the runtime's f64 erf, relative below
+    /// |x| = 1 and absolute on [1, 4] (where erf's f32 ulp is at least 6e-8), on a dense sweep of
+    /// [-6, 6] with the interval ends; from 4 on (±1 there, erfc(4) = 1.5e-8 being under half an
+    /// ulp of 1) the two must round to the same f32, or the error is infinite.
+    fn erf_for_f32_error(f: &dyn Fn(f64) -> f64) -> f64 {
+        let mut worst = 0.0f64;
+        let ends = [-4.0, -1.0, -0.0, 0.0, 1.0, 4.0, 1e-30, -1e-30];
+        let sweep = (0..=240_000).map(|i| -6.0 + 12.0 * i as f64 / 240_000.0);
+        for x in sweep.chain(ends) {
+            let x = x as f32 as f64;
+            let (got, want) = (f(x), crate::ops::elementwise::erf_f64(x));
+            let err = if x.abs() >= 4.0 {
+                if got as f32 == want as f32 {
+                    0.0
+                } else {
+                    f64::INFINITY
+                }
+            } else if x.abs() < 1.0 && want != 0.0 {
+                ((got - want) / want).abs()
+            } else {
+                (got - want).abs()
+            };
+            worst = worst.max(err);
+        }
+        worst
+    }
+
+    #[test]
+    fn erf_for_f32_is_within_2e11_of_erf() {
+        use crate::ops::elementwise::{ERF_MID_F32, ERF_SMALL};
+        let worst = erf_for_f32_error(&|x| erf_for_f32_mirror(x, &ERF_SMALL, &ERF_MID_F32));
+        assert!(worst < 2e-11, "worst error {worst:e}");
+        let m = erf_for_f32_mirror(f64::NAN, &ERF_SMALL, &ERF_MID_F32);
+        assert!(m.is_nan());
+        assert_eq!(
+            erf_for_f32_mirror(f64::INFINITY, &ERF_SMALL, &ERF_MID_F32),
+            1.0
+        );
+        assert_eq!(erf_for_f32_mirror(-9.0, &ERF_SMALL, &ERF_MID_F32), -1.0);
+    }
+
+    /// The check above fails an erf whose middle polynomial lost its last four terms (errors up to
+    /// 1e-7, which would move f32 results by an ulp or two).
+    #[test]
+    fn erf_for_f32_check_catches_a_truncated_polynomial() {
+        use crate::ops::elementwise::{ERF_MID_F32, ERF_SMALL};
+        let short = &ERF_MID_F32[..16];
+        let worst = erf_for_f32_error(&|x| erf_for_f32_mirror(x, &ERF_SMALL, short));
+        assert!(worst > 2e-11, "a truncated polynomial passed: {worst:e}");
+    }
+
+    /// The generated erf is the mirrored one: no division, no loop, no approximate instruction.
+    #[test]
+    fn erf_for_f32_is_straight_line_code() {
+        let mut k = Kernel::new("math");
+        let p = k.param_ptr("p");
+        let x = k.ld(Space::Global, Ty::F32, p, 0);
+        let xd = k.cvt(Ty::F64, Ty::F32, "", x);
+        let e = erf64_for_f32(&mut k, xd);
+        let y = k.cvt(Ty::F32, Ty::F64, ".rn", e);
+        k.st(Space::Global, p, 0, y);
+        let text = module((9, 0), &[k]);
+        assert!(!text.contains("div."), "{text}");
+        assert!(!text.contains("bra"), "{text}");
+        assert!(!text.contains(".approx"), "{text}");
+        assert!(text.matches("fma.rn.f64").count() >= 25, "{text}");
     }
 
     /// The same algorithms in Rust f64 (mirroring the generated instruction order) against std.

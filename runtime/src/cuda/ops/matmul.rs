@@ -178,12 +178,16 @@ pub(crate) fn run_gemm(run: &Run, p: &Problem) -> KResult<()> {
             (1, p.k)
         }
     };
-    if nb == 1 {
+    // A batch splits too when one launch covers it (at most three batch dims after simplifying):
+    // the convolutions of a batch of small images (resnet50 at batch 8: 64 blocks for 132 SMs,
+    // each walking K = 4,608) are such GEMMs.
+    let one_launch = bdims.len() <= 3 && nb <= 65535;
+    if nb == 1 || one_launch {
         match variant {
             Variant::Small if tiles(64) < sms && p.k >= 256 => {
                 (nsplit, kc) = split(tiles(64), 128, 16);
             }
-            Variant::Skinny(_) => {
+            Variant::Skinny(_) if nb == 1 => {
                 let cols = if matches!(p.bop, BOperand::Strided { trans: true, .. }) {
                     8
                 } else {
@@ -197,7 +201,9 @@ pub(crate) fn run_gemm(run: &Run, p: &Problem) -> KResult<()> {
             _ => {}
         }
     }
-    if nsplit == 1 {
+    // A split launch covers the batch in one grid (its workspace offsets start at batch 0).
+    if nsplit == 1 || nb * nsplit > 65535 {
+        nsplit = 1;
         kc = p.k;
     }
 
@@ -234,15 +240,19 @@ pub(crate) fn run_gemm(run: &Run, p: &Problem) -> KResult<()> {
     let text = tile_ptx(run.cc(), &cfg);
     let name = cfg.name();
 
+    // The workspace holds split s of batch b (batch dims flattened) at s · nb·m·n + b · m·n.
     let ws = if nsplit > 1 {
-        Some(run.alloc(DType::F32, &[nsplit, p.m, p.n])?)
+        Some(run.alloc(DType::F32, &[nsplit, nb, p.m, p.n])?)
     } else {
         None
     };
     let (y, ldy, ssy) = match &ws {
-        Some(w) => (w.ptr(), p.n, p.m * p.n),
+        Some(w) => (w.ptr(), p.n, nb * p.m * p.n),
         None => (p.y, p.ldy, 0),
     };
+    if ws.is_some() {
+        u32of(nsplit * ssy)?;
+    }
 
     let mut args = GemmArgs {
         a: p.a,
@@ -289,6 +299,16 @@ pub(crate) fn run_gemm(run: &Run, p: &Problem) -> KResult<()> {
         args.sb[i] = ks(1, i)?;
         args.sc[i] = ks(2, i)?;
         args.sy[i] = ks(3, i)?;
+    }
+    // Y's own batch strides, for the reduction; a split launch writes the workspace's instead.
+    let y_batch = args.sy;
+    if ws.is_some() {
+        let mn = u32of(p.m * p.n)?;
+        args.sy = [
+            u32of(kd[1] * kd[2] * p.m * p.n)?,
+            u32of(kd[2] * p.m * p.n)?,
+            mn,
+        ];
     }
     let per_z = kd[1] * kd[2] * nsplit;
     if per_z > 65535 {
@@ -345,7 +365,7 @@ pub(crate) fn run_gemm(run: &Run, p: &Problem) -> KResult<()> {
         run.launch_shared(
             &text,
             &name,
-            (blocks(total, 256 / lanes), 1, 1),
+            (blocks(total, 256 / lanes), nb as u32, 1),
             (256, 1, 1),
             0,
             &[
@@ -360,6 +380,15 @@ pub(crate) fn run_gemm(run: &Run, p: &Problem) -> KResult<()> {
                 crate::cuda::driver::Arg::F32(p.alpha),
                 crate::cuda::driver::Arg::F32(p.beta),
                 crate::cuda::driver::Arg::U32(nsplit as u32),
+                crate::cuda::driver::Arg::U32(u32of(ssy)?),
+                crate::cuda::driver::Arg::U32(args.d1),
+                crate::cuda::driver::Arg::U32(args.d2),
+                crate::cuda::driver::Arg::U32(args.sc[0]),
+                crate::cuda::driver::Arg::U32(args.sc[1]),
+                crate::cuda::driver::Arg::U32(args.sc[2]),
+                crate::cuda::driver::Arg::U32(y_batch[0]),
+                crate::cuda::driver::Arg::U32(y_batch[1]),
+                crate::cuda::driver::Arg::U32(y_batch[2]),
             ],
         )?;
         run.release(w, &[]);
@@ -494,10 +523,13 @@ fn matmul(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>
     let mut bdims = batch.clone();
     // B shared by every batch and A contiguous over them: one tall product.
     let nb: usize = batch.iter().product();
+    // A dim of size 1 moves no offset whatever its stride (broadcasting gives it 0): [1, 56, 56, 96]
+    // × [96, 384] (a Linear over NHWC maps) is one [3136, 96] × [96, 384] product, not 56 of [56, 96].
     let a_full = sa
         .iter()
         .zip(strides(&batch))
-        .all(|(&s, full)| s == full * m * k);
+        .zip(&batch)
+        .all(|((&s, full), &d)| d == 1 || s == full * m * k);
     if nb > 1 && sb.iter().all(|&s| s == 0) && a_full && (nb * m).div_ceil(64) <= 65535 {
         m_eff = nb * m;
         bdims.clear();

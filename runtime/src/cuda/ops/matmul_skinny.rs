@@ -299,7 +299,25 @@ pub fn reduce_kernel(has_c: bool, f16: bool, lanes: u32) -> Kernel {
     let alpha = k.param("alpha", Ty::F32);
     let beta = k.param("beta", Ty::F32);
     let nsplit = k.param("nsplit", Ty::U32);
+    // Batches: ctaid.y = (z0 · d1 + z1) · d2 + z2, with element strides of C and Y per dim; the
+    // workspace holds split s of batch b at s · ssy + b · m · n.
+    let [ssy, d1, d2] = ["ssy", "d1", "d2"].map(|s| k.param(s, Ty::U32));
+    let sc = ["sc0", "sc1", "sc2"].map(|s| k.param(s, Ty::U32));
+    let sy = ["sy0", "sy1", "sy2"].map(|s| k.param(s, Ty::U32));
     let total = k.mul(Ty::U32, m, n);
+    let b = k.special("ctaid.y");
+    let z2 = k.rem(Ty::U32, b, d2);
+    let zt = k.div(Ty::U32, b, d2);
+    let z1 = k.rem(Ty::U32, zt, d1);
+    let z0 = k.div(Ty::U32, zt, d1);
+    let batch_off = |k: &mut Kernel, st: [Reg; 3]| {
+        let o = k.mul(Ty::U32, z0, st[0]);
+        let o = k.fma(Ty::U32, z1, st[1], o);
+        k.fma(Ty::U32, z2, st[2], o)
+    };
+    let c_off = batch_off(&mut k, sc);
+    let y_off = batch_off(&mut k, sy);
+    let ws_off = k.mul(Ty::U32, b, total);
     let t = k.special("tid.x");
     let tx = k.and(Ty::U32, t, opb - 1);
     let ty = k.shr(Ty::U32, t, opb.trailing_zeros());
@@ -308,9 +326,10 @@ pub fn reduce_kernel(has_c: bool, f16: bool, lanes: u32) -> Kernel {
     let valid = k.setp(Cmp::Lt, Ty::U32, e, total);
     let acc = k.mov(Ty::F32, 0.0f32);
     // Bytes from split s to split s + lanes.
-    let step = k.mul_wide(false, total, 4 * lanes);
+    let step = k.mul_wide(false, ssy, 4 * lanes);
+    let eb = k.add(Ty::U32, e, ws_off);
     k.for_range(Ty::U32, ty, nsplit, 4 * lanes, |k, s| {
-        let i = k.fma(Ty::U32, s, total, e);
+        let i = k.fma(Ty::U32, s, ssy, eb);
         let mut a = k.addr(ws, i, 4);
         let mut vs = Vec::new();
         for j in 0..4u32 {
@@ -347,7 +366,7 @@ pub fn reduce_kernel(has_c: bool, f16: bool, lanes: u32) -> Kernel {
         let col = k.rem(Ty::U32, e, n);
         let mut v = k.mul(Ty::F32, sum, alpha);
         if has_c {
-            let co = k.mul(Ty::U32, row, c_rs);
+            let co = k.fma(Ty::U32, row, c_rs, c_off);
             let co = k.fma(Ty::U32, col, c_cs, co);
             let ca = k.addr(c, co, es);
             let cv = if f16 {
@@ -359,6 +378,7 @@ pub fn reduce_kernel(has_c: bool, f16: bool, lanes: u32) -> Kernel {
             v = k.fma(Ty::F32, beta, cv, v);
         }
         let yi = k.fma(Ty::U32, row, ldy, col);
+        let yi = k.add(Ty::U32, yi, y_off);
         let ya = k.addr(y, yi, es);
         if f16 {
             let h = k.cvt(Ty::F16, Ty::F32, ".rn", v);

@@ -63,7 +63,7 @@ pub fn unary(op: &str, approximate_tanh: bool) -> KResult<Unary> {
         "Cos" => f64_body("return f32(cos64(xd));"),
         "Tan" => f64_body("let sc = sincos64(xd); return f32(sc.x / sc.y);"),
         "Tanh" => f64_body("return f32(tanh64(xd));"),
-        "Erf" => f64_body("return f32(erf64(xd));"),
+        "Erf" => f64_body("return f32(erf64_f32(xd));"),
         "Sigmoid" => f64_body(
             "let e = exp64(-abs(xd)); let den = e + 1.0lf; \
              return f32(select(1.0lf / den, e / den, xd < 0.0lf));",

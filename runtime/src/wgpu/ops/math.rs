@@ -30,8 +30,33 @@ fn horner(out: &str, x: &str, c: &[f64]) -> String {
     s
 }
 
+/// A polynomial stored as the CPU's erf tables store it, `[a₀ hi, a₀ lo, a₁, a₂, ...]`, at `u`, as
+/// WGSL statements ending in `let {out}`: two Horner chains in u² (odd and even powers), then
+/// `a₀ hi + (a₀ lo + (u·odd + u²·even))` — the order of the CUDA backend's `split_poly`.
+fn split_poly(out: &str, u: &str, a: &[f64]) -> String {
+    let pairs = a[2..].chunks_exact(2);
+    let mut s = format!(
+        "let {out}_u2 = {u} * {u};\n  var {out}_o = {};\n  var {out}_e = 0.0lf;\n",
+        lf(pairs.remainder().first().copied().unwrap_or(0.0))
+    );
+    for pair in pairs.rev() {
+        s.push_str(&format!(
+            "  {out}_o = fma({out}_o, {out}_u2, {});\n  {out}_e = fma({out}_e, {out}_u2, {});\n",
+            lf(pair[0]),
+            lf(pair[1])
+        ));
+    }
+    s.push_str(&format!(
+        "  let {out} = (fma({u}, {out}_o, {out}_u2 * {out}_e) + {}) + {};\n",
+        lf(a[1]),
+        lf(a[0])
+    ));
+    s
+}
+
 /// The f64 library: `exp64`, `log64`, `sin64`, `cos64`, `erf64`, `erfc64`, `tanh64`,
-/// `softplus64`. NaN in gives NaN out.
+/// `softplus64`, and `erf64_f32` (erf within about 2e-11, for results rounded to f32: the CPU's
+/// `erf_f32` on its tables, no loop and no division). NaN in gives NaN out.
 pub fn library() -> String {
     let exp_c: Vec<f64> = (0..=13).map(|i| 1.0 / factorial(i)).collect();
     let log_c: Vec<f64> = (0..=11).map(|i| 1.0 / (2 * i + 1) as f64).collect();
@@ -114,6 +139,18 @@ fn erf_pair64(x: f64) -> vec2<f64> {{
   return vec2<f64>(e, c);
 }}
 fn erf64(x: f64) -> f64 {{ return erf_pair64(x).x; }}
+fn erf64_f32(x: f64) -> f64 {{
+  if (isnan64(x)) {{ return x; }}
+  let a = abs(x);
+  let us = fma(x * x, 2.0lf, -1.0lf);
+  {erf_small}
+  let um = fma(clamp(a, 1.0lf, 4.0lf), 2.0lf, -5.0lf) * {third};
+  {erf_mid}
+  if (a < 1.0lf) {{ return fma(x, q, x); }}
+  var big = 1.0lf;
+  if (a < 4.0lf) {{ big = mid; }}
+  return select(big, -big, x < 0.0lf);
+}}
 fn erfc64(x: f64) -> f64 {{ return erf_pair64(x).y; }}
 fn tanh64(x: f64) -> f64 {{
   if (isnan64(x)) {{ return x; }}
@@ -146,6 +183,9 @@ fn softplus64(x: f64) -> f64 {{
         two_over_sqrt_pi = lf(2.0 / std::f64::consts::PI.sqrt()),
         tiny = lf(1.0 / 4096.0),
         m_third = lf(-1.0 / 3.0),
+        third = lf(1.0 / 3.0),
+        erf_small = split_poly("q", "us", &crate::ops::elementwise::ERF_SMALL),
+        erf_mid = split_poly("mid", "um", &crate::ops::elementwise::ERF_MID_F32),
     )
 }
 
