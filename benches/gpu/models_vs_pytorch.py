@@ -56,16 +56,19 @@ def build(name: str):
             torch.randn(batch, 3, 224, 224, generator=g)
     from transformers import BertConfig, BertModel
 
+    try:  # eager attention: MatMul → Softmax → MatMul, as exporters commonly write it
+        cfg = BertConfig(attn_implementation="eager")
+    except Exception:
+        cfg = BertConfig()
+
     class Encoder(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.bert = BertModel(BertConfig(), add_pooling_layer=False,
-                                  attn_implementation="eager")
+            self.bert = BertModel(cfg, add_pooling_layer=False)
 
         def forward(self, ids):
             return self.bert(input_ids=ids).last_hidden_state
 
-    cfg = BertConfig()
     return Encoder().eval(), torch.randint(0, cfg.vocab_size, (batch, SEQ), generator=g)
 
 
@@ -199,7 +202,7 @@ def ncu_profile(quorum: str, model: str, xfile: str, timeout: int) -> dict:
     start = next((i for i, l in enumerate(lines) if l.startswith('"ID"')), None)
     if start is None:
         return {"error": (r.stderr or r.stdout).strip()[-300:]}
-    per, launches = {}, []
+    per, launches, grids = {}, [], {}
     for row in csv.DictReader(io.StringIO("\n".join(lines[start:]))):
         if row.get("Metric Name") != "gpu__time_duration.sum":
             continue
@@ -207,13 +210,20 @@ def ncu_profile(quorum: str, model: str, xfile: str, timeout: int) -> dict:
         k = row["Kernel Name"]
         t, c = per.get(k, (0.0, 0))
         per[k] = (t + ns, c + 1)
-        launches.append((ns, k, row.get("Grid Size", ""), row.get("Block Size", "")))
+        grid = row.get("Grid Size", "")
+        g = grids.setdefault(k, {})
+        gt, gc = g.get(grid, (0.0, 0))
+        g[grid] = (gt + ns, gc + 1)
+        launches.append((ns, k, grid, row.get("Block Size", "")))
     total = sum(t for t, _ in per.values())
     launches.sort(reverse=True)
     return {"total_us": total / 1e3, "launches": sum(c for _, c in per.values()),
             "kernels": sorted(((k, t / 1e3, c) for k, (t, c) in per.items()),
                               key=lambda e: -e[1]),
-            "longest": [(ns / 1e3, k, g, b) for ns, k, g, b in launches[:5]]}
+            "longest": [(ns / 1e3, k, g, b) for ns, k, g, b in launches[:5]],
+            # Per kernel, its three grids of most time: (grid, µs in all, launches).
+            "grids": {k: sorted(((gr, t / 1e3, c) for gr, (t, c) in g.items()),
+                                key=lambda e: -e[1])[:3] for k, g in grids.items()}}
 
 
 def ncu_lines(name: str, p: dict) -> list[str]:
@@ -224,7 +234,10 @@ def ncu_lines(name: str, p: dict) -> list[str]:
            ", ".join(f"`{k}` {100 * t / p['total_us']:.1f}% ({c}×, {t / c:.1f} µs each)"
                      for k, t, c in p["kernels"][:8]) + ".",
            "  Longest launches: " + "; ".join(f"`{k}` {us:.1f} µs (grid {g}, block {b})"
-                                            for us, k, g, b in p["longest"]) + "."]
+                                            for us, k, g, b in p["longest"]) + ".",
+           "  Grids of the top kernels: " + "; ".join(
+               f"`{k}` " + ", ".join(f"{g} {t:.0f} µs/{c}×" for g, t, c in p["grids"].get(k, []))
+               for k, _, _ in p["kernels"][:5]) + "."]
     return out
 
 
@@ -312,7 +325,8 @@ def main() -> int:
         if name in ncu_models:
             p = ncu_profile(args.quorum, path, xfile, args.ncu_timeout)
             profiles.append((name, p))
-            print(json.dumps({"ncu": name, **{k: v for k, v in p.items() if k != "kernels"},
+            print(json.dumps({"ncu": name, **{k: v for k, v in p.items()
+                                               if k not in ("kernels", "grids")},
                               "top": p.get("kernels", [])[:10]}), flush=True)
         print(json.dumps({"model": name, "torch": {k: v for k, v in t.items() if k != "reference"},
                           "quorum_1": q1.get("median_ms"), "quorum_streams": qs.get("median_ms"),
