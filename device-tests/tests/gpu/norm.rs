@@ -72,6 +72,27 @@ fn instance_norm() {
 }
 
 #[test]
+fn layer_norm_rows_held_in_registers() {
+    // Transformer rows shared by a warp's lanes and held in registers: ViT-S (197 rows of 384, 12
+    // per lane), BERT (768: 24 per lane), 1000 (the most per lane, 32, with a ragged tail) and a
+    // row count that leaves lanes of the last block without a row.
+    for (i, shape) in [[197usize, 384], [9, 768], [5, 1000], [3, 70]]
+        .iter()
+        .enumerate()
+    {
+        let seed = 900 + 10 * i as u64;
+        Case::new("LayerNormalization")
+            .opset(17)
+            .attr_i("axis", -1)
+            .outputs(if i % 2 == 0 { 3 } else { 1 })
+            .input(rand_range(seed, shape, -2.0, 3.0))
+            .constant(rand_f32(seed + 1, &shape[1..]))
+            .constant(rand_f32(seed + 2, &shape[1..]))
+            .check();
+    }
+}
+
+#[test]
 fn layer_norm_every_axis_and_stats() {
     let shapes: &[&[usize]] = &[&[2, 3, 4, 5], &[4, 5000], &[300, 40], &[3, 1], &[7]];
     for (s, shape) in shapes.iter().enumerate() {

@@ -54,6 +54,9 @@ pub struct NodeSize {
     pub dtype: Option<DType>,
     /// Elements, or multiply-adds for matmul and conv (see [`work_unit`]).
     pub work: u64,
+    /// A generator (ConstantOfShape): its work is what it makes from a few input elements, so a
+    /// device run uploads next to nothing and the crossover of device-resident inputs applies.
+    pub generated: bool,
 }
 
 /// The unit [`NodeSize::work`] counts in for a family.
@@ -113,6 +116,7 @@ pub fn measure(
         class,
         dtype,
         work,
+        generated: generated > 0,
     }
 }
 
@@ -322,7 +326,12 @@ pub fn decide_host(floor: usize, table: Option<&ThresholdTable>, size: &NodeSize
     let Some((entry, how)) = table.lookup(size.family, size.class, size.dtype) else {
         return fallback(format!("table {} has no {what} entry", table.adapter.id));
     };
-    let c: &Crossover = &entry.host;
+    // A generator uploads only its shape: the measured cost of uploads does not apply to it.
+    let (c, what): (&Crossover, String) = if size.generated {
+        (&entry.resident, format!("{what} (a generator: no uploads)"))
+    } else {
+        (&entry.host, what.clone())
+    };
     let source = format!("{}{how}", table.adapter.id);
     match c.status {
         Status::Crossover | Status::DeviceAlways => {

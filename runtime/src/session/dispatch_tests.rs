@@ -130,6 +130,43 @@ fn a_measured_crossover_decides_both_sides_of_it() {
     assert!(decide_host(16, None, &size("Add", &[], &[&[99_999], &[99_999]])).device);
 }
 
+/// A generator's host input is a few elements: it is judged by the crossover of device-resident
+/// inputs, not by one that pays uploads of its (large) work.
+#[test]
+fn a_generator_is_judged_without_uploads() {
+    let mut t = table(vec![(
+        "movement",
+        "rows",
+        "int64",
+        crossover(Status::CpuAlways, None),
+    )]);
+    t.entries[0].resident = crossover(Status::Crossover, Some(65_536));
+    let g = measure(
+        &node("ConstantOfShape", &[]),
+        &[Some(&[2])],
+        Some(DType::I64),
+        1 << 16,
+    );
+    let d = decide_host(1 << 14, Some(&t), &g);
+    assert!(d.device && d.rule.contains("a generator"), "{}", d.rule);
+    let small = measure(
+        &node("ConstantOfShape", &[]),
+        &[Some(&[2])],
+        Some(DType::I64),
+        4096,
+    );
+    assert!(!decide_host(1 << 14, Some(&t), &small).device);
+    // The same work with uploads to pay (a node that is not a generator) stays on the CPU.
+    let moved = measure(
+        &node("Transpose", &[]),
+        &[Some(&[256, 256])],
+        Some(DType::I64),
+        0,
+    );
+    assert_eq!((moved.family, moved.class), ("movement", "rows"));
+    assert!(!decide_host(1 << 14, Some(&t), &moved).device);
+}
+
 #[test]
 fn without_a_decided_measurement_the_floor_decides_and_says_why() {
     let s = size("Add", &[], &[&[1000], &[1000]]);

@@ -208,8 +208,9 @@ pub(crate) struct RowIds {
     /// The thread's index within its row (u32; 0 for `Rows::Thread`).
     pub lane: Reg,
     tid: Reg,
-    /// For `Cols`: whether the row exists (threads past the last row stay for the barriers).
-    valid: Option<Reg>,
+    /// For `Cols` and `Lanes`: whether the row exists (threads past the last row stay for the
+    /// barriers and shuffles).
+    pub valid: Option<Reg>,
 }
 
 /// Threads a launch aims for when it splits strided rows over lanes (about two per H200 core slot).
