@@ -91,6 +91,24 @@ impl Ty {
     }
 }
 
+/// A float instruction's register operands must be registers of its own type: PTX rejects the
+/// module at JIT time otherwise (`CUDA_ERROR_INVALID_PTX`), far from the generator that erred and
+/// only on a machine with a GPU. Checked as the text is built, in debug builds (every unit test).
+fn same_float(op: &str, ty: Ty, operands: &[&Op]) {
+    if cfg!(debug_assertions) && matches!(ty, Ty::F16 | Ty::F32 | Ty::F64) {
+        for o in operands {
+            if let Op::R(r) = o {
+                assert!(
+                    r.ty == ty,
+                    "PTX {op}.{}: operand {r} is a {:?} register",
+                    ty.suffix(),
+                    r.ty
+                );
+            }
+        }
+    }
+}
+
 /// A virtual register of a fixed type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Reg {
@@ -456,6 +474,7 @@ impl Kernel {
 
     /// `op.type r, a, b` with `type` the instruction suffix `.f32`, `.u64`...
     fn bin(&mut self, op: &str, ty: Ty, a: Op, b: Op) -> Reg {
+        same_float(op, ty, &[&a, &b]);
         self.bin_named(op, ty.suffix(), ty, a, b)
     }
 
@@ -491,6 +510,7 @@ impl Kernel {
     /// Fused multiply-add `a·b + c` (rounded once for floats).
     pub fn fma(&mut self, ty: Ty, a: impl Into<Op>, b: impl Into<Op>, c: impl Into<Op>) -> Reg {
         let (a, b, c) = (a.into(), b.into(), c.into());
+        same_float("fma", ty, &[&a, &b, &c]);
         let r = self.reg(ty);
         let op = match ty {
             Ty::F16 | Ty::F32 | Ty::F64 => "fma.rn.",
@@ -543,6 +563,7 @@ impl Kernel {
     /// A one-operand instruction such as `neg`, `abs`, `sqrt.rn`, `ex2.approx.ftz`, `rcp.rn`.
     pub fn unary(&mut self, op: &str, ty: Ty, a: impl Into<Op>) -> Reg {
         let a = a.into();
+        same_float(op, ty, &[&a]);
         let r = self.reg(ty);
         ins!(self; op, '.', ty.suffix(), ' ', r, ", ", a);
         r
@@ -550,6 +571,7 @@ impl Kernel {
     /// `cvt` with the rounding or saturation modifier given (`""`, `".rn"`, `".rzi"`, `".rni"`, `".sat"`).
     pub fn cvt(&mut self, to: Ty, from: Ty, modifier: &str, a: impl Into<Op>) -> Reg {
         let a = a.into();
+        same_float("cvt", from, &[&a]);
         let r = self.reg(to);
         let (ts, fs) = (cvt_name(to), cvt_name(from));
         ins!(self; "cvt", modifier, '.', ts, '.', fs, ' ', r, ", ", a);
@@ -564,6 +586,7 @@ impl Kernel {
 
     pub fn setp(&mut self, cmp: Cmp, ty: Ty, a: impl Into<Op>, b: impl Into<Op>) -> Reg {
         let (a, b) = (a.into(), b.into());
+        same_float("setp", ty, &[&a, &b]);
         let p = self.reg(Ty::Pred);
         let c = cmp.name(ty);
         ins!(self; "setp.", c, '.', ty.suffix(), ' ', p, ", ", a, ", ", b);
@@ -572,6 +595,7 @@ impl Kernel {
     /// `p ? a : b`.
     pub fn selp(&mut self, ty: Ty, a: impl Into<Op>, b: impl Into<Op>, p: Reg) -> Reg {
         let (a, b) = (a.into(), b.into());
+        same_float("selp", ty, &[&a, &b]);
         let r = self.reg(ty);
         ins!(self; "selp.", ty.mov_name(), ' ', r, ", ", a, ", ", b, ", ", p);
         r
@@ -776,6 +800,26 @@ pub fn module(cc: (i32, i32), kernels: &[Kernel]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A u32 index handed where an f64 belongs (the LayerNorm apply kernel once did this and the
+    /// driver refused the module on the GPU machine): caught while the text is built.
+    #[test]
+    #[should_panic(expected = "operand %r")]
+    fn a_float_instruction_refuses_an_integer_register() {
+        let mut k = Kernel::new("mistyped");
+        let i = k.special("tid.x");
+        let m = k.mov(Ty::F64, Op::D(0.5));
+        k.sub(Ty::F64, i, m);
+    }
+
+    #[test]
+    fn a_float_instruction_takes_its_own_registers_and_literals() {
+        let mut k = Kernel::new("typed");
+        let m = k.mov(Ty::F64, Op::D(0.5));
+        let s = k.sub(Ty::F64, m, Op::D(1.0));
+        let f = k.cvt(Ty::F32, Ty::F64, ".rn", s);
+        k.fma(Ty::F32, f, f, 2.0f32);
+    }
 
     #[test]
     fn registers_are_typed_and_declared() {

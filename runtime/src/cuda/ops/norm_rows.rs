@@ -233,7 +233,8 @@ pub(crate) fn norm_apply_kernel(s: &RowNorm) -> Kernel {
     let a = k.addr(stat, at, 8);
     let mean = k.ld(Space::Global, Ty::F64, a, 0);
     let inv = k.ld(Space::Global, Ty::F64, a, 8);
-    let r = normalize(&mut k, s, &p, i, row, j, mean, inv);
+    let v = load_f64(&mut k, s.x, p.x, i);
+    let r = normalize(&mut k, s, &p, v, row, j, mean, inv);
     store_f64(&mut k, s.x, y, i, r);
     k
 }
