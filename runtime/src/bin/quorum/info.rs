@@ -110,6 +110,27 @@ pub fn main(a: Args) -> CliResult<()> {
                 s.schedule().streams,
                 on_device.count()
             );
+            let shapes: Vec<&str> = s
+                .placement()
+                .iter()
+                .filter(|p| {
+                    p.declined
+                        .as_deref()
+                        .is_some_and(|w| w.starts_with("shape arithmetic"))
+                })
+                .map(|p| p.op.as_str())
+                .collect();
+            if !shapes.is_empty() {
+                let mut ops: Vec<&str> = shapes.clone();
+                ops.sort();
+                ops.dedup();
+                println!(
+                    "shape arithmetic on the host: {} nodes ({}), computed from tensor shapes \
+                     (no device data read; allowed inside graph capture)",
+                    shapes.len(),
+                    ops.join(", ")
+                );
+            }
             match s.capture_blocker() {
                 None => println!(
                     "graph capture: possible, per input-shape key after {} warm-up runs, unless a run refuses it",

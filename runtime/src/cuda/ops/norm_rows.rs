@@ -63,8 +63,6 @@ impl Params {
     }
 }
 
-/// `(x[i] - mean) · inv · scale + bias` in f64 for element `j` of row `row` (x at flat index `i`).
-#[allow(clippy::too_many_arguments)]
 /// `(v - mean) · inv · scale + bias` in f64 for element `j` of row `row`, `v` its value.
 #[allow(clippy::too_many_arguments)]
 fn normalize(
