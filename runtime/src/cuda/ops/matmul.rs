@@ -178,11 +178,11 @@ pub(crate) fn run_gemm(run: &Run, p: &Problem) -> KResult<()> {
             (1, p.k)
         }
     };
-    // A batch splits too when one launch covers it (at most three batch dims after simplifying):
-    // the convolutions of a batch of small images (resnet50 at batch 8: 64 blocks for 132 SMs,
-    // each walking K = 4,608) are such GEMMs.
-    let one_launch = bdims.len() <= 3 && nb <= 65535;
-    if nb == 1 || one_launch {
+    // A batch splits too when one launch covers it (at most three batch dims after simplifying,
+    // which drops dims of 1, so a single product always qualifies): the convolutions of a batch of
+    // small images (resnet50 at batch 8: 64 blocks for 132 SMs, each walking K = 4,608) are such
+    // GEMMs.
+    if bdims.len() <= 3 && nb <= 65535 {
         match variant {
             Variant::Small if tiles(64) < sms && p.k >= 256 => {
                 (nsplit, kc) = split(tiles(64), 128, 16);

@@ -1,10 +1,11 @@
 //! Row normalizations (Instance, Layer and Group normalization): each normalized group is a
 //! contiguous row. Rows that fill the device take one row kernel (three passes in f64: the mean, the
-//! centred variance, then `(x - mean) · inv · scale + bias` rounded once); a few long rows take
+//! centred variance, then `(x - mean) · inv · scale + bias` rounded once; a row of up to 32 elements
+//! per lane is read once into registers, longer ones are read in each pass); a few long rows take
 //! their statistics in chunks (mean and M2 per chunk, merged per row), then one thread per element.
 //! The ops differ only in where a row's scale and bias come from ([`ParamAt`]).
 use super::super::reduce::rows::{
-    BLOCK, Elem, Rows, combine_add, d, f32_of, load_f64, store, store_f64,
+    BLOCK, Elem, RowIds, Rows, combine_add, d, f32_of, load_f64, store, store_f64,
 };
 use super::super::{offsets, require_u32_len, thread_index};
 use crate::cuda::driver::Arg;
@@ -252,7 +253,7 @@ fn cached_row(
     s: &RowNorm,
     p: &Params,
     y: Reg,
-    ids: &super::super::reduce::rows::RowIds,
+    ids: &RowIds,
     g: u32,
     base: Reg,
 ) -> (Reg, Reg) {
@@ -297,10 +298,7 @@ fn cached_row(
         k.raw(format_args!("@{here} fma.rn.f64 {sq}, {dv}, {dv}, {sq}"));
     }
     Rows::Lanes(g).reduce(k, ids, &[sq], &combine_add);
-    let var = k.div(Ty::F64, sq, cols);
-    let ve = k.add(Ty::F64, var, d(s.eps));
-    let sd = k.unary("sqrt.rn", Ty::F64, ve);
-    let inv = k.div(Ty::F64, d(1.0), sd);
+    let inv = inv_stddev(k, s, sq);
     for (&(j, i, here, _), &v) in elems.iter().zip(&wide) {
         k.when(here, |k| {
             let r = normalize(k, s, p, v, ids.row, j, mean, inv);
@@ -313,7 +311,6 @@ fn cached_row(
 pub(crate) fn rownorm_kernel(s: &RowNorm, layout: Rows) -> Kernel {
     let mut k = Kernel::new("rownorm");
     let p = Params::declare(&mut k, s);
-    let x = p.x;
     let y = k.param_ptr("y");
     let stats = if s.stats {
         Some((k.param_ptr("mean"), k.param_ptr("inv")))
@@ -323,49 +320,12 @@ pub(crate) fn rownorm_kernel(s: &RowNorm, layout: Rows) -> Kernel {
     let nrows = k.param("rows", Ty::U32);
     let ids = layout.ids(&mut k, nrows);
     let base = k.mul(Ty::U32, ids.row, s.cols as u32);
-    if let Rows::Lanes(g) = layout
-        && s.cols.div_ceil(g as usize) <= CACHED_PER_LANE
-    {
-        let (mean, inv) = cached_row(&mut k, s, &p, y, &ids, g, base);
-        if let Some((mp, ip)) = stats {
-            layout.leader(&mut k, &ids, |k| {
-                let m32 = f32_of(k, mean);
-                store(k, Elem::F32, mp, ids.row, m32);
-                let i32v = f32_of(k, inv);
-                store(k, Elem::F32, ip, ids.row, i32v);
-            });
+    let (mean, inv) = match layout {
+        Rows::Lanes(g) if s.cols.div_ceil(g as usize) <= CACHED_PER_LANE => {
+            cached_row(&mut k, s, &p, y, &ids, g, base)
         }
-        return k;
-    }
-    let sum = k.mov(Ty::F64, 0.0f64);
-    layout.for_each(&mut k, &ids, s.cols, |k, j| {
-        let i = k.add(Ty::U32, base, j);
-        let v = load_f64(k, s.x, x, i);
-        let t = k.add(Ty::F64, sum, v);
-        k.assign(sum, t);
-    });
-    layout.reduce(&mut k, &ids, &[sum], &combine_add);
-    let cols = d(s.cols as f64);
-    let mean = k.div(Ty::F64, sum, cols);
-    let sq = k.mov(Ty::F64, 0.0f64);
-    layout.for_each(&mut k, &ids, s.cols, |k, j| {
-        let i = k.add(Ty::U32, base, j);
-        let v = load_f64(k, s.x, x, i);
-        let dv = k.sub(Ty::F64, v, mean);
-        let t = k.fma(Ty::F64, dv, dv, sq);
-        k.assign(sq, t);
-    });
-    layout.reduce(&mut k, &ids, &[sq], &combine_add);
-    let var = k.div(Ty::F64, sq, cols);
-    let ve = k.add(Ty::F64, var, d(s.eps));
-    let sd = k.unary("sqrt.rn", Ty::F64, ve);
-    let inv = k.div(Ty::F64, d(1.0), sd);
-    layout.for_each(&mut k, &ids, s.cols, |k, j| {
-        let i = k.add(Ty::U32, base, j);
-        let v = load_f64(k, s.x, p.x, i);
-        let r = normalize(k, s, &p, v, ids.row, j, mean, inv);
-        store_f64(k, s.x, y, i, r);
-    });
+        _ => looped_row(&mut k, s, &p, y, &ids, layout, base),
+    };
     if let Some((mp, ip)) = stats {
         layout.leader(&mut k, &ids, |k| {
             let m32 = f32_of(k, mean);
@@ -375,6 +335,54 @@ pub(crate) fn rownorm_kernel(s: &RowNorm, layout: Rows) -> Kernel {
         });
     }
     k
+}
+
+/// 1/√(Σ(x − mean)²/cols + eps) in f64 from the row's centred sum of squares.
+fn inv_stddev(k: &mut Kernel, s: &RowNorm, sq: Reg) -> Reg {
+    let var = k.div(Ty::F64, sq, d(s.cols as f64));
+    let ve = k.add(Ty::F64, var, d(s.eps));
+    let sd = k.unary("sqrt.rn", Ty::F64, ve);
+    k.div(Ty::F64, d(1.0), sd)
+}
+
+/// A row in three passes over memory (the mean, the centred squares, normalise and store), each
+/// element owned by one of the row's threads as `layout` says. Returns the mean and 1/stddev.
+fn looped_row(
+    k: &mut Kernel,
+    s: &RowNorm,
+    p: &Params,
+    y: Reg,
+    ids: &RowIds,
+    layout: Rows,
+    base: Reg,
+) -> (Reg, Reg) {
+    let x = p.x;
+    let sum = k.mov(Ty::F64, 0.0f64);
+    layout.for_each(k, ids, s.cols, |k, j| {
+        let i = k.add(Ty::U32, base, j);
+        let v = load_f64(k, s.x, x, i);
+        let t = k.add(Ty::F64, sum, v);
+        k.assign(sum, t);
+    });
+    layout.reduce(k, ids, &[sum], &combine_add);
+    let mean = k.div(Ty::F64, sum, d(s.cols as f64));
+    let sq = k.mov(Ty::F64, 0.0f64);
+    layout.for_each(k, ids, s.cols, |k, j| {
+        let i = k.add(Ty::U32, base, j);
+        let v = load_f64(k, s.x, x, i);
+        let dv = k.sub(Ty::F64, v, mean);
+        let t = k.fma(Ty::F64, dv, dv, sq);
+        k.assign(sq, t);
+    });
+    layout.reduce(k, ids, &[sq], &combine_add);
+    let inv = inv_stddev(k, s, sq);
+    layout.for_each(k, ids, s.cols, |k, j| {
+        let i = k.add(Ty::U32, base, j);
+        let v = load_f64(k, s.x, x, i);
+        let r = normalize(k, s, p, v, ids.row, j, mean, inv);
+        store_f64(k, s.x, y, i, r);
+    });
+    (mean, inv)
 }
 
 /// Runs a row normalization of input 0 (scale input 1, bias input 2 when `s.bias`); returns the
