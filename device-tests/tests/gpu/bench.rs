@@ -153,3 +153,117 @@ fn bench_sessions() {
         ms * 1e3
     );
 }
+
+#[test]
+#[ignore = "benchmark: run with --ignored on a GPU machine"]
+fn bench_gemm_plans() {
+    // Every tiled plan (tile × split count) at the GEMM shapes of the issue-16 models, timed, beside
+    // the cost model's estimate: the table the model's rates are fitted to. One line per plan:
+    // `BENCH gemm_plan MxNxK nbB variant splits kc measured_us model_us [chosen]`, then per shape the
+    // chosen plan's time over the best measured one.
+    use quorum::cuda::ops::matmul::plan::{Dims, candidates, choose, cost};
+    let device = Device::get().expect("a CUDA device");
+    let sms = device.ctx.info.multiprocessors.max(1) as usize;
+    let counters = Counters::default();
+    let run = Run::new(&device, &counters, None).unwrap();
+    let shapes: &[(usize, usize, usize, usize)] = &[
+        // BERT-base, sequence 128, batch 1 and 8: QKV/out projections, FFN up, FFN down.
+        (128, 768, 768, 1),
+        (128, 3072, 768, 1),
+        (128, 768, 3072, 1),
+        (1024, 768, 768, 1),
+        (1024, 3072, 768, 1),
+        (1024, 768, 3072, 1),
+        // Attention at batch 8: 96 heads of 128×64 · 64×128 and 128×128 · 128×64.
+        (128, 128, 64, 96),
+        (128, 64, 128, 96),
+        // ViT-small (197 tokens, width 384) and convnext-tiny stage 1 and 3 (NHWC Linear layers).
+        (197, 384, 384, 1),
+        (197, 1536, 384, 1),
+        (197, 384, 1536, 1),
+        (3136, 384, 96, 1),
+        (3136, 96, 384, 1),
+        (196, 1536, 384, 1),
+        // ResNet-50 convolutions as GEMMs (weights × im2col), batch 1 and 8.
+        (64, 3136, 576, 1),
+        (128, 784, 1152, 1),
+        (256, 196, 2304, 1),
+        (512, 49, 4608, 1),
+        (64, 3136, 576, 8),
+        (256, 196, 2304, 8),
+        (512, 49, 4608, 8),
+        (2048, 49, 512, 8),
+        // Squares.
+        (1024, 1024, 1024, 1),
+        (2048, 2048, 2048, 1),
+    ];
+    let (mut worst, mut sum_ratio) = (1f64, 0f64);
+    for &(m, n, k, nb) in shapes {
+        let d = Dims {
+            m,
+            n,
+            k,
+            nb,
+            es: 4,
+            splittable: true,
+        };
+        let a = run.upload(&rand_f32(11, &[m, k])).unwrap();
+        let b = run.upload(&rand_f32(12, &[nb, k, n])).unwrap();
+        let chosen = choose(&d, sms);
+        let reps = if 2 * m * n * k * nb > 4_000_000_000 {
+            10
+        } else {
+            40
+        };
+        let (mut best, mut chosen_us) = (f64::INFINITY, f64::NAN);
+        for p in candidates(&d) {
+            let us = 1e3
+                * time_ms(&run, 2, reps, &mut || {
+                    let y = quorum::cuda::ops::matmul::sgemm_plan(
+                        &run,
+                        &a,
+                        &b,
+                        None,
+                        m,
+                        n,
+                        k,
+                        false,
+                        false,
+                        1.0,
+                        0.0,
+                        nb,
+                        Some(p),
+                    )
+                    .unwrap();
+                    run.release(y, &[]);
+                });
+            best = best.min(us);
+            let mark = if p == chosen {
+                chosen_us = us;
+                " chosen"
+            } else {
+                ""
+            };
+            println!(
+                "BENCH gemm_plan {m}x{n}x{k} nb{nb} {:?} {} {} {us:.2} {:.2}{mark}",
+                p.variant,
+                p.nsplit,
+                p.kc,
+                cost(&p, &d, sms)
+            );
+        }
+        let ratio = chosen_us / best;
+        worst = worst.max(ratio);
+        sum_ratio += ratio.ln();
+        println!(
+            "BENCH gemm_plan_choice {m}x{n}x{k} nb{nb} chosen {chosen_us:.2} us, best {best:.2} us ({ratio:.2}×)"
+        );
+        run.release(a, &[]);
+        run.release(b, &[]);
+    }
+    println!(
+        "BENCH gemm_plan_summary chosen/best geomean {:.3}, worst {worst:.2} over {} shapes",
+        (sum_ratio / shapes.len() as f64).exp(),
+        shapes.len()
+    );
+}

@@ -241,3 +241,120 @@ fn gemm_opset_9_requires_c() {
         .constant(rand_f32(402, &[3]))
         .check();
 }
+
+/// `Σ_k A(m, k) · B(k, n)` per batch in f64, and the bound `Σ_k |A·B|` each output's rounding error
+/// scales with (A `[nb, m, k]`, B `[nb, k, n]`).
+fn gemm_reference(
+    a: &[f64],
+    b: &[f64],
+    m: usize,
+    n: usize,
+    k: usize,
+    nb: usize,
+) -> Vec<(f64, f64)> {
+    let mut out = Vec::with_capacity(nb * m * n);
+    for z in 0..nb {
+        for i in 0..m {
+            for j in 0..n {
+                let (mut s, mut mag) = (0f64, 0f64);
+                for l in 0..k {
+                    let p = a[z * m * k + i * k + l] * b[z * k * n + l * n + j];
+                    s += p;
+                    mag += p.abs();
+                }
+                out.push((s, mag));
+            }
+        }
+    }
+    out
+}
+
+/// Runs `plan` on CUDA (poisoned buffers) and returns the first output that misses the reference by
+/// more than f32 accumulation allows (`4·k·ε·Σ|A·B|`), if any.
+fn plan_miss(
+    run: &quorum::cuda::Run,
+    shape: (usize, usize, usize, usize),
+    plan: quorum::cuda::ops::matmul::plan::Plan,
+    seed: u64,
+) -> Option<String> {
+    let (m, n, k, nb) = shape;
+    let at = rand_f32(seed, &[nb, m, k]);
+    let bt = rand_f32(seed + 1, &[nb, k, n]);
+    let (a, b) = (run.upload(&at).unwrap(), run.upload(&bt).unwrap());
+    let y = quorum::cuda::ops::matmul::sgemm_plan(
+        run,
+        &a,
+        &b,
+        None,
+        m,
+        n,
+        k,
+        false,
+        false,
+        1.0,
+        0.0,
+        nb,
+        Some(plan),
+    )
+    .unwrap();
+    let got = run.download(&y).unwrap().to_f64_vec().unwrap();
+    let (af, bf) = (at.to_f64_vec().unwrap(), bt.to_f64_vec().unwrap());
+    let want = gemm_reference(&af, &bf, m, n, k, nb);
+    let eps = 4.0 * k as f64 * f32::EPSILON as f64;
+    got.iter()
+        .zip(&want)
+        .enumerate()
+        .find_map(|(i, (&g, &(w, mag)))| {
+            let ok = (g - w).abs() <= eps * mag + 1e-30;
+            (!ok).then(|| format!("{plan:?} on {shape:?}: y[{i}] = {g}, expected {w}"))
+        })
+}
+
+#[test]
+fn every_gemm_plan_agrees_with_the_reference() {
+    // The cost model picks one plan per shape; any plan must give the product. Run every tile and
+    // a spread of split counts (partial edge tiles, a K that no chunk divides, batches) against an
+    // f64 reference. CUDA only: the plans are its kernels'.
+    use quorum::cuda::ops::matmul::plan::{Dims, Plan, candidates};
+    if !crate::harness::accelerators().contains(&quorum::Provider::Cuda) {
+        println!("no CUDA device: the GEMM plans are not run");
+        return;
+    }
+    let device = quorum::cuda::Device::get().unwrap();
+    let counters = quorum::cuda::Counters::default();
+    let run = quorum::cuda::Run::new(&device, &counters, Some(0xFF)).unwrap();
+    for (s, shape) in [
+        (130, 70, 300, 1),
+        (65, 200, 513, 3),
+        (257, 129, 1000, 1),
+        (33, 260, 77, 2),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (m, n, k, nb) = shape;
+        let d = Dims {
+            m,
+            n,
+            k,
+            nb,
+            es: 4,
+            splittable: true,
+        };
+        let plans: Vec<Plan> = candidates(&d);
+        assert!(plans.iter().any(|p| p.nsplit > 2), "{shape:?}: {plans:?}");
+        for p in plans {
+            if let Some(miss) = plan_miss(&run, shape, p, 300 + s as u64) {
+                panic!("{miss}");
+            }
+        }
+    }
+    // The check itself: a plan whose chunks leave out part of K must be caught.
+    let (m, n, k, nb) = (130, 70, 300, 1);
+    let mut broken = Plan::new(quorum::cuda::ops::matmul::tile::Variant::Big, k, 3);
+    broken.nsplit -= 1;
+    assert!(
+        plan_miss(&run, (m, n, k, nb), broken, 300).is_some(),
+        "a plan that drops the last K chunk went unnoticed"
+    );
+}

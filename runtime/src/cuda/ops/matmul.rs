@@ -1,14 +1,17 @@
 //! CUDA kernels: the `matmul` family (MatMul, Gemm), and the GEMM launcher that Conv reuses.
 //!
 //! Every product runs through one kernel of `matmul_tile.rs` / `matmul_skinny.rs`:
-//! - at most 8 rows with a strided B: the skinny kernel (B streamed once with 16-byte loads);
-//! - else the register-tiled kernel, 128×128 tiles when there are enough of them to fill the GPU,
-//!   64×64 otherwise;
-//! - either split along K (partials in an f32 workspace, then a reduction that applies alpha, beta·C
-//!   and the output dtype) when a single small output would leave SMs idle;
+//! - at most 4 rows with a strided B: the skinny kernel (B streamed once with 16-byte loads), split
+//!   along K when its columns alone would leave SMs idle;
+//! - else the register-tiled kernel, 128×128 or 64×64 tiles, whole or split along K (partials in an
+//!   f32 workspace, then a reduction that applies alpha, beta·C and the output dtype), as the cost
+//!   model of `matmul_plan.rs` chooses for the shape and the device's SM count;
 //! - or the naive kernel when `QUORUM_CUDA_GEMM=naive` is set (a reference for bisecting).
 //!
-//! `sgemm` runs a plain (batched) product on device tensors without a session, for benchmarks.
+//! `sgemm` runs a plain (batched) product on device tensors without a session, for benchmarks;
+//! `sgemm_plan` the same with the tiled kernels' plan forced.
+#[path = "matmul_plan.rs"]
+pub mod plan;
 #[path = "matmul_skinny.rs"]
 pub mod skinny;
 #[path = "matmul_tile.rs"]
@@ -135,6 +138,12 @@ fn naive_requested() -> bool {
 
 /// Runs one GEMM problem on the run's stream.
 pub(crate) fn run_gemm(run: &Run, p: &Problem) -> KResult<()> {
+    run_gemm_with(run, p, None)
+}
+
+/// [`run_gemm`] with the tiled kernels' plan given (`None`: the cost model's choice). A plan is
+/// ignored where the skinny or naive kernel runs.
+pub(crate) fn run_gemm_with(run: &Run, p: &Problem, forced: Option<plan::Plan>) -> KResult<()> {
     // Grids are sized against the device's own SM count (132 on an H100/H200).
     let sms = (run.device.ctx.info.multiprocessors.max(1)) as usize;
     let nb: usize = p.batch.iter().product();
@@ -155,54 +164,48 @@ pub(crate) fn run_gemm(run: &Run, p: &Problem) -> KResult<()> {
         _ => (0, 0, 0),
     };
 
-    let tiles = |t: usize| p.m.div_ceil(t) * p.n.div_ceil(t) * nb;
     let strided = matches!(p.bop, BOperand::Strided { .. });
-    let variant = if naive_requested() {
-        Variant::Naive
+    // A launch may split K when one grid covers the batch with its splits (at most three batch dims
+    // after simplifying, which drops dims of 1): the convolutions of a batch of small images and
+    // the projections of a transformer are such GEMMs.
+    let splittable = bdims.len() <= 3 && nb <= 65535;
+    let (variant, mut nsplit, mut kc) = if naive_requested() {
+        (Variant::Naive, 1, p.k)
     } else if strided && p.m <= SKINNY_ROWS {
-        Variant::Skinny(p.m.next_power_of_two() as u8)
-    } else if tiles(128) >= sms {
-        Variant::Big
-    } else {
-        Variant::Small
-    };
-    // Split K when the output alone leaves SMs idle (GEMV-like shapes): aim at 4 blocks per SM.
-    let mut nsplit = 1usize;
-    let mut kc = p.k;
-    let split = |blocks: usize, min_chunk: usize, align: usize| -> (usize, usize) {
-        let want = (4 * sms).div_ceil(blocks).min(p.k / min_chunk).max(1);
-        if want > 1 {
-            let kc = p.k.div_ceil(want).next_multiple_of(align);
-            (p.k.div_ceil(kc), kc)
+        // GEMV-like: split K when the columns alone leave SMs idle (aim at 4 blocks per SM).
+        let (mut ns, mut kc) = (1, p.k);
+        let cols = if matches!(p.bop, BOperand::Strided { trans: true, .. }) {
+            8
         } else {
-            (1, p.k)
+            128
+        };
+        let blocks = p.n.div_ceil(cols);
+        if splittable && nb == 1 && blocks < 4 * sms && p.k >= 512 {
+            let want = (4 * sms).div_ceil(blocks).min(p.k / 256).max(1);
+            if want > 1 {
+                kc = p.k.div_ceil(want).next_multiple_of(128);
+                ns = p.k.div_ceil(kc);
+            }
         }
+        (Variant::Skinny(p.m.next_power_of_two() as u8), ns, kc)
+    } else {
+        let plan = forced.unwrap_or_else(|| {
+            plan::choose(
+                &plan::Dims {
+                    m: p.m,
+                    n: p.n,
+                    k: p.k,
+                    nb,
+                    es: es as usize,
+                    splittable,
+                },
+                sms,
+            )
+        });
+        (plan.variant, plan.nsplit, plan.kc)
     };
-    // A batch splits too when one launch covers it (at most three batch dims after simplifying,
-    // which drops dims of 1, so a single product always qualifies): the convolutions of a batch of
-    // small images (resnet50 at batch 8: 64 blocks for 132 SMs, each walking K = 4,608) are such
-    // GEMMs.
-    if bdims.len() <= 3 && nb <= 65535 {
-        match variant {
-            Variant::Small if tiles(64) < sms && p.k >= 256 => {
-                (nsplit, kc) = split(tiles(64), 128, 16);
-            }
-            Variant::Skinny(_) if nb == 1 => {
-                let cols = if matches!(p.bop, BOperand::Strided { trans: true, .. }) {
-                    8
-                } else {
-                    128
-                };
-                let blocks = p.n.div_ceil(cols);
-                if blocks < 4 * sms && p.k >= 512 {
-                    (nsplit, kc) = split(blocks, 256, 128);
-                }
-            }
-            _ => {}
-        }
-    }
     // A split launch covers the batch in one grid (its workspace offsets start at batch 0).
-    if nsplit == 1 || nb * nsplit > 65535 {
+    if nsplit <= 1 || !splittable || nb * nsplit > 65535 {
         nsplit = 1;
         kc = p.k;
     }
@@ -436,6 +439,29 @@ pub fn sgemm(
     beta: f32,
     batch: usize,
 ) -> KResult<DevTensor> {
+    sgemm_plan(
+        run, a, b, c, m, n, k, trans_a, trans_b, alpha, beta, batch, None,
+    )
+}
+
+/// [`sgemm`] with the tiled kernels' plan forced (`None`: the cost model's choice), for the plan
+/// benchmark and for tests that run every candidate.
+#[allow(clippy::too_many_arguments)]
+pub fn sgemm_plan(
+    run: &Run,
+    a: &DevTensor,
+    b: &DevTensor,
+    c: Option<&DevTensor>,
+    m: usize,
+    n: usize,
+    k: usize,
+    trans_a: bool,
+    trans_b: bool,
+    alpha: f32,
+    beta: f32,
+    batch: usize,
+    plan: Option<plan::Plan>,
+) -> KResult<DevTensor> {
     let mut ts = vec![a, b];
     ts.extend(c);
     let dtype = float_dtype("sgemm", &ts)?;
@@ -465,7 +491,7 @@ pub fn sgemm(
         Some(c) => Some((c.ptr(), c_strides(&c.shape, m, n)?)),
         None => None,
     };
-    run_gemm(
+    run_gemm_with(
         run,
         &Problem {
             dtype,
@@ -488,6 +514,7 @@ pub fn sgemm(
             batch: vec![batch],
             strides: [vec![sa], vec![sb], vec![0], vec![m * n]],
         },
+        plan,
     )?;
     Ok(y)
 }
