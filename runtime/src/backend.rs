@@ -202,6 +202,11 @@ pub trait NodeInputs {
     fn shape(&self, i: usize) -> Option<Vec<usize>>;
     fn device(&self, i: usize) -> Result<Option<DeviceTensor>, DeviceError>;
     fn host(&self, i: usize) -> Result<Option<Arc<Value>>, DeviceError>;
+    /// Whether input `i`'s values are fixed for the session (a weight, or shape arithmetic): reading
+    /// them on the host neither stalls a stream nor stops a graph capture.
+    fn fixed(&self, _i: usize) -> bool {
+        false
+    }
 }
 
 /// A tensor in an accelerator's memory. The executor moves it between nodes; only the backend that
@@ -246,6 +251,21 @@ pub enum DeviceError {
     Op(OpError),
     /// The device failed (the message names the call and the device's error).
     Device(String),
+    /// A check a kernel made on the device failed (found when the run's work was collected).
+    Fault(Fault),
+}
+
+/// A contract check made on the device rather than on the host (an index out of range, read where
+/// reading it on the host would stall the stream or stop a graph capture): the kernel raises a flag
+/// word and leaves no wild access behind; the flag comes back with the run's outputs and becomes
+/// this error, naming the node as a host check would.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fault {
+    pub node: String,
+    pub op: String,
+    /// The node's input shapes, as the node's errors print them.
+    pub shapes: String,
+    pub msg: String,
 }
 
 impl std::fmt::Display for DeviceError {
@@ -254,6 +274,11 @@ impl std::fmt::Display for DeviceError {
             DeviceError::Decline(m) => write!(f, "declined: {m}"),
             DeviceError::Op(e) => write!(f, "{e}"),
             DeviceError::Device(m) => f.write_str(m),
+            DeviceError::Fault(x) => write!(
+                f,
+                "node '{}' ({}) with inputs {}: {}",
+                x.node, x.op, x.shapes, x.msg
+            ),
         }
     }
 }

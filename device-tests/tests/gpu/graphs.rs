@@ -303,3 +303,77 @@ fn auto_measures_eager_against_replay() {
     );
     eprintln!("auto: {r:?}");
 }
+
+/// An embedding lookup: token ids (a run input) index a table (a weight), as BERT's first node.
+fn embedding() -> Vec<u8> {
+    model(
+        vec![
+            node("Gather", &["table", "ids"], "e"),
+            node("Relu", &["e"], "y"),
+        ],
+        &["ids"],
+        &["y"],
+        vec![tensor_proto("table", &rand_f32(7, &[50, 8]))],
+    )
+}
+
+fn ids(v: Vec<i64>) -> Vec<(String, Value)> {
+    vec![(
+        "ids".to_string(),
+        Value::Tensor(Tensor::from_i64(&[2, 3], v).unwrap()),
+    )]
+}
+
+#[test]
+fn gather_checks_run_input_indices_on_the_device() {
+    // Indices from a run input are checked by the kernel (a flag copied back with the outputs), not
+    // read on the host: the graph captures, a bad index in a replay is the node's error, and the
+    // next good run replays again.
+    if on_cpu() {
+        return;
+    }
+    let m = embedding();
+    let cpu = Session::from_bytes(
+        &m,
+        SessionOptions {
+            providers: vec![Provider::Cpu],
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let eager = Session::from_bytes(&m, options(1, GraphCapture::Off)).unwrap();
+    let s = Session::from_bytes(&m, options(2, GraphCapture::On)).unwrap();
+    assert_eq!(s.capture_blocker(), None, "{:?}", s.placement());
+    let good = |i: i64| ids(vec![i % 50, 49, -1, -50, (7 * i) % 50, 3]);
+    for i in 0..6 {
+        let want = cpu.run(good(i)).unwrap();
+        assert_eq!(eager.run(good(i)).unwrap(), want, "eager run {i}");
+        assert_eq!(s.run(good(i)).unwrap(), want, "graph run {i}");
+    }
+    let c = s.counters();
+    assert_eq!((c.graph_captures, c.graph_refusals), (1, 0), "{c:?}");
+    let replays = c.graph_replays;
+    assert!(replays >= 2, "{c:?}");
+    let is_range_error = |r: quorum::Result<Vec<(String, Value)>>| match r {
+        Err(quorum::Error::Node { op, msg, .. }) => op == "Gather" && msg.contains("out of range"),
+        other => panic!("expected Gather's range error, got {other:?}"),
+    };
+    for bad in [50, -51, i64::MAX, i64::MIN] {
+        let feeds = ids(vec![1, 2, bad, 4, 5, 6]);
+        assert!(is_range_error(cpu.run(feeds.clone())));
+        assert!(
+            is_range_error(eager.run(feeds.clone())),
+            "eager, index {bad}"
+        );
+        assert!(is_range_error(s.run(feeds)), "replay, index {bad}");
+        // The flag is cleared by the next run: good indices run and replay again.
+        assert_eq!(
+            s.run(good(bad % 7)).unwrap(),
+            cpu.run(good(bad % 7)).unwrap()
+        );
+        assert_eq!(eager.run(good(1)).unwrap(), cpu.run(good(1)).unwrap());
+    }
+    let c = s.counters();
+    assert_eq!((c.graph_captures, c.graph_refusals), (1, 0), "{c:?}");
+    assert_eq!(c.graph_replays, replays + 8, "{c:?}");
+}

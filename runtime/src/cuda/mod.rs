@@ -22,6 +22,7 @@ use driver::{
 use memory::{DevBuf, Pool, StagingPool, device_elem_size, tensor_bytes, tensor_from_bytes};
 pub use memory::{DevTensor, WeightCache};
 
+pub use crate::backend::Fault;
 use crate::cmdlog::{Agent, Command, CommandLog, Range};
 use crate::error::OpError;
 use crate::ir::Node;
@@ -41,6 +42,8 @@ pub enum KError {
     /// The device failed in a step taken through the backend seam (an input's upload), as reported
     /// there.
     Device(String),
+    /// A check made on the device failed (see [`Run::fault_word`]).
+    Fault(Fault),
 }
 
 impl From<CudaError> for KError {
@@ -79,6 +82,11 @@ pub trait Inputs {
     fn shape(&self, i: usize) -> Option<Vec<usize>>;
     fn dev(&self, i: usize) -> KResult<Option<DevTensor>>;
     fn host(&self, i: usize) -> KResult<Option<Arc<Value>>>;
+    /// Whether input `i`'s values are fixed for the session (a weight, shape arithmetic): reading
+    /// them on the host costs no stall and does not stop a capture.
+    fn fixed(&self, _i: usize) -> bool {
+        false
+    }
 }
 
 /// Input `i` on the device; an error when it is missing.
@@ -328,6 +336,22 @@ pub struct Run<'a> {
     log: RefCell<Option<Arc<CommandLog>>>,
     node: RefCell<(String, Vec<(u64, u64)>)>,
     later: RefCell<Vec<Later>>,
+    /// Device checks of this run: each flag word's copy back, and what a raised flag means.
+    checks: RefCell<Vec<Check>>,
+}
+
+/// A device check's flag copied back (4 bytes, nonzero when raised) and its fault.
+struct Check {
+    pinned: PinnedMemory,
+    fault: Fault,
+}
+
+/// The first raised flag among `checks` (read after their copies completed).
+fn raised(checks: &[Check]) -> Option<Fault> {
+    checks
+        .iter()
+        .find(|c| c.pinned.as_slice()[..4] != [0; 4])
+        .map(|c| c.fault.clone())
 }
 
 impl<'a> Run<'a> {
@@ -374,6 +398,7 @@ impl<'a> Run<'a> {
             log: RefCell::new(None),
             node: RefCell::new((String::new(), Vec::new())),
             later: RefCell::new(Vec::new()),
+            checks: RefCell::new(Vec::new()),
         })
     }
 
@@ -706,6 +731,34 @@ impl<'a> Run<'a> {
         })
     }
 
+    /// A zeroed 32-bit flag word on the current stream, for a kernel to raise (store nonzero) when a
+    /// check of its inputs fails; hand it to [`Run::check_fault`] after the launch.
+    pub fn fault_word(&self) -> KResult<DevTensor> {
+        let w = self.alloc(DType::I32, &[1])?;
+        self.fill32(&w, 0, 1)?;
+        Ok(w)
+    }
+
+    /// Copies `word` back after the work before it on the current stream: when the run's work is
+    /// collected ([`Run::finish`], [`Run::end_capture`], every [`Captured::replay`]) a raised word
+    /// becomes `fault`, the run's error.
+    pub fn check_fault(&self, word: DevTensor, fault: Fault) -> KResult<()> {
+        let mut pinned = self.device.staging.take(4)?;
+        self.stream()
+            .download(&mut pinned.as_mut_slice()[..4], word.ptr())?;
+        self.log_access(
+            Agent::Stream(self.current_raw()),
+            "download",
+            vec![Range::device(word.ptr(), 4)],
+            vec![Range::pinned(pinned.ptr as u64, 4)],
+        );
+        Counters::bump(&self.counters.d2h_bytes, 4);
+        Counters::bump(&self.counters.d2h_calls, 1);
+        self.checks.borrow_mut().push(Check { pinned, fault });
+        self.release(word, &[]);
+        Ok(())
+    }
+
     /// Starts copying a device tensor back on the current stream; [`Run::finish`] collects it.
     pub fn download_later(&self, d: &DevTensor) -> KResult<usize> {
         let n = d.bytes();
@@ -786,6 +839,7 @@ impl<'a> Run<'a> {
         let graph = self.streams[0].end_capture()?;
         graph.launch(&self.streams[0])?;
         self.streams[0].synchronize()?;
+        let checks = std::mem::take(&mut *self.checks.borrow_mut());
         let later = std::mem::take(&mut *self.later.borrow_mut());
         let outputs = later
             .iter()
@@ -816,7 +870,11 @@ impl<'a> Run<'a> {
             parked: parked_mem,
             events,
             device_pool: self.device.pool.clone(),
+            checks,
         };
+        if let Some(f) = raised(&captured.checks) {
+            return Err(KError::Fault(f));
+        }
         Ok((outputs, captured))
     }
 
@@ -826,6 +884,14 @@ impl<'a> Run<'a> {
             s.synchronize()?;
             let stream = s.raw as u64;
             self.logged(|_| Command::SyncStream { stream });
+        }
+        let checks = std::mem::take(&mut *self.checks.borrow_mut());
+        let fault = raised(&checks);
+        for c in checks {
+            self.device.staging.give(c.pinned);
+        }
+        if let Some(f) = fault {
+            return Err(KError::Fault(f));
         }
         let mut out = Vec::new();
         for l in self.later.borrow_mut().drain(..) {
@@ -997,6 +1063,8 @@ pub struct Captured {
     parked: Vec<DeviceMemory>,
     events: Vec<Event>,
     device_pool: Arc<memory::Pool>,
+    /// The device checks' flag copies, read after each replay.
+    checks: Vec<Check>,
 }
 
 impl Captured {
@@ -1048,6 +1116,9 @@ impl Captured {
             device.give_streams(vec![stream]);
             ran?;
         }
+        if let Some(f) = raised(&self.checks) {
+            return Err(KError::Fault(f));
+        }
         for l in &self.later {
             Counters::bump(&counters.d2h_bytes, l.bytes as u64);
             Counters::bump(&counters.d2h_calls, 1);
@@ -1087,6 +1158,9 @@ impl Drop for Run<'_> {
         }
         for l in self.later.borrow_mut().drain(..) {
             self.device.staging.give(l.pinned);
+        }
+        for c in self.checks.borrow_mut().drain(..) {
+            self.device.staging.give(c.pinned);
         }
         if synced {
             for m in self.parked.borrow_mut().drain(..) {

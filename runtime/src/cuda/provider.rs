@@ -119,6 +119,7 @@ fn device_error(e: KError) -> DeviceError {
         KError::Op(e) => DeviceError::Op(e),
         KError::Cuda(e) => DeviceError::Device(e.to_string()),
         KError::Device(m) => DeviceError::Device(m),
+        KError::Fault(f) => DeviceError::Fault(f),
     }
 }
 
@@ -127,6 +128,7 @@ fn kernel_error(e: DeviceError) -> KError {
         DeviceError::Decline(m) => KError::Decline(m),
         DeviceError::Op(e) => KError::Op(e),
         DeviceError::Device(m) => KError::Device(m),
+        DeviceError::Fault(f) => KError::Fault(f),
     }
 }
 
@@ -294,6 +296,10 @@ impl Inputs for SeamInputs<'_> {
 
     fn host(&self, i: usize) -> KResult<Option<Arc<Value>>> {
         self.0.host(i).map_err(kernel_error)
+    }
+
+    fn fixed(&self, i: usize) -> bool {
+        self.0.fixed(i)
     }
 }
 

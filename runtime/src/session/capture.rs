@@ -234,9 +234,10 @@ impl Captured {
             }
         }
         Counters::bump(&counters.graph_replays, 1);
-        let outs = replay
-            .replay(&ordered, counters)
-            .map_err(|e| Error::Device(format!("replaying a captured graph: {e}")));
+        let outs = replay.replay(&ordered, counters).map_err(|e| match e {
+            crate::backend::DeviceError::Fault(f) => super::exec::fault_error(f),
+            e => Error::Device(format!("replaying a captured graph: {e}")),
+        });
         Some(outs.map(|outs| {
             graph
                 .outputs

@@ -129,6 +129,17 @@ pub(super) fn device_error(node: &Node, e: DeviceError) -> Error {
         DeviceError::Device(e) => {
             Error::Device(format!("node '{}' ({}): {e}", node.name, node.op_type))
         }
+        DeviceError::Fault(f) => fault_error(f),
+    }
+}
+
+/// A failed device check as the session reports it: the node's error, as a host check gives.
+pub(super) fn fault_error(f: crate::backend::Fault) -> Error {
+    Error::Node {
+        node: f.node,
+        op: f.op,
+        shapes: f.shapes,
+        msg: f.msg,
     }
 }
 
@@ -389,16 +400,19 @@ impl Exec<'_> {
             }) {
                 return Err(self.refuse(format!("graph output '{name}' is not made on the device")));
             }
-            let (got, replay) = self.devices[0]
-                .end_capture()
-                .map_err(|e| self.refuse(format!("ending the capture: {e}")))?;
+            let (got, replay) = self.devices[0].end_capture().map_err(|e| match e {
+                // The capture worked; the run's inputs broke a node's contract.
+                DeviceError::Fault(f) => fault_error(f),
+                e => self.refuse(format!("ending the capture: {e}")),
+            })?;
             *self.replay.borrow_mut() = Some(replay);
             copies.push(got.into_iter().map(Some).collect());
         } else {
             for run in &self.devices {
-                let got = run
-                    .finish()
-                    .map_err(|e| Error::Device(format!("finishing the run: {e}")))?;
+                let got = run.finish().map_err(|e| match e {
+                    DeviceError::Fault(f) => fault_error(f),
+                    e => Error::Device(format!("finishing the run: {e}")),
+                })?;
                 copies.push(got.into_iter().map(Some).collect());
             }
         }

@@ -397,6 +397,9 @@ impl Session {
                 self.graphs.refuse(key, reason, &self.counters);
                 Ok(self.execute(inputs, None)?.0)
             }
+            // A node's error is the inputs' doing (an index out of range): the next run of these
+            // shapes may capture.
+            Err(Refused::Error(e @ Error::Node { .. })) => Err(e),
             Err(Refused::Error(e)) => {
                 self.graphs.refuse(key, e.to_string(), &self.counters);
                 Err(e)

@@ -234,6 +234,19 @@ impl NodeInputs for SlotInputs<'_, '_> {
         }
     }
 
+    fn fixed(&self, i: usize) -> bool {
+        matches!(
+            self.slots.get(i).copied().flatten(),
+            Some(
+                Slot::Host { weight: true, .. }
+                    | Slot::Host {
+                        from_shapes: true,
+                        ..
+                    }
+            )
+        )
+    }
+
     fn host(&self, i: usize) -> std::result::Result<Option<Arc<Value>>, DeviceError> {
         let Some(slot) = self.slots.get(i).copied().flatten() else {
             return Ok(None);

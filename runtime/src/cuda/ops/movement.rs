@@ -7,7 +7,8 @@ use crate::cuda::driver::Arg;
 use crate::cuda::memory::{device_elem_size, tensor_bytes};
 use crate::cuda::ptx::{Cmp, Kernel, Op, Reg, Space, Ty, module};
 use crate::cuda::{
-    CudaKernel, DevTensor, Inputs, KError, KResult, Run, blocks, dev_input, host_f64s, host_i64s,
+    CudaKernel, DevTensor, Fault, Inputs, KError, KResult, Run, blocks, dev_input, host_f64s,
+    host_i64s,
 };
 use crate::decline;
 use crate::error::OpError;
@@ -594,47 +595,91 @@ fn k_gather(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTenso
     }
     let axis = norm_axis(ctx.attr_i("axis", 0)?, r)?;
     let dim = x.shape[axis] as i64;
-    // Indices are checked on the host: an out-of-range index is an error, not a wild read.
-    let idx = host_i64s(inputs, 1)?
-        .ok_or_else(|| KError::Op(OpError::Invalid("Gather needs indices".into())))?;
-    if let Some(&bad) = idx.iter().find(|&&v| v < -dim || v >= dim) {
-        return Err(KError::Op(OpError::Invalid(format!(
-            "Gather index {bad} is out of range for axis {axis} of size {dim}"
-        ))));
-    }
     let ishape = inputs
         .shape(1)
         .ok_or_else(|| KError::Op(OpError::Invalid("Gather needs indices".into())))?;
-    let norm: Vec<i64> = idx
-        .iter()
-        .map(|&v| if v < 0 { v + dim } else { v })
-        .collect();
-    let itensor = run.upload(&Tensor::from_i64(&[norm.len()], norm)?)?;
     let inner: usize = x.shape[axis + 1..].iter().product();
     let mut out_shape = x.shape[..axis].to_vec();
     out_shape.extend(&ishape);
     out_shape.extend(&x.shape[axis + 1..]);
+    let ni: usize = ishape.iter().product();
+    // Indices fixed for the session (a weight, shape arithmetic) are checked on the host, free of
+    // cost. Others (a run input, a device value) are checked by the kernel itself: reading them on
+    // the host would stall the stream on a device value and stop a graph capture on a run input
+    // (BERT's token ids). A bad index then reads element 0 instead and raises the run's fault word.
+    let on_device = !inputs.fixed(1);
+    let (itensor, ity, isize) = if on_device {
+        let itensor = dev_input(inputs, 1)?;
+        let (ity, isize) = match itensor.dtype {
+            DType::I64 => (Ty::S64, 8),
+            DType::I32 => (Ty::S32, 4),
+            d => decline!("Gather indices of {d}"),
+        };
+        if dim == 0 && ni > 0 {
+            decline!("Gather from an empty axis: every index is out of range");
+        }
+        (itensor, ity, isize)
+    } else {
+        let idx = host_i64s(inputs, 1)?
+            .ok_or_else(|| KError::Op(OpError::Invalid("Gather needs indices".into())))?;
+        if let Some(&bad) = idx.iter().find(|&&v| v < -dim || v >= dim) {
+            return Err(KError::Op(OpError::Invalid(format!(
+                "Gather index {bad} is out of range for axis {axis} of size {dim}"
+            ))));
+        }
+        let norm: Vec<i64> = idx
+            .iter()
+            .map(|&v| if v < 0 { v + dim } else { v })
+            .collect();
+        let t = run.upload(&Tensor::from_i64(&[norm.len()], norm)?)?;
+        (t, Ty::S64, 8)
+    };
     let n = require_u32_len(&out_shape)?;
     let out = run.alloc(x.dtype, &out_shape)?;
     if n == 0 {
         return Ok(vec![out]);
     }
     require_u32_len(&x.shape)?;
+    let word = if on_device {
+        Some(run.fault_word()?)
+    } else {
+        None
+    };
     let (ty, size) = elem_ty(&x)?;
-    let ni = itensor.len() as u32;
     let mut k = Kernel::new("gather");
     let op = k.param_ptr("out");
     let xp = k.param_ptr("x");
     let ip = k.param_ptr("idx");
+    let fp = k.param_ptr("fault");
     let n_r = k.param("n", Ty::U32);
     let i = thread_index(&mut k, n_r);
     let inn = k.rem(Ty::U32, i, inner as u32);
     let q = k.div(Ty::U32, i, inner as u32);
-    let j = k.rem(Ty::U32, q, ni);
-    let o = k.div(Ty::U32, q, ni);
-    let ia = k.addr(ip, j, 8);
-    let iv = k.ld_nc(Ty::S64, ia, 0);
-    let iv = k.cvt(Ty::U32, Ty::S64, "", iv);
+    let j = k.rem(Ty::U32, q, ni as u32);
+    let o = k.div(Ty::U32, q, ni as u32);
+    let ia = k.addr(ip, j, isize);
+    let raw = k.ld_nc(ity, ia, 0);
+    let iv = if on_device {
+        // Normalise a negative index, then check it; out of range: element 0, fault raised.
+        let raw = if ity == Ty::S32 {
+            k.cvt(Ty::S64, Ty::S32, "", raw)
+        } else {
+            raw
+        };
+        let neg = k.setp(Cmp::Lt, Ty::S64, raw, 0i64);
+        let up = k.add(Ty::S64, raw, dim);
+        let norm = k.selp(Ty::S64, up, raw, neg);
+        let norm = k.bitcast(Ty::U64, norm);
+        let ok = k.setp(Cmp::Lt, Ty::U64, norm, dim);
+        let skip = k.new_label("in_range");
+        k.bra_if(ok, false, &skip);
+        k.st(Space::Global, fp, 0, 1u32);
+        k.label(&skip);
+        let safe = k.selp(Ty::U64, norm, 0i64, ok);
+        k.cvt(Ty::U32, Ty::U64, "", safe)
+    } else {
+        k.cvt(Ty::U32, Ty::S64, "", raw)
+    };
     let row = k.fma(Ty::U32, o, dim as u32, iv);
     let src = k.fma(Ty::U32, row, inner as u32, inn);
     let sa = k.addr(xp, src, size);
@@ -652,9 +697,21 @@ fn k_gather(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTenso
             Arg::Ptr(out.ptr()),
             Arg::Ptr(x.ptr()),
             Arg::Ptr(itensor.ptr()),
+            Arg::Ptr(word.as_ref().map_or(0, |w| w.ptr())),
             Arg::U32(n),
         ],
     )?;
+    if let Some(w) = word {
+        let fault = Fault {
+            node: ctx.node.name.clone(),
+            op: ctx.node.op_type.clone(),
+            shapes: format!("[{}{:?}, {}{:?}]", x.dtype, x.shape, itensor.dtype, ishape),
+            msg: format!(
+                "a Gather index is out of range for axis {axis} of size {dim} (checked on the device)"
+            ),
+        };
+        run.check_fault(w, fault)?;
+    }
     Ok(vec![out])
 }
 
