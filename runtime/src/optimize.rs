@@ -1,7 +1,7 @@
-//! Graph rewrites at session build, for sessions whose nodes all run on the CPU (an accelerator's
-//! backend claims the model's own ops and fuses inside its kernels; a rewritten op it does not know
-//! would pull nodes off the device). Each rewrite is local, keeps every graph output's name and
-//! value, and is applied only where its result equals the unrewritten subgraph bit for bit:
+//! Graph rewrites at session build. Each rewrite is local and keeps every graph output's name. For
+//! sessions whose nodes all run on the CPU (an accelerator's backend claims the model's own ops; a
+//! rewritten op it does not know would pull nodes off the device), rewrites apply only where their
+//! result equals the unrewritten subgraph bit for bit:
 //!
 //! - `identity`: an Identity node is removed and its readers read its input (the kernel copies the
 //!   tensor; the rewrite copies nothing).
@@ -11,6 +11,11 @@
 //!   a constant f32 tensor (f64 too, except Clip), so that the dtype is known to be one whose fused
 //!   result equals the pair's (FusedConv rounds f16 once where the pair rounds twice), and the Conv
 //!   output has no other reader.
+//!
+//! For sessions with an accelerator, one rewrite whose op every engine runs, and which changes the
+//! arithmetic within the op's own accuracy (stated in its module):
+//!
+//! - `gelu`: the five-node exact GELU of exporters before opset 20 becomes one Gelu (`gelu.rs`).
 //!
 //! A value read inside a subgraph, or a graph output, is never renamed or removed.
 //! `SessionOptions::optimize` (`--no-optimize`) turns the rewrites off; `quorum info` lists them.
@@ -49,6 +54,17 @@ pub(crate) fn optimize(
     let mut done = Vec::new();
     remove_identities(&mut g, &mut done);
     fuse_conv_activation(&mut g, constants, &mut done);
+    (!done.is_empty()).then_some((g, done))
+}
+
+/// The rewrites for a session with an accelerator, or `None` when nothing applies.
+pub(crate) fn optimize_for_devices(
+    graph: &Graph,
+    constants: &HashMap<String, Arc<Value>>,
+) -> Option<(Graph, Vec<Rewrite>)> {
+    let mut g = graph.clone();
+    let mut done = Vec::new();
+    gelu::fuse_gelu(&mut g, constants, &mut done);
     (!done.is_empty()).then_some((g, done))
 }
 
@@ -295,6 +311,8 @@ fn fuse_conv_activation(
         !absorbed.contains(&(k - 1))
     });
 }
+
+mod gelu;
 
 #[cfg(test)]
 mod tests;

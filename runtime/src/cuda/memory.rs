@@ -1,5 +1,6 @@
 //! Device memory: a size-classed buffer pool with a budget, pinned staging buffers, the byte views of
 //! host tensors, and the per-session weight-residency cache.
+use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
 
 use ndarray::{ArrayD, IxDyn};
@@ -118,17 +119,20 @@ pub fn device_elem_size(d: DType) -> Option<usize> {
 }
 
 /// The bytes of a host tensor in row-major order, or `None` for types that stay on the host.
-pub fn tensor_bytes(t: &Tensor) -> Option<Vec<u8>> {
-    fn raw<T: Copy>(a: &ArrayD<T>) -> Vec<u8> {
-        let v: Vec<T> = match a.as_slice() {
-            Some(s) => s.to_vec(),
-            None => a.iter().copied().collect(),
+pub fn tensor_bytes(t: &Tensor) -> Option<Cow<'_, [u8]>> {
+    fn raw<T: Copy>(a: &ArrayD<T>) -> Cow<'_, [u8]> {
+        // Plain-old-data element types only (callers below): their bytes are their representation,
+        // so a contiguous array is borrowed as it lies (a run's input goes to the staging buffer
+        // in one copy) and any other layout is gathered once.
+        let bytes = |s: &[T]| -> &[u8] {
+            // SAFETY: `s` is a live slice of `size_of_val(s)` initialised bytes, and every `T`
+            // here (floats, integers, bool, f16/bf16) has no padding.
+            unsafe { std::slice::from_raw_parts(s.as_ptr() as *const u8, std::mem::size_of_val(s)) }
         };
-        let n = v.len() * std::mem::size_of::<T>();
-        let mut out = vec![0u8; n];
-        // Plain-old-data element types only (callers below): a byte copy is their representation.
-        unsafe { std::ptr::copy_nonoverlapping(v.as_ptr() as *const u8, out.as_mut_ptr(), n) };
-        out
+        match a.as_slice() {
+            Some(s) => Cow::Borrowed(bytes(s)),
+            None => Cow::Owned(bytes(&a.iter().copied().collect::<Vec<T>>()).to_vec()),
+        }
     }
     Some(match t {
         Tensor::F32(a) => raw(a),
@@ -143,22 +147,42 @@ pub fn tensor_bytes(t: &Tensor) -> Option<Vec<u8>> {
         Tensor::U16(a) => raw(a),
         Tensor::U32(a) => raw(a),
         Tensor::U64(a) => raw(a),
-        Tensor::Bool(a) => a.iter().map(|&b| b as u8).collect(),
+        // A bool is one byte, 0 or 1.
+        Tensor::Bool(a) => raw(a),
         Tensor::Str(_) | Tensor::Packed(..) => return None,
     })
 }
 
+/// Copies a host tensor's bytes into a pinned staging buffer; a large input (a batch of images) is
+/// copied by several threads at once, since one core's memcpy is slower than the copy to the device
+/// that follows it.
+pub fn stage(dst: &mut [u8], src: &[u8]) {
+    const CHUNK: usize = 512 << 10;
+    if src.len() < 4 * CHUNK {
+        dst.copy_from_slice(src);
+        return;
+    }
+    use rayon::prelude::*;
+    dst.par_chunks_mut(CHUNK)
+        .zip(src.par_chunks(CHUNK))
+        .for_each(|(d, s)| d.copy_from_slice(s));
+}
+
 /// Rebuilds a host tensor from device bytes (`bytes.len()` = elements × element size).
 pub fn tensor_from_bytes(dtype: DType, shape: &[usize], bytes: &[u8]) -> Option<Tensor> {
-    fn arr<T: Copy + Default>(shape: &[usize], bytes: &[u8]) -> Option<ArrayD<T>> {
+    fn arr<T: Copy>(shape: &[usize], bytes: &[u8]) -> Option<ArrayD<T>> {
         let n: usize = shape.iter().product();
         if bytes.len() != n * std::mem::size_of::<T>() {
             return None;
         }
-        let mut v = vec![T::default(); n];
+        // One pass over the bytes (no zeroing first): an output comes back on every run.
+        let mut v: Vec<T> = Vec::with_capacity(n);
+        // SAFETY: the capacity holds `bytes.len()` bytes; every `T` here is plain old data, so any
+        // bytes are a valid value, and all `n` elements are written before `set_len`.
         unsafe {
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), v.as_mut_ptr() as *mut u8, bytes.len())
-        };
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), v.as_mut_ptr() as *mut u8, bytes.len());
+            v.set_len(n);
+        }
         ArrayD::from_shape_vec(IxDyn(shape), v).ok()
     }
     Some(match dtype {
@@ -287,8 +311,32 @@ mod tests {
         assert_eq!(tensor_from_bytes(DType::F32, &[2, 3], &b).unwrap(), t);
         let t = Tensor::Bool(ArrayD::from_shape_vec(IxDyn(&[3]), vec![true, false, true]).unwrap());
         let b = tensor_bytes(&t).unwrap();
-        assert_eq!(b, vec![1, 0, 1]);
+        assert_eq!(*b, [1, 0, 1]);
         assert_eq!(tensor_from_bytes(DType::Bool, &[3], &b).unwrap(), t);
         assert!(tensor_from_bytes(DType::F32, &[2], &[0; 7]).is_none());
+    }
+
+    #[test]
+    fn tensor_bytes_borrow_contiguous_arrays_and_gather_others() {
+        let a = ArrayD::from_shape_vec(IxDyn(&[2, 3]), vec![1i32, 2, 3, 4, 5, 6]).unwrap();
+        let t = Tensor::I32(a.clone());
+        assert!(matches!(tensor_bytes(&t), Some(Cow::Borrowed(_))));
+        // A transposed view: the bytes come in logical (row-major) order, gathered.
+        let tt = Tensor::I32(a.reversed_axes());
+        let b = tensor_bytes(&tt).unwrap();
+        assert!(matches!(b, Cow::Owned(_)));
+        let back = tensor_from_bytes(DType::I32, &[3, 2], &b).unwrap();
+        assert_eq!(back.to_i64_vec().unwrap(), vec![1, 4, 2, 5, 3, 6]);
+    }
+
+    #[test]
+    fn staging_copies_every_byte() {
+        // Below and above the size where several threads share the copy, with a ragged last chunk.
+        for n in [0usize, 17, (4 << 20) - 3, (5 << 20) + 12_345] {
+            let src: Vec<u8> = (0..n).map(|i| (i * 31 % 251) as u8 ^ 0x5a).collect();
+            let mut dst = vec![0xffu8; n];
+            stage(&mut dst, &src);
+            assert!(dst == src, "{n} bytes");
+        }
     }
 }

@@ -642,7 +642,7 @@ impl<'a> Run<'a> {
         let d = self.alloc(t.dtype(), t.shape())?;
         if !bytes.is_empty() {
             let mut pinned = self.device.staging.take(bytes.len())?;
-            pinned.as_mut_slice()[..bytes.len()].copy_from_slice(&bytes);
+            memory::stage(&mut pinned.as_mut_slice()[..bytes.len()], &bytes);
             self.stream()
                 .upload(d.ptr(), &pinned.as_slice()[..bytes.len()])?;
             let staged = Range::pinned(pinned.ptr as u64, bytes.len() as u64);
@@ -1096,7 +1096,7 @@ impl Captured {
                                 pinned.bytes
                             ))));
                         }
-                        pinned.as_mut_slice()[..bytes.len()].copy_from_slice(&bytes);
+                        memory::stage(&mut pinned.as_mut_slice()[..bytes.len()], &bytes);
                         Counters::bump(&counters.h2d_bytes, bytes.len() as u64);
                         Counters::bump(&counters.h2d_calls, 1);
                     }

@@ -568,6 +568,8 @@ fn k_not(_: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
 mod unary;
 #[cfg(test)]
 pub(crate) use unary::erf_f64;
+#[cfg(test)]
+pub(crate) use unary::gelu_f64;
 pub(crate) use unary::{ERF_MID_F32, ERF_SMALL};
 
 /// PRelu's slope broadcasts to X. Before opset 7 a 1-D slope could also name the channel axis (axis 1,

@@ -82,7 +82,7 @@ pub(super) fn erfc(y: f64) -> f64 {
 /// Gelu's exact form x/2 · (1 + erf(x/√2)), as x/2 · erfc(−x/√2) so that it does not cancel for
 /// negative x. The argument −x/√2 is rounded to f64 first, as the oracles form it: that rounding is
 /// part of the function computed (a relative change δ in z moves erfc(z) by up to (2z² + 1)δ).
-pub(super) fn gelu(x: f64) -> f64 {
+pub(crate) fn gelu(x: f64) -> f64 {
     0.5 * x * erfc(-x / std::f64::consts::SQRT_2)
 }
 

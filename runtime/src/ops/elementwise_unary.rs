@@ -13,6 +13,8 @@ use crate::{bail, unsupported};
 mod error_function;
 #[cfg(test)]
 pub(crate) use error_function::erf as erf_f64;
+#[cfg(test)]
+pub(crate) use error_function::gelu as gelu_f64;
 /// The erf polynomials the device kernels evaluate too (one source for every engine).
 pub(crate) use error_function::{ERF_MID_F32, ERF_SMALL};
 use error_function::{erf, erf_f32, gelu};

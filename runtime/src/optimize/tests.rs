@@ -261,3 +261,125 @@ fn the_comparison_catches_a_wrong_fusion() {
     let wrong = session(&wrong, false);
     assert!(first_difference(&plain, &wrong).is_some());
 }
+
+/// The exact GELU as exporters write it before opset 20, over input `x` [4, 64] into `out`: form A
+/// `(x · (erf(x/√2) + 1)) · ½`, or form B `(x · ½) · (erf(x · 1/√2) + 1)` with the operands of
+/// every binary node swapped.
+fn gelu_model(form_b: bool, sqrt2: f32) -> Model {
+    let scalar = |v: f32| Tensor::from_f32(&[], vec![v]).unwrap();
+    let nodes = if form_b {
+        vec![
+            node("half", "Mul", &["c_half", "x"], &["h"]),
+            node("scale", "Mul", &["c_inv", "x"], &["s"]),
+            node("erf", "Erf", &["s"], &["e"]),
+            node("plus1", "Add", &["c_one", "e"], &["p"]),
+            node("mul", "Mul", &["p", "h"], &["out"]),
+        ]
+    } else {
+        vec![
+            node("div", "Div", &["x", "c_sqrt2"], &["s"]),
+            node("erf", "Erf", &["s"], &["e"]),
+            node("plus1", "Add", &["e", "c_one"], &["p"]),
+            node("mulx", "Mul", &["x", "p"], &["m"]),
+            node("half", "Mul", &["m", "c_half"], &["out"]),
+        ]
+    };
+    let initializers: HashMap<String, Arc<Value>> = [
+        ("c_sqrt2", scalar(sqrt2)),
+        ("c_inv", scalar(1.0 / sqrt2)),
+        ("c_one", scalar(1.0)),
+        ("c_half", scalar(0.5)),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), Arc::new(Value::Tensor(v))))
+    .collect();
+    Model {
+        ir_version: 8,
+        opsets: [(String::new(), 17)].into(),
+        producer: "test".into(),
+        graph: Graph {
+            name: "g".into(),
+            nodes,
+            inputs: vec![info("x", &[4, 64])],
+            outputs: vec![info("out", &[4, 64])],
+            initializers,
+            value_info: Default::default(),
+        },
+        metadata: vec![],
+        warnings: vec![],
+    }
+}
+
+/// The device rewrite of `m`, as a model the CPU runs.
+fn gelu_rewritten(m: &Model) -> Option<(Model, Vec<Rewrite>)> {
+    let (g, done) = optimize_for_devices(&m.graph, &constants(&m.graph, true))?;
+    let mut r = m.clone();
+    r.graph = g;
+    Some((r, done))
+}
+
+/// The largest error of `s` against the exact GELU (f64), in units of the f32 ulp at the result's
+/// magnitude, over seeded inputs in [-12, 12] (both tails: −x/√2 past 8, where erfc is tiny).
+fn gelu_ulps(s: &Session) -> f64 {
+    let mut worst = 0.0f64;
+    for seed in [21, 22, 23] {
+        let v: Vec<f32> = crate::ops::testing::seeded_f32(seed, 256, -12.0, 12.0);
+        let x = Tensor::from_f32(&[4, 64], v.clone()).unwrap();
+        let out = s.run(vec![("x".into(), Value::Tensor(x))]).unwrap();
+        let y = out[0].1.as_tensor().unwrap().to_f64_vec().unwrap();
+        for (&xi, &yi) in v.iter().zip(&y) {
+            let exact = crate::ops::elementwise::gelu_f64(xi as f64);
+            let ulp = (exact.abs() as f32).max(f32::MIN_POSITIVE).to_bits();
+            let ulp = (f32::from_bits(ulp + 1) - f32::from_bits(ulp)) as f64;
+            worst = worst.max((yi - exact).abs() / ulp);
+        }
+    }
+    worst
+}
+
+#[test]
+fn gelu_chains_become_one_gelu_on_devices() {
+    for form_b in [false, true] {
+        let m = gelu_model(form_b, std::f32::consts::SQRT_2);
+        let (r, done) = gelu_rewritten(&m).expect("the chain is rewritten");
+        assert_eq!(done.len(), 1, "{done:?}");
+        assert_eq!(done[0].pass, "gelu");
+        let ops: Vec<String> = r.graph.nodes.iter().map(|n| n.qualified_op()).collect();
+        assert_eq!(ops, ["Gelu"], "form B: {form_b}");
+        assert_eq!(r.graph.nodes[0].inputs, ["x"]);
+        // CPU sessions keep the graph's own arithmetic.
+        assert!(session(&m, true).rewrites().is_empty());
+        // One rounding instead of five: the Gelu is within the oracles' 8 ulps of the exact
+        // function, and no further from it than the chain is.
+        let (chain, fused) = (session(&m, false), session(&r, false));
+        let (c, f) = (gelu_ulps(&chain), gelu_ulps(&fused));
+        assert!(f <= 8.0, "fused Gelu {f} ulps from exact");
+        assert!(f <= c.max(1.0), "fused {f} ulps, chain {c}");
+    }
+}
+
+#[test]
+fn gelu_look_alikes_stay_apart() {
+    // Another constant than √2.
+    assert!(gelu_rewritten(&gelu_model(false, 2.0)).is_none());
+    // An intermediate also read elsewhere (here: a graph output).
+    let mut m = gelu_model(false, std::f32::consts::SQRT_2);
+    m.graph.outputs.push(info("e", &[4, 64]));
+    assert!(gelu_rewritten(&m).is_none());
+    // The product is of another tensor than the Erf's.
+    let mut m = gelu_model(false, std::f32::consts::SQRT_2);
+    m.graph.nodes[3].inputs[0] = "c_half".into();
+    assert!(gelu_rewritten(&m).is_none());
+}
+
+/// The accuracy check catches a rewrite to the wrong Gelu (the tanh approximation, off by up to
+/// 1e-3 relative).
+#[test]
+fn the_gelu_check_catches_the_tanh_form() {
+    let m = gelu_model(false, std::f32::consts::SQRT_2);
+    let (mut r, _) = gelu_rewritten(&m).unwrap();
+    r.graph.nodes[0]
+        .attrs
+        .insert("approximate".into(), Attr::String(b"tanh".to_vec()));
+    assert!(gelu_ulps(&session(&r, false)) > 8.0);
+}

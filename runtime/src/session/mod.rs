@@ -164,10 +164,15 @@ impl Session {
             .map_err(Error::Provider)?;
         let devices = placement::open_devices(&options.providers)?;
         let mut rewrites = Vec::new();
-        if options.optimize && devices.is_empty() {
+        if options.optimize {
             let constants =
                 crate::optimize::constants(&plan.graph, overridable_initializers(&model));
-            if let Some((graph, done)) = crate::optimize::optimize(&plan.graph, &constants) {
+            let rewritten = if devices.is_empty() {
+                crate::optimize::optimize(&plan.graph, &constants)
+            } else {
+                crate::optimize::optimize_for_devices(&plan.graph, &constants)
+            };
+            if let Some((graph, done)) = rewritten {
                 plan = Plan::compile(Arc::new(graph), Registry::cpu(), &HashSet::new())?;
                 rewrites = done;
             }

@@ -1,7 +1,7 @@
 //! CUDA elementwise kernels: the f32 expressions of the float ops (a child of `elementwise`, mounted
 //! there with `#[path]`). Each takes f32 registers (f16 operands are widened by the loader) and returns
 //! the f32 result, rounded once: arithmetic in f32, transcendental functions through `math` in f64.
-use super::super::math::{erf64, erf64_for_f32, exp64, log64, sincos64, tanh64};
+use super::super::math::{erf64_for_f32, exp64, gelu64_for_f32, log64, sincos64, tanh64};
 use crate::cuda::KResult;
 use crate::cuda::ptx::{Cmp, Kernel, Op, Reg, Ty};
 use crate::decline;
@@ -179,10 +179,8 @@ pub(crate) fn unary_expr(ctx: &OpCtx, k: &mut Kernel, op: &str, x: Reg) -> KResu
                         let one_p = k.div(Ty::F64, Op::D(2.0), den);
                         k.mul(Ty::F64, half_x, one_p)
                     } else {
-                        // 1 + erf(z) = erfc(-z): no cancellation for negative x.
-                        let nz = k.mul(Ty::F64, xd, Op::D(-std::f64::consts::FRAC_1_SQRT_2));
-                        let (_, erfc) = erf64(k, nz);
-                        k.mul(Ty::F64, half_x, erfc)
+                        // Straight-line, f32-grade; no cancellation for negative x.
+                        gelu64_for_f32(k, xd)
                     }
                 }
                 other => decline!("no CUDA expression for {other}"),

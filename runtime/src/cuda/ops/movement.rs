@@ -503,8 +503,9 @@ fn k_pad(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>>
     }
     let (ty, size) = elem_ty(&x)?;
     // The constant as the element type's bits.
-    let cbits = tensor_bytes(&Tensor::from_f64s(x.dtype, &[1], vec![value])?)
-        .ok_or_else(|| KError::Decline(format!("Pad of {}", x.dtype)))?;
+    let cvalue = Tensor::from_f64s(x.dtype, &[1], vec![value])?;
+    let cbits =
+        tensor_bytes(&cvalue).ok_or_else(|| KError::Decline(format!("Pad of {}", x.dtype)))?;
     let mut word = [0u8; 8];
     word[..cbits.len()].copy_from_slice(&cbits);
     let cval = u64::from_le_bytes(word);
@@ -736,7 +737,7 @@ fn k_constant_of_shape(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<V
 fn fill(run: &Run, value: &Tensor, shape: &[usize]) -> KResult<DevTensor> {
     let bytes = tensor_bytes(value)
         .ok_or_else(|| KError::Decline(format!("a device fill of {}", value.dtype())))?;
-    let word = match *bytes.as_slice() {
+    let word = match *bytes {
         [b] => u32::from(b) * 0x0101_0101,
         [lo, hi] => u32::from(u16::from_le_bytes([lo, hi])) * 0x0001_0001,
         [a, b, c, d] => u32::from_le_bytes([a, b, c, d]),

@@ -1,0 +1,167 @@
+//! `gelu`: the five nodes exporters write for the exact GELU before opset 20 — `x/√2` (Div, or Mul by
+//! 1/√2), Erf, `+ 1`, `· x` and `· ½` in either order (PyTorch writes `(x · (erf + 1)) · ½`, others
+//! `(x · ½) · (erf + 1)`) — become one ONNX Gelu (opset 20, `approximate = "none"`).
+//!
+//! On an accelerator the five nodes are five launches that each stream the tensor through memory
+//! (BERT-base: 60 of its 436 kernels); one Gelu reads and writes it once. The arithmetic changes:
+//! the chain rounds five times in f32, Gelu once (every engine's Gelu is accurate to a few ulps of
+//! the exact function, as the oracles judge it), so results differ in the last bits — by less than
+//! the chain's own error, since `1 + erf(z)` cancels for negative x where Gelu does not. It applies
+//! to accelerator sessions, where the launches cost; CPU sessions keep the graph's own arithmetic.
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use super::{Rewrite, pinned, readers};
+use crate::ir::{Graph, Node};
+use crate::tensor::Value;
+
+/// Whether `name` is a constant float scalar (one element) within `tol` of `want`.
+fn is_const(constants: &HashMap<String, Arc<Value>>, name: &str, want: f64, tol: f64) -> bool {
+    constants
+        .get(name)
+        .and_then(|v| v.as_tensor())
+        .filter(|t| t.dtype().is_float() && t.len() == 1)
+        .and_then(|t| t.to_f64_vec().ok())
+        .is_some_and(|v| (v[0] - want).abs() <= tol)
+}
+
+/// The index of the node that writes `name`.
+fn producers(g: &Graph) -> HashMap<&str, usize> {
+    let mut p = HashMap::new();
+    for (i, n) in g.nodes.iter().enumerate() {
+        for o in &n.outputs {
+            if !o.is_empty() {
+                p.insert(o.as_str(), i);
+            }
+        }
+    }
+    p
+}
+
+/// A default-domain node of `op` with two inputs and one output.
+fn binary<'g>(g: &'g Graph, i: usize, op: &str) -> Option<&'g Node> {
+    let n = &g.nodes[i];
+    (n.op_type == op
+        && n.domain.is_empty()
+        && n.inputs.len() == 2
+        && n.outputs.len() == 1
+        && !n.outputs[0].is_empty())
+    .then_some(n)
+}
+
+/// The input of binary node `n` other than the one at position `k`.
+fn other(n: &Node, k: usize) -> &str {
+    &n.inputs[1 - k]
+}
+
+pub(super) fn fuse_gelu(
+    g: &mut Graph,
+    constants: &HashMap<String, Arc<Value>>,
+    done: &mut Vec<Rewrite>,
+) {
+    let pinned = pinned(g);
+    let readers = readers(g);
+    let producers = producers(g);
+    // The one reader of `value` (not a graph output, not read by a subgraph): (node, position).
+    let sole = |value: &str| -> Option<(usize, usize)> {
+        if pinned.contains(value) {
+            return None;
+        }
+        match readers.get(value).map(Vec::as_slice) {
+            Some(&[r]) => Some(r),
+            _ => None,
+        }
+    };
+    let sqrt2 = std::f64::consts::SQRT_2;
+    // (x, the nodes absorbed, the index of the last, the output).
+    let mut fusions: Vec<(String, Vec<usize>, usize, String)> = Vec::new();
+    let mut absorbed: HashSet<usize> = HashSet::new();
+    for (ie, erf) in g.nodes.iter().enumerate() {
+        if erf.op_type != "Erf" || !erf.domain.is_empty() || erf.inputs.len() != 1 {
+            continue;
+        }
+        let [e_out] = erf.outputs.as_slice() else {
+            continue;
+        };
+        // x/√2 as Div(x, √2) or Mul(x, 1/√2) (either order), read by the Erf alone.
+        let Some(&id) = producers.get(erf.inputs[0].as_str()) else {
+            continue;
+        };
+        if sole(&erf.inputs[0]) != Some((ie, 0)) {
+            continue;
+        }
+        let x = if let Some(d) = binary(g, id, "Div") {
+            is_const(constants, &d.inputs[1], sqrt2, 1e-6).then(|| d.inputs[0].clone())
+        } else if let Some(m) = binary(g, id, "Mul") {
+            (0..2)
+                .find(|&k| is_const(constants, &m.inputs[1 - k], 1.0 / sqrt2, 1e-6))
+                .map(|k| m.inputs[k].clone())
+        } else {
+            None
+        };
+        let Some(x) = x.filter(|x| !x.is_empty()) else {
+            continue;
+        };
+        // erf + 1.
+        let Some((ia, ka)) = sole(e_out) else {
+            continue;
+        };
+        let Some(add) =
+            binary(g, ia, "Add").filter(|a| is_const(constants, other(a, ka), 1.0, 0.0))
+        else {
+            continue;
+        };
+        let Some((im, km)) = sole(&add.outputs[0]) else {
+            continue;
+        };
+        let Some(m1) = binary(g, im, "Mul") else {
+            continue;
+        };
+        let f = other(m1, km);
+        let found = if f == x {
+            // (x · (erf + 1)) · ½.
+            sole(&m1.outputs[0]).and_then(|(ih, kh)| {
+                binary(g, ih, "Mul")
+                    .filter(|h| is_const(constants, other(h, kh), 0.5, 0.0))
+                    .map(|h| (vec![id, ie, ia, im, ih], ih, h.outputs[0].clone()))
+            })
+        } else {
+            // (x · ½) · (erf + 1): the half product read by this Mul alone.
+            producers.get(f).copied().and_then(|ih| {
+                let h = binary(g, ih, "Mul")?;
+                let kx = h.inputs.iter().position(|s| *s == x)?;
+                (is_const(constants, other(h, kx), 0.5, 0.0) && sole(f) == Some((im, 1 - km)))
+                    .then(|| (vec![id, ie, ia, ih, im], im, m1.outputs[0].clone()))
+            })
+        };
+        if let Some((nodes, last, out)) = found
+            && nodes.iter().all(|n| !absorbed.contains(n))
+        {
+            absorbed.extend(nodes.iter().copied());
+            fusions.push((x, nodes, last, out));
+        }
+    }
+    for (x, nodes, last, out) in &fusions {
+        let names: Vec<String> = nodes
+            .iter()
+            .map(|&n| format!("'{}'", g.nodes[n].name))
+            .collect();
+        let n = &mut g.nodes[*last];
+        n.op_type = "Gelu".into();
+        n.domain = String::new();
+        n.opset = 20;
+        n.inputs = vec![x.clone()];
+        n.outputs = vec![out.clone()];
+        n.attrs.clear();
+        done.push(Rewrite {
+            pass: "gelu",
+            detail: format!("{} → Gelu '{}' of '{x}'", names.join(" + "), n.name),
+        });
+        absorbed.remove(last);
+    }
+    let mut k = 0;
+    g.nodes.retain(|_| {
+        k += 1;
+        !absorbed.contains(&(k - 1))
+    });
+}
