@@ -82,7 +82,7 @@ pub fn main(a: Args) -> CliResult<()> {
                 s.folded_nodes().len(),
                 g.nodes.len()
             );
-            // The rewrites of a CPU session (they are not applied when nodes run on a device).
+            // The rewrites of a CPU session (a session with an accelerator has its own, below).
             if a.model.no_optimize {
                 println!("graph rewrites (CPU sessions): off (--no-optimize)");
             } else {
@@ -120,6 +120,17 @@ pub fn main(a: Args) -> CliResult<()> {
                 })
                 .map(|p| p.op.as_str())
                 .collect();
+            if s.device_name().is_some() && !a.model.no_optimize {
+                println!(
+                    "graph rewrites (--provider {}): {} applied{}",
+                    a.model.provider,
+                    s.rewrites().len(),
+                    if s.rewrites().is_empty() { "" } else { ":" }
+                );
+                for r in s.rewrites() {
+                    println!("  {r}");
+                }
+            }
             if !shapes.is_empty() {
                 let mut ops: Vec<&str> = shapes.clone();
                 ops.sort();
