@@ -73,12 +73,22 @@ fn instance_norm() {
 
 #[test]
 fn layer_norm_rows_held_in_registers() {
-    // Transformer rows shared by a warp's lanes and held in registers: ViT-S (197 rows of 384, 12
-    // per lane), BERT (768: 24 per lane), 1000 (the most per lane, 32, with a ragged tail) and a
-    // row count that leaves lanes of the last block without a row.
-    for (i, shape) in [[197usize, 384], [9, 768], [5, 1000], [3, 70]]
-        .iter()
-        .enumerate()
+    // Transformer rows held in registers. Shared by a warp's lanes where there are rows enough to
+    // fill the GPU (BERT at batch 8: 1024 rows of 768, 24 per lane; 600 of 1000, the most per lane
+    // with a ragged tail), by a block's threads where there are few (ViT-S's 197 rows of 384, BERT at
+    // batch 1's 128 of 768, 5 of 1000, 2 of 8000: 32 per thread, ragged), and short rows that leave
+    // lanes of the last block without a row.
+    for (i, shape) in [
+        [1024usize, 768],
+        [600, 1000],
+        [197, 384],
+        [128, 768],
+        [5, 1000],
+        [2, 8000],
+        [3, 70],
+    ]
+    .iter()
+    .enumerate()
     {
         let seed = 900 + 10 * i as u64;
         Case::new("LayerNormalization")

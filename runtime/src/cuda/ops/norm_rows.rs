@@ -1,7 +1,8 @@
 //! Row normalizations (Instance, Layer and Group normalization): each normalized group is a
-//! contiguous row. Rows that fill the device take one row kernel (three passes in f64: the mean, the
-//! centred variance, then `(x - mean) · inv · scale + bias` rounded once; a row of up to 32 elements
-//! per lane is read once into registers, longer ones are read in each pass); a few long rows take
+//! contiguous row. Rows take one row kernel (three passes in f64: the mean, the centred variance,
+//! then `(x - mean) · inv · scale + bias` rounded once), a warp per row where rows fill the device
+//! and a block per row where they are few; a row of up to 32 elements per thread is read once into
+//! registers, longer ones are read in each pass. A few very long rows take
 //! their statistics in chunks (mean and M2 per chunk, merged per row), then one thread per element.
 //! The ops differ only in where a row's scale and bias come from ([`ParamAt`]).
 use super::super::reduce::rows::{
@@ -242,11 +243,12 @@ pub(crate) fn norm_apply_kernel(s: &RowNorm) -> Kernel {
 /// Elements per lane up to which a row shared by a warp's lanes is held in registers.
 const CACHED_PER_LANE: usize = 32;
 
-/// A row of at most `g · CACHED_PER_LANE` elements shared by `g` lanes: each lane loads its elements
-/// (`lane + t·g`) once, all loads issued before the first is used, and the three passes (sum, the
-/// centred squares, normalise and store) work from registers. The same sums in the same order as
-/// the looping kernel, so the same bits; one read of the row instead of three, and no load waits
-/// on the one before it (a row of 384 took 8 µs when each pass waited on every load in turn).
+/// A row of at most `g · CACHED_PER_LANE` elements shared by the `g` threads of `layout` (the lanes
+/// of a warp, or a whole block): each thread loads its elements (`lane + t·g`) once, all loads
+/// issued before the first is used, and the three passes (sum, the centred squares, normalise and
+/// store) work from registers. The same sums in the same order as the looping kernel of the same
+/// layout, so the same bits; one read of the row instead of three, and no load waits on the one
+/// before it (a row of 384 took 8 µs when each pass waited on every load in turn).
 /// Returns the row's mean and 1/stddev.
 fn cached_row(
     k: &mut Kernel,
@@ -254,9 +256,10 @@ fn cached_row(
     p: &Params,
     y: Reg,
     ids: &RowIds,
-    g: u32,
+    layout: Rows,
     base: Reg,
 ) -> (Reg, Reg) {
+    let g = layout.threads();
     let per = s.cols.div_ceil(g as usize);
     let mut elems = Vec::with_capacity(per);
     for t in 0..per {
@@ -289,7 +292,7 @@ fn cached_row(
         k.raw(format_args!("@{here} add.rn.f64 {sum}, {sum}, {v}"));
         wide.push(v);
     }
-    Rows::Lanes(g).reduce(k, ids, &[sum], &combine_add);
+    layout.reduce(k, ids, &[sum], &combine_add);
     let cols = d(s.cols as f64);
     let mean = k.div(Ty::F64, sum, cols);
     let sq = k.mov(Ty::F64, 0.0f64);
@@ -297,7 +300,7 @@ fn cached_row(
         let dv = k.sub(Ty::F64, v, mean);
         k.raw(format_args!("@{here} fma.rn.f64 {sq}, {dv}, {dv}, {sq}"));
     }
-    Rows::Lanes(g).reduce(k, ids, &[sq], &combine_add);
+    layout.reduce(k, ids, &[sq], &combine_add);
     let inv = inv_stddev(k, s, sq);
     for (&(j, i, here, _), &v) in elems.iter().zip(&wide) {
         k.when(here, |k| {
@@ -321,8 +324,10 @@ pub(crate) fn rownorm_kernel(s: &RowNorm, layout: Rows) -> Kernel {
     let ids = layout.ids(&mut k, nrows);
     let base = k.mul(Ty::U32, ids.row, s.cols as u32);
     let (mean, inv) = match layout {
-        Rows::Lanes(g) if s.cols.div_ceil(g as usize) <= CACHED_PER_LANE => {
-            cached_row(&mut k, s, &p, y, &ids, g, base)
+        Rows::Lanes(_) | Rows::Block
+            if s.cols.div_ceil(layout.threads() as usize) <= CACHED_PER_LANE =>
+        {
+            cached_row(&mut k, s, &p, y, &ids, layout, base)
         }
         _ => looped_row(&mut k, s, &p, y, &ids, layout, base),
     };
@@ -432,7 +437,8 @@ pub(super) fn rownorm_run_stats(
         .iter()
         .flat_map(|(m, i)| [Arg::Ptr(m.ptr()), Arg::Ptr(i.ptr())])
         .collect();
-    let layout = Rows::choose(rows, s.cols, true);
+    let sms = run.device.ctx.info.multiprocessors.max(1) as usize;
+    let layout = norm_layout(rows, s.cols, sms);
     let chunks = if layout == Rows::Block {
         norm_chunks(rows, s.cols)
     } else {
@@ -490,6 +496,23 @@ pub(super) fn rownorm_run_stats(
 
 /// Chunks per row when `rows` rows of `cols` elements would leave the device mostly idle with one
 /// block per row: about a thousand blocks, each thread still taking a few elements per pass.
+/// The row layout of `rows` rows of `cols` elements on `sms` SMs: [`Rows::choose`]'s, except that
+/// fewer rows than four per SM, of at least a block's worth of elements, take a block each rather
+/// than a warp (BERT-base at batch 1: 128 rows of 768 as 128 warps, each lane summing 24 elements in
+/// turn, took 12 µs; a block per row has 8× the threads and 3 elements each).
+fn norm_layout(rows: usize, cols: usize, sms: usize) -> Rows {
+    match Rows::choose(rows, cols, true) {
+        Rows::Lanes(32)
+            if rows < 4 * sms
+                && cols >= BLOCK as usize
+                && cols.div_ceil(BLOCK as usize) <= CACHED_PER_LANE =>
+        {
+            Rows::Block
+        }
+        layout => layout,
+    }
+}
+
 fn norm_chunks(rows: usize, cols: usize) -> usize {
     if rows >= 512 {
         return 1;
@@ -502,6 +525,18 @@ fn norm_chunks(rows: usize, cols: usize) -> usize {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    #[test]
+    fn few_rows_take_a_block_each() {
+        // BERT-base at batch 1 and ViT-S: a block per row; batch 8: a warp per row; short rows
+        // and rows too long to hold stay as `Rows::choose` has them.
+        assert_eq!(norm_layout(128, 768, 132), Rows::Block);
+        assert_eq!(norm_layout(197, 384, 132), Rows::Block);
+        assert_eq!(norm_layout(1024, 768, 132), Rows::Lanes(32));
+        assert_eq!(norm_layout(3136, 96, 132), Rows::choose(3136, 96, true));
+        assert_eq!(norm_layout(128, 96, 132), Rows::choose(128, 96, true));
+        assert_eq!(norm_layout(8, 20_000, 132), Rows::Block);
+    }
 
     fn text(k: Kernel) -> String {
         let t = module((9, 0), &[k]);
@@ -578,7 +613,14 @@ pub(crate) mod tests {
             .filter(|l| l.contains("@") && l.contains("ld.global.nc.f32"))
             .count();
         assert_eq!(predicated, 12, "{held}");
-        let looped = text(rownorm_kernel(&s(2000), Rows::choose(197, 2000, true)));
+        // A block's threads hold a row of 2000 (8 each); one of 9000 (36 each) is read per pass.
+        let block = text(rownorm_kernel(&s(2000), Rows::Block));
+        let predicated = block
+            .lines()
+            .filter(|l| l.contains("@") && l.contains("ld.global.nc.f32"))
+            .count();
+        assert_eq!(predicated, 8, "{block}");
+        let looped = text(rownorm_kernel(&s(9000), Rows::choose(197, 9000, true)));
         let predicated = looped
             .lines()
             .filter(|l| l.contains("@") && l.contains("ld.global.nc.f32"))
