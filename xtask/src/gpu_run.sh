@@ -100,6 +100,8 @@ if want nightly; then
   echo "rc=$?" >> "$LOGS/nightly.log"
   mkdir -p "$LOGS/nightly/conformance"
   [ -f reports/conformance/cuda.json ] && cp -f reports/conformance/cuda.json "$LOGS/nightly/conformance/"
+  # Issue 16's model table, when this call ran the pytorch step too: the nightly page links it.
+  [ -f "$LOGS/models/models-vs-pytorch.md" ] && cp -f "$LOGS/models/models-vs-pytorch.md" "$LOGS/nightly/"
   m="target/corpus/onnx-1.23.2/light/test_resnet50/model.onnx"
   [ -f "$m" ] && QUORUM_THRESHOLDS="$LOGS/nightly/thresholds" timeout 60 "$B/quorum" info "$m" > "$LOGS/nightly/info-resnet50-auto.txt" 2>&1
 fi

@@ -143,7 +143,7 @@ pub fn render_fixture(reports: &Path) -> PathBuf {
         ("2026-12-01", 2018),
     ] {
         let o = fixture(1.0);
-        super::render(reports, &o, counts(pass), "fixture", day, &rule).unwrap();
+        super::render(reports, &o, counts(pass), "fixture", day, &rule, None).unwrap();
     }
     reports.join("nightly/2026-12-01/index.html")
 }
@@ -343,4 +343,51 @@ fn the_nightly_page_renders_its_plots_in_a_browser() {
             && blank.iter().any(|b| b.starts_with("model-plots")),
         "stripped plots passed: {broken:?}"
     );
+}
+
+#[test]
+fn the_model_table_is_copied_beside_the_page_and_linked() {
+    let work = std::env::temp_dir().join(format!("quorum-nightly-models-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(&work).unwrap();
+    let table = work.join("models-vs-pytorch.md");
+    let text = "| model | Quorum graph / PyTorch graph |\n|---|---|\n| resnet18 b1 | 0.34 |\n";
+    std::fs::write(&table, text).unwrap();
+    let reports = work.join("reports");
+    let rule = Rule::default();
+    let o = fixture(1.0);
+    super::render(
+        &reports,
+        &o,
+        counts(2000),
+        "fixture",
+        "2026-12-02",
+        &rule,
+        Some(&table),
+    )
+    .unwrap();
+    let night = reports.join("nightly/2026-12-02");
+    let copied = std::fs::read_to_string(night.join(super::page::MODELS_TABLE)).unwrap();
+    assert_eq!(copied, text);
+    let link = format!("({})", super::page::MODELS_TABLE);
+    let summary = std::fs::read_to_string(night.join("summary.md")).unwrap();
+    assert!(summary.contains(&link), "{summary}");
+    let html = std::fs::read_to_string(night.join("index.html")).unwrap();
+    assert!(html.contains(&format!("href=\"{}\"", super::page::MODELS_TABLE)));
+    // A night without the table links none.
+    super::render(
+        &reports,
+        &o,
+        counts(2000),
+        "fixture",
+        "2026-12-03",
+        &rule,
+        None,
+    )
+    .unwrap();
+    let night = reports.join("nightly/2026-12-03");
+    let summary = std::fs::read_to_string(night.join("summary.md")).unwrap();
+    assert!(!summary.contains(super::page::MODELS_TABLE), "{summary}");
+    assert!(!night.join(super::page::MODELS_TABLE).exists());
+    let _ = std::fs::remove_dir_all(&work);
 }

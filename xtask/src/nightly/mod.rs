@@ -199,8 +199,9 @@ pub fn record(o: &Outputs, conformance: Vec<EngineCounts>, date: &str) -> Record
 }
 
 /// Renders one night into `reports`: the page, the summary, the history line, and the matrix,
-/// thresholds, graph outcomes and validation under `bench/` and `thresholds/`. Returns the
-/// regressions found.
+/// thresholds, graph outcomes and validation under `bench/` and `thresholds/`; `models`, issue 16's
+/// table of models beside PyTorch (`models-vs-pytorch.md` of the bundle's `pytorch` step), is
+/// copied beside the page and linked from it. Returns the regressions found.
 pub fn render(
     reports: &Path,
     o: &Outputs,
@@ -208,6 +209,7 @@ pub fn render(
     conformance_source: &str,
     date: &str,
     rule: &Rule,
+    models: Option<&Path>,
 ) -> Result<Vec<String>> {
     let bench = reports.join("bench").join(&o.matrix.adapter_id);
     o.matrix.write(&bench.join("matrix.json"))?;
@@ -227,6 +229,10 @@ pub fn render(
     now.regressions = history::regressions(rule, &history, &now);
     let dir = reports.join("nightly").join(date);
     std::fs::create_dir_all(&dir)?;
+    if let Some(m) = models {
+        std::fs::copy(m, dir.join(page::MODELS_TABLE))
+            .with_context(|| format!("copying {}", m.display()))?;
+    }
     let mut nights: Vec<&Record> = history
         .iter()
         .filter(|r| r.adapter_id == now.adapter_id && r.date != now.date)
@@ -238,6 +244,7 @@ pub fn render(
         nights: &nights,
         conformance_source,
         rule,
+        models_table: models.is_some(),
     };
     std::fs::write(dir.join("index.html"), page::html(&ctx)?)?;
     std::fs::write(dir.join("summary.md"), page::markdown(&ctx))?;
@@ -284,6 +291,13 @@ pub fn run(a: Args) -> Result<bool> {
         min_nights: 3,
         pct: a.regression_pct,
     };
+    // The model table, where the same call ran the bundle's `pytorch` step (`run.sh pytorch
+    // nightly` copies it into the nightly folder).
+    let models = a
+        .from
+        .as_ref()
+        .map(|d| d.join(page::MODELS_TABLE))
+        .filter(|p| p.is_file());
     let regressions = render(
         &root.join("reports"),
         &outputs,
@@ -291,6 +305,7 @@ pub fn run(a: Args) -> Result<bool> {
         &source,
         &date,
         &rule,
+        models.as_deref(),
     )?;
     let page = root.join("reports/nightly").join(&date).join("index.html");
     println!("nightly report: {}", page.display());

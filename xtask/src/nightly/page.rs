@@ -19,7 +19,15 @@ pub struct Context<'a> {
     pub nights: &'a [&'a Record],
     pub conformance_source: &'a str,
     pub rule: &'a Rule,
+    /// Whether issue 16's model table ([`MODELS_TABLE`]) lies beside the page.
+    pub models_table: bool,
 }
+
+/// The file name of the models-beside-PyTorch table in a nightly folder.
+pub const MODELS_TABLE: &str = "models-vs-pytorch.md";
+
+const MODELS_LINE: &str = "Models beside PyTorch (torchvision CNNs, ViT-S, BERT-base; eager, \
+    graph replay, host to host; checked against onnxruntime), measured in the same call";
 
 fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
@@ -331,9 +339,16 @@ pub fn html(ctx: &Context) -> Result<String> {
             c.total
         );
     }
+    h.push_str("</table>\n");
+    if ctx.models_table {
+        let _ = write!(
+            h,
+            "<h2>Models beside PyTorch</h2>\n<p>{MODELS_LINE}: <a href=\"{MODELS_TABLE}\">{MODELS_TABLE}</a>.</p>\n"
+        );
+    }
     let _ = write!(
         h,
-        "</table>\n<h2>Graph capture: wins and losses</h2>\n<div class=\"plots\" id=\"graph-plot\"><div class=\"plot\">{}</div></div>\n<table><tr><th>model</th><th>provider</th><th>inputs</th><th>eager ms</th><th>replay ms</th><th>verdict</th></tr>",
+        "<h2>Graph capture: wins and losses</h2>\n<div class=\"plots\" id=\"graph-plot\"><div class=\"plot\">{}</div></div>\n<table><tr><th>model</th><th>provider</th><th>inputs</th><th>eager ms</th><th>replay ms</th><th>verdict</th></tr>",
         graph_plot(o)?
     );
     for g in &o.graphs {
@@ -439,5 +454,8 @@ pub fn markdown(ctx: &Context) -> String {
         count("undecided"),
         ctx.now.graphs.len() - count("win") - count("loss") - count("undecided")
     );
+    if ctx.models_table {
+        let _ = writeln!(s, "\n{MODELS_LINE}: [{MODELS_TABLE}]({MODELS_TABLE}).");
+    }
     s
 }
