@@ -168,6 +168,33 @@ pub struct Model {
     pub warnings: Vec<String>,
 }
 
+#[cfg(test)]
+impl Model {
+    /// A model of these parts at ONNX opset 17, IR version 8, for unit tests.
+    pub(crate) fn for_test(
+        nodes: Vec<Node>,
+        inputs: Vec<ValueInfo>,
+        outputs: Vec<ValueInfo>,
+        initializers: HashMap<String, Arc<Value>>,
+    ) -> Model {
+        Model {
+            ir_version: 8,
+            opsets: [(String::new(), 17)].into(),
+            producer: "test".into(),
+            graph: Graph {
+                name: "g".into(),
+                nodes,
+                inputs,
+                outputs,
+                initializers,
+                value_info: Default::default(),
+            },
+            metadata: vec![],
+            warnings: vec![],
+        }
+    }
+}
+
 impl Model {
     /// Every node of the model, subgraphs included, depth first.
     pub fn all_nodes(&self) -> Vec<&Node> {

@@ -58,21 +58,12 @@ fn model(tail: Vec<Node>, outputs: &[&str], extra: Vec<(&str, Tensor)>) -> Model
     for (k, v) in extra {
         initializers.insert(k.into(), Arc::new(Value::Tensor(v)));
     }
-    Model {
-        ir_version: 8,
-        opsets: [(String::new(), 17)].into(),
-        producer: "test".into(),
-        graph: Graph {
-            name: "g".into(),
-            nodes,
-            inputs: vec![info("x", &[1, 3, 8, 8])],
-            outputs: outputs.iter().map(|o| info(o, &[1, 4, 8, 8])).collect(),
-            initializers,
-            value_info: Default::default(),
-        },
-        metadata: vec![],
-        warnings: vec![],
-    }
+    Model::for_test(
+        nodes,
+        vec![info("x", &[1, 3, 8, 8])],
+        outputs.iter().map(|o| info(o, &[1, 4, 8, 8])).collect(),
+        initializers,
+    )
 }
 
 fn session(m: &Model, optimize: bool) -> Session {
@@ -293,21 +284,12 @@ fn gelu_model(form_b: bool, sqrt2: f32) -> Model {
     .into_iter()
     .map(|(k, v)| (k.to_string(), Arc::new(Value::Tensor(v))))
     .collect();
-    Model {
-        ir_version: 8,
-        opsets: [(String::new(), 17)].into(),
-        producer: "test".into(),
-        graph: Graph {
-            name: "g".into(),
-            nodes,
-            inputs: vec![info("x", &[4, 64])],
-            outputs: vec![info("out", &[4, 64])],
-            initializers,
-            value_info: Default::default(),
-        },
-        metadata: vec![],
-        warnings: vec![],
-    }
+    Model::for_test(
+        nodes,
+        vec![info("x", &[4, 64])],
+        vec![info("out", &[4, 64])],
+        initializers,
+    )
 }
 
 /// The device rewrite of `m`, as a model the CPU runs.

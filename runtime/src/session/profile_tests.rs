@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::{Session, SessionOptions};
-use crate::ir::{Dim, Graph, Model, Node, ValueInfo, ValueType};
+use crate::ir::{Dim, Model, Node, ValueInfo, ValueType};
 use crate::tensor::{DType, Tensor, Value};
 
 pub(super) fn model() -> Model {
@@ -25,30 +25,21 @@ pub(super) fn model() -> Model {
         attrs: HashMap::new(),
     };
     let bias: Vec<f32> = (0..64).map(|i| i as f32 * 0.5 - 3.0).collect();
-    Model {
-        ir_version: 8,
-        opsets: [(String::new(), 17)].into(),
-        producer: "test".into(),
-        graph: Graph {
-            name: "g".into(),
-            nodes: vec![
-                node("a", "Add", &["x", "bias"], "t"),
-                node("r", "Relu", &["t"], "u"),
-                node("n", "Neg", &["u"], "v"),
-                node("r2", "Relu", &["v"], "y"),
-            ],
-            inputs: vec![info("x")],
-            outputs: vec![info("y")],
-            initializers: [(
-                "bias".to_string(),
-                Arc::new(Value::Tensor(Tensor::from_f32(&[64], bias).unwrap())),
-            )]
-            .into(),
-            value_info: Default::default(),
-        },
-        metadata: vec![],
-        warnings: vec![],
-    }
+    Model::for_test(
+        vec![
+            node("a", "Add", &["x", "bias"], "t"),
+            node("r", "Relu", &["t"], "u"),
+            node("n", "Neg", &["u"], "v"),
+            node("r2", "Relu", &["v"], "y"),
+        ],
+        vec![info("x")],
+        vec![info("y")],
+        [(
+            "bias".to_string(),
+            Arc::new(Value::Tensor(Tensor::from_f32(&[64], bias).unwrap())),
+        )]
+        .into(),
+    )
 }
 
 fn run(s: &Session, times: usize) {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::{Session, SessionOptions};
 use crate::Provider;
-use crate::ir::{Attr, Dim, Graph, Model, Node, ValueInfo, ValueType};
+use crate::ir::{Attr, Dim, Model, Node, ValueInfo, ValueType};
 use crate::tensor::{DType, Tensor, Value};
 
 fn info(name: &str, dtype: DType, dims: &[usize]) -> ValueInfo {
@@ -44,52 +44,43 @@ fn i64s(dims: &[usize], v: Vec<i64>) -> Arc<Value> {
 /// `pick` (a run input) indexes the shape too: its Gather depends on a run value.
 fn model() -> Model {
     let ints = |v: i64| Attr::Int(v);
-    Model {
-        ir_version: 8,
-        opsets: [(String::new(), 17)].into(),
-        producer: "test".into(),
-        graph: Graph {
-            name: "g".into(),
-            nodes: vec![
-                node("relu", "Relu", &["x"], "r", &[]),
-                node("shape", "Shape", &["r"], "s", &[]),
-                node("last", "Gather", &["s", "two"], "d", &[]),
-                node("unsq", "Unsqueeze", &["d", "zero"], "du", &[]),
-                node(
-                    "cat",
-                    "Concat",
-                    &["six", "du"],
-                    "target",
-                    &[("axis", ints(0))],
-                ),
-                node("view", "Reshape", &["r", "target"], "v", &[]),
-                node("neg", "Neg", &["v"], "n", &[]),
-                node("cast", "Cast", &["d"], "df", &[("to", ints(1))]),
-                node("sqrt", "Sqrt", &["df"], "sq", &[]),
-                node("scale", "Mul", &["n", "sq"], "y", &[]),
-                node("picked", "Gather", &["s", "pick"], "p", &[]),
-                node("size", "Size", &["x"], "count", &[]),
-            ],
-            inputs: vec![
-                info("x", DType::F32, &[2, 3, 8]),
-                info("pick", DType::I64, &[]),
-            ],
-            outputs: vec![
-                info("y", DType::F32, &[6, 8]),
-                info("p", DType::I64, &[]),
-                info("count", DType::I64, &[]),
-            ],
-            initializers: [
-                ("two".to_string(), i64s(&[], vec![2])),
-                ("zero".to_string(), i64s(&[1], vec![0])),
-                ("six".to_string(), i64s(&[1], vec![6])),
-            ]
-            .into(),
-            value_info: Default::default(),
-        },
-        metadata: vec![],
-        warnings: vec![],
-    }
+    Model::for_test(
+        vec![
+            node("relu", "Relu", &["x"], "r", &[]),
+            node("shape", "Shape", &["r"], "s", &[]),
+            node("last", "Gather", &["s", "two"], "d", &[]),
+            node("unsq", "Unsqueeze", &["d", "zero"], "du", &[]),
+            node(
+                "cat",
+                "Concat",
+                &["six", "du"],
+                "target",
+                &[("axis", ints(0))],
+            ),
+            node("view", "Reshape", &["r", "target"], "v", &[]),
+            node("neg", "Neg", &["v"], "n", &[]),
+            node("cast", "Cast", &["d"], "df", &[("to", ints(1))]),
+            node("sqrt", "Sqrt", &["df"], "sq", &[]),
+            node("scale", "Mul", &["n", "sq"], "y", &[]),
+            node("picked", "Gather", &["s", "pick"], "p", &[]),
+            node("size", "Size", &["x"], "count", &[]),
+        ],
+        vec![
+            info("x", DType::F32, &[2, 3, 8]),
+            info("pick", DType::I64, &[]),
+        ],
+        vec![
+            info("y", DType::F32, &[6, 8]),
+            info("p", DType::I64, &[]),
+            info("count", DType::I64, &[]),
+        ],
+        [
+            ("two".to_string(), i64s(&[], vec![2])),
+            ("zero".to_string(), i64s(&[1], vec![0])),
+            ("six".to_string(), i64s(&[1], vec![6])),
+        ]
+        .into(),
+    )
 }
 
 fn feeds() -> Vec<(String, Value)> {
