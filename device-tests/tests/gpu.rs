@@ -22,6 +22,8 @@ mod elementwise;
 mod elementwise_f16;
 #[path = "gpu/elementwise_int.rs"]
 mod elementwise_int;
+#[path = "gpu/fused.rs"]
+mod fused;
 #[path = "gpu/fuzz_streams.rs"]
 mod fuzz_streams;
 #[path = "gpu/graphs.rs"]

@@ -12,10 +12,13 @@
 //!   result equals the pair's (FusedConv rounds f16 once where the pair rounds twice), and the Conv
 //!   output has no other reader.
 //!
-//! For sessions with an accelerator, one rewrite whose op every engine runs, and which changes the
-//! arithmetic within the op's own accuracy (stated in its module):
+//! For sessions with an accelerator, rewrites that change the arithmetic within the op's own
+//! accuracy (stated in each module):
 //!
-//! - `gelu`: the five-node exact GELU of exporters before opset 20 becomes one Gelu (`gelu.rs`).
+//! - `gelu`: the five-node exact GELU of exporters before opset 20 becomes one Gelu (`gelu.rs`), an
+//!   op every engine runs.
+//! - `matmul-bias`: MatMul by a constant weight then Add of a constant bias becomes one `com.quorum`
+//!   MatMulBias (`matmul_bias.rs`), where every accelerator of the session runs it.
 //!
 //! A value read inside a subgraph, or a graph output, is never renamed or removed.
 //! `SessionOptions::optimize` (`--no-optimize`) turns the rewrites off; `quorum info` lists them.
@@ -57,14 +60,20 @@ pub(crate) fn optimize(
     (!done.is_empty()).then_some((g, done))
 }
 
-/// The rewrites for a session with an accelerator, or `None` when nothing applies.
+/// The rewrites for a session with an accelerator, or `None` when nothing applies. `runs(domain,
+/// op)`: whether every accelerator of the session runs that op (a rewrite to an op one of them
+/// lacks would move work off it).
 pub(crate) fn optimize_for_devices(
     graph: &Graph,
     constants: &HashMap<String, Arc<Value>>,
+    runs: &dyn Fn(&str, &str) -> bool,
 ) -> Option<(Graph, Vec<Rewrite>)> {
     let mut g = graph.clone();
     let mut done = Vec::new();
     gelu::fuse_gelu(&mut g, constants, &mut done);
+    if runs(QUORUM_DOMAIN, "MatMulBias") {
+        matmul_bias::fuse_matmul_bias(&mut g, constants, &mut done);
+    }
     (!done.is_empty()).then_some((g, done))
 }
 
@@ -85,6 +94,19 @@ fn pinned(g: &Graph) -> HashSet<String> {
     let mut out: HashSet<String> = g.outputs.iter().map(|o| o.name.clone()).collect();
     walk(g, &mut out);
     out
+}
+
+/// The index of the node that writes each value.
+fn producers(g: &Graph) -> HashMap<&str, usize> {
+    let mut p = HashMap::new();
+    for (i, n) in g.nodes.iter().enumerate() {
+        for o in &n.outputs {
+            if !o.is_empty() {
+                p.insert(o.as_str(), i);
+            }
+        }
+    }
+    p
 }
 
 /// Readers of each value: (node index, input position).
@@ -313,6 +335,7 @@ fn fuse_conv_activation(
 }
 
 mod gelu;
+mod matmul_bias;
 
 #[cfg(test)]
 mod tests;

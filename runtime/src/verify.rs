@@ -205,6 +205,9 @@ pub fn node_spec(n: &Node) -> Result<oracle::NodeSpec, String> {
 /// output under the error bound of the node's class (`quorum_oracle::arbitrate::class_of`) for kernels
 /// that compute f16 and bf16 in f32.
 pub fn check(node: &Node, inputs: &[Option<&Value>], outputs: &[Value]) -> Check {
+    if node.domain == crate::ops::QUORUM_DOMAIN && node.op_type == "MatMulBias" {
+        return check_matmul_bias(node, inputs, outputs);
+    }
     let spec = match node_spec(node) {
         Ok(s) => s,
         Err(e) => return Check::Unsettled(Unsettled::NotCovered(e)),
@@ -313,6 +316,65 @@ pub fn check(node: &Node, inputs: &[Option<&Value>], outputs: &[Value]) -> Check
         }
     }
     Check::Agree
+}
+
+/// `com.quorum` MatMulBias posed to the oracles as the standard op it equals: `Gemm(A', B, bias)`
+/// with A' = A's rows (`[∏ leading dims, K]`), its result compared with the device's output taken
+/// as `[rows, N]` (the same elements in the same order). The Gemm's bound is the MatMul's plus the
+/// bias's magnitude, which is what adding the bias in the GEMM's epilogue can cost.
+fn check_matmul_bias(node: &Node, inputs: &[Option<&Value>], outputs: &[Value]) -> Check {
+    let tensor = |i: usize| match inputs.get(i).copied().flatten() {
+        Some(Value::Tensor(t)) => Some(t),
+        _ => None,
+    };
+    let (Some(a), Some(b), Some(bias)) = (tensor(0), tensor(1), tensor(2)) else {
+        return Check::Unsettled(Unsettled::InputsRejected(
+            "MatMulBias takes three tensors".into(),
+        ));
+    };
+    if let Some(e) = crate::ops::matmul_bias::shape_error(a.shape(), b.shape(), bias.shape()) {
+        return Check::Unsettled(Unsettled::InputsRejected(e));
+    }
+    let (k, n) = (b.shape()[0], b.shape()[1]);
+    let mut want = a.shape()[..a.shape().len() - 1].to_vec();
+    want.push(n);
+    let rows: usize = want[..want.len() - 1].iter().product();
+    let Ok(a2) = a.reshape(&[rows, k]) else {
+        return Check::Unsettled(Unsettled::InputsRejected(format!(
+            "MatMulBias: A {:?} is not rows of {k}",
+            a.shape()
+        )));
+    };
+    let [Value::Tensor(y)] = outputs else {
+        return Check::Mismatch {
+            output: 0,
+            wrong: Wrong::Form(format!("{} outputs, the oracles 1 tensor", outputs.len())),
+        };
+    };
+    if y.shape() != want.as_slice() {
+        return Check::Mismatch {
+            output: 0,
+            wrong: Wrong::Form(format!("shape {:?}, the oracles {want:?}", y.shape())),
+        };
+    }
+    let Ok(y2) = y.reshape(&[rows, n]) else {
+        return Check::Mismatch {
+            output: 0,
+            wrong: Wrong::Form(format!("shape {:?}, the oracles {want:?}", y.shape())),
+        };
+    };
+    let gemm = Node {
+        name: node.name.clone(),
+        op_type: "Gemm".into(),
+        domain: String::new(),
+        opset: 13,
+        inputs: node.inputs.clone(),
+        outputs: node.outputs.clone(),
+        attrs: Default::default(),
+    };
+    let a2 = Value::Tensor(a2);
+    let posed = [Some(&a2), inputs[1], inputs[2]];
+    check(&gemm, &posed, &[Value::Tensor(y2)])
 }
 
 /// Which result a run goes on with after a check.

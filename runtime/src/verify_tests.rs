@@ -199,3 +199,58 @@ fn agreement_is_counted_per_op() {
         (1, 0, 0)
     );
 }
+
+/// MatMulBias (`com.quorum`) is judged as the Gemm it equals: the right answer agrees; the product
+/// without its bias, a bias added along the wrong axis, and the right numbers in the wrong shape
+/// are caught.
+#[test]
+fn matmul_bias_is_judged_as_its_gemm() {
+    let (a, b, c) = (rand(40, 2 * 3 * 4), rand(41, 4 * 5), rand(42, 5));
+    let mut n = node("MatMulBias", 1, 1);
+    n.domain = crate::ops::QUORUM_DOMAIN.into();
+    n.inputs.push("c".into());
+    let inputs = vec![
+        f32s(&[2, 3, 4], a.clone()),
+        f32s(&[4, 5], b.clone()),
+        f32s(&[5], c.clone()),
+    ];
+    let product = |bias: &dyn Fn(usize, usize) -> f32| -> Vec<f32> {
+        let mut y = Vec::new();
+        for r in 0..6 {
+            for j in 0..5 {
+                let dot: f32 = (0..4).map(|t| a[r * 4 + t] * b[t * 5 + j]).sum();
+                y.push(dot + bias(r, j));
+            }
+        }
+        y
+    };
+    let right = product(&|_, j| c[j]);
+    assert_eq!(
+        run_check(&n, &inputs, &[f32s(&[2, 3, 5], right.clone())]),
+        Check::Agree
+    );
+    for wrong in [product(&|_, _| 0.0), product(&|r, _| c[r % 5])] {
+        let got = run_check(&n, &inputs, &[f32s(&[2, 3, 5], wrong)]);
+        assert!(
+            matches!(
+                got,
+                Check::Mismatch {
+                    wrong: Wrong::Value { .. },
+                    ..
+                }
+            ),
+            "{got:?}"
+        );
+    }
+    let got = run_check(&n, &inputs, &[f32s(&[6, 5], right)]);
+    assert!(
+        matches!(
+            got,
+            Check::Mismatch {
+                wrong: Wrong::Form(_),
+                ..
+            }
+        ),
+        "{got:?}"
+    );
+}

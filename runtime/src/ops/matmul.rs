@@ -400,7 +400,7 @@ fn to_f32<T: Copy>(a: &ArrayD<T>, f: fn(T) -> f32) -> ArrayD<f32> {
     a.mapv(f)
 }
 
-fn matmul(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+pub(super) fn matmul(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let a = input(inputs, 0)?;
     let b = input(inputs, 1)?;
     let t = match (a, b) {

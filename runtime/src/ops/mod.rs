@@ -20,6 +20,7 @@ pub mod data;
 pub mod elementwise;
 pub mod loss;
 pub mod matmul;
+pub mod matmul_bias;
 pub mod misc;
 pub mod norm;
 pub mod pool;
@@ -121,6 +122,7 @@ fn register_all(r: &mut Registry) {
     elementwise::register(r);
     r.current_family = "matmul";
     matmul::register(r);
+    matmul_bias::register(r);
     r.current_family = "misc";
     misc::register(r);
     r.current_family = "norm";

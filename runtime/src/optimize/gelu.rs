@@ -11,7 +11,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use super::{Rewrite, pinned, readers};
+use super::{Rewrite, pinned, producers, readers};
 use crate::ir::{Graph, Node};
 use crate::tensor::Value;
 
@@ -23,19 +23,6 @@ fn is_const(constants: &HashMap<String, Arc<Value>>, name: &str, want: f64, tol:
         .filter(|t| t.dtype().is_float() && t.len() == 1)
         .and_then(|t| t.to_f64_vec().ok())
         .is_some_and(|v| (v[0] - want).abs() <= tol)
-}
-
-/// The index of the node that writes `name`.
-fn producers(g: &Graph) -> HashMap<&str, usize> {
-    let mut p = HashMap::new();
-    for (i, n) in g.nodes.iter().enumerate() {
-        for o in &n.outputs {
-            if !o.is_empty() {
-                p.insert(o.as_str(), i);
-            }
-        }
-    }
-    p
 }
 
 /// A default-domain node of `op` with two inputs and one output.

@@ -170,7 +170,21 @@ impl Session {
             let rewritten = if devices.is_empty() {
                 crate::optimize::optimize(&plan.graph, &constants)
             } else {
-                crate::optimize::optimize_for_devices(&plan.graph, &constants)
+                let runs = |domain: &str, op: &str| {
+                    let probe = crate::ir::Node {
+                        name: String::new(),
+                        op_type: op.into(),
+                        domain: domain.into(),
+                        opset: 1,
+                        inputs: Vec::new(),
+                        outputs: Vec::new(),
+                        attrs: Default::default(),
+                    };
+                    devices.iter().all(|d| {
+                        crate::backend::backend(d.provider).is_some_and(|b| b.claim(&probe).is_ok())
+                    })
+                };
+                crate::optimize::optimize_for_devices(&plan.graph, &constants, &runs)
             };
             if let Some((graph, done)) = rewritten {
                 plan = Plan::compile(Arc::new(graph), Registry::cpu(), &HashSet::new())?;

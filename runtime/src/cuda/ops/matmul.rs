@@ -42,6 +42,11 @@ pub fn claim(node: &Node) -> Option<Result<CudaKernel, String>> {
     }
 }
 
+/// The kernel for one of Quorum's own (`com.quorum`) ops this family runs: MatMulBias.
+pub fn claim_fused(node: &Node) -> Option<CudaKernel> {
+    (node.op_type == "MatMulBias").then_some(matmul_bias as CudaKernel)
+}
+
 fn invalid(msg: String) -> KError {
     KError::Op(OpError::Invalid(msg))
 }
@@ -520,9 +525,37 @@ pub fn sgemm_plan(
 }
 
 fn matmul(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>> {
+    matmul_with_bias(ctx, run, inputs, None)
+}
+
+/// `com.quorum` MatMulBias: the MatMul with the bias as the GEMM's C (broadcast along the rows),
+/// added as each output is stored or in the split-K reduction.
+fn matmul_bias(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>> {
+    let bias = dev_input(inputs, 2)?;
+    let (a, b) = (dev_input(inputs, 0)?, dev_input(inputs, 1)?);
+    if let Some(e) = crate::ops::matmul_bias::shape_error(&a.shape, &b.shape, &bias.shape) {
+        return Err(invalid(e));
+    }
+    matmul_with_bias(ctx, run, inputs, Some(&bias))
+}
+
+fn matmul_with_bias(
+    ctx: &OpCtx,
+    run: &Run,
+    inputs: &dyn Inputs,
+    bias: Option<&DevTensor>,
+) -> KResult<Vec<DevTensor>> {
     let a = dev_input(inputs, 0)?;
     let b = dev_input(inputs, 1)?;
-    let dtype = float_dtype("MatMul", &[&a, &b])?;
+    let what = if bias.is_some() {
+        "MatMulBias"
+    } else {
+        "MatMul"
+    };
+    let dtype = match bias {
+        Some(c) => float_dtype(what, &[&a, &b, c])?,
+        None => float_dtype(what, &[&a, &b])?,
+    };
     let (ash, bsh) = (a.shape.clone(), b.shape.clone());
     let crate::ops::matmul::MatMulShape {
         m,
@@ -592,11 +625,11 @@ fn matmul(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>
             trans_a: false,
             b: b.ptr(),
             bop,
-            c: None,
+            c: bias.map(|c| (c.ptr(), 0, 1)),
             y: y.ptr(),
             ldy: n,
             alpha: 1.0,
-            beta: 0.0,
+            beta: if bias.is_some() { 1.0 } else { 0.0 },
             batch: bdims,
             strides: strides4,
         },

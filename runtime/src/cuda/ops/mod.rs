@@ -56,6 +56,11 @@ const FAMILY_OPS: [&[&str]; 11] = [
 
 /// The kernel for `node`, or the reason CUDA declines it.
 pub fn claim(node: &Node) -> Result<CudaKernel, String> {
+    if node.domain == crate::ops::QUORUM_DOMAIN
+        && let Some(k) = matmul::claim_fused(node)
+    {
+        return Ok(k);
+    }
     if !node.domain.is_empty() {
         return Err(format!("domain '{}' has no CUDA kernels", node.domain));
     }

@@ -494,16 +494,16 @@ pub(super) fn rownorm_run_stats(
     Ok((y, st))
 }
 
-/// Chunks per row when `rows` rows of `cols` elements would leave the device mostly idle with one
-/// block per row: about a thousand blocks, each thread still taking a few elements per pass.
 /// The row layout of `rows` rows of `cols` elements on `sms` SMs: [`Rows::choose`]'s, except that
-/// fewer rows than four per SM, of at least a block's worth of elements, take a block each rather
-/// than a warp (BERT-base at batch 1: 128 rows of 768 as 128 warps, each lane summing 24 elements in
-/// turn, took 12 µs; a block per row has 8× the threads and 3 elements each).
+/// fewer rows than sixteen per SM, of at least a block's worth of elements, take a block each rather
+/// than a warp. BERT-base at batch 1 (128 rows of 768) as 128 warps, each lane summing 24 elements
+/// in turn, took 12.3 µs; a block per row, 8× the threads and 3 elements each, 3.8 µs. At batch 8
+/// (1024 rows) the warps took 13 µs: 1024 warps are 8 per SM, too few to hide the loads, where 1024
+/// blocks of 256 threads fill the device in one wave.
 fn norm_layout(rows: usize, cols: usize, sms: usize) -> Rows {
     match Rows::choose(rows, cols, true) {
         Rows::Lanes(32)
-            if rows < 4 * sms
+            if rows < 16 * sms
                 && cols >= BLOCK as usize
                 && cols.div_ceil(BLOCK as usize) <= CACHED_PER_LANE =>
         {
@@ -513,6 +513,8 @@ fn norm_layout(rows: usize, cols: usize, sms: usize) -> Rows {
     }
 }
 
+/// Chunks per row when `rows` rows of `cols` elements would leave the device mostly idle with one
+/// block per row: about a thousand blocks, each thread still taking a few elements per pass.
 fn norm_chunks(rows: usize, cols: usize) -> usize {
     if rows >= 512 {
         return 1;
@@ -528,11 +530,12 @@ pub(crate) mod tests {
 
     #[test]
     fn few_rows_take_a_block_each() {
-        // BERT-base at batch 1 and ViT-S: a block per row; batch 8: a warp per row; short rows
-        // and rows too long to hold stay as `Rows::choose` has them.
+        // BERT-base at batch 1 and 8 and ViT-S: a block per row; batch 32: a warp per row; short
+        // rows and rows too long to hold stay as `Rows::choose` has them.
         assert_eq!(norm_layout(128, 768, 132), Rows::Block);
         assert_eq!(norm_layout(197, 384, 132), Rows::Block);
-        assert_eq!(norm_layout(1024, 768, 132), Rows::Lanes(32));
+        assert_eq!(norm_layout(1024, 768, 132), Rows::Block);
+        assert_eq!(norm_layout(4096, 768, 132), Rows::Lanes(32));
         assert_eq!(norm_layout(3136, 96, 132), Rows::choose(3136, 96, true));
         assert_eq!(norm_layout(128, 96, 132), Rows::choose(128, 96, true));
         assert_eq!(norm_layout(8, 20_000, 132), Rows::Block);

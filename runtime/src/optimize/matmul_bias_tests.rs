@@ -1,0 +1,155 @@
+//! The `matmul-bias` rewrite: applied to both operand orders of the Add, left alone where the pair
+//! is not a Linear layer's, and the rewritten graph (on the CPU, where MatMulBias is MatMul then Add)
+//! gives the unrewritten one's outputs bit for bit — a comparison checked against a wrong rewrite.
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::*;
+use crate::ir::{Dim, Model, ValueInfo, ValueType};
+use crate::optimize::{constants, optimize_for_devices};
+use crate::session::{Session, SessionOptions};
+use crate::tensor::Tensor;
+
+fn tensor(shape: &[usize], seed: u64) -> Tensor {
+    let n = shape.iter().product();
+    Tensor::from_f32(shape, crate::ops::testing::seeded_f32(seed, n, -2.0, 2.0)).unwrap()
+}
+
+fn info(name: &str, shape: &[usize]) -> ValueInfo {
+    ValueInfo {
+        name: name.into(),
+        ty: ValueType::Tensor {
+            dtype: Some(DType::F32),
+            shape: Some(shape.iter().map(|&d| Dim::Fixed(d as i64)).collect()),
+        },
+    }
+}
+
+fn node(name: &str, op: &str, inputs: &[&str], output: &str) -> Node {
+    Node {
+        name: name.into(),
+        op_type: op.into(),
+        domain: String::new(),
+        opset: 17,
+        inputs: inputs.iter().map(|s| s.to_string()).collect(),
+        outputs: vec![output.to_string()],
+        attrs: HashMap::new(),
+    }
+}
+
+/// x [2, 5, 8] → MatMul by w [8, 6] → Add of b [6] (`bias_first`: Add(b, p)) → Relu → y.
+fn linear(bias_first: bool) -> Model {
+    let add = if bias_first { ["b", "p"] } else { ["p", "b"] };
+    Model::for_test(
+        vec![
+            node("mm", "MatMul", &["x", "w"], "p"),
+            node("add", "Add", &add, "q"),
+            node("relu", "Relu", &["q"], "y"),
+        ],
+        vec![info("x", &[2, 5, 8])],
+        vec![info("y", &[2, 5, 6])],
+        [("w", tensor(&[8, 6], 1)), ("b", tensor(&[6], 2))]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), Arc::new(Value::Tensor(v))))
+            .collect(),
+    )
+}
+
+fn rewritten(m: &Model, runs: bool) -> Option<(Model, Vec<Rewrite>)> {
+    let (g, done) = optimize_for_devices(&m.graph, &constants(&m.graph, true), &|_, _| runs)?;
+    let mut r = m.clone();
+    r.graph = g;
+    Some((r, done))
+}
+
+fn ops(m: &Model) -> Vec<String> {
+    m.graph.nodes.iter().map(|n| n.qualified_op()).collect()
+}
+
+/// The outputs' bits for three seeded inputs, on a CPU session without rewrites of its own.
+fn bits(m: &Model) -> Vec<Vec<u64>> {
+    let options = SessionOptions {
+        optimize: false,
+        ..Default::default()
+    };
+    let s = Session::from_model(m.clone(), options).unwrap();
+    (10..13)
+        .map(|seed| {
+            let out = s
+                .run(vec![("x".into(), Value::Tensor(tensor(&[2, 5, 8], seed)))])
+                .unwrap();
+            let t = out[0].1.as_tensor().unwrap().to_f64_vec().unwrap();
+            t.iter().map(|v| v.to_bits()).collect()
+        })
+        .collect()
+}
+
+#[test]
+fn both_operand_orders_become_one_matmul_bias() {
+    for bias_first in [false, true] {
+        let m = linear(bias_first);
+        let (r, done) = rewritten(&m, true).expect("the pair is rewritten");
+        assert_eq!(done.len(), 1, "{done:?}");
+        assert_eq!(done[0].pass, "matmul-bias");
+        assert_eq!(ops(&r), ["com.quorum::MatMulBias", "Relu"]);
+        assert_eq!(r.graph.nodes[0].inputs, ["x", "w", "b"]);
+        assert_eq!(r.graph.nodes[0].outputs, ["q"]);
+        assert_eq!(bits(&r), bits(&m), "bias first: {bias_first}");
+    }
+}
+
+#[test]
+fn only_where_every_device_runs_it() {
+    assert!(rewritten(&linear(false), false).is_none());
+}
+
+#[test]
+fn pairs_that_are_not_a_linear_layer_stay_apart() {
+    let replace = |m: &mut Model, name: &str, t: Tensor| {
+        m.graph
+            .initializers
+            .insert(name.into(), Arc::new(Value::Tensor(t)));
+    };
+    // A bias of [1, 6], of [5, 6], or of the wrong length.
+    for shape in [vec![1usize, 6], vec![5, 6], vec![5]] {
+        let mut m = linear(false);
+        replace(&mut m, "b", tensor(&shape, 3));
+        assert!(rewritten(&m, true).is_none(), "bias {shape:?}");
+    }
+    // A bias or weight fed by the run.
+    for name in ["b", "w"] {
+        let mut m = linear(false);
+        m.graph.initializers.remove(name);
+        m.graph.inputs.push(info(name, &[6]));
+        assert!(rewritten(&m, true).is_none(), "{name} is a run input");
+    }
+    // A bias of another dtype than the weight's.
+    let mut m = linear(false);
+    let b64 = Tensor::from_f64s(DType::F64, &[6], vec![0.25; 6]).unwrap();
+    replace(&mut m, "b", b64);
+    assert!(rewritten(&m, true).is_none());
+    // The product also read elsewhere: a graph output, or a second reader.
+    let mut m = linear(false);
+    m.graph.outputs.push(info("p", &[2, 5, 6]));
+    assert!(rewritten(&m, true).is_none());
+    let mut m = linear(false);
+    m.graph.nodes.push(node("neg", "Neg", &["p"], "z"));
+    m.graph.outputs.push(info("z", &[2, 5, 6]));
+    assert!(rewritten(&m, true).is_none());
+    // A Sub in the Add's place.
+    let mut m = linear(false);
+    m.graph.nodes[1].op_type = "Sub".into();
+    assert!(rewritten(&m, true).is_none());
+}
+
+/// The bit-for-bit comparison catches a rewrite that adds the wrong bias.
+#[test]
+fn the_comparison_catches_a_wrong_bias() {
+    let m = linear(false);
+    let (mut r, _) = rewritten(&m, true).unwrap();
+    r.graph
+        .initializers
+        .insert("b2".into(), Arc::new(Value::Tensor(tensor(&[6], 99))));
+    r.graph.nodes[0].inputs[2] = "b2".into();
+    assert_ne!(bits(&r), bits(&m));
+}
