@@ -117,13 +117,22 @@ fn tile_ptx(cc: (i32, i32), cfg: &TileCfg) -> Arc<String> {
         .clone()
 }
 
-fn reduce_ptx(cc: (i32, i32), has_c: bool, f16: bool, lanes: u32) -> Arc<String> {
-    type Cache = Mutex<HashMap<(bool, bool, u32, (i32, i32)), Arc<String>>>;
+/// The split-K reduction's module: [`skinny::reduce4_kernel`] with `vec4`, else
+/// [`skinny::reduce_kernel`] with `lanes` lanes per output.
+fn reduce_ptx(cc: (i32, i32), has_c: bool, f16: bool, lanes: u32, vec4: bool) -> Arc<String> {
+    type Cache = Mutex<HashMap<(bool, bool, u32, bool, (i32, i32)), Arc<String>>>;
     static CACHE: OnceLock<Cache> = OnceLock::new();
     let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
     let mut c = cache.lock().unwrap_or_else(|e| e.into_inner());
-    c.entry((has_c, f16, lanes, cc))
-        .or_insert_with(|| Arc::new(ptx::module(cc, &[skinny::reduce_kernel(has_c, f16, lanes)])))
+    c.entry((has_c, f16, lanes, vec4, cc))
+        .or_insert_with(|| {
+            let k = if vec4 {
+                skinny::reduce4_kernel(has_c)
+            } else {
+                skinny::reduce_kernel(has_c, f16, lanes)
+            };
+            Arc::new(ptx::module(cc, &[k]))
+        })
         .clone()
 }
 
@@ -362,18 +371,31 @@ pub(crate) fn run_gemm_with(run: &Run, p: &Problem, forced: Option<plan::Plan>) 
     }
 
     if let Some(w) = ws {
-        // Many splits: 8 lanes per output share the sum; few: one thread per output.
+        // Many splits: 8 lanes per output share the sum; few: one thread per output, or per four
+        // adjacent outputs where f32 rows are whole 16-byte vectors.
         let lanes = if nsplit >= 16 { 8u32 } else { 1 };
-        let text = reduce_ptx(run.cc(), has_c, f16, lanes);
-        let name = format!(
-            "quorum_gemm_splitk_reduce_c{}_h{}_l{lanes}",
-            has_c as u8, f16 as u8
-        );
+        let vec4 = lanes == 1
+            && !f16
+            && p.n % 4 == 0
+            && p.ldy % 4 == 0
+            && p.y % 16 == 0
+            && w.ptr() % 16 == 0
+            && y_batch.iter().all(|s| s % 4 == 0);
+        let text = reduce_ptx(run.cc(), has_c, f16, lanes, vec4);
+        let name = if vec4 {
+            format!("quorum_gemm_splitk_reduce_c{}_h0_v4", has_c as u8)
+        } else {
+            format!(
+                "quorum_gemm_splitk_reduce_c{}_h{}_l{lanes}",
+                has_c as u8, f16 as u8
+            )
+        };
         let total = p.m * p.n;
+        let per_block = if vec4 { 1024 } else { 256 / lanes };
         run.launch_shared(
             &text,
             &name,
-            (blocks(total, 256 / lanes), nb as u32, 1),
+            (blocks(total, per_block), nb as u32, 1),
             (256, 1, 1),
             0,
             &[

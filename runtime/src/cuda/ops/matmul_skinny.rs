@@ -390,10 +390,112 @@ pub fn reduce_kernel(has_c: bool, f16: bool, lanes: u32) -> Kernel {
     k
 }
 
+/// The split-K reduction for f32 outputs whose rows are whole 16-byte vectors (`n`, `ldy`, Y's batch
+/// offsets and both base addresses multiples of 4 elements): each thread sums four adjacent outputs
+/// over the splits with 16-byte loads, four splits in flight, and stores them with one 16-byte store.
+/// The same parameters as [`reduce_kernel`], and the same sums in the same order (split 0 first), so
+/// its outputs are bit for bit those of `reduce_kernel(.., 1)`. BERT-base at batch 8 spent 10% of
+/// its kernel time in `reduce_kernel`, at about half the device's bandwidth.
+pub fn reduce4_kernel(has_c: bool) -> Kernel {
+    let mut k = Kernel::new(&format!("quorum_gemm_splitk_reduce_c{}_h0_v4", has_c as u8));
+    let ws = k.param_ptr("ws");
+    let c = k.param_ptr("c");
+    let y = k.param_ptr("y");
+    let [m, n, ldy, c_rs, c_cs] = ["m", "n", "ldy", "c_rs", "c_cs"].map(|s| k.param(s, Ty::U32));
+    let alpha = k.param("alpha", Ty::F32);
+    let beta = k.param("beta", Ty::F32);
+    let nsplit = k.param("nsplit", Ty::U32);
+    let [ssy, d1, d2] = ["ssy", "d1", "d2"].map(|s| k.param(s, Ty::U32));
+    let sc = ["sc0", "sc1", "sc2"].map(|s| k.param(s, Ty::U32));
+    let sy = ["sy0", "sy1", "sy2"].map(|s| k.param(s, Ty::U32));
+    let total = k.mul(Ty::U32, m, n);
+    let b = k.special("ctaid.y");
+    let z2 = k.rem(Ty::U32, b, d2);
+    let zt = k.div(Ty::U32, b, d2);
+    let z1 = k.rem(Ty::U32, zt, d1);
+    let z0 = k.div(Ty::U32, zt, d1);
+    let batch_off = |k: &mut Kernel, st: [Reg; 3]| {
+        let o = k.mul(Ty::U32, z0, st[0]);
+        let o = k.fma(Ty::U32, z1, st[1], o);
+        k.fma(Ty::U32, z2, st[2], o)
+    };
+    let c_off = batch_off(&mut k, sc);
+    let y_off = batch_off(&mut k, sy);
+    let ws_off = k.mul(Ty::U32, b, total);
+    let t = k.special("tid.x");
+    let bx = k.special("ctaid.x");
+    let q = k.fma(Ty::U32, bx, 256u32, t);
+    let e = k.shl(Ty::U32, q, 2u32);
+    let done = k.setp(Cmp::Ge, Ty::U32, e, total);
+    k.exit_if(done);
+    let acc = [0; 4].map(|_| k.mov(Ty::F32, 0.0f32));
+    let step = k.mul_wide(false, ssy, 4);
+    let eb = k.add(Ty::U32, e, ws_off);
+    k.for_range(Ty::U32, 0u32, nsplit, 4u32, |k, s| {
+        let i = k.fma(Ty::U32, s, ssy, eb);
+        let mut a = k.addr(ws, i, 4);
+        let mut loads = Vec::new();
+        for j in 0..4u32 {
+            if j > 0 {
+                a = k.add(Ty::U64, a, step);
+            }
+            let sj = k.add(Ty::U32, s, j);
+            let p = k.setp(Cmp::Lt, Ty::U32, sj, nsplit);
+            let v = [0; 4].map(|_| k.mov(Ty::F32, 0.0f32));
+            k.raw(format_args!(
+                "@{p} ld.global.v4.f32 {{{}, {}, {}, {}}}, [{a}+0]",
+                v[0], v[1], v[2], v[3]
+            ));
+            loads.push((p, v));
+        }
+        for (p, v) in loads {
+            for (x, vx) in acc.iter().zip(v) {
+                k.raw(format_args!("@{p} add.rn.f32 {x}, {x}, {vx}"));
+            }
+        }
+    });
+    let row = k.div(Ty::U32, e, n);
+    let col = k.rem(Ty::U32, e, n);
+    let mut out = Vec::new();
+    for (j, &x) in acc.iter().enumerate() {
+        // `reduce_kernel` adds its one lane's sum to 0 before scaling; so does this.
+        let sum = k.mov(Ty::F32, 0.0f32);
+        k.raw(format_args!("add.rn.f32 {sum}, {sum}, {x}"));
+        let mut v = k.mul(Ty::F32, sum, alpha);
+        if has_c {
+            let cj = k.add(Ty::U32, col, j as u32);
+            let co = k.fma(Ty::U32, row, c_rs, c_off);
+            let co = k.fma(Ty::U32, cj, c_cs, co);
+            let ca = k.addr(c, co, 4);
+            let cv = k.ld(Space::Global, Ty::F32, ca, 0);
+            v = k.fma(Ty::F32, beta, cv, v);
+        }
+        out.push(v);
+    }
+    let yi = k.fma(Ty::U32, row, ldy, col);
+    let yi = k.add(Ty::U32, yi, y_off);
+    let ya = k.addr(y, yi, 4);
+    k.raw(format_args!(
+        "st.global.v4.f32 [{ya}+0], {{{}, {}, {}, {}}}",
+        out[0], out[1], out[2], out[3]
+    ));
+    k
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::cuda::ptx::module;
+
+    #[test]
+    fn reduce4_kernel_moves_16_bytes_at_a_time() {
+        for c in [false, true] {
+            let text = module((9, 0), &[reduce4_kernel(c)]);
+            assert_eq!(text.matches("ld.global.v4.f32").count(), 4, "{text}");
+            assert_eq!(text.matches("st.global.v4.f32").count(), 1, "{text}");
+            assert!(!text.contains(".approx"));
+        }
+    }
 
     #[test]
     fn reduce_kernel_generates() {
