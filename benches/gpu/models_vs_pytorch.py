@@ -2,7 +2,8 @@
 """Quorum against PyTorch on the GPU machine, side by side in one run.
 
 What: exports the models of issue 16's table (torchvision CNNs, timm's ViT-S/16, a BERT-base encoder
-from transformers; random weights, eval mode) to ONNX with the torch found on the GPU machine, times
+from transformers; random weights, eval mode) to ONNX with the torch found on the GPU machine (and
+takes the corpus's light models as they are, run in PyTorch by `onnx_torch.py`), times
 PyTorch (eager, CUDA-graph replay, host to host) and Quorum (`quorum bench`: one stream, several
 streams, graph replay) on the same model in the same run, checks Quorum's outputs against
 onnxruntime (CPU) on the same file and input, and writes a Markdown table. With `--ncu`, Nsight
@@ -37,6 +38,12 @@ MODELS = {
     "bert_base": ("bert", "bert-base", 1),
     "bert_base_b8": ("bert", "bert-base", 8),
 }
+# The corpus's light models (ONNX files only; weights are ConstantOfShape fills): PyTorch runs the
+# same graph through `onnx_torch.OnnxTorch`, its nodes as the PyTorch calls a model would make.
+LIGHT = ["bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet",
+         "squeezenet", "vgg19", "zfnet512"]
+MODELS.update({f"light_{m}": ("light", m, 1) for m in LIGHT})
+LIGHT_DIR = "target/corpus/onnx-1.23.2/light"
 SEQ = 128
 
 
@@ -46,6 +53,19 @@ def build(name: str):
 
     source, arch, batch = MODELS[name]
     g = torch.Generator().manual_seed(7)
+    if source == "light":
+        import glob
+
+        import onnx
+        from onnx import numpy_helper
+
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from onnx_torch import OnnxTorch
+
+        folder = os.path.join(LIGHT_DIR, f"test_{arch}")
+        x = numpy_helper.to_array(onnx.load_tensor(
+            sorted(glob.glob(os.path.join(folder, "test_data_set_0", "input_0.pb")))[0])).copy()
+        return OnnxTorch(os.path.join(folder, "model.onnx")).eval(), torch.from_numpy(x)
     if source == "torchvision":
         import torchvision
         return getattr(torchvision.models, arch)(weights=None).eval(), \
@@ -79,6 +99,8 @@ def export(name: str, out_dir: str) -> tuple[str, object]:
     import torch
 
     model, x = build(name)
+    if MODELS[name][0] == "light":
+        return os.path.join(LIGHT_DIR, f"test_{MODELS[name][1]}", "model.onnx"), (model, x)
     path = os.path.join(out_dir, f"{name}.onnx")
     if not os.path.exists(path):
         with torch.no_grad():
@@ -89,6 +111,8 @@ def export(name: str, out_dir: str) -> tuple[str, object]:
 
 def label(name: str) -> str:
     source, arch, batch = MODELS[name]
+    if source == "light":
+        return f"light {arch} b{batch}"
     base = name[:-3] if name.endswith("_b8") else name
     extra = f", seq {SEQ}" if source == "bert" else ""
     return f"{base}{extra} b{batch}"
@@ -166,23 +190,31 @@ def save_input(x, work: str, name: str) -> str:
     return path
 
 
-def check_against_ort(quorum: str, model: str, xfile: str, work: str) -> str:
+def check_against_ort(quorum: str, model: str, xfile: str, work: str, input_name: str = "x") -> str:
+    """Quorum's (first and only) output against onnxruntime's on the same file and input."""
+    import glob
+    import shutil
+
     import numpy as np
     import onnxruntime as ort
 
     xin = np.load(xfile)
     outdir = os.path.join(work, "q")
+    shutil.rmtree(outdir, ignore_errors=True)
     r = subprocess.run([quorum, "run", model, "--provider", "cuda", "--input",
-                        f"x={xfile}", "--output-dir", outdir],
+                        f"{input_name}={xfile}", "--output-dir", outdir],
                        capture_output=True, text=True, timeout=300)
     if r.returncode != 0:
         return f"quorum run failed: {r.stderr.strip()[-200:]}"
-    got = np.load(os.path.join(outdir, "y.npy"))
+    got = np.load(sorted(glob.glob(os.path.join(outdir, "*.npy")))[0])
     sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
-    want = sess.run(None, {"x": xin})[0]
+    want = sess.run(None, {input_name: xin})[0]
     diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
     scale = np.abs(want).max()
-    return f"max abs diff {diff.max():.2e} (max |y| {scale:.2e})"
+    note = ""
+    if np.ptp(want) < 1e-6 * max(scale, 1e-30):
+        note = "; every element equal: agreement says little"
+    return f"max abs diff {diff.max():.2e} (max |y| {scale:.2e}{note})"
 
 
 def find_ncu() -> str | None:
@@ -196,7 +228,7 @@ def find_ncu() -> str | None:
     return cands[-1] if cands else None
 
 
-def ncu_profile(quorum: str, model: str, xfile: str, timeout: int) -> dict:
+def ncu_profile(quorum: str, model: str, feed: str, timeout: int) -> dict:
     """Every kernel of one eager Quorum run (one stream) timed by Nsight Compute: time per kernel
     name, launches, and the five longest launches. The run is a session's first, so its kernels
     are the steady state's (modules are built before launch; nothing else differs)."""
@@ -208,7 +240,7 @@ def ncu_profile(quorum: str, model: str, xfile: str, timeout: int) -> dict:
         return {"error": "ncu not found"}
     cmd = [ncu, "--clock-control", "none", "--metrics", "gpu__time_duration.sum", "--csv",
            "--print-units", "base", quorum, "bench", model, "--provider", "cuda", "--iters", "1",
-           "--warmup", "0", "--streams", "1", "--input", f"x={xfile}"]
+           "--warmup", "0", "--streams", "1", "--input", feed]
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -316,6 +348,8 @@ def main() -> int:
     ap.add_argument("--extras", action="store_true",
                     help="also host overhead per node, streams on light models, threads")
     args = ap.parse_args()
+    global LIGHT_DIR
+    LIGHT_DIR = args.light
     os.makedirs(args.out, exist_ok=True)
     import torch
 
@@ -328,17 +362,18 @@ def main() -> int:
             print(json.dumps({"model": name, "export_error": str(e)[-300:]}), flush=True)
             continue
         xfile = save_input(x, args.out, name)
-        inp = ["--input", f"x={xfile}"]
+        input_name = getattr(model, "input", "x")
+        inp = ["--input", f"{input_name}={xfile}"]
         t = time_torch(model, x, args.iters)
         q1 = quorum_bench(args.quorum, path, ["--streams", "1", *inp], args.iters)
         qs = quorum_bench(args.quorum, path, ["--streams", str(args.streams), *inp], args.iters)
         qg = quorum_bench(args.quorum, path, ["--streams", "1", "--graph", "on", *inp], args.iters)
         qgs = quorum_bench(args.quorum, path,
                            ["--streams", str(args.streams), "--graph", "on", *inp], args.iters)
-        check = check_against_ort(args.quorum, path, xfile, args.out)
+        check = check_against_ort(args.quorum, path, xfile, args.out, input_name)
         rows.append((name, t, q1, qs, qg, qgs, check))
         if name in ncu_models:
-            p = ncu_profile(args.quorum, path, xfile, args.ncu_timeout)
+            p = ncu_profile(args.quorum, path, f"{input_name}={xfile}", args.ncu_timeout)
             profiles.append((name, p))
             print(json.dumps({"ncu": name, **{k: v for k, v in p.items()
                                                if k not in ("kernels", "grids")},

@@ -53,7 +53,8 @@ if want models; then
 fi
 if want pytorch; then
   # PyTorch (eager, graph replay, host to host) beside Quorum (1 stream, several, graph replay) on
-  # the models of issue 16's table exported here; host overhead per node; streams on light models;
+  # the models of issue 16's table exported here and the corpus's light models (PyTorch runs those
+  # through benches/gpu/onnx_torch.py); host overhead per node; streams on light models;
   # threads. PYTORCH_ARGS adds options (e.g. "--ncu bert_base,vit_small" for kernel shares).
   timeout 540 python3 benches/gpu/models_vs_pytorch.py --quorum "$B/quorum" --out "$LOGS/models" --extras ${PYTORCH_ARGS:-} > "$LOGS/pytorch.log" 2>&1
   echo "rc=$?" >> "$LOGS/pytorch.log"
