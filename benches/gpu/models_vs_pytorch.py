@@ -44,6 +44,7 @@ LIGHT = ["bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet5
          "squeezenet", "vgg19", "zfnet512"]
 MODELS.update({f"light_{m}": ("light", m, 1) for m in LIGHT})
 LIGHT_DIR = "target/corpus/onnx-1.23.2/light"
+LIGHT_CHECK: str | None = None  # onnx_torch.self_check's verdict, once per run ("" = agrees)
 SEQ = 128
 
 
@@ -60,7 +61,15 @@ def build(name: str):
         from onnx import numpy_helper
 
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        from onnx_torch import OnnxTorch
+        from onnx_torch import OnnxTorch, self_check
+
+        # The translation is checked against onnxruntime on random weights once per run; a light
+        # model is not timed on a translation that fails it.
+        global LIGHT_CHECK
+        if LIGHT_CHECK is None:
+            LIGHT_CHECK = self_check() or ""
+        if LIGHT_CHECK:
+            raise RuntimeError(f"onnx_torch disagrees with onnxruntime: {LIGHT_CHECK}")
 
         folder = os.path.join(LIGHT_DIR, f"test_{arch}")
         x = numpy_helper.to_array(onnx.load_tensor(

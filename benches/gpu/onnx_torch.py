@@ -12,6 +12,7 @@ times them, is the like-for-like anchor `models_vs_pytorch.py` gives every other
 from __future__ import annotations
 
 import math
+import os
 
 import onnx
 import torch
@@ -158,3 +159,69 @@ class OnnxTorch(torch.nn.Module):
                   for n in node.input]
             vals[node.output[0]] = run_op(node, xs, a)
         return vals[self.output]
+
+
+def self_check() -> str | None:
+    """Runs a seeded random-weight graph of every op above through `OnnxTorch` and onnxruntime
+    (asymmetric pads, ceil-free pools, LRN, BatchNormalization, opset-9 Softmax, Gemm, Concat,
+    Transpose, Reshape, Sum); `None` when they agree to 1e-5 of the output's scale, else why not.
+    A translation with LRN's window off by one channel must fail it (checked below)."""
+    import numpy as np
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(1)
+    f = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
+    pos = lambda *s: (rng.random(s) + 0.5).astype(np.float32)  # noqa: E731
+    inits = {"W": f(8, 3, 3, 3), "B": f(8), "sc": pos(8), "bi": f(8), "mu": f(8), "va": pos(8),
+             "W2": f(8, 8, 1, 1), "shape": np.array([1, -1], np.int64), "G": f(10, 48), "gb": f(10)}
+    mk = helper.make_node
+    nodes = [
+        mk("Conv", ["x", "W", "B"], ["c"], pads=[1, 0, 2, 1], strides=[2, 1]),
+        mk("BatchNormalization", ["c", "sc", "bi", "mu", "va"], ["b"], epsilon=1e-3),
+        mk("Relu", ["b"], ["r"]),
+        mk("LRN", ["r"], ["l"], size=5, alpha=0.5, beta=0.75, bias=1.0),
+        mk("AveragePool", ["l"], ["a"], kernel_shape=[3, 3], strides=[2, 2], pads=[0, 0, 1, 1]),
+        mk("MaxPool", ["a"], ["m"], kernel_shape=[2, 2], strides=[1, 1], pads=[1, 1, 0, 0]),
+        mk("Conv", ["m", "W2"], ["p"], group=1),
+        mk("Sum", ["m", "p"], ["s"]),
+        mk("Transpose", ["s"], ["t"], perm=[0, 1, 3, 2]),
+        mk("Concat", ["t", "t"], ["k"], axis=1),
+        mk("GlobalAveragePool", ["k"], ["g"]),
+        mk("Concat", ["g", "g", "g"], ["g3"], axis=1),
+        mk("Reshape", ["g3", "shape"], ["v"]),
+        mk("Gemm", ["v", "G", "gb"], ["z"], transB=1),
+        mk("Softmax", ["z"], ["y"], axis=1),
+    ]
+    graph = helper.make_graph(
+        nodes, "check", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 17, 15])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)])
+    model.ir_version = 7
+    import tempfile
+    path = tempfile.mktemp(suffix=".onnx")
+    onnx.save(model, path)
+    x = f(1, 3, 17, 15)
+    want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    with torch.no_grad():
+        got = OnnxTorch(path)(torch.from_numpy(x)).numpy()
+    os.remove(path)
+    if got.shape != want.shape:
+        return f"shape {got.shape}, onnxruntime {want.shape}"
+    err = float(np.abs(got - want).max() / max(float(np.abs(want).max()), 1e-30))
+    return None if err <= 1e-5 else f"relative difference {err:.2e} from onnxruntime"
+
+
+if __name__ == "__main__":
+    import sys
+
+    why = self_check()
+    print("onnx_torch self-check:", why or "agrees with onnxruntime")
+    # The check must catch a wrong translation: LRN's window one channel off.
+    real = F.local_response_norm
+    F.local_response_norm = lambda x, size, *a: real(x, size + 2, *a)
+    caught = self_check()
+    F.local_response_norm = real
+    print("a wrong LRN window:", caught or "NOT CAUGHT")
+    sys.exit(0 if why is None and caught is not None else 1)
