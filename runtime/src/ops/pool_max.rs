@@ -29,9 +29,11 @@ pub(super) fn separable(g: &PGeom) -> bool {
 /// `best` after seeing `v`, by the window rule (taps in order; NaN wins and stays).
 #[inline(always)]
 pub(super) fn take<T: PartialOrd + Copy>(best: T, v: T) -> T {
-    // `x != x` exactly for NaN.
+    // `x != x` exactly for NaN. Non-short-circuit `&` and `|`, so that the choice compiles to a
+    // select rather than branches: on data without order (any real activation map) the branches
+    // mispredicted about half the time, and a 3×3 MaxPool took some 4 ns a tap.
     #[allow(clippy::eq_op)]
-    let replace = best == best && (v > best || v != v);
+    let replace = (best == best) & ((v > best) | (v != v));
     if replace { v } else { best }
 }
 
