@@ -96,6 +96,17 @@ fn pinned(g: &Graph) -> HashSet<String> {
     out
 }
 
+/// `n` when it is a default-domain node of `op` with two non-empty inputs and one output.
+fn binary<'g>(n: &'g Node, op: &str) -> Option<&'g Node> {
+    (n.op_type == op
+        && n.domain.is_empty()
+        && n.inputs.len() == 2
+        && n.inputs.iter().all(|s| !s.is_empty())
+        && n.outputs.len() == 1
+        && !n.outputs[0].is_empty())
+    .then_some(n)
+}
+
 /// The index of the node that writes each value.
 fn producers(g: &Graph) -> HashMap<&str, usize> {
     let mut p = HashMap::new();

@@ -7,6 +7,24 @@ use crate::graphs::options;
 use crate::harness::{on_cpu, rand_f32};
 use crate::models::{model, node, tensor_proto};
 
+/// A strictly verified device session of model `m`, which rewrite `pass` must have changed.
+fn rewritten(m: &[u8], pass: &str) -> Session {
+    let s = Session::from_bytes(
+        m,
+        SessionOptions {
+            verify: quorum::VerifyMode::Strict,
+            ..options(1, GraphCapture::Off)
+        },
+    )
+    .unwrap();
+    assert!(
+        s.rewrites().iter().any(|r| r.pass == pass),
+        "{:?}",
+        s.rewrites()
+    );
+    s
+}
+
 #[test]
 fn gelu_chains_run_as_one_gelu_judged_by_the_oracles() {
     // The five-node exact GELU of opset-17 exports becomes one Gelu on the device; strict
@@ -32,19 +50,7 @@ fn gelu_chains_run_as_one_gelu_judged_by_the_oracles() {
             scalar("half", 0.5),
         ],
     );
-    let s = Session::from_bytes(
-        &m,
-        SessionOptions {
-            verify: quorum::VerifyMode::Strict,
-            ..options(1, GraphCapture::Off)
-        },
-    )
-    .unwrap();
-    assert!(
-        s.rewrites().iter().any(|r| r.pass == "gelu"),
-        "{:?}",
-        s.rewrites()
-    );
+    let s = rewritten(&m, "gelu");
     for seed in 0..3 {
         let x = crate::harness::rand_range(400 + seed, &[64, 300], -12.0, 12.0);
         s.run(vec![("x".into(), Value::Tensor(x))]).unwrap();
@@ -97,19 +103,7 @@ fn linear_layers_run_as_matmul_bias_judged_by_the_oracles() {
                 tensor_proto("b", &rand_f32(seed + 1, &[n])),
             ],
         );
-        let s = Session::from_bytes(
-            &m,
-            SessionOptions {
-                verify: quorum::VerifyMode::Strict,
-                ..options(1, GraphCapture::Off)
-            },
-        )
-        .unwrap();
-        assert!(
-            s.rewrites().iter().any(|r| r.pass == "matmul-bias"),
-            "{:?}",
-            s.rewrites()
-        );
+        let s = rewritten(&m, "matmul-bias");
         let on: Vec<(String, Provider)> = s
             .placement()
             .iter()

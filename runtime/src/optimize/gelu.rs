@@ -11,7 +11,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use super::{Rewrite, pinned, producers, readers};
+use super::{Rewrite, binary, pinned, producers, readers};
 use crate::ir::{Graph, Node};
 use crate::tensor::Value;
 
@@ -23,17 +23,6 @@ fn is_const(constants: &HashMap<String, Arc<Value>>, name: &str, want: f64, tol:
         .filter(|t| t.dtype().is_float() && t.len() == 1)
         .and_then(|t| t.to_f64_vec().ok())
         .is_some_and(|v| (v[0] - want).abs() <= tol)
-}
-
-/// A default-domain node of `op` with two inputs and one output.
-fn binary<'g>(g: &'g Graph, i: usize, op: &str) -> Option<&'g Node> {
-    let n = &g.nodes[i];
-    (n.op_type == op
-        && n.domain.is_empty()
-        && n.inputs.len() == 2
-        && n.outputs.len() == 1
-        && !n.outputs[0].is_empty())
-    .then_some(n)
 }
 
 /// The input of binary node `n` other than the one at position `k`.
@@ -77,9 +66,9 @@ pub(super) fn fuse_gelu(
         if sole(&erf.inputs[0]) != Some((ie, 0)) {
             continue;
         }
-        let x = if let Some(d) = binary(g, id, "Div") {
+        let x = if let Some(d) = binary(&g.nodes[id], "Div") {
             is_const(constants, &d.inputs[1], sqrt2, 1e-6).then(|| d.inputs[0].clone())
-        } else if let Some(m) = binary(g, id, "Mul") {
+        } else if let Some(m) = binary(&g.nodes[id], "Mul") {
             (0..2)
                 .find(|&k| is_const(constants, &m.inputs[1 - k], 1.0 / sqrt2, 1e-6))
                 .map(|k| m.inputs[k].clone())
@@ -94,28 +83,28 @@ pub(super) fn fuse_gelu(
             continue;
         };
         let Some(add) =
-            binary(g, ia, "Add").filter(|a| is_const(constants, other(a, ka), 1.0, 0.0))
+            binary(&g.nodes[ia], "Add").filter(|a| is_const(constants, other(a, ka), 1.0, 0.0))
         else {
             continue;
         };
         let Some((im, km)) = sole(&add.outputs[0]) else {
             continue;
         };
-        let Some(m1) = binary(g, im, "Mul") else {
+        let Some(m1) = binary(&g.nodes[im], "Mul") else {
             continue;
         };
         let f = other(m1, km);
         let found = if f == x {
             // (x · (erf + 1)) · ½.
             sole(&m1.outputs[0]).and_then(|(ih, kh)| {
-                binary(g, ih, "Mul")
+                binary(&g.nodes[ih], "Mul")
                     .filter(|h| is_const(constants, other(h, kh), 0.5, 0.0))
                     .map(|h| (vec![id, ie, ia, im, ih], ih, h.outputs[0].clone()))
             })
         } else {
             // (x · ½) · (erf + 1): the half product read by this Mul alone.
             producers.get(f).copied().and_then(|ih| {
-                let h = binary(g, ih, "Mul")?;
+                let h = binary(&g.nodes[ih], "Mul")?;
                 let kx = h.inputs.iter().position(|s| *s == x)?;
                 (is_const(constants, other(h, kx), 0.5, 0.0) && sole(f) == Some((im, 1 - km)))
                     .then(|| (vec![id, ie, ia, ih, im], im, m1.outputs[0].clone()))

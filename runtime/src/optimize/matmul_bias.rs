@@ -11,8 +11,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::{Rewrite, pinned, producers, readers};
-use crate::ir::{Graph, Node};
+use super::{Rewrite, binary, pinned, producers, readers};
+use crate::ir::Graph;
 use crate::ops::QUORUM_DOMAIN;
 use crate::tensor::{DType, Value};
 
@@ -23,17 +23,6 @@ fn constant<'c>(
 ) -> Option<(DType, &'c [usize])> {
     let t = constants.get(name)?.as_tensor()?;
     matches!(t.dtype(), DType::F32 | DType::F16).then(|| (t.dtype(), t.shape()))
-}
-
-/// A default-domain node of `op` with two non-empty inputs and one output.
-fn binary<'g>(n: &'g Node, op: &str) -> Option<&'g Node> {
-    (n.op_type == op
-        && n.domain.is_empty()
-        && n.inputs.len() == 2
-        && n.inputs.iter().all(|s| !s.is_empty())
-        && n.outputs.len() == 1
-        && !n.outputs[0].is_empty())
-    .then_some(n)
 }
 
 pub(super) fn fuse_matmul_bias(

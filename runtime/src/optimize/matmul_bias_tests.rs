@@ -1,50 +1,23 @@
 //! The `matmul-bias` rewrite: applied to both operand orders of the Add, left alone where the pair
 //! is not a Linear layer's, and the rewritten graph (on the CPU, where MatMulBias is MatMul then Add)
 //! gives the unrewritten one's outputs bit for bit — a comparison checked against a wrong rewrite.
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::*;
-use crate::ir::{Dim, Model, ValueInfo, ValueType};
+use crate::ir::Model;
+use crate::optimize::tests::{info, node, tensor};
 use crate::optimize::{constants, optimize_for_devices};
 use crate::session::{Session, SessionOptions};
 use crate::tensor::Tensor;
-
-fn tensor(shape: &[usize], seed: u64) -> Tensor {
-    let n = shape.iter().product();
-    Tensor::from_f32(shape, crate::ops::testing::seeded_f32(seed, n, -2.0, 2.0)).unwrap()
-}
-
-fn info(name: &str, shape: &[usize]) -> ValueInfo {
-    ValueInfo {
-        name: name.into(),
-        ty: ValueType::Tensor {
-            dtype: Some(DType::F32),
-            shape: Some(shape.iter().map(|&d| Dim::Fixed(d as i64)).collect()),
-        },
-    }
-}
-
-fn node(name: &str, op: &str, inputs: &[&str], output: &str) -> Node {
-    Node {
-        name: name.into(),
-        op_type: op.into(),
-        domain: String::new(),
-        opset: 17,
-        inputs: inputs.iter().map(|s| s.to_string()).collect(),
-        outputs: vec![output.to_string()],
-        attrs: HashMap::new(),
-    }
-}
 
 /// x [2, 5, 8] → MatMul by w [8, 6] → Add of b [6] (`bias_first`: Add(b, p)) → Relu → y.
 fn linear(bias_first: bool) -> Model {
     let add = if bias_first { ["b", "p"] } else { ["p", "b"] };
     Model::for_test(
         vec![
-            node("mm", "MatMul", &["x", "w"], "p"),
-            node("add", "Add", &add, "q"),
-            node("relu", "Relu", &["q"], "y"),
+            node("mm", "MatMul", &["x", "w"], &["p"]),
+            node("add", "Add", &add, &["q"]),
+            node("relu", "Relu", &["q"], &["y"]),
         ],
         vec![info("x", &[2, 5, 8])],
         vec![info("y", &[2, 5, 6])],
@@ -133,7 +106,7 @@ fn pairs_that_are_not_a_linear_layer_stay_apart() {
     m.graph.outputs.push(info("p", &[2, 5, 6]));
     assert!(rewritten(&m, true).is_none());
     let mut m = linear(false);
-    m.graph.nodes.push(node("neg", "Neg", &["p"], "z"));
+    m.graph.nodes.push(node("neg", "Neg", &["p"], &["z"]));
     m.graph.outputs.push(info("z", &[2, 5, 6]));
     assert!(rewritten(&m, true).is_none());
     // A Sub in the Add's place.

@@ -13,11 +13,11 @@ fn rand(seed: u64, n: usize) -> Vec<f32> {
     crate::ops::testing::seeded_f32(seed, n, -3.0, 3.0)
 }
 
-fn tensor(shape: &[usize], seed: u64) -> Tensor {
+pub(super) fn tensor(shape: &[usize], seed: u64) -> Tensor {
     Tensor::from_f32(shape, rand(seed, shape.iter().product())).unwrap()
 }
 
-fn info(name: &str, shape: &[usize]) -> ValueInfo {
+pub(super) fn info(name: &str, shape: &[usize]) -> ValueInfo {
     ValueInfo {
         name: name.into(),
         ty: ValueType::Tensor {
@@ -27,7 +27,7 @@ fn info(name: &str, shape: &[usize]) -> ValueInfo {
     }
 }
 
-fn node(name: &str, op: &str, inputs: &[&str], outputs: &[&str]) -> Node {
+pub(super) fn node(name: &str, op: &str, inputs: &[&str], outputs: &[&str]) -> Node {
     Node {
         name: name.into(),
         op_type: op.into(),

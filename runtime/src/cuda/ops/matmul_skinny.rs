@@ -279,19 +279,28 @@ pub fn build_naive(cfg: &TileCfg) -> Kernel {
     k
 }
 
-/// Sums the `nsplit` f32 partials of a split-K launch (workspace `[nsplit, m·n]`) and applies
-/// `alpha`, `beta·C` and the output dtype. Params: ws, c, y, m, n, ldy, c_rs, c_cs, alpha, beta,
-/// nsplit. Block 256 = (256 / lanes) outputs × `lanes` (1 or 8): lane `l` sums splits l, l+lanes,
-/// ... in order (four loads in flight), then the lane sums meet in shared memory, added in lane order
-/// (deterministic). Grid: ⌈m·n · lanes / 256⌉ blocks.
-pub fn reduce_kernel(has_c: bool, f16: bool, lanes: u32) -> Kernel {
-    assert!(lanes == 1 || lanes == 8);
-    let opb = 256 / lanes;
-    let es = if f16 { 2 } else { 4 };
-    let mut k = Kernel::new(&format!(
-        "quorum_gemm_splitk_reduce_c{}_h{}_l{lanes}",
-        has_c as u8, f16 as u8
-    ));
+/// The split-K reductions' parameters (both kernels take the same), and the offsets of this
+/// block's batch (`ctaid.y`).
+struct ReduceParams {
+    ws: Reg,
+    c: Reg,
+    y: Reg,
+    n: Reg,
+    ldy: Reg,
+    c_rs: Reg,
+    c_cs: Reg,
+    alpha: Reg,
+    beta: Reg,
+    nsplit: Reg,
+    ssy: Reg,
+    /// m · n.
+    total: Reg,
+    c_off: Reg,
+    y_off: Reg,
+    ws_off: Reg,
+}
+
+fn reduce_params(k: &mut Kernel) -> ReduceParams {
     let ws = k.param_ptr("ws");
     let c = k.param_ptr("c");
     let y = k.param_ptr("y");
@@ -315,9 +324,58 @@ pub fn reduce_kernel(has_c: bool, f16: bool, lanes: u32) -> Kernel {
         let o = k.fma(Ty::U32, z1, st[1], o);
         k.fma(Ty::U32, z2, st[2], o)
     };
-    let c_off = batch_off(&mut k, sc);
-    let y_off = batch_off(&mut k, sy);
+    let c_off = batch_off(k, sc);
+    let y_off = batch_off(k, sy);
     let ws_off = k.mul(Ty::U32, b, total);
+    ReduceParams {
+        ws,
+        c,
+        y,
+        n,
+        ldy,
+        c_rs,
+        c_cs,
+        alpha,
+        beta,
+        nsplit,
+        ssy,
+        total,
+        c_off,
+        y_off,
+        ws_off,
+    }
+}
+
+/// Sums the `nsplit` f32 partials of a split-K launch (workspace `[nsplit, m·n]`) and applies
+/// `alpha`, `beta·C` and the output dtype. Params: ws, c, y, m, n, ldy, c_rs, c_cs, alpha, beta,
+/// nsplit. Block 256 = (256 / lanes) outputs × `lanes` (1 or 8): lane `l` sums splits l, l+lanes,
+/// ... in order (four loads in flight), then the lane sums meet in shared memory, added in lane order
+/// (deterministic). Grid: ⌈m·n · lanes / 256⌉ blocks.
+pub fn reduce_kernel(has_c: bool, f16: bool, lanes: u32) -> Kernel {
+    assert!(lanes == 1 || lanes == 8);
+    let opb = 256 / lanes;
+    let es = if f16 { 2 } else { 4 };
+    let mut k = Kernel::new(&format!(
+        "quorum_gemm_splitk_reduce_c{}_h{}_l{lanes}",
+        has_c as u8, f16 as u8
+    ));
+    let ReduceParams {
+        ws,
+        c,
+        y,
+        n,
+        ldy,
+        c_rs,
+        c_cs,
+        alpha,
+        beta,
+        nsplit,
+        ssy,
+        total,
+        c_off,
+        y_off,
+        ws_off,
+    } = reduce_params(&mut k);
     let t = k.special("tid.x");
     let tx = k.and(Ty::U32, t, opb - 1);
     let ty = k.shr(Ty::U32, t, opb.trailing_zeros());
@@ -398,30 +456,23 @@ pub fn reduce_kernel(has_c: bool, f16: bool, lanes: u32) -> Kernel {
 /// its kernel time in `reduce_kernel`, at about half the device's bandwidth.
 pub fn reduce4_kernel(has_c: bool) -> Kernel {
     let mut k = Kernel::new(&format!("quorum_gemm_splitk_reduce_c{}_h0_v4", has_c as u8));
-    let ws = k.param_ptr("ws");
-    let c = k.param_ptr("c");
-    let y = k.param_ptr("y");
-    let [m, n, ldy, c_rs, c_cs] = ["m", "n", "ldy", "c_rs", "c_cs"].map(|s| k.param(s, Ty::U32));
-    let alpha = k.param("alpha", Ty::F32);
-    let beta = k.param("beta", Ty::F32);
-    let nsplit = k.param("nsplit", Ty::U32);
-    let [ssy, d1, d2] = ["ssy", "d1", "d2"].map(|s| k.param(s, Ty::U32));
-    let sc = ["sc0", "sc1", "sc2"].map(|s| k.param(s, Ty::U32));
-    let sy = ["sy0", "sy1", "sy2"].map(|s| k.param(s, Ty::U32));
-    let total = k.mul(Ty::U32, m, n);
-    let b = k.special("ctaid.y");
-    let z2 = k.rem(Ty::U32, b, d2);
-    let zt = k.div(Ty::U32, b, d2);
-    let z1 = k.rem(Ty::U32, zt, d1);
-    let z0 = k.div(Ty::U32, zt, d1);
-    let batch_off = |k: &mut Kernel, st: [Reg; 3]| {
-        let o = k.mul(Ty::U32, z0, st[0]);
-        let o = k.fma(Ty::U32, z1, st[1], o);
-        k.fma(Ty::U32, z2, st[2], o)
-    };
-    let c_off = batch_off(&mut k, sc);
-    let y_off = batch_off(&mut k, sy);
-    let ws_off = k.mul(Ty::U32, b, total);
+    let ReduceParams {
+        ws,
+        c,
+        y,
+        n,
+        ldy,
+        c_rs,
+        c_cs,
+        alpha,
+        beta,
+        nsplit,
+        ssy,
+        total,
+        c_off,
+        y_off,
+        ws_off,
+    } = reduce_params(&mut k);
     let t = k.special("tid.x");
     let bx = k.special("ctaid.x");
     let q = k.fma(Ty::U32, bx, 256u32, t);
