@@ -24,7 +24,7 @@ def _attrs(node) -> dict:
     return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
 
 
-def _pads2d(pads, what: str):
+def _pads2d(pads):
     """ONNX pads [top, left, bottom, right] as torch's symmetric (h, w), or None when asymmetric."""
     if not pads:
         return (0, 0)
@@ -35,7 +35,7 @@ def _pads2d(pads, what: str):
 def run_op(node, xs: list, a: dict):
     op = node.op_type
     if op == "Conv":
-        pads = _pads2d(a.get("pads"), "Conv")
+        pads = _pads2d(a.get("pads"))
         x = xs[0]
         if pads is None:
             t, l, b, r = a["pads"]
@@ -47,7 +47,7 @@ def run_op(node, xs: list, a: dict):
     if op in ("MaxPool", "AveragePool"):
         k = tuple(a["kernel_shape"])
         s = tuple(a.get("strides", [1, 1]))
-        pads = _pads2d(a.get("pads"), op)
+        pads = _pads2d(a.get("pads"))
         x = xs[0]
         if op == "MaxPool":
             if pads is None:
@@ -200,7 +200,8 @@ def self_check() -> str | None:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)])
     model.ir_version = 7
     import tempfile
-    path = tempfile.mktemp(suffix=".onnx")
+    fd, path = tempfile.mkstemp(suffix=".onnx")
+    os.close(fd)
     onnx.save(model, path)
     x = f(1, 3, 17, 15)
     want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]

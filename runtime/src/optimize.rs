@@ -96,6 +96,22 @@ fn pinned(g: &Graph) -> HashSet<String> {
     out
 }
 
+/// The one reader of `value` (node index, input position), when it has exactly one and is neither
+/// a graph output nor read by a subgraph (`pinned`): a value a rewrite may absorb.
+fn sole_reader(
+    pinned: &HashSet<String>,
+    readers: &HashMap<&str, Vec<(usize, usize)>>,
+    value: &str,
+) -> Option<(usize, usize)> {
+    if pinned.contains(value) {
+        return None;
+    }
+    match readers.get(value).map(Vec::as_slice) {
+        Some(&[r]) => Some(r),
+        _ => None,
+    }
+}
+
 /// `n` when it is a default-domain node of `op` with two non-empty inputs and one output.
 fn binary<'g>(n: &'g Node, op: &str) -> Option<&'g Node> {
     (n.op_type == op

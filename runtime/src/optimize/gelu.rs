@@ -11,7 +11,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use super::{Rewrite, binary, pinned, producers, readers};
+use super::{Rewrite, binary, pinned, producers, readers, sole_reader};
 use crate::ir::{Graph, Node};
 use crate::tensor::Value;
 
@@ -38,16 +38,7 @@ pub(super) fn fuse_gelu(
     let pinned = pinned(g);
     let readers = readers(g);
     let producers = producers(g);
-    // The one reader of `value` (not a graph output, not read by a subgraph): (node, position).
-    let sole = |value: &str| -> Option<(usize, usize)> {
-        if pinned.contains(value) {
-            return None;
-        }
-        match readers.get(value).map(Vec::as_slice) {
-            Some(&[r]) => Some(r),
-            _ => None,
-        }
-    };
+    let sole = |value: &str| sole_reader(&pinned, &readers, value);
     let sqrt2 = std::f64::consts::SQRT_2;
     // (x, the nodes absorbed, the index of the last, the output).
     let mut fusions: Vec<(String, Vec<usize>, usize, String)> = Vec::new();

@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::{Rewrite, binary, pinned, producers, readers};
+use super::{Rewrite, binary, pinned, producers, readers, sole_reader};
 use crate::ir::Graph;
 use crate::ops::QUORUM_DOMAIN;
 use crate::tensor::{DType, Value};
@@ -44,8 +44,7 @@ pub(super) fn fuse_matmul_bias(
             let bias = &add.inputs[1 - k];
             let &im = producers.get(product.as_str())?;
             let mm = binary(&g.nodes[im], "MatMul")?;
-            let sole = !pinned.contains(product)
-                && readers.get(product.as_str()).map(Vec::as_slice) == Some(&[(ia, k)]);
+            let sole = sole_reader(&pinned, &readers, product) == Some((ia, k));
             let (wd, ws) = constant(constants, &mm.inputs[1])?;
             let (bd, bs) = constant(constants, bias)?;
             (sole && wd == bd && ws.len() == 2 && bs == [ws[1]]).then(|| (im, bias.clone()))

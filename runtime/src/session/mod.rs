@@ -170,20 +170,8 @@ impl Session {
             let rewritten = if devices.is_empty() {
                 crate::optimize::optimize(&plan.graph, &constants)
             } else {
-                let runs = |domain: &str, op: &str| {
-                    let probe = crate::ir::Node {
-                        name: String::new(),
-                        op_type: op.into(),
-                        domain: domain.into(),
-                        opset: 1,
-                        inputs: Vec::new(),
-                        outputs: Vec::new(),
-                        attrs: Default::default(),
-                    };
-                    devices.iter().all(|d| {
-                        crate::backend::backend(d.provider).is_some_and(|b| b.claim(&probe).is_ok())
-                    })
-                };
+                let runs =
+                    |domain: &str, op: &str| placement::every_device_runs(&devices, domain, op);
                 crate::optimize::optimize_for_devices(&plan.graph, &constants, &runs)
             };
             if let Some((graph, done)) = rewritten {

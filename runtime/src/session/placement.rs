@@ -9,6 +9,7 @@ use super::dispatch::Dispatch;
 use super::thresholds;
 use crate::backend::{Claim, DeviceSession, Provider, backend};
 use crate::error::{Error, Result};
+use crate::ir::Node;
 use crate::plan::Plan;
 
 /// `auto`'s conservative default: elements (or multiply-adds for matmul and conv) below which a
@@ -60,6 +61,23 @@ pub(super) fn open_devices(providers: &[Provider]) -> Result<Vec<SessionDevice>>
         });
     }
     Ok(devices)
+}
+
+/// Whether the backend of every device in `devices` claims op `op` of `domain` (in any form: the
+/// probe has no inputs or attributes), so that a rewrite to that op keeps the work on the devices.
+pub(super) fn every_device_runs(devices: &[SessionDevice], domain: &str, op: &str) -> bool {
+    let probe = Node {
+        name: String::new(),
+        op_type: op.into(),
+        domain: domain.into(),
+        opset: 1,
+        inputs: Vec::new(),
+        outputs: Vec::new(),
+        attrs: Default::default(),
+    };
+    devices
+        .iter()
+        .all(|d| backend(d.provider).is_some_and(|b| b.claim(&probe).is_ok()))
 }
 
 /// Ops that, given only values computed from tensor shapes and constants, stay shape arithmetic: a

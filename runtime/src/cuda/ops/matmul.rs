@@ -554,10 +554,6 @@ fn matmul(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>
 /// added as each output is stored or in the split-K reduction.
 fn matmul_bias(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>> {
     let bias = dev_input(inputs, 2)?;
-    let (a, b) = (dev_input(inputs, 0)?, dev_input(inputs, 1)?);
-    if let Some(e) = crate::ops::matmul_bias::shape_error(&a.shape, &b.shape, &bias.shape) {
-        return Err(invalid(e));
-    }
     matmul_with_bias(ctx, run, inputs, Some(&bias))
 }
 
@@ -569,15 +565,19 @@ fn matmul_with_bias(
 ) -> KResult<Vec<DevTensor>> {
     let a = dev_input(inputs, 0)?;
     let b = dev_input(inputs, 1)?;
+    if let Some(c) = bias
+        && let Some(e) = crate::ops::matmul_bias::shape_error(&a.shape, &b.shape, &c.shape)
+    {
+        return Err(invalid(e));
+    }
+    let mut operands = vec![&a, &b];
+    operands.extend(bias);
     let what = if bias.is_some() {
         "MatMulBias"
     } else {
         "MatMul"
     };
-    let dtype = match bias {
-        Some(c) => float_dtype(what, &[&a, &b, c])?,
-        None => float_dtype(what, &[&a, &b])?,
-    };
+    let dtype = float_dtype(what, &operands)?;
     let (ash, bsh) = (a.shape.clone(), b.shape.clone());
     let crate::ops::matmul::MatMulShape {
         m,

@@ -359,43 +359,27 @@ pub fn reduce_kernel(has_c: bool, f16: bool, lanes: u32) -> Kernel {
         "quorum_gemm_splitk_reduce_c{}_h{}_l{lanes}",
         has_c as u8, f16 as u8
     ));
-    let ReduceParams {
-        ws,
-        c,
-        y,
-        n,
-        ldy,
-        c_rs,
-        c_cs,
-        alpha,
-        beta,
-        nsplit,
-        ssy,
-        total,
-        c_off,
-        y_off,
-        ws_off,
-    } = reduce_params(&mut k);
+    let rp = reduce_params(&mut k);
     let t = k.special("tid.x");
     let tx = k.and(Ty::U32, t, opb - 1);
     let ty = k.shr(Ty::U32, t, opb.trailing_zeros());
     let bx = k.special("ctaid.x");
     let e = k.fma(Ty::U32, bx, opb, tx);
-    let valid = k.setp(Cmp::Lt, Ty::U32, e, total);
+    let valid = k.setp(Cmp::Lt, Ty::U32, e, rp.total);
     let acc = k.mov(Ty::F32, 0.0f32);
     // Bytes from split s to split s + lanes.
-    let step = k.mul_wide(false, ssy, 4 * lanes);
-    let eb = k.add(Ty::U32, e, ws_off);
-    k.for_range(Ty::U32, ty, nsplit, 4 * lanes, |k, s| {
-        let i = k.fma(Ty::U32, s, ssy, eb);
-        let mut a = k.addr(ws, i, 4);
+    let step = k.mul_wide(false, rp.ssy, 4 * lanes);
+    let eb = k.add(Ty::U32, e, rp.ws_off);
+    k.for_range(Ty::U32, ty, rp.nsplit, 4 * lanes, |k, s| {
+        let i = k.fma(Ty::U32, s, rp.ssy, eb);
+        let mut a = k.addr(rp.ws, i, 4);
         let mut vs = Vec::new();
         for j in 0..4u32 {
             if j > 0 {
                 a = k.add(Ty::U64, a, step);
             }
             let sj = k.add(Ty::U32, s, lanes * j);
-            let inr = k.setp(Cmp::Lt, Ty::U32, sj, nsplit);
+            let inr = k.setp(Cmp::Lt, Ty::U32, sj, rp.nsplit);
             let p = k.pred_and(inr, valid);
             let v = k.mov(Ty::F32, 0.0f32);
             k.raw(format_args!("@{p} ld.global.f32 {v}, [{a}+0]"));
@@ -420,24 +404,24 @@ pub fn reduce_kernel(has_c: bool, f16: bool, lanes: u32) -> Kernel {
             let v = k.ld(Space::Shared, Ty::F32, sa, (w * opb * 4) as i64);
             k.raw(format_args!("add.rn.f32 {sum}, {sum}, {v}"));
         }
-        let row = k.div(Ty::U32, e, n);
-        let col = k.rem(Ty::U32, e, n);
-        let mut v = k.mul(Ty::F32, sum, alpha);
+        let row = k.div(Ty::U32, e, rp.n);
+        let col = k.rem(Ty::U32, e, rp.n);
+        let mut v = k.mul(Ty::F32, sum, rp.alpha);
         if has_c {
-            let co = k.fma(Ty::U32, row, c_rs, c_off);
-            let co = k.fma(Ty::U32, col, c_cs, co);
-            let ca = k.addr(c, co, es);
+            let co = k.fma(Ty::U32, row, rp.c_rs, rp.c_off);
+            let co = k.fma(Ty::U32, col, rp.c_cs, co);
+            let ca = k.addr(rp.c, co, es);
             let cv = if f16 {
                 let h = k.ld(Space::Global, Ty::F16, ca, 0);
                 k.cvt(Ty::F32, Ty::F16, "", h)
             } else {
                 k.ld(Space::Global, Ty::F32, ca, 0)
             };
-            v = k.fma(Ty::F32, beta, cv, v);
+            v = k.fma(Ty::F32, rp.beta, cv, v);
         }
-        let yi = k.fma(Ty::U32, row, ldy, col);
-        let yi = k.add(Ty::U32, yi, y_off);
-        let ya = k.addr(y, yi, es);
+        let yi = k.fma(Ty::U32, row, rp.ldy, col);
+        let yi = k.add(Ty::U32, yi, rp.y_off);
+        let ya = k.addr(rp.y, yi, es);
         if f16 {
             let h = k.cvt(Ty::F16, Ty::F32, ".rn", v);
             k.st(Space::Global, ya, 0, h);
@@ -456,42 +440,26 @@ pub fn reduce_kernel(has_c: bool, f16: bool, lanes: u32) -> Kernel {
 /// its kernel time in `reduce_kernel`, at about half the device's bandwidth.
 pub fn reduce4_kernel(has_c: bool) -> Kernel {
     let mut k = Kernel::new(&format!("quorum_gemm_splitk_reduce_c{}_h0_v4", has_c as u8));
-    let ReduceParams {
-        ws,
-        c,
-        y,
-        n,
-        ldy,
-        c_rs,
-        c_cs,
-        alpha,
-        beta,
-        nsplit,
-        ssy,
-        total,
-        c_off,
-        y_off,
-        ws_off,
-    } = reduce_params(&mut k);
+    let rp = reduce_params(&mut k);
     let t = k.special("tid.x");
     let bx = k.special("ctaid.x");
     let q = k.fma(Ty::U32, bx, 256u32, t);
     let e = k.shl(Ty::U32, q, 2u32);
-    let done = k.setp(Cmp::Ge, Ty::U32, e, total);
+    let done = k.setp(Cmp::Ge, Ty::U32, e, rp.total);
     k.exit_if(done);
     let acc = [0; 4].map(|_| k.mov(Ty::F32, 0.0f32));
-    let step = k.mul_wide(false, ssy, 4);
-    let eb = k.add(Ty::U32, e, ws_off);
-    k.for_range(Ty::U32, 0u32, nsplit, 4u32, |k, s| {
-        let i = k.fma(Ty::U32, s, ssy, eb);
-        let mut a = k.addr(ws, i, 4);
+    let step = k.mul_wide(false, rp.ssy, 4);
+    let eb = k.add(Ty::U32, e, rp.ws_off);
+    k.for_range(Ty::U32, 0u32, rp.nsplit, 4u32, |k, s| {
+        let i = k.fma(Ty::U32, s, rp.ssy, eb);
+        let mut a = k.addr(rp.ws, i, 4);
         let mut loads = Vec::new();
         for j in 0..4u32 {
             if j > 0 {
                 a = k.add(Ty::U64, a, step);
             }
             let sj = k.add(Ty::U32, s, j);
-            let p = k.setp(Cmp::Lt, Ty::U32, sj, nsplit);
+            let p = k.setp(Cmp::Lt, Ty::U32, sj, rp.nsplit);
             let v = [0; 4].map(|_| k.mov(Ty::F32, 0.0f32));
             k.raw(format_args!(
                 "@{p} ld.global.v4.f32 {{{}, {}, {}, {}}}, [{a}+0]",
@@ -505,27 +473,27 @@ pub fn reduce4_kernel(has_c: bool) -> Kernel {
             }
         }
     });
-    let row = k.div(Ty::U32, e, n);
-    let col = k.rem(Ty::U32, e, n);
+    let row = k.div(Ty::U32, e, rp.n);
+    let col = k.rem(Ty::U32, e, rp.n);
     let mut out = Vec::new();
     for (j, &x) in acc.iter().enumerate() {
         // `reduce_kernel` adds its one lane's sum to 0 before scaling; so does this.
         let sum = k.mov(Ty::F32, 0.0f32);
         k.raw(format_args!("add.rn.f32 {sum}, {sum}, {x}"));
-        let mut v = k.mul(Ty::F32, sum, alpha);
+        let mut v = k.mul(Ty::F32, sum, rp.alpha);
         if has_c {
             let cj = k.add(Ty::U32, col, j as u32);
-            let co = k.fma(Ty::U32, row, c_rs, c_off);
-            let co = k.fma(Ty::U32, cj, c_cs, co);
-            let ca = k.addr(c, co, 4);
+            let co = k.fma(Ty::U32, row, rp.c_rs, rp.c_off);
+            let co = k.fma(Ty::U32, cj, rp.c_cs, co);
+            let ca = k.addr(rp.c, co, 4);
             let cv = k.ld(Space::Global, Ty::F32, ca, 0);
-            v = k.fma(Ty::F32, beta, cv, v);
+            v = k.fma(Ty::F32, rp.beta, cv, v);
         }
         out.push(v);
     }
-    let yi = k.fma(Ty::U32, row, ldy, col);
-    let yi = k.add(Ty::U32, yi, y_off);
-    let ya = k.addr(y, yi, 4);
+    let yi = k.fma(Ty::U32, row, rp.ldy, col);
+    let yi = k.add(Ty::U32, yi, rp.y_off);
+    let ya = k.addr(rp.y, yi, 4);
     k.raw(format_args!(
         "st.global.v4.f32 [{ya}+0], {{{}, {}, {}, {}}}",
         out[0], out[1], out[2], out[3]
