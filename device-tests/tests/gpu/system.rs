@@ -5,7 +5,7 @@ use std::sync::Arc;
 use quorum::proto;
 use quorum::{Provider, Session, SessionOptions, Tensor, Value};
 
-use crate::harness::{on_cpu, rand_f32};
+use crate::harness::{POISON_NAN, on_cpu, rand_f32};
 use crate::models::{model, node, tensor_proto};
 
 /// An opset-17 model of `nodes` with graph input `x`, graph output `y` and `inits`.
@@ -193,5 +193,52 @@ fn auto_places_large_constant_of_shape_on_the_device() {
         c2.h2d_bytes - c1.h2d_bytes,
         256 * 256 * 4,
         "{c1:?} -> {c2:?}"
+    );
+}
+
+/// Run A reads a resident weight in a kernel queued behind a ~100 ms spin; the weight's last other
+/// handle goes (as the copy that lost an upload race once did), then run B allocates a buffer of
+/// the same size class, poisoned at once on B's idle stream. Returns what A's kernel read.
+fn weight_read_after_its_handle_goes(hold: bool) -> (Tensor, Tensor) {
+    use quorum::cuda::{Counters, Device, Run};
+    let device = Device::get().unwrap();
+    let counters = Counters::default();
+    // 36 MB: the 64 MB size class, which no other test of the suite uses.
+    let shape = [3000, 3000];
+    let host = rand_f32(60, &shape);
+    let a = Run::new(&device, &counters, Some(POISON_NAN)).unwrap();
+    let w = a.upload_weight(&host).unwrap();
+    if hold {
+        a.hold(&w);
+    }
+    a.spin(200_000_000).unwrap();
+    let out = a.alloc(quorum::DType::F32, &shape).unwrap();
+    a.copy(&out, &w, w.bytes()).unwrap();
+    let later = a.download_later(&out).unwrap();
+    drop(w);
+    let b = Run::new(&device, &counters, Some(POISON_NAN)).unwrap();
+    let taken = b.alloc(quorum::DType::F32, &shape).unwrap();
+    b.synchronize().unwrap();
+    let read = a.finish().unwrap().remove(later);
+    drop((taken, b, a));
+    (read, host)
+}
+
+/// A weight a run's kernels read stays out of the pool until the run is done, whatever happens to
+/// its other handles; without the run's hold, the same sequence reads another run's poison.
+#[test]
+fn a_run_holds_the_weights_its_kernels_read() {
+    if on_cpu() {
+        return;
+    }
+    let (read, host) = weight_read_after_its_handle_goes(true);
+    assert_eq!(read, host, "the held weight was overwritten");
+    let (read, host) = weight_read_after_its_handle_goes(false);
+    let Tensor::F32(r) = &read else {
+        panic!("{read:?}")
+    };
+    assert!(
+        r.iter().any(|v| v.is_nan()) && read != host,
+        "without the hold, the freed weight should have been taken and poisoned by the other run"
     );
 }

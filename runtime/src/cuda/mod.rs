@@ -200,11 +200,15 @@ impl Device {
                     },
                     e => e,
                 })?);
+                // Another thread may have loaded the same text meanwhile: the first module in
+                // the cache is the one used. Replacing it would unload a module whose kernels
+                // that thread may have queued (a launch does not keep its module alive).
                 self.modules
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
-                    .insert(ptx.to_string(), m.clone());
-                m
+                    .entry(ptx.to_string())
+                    .or_insert(m)
+                    .clone()
             }
         };
         module.function(name)
@@ -240,7 +244,8 @@ impl Device {
             self.shared_modules
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .insert(key, (ptx.clone(), m));
+                .entry(key)
+                .or_insert((ptx.clone(), m));
         }
         Ok(f)
     }
@@ -323,6 +328,9 @@ pub struct Run<'a> {
     /// unwritten element shows.
     pub poison: Option<u8>,
     alive: RefCell<HashMap<u64, Arc<DevBuf>>>,
+    /// Buffers outside the run that its kernels read (resident weights), held until every stream
+    /// has finished: a launch passes only a pointer, so nothing else would keep them.
+    held: RefCell<Vec<Arc<DevBuf>>>,
     parked: RefCell<Vec<Parked>>,
     staging: RefCell<Vec<PinnedMemory>>,
     /// Recorded events by the executor's name for them, with the stream each was recorded on.
@@ -378,6 +386,7 @@ impl<'a> Run<'a> {
             counters,
             poison,
             alive: RefCell::new(HashMap::new()),
+            held: RefCell::new(Vec::new()),
             parked: RefCell::new(Vec::new()),
             staging: RefCell::new(Vec::new()),
             events: RefCell::new(HashMap::new()),
@@ -526,6 +535,12 @@ impl<'a> Run<'a> {
             dtype,
             shape: shape.to_vec(),
         })
+    }
+
+    /// Keeps `t`'s buffer (one the run did not allocate, such as a resident weight) from going back
+    /// to the pool until the run's streams have finished, or, captured, until its graph is dropped.
+    pub fn hold(&self, t: &DevTensor) {
+        self.held.borrow_mut().push(t.buf.clone());
     }
 
     /// Hands a tensor back in the middle of the run. Its buffer is reused by this run's later
@@ -855,6 +870,7 @@ impl<'a> Run<'a> {
             later,
             alive: std::mem::take(&mut *self.alive.borrow_mut())
                 .into_values()
+                .chain(self.held.borrow_mut().drain(..))
                 .collect(),
             parked: parked_mem,
             events,
@@ -1069,6 +1085,7 @@ impl Drop for Run<'_> {
                 self.device.give_event(e);
             }
             self.alive.borrow_mut().clear();
+            self.held.borrow_mut().clear();
             for (_, (e, _)) in self.events.borrow_mut().drain() {
                 self.device.give_event(e);
             }
@@ -1077,6 +1094,7 @@ impl Drop for Run<'_> {
             // A failed stream: leak its buffers rather than hand possibly-busy memory to others.
             std::mem::forget(std::mem::take(&mut *self.parked.borrow_mut()));
             std::mem::forget(std::mem::take(&mut *self.alive.borrow_mut()));
+            std::mem::forget(std::mem::take(&mut *self.held.borrow_mut()));
             std::mem::forget(std::mem::take(&mut *self.events.borrow_mut()));
             std::mem::forget(std::mem::take(&mut *self.spent.borrow_mut()));
             std::mem::forget(streams);

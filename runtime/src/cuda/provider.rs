@@ -184,13 +184,15 @@ impl DeviceRun for CudaRun<'_> {
 
     fn weight(&self, v: &Arc<Value>) -> Result<DeviceTensor, DeviceError> {
         if let Some(d) = self.weights.get(v) {
+            self.run.hold(&d);
             return Ok(self.wrap(d));
         }
         let Value::Tensor(t) = &**v else {
             return Err(DeviceError::Decline("a non-tensor weight".into()));
         };
         let d = self.run.upload_weight(t).map_err(device_error)?;
-        self.weights.insert(v, d.clone());
+        let d = self.weights.insert(v, d);
+        self.run.hold(&d);
         Ok(self.wrap(d))
     }
 

@@ -125,7 +125,9 @@ impl DeviceRun for WgpuRun<'_> {
             return Err(DeviceError::Decline("a non-tensor weight".into()));
         };
         let d = self.run.upload_weight(t)?;
-        self.weights.insert(v, d.clone());
+        // Every buffer a dispatch binds is held by the run until its work is done, so a copy
+        // that loses the insert race is safe to drop.
+        let d = self.weights.insert(v, d);
         Ok(self.wrap(d))
     }
 
