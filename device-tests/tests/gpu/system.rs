@@ -198,13 +198,14 @@ fn auto_places_large_constant_of_shape_on_the_device() {
 
 /// Run A reads a resident weight in a kernel queued behind a ~100 ms spin; the weight's last other
 /// handle goes (as the copy that lost an upload race once did), then run B allocates a buffer of
-/// the same size class, poisoned at once on B's idle stream. Returns what A's kernel read.
-fn weight_read_after_its_handle_goes(hold: bool) -> (Tensor, Tensor) {
+/// the same size class, poisoned at once on B's idle stream. Returns what A's kernel read, the
+/// weight, and whether B was given the weight's memory. On a pool of its own: no other test's
+/// allocation can take the block first.
+fn weight_read_after_its_handle_goes(hold: bool) -> (Tensor, Tensor, bool) {
     use quorum::cuda::{Counters, Device, Run};
-    let device = Device::get().unwrap();
+    let device = Device::get().unwrap().isolated();
     let counters = Counters::default();
-    // 36 MB: the 64 MB size class, which no other test of the suite uses.
-    let shape = [3000, 3000];
+    let shape = [1000, 300];
     let host = rand_f32(60, &shape);
     let a = Run::new(&device, &counters, Some(POISON_NAN)).unwrap();
     let w = a.upload_weight(&host).unwrap();
@@ -215,13 +216,15 @@ fn weight_read_after_its_handle_goes(hold: bool) -> (Tensor, Tensor) {
     let out = a.alloc(quorum::DType::F32, &shape).unwrap();
     a.copy(&out, &w, w.bytes()).unwrap();
     let later = a.download_later(&out).unwrap();
+    let freed = w.ptr();
     drop(w);
     let b = Run::new(&device, &counters, Some(POISON_NAN)).unwrap();
     let taken = b.alloc(quorum::DType::F32, &shape).unwrap();
+    let reused = taken.ptr() == freed;
     b.synchronize().unwrap();
     let read = a.finish().unwrap().remove(later);
     drop((taken, b, a));
-    (read, host)
+    (read, host, reused)
 }
 
 /// A weight a run's kernels read stays out of the pool until the run is done, whatever happens to
@@ -231,9 +234,17 @@ fn a_run_holds_the_weights_its_kernels_read() {
     if on_cpu() {
         return;
     }
-    let (read, host) = weight_read_after_its_handle_goes(true);
+    let (read, host, reused) = weight_read_after_its_handle_goes(true);
+    assert!(
+        !reused,
+        "the held weight's memory was handed to another run"
+    );
     assert_eq!(read, host, "the held weight was overwritten");
-    let (read, host) = weight_read_after_its_handle_goes(false);
+    let (read, host, reused) = weight_read_after_its_handle_goes(false);
+    assert!(
+        reused,
+        "the pool did not hand the freed weight's memory on (the premise of the check)"
+    );
     let Tensor::F32(r) = &read else {
         panic!("{read:?}")
     };

@@ -67,6 +67,11 @@ impl Pool {
     }
 
     /// Bytes allocated from the device (in use or cached).
+    /// The bytes it may hold (cached or in use).
+    pub fn budget(&self) -> usize {
+        self.budget
+    }
+
     pub fn held(&self) -> usize {
         self.state.lock().unwrap_or_else(|e| e.into_inner()).held()
     }

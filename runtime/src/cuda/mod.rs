@@ -155,18 +155,29 @@ impl Device {
                     .ok()
                     .and_then(|s| s.parse().ok())
                     .unwrap_or(ctx.info.total_memory / 10 * 9);
-                Ok(Arc::new(Device {
-                    pool: Arc::new(Pool::new(ctx.clone(), budget)),
-                    staging: StagingPool::new(ctx.clone()),
-                    modules: Mutex::new(HashMap::new()),
-                    shared_modules: Mutex::new(HashMap::new()),
-                    streams: Mutex::new(Vec::new()),
-                    events: Mutex::new(Vec::new()),
-                    dump_dir: std::env::var_os("QUORUM_DUMP_PTX").map(PathBuf::from),
-                    ctx,
-                }))
+                Ok(Arc::new(Device::on(ctx, budget)))
             })
             .clone()
+    }
+
+    /// A device on `ctx` with its own pool, streams, events and module caches.
+    fn on(ctx: Arc<Context>, budget: usize) -> Device {
+        Device {
+            pool: Arc::new(Pool::new(ctx.clone(), budget)),
+            staging: StagingPool::new(ctx.clone()),
+            modules: Mutex::new(HashMap::new()),
+            shared_modules: Mutex::new(HashMap::new()),
+            streams: Mutex::new(Vec::new()),
+            events: Mutex::new(Vec::new()),
+            dump_dir: std::env::var_os("QUORUM_DUMP_PTX").map(PathBuf::from),
+            ctx,
+        }
+    }
+
+    /// Another device on this one's context, with a pool, streams and caches of its own (and the
+    /// same budget): for tests whose allocations must not meet other threads' in the pool.
+    pub fn isolated(&self) -> Arc<Device> {
+        Arc::new(Device::on(self.ctx.clone(), self.pool.budget()))
     }
 
     /// A compiled kernel: the module is looked up by its PTX text and JIT-compiled on a miss.
