@@ -17,6 +17,7 @@
 
 pub mod activation;
 pub mod gemm;
+mod lanes;
 mod microkernel;
 pub mod pack;
 

@@ -7,6 +7,9 @@
 //! convolution's input ([`ConvPatches`]): the im2col matrix exists only one block at a time, in the
 //! packing buffer.
 use crate::Isa;
+#[cfg(target_arch = "x86_64")]
+use crate::lanes::Avx512;
+use crate::lanes::{Lanes, Plain};
 
 /// `A` packed for one instruction set's tile.
 #[derive(Debug, Clone)]
@@ -180,6 +183,36 @@ impl ConvPatches<'_> {
     /// per piece and no intermediate row.
     fn pack_panels<const NR: usize>(
         &self,
+        rows: (usize, usize),
+        cols: (usize, usize),
+        out: &mut [f32],
+        pieces: &mut Vec<Piece>,
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        if NR == 32 && Isa::Avx512.is_supported() {
+            // SAFETY: the CPU has AVX-512F (checked above).
+            unsafe { self.pack_panels_avx512(rows, cols, out, pieces) };
+            return;
+        }
+        self.pack_panels_with::<NR, Plain>(rows, cols, out, pieces)
+    }
+
+    /// [`ConvPatches::pack_panels`] compiled for AVX-512, its moves masked vector ones.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn pack_panels_avx512(
+        &self,
+        rows: (usize, usize),
+        cols: (usize, usize),
+        out: &mut [f32],
+        pieces: &mut Vec<Piece>,
+    ) {
+        self.pack_panels_with::<32, Avx512>(rows, cols, out, pieces)
+    }
+
+    #[inline(always)]
+    fn pack_panels_with<const NR: usize, L: Lanes>(
+        &self,
         (p0, kc): (usize, usize),
         (j0, nc): (usize, usize),
         out: &mut [f32],
@@ -219,30 +252,33 @@ impl ConvPatches<'_> {
                 let ia = (pc.a * s0) as i64 + off[0];
                 let ib = (pc.b * s1) as i64 + off[1];
                 if ia < 0 || ia >= i0 as i64 || ib < 0 || ib >= i1 as i64 {
-                    dst.fill(0.0);
+                    // SAFETY: `dst` holds the piece's `len <= NR` values.
+                    unsafe { L::zero(dst.as_mut_ptr(), dst.len()) };
                     continue;
                 }
                 let src = &plane[(ia as usize * i1 + ib as usize) * i2..][..i2];
                 let (w0, w1) = (pc.w0, pc.w0 + pc.len);
                 let (v0, v1) = (lo.clamp(w0, w1), hi.clamp(w0, w1));
-                dst[..v0 - w0].fill(0.0);
-                dst[v1 - w0..].fill(0.0);
-                if v1 > v0 {
-                    // `first` is inside the row here (a piece wholly in the padding has v0 == v1).
-                    let first = ((v0 * s2) as i64 + off[2]) as usize;
-                    let mid = &mut dst[v0 - w0..v1 - w0];
-                    if s2 == 1 {
-                        mid.copy_from_slice(&src[first..first + mid.len()]);
-                    } else {
-                        for (d, v) in mid.iter_mut().zip(src[first..].iter().step_by(s2)) {
-                            *d = *v;
-                        }
+                let (left, rest) = dst.split_at_mut(v0 - w0);
+                let (mid, right) = rest.split_at_mut(v1 - v0);
+                // SAFETY: each part lies in `dst` (at most NR values); the reads of `mid` are
+                // `src[first + i·s2]` for `i < mid.len()`, inside the row: `span` keeps exactly
+                // the columns whose input lies in it (a piece wholly in the padding has v0 == v1).
+                unsafe {
+                    L::zero(left.as_mut_ptr(), left.len());
+                    L::zero(right.as_mut_ptr(), right.len());
+                    if !mid.is_empty() {
+                        let first = ((v0 * s2) as i64 + off[2]) as usize;
+                        debug_assert!(first + (mid.len() - 1) * s2 < src.len());
+                        L::copy(mid.as_mut_ptr(), src[first..].as_ptr(), mid.len(), s2);
                     }
                 }
             }
             if tail != 0 {
                 let q = nc / NR;
-                out[(q * kc + p) * NR + tail..(q * kc + p + 1) * NR].fill(0.0);
+                let pad = &mut out[(q * kc + p) * NR + tail..(q * kc + p + 1) * NR];
+                // SAFETY: fewer than NR values.
+                unsafe { L::zero(pad.as_mut_ptr(), pad.len()) };
             }
         }
     }
@@ -455,6 +491,23 @@ mod tests {
             let (k, n) = (2 * g.taps(), outs.iter().product::<usize>());
             check::<8>(&g, k, n);
             check::<16>(&g, k, n);
+            check::<32>(&g, k, n);
+        }
+        // Rows wider than a panel: pieces of every length up to 32, at strides 1 and 2 (the
+        // AVX-512 moves' second vector and their even-lane gather).
+        let x: Vec<f32> = (0..2 * 3 * 70).map(|v| v as f32 + 1.0).collect();
+        for (strides, outs) in [([1, 1, 1], [1, 3, 70]), ([1, 1, 2], [1, 3, 35])] {
+            let g = ConvPatches {
+                x: &x,
+                channels: 2,
+                ins: [1, 3, 70],
+                kernel: [1, 3, 3],
+                strides,
+                dilations: [1, 1, 1],
+                pads: [0, 1, 1],
+                outs,
+            };
+            let (k, n) = (2 * g.taps(), outs.iter().product::<usize>());
             check::<32>(&g, k, n);
         }
     }
