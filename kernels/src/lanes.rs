@@ -132,6 +132,9 @@ mod tests {
     /// Every length up to 32 at strides 1, 2 and 3, against plain indexing, with the lanes around
     /// the destination poisoned (a lane written past `len` shows) and the source ending exactly
     /// where the last read is (a read past it would be out of bounds under Miri and ASan).
+    type Copy = unsafe fn(*mut f32, *const f32, usize, usize);
+    type Zero = unsafe fn(*mut f32, usize);
+
     #[test]
     fn moves_match_plain_indexing() {
         #[cfg(target_arch = "x86_64")]
@@ -142,8 +145,7 @@ mod tests {
                     .map(|i| i as f32 + 0.5)
                     .collect();
                 let want: Vec<f32> = (0..len).map(|i| src[i * s]).collect();
-                let mut movers: Vec<(&str, unsafe fn(*mut f32, *const f32, usize, usize))> =
-                    vec![("plain", Plain::copy)];
+                let mut movers: Vec<(&str, Copy)> = vec![("plain", Plain::copy)];
                 #[cfg(target_arch = "x86_64")]
                 if avx512 {
                     movers.push(("avx512", copy_avx512));
