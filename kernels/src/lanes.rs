@@ -160,8 +160,7 @@ mod tests {
                     );
                     assert_eq!(&dst[1..=len], &want[..], "{name} s={s} len={len}");
                 }
-                let mut zeroers: Vec<(&str, unsafe fn(*mut f32, usize))> =
-                    vec![("plain", Plain::zero)];
+                let mut zeroers: Vec<(&str, Zero)> = vec![("plain", Plain::zero)];
                 #[cfg(target_arch = "x86_64")]
                 if avx512 {
                     zeroers.push(("avx512", zero_avx512));
