@@ -66,12 +66,23 @@ pub(super) fn max_pool_rows<T: Copy + PartialOrd + EmptyMax + Send + Sync>(
         })
         .collect();
     let plane_in = in_sp / d0.max(1);
+    // The output columns whose every tap lies in the row: taken tap by tap over the whole run at
+    // once, from the row split into its `s` phases (`phase[p][i]` is column `i·s + p`), so that
+    // each tap is a contiguous slice and the loop vectorises. The columns at the edges go window by
+    // window. Same taps, same order: the same bits.
+    let (k2, s2) = (g.k[2], g.s[2]);
+    let full = |ow: usize| cols[ow].1 == 0 && cols[ow].2 == k2;
+    let a = (0..o2).find(|&ow| full(ow)).unwrap_or(o2);
+    let b = (a..o2).find(|&ow| !full(ow)).unwrap_or(o2);
+    let phase_len = i2.div_ceil(s2);
+    let c0 = cols.get(a).map_or(0, |c| c.0 - (a * s2) as i64);
     for_planes(
         &mut y,
         out_sp,
         g.k.iter().fold(total, |a, &b| a.saturating_mul(b)),
         |pi, out| {
             let mut line = vec![T::EMPTY_MAX; o2];
+            let mut phases = vec![T::EMPTY_MAX; if s2 > 1 { s2 * phase_len } else { 0 }];
             for (sub, out) in out.chunks_mut(o1 * o2).enumerate() {
                 let src = &xd[pi * in_sp + sub * plane_in..pi * in_sp + (sub + 1) * plane_in];
                 for (oh, orow) in out.chunks_mut(o2).enumerate() {
@@ -79,8 +90,35 @@ pub(super) fn max_pool_rows<T: Copy + PartialOrd + EmptyMax + Send + Sync>(
                     for (n, kh) in (rlo..rhi).enumerate() {
                         let ih = (rstart + kh as i64) as usize;
                         let srow = &src[ih * i2..(ih + 1) * i2];
+                        if a < b {
+                            if s2 > 1 {
+                                for (i, &v) in srow.iter().enumerate() {
+                                    phases[(i % s2) * phase_len + i / s2] = v;
+                                }
+                            }
+                            for t in 0..k2 {
+                                // Output column ow reads column (ow + q)·s + p of the row.
+                                let off = c0 + t as i64;
+                                let (p, q) = (off.rem_euclid(s2 as i64), off.div_euclid(s2 as i64));
+                                let taps = if s2 > 1 {
+                                    &phases[p as usize * phase_len..][..phase_len]
+                                } else {
+                                    srow
+                                };
+                                let from = (a as i64 + q) as usize;
+                                let taps = &taps[from..from + (b - a)];
+                                let dst = &mut line[a..b];
+                                if t == 0 {
+                                    dst.copy_from_slice(taps);
+                                } else {
+                                    for (d, &v) in dst.iter_mut().zip(taps) {
+                                        *d = take(*d, v);
+                                    }
+                                }
+                            }
+                        }
                         for (ow, &(cstart, clo, chi)) in cols.iter().enumerate() {
-                            if clo >= chi {
+                            if clo >= chi || (a..b).contains(&ow) {
                                 continue;
                             }
                             let base = (cstart + clo as i64) as usize;

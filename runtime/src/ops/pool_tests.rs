@@ -239,6 +239,32 @@ fn maxpool_separable_path_matches_the_window_walk() {
                 ("strides", ints(&[4, 4])),
             ],
         ),
+        // Rows wide enough for a run of interior columns (taken tap by tap over the run), at
+        // strides 2, 1 and 3: ResNet's stem pool, a same-size pool, a stride past the kernel.
+        (
+            vec![1, 2, 9, 37],
+            vec![
+                ("kernel_shape", ints(&[3, 3])),
+                ("pads", ints(&[1, 1, 1, 1])),
+                ("strides", ints(&[2, 2])),
+            ],
+        ),
+        (
+            vec![1, 2, 5, 30],
+            vec![
+                ("kernel_shape", ints(&[3, 3])),
+                ("pads", ints(&[1, 1, 1, 1])),
+            ],
+        ),
+        (
+            vec![1, 1, 4, 31],
+            vec![
+                ("kernel_shape", ints(&[2, 2])),
+                ("pads", ints(&[0, 1, 0, 2])),
+                ("strides", ints(&[3, 3])),
+                ("ceil_mode", Attr::Int(1)),
+            ],
+        ),
     ];
     for (s, (shape, attrs)) in geometries.into_iter().enumerate() {
         let n: usize = shape.iter().product();
