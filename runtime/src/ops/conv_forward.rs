@@ -344,6 +344,23 @@ pub(super) fn direct_plane<T: GemmFloat>(x: &[T], w: &[T], g: &Geom, out: &mut [
         })
         .filter(|t| t.cols.0 < t.cols.1)
         .collect();
+    // With a column stride, the plane split into its stride phases first (`phase p` holds columns
+    // `i·s + p` of every row), so that each tap reads a contiguous run and the loop vectorises.
+    let s2 = g.s[2];
+    let pw = i2.div_ceil(s2);
+    let phases: Vec<T> = if s2 > 1 {
+        let rows = x.len() / i2.max(1);
+        let mut ph = vec![T::zero(); s2 * rows * pw];
+        for (r, row) in x.chunks_exact(i2).enumerate() {
+            for (i, &v) in row.iter().enumerate() {
+                ph[((i % s2) * rows + r) * pw + i / s2] = v;
+            }
+        }
+        ph
+    } else {
+        Vec::new()
+    };
+    let rows_total = x.len() / i2.max(1);
     // One output row at a time, every tap in order: the row stays in L1 and each element sums
     // its taps in the same order as a tap-by-tap pass over the plane would (same bits).
     for od in 0..o0 {
@@ -356,19 +373,19 @@ pub(super) fn direct_plane<T: GemmFloat>(x: &[T], w: &[T], g: &Geom, out: &mut [
                 }
                 let id = (od as i64 * g.s[0] as i64 + t.off[0]) as usize;
                 let ih = (oh as i64 * g.s[1] as i64 + t.off[1]) as usize;
-                let srow = &x[(id * i1 + ih) * i2..(id * i1 + ih + 1) * i2];
+                let row = id * i1 + ih;
                 let wv = t.wv;
-                if g.s[2] == 1 {
-                    let st = (c0 as i64 + t.off[2]) as usize;
-                    for (d, &v) in drow[c0..c1].iter_mut().zip(&srow[st..st + (c1 - c0)]) {
-                        *d = *d + wv * v;
-                    }
+                // The first tap column, c0·s + off, is inside the row (`span` keeps exactly the
+                // columns whose input lies in it).
+                let st = (c0 as i64 * s2 as i64 + t.off[2]) as usize;
+                let src = if s2 == 1 {
+                    &x[row * i2 + st..][..c1 - c0]
                 } else {
-                    let s2 = g.s[2];
-                    let st = (c0 as i64 * s2 as i64 + t.off[2]) as usize;
-                    for (d, &v) in drow[c0..c1].iter_mut().zip(srow[st..].iter().step_by(s2)) {
-                        *d = *d + wv * v;
-                    }
+                    // Column st + j·s is phase st % s, index st / s + j.
+                    &phases[((st % s2) * rows_total + row) * pw + st / s2..][..c1 - c0]
+                };
+                for (d, &v) in drow[c0..c1].iter_mut().zip(src) {
+                    *d = *d + wv * v;
                 }
             }
         }

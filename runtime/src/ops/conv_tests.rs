@@ -357,6 +357,26 @@ fn edge_cases() -> Vec<(Vec<(&'static str, Attr)>, Vec<usize>, Vec<usize>)> {
             vec![1, 12, 5, 5],
             vec![12, 3, 3, 3],
         ),
+        // Depthwise with column strides 2 and 3 over rows wider than a vector (the direct path
+        // reads each tap from the row's stride phases).
+        (
+            vec![
+                ("group", Attr::Int(4)),
+                ("pads", i(&[1, 1, 1, 1])),
+                ("strides", i(&[2, 2])),
+            ],
+            vec![1, 4, 9, 37],
+            vec![4, 1, 3, 3],
+        ),
+        (
+            vec![
+                ("group", Attr::Int(3)),
+                ("pads", i(&[0, 2, 1, 1])),
+                ("strides", i(&[1, 3])),
+            ],
+            vec![1, 3, 5, 40],
+            vec![6, 1, 3, 5],
+        ),
     ]
 }
 
