@@ -119,14 +119,18 @@ fn hard_swish(x: f32) -> f32 {
 #[inline(always)]
 pub fn exp_f32(x: f32) -> f32 {
     let x = x.clamp(-104.0, 89.0);
-    let n = (x * std::f32::consts::LOG2_E + 12_582_912.0) - 12_582_912.0;
+    // Rounded to an integer by adding 1.5·2^23, where the float's unit is 1: `t`'s bits are then
+    // those of 1.5·2^23 plus n (|n| <= 150), so n comes out of them as an integer. `n as i32`
+    // would give the same value, but its saturating conversion does not vectorise.
+    let t = x * std::f32::consts::LOG2_E + 12_582_912.0;
+    let n = t - 12_582_912.0;
     let r = x - n * (355.0 / 512.0) + n * 2.121_944_4e-4;
     let p = 1.0
         + r * (1.0
             + r * (0.5
                 + r * (1.0 / 6.0
                     + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r / 5040.0))))));
-    let k = n as i32;
+    let k = (t.to_bits() as i32).wrapping_sub(0x4B40_0000);
     let half = k >> 1;
     let scale = |e: i32| f32::from_bits(((e + 127) as u32) << 23);
     p * scale(half) * scale(k - half)
