@@ -116,8 +116,15 @@ pub(super) trait ConvFloat: GemmFloat {
 
     /// [`direct_plane`] on this type, compiled for the widest vectors the CPU has where that
     /// pays (the same operations in the same order: the same bits).
-    fn plane(x: &[Self], w: &[Self], g: &Geom, out: &mut [Self]) {
-        direct_plane(x, w, g, out)
+    fn plane(
+        x: &[Self],
+        w: &[Self],
+        taps: &[DirectTap],
+        g: &Geom,
+        out: &mut [Self],
+        phases: &mut Vec<Self>,
+    ) {
+        direct_plane(x, w, taps, g, out, phases)
     }
 }
 
@@ -136,26 +143,51 @@ impl ConvFloat for f32 {
         act.apply(v, None);
     }
 
-    fn plane(x: &[f32], w: &[f32], g: &Geom, out: &mut [f32]) {
+    fn plane(
+        x: &[f32],
+        w: &[f32],
+        taps: &[DirectTap],
+        g: &Geom,
+        out: &mut [f32],
+        phases: &mut Vec<f32>,
+    ) {
+        type Plane = unsafe fn(&[f32], &[f32], &[DirectTap], &Geom, &mut [f32], &mut Vec<f32>);
         #[cfg(target_arch = "x86_64")]
         {
             use quorum_kernels::Isa;
             #[target_feature(enable = "avx512f")]
-            fn avx512(x: &[f32], w: &[f32], g: &Geom, out: &mut [f32]) {
-                direct_plane(x, w, g, out)
+            fn avx512(
+                x: &[f32],
+                w: &[f32],
+                taps: &[DirectTap],
+                g: &Geom,
+                out: &mut [f32],
+                phases: &mut Vec<f32>,
+            ) {
+                direct_plane(x, w, taps, g, out, phases)
             }
             #[target_feature(enable = "avx2")]
-            fn avx2(x: &[f32], w: &[f32], g: &Geom, out: &mut [f32]) {
-                direct_plane(x, w, g, out)
+            fn avx2(
+                x: &[f32],
+                w: &[f32],
+                taps: &[DirectTap],
+                g: &Geom,
+                out: &mut [f32],
+                phases: &mut Vec<f32>,
+            ) {
+                direct_plane(x, w, taps, g, out, phases)
             }
-            match Isa::detected() {
+            let wide: Option<Plane> = match Isa::detected() {
+                Isa::Avx512 => Some(avx512),
+                Isa::Avx2 => Some(avx2),
+                Isa::Portable => None,
+            };
+            if let Some(f) = wide {
                 // SAFETY: the instruction set was detected on this CPU.
-                Isa::Avx512 => return unsafe { avx512(x, w, g, out) },
-                Isa::Avx2 => return unsafe { avx2(x, w, g, out) },
-                Isa::Portable => {}
+                return unsafe { f(x, w, taps, g, out, phases) };
             }
         }
-        direct_plane(x, w, g, out)
+        direct_plane(x, w, taps, g, out, phases)
     }
 }
 
@@ -314,59 +346,69 @@ fn im2col<T: GemmFloat>(x: &[T], g: &Geom, cg: usize, col: &mut [T], par: bool) 
     }
 }
 
-/// Direct convolution of one input plane with one filter (depthwise), added into `out`.
-#[inline(always)]
-pub(super) fn direct_plane<T: GemmFloat>(x: &[T], w: &[T], g: &Geom, out: &mut [T]) {
+/// One tap of a direct convolution's kernel: its index in the filter, the output ranges it reaches
+/// along each dim, and its input offsets. The same for every plane of a convolution.
+pub(super) struct DirectTap {
+    k: usize,
+    rows: [(usize, usize); 2],
+    cols: (usize, usize),
+    off: [i64; 3],
+}
+
+/// The taps of `g`'s kernel that reach any output, in kernel order.
+pub(super) fn direct_taps(g: &Geom) -> Vec<DirectTap> {
     let [o0, o1, o2] = g.outs;
-    let [_, i1, i2] = g.ins;
-    // Per tap: its weight, the output ranges it reaches along each dim, and its offsets.
-    struct Tap<T> {
-        wv: T,
-        rows: [(usize, usize); 2],
-        cols: (usize, usize),
-        off: [i64; 3],
-    }
-    let taps: Vec<Tap<T>> = w
-        .iter()
-        .enumerate()
-        .map(|(kk, &wv)| {
-            let kp = g.kpos(kk);
+    (0..g.ksz())
+        .map(|k| {
+            let kp = g.kpos(k);
             let off = [g.off(0, kp[0]), g.off(1, kp[1]), g.off(2, kp[2])];
-            Tap {
-                wv,
+            DirectTap {
+                k,
                 rows: [
                     span(o0, g.s[0], off[0], g.ins[0]),
-                    span(o1, g.s[1], off[1], i1),
+                    span(o1, g.s[1], off[1], g.ins[1]),
                 ],
-                cols: span(o2, g.s[2], off[2], i2),
+                cols: span(o2, g.s[2], off[2], g.ins[2]),
                 off,
             }
         })
         .filter(|t| t.cols.0 < t.cols.1)
-        .collect();
+        .collect()
+}
+
+/// Direct convolution of one input plane with one filter (depthwise), added into `out`; `taps`
+/// from [`direct_taps`], `phases` scratch.
+#[inline(always)]
+pub(super) fn direct_plane<T: GemmFloat>(
+    x: &[T],
+    w: &[T],
+    taps: &[DirectTap],
+    g: &Geom,
+    out: &mut [T],
+    phases: &mut Vec<T>,
+) {
+    let [o0, o1, o2] = g.outs;
+    let [_, i1, i2] = g.ins;
     // With a column stride, the plane split into its stride phases first (`phase p` holds columns
     // `i·s + p` of every row), so that each tap reads a contiguous run and the loop vectorises.
     let s2 = g.s[2];
     let pw = i2.div_ceil(s2);
-    let phases: Vec<T> = if s2 > 1 {
-        let rows = x.len() / i2.max(1);
-        let mut ph = vec![T::zero(); s2 * rows * pw];
+    let rows_total = x.len() / i2.max(1);
+    if s2 > 1 {
+        phases.clear();
+        phases.resize(s2 * rows_total * pw, T::zero());
         for (r, row) in x.chunks_exact(i2).enumerate() {
             for (i, &v) in row.iter().enumerate() {
-                ph[((i % s2) * rows + r) * pw + i / s2] = v;
+                phases[((i % s2) * rows_total + r) * pw + i / s2] = v;
             }
         }
-        ph
-    } else {
-        Vec::new()
-    };
-    let rows_total = x.len() / i2.max(1);
+    }
     // One output row at a time, every tap in order: the row stays in L1 and each element sums
     // its taps in the same order as a tap-by-tap pass over the plane would (same bits).
     for od in 0..o0 {
         for oh in 0..o1 {
             let drow = &mut out[(od * o1 + oh) * o2..(od * o1 + oh + 1) * o2];
-            for t in &taps {
+            for t in taps {
                 let ([(h0, h1), (r0, r1)], (c0, c1)) = (t.rows, t.cols);
                 if od < h0 || od >= h1 || oh < r0 || oh >= r1 {
                     continue;
@@ -374,7 +416,7 @@ pub(super) fn direct_plane<T: GemmFloat>(x: &[T], w: &[T], g: &Geom, out: &mut [
                 let id = (od as i64 * g.s[0] as i64 + t.off[0]) as usize;
                 let ih = (oh as i64 * g.s[1] as i64 + t.off[1]) as usize;
                 let row = id * i1 + ih;
-                let wv = t.wv;
+                let wv = w[t.k];
                 // The first tap column, c0·s + off, is inside the row (`span` keeps exactly the
                 // columns whose input lies in it).
                 let st = (c0 as i64 * s2 as i64 + t.off[2]) as usize;
@@ -407,22 +449,30 @@ pub(super) fn depthwise<T: ConvFloat>(
     if y.is_empty() {
         return y;
     }
-    let f = |(plane, out): (usize, &mut [T])| {
+    let taps = direct_taps(g);
+    let f = |phases: &mut Vec<T>, (plane, out): (usize, &mut [T])| {
         let (ni, oc) = (plane / m, plane % m);
         out.fill(bias.map_or(T::zero(), |b| b[oc]));
         let ic = ni * sh.c + oc / mg;
         T::plane(
             &xd[ic * in_sp..(ic + 1) * in_sp],
             &wd[oc * ksz..(oc + 1) * ksz],
+            &taps,
             g,
             out,
+            phases,
         );
         T::activate(out, act);
     };
     if y.len().saturating_mul(ksz) >= PAR_MIN {
-        y.par_chunks_mut(out_sp).enumerate().for_each(f);
+        y.par_chunks_mut(out_sp)
+            .enumerate()
+            .for_each_init(Vec::new, f);
     } else {
-        y.chunks_mut(out_sp).enumerate().for_each(f);
+        let mut phases = Vec::new();
+        y.chunks_mut(out_sp)
+            .enumerate()
+            .for_each(|p| f(&mut phases, p));
     }
     y
 }
