@@ -398,9 +398,7 @@ pub(super) fn direct_plane<T: GemmFloat>(
         phases.clear();
         phases.resize(s2 * rows_total * pw, T::zero());
         for (r, row) in x.chunks_exact(i2).enumerate() {
-            for (i, &v) in row.iter().enumerate() {
-                phases[((i % s2) * rows_total + r) * pw + i / s2] = v;
-            }
+            crate::ops::split_phases(row, s2, &mut phases[r * pw..], rows_total * pw);
         }
     }
     // One output row at a time, every tap in order: the row stays in L1 and each element sums

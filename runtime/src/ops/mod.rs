@@ -403,3 +403,50 @@ pub(crate) mod testing {
             .collect()
     }
 }
+
+/// Splits `row` into its `s` stride phases: column `i·s + p` goes to `out[p·stride + i]`. Strided
+/// kernels (pooling, depthwise convolution) then read each tap as a contiguous run. Stride 2, the
+/// common one, is a pairwise split that vectorises; other strides walk each phase in turn.
+pub(crate) fn split_phases<T: Copy>(row: &[T], s: usize, out: &mut [T], stride: usize) {
+    if s == 2 {
+        let (evens, odds) = out.split_at_mut(stride);
+        for ((e, o), pair) in evens
+            .iter_mut()
+            .zip(odds.iter_mut())
+            .zip(row.chunks_exact(2))
+        {
+            *e = pair[0];
+            *o = pair[1];
+        }
+        if row.len() % 2 == 1 {
+            evens[row.len() / 2] = row[row.len() - 1];
+        }
+        return;
+    }
+    for p in 0..s.min(row.len()) {
+        for (d, &v) in out[p * stride..].iter_mut().zip(row[p..].iter().step_by(s)) {
+            *d = v;
+        }
+    }
+}
+
+#[cfg(test)]
+mod split_phases_tests {
+    /// Every column lands at its phase and index, for odd and even lengths and strides 1 to 4.
+    #[test]
+    fn columns_land_in_their_phase() {
+        for s in 1..=4 {
+            for len in 0..=11usize {
+                let row: Vec<i32> = (0..len as i32).collect();
+                let stride = len.div_ceil(s) + 1;
+                let mut out = vec![-1; s * stride];
+                super::split_phases(&row, s, &mut out, stride);
+                for (i, &v) in row.iter().enumerate() {
+                    assert_eq!(out[(i % s) * stride + i / s], v, "s={s} len={len} col {i}");
+                }
+                let written = out.iter().filter(|&&v| v >= 0).count();
+                assert_eq!(written, len, "s={s} len={len}: a write outside the phases");
+            }
+        }
+    }
+}

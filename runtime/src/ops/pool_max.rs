@@ -92,9 +92,7 @@ pub(super) fn max_pool_rows<T: Copy + PartialOrd + EmptyMax + Send + Sync>(
                         let srow = &src[ih * i2..(ih + 1) * i2];
                         if a < b {
                             if s2 > 1 {
-                                for (i, &v) in srow.iter().enumerate() {
-                                    phases[(i % s2) * phase_len + i / s2] = v;
-                                }
+                                crate::ops::split_phases(srow, s2, &mut phases, phase_len);
                             }
                             for t in 0..k2 {
                                 // Output column ow reads column (ow + q)·s + p of the row.
