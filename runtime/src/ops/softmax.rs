@@ -5,6 +5,7 @@
 use half::{bf16, f16};
 use ndarray::{ArrayD, IxDyn};
 use num_traits::Float;
+use quorum_kernels::activation::exp_f32;
 use rayon::prelude::*;
 
 use super::broadcast::PAR_THRESHOLD;
@@ -120,10 +121,65 @@ fn block<T: Float + Elem>(b: &mut [T], n: usize, inner: usize, kind: Kind) {
     }
 }
 
+/// [`block`] for f32: a Softmax over contiguous lanes exponentiates with the vectorising
+/// [`exp_f32`] (the Exp and Sigmoid kernels' function) and sums in eight f64 partial sums, on the
+/// widest vectors the CPU has; other forms as [`block`].
+fn block_f32(b: &mut [f32], n: usize, inner: usize, kind: Kind) {
+    if inner != 1 || kind != Kind::Soft || n == 0 {
+        return block(b, n, inner, kind);
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx512f")]
+        fn avx512(b: &mut [f32]) {
+            soft_lane_f32(b)
+        }
+        #[target_feature(enable = "avx2")]
+        fn avx2(b: &mut [f32]) {
+            soft_lane_f32(b)
+        }
+        match quorum_kernels::Isa::detected() {
+            // SAFETY: the instruction set was detected on this CPU.
+            quorum_kernels::Isa::Avx512 => return unsafe { avx512(b) },
+            quorum_kernels::Isa::Avx2 => return unsafe { avx2(b) },
+            quorum_kernels::Isa::Portable => {}
+        }
+    }
+    soft_lane_f32(b)
+}
+
+/// One contiguous f32 Softmax lane, in place: the maximum by the NaN rule of [`block`], then
+/// `e^(v - max)` and their sum, then the division.
+#[inline(always)]
+fn soft_lane_f32(b: &mut [f32]) {
+    let m = b.iter().fold(
+        f32::NEG_INFINITY,
+        |m, &v| if v > m || v.is_nan() { v } else { m },
+    );
+    let mut sums = [0f64; 8];
+    for chunk in b.chunks_mut(8) {
+        for (v, s) in chunk.iter_mut().zip(sums.iter_mut()) {
+            *v = exp_f32(*v - m);
+            *s += f64::from(*v);
+        }
+    }
+    let s = sums.iter().sum::<f64>() as f32;
+    b.iter_mut().for_each(|v| *v /= s);
+}
+
 fn compute<T: Float + Elem>(
+    a: &ArrayD<T>,
+    dims: (usize, usize, usize),
+    kind: Kind,
+) -> OpResult<ArrayD<T>> {
+    compute_with(a, dims, kind, block::<T>)
+}
+
+fn compute_with<T: Float + Elem>(
     a: &ArrayD<T>,
     (outer, n, inner): (usize, usize, usize),
     kind: Kind,
+    block: fn(&mut [T], usize, usize, Kind),
 ) -> OpResult<ArrayD<T>> {
     // A contiguous input is copied as one slice (ndarray's n-dimensional iterator costs more than
     // the softmax itself).
@@ -183,16 +239,16 @@ fn run(ctx: &OpCtx, inputs: &[Option<&Value>], kind: Kind) -> OpResult<Vec<Value
     let shape = x.shape();
     let dims = lanes(ctx, shape)?;
     let out = match x {
-        Tensor::F32(a) => Tensor::F32(compute(a, dims, kind)?),
+        Tensor::F32(a) => Tensor::F32(compute_with(a, dims, kind, block_f32)?),
         Tensor::F64(a) => Tensor::F64(compute(a, dims, kind)?),
         // f16 and bf16 are computed in f32 and rounded once, as every kernel promises (numpy rounds
         // each intermediate to float16 instead: the corpus cases that show it carry a tolerance).
         Tensor::F16(a) => {
-            let r = compute(&a.mapv(|v| v.to_f32()), dims, kind)?;
+            let r = compute_with(&a.mapv(|v| v.to_f32()), dims, kind, block_f32)?;
             Tensor::F16(r.mapv(f16::from_f32))
         }
         Tensor::BF16(a) => {
-            let r = compute(&a.mapv(|v| v.to_f32()), dims, kind)?;
+            let r = compute_with(&a.mapv(|v| v.to_f32()), dims, kind, block_f32)?;
             Tensor::BF16(r.mapv(bf16::from_f32))
         }
         other => unsupported!("{kind:?}max of {}", other.dtype()),
@@ -213,6 +269,59 @@ fn hardmax(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The largest error of `got` against Softmax in f64 of the lane's f32 differences from its
+    /// maximum (the f32 subtraction rounds first in any f32 Softmax, and e^d turns its half ulp of
+    /// `d` into |d|/2 ulps of the result), in units of f32's epsilon relative to each element (an
+    /// absolute floor of 1e-30 for elements that underflow).
+    fn ulps_off(lane: &[f32], got: &[f32]) -> f64 {
+        let m = lane.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+        let d: Vec<f64> = lane.iter().map(|&v| (v - m) as f64).collect();
+        let z: f64 = d.iter().map(|&d| d.exp()).sum();
+        d.iter()
+            .zip(got)
+            .map(|(&d, &g)| {
+                let want = d.exp() / z;
+                (g as f64 - want).abs() / (want.max(1e-30) * f32::EPSILON as f64)
+            })
+            .fold(0.0, f64::max)
+    }
+
+    /// The f32 lane path against Softmax in f64, lanes of every length around its eight partial
+    /// sums and a long one, values up to ±80 (sums over e^±80 in f64): within 4 ulps of f32 (exp_f32
+    /// is within about 2, the division rounds once, the sum once). A path that never combines its
+    /// partial sums must be caught by the same comparison on the lanes of comparable terms (at
+    /// scale 1; at ±80 one term can be the whole sum).
+    #[test]
+    fn f32_lanes_match_f64_softmax() {
+        let mut rng = crate::inputs::Rng::new(7);
+        for len in [1usize, 2, 7, 8, 9, 15, 16, 17, 100, 1000] {
+            for scale in [1.0f32, 10.0, 80.0] {
+                let lane: Vec<f32> = (0..len)
+                    .map(|_| (rng.uniform() as f32 * 2.0 - 1.0) * scale)
+                    .collect();
+                let mut got = lane.clone();
+                block_f32(&mut got, len, 1, Kind::Soft);
+                let off = ulps_off(&lane, &got);
+                assert!(off <= 4.0, "len {len} scale {scale}: {off} ulps");
+                if len >= 9 && scale == 1.0 {
+                    // Broken: the partial sums never combined (the first one taken as the sum).
+                    let m = lane.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+                    let e: Vec<f32> = lane.iter().map(|&v| exp_f32(v - m)).collect();
+                    let first: f64 = e.iter().step_by(8).map(|&v| v as f64).sum();
+                    let broken: Vec<f32> = e.iter().map(|&v| v / first as f32).collect();
+                    assert!(
+                        ulps_off(&lane, &broken) > 4.0,
+                        "len {len} scale {scale}: uncombined partial sums went unnoticed"
+                    );
+                }
+            }
+        }
+        // NaN anywhere makes the lane NaN, as in the general path.
+        let mut nan = vec![1.0f32, f32::NAN, 2.0];
+        block_f32(&mut nan, 3, 1, Kind::Soft);
+        assert!(nan.iter().all(|v| v.is_nan()));
+    }
 
     /// Softmax/LogSoftmax along the middle axis of [2, 3, 4] (strided lanes) against a direct formula.
     #[test]
