@@ -513,10 +513,24 @@ fn global_t<T: Copy + Send + Sync, F: Fn(&[T]) -> T + Sync + Send>(
 
 fn global_average_pool(_ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let x = input(inputs, 0)?;
-    fn avg<T: Float>(p: &[T]) -> T {
-        p.iter().fold(T::zero(), |a, &b| a + b) / T::from(p.len()).unwrap_or(T::one())
+    single(float_pool!(x, a => global_t(a, plane_mean)?))
+}
+
+/// The mean of one plane: sixteen running sums (one AVX-512 vector's lanes), each over every
+/// sixteenth value, then combined. The loop vectorises, where one running sum waited on each add,
+/// and each sum rounds over a sixteenth of the terms.
+pub(super) fn plane_mean<T: Float>(p: &[T]) -> T {
+    let mut lanes = [T::zero(); 16];
+    let chunks = p.chunks_exact(16);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (s, &v) in lanes.iter_mut().zip(c) {
+            *s = *s + v;
+        }
     }
-    single(float_pool!(x, a => global_t(a, avg)?))
+    let sum =
+        lanes.iter().fold(T::zero(), |a, &b| a + b) + rest.iter().fold(T::zero(), |a, &b| a + b);
+    sum / T::from(p.len()).unwrap_or(T::one())
 }
 
 fn global_lp_pool(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {

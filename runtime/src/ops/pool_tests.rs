@@ -308,3 +308,42 @@ fn maxpool_separable_path_matches_the_window_walk() {
         .unwrap();
     }
 }
+
+/// GlobalAveragePool's plane mean against the f64 mean, on planes of every length around its
+/// sixteen lanes and a 112×112 one: within (lg n + 2) ulps of the mean's magnitude scale (each lane
+/// sums n/16 terms). A mean that leaves out the tail past the last whole group of sixteen must be
+/// caught by the same comparison.
+#[test]
+fn global_average_pool_plane_mean_matches_f64() {
+    let within = |p: &[f32], got: f32| {
+        let want = p.iter().map(|&v| v as f64).sum::<f64>() / p.len() as f64;
+        let scale = p.iter().map(|&v| (v as f64).abs()).sum::<f64>() / p.len() as f64;
+        let bound = ((p.len() as f64).log2() + 2.0) * f32::EPSILON as f64 * scale;
+        (got as f64 - want).abs() <= bound
+    };
+    for (s, len) in [1usize, 15, 16, 17, 31, 33, 1000, 112 * 112]
+        .into_iter()
+        .enumerate()
+    {
+        let p: Vec<f32> = rand(80 + s as u64, len).iter().map(|v| v + 0.25).collect();
+        assert!(within(&p, plane_mean(&p)), "len {len}");
+        if len % 16 != 0 && len > 16 {
+            // Broken: the tail dropped (the sum of the whole groups over all n values).
+            let whole = len - len % 16;
+            let broken = p[..whole].iter().sum::<f32>() / len as f32;
+            assert!(
+                !within(&p, broken),
+                "len {len}: a dropped tail went unnoticed"
+            );
+        }
+    }
+    // Through the kernel: one mean per plane, in the output's [N, C, 1, 1] shape.
+    let xv = rand(90, 2 * 3 * 7 * 9);
+    let x = Tensor::from_f32(&[2, 3, 7, 9], xv.clone()).unwrap();
+    let y = call(global_average_pool, vec![], x, 1).remove(0);
+    assert_eq!(y.shape(), &[2, 3, 1, 1]);
+    let Tensor::F32(ya) = &y else { panic!("{y:?}") };
+    for (i, plane) in xv.chunks(63).enumerate() {
+        assert!(within(plane, ya.as_slice().unwrap()[i]), "plane {i}");
+    }
+}
