@@ -116,15 +116,8 @@ pub(super) trait ConvFloat: GemmFloat {
 
     /// [`direct_plane`] on this type, compiled for the widest vectors the CPU has where that
     /// pays (the same operations in the same order: the same bits).
-    fn plane(
-        x: &[Self],
-        w: &[Self],
-        taps: &[DirectTap],
-        g: &Geom,
-        out: &mut [Self],
-        phases: &mut Vec<Self>,
-    ) {
-        direct_plane(x, w, taps, g, out, phases)
+    fn plane(task: &PlaneTask<Self>, out: &mut [Self], phases: &mut Vec<Self>) {
+        direct_plane(task, out, phases)
     }
 }
 
@@ -143,51 +136,26 @@ impl ConvFloat for f32 {
         act.apply(v, None);
     }
 
-    fn plane(
-        x: &[f32],
-        w: &[f32],
-        taps: &[DirectTap],
-        g: &Geom,
-        out: &mut [f32],
-        phases: &mut Vec<f32>,
-    ) {
-        type Plane = unsafe fn(&[f32], &[f32], &[DirectTap], &Geom, &mut [f32], &mut Vec<f32>);
+    fn plane(task: &PlaneTask<f32>, out: &mut [f32], phases: &mut Vec<f32>) {
         #[cfg(target_arch = "x86_64")]
         {
             use quorum_kernels::Isa;
             #[target_feature(enable = "avx512f")]
-            fn avx512(
-                x: &[f32],
-                w: &[f32],
-                taps: &[DirectTap],
-                g: &Geom,
-                out: &mut [f32],
-                phases: &mut Vec<f32>,
-            ) {
-                direct_plane(x, w, taps, g, out, phases)
+            fn avx512(task: &PlaneTask<f32>, out: &mut [f32], phases: &mut Vec<f32>) {
+                direct_plane(task, out, phases)
             }
             #[target_feature(enable = "avx2")]
-            fn avx2(
-                x: &[f32],
-                w: &[f32],
-                taps: &[DirectTap],
-                g: &Geom,
-                out: &mut [f32],
-                phases: &mut Vec<f32>,
-            ) {
-                direct_plane(x, w, taps, g, out, phases)
+            fn avx2(task: &PlaneTask<f32>, out: &mut [f32], phases: &mut Vec<f32>) {
+                direct_plane(task, out, phases)
             }
-            let wide: Option<Plane> = match Isa::detected() {
-                Isa::Avx512 => Some(avx512),
-                Isa::Avx2 => Some(avx2),
-                Isa::Portable => None,
-            };
-            if let Some(f) = wide {
+            match Isa::detected() {
                 // SAFETY: the instruction set was detected on this CPU.
-                return unsafe { f(x, w, taps, g, out, phases) };
+                Isa::Avx512 => return unsafe { avx512(task, out, phases) },
+                Isa::Avx2 => return unsafe { avx2(task, out, phases) },
+                Isa::Portable => {}
             }
         }
-        direct_plane(x, w, taps, g, out, phases)
+        direct_plane(task, out, phases)
     }
 }
 
@@ -376,17 +344,20 @@ pub(super) fn direct_taps(g: &Geom) -> Vec<DirectTap> {
         .collect()
 }
 
-/// Direct convolution of one input plane with one filter (depthwise), added into `out`; `taps`
-/// from [`direct_taps`], `phases` scratch.
+/// One plane of a direct convolution: the input plane, its filter, and the convolution's taps
+/// (from [`direct_taps`]) and geometry.
+pub(super) struct PlaneTask<'a, T> {
+    pub x: &'a [T],
+    pub w: &'a [T],
+    pub taps: &'a [DirectTap],
+    pub g: &'a Geom,
+}
+
+/// Direct convolution of one input plane with one filter (depthwise), added into `out`; `phases`
+/// is scratch.
 #[inline(always)]
-pub(super) fn direct_plane<T: GemmFloat>(
-    x: &[T],
-    w: &[T],
-    taps: &[DirectTap],
-    g: &Geom,
-    out: &mut [T],
-    phases: &mut Vec<T>,
-) {
+pub(super) fn direct_plane<T: GemmFloat>(task: &PlaneTask<T>, out: &mut [T], phases: &mut Vec<T>) {
+    let PlaneTask { x, w, taps, g } = *task;
     let [o0, o1, o2] = g.outs;
     let [_, i1, i2] = g.ins;
     // With a column stride, the plane split into its stride phases first (`phase p` holds columns
@@ -395,7 +366,8 @@ pub(super) fn direct_plane<T: GemmFloat>(
     let pw = i2.div_ceil(s2);
     let rows_total = x.len() / i2.max(1);
     if s2 > 1 {
-        phases.clear();
+        // Same size for every plane of a convolution: resized once, then overwritten (a slot no
+        // column lands in is never read).
         phases.resize(s2 * rows_total * pw, T::zero());
         for (r, row) in x.chunks_exact(i2).enumerate() {
             crate::ops::split_phases(row, s2, &mut phases[r * pw..], rows_total * pw);
@@ -452,14 +424,13 @@ pub(super) fn depthwise<T: ConvFloat>(
         let (ni, oc) = (plane / m, plane % m);
         out.fill(bias.map_or(T::zero(), |b| b[oc]));
         let ic = ni * sh.c + oc / mg;
-        T::plane(
-            &xd[ic * in_sp..(ic + 1) * in_sp],
-            &wd[oc * ksz..(oc + 1) * ksz],
-            &taps,
+        let task = PlaneTask {
+            x: &xd[ic * in_sp..(ic + 1) * in_sp],
+            w: &wd[oc * ksz..(oc + 1) * ksz],
+            taps: &taps,
             g,
-            out,
-            phases,
-        );
+        };
+        T::plane(&task, out, phases);
         T::activate(out, act);
     };
     if y.len().saturating_mul(ksz) >= PAR_MIN {

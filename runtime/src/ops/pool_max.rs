@@ -115,8 +115,9 @@ pub(super) fn max_pool_rows<T: Copy + PartialOrd + EmptyMax + Send + Sync>(
                                 }
                             }
                         }
-                        for (ow, &(cstart, clo, chi)) in cols.iter().enumerate() {
-                            if clo >= chi || (a..b).contains(&ow) {
+                        for ow in (0..a).chain(b..o2) {
+                            let (cstart, clo, chi) = cols[ow];
+                            if clo >= chi {
                                 continue;
                             }
                             let base = (cstart + clo as i64) as usize;

@@ -28,6 +28,15 @@ enum Kind {
     Hard,
 }
 
+/// A contiguous lane's maximum, NaN if any value is (the first NaN stays).
+#[inline(always)]
+fn lane_max<T: Float>(b: &[T]) -> T {
+    b.iter().fold(
+        T::neg_infinity(),
+        |m, &v| if v > m || v.is_nan() { v } else { m },
+    )
+}
+
 /// One block `[n, inner]` of lanes, in place.
 fn block<T: Float + Elem>(b: &mut [T], n: usize, inner: usize, kind: Kind) {
     if n == 0 || inner == 0 {
@@ -46,10 +55,7 @@ fn block<T: Float + Elem>(b: &mut [T], n: usize, inner: usize, kind: Kind) {
                 b[best] = T::one();
             }
             Kind::Soft => {
-                let m = b.iter().fold(
-                    T::neg_infinity(),
-                    |m, &v| if v > m || v.is_nan() { v } else { m },
-                );
+                let m = lane_max(b);
                 let mut sum = 0f64;
                 for v in b.iter_mut() {
                     *v = (*v - m).exp();
@@ -59,10 +65,7 @@ fn block<T: Float + Elem>(b: &mut [T], n: usize, inner: usize, kind: Kind) {
                 b.iter_mut().for_each(|v| *v = *v / s);
             }
             Kind::LogSoft => {
-                let m = b.iter().fold(
-                    T::neg_infinity(),
-                    |m, &v| if v > m || v.is_nan() { v } else { m },
-                );
+                let m = lane_max(b);
                 let sum: f64 = b.iter().map(|&v| Elem::to_f64((v - m).exp())).sum();
                 let sub = m + <T as Elem>::from_f64(sum.ln());
                 b.iter_mut().for_each(|v| *v = *v - sub);
@@ -152,10 +155,7 @@ fn block_f32(b: &mut [f32], n: usize, inner: usize, kind: Kind) {
 /// `e^(v - max)` and their sum, then the division.
 #[inline(always)]
 fn soft_lane_f32(b: &mut [f32]) {
-    let m = b.iter().fold(
-        f32::NEG_INFINITY,
-        |m, &v| if v > m || v.is_nan() { v } else { m },
-    );
+    let m = lane_max(b);
     let mut sums = [0f64; 8];
     for chunk in b.chunks_mut(8) {
         for (v, s) in chunk.iter_mut().zip(sums.iter_mut()) {
