@@ -181,6 +181,9 @@ pub trait DeviceRun {
     /// Records this run's commands into `log` from now on (`crate::cmdlog`); a backend that keeps
     /// no log ignores it.
     fn attach_log(&self, _log: Arc<crate::cmdlog::CommandLog>) {}
+    /// Times each launch's work on the device from now on, into `Counters::device_time` (wgpu:
+    /// timestamp queries, where the adapter has them); a backend that cannot ignores it.
+    fn time_kernels(&self) {}
 }
 
 /// A run captured by a device: replays it on new inputs of the same shapes and dtypes.

@@ -37,6 +37,10 @@ pub struct Counters {
     pub verify_by_op: Mutex<BTreeMap<String, OpVerification>>,
     /// Time per op type and where it ran (written only while `SessionOptions::profile` is on).
     pub op_time: Mutex<BTreeMap<(String, String), OpTime>>,
+    /// Kernel time on the device per op type, from the device's own clock (written only while
+    /// `SessionOptions::profile` is on, by a device that times its kernels: wgpu with timestamp
+    /// queries). `calls` counts node launches, `nanos` the time of all their dispatches.
+    pub device_time: Mutex<BTreeMap<String, OpTime>>,
 }
 
 /// The time the top-level nodes of one op type spent on one provider over a session's runs: wall

@@ -165,3 +165,55 @@ fn released_buffers_are_reused_within_a_run() {
     }
     assert!(ids.len() <= 3, "40 outputs used {} buffers", ids.len());
 }
+
+/// A profiled session's kernel time per op comes from the adapter's timestamp queries: every
+/// launch counted once, each op's time positive and within the wall time of the runs that made it
+/// (a tick period misread, or stamps paired across dispatches, breaks one of these), and a 192³
+/// MatMul's kernel longer than a Relu over 64 elements. Unprofiled sessions record nothing.
+#[test]
+fn profiled_runs_time_each_kernel_on_the_device_clock() {
+    use quorum::SessionOptions;
+    use quorum::wgpu::Device;
+    if !wgpu_here() || !Device::get().is_ok_and(|d| d.caps.timestamps) {
+        return;
+    }
+    let options = |profile: bool| SessionOptions {
+        providers: vec![Provider::Wgpu, Provider::Cpu],
+        profile,
+        fold_constants: false,
+        ..Default::default()
+    };
+    let per_launch = |case: Case, op: &str| -> f64 {
+        let (s, feeds) = case.session(options(true));
+        let start = std::time::Instant::now();
+        for _ in 0..4 {
+            s.run(feeds.clone()).unwrap();
+        }
+        let wall = start.elapsed().as_nanos() as u64;
+        let prof = s.device_profile();
+        assert_eq!(prof.len(), 1, "{prof:?}");
+        let (name, t) = &prof[0];
+        assert_eq!(name, op);
+        assert_eq!(t.calls, 4, "{op}: one launch per run");
+        assert!(
+            t.nanos > 0 && t.nanos < wall,
+            "{op}: {} ns of kernels in {wall} ns",
+            t.nanos
+        );
+        t.nanos as f64 / 4.0
+    };
+    let matmul = per_launch(
+        Case::new("MatMul")
+            .input(rand_f32(31, &[192, 192]))
+            .input(rand_f32(32, &[192, 192])),
+        "MatMul",
+    );
+    let relu = per_launch(Case::new("Relu").input(rand_f32(33, &[64])), "Relu");
+    assert!(matmul > relu, "MatMul {matmul} ns against Relu {relu} ns");
+
+    let (plain, feeds) = Case::new("Relu")
+        .input(rand_f32(34, &[64]))
+        .session(options(false));
+    plain.run(feeds).unwrap();
+    assert!(plain.device_profile().is_empty());
+}

@@ -245,6 +245,20 @@ impl Session {
         v
     }
 
+    /// Kernel time on the device per op type over the profiled runs, most first (empty unless
+    /// `SessionOptions::profile` is on and a device times its kernels; see `Counters::device_time`).
+    pub fn device_profile(&self) -> Vec<(String, crate::counters::OpTime)> {
+        let map = self
+            .counters
+            .device_time
+            .lock()
+            .map(|m| m.clone())
+            .unwrap_or_default();
+        let mut v: Vec<_> = map.into_iter().collect();
+        v.sort_by(|a, b| b.1.nanos.cmp(&a.1.nanos).then_with(|| a.0.cmp(&b.0)));
+        v
+    }
+
     /// The verification mode in force (after the `QUORUM_VERIFY` override).
     pub fn verify_mode(&self) -> VerifyMode {
         self.verify
@@ -459,6 +473,11 @@ impl Session {
         if let Some(log) = &log {
             for d in &devices {
                 d.attach_log(log.clone());
+            }
+        }
+        if self.options.profile {
+            for d in &devices {
+                d.time_kernels();
             }
         }
         let exec = exec::Exec {

@@ -209,6 +209,26 @@ pub fn words(d: DType) -> Option<usize> {
     }
 }
 
+/// The bytes of a host tensor whose device layout is its own memory (contiguous 32- and 64-bit
+/// elements on a little-endian host), borrowed: an upload copies them once, with no encoding pass.
+pub fn as_device_bytes(t: &Tensor) -> Option<&[u8]> {
+    fn raw<T: bytemuck::Pod>(a: &ArrayD<T>) -> Option<&[u8]> {
+        a.as_slice().map(bytemuck::cast_slice)
+    }
+    if cfg!(target_endian = "big") {
+        return None;
+    }
+    match t {
+        Tensor::F32(a) => raw(a),
+        Tensor::I32(a) => raw(a),
+        Tensor::U32(a) => raw(a),
+        Tensor::F64(a) => raw(a),
+        Tensor::I64(a) => raw(a),
+        Tensor::U64(a) => raw(a),
+        _ => None,
+    }
+}
+
 /// A host tensor in the device layout (little-endian words), or `None` for types that stay on the
 /// host.
 pub fn encode(t: &Tensor) -> Option<Vec<u8>> {
@@ -263,6 +283,27 @@ pub fn decode(dtype: DType, shape: &[usize], bytes: &[u8]) -> Option<Tensor> {
     };
     fn arr<T>(shape: &[usize], v: Vec<T>) -> Option<ArrayD<T>> {
         ArrayD::from_shape_vec(IxDyn(shape), v).ok()
+    }
+    /// Elements whose device layout is their host layout: one copy of the bytes.
+    fn same<T: bytemuck::Pod + Default>(
+        shape: &[usize],
+        n: usize,
+        bytes: &[u8],
+    ) -> Option<ArrayD<T>> {
+        let mut v = vec![T::default(); n];
+        bytemuck::cast_slice_mut::<T, u8>(&mut v).copy_from_slice(bytes);
+        arr(shape, v)
+    }
+    if cfg!(target_endian = "little") {
+        match dtype {
+            DType::F32 => return Some(Tensor::F32(same(shape, n, bytes)?)),
+            DType::I32 => return Some(Tensor::I32(same(shape, n, bytes)?)),
+            DType::U32 => return Some(Tensor::U32(same(shape, n, bytes)?)),
+            DType::F64 => return Some(Tensor::F64(same(shape, n, bytes)?)),
+            DType::I64 => return Some(Tensor::I64(same(shape, n, bytes)?)),
+            DType::U64 => return Some(Tensor::U64(same(shape, n, bytes)?)),
+            _ => {}
+        }
     }
     Some(match dtype {
         DType::F32 => Tensor::F32(arr(shape, u32s().map(f32::from_bits).collect())?),
@@ -322,6 +363,31 @@ mod tests {
         assert_eq!(encode(&t).unwrap(), vec![0xFF; 4]);
         // A broken length is refused, not misread.
         assert!(decode(DType::F32, &[2], &[0; 7]).is_none());
+    }
+
+    /// The borrowed fast path gives exactly the words the encoder makes, and a tensor that is not
+    /// laid out contiguously (a transposed view) is not borrowed: its bytes would be in memory order,
+    /// not the logical order the device layout is.
+    #[test]
+    fn borrowed_bytes_are_the_encoded_words() {
+        let ts = [
+            Tensor::from_f32(&[2, 2], vec![1.5, -0.0, f32::NAN, 3e-40]).unwrap(),
+            Tensor::from_i64(&[3], vec![i64::MIN, -1, 1 << 40]).unwrap(),
+            Tensor::I32(ArrayD::from_shape_vec(IxDyn(&[2]), vec![-7, i32::MAX]).unwrap()),
+        ];
+        for t in &ts {
+            assert_eq!(as_device_bytes(t).unwrap(), &encode(t).unwrap()[..]);
+            let back = decode(t.dtype(), t.shape(), as_device_bytes(t).unwrap()).unwrap();
+            assert_eq!(format!("{back:?}"), format!("{t:?}"));
+        }
+        let a =
+            ArrayD::from_shape_vec(IxDyn(&[2, 3]), vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap();
+        let t = Tensor::F32(a.reversed_axes());
+        assert!(as_device_bytes(&t).is_none());
+        let words: Vec<f32> = bytemuck::cast_slice(&encode(&t).unwrap()).to_vec();
+        assert_eq!(words, vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
+        let f16 = ArrayD::from_shape_vec(IxDyn(&[1]), vec![half::f16::ONE]).unwrap();
+        assert!(as_device_bytes(&Tensor::F16(f16)).is_none());
     }
 
     #[test]

@@ -108,6 +108,7 @@ impl DeviceRun for WgpuRun<'_> {
             .0
             .downcast_ref::<WgpuKernel>()
             .ok_or_else(|| DeviceError::Device("a claim of another backend".into()))?;
+        self.run.label(&ctx.node.qualified_op());
         let outs = kernel(ctx, &self.run, inputs)?;
         Ok(outs.into_iter().map(|t| self.wrap(t)).collect())
     }
@@ -158,5 +159,9 @@ impl DeviceRun for WgpuRun<'_> {
 
     fn finish(&self) -> Result<Vec<Tensor>, DeviceError> {
         self.run.finish()
+    }
+
+    fn time_kernels(&self) {
+        self.run.time_kernels();
     }
 }

@@ -17,7 +17,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::device::{Device, Pipeline};
-use super::memory::{WBuf, WTensor, decode, encode, size_class, words};
+use super::memory::{WBuf, WTensor, as_device_bytes, decode, encode, size_class, words};
+use super::timing;
 use crate::backend::DeviceError;
 use crate::counters::Counters;
 use crate::error::OpError;
@@ -34,6 +35,8 @@ enum Cmd {
         params: Vec<u32>,
         buffers: Vec<Arc<WBuf>>,
         groups: [u32; 3],
+        /// The op and launch number of the node that queued it, while the run times its kernels.
+        label: Option<(Arc<str>, u64)>,
     },
     Copy {
         src: Arc<WBuf>,
@@ -76,6 +79,24 @@ pub struct Run<'a> {
     last: RefCell<Option<wgpu::SubmissionIndex>>,
     /// A submission failed to complete: nothing this run touched goes back to the pools.
     failed: Cell<bool>,
+    /// Time each dispatch by timestamp queries (`Run::time_kernels`).
+    timing: Cell<bool>,
+    /// The op of the node whose kernels are being queued, and its launch number.
+    label: RefCell<Option<(Arc<str>, u64)>>,
+    launches: Cell<u64>,
+    /// Timestamps of submitted work, read at the next wait.
+    stamps: RefCell<Vec<timing::Pending>>,
+}
+
+/// A host tensor's bytes in the device layout: borrowed where that is its own memory, encoded
+/// otherwise.
+fn device_bytes(t: &Tensor) -> KResult<std::borrow::Cow<'_, [u8]>> {
+    if let Some(b) = as_device_bytes(t) {
+        return Ok(std::borrow::Cow::Borrowed(b));
+    }
+    encode(t)
+        .map(std::borrow::Cow::Owned)
+        .ok_or_else(|| DeviceError::Decline(format!("{} values stay on the host", t.dtype())))
 }
 
 fn dev_err(e: impl std::fmt::Display) -> DeviceError {
@@ -109,6 +130,25 @@ impl<'a> Run<'a> {
             later: RefCell::new(Vec::new()),
             last: RefCell::new(None),
             failed: Cell::new(false),
+            timing: Cell::new(false),
+            label: RefCell::new(None),
+            launches: Cell::new(0),
+            stamps: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// Times every dispatch queued from now on into `Counters::device_time` (see `super::timing`),
+    /// where the adapter has timestamp queries; returns whether it does.
+    pub fn time_kernels(&self) -> bool {
+        self.timing.set(self.device.caps.timestamps);
+        self.device.caps.timestamps
+    }
+
+    /// Names the op whose kernels the following dispatches are (for their device time).
+    pub fn label(&self, op: &str) {
+        if self.timing.get() {
+            self.launches.set(self.launches.get() + 1);
+            *self.label.borrow_mut() = Some((Arc::from(op), self.launches.get()));
         }
     }
 
@@ -176,9 +216,7 @@ impl<'a> Run<'a> {
 
     /// Copies a host tensor to a fresh buffer (see the module doc for why fresh).
     pub fn upload(&self, t: &Tensor) -> KResult<WTensor> {
-        let bytes = encode(t).ok_or_else(|| {
-            DeviceError::Decline(format!("{} values stay on the host", t.dtype()))
-        })?;
+        let bytes = device_bytes(t)?;
         let buf = self.fresh(bytes.len() as u64)?;
         if !bytes.is_empty() {
             self.device.queue.write_buffer(buf.buffer(), 0, &bytes);
@@ -195,9 +233,7 @@ impl<'a> Run<'a> {
 
     /// Uploads a weight outside the run's own buffers (it lives in the session's cache).
     pub fn upload_weight(&self, t: &Tensor) -> KResult<WTensor> {
-        let bytes = encode(t).ok_or_else(|| {
-            DeviceError::Decline(format!("{} values stay on the host", t.dtype()))
-        })?;
+        let bytes = device_bytes(t)?;
         let buf = self.fresh(bytes.len() as u64)?;
         if !bytes.is_empty() {
             self.device.queue.write_buffer(buf.buffer(), 0, &bytes);
@@ -238,11 +274,18 @@ impl<'a> Run<'a> {
             .pipeline(name, src, outs.len(), ins.len(), self.counters)
             .map_err(DeviceError::Device)?;
         let buffers = outs.iter().chain(ins).map(|t| t.buf.clone()).collect();
+        let label = if self.timing.get() {
+            let l = self.label.borrow().clone();
+            Some(l.unwrap_or_else(|| (Arc::from("(unlabelled)"), 0)))
+        } else {
+            None
+        };
         self.cmds.borrow_mut().push(Cmd::Dispatch {
             pipeline,
             params,
             buffers,
             groups,
+            label,
         });
         Counters::bump(&self.counters.kernel_launches, 1);
         Ok(())
@@ -302,6 +345,26 @@ impl<'a> Run<'a> {
         };
         let dev = &self.device.device;
         let mut enc = dev.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+        let timed: Vec<(Arc<str>, u64)> = cmds
+            .iter()
+            .filter_map(|c| match c {
+                Cmd::Dispatch { label, .. } => label.clone(),
+                Cmd::Copy { .. } => None,
+            })
+            .collect();
+        let sets: Vec<(wgpu::QuerySet, u32)> = timed
+            .chunks((timing::MAX_QUERIES / 2) as usize)
+            .map(|c| {
+                let count = 2 * c.len() as u32;
+                let set = dev.create_query_set(&wgpu::QuerySetDescriptor {
+                    label: None,
+                    ty: wgpu::QueryType::Timestamp,
+                    count,
+                });
+                (set, count)
+            })
+            .collect();
+        let mut stamped = 0usize;
         let mut k = 0;
         let mut i = 0;
         while i < cmds.len() {
@@ -310,13 +373,31 @@ impl<'a> Run<'a> {
                     enc.copy_buffer_to_buffer(src.buffer(), 0, dst.buffer(), 0, *bytes);
                     i += 1;
                 }
-                Cmd::Dispatch { .. } => {
-                    let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+                Cmd::Dispatch { label, .. } => {
+                    // A timed dispatch has a pass of its own, stamped at its beginning and end.
+                    let per_set = (timing::MAX_QUERIES / 2) as usize;
+                    let writes = label.as_ref().map(|_| {
+                        let at = (stamped % per_set) as u32 * 2;
+                        wgpu::ComputePassTimestampWrites {
+                            query_set: &sets[stamped / per_set].0,
+                            beginning_of_pass_write_index: Some(at),
+                            end_of_pass_write_index: Some(at + 1),
+                        }
+                    });
+                    let alone = writes.is_some();
+                    if alone {
+                        stamped += 1;
+                    }
+                    let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                        label: None,
+                        timestamp_writes: writes,
+                    });
                     while let Some(Cmd::Dispatch {
                         pipeline,
                         params,
                         buffers,
                         groups,
+                        ..
                     }) = cmds.get(i)
                     {
                         let pb = pbuf
@@ -347,9 +428,33 @@ impl<'a> Run<'a> {
                         pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
                         k += 1;
                         i += 1;
+                        if alone {
+                            break;
+                        }
                     }
                 }
             }
+        }
+        if !timed.is_empty() {
+            let bytes = 8 * 2 * timed.len() as u64;
+            let resolve = dev.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("timestamps"),
+                size: bytes,
+                usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+                mapped_at_creation: false,
+            });
+            let mut at = 0u64;
+            for (set, n) in &sets {
+                enc.resolve_query_set(set, 0..*n, &resolve, at);
+                at += 8 * *n as u64;
+            }
+            let staging = self.staging(bytes)?;
+            enc.copy_buffer_to_buffer(&resolve, 0, staging.buffer(), 0, bytes);
+            self.stamps.borrow_mut().push(timing::Pending {
+                staging,
+                bytes,
+                labels: timed,
+            });
         }
         let idx = self.device.queue.submit([enc.finish()]);
         *self.last.borrow_mut() = Some(idx);
@@ -379,6 +484,12 @@ impl<'a> Run<'a> {
             self.failed.set(true);
             return Err(dev_err(errors.join("; ")));
         }
+        let stamps = std::mem::take(&mut *self.stamps.borrow_mut());
+        let period = self.device.queue.get_timestamp_period();
+        for p in stamps {
+            let bytes = self.read(&p.staging, p.bytes)?;
+            timing::record(&p, &bytes, period, self.counters);
+        }
         Ok(())
     }
 
@@ -390,8 +501,14 @@ impl<'a> Run<'a> {
 
     /// Maps a waited-for readback buffer and copies its first `bytes` out.
     fn read(&self, staging: &WBuf, bytes: u64) -> KResult<Vec<u8>> {
+        self.read_with(staging, bytes, <[u8]>::to_vec)
+    }
+
+    /// Maps a waited-for readback buffer and hands its first `bytes` to `f` (which reads them
+    /// straight out of the mapping: a download is copied once, into its tensor).
+    fn read_with<T>(&self, staging: &WBuf, bytes: u64, f: impl FnOnce(&[u8]) -> T) -> KResult<T> {
         if bytes == 0 {
-            return Ok(Vec::new());
+            return Ok(f(&[]));
         }
         // The callback runs on whichever thread polls the device: with several runs sharing it,
         // another run's poll can take our callback and still be running it when our own poll
@@ -420,10 +537,20 @@ impl<'a> Run<'a> {
             let view = b
                 .get_mapped_range(0..bytes)
                 .map_err(|e| dev_err(format!("reading a download: {e}")))?;
-            view.to_vec()
+            f(&view)
         };
         b.unmap();
         Ok(out)
+    }
+
+    /// The tensor a download's bytes hold.
+    fn rebuild(&self, staging: &WBuf, n: u64, dtype: DType, shape: &[usize]) -> KResult<Tensor> {
+        self.read_with(staging, n, |bytes| decode(dtype, shape, bytes))?
+            .ok_or_else(|| {
+                DeviceError::Op(OpError::Invalid(format!(
+                    "cannot rebuild a {dtype} tensor of shape {shape:?}"
+                )))
+            })
     }
 
     /// Copies a device tensor back now (after the work before it).
@@ -439,15 +566,10 @@ impl<'a> Run<'a> {
         }
         self.flush()?;
         self.wait()?;
-        let bytes = self.read(&staging, n)?;
+        let out = self.rebuild(&staging, n, t.dtype, &t.shape)?;
         Counters::bump(&self.counters.d2h_bytes, n);
         Counters::bump(&self.counters.d2h_calls, 1);
-        decode(t.dtype, &t.shape, &bytes).ok_or_else(|| {
-            DeviceError::Op(OpError::Invalid(format!(
-                "cannot rebuild a {} tensor of shape {:?}",
-                t.dtype, t.shape
-            )))
-        })
+        Ok(out)
     }
 
     /// Starts copying a device tensor back; [`Run::finish`] collects it.
@@ -478,15 +600,9 @@ impl<'a> Run<'a> {
         let later = std::mem::take(&mut *self.later.borrow_mut());
         let mut out = Vec::with_capacity(later.len());
         for l in later {
-            let bytes = self.read(&l.staging, l.bytes)?;
+            out.push(self.rebuild(&l.staging, l.bytes, l.dtype, &l.shape)?);
             Counters::bump(&self.counters.d2h_bytes, l.bytes);
             Counters::bump(&self.counters.d2h_calls, 1);
-            out.push(decode(l.dtype, &l.shape, &bytes).ok_or_else(|| {
-                DeviceError::Op(OpError::Invalid(format!(
-                    "cannot rebuild a {} tensor of shape {:?}",
-                    l.dtype, l.shape
-                )))
-            })?);
         }
         Ok(out)
     }
@@ -509,6 +625,7 @@ impl Drop for Run<'_> {
             std::mem::forget(std::mem::take(&mut *self.parked.borrow_mut()));
             std::mem::forget(std::mem::take(&mut *self.held.borrow_mut()));
             std::mem::forget(std::mem::take(&mut *self.later.borrow_mut()));
+            std::mem::forget(std::mem::take(&mut *self.stamps.borrow_mut()));
         }
     }
 }

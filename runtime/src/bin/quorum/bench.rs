@@ -25,6 +25,8 @@ pub struct Args {
     concurrency: u16,
     /// Time every node and print the time per op type (milliseconds per run, share of the node
     /// time, calls), most first; with --json, a "profile" array. Timing adds a little per node.
+    /// Where the device times its kernels (wgpu with timestamp queries), also the kernel time per
+    /// op type on the device's clock ("device_profile").
     #[arg(long)]
     profile: bool,
 }
@@ -50,6 +52,7 @@ pub fn main(a: Args) -> CliResult<()> {
     let mut times = Vec::with_capacity(a.iters);
     let mut wall_s = 0.0;
     let mut profile = Vec::new();
+    let mut device_profile = Vec::new();
     let timed = (|| {
         // `auto` times whole-model placements over its first runs: not its steady state.
         for _ in 0..a.warmup + session.auto_trial_runs() {
@@ -57,6 +60,7 @@ pub fn main(a: Args) -> CliResult<()> {
         }
         // The warm-up's node times are not part of the profile.
         let warm = session.op_profile();
+        let warm_device = session.device_profile();
         let start = Instant::now();
         let per_thread: Vec<quorum::Result<Vec<f64>>> = std::thread::scope(|scope| {
             let workers: Vec<_> = (0..a.concurrency)
@@ -83,6 +87,7 @@ pub fn main(a: Args) -> CliResult<()> {
             times.extend(t?);
         }
         profile = timed_profile(session.op_profile(), &warm, times.len());
+        device_profile = timed_device_profile(session.device_profile(), &warm_device, times.len());
         Ok(())
     })();
     print_verification(&session);
@@ -118,6 +123,9 @@ pub fn main(a: Args) -> CliResult<()> {
             "profile": profile.iter().map(|(op, provider, calls, ms)| serde_json::json!({
                 "op": op, "provider": provider, "nodes_per_run": calls, "ms_per_run": ms,
             })).collect::<Vec<_>>(),
+            "device_profile": device_profile.iter().map(|(op, calls, ms)| serde_json::json!({
+                "op": op, "launches_per_run": calls, "device_ms_per_run": ms,
+            })).collect::<Vec<_>>(),
         });
         println!("{j}");
     } else {
@@ -130,8 +138,55 @@ pub fn main(a: Args) -> CliResult<()> {
             println!("auto's whole-model trial: {t}");
         }
         print_profile(&profile, median);
+        print_device_profile(&device_profile);
     }
     Ok(())
+}
+
+/// Kernel time per op type on the device's clock over the timed runs: (op, launches per run,
+/// milliseconds per run), most first.
+fn timed_device_profile(
+    all: Vec<(String, quorum::counters::OpTime)>,
+    warm: &[(String, quorum::counters::OpTime)],
+    runs: usize,
+) -> Vec<(String, f64, f64)> {
+    let runs = runs.max(1) as f64;
+    let mut rows: Vec<(String, f64, f64)> = all
+        .into_iter()
+        .map(|(op, t)| {
+            let w = warm
+                .iter()
+                .find(|(o, _)| *o == op)
+                .map(|(_, t)| *t)
+                .unwrap_or_default();
+            let calls = t.calls.saturating_sub(w.calls) as f64 / runs;
+            let ms = t.nanos.saturating_sub(w.nanos) as f64 / 1e6 / runs;
+            (op, calls, ms)
+        })
+        .filter(|r| r.1 > 0.0)
+        .collect();
+    rows.sort_by(|a, b| b.2.total_cmp(&a.2));
+    rows
+}
+
+fn print_device_profile(rows: &[(String, f64, f64)]) {
+    if rows.is_empty() {
+        return;
+    }
+    let total: f64 = rows.iter().map(|r| r.2).sum();
+    println!(
+        "device kernel time per run: {total:.3} ms (timestamp queries; each kernel in a pass of its own)"
+    );
+    println!(
+        "  {:<32} {:>8} {:>10} {:>7}",
+        "op", "launches", "ms", "share"
+    );
+    for (op, calls, ms) in rows {
+        println!(
+            "  {op:<32} {calls:>8.1} {ms:>10.3} {:>6.1}%",
+            100.0 * ms / total.max(1e-12)
+        );
+    }
 }
 
 /// One op type's share of the timed runs: (op, provider, node executions per run, milliseconds
