@@ -12,6 +12,8 @@ mod models;
 mod bench;
 #[path = "gpu/bench_wgpu.rs"]
 mod bench_wgpu;
+#[path = "gpu/bench_wgpu_shapes.rs"]
+mod bench_wgpu_shapes;
 #[path = "gpu/cast.rs"]
 mod cast;
 #[path = "gpu/conv.rs"]

@@ -2,7 +2,7 @@
 # Runs Quorum's on-device checks on a GPU machine without a Rust toolchain, from the project root that
 # holds target/gpu-bundle (see shared/gpu/README.md): the gpu-tests suite, the device benchmarks, and
 # the `cuda` conformance engine over the corpus (generated here with this machine's onnx).
-#   run.sh [all|tests|bench|models|conformance|pytorch|fuzz|mutants|sanitizer|wgpu|nightly]...
+#   run.sh [all|tests|bench|models|wgpu-models|conformance|pytorch|fuzz|mutants|sanitizer|wgpu|nightly]...
 #   (default: all but nightly)
 # `nightly` measures what `cargo xtask nightly --from` renders on a machine with a toolchain: the
 # benchmark matrix, thresholds, graph-capture outcomes and the auto validation (quorum-matrix), with
@@ -50,6 +50,20 @@ if want models; then
       echo
     done > "$LOGS/light-models.jsonl"
   fi
+fi
+if want wgpu-models; then
+  # Every light model on wgpu (this machine's Vulkan adapter) and on CUDA, one JSON line each:
+  # latency, then a profiled run's device kernel time per op (timestamp queries).
+  [ -d target/corpus/onnx-1.23.2/light ] || timeout 120 "$B/conformance" --engine cpu --filter 'light/test_squeezenet' --no-report > "$LOGS/corpus.log" 2>&1
+  export QUORUM_WGPU_ADAPTER="${QUORUM_WGPU_ADAPTER:-NVIDIA}"
+  for m in target/corpus/onnx-1.23.2/light/test_*/model.onnx; do
+    for p in wgpu cuda; do
+      timeout 60 "$B/quorum" bench "$m" --provider $p --iters 20 --json 2>&1 | head -c 3000
+      echo
+    done
+    timeout 60 "$B/quorum" bench "$m" --provider wgpu --profile --iters 5 --json 2>&1 | head -c 6000
+    echo
+  done > "$LOGS/light-models-wgpu.jsonl"
 fi
 if want pytorch; then
   # PyTorch (eager, graph replay, host to host) beside Quorum (1 stream, several, graph replay) on
@@ -131,6 +145,30 @@ if [ -f "$LOGS/conformance-cuda.log" ]; then
   grep -E '^WARNING' "$LOGS/conformance-cuda.log" | head -3
   grep -E '\*\*all\*\*|^rc=' "$LOGS/conformance-cuda.log" | head -5
   tail -4 "$LOGS/conformance-cuda.log"
+fi
+if [ -f "$LOGS/light-models-wgpu.jsonl" ]; then
+  echo "light models, wgpu / cuda median ms; wgpu's top device ops (ms per run):"
+  python3 - "$LOGS/light-models-wgpu.jsonl" <<'PY'
+import json, sys
+rows = {}
+for line in open(sys.argv[1]):
+    try:
+        j = json.loads(line)
+    except ValueError:
+        if line.strip():
+            print("  (not JSON)", line.strip()[:200])
+        continue
+    name = j["model"].split("/")[-2]
+    r = rows.setdefault(name, {})
+    if j.get("device_profile"):
+        r["top"] = ", ".join(f'{d["op"]} {d["device_ms_per_run"]:.3f}' for d in j["device_profile"][:4])
+        r["kernels"] = sum(d["device_ms_per_run"] for d in j["device_profile"])
+    else:
+        r[j["provider"].split(" ")[0]] = j["median_ms"]
+for name, r in sorted(rows.items()):
+    print(f'  {name:<16} wgpu {r.get("wgpu", float("nan")):8.3f}  cuda {r.get("cuda", float("nan")):7.3f}  '
+          f'wgpu kernels {r.get("kernels", float("nan")):7.3f}: {r.get("top", "")}')
+PY
 fi
 [ -f "$LOGS/resnet50-cuda.json" ] && echo "resnet50: $(head -c 700 "$LOGS/resnet50-cuda.json")"
 [ -f "$LOGS/resnet50-cuda-nofold.json" ] && echo "resnet50 no-fold: $(head -c 700 "$LOGS/resnet50-cuda-nofold.json")"

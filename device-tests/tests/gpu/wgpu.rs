@@ -120,11 +120,15 @@ fn a_declined_form_is_not_counted_as_run_on_wgpu() {
 }
 
 /// A buffer handed back mid-run is reused by the run's next allocation of its size even while the
-/// commands that read it are not submitted yet (the one queue orders them): a chain of 40 Adds
-/// releasing each input uses a couple of buffers, not 40, and its result is bit for bit the host's
-/// f32 chain. Before the fix every released buffer stayed out of reuse until the run ended.
-#[test]
-fn released_buffers_are_reused_within_a_run() {
+/// commands that read it are not submitted yet, or submitted and still running (the one queue
+/// orders them): a chain of 40 Adds releasing each input uses a couple of buffers, not 40, and its
+/// result is bit for bit the host's f32 chain, whether the chain goes to the queue in one
+/// submission or in one per Add. Before the fixes every released buffer stayed out of reuse until
+/// the run ended, then every buffer a submission had used.
+#[rstest::rstest]
+#[case::one_submission(false)]
+#[case::a_submission_per_add(true)]
+fn released_buffers_are_reused_within_a_run(#[case] submit_each: bool) {
     use quorum::counters::Counters;
     use quorum::wgpu::ops::elementwise;
     use quorum::wgpu::{Device, Run};
@@ -145,6 +149,9 @@ fn released_buffers_are_reused_within_a_run() {
         ids.insert(y.buf.id);
         run.release(acc);
         acc = y;
+        if submit_each {
+            run.synchronize().unwrap();
+        }
     }
     let got = run.download(&acc).unwrap().to_f64_vec().unwrap();
     let (mut want, st) = (

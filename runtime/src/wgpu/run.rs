@@ -73,8 +73,10 @@ pub struct Run<'a> {
     alive: RefCell<HashMap<u64, Arc<WBuf>>>,
     /// Buffers handed back mid-run, reused by this run's later allocations (in queue order).
     parked: RefCell<Vec<Arc<WBuf>>>,
-    /// Buffers the submissions use besides tensors (parameters, staging), held until the end.
-    held: RefCell<Vec<Arc<WBuf>>>,
+    /// Every buffer a submission used (tensors, weights, parameters, staging), by id, held until
+    /// the run's work is done: a weight the session's cache lets go of, or a parameter buffer, must
+    /// not return to the shared pool while a submitted kernel may read it.
+    held: RefCell<HashMap<u64, Arc<WBuf>>>,
     later: RefCell<Vec<Later>>,
     last: RefCell<Option<wgpu::SubmissionIndex>>,
     /// A submission failed to complete: nothing this run touched goes back to the pools.
@@ -126,7 +128,7 @@ impl<'a> Run<'a> {
             cmds: RefCell::new(Vec::new()),
             alive: RefCell::new(HashMap::new()),
             parked: RefCell::new(Vec::new()),
-            held: RefCell::new(Vec::new()),
+            held: RefCell::new(HashMap::new()),
             later: RefCell::new(Vec::new()),
             last: RefCell::new(None),
             failed: Cell::new(false),
@@ -194,20 +196,30 @@ impl<'a> Run<'a> {
         Ok(t)
     }
 
+    /// Keeps `b` until the run's work is done (one handle per buffer however often it is used).
+    fn hold(&self, b: &Arc<WBuf>) {
+        self.held
+            .borrow_mut()
+            .entry(b.id)
+            .or_insert_with(|| b.clone());
+    }
+
     /// Hands a tensor back mid-run: once no other handle holds its buffer, this run's later
     /// allocations may reuse it (their work follows on the same queue).
     pub fn release(&self, t: WTensor) {
         let id = t.buf.id;
         drop(t);
-        // Commands not submitted yet hold handles too; they do not stop the reuse: everything
+        // Commands, submitted or not, hold handles too; they do not stop the reuse: everything
         // recorded later runs after them on the one queue (wgpu orders the dispatches' accesses).
-        // Counting them as holders kept every released buffer out of reuse until the run ended
-        // (a 64 MiB Add in a loop ran the H200's 8 GiB budget out).
+        // Counting the pending ones as holders kept every released buffer out of reuse until the
+        // run ended (a 64 MiB Add in a loop ran the H200's 8 GiB budget out); counting the
+        // submitted ones did the same to a buffer once a download had flushed the run.
         let pending: usize = self.cmds.borrow().iter().map(|c| c.uses(id)).sum();
+        let submitted = self.held.borrow().contains_key(&id) as usize;
         let mut alive = self.alive.borrow_mut();
         if alive
             .get(&id)
-            .is_some_and(|b| Arc::strong_count(b) == 1 + pending)
+            .is_some_and(|b| Arc::strong_count(b) == 1 + pending + submitted)
             && let Some(b) = alive.remove(&id)
         {
             self.parked.borrow_mut().push(b);
@@ -340,7 +352,7 @@ impl<'a> Run<'a> {
         } else {
             let b = self.fresh(bytes.len() as u64)?;
             self.device.queue.write_buffer(b.buffer(), 0, &bytes);
-            self.held.borrow_mut().push(b.clone());
+            self.hold(&b);
             Some(b)
         };
         let dev = &self.device.device;
@@ -460,8 +472,8 @@ impl<'a> Run<'a> {
         *self.last.borrow_mut() = Some(idx);
         for c in cmds {
             match c {
-                Cmd::Dispatch { buffers, .. } => self.held.borrow_mut().extend(buffers),
-                Cmd::Copy { src, dst, .. } => self.held.borrow_mut().extend([src, dst]),
+                Cmd::Dispatch { buffers, .. } => buffers.iter().for_each(|b| self.hold(b)),
+                Cmd::Copy { src, dst, .. } => [src, dst].iter().for_each(|b| self.hold(b)),
             }
         }
         Ok(())
