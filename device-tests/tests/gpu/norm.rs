@@ -204,6 +204,9 @@ fn lrn() {
                     .attr_f("alpha", 0.02)
                     .attr_f("beta", 0.5)
                     .attr_f("bias", 2.0);
+            } else if z == 4 {
+                // An exponent with no square-root form: the kernels' general power.
+                c = c.attr_f("alpha", 0.3).attr_f("beta", 0.6);
             }
             c.input(rand_range((s * 10 + z) as u64, shape, -3.0, 3.0))
                 .check();

@@ -22,6 +22,7 @@ pub mod elementwise;
 mod elementwise_expr;
 mod elementwise_int;
 pub mod gemm_tile;
+pub mod index;
 pub mod math;
 pub mod matmul;
 pub mod movement;
@@ -37,7 +38,7 @@ pub type WgpuKernel = fn(&OpCtx, &Run, &dyn NodeInputs) -> KResult<Vec<WTensor>>
 type Family = fn(&Node) -> Option<Result<WgpuKernel, String>>;
 
 /// Every family's claim function, in the order they are asked, with its op types.
-const FAMILIES: [(Family, &[&str]); 10] = [
+const FAMILIES: [(Family, &[&str]); 11] = [
     (elementwise::claim, elementwise::OPS),
     (cast::claim, cast::OPS),
     (movement::claim, movement::OPS),
@@ -48,6 +49,7 @@ const FAMILIES: [(Family, &[&str]); 10] = [
     (norm::claim, norm::OPS),
     (pool::claim, pool::OPS),
     (movement_index::claim, movement_index::OPS),
+    (index::claim, index::OPS),
 ];
 
 /// The kernel for `node`, or the reason wgpu declines it.

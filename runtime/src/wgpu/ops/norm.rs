@@ -1,8 +1,10 @@
-//! WGSL kernels: BatchNormalization (inference), InstanceNormalization, LayerNormalization and
-//! GroupNormalization, each output computed in f64 from the exact inputs and rounded once. The
-//! statistics (mean, then the mean squared deviation: two passes) are per lane, one thread per
+//! WGSL kernels: BatchNormalization (inference), InstanceNormalization, LayerNormalization,
+//! GroupNormalization and LRN, each output computed in f64 from the exact inputs and rounded once.
+//! The statistics (mean, then the mean squared deviation: two passes) are per lane, one thread per
 //! lane. Forms with extra outputs (training statistics, LayerNormalization's Mean and InvStdDev)
-//! stay on the CPU.
+//! stay on the CPU. LRN takes a thread per element: the sum of squares over its channel window,
+//! then `x / (bias + alpha/size · sum)^beta`, the power by square roots for β = 0.75 and 0.5 (as
+//! the CPU kernel takes it) and by `exp64(β · log64(t))` otherwise.
 use super::matmul::float_dtype;
 use super::{WgpuKernel, decline, dev, invalid, require_f64, u32_len};
 use crate::backend::NodeInputs;
@@ -19,6 +21,7 @@ pub const OPS: &[&str] = &[
     "InstanceNormalization",
     "LayerNormalization",
     "GroupNormalization",
+    "LRN",
 ];
 
 pub fn claim(node: &Node) -> Option<Result<WgpuKernel, String>> {
@@ -31,6 +34,8 @@ pub fn claim(node: &Node) -> Option<Result<WgpuKernel, String>> {
         Err(format!("{op} with its statistics outputs stays on the CPU"))
     } else if op == "BatchNormalization" {
         Ok(k_batch as WgpuKernel)
+    } else if op == "LRN" {
+        Ok(k_lrn as WgpuKernel)
     } else {
         Ok(k_lanes as WgpuKernel)
     })
@@ -214,5 +219,82 @@ fn k_lanes(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<Vec<WTens
         sc_lane as u32,
     ];
     run.dispatch_n(op, &src, &[&y], &ts, params, lanes)?;
+    Ok(vec![y])
+}
+
+fn k_lrn(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<Vec<WTensor>> {
+    let x = dev(inputs, 0)?;
+    let d = float_dtype("LRN", &[&x])?;
+    let size = ctx.req_i("size")?;
+    if size <= 0 {
+        return Err(invalid(format!("LRN size must be positive, got {size}")));
+    }
+    let alpha = ctx.attr_f("alpha", 1e-4)? as f64;
+    let beta = ctx.attr_f("beta", 0.75)? as f64;
+    let bias = ctx.attr_f("bias", 1.0)? as f64;
+    let shape = &x.shape;
+    if shape.len() < 2 {
+        return Err(invalid(format!(
+            "LRN needs an input of rank >= 2, got shape {shape:?}"
+        )));
+    }
+    require_f64(run, "LRN")?;
+    let (c, inner) = (shape[1], shape[2..].iter().product::<usize>());
+    let n = u32_len(shape)? as usize;
+    let size = size as usize;
+    super::loop_budget(run, "LRN", size)?;
+    let y = run.alloc(d, shape)?;
+    if n == 0 {
+        return Ok(vec![y]);
+    }
+    // The window of channel `ch` is `ch - lo ..< ch + hi`, clipped to the channels.
+    let (lo, hi) = ((size - 1) / 2, size / 2 + 1);
+    let pow = if beta == 0.75 {
+        "let r = sqrt(t); let p = r * sqrt(r);".to_string()
+    } else if beta == 0.5 {
+        "let p = sqrt(t);".to_string()
+    } else {
+        format!("let p = exp64({} * log64(t));", wgsl::lf(beta))
+    };
+    let xv = |idx: &str| format!("f64({})", wgsl::load(d, &format!("i0[{idx}]")));
+    let body = format!(
+        "let inner = P[1]; let c = P[2];\n\
+         let ch = (i / inner) % c;\n\
+         let base = i - ch * inner;\n\
+         let j0 = select(0u, ch - {lo}u, ch >= {lo}u);\n\
+         let j1 = min(ch + {hi}u, c);\n\
+         var s = 0.0lf;\n\
+         for (var j = j0; j < j1; j = j + 1u) {{ let v = {xj}; s = s + v * v; }}\n\
+         let t = {bias} + {scale} * s;\n\
+         {pow}\n\
+         o0[i] = {st};\n",
+        xj = xv("base + j * inner"),
+        bias = wgsl::lf(bias),
+        scale = wgsl::lf(alpha / size as f64),
+        st = wgsl::store(d, &format!("f32({} / p)", xv("i"))),
+    );
+    let half = if wgsl::needs_half(&[d]) {
+        wgsl::HALF
+    } else {
+        ""
+    };
+    let math = if beta == 0.75 || beta == 0.5 {
+        String::new()
+    } else {
+        super::math::library()
+    };
+    let src = format!(
+        "{}{half}{math}{}",
+        wgsl::header(1, 1),
+        wgsl::entry_1d(&body)
+    );
+    run.dispatch_n(
+        "lrn",
+        &src,
+        &[&y],
+        &[&x],
+        vec![n as u32, inner.max(1) as u32, c as u32],
+        n,
+    )?;
     Ok(vec![y])
 }

@@ -2,7 +2,9 @@
 //! (count_include_pad, ceil_mode), GlobalAveragePool and GlobalMaxPool, one thread per output over
 //! its window (geometry from the CPU's `pool_geom`). MaxPool's rules are the CPU's: NaN wins (the
 //! first NaN's index), a window wholly in the padding gives -inf and index -1. Averages sum in f64
-//! and round once; an empty count gives NaN. LpPool stays on the CPU.
+//! and round once; an empty count gives NaN. LpPool sums `|x|^p` in f64 by products (p = 1 to 8;
+//! other exponents stay on the CPU) and takes the p-th root once; a window wholly in the padding
+//! gives 0, as on the CPU.
 use super::matmul::float_dtype;
 use super::{WgpuKernel, decline, dev, require_f64, u32_len};
 use crate::backend::NodeInputs;
@@ -20,6 +22,7 @@ pub const OPS: &[&str] = &[
     "AveragePool",
     "GlobalAveragePool",
     "GlobalMaxPool",
+    "LpPool",
 ];
 
 pub fn claim(node: &Node) -> Option<Result<WgpuKernel, String>> {
@@ -60,6 +63,15 @@ fn k_pool(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<Vec<WTenso
     u32_len(&xs)?;
     let n = u32_len(&oshape)? as usize;
     let is_max = op.ends_with("MaxPool");
+    let lp = if op == "LpPool" {
+        let p = ctx.attr_f("p", 2.0)? as f64;
+        if !small_int(p) {
+            decline!("LpPool with p = {p} (the kernel takes p = 1 to 8)");
+        }
+        Some(p)
+    } else {
+        None
+    };
     let want_idx = op == "MaxPool" && ctx.node.outputs.get(1).is_some_and(|o| !o.is_empty());
     let include_pad = op == "AveragePool" && ctx.attr_i("count_include_pad", 0)? != 0;
     let col_major = op == "MaxPool" && ctx.attr_i("storage_order", 0)? != 0;
@@ -112,7 +124,9 @@ fn k_pool(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<Vec<WTenso
         d,
         "i0[plane * P[2] + (u32(a) * P[4] + u32(b)) * P[5] + u32(c)]",
     );
-    let inner = if is_max {
+    let inner = if let Some(p) = lp {
+        format!("let a = abs(f64({v}));\nsum = sum + {};", lp_pow(p))
+    } else if is_max {
         format!(
             "let v = {v};\n\
              if (!found || (!isnan32(best) && (isnan32(v) || v > best))) {{ best = v; found = true; at_ = (u32(a) * P[24] + u32(b) * P[25] + u32(c) * P[26]); }}"
@@ -120,7 +134,12 @@ fn k_pool(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<Vec<WTenso
     } else {
         format!("sum = sum + f64({v}); cnt = cnt + 1u;")
     };
-    let finish = if is_max {
+    let finish = if let Some(p) = lp {
+        format!(
+            "o0[i] = {};\n",
+            wgsl::store(d, &format!("f32({})", lp_root(p)))
+        )
+    } else if is_max {
         let mut s = format!(
             "o0[i] = {};\n",
             wgsl::store(d, "select(bitcast<f32>(0xff800000u), best, found)")
@@ -176,9 +195,40 @@ fn k_pool(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<Vec<WTenso
         ""
     };
     let outs = if want_idx { 2 } else { 1 };
-    let src = format!("{}{half}{}", wgsl::header(outs, 1), wgsl::entry_1d(&body));
+    let math = if lp.is_some_and(|p| p > 2.0) {
+        super::math::library()
+    } else {
+        String::new()
+    };
+    let src = format!(
+        "{}{half}{math}{}",
+        wgsl::header(outs, 1),
+        wgsl::entry_1d(&body)
+    );
     let mut out_refs = vec![&y];
     out_refs.extend(idx.as_ref());
     run.dispatch_n(op, &src, &out_refs, &[&x], params, n)?;
     Ok(std::iter::once(y).chain(idx).collect())
+}
+
+/// An exponent LpPool raises to by products.
+fn small_int(p: f64) -> bool {
+    p.fract() == 0.0 && (1.0..=8.0).contains(&p)
+}
+
+/// `a^p` of the magnitude `a` (an f64 expression named `a`), p a [`small_int`].
+fn lp_pow(p: f64) -> String {
+    vec!["a"; p as usize].join(" * ")
+}
+
+/// The p-th root of the f64 sum `sum`: exact square root for p = 2, `exp64(log64(sum) / p)`
+/// beyond (the math library; 0 for a zero sum).
+fn lp_root(p: f64) -> String {
+    if p == 1.0 {
+        "sum".into()
+    } else if p == 2.0 {
+        "sqrt(sum)".into()
+    } else {
+        format!("exp64(log64(sum) * {})", wgsl::lf(1.0 / p))
+    }
 }
