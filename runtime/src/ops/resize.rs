@@ -13,6 +13,8 @@ use crate::error::OpResult;
 use crate::tensor::{Tensor, Value};
 use crate::{bail, map_array, unsupported};
 
+#[path = "resize_device.rs"]
+pub(crate) mod device;
 #[path = "resize_grid.rs"]
 mod grid;
 

@@ -12,11 +12,9 @@
 //! tap per axis, so it is exact for every device dtype. Linear and cubic take f32 and f16 data; other
 //! dtypes decline at run time.
 //!
-//! Table layout (u32 words): words 0..2 hold the extrapolation value's bits in the data's dtype
-//! (little-endian, so a 1-, 2- or 4-byte value is read from word 0's first bytes); then, per resized
-//! axis, `out · n` source element offsets (`idx · input stride`; `SENTINEL` for an output position
-//! that takes the extrapolation value) and, when interpolating, `out · n` f32 weights.
-use super::{require_u32_len, strides, thread_index};
+//! Table layout: `crate::ops::resize::device` (words 0..2 hold the extrapolation value's bits in the
+//! data's dtype, little-endian, so a 1-, 2- or 4-byte value is read from word 0's first bytes).
+use super::{require_u32_len, thread_index};
 use crate::cuda::driver::Arg;
 use crate::cuda::memory::{device_elem_size, tensor_bytes};
 use crate::cuda::ptx::{Cmp, Kernel, Reg, Space, Ty, module};
@@ -27,6 +25,7 @@ use crate::decline;
 use crate::error::OpError;
 use crate::ir::Node;
 use crate::ops::OpCtx;
+use crate::ops::resize::device::{DimMap, device_tables};
 use crate::ops::resize::{AxisTable, resize_setup, tensor_like};
 use crate::tensor::{DType, Tensor};
 
@@ -41,26 +40,8 @@ pub fn claim(node: &Node) -> Option<Result<CudaKernel, String>> {
     }
 }
 
-/// The offset of an extrapolated output position (element offsets stay below 2^31, so a signed test
-/// `< 0` finds it).
-const SENTINEL: u32 = u32::MAX;
-
 /// Threads per block.
 const BLOCK: u32 = 256;
-
-/// How one output dim reads the input.
-#[derive(Clone, Debug, PartialEq)]
-enum DimMap {
-    /// Output coordinate c reads input coordinate c: element offset `c · stride`.
-    Identity { stride: u32 },
-    /// `n` taps per output position: offsets at table word `offs + c·n + k`, weights (when
-    /// interpolating) at `weights + c·n + k`.
-    Taps {
-        n: usize,
-        offs: usize,
-        weights: usize,
-    },
-}
 
 /// Everything the kernel text depends on.
 #[derive(Clone, Debug, PartialEq)]
@@ -75,8 +56,7 @@ pub(super) struct Geometry {
     extrap: bool,
 }
 
-/// The geometry and the table words of a resize of `in_shape` by `tables`. `interp`: the tables are
-/// weighted taps (linear, cubic) rather than nearest maps.
+/// The geometry and the table words of a resize of `in_shape` by `tables`.
 pub(super) fn layout(
     in_shape: &[usize],
     out_shape: &[usize],
@@ -84,72 +64,15 @@ pub(super) fn layout(
     elem: Ty,
     fill_bits: u64,
 ) -> KResult<(Geometry, Vec<u32>)> {
-    let st = strides(in_shape);
-    let interp = tables.iter().any(|t| matches!(t, AxisTable::Taps(_)));
-    let mut words = vec![fill_bits as u32, (fill_bits >> 32) as u32];
-    let mut dims = Vec::with_capacity(tables.len());
-    let mut extrap = false;
-    let u32_of = |v: usize| -> KResult<u32> {
-        u32::try_from(v)
-            .ok()
-            .filter(|&v| v < (1u32 << 31))
-            .ok_or_else(|| KError::Decline(format!("offset {v} exceeds 32-bit indexing")))
-    };
-    for (d, t) in tables.iter().enumerate() {
-        match t {
-            AxisTable::Identity => dims.push(DimMap::Identity {
-                stride: u32_of(st[d])?,
-            }),
-            AxisTable::Map(m) => {
-                let offs = words.len();
-                for o in m {
-                    match o {
-                        Some(i) => words.push(u32_of(i * st[d])?),
-                        None => {
-                            extrap = true;
-                            words.push(SENTINEL);
-                        }
-                    }
-                }
-                dims.push(DimMap::Taps {
-                    n: 1,
-                    offs,
-                    weights: 0,
-                });
-            }
-            AxisTable::Taps(t) => {
-                let offs = words.len();
-                for (o, &ex) in t.extrap.iter().enumerate() {
-                    for k in 0..t.n {
-                        if ex {
-                            extrap = true;
-                            words.push(SENTINEL);
-                        } else {
-                            words.push(u32_of(t.idx[o * t.n + k] * st[d])?);
-                        }
-                    }
-                }
-                let weights = words.len();
-                words.extend(t.w.iter().map(|&w| (w as f32).to_bits()));
-                dims.push(DimMap::Taps {
-                    n: t.n,
-                    offs,
-                    weights,
-                });
-            }
-        }
-    }
-    if words.len() >= 1 << 31 {
-        decline!("resize tables of {} words", words.len());
-    }
+    let t = device_tables(in_shape, tables, fill_bits).map_err(KError::Decline)?;
     let g = Geometry {
         out_shape: out_shape.to_vec(),
-        dims,
-        interp,
+        dims: t.dims,
+        interp: t.interp,
         elem,
-        extrap,
+        extrap: t.extrap,
     };
-    Ok((g, words))
+    Ok((g, t.words))
 }
 
 /// One tap axis as the kernel walks it: the addresses of its row of offsets and weights.
@@ -413,6 +336,7 @@ fn k_resize(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTenso
 mod tests {
     use super::*;
     use crate::ops::resize::Taps;
+    use crate::ops::resize::device::SENTINEL;
 
     fn text(g: &Geometry) -> String {
         module((9, 0), &[resize_kernel(g)])

@@ -30,6 +30,7 @@ mod movement_index;
 pub mod norm;
 pub mod pool;
 pub mod reduce;
+pub mod resize;
 pub mod softmax;
 
 /// A WGSL kernel for one node.
@@ -38,7 +39,7 @@ pub type WgpuKernel = fn(&OpCtx, &Run, &dyn NodeInputs) -> KResult<Vec<WTensor>>
 type Family = fn(&Node) -> Option<Result<WgpuKernel, String>>;
 
 /// Every family's claim function, in the order they are asked, with its op types.
-const FAMILIES: [(Family, &[&str]); 11] = [
+const FAMILIES: [(Family, &[&str]); 12] = [
     (elementwise::claim, elementwise::OPS),
     (cast::claim, cast::OPS),
     (movement::claim, movement::OPS),
@@ -50,6 +51,7 @@ const FAMILIES: [(Family, &[&str]); 11] = [
     (pool::claim, pool::OPS),
     (movement_index::claim, movement_index::OPS),
     (index::claim, index::OPS),
+    (resize::claim, resize::OPS),
 ];
 
 /// The kernel for `node`, or the reason wgpu declines it.
