@@ -76,47 +76,86 @@ fn out_shape(n: usize, m: usize, g: &Geom, rank: usize) -> Vec<usize> {
     s
 }
 
-/// Parameter words from `P[4]`: C, Cg, M, Mg, G, then in[3], k[3], s[3], d[3], pads[3], out[3].
-fn geom_params(
+/// The channel counts and spatial geometry a convolution kernel is generated for.
+struct Shape<'a> {
     c: usize,
     cg: usize,
     m: usize,
     mg: usize,
     groups: usize,
-    g: &Geom,
-) -> KResult<Vec<u32>> {
-    let mut p = vec![c as u32, cg as u32, m as u32, mg as u32, groups as u32];
-    for v in [g.ins, g.k, g.s, g.d] {
-        p.extend(v.iter().map(|&x| x as u32));
-    }
-    for &x in &g.pb {
-        p.push(
-            i32::try_from(x).map_err(|_| {
-                crate::backend::DeviceError::Decline(format!("pad {x} beyond 32 bits"))
-            })? as u32,
-        );
-    }
-    p.extend(g.outs.iter().map(|&x| x as u32));
-    Ok(p)
+    g: &'a Geom,
 }
 
-/// The shared WGSL: geometry accessors, `setup`, `loadA`, `storeC`; `tap` is the input position
-/// rule (text computing `var iq: i32` from `o`, `t`, dim `q`, and `ok`).
-fn ops_text(d: crate::tensor::DType, transpose: bool, bias: bool) -> String {
+/// The shared WGSL: `setup`, `loadA`, `loadB`, `storeC` for the convolution `sh`, its geometry
+/// written into the text as constants. The im2col index is a handful of divisions per element of
+/// B; by constants the compiler turns each into a multiply and a shift, where a divisor read from
+/// the parameter words made each a long division (it was most of a batch-1 convolution's time on
+/// the H200). A pointwise convolution (1×1 taps, stride 1, no padding) reads B as the input
+/// planes as they lie. `transpose`: ConvTranspose's rule (`(o + pad − t·d) / s` where that divides
+/// exactly).
+fn ops_text(d: crate::tensor::DType, transpose: bool, bias: bool, sh: &Shape) -> String {
+    let g = sh.g;
+    let (ksz, isz, osz) = (
+        g.k.iter().product::<usize>(),
+        g.ins.iter().product::<usize>(),
+        g.outs.iter().product::<usize>(),
+    );
+    let (cgu, mgu, mu, cu, groups) = (sh.cg, sh.mg, sh.m, sh.c, sh.groups);
     let load_w = if transpose {
         // W [C, Mg, taps]: row (g·Cg + c), column m.
-        "i1[((gg * P[5] + k / ksz()) * P[7] + m) * ksz() + k % ksz()]"
+        format!("i1[((gg * {cgu}u + k / {ksz}u) * {mgu}u + m) * {ksz}u + k % {ksz}u]")
     } else {
         // W [M, Cg, taps]: row (g·Mg + m) of a [M, Cg·taps] matrix.
-        "i1[(gg * P[7] + m) * (P[5] * ksz()) + k]"
+        format!("i1[(gg * {mgu}u + m) * {} + k]", format!("{}u", cgu * ksz))
     };
-    let rule = if transpose {
-        "let num = i32(o) + pb - i32(t * dl); if (num < 0 || num % i32(st) != 0) { return -1; } let iq = num / i32(st);"
+    let pointwise =
+        !transpose && g.k == [1, 1, 1] && g.s == [1, 1, 1] && g.pb == [0, 0, 0] && g.outs == g.ins;
+    let load_b = if pointwise {
+        format!(
+            "fn loadB(k: u32, p: u32) -> f32 {{\n  return {};\n}}\n",
+            wgsl::load(
+                d,
+                &format!("i0[(nn * {cu}u + gg * {cgu}u + k) * {isz}u + p]")
+            )
+        )
     } else {
-        "let iq = i32(o * st) - pb + i32(t * dl);"
+        let mut pos = String::new();
+        for q in 0..3 {
+            let (st, dl, pb, inq) = (g.s[q], g.d[q], g.pb[q], g.ins[q]);
+            let rule = if transpose {
+                format!(
+                    "let num = i32(o) + ({pb}) - i32(t * {dl}u); if (num < 0 || num % {st} != 0) {{ return -1; }} let iq = num / {st};"
+                )
+            } else {
+                format!("let iq = i32(o * {st}u) - ({pb}) + i32(t * {dl}u);")
+            };
+            pos.push_str(&format!(
+                "fn pos{q}(o: u32, t: u32) -> i32 {{\n  {rule}\n  if (iq < 0 || iq >= {inq}) {{ return -1; }}\n  return iq;\n}}\n"
+            ));
+        }
+        let [_, k1, k2] = g.k;
+        let [_, o1, o2] = g.outs;
+        let [_, in1, in2] = g.ins;
+        format!(
+            "{pos}fn loadB(k: u32, p: u32) -> f32 {{\n\
+             \x20 let c = k / {ksz}u;\n\
+             \x20 let kr = k % {ksz}u;\n\
+             \x20 let i0_ = pos0(p / {o12}u, kr / {k12}u);\n\
+             \x20 let i1_ = pos1((p / {o2}u) % {o1}u, (kr / {k2}u) % {k1}u);\n\
+             \x20 let i2_ = pos2(p % {o2}u, kr % {k2}u);\n\
+             \x20 if (i0_ < 0 || i1_ < 0 || i2_ < 0) {{ return 0.0; }}\n\
+             \x20 let plane = (nn * {cu}u + gg * {cgu}u + c) * {isz}u;\n\
+             \x20 return {xa};\n}}\n",
+            o12 = o1 * o2,
+            k12 = k1 * k2,
+            xa = wgsl::load(
+                d,
+                &format!("i0[plane + (u32(i0_) * {in1}u + u32(i1_)) * {in2}u + u32(i2_)]")
+            ),
+        )
     };
     let bias_term = if bias {
-        format!(" + {}", wgsl::load(d, "i2[gg * P[7] + m]"))
+        format!(" + {}", wgsl::load(d, &format!("i2[gg * {mgu}u + m]")))
     } else {
         String::new()
     };
@@ -124,44 +163,13 @@ fn ops_text(d: crate::tensor::DType, transpose: bool, bias: bool) -> String {
         r#"
 var<private> nn: u32;
 var<private> gg: u32;
-fn ksz() -> u32 {{ return P[12] * P[13] * P[14]; }}
-fn isz() -> u32 {{ return P[9] * P[10] * P[11]; }}
-fn osz() -> u32 {{ return P[24] * P[25] * P[26]; }}
-fn setup(b: u32) {{ nn = b / P[8]; gg = b % P[8]; }}
-fn pos(q: u32, o: u32, t: u32) -> i32 {{
-  let st = P[15u + q];
-  let dl = P[18u + q];
-  let pb = bitcast<i32>(P[21u + q]);
-  {rule}
-  if (iq < 0 || iq >= i32(P[9u + q])) {{ return -1; }}
-  return iq;
-}}
+fn setup(b: u32) {{ nn = b / {groups}u; gg = b % {groups}u; }}
 fn loadA(m: u32, k: u32) -> f32 {{ return {wa}; }}
-fn loadB(k: u32, p: u32) -> f32 {{
-  let c = k / ksz();
-  let kr = k % ksz();
-  let t2 = kr % P[14];
-  let t1 = (kr / P[14]) % P[13];
-  let t0 = kr / (P[13] * P[14]);
-  let o2 = p % P[26];
-  let o1 = (p / P[26]) % P[25];
-  let o0_ = p / (P[25] * P[26]);
-  let i0_ = pos(0u, o0_, t0);
-  let i1_ = pos(1u, o1, t1);
-  let i2_ = pos(2u, o2, t2);
-  if (i0_ < 0 || i1_ < 0 || i2_ < 0) {{ return 0.0; }}
-  let plane = (nn * P[4] + gg * P[5] + c) * isz();
-  return {xa};
-}}
-fn storeC(m: u32, p: u32, v: f32) {{
-  o0[(nn * P[6] + gg * P[7] + m) * osz() + p] = {st};
+{load_b}fn storeC(m: u32, p: u32, v: f32) {{
+  o0[(nn * {mu}u + gg * {mgu}u + m) * {osz}u + p] = {st};
 }}
 "#,
-        wa = wgsl::load(d, load_w),
-        xa = wgsl::load(
-            d,
-            "i0[plane + (u32(i0_) * P[10] + u32(i1_)) * P[11] + u32(i2_)]"
-        ),
+        wa = wgsl::load(d, &load_w),
         st = wgsl::store(d, &format!("v{bias_term}")),
     )
 }
@@ -189,7 +197,15 @@ fn k_conv(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<Vec<WTenso
     super::u32_len(&xs)?;
     super::u32_len(&ws)?;
     super::u32_len(&oshape)?;
-    let extra = geom_params(c, cg, m, mg, group, &g)?;
+    let sh = Shape {
+        c,
+        cg,
+        m,
+        mg,
+        groups: group,
+        g: &g,
+    };
+    check_pads(&g)?;
     let mut ins = vec![&x, &w];
     ins.extend(bias.as_ref());
     if cg * ksz == 0 {
@@ -198,14 +214,24 @@ fn k_conv(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<Vec<WTenso
     gemm(
         run,
         "conv",
-        &ops_text(x.dtype, false, bias.is_some()),
+        &ops_text(x.dtype, false, bias.is_some(), &sh),
         &[x.dtype],
         &[&out],
         &ins,
         (mg, osp, cg * ksz, n * group),
-        extra,
+        Vec::new(),
     )?;
     Ok(vec![out])
+}
+
+/// Declines pads beyond 32 bits (the kernel's positions are i32).
+fn check_pads(g: &Geom) -> KResult<()> {
+    for &x in &g.pb {
+        if i32::try_from(x).is_err() {
+            decline!("pad {x} beyond 32 bits");
+        }
+    }
+    Ok(())
 }
 
 fn k_conv_transpose(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<Vec<WTensor>> {
@@ -232,7 +258,15 @@ fn k_conv_transpose(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<
     super::u32_len(&xs)?;
     super::u32_len(&ws)?;
     super::u32_len(&oshape)?;
-    let extra = geom_params(c, cg, m, mg, group, &g)?;
+    let sh = Shape {
+        c,
+        cg,
+        m,
+        mg,
+        groups: group,
+        g: &g,
+    };
+    check_pads(&g)?;
     let mut ins = vec![&x, &w];
     ins.extend(bias.as_ref());
     if cg * ksz == 0 {
@@ -242,12 +276,12 @@ fn k_conv_transpose(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<
     gemm(
         run,
         "conv_transpose",
-        &ops_text(x.dtype, true, bias.is_some()),
+        &ops_text(x.dtype, true, bias.is_some(), &sh),
         &[x.dtype],
         &[&out],
         &ins,
         (mg, osp, cg * ksz, n * group),
-        extra,
+        Vec::new(),
     )?;
     Ok(vec![out])
 }
