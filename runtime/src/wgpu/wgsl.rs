@@ -154,6 +154,33 @@ pub fn needs_half(ds: &[DType]) -> bool {
     ds.iter().any(|d| matches!(d, DType::F16 | DType::BF16))
 }
 
+/// `text` with every parameter word `P[k]` for `k >= from` (a literal index) replaced by its value
+/// in `params`, as a `u32` literal: a kernel generated for one geometry, whose divisions and loop
+/// bounds the compiler then sees as constants (a division by a constant is a multiply and a
+/// shift; by a word read at run time, a long division).
+pub fn inline_params(text: &str, params: &[u32], from: usize) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("P[") {
+        out.push_str(&rest[..at]);
+        let tail = &rest[at + 2..];
+        let digits = tail.bytes().take_while(u8::is_ascii_digit).count();
+        let k = tail[..digits].parse::<usize>().ok();
+        match k {
+            Some(k) if k >= from && k < params.len() && tail[digits..].starts_with(']') => {
+                out.push_str(&format!("{}u", params[k]));
+                rest = &tail[digits + 1..];
+            }
+            _ => {
+                out.push_str("P[");
+                rest = tail;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 /// The bits of an f32 as a parameter word.
 pub fn fbits(v: f32) -> u32 {
     v.to_bits()
@@ -189,6 +216,15 @@ mod tests {
             assert_eq!(t.parse::<f64>().unwrap(), v, "{s}");
         }
         assert!(lf(f64::INFINITY).contains("0x7ff0"));
+    }
+
+    #[test]
+    fn parameters_inline_from_the_given_index_only() {
+        let t = "let n = P[0]; let a = P[1] * P[12]; let b = P[j]; let c = P[3u + q]; P[40]";
+        assert_eq!(
+            inline_params(t, &[7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19], 1),
+            "let n = P[0]; let a = 8u * 19u; let b = P[j]; let c = P[3u + q]; P[40]"
+        );
     }
 
     #[test]

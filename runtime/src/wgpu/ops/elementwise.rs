@@ -129,7 +129,7 @@ pub fn map(
     if let Some(k) = vec4_form(operands, out_dtype, n, &shape, &st) {
         return map_vec4(run, name, operands, out, func, lib, attrs, flag, k);
     }
-    let mut body = offsets_code(operands.len(), 6);
+    let mut body = offsets_code(operands.len(), 6, shape.len());
     let mut args = Vec::new();
     for (j, t) in operands.iter().enumerate() {
         body.push_str(&format!(
@@ -150,17 +150,20 @@ pub fn map(
         ""
     };
     let outs = if flag.is_some() { 2 } else { 1 };
-    let src = format!(
-        "{}{half}{lib}\n{func}\n{}",
-        wgsl::header(outs, operands.len()),
-        wgsl::entry_1d(&body)
-    );
     let mut params = vec![0u32; 6];
     params[..2].copy_from_slice(&[n, 0]);
     params[2..2 + attrs.len()].copy_from_slice(attrs);
     let rest = offsets_params(n, &shape, &st);
     params[1] = rest[1];
     params.extend_from_slice(&rest[2..]);
+    // Generated for this shape: the broadcast walk divides by constants (the op's attribute
+    // words, P[2..6], stay parameters).
+    let body = wgsl::inline_params(&body, &params, 6);
+    let src = format!(
+        "{}{half}{lib}\n{func}\n{}",
+        wgsl::header(outs, operands.len()),
+        wgsl::entry_1d(&body)
+    );
     let mut out_refs = vec![&out];
     if let Some(f) = flag {
         out_refs.push(f);
@@ -591,18 +594,14 @@ fn k_where(_: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<Vec<WTensor
         .map(|t| broadcast_strides(&t.shape, &out_shape))
         .collect();
     let (shape, st) = simplify(&out_shape, &st);
-    let mut body = offsets_code(3, 2);
+    let mut body = offsets_code(3, 2, shape.len());
     body.push_str(&format!(
         "let pick = i0[off0] != 0u;\nfor (var w = 0u; w < {w}u; w = w + 1u) {{ o0[i * {w}u + w] = select(i2[off2 * {w}u + w], i1[off1 * {w}u + w], pick); }}\n"
     ));
+    let params = offsets_params(n, &shape, &st);
+    // Generated for this shape: the broadcast walk divides by constants.
+    let body = wgsl::inline_params(&body, &params, 1);
     let src = format!("{}{}", wgsl::header(1, 3), wgsl::entry_1d(&body));
-    run.dispatch_n(
-        "where",
-        &src,
-        &[&out],
-        &[&c, &x, &y],
-        offsets_params(n, &shape, &st),
-        n as usize,
-    )?;
+    run.dispatch_n("where", &src, &[&out], &[&c, &x, &y], params, n as usize)?;
     Ok(vec![out])
 }

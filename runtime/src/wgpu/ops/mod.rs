@@ -252,23 +252,28 @@ pub fn simplify(shape: &[usize], strides: &[Vec<i64>]) -> (Vec<usize>, Vec<Vec<i
 }
 
 /// WGSL statements that turn flat index `i` into element offsets `off0..` of several operands
-/// walking the output dims `P[base..base+rank]` with strides `P[base+rank*(1+j)..]` (two's
-/// complement words, so negative strides work in u32 arithmetic). `rank` is `P[1]`.
-pub fn offsets_code(operands: usize, base: usize) -> String {
+/// walking the `rank` output dims `P[base..base+rank]` with strides `P[base+rank*(1+j)..]` (two's
+/// complement words, so negative strides work in u32 arithmetic), straight-line, each parameter at
+/// a literal index (so that `wgsl::inline_params` can make the walk's divisors constants).
+pub fn offsets_code(operands: usize, base: usize, rank: usize) -> String {
     let mut s = String::new();
     for j in 0..operands {
         s.push_str(&format!("var off{j} = 0u;\n"));
     }
-    s.push_str(&format!(
-        "let rank = P[1];\nvar rest = i;\nfor (var k = 0u; k < rank; k = k + 1u) {{\n  let d = rank - 1u - k;\n  let dim = P[{base}u + d];\n  let c = rest % dim;\n  rest = rest / dim;\n"
-    ));
-    for j in 0..operands {
+    s.push_str("var rest = i;\n");
+    for d in (0..rank).rev() {
+        let dim = base + d;
         s.push_str(&format!(
-            "  off{j} = off{j} + c * P[{base}u + rank * {}u + d];\n",
-            j + 1
+            "{{\n  let c = rest % P[{dim}];\n  rest = rest / P[{dim}];\n"
         ));
+        for j in 0..operands {
+            s.push_str(&format!(
+                "  off{j} = off{j} + c * P[{}];\n",
+                base + rank * (j + 1) + d
+            ));
+        }
+        s.push_str("}\n");
     }
-    s.push_str("}\n");
     s
 }
 

@@ -98,12 +98,14 @@ pub fn strided_copy(
     let (shape, st) = simplify(shape, &[dst_strides.to_vec(), src_strides.to_vec()]);
     let body = format!(
         "{}let d = (P[2] + off0) * {w}u;\nlet s = (P[3] + off1) * {w}u;\nfor (var k = 0u; k < {w}u; k = k + 1u) {{ o0[d + k] = i0[s + k]; }}\n",
-        offsets_code(2, 4)
+        offsets_code(2, 4, shape.len())
     );
-    let src_text = format!("{}{}", wgsl::header(1, 1), wgsl::entry_1d(&body));
     let p = offsets_params(n, &shape, &st);
     let mut params = vec![p[0], p[1], dst_base as i32 as u32, src_base as i32 as u32];
     params.extend_from_slice(&p[2..]);
+    // Generated for this geometry: the coordinate walk divides by constants.
+    let body = wgsl::inline_params(&body, &params, 1);
+    let src_text = format!("{}{}", wgsl::header(1, 1), wgsl::entry_1d(&body));
     run.dispatch_n("copy", &src_text, &[dst], &[src], params, n as usize)
 }
 

@@ -200,6 +200,8 @@ fn k_pool(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<Vec<WTenso
     } else {
         String::new()
     };
+    // Generated for this geometry: the window walk divides and loops by constants.
+    let body = wgsl::inline_params(&body, &params, 1);
     let src = format!(
         "{}{half}{math}{}",
         wgsl::header(outs, 1),
