@@ -212,7 +212,10 @@ fn weight_read_after_its_handle_goes(hold: bool) -> (Tensor, Tensor, bool) {
     if hold {
         a.hold(&w);
     }
-    a.spin(200_000_000).unwrap();
+    // Long enough (about half a second) that B's poison lands first even when the suite's other
+    // tests keep every SM busy: at 200M cycles, 1 suite run in the H200's call 2 of stop 25 saw the
+    // copy run before the poison.
+    a.spin(1_000_000_000).unwrap();
     let out = a.alloc(quorum::DType::F32, &shape).unwrap();
     a.copy(&out, &w, w.bytes()).unwrap();
     let later = a.download_later(&out).unwrap();

@@ -122,11 +122,11 @@ fn a_declined_form_is_not_counted_as_run_on_wgpu() {
 /// A buffer handed back mid-run is reused by the run's next allocation of its size even while the
 /// commands that read it are not submitted yet, or submitted and still running (the one queue
 /// orders them): a chain of 40 Adds releasing each input uses a couple of buffers, not 40, and its
-/// result is bit for bit the host's f32 chain, whether the chain goes to the queue in one
-/// submission or in one per Add. Before the fixes every released buffer stayed out of reuse until
+/// result is bit for bit the host's f32 chain, whether the chain goes to the queue as the run
+/// collects it (`wgpu::run::SUBMIT_EVERY` commands at a time) or in one submission per Add. Before the fixes every released buffer stayed out of reuse until
 /// the run ended, then every buffer a submission had used.
 #[rstest::rstest]
-#[case::one_submission(false)]
+#[case::as_collected(false)]
 #[case::a_submission_per_add(true)]
 fn released_buffers_are_reused_within_a_run(#[case] submit_each: bool) {
     use quorum::counters::Counters;

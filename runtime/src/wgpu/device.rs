@@ -47,6 +47,8 @@ pub struct Device {
     /// Host-readable buffers that downloads copy into.
     pub readback: Arc<Pool>,
     pipelines: Mutex<HashMap<String, Arc<Pipeline>>>,
+    /// Pipelines by a short key that determines their source (`Device::pipeline_keyed`).
+    keyed: Mutex<HashMap<String, Arc<Pipeline>>>,
     layouts: Mutex<HashMap<(usize, usize), Arc<(wgpu::BindGroupLayout, wgpu::PipelineLayout)>>>,
     /// Errors wgpu reported outside any error scope (validation of a submit, device loss), taken by
     /// the run that next waits for the device.
@@ -204,6 +206,7 @@ impl Device {
             caps,
             limits,
             pipelines: Mutex::new(HashMap::new()),
+            keyed: Mutex::new(HashMap::new()),
             layouts: Mutex::new(HashMap::new()),
             errors,
             dump_dir: std::env::var_os("QUORUM_DUMP_WGSL").map(PathBuf::from),
@@ -352,6 +355,36 @@ impl Device {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(src.to_string(), p.clone());
+        Ok(p)
+    }
+
+    /// The pipeline of a kernel named by `key`, a short text that determines its source: looked up
+    /// by the key, and only on a miss is `build` asked for the source (compiled through
+    /// [`Device::pipeline`]). For kernels whose source is long to generate and to hash (the GEMM
+    /// template's unrolled steps: tens of kilobytes per launch).
+    pub fn pipeline_keyed(
+        &self,
+        name: &str,
+        key: &str,
+        build: impl FnOnce() -> String,
+        outs: usize,
+        ins: usize,
+        counters: &Counters,
+    ) -> Result<Arc<Pipeline>, String> {
+        if let Some(p) = self
+            .keyed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(key)
+        {
+            Counters::bump(&counters.module_hits, 1);
+            return Ok(p.clone());
+        }
+        let p = self.pipeline(name, &build(), outs, ins, counters)?;
+        self.keyed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key.to_string(), p.clone());
         Ok(p)
     }
 

@@ -29,6 +29,16 @@ pub type KResult<T> = Result<T, DeviceError>;
 /// Threads per workgroup of the one-dimensional kernels (`super::wgsl::entry_1d`).
 pub const WG: u32 = 256;
 
+/// Commands collected before they go to the queue without waiting for a download or the run's
+/// end, so that the device works while the host records the rest.
+pub const SUBMIT_EVERY: usize = 48;
+
+/// A kernel's WGSL: the text, or a key for it and a way to make it.
+enum Source<'a> {
+    Text(&'a str),
+    Keyed(&'a str, &'a dyn Fn() -> String),
+}
+
 enum Cmd {
     Dispatch {
         pipeline: Arc<Pipeline>,
@@ -271,6 +281,34 @@ impl<'a> Run<'a> {
         params: Vec<u32>,
         groups: [u32; 3],
     ) -> KResult<()> {
+        self.dispatch_with(name, Source::Text(src), outs, ins, params, groups)
+    }
+
+    /// [`Run::dispatch`] of a kernel named by `key`, a short text that determines its source:
+    /// `build` makes the source only when no pipeline has that key yet.
+    #[allow(clippy::too_many_arguments)]
+    pub fn dispatch_keyed(
+        &self,
+        name: &str,
+        key: &str,
+        build: &dyn Fn() -> String,
+        outs: &[&WTensor],
+        ins: &[&WTensor],
+        params: Vec<u32>,
+        groups: [u32; 3],
+    ) -> KResult<()> {
+        self.dispatch_with(name, Source::Keyed(key, build), outs, ins, params, groups)
+    }
+
+    fn dispatch_with(
+        &self,
+        name: &str,
+        src: Source,
+        outs: &[&WTensor],
+        ins: &[&WTensor],
+        params: Vec<u32>,
+        groups: [u32; 3],
+    ) -> KResult<()> {
         if groups.contains(&0) {
             return Ok(());
         }
@@ -281,10 +319,15 @@ impl<'a> Run<'a> {
                 outs.len() + ins.len()
             )));
         }
-        let pipeline = self
-            .device
-            .pipeline(name, src, outs.len(), ins.len(), self.counters)
-            .map_err(DeviceError::Device)?;
+        let (o, i) = (outs.len(), ins.len());
+        let pipeline = match src {
+            Source::Text(t) => self.device.pipeline(name, t, o, i, self.counters),
+            Source::Keyed(key, build) => {
+                self.device
+                    .pipeline_keyed(name, key, build, o, i, self.counters)
+            }
+        }
+        .map_err(DeviceError::Device)?;
         let buffers = outs.iter().chain(ins).map(|t| t.buf.clone()).collect();
         let label = if self.timing.get() {
             let l = self.label.borrow().clone();
@@ -300,6 +343,11 @@ impl<'a> Run<'a> {
             label,
         });
         Counters::bump(&self.counters.kernel_launches, 1);
+        // The queue starts on what is collected while the host records the rest of the run: one
+        // submission at the end kept the device idle until every node had been recorded.
+        if self.cmds.borrow().len() >= SUBMIT_EVERY {
+            self.flush()?;
+        }
         Ok(())
     }
 

@@ -202,12 +202,21 @@ pub fn gemm(
             decline!("GEMM dims beyond 32 bits");
         }
     }
-    let src = gemm_source(ops, dtypes, outs.len(), ins.len(), tile);
+    // The template's text is long (every step unrolled): it is made, and hashed, only the first
+    // time this op text, tile and binding count meet.
+    let key = format!(
+        "gemm|{}|{}|{}|{dtypes:?}|{ops}",
+        tile.t,
+        outs.len(),
+        ins.len()
+    );
+    let build = || gemm_source(ops, dtypes, outs.len(), ins.len(), tile);
     let mut p = vec![m as u32, n as u32, k as u32, batch as u32];
     p.extend(extra);
-    run.dispatch(
+    run.dispatch_keyed(
         name,
-        &src,
+        &key,
+        &build,
         outs,
         ins,
         p,
