@@ -23,6 +23,11 @@ pub struct Caps {
     pub i64: bool,
     pub subgroups: bool,
     pub timestamps: bool,
+    /// The adapter offers `shader-f16`. Not requested: 16-bit floats are held one per word and
+    /// computed in f32 with exact conversions (`super::wgsl::HALF`), which WGSL's own f32-to-f16
+    /// conversion does not promise, and arithmetic in f16 would not meet the f32 accuracy that the
+    /// verification bounds assume.
+    pub f16_offered: bool,
 }
 
 /// A compiled kernel and the layout it binds with.
@@ -184,6 +189,7 @@ impl Device {
             i64: want.contains(wgpu::Features::SHADER_INT64),
             subgroups: want.contains(wgpu::Features::SUBGROUP),
             timestamps: want.contains(wgpu::Features::TIMESTAMP_QUERY),
+            f16_offered: have.contains(wgpu::Features::SHADER_F16),
         };
         Ok(Arc::new(Device {
             software: is_software(&info),

@@ -166,6 +166,14 @@ fn wgpu_adapters() {
         match quorum::wgpu::Device::get() {
             Ok(d) => {
                 println!("  wgpu uses: {}", d.describe());
+                println!(
+                    "  wgpu 16-bit floats: one per 32-bit word, computed in f32 and converted exactly{}",
+                    if d.caps.f16_offered {
+                        " (the adapter offers shader-f16; not used: WGSL's f32-to-f16 conversion does not promise ties to even)"
+                    } else {
+                        ""
+                    }
+                );
                 if let Err(why) = d.auto_usable() {
                     println!("  wgpu under --provider auto: left out: {why}");
                 }
