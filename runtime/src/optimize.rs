@@ -1,7 +1,7 @@
 //! Graph rewrites at session build. Each rewrite is local and keeps every graph output's name. For
 //! sessions whose nodes all run on the CPU (an accelerator's backend claims the model's own ops; a
-//! rewritten op it does not know would pull nodes off the device), rewrites apply only where their
-//! result equals the unrewritten subgraph bit for bit:
+//! rewritten op it does not know would pull nodes off the device), these keep the unrewritten
+//! subgraph's result bit for bit:
 //!
 //! - `identity`: an Identity node is removed and its readers read its input (the kernel copies the
 //!   tensor; the rewrite copies nothing).
@@ -11,6 +11,12 @@
 //!   a constant f32 tensor (f64 too, except Clip), so that the dtype is known to be one whose fused
 //!   result equals the pair's (FusedConv rounds f16 once where the pair rounds twice), and the Conv
 //!   output has no other reader.
+//!
+//! And one that changes the arithmetic within the Conv's own accuracy (stated in its module):
+//!
+//! - `affine-fold`: a Conv followed by inference BatchNormalization, or Mul, Add or Sub by a
+//!   per-channel constant, becomes one Conv whose weight and bias absorb them (`affine.rs`); it runs
+//!   before `conv-activation`, which can then fuse the activation after the chain.
 //!
 //! For sessions with an accelerator, rewrites that change the arithmetic within the op's own
 //! accuracy (stated in each module):
@@ -41,6 +47,17 @@ pub struct Rewrite {
     pub detail: String,
 }
 
+/// Passes whose result may differ from the unrewritten graph's in the last bits (each within the
+/// bound its module states); every other pass keeps every output bit for bit.
+pub const INEXACT_PASSES: &[&str] = &["affine-fold", "gelu", "matmul-bias"];
+
+impl Rewrite {
+    /// Whether the rewrite keeps the graph's outputs bit for bit.
+    pub fn exact(&self) -> bool {
+        !INEXACT_PASSES.contains(&self.pass)
+    }
+}
+
 impl std::fmt::Display for Rewrite {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}: {}", self.pass, self.detail)
@@ -56,7 +73,10 @@ pub(crate) fn optimize(
     let mut g = graph.clone();
     let mut done = Vec::new();
     remove_identities(&mut g, &mut done);
-    fuse_conv_activation(&mut g, constants, &mut done);
+    // The fold adds initializers (the folded weights and biases) that the fusion must see.
+    let mut constants = constants.clone();
+    affine::fold_affine(&mut g, &mut constants, &mut done);
+    fuse_conv_activation(&mut g, &constants, &mut done);
     (!done.is_empty()).then_some((g, done))
 }
 
@@ -361,6 +381,7 @@ fn fuse_conv_activation(
     });
 }
 
+mod affine;
 mod gelu;
 mod matmul_bias;
 

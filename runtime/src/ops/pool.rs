@@ -402,6 +402,19 @@ fn avg_pool_t<T: Float + Send + Sync>(
     let [_, i1, i2] = g.ins;
     let total = oshape.iter().product::<usize>();
     let mut y = vec![T::zero(); total];
+    if g.ins[0] == 1 && g.k[0] == 1 && g.outs[0] == 1 && g.pb[0] == 0 {
+        // One or two spatial dims: rows of window sums first, then sums of those down the
+        // columns (k₁ + k₂ additions an output instead of k₁·k₂).
+        let (t1, t2) = (
+            (0..g.outs[1]).map(|o| g.taps(1, o)).collect::<Vec<_>>(),
+            (0..g.outs[2]).map(|o| g.taps(2, o)).collect::<Vec<_>>(),
+        );
+        for_planes(&mut y, out_sp, total * (g.k[1] + g.k[2]), |pi, out| {
+            let src = &xd[pi * in_sp..(pi + 1) * in_sp];
+            separable_plane(&g, &t1, &t2, src, out, red);
+        });
+        return Ok(ArrayD::from_shape_vec(IxDyn(&oshape), y)?);
+    }
     for_planes(
         &mut y,
         out_sp,
@@ -444,6 +457,66 @@ fn avg_pool_t<T: Float + Send + Sync>(
         },
     );
     Ok(ArrayD::from_shape_vec(IxDyn(&oshape), y)?)
+}
+
+/// One plane of AveragePool or LpPool over (at most) two spatial dims: each input row's window
+/// sums along the columns, then each output's sum of those along the rows, then the count or the
+/// root. `t1`, `t2`: the windows of each output row and column (`PGeom::taps`).
+fn separable_plane<T: Float>(
+    g: &PGeom,
+    t1: &[(i64, usize, usize, usize)],
+    t2: &[(i64, usize, usize, usize)],
+    src: &[T],
+    out: &mut [T],
+    red: Reduce,
+) {
+    let (rows, cols) = (g.ins[1], g.ins[2]);
+    let oc = g.outs[2];
+    let (d1, d2) = (g.d[1] as i64, g.d[2] as i64);
+    let term = |v: T| match red {
+        Reduce::Avg { .. } => v,
+        Reduce::Lp(p) => lp_pow(v, p),
+    };
+    let mut h = vec![T::zero(); rows * oc];
+    for r in 0..rows {
+        let row = &src[r * cols..(r + 1) * cols];
+        let hr = &mut h[r * oc..(r + 1) * oc];
+        for (o, &(start, lo, hi, _)) in t2.iter().enumerate() {
+            let mut sum = T::zero();
+            for k in lo..hi {
+                sum = sum + term(row[(start + k as i64 * d2) as usize]);
+            }
+            hr[o] = sum;
+        }
+    }
+    for (orow, &(start, lo, hi, padded1)) in t1.iter().enumerate() {
+        let dst = &mut out[orow * oc..(orow + 1) * oc];
+        dst.iter_mut().for_each(|v| *v = T::zero());
+        for k in lo..hi {
+            let r = (start + k as i64 * d1) as usize;
+            for (d, &v) in dst.iter_mut().zip(&h[r * oc..(r + 1) * oc]) {
+                *d = *d + v;
+            }
+        }
+        for (o, d) in dst.iter_mut().enumerate() {
+            let (_, lo2, hi2, padded2) = t2[o];
+            *d = match red {
+                Reduce::Avg { include_pad } => {
+                    let count = if include_pad {
+                        padded1 * padded2
+                    } else {
+                        (hi - lo) * (hi2 - lo2)
+                    };
+                    if count == 0 {
+                        T::nan()
+                    } else {
+                        *d / T::from(count).unwrap_or(T::one())
+                    }
+                }
+                Reduce::Lp(p) => lp_root(*d, p),
+            };
+        }
+    }
 }
 
 /// Runs a Float kernel on f32/f64 directly and on f16/bf16 through f32.

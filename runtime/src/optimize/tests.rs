@@ -41,7 +41,7 @@ pub(super) fn node(name: &str, op: &str, inputs: &[&str], outputs: &[&str]) -> N
 
 /// A model over input `x` [1, 3, 8, 8] with a 3×3 Conv of W [4, 3, 3, 3] (pads 1) and bias, named
 /// `y`, followed by `tail`; `outputs` are [1, 4, 8, 8] each.
-fn model(tail: Vec<Node>, outputs: &[&str], extra: Vec<(&str, Tensor)>) -> Model {
+pub(super) fn model(tail: Vec<Node>, outputs: &[&str], extra: Vec<(&str, Tensor)>) -> Model {
     let mut conv = node("conv", "Conv", &["x", "w", "b"], &["y"]);
     conv.attrs
         .insert("pads".into(), Attr::Ints(vec![1, 1, 1, 1]));
@@ -66,7 +66,7 @@ fn model(tail: Vec<Node>, outputs: &[&str], extra: Vec<(&str, Tensor)>) -> Model
     )
 }
 
-fn session(m: &Model, optimize: bool) -> Session {
+pub(super) fn session(m: &Model, optimize: bool) -> Session {
     let options = SessionOptions {
         optimize,
         ..Default::default()
