@@ -61,6 +61,40 @@ impl Activation {
         self.apply_body(v, bias)
     }
 
+    /// `v[j] = act((v[j] + bias) + add[j])` for `j < v.len()`: a residual `add` (at least as long
+    /// as `v`) summed after the bias and before the activation, each sum rounded, as an Add node
+    /// between the two would.
+    pub fn apply_add(self, v: &mut [f32], bias: Option<f32>, add: &[f32]) {
+        let add = &add[..v.len()];
+        #[cfg(target_arch = "x86_64")]
+        {
+            #[target_feature(enable = "avx512f")]
+            fn avx512(act: Activation, v: &mut [f32], bias: Option<f32>, add: &[f32]) {
+                act.apply_add_body(v, bias, add)
+            }
+            #[target_feature(enable = "avx2")]
+            fn avx2(act: Activation, v: &mut [f32], bias: Option<f32>, add: &[f32]) {
+                act.apply_add_body(v, bias, add)
+            }
+            match crate::Isa::detected() {
+                // SAFETY: the instruction set was detected on this CPU.
+                crate::Isa::Avx512 => return unsafe { avx512(self, v, bias, add) },
+                crate::Isa::Avx2 => return unsafe { avx2(self, v, bias, add) },
+                crate::Isa::Portable => {}
+            }
+        }
+        self.apply_add_body(v, bias, add)
+    }
+
+    #[inline(always)]
+    fn apply_add_body(self, v: &mut [f32], bias: Option<f32>, add: &[f32]) {
+        match bias {
+            Some(b) => v.iter_mut().zip(add).for_each(|(x, &r)| *x = (*x + b) + r),
+            None => v.iter_mut().zip(add).for_each(|(x, &r)| *x = *x + r),
+        }
+        self.apply_body(v, None);
+    }
+
     #[inline(always)]
     fn apply_body(self, v: &mut [f32], bias: Option<f32>) {
         macro_rules! each {
@@ -182,6 +216,30 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// With a residual, each value is the bias sum, then the residual sum, then the activation,
+    /// each rounded: the Conv → Add → activation chain's arithmetic.
+    #[test]
+    fn the_residual_is_added_after_the_bias_and_before_the_activation() {
+        let xs = [-7.5f32, 1e-3, 2.5, -3.0, 1e8, f32::NAN, -0.0];
+        let rs = [0.5f32, -1e-3, -2.75, 3.0, 1.0, 1.0, 0.0];
+        for act in [Activation::None, Activation::Relu, Activation::Sigmoid] {
+            for bias in [None, Some(0.25f32)] {
+                let mut v = xs.to_vec();
+                act.apply_add(&mut v, bias, &rs);
+                for ((x, r), y) in xs.iter().zip(&rs).zip(&v) {
+                    let want = act.scalar(bias.map_or(*x, |b| *x + b) + r);
+                    let same = y.to_bits() == want.to_bits() || (y.is_nan() && want.is_nan());
+                    assert!(same, "{act:?} {bias:?} at {x} + {r}: {y} vs {want}");
+                }
+            }
+        }
+        // The order matters: (x + b) + r rounds differently from x + (b + r) here.
+        let mut v = vec![1e8f32];
+        Activation::None.apply_add(&mut v, Some(3.0), &[3.0]);
+        assert_eq!(v[0], (1e8f32 + 3.0) + 3.0);
+        assert_ne!(v[0], 1e8f32 + (3.0 + 3.0));
     }
 
     #[test]

@@ -42,12 +42,15 @@ pub enum Threads {
     Always,
 }
 
-/// What is applied to each output as it is stored: `act(C + bias[row])`.
+/// What is applied to each output as it is stored: `act((C + bias[row]) + residual[i, j])`.
 #[derive(Debug, Clone, Copy)]
 pub struct Epilogue<'a> {
     /// One value per row of `C` (a convolution's output channel), or none.
     pub bias: Option<&'a [f32]>,
     pub act: Activation,
+    /// Laid out like `C` (`residual[i·ldc + j]` for `C[i, j]`), added after the bias (a residual
+    /// connection's Add), or none.
+    pub residual: Option<&'a [f32]>,
 }
 
 impl Epilogue<'_> {
@@ -55,10 +58,20 @@ impl Epilogue<'_> {
     pub const NONE: Epilogue<'static> = Epilogue {
         bias: None,
         act: Activation::None,
+        residual: None,
     };
 
     fn is_identity(&self) -> bool {
-        self.bias.is_none() && self.act == Activation::None
+        self.bias.is_none() && self.act == Activation::None && self.residual.is_none()
+    }
+
+    /// The epilogue on row `i`, columns `j0..j0 + dst.len()`, of `C` (row stride `ldc`).
+    fn apply(&self, dst: &mut [f32], i: usize, j0: usize, ldc: usize) {
+        let bias = self.bias.map(|b| b[i]);
+        match self.residual {
+            Some(r) => self.act.apply_add(dst, bias, &r[i * ldc + j0..]),
+            None => self.act.apply(dst, bias),
+        }
     }
 }
 
@@ -90,6 +103,10 @@ pub fn sgemm_uninit(
     assert!(
         epi.bias.is_none_or(|bias| bias.len() >= m),
         "sgemm: bias shorter than {m} rows"
+    );
+    assert!(
+        epi.residual.is_none_or(|r| r.len() >= (m - 1) * ldc + n),
+        "sgemm: residual too short for {m}x{n} with row stride {ldc}"
     );
     assert!(
         a.isa().is_supported(),
@@ -195,7 +212,7 @@ fn block(
                 let dst =
                     unsafe { std::slice::from_raw_parts_mut(out.0.add(i * ldc + j0), j1 - j0) };
                 dst.fill(0.0);
-                epi.act.apply(dst, epi.bias.map(|b| b[i]));
+                epi.apply(dst, i, j0, ldc);
             }
         }
         return;
@@ -241,7 +258,7 @@ fn block(
                                     for i in 0..rows {
                                         let dst =
                                             std::slice::from_raw_parts_mut(cp.add(i * ldc), cols);
-                                        epi.act.apply(dst, epi.bias.map(|b| b[r0 + i]));
+                                        epi.apply(dst, r0 + i, jc + jr * nr, ldc);
                                     }
                                 }
                             }

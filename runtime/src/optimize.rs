@@ -11,6 +11,10 @@
 //!   a constant f32 tensor (f64 too, except Clip), so that the dtype is known to be one whose fused
 //!   result equals the pair's (FusedConv rounds f16 once where the pair rounds twice), and the Conv
 //!   output has no other reader.
+//! - `conv-residual`: Conv followed by an Add (or two-input Sum) of another tensor — a residual
+//!   connection — and optionally by one of those activations becomes one FusedConv whose fourth
+//!   input is added after the bias and before the activation (`residual.rs`): in the GEMM's
+//!   epilogue as each tile is stored, the same two roundings the Add and the activation make.
 //!
 //! And one that changes the arithmetic within the Conv's own accuracy (stated in its module):
 //!
@@ -76,6 +80,7 @@ pub(crate) fn optimize(
     // The fold adds initializers (the folded weights and biases) that the fusion must see.
     let mut constants = constants.clone();
     affine::fold_affine(&mut g, &mut constants, &mut done);
+    residual::fuse_conv_residual(&mut g, &constants, &mut done);
     fuse_conv_activation(&mut g, &constants, &mut done);
     (!done.is_empty()).then_some((g, done))
 }
@@ -221,7 +226,7 @@ fn remove_identities(g: &mut Graph, done: &mut Vec<Rewrite>) {
 
 /// The activation node `act` applies to its first input, when FusedConv can apply it to a Conv
 /// output of dtype `dtype` bit for bit.
-fn activation_of(
+pub(super) fn activation_of(
     act: &Node,
     dtype: DType,
     constants: &HashMap<String, Arc<Value>>,
@@ -268,7 +273,7 @@ fn activation_of(
 }
 
 /// The name and parameters FusedConv's attributes give `act`.
-fn activation_attrs(act: Activation) -> (&'static str, Vec<f32>) {
+pub(super) fn activation_attrs(act: Activation) -> (&'static str, Vec<f32>) {
     match act {
         Activation::None => ("", vec![]),
         Activation::Relu => ("Relu", vec![]),
@@ -384,6 +389,7 @@ fn fuse_conv_activation(
 mod affine;
 mod gelu;
 mod matmul_bias;
+mod residual;
 
 #[cfg(test)]
 mod tests;

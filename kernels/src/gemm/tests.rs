@@ -95,6 +95,7 @@ fn dense_gemm_matches_f64_at_tile_and_block_edges() {
                 let epi = Epilogue {
                     bias: with_bias.then_some(&bias[..]),
                     act,
+                    residual: None,
                 };
                 let want = reference(&a, |p, j| bdata[p * ld + j], (m, n, k), epi.bias, act);
                 let ldc = n + 2;
@@ -190,6 +191,7 @@ fn convolution_patches_match_f64() {
             let epi = Epilogue {
                 bias: Some(&bias),
                 act: Activation::LeakyRelu { alpha: 0.1 },
+                residual: None,
             };
             // The patch matrix written out, for the reference.
             let mut dense = vec![0f32; k * n];
@@ -314,4 +316,57 @@ fn prepacked_operands_give_the_same_bits() {
 
 fn c_is_finite(bits: &[u32]) -> bool {
     bits.iter().all(|b| f32::from_bits(*b).is_finite())
+}
+
+/// A residual in the epilogue gives, bit for bit, the GEMM with its bias followed by the residual's
+/// Add and the activation, on every instruction set, serial and split, at a row stride wider than
+/// the output, across more than one block of columns and of K; the comparison is sensitive to a
+/// residual read one column off.
+#[test]
+fn a_residual_epilogue_equals_the_add_and_activation_after_the_gemm() {
+    for &isa in Isa::supported() {
+        let (m, n, k) = (2 * isa.mr() + 3, 2 * 512 + 37, 200);
+        let a = rand(21, m * k);
+        let b = rand(22, k * n);
+        let bias = rand(23, m);
+        let ldc = n + 5;
+        let res = rand(24, m * ldc);
+        let packed = PackedA::new(isa, m, k, &a, k);
+        let src = BSource::Dense { data: &b, ld: n };
+        let plain = Epilogue {
+            bias: Some(&bias),
+            act: Activation::None,
+            residual: None,
+        };
+        let mut want = vec![0f32; m * ldc];
+        sgemm(&packed, &src, n, &mut want, ldc, &plain, Threads::Serial);
+        let mut shifted = want.clone();
+        for i in 0..m {
+            let row = &mut want[i * ldc..i * ldc + n];
+            Activation::Relu.apply_add(row, None, &res[i * ldc..]);
+            let row = &mut shifted[i * ldc..i * ldc + n];
+            Activation::Relu.apply_add(row, None, &res[i * ldc + 1..]);
+        }
+        let fused = Epilogue {
+            bias: Some(&bias),
+            act: Activation::Relu,
+            residual: Some(&res),
+        };
+        for threads in [Threads::Serial, Threads::Always] {
+            let mut got = vec![0f32; m * ldc];
+            sgemm(&packed, &src, n, &mut got, ldc, &fused, threads);
+            for i in 0..m {
+                for j in 0..n {
+                    let (g, w) = (got[i * ldc + j], want[i * ldc + j]);
+                    assert_eq!(
+                        g.to_bits(),
+                        w.to_bits(),
+                        "{isa:?} {threads:?} at ({i}, {j})"
+                    );
+                }
+            }
+            let off = (0..m).any(|i| (0..n).any(|j| got[i * ldc + j] != shifted[i * ldc + j]));
+            assert!(off, "a residual one column off should change the result");
+        }
+    }
 }

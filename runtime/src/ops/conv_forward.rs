@@ -86,7 +86,13 @@ pub(crate) fn activation_attr(ctx: &OpCtx) -> OpResult<Activation> {
 
 fn run(ctx: &OpCtx, inputs: &[Option<&Value>], act: Activation) -> OpResult<Vec<Value>> {
     let x = input(inputs, 0)?;
-    let rest = vec![Some(input(inputs, 1)?), opt_input(inputs, 2)?];
+    // FusedConv's fourth input, a residual added before the activation (Conv has three inputs).
+    let residual = if ctx.node.op_type == "FusedConv" {
+        opt_input(inputs, 3)?
+    } else {
+        None
+    };
+    let rest = vec![Some(input(inputs, 1)?), opt_input(inputs, 2)?, residual];
     fn go<T: ConvFloat>(
         x: &ArrayD<T>,
         r: &[Option<&ArrayD<T>>],
@@ -96,9 +102,38 @@ fn run(ctx: &OpCtx, inputs: &[Option<&Value>], act: Activation) -> OpResult<Vec<
         let Some(w) = r[0] else {
             bail!("Conv: W is missing")
         };
-        T::conv(ctx, x, w, r[1], act)
+        match r[2] {
+            None => T::conv(ctx, x, w, r[1], act),
+            Some(res) => T::conv_residual(ctx, x, w, r[1], act, res),
+        }
     }
     single(float_dispatch!(x, rest, go, ctx, act))
+}
+
+/// `act(conv + res)`, `res` broadcast as an Add node broadcasts it: the Conv, then one pass of
+/// the sum and the activation, each rounded as the Add and activation nodes round.
+fn conv_then_residual<T: ConvFloat>(
+    ctx: &OpCtx,
+    x: &ArrayD<T>,
+    w: &ArrayD<T>,
+    b: Option<&ArrayD<T>>,
+    act: Activation,
+    res: &ArrayD<T>,
+) -> OpResult<ArrayD<T>> {
+    let y = T::conv(ctx, x, w, b, Activation::None)?;
+    let shape = crate::ops::broadcast::broadcast_shapes(&[y.shape(), res.shape()])?;
+    let (Some(yb), Some(rb)) = (y.broadcast(shape.clone()), res.broadcast(shape)) else {
+        bail!(
+            "FusedConv residual of shape {:?} does not broadcast with the output {:?}",
+            res.shape(),
+            y.shape()
+        )
+    };
+    let mut out = ndarray::Zip::from(&yb).and(&rb).map_collect(|&a, &r| a + r);
+    if let Some(v) = out.as_slice_mut() {
+        T::activate(v, act);
+    }
+    Ok(out)
 }
 
 /// The float types Conv computes in: f32 through the packed GEMM, f64 through the general path.
@@ -110,6 +145,18 @@ pub(super) trait ConvFloat: GemmFloat {
         b: Option<&ArrayD<Self>>,
         act: Activation,
     ) -> OpResult<ArrayD<Self>>;
+
+    /// `act(conv + bias + res)`: FusedConv with a residual (see [`conv_then_residual`]).
+    fn conv_residual(
+        ctx: &OpCtx,
+        x: &ArrayD<Self>,
+        w: &ArrayD<Self>,
+        b: Option<&ArrayD<Self>>,
+        act: Activation,
+        res: &ArrayD<Self>,
+    ) -> OpResult<ArrayD<Self>> {
+        conv_then_residual(ctx, x, w, b, act, res)
+    }
 
     /// `act` on each value, with the formulas of the standalone activation kernels for this type.
     fn activate(v: &mut [Self], act: Activation);
@@ -130,6 +177,24 @@ impl ConvFloat for f32 {
         act: Activation,
     ) -> OpResult<ArrayD<f32>> {
         super::packed::conv_f32(ctx, x, w, b, act)
+    }
+
+    /// A residual of the output's own shape is added as each GEMM tile is stored (the same sums in
+    /// the same order as the Add after the Conv); any other shape broadcasts after the Conv.
+    fn conv_residual(
+        ctx: &OpCtx,
+        x: &ArrayD<f32>,
+        w: &ArrayD<f32>,
+        b: Option<&ArrayD<f32>>,
+        act: Activation,
+        res: &ArrayD<f32>,
+    ) -> OpResult<ArrayD<f32>> {
+        let sh = ConvShape::new(ctx, x.shape(), w.shape(), b)?;
+        if res.shape() != sh.out_shape.as_slice() {
+            return conv_then_residual(ctx, x, w, b, act, res);
+        }
+        let rd = contiguous(res);
+        super::packed::conv_f32_residual(ctx, x, w, b, act, Some(&rd))
     }
 
     fn activate(v: &mut [f32], act: Activation) {

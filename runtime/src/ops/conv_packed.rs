@@ -21,19 +21,40 @@ pub(super) fn conv_f32(
     b: Option<&ArrayD<f32>>,
     act: Activation,
 ) -> OpResult<ArrayD<f32>> {
+    conv_f32_residual(ctx, x, w, b, act, None)
+}
+
+/// [`conv_f32`] with a residual `r` of the output's shape added after the bias and before the
+/// activation (FusedConv's fourth input): in the GEMM's epilogue as each tile is stored, or, for
+/// depthwise convolutions, in one pass after them.
+pub(super) fn conv_f32_residual(
+    ctx: &OpCtx,
+    x: &ArrayD<f32>,
+    w: &ArrayD<f32>,
+    b: Option<&ArrayD<f32>>,
+    act: Activation,
+    r: Option<&[f32]>,
+) -> OpResult<ArrayD<f32>> {
     let sh = ConvShape::new(ctx, x.shape(), w.shape(), b)?;
     let xd = contiguous(x);
     let bd = b.map(contiguous);
     let bias = bd.as_deref();
     if sh.depthwise() {
-        let y = depthwise(&sh, &xd, &contiguous(w), bias, act);
+        let y = match r {
+            None => depthwise(&sh, &xd, &contiguous(w), bias, act),
+            Some(r) => {
+                let mut y = depthwise(&sh, &xd, &contiguous(w), bias, Activation::None);
+                act.apply_add(&mut y, None, r);
+                y
+            }
+        };
         return Ok(ArrayD::from_shape_vec(IxDyn(&sh.out_shape), y)?);
     }
     let isa = Isa::detected();
     let weights = packed_weights(ctx, 1, isa, sh.group, w.shape(), || {
         pack_weights(isa, &sh, &contiguous(w))
     });
-    let y = conv_packed(&sh, &xd, &weights, bias, act, Threads::Auto);
+    let y = conv_packed_residual(&sh, &xd, &weights, bias, act, r, Threads::Auto);
     Ok(ArrayD::from_shape_vec(IxDyn(&sh.out_shape), y)?)
 }
 
@@ -58,12 +79,26 @@ pub(super) fn pack_weights(isa: Isa, sh: &ConvShape, wd: &[f32]) -> PackedWeight
 /// The convolution of `xd` (`[N, C, ins...]`) by packed weights, `act(conv + bias)`. Groups run in
 /// parallel when there are at least twice as many as threads (each GEMM then serial), otherwise one
 /// after the other with each GEMM split across threads above its work threshold.
+#[cfg(test)]
 pub(super) fn conv_packed(
     sh: &ConvShape,
     xd: &[f32],
     weights: &PackedWeights,
     bias: Option<&[f32]>,
     act: Activation,
+    threads: Threads,
+) -> Vec<f32> {
+    conv_packed_residual(sh, xd, weights, bias, act, None, threads)
+}
+
+/// [`conv_packed`] with a residual laid out like the output (see [`conv_f32_residual`]).
+pub(super) fn conv_packed_residual(
+    sh: &ConvShape,
+    xd: &[f32],
+    weights: &PackedWeights,
+    bias: Option<&[f32]>,
+    act: Activation,
+    residual: Option<&[f32]>,
     threads: Threads,
 ) -> Vec<f32> {
     let (n, c, m, group) = (sh.n, sh.c, sh.m, sh.group);
@@ -77,7 +112,9 @@ pub(super) fn conv_packed(
     let pointwise = sh.pointwise();
     let par_groups = group > 1 && group >= 2 * rayon::current_num_threads();
     let out = &mut y.spare_capacity_mut()[..total];
+    let chunk = mg * out_sp;
     let run = |ni: usize, gi: usize, yg: &mut [std::mem::MaybeUninit<f32>], threads: Threads| {
+        let at = (ni * group + gi) * chunk;
         let xg = &xd[(ni * c + gi * cg) * in_sp..(ni * c + (gi + 1) * cg) * in_sp];
         let src = if pointwise {
             BSource::Dense {
@@ -99,15 +136,16 @@ pub(super) fn conv_packed(
         let epi = Epilogue {
             bias: bias.map(|b| &b[gi * mg..(gi + 1) * mg]),
             act,
+            residual: residual.map(|r| &r[at..at + chunk]),
         };
         quorum_kernels::sgemm_uninit(&weights.groups[gi], &src, out_sp, yg, out_sp, &epi, threads);
     };
     if par_groups && threads != Threads::Serial {
-        out.par_chunks_mut(mg * out_sp)
+        out.par_chunks_mut(chunk)
             .enumerate()
             .for_each(|(i, yg)| run(i / group, i % group, yg, Threads::Serial));
     } else {
-        for (i, yg) in out.chunks_mut(mg * out_sp).enumerate() {
+        for (i, yg) in out.chunks_mut(chunk).enumerate() {
             run(i / group, i % group, yg, threads);
         }
     }

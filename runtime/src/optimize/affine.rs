@@ -47,12 +47,12 @@ fn per_channel(
     // Aligned from the right: the channel dim of the output is at `rank - 1 - k` from the end.
     let s = t.shape();
     let chan_from_end = rank - 2;
-    let ok =
-        s.iter()
-            .rev()
-            .enumerate()
-            .all(|(k, &d)| if k == chan_from_end { d == m } else { d == 1 })
-            && s.len() > chan_from_end;
+    let ok = s
+        .iter()
+        .rev()
+        .enumerate()
+        .all(|(k, &d)| if k == chan_from_end { d == m } else { d == 1 })
+        && s.len() > chan_from_end;
     ok.then_some(v)
 }
 

@@ -365,3 +365,89 @@ fn the_gelu_check_catches_the_tanh_form() {
         .insert("approximate".into(), Attr::String(b"tanh".to_vec()));
     assert!(gelu_ulps(&session(&r, false)) > 8.0);
 }
+
+/// A second Conv of `x` (the same weight and bias) writing `r`, a residual of the output's shape.
+fn shortcut(out: &str) -> Node {
+    let mut c = node("shortcut", "Conv", &["x", "w", "b"], &[out]);
+    c.attrs.insert("pads".into(), Attr::Ints(vec![1, 1, 1, 1]));
+    c
+}
+
+#[test]
+fn residual_adds_fuse_into_the_conv_bit_for_bit() {
+    // Conv → Add(y, Neg(r)) → Relu: the Add and the Relu become the FusedConv's epilogue.
+    let tail = vec![
+        shortcut("s"),
+        node("neg", "Neg", &["s"], &["r"]),
+        node("add", "Add", &["y", "r"], &["q"]),
+        node("relu", "Relu", &["q"], &["z"]),
+    ];
+    let (rewrites, ops) = check(&model(tail, &["z"], vec![]));
+    assert!(
+        rewrites.iter().any(|r| r.pass == "conv-residual"),
+        "{rewrites:?}"
+    );
+    assert_eq!(
+        ops.iter().filter(|o| *o == "com.quorum::FusedConv").count(),
+        1
+    );
+    assert!(!ops.iter().any(|o| o == "Add" || o == "Relu"), "{ops:?}");
+    // Sum with the Conv second, no activation after it.
+    let tail = vec![
+        shortcut("s"),
+        node("neg", "Neg", &["s"], &["r"]),
+        node("sum", "Sum", &["r", "y"], &["z"]),
+    ];
+    let (rewrites, ops) = check(&model(tail, &["z"], vec![]));
+    assert!(rewrites.iter().any(|r| r.pass == "conv-residual"));
+    assert!(!ops.iter().any(|o| o == "Sum"), "{ops:?}");
+    // A residual computed per channel ([1, 4, 1, 1]) broadcasts, as the Add broadcast it. (A
+    // constant one would be folded into the weights by affine-fold instead.)
+    let mut mean = node("mean", "ReduceMean", &["s"], &["m"]);
+    mean.attrs.insert("axes".into(), Attr::Ints(vec![2, 3]));
+    let tail = vec![shortcut("s"), mean, node("add", "Add", &["y", "m"], &["z"])];
+    let (rewrites, _) = check(&model(tail, &["z"], vec![]));
+    assert!(
+        rewrites.iter().any(|r| r.pass == "conv-residual"),
+        "{rewrites:?}"
+    );
+    // Three summands, or a Conv output read twice: left alone.
+    let tail = vec![shortcut("s"), node("sum", "Sum", &["y", "s", "s"], &["z"])];
+    let (rewrites, _) = check(&model(tail, &["z"], vec![]));
+    assert!(!rewrites.iter().any(|r| r.pass == "conv-residual"));
+    let tail = vec![
+        node("add", "Add", &["y", "c"], &["z"]),
+        node("neg", "Neg", &["y"], &["n"]),
+    ];
+    let (rewrites, _) = check(&model(
+        tail,
+        &["z", "n"],
+        vec![("c", tensor(&[4, 1, 1], 62))],
+    ));
+    assert!(!rewrites.iter().any(|r| r.pass == "conv-residual"));
+}
+
+/// The comparison catches a residual fusion that adds the wrong tensor.
+#[test]
+fn the_comparison_catches_a_residual_from_the_wrong_value() {
+    let tail = vec![
+        shortcut("s"),
+        node("neg", "Neg", &["s"], &["r"]),
+        node("add", "Add", &["y", "r"], &["z"]),
+    ];
+    let m = model(tail, &["z"], vec![]);
+    let plain = session(&m, false);
+    let (mut g, _) = optimize(&m.graph, &constants(&m.graph, true)).unwrap();
+    let fused = g
+        .nodes
+        .iter_mut()
+        .find(|n| n.op_type == "FusedConv")
+        .unwrap();
+    // The shortcut's output before the Neg: the right shape, the wrong values.
+    fused.inputs[3] = "s".into();
+    let mut wrong = m.clone();
+    wrong.graph = g;
+    wrong.opsets.insert(QUORUM_DOMAIN.into(), 1);
+    let wrong = session(&wrong, false);
+    assert!(first_difference(&plain, &wrong).is_some());
+}
