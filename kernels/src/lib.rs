@@ -12,6 +12,9 @@
 //!   formulas as the runtime's standalone kernels (which call them), so that a fused node equals the
 //!   unfused pair bit for bit.
 //!
+//! - [`recurrent`]: a recurrent layer's step: the recurrence weight (transposed) times the hidden state,
+//!   one serial sum per output with the lanes across outputs, and the gate activations over slices.
+//!
 //! Nothing here knows ONNX: shapes, attributes and their errors are the runtime's (`runtime/src/ops/`).
 //! Entry points check the sizes they are given and panic on a caller's inconsistency, never on data.
 
@@ -20,6 +23,7 @@ pub mod gemm;
 mod lanes;
 mod microkernel;
 pub mod pack;
+pub mod recurrent;
 
 pub use activation::Activation;
 pub use gemm::{Epilogue, Threads, sgemm, sgemm_uninit};

@@ -9,10 +9,9 @@ use quorum_kernels::{Activation, Isa, Threads};
 use super::forward::{ConvShape, conv, conv_general};
 use super::packed::{conv_f32, conv_packed, pack_weights};
 use super::transpose::conv_transpose;
-use crate::error::OpResult;
 use crate::ir::Attr;
 use crate::ops::testing::run_kernel;
-use crate::ops::{Kernel, OpCtx, SubgraphRunner};
+use crate::ops::{Kernel, OpCtx};
 use crate::tensor::{Tensor, Value};
 
 fn call(k: Kernel, attrs: Vec<(&str, Attr)>, ins: Vec<Option<Tensor>>) -> Tensor {
@@ -624,20 +623,7 @@ fn fused_conv_rejects_bad_activation_attributes() {
 }
 
 /// A runner that calls every input of the node a constant, each with its own `Arc`.
-struct Constants(Vec<(String, Arc<Value>)>);
-
-impl SubgraphRunner for Constants {
-    fn run_subgraph(&self, _: &crate::ir::Graph, _: Vec<Value>) -> OpResult<Vec<Value>> {
-        unreachable!()
-    }
-
-    fn constant(&self, name: &str) -> Option<Arc<Value>> {
-        self.0
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.clone())
-    }
-}
+use crate::ops::testing::Constants;
 
 /// Runs Conv with W given as the constant `w` (an `Arc` the cache may key on).
 fn conv_with_constant(x: &Tensor, w: &Arc<Value>) -> Tensor {

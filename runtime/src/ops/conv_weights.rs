@@ -113,8 +113,20 @@ fn lookup(source: &Arc<Value>, layout: &Layout) -> Option<Arc<dyn Any + Send + S
 /// Whether the cache holds `source` packed for `isa`, `group` and `shape` (for tests).
 #[cfg(test)]
 pub(super) fn is_cached(source: &Arc<Value>, isa: Isa, group: usize, shape: &[usize]) -> bool {
+    is_cached_as("conv", source, isa, group, shape)
+}
+
+/// Whether the cache holds `source` packed as `kind` for `isa`, `group` and `shape` (for tests).
+#[cfg(test)]
+pub(crate) fn is_cached_as(
+    kind: &'static str,
+    source: &Arc<Value>,
+    isa: Isa,
+    group: usize,
+    shape: &[usize],
+) -> bool {
     let layout = Layout {
-        kind: "conv",
+        kind,
         isa,
         group,
         shape: shape.to_vec(),

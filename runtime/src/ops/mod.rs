@@ -353,6 +353,22 @@ pub(crate) mod testing {
     use crate::ir::{Attr, Node};
     use crate::tensor::{Tensor, Value};
 
+    /// A runner whose only service is naming constants: inputs a kernel may cache per `Arc`.
+    pub struct Constants(pub Vec<(String, std::sync::Arc<Value>)>);
+
+    impl super::SubgraphRunner for Constants {
+        fn run_subgraph(&self, _: &crate::ir::Graph, _: Vec<Value>) -> OpResult<Vec<Value>> {
+            unreachable!()
+        }
+
+        fn constant(&self, name: &str) -> Option<std::sync::Arc<Value>> {
+            self.0
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.clone())
+        }
+    }
+
     /// `n` seeded values uniform in `[lo, hi)` (xorshift64): test inputs that are never all zero.
     pub fn seeded_f32(seed: u64, n: usize, lo: f32, hi: f32) -> Vec<f32> {
         let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;

@@ -1,12 +1,15 @@
 //! Recurrent layers: RNN, LSTM and GRU.
 //!
 //! The input projection X·Wᵀ is computed for every time step at once; the recurrence H·Rᵀ runs per
-//! step and batch row as row-major dot products. Directions of a bidirectional layer run in parallel.
+//! step and batch row with R laid out transposed, so that the vector lanes run over the gates' outputs
+//! (`quorum_kernels::recurrent`), and the gate activations run over whole slices. Directions of a
+//! bidirectional layer run in parallel.
 //! Work is in f64 for double inputs and f32 for the other float types.
 use half::{bf16, f16};
 use ndarray::{ArrayD, IxDyn};
 use num_traits::Float;
 use rayon::prelude::*;
+use std::sync::Arc;
 
 use super::{OpCtx, Registry, input, opt_input};
 use crate::error::OpResult;
@@ -159,9 +162,10 @@ struct Cfg {
 }
 
 /// One direction's weights and initial state, converted to the working type.
-struct DirIn<T> {
-    w: Vec<T>,
-    r: Vec<T>,
+struct DirIn<T: Elem> {
+    w: Arc<Prepared<T>>,
+    /// R transposed (`rt[k·gh + j] = R[j, k]`): each step's product runs its vector lanes over `j`.
+    rt: Arc<Prepared<T>>,
     b: Option<Vec<T>>,
     p: Option<Vec<T>>,
     h0: Vec<T>,
@@ -169,64 +173,210 @@ struct DirIn<T> {
     reverse: bool,
 }
 
-/// The working float types, with a dot product written on the concrete type (eight independent
-/// accumulators: it vectorises without reassociation, and stays fast in unoptimised builds).
-pub(crate) trait Elem: Float + Send + Sync {
-    fn dot(a: &[Self], b: &[Self]) -> Self;
-
-    /// `out[i, j] = a[i, :] · b[j, :]` for row-major `a` (m×k) and `b` (n×k): the input projection
-    /// of every time step at once.
-    fn matmul_nt(a: &[Self], b: &[Self], m: usize, n: usize, k: usize) -> Vec<Self>;
+/// A weight of every direction, prepared for the run: W as it is (f32: also packed for the GEMM of the
+/// input projection), or R transposed. Made once per constant of the session and cached with the
+/// packed convolution weights (`conv::weights::packed_constant`), otherwise per run.
+struct Prepared<T: Elem> {
+    dirs: Vec<Vec<T>>,
+    packed: Vec<Option<T::Packed>>,
+    /// Why the weight could not be read (cached like a result: the same constant fails the same way).
+    error: Option<String>,
 }
 
-macro_rules! elem_impl {
-    ($($t:ty => $mm:expr),*) => {$(
-        impl Elem for $t {
-            fn matmul_nt(a: &[$t], b: &[$t], m: usize, n: usize, k: usize) -> Vec<$t> {
-                $mm(a, b, m, n, k)
+/// The prepared form of input `input` (W or R, `[dirs, rows, cols]`): `transpose` lays each
+/// direction out transposed (R), otherwise it is packed for the input projection (W). An input of a
+/// dtype the layer cannot read is the error `vals` gives, cached like a result.
+fn prepared<T: Elem>(
+    ctx: &OpCtx,
+    input: usize,
+    t: &Tensor,
+    transpose: bool,
+) -> OpResult<Arc<Prepared<T>>> {
+    let (dirs, rows, cols) = (t.shape()[0], t.shape()[1], t.shape()[2]);
+    let make = || {
+        let mut out = Prepared {
+            dirs: Vec::with_capacity(dirs),
+            packed: Vec::with_capacity(dirs),
+            error: None,
+        };
+        let v: Vec<T> = match vals(t) {
+            Ok(v) => v,
+            Err(e) => {
+                out.error = Some(e.to_string());
+                return out;
             }
-
-            #[inline]
-            fn dot(a: &[$t], b: &[$t]) -> $t {
-                let n = a.len().min(b.len());
-                let (a, b) = (&a[..n], &b[..n]);
-                let mut acc = [0 as $t; 8];
-                let mut i = 0;
-                while i + 8 <= n {
-                    let (x, y) = (&a[i..i + 8], &b[i..i + 8]);
-                    acc[0] += x[0] * y[0];
-                    acc[1] += x[1] * y[1];
-                    acc[2] += x[2] * y[2];
-                    acc[3] += x[3] * y[3];
-                    acc[4] += x[4] * y[4];
-                    acc[5] += x[5] * y[5];
-                    acc[6] += x[6] * y[6];
-                    acc[7] += x[7] * y[7];
-                    i += 8;
-                }
-                let mut s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-                while i < n {
-                    s += a[i] * b[i];
-                    i += 1;
-                }
-                s
+        };
+        for d in (0..dirs).map(|d| &v[d * rows * cols..(d + 1) * rows * cols]) {
+            if transpose {
+                out.dirs.push(transposed(d, rows, cols));
+                out.packed.push(None);
+            } else {
+                out.packed.push(T::pack_nt(d, rows, cols));
+                out.dirs.push(d.to_vec());
             }
         }
-    )*};
+        out
+    };
+    let kind = if transpose { "rnn-rt" } else { "rnn-w" };
+    let isa = quorum_kernels::Isa::detected();
+    let size = std::mem::size_of::<T>();
+    let p =
+        crate::ops::conv::weights::packed_constant(ctx, input, kind, isa, size, t.shape(), make);
+    if let Some(e) = &p.error {
+        bail!("{e}");
+    }
+    Ok(p)
 }
-elem_impl!(f32 => matmul_nt_f32, f64 => matmul_nt::<f64>);
+
+/// `d` (`rows × cols`, row-major) transposed, in tiles that keep both sides in cache.
+fn transposed<T: Copy>(d: &[T], rows: usize, cols: usize) -> Vec<T> {
+    const TILE: usize = 32;
+    let mut out = d.to_vec();
+    for r0 in (0..rows).step_by(TILE) {
+        for c0 in (0..cols).step_by(TILE) {
+            for r in r0..(r0 + TILE).min(rows) {
+                for c in c0..(c0 + TILE).min(cols) {
+                    out[c * rows + r] = d[r * cols + c];
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A dot product with eight independent accumulators, written on the concrete type.
+macro_rules! dot8 {
+    ($t:ty, $a:expr, $b:expr) => {{
+        let n = $a.len().min($b.len());
+        let (a, b) = (&$a[..n], &$b[..n]);
+        let mut acc = [0 as $t; 8];
+        let mut i = 0;
+        while i + 8 <= n {
+            let (x, y) = (&a[i..i + 8], &b[i..i + 8]);
+            for l in 0..8 {
+                acc[l] += x[l] * y[l];
+            }
+            i += 8;
+        }
+        let mut s =
+            ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+        while i < n {
+            s += a[i] * b[i];
+            i += 1;
+        }
+        s
+    }};
+}
+
+/// The working float types, with a dot product written on the concrete type (eight independent
+/// accumulators: it vectorises without reassociation, and stays fast in unoptimised builds).
+trait Elem: Float + Send + Sync + 'static {
+    fn dot(a: &[Self], b: &[Self]) -> Self;
+
+    /// `b` (n×k, row-major) packed as the transposed right operand of the GEMM, where the type has
+    /// one and the shape suits it.
+    type Packed: Send + Sync + 'static;
+    fn pack_nt(b: &[Self], n: usize, k: usize) -> Option<Self::Packed>;
+
+    /// `out[i, j] = a[i, :] · b[j, :]` for row-major `a` (m×k) and `b` (n×k), through `packed` (b's
+    /// packed form) where given: the input projection of every time step at once.
+    fn matmul_nt(
+        a: &[Self],
+        b: &[Self],
+        packed: Option<&Self::Packed>,
+        m: usize,
+        n: usize,
+        k: usize,
+    ) -> Vec<Self>;
+
+    /// `y[j] = Σ_k rt[k·ld + j] · x[k]`, each sum in `k` order: the recurrence's product with the
+    /// weight laid out transposed.
+    fn matvec_t(rt: &[Self], ld: usize, x: &[Self], y: &mut [Self]);
+
+    /// `v[i] = act(v[i])`.
+    fn act_slice(act: &Act, v: &mut [Self]) {
+        v.iter_mut().for_each(|x| *x = act.apply(*x));
+    }
+}
+
+impl Elem for f32 {
+    fn dot(a: &[f32], b: &[f32]) -> f32 {
+        dot8!(f32, a, b)
+    }
+    type Packed = quorum_kernels::PackedB;
+    fn pack_nt(b: &[f32], n: usize, k: usize) -> Option<quorum_kernels::PackedB> {
+        let isa = quorum_kernels::Isa::detected();
+        (n >= isa.nr() && k > 0).then(|| quorum_kernels::PackedB::new(isa, k, n, b, 1, k))
+    }
+    fn matmul_nt(
+        a: &[f32],
+        b: &[f32],
+        packed: Option<&Self::Packed>,
+        m: usize,
+        n: usize,
+        k: usize,
+    ) -> Vec<f32> {
+        matmul_nt_f32(a, b, packed, m, n, k)
+    }
+    fn matvec_t(rt: &[f32], ld: usize, x: &[f32], y: &mut [f32]) {
+        quorum_kernels::recurrent::matvec_t(quorum_kernels::Isa::detected(), rt, ld, x, y)
+    }
+    /// Sigmoid and Tanh, the default gates, over the widest vectors (`recurrent::Gate`).
+    fn act_slice(act: &Act, v: &mut [f32]) {
+        use quorum_kernels::recurrent::Gate;
+        match act.f {
+            ActFn::Sigmoid => Gate::Sigmoid.apply(v),
+            ActFn::Tanh => Gate::Tanh.apply(v),
+            _ => v.iter_mut().for_each(|x| *x = act.apply(*x)),
+        }
+    }
+}
+
+impl Elem for f64 {
+    fn dot(a: &[f64], b: &[f64]) -> f64 {
+        dot8!(f64, a, b)
+    }
+    type Packed = ();
+    fn pack_nt(_: &[f64], _: usize, _: usize) -> Option<()> {
+        None
+    }
+    fn matmul_nt(a: &[f64], b: &[f64], _: Option<&()>, m: usize, n: usize, k: usize) -> Vec<f64> {
+        matmul_nt(a, b, m, n, k)
+    }
+    fn matvec_t(rt: &[f64], ld: usize, x: &[f64], y: &mut [f64]) {
+        y.fill(0.0);
+        for (k, &xk) in x.iter().enumerate() {
+            let row = &rt[k * ld..k * ld + y.len()];
+            y.iter_mut().zip(row).for_each(|(v, r)| *v += r * xk);
+        }
+    }
+}
 
 /// f32 through the packed GEMM of `quorum-kernels` (`b` read as the transposed right operand),
 /// where there are rows enough for its register tile; f64 and thin shapes by dot products.
-fn matmul_nt_f32(a: &[f32], b: &[f32], m: usize, n: usize, k: usize) -> Vec<f32> {
+fn matmul_nt_f32(
+    a: &[f32],
+    b: &[f32],
+    packed: Option<&quorum_kernels::PackedB>,
+    m: usize,
+    n: usize,
+    k: usize,
+) -> Vec<f32> {
     use quorum_kernels::{BSource, Isa, PackedA, PackedB};
     let isa = Isa::detected();
     if m < isa.mr() || n < isa.nr() || k == 0 {
         return matmul_nt(a, b, m, n, k);
     }
     let pa = PackedA::new(isa, m, k, a, k);
-    let pb = PackedB::new(isa, k, n, b, 1, k);
-    super::matmul::gemm_to_vec(&pa, &BSource::Packed(&pb), m, n)
+    match packed {
+        Some(pb) => super::matmul::gemm_to_vec(&pa, &BSource::Packed(pb), m, n),
+        None => super::matmul::gemm_to_vec(
+            &pa,
+            &BSource::Packed(&PackedB::new(isa, k, n, b, 1, k)),
+            m,
+            n,
+        ),
+    }
 }
 
 /// `out[i, j] = a[i, :] · b[j, :]` for row-major `a` (m×k) and `b` (n×k).
@@ -256,13 +406,21 @@ fn run_direction<T: Elem>(
     acts: &[Act],
     x: &[T],
     lens: &[usize],
+    dir: usize,
     d: &DirIn<T>,
 ) -> (Vec<T>, Vec<T>, Vec<T>) {
     let (h, g, batch, seq) = (cfg.hidden, cfg.kind.gates(), cfg.batch, cfg.seq);
     let gh = g * h;
     let c = |v: f64| T::from(v).unwrap_or_else(T::nan);
     // Input projection for every (time, batch) row, with the biases that sit outside the recurrence.
-    let mut xw = T::matmul_nt(x, &d.w, seq * batch, gh, cfg.isz);
+    let mut xw = T::matmul_nt(
+        x,
+        &d.w.dirs[dir],
+        d.w.packed[dir].as_ref(),
+        seq * batch,
+        gh,
+        cfg.isz,
+    );
     if let Some(b) = d.b.as_ref().filter(|_| gh > 0) {
         let mut bias: Vec<T> = (0..gh).map(|j| b[j] + b[gh + j]).collect();
         if cfg.kind == Kind::Gru && cfg.linear_before_reset {
@@ -293,59 +451,89 @@ fn run_direction<T: Elem>(
         return (y, hs, cs);
     }
     let (one, f) = (T::one(), acts[0]);
+    let rt = &d.rt.dirs[dir];
+    let clip_all = |v: &mut [T]| {
+        if cfg.clip.is_some() {
+            v.iter_mut().for_each(|x| *x = clip(*x));
+        }
+    };
     // One cell update of batch row `b` at time `t`: `hp`/`cp` hold its state, `gates`/`tmp` scratch.
     let cell = |t: usize, b: usize, hp: &mut [T], cp: &mut [T], gates: &mut [T], tmp: &mut [T]| {
         let xg = &xw[xrow(t, b) * gh..(xrow(t, b) + 1) * gh];
-        let rrow = |j: usize| &d.r[j * h..(j + 1) * h];
         match cfg.kind {
             Kind::Rnn => {
-                for j in 0..h {
-                    tmp[j] = f.apply(clip(xg[j] + T::dot(rrow(j), hp)));
-                }
+                T::matvec_t(rt, gh, hp, tmp);
+                tmp.iter_mut().zip(xg).for_each(|(v, x)| *v = *x + *v);
+                clip_all(tmp);
+                T::act_slice(&f, tmp);
             }
             Kind::Lstm => {
                 let (gact, hact) = (acts[1], acts[2]);
-                for j in 0..gh {
-                    gates[j] = xg[j] + T::dot(rrow(j), hp);
+                T::matvec_t(rt, gh, hp, gates);
+                gates.iter_mut().zip(xg).for_each(|(v, x)| *v = *x + *v);
+                // Gates in ONNX's order i, o, f, c; the peepholes of i and f read the previous state.
+                if let Some(p) = d.p.as_ref() {
+                    for j in 0..h {
+                        gates[j] = gates[j] + p[j] * cp[j];
+                        gates[2 * h + j] = gates[2 * h + j] + p[2 * h + j] * cp[j];
+                    }
                 }
-                let pp = |k: usize, j: usize| d.p.as_ref().map_or(T::zero(), |p| p[k * h + j]);
+                let (gi, rest) = gates.split_at_mut(h);
+                let (go, rest) = rest.split_at_mut(h);
+                let (gf, gc) = rest.split_at_mut(h);
+                for v in [&mut *gi, &mut *gf, &mut *gc] {
+                    clip_all(v);
+                }
+                T::act_slice(&f, gi);
+                if !cfg.input_forget {
+                    T::act_slice(&f, gf);
+                }
+                T::act_slice(&gact, gc);
                 for j in 0..h {
-                    let i = f.apply(clip(gates[j] + pp(0, j) * cp[j]));
-                    let fg = if cfg.input_forget {
-                        one - i
-                    } else {
-                        f.apply(clip(gates[2 * h + j] + pp(2, j) * cp[j]))
-                    };
-                    let cc = gact.apply(clip(gates[3 * h + j]));
-                    let cn = fg * cp[j] + i * cc;
-                    let o = f.apply(clip(gates[h + j] + pp(1, j) * cn));
+                    let fg = if cfg.input_forget { one - gi[j] } else { gf[j] };
+                    let cn = fg * cp[j] + gi[j] * gc[j];
                     cp[j] = cn;
-                    tmp[j] = o * hact.apply(cn);
+                    tmp[j] = cn;
+                    if let Some(p) = d.p.as_ref() {
+                        go[j] = go[j] + p[h + j] * cn;
+                    }
                 }
+                clip_all(go);
+                T::act_slice(&f, go);
+                T::act_slice(&hact, tmp);
+                tmp.iter_mut()
+                    .zip(go.iter())
+                    .for_each(|(v, o)| *v = *o * *v);
             }
             Kind::Gru => {
                 let gact = acts[1];
-                for j in 0..2 * h {
-                    gates[j] = f.apply(clip(xg[j] + T::dot(rrow(j), hp)));
-                }
-                if cfg.linear_before_reset {
+                // z and r, and with linear_before_reset the third gate's R·H, from one product.
+                let lbr = cfg.linear_before_reset;
+                T::matvec_t(rt, gh, hp, &mut gates[..if lbr { gh } else { 2 * h }]);
+                let (zr, gh3) = gates.split_at_mut(2 * h);
+                zr.iter_mut().zip(xg).for_each(|(v, x)| *v = *x + *v);
+                clip_all(zr);
+                T::act_slice(&f, zr);
+                let (z, r) = zr.split_at(h);
+                if lbr {
                     for j in 0..h {
-                        let lin = T::dot(rrow(2 * h + j), hp) + rbh.map_or(T::zero(), |v| v[j]);
-                        tmp[j] = gact.apply(clip(xg[2 * h + j] + gates[h + j] * lin));
+                        let lin = gh3[j] + rbh.map_or(T::zero(), |v| v[j]);
+                        tmp[j] = xg[2 * h + j] + r[j] * lin;
                     }
                 } else {
-                    // r ⊙ H goes into the spare third of the gate buffer.
-                    for j in 0..h {
-                        gates[2 * h + j] = gates[h + j] * hp[j];
-                    }
-                    for j in 0..h {
-                        let rh = T::dot(rrow(2 * h + j), &gates[2 * h..3 * h]);
-                        tmp[j] = gact.apply(clip(xg[2 * h + j] + rh));
-                    }
+                    // r ⊙ H, then the third gate's product with it.
+                    tmp.iter_mut()
+                        .zip(r.iter().zip(hp.iter()))
+                        .for_each(|(v, (r, hv))| *v = *r * *hv);
+                    T::matvec_t(&rt[2 * h..], gh, tmp, gh3);
+                    tmp.iter_mut()
+                        .zip(gh3.iter().zip(&xg[2 * h..]))
+                        .for_each(|(v, (rh, x))| *v = *x + *rh);
                 }
+                clip_all(tmp);
+                T::act_slice(&gact, tmp);
                 for j in 0..h {
-                    let z = gates[j];
-                    tmp[j] = (one - z) * tmp[j] + z * hp[j];
+                    tmp[j] = (one - z[j]) * tmp[j] + z[j] * hp[j];
                 }
             }
         }
@@ -548,7 +736,10 @@ fn run<T: Elem>(ctx: &OpCtx, inputs: &[Option<&Value>], kind: Kind) -> OpResult<
     };
 
     let xv: Vec<T> = vals(x)?;
-    let (wv, rv): (Vec<T>, Vec<T>) = (vals(w)?, vals(r)?);
+    let (wp, rtp) = (
+        prepared::<T>(ctx, 1, w, false)?,
+        prepared::<T>(ctx, 2, r, true)?,
+    );
     let bv: Option<Vec<T>> = b.map(vals).transpose()?;
     let pv: Option<Vec<T>> = p.map(vals).transpose()?;
     // Initial states as [dirs, batch, hidden].
@@ -574,8 +765,8 @@ fn run<T: Elem>(ctx: &OpCtx, inputs: &[Option<&Value>], kind: Kind) -> OpResult<
     let per_dir = |v: &[T], d: usize, n: usize| v[d * n..(d + 1) * n].to_vec();
     let dins: Vec<DirIn<T>> = (0..dirs)
         .map(|d| DirIn {
-            w: per_dir(&wv, d, gh * isz),
-            r: per_dir(&rv, d, gh * hidden),
+            w: wp.clone(),
+            rt: rtp.clone(),
             b: bv.as_ref().map(|v| per_dir(v, d, 2 * gh)),
             p: pv.as_ref().map(|v| per_dir(v, d, 3 * hidden)),
             h0: per_dir(&h0v, d, batch * hidden),
@@ -586,7 +777,7 @@ fn run<T: Elem>(ctx: &OpCtx, inputs: &[Option<&Value>], kind: Kind) -> OpResult<
     let results: Vec<(Vec<T>, Vec<T>, Vec<T>)> = dins
         .par_iter()
         .enumerate()
-        .map(|(d, din)| run_direction(&cfg, &cfg.acts[d], &xv, &lens, din))
+        .map(|(d, din)| run_direction(&cfg, &cfg.acts[d], &xv, &lens, d, din))
         .collect();
 
     // Assemble Y [seq, dirs, batch, hidden] (layout 1: [batch, seq, dirs, hidden]) and the states.
@@ -682,27 +873,32 @@ mod tests {
     fn packed_input_projection_matches_f64_sums() {
         for (m, n, k) in [(37usize, 96usize, 80usize), (5, 40, 16), (200, 64, 3)] {
             let (a, b) = (rand(3, m * k), rand(4, n * k));
-            let got = <f32 as Elem>::matmul_nt(&a, &b, m, n, k);
-            let bound = |i: usize, j: usize, drop: usize| {
-                let terms = (0..k - drop).map(|p| a[i * k + p] as f64 * b[j * k + p] as f64);
-                let mag: f64 = terms.clone().map(f64::abs).sum();
-                (
-                    terms.sum::<f64>(),
-                    (k as f64 + 2.0) * f32::EPSILON as f64 * mag,
-                )
-            };
-            for i in 0..m {
-                for j in 0..n {
-                    let (want, tol) = bound(i, j, 0);
-                    assert!(
-                        (got[i * n + j] as f64 - want).abs() <= tol,
-                        "{m}x{n}x{k} ({i},{j})"
-                    );
+            let packed = <f32 as Elem>::pack_nt(&b, n, k);
+            for got in [
+                <f32 as Elem>::matmul_nt(&a, &b, None, m, n, k),
+                <f32 as Elem>::matmul_nt(&a, &b, packed.as_ref(), m, n, k),
+            ] {
+                let bound = |i: usize, j: usize, drop: usize| {
+                    let terms = (0..k - drop).map(|p| a[i * k + p] as f64 * b[j * k + p] as f64);
+                    let mag: f64 = terms.clone().map(f64::abs).sum();
+                    (
+                        terms.sum::<f64>(),
+                        (k as f64 + 2.0) * f32::EPSILON as f64 * mag,
+                    )
+                };
+                for i in 0..m {
+                    for j in 0..n {
+                        let (want, tol) = bound(i, j, 0);
+                        assert!(
+                            (got[i * n + j] as f64 - want).abs() <= tol,
+                            "{m}x{n}x{k} ({i},{j})"
+                        );
+                    }
                 }
+                let (short, _) = bound(0, 0, 1);
+                let (want, tol) = bound(0, 0, 0);
+                assert!((short - want).abs() > tol, "the bound misses a lost term");
             }
-            let (short, _) = bound(0, 0, 1);
-            let (want, tol) = bound(0, 0, 0);
-            assert!((short - want).abs() > tol, "the bound misses a lost term");
         }
     }
 
@@ -848,5 +1044,145 @@ mod tests {
             }
         }
         assert_eq!(f(&a[2]), f(&c[2]));
+    }
+
+    /// The f32 path (transposed product and gate slices of `quorum-kernels`) against the f64 path
+    /// (plain loops) on the same values, for every kind and the forms that change the step: hidden
+    /// sizes around the kernels' blocks, peepholes, clip, input_forget, both GRU resets, two
+    /// directions, batch rows. A peephole dropped from the f64 run must fall outside the bound.
+    #[test]
+    fn f32_recurrences_follow_f64() {
+        use crate::tensor::DType;
+        let to64 =
+            |t: &Tensor| Tensor::from_f64s(DType::F64, t.shape(), t.to_f64_vec().unwrap()).unwrap();
+        let (seq, batch, i) = (6, 2, 5);
+        let cases: Vec<(Kind, usize, Vec<(&str, Attr)>)> = vec![
+            (Kind::Lstm, 37, vec![("clip", Attr::Float(1.5))]),
+            (Kind::Lstm, 130, vec![("input_forget", Attr::Int(1))]),
+            (Kind::Gru, 37, vec![("linear_before_reset", Attr::Int(1))]),
+            (Kind::Gru, 70, vec![]),
+            (Kind::Rnn, 129, vec![("clip", Attr::Float(0.9))]),
+        ];
+        for (kind, h, extra) in cases {
+            let g = kind.gates();
+            let mut attrs = vec![
+                ("hidden_size", Attr::Int(h as i64)),
+                ("direction", Attr::String(b"bidirectional".to_vec())),
+            ];
+            attrs.extend(extra);
+            // Weights scaled so the gates neither saturate nor vanish over the steps.
+            let scaled = |shape: &[usize], seed: u64, by: f32| {
+                let v = rand(seed, shape.iter().product())
+                    .into_iter()
+                    .map(|x| x * by)
+                    .collect();
+                Tensor::from_f32(shape, v).unwrap()
+            };
+            let mut ins = vec![
+                Some(t(&[seq, batch, i], 20)),
+                Some(scaled(&[2, g * h, i], 21, 0.5)),
+                Some(scaled(&[2, g * h, h], 22, 2.0 / (h as f32).sqrt())),
+                Some(t(&[2, 2 * g * h], 23)),
+                None,
+                Some(t(&[2, batch, h], 24)),
+            ];
+            if kind == Kind::Lstm {
+                ins.push(Some(t(&[2, batch, h], 25)));
+                ins.push(Some(t(&[2, 3 * h], 26)));
+            }
+            let ins64: Vec<Option<Tensor>> = ins.iter().map(|o| o.as_ref().map(to64)).collect();
+            let got = call(kind, attrs.clone(), ins);
+            let want = call(kind, attrs.clone(), ins64.clone());
+            for (o, (a, b)) in got.iter().zip(&want).enumerate() {
+                let (a, b) = (a.to_f64_vec().unwrap(), b.to_f64_vec().unwrap());
+                for (e, (x, y)) in a.iter().zip(&b).enumerate() {
+                    // f32 sums of at most 130 terms of magnitude ~1 per step, over six steps: about
+                    // 1e-6 apart from f64 in practice; 1e-5 is ten times that and below any real slip.
+                    assert!(
+                        (x - y).abs() <= 1e-5,
+                        "{kind:?} h {h} output {o} element {e}: {x} against {y}"
+                    );
+                }
+            }
+            if kind == Kind::Lstm {
+                let mut broken = ins64.clone();
+                broken[7] = None;
+                let off = call(kind, attrs, broken);
+                let (a, b) = (got[0].to_f64_vec().unwrap(), off[0].to_f64_vec().unwrap());
+                assert!(
+                    a.iter().zip(&b).any(|(x, y)| (x - y).abs() > 1e-5),
+                    "the bound misses a dropped peephole"
+                );
+            }
+        }
+    }
+
+    /// W and R given as constants of the session are prepared once (W packed, R transposed) and
+    /// reused: the first and second runs equal the run with the same weights fed per run, bit for
+    /// bit, and a new R (a new `Arc`) is prepared anew, not read from the first one's entry.
+    #[test]
+    fn constant_weights_are_prepared_once_per_arc() {
+        use crate::ops::conv::weights::is_cached_as;
+        use crate::ops::testing::Constants;
+        use crate::ops::{NoSubgraphs, OpCtx};
+        let (seq, batch, i, h) = (5, 1, 24, 40);
+        let (x, w, b) = (
+            t(&[seq, batch, i], 40),
+            t(&[2, 4 * h, i], 41),
+            t(&[2, 8 * h], 42),
+        );
+        let attrs: std::collections::HashMap<String, Attr> = [
+            ("hidden_size".to_string(), Attr::Int(h as i64)),
+            (
+                "direction".to_string(),
+                Attr::String(b"bidirectional".to_vec()),
+            ),
+        ]
+        .into();
+        let node = crate::ir::Node {
+            name: "l".into(),
+            op_type: "LSTM".into(),
+            domain: String::new(),
+            opset: 22,
+            inputs: vec!["x".into(), "w".into(), "r".into(), "b".into()],
+            outputs: vec!["y".into(), "yh".into(), "yc".into()],
+            attrs,
+        };
+        let run = |runner: &dyn crate::ops::SubgraphRunner, w: &Arc<Value>, r: &Arc<Value>| {
+            let ctx = OpCtx {
+                node: &node,
+                runner,
+                max_tensor_bytes: 1 << 30,
+            };
+            let (xv, bv) = (Value::Tensor(x.clone()), Value::Tensor(b.clone()));
+            let out =
+                recurrent(&ctx, &[Some(&xv), Some(w), Some(r), Some(&bv)], Kind::Lstm).unwrap();
+            out.into_iter()
+                .map(|v| v.into_tensor().unwrap().to_f64_vec().unwrap())
+                .collect::<Vec<_>>()
+        };
+        let isa = quorum_kernels::Isa::detected();
+        let wa = Arc::new(Value::Tensor(w.clone()));
+        let mut firsts = Vec::new();
+        for seed in [43u64, 44] {
+            let ra = Arc::new(Value::Tensor(t(&[2, 4 * h, h], seed)));
+            let fed = run(&NoSubgraphs, &wa, &ra);
+            let consts = Constants(vec![("w".into(), wa.clone()), ("r".into(), ra.clone())]);
+            assert!(!is_cached_as("rnn-rt", &ra, isa, 4, &[2, 4 * h, h]));
+            let first = run(&consts, &wa, &ra);
+            assert!(is_cached_as("rnn-rt", &ra, isa, 4, &[2, 4 * h, h]));
+            assert!(is_cached_as("rnn-w", &wa, isa, 4, &[2, 4 * h, i]));
+            let second = run(&consts, &wa, &ra);
+            for (a, c) in [(&fed, &first), (&first, &second)] {
+                for (u, v) in a.iter().flatten().zip(c.iter().flatten()) {
+                    assert_eq!(u.to_bits(), v.to_bits());
+                }
+            }
+            firsts.push(first);
+        }
+        assert_ne!(
+            firsts[0], firsts[1],
+            "a second R gave the first one's outputs"
+        );
     }
 }
