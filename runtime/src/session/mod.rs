@@ -480,12 +480,13 @@ impl Session {
                 d.time_kernels();
             }
         }
-        let exec = exec::Exec {
+        let whole = ticket.whole;
+        let make = |devices, capture| exec::Exec {
             profile: self.options.profile,
             max_tensor_bytes: self.options.max_tensor_bytes,
             max_loop_iterations: self.options.max_loop_iterations,
             dispatch: &self.dispatch,
-            whole: ticket.whole,
+            whole,
             policy: crate::verify::Policy {
                 mode: self.verify,
                 allow_unchecked: &self.options.allow_unchecked,
@@ -498,6 +499,30 @@ impl Session {
             refusal: Default::default(),
             replay: Default::default(),
         };
+        if devices.is_empty() && capture.is_none() {
+            // A run with no device goes onto one of rayon's workers as a whole, so that each
+            // parallel kernel splits its work from inside the pool (the other worker steals its
+            // half). Called from outside, every such kernel injected its job and put this thread
+            // to sleep until the pool had finished it: two context switches per kernel, and the
+            // scheduler was a fifth of bert_encoder's samples on two threads. Within a worker
+            // already (a caller's own parallel runs), `scope` runs it in place.
+            let result =
+                rayon::scope(|_| make(Vec::new(), None).run_top(&self.plan, &self.schedule, inputs));
+            if result.is_ok() {
+                self.dispatch
+                    .trial
+                    .end(ticket, started.elapsed().as_secs_f64() * 1e3);
+            }
+            if let Some(log) = &log {
+                self.logs
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(log.take());
+            }
+            let names = graph.outputs.iter().map(|o| o.name.clone());
+            return Ok((names.zip(result.map_err(Refused::Error)?).collect(), None));
+        }
+        let exec = make(devices, capture);
         let result = exec.run_top(&self.plan, &self.schedule, inputs);
         if result.is_ok() {
             self.dispatch
