@@ -13,6 +13,7 @@ mod options;
 mod placement;
 mod residency;
 pub mod schedule;
+mod spin;
 pub mod thresholds;
 pub mod trial;
 
@@ -506,8 +507,10 @@ impl Session {
             // to sleep until the pool had finished it: two context switches per kernel, and the
             // scheduler was a fifth of bert_encoder's samples on two threads. Within a worker
             // already (a caller's own parallel runs), `scope` runs it in place.
-            let result =
-                rayon::scope(|_| make(Vec::new(), None).run_top(&self.plan, &self.schedule, inputs));
+            let result = rayon::scope(|_| {
+                let _spin = spin::Spinners::start();
+                make(Vec::new(), None).run_top(&self.plan, &self.schedule, inputs)
+            });
             if result.is_ok() {
                 self.dispatch
                     .trial
