@@ -764,3 +764,6 @@ fn session_runs_reuse_packed_initializer_weights() {
     assert_eq!(fed, want.to_f64_vec().unwrap());
     assert_ne!(fed, first);
 }
+
+#[path = "conv_direct_tests.rs"]
+mod direct;
