@@ -193,6 +193,10 @@ fn prepared<T: Elem>(
     transpose: bool,
 ) -> OpResult<Arc<Prepared<T>>> {
     let (dirs, rows, cols) = (t.shape()[0], t.shape()[1], t.shape()[2]);
+    // `vals`' own check first, so that a weight of another dtype is the same typed error as before.
+    if !t.dtype().is_float() || t.dtype().is_narrow_float() {
+        unsupported!("recurrent layer input of dtype {}", t.dtype());
+    }
     let make = || {
         let mut out = Prepared {
             dirs: Vec::with_capacity(dirs),
