@@ -368,6 +368,39 @@ impl Tensor {
         Tensor::I64(ArrayD::from_elem(IxDyn(&[]), v))
     }
 
+    /// [`Tensor::reshape`] of a tensor given up: a standard-layout array keeps its storage (no copy).
+    /// `None` for packed sub-byte tensors (their storage is not one element per slot) and element
+    /// counts that differ; the tensor is then returned in `Err` unchanged.
+    pub fn into_shape(self, shape: &[usize]) -> std::result::Result<Tensor, Tensor> {
+        fn go<T: Clone>(a: ArrayD<T>, shape: &[usize]) -> ArrayD<T> {
+            if a.is_standard_layout() {
+                // Same element count and standard layout: cannot fail.
+                match a.into_shape_with_order(IxDyn(shape)) {
+                    Ok(b) => b,
+                    Err(_) => unreachable!("checked element count"),
+                }
+            } else {
+                let v: Vec<T> = a.iter().cloned().collect();
+                ArrayD::from_shape_vec(IxDyn(shape), v).expect("checked element count")
+            }
+        }
+        let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+        if n != Some(self.len()) || matches!(self, Tensor::Packed(..)) {
+            return Err(self);
+        }
+        macro_rules! each {
+            ($($v:ident),*) => {
+                match self {
+                    $(Tensor::$v(a) => Tensor::$v(go(a, shape)),)*
+                    Tensor::Packed(..) => unreachable!("refused above"),
+                }
+            };
+        }
+        Ok(each!(
+            F32, F64, F16, BF16, I8, I16, I32, I64, U8, U16, U32, U64, Bool, Str
+        ))
+    }
+
     /// Reshapes without changing the element order (row-major).
     pub fn reshape(&self, shape: &[usize]) -> OpResult<Tensor> {
         let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));

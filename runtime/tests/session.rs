@@ -116,3 +116,64 @@ fn one_session_runs_from_many_threads_with_identical_results() {
         }
     });
 }
+
+/// View ops whose data input dies at the step take its storage (no copy), and view ops whose input
+/// lives on take the kernel's copy; both give the kernel's shape and values. `r` dies at the
+/// Reshape, `a` at the Unsqueeze, `b` at the Squeeze; `x` is read again after the Flatten.
+#[test]
+fn view_ops_give_the_same_values_whether_their_input_dies_or_not() {
+    let i64s = |name: &str, v: &[i64]| quorum::proto::TensorProto {
+        name: Some(name.into()),
+        dims: vec![v.len() as i64],
+        data_type: Some(7),
+        raw_data: Some(v.iter().flat_map(|x| x.to_le_bytes()).collect()),
+        ..Default::default()
+    };
+    let mut flatten = node("Flatten", &["x"], &["f"]);
+    flatten.attribute.push(quorum::proto::AttributeProto {
+        name: Some("axis".into()),
+        i: Some(2),
+        r#type: Some(quorum::proto::attribute_proto::AttributeType::Int as i32),
+        ..Default::default()
+    });
+    let m = model(
+        vec![
+            node("Relu", &["x"], &["r"]),
+            node("Reshape", &["r", "shape"], &["a"]),
+            node("Unsqueeze", &["a", "zero"], &["b"]),
+            node("Squeeze", &["b", "zero"], &["c"]),
+            flatten,
+            node("Mul", &["x", "x"], &["m"]),
+        ],
+        vec![value_info("x", tensor_type(1, &[2, 3, 4]))],
+        vec![
+            value_info("c", tensor_type(1, &[4, 6])),
+            value_info("f", tensor_type(1, &[6, 4])),
+            value_info("m", tensor_type(1, &[2, 3, 4])),
+        ],
+        vec![i64s("shape", &[4, -1]), i64s("zero", &[0])],
+        14,
+    );
+    let s = Session::from_bytes(&bytes(&m), SessionOptions::default()).unwrap();
+    let x: Vec<f32> = seeded(24, 9).iter().map(|v| v - 2.0).collect();
+    assert!(x.iter().any(|v| *v < 0.0) && x.iter().any(|v| *v > 0.0));
+    for _ in 0..2 {
+        let out = s
+            .run(vec![(
+                "x".into(),
+                Value::Tensor(Tensor::from_f32(&[2, 3, 4], x.clone()).unwrap()),
+            )])
+            .unwrap();
+        let want =
+            |shape: &[usize], v: Vec<f32>| Value::Tensor(Tensor::from_f32(shape, v).unwrap());
+        assert_eq!(
+            out[0].1,
+            want(&[4, 6], x.iter().map(|v| v.max(0.0)).collect())
+        );
+        assert_eq!(out[1].1, want(&[6, 4], x.clone()));
+        assert_eq!(
+            out[2].1,
+            want(&[2, 3, 4], x.iter().map(|v| v * v).collect())
+        );
+    }
+}
