@@ -146,18 +146,7 @@ impl Gate {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn rand(seed: u64, n: usize) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-            })
-            .collect()
-    }
+    use crate::testing::rand;
 
     /// The definition, one output at a time, in k order: what every build must equal bit for bit.
     fn reference(rt: &[f32], ld: usize, x: &[f32], n: usize) -> Vec<f32> {

@@ -6,20 +6,7 @@ use super::*;
 use crate::Isa;
 use crate::pack::ConvPatches;
 
-/// Seeded values in [-1, 1), never all zero.
-fn rand(seed: u64, n: usize) -> Vec<f32> {
-    let mut s = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
+use crate::testing::rand;
 
 /// `(value, Σ|terms|)` of `C[i, j]` in f64 with the bias and the activation.
 fn reference(

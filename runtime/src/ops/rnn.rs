@@ -179,13 +179,14 @@ struct DirIn<T: Elem> {
 struct Prepared<T: Elem> {
     dirs: Vec<Vec<T>>,
     packed: Vec<Option<T::Packed>>,
-    /// Why the weight could not be read (cached like a result: the same constant fails the same way).
-    error: Option<String>,
+    /// Why the weight could not be read (`vals`' error, cached like a result: the same constant
+    /// fails the same way).
+    error: Option<crate::error::OpError>,
 }
 
 /// The prepared form of input `input` (W or R, `[dirs, rows, cols]`): `transpose` lays each
 /// direction out transposed (R), otherwise it is packed for the input projection (W). An input of a
-/// dtype the layer cannot read is the error `vals` gives, cached like a result.
+/// dtype the layer cannot read is the error `vals` gives.
 fn prepared<T: Elem>(
     ctx: &OpCtx,
     input: usize,
@@ -193,10 +194,6 @@ fn prepared<T: Elem>(
     transpose: bool,
 ) -> OpResult<Arc<Prepared<T>>> {
     let (dirs, rows, cols) = (t.shape()[0], t.shape()[1], t.shape()[2]);
-    // `vals`' own check first, so that a weight of another dtype is the same typed error as before.
-    if !t.dtype().is_float() || t.dtype().is_narrow_float() {
-        unsupported!("recurrent layer input of dtype {}", t.dtype());
-    }
     let make = || {
         let mut out = Prepared {
             dirs: Vec::with_capacity(dirs),
@@ -206,7 +203,7 @@ fn prepared<T: Elem>(
         let v: Vec<T> = match vals(t) {
             Ok(v) => v,
             Err(e) => {
-                out.error = Some(e.to_string());
+                out.error = Some(e);
                 return out;
             }
         };
@@ -227,7 +224,7 @@ fn prepared<T: Elem>(
     let p =
         crate::ops::conv::weights::packed_constant(ctx, input, kind, isa, size, t.shape(), make);
     if let Some(e) = &p.error {
-        bail!("{e}");
+        return Err(e.clone());
     }
     Ok(p)
 }
@@ -1188,5 +1185,48 @@ mod tests {
             firsts[0], firsts[1],
             "a second R gave the first one's outputs"
         );
+    }
+
+    /// A weight of a dtype the layer cannot read is `vals`' typed error, whether it is fed or a
+    /// constant, and again from the cache on a second run of the constant.
+    #[test]
+    fn an_integer_weight_is_unsupported_fed_or_constant() {
+        use crate::error::OpError;
+        use crate::ops::testing::Constants;
+        use crate::ops::{NoSubgraphs, OpCtx};
+        let (seq, i, h) = (3, 4, 5);
+        let x = Value::Tensor(t(&[seq, 1, i], 50));
+        let w = Arc::new(Value::Tensor(
+            Tensor::from_f64s(
+                crate::tensor::DType::I32,
+                &[1, 4 * h, i],
+                vec![1.0; 4 * h * i],
+            )
+            .unwrap(),
+        ));
+        let r = Arc::new(Value::Tensor(t(&[1, 4 * h, h], 51)));
+        let node = crate::ir::Node {
+            name: "l".into(),
+            op_type: "LSTM".into(),
+            domain: String::new(),
+            opset: 22,
+            inputs: vec!["x".into(), "w".into(), "r".into()],
+            outputs: vec!["y".into()],
+            attrs: [("hidden_size".to_string(), Attr::Int(h as i64))].into(),
+        };
+        let consts = Constants(vec![("w".into(), w.clone()), ("r".into(), r.clone())]);
+        for runner in [
+            &NoSubgraphs as &dyn crate::ops::SubgraphRunner,
+            &consts,
+            &consts,
+        ] {
+            let ctx = OpCtx {
+                node: &node,
+                runner,
+                max_tensor_bytes: 1 << 30,
+            };
+            let got = recurrent(&ctx, &[Some(&x), Some(&w), Some(&r)], Kind::Lstm);
+            assert!(matches!(got, Err(OpError::Unsupported(_))), "{got:?}");
+        }
     }
 }

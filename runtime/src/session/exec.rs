@@ -332,17 +332,11 @@ impl Exec<'_> {
                 }
                 None => None,
             };
-            let runner = Runner {
-                exec: self,
-                plan,
-                scope,
-            };
-            let ctx = OpCtx {
-                node,
-                runner: &runner,
-                max_tensor_bytes: self.max_tensor_bytes,
-            };
-            let shape = crate::ops::shape::view_shape(&ctx, x.shape(), param).ok()?;
+            let shape = self
+                .with_ctx(plan, scope, node, |ctx| {
+                    crate::ops::shape::view_shape(ctx, x.shape(), param)
+                })
+                .ok()?;
             if shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)) != Some(x.len())
                 || matches!(x, Tensor::Packed(..))
             {
@@ -357,6 +351,26 @@ impl Exec<'_> {
             Ok(Value::Tensor(t)) => t.into_shape(&shape).ok().map(Value::Tensor),
             _ => unreachable!("checked above: a tensor held once"),
         }
+    }
+
+    /// `f` given the kernel context of `node` in `scope` (its subgraphs run through this executor).
+    fn with_ctx<R>(
+        &self,
+        plan: &Plan,
+        scope: &Scope,
+        node: &Node,
+        f: impl FnOnce(&OpCtx) -> R,
+    ) -> R {
+        let runner = Runner {
+            exec: self,
+            plan,
+            scope,
+        };
+        f(&OpCtx {
+            node,
+            runner: &runner,
+            max_tensor_bytes: self.max_tensor_bytes,
+        })
     }
 
     /// Adds one execution of `node` to its op type's time.
@@ -518,17 +532,9 @@ impl Exec<'_> {
             })
             .collect::<Result<_>>()?;
         let refs: Vec<Option<&Value>> = args.iter().map(|a| a.as_deref()).collect();
-        let runner = Runner {
-            exec: self,
-            plan,
-            scope,
-        };
-        let ctx = OpCtx {
-            node,
-            runner: &runner,
-            max_tensor_bytes: self.max_tensor_bytes,
-        };
-        let outs = (step.kernel)(&ctx, &refs).map_err(|e| node_error(node, &refs, e))?;
+        let outs = self
+            .with_ctx(plan, scope, node, |ctx| (step.kernel)(ctx, &refs))
+            .map_err(|e| node_error(node, &refs, e))?;
         let wanted = node
             .outputs
             .iter()

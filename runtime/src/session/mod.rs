@@ -500,7 +500,7 @@ impl Session {
             refusal: Default::default(),
             replay: Default::default(),
         };
-        if devices.is_empty() && capture.is_none() {
+        let (result, refusal, replay) = if devices.is_empty() && capture.is_none() {
             // A run with no device goes onto one of rayon's workers as a whole, so that each
             // parallel kernel splits its work from inside the pool (the other worker steals its
             // half). Called from outside, every such kernel injected its job and put this thread
@@ -511,32 +511,23 @@ impl Session {
                 let _spin = spin::Spinners::start();
                 make(Vec::new(), None).run_top(&self.plan, &self.schedule, inputs)
             });
-            if result.is_ok() {
-                self.dispatch
-                    .trial
-                    .end(ticket, started.elapsed().as_secs_f64() * 1e3);
+            (result, None, None)
+        } else {
+            let exec = make(devices, capture);
+            let result = exec.run_top(&self.plan, &self.schedule, inputs);
+            if result.is_err() && exec.capture.is_some() {
+                for d in &exec.devices {
+                    d.abort_capture();
+                }
             }
-            if let Some(log) = &log {
-                self.logs
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push(log.take());
-            }
-            let names = graph.outputs.iter().map(|o| o.name.clone());
-            return Ok((names.zip(result.map_err(Refused::Error)?).collect(), None));
-        }
-        let exec = make(devices, capture);
-        let result = exec.run_top(&self.plan, &self.schedule, inputs);
+            let refusal = exec.refusal.borrow_mut().take();
+            let replay = exec.replay.borrow_mut().take();
+            (result, refusal, replay)
+        };
         if result.is_ok() {
             self.dispatch
                 .trial
                 .end(ticket, started.elapsed().as_secs_f64() * 1e3);
-        }
-        let aborted = result.is_err() && exec.capture.is_some();
-        if aborted {
-            for d in &exec.devices {
-                d.abort_capture();
-            }
         }
         if let Some(log) = &log {
             self.logs
@@ -547,13 +538,12 @@ impl Session {
         let outs = match result {
             Ok(outs) => outs,
             Err(e) => {
-                return Err(match exec.refusal.borrow_mut().take() {
+                return Err(match refusal {
                     Some(reason) => Refused::Capture(reason),
                     None => Refused::Error(e),
                 });
             }
         };
-        let replay = exec.replay.borrow_mut().take();
         Ok((
             graph
                 .outputs
