@@ -149,7 +149,9 @@ fn hard_swish(x: f32) -> f32 {
 
 /// `e^x` in f32, branch-free so that loops over slices vectorize: Cody-Waite reduction by ln 2 (the
 /// split constants of Cephes' expf), a degree-7 Taylor polynomial on |r| <= ln(2)/2, and scaling by
-/// 2^n in two halves so that subnormal results come out right.
+/// 2^n in two halves so that subnormal results come out right. Every coefficient is a product (no
+/// division: a vector divide costs as much as the rest of the polynomial), and the result is
+/// within 2 ulps of e^x over the normal range (tested).
 #[inline(always)]
 pub fn exp_f32(x: f32) -> f32 {
     let x = x.clamp(-104.0, 89.0);
@@ -163,7 +165,7 @@ pub fn exp_f32(x: f32) -> f32 {
         + r * (1.0
             + r * (0.5
                 + r * (1.0 / 6.0
-                    + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r / 5040.0))))));
+                    + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0)))))));
     let k = (t.to_bits() as i32).wrapping_sub(0x4B40_0000);
     let half = k >> 1;
     let scale = |e: i32| f32::from_bits(((e + 127) as u32) << 23);
@@ -240,6 +242,27 @@ mod tests {
         Activation::None.apply_add(&mut v, Some(3.0), &[3.0]);
         assert_eq!(v[0], (1e8f32 + 3.0) + 3.0);
         assert_ne!(v[0], 1e8f32 + (3.0 + 3.0));
+    }
+
+    /// The largest distance in ulps from `f` to `e^x` (in f64) over a dense grid of the range whose
+    /// results are normal f32.
+    fn worst_exp_ulps(f: impl Fn(f32) -> f32) -> u32 {
+        let mut worst = 0;
+        for i in 0..=400_000 {
+            let x = -87.0f32 + i as f32 * (175.0 / 400_000.0);
+            let want = (x as f64).exp() as f32;
+            let got = f(x);
+            worst = worst.max((got.to_bits() as i64 - want.to_bits() as i64).unsigned_abs() as u32);
+        }
+        worst
+    }
+
+    /// exp_f32 is within 2 ulps over the normal range; a result off by 3e-7 relative (about 3
+    /// ulps) is caught.
+    #[test]
+    fn exp_is_within_two_ulps() {
+        assert!(worst_exp_ulps(exp_f32) <= 2);
+        assert!(worst_exp_ulps(|x| exp_f32(x) * (1.0 + 3e-7)) > 2);
     }
 
     #[test]

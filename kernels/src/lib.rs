@@ -12,6 +12,8 @@
 //!   formulas as the runtime's standalone kernels (which call them), so that a fused node equals the
 //!   unfused pair bit for bit.
 //!
+//! - [`depthwise`]: one plane of a direct (depthwise) convolution, tap by tap in kernel order; on
+//!   AVX-512 a row's outputs are held in registers over its taps, the edges masked.
 //! - [`recurrent`]: a recurrent layer's step: the recurrence weight (transposed) times the hidden state,
 //!   one serial sum per output with the lanes across outputs, and the gate activations over slices.
 //!
@@ -19,6 +21,7 @@
 //! Entry points check the sizes they are given and panic on a caller's inconsistency, never on data.
 
 pub mod activation;
+pub mod depthwise;
 pub mod gemm;
 mod lanes;
 mod microkernel;

@@ -1,7 +1,7 @@
 //! The direct (depthwise) convolution against its definition in its own order, bit for bit: each
 //! output starts at its bias and adds `w·x` tap by tap in kernel order, skipping taps in the
-//! padding. The direct path sums the taps a whole row reaches in registers and the edge columns
-//! tap by tap; both must give exactly these bits.
+//! padding. The f32 path (`quorum_kernels::depthwise`: on AVX-512 a row's outputs held in registers
+//! over every tap that reaches the row, the edge columns masked) must give exactly these bits.
 use super::*;
 
 /// `y[oc, oh, ow]` by the definition, 2-D, one input channel per output channel's group.

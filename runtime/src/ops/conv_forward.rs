@@ -3,6 +3,7 @@
 //! depthwise convolution, which both paths share.
 use ndarray::{ArrayD, IxDyn};
 use quorum_kernels::Activation;
+use quorum_kernels::depthwise::{Tap as DwTap, Taps as DwTaps};
 use rayon::prelude::*;
 
 use super::{Geom, PAR_MIN, check_bias, contiguous, conv_geom, fill_bias, float_dispatch, span};
@@ -161,8 +162,14 @@ pub(super) trait ConvFloat: GemmFloat {
     /// `act` on each value, with the formulas of the standalone activation kernels for this type.
     fn activate(v: &mut [Self], act: Activation);
 
-    /// [`direct_plane`] on this type, compiled for the widest vectors the CPU has where that
-    /// pays (the same operations in the same order: the same bits).
+    /// The taps of a depthwise convolution in the form this type's plane kernel reads, made once
+    /// per convolution; `None` where [`direct_plane`] runs from the taps themselves.
+    fn plane_taps(_g: &Geom, _taps: &[DirectTap]) -> Option<DwTaps> {
+        None
+    }
+
+    /// [`direct_plane`] on this type, or the same sums by a kernel of its own (the same operations
+    /// in the same order: the same bits).
     fn plane(task: &PlaneTask<Self>, out: &mut [Self], phases: &mut Vec<Self>) {
         direct_plane(task, out, phases)
     }
@@ -201,26 +208,50 @@ impl ConvFloat for f32 {
         act.apply(v, None);
     }
 
+    /// The taps read linearly: output `(od, oh, j)` of a tap reads the plane (stride 1 along the
+    /// columns) or its stride phases as [`direct_plane`] lays them out.
+    fn plane_taps(g: &Geom, taps: &[DirectTap]) -> Option<DwTaps> {
+        let [i0, i1, i2] = g.ins;
+        let s2 = g.s[2];
+        let (rows, pw) = (i0 * i1, if s2 > 1 { i2.div_ceil(s2) } else { i2 });
+        let linear = taps
+            .iter()
+            .map(|t| {
+                let (ph, q) = if s2 > 1 {
+                    (
+                        t.off[2].rem_euclid(s2 as i64),
+                        t.off[2].div_euclid(s2 as i64),
+                    )
+                } else {
+                    (0, t.off[2])
+                };
+                // A row of the source is `pw` values; `i1` rows make a plane.
+                let (row, plane) = (pw as i64, (i1 * pw) as i64);
+                DwTap {
+                    k: t.k,
+                    rows: t.rows,
+                    cols: t.cols,
+                    base: (ph * (rows * pw) as i64 + t.off[0] * plane + t.off[1] * row + q)
+                        as isize,
+                    step: [
+                        (g.s[0] as i64 * plane) as isize,
+                        (g.s[1] as i64 * row) as isize,
+                    ],
+                }
+            })
+            .collect();
+        let src_len = if s2 > 1 { s2 * rows * pw } else { rows * i2 };
+        Some(DwTaps::new(linear, g.outs, src_len, g.ksz()))
+    }
+
     fn plane(task: &PlaneTask<f32>, out: &mut [f32], phases: &mut Vec<f32>) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            use quorum_kernels::Isa;
-            #[target_feature(enable = "avx512f")]
-            fn avx512(task: &PlaneTask<f32>, out: &mut [f32], phases: &mut Vec<f32>) {
-                direct_plane(task, out, phases)
+        match task.lin {
+            Some(lin) => {
+                let src = split_plane(task, phases);
+                quorum_kernels::depthwise::plane(lin, src, task.w, out);
             }
-            #[target_feature(enable = "avx2")]
-            fn avx2(task: &PlaneTask<f32>, out: &mut [f32], phases: &mut Vec<f32>) {
-                direct_plane(task, out, phases)
-            }
-            match Isa::detected() {
-                // SAFETY: the instruction set was detected on this CPU.
-                Isa::Avx512 => return unsafe { avx512(task, out, phases) },
-                Isa::Avx2 => return unsafe { avx2(task, out, phases) },
-                Isa::Portable => {}
-            }
+            None => direct_plane(task, out, phases),
         }
-        direct_plane(task, out, phases)
     }
 }
 
@@ -416,28 +447,41 @@ pub(super) struct PlaneTask<'a, T> {
     pub w: &'a [T],
     pub taps: &'a [DirectTap],
     pub g: &'a Geom,
+    /// The taps in the form of the type's own plane kernel ([`ConvFloat::plane_taps`]).
+    pub lin: Option<&'a DwTaps>,
+}
+
+/// The plane a plane kernel reads: `x` itself, or with a column stride its stride phases written
+/// into `phases` (`phase p` holds columns `i·s + p` of every row), so that each tap reads a
+/// contiguous run.
+fn split_plane<'a, T: GemmFloat>(task: &PlaneTask<'a, T>, phases: &'a mut Vec<T>) -> &'a [T] {
+    let (x, g) = (task.x, task.g);
+    let (s2, i2) = (g.s[2], g.ins[2]);
+    if s2 == 1 {
+        return x;
+    }
+    let pw = i2.div_ceil(s2);
+    let rows_total = x.len() / i2.max(1);
+    // Same size for every plane of a convolution: resized once, then overwritten (a slot no
+    // column lands in is never read).
+    phases.resize(s2 * rows_total * pw, T::zero());
+    for (r, row) in x.chunks_exact(i2).enumerate() {
+        crate::ops::split_phases(row, s2, &mut phases[r * pw..], rows_total * pw);
+    }
+    phases
 }
 
 /// Direct convolution of one input plane with one filter (depthwise), added into `out`; `phases`
 /// is scratch.
 #[inline(always)]
 pub(super) fn direct_plane<T: GemmFloat>(task: &PlaneTask<T>, out: &mut [T], phases: &mut Vec<T>) {
-    let PlaneTask { x, w, taps, g } = *task;
+    let PlaneTask { x, w, taps, g, .. } = *task;
     let [o0, o1, o2] = g.outs;
     let [_, i1, i2] = g.ins;
-    // With a column stride, the plane split into its stride phases first (`phase p` holds columns
-    // `i·s + p` of every row), so that each tap reads a contiguous run and the loop vectorises.
     let s2 = g.s[2];
     let pw = i2.div_ceil(s2);
     let rows_total = x.len() / i2.max(1);
-    if s2 > 1 {
-        // Same size for every plane of a convolution: resized once, then overwritten (a slot no
-        // column lands in is never read).
-        phases.resize(s2 * rows_total * pw, T::zero());
-        for (r, row) in x.chunks_exact(i2).enumerate() {
-            crate::ops::split_phases(row, s2, &mut phases[r * pw..], rows_total * pw);
-        }
-    }
+    let phases: &[T] = split_plane(task, phases);
     // One output row at a time, every tap in order: the row stays in L1 and each element sums
     // its taps in the same order as a tap-by-tap pass over the plane would (same bits).
     for od in 0..o0 {
@@ -485,6 +529,7 @@ pub(super) fn depthwise<T: ConvFloat>(
         return y;
     }
     let taps = direct_taps(g);
+    let lin = T::plane_taps(g, &taps);
     let f = |phases: &mut Vec<T>, (plane, out): (usize, &mut [T])| {
         let (ni, oc) = (plane / m, plane % m);
         out.fill(bias.map_or(T::zero(), |b| b[oc]));
@@ -494,6 +539,7 @@ pub(super) fn depthwise<T: ConvFloat>(
             w: &wd[oc * ksz..(oc + 1) * ksz],
             taps: &taps,
             g,
+            lin: lin.as_ref(),
         };
         T::plane(&task, out, phases);
         T::activate(out, act);
