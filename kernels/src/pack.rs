@@ -319,6 +319,9 @@ pub enum BSource<'a> {
     Dense { data: &'a [f32], ld: usize },
     /// A convolution's patches, read from its input as they are packed.
     Conv(ConvPatches<'a>),
+    /// Row `p` starts at its own offset: `B[p, j] = data[offs[p] + j]` (a stride-1 convolution
+    /// over a zero-padded input: each patch row is the padded input shifted by its tap).
+    Rows { data: &'a [f32], offs: &'a [usize] },
     /// Packed once beforehand: read in place, never packed per call.
     Packed(&'a PackedB),
 }
@@ -330,6 +333,12 @@ impl BSource<'_> {
             BSource::Dense { data, ld } => assert!(
                 k == 0 || n == 0 || ((k - 1) * ld + n <= data.len() && *ld >= n),
                 "BSource: a {k}x{n} matrix with row stride {ld} does not fit in {} values",
+                data.len()
+            ),
+            BSource::Rows { data, offs } => assert!(
+                offs.len() == k && (n == 0 || offs.iter().all(|&o| o + n <= data.len())),
+                "BSource: {} row offsets into {} values do not make a {k}x{n} matrix",
+                offs.len(),
                 data.len()
             ),
             BSource::Packed(pb) => assert!(
@@ -383,13 +392,14 @@ impl BSource<'_> {
         let full = nc / NR;
         let panels = nc.div_ceil(NR);
         debug_assert!(out.len() >= panels * NR * kc);
-        let (data, ld) = match self {
-            BSource::Dense { data, ld } => (*data, *ld),
+        let (data, start): (&[f32], &dyn Fn(usize) -> usize) = match self {
+            BSource::Dense { data, ld } => (*data, &move |p| p * ld),
+            BSource::Rows { data, offs } => (*data, &move |p| offs[p]),
             BSource::Conv(g) => return g.pack_panels::<NR>((p0, kc), (j0, nc), out, row),
             BSource::Packed(_) => unreachable!("packed B is read in place"),
         };
         for p in 0..kc {
-            let src: &[f32] = &data[(p0 + p) * ld + j0..][..nc];
+            let src: &[f32] = &data[start(p0 + p) + j0..][..nc];
             for (q, part) in src.chunks_exact(NR).enumerate() {
                 let dst: &mut [f32; NR] = (&mut out[(q * kc + p) * NR..][..NR])
                     .try_into()

@@ -301,6 +301,63 @@ fn prepacked_operands_give_the_same_bits() {
     }
 }
 
+/// `B` read by row offsets (rows out of order, overlapping, and shifted by one value) gives the
+/// bits of the same matrix written out row-major; an offset one value off is seen.
+#[test]
+fn rows_by_offset_give_the_bits_of_the_matrix_they_name() {
+    for &isa in Isa::supported() {
+        for (m, k, n) in [
+            (9usize, 200usize, 37usize),
+            (17, 5, 70),
+            (3, 7, 1),
+            (16, 64, 600),
+        ] {
+            let data = rand(21, k * 3 + n + 5);
+            let offs: Vec<usize> = (0..k).map(|p| (p * 7) % (k * 3) + p % 2).collect();
+            let dense: Vec<f32> = (0..k * n).map(|e| data[offs[e / n] + e % n]).collect();
+            let a = rand(22, m * k);
+            let pa = PackedA::new(isa, m, k, &a, k);
+            for threads in [Threads::Serial, Threads::Always] {
+                let run = |offs: &[usize]| {
+                    let mut c = vec![f32::NAN; m * n];
+                    let src = BSource::Rows { data: &data, offs };
+                    sgemm(&pa, &src, n, &mut c, n, &Epilogue::NONE, threads);
+                    c.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+                };
+                let mut want = vec![f32::NAN; m * n];
+                let src = BSource::Dense {
+                    data: &dense,
+                    ld: n,
+                };
+                sgemm(&pa, &src, n, &mut want, n, &Epilogue::NONE, threads);
+                let want: Vec<u32> = want.iter().map(|v| v.to_bits()).collect();
+                assert_eq!(run(&offs), want, "{isa:?} {m}x{k}x{n}");
+                let mut off_by_one = offs.clone();
+                off_by_one[k / 2] += 1;
+                assert_ne!(
+                    run(&off_by_one),
+                    want,
+                    "{isa:?} {m}x{k}x{n}: a shifted row went unseen"
+                );
+            }
+        }
+    }
+}
+
+/// Offsets that would read past the data are refused.
+#[test]
+#[should_panic(expected = "row offsets")]
+fn row_offsets_past_the_data_are_refused() {
+    let a = PackedA::new(Isa::Portable, 1, 2, &[1.0, 2.0], 2);
+    let data = [0f32; 10];
+    let mut c = [0f32; 4];
+    let src = BSource::Rows {
+        data: &data,
+        offs: &[0, 7],
+    };
+    sgemm(&a, &src, 4, &mut c, 4, &Epilogue::NONE, Threads::Serial);
+}
+
 fn c_is_finite(bits: &[u32]) -> bool {
     bits.iter().all(|b| f32::from_bits(*b).is_finite())
 }

@@ -7,6 +7,8 @@
 //!   and the reference the fast paths are tested against) and direct depthwise convolution;
 //! - `conv_packed.rs`: the f32 fast path, a packed GEMM (`quorum-kernels`) reading the patches
 //!   straight from the input, with weights packed once per initializer (`conv_weights.rs`);
+//! - `conv_shifted.rs`: the f32 path's stride-1 form, `B` read as shifted rows of a padded copy of
+//!   the input;
 //! - `conv_transpose.rs`, `conv_deform.rs`: ConvTranspose (GEMM + col2im) and DeformConv (bilinear
 //!   im2col + GEMM).
 //!
@@ -24,6 +26,8 @@ mod deform;
 mod forward;
 #[path = "conv_packed.rs"]
 mod packed;
+#[path = "conv_shifted.rs"]
+mod shifted;
 #[path = "conv_transpose.rs"]
 mod transpose;
 #[path = "conv_weights.rs"]
@@ -272,3 +276,4 @@ use float_dispatch;
 #[cfg(test)]
 #[path = "conv_tests.rs"]
 mod tests;
+

@@ -1,7 +1,8 @@
 //! The f32 Conv path: per group, `Y = act(W·B + bias)` by the packed GEMM of `quorum-kernels`, with
 //! `W` packed once per weight initializer (`conv_weights.rs`) and `B` read by the GEMM's packing
 //! straight from the input: a 1×1 convolution's input planes are `B` as they lie, and any other
-//! kernel's patches are gathered one cache block at a time, so no im2col matrix is written. The bias
+//! kernel's patches are gathered one cache block at a time, so no im2col matrix is written (or, for
+//! a stride-1 convolution, read as shifted rows of a padded copy of the input: `conv_shifted.rs`). The bias
 //! and the activation are applied as each tile is stored; the output is written once, never zeroed
 //! first. Depthwise convolutions take the direct path shared with the general one.
 use ndarray::{ArrayD, IxDyn};
@@ -10,6 +11,7 @@ use rayon::prelude::*;
 
 use super::contiguous;
 use super::forward::{ConvShape, depthwise};
+use super::shifted::{self, Shifted};
 use super::weights::{PackedWeights, packed_weights};
 use crate::error::OpResult;
 use crate::ops::OpCtx;
@@ -101,6 +103,27 @@ pub(super) fn conv_packed_residual(
     residual: Option<&[f32]>,
     threads: Threads,
 ) -> Vec<f32> {
+    let shifted = shifted::plan(sh);
+    conv_packed_on(
+        sh,
+        xd,
+        weights,
+        (bias, act, residual),
+        threads,
+        shifted.as_ref(),
+    )
+}
+
+/// [`conv_packed_residual`] with `B` read as shifted rows of the padded input where `shifted`
+/// is given (see `conv_shifted.rs`), by the patch gather otherwise: the same bits either way.
+pub(super) fn conv_packed_on(
+    sh: &ConvShape,
+    xd: &[f32],
+    weights: &PackedWeights,
+    (bias, act, residual): (Option<&[f32]>, Activation, Option<&[f32]>),
+    threads: Threads,
+    shifted: Option<&Shifted>,
+) -> Vec<f32> {
     let (n, c, m, group) = (sh.n, sh.c, sh.m, sh.group);
     let (cg, mg, g) = (sh.cg(), sh.mg(), &sh.g);
     let (in_sp, out_sp) = (g.in_sp(), g.out_sp());
@@ -116,6 +139,14 @@ pub(super) fn conv_packed_residual(
     let run = |ni: usize, gi: usize, yg: &mut [std::mem::MaybeUninit<f32>], threads: Threads| {
         let at = (ni * group + gi) * chunk;
         let xg = &xd[(ni * c + gi * cg) * in_sp..(ni * c + (gi + 1) * cg) * in_sp];
+        let epi = Epilogue {
+            bias: bias.map(|b| &b[gi * mg..(gi + 1) * mg]),
+            act,
+            residual: residual.map(|r| &r[at..at + chunk]),
+        };
+        if let Some(plan) = shifted {
+            return plan.run(xg, cg, g, &weights.groups[gi], &epi, yg, threads);
+        }
         let src = if pointwise {
             BSource::Dense {
                 data: xg,
@@ -132,11 +163,6 @@ pub(super) fn conv_packed_residual(
                 pads: g.pb,
                 outs: g.outs,
             })
-        };
-        let epi = Epilogue {
-            bias: bias.map(|b| &b[gi * mg..(gi + 1) * mg]),
-            act,
-            residual: residual.map(|r| &r[at..at + chunk]),
         };
         quorum_kernels::sgemm_uninit(&weights.groups[gi], &src, out_sp, yg, out_sp, &epi, threads);
     };

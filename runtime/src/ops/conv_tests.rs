@@ -767,3 +767,6 @@ fn session_runs_reuse_packed_initializer_weights() {
 
 #[path = "conv_direct_tests.rs"]
 mod direct;
+
+#[path = "conv_shifted_tests.rs"]
+mod shifted;

@@ -1,0 +1,122 @@
+//! The shifted path (a stride-1 convolution's `B` read as shifted rows of its padded input) against
+//! the patch gather, bit for bit: dilations, asymmetric pads, 1-D, groups, a batch, the bias,
+//! activation and residual of FusedConv, serial and split, and enough rows to split them in blocks
+//! across threads; outputs poisoned first. A grid too narrow for its rows must be caught.
+use super::*;
+use crate::ops::conv::packed::conv_packed_on;
+use crate::ops::conv::shifted::{self, Shifted};
+
+/// (attributes, X shape, W shape) that the shifted path takes.
+fn cases() -> Vec<(Vec<(&'static str, Attr)>, Vec<usize>, Vec<usize>)> {
+    let i = |v: &[i64]| Attr::Ints(v.to_vec());
+    vec![
+        (
+            vec![("pads", i(&[1, 1, 1, 1]))],
+            vec![2, 5, 9, 11],
+            vec![7, 5, 3, 3],
+        ),
+        (
+            vec![("pads", i(&[0, 2, 1, 1])), ("dilations", i(&[2, 1]))],
+            vec![1, 3, 12, 10],
+            vec![9, 3, 3, 5],
+        ),
+        (vec![("pads", i(&[2, 1]))], vec![2, 4, 40], vec![6, 4, 5]),
+        (
+            vec![("group", Attr::Int(2)), ("pads", i(&[1, 1, 1, 1]))],
+            vec![1, 6, 8, 8],
+            vec![10, 3, 3, 3],
+        ),
+        // Rows enough for blocks of the grid split across threads.
+        (
+            vec![("pads", i(&[1, 1, 1, 1]))],
+            vec![1, 2, 96, 96],
+            vec![8, 2, 3, 3],
+        ),
+        // No padding at all: the grid is the input.
+        (vec![], vec![1, 3, 7, 9], vec![4, 3, 2, 2]),
+    ]
+}
+
+#[test]
+fn shifted_rows_equal_the_patch_gather_bit_for_bit() {
+    let isa = Isa::detected();
+    for (case, (attrs, xs, ws)) in cases().into_iter().enumerate() {
+        with_conv(attrs, &xs, &ws, 500 + case as u64, |ctx, x, w, b| {
+            let sh = ConvShape::new(ctx, x.shape(), w.shape(), Some(b)).unwrap();
+            let plan = shifted::plan(&sh);
+            assert!(plan.is_some(), "case {case}: the shifted path is not taken");
+            let (xd, wd, bd) = (
+                x.as_slice().unwrap(),
+                w.as_slice().unwrap(),
+                b.as_slice().unwrap(),
+            );
+            let weights = pack_weights(isa, &sh, wd);
+            let res = rand(600 + case as u64, sh.n * sh.m * sh.g.out_sp());
+            for (act, residual) in [
+                (Activation::None, None),
+                (Activation::Relu, Some(&res[..])),
+                (Activation::Silu, None),
+            ] {
+                for threads in [Threads::Serial, Threads::Always] {
+                    let run = |plan: Option<&Shifted>| {
+                        let y = conv_packed_on(
+                            &sh,
+                            xd,
+                            &weights,
+                            (Some(bd), act, residual),
+                            threads,
+                            plan,
+                        );
+                        y.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+                    };
+                    let want = run(None);
+                    assert!(want.iter().all(|&v| f32::from_bits(v).is_finite()));
+                    assert_eq!(run(plan.as_ref()), want, "case {case} {act:?} {threads:?}");
+                }
+            }
+            // The outputs agree with f64 sums too (so the comparison above is not of two wrongs).
+            let y = conv_packed_on(
+                &sh,
+                xd,
+                &weights,
+                (Some(bd), Activation::None, None),
+                Threads::Serial,
+                plan.as_ref(),
+            );
+            if let Some(e) = outside(&y, &reference(xd, wd, Some(bd), &sh)) {
+                panic!("case {case}: {e}");
+            }
+        });
+    }
+}
+
+/// A grid too narrow for a padded row (its input's last column left out) is caught.
+#[test]
+fn a_grid_of_the_wrong_width_is_caught() {
+    let i = |v: &[i64]| Attr::Ints(v.to_vec());
+    with_conv(
+        vec![("pads", i(&[1, 1, 1, 1]))],
+        &[1, 3, 8, 9],
+        &[4, 3, 3, 3],
+        81,
+        |ctx, x, w, b| {
+            let sh = ConvShape::new(ctx, x.shape(), w.shape(), Some(b)).unwrap();
+            let (xd, wd, bd) = (
+                x.as_slice().unwrap(),
+                w.as_slice().unwrap(),
+                b.as_slice().unwrap(),
+            );
+            let weights = pack_weights(Isa::detected(), &sh, wd);
+            let good = shifted::plan(&sh).unwrap();
+            let bad = good.narrower();
+            let epi = (Some(bd), Activation::None, None);
+            let y = |p: &Shifted| conv_packed_on(&sh, xd, &weights, epi, Threads::Serial, Some(p));
+            let want = reference(xd, wd, Some(bd), &sh);
+            assert!(outside(&y(&good), &want).is_none());
+            assert!(
+                outside(&y(&bad), &want).is_some(),
+                "a grid too narrow went unseen"
+            );
+        },
+    );
+}
