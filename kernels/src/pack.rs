@@ -11,6 +11,9 @@ use crate::Isa;
 use crate::lanes::Avx512;
 use crate::lanes::{Lanes, Plain};
 
+/// Values of `A` from which its panels are packed across rayon's threads.
+const PAR_PACK: usize = 1 << 15;
+
 /// `A` packed for one instruction set's tile.
 #[derive(Debug, Clone)]
 pub struct PackedA {
@@ -48,8 +51,7 @@ impl PackedA {
         let mr = isa.mr();
         let panels = m.div_ceil(mr);
         let mut data = vec![0f32; panels * mr * k];
-        for q in 0..panels {
-            let panel = &mut data[q * mr * k..(q + 1) * mr * k];
+        let pack = |(q, panel): (usize, &mut [f32])| {
             for i in 0..mr.min(m - q * mr) {
                 let r = (q * mr + i) * rs;
                 if cs == 1 {
@@ -62,6 +64,14 @@ impl PackedA {
                     }
                 }
             }
+        };
+        // A left operand packed per call (a MatMul's activations) is on the GEMM's critical path:
+        // above a GEMM's own threshold of work, its panels are packed across the threads.
+        if k > 0 && m * k >= PAR_PACK && rayon::current_num_threads() > 1 {
+            use rayon::prelude::*;
+            data.par_chunks_mut(mr * k).enumerate().for_each(pack);
+        } else if k > 0 {
+            data.chunks_mut(mr * k).enumerate().for_each(pack);
         }
         PackedA { isa, m, k, data }
     }
