@@ -6,6 +6,7 @@
 //! zero or negative strides allowed) copied out in row-major order by [`strided_gather`], which merges
 //! contiguous axes, copies contiguous rows as slices, tiles transposes and splits large work over rayon.
 use std::borrow::Cow;
+use std::mem::MaybeUninit;
 
 use half::{bf16, f16};
 use ndarray::{ArrayD, IxDyn};
@@ -232,14 +233,15 @@ pub(crate) fn strided_gather<T: Clone + Send + Sync>(
             st.push(s);
         }
     }
-    let mut out = vec![src[base as usize].clone(); n];
     if sh.is_empty() {
-        return out;
+        return vec![src[base as usize].clone(); n];
     }
     if sh.len() == 1 && st[0] == 1 && n < PAR_THRESHOLD * 8 {
-        out.clone_from_slice(&src[base as usize..base as usize + n]);
-        return out;
+        return src[base as usize..base as usize + n].to_vec();
     }
+    // Written once, element by element, never filled first.
+    let mut buf: Vec<T> = Vec::with_capacity(n);
+    let out = &mut buf.spare_capacity_mut()[..n];
     let threads = rayon::current_num_threads();
     // Leading axes to split the work over: enough of them to feed every thread, stopping at the
     // source-contiguous axis (which the tiled copy needs whole).
@@ -276,9 +278,12 @@ pub(crate) fn strided_gather<T: Clone + Send + Sync>(
                 fill_strided(src, base + (k * group) as isize * st[0], &s, st, chunk);
             });
     } else {
-        fill_strided(src, base, &sh, &st, &mut out);
+        fill_strided(src, base, &sh, &st, out);
     }
-    out
+    // SAFETY: the fills write every element of the n-element view exactly once (each output
+    // position, in row-major order, by one of the chunks above).
+    unsafe { buf.set_len(n) };
+    buf
 }
 
 fn fill_strided<T: Clone>(
@@ -286,11 +291,11 @@ fn fill_strided<T: Clone>(
     base: isize,
     shape: &[usize],
     strides: &[isize],
-    out: &mut [T],
+    out: &mut [MaybeUninit<T>],
 ) {
     let r = shape.len();
     if r == 0 {
-        out[0] = src[base as usize].clone();
+        out[0].write(src[base as usize].clone());
         return;
     }
     let l = r - 1;
@@ -308,13 +313,17 @@ fn fill_strided<T: Clone>(
     for row in out.chunks_mut(len) {
         if sl == 1 {
             let o = off as usize;
-            row.clone_from_slice(&src[o..o + len]);
+            for (x, v) in row.iter_mut().zip(&src[o..o + len]) {
+                x.write(v.clone());
+            }
         } else if sl == 0 {
-            row.fill(src[off as usize].clone());
+            for x in row.iter_mut() {
+                x.write(src[off as usize].clone());
+            }
         } else {
             let mut p = off;
             for x in row.iter_mut() {
-                *x = src[p as usize].clone();
+                x.write(src[p as usize].clone());
                 p += sl;
             }
         }
@@ -337,7 +346,7 @@ fn fill_tiled<T: Clone>(
     shape: &[usize],
     strides: &[isize],
     b: usize,
-    out: &mut [T],
+    out: &mut [MaybeUninit<T>],
 ) {
     let r = shape.len();
     let l = r - 1;
@@ -357,7 +366,7 @@ fn fill_tiled<T: Clone>(
                     let d = dof + i * ob;
                     let mut p = so + i as isize * sb + j0 as isize * sl;
                     for x in &mut out[d + j0..d + j1] {
-                        *x = src[p as usize].clone();
+                        x.write(src[p as usize].clone());
                         p += sl;
                     }
                 }
