@@ -1,6 +1,8 @@
 //! Conv and FusedConv: shapes and attributes, the activation of FusedConv, the general path (im2col
 //! + GEMM, for every float type; the f32 fast path in `conv_packed.rs` is tested against it) and direct
 //! depthwise convolution, which both paths share.
+use std::mem::MaybeUninit;
+
 use ndarray::{ArrayD, IxDyn};
 use quorum_kernels::Activation;
 use quorum_kernels::depthwise::{Tap as DwTap, Taps as DwTaps};
@@ -524,15 +526,21 @@ pub(super) fn depthwise<T: ConvFloat>(
 ) -> Vec<T> {
     let (g, m, mg) = (&sh.g, sh.m, sh.mg());
     let (in_sp, out_sp, ksz) = (g.in_sp(), g.out_sp(), g.ksz());
-    let mut y = vec![T::zero(); sh.n * m * out_sp];
-    if y.is_empty() {
+    let total = sh.n * m * out_sp;
+    let mut y: Vec<T> = Vec::with_capacity(total);
+    if total == 0 {
         return y;
     }
     let taps = direct_taps(g);
     let lin = T::plane_taps(g, &taps);
-    let f = |phases: &mut Vec<T>, (plane, out): (usize, &mut [T])| {
+    let f = |phases: &mut Vec<T>, (plane, out): (usize, &mut [MaybeUninit<T>])| {
         let (ni, oc) = (plane / m, plane % m);
-        out.fill(bias.map_or(T::zero(), |b| b[oc]));
+        let start = bias.map_or(T::zero(), |b| b[oc]);
+        for o in out.iter_mut() {
+            o.write(start);
+        }
+        // SAFETY: every value of the plane was written just above.
+        let out = unsafe { &mut *(out as *mut [MaybeUninit<T>] as *mut [T]) };
         let ic = ni * sh.c + oc / mg;
         let task = PlaneTask {
             x: &xd[ic * in_sp..(ic + 1) * in_sp],
@@ -544,16 +552,22 @@ pub(super) fn depthwise<T: ConvFloat>(
         T::plane(&task, out, phases);
         T::activate(out, act);
     };
-    if y.len().saturating_mul(ksz) >= PAR_MIN {
-        y.par_chunks_mut(out_sp)
+    // The planes are written once, each starting from its bias (never zeroed first).
+    let planes = &mut y.spare_capacity_mut()[..total];
+    if total.saturating_mul(ksz) >= PAR_MIN {
+        planes
+            .par_chunks_mut(out_sp)
             .enumerate()
             .for_each_init(Vec::new, f);
     } else {
         let mut phases = Vec::new();
-        y.chunks_mut(out_sp)
+        planes
+            .chunks_mut(out_sp)
             .enumerate()
             .for_each(|p| f(&mut phases, p));
     }
+    // SAFETY: the planes cover all `total` values, each written by `f`.
+    unsafe { y.set_len(total) };
     y
 }
 
