@@ -37,7 +37,8 @@ const PADDED_MAX: usize = 1 << 20;
 pub(super) fn plan(sh: &ConvShape) -> Option<Shifted> {
     let g = &sh.g;
     let [o0, ho, wo] = g.outs;
-    let flat = g.ins[0] == 1 && g.k[0] == 1 && o0 == 1;
+    // The leading (depth) dim must be trivial: one input, one output reading it unpadded.
+    let flat = g.ins[0] == 1 && g.k[0] == 1 && o0 == 1 && g.pb[0] == 0;
     if sh.pointwise() || !flat || g.s[1] != 1 || g.s[2] != 1 || g.pb.iter().any(|&p| p < 0) {
         return None;
     }
@@ -143,15 +144,16 @@ impl Shifted {
         let plane = hp * wp;
         xp.resize(len, 0.0);
         let (rows, cols) = (h.min(hp.saturating_sub(pt)), w.min(wp.saturating_sub(pl)));
+        let (top, left) = (pt.min(hp), pl.min(wp));
         for (ci, dst) in xp.chunks_mut(plane).take(cg).enumerate() {
-            dst[..pt * wp].fill(0.0);
+            dst[..top * wp].fill(0.0);
             for y in 0..rows {
                 let row = &mut dst[(y + pt) * wp..(y + pt + 1) * wp];
-                row[..pl].fill(0.0);
-                row[pl..pl + cols].copy_from_slice(&xg[(ci * h + y) * w..][..cols]);
-                row[pl + cols..].fill(0.0);
+                row[..left].fill(0.0);
+                row[left..left + cols].copy_from_slice(&xg[(ci * h + y) * w..][..cols]);
+                row[left + cols..].fill(0.0);
             }
-            dst[(rows + pt) * wp..].fill(0.0);
+            dst[(top + rows) * wp..].fill(0.0);
         }
         xp[cg * plane..].fill(0.0);
     }

@@ -34,7 +34,58 @@ fn cases() -> Vec<(Vec<(&'static str, Attr)>, Vec<usize>, Vec<usize>)> {
         ),
         // No padding at all: the grid is the input.
         (vec![], vec![1, 3, 7, 9], vec![4, 3, 2, 2]),
+        // Padding wider than the input: most of the grid is zeros.
+        (
+            vec![("pads", i(&[4, 4, 4, 4]))],
+            vec![1, 2, 2, 3],
+            vec![3, 2, 3, 3],
+        ),
     ]
+}
+
+/// Geometries the shifted path must leave to the gather: a padded leading dim (the stream
+/// fuzzer's case: a 3-D convolution whose one output depth reads only padding), strides, depth.
+/// Each still equals f64 sums.
+#[test]
+fn geometries_it_cannot_read_go_to_the_gather() {
+    let i = |v: &[i64]| Attr::Ints(v.to_vec());
+    let cases = [
+        (
+            vec![
+                ("group", Attr::Int(2)),
+                ("pads", i(&[1, 0, 0, 0, 0, 0])),
+                ("strides", i(&[2, 1, 1])),
+            ],
+            vec![1, 4, 1, 1, 1],
+            vec![2, 2, 1, 1, 1],
+        ),
+        (
+            vec![("pads", i(&[1, 1, 1, 1])), ("strides", i(&[1, 2]))],
+            vec![1, 3, 6, 9],
+            vec![4, 3, 3, 3],
+        ),
+        (
+            vec![("pads", i(&[0, 1, 1, 0, 1, 1]))],
+            vec![1, 2, 3, 5, 5],
+            vec![3, 2, 2, 3, 3],
+        ),
+    ];
+    for (case, (attrs, xs, ws)) in cases.into_iter().enumerate() {
+        with_conv(attrs, &xs, &ws, 700 + case as u64, |ctx, x, w, b| {
+            let sh = ConvShape::new(ctx, x.shape(), w.shape(), Some(b)).unwrap();
+            assert!(shifted::plan(&sh).is_none(), "case {case}: taken");
+            let got = conv_f32(ctx, x, w, Some(b), Activation::None).unwrap();
+            let (xd, wd, bd) = (
+                x.as_slice().unwrap(),
+                w.as_slice().unwrap(),
+                b.as_slice().unwrap(),
+            );
+            let want = reference(xd, wd, Some(bd), &sh);
+            if let Some(e) = outside(got.as_slice().unwrap(), &want) {
+                panic!("case {case}: {e}");
+            }
+        });
+    }
 }
 
 #[test]
