@@ -19,11 +19,14 @@ pub(super) struct Shifted {
     wp: usize,
 }
 
-/// Values of `B` gathered by the patch path cost about as much as this many multiply-adds of the
-/// GEMM (a patch value takes 1 to 2 cycles to pack on the 2-core Xeon that `reports/cpu/` uses, 32
-/// multiply-adds issue per cycle): the shifted path is taken while the extra columns cost less
-/// than the gather it saves, `mg·(wp − wo) ≤ 48·wo`.
+/// Values of `B` gathered by the patch path cost about as much as 48 multiply-adds of the GEMM (a
+/// patch value takes 1 to 2 cycles to pack on the 2-core Xeon that `reports/cpu/` uses, 32
+/// multiply-adds issue per cycle). The shifted path is taken while its extra columns cost less
+/// than half that, `mg·(wp − wo) ≤ 24·wo`: the other half is left for the copy and compaction.
 const GATHER_COST: usize = 24;
+
+/// The most output channels (per group) the shifted path takes.
+const SHIFTED_MAX_CHANNELS: usize = 64;
 
 /// The largest padded input (values) the shifted path copies: 4 MiB, the L2 of both cores of the
 /// machine above. Larger inputs are read from memory by the packing of each block of `B` either
@@ -45,7 +48,15 @@ pub(super) fn plan(sh: &ConvShape) -> Option<Shifted> {
     let hp = ho + (g.k[1] - 1) * g.d[1];
     let wp = wo + (g.k[2] - 1) * g.d[2];
     let fits = sh.cg() * hp * wp <= PADDED_MAX;
-    (fits && sh.mg() * (wp - wo) <= GATHER_COST * wo && ho * wo > 0).then_some(Shifted { hp, wp })
+    // The gather's share of a GEMM falls as the output channels grow (each gathered value feeds
+    // `mg` multiply-adds): about 60% at 32 channels, 45% at 64, 25% at 128. Past 64 the copy, the
+    // compaction and the extra columns cost more than it saves (crnn_ocr's 128- to 512-channel
+    // layers ran 5% slower shifted; densenet121's 32-channel ones 8–11% faster). The compaction
+    // moves every output once more, so the gather must also be the larger of the two (crnn_ocr's
+    // first layer: 9 patch rows for 64 channels).
+    let few = sh.mg() <= SHIFTED_MAX_CHANNELS && sh.cg() * g.ksz() >= sh.mg();
+    let cheap = sh.mg() * (wp - wo) <= GATHER_COST * wo;
+    (fits && few && cheap && ho * wo > 0).then_some(Shifted { hp, wp })
 }
 
 thread_local! {
