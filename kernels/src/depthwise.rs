@@ -116,10 +116,6 @@ impl Taps {
             row_start,
         }
     }
-
-    pub fn outs(&self) -> [usize; 3] {
-        self.outs
-    }
 }
 
 /// The mask of the first `n` lanes, `n <= 16`.
@@ -143,16 +139,26 @@ pub fn plane(taps: &Taps, src: &[f32], w: &[f32], out: &mut [f32]) {
         taps.outs
     );
     #[cfg(target_arch = "x86_64")]
-    if crate::Isa::detected() == crate::Isa::Avx512 {
-        // SAFETY: AVX-512F was detected; the sizes were checked above and the taps' reads by
-        // `Taps::new`.
-        unsafe { avx512::plane(taps, src, w, out) };
-        return;
+    {
+        #[target_feature(enable = "avx2")]
+        fn avx2(taps: &Taps, src: &[f32], w: &[f32], out: &mut [f32]) {
+            plain(taps, src, w, out)
+        }
+        match crate::Isa::detected() {
+            // SAFETY: AVX-512F was detected; the sizes were checked above and the taps' reads by
+            // `Taps::new`.
+            crate::Isa::Avx512 => return unsafe { avx512::plane(taps, src, w, out) },
+            // SAFETY: AVX2 was detected.
+            crate::Isa::Avx2 => return unsafe { avx2(taps, src, w, out) },
+            crate::Isa::Portable => {}
+        }
     }
     plain(taps, src, w, out);
 }
 
-/// Tap by tap over each row: the definition's order, any target.
+/// Tap by tap over each row: the definition's order, any target (compiled again with AVX2 where
+/// that is the widest this CPU has; the same operations, the same bits).
+#[inline(always)]
 fn plain(taps: &Taps, src: &[f32], w: &[f32], out: &mut [f32]) {
     let o2 = taps.outs[2];
     for (r, row) in out.chunks_exact_mut(o2.max(1)).enumerate() {
@@ -246,6 +252,7 @@ mod avx512 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::rand;
 
     /// Taps of a 2-D depthwise kernel over an `h×w` plane (no phases: stride 1 along columns),
     /// built like the runtime builds them.
@@ -279,18 +286,6 @@ mod tests {
         (Taps::new(taps, outs, h * w, k * k), outs)
     }
 
-    fn seeded(n: usize, seed: u64) -> Vec<f32> {
-        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..n)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                (x >> 40) as f32 / (1u64 << 24) as f32 * 4.0 - 2.0
-            })
-            .collect()
-    }
-
     /// The dispatched plane (AVX-512 where this CPU has it) equals the tap-by-tap loop bit for bit
     /// over row widths around the chunk sizes, with the outputs' starting values kept; a sum in
     /// another order must differ.
@@ -310,9 +305,9 @@ mod tests {
         .enumerate()
         {
             let (taps, [o0, o1, o2]) = taps_2d((h, w), k, (s, pad));
-            let src = seeded(h * w, n as u64);
-            let wt = seeded(k * k, 100 + n as u64);
-            let start = seeded(o0 * o1 * o2, 200 + n as u64);
+            let src = rand(n as u64, h * w);
+            let wt = rand(100 + n as u64, k * k);
+            let start = rand(200 + n as u64, o0 * o1 * o2);
             let mut got = start.clone();
             plane(&taps, &src, &wt, &mut got);
             let mut want = start.clone();
@@ -344,7 +339,7 @@ mod tests {
             step: [0, 20],
         };
         let taps = Taps::new(vec![tap], [1, 3, 20], 60, 1);
-        let src = seeded(60, 7);
+        let src = rand(7, 60);
         let mut out = vec![f32::NAN; 60];
         out[20 + 3..20 + 9].fill(1.0);
         plane(&taps, &src, &[0.5], &mut out);

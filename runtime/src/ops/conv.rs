@@ -276,4 +276,3 @@ use float_dispatch;
 #[cfg(test)]
 #[path = "conv_tests.rs"]
 mod tests;
-

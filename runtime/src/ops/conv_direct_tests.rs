@@ -78,11 +78,7 @@ fn depthwise_rows_equal_the_tap_order_definition_bit_for_bit() {
                 let got = conv_f32(ctx, x, wt, Some(b), Activation::None).unwrap();
                 let (oh, ow) = (got.shape()[2], got.shape()[3]);
                 let got: Vec<u32> = got.iter().map(|v| v.to_bits()).collect();
-                let (xd, wd, bd) = (
-                    x.as_slice().unwrap(),
-                    wt.as_slice().unwrap(),
-                    b.as_slice().unwrap(),
-                );
+                let (xd, wd, bd) = slices(x, wt, b);
                 let geom = ((c, h, w), (m, k, k), (s, d, p[0], p[1]), (oh, ow));
                 let want = in_order(xd, wd, bd, geom.0, geom.1, geom.2, geom.3, false);
                 assert_eq!(got, want, "case {n}");

@@ -114,33 +114,25 @@ impl Shifted {
             .max(cg * plane);
         self.pad(xg, cg, g, len, &mut xp);
         let src = (&xp[..], &offs[..]);
-        // Output rows per block of the grid, and whether there are blocks enough to split them
-        // across the threads (each GEMM then serial); otherwise one GEMM over all rows, split
-        // as it chooses.
+        // Output rows per block of the grid: blocks split across the threads (each GEMM then
+        // serial) where there are enough of them, otherwise one GEMM over all rows, split as it
+        // chooses.
         let rows = GRID_COLS.div_ceil(wp).clamp(1, ho);
         let blocks = ho.div_ceil(rows);
         let par = threads != Threads::Serial && rayon::current_num_threads() > 1;
+        assert_eq!(yg.len(), a.rows() * ho * wo, "shifted conv: output size");
+        let out = SyncPtr(yg.as_mut_ptr());
         if par && blocks >= 4 * rayon::current_num_threads() {
-            // Each block's rows of every output channel: `mg` strided pieces of `yg`.
-            let out = SyncPtr(yg.as_mut_ptr());
-            let out_sp = ho * wo;
             (0..blocks).into_par_iter().for_each(|bi| {
-                let (r0, r1) = (bi * rows, ((bi + 1) * rows).min(ho));
-                // SAFETY: block `bi` writes only rows r0..r1 of each channel's plane, which no
-                // other block touches; `yg` holds mg planes of out_sp values.
-                let dst = |m: usize| unsafe {
-                    std::slice::from_raw_parts_mut(out.at(m * out_sp + r0 * wo), (r1 - r0) * wo)
-                };
-                self.block(a, src, (r0, r1), g, epi, Threads::Serial, dst);
+                let rs = (bi * rows, ((bi + 1) * rows).min(ho));
+                // SAFETY: block `bi` writes only rows rs of each channel's plane of `yg` (sized
+                // above), which no other block touches.
+                unsafe { self.block(a, src, rs, g, epi, Threads::Serial, out) };
             });
         } else {
             let t = if par { threads } else { Threads::Serial };
-            let out_sp = ho * wo;
-            let out = SyncPtr(yg.as_mut_ptr());
-            // SAFETY: the whole of each channel's plane, one channel at a time.
-            let dst =
-                |m: usize| unsafe { std::slice::from_raw_parts_mut(out.at(m * out_sp), out_sp) };
-            self.block(a, src, (0, ho), g, epi, t, dst);
+            // SAFETY: one block, all rows of `yg` (sized above).
+            unsafe { self.block(a, src, (0, ho), g, epi, t, out) };
         }
         PADDED.with(|b| b.set(xp));
     }
@@ -170,9 +162,14 @@ impl Shifted {
     }
 
     /// Output rows `r0..r1`: the GEMM over their columns of the grid into a block of the grid,
-    /// then each kept column moved to `dst(m)` (channel `m`'s rows r0..r1) with the epilogue.
+    /// then each kept column moved to rows r0..r1 of channel `m`'s plane of `out`, with the
+    /// epilogue.
+    ///
+    /// # Safety
+    /// `out` points at `mg` planes of `ho·wo` values, and no one else writes rows `r0..r1` of
+    /// them during the call.
     #[allow(clippy::too_many_arguments)]
-    fn block<'y>(
+    unsafe fn block(
         &self,
         a: &PackedA,
         (xp, offs): (&[f32], &[usize]),
@@ -180,7 +177,7 @@ impl Shifted {
         g: &super::Geom,
         epi: &Epilogue,
         threads: Threads,
-        dst: impl Fn(usize) -> &'y mut [std::mem::MaybeUninit<f32>] + Sync,
+        out: SyncPtr,
     ) {
         let wp = self.wp;
         let [_, ho, wo] = g.outs;
@@ -200,7 +197,10 @@ impl Shifted {
         unsafe { cp.set_len(mg * np) };
         let out_sp = ho * wo;
         let compact = |m: usize| {
-            let out = dst(m);
+            // SAFETY: rows r0..r1 of channel m's plane (the caller's contract).
+            let out = unsafe {
+                std::slice::from_raw_parts_mut(out.at(m * out_sp + r0 * wo), (r1 - r0) * wo)
+            };
             for oh in 0..r1 - r0 {
                 let row = &mut out[oh * wo..(oh + 1) * wo];
                 for (d, &v) in row.iter_mut().zip(&cp[m * np + oh * wp..][..wo]) {

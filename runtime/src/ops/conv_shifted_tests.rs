@@ -75,11 +75,7 @@ fn geometries_it_cannot_read_go_to_the_gather() {
             let sh = ConvShape::new(ctx, x.shape(), w.shape(), Some(b)).unwrap();
             assert!(shifted::plan(&sh).is_none(), "case {case}: taken");
             let got = conv_f32(ctx, x, w, Some(b), Activation::None).unwrap();
-            let (xd, wd, bd) = (
-                x.as_slice().unwrap(),
-                w.as_slice().unwrap(),
-                b.as_slice().unwrap(),
-            );
+            let (xd, wd, bd) = slices(x, w, b);
             let want = reference(xd, wd, Some(bd), &sh);
             if let Some(e) = outside(got.as_slice().unwrap(), &want) {
                 panic!("case {case}: {e}");
@@ -96,11 +92,7 @@ fn shifted_rows_equal_the_patch_gather_bit_for_bit() {
             let sh = ConvShape::new(ctx, x.shape(), w.shape(), Some(b)).unwrap();
             let plan = shifted::plan(&sh);
             assert!(plan.is_some(), "case {case}: the shifted path is not taken");
-            let (xd, wd, bd) = (
-                x.as_slice().unwrap(),
-                w.as_slice().unwrap(),
-                b.as_slice().unwrap(),
-            );
+            let (xd, wd, bd) = slices(x, w, b);
             let weights = pack_weights(isa, &sh, wd);
             let res = rand(600 + case as u64, sh.n * sh.m * sh.g.out_sp());
             for (act, residual) in [
@@ -152,11 +144,7 @@ fn a_grid_of_the_wrong_width_is_caught() {
         81,
         |ctx, x, w, b| {
             let sh = ConvShape::new(ctx, x.shape(), w.shape(), Some(b)).unwrap();
-            let (xd, wd, bd) = (
-                x.as_slice().unwrap(),
-                w.as_slice().unwrap(),
-                b.as_slice().unwrap(),
-            );
+            let (xd, wd, bd) = slices(x, w, b);
             let weights = pack_weights(Isa::detected(), &sh, wd);
             let good = shifted::plan(&sh).unwrap();
             let bad = good.narrower();

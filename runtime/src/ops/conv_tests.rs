@@ -266,6 +266,16 @@ fn outside(got: &[f32], want: &[(f64, f64)]) -> Option<String> {
     None
 }
 
+/// The contiguous values of a test's X, W and B (as `with_conv` makes them).
+fn slices<'a>(
+    x: &'a ArrayD<f32>,
+    w: &'a ArrayD<f32>,
+    b: &'a ArrayD<f32>,
+) -> (&'a [f32], &'a [f32], &'a [f32]) {
+    let s = |a: &'a ArrayD<f32>| a.as_slice().expect("contiguous test input");
+    (s(x), s(w), s(b))
+}
+
 /// Runs `check(ctx, x, w, b)` inside a Conv node with `attrs` on seeded inputs of the given shapes.
 fn with_conv(
     attrs: Vec<(&str, Attr)>,
@@ -384,11 +394,7 @@ fn packed_path_matches_general_path_and_f64_at_path_edges() {
     for (case, (attrs, xs, ws)) in edge_cases().into_iter().enumerate() {
         with_conv(attrs, &xs, &ws, 40 + case as u64, |ctx, x, w, b| {
             let sh = ConvShape::new(ctx, x.shape(), w.shape(), Some(b)).unwrap();
-            let (xd, wd, bd) = (
-                x.as_slice().unwrap(),
-                w.as_slice().unwrap(),
-                b.as_slice().unwrap(),
-            );
+            let (xd, wd, bd) = slices(x, w, b);
             let want = reference(xd, wd, Some(bd), &sh);
             let general = conv_general(ctx, x, w, Some(b), Activation::None).unwrap();
             let general = general.as_slice().unwrap();
@@ -427,11 +433,7 @@ fn a_broken_packed_conv_is_caught() {
         77,
         |ctx, x, w, b| {
             let sh = ConvShape::new(ctx, x.shape(), w.shape(), Some(b)).unwrap();
-            let (xd, wd, bd) = (
-                x.as_slice().unwrap(),
-                w.as_slice().unwrap(),
-                b.as_slice().unwrap(),
-            );
+            let (xd, wd, bd) = slices(x, w, b);
             let want = reference(xd, wd, Some(bd), &sh);
             let isa = Isa::detected();
             let good = conv_packed(
