@@ -17,7 +17,7 @@ use rayon::prelude::*;
 
 use crate::activation::Activation;
 use crate::microkernel::tile;
-use crate::pack::{BSource, PackedA, Piece};
+use crate::pack::{BSource, PackScratch, PackedA};
 
 /// Steps of `K` per packed block: a `B` panel (KC×NR) stays in L1 while the `A` panels stream past.
 const KC: usize = 192;
@@ -188,7 +188,7 @@ unsafe impl Sync for OutPtr {}
 thread_local! {
     /// Per-thread packing buffers: the packed `B` block and the pieces a convolution's block is cut
     /// into.
-    static SCRATCH: RefCell<(Vec<f32>, Vec<Piece>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+    static SCRATCH: RefCell<(Vec<f32>, PackScratch)> = RefCell::new(Default::default());
 }
 
 /// Row panels `q0..q1` and columns `j0..j1` of `C`, on the calling thread.
@@ -217,7 +217,7 @@ fn block(
         }
         return;
     }
-    let run = |bp: &mut Vec<f32>, row: &mut Vec<Piece>| {
+    let run = |bp: &mut Vec<f32>, row: &mut PackScratch| {
         for jc in (j0..j1).step_by(NC) {
             let nc = NC.min(j1 - jc);
             let bpanels = nc.div_ceil(nr);
@@ -273,7 +273,7 @@ fn block(
             let (bp, row) = &mut *s;
             run(bp, row)
         }
-        Err(_) => run(&mut Vec::new(), &mut Vec::new()),
+        Err(_) => run(&mut Vec::new(), &mut PackScratch::default()),
     });
 }
 

@@ -26,6 +26,7 @@ pub mod gemm;
 mod lanes;
 mod microkernel;
 pub mod pack;
+mod pack_plan;
 pub mod recurrent;
 
 pub use activation::Activation;

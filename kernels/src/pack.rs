@@ -10,6 +10,7 @@ use crate::Isa;
 #[cfg(target_arch = "x86_64")]
 use crate::lanes::Avx512;
 use crate::lanes::{Lanes, Plain};
+use crate::pack_plan::PatchPlan;
 
 /// Values of `A` from which its panels are packed across rayon's threads.
 const PAR_PACK: usize = 1 << 15;
@@ -176,12 +177,12 @@ pub struct ConvPatches<'a> {
 }
 
 impl ConvPatches<'_> {
-    fn taps(&self) -> usize {
+    pub(crate) fn taps(&self) -> usize {
         self.kernel.iter().product()
     }
 
     /// Offset along dim `i` of tap `t` relative to `o·stride`.
-    fn off(&self, i: usize, t: usize) -> i64 {
+    pub(crate) fn off(&self, i: usize, t: usize) -> i64 {
         (t * self.dilations[i]) as i64 - self.pads[i]
     }
 
@@ -196,15 +197,21 @@ impl ConvPatches<'_> {
         rows: (usize, usize),
         cols: (usize, usize),
         out: &mut [f32],
-        pieces: &mut Vec<Piece>,
+        scratch: &mut PackScratch,
     ) {
         #[cfg(target_arch = "x86_64")]
         if NR == 32 && Isa::Avx512.is_supported() {
-            // SAFETY: the CPU has AVX-512F (checked above).
-            unsafe { self.pack_panels_avx512(rows, cols, out, pieces) };
+            if PatchPlan::covers(self) {
+                // SAFETY: the CPU has AVX-512F (checked above), the plan covers the strides, and
+                // the caller checked the block against the patch matrix and sized `out`.
+                unsafe { scratch.plan.pack(self, rows, cols, out) };
+            } else {
+                // SAFETY: the CPU has AVX-512F (checked above).
+                unsafe { self.pack_panels_avx512(rows, cols, out, &mut scratch.pieces) };
+            }
             return;
         }
-        self.pack_panels_with::<NR, Plain>(rows, cols, out, pieces)
+        self.pack_panels_with::<NR, Plain>(rows, cols, out, &mut scratch.pieces)
     }
 
     /// [`ConvPatches::pack_panels`] compiled for AVX-512, its moves masked vector ones.
@@ -294,6 +301,14 @@ impl ConvPatches<'_> {
     }
 }
 
+/// A thread's scratch for packing `B`: the pieces of a convolution's block, and the plan of its
+/// vector moves (kept while the geometry and the block repeat).
+#[derive(Debug, Default)]
+pub(crate) struct PackScratch {
+    pub(crate) pieces: Vec<Piece>,
+    pub(crate) plan: PatchPlan,
+}
+
 /// A run of a packing block's columns that lies in one output row and one panel.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Piece {
@@ -381,12 +396,12 @@ impl BSource<'_> {
         (p0, kc): (usize, usize),
         (j0, nc): (usize, usize),
         out: &mut [f32],
-        row: &mut Vec<Piece>,
+        scratch: &mut PackScratch,
     ) {
         match nr {
-            8 => self.pack_nr::<8>((p0, kc), (j0, nc), out, row),
-            16 => self.pack_nr::<16>((p0, kc), (j0, nc), out, row),
-            32 => self.pack_nr::<32>((p0, kc), (j0, nc), out, row),
+            8 => self.pack_nr::<8>((p0, kc), (j0, nc), out, scratch),
+            16 => self.pack_nr::<16>((p0, kc), (j0, nc), out, scratch),
+            32 => self.pack_nr::<32>((p0, kc), (j0, nc), out, scratch),
             _ => unreachable!("no instruction set has {nr}-wide panels"),
         }
     }
@@ -397,7 +412,7 @@ impl BSource<'_> {
         (p0, kc): (usize, usize),
         (j0, nc): (usize, usize),
         out: &mut [f32],
-        row: &mut Vec<Piece>,
+        scratch: &mut PackScratch,
     ) {
         let full = nc / NR;
         let panels = nc.div_ceil(NR);
@@ -405,7 +420,7 @@ impl BSource<'_> {
         let (data, start): (&[f32], &dyn Fn(usize) -> usize) = match self {
             BSource::Dense { data, ld } => (*data, &move |p| p * ld),
             BSource::Rows { data, offs } => (*data, &move |p| offs[p]),
-            BSource::Conv(g) => return g.pack_panels::<NR>((p0, kc), (j0, nc), out, row),
+            BSource::Conv(g) => return g.pack_panels::<NR>((p0, kc), (j0, nc), out, scratch),
             BSource::Packed(_) => unreachable!("packed B is read in place"),
         };
         for p in 0..kc {
@@ -428,11 +443,11 @@ impl BSource<'_> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// The patch matrix element by its definition.
-    fn patch(g: &ConvPatches, p: usize, j: usize) -> f32 {
+    pub(crate) fn patch(g: &ConvPatches, p: usize, j: usize) -> f32 {
         let ksz: usize = g.kernel.iter().product();
         let (c, kk) = (p / ksz, p % ksz);
         let t = [
@@ -463,13 +478,13 @@ mod tests {
     #[test]
     fn conv_blocks_match_the_definition() {
         fn check<const NR: usize>(g: &ConvPatches, k: usize, n: usize) {
-            let mut pieces = Vec::new();
+            let mut scratch = PackScratch::default();
             for (p0, kc) in [(0, k), (1, k - 1), (k / 2, k - k / 2), (k - 1, 1)] {
                 for j0 in 0..n {
                     for nc in [n - j0, (n - j0).min(NR + 3), 1] {
                         let panels = nc.div_ceil(NR);
                         let mut out = vec![f32::NAN; panels * NR * kc];
-                        BSource::Conv(*g).pack_nr::<NR>((p0, kc), (j0, nc), &mut out, &mut pieces);
+                        BSource::Conv(*g).pack_nr::<NR>((p0, kc), (j0, nc), &mut out, &mut scratch);
                         for p in 0..kc {
                             for jj in 0..panels * NR {
                                 let got = out[((jj / NR) * kc + p) * NR + jj % NR];
@@ -549,10 +564,10 @@ mod tests {
         };
         let (k, n) = (27usize, 36usize);
         let mut out = vec![f32::NAN; n.div_ceil(8) * 8 * k];
-        let mut pieces = Vec::new();
-        BSource::Conv(g).pack_nr::<8>((0, k), (0, n), &mut out, &mut pieces);
+        let mut scratch = PackScratch::default();
+        BSource::Conv(g).pack_nr::<8>((0, k), (0, n), &mut out, &mut scratch);
         // Break it: the last column of the first piece of row 4 is left as poison.
-        let first = pieces[0];
+        let first = scratch.pieces[0];
         out[first.dst + 4 * 8 + first.len - 1] = f32::NAN;
         let wrong = (0..k).any(|p| {
             (0..n)

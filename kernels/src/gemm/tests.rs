@@ -184,7 +184,7 @@ fn convolution_patches_match_f64() {
             };
             // The patch matrix written out, for the reference.
             let mut dense = vec![0f32; k * n];
-            let mut row = Vec::new();
+            let mut row = crate::pack::PackScratch::default();
             let mut panel = vec![0f32; n.div_ceil(isa.nr()) * isa.nr() * k];
             BSource::Conv(g).pack(isa.nr(), (0, k), (0, n), &mut panel, &mut row);
             for p in 0..k {
