@@ -20,7 +20,7 @@ use crate::microkernel::tile;
 use crate::pack::{BSource, PackScratch, PackedA};
 
 /// Steps of `K` per packed block: a `B` panel (KC×NR) stays in L1 while the `A` panels stream past.
-const KC: usize = 192;
+pub(crate) const KC: usize = 192;
 /// `A` panels per block of rows: the block's `A` (about MC_PANELS·8×KC) stays in L2.
 const MC_PANELS: usize = 32;
 /// Columns per packed block: a multiple of every `NR`.
@@ -61,12 +61,12 @@ impl Epilogue<'_> {
         residual: None,
     };
 
-    fn is_identity(&self) -> bool {
+    pub(crate) fn is_identity(&self) -> bool {
         self.bias.is_none() && self.act == Activation::None && self.residual.is_none()
     }
 
     /// The epilogue on row `i`, columns `j0..j0 + dst.len()`, of `C` (row stride `ldc`).
-    fn apply(&self, dst: &mut [f32], i: usize, j0: usize, ldc: usize) {
+    pub(crate) fn apply(&self, dst: &mut [f32], i: usize, j0: usize, ldc: usize) {
         let bias = self.bias.map(|b| b[i]);
         match self.residual {
             Some(r) => self.act.apply_add(dst, bias, &r[i * ldc + j0..]),

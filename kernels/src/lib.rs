@@ -22,6 +22,7 @@
 
 pub mod activation;
 pub mod depthwise;
+pub mod direct;
 pub mod gemm;
 mod lanes;
 mod microkernel;
@@ -30,6 +31,7 @@ mod pack_plan;
 pub mod recurrent;
 
 pub use activation::Activation;
+pub use direct::{DirectConv, conv_direct};
 pub use gemm::{Epilogue, Threads, sgemm, sgemm_uninit};
 pub use pack::{BSource, ConvPatches, PackedA, PackedB};
 

@@ -281,7 +281,7 @@ mod tests {
             };
             let (k, n) = (3 * g.taps(), outs.iter().product::<usize>());
             let mut plan = PatchPlan::default();
-            let mut pack = |plan: &mut PatchPlan| {
+            let pack = |plan: &mut PatchPlan| {
                 let mut out = vec![f32::NAN; n.div_ceil(32) * 32 * k];
                 // SAFETY: AVX-512F is present, the block is the whole matrix, `out` is sized.
                 unsafe { plan.pack(&g, (0, k), (0, n), &mut out) };

@@ -9,6 +9,9 @@
 //!   straight from the input, with weights packed once per initializer (`conv_weights.rs`);
 //! - `conv_shifted.rs`: the f32 path's stride-1 form, `B` read as shifted rows of a padded copy of
 //!   the input;
+//! - `conv_broadcast.rs`: the f32 path of 2-D convolutions on AVX-512, the GEMM's sums computed
+//!   directly from the (padded) input, pixels broadcast against packed weights, nothing packed per
+//!   call;
 //! - `conv_transpose.rs`, `conv_deform.rs`: ConvTranspose (GEMM + col2im) and DeformConv (bilinear
 //!   im2col + GEMM).
 //!
@@ -20,6 +23,8 @@ use super::{OpCtx, Registry};
 use crate::error::OpResult;
 use crate::{bail, unsupported};
 
+#[path = "conv_broadcast.rs"]
+mod broadcast;
 #[path = "conv_deform.rs"]
 mod deform;
 #[path = "conv_forward.rs"]

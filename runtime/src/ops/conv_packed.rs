@@ -9,6 +9,7 @@ use ndarray::{ArrayD, IxDyn};
 use quorum_kernels::{Activation, BSource, ConvPatches, Epilogue, Isa, PackedA, Threads};
 use rayon::prelude::*;
 
+use super::broadcast;
 use super::contiguous;
 use super::forward::{ConvShape, depthwise};
 use super::shifted::{self, Shifted};
@@ -50,6 +51,11 @@ pub(super) fn conv_f32_residual(
                 y
             }
         };
+        return Ok(ArrayD::from_shape_vec(IxDyn(&sh.out_shape), y)?);
+    }
+    if let Some(direct) = broadcast::plan(&sh) {
+        let weights = broadcast::weights(ctx, &sh, w);
+        let y = direct.run(&sh, &xd, &weights, (bias, act, r), Threads::Auto);
         return Ok(ArrayD::from_shape_vec(IxDyn(&sh.out_shape), y)?);
     }
     let isa = Isa::detected();

@@ -112,7 +112,7 @@ impl Shifted {
             .max()
             .map_or(0, |&o| o + ho * wp)
             .max(cg * plane);
-        self.pad(xg, cg, g, len, &mut xp);
+        pad_planes(xg, cg, g, (self.hp, self.wp), len, &mut xp);
         let src = (&xp[..], &offs[..]);
         // Output rows per block of the grid: blocks split across the threads (each GEMM then
         // serial) where there are enough of them, otherwise one GEMM over all rows, split as it
@@ -135,30 +135,6 @@ impl Shifted {
             unsafe { self.block(a, src, (0, ho), g, epi, t, out) };
         }
         PADDED.with(|b| b.set(xp));
-    }
-
-    /// `xp` = the planes of `xg` at (pt, pl) in zero planes of `hp × wp`, then zeros to `len`;
-    /// every value written once. Rows and columns of the input past the padded grid are read by
-    /// no kept output (each reads rows < ho + (kh − 1)·d = hp, likewise columns) and are left out.
-    fn pad(&self, xg: &[f32], cg: usize, g: &super::Geom, len: usize, xp: &mut Vec<f32>) {
-        let (hp, wp) = (self.hp, self.wp);
-        let [_, h, w] = g.ins;
-        let (pt, pl) = (g.pb[1] as usize, g.pb[2] as usize);
-        let plane = hp * wp;
-        xp.resize(len, 0.0);
-        let (rows, cols) = (h.min(hp.saturating_sub(pt)), w.min(wp.saturating_sub(pl)));
-        let (top, left) = (pt.min(hp), pl.min(wp));
-        for (ci, dst) in xp.chunks_mut(plane).take(cg).enumerate() {
-            dst[..top * wp].fill(0.0);
-            for y in 0..rows {
-                let row = &mut dst[(y + pt) * wp..(y + pt + 1) * wp];
-                row[..left].fill(0.0);
-                row[left..left + cols].copy_from_slice(&xg[(ci * h + y) * w..][..cols]);
-                row[left + cols..].fill(0.0);
-            }
-            dst[(top + rows) * wp..].fill(0.0);
-        }
-        xp[cg * plane..].fill(0.0);
     }
 
     /// Output rows `r0..r1`: the GEMM over their columns of the grid into a block of the grid,
@@ -227,6 +203,36 @@ impl Shifted {
         }
         GRID.with(|b| b.set(cp));
     }
+}
+
+/// `xp` = the planes of `xg` at (pt, pl) in zero planes of `hp × wp`, then zeros to `len`;
+/// every value written once. Rows and columns of the input past the padded grid are read by
+/// no kept output (each reads rows < ho + (kh − 1)·d = hp, likewise columns) and are left out.
+pub(super) fn pad_planes(
+    xg: &[f32],
+    cg: usize,
+    g: &super::Geom,
+    (hp, wp): (usize, usize),
+    len: usize,
+    xp: &mut Vec<f32>,
+) {
+    let [_, h, w] = g.ins;
+    let (pt, pl) = (g.pb[1] as usize, g.pb[2] as usize);
+    let plane = hp * wp;
+    xp.resize(len, 0.0);
+    let (rows, cols) = (h.min(hp.saturating_sub(pt)), w.min(wp.saturating_sub(pl)));
+    let (top, left) = (pt.min(hp), pl.min(wp));
+    for (ci, dst) in xp.chunks_mut(plane).take(cg).enumerate() {
+        dst[..top * wp].fill(0.0);
+        for y in 0..rows {
+            let row = &mut dst[(y + pt) * wp..(y + pt + 1) * wp];
+            row[..left].fill(0.0);
+            row[left..left + cols].copy_from_slice(&xg[(ci * h + y) * w..][..cols]);
+            row[left + cols..].fill(0.0);
+        }
+        dst[(top + rows) * wp..].fill(0.0);
+    }
+    xp[cg * plane..].fill(0.0);
 }
 
 /// The output pointer, shared by tasks that write disjoint rows.

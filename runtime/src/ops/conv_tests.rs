@@ -772,3 +772,6 @@ mod direct;
 
 #[path = "conv_shifted_tests.rs"]
 mod shifted;
+
+#[path = "conv_broadcast_tests.rs"]
+mod broadcast;

@@ -1,0 +1,355 @@
+//! Direct 2-D convolution on AVX-512: no patch matrix, packed or not.
+//!
+//! The register tile is `R` output pixels of one output row by 32 output channels (two vectors):
+//! for each step `p = (c, kh, kw)` of the sum, the 32 weights `W[m, p]` are loaded from the weights
+//! packed once as 32-wide panels (a [`PackedB`] of `Wᵀ`), and each pixel's input value is broadcast
+//! straight from the zero-padded input, `R` pixels at a fixed distance (the column stride). Per
+//! step that is 2 vector loads and `R` broadcasts for `2R` multiply-adds, the ratio of the GEMM's
+//! 8×32 tile at `R = 8` and better above it; and the patches are never copied, which the GEMM's
+//! packing of `B` does for every value.
+//!
+//! **The same bits as the GEMM.** The sum over `p` runs in the GEMM's order and blocking: from
+//! zero in blocks of [`KC`] steps, one fused multiply-add per step, each block's sum added to the
+//! total of the blocks before it. The epilogue is [`Epilogue`]'s, on the stored rows. So a
+//! convolution gives the bits of `sgemm` over its patches (tested).
+//!
+//! Rows of the output are cut into tiles of at most [`MAX_R`] pixels, as even as they divide, so a
+//! 7-wide row is one tile of 7 and a 56-wide row four of 14: no column of a tile is wasted. Output
+//! channels are padded to the panel width (zero weights).
+use std::mem::MaybeUninit;
+
+use rayon::prelude::*;
+
+use crate::Isa;
+use crate::gemm::{Epilogue, KC, PAR_MIN_WORK, Threads};
+use crate::pack::PackedB;
+
+/// Output pixels per tile, at most: 28 accumulators, two weight vectors and a broadcast take 31 of
+/// the 32 vector registers.
+pub const MAX_R: usize = 14;
+
+/// Output channels per panel: two vectors.
+const PANEL: usize = 32;
+
+/// A 2-D convolution over a zero-padded input, read in place.
+#[derive(Debug, Clone, Copy)]
+pub struct DirectConv<'a> {
+    /// `channels` planes of `rows × cols` values: the input with its padding. Output `(oh, ow)`,
+    /// tap `(kh, kw)` of channel `c` reads `x[c·rows·cols + (oh·s₀ + kh·d₀)·cols + ow·s₁ + kw·d₁]`.
+    pub x: &'a [f32],
+    pub channels: usize,
+    pub rows: usize,
+    pub cols: usize,
+    pub kernel: [usize; 2],
+    pub strides: [usize; 2],
+    pub dilations: [usize; 2],
+    pub outs: [usize; 2],
+}
+
+impl DirectConv<'_> {
+    /// Whether the direct path runs these convolutions on this CPU: AVX-512, column stride 1 or 2.
+    pub fn available(strides: [usize; 2]) -> bool {
+        Isa::Avx512.is_supported() && matches!(strides[1], 1 | 2)
+    }
+
+    /// Steps of the sum: `channels · kh · kw`.
+    pub fn depth(&self) -> usize {
+        self.channels * self.kernel[0] * self.kernel[1]
+    }
+
+    /// Panics unless every read lies in `x` (a caller's error).
+    fn check(&self) {
+        let [oh, ow] = self.outs;
+        let reach = |o: usize, s: usize, k: usize, d: usize| (o - 1) * s + (k - 1) * d + 1;
+        assert!(
+            self.kernel.iter().all(|&k| k > 0)
+                && self.strides.iter().all(|&s| s > 0)
+                && self.x.len() >= self.channels * self.rows * self.cols
+                && (oh == 0
+                    || ow == 0
+                    || (reach(oh, self.strides[0], self.kernel[0], self.dilations[0])
+                        <= self.rows
+                        && reach(ow, self.strides[1], self.kernel[1], self.dilations[1])
+                            <= self.cols)),
+            "conv_direct: {:?} outputs of a {:?} kernel (strides {:?}, dilations {:?}) do not fit \
+             {} planes of {}x{} in {} values",
+            self.outs,
+            self.kernel,
+            self.strides,
+            self.dilations,
+            self.channels,
+            self.rows,
+            self.cols,
+            self.x.len()
+        );
+    }
+}
+
+/// `C[m, oh·ow_n + ow] = epilogue(Σ_p W[m, p]·x(p, oh, ow))` for every output channel `m < w.cols()`
+/// and pixel, with `w` = `Wᵀ` packed (`PackedB::new(Isa::Avx512, K, M, W, 1, K)`, `K` =
+/// [`DirectConv::depth`]). Every element of `C` (`M` planes of `oh·ow` values) is written, none read
+/// first.
+///
+/// # Panics
+/// When the direct path is not [`DirectConv::available`], `w` is not packed for AVX-512, or the
+/// shapes disagree (caller errors).
+pub fn conv_direct(
+    w: &PackedB,
+    g: &DirectConv,
+    c: &mut [MaybeUninit<f32>],
+    epi: &Epilogue,
+    threads: Threads,
+) {
+    assert!(
+        DirectConv::available(g.strides) && w.isa() == Isa::Avx512,
+        "conv_direct: needs AVX-512 weights and a column stride of 1 or 2"
+    );
+    g.check();
+    let (k, m) = (g.depth(), w.cols());
+    let [oh, ow] = g.outs;
+    let out_sp = oh * ow;
+    assert_eq!(
+        w.depth(),
+        k,
+        "conv_direct: weights of depth {} for {k} steps",
+        w.depth()
+    );
+    assert!(c.len() >= m * out_sp, "conv_direct: C too small");
+    assert!(
+        epi.bias.is_none_or(|b| b.len() >= m),
+        "conv_direct: bias shorter than {m}"
+    );
+    assert!(
+        epi.residual.is_none_or(|r| r.len() >= m * out_sp),
+        "conv_direct: residual too short"
+    );
+    if m == 0 || out_sp == 0 {
+        return;
+    }
+    let plane = g.rows * g.cols;
+    let [kh, kw] = g.kernel;
+    let offs: Vec<usize> = (0..g.channels)
+        .flat_map(|ch| {
+            (0..kh).flat_map(move |i| {
+                (0..kw).map(move |j| ch * plane + i * g.dilations[0] * g.cols + j * g.dilations[1])
+            })
+        })
+        .collect();
+    let panels = m.div_ceil(PANEL);
+    // Units of work: a band of output rows for one panel of channels. A band holds at least 64
+    // outputs per channel, so that the epilogue runs over rows of some length.
+    let band = 64usize.div_ceil(ow).clamp(1, oh);
+    let bands = oh.div_ceil(band);
+    // Small weights stay in L2 while the bands pass (bands outer); large ones are streamed once,
+    // one panel at a time (panels outer).
+    let panels_outer = m * k * 4 > 1 << 20;
+    let units = panels * bands;
+    let unit = |u: usize| {
+        if panels_outer {
+            (u / bands, u % bands)
+        } else {
+            (u % panels, u / panels)
+        }
+    };
+    let out = Out(c.as_mut_ptr().cast::<f32>());
+    let run = |u0: usize, u1: usize| {
+        let mut tot = [0f32; MAX_R * PANEL];
+        for u in u0..u1 {
+            let (q, b) = unit(u);
+            let rows = (b * band, ((b + 1) * band).min(oh));
+            // SAFETY: unit (q, b) writes only channels q·32.. and rows `rows` of C (sized above),
+            // which no other unit writes; the reads were checked by `g.check`.
+            unsafe { band_of(w, g, &offs, q, rows, out, epi, &mut tot) };
+        }
+    };
+    let par = match threads {
+        Threads::Serial => false,
+        Threads::Auto => m * out_sp * k >= PAR_MIN_WORK,
+        Threads::Always => true,
+    };
+    let parts = if par {
+        rayon::current_num_threads().min(units)
+    } else {
+        1
+    };
+    if parts < 2 {
+        run(0, units);
+    } else {
+        let per = units.div_ceil(parts);
+        (0..units.div_ceil(per))
+            .into_par_iter()
+            .for_each(|t| run(t * per, ((t + 1) * per).min(units)));
+    }
+}
+
+/// The output pointer, shared by threads that write disjoint units.
+#[derive(Clone, Copy)]
+struct Out(*mut f32);
+// SAFETY: each thread writes only its own units (see `conv_direct`).
+unsafe impl Send for Out {}
+unsafe impl Sync for Out {}
+
+/// Rows `r0..r1` of output channels `q·32..` (those below `w.cols()`): tiles, then the epilogue.
+///
+/// # Safety
+/// `out` holds `w.cols()` planes of `oh·ow` values, of which no one else writes these rows of these
+/// channels; `g` was checked; AVX-512F is present.
+#[allow(clippy::too_many_arguments)]
+unsafe fn band_of(
+    w: &PackedB,
+    g: &DirectConv,
+    offs: &[usize],
+    q: usize,
+    (r0, r1): (usize, usize),
+    out: Out,
+    epi: &Epilogue,
+    tot: &mut [f32; MAX_R * PANEL],
+) {
+    let [oh, ow] = g.outs;
+    let out_sp = oh * ow;
+    let channels = PANEL.min(w.cols() - q * PANEL);
+    let panel = w.panel(q, 0).as_ptr();
+    let tiles = ow.div_ceil(MAX_R);
+    let r = ow.div_ceil(tiles);
+    for y in r0..r1 {
+        let row = g.x.as_ptr().wrapping_add(y * g.strides[0] * g.cols);
+        let mut x0 = 0;
+        while x0 < ow {
+            let n = r.min(ow - x0);
+            let src = row.wrapping_add(x0 * g.strides[1]);
+            // SAFETY: the reads lie in `g.x` (checked), the tile is `n <= MAX_R` pixels.
+            unsafe { tile(n, g.strides[1], offs, panel, src, tot) };
+            for v in 0..channels {
+                let dst = out.0.wrapping_add((q * PANEL + v) * out_sp + y * ow + x0);
+                // SAFETY: `dst` is row y, columns x0..x0+n of channel q·32 + v: inside C and this
+                // unit's (the caller's contract).
+                unsafe { store_column(tot, v, n, dst) };
+            }
+            x0 += n;
+        }
+    }
+    if epi.is_identity() {
+        return;
+    }
+    for v in 0..channels {
+        let i = q * PANEL + v;
+        let j0 = r0 * ow;
+        // SAFETY: rows r0..r1 of channel i, written above (the caller's contract).
+        let dst =
+            unsafe { std::slice::from_raw_parts_mut(out.0.add(i * out_sp + j0), (r1 - r0) * ow) };
+        epi.apply(dst, i, j0, out_sp);
+    }
+}
+
+/// Channel `v`'s `n` pixels of the tile total (`tot[r·32 + v]`) to `dst[..n]`.
+///
+/// # Safety
+/// `dst` is valid for `n <= 16` writes; AVX-512F is present.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn store_column(tot: &[f32; MAX_R * PANEL], v: usize, n: usize, dst: *mut f32) {
+    use std::arch::x86_64::*;
+    let mask = ((1u32 << n) - 1) as u16;
+    let idx = _mm512_setr_epi32(
+        0, 32, 64, 96, 128, 160, 192, 224, 256, 288, 320, 352, 384, 416, 448, 480,
+    );
+    // SAFETY: lanes below n read tot[r·32 + v], r < n <= MAX_R; they are written to dst[..n].
+    unsafe {
+        let col =
+            _mm512_mask_i32gather_ps::<4>(_mm512_setzero_ps(), mask, idx, tot.as_ptr().add(v));
+        _mm512_mask_storeu_ps(dst, mask, col);
+    }
+}
+
+/// Elsewhere the direct path is never [`DirectConv::available`].
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn store_column(_: &[f32; MAX_R * PANEL], _: usize, _: usize, _: *mut f32) {
+    unreachable!("conv_direct without AVX-512")
+}
+
+/// Elsewhere the direct path is never [`DirectConv::available`].
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn tile(
+    _: usize,
+    _: usize,
+    _: &[usize],
+    _: *const f32,
+    _: *const f32,
+    _: &mut [f32; MAX_R * PANEL],
+) {
+    unreachable!("conv_direct without AVX-512")
+}
+
+/// The tile of `n` pixels (`n <= MAX_R`) at column stride `s` (1 or 2) into `tot`.
+///
+/// # Safety
+/// AVX-512F is present; for every `p` and `r < n`, `src + offs[p] + r·s` lies in the input;
+/// `panel` holds `offs.len()` steps of 32 weights.
+#[cfg(target_arch = "x86_64")]
+unsafe fn tile(
+    n: usize,
+    s: usize,
+    offs: &[usize],
+    panel: *const f32,
+    src: *const f32,
+    tot: &mut [f32; MAX_R * PANEL],
+) {
+    macro_rules! by_width {
+        ($($r:literal)*) => {
+            match (n, s) {
+                $(($r, 1) => tile_r::<$r, 1>(offs, panel, src, tot),
+                  ($r, 2) => tile_r::<$r, 2>(offs, panel, src, tot),)*
+                _ => unreachable!("tile of {n} pixels at stride {s}"),
+            }
+        };
+    }
+    // SAFETY: the caller's contract.
+    unsafe { by_width!(1 2 3 4 5 6 7 8 9 10 11 12 13 14) }
+}
+
+/// [`tile`] for `R` pixels at column stride `S`: `tot[r·32 + lane]` = the sum for pixel `r` and
+/// channel `lane`, in [`KC`]-step blocks as the GEMM sums.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn tile_r<const R: usize, const S: usize>(
+    offs: &[usize],
+    panel: *const f32,
+    src: *const f32,
+    tot: &mut [f32; MAX_R * PANEL],
+) {
+    use std::arch::x86_64::*;
+    let k = offs.len();
+    let mut p0 = 0;
+    while p0 < k {
+        let kc = KC.min(k - p0);
+        let mut acc = [[_mm512_setzero_ps(); 2]; R];
+        // SAFETY: the caller's contract: every read lies in the input or the panel.
+        unsafe {
+            for p in p0..p0 + kc {
+                let x = src.add(*offs.get_unchecked(p));
+                let wp = panel.add(p * PANEL);
+                let (b0, b1) = (_mm512_loadu_ps(wp), _mm512_loadu_ps(wp.add(16)));
+                for (r, a) in acc.iter_mut().enumerate() {
+                    let xv = _mm512_set1_ps(*x.add(r * S));
+                    a[0] = _mm512_fmadd_ps(xv, b0, a[0]);
+                    a[1] = _mm512_fmadd_ps(xv, b1, a[1]);
+                }
+            }
+            for (r, a) in acc.iter().enumerate() {
+                for (h, v) in a.iter().enumerate() {
+                    let t = tot.as_mut_ptr().add(r * PANEL + h * 16);
+                    let sum = if p0 == 0 {
+                        *v
+                    } else {
+                        _mm512_add_ps(_mm512_loadu_ps(t), *v)
+                    };
+                    _mm512_storeu_ps(t, sum);
+                }
+            }
+        }
+        p0 += kc;
+    }
+}
+
+#[cfg(test)]
+mod tests;
