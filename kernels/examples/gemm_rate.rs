@@ -13,21 +13,21 @@ use quorum_kernels::{
 fn main() {
     let isa = Isa::detected();
     println!("{isa:?}: tile {}x{}", isa.mr(), isa.nr());
-    // (output channels, input channels, output side) of resnet18's 3x3 stride-1 convolutions.
-    for (m, c, side) in std::env::args()
-        .nth(1)
-        .map(|s| {
-            let v: Vec<usize> = s.split(',').map(|x| x.parse().unwrap()).collect();
-            vec![(v[0], v[1], v[2])]
-        })
-        .unwrap_or(vec![
-            (64, 64, 56),
-            (128, 128, 28),
-            (256, 256, 14),
-            (512, 512, 7),
-        ])
-    {
-        let (k, n) = (c * 9, side * side);
+    // (output channels, input channels, output side, kernel side): by default resnet18's 3x3
+    // stride-1 convolutions; or `m,c,side,kernel;...` as the first argument.
+    let shapes: Vec<(usize, usize, usize, usize)> = match std::env::args().nth(1) {
+        Some(s) => s
+            .split(';')
+            .map(|t| {
+                let v: Vec<usize> = t.split(',').map(|x| x.parse().expect("m,c,side,kernel")).collect();
+                (v[0], v[1], v[2], v[3])
+            })
+            .collect(),
+        None => vec![(64, 64, 56, 3), (128, 128, 28, 3), (256, 256, 14, 3), (512, 512, 7, 3)],
+    };
+    for (m, c, side, ks) in shapes {
+        let pad = ks / 2;
+        let (k, n) = (c * ks * ks, side * side);
         let a: Vec<f32> = (0..m * k)
             .map(|i| ((i * 7919) % 1000) as f32 * 1e-3 - 0.5)
             .collect();
@@ -42,10 +42,10 @@ fn main() {
             x: &x,
             channels: c,
             ins: [1, side, side],
-            kernel: [1, 3, 3],
+            kernel: [1, ks, ks],
             strides: [1, 1, 1],
             dilations: [1, 1, 1],
-            pads: [0, 1, 1],
+            pads: [0, pad as i64, pad as i64],
             outs: [1, side, side],
         };
         let mut out = vec![0f32; m * n];
@@ -56,11 +56,11 @@ fn main() {
         };
         let flops = 2.0 * (m * n * k) as f64;
         let pb = PackedB::new(isa, k, m, &a, 1, k);
-        let sp = side + 2;
+        let sp = side + 2 * pad;
         let mut xp = vec![0f32; c * sp * sp];
         for ch in 0..c {
             for y in 0..side {
-                let at = (ch * sp + y + 1) * sp + 1;
+                let at = (ch * sp + y + pad) * sp + pad;
                 xp[at..at + side].copy_from_slice(&x[(ch * side + y) * side..][..side]);
             }
         }
@@ -69,7 +69,7 @@ fn main() {
             channels: c,
             rows: sp,
             cols: sp,
-            kernel: [3, 3],
+            kernel: [ks, ks],
             strides: [1, 1],
             dilations: [1, 1],
             outs: [side, side],

@@ -28,16 +28,25 @@ pub(super) struct BroadcastWeights {
     groups: Vec<PackedB>,
 }
 
+/// Steps of the sum below which the GEMM keeps a convolution: each tile of the direct kernel ends
+/// in a transposition of its 32 channels × 14 pixels into the output's planes (about 400 cycles),
+/// which a short sum does not pay for (measured with `kernels/examples/gemm_rate.rs`).
+const MIN_DEPTH: usize = 128;
+
 /// The grid of `sh` where the direct path runs: 2-D or 1-D (no depth), column stride 1 or 2 on
-/// AVX-512, no negative pads, and output channels (per group) that fill their panels to at least
-/// 80% (16 channels would leave half of every multiply-add unused; those stay on the GEMM).
+/// AVX-512, no negative pads; output channels (per group) that fill their panels to at least 80%
+/// (16 channels would leave half of every multiply-add unused); a sum of at least [`MIN_DEPTH`]
+/// steps; and not pointwise (its input planes are the GEMM's `B` as they lie, copied at memory
+/// speed, and the GEMM ran those 1-7% faster than the direct kernel: mobilenet_v2's and
+/// efficientnet_b0's 1×1 convolutions).
 pub(super) fn plan(sh: &ConvShape) -> Option<Broadcast> {
     let g = &sh.g;
     let [o0, ho, wo] = g.outs;
     let flat = g.ins[0] == 1 && g.k[0] == 1 && o0 == 1 && g.pb[0] == 0;
     let mg = sh.mg();
     let full = mg > 0 && mg.div_ceil(PANEL) * PANEL * 4 <= mg * 5;
-    if !flat || !full || ho * wo == 0 || g.pb.iter().any(|&p| p < 0) {
+    let deep = sh.cg() * g.ksz() >= MIN_DEPTH;
+    if !flat || !full || !deep || sh.pointwise() || ho * wo == 0 || g.pb.iter().any(|&p| p < 0) {
         return None;
     }
     if !DirectConv::available([g.s[1], g.s[2]]) {
