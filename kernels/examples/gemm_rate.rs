@@ -19,11 +19,19 @@ fn main() {
         Some(s) => s
             .split(';')
             .map(|t| {
-                let v: Vec<usize> = t.split(',').map(|x| x.parse().expect("m,c,side,kernel")).collect();
+                let v: Vec<usize> = t
+                    .split(',')
+                    .map(|x| x.parse().expect("m,c,side,kernel"))
+                    .collect();
                 (v[0], v[1], v[2], v[3])
             })
             .collect(),
-        None => vec![(64, 64, 56, 3), (128, 128, 28, 3), (256, 256, 14, 3), (512, 512, 7, 3)],
+        None => vec![
+            (64, 64, 56, 3),
+            (128, 128, 28, 3),
+            (256, 256, 14, 3),
+            (512, 512, 7, 3),
+        ],
     };
     for (m, c, side, ks) in shapes {
         let pad = ks / 2;

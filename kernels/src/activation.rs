@@ -86,6 +86,37 @@ impl Activation {
         self.apply_add_body(v, bias, add)
     }
 
+    /// `dst[j] = act(src[j]·a + t)` for `j < dst.len()` (`src` at least as long): a per-channel
+    /// affine map and its activation in one pass, the product and the sum each rounded (no fused
+    /// multiply-add, so the bits are the same on every instruction set).
+    pub fn apply_affine(self, dst: &mut [f32], src: &[f32], a: f32, t: f32) {
+        let src = &src[..dst.len()];
+        #[cfg(target_arch = "x86_64")]
+        {
+            #[target_feature(enable = "avx512f")]
+            fn avx512(act: Activation, dst: &mut [f32], src: &[f32], a: f32, t: f32) {
+                act.apply_affine_body(dst, src, a, t)
+            }
+            #[target_feature(enable = "avx2")]
+            fn avx2(act: Activation, dst: &mut [f32], src: &[f32], a: f32, t: f32) {
+                act.apply_affine_body(dst, src, a, t)
+            }
+            match crate::Isa::detected() {
+                // SAFETY: the instruction set was detected on this CPU.
+                crate::Isa::Avx512 => return unsafe { avx512(self, dst, src, a, t) },
+                crate::Isa::Avx2 => return unsafe { avx2(self, dst, src, a, t) },
+                crate::Isa::Portable => {}
+            }
+        }
+        self.apply_affine_body(dst, src, a, t)
+    }
+
+    #[inline(always)]
+    fn apply_affine_body(self, dst: &mut [f32], src: &[f32], a: f32, t: f32) {
+        dst.iter_mut().zip(src).for_each(|(d, &x)| *d = x * a + t);
+        self.apply_body(dst, None);
+    }
+
     #[inline(always)]
     fn apply_add_body(self, v: &mut [f32], bias: Option<f32>, add: &[f32]) {
         match bias {
@@ -243,6 +274,37 @@ mod tests {
         Activation::None.apply_add(&mut v, Some(3.0), &[3.0]);
         assert_eq!(v[0], (1e8f32 + 3.0) + 3.0);
         assert_ne!(v[0], 1e8f32 + (3.0 + 3.0));
+    }
+
+    /// The affine pass rounds the product, then the sum, then applies the activation: the scalar
+    /// formula on every lane of a slice long enough for the vector loops and their tails. A fused
+    /// multiply-add would keep the product's last bit: `x·a − t` is then 2⁻²⁴ instead of 0.
+    #[test]
+    fn the_affine_pass_rounds_the_product_then_the_sum() {
+        let x = 1.0 + f32::EPSILON * 2048.0;
+        let (a, t) = (x, -(1.0 + f32::EPSILON * 4096.0));
+        assert_eq!(
+            x.mul_add(a, t),
+            f32::EPSILON / 2.0,
+            "the case needs a fused difference"
+        );
+        let xs: Vec<f32> = (0..37)
+            .map(|i| {
+                if i % 5 == 0 {
+                    x
+                } else {
+                    (i as f32 - 18.0) * 0.37
+                }
+            })
+            .collect();
+        for act in [Activation::None, Activation::Relu, Activation::Silu] {
+            let mut y = vec![f32::NAN; xs.len()];
+            act.apply_affine(&mut y, &xs, a, t);
+            for (x, y) in xs.iter().zip(&y) {
+                let want = act.scalar(*x * a + t);
+                assert_eq!(y.to_bits(), want.to_bits(), "{act:?} at {x}");
+            }
+        }
     }
 
     /// The largest distance in ulps from `f` to `e^x` (in f64) over a dense grid of the range whose

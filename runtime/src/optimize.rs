@@ -53,7 +53,7 @@ pub struct Rewrite {
 
 /// Passes whose result may differ from the unrewritten graph's in the last bits (each within the
 /// bound its module states); every other pass keeps every output bit for bit.
-pub const INEXACT_PASSES: &[&str] = &["affine-fold", "gelu", "matmul-bias"];
+pub const INEXACT_PASSES: &[&str] = &["affine-fold", "affine-chain", "gelu", "matmul-bias"];
 
 impl Rewrite {
     /// Whether the rewrite keeps the graph's outputs bit for bit.
@@ -80,6 +80,7 @@ pub(crate) fn optimize(
     // The fold adds initializers (the folded weights and biases) that the fusion must see.
     let mut constants = constants.clone();
     affine::fold_affine(&mut g, &mut constants, &mut done);
+    affine_chain::fuse_affine_chains(&mut g, &mut constants, &mut done);
     residual::fuse_conv_residual(&mut g, &constants, &mut done);
     fuse_conv_activation(&mut g, &constants, &mut done);
     (!done.is_empty()).then_some((g, done))
@@ -387,6 +388,7 @@ fn fuse_conv_activation(
 }
 
 mod affine;
+mod affine_chain;
 mod gelu;
 mod matmul_bias;
 mod residual;

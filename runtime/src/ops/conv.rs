@@ -38,6 +38,7 @@ mod transpose;
 #[path = "conv_weights.rs"]
 pub(crate) mod weights;
 
+pub(crate) use forward::activation_attr;
 pub(crate) use transpose::convt_geom;
 
 pub fn register(r: &mut Registry) {

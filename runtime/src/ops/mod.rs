@@ -14,6 +14,7 @@ use crate::tensor::{Tensor, Value};
 pub mod attention;
 pub mod broadcast;
 pub mod cast;
+pub mod channel_affine;
 pub mod control;
 pub mod conv;
 pub mod data;
@@ -123,6 +124,7 @@ fn register_all(r: &mut Registry) {
     r.current_family = "matmul";
     matmul::register(r);
     matmul_bias::register(r);
+    channel_affine::register(r);
     r.current_family = "misc";
     misc::register(r);
     r.current_family = "norm";

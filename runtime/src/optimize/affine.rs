@@ -22,7 +22,7 @@ use crate::ir::{Attr, Graph, Node};
 use crate::tensor::{DType, Tensor, Value};
 
 /// A constant f32 tensor's values.
-fn f32s(constants: &HashMap<String, Arc<Value>>, name: &str) -> Option<Vec<f64>> {
+pub(super) fn f32s(constants: &HashMap<String, Arc<Value>>, name: &str) -> Option<Vec<f64>> {
     let t = constants.get(name)?.as_tensor()?;
     (t.dtype() == DType::F32).then(|| t.to_f64_vec().ok())?
 }
@@ -58,7 +58,7 @@ fn per_channel(
 
 /// `(scale, shift)` per channel of one step applied to a value of `m` channels and rank `rank`,
 /// when the step is a foldable affine map of it (input position `pos` of node `n`).
-fn step(
+pub(super) fn step(
     n: &Node,
     pos: usize,
     constants: &HashMap<String, Arc<Value>>,
@@ -119,7 +119,7 @@ fn step(
 }
 
 /// A name not yet used in `g` for a new initializer.
-fn fresh_name(g: &Graph, taken: &HashSet<String>, base: &str) -> String {
+pub(super) fn fresh_name(g: &Graph, taken: &HashSet<String>, base: &str) -> String {
     let mut name = base.to_string();
     let mut k = 1;
     while g.initializers.contains_key(&name) || taken.contains(&name) {
@@ -129,7 +129,7 @@ fn fresh_name(g: &Graph, taken: &HashSet<String>, base: &str) -> String {
     name
 }
 
-fn f32_tensor(shape: &[usize], v: Vec<f32>) -> Option<Arc<Value>> {
+pub(super) fn f32_tensor(shape: &[usize], v: Vec<f32>) -> Option<Arc<Value>> {
     let a = ArrayD::from_shape_vec(IxDyn(shape), v).ok()?;
     Some(Arc::new(Value::Tensor(Tensor::F32(a))))
 }

@@ -1,0 +1,231 @@
+//! `affine-chain`: per-channel affine steps that no Conv absorbs (`affine-fold` takes those after a
+//! Conv) — inference BatchNormalization, Mul/Add/Sub by per-channel constants — and the activation
+//! after them become one `com.quorum` ChannelAffine, `act(x·a + t)`: one pass over the activations
+//! instead of one per step. densenet121 writes BatchNormalization → Mul → Add → Relu on every
+//! concatenated input of its dense layers (62 chains, four passes each).
+//!
+//! The arithmetic changes, within a stated bound. As in `affine-fold`, the chain's scale `a` and
+//! shift `t` are composed in f64 from the steps' formulas and rounded once to f32; the op then
+//! rounds `x·a` and `+ t`. Against the exact chain that is at most `2⁻²⁴·(2·|x·a| + |t| + |y|)`,
+//! where the steps themselves round once each (three to four roundings of values of the same
+//! magnitudes): inside the bound the oracles give elementwise chains, `64·2⁻²³·Σ|terms| + ½ulp`.
+//!
+//! The steps' constants must say where the channel axis is: a tensor shaped `[m, 1, 1]` is
+//! per-channel only for an X of rank 4. The rank they imply is the op's `rank` attribute, checked
+//! when it runs (a chain of BatchNormalization and scalars fits any rank: `rank` 0).
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use quorum_kernels::Activation;
+
+use super::affine::{f32_tensor, f32s, fresh_name, step};
+use super::{Rewrite, activation_attrs, activation_of, pinned, readers};
+use crate::ir::{Attr, Graph};
+use crate::ops::QUORUM_DOMAIN;
+use crate::tensor::{DType, Value};
+
+/// The activation input of a first step and the channel count and rank it implies: a
+/// BatchNormalization's X (its parameters give `m`, any rank), or the non-constant operand of a
+/// Mul/Add (and Sub's first) whose constant has one non-1 dim, the channel dim of an X of rank
+/// `rank`.
+fn head(
+    n: &crate::ir::Node,
+    constants: &HashMap<String, Arc<Value>>,
+) -> Option<(usize, usize, Option<usize>)> {
+    if !n.domain.is_empty() || n.inputs.is_empty() {
+        return None;
+    }
+    match n.op_type.as_str() {
+        "BatchNormalization" => {
+            let m = f32s(constants, n.inputs.get(1)?)?.len();
+            Some((0, m, None))
+        }
+        "Mul" | "Add" | "Sub" if n.inputs.len() == 2 => {
+            let pos = match (constants.get(&n.inputs[0]), constants.get(&n.inputs[1])) {
+                (None, Some(_)) => 0,
+                (Some(_), None) if n.op_type != "Sub" => 1,
+                _ => return None,
+            };
+            let s = constants
+                .get(&n.inputs[1 - pos])?
+                .as_tensor()?
+                .shape()
+                .to_vec();
+            let big: Vec<usize> = (0..s.len()).filter(|&d| s[d] != 1).collect();
+            let &[j] = big.as_slice() else {
+                return None;
+            };
+            Some((pos, s[j], Some(s.len() + 1 - j)))
+        }
+        _ => None,
+    }
+}
+
+/// The rank a later step's constant implies, if it has one non-1 dim (scalars fit any rank).
+fn implied_rank(
+    n: &crate::ir::Node,
+    pos: usize,
+    constants: &HashMap<String, Arc<Value>>,
+) -> Option<usize> {
+    let c = n.inputs.get(1 - pos)?;
+    let s = constants.get(c)?.as_tensor()?.shape().to_vec();
+    let j = (0..s.len()).find(|&d| s[d] != 1)?;
+    Some(s.len() + 1 - j)
+}
+
+pub(super) fn fuse_affine_chains(
+    g: &mut Graph,
+    constants: &mut HashMap<String, Arc<Value>>,
+    done: &mut Vec<Rewrite>,
+) {
+    let pinned = pinned(g);
+    let readers = readers(g);
+    let sole = |v: &str| -> Option<(usize, usize)> {
+        if pinned.contains(v) {
+            return None;
+        }
+        match readers.get(v).map(Vec::as_slice) {
+            Some(&[r]) => Some(r),
+            _ => None,
+        }
+    };
+    struct Fusion {
+        first: usize,
+        rest: Vec<usize>,
+        x: String,
+        out: String,
+        a: Vec<f64>,
+        t: Vec<f64>,
+        act: Activation,
+        rank: usize,
+    }
+    let mut fusions: Vec<Fusion> = Vec::new();
+    let mut absorbed: HashSet<usize> = HashSet::new();
+    for (i, n) in g.nodes.iter().enumerate() {
+        if absorbed.contains(&i) {
+            continue;
+        }
+        let Some((pos, m, mut rank)) = head(n, constants) else {
+            continue;
+        };
+        // A rank for `step`'s alignment of constants; a chain with no shaped constant fits any.
+        let Some((a0, t0)) = step(n, pos, constants, rank.unwrap_or(4), m) else {
+            continue;
+        };
+        let (mut a, mut t) = (a0, t0);
+        // X is known to be f32: a Mul, Add or Sub by an f32 constant takes only f32, and so does a
+        // BatchNormalization before opset 15 with f32 parameters; from 15 its X may be of another
+        // float type than its parameters.
+        let mut typed = n.op_type != "BatchNormalization" || n.opset < 15;
+        let mut rest = Vec::new();
+        let mut y = n.outputs[0].clone();
+        while let Some((r, p)) = sole(&y) {
+            let next = &g.nodes[r];
+            if absorbed.contains(&r) || next.op_type == "BatchNormalization" && p != 0 {
+                break;
+            }
+            let want = implied_rank(next, p, constants);
+            if want.is_some() && rank.is_some() && want != rank {
+                break;
+            }
+            let Some((sa, st)) = step(next, p, constants, want.or(rank).unwrap_or(4), m) else {
+                break;
+            };
+            rank = rank.or(want);
+            typed |= next.op_type != "BatchNormalization";
+            for c in 0..m {
+                a[c] *= sa[c];
+                t[c] = t[c] * sa[c] + st[c];
+            }
+            rest.push(r);
+            y = next.outputs[0].clone();
+        }
+        let mut act = Activation::None;
+        if let Some((r, 0)) = sole(&y)
+            && !absorbed.contains(&r)
+            && let Some(f) = activation_of(&g.nodes[r], DType::F32, constants)
+        {
+            act = f;
+            rest.push(r);
+            y = g.nodes[r].outputs[0].clone();
+        }
+        if !typed || rest.is_empty() || a.iter().chain(&t).any(|v| !v.is_finite()) {
+            continue;
+        }
+        absorbed.insert(i);
+        absorbed.extend(rest.iter().copied());
+        fusions.push(Fusion {
+            first: i,
+            rest,
+            x: n.inputs[pos].clone(),
+            out: y,
+            a,
+            t,
+            act,
+            rank: rank.unwrap_or(0),
+        });
+    }
+    if fusions.is_empty() {
+        return;
+    }
+    let mut taken: HashSet<String> = g
+        .nodes
+        .iter()
+        .flat_map(|n| n.outputs.iter().cloned())
+        .collect();
+    let mut drop: HashSet<usize> = HashSet::new();
+    for f in fusions {
+        let m = f.a.len();
+        let names: Vec<String> = std::iter::once(f.first)
+            .chain(f.rest.iter().copied())
+            .map(|k| format!("{} '{}'", g.nodes[k].op_type, g.nodes[k].name))
+            .collect();
+        let (Some(sv), Some(tv)) = (
+            f32_tensor(&[m], f.a.iter().map(|&v| v as f32).collect()),
+            f32_tensor(&[m], f.t.iter().map(|&v| v as f32).collect()),
+        ) else {
+            continue;
+        };
+        let base = match g.nodes[f.first].name.as_str() {
+            "" => format!("affine{}", f.first),
+            name => name.to_string(),
+        };
+        let sn = fresh_name(g, &taken, &format!("{base}_chain_scale"));
+        taken.insert(sn.clone());
+        let tn = fresh_name(g, &taken, &format!("{base}_chain_shift"));
+        taken.insert(tn.clone());
+        for (name, v) in [(&sn, sv), (&tn, tv)] {
+            g.initializers.insert(name.clone(), v.clone());
+            constants.insert(name.clone(), v);
+        }
+        let (act_name, params) = activation_attrs(f.act);
+        let node = &mut g.nodes[f.first];
+        node.op_type = "ChannelAffine".into();
+        node.domain = QUORUM_DOMAIN.into();
+        node.opset = 1;
+        node.inputs = vec![f.x, sn, tn];
+        node.outputs = vec![f.out];
+        node.attrs = HashMap::from([
+            ("rank".to_string(), Attr::Int(f.rank as i64)),
+            (
+                "activation".to_string(),
+                Attr::String(act_name.as_bytes().to_vec()),
+            ),
+            ("activation_params".to_string(), Attr::Floats(params)),
+        ]);
+        drop.extend(f.rest.iter().copied());
+        done.push(Rewrite {
+            pass: "affine-chain",
+            detail: format!("{} become one ChannelAffine", names.join(" + ")),
+        });
+    }
+    let mut k = 0;
+    g.nodes.retain(|_| {
+        k += 1;
+        !drop.contains(&(k - 1))
+    });
+}
+
+#[cfg(test)]
+#[path = "affine_chain_tests.rs"]
+mod tests;
