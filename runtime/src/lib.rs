@@ -10,6 +10,7 @@ pub mod cuda;
 pub mod error;
 mod fold;
 pub mod freelist;
+pub mod heap;
 pub mod inputs;
 pub mod ir;
 pub mod loader;

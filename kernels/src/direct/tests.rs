@@ -200,8 +200,26 @@ const CASES: &[Case] = &[
         pads: [0, 3, 0, 3],
     },
     // 7-wide rows in pairs (and the odd last row alone), at strides 1 and 2, two blocks of the sum.
-    Case { c: 40, h: 7, w: 7, m: 64, kernel: [3, 3], strides: [1, 1], dilations: [1, 1], pads: [1, 1, 1, 1] },
-    Case { c: 3, h: 14, w: 14, m: 32, kernel: [3, 3], strides: [2, 2], dilations: [1, 1], pads: [1, 1, 1, 1] },
+    Case {
+        c: 40,
+        h: 7,
+        w: 7,
+        m: 64,
+        kernel: [3, 3],
+        strides: [1, 1],
+        dilations: [1, 1],
+        pads: [1, 1, 1, 1],
+    },
+    Case {
+        c: 3,
+        h: 14,
+        w: 14,
+        m: 32,
+        kernel: [3, 3],
+        strides: [2, 2],
+        dilations: [1, 1],
+        pads: [1, 1, 1, 1],
+    },
     // Rows of 57 (tiles of 12, 12, 11, 11, 11 after rounding: five tiles).
     Case {
         c: 2,

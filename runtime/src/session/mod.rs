@@ -143,6 +143,7 @@ impl Session {
     }
 
     pub fn from_model(model: Model, options: SessionOptions) -> Result<Session> {
+        crate::heap::retain_freed_buffers();
         let mut plan = Plan::compile(
             Arc::new(model.graph.clone()),
             Registry::cpu(),
