@@ -10,13 +10,15 @@ use crate::{bail, unsupported};
 
 #[path = "misc_ml.rs"]
 mod ml;
+#[path = "misc_nms.rs"]
+mod nms;
 #[path = "misc_signal.rs"]
 mod signal;
 #[path = "misc_text.rs"]
 mod text;
 
 pub fn register(r: &mut Registry) {
-    r.add("", "NonMaxSuppression", non_max_suppression);
+    r.add("", "NonMaxSuppression", nms::non_max_suppression);
     r.add("", "Dropout", dropout);
     r.add("", "Det", det);
     r.add("", "RandomNormal", random_normal);
@@ -42,102 +44,12 @@ pub(crate) fn dtype_attr(ctx: &OpCtx, name: &str, default: DType) -> OpResult<DT
 }
 
 /// The single number held by an optional scalar input.
-fn scalar_f64(t: &Tensor, what: &str) -> OpResult<f64> {
+pub(super) fn scalar_f64(t: &Tensor, what: &str) -> OpResult<f64> {
     let v = t.to_f64_vec()?;
     match v.as_slice() {
         [x] => Ok(*x),
         _ => bail!("{what} must hold one value, got {}", t.describe()),
     }
-}
-
-// ---------------------------------------------------------------------------------------------
-// NonMaxSuppression.
-
-fn non_max_suppression(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
-    let boxes_t = input(inputs, 0)?;
-    let scores_t = input(inputs, 1)?;
-    let (bs, ss) = (boxes_t.shape(), scores_t.shape());
-    if bs.len() != 3 || bs[2] != 4 || ss.len() != 3 || ss[0] != bs[0] || ss[2] != bs[1] {
-        bail!(
-            "NonMaxSuppression needs boxes [B, N, 4] and scores [B, C, N], got {bs:?} and {ss:?}"
-        );
-    }
-    let (nb, nc, nbox) = (bs[0], ss[1], bs[1]);
-    let max_out = match opt_input(inputs, 2)? {
-        Some(t) if !t.is_empty() => t.to_i64_vec()?.first().copied().unwrap_or(0).max(0) as usize,
-        _ => 0,
-    };
-    let iou_th = match opt_input(inputs, 3)? {
-        Some(t) if !t.is_empty() => scalar_f64(t, "iou_threshold")?,
-        _ => 0.0,
-    };
-    let score_th = match opt_input(inputs, 4)? {
-        Some(t) if !t.is_empty() => Some(scalar_f64(t, "score_threshold")?),
-        _ => None,
-    };
-    let center = ctx.attr_i("center_point_box", 0)? != 0;
-    let boxes = boxes_t.to_f64_vec()?;
-    let scores = scores_t.to_f64_vec()?;
-    // Corners (y_min, x_min, y_max, x_max) of every box.
-    let corners: Vec<[f64; 4]> = boxes
-        .chunks_exact(4)
-        .map(|b| {
-            if center {
-                let (hw, hh) = (b[2] / 2.0, b[3] / 2.0);
-                [b[1] - hh, b[0] - hw, b[1] + hh, b[0] + hw]
-            } else {
-                [
-                    b[0].min(b[2]),
-                    b[1].min(b[3]),
-                    b[0].max(b[2]),
-                    b[1].max(b[3]),
-                ]
-            }
-        })
-        .collect();
-    let suppress = |a: &[f64; 4], b: &[f64; 4]| {
-        let ih = a[2].min(b[2]) - a[0].max(b[0]);
-        let iw = a[3].min(b[3]) - a[1].max(b[1]);
-        if ih <= 0.0 || iw <= 0.0 {
-            return false;
-        }
-        let inter = ih * iw;
-        let (aa, ab) = ((a[2] - a[0]) * (a[3] - a[1]), (b[2] - b[0]) * (b[3] - b[1]));
-        let union = aa + ab - inter;
-        if aa <= 0.0 || ab <= 0.0 || union <= 0.0 {
-            return false;
-        }
-        inter / union > iou_th
-    };
-    let mut out: Vec<i64> = Vec::new();
-    for b in 0..nb {
-        let bx = &corners[b * nbox..(b + 1) * nbox];
-        for c in 0..nc {
-            let sc = &scores[(b * nc + c) * nbox..(b * nc + c + 1) * nbox];
-            let mut cand: Vec<usize> = (0..nbox)
-                .filter(|&i| score_th.is_none_or(|t| sc[i] > t))
-                .collect();
-            // Highest score first; among equal scores the lower index first.
-            cand.sort_by(|&i, &j| {
-                sc[j]
-                    .partial_cmp(&sc[i])
-                    .unwrap_or(std::cmp::Ordering::Equal)
-                    .then(i.cmp(&j))
-            });
-            let mut kept: Vec<usize> = Vec::new();
-            for i in cand {
-                if kept.len() >= max_out {
-                    break;
-                }
-                if kept.iter().all(|&k| !suppress(&bx[i], &bx[k])) {
-                    kept.push(i);
-                    out.extend([b as i64, c as i64, i as i64]);
-                }
-            }
-        }
-    }
-    let n = out.len() / 3;
-    single(Tensor::from_i64(&[n, 3], out)?)
 }
 
 // ---------------------------------------------------------------------------------------------
