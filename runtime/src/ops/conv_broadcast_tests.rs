@@ -13,33 +13,38 @@ fn cases() -> Vec<(Vec<(&'static str, Attr)>, Vec<usize>, Vec<usize>)> {
     vec![
         (
             vec![("pads", i(&[1, 1, 1, 1]))],
-            vec![2, 5, 9, 11],
-            vec![32, 5, 3, 3],
+            vec![2, 16, 9, 11],
+            vec![32, 16, 3, 3],
         ),
         (
             vec![("pads", i(&[0, 2, 1, 1])), ("dilations", i(&[2, 1]))],
-            vec![1, 3, 12, 10],
-            vec![52, 3, 3, 5],
+            vec![1, 9, 12, 10],
+            vec![52, 9, 3, 5],
         ),
-        (vec![("pads", i(&[2, 1]))], vec![2, 4, 40], vec![64, 4, 5]),
+        (vec![("pads", i(&[2, 1]))], vec![2, 26, 40], vec![64, 26, 5]),
         (
             vec![("pads", i(&[1, 1, 1, 1])), ("strides", i(&[2, 2]))],
-            vec![1, 6, 15, 17],
-            vec![30, 6, 3, 3],
+            vec![1, 15, 15, 17],
+            vec![30, 15, 3, 3],
         ),
         // Two groups, one after the other; then eight, in parallel.
         (
             vec![("group", Attr::Int(2)), ("pads", i(&[1, 1, 1, 1]))],
-            vec![1, 6, 8, 8],
-            vec![64, 3, 3, 3],
+            vec![1, 30, 8, 8],
+            vec![64, 15, 3, 3],
         ),
         (
-            vec![("group", Attr::Int(8))],
-            vec![1, 16, 5, 6],
-            vec![256, 2, 1, 1],
+            vec![("group", Attr::Int(8)), ("pads", i(&[1, 1, 1, 1]))],
+            vec![1, 128, 5, 6],
+            vec![256, 16, 3, 3],
         ),
-        // Pointwise over 200 channels (more than one block of the sum): the input read in place.
-        (vec![], vec![1, 200, 7, 9], vec![32, 200, 1, 1]),
+        // A strided 1x1 over 200 channels (more than one block of the sum), no padding: the input
+        // read in place.
+        (
+            vec![("strides", i(&[2, 2]))],
+            vec![1, 200, 7, 9],
+            vec![32, 200, 1, 1],
+        ),
         // A 7x7 stride-2 stem.
         (
             vec![("pads", i(&[3, 3, 3, 3])), ("strides", i(&[2, 2]))],
@@ -108,28 +113,35 @@ fn broadcast_equals_the_patch_gather_bit_for_bit() {
 fn weights_of_the_wrong_group_are_caught() {
     let i = |v: &[i64]| Attr::Ints(v.to_vec());
     let attrs = vec![("group", Attr::Int(2)), ("pads", i(&[1, 1, 1, 1]))];
-    with_conv(attrs, &[1, 4, 6, 7], &[64, 2, 3, 3], 991, |ctx, x, w, b| {
-        let sh = ConvShape::new(ctx, x.shape(), w.shape(), Some(b)).unwrap();
-        let Some(plan) = broadcast::plan(&sh) else {
-            return;
-        };
-        let (xd, wd, bd) = slices(x, w, b);
-        let want = reference(xd, wd, Some(bd), &sh);
-        let epi = (Some(bd), Activation::None, None);
-        let good = broadcast::pack_weights(&sh, wd);
-        let y = plan.run(&sh, xd, &good, epi, Threads::Serial);
-        assert!(outside(&y, &want).is_none());
-        let swapped = good.swapped();
-        let y = plan.run(&sh, xd, &swapped, epi, Threads::Serial);
-        assert!(
-            outside(&y, &want).is_some(),
-            "weights of the wrong group went unseen"
-        );
-    });
+    with_conv(
+        attrs,
+        &[1, 32, 6, 7],
+        &[64, 16, 3, 3],
+        991,
+        |ctx, x, w, b| {
+            let sh = ConvShape::new(ctx, x.shape(), w.shape(), Some(b)).unwrap();
+            let Some(plan) = broadcast::plan(&sh) else {
+                return;
+            };
+            let (xd, wd, bd) = slices(x, w, b);
+            let want = reference(xd, wd, Some(bd), &sh);
+            let epi = (Some(bd), Activation::None, None);
+            let good = broadcast::pack_weights(&sh, wd);
+            let y = plan.run(&sh, xd, &good, epi, Threads::Serial);
+            assert!(outside(&y, &want).is_none());
+            let swapped = good.swapped();
+            let y = plan.run(&sh, xd, &swapped, epi, Threads::Serial);
+            assert!(
+                outside(&y, &want).is_some(),
+                "weights of the wrong group went unseen"
+            );
+        },
+    );
 }
 
 /// Geometries the direct kernel cannot read, or would waste: depth, a column stride of 3,
-/// 16 output channels, negative pads. Each still equals f64 sums.
+/// 16 output channels, negative pads, a pointwise convolution, a sum of fewer than 128 steps.
+/// Each still equals f64 sums.
 #[test]
 fn geometries_it_cannot_take_go_to_the_gemm() {
     let i = |v: &[i64]| Attr::Ints(v.to_vec());
@@ -141,18 +153,24 @@ fn geometries_it_cannot_take_go_to_the_gemm() {
         ),
         (
             vec![("strides", i(&[1, 3]))],
-            vec![1, 3, 6, 10],
-            vec![32, 3, 3, 3],
+            vec![1, 16, 6, 10],
+            vec![32, 16, 3, 3],
         ),
         (
             vec![("pads", i(&[1, 1, 1, 1]))],
-            vec![1, 3, 6, 9],
-            vec![16, 3, 3, 3],
+            vec![1, 16, 6, 9],
+            vec![16, 16, 3, 3],
         ),
         (
             vec![("pads", i(&[-1, 0, 0, 0]))],
-            vec![1, 3, 6, 9],
-            vec![32, 3, 3, 3],
+            vec![1, 16, 6, 9],
+            vec![32, 16, 3, 3],
+        ),
+        (vec![], vec![1, 160, 6, 9], vec![32, 160, 1, 1]),
+        (
+            vec![("pads", i(&[1, 1, 1, 1]))],
+            vec![1, 14, 6, 9],
+            vec![32, 14, 3, 3],
         ),
     ];
     for (case, (attrs, xs, ws)) in cases.into_iter().enumerate() {

@@ -10,9 +10,10 @@
 //! where the steps themselves round once each (three to four roundings of values of the same
 //! magnitudes): inside the bound the oracles give elementwise chains, `64·2⁻²³·Σ|terms| + ½ulp`.
 //!
-//! The steps' constants must say where the channel axis is: a tensor shaped `[m, 1, 1]` is
-//! per-channel only for an X of rank 4. The rank they imply is the op's `rank` attribute, checked
-//! when it runs (a chain of BatchNormalization and scalars fits any rank: `rank` 0).
+//! A constant shaped `[m, 1, 1]` is per-channel only for an X of rank 4, so a chain is rewritten
+//! only where the graph fixes X's rank (`known_ranks`: constants, declared shapes, and ops that keep
+//! their input's rank, from a Conv's weight on), and every constant is per-channel for that rank.
+//! The rank is the op's `rank` attribute, checked again when it runs.
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
@@ -20,26 +21,85 @@ use quorum_kernels::Activation;
 
 use super::affine::{f32_tensor, f32s, fresh_name, step};
 use super::{Rewrite, activation_attrs, activation_of, pinned, readers};
-use crate::ir::{Attr, Graph};
+use crate::ir::{Attr, Graph, ValueType};
 use crate::ops::QUORUM_DOMAIN;
 use crate::tensor::{DType, Value};
 
-/// The activation input of a first step and the channel count and rank it implies: a
-/// BatchNormalization's X (its parameters give `m`, any rank), or the non-constant operand of a
-/// Mul/Add (and Sub's first) whose constant has one non-1 dim, the channel dim of an X of rank
-/// `rank`.
+/// The rank of every value whose rank the graph fixes without running it: constants, declared
+/// inputs and value_info, and the outputs of ops that keep their input's rank (a Conv's is its
+/// weight's), in node order. The chain rewrite needs it: a constant `[m, 1, 1]` is per-channel
+/// only for an X of rank 4 (for one of rank 3 the Mul would broadcast to another shape).
+fn known_ranks(g: &Graph, constants: &HashMap<String, Arc<Value>>) -> HashMap<String, usize> {
+    let mut r: HashMap<String, usize> = HashMap::new();
+    for (name, v) in constants {
+        if let Some(t) = v.as_tensor() {
+            r.insert(name.clone(), t.shape().len());
+        }
+    }
+    let declared = g
+        .inputs
+        .iter()
+        .map(|i| (&i.name, &i.ty))
+        .chain(g.value_info.iter());
+    for (name, ty) in declared {
+        if let ValueType::Tensor { shape: Some(s), .. } = ty {
+            r.insert(name.clone(), s.len());
+        }
+    }
+    for n in &g.nodes {
+        let rank = |k: usize| n.inputs.get(k).and_then(|x| r.get(x)).copied();
+        let out = match (n.domain.as_str(), n.op_type.as_str()) {
+            ("", "Conv" | "ConvTranspose") | (QUORUM_DOMAIN, "FusedConv") => rank(1),
+            (
+                "",
+                "BatchNormalization"
+                | "Relu"
+                | "LeakyRelu"
+                | "Sigmoid"
+                | "Tanh"
+                | "Clip"
+                | "HardSwish"
+                | "HardSigmoid"
+                | "Elu"
+                | "Selu"
+                | "Softplus"
+                | "Identity"
+                | "Dropout"
+                | "MaxPool"
+                | "AveragePool"
+                | "LpPool"
+                | "GlobalAveragePool"
+                | "GlobalMaxPool"
+                | "LRN"
+                | "InstanceNormalization"
+                | "Neg"
+                | "Abs",
+            )
+            | (QUORUM_DOMAIN, "ChannelAffine") => rank(0),
+            ("", "Concat") => n.inputs.iter().find_map(|x| r.get(x)).copied(),
+            ("", "Add" | "Sub" | "Mul" | "Div") => rank(0).zip(rank(1)).map(|(a, b)| a.max(b)),
+            _ => None,
+        };
+        if let (Some(k), Some(o)) = (out, n.outputs.first()) {
+            r.insert(o.clone(), k);
+        }
+    }
+    r
+}
+
+/// The activation operand of a first step and the channel count: a BatchNormalization's X (its
+/// parameters give `m`), or the non-constant operand of a Mul/Add (and Sub's first) whose constant,
+/// aligned to an X of rank `rank`, has its channel dim at X's axis 1.
 fn head(
     n: &crate::ir::Node,
     constants: &HashMap<String, Arc<Value>>,
-) -> Option<(usize, usize, Option<usize>)> {
+    ranks: &HashMap<String, usize>,
+) -> Option<(usize, usize, usize)> {
     if !n.domain.is_empty() || n.inputs.is_empty() {
         return None;
     }
-    match n.op_type.as_str() {
-        "BatchNormalization" => {
-            let m = f32s(constants, n.inputs.get(1)?)?.len();
-            Some((0, m, None))
-        }
+    let (pos, m) = match n.op_type.as_str() {
+        "BatchNormalization" => (0, f32s(constants, n.inputs.get(1)?)?.len()),
         "Mul" | "Add" | "Sub" if n.inputs.len() == 2 => {
             let pos = match (constants.get(&n.inputs[0]), constants.get(&n.inputs[1])) {
                 (None, Some(_)) => 0,
@@ -51,26 +111,15 @@ fn head(
                 .as_tensor()?
                 .shape()
                 .to_vec();
-            let big: Vec<usize> = (0..s.len()).filter(|&d| s[d] != 1).collect();
-            let &[j] = big.as_slice() else {
-                return None;
-            };
-            Some((pos, s[j], Some(s.len() + 1 - j)))
+            let rank = *ranks.get(&n.inputs[pos])?;
+            // X's axis 1, counted from the constant's first dim (right-aligned broadcasting).
+            let j = (s.len() + 1).checked_sub(rank)?;
+            (pos, *s.get(j)?)
         }
-        _ => None,
-    }
-}
-
-/// The rank a later step's constant implies, if it has one non-1 dim (scalars fit any rank).
-fn implied_rank(
-    n: &crate::ir::Node,
-    pos: usize,
-    constants: &HashMap<String, Arc<Value>>,
-) -> Option<usize> {
-    let c = n.inputs.get(1 - pos)?;
-    let s = constants.get(c)?.as_tensor()?.shape().to_vec();
-    let j = (0..s.len()).find(|&d| s[d] != 1)?;
-    Some(s.len() + 1 - j)
+        _ => return None,
+    };
+    let rank = *ranks.get(&n.inputs[pos])?;
+    (rank >= 2).then_some((pos, m, rank))
 }
 
 pub(super) fn fuse_affine_chains(
@@ -80,6 +129,7 @@ pub(super) fn fuse_affine_chains(
 ) {
     let pinned = pinned(g);
     let readers = readers(g);
+    let ranks = known_ranks(g, constants);
     let sole = |v: &str| -> Option<(usize, usize)> {
         if pinned.contains(v) {
             return None;
@@ -105,11 +155,10 @@ pub(super) fn fuse_affine_chains(
         if absorbed.contains(&i) {
             continue;
         }
-        let Some((pos, m, mut rank)) = head(n, constants) else {
+        let Some((pos, m, rank)) = head(n, constants, &ranks) else {
             continue;
         };
-        // A rank for `step`'s alignment of constants; a chain with no shaped constant fits any.
-        let Some((a0, t0)) = step(n, pos, constants, rank.unwrap_or(4), m) else {
+        let Some((a0, t0)) = step(n, pos, constants, rank, m) else {
             continue;
         };
         let (mut a, mut t) = (a0, t0);
@@ -124,14 +173,9 @@ pub(super) fn fuse_affine_chains(
             if absorbed.contains(&r) || next.op_type == "BatchNormalization" && p != 0 {
                 break;
             }
-            let want = implied_rank(next, p, constants);
-            if want.is_some() && rank.is_some() && want != rank {
-                break;
-            }
-            let Some((sa, st)) = step(next, p, constants, want.or(rank).unwrap_or(4), m) else {
+            let Some((sa, st)) = step(next, p, constants, rank, m) else {
                 break;
             };
-            rank = rank.or(want);
             typed |= next.op_type != "BatchNormalization";
             for c in 0..m {
                 a[c] *= sa[c];
@@ -162,7 +206,7 @@ pub(super) fn fuse_affine_chains(
             a,
             t,
             act,
-            rank: rank.unwrap_or(0),
+            rank,
         });
     }
     if fusions.is_empty() {

@@ -184,6 +184,24 @@ fn what_is_not_a_chain_stays() {
         &["z", "t"],
         9,
     ));
+    // X's rank is not fixed by the graph (a Reshape's output): the constants' alignment is
+    // unknown, so nothing is rewritten.
+    let mut m = chain_model(
+        vec![
+            node("reshape", "Reshape", &["a", "shp"], &["r"]),
+            bn("r", "t"),
+            node("relu", "Relu", &["t"], &["z"]),
+        ],
+        &["z"],
+        9,
+    );
+    m.graph.initializers.insert(
+        "shp".into(),
+        Arc::new(Value::Tensor(
+            Tensor::from_i64(&[3], vec![1, 4, 64]).unwrap(),
+        )),
+    );
+    stays(&m);
     // A constant [4, 1] is per-channel for rank 3 only; after a [4, 1, 1] (rank 4) the chain
     // stops before it, and what is left of it is one step.
     let m = chain_model(
