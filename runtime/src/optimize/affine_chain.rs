@@ -1,6 +1,6 @@
-//! `affine-chain`: per-channel affine steps that no Conv absorbs (`affine-fold` takes those after a
-//! Conv) — inference BatchNormalization, Mul/Add/Sub by per-channel constants — and the activation
-//! after them become one `com.quorum` ChannelAffine, `act(x·a + t)`: one pass over the activations
+//! `affine-chain`: an inference BatchNormalization that no Conv absorbs (`affine-fold` takes those
+//! after a Conv), the per-channel steps after it (Mul/Add/Sub by per-channel constants, further
+//! BatchNormalizations) and the activation after them become one `com.quorum` ChannelAffine, `act(x·a + t)`: one pass over the activations
 //! instead of one per step. densenet121 writes BatchNormalization → Mul → Add → Relu on every
 //! concatenated input of its dense layers (62 chains, four passes each).
 //!
@@ -87,39 +87,21 @@ fn known_ranks(g: &Graph, constants: &HashMap<String, Arc<Value>>) -> HashMap<St
     r
 }
 
-/// The activation operand of a first step and the channel count: a BatchNormalization's X (its
-/// parameters give `m`), or the non-constant operand of a Mul/Add (and Sub's first) whose constant,
-/// aligned to an X of rank `rank`, has its channel dim at X's axis 1.
+/// The chain's first step: an inference BatchNormalization, its X of a rank the graph fixes (at
+/// least 2), and its channel count. A chain cannot begin at a Mul or Add: its X's axis 1 might be 1
+/// and broadcast to the constant's `m` (X `[3, 1]` times `[4]` is `[3, 4]`), which a per-channel
+/// map of X cannot give; a BatchNormalization's X has its `m` channels.
 fn head(
     n: &crate::ir::Node,
     constants: &HashMap<String, Arc<Value>>,
     ranks: &HashMap<String, usize>,
 ) -> Option<(usize, usize, usize)> {
-    if !n.domain.is_empty() || n.inputs.is_empty() {
+    if !n.domain.is_empty() || n.op_type != "BatchNormalization" || n.inputs.is_empty() {
         return None;
     }
-    let (pos, m) = match n.op_type.as_str() {
-        "BatchNormalization" => (0, f32s(constants, n.inputs.get(1)?)?.len()),
-        "Mul" | "Add" | "Sub" if n.inputs.len() == 2 => {
-            let pos = match (constants.get(&n.inputs[0]), constants.get(&n.inputs[1])) {
-                (None, Some(_)) => 0,
-                (Some(_), None) if n.op_type != "Sub" => 1,
-                _ => return None,
-            };
-            let s = constants
-                .get(&n.inputs[1 - pos])?
-                .as_tensor()?
-                .shape()
-                .to_vec();
-            let rank = *ranks.get(&n.inputs[pos])?;
-            // X's axis 1, counted from the constant's first dim (right-aligned broadcasting).
-            let j = (s.len() + 1).checked_sub(rank)?;
-            (pos, *s.get(j)?)
-        }
-        _ => return None,
-    };
-    let rank = *ranks.get(&n.inputs[pos])?;
-    (rank >= 2).then_some((pos, m, rank))
+    let m = f32s(constants, n.inputs.get(1)?)?.len();
+    let rank = *ranks.get(&n.inputs[0])?;
+    (rank >= 2).then_some((0, m, rank))
 }
 
 pub(super) fn fuse_affine_chains(

@@ -202,13 +202,20 @@ fn what_is_not_a_chain_stays() {
         )),
     );
     stays(&m);
-    // A constant [4, 1] is per-channel for rank 3 only; after a [4, 1, 1] (rank 4) the chain
-    // stops before it, and what is left of it is one step.
-    let m = chain_model(
+    // A chain cannot begin at a Mul: its X's axis 1 may broadcast (the CLI tests' X [n, 1]
+    // times [4]).
+    stays(&chain_model(
         vec![
             node("mul", "Mul", &["a", "sc"], &["p"]),
-            node("mul2", "Mul", &["p", "w2"], &["z"]),
+            node("relu", "Relu", &["p"], &["z"]),
         ],
+        &["z"],
+        9,
+    ));
+    // A constant [4, 1] is per-channel for an X of rank 3 only; this X has rank 4 (a Conv's), so
+    // the chain stops before it, and what is left of it is the BatchNormalization alone.
+    let m = chain_model(
+        vec![bn("a", "t"), node("mul2", "Mul", &["t", "w2"], &["z"])],
         &["z"],
         9,
     );
