@@ -387,7 +387,7 @@ fn fuse_conv_activation(
     });
 }
 
-mod affine;
+pub(crate) mod affine;
 mod affine_chain;
 mod gelu;
 mod matmul_bias;

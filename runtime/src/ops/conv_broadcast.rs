@@ -3,8 +3,7 @@
 //! (a zero-padded copy where the convolution pads). No patch is packed, which the GEMM path does
 //! for every value of `B`; the sums are the GEMM's, in its order and blocking, so the output has
 //! the bits of the GEMM path (tested against it).
-use quorum_kernels::{DirectConv, Epilogue, Isa, PackedB, Threads, conv_direct};
-use rayon::prelude::*;
+use quorum_kernels::{DirectConv, Isa, PackedB, Threads, conv_direct};
 
 use super::forward::ConvShape;
 use super::shifted::pad_planes;
@@ -99,8 +98,7 @@ thread_local! {
 
 impl Broadcast {
     /// The convolution of `xd` (`[N, C, ins...]`): `act(conv + bias) (+ residual)` as FusedConv
-    /// defines it. Groups run in parallel when there are at least twice as many as threads (each
-    /// serial), otherwise one after the other, each split across threads.
+    /// defines it, group by group as `conv_packed::per_group` runs them.
     pub(super) fn run(
         &self,
         sh: &ConvShape,
@@ -109,63 +107,38 @@ impl Broadcast {
         (bias, act, residual): (Option<&[f32]>, quorum_kernels::Activation, Option<&[f32]>),
         threads: Threads,
     ) -> Vec<f32> {
-        let (n, c, m, group) = (sh.n, sh.c, sh.m, sh.group);
-        let (cg, mg, g) = (sh.cg(), sh.mg(), &sh.g);
-        let (in_sp, out_sp) = (g.in_sp(), g.out_sp());
-        let total = n * m * out_sp;
-        let mut y: Vec<f32> = Vec::with_capacity(total);
-        let chunk = mg * out_sp;
-        let out = &mut y.spare_capacity_mut()[..total];
-        let par_groups = group > 1 && group >= 2 * rayon::current_num_threads();
-        let run = |i: usize, yg: &mut [std::mem::MaybeUninit<f32>], threads: Threads| {
-            let (ni, gi) = (i / group, i % group);
-            let at = i * chunk;
-            let xg = &xd[(ni * c + gi * cg) * in_sp..(ni * c + (gi + 1) * cg) * in_sp];
-            let epi = Epilogue {
-                bias: bias.map(|b| &b[gi * mg..(gi + 1) * mg]),
-                act,
-                residual: residual.map(|r| &r[at..at + chunk]),
-            };
-            let mut xp = Vec::new();
-            let x = if self.padded {
-                xp = PADDED.with(|b| b.take());
-                let len = cg * self.rows * self.cols;
-                pad_planes(xg, cg, g, (self.rows, self.cols), len, &mut xp);
-                &xp[..]
-            } else {
-                xg
-            };
-            let d = DirectConv {
-                x,
-                channels: cg,
-                rows: self.rows,
-                cols: self.cols,
-                kernel: [g.k[1], g.k[2]],
-                strides: [g.s[1], g.s[2]],
-                dilations: [g.d[1], g.d[2]],
-                outs: [g.outs[1], g.outs[2]],
-            };
-            conv_direct(&weights.groups[gi], &d, yg, &epi, threads);
-            if self.padded {
-                PADDED.with(|b| b.set(xp));
-            }
-        };
-        if total == 0 {
-            return y;
-        }
-        if par_groups && threads != Threads::Serial {
-            out.par_chunks_mut(chunk)
-                .enumerate()
-                .for_each(|(i, yg)| run(i, yg, Threads::Serial));
-        } else {
-            for (i, yg) in out.chunks_mut(chunk).enumerate() {
-                run(i, yg, threads);
-            }
-        }
-        // SAFETY: the chunks cover `y` (n·group chunks of mg·out_sp values), and conv_direct
-        // writes every element of its output.
-        unsafe { y.set_len(total) };
-        y
+        let (cg, g) = (sh.cg(), &sh.g);
+        super::packed::per_group(
+            sh,
+            xd,
+            (bias, act, residual),
+            threads,
+            |gi, xg, epi, yg, threads| {
+                let mut xp = Vec::new();
+                let x = if self.padded {
+                    xp = PADDED.with(|b| b.take());
+                    let len = cg * self.rows * self.cols;
+                    pad_planes(xg, cg, g, (self.rows, self.cols), len, &mut xp);
+                    &xp[..]
+                } else {
+                    xg
+                };
+                let d = DirectConv {
+                    x,
+                    channels: cg,
+                    rows: self.rows,
+                    cols: self.cols,
+                    kernel: [g.k[1], g.k[2]],
+                    strides: [g.s[1], g.s[2]],
+                    dilations: [g.d[1], g.d[2]],
+                    outs: [g.outs[1], g.outs[2]],
+                };
+                conv_direct(&weights.groups[gi], &d, yg, epi, threads);
+                if self.padded {
+                    PADDED.with(|b| b.set(xp));
+                }
+            },
+        )
     }
 }
 

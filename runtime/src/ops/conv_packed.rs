@@ -130,59 +130,92 @@ pub(super) fn conv_packed_on(
     threads: Threads,
     shifted: Option<&Shifted>,
 ) -> Vec<f32> {
-    let (n, c, m, group) = (sh.n, sh.c, sh.m, sh.group);
-    let (cg, mg, g) = (sh.cg(), sh.mg(), &sh.g);
+    let (cg, g) = (sh.cg(), &sh.g);
     let (in_sp, out_sp) = (g.in_sp(), g.out_sp());
+    let pointwise = sh.pointwise();
+    per_group(
+        sh,
+        xd,
+        (bias, act, residual),
+        threads,
+        |gi, xg, epi, yg, threads| {
+            if let Some(plan) = shifted {
+                return plan.run(xg, cg, g, &weights.groups[gi], epi, yg, threads);
+            }
+            let src = if pointwise {
+                BSource::Dense {
+                    data: xg,
+                    ld: in_sp,
+                }
+            } else {
+                BSource::Conv(ConvPatches {
+                    x: xg,
+                    channels: cg,
+                    ins: g.ins,
+                    kernel: g.k,
+                    strides: g.s,
+                    dilations: g.d,
+                    pads: g.pb,
+                    outs: g.outs,
+                })
+            };
+            quorum_kernels::sgemm_uninit(
+                &weights.groups[gi],
+                &src,
+                out_sp,
+                yg,
+                out_sp,
+                epi,
+                threads,
+            );
+        },
+    )
+}
+
+/// The output of `sh` over `xd` (`[N, C, ins...]`), each (batch, group) computed by
+/// `conv(group, its input planes, its epilogue, its output planes, threads)`, which must write every
+/// value of its output, with its slices of the bias and residual. Groups run in parallel when there are at least twice as
+/// many as threads (each serial), otherwise one after the other with `threads`.
+pub(super) fn per_group(
+    sh: &ConvShape,
+    xd: &[f32],
+    (bias, act, residual): (Option<&[f32]>, Activation, Option<&[f32]>),
+    threads: Threads,
+    conv: impl Fn(usize, &[f32], &Epilogue, &mut [std::mem::MaybeUninit<f32>], Threads) + Sync,
+) -> Vec<f32> {
+    let (n, c, m, group) = (sh.n, sh.c, sh.m, sh.group);
+    let (cg, mg) = (sh.cg(), sh.mg());
+    let (in_sp, out_sp) = (sh.g.in_sp(), sh.g.out_sp());
     let total = n * m * out_sp;
     let mut y: Vec<f32> = Vec::with_capacity(total);
     if total == 0 {
         return y;
     }
-    let pointwise = sh.pointwise();
     let par_groups = group > 1 && group >= 2 * rayon::current_num_threads();
     let out = &mut y.spare_capacity_mut()[..total];
     let chunk = mg * out_sp;
-    let run = |ni: usize, gi: usize, yg: &mut [std::mem::MaybeUninit<f32>], threads: Threads| {
-        let at = (ni * group + gi) * chunk;
+    let run = |i: usize, yg: &mut [std::mem::MaybeUninit<f32>], threads: Threads| {
+        let (ni, gi) = (i / group, i % group);
+        let at = i * chunk;
         let xg = &xd[(ni * c + gi * cg) * in_sp..(ni * c + (gi + 1) * cg) * in_sp];
         let epi = Epilogue {
             bias: bias.map(|b| &b[gi * mg..(gi + 1) * mg]),
             act,
             residual: residual.map(|r| &r[at..at + chunk]),
         };
-        if let Some(plan) = shifted {
-            return plan.run(xg, cg, g, &weights.groups[gi], &epi, yg, threads);
-        }
-        let src = if pointwise {
-            BSource::Dense {
-                data: xg,
-                ld: in_sp,
-            }
-        } else {
-            BSource::Conv(ConvPatches {
-                x: xg,
-                channels: cg,
-                ins: g.ins,
-                kernel: g.k,
-                strides: g.s,
-                dilations: g.d,
-                pads: g.pb,
-                outs: g.outs,
-            })
-        };
-        quorum_kernels::sgemm_uninit(&weights.groups[gi], &src, out_sp, yg, out_sp, &epi, threads);
+        conv(gi, xg, &epi, yg, threads);
     };
     if par_groups && threads != Threads::Serial {
         out.par_chunks_mut(chunk)
             .enumerate()
-            .for_each(|(i, yg)| run(i / group, i % group, yg, Threads::Serial));
+            .for_each(|(i, yg)| run(i, yg, Threads::Serial));
     } else {
         for (i, yg) in out.chunks_mut(chunk).enumerate() {
-            run(i / group, i % group, yg, threads);
+            run(i, yg, threads);
         }
     }
-    // SAFETY: the chunks cover `out` (n·group chunks of mg·out_sp values), and sgemm_uninit writes
-    // every element of its `mg × out_sp` output.
+    // SAFETY: the chunks cover `out` (n·group chunks of mg·out_sp values), and `conv` writes every
+    // element of its output (its contract).
     unsafe { y.set_len(total) };
     y
 }

@@ -258,4 +258,4 @@ pub(super) fn fold_affine(
 
 #[cfg(test)]
 #[path = "affine_tests.rs"]
-mod tests;
+pub(crate) mod tests;

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use quorum_kernels::Activation;
 
 use super::affine::{f32_tensor, f32s, fresh_name, step};
-use super::{Rewrite, activation_attrs, activation_of, pinned, readers};
+use super::{Rewrite, activation_attrs, activation_of, pinned, readers, sole_reader};
 use crate::ir::{Attr, Graph, ValueType};
 use crate::ops::QUORUM_DOMAIN;
 use crate::tensor::{DType, Value};
@@ -112,15 +112,7 @@ pub(super) fn fuse_affine_chains(
     let pinned = pinned(g);
     let readers = readers(g);
     let ranks = known_ranks(g, constants);
-    let sole = |v: &str| -> Option<(usize, usize)> {
-        if pinned.contains(v) {
-            return None;
-        }
-        match readers.get(v).map(Vec::as_slice) {
-            Some(&[r]) => Some(r),
-            _ => None,
-        }
-    };
+    let sole = |v: &str| sole_reader(&pinned, &readers, v);
     struct Fusion {
         first: usize,
         rest: Vec<usize>,

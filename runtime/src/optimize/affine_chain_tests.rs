@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use crate::ir::{Model, Node};
 use crate::optimize::tests::{model, node, session, tensor};
-use crate::optimize::{constants, optimize};
 use crate::session::Session;
 use crate::tensor::{Tensor, Value};
 
@@ -105,12 +104,9 @@ fn bound_ratio(plain: &Session, got: &Session, rewritten: &Model) -> f64 {
     worst
 }
 
+/// The model as the optimiser rewrites it (the affine fold's tests' helper).
 fn rewritten(m: &Model) -> Model {
-    let (g, _) = optimize(&m.graph, &constants(&m.graph, true)).unwrap();
-    let mut f = m.clone();
-    f.graph = g;
-    f.opsets.insert(crate::ops::QUORUM_DOMAIN.into(), 1);
-    f
+    crate::optimize::affine::tests::folded_model(m)
 }
 
 #[test]

@@ -101,7 +101,7 @@ fn bound_ratio(want: &Session, got: &Session, folded: &Model) -> f64 {
     worst
 }
 
-fn folded_model(m: &Model) -> Model {
+pub(crate) fn folded_model(m: &Model) -> Model {
     let (g, _) = optimize(&m.graph, &constants(&m.graph, true)).unwrap();
     let mut f = m.clone();
     f.graph = g;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use quorum_kernels::Activation;
 
-use super::{Rewrite, activation_attrs, activation_of, pinned, readers};
+use super::{Rewrite, activation_attrs, activation_of, pinned, readers, sole_reader};
 use crate::ir::{Attr, Graph};
 use crate::ops::QUORUM_DOMAIN;
 use crate::tensor::{DType, Value};
@@ -22,15 +22,7 @@ pub(super) fn fuse_conv_residual(
 ) {
     let pinned = pinned(g);
     let readers = readers(g);
-    let sole = |v: &str| -> Option<(usize, usize)> {
-        if pinned.contains(v) {
-            return None;
-        }
-        match readers.get(v).map(Vec::as_slice) {
-            Some(&[r]) => Some(r),
-            _ => None,
-        }
-    };
+    let sole = |v: &str| sole_reader(&pinned, &readers, v);
     // (conv, residual input, activation, absorbed nodes, output)
     let mut fusions: Vec<(usize, String, Activation, Vec<usize>, String)> = Vec::new();
     let mut absorbed: HashSet<usize> = HashSet::new();
