@@ -31,7 +31,7 @@ pub fn retain_freed_buffers() -> bool {
     })
 }
 
-/// Both thresholds set; whether glibc accepted them (it refuses an mmap threshold past its limit).
+/// Both thresholds set; whether glibc took them (`mallopt` returns 1).
 fn set_thresholds(mmap: i32, trim: i32) -> bool {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {

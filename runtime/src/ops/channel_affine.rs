@@ -2,12 +2,12 @@
 //! `X`, `scale` and `shift` of one value per channel; the activation as FusedConv names it
 //! (`activation`, `activation_params`).
 //!
-//! The `affine-chain` rewrite (`optimize/affine_chain.rs`) writes it for chains of per-channel
-//! affine steps (inference BatchNormalization, Mul/Add/Sub by per-channel constants) and the
-//! activation after them that no Conv absorbs: densenet's BatchNormalization → Mul → Add → Relu
-//! before each convolution, four passes over the activations, become one. The rewrite matched the
-//! constants' shapes to an `X` of rank `rank` (attribute); an `X` of another rank is refused (the
-//! steps would have broadcast differently), naming the node.
+//! The `affine-chain` rewrite (`optimize/affine_chain.rs`) writes it for an inference
+//! BatchNormalization that no Conv absorbs, the per-channel steps after it and their activation:
+//! densenet's BatchNormalization → Mul → Add → Relu before each convolution, four passes over the
+//! activations, become one. The rewrite matched the constants' shapes to an `X` of rank `rank`
+//! (attribute), which the graph fixes; an `X` of another rank or channel count is refused, naming
+//! the node (the steps would have broadcast differently).
 use rayon::prelude::*;
 
 use super::broadcast::PAR_THRESHOLD;

@@ -12,8 +12,8 @@ use crate::ops::OpCtx;
 /// Output channels per register tile of the direct kernel.
 const PANEL: usize = 32;
 
-/// The grid a convolution is read from: its input (`padded == false`) or a padded copy of
-/// `rows × cols` planes.
+/// The grid a convolution is read from: its input (`padded == false`, every read inside it) or a
+/// padded copy of `rows × cols` planes.
 #[derive(Debug)]
 pub(super) struct Broadcast {
     rows: usize,
@@ -52,7 +52,9 @@ pub(super) fn plan(sh: &ConvShape) -> Option<Broadcast> {
         return None;
     }
     let reach = |i: usize| (g.outs[i] - 1) * g.s[i] + (g.k[i] - 1) * g.d[i] + 1;
-    let padded = g.pb != [0, 0, 0];
+    // A copy wherever a read falls outside the input: pads at the beginning, or at the end only
+    // (TensorFlow's SAME at stride 2 writes pads [0, 0, 1, 1]), which only the reach shows.
+    let padded = g.pb != [0, 0, 0] || reach(1) > g.ins[1] || reach(2) > g.ins[2];
     let (rows, cols) = if padded {
         (reach(1), reach(2))
     } else {
@@ -108,37 +110,40 @@ impl Broadcast {
         threads: Threads,
     ) -> Vec<f32> {
         let (cg, g) = (sh.cg(), &sh.g);
-        super::packed::per_group(
-            sh,
-            xd,
-            (bias, act, residual),
-            threads,
-            |gi, xg, epi, yg, threads| {
-                let mut xp = Vec::new();
-                let x = if self.padded {
-                    xp = PADDED.with(|b| b.take());
-                    let len = cg * self.rows * self.cols;
-                    pad_planes(xg, cg, g, (self.rows, self.cols), len, &mut xp);
-                    &xp[..]
-                } else {
-                    xg
-                };
-                let d = DirectConv {
-                    x,
-                    channels: cg,
-                    rows: self.rows,
-                    cols: self.cols,
-                    kernel: [g.k[1], g.k[2]],
-                    strides: [g.s[1], g.s[2]],
-                    dilations: [g.d[1], g.d[2]],
-                    outs: [g.outs[1], g.outs[2]],
-                };
-                conv_direct(&weights.groups[gi], &d, yg, epi, threads);
-                if self.padded {
-                    PADDED.with(|b| b.set(xp));
-                }
-            },
-        )
+        // SAFETY: conv_direct writes every value of each group's output.
+        unsafe {
+            super::packed::per_group(
+                sh,
+                xd,
+                (bias, act, residual),
+                threads,
+                |gi, xg, epi, yg, threads| {
+                    let mut xp = Vec::new();
+                    let x = if self.padded {
+                        xp = PADDED.with(|b| b.take());
+                        let len = cg * self.rows * self.cols;
+                        pad_planes(xg, cg, g, (self.rows, self.cols), len, &mut xp);
+                        &xp[..]
+                    } else {
+                        xg
+                    };
+                    let d = DirectConv {
+                        x,
+                        channels: cg,
+                        rows: self.rows,
+                        cols: self.cols,
+                        kernel: [g.k[1], g.k[2]],
+                        strides: [g.s[1], g.s[2]],
+                        dilations: [g.d[1], g.d[2]],
+                        outs: [g.outs[1], g.outs[2]],
+                    };
+                    conv_direct(&weights.groups[gi], &d, yg, epi, threads);
+                    if self.padded {
+                        PADDED.with(|b| b.set(xp));
+                    }
+                },
+            )
+        }
     }
 }
 

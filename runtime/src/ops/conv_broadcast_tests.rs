@@ -45,6 +45,13 @@ fn cases() -> Vec<(Vec<(&'static str, Attr)>, Vec<usize>, Vec<usize>)> {
             vec![1, 200, 7, 9],
             vec![32, 200, 1, 1],
         ),
+        // Padding at the end only (TensorFlow's SAME at stride 2): the last output row and column
+        // read the padding although no begin pad asks for a copy.
+        (
+            vec![("pads", i(&[0, 0, 1, 1])), ("strides", i(&[2, 2]))],
+            vec![1, 16, 8, 10],
+            vec![32, 16, 3, 3],
+        ),
         // A 7x7 stride-2 stem.
         (
             vec![("pads", i(&[3, 3, 3, 3])), ("strides", i(&[2, 2]))],

@@ -133,50 +133,56 @@ pub(super) fn conv_packed_on(
     let (cg, g) = (sh.cg(), &sh.g);
     let (in_sp, out_sp) = (g.in_sp(), g.out_sp());
     let pointwise = sh.pointwise();
-    per_group(
-        sh,
-        xd,
-        (bias, act, residual),
-        threads,
-        |gi, xg, epi, yg, threads| {
-            if let Some(plan) = shifted {
-                return plan.run(xg, cg, g, &weights.groups[gi], epi, yg, threads);
-            }
-            let src = if pointwise {
-                BSource::Dense {
-                    data: xg,
-                    ld: in_sp,
+    // SAFETY: each group's output is written whole by the shifted path or sgemm_uninit.
+    unsafe {
+        per_group(
+            sh,
+            xd,
+            (bias, act, residual),
+            threads,
+            |gi, xg, epi, yg, threads| {
+                if let Some(plan) = shifted {
+                    return plan.run(xg, cg, g, &weights.groups[gi], epi, yg, threads);
                 }
-            } else {
-                BSource::Conv(ConvPatches {
-                    x: xg,
-                    channels: cg,
-                    ins: g.ins,
-                    kernel: g.k,
-                    strides: g.s,
-                    dilations: g.d,
-                    pads: g.pb,
-                    outs: g.outs,
-                })
-            };
-            quorum_kernels::sgemm_uninit(
-                &weights.groups[gi],
-                &src,
-                out_sp,
-                yg,
-                out_sp,
-                epi,
-                threads,
-            );
-        },
-    )
+                let src = if pointwise {
+                    BSource::Dense {
+                        data: xg,
+                        ld: in_sp,
+                    }
+                } else {
+                    BSource::Conv(ConvPatches {
+                        x: xg,
+                        channels: cg,
+                        ins: g.ins,
+                        kernel: g.k,
+                        strides: g.s,
+                        dilations: g.d,
+                        pads: g.pb,
+                        outs: g.outs,
+                    })
+                };
+                quorum_kernels::sgemm_uninit(
+                    &weights.groups[gi],
+                    &src,
+                    out_sp,
+                    yg,
+                    out_sp,
+                    epi,
+                    threads,
+                );
+            },
+        )
+    }
 }
 
 /// The output of `sh` over `xd` (`[N, C, ins...]`), each (batch, group) computed by
-/// `conv(group, its input planes, its epilogue, its output planes, threads)`, which must write every
-/// value of its output, with its slices of the bias and residual. Groups run in parallel when there are at least twice as
-/// many as threads (each serial), otherwise one after the other with `threads`.
-pub(super) fn per_group(
+/// `conv(group, its input planes, its epilogue, its output planes, threads)` with its slices of the
+/// bias and residual. Groups run in parallel when there are at least twice as many as threads (each
+/// serial), otherwise one after the other with `threads`.
+///
+/// # Safety
+/// `conv` writes every value of the output it is given: the result is read as initialised.
+pub(super) unsafe fn per_group(
     sh: &ConvShape,
     xd: &[f32],
     (bias, act, residual): (Option<&[f32]>, Activation, Option<&[f32]>),
@@ -215,7 +221,7 @@ pub(super) fn per_group(
         }
     }
     // SAFETY: the chunks cover `out` (n·group chunks of mg·out_sp values), and `conv` writes every
-    // element of its output (its contract).
+    // element of its output (the caller's contract).
     unsafe { y.set_len(total) };
     y
 }

@@ -1,7 +1,7 @@
 //! `affine-chain`: an inference BatchNormalization that no Conv absorbs (`affine-fold` takes those
 //! after a Conv), the per-channel steps after it (Mul/Add/Sub by per-channel constants, further
-//! BatchNormalizations) and the activation after them become one `com.quorum` ChannelAffine, `act(x·a + t)`: one pass over the activations
-//! instead of one per step. densenet121 writes BatchNormalization → Mul → Add → Relu on every
+//! BatchNormalizations) and the activation after them become one `com.quorum` ChannelAffine,
+//! `act(x·a + t)`: one pass over the activations instead of one per step. densenet121 writes BatchNormalization → Mul → Add → Relu on every
 //! concatenated input of its dense layers (62 chains, four passes each).
 //!
 //! The arithmetic changes, within a stated bound. As in `affine-fold`, the chain's scale `a` and
@@ -87,21 +87,21 @@ fn known_ranks(g: &Graph, constants: &HashMap<String, Arc<Value>>) -> HashMap<St
     r
 }
 
-/// The chain's first step: an inference BatchNormalization, its X of a rank the graph fixes (at
-/// least 2), and its channel count. A chain cannot begin at a Mul or Add: its X's axis 1 might be 1
+/// The channel count and X's rank of a chain's first step: an inference BatchNormalization whose
+/// X has a rank the graph fixes (at least 2). A chain cannot begin at a Mul or Add: its X's axis 1 might be 1
 /// and broadcast to the constant's `m` (X `[3, 1]` times `[4]` is `[3, 4]`), which a per-channel
 /// map of X cannot give; a BatchNormalization's X has its `m` channels.
 fn head(
     n: &crate::ir::Node,
     constants: &HashMap<String, Arc<Value>>,
     ranks: &HashMap<String, usize>,
-) -> Option<(usize, usize, usize)> {
+) -> Option<(usize, usize)> {
     if !n.domain.is_empty() || n.op_type != "BatchNormalization" || n.inputs.is_empty() {
         return None;
     }
     let m = f32s(constants, n.inputs.get(1)?)?.len();
     let rank = *ranks.get(&n.inputs[0])?;
-    (rank >= 2).then_some((0, m, rank))
+    (rank >= 2).then_some((m, rank))
 }
 
 pub(super) fn fuse_affine_chains(
@@ -129,22 +129,22 @@ pub(super) fn fuse_affine_chains(
         if absorbed.contains(&i) {
             continue;
         }
-        let Some((pos, m, rank)) = head(n, constants, &ranks) else {
+        let Some((m, rank)) = head(n, constants, &ranks) else {
             continue;
         };
-        let Some((a0, t0)) = step(n, pos, constants, rank, m) else {
+        let Some((mut a, mut t)) = step(n, 0, constants, rank, m) else {
             continue;
         };
-        let (mut a, mut t) = (a0, t0);
-        // X is known to be f32: a Mul, Add or Sub by an f32 constant takes only f32, and so does a
-        // BatchNormalization before opset 15 with f32 parameters; from 15 its X may be of another
-        // float type than its parameters.
-        let mut typed = n.op_type != "BatchNormalization" || n.opset < 15;
+        // X is known to be f32: a BatchNormalization before opset 15 with f32 parameters takes
+        // only f32 (from 15 its X may be of another float type than its parameters), and so does
+        // a Mul, Add or Sub by an f32 constant after it.
+        let mut typed = n.opset < 15;
         let mut rest = Vec::new();
         let mut y = n.outputs[0].clone();
         while let Some((r, p)) = sole(&y) {
             let next = &g.nodes[r];
-            if absorbed.contains(&r) || next.op_type == "BatchNormalization" && p != 0 {
+            // `step` takes a BatchNormalization only through its X.
+            if absorbed.contains(&r) {
                 break;
             }
             let Some((sa, st)) = step(next, p, constants, rank, m) else {
@@ -175,7 +175,7 @@ pub(super) fn fuse_affine_chains(
         fusions.push(Fusion {
             first: i,
             rest,
-            x: n.inputs[pos].clone(),
+            x: n.inputs[0].clone(),
             out: y,
             a,
             t,
