@@ -148,6 +148,77 @@ impl Activation {
     }
 }
 
+/// Relu, Clip and LeakyRelu on 16 lanes in registers, for kernels that hold their outputs there
+/// (a depthwise plane's rows). Each select is the scalar form's comparison, so the bits are
+/// [`Activation::scalar`]'s.
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod lanes {
+    use super::Activation;
+    use std::arch::x86_64::*;
+
+    /// The activation and its constants, broadcast.
+    #[derive(Clone, Copy)]
+    pub(crate) struct Lanes {
+        act: Activation,
+        a: __m512,
+        b: __m512,
+    }
+
+    impl Lanes {
+        /// `None` for an activation these lanes do not compute.
+        ///
+        /// # Safety
+        /// AVX-512F is available.
+        #[inline(always)]
+        pub(crate) unsafe fn new(act: Activation) -> Option<Lanes> {
+            let (a, b) = match act {
+                Activation::None | Activation::Relu => (0.0, 0.0),
+                Activation::Clip { lo, hi } => (lo, hi),
+                Activation::LeakyRelu { alpha } => (alpha, 0.0),
+                Activation::Sigmoid | Activation::HardSwish | Activation::Silu => return None,
+            };
+            // SAFETY: AVX-512F is available (the caller's promise).
+            unsafe {
+                Some(Lanes {
+                    act,
+                    a: _mm512_set1_ps(a),
+                    b: _mm512_set1_ps(b),
+                })
+            }
+        }
+
+        /// The activation of each lane.
+        ///
+        /// # Safety
+        /// AVX-512F is available.
+        #[inline(always)]
+        pub(crate) unsafe fn apply(&self, x: __m512) -> __m512 {
+            // SAFETY: AVX-512F is available. Ordered comparisons: a NaN compares false and
+            // passes through, as in the scalar forms.
+            unsafe {
+                let zero = _mm512_setzero_ps();
+                match self.act {
+                    Activation::Relu => {
+                        _mm512_mask_mov_ps(x, _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, zero), zero)
+                    }
+                    Activation::Clip { .. } => {
+                        let x = _mm512_mask_mov_ps(
+                            x,
+                            _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, self.a),
+                            self.a,
+                        );
+                        _mm512_mask_mov_ps(x, _mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, self.b), self.b)
+                    }
+                    Activation::LeakyRelu { .. } => {
+                        _mm512_mask_mul_ps(x, _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, zero), x, self.a)
+                    }
+                    _ => x,
+                }
+            }
+        }
+    }
+}
+
 #[inline(always)]
 fn relu(x: f32) -> f32 {
     if x < 0.0 { 0.0 } else { x }
@@ -239,6 +310,8 @@ mod tests {
         ];
         for act in acts {
             for bias in [None, Some(0.25f32)] {
+                // Whole vectors and a tail.
+                let xs: Vec<f32> = xs.iter().cycle().take(xs.len() * 4 - 3).copied().collect();
                 let mut v = xs.to_vec();
                 act.apply(&mut v, bias);
                 for (x, y) in xs.iter().zip(&v) {
@@ -258,7 +331,15 @@ mod tests {
     fn the_residual_is_added_after_the_bias_and_before_the_activation() {
         let xs = [-7.5f32, 1e-3, 2.5, -3.0, 1e8, f32::NAN, -0.0];
         let rs = [0.5f32, -1e-3, -2.75, 3.0, 1.0, 1.0, 0.0];
-        for act in [Activation::None, Activation::Relu, Activation::Sigmoid] {
+        let (xs, rs): (Vec<f32>, Vec<f32>) = xs.iter().zip(&rs).cycle().take(40).unzip();
+        let acts = [
+            Activation::None,
+            Activation::Relu,
+            Activation::Clip { lo: -0.5, hi: 2.0 },
+            Activation::LeakyRelu { alpha: 0.1 },
+            Activation::Sigmoid,
+        ];
+        for act in acts {
             for bias in [None, Some(0.25f32)] {
                 let mut v = xs.to_vec();
                 act.apply_add(&mut v, bias, &rs);

@@ -7,10 +7,15 @@
 //! reaches that output. A strided convolution passes its input split into stride phases, so that
 //! the columns of a tap are still consecutive.
 //!
-//! On AVX-512 a row of outputs is held in registers over all the taps that reach it (four vectors
-//! of 16 at a time) and stored once; the columns a tap does not reach are masked out of both its
-//! load and its add, so a padded edge costs no scalar tail. Elsewhere the loop runs tap by tap over
-//! the row.
+//! Every output starts from one value (the channel's bias) and ends with an activation, so the plane
+//! is written once and never read back: on AVX-512 a row of outputs is held in registers from its
+//! starting value over all the taps that reach it (four vectors of 16 at a time), activated there
+//! (Relu, Clip, LeakyRelu; the others over the plane once it is stored) and stored once. The columns a
+//! tap does not reach are masked out of both its load and its add, so a padded edge costs no scalar
+//! tail. Elsewhere the loop runs tap by tap over the row.
+
+use crate::Activation;
+use std::mem::MaybeUninit;
 
 /// One tap of the kernel and the outputs it reaches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,17 +47,40 @@ impl Tap {
 /// Lanes per AVX-512 vector.
 const W: usize = 16;
 
-/// The taps of one convolution, checked against the source size, with each tap's column masks.
+/// Rows narrower than this are run as one flat row where the layout allows (see [`Lanes`]).
+const FLAT_BELOW: usize = 32;
+
+/// The taps of one convolution, checked against the source size, with the lanes each reaches.
 #[derive(Debug, Clone)]
 pub struct Taps {
     taps: Vec<Tap>,
     outs: [usize; 3],
     src_len: usize,
     ksz: usize,
-    /// `masks[t·chunks + c]`: the lanes of 16-column chunk `c` that tap `t` reaches.
-    masks: Vec<u16>,
     /// The taps that reach output row `r = od·o1 + oh`, in order:
     /// `reach[row_start[r]..row_start[r + 1]]`, each as its index and [`Tap::row_base`].
+    reach: Vec<(usize, isize)>,
+    row_start: Vec<usize>,
+    /// The rows the vector kernel runs.
+    lanes: Lanes,
+}
+
+/// The rows of outputs the vector kernel holds in registers, and the lanes each tap reaches in
+/// each 16-lane chunk of them.
+///
+/// Normally these are the output rows. When every tap steps through the source by exactly one
+/// output row per row (a stride-1 convolution padded to its own size), output `f` of the whole
+/// plane, counted flat, reads `src[base + f]` for every tap, so the plane runs as one row: a row
+/// of 7 then fills 49 of 64 lanes instead of 7 of 16, and each tap's loop runs once per plane
+/// instead of once per row. The sums per output are the same, in the same tap order.
+#[derive(Debug, Clone)]
+struct Lanes {
+    /// Outputs per row.
+    width: usize,
+    /// `masks[t·chunks + c]`: the lanes of chunk `c` of a row that tap `t` reaches (the same for
+    /// every row it reaches).
+    masks: Vec<u16>,
+    /// As `Taps::reach` and `Taps::row_start`, over these rows.
     reach: Vec<(usize, isize)>,
     row_start: Vec<usize>,
 }
@@ -65,9 +93,7 @@ impl Taps {
     /// When a tap reaches an output outside `outs`, reads outside `src_len` values, or names a
     /// weight past `ksz` (a caller's error).
     pub fn new(taps: Vec<Tap>, outs: [usize; 3], src_len: usize, ksz: usize) -> Taps {
-        let chunks = outs[2].div_ceil(W);
-        let mut masks = vec![0u16; taps.len() * chunks];
-        for (t, tap) in taps.iter().enumerate() {
+        for tap in &taps {
             let [(h0, h1), (r0, r1)] = tap.rows;
             let (c0, c1) = tap.cols;
             assert!(
@@ -88,11 +114,6 @@ impl Taps {
                     }
                 }
             }
-            for c in 0..chunks {
-                let lanes = |n: usize| n.saturating_sub(c * W).min(W);
-                let (lo, hi) = (lanes(c0), lanes(c1));
-                masks[t * chunks + c] = first(hi) & !first(lo);
-            }
         }
         let mut reach = Vec::new();
         let mut row_start = vec![0];
@@ -106,14 +127,75 @@ impl Taps {
                 row_start.push(reach.len());
             }
         }
+        let [o0, o1, o2] = outs;
+        let flat = o2 < FLAT_BELOW
+            && taps
+                .iter()
+                .all(|t| t.step[1] == o2 as isize && (o0 == 1 || t.step[0] == (o1 * o2) as isize));
+        let lanes = Lanes::new(&taps, outs, (&reach, &row_start), flat);
         Taps {
             taps,
             outs,
             src_len,
             ksz,
-            masks,
             reach,
             row_start,
+            lanes,
+        }
+    }
+}
+
+impl Lanes {
+    /// The output rows of `taps` (their per-row lists given), or the plane as one flat row: a
+    /// caller's choice, valid only where every tap steps one output row per row (`Taps::new`).
+    fn new(
+        taps: &[Tap],
+        [o0, o1, o2]: [usize; 3],
+        (reach, row_start): (&[(usize, isize)], &[usize]),
+        flat: bool,
+    ) -> Lanes {
+        if flat {
+            let width = o0 * o1 * o2;
+            let chunks = width.div_ceil(W);
+            let mut masks = vec![0u16; taps.len() * chunks];
+            for (t, tap) in taps.iter().enumerate() {
+                let [(h0, h1), (r0, r1)] = tap.rows;
+                let (c0, c1) = tap.cols;
+                let m = &mut masks[t * chunks..(t + 1) * chunks];
+                for od in h0..h1 {
+                    for oh in r0..r1 {
+                        let f = (od * o1 + oh) * o2;
+                        (f + c0..f + c1).for_each(|i| m[i / W] |= 1 << (i % W));
+                    }
+                }
+            }
+            let reach: Vec<_> = (0..taps.len())
+                .filter(|&t| masks[t * chunks..(t + 1) * chunks].iter().any(|&m| m != 0))
+                .map(|t| (t, taps[t].base))
+                .collect();
+            let row_start = vec![0, reach.len()];
+            Lanes {
+                width,
+                masks,
+                reach,
+                row_start,
+            }
+        } else {
+            let chunks = o2.div_ceil(W);
+            let mut masks = vec![0u16; taps.len() * chunks];
+            for (t, tap) in taps.iter().enumerate() {
+                let (c0, c1) = tap.cols;
+                for c in 0..chunks {
+                    let lanes = |n: usize| n.saturating_sub(c * W).min(W);
+                    masks[t * chunks + c] = first(lanes(c1)) & !first(lanes(c0));
+                }
+            }
+            Lanes {
+                width: o2,
+                masks,
+                reach: reach.to_vec(),
+                row_start: row_start.to_vec(),
+            }
         }
     }
 }
@@ -123,12 +205,20 @@ fn first(n: usize) -> u16 {
     if n >= W { u16::MAX } else { (1u16 << n) - 1 }
 }
 
-/// `out[(od·o1 + oh)·o2 + j] += w[tap.k]·src[…]` for every tap in order, over the outputs each tap
-/// reaches; `out` holds the starting values (a bias).
+/// `out[(od·o1 + oh)·o2 + j] = act(start + Σ w[tap.k]·src[…])`, the taps summed in order over the
+/// outputs each tap reaches, each product rounded and then added. Every output is written (one no
+/// tap reaches is `act(start)`) and none is read.
 ///
 /// # Panics
 /// When `src`, `w` or `out` do not have the sizes the taps were made for (a caller's error).
-pub fn plane(taps: &Taps, src: &[f32], w: &[f32], out: &mut [f32]) {
+pub fn plane(
+    taps: &Taps,
+    src: &[f32],
+    w: &[f32],
+    start: f32,
+    act: Activation,
+    out: &mut [MaybeUninit<f32>],
+) {
     let [o0, o1, o2] = taps.outs;
     assert!(
         src.len() >= taps.src_len && w.len() >= taps.ksz && out.len() == o0 * o1 * o2,
@@ -141,25 +231,63 @@ pub fn plane(taps: &Taps, src: &[f32], w: &[f32], out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     {
         #[target_feature(enable = "avx2")]
-        fn avx2(taps: &Taps, src: &[f32], w: &[f32], out: &mut [f32]) {
-            plain(taps, src, w, out)
+        fn avx2(taps: &Taps, src: &[f32], w: &[f32], act: Activation, out: &mut [f32]) {
+            plain(taps, src, w, act, out)
         }
         match crate::Isa::detected() {
             // SAFETY: AVX-512F was detected; the sizes were checked above and the taps' reads by
-            // `Taps::new`.
-            crate::Isa::Avx512 => return unsafe { avx512::plane(taps, src, w, out) },
+            // `Taps::new`; every output is written before it is read as initialised.
+            crate::Isa::Avx512 => return unsafe { avx512::plane(taps, src, w, start, act, out) },
             // SAFETY: AVX2 was detected.
-            crate::Isa::Avx2 => return unsafe { avx2(taps, src, w, out) },
+            crate::Isa::Avx2 => return unsafe { avx2(taps, src, w, act, fill(out, start)) },
             crate::Isa::Portable => {}
         }
     }
-    plain(taps, src, w, out);
+    plain(taps, src, w, act, fill(out, start));
 }
 
-/// Tap by tap over each row: the definition's order, any target (compiled again with AVX2 where
-/// that is the widest this CPU has; the same operations, the same bits).
+/// The columns of `row` split by their index mod `s`: column `j·s + p` goes to
+/// `out[p·stride + j]`. A strided plane's source, laid out so that each tap reads contiguous runs.
+///
+/// # Panics
+/// When `out` cannot hold the phases (a caller's error).
+pub fn split_columns(row: &[f32], s: usize, out: &mut [f32], stride: usize) {
+    let n = row.len();
+    if n == 0 {
+        return;
+    }
+    let per = n.div_ceil(s);
+    assert!(
+        s >= 1 && stride >= per && (s.min(n) - 1) * stride + per <= out.len(),
+        "split_columns: {} values cannot hold {s} phases of {per} at stride {stride}",
+        out.len()
+    );
+    #[cfg(target_arch = "x86_64")]
+    if s == 2 && crate::Isa::detected() == crate::Isa::Avx512 {
+        // SAFETY: AVX-512F was detected; the sizes were checked above.
+        return unsafe { avx512::split2(row, out, stride) };
+    }
+    for p in 0..s.min(n) {
+        for (d, &v) in out[p * stride..].iter_mut().zip(row[p..].iter().step_by(s)) {
+            *d = v;
+        }
+    }
+}
+
+/// `out` with every value set to `start`.
+fn fill(out: &mut [MaybeUninit<f32>], start: f32) -> &mut [f32] {
+    for o in out.iter_mut() {
+        o.write(start);
+    }
+    // SAFETY: every value was written just above; f32 and MaybeUninit<f32> share a layout.
+    unsafe { &mut *(out as *mut [MaybeUninit<f32>] as *mut [f32]) }
+}
+
+/// Tap by tap over each row of `out` (which holds the starting values), then the activation: the
+/// definition's order, any target (compiled again with AVX2 where that is the widest this CPU has;
+/// the same operations, the same bits).
 #[inline(always)]
-fn plain(taps: &Taps, src: &[f32], w: &[f32], out: &mut [f32]) {
+fn plain(taps: &Taps, src: &[f32], w: &[f32], act: Activation, out: &mut [f32]) {
     let o2 = taps.outs[2];
     for (r, row) in out.chunks_exact_mut(o2.max(1)).enumerate() {
         for &(t, base) in &taps.reach[taps.row_start[r]..taps.row_start[r + 1]] {
@@ -171,49 +299,141 @@ fn plain(taps: &Taps, src: &[f32], w: &[f32], out: &mut [f32]) {
             }
         }
     }
+    if act != Activation::None {
+        act.apply(out, None);
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    use super::{Taps, W, first};
+    use super::{Activation, MaybeUninit, Taps, W, first};
+    use crate::activation::lanes::Lanes;
     use std::arch::x86_64::*;
 
     /// # Safety
     /// AVX-512F is available; `src`, `w` and `out` have the sizes checked by `super::plane`.
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn plane(taps: &Taps, src: &[f32], w: &[f32], out: &mut [f32]) {
-        let o2 = taps.outs[2];
+    pub(super) unsafe fn plane(
+        taps: &Taps,
+        src: &[f32],
+        w: &[f32],
+        start: f32,
+        act: Activation,
+        out: &mut [MaybeUninit<f32>],
+    ) {
+        let lanes = &taps.lanes;
+        let o2 = lanes.width;
         let chunks = o2.div_ceil(W);
-        for r in 0..taps.row_start.len() - 1 {
-            let reach = &taps.reach[taps.row_start[r]..taps.row_start[r + 1]];
-            if reach.is_empty() {
-                continue;
-            }
-            let row = out[r * o2..].as_mut_ptr();
+        // Relu, Clip and LeakyRelu are applied in registers; any other activation over the plane
+        // once it is stored (rows can be a few values long: one pass costs less than a call each).
+        // SAFETY: AVX-512F is enabled here.
+        let lanes_act = unsafe { Lanes::new(act) };
+        let in_regs = lanes_act.is_some();
+        // SAFETY: as above.
+        let v = unsafe { Vectors::new(start, lanes_act) };
+        for r in 0..lanes.row_start.len() - 1 {
+            let reach = &lanes.reach[lanes.row_start[r]..lanes.row_start[r + 1]];
+            let row = out[r * o2..].as_mut_ptr().cast::<f32>();
             let mut c = 0;
             // SAFETY: the row holds o2 outputs; each chunk's lanes are masked to them, and each
             // tap's to the columns it reaches, whose reads `Taps::new` checked.
             unsafe {
                 while c + 4 <= chunks {
-                    chunk_run::<4>(taps, reach, w, src, row, c);
+                    chunk_run::<4>(taps, reach, w, src, row, c, &v);
                     c += 4;
                 }
                 match chunks - c {
-                    3 => chunk_run::<3>(taps, reach, w, src, row, c),
-                    2 => chunk_run::<2>(taps, reach, w, src, row, c),
-                    1 => chunk_run::<1>(taps, reach, w, src, row, c),
+                    3 => chunk_run::<3>(taps, reach, w, src, row, c, &v),
+                    2 => chunk_run::<2>(taps, reach, w, src, row, c, &v),
+                    1 => chunk_run::<1>(taps, reach, w, src, row, c, &v),
                     _ => {}
                 }
             }
         }
+        if !in_regs {
+            // SAFETY: every value of the plane was stored above.
+            act.apply(
+                unsafe { &mut *(out as *mut [MaybeUninit<f32>] as *mut [f32]) },
+                None,
+            );
+        }
     }
 
-    /// Chunks `c..c + N` of one row: loaded, summed over the taps that reach the row in
-    /// registers, stored.
+    /// `split_columns` at stride 2: 32 columns at a time into 16 evens and 16 odds.
     ///
     /// # Safety
-    /// As `plane`; `row` points at a row of `o2` outputs, `c + N` is at most its chunk count and
-    /// `reach` is that row's list.
+    /// AVX-512F is available; `out` holds `stride + n/2` values and `stride >= ceil(n/2)`, with
+    /// `n = row.len()`.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn split2(row: &[f32], out: &mut [f32], stride: usize) {
+        let n = row.len();
+        // SAFETY: each 32-column step reads columns j..j + 32 < n and writes evens j/2..j/2 + 16
+        // (under ceil(n/2) <= stride) and odds stride + j/2.. (under stride + n/2).
+        unsafe {
+            let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+            let odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+            let (src, dst) = (row.as_ptr(), out.as_mut_ptr());
+            let mut j = 0;
+            while j + 32 <= n {
+                let a = _mm512_loadu_ps(src.add(j));
+                let b = _mm512_loadu_ps(src.add(j + 16));
+                _mm512_storeu_ps(dst.add(j / 2), _mm512_permutex2var_ps(a, even, b));
+                _mm512_storeu_ps(dst.add(stride + j / 2), _mm512_permutex2var_ps(a, odd, b));
+                j += 32;
+            }
+            if j < n {
+                // The last r < 32 columns, masked: ceil(r/2) evens and floor(r/2) odds.
+                let r = n - j;
+                let lanes = |k: usize| ((1u32 << k) - 1) as u16;
+                let a = _mm512_maskz_loadu_ps(lanes(r.min(16)), src.add(j));
+                let b = _mm512_maskz_loadu_ps(lanes(r.saturating_sub(16)), src.add(j + 16));
+                let (e, o) = (lanes(r.div_ceil(2)), lanes(r / 2));
+                _mm512_mask_storeu_ps(dst.add(j / 2), e, _mm512_permutex2var_ps(a, even, b));
+                _mm512_mask_storeu_ps(
+                    dst.add(stride + j / 2),
+                    o,
+                    _mm512_permutex2var_ps(a, odd, b),
+                );
+            }
+        }
+    }
+
+    /// The starting value and the activation in registers, broadcast once per plane.
+    struct Vectors {
+        start: __m512,
+        act: Option<Lanes>,
+    }
+
+    impl Vectors {
+        /// # Safety
+        /// AVX-512F is available.
+        #[inline(always)]
+        unsafe fn new(start: f32, act: Option<Lanes>) -> Vectors {
+            // SAFETY: the caller's promise.
+            Vectors {
+                start: unsafe { _mm512_set1_ps(start) },
+                act,
+            }
+        }
+
+        /// # Safety
+        /// AVX-512F is available.
+        #[inline(always)]
+        unsafe fn activate(&self, x: __m512) -> __m512 {
+            match &self.act {
+                // SAFETY: the caller's promise.
+                Some(l) => unsafe { l.apply(x) },
+                None => x,
+            }
+        }
+    }
+
+    /// Chunks `c..c + N` of one row: started from the starting value, summed over the taps that
+    /// reach the row in registers, activated, stored.
+    ///
+    /// # Safety
+    /// As `plane`; `row` points at a row of `taps.lanes.width` outputs, `c + N` is at most its
+    /// chunk count and `reach` is that row's list.
     #[inline(always)]
     unsafe fn chunk_run<const N: usize>(
         taps: &Taps,
@@ -222,28 +442,28 @@ mod avx512 {
         src: &[f32],
         row: *mut f32,
         c: usize,
+        v: &Vectors,
     ) {
-        let o2 = taps.outs[2];
+        let o2 = taps.lanes.width;
         let chunks = o2.div_ceil(W);
         let keep: [u16; N] = std::array::from_fn(|i| first(o2 - (c + i) * W));
         // SAFETY: lanes outside the row are masked off (neither read, written nor faulted on);
         // the enabled source lanes are the columns each tap reaches (checked by `Taps::new`).
         // Source addresses are formed with `wrapping_offset` and only read through masks.
         unsafe {
-            let mut acc: [__m512; N] =
-                std::array::from_fn(|i| _mm512_maskz_loadu_ps(keep[i], row.add((c + i) * W)));
+            let mut acc: [__m512; N] = [v.start; N];
             for &(t, base) in reach {
                 let wv = _mm512_set1_ps(*w.get_unchecked(taps.taps.get_unchecked(t).k));
-                let masks = taps.masks.as_ptr().add(t * chunks + c);
+                let masks = taps.lanes.masks.as_ptr().add(t * chunks + c);
                 let at = src.as_ptr().wrapping_offset(base + (c * W) as isize);
                 for (i, a) in acc.iter_mut().enumerate() {
                     let m = *masks.add(i);
-                    let v = _mm512_maskz_loadu_ps(m, at.wrapping_add(i * W));
-                    *a = _mm512_mask_add_ps(*a, m, *a, _mm512_mul_ps(wv, v));
+                    let x = _mm512_maskz_loadu_ps(m, at.wrapping_add(i * W));
+                    *a = _mm512_mask_add_ps(*a, m, *a, _mm512_mul_ps(wv, x));
                 }
             }
             for (i, a) in acc.iter().enumerate() {
-                _mm512_mask_storeu_ps(row.add((c + i) * W), keep[i], *a);
+                _mm512_mask_storeu_ps(row.add((c + i) * W), keep[i], v.activate(*a));
             }
         }
     }
@@ -286,9 +506,33 @@ mod tests {
         (Taps::new(taps, outs, h * w, k * k), outs)
     }
 
-    /// The dispatched plane (AVX-512 where this CPU has it) equals the tap-by-tap loop bit for bit
-    /// over row widths around the chunk sizes, with the outputs' starting values kept; a sum in
-    /// another order must differ.
+    /// The activations a plane ends with: those applied in registers, with NaN inputs (which the
+    /// scalar forms pass through) and bounds that cut, and one applied over the stored row.
+    const ACTS: [Activation; 6] = [
+        Activation::None,
+        Activation::Relu,
+        Activation::Clip { lo: -0.5, hi: 0.75 },
+        Activation::LeakyRelu { alpha: 0.1 },
+        Activation::Sigmoid,
+        Activation::HardSwish,
+    ];
+
+    /// The values of a plane's output (poisoned with NaN before the run, so always initialised).
+    fn values(v: &[MaybeUninit<f32>]) -> Vec<f32> {
+        // SAFETY: every element was made by `MaybeUninit::new`.
+        v.iter().map(|v| unsafe { v.assume_init() }).collect()
+    }
+
+    fn bits(v: &[f32]) -> Vec<u32> {
+        // Any NaN is one NaN: vector code may take a NaN's payload from either operand.
+        v.iter()
+            .map(|x| if x.is_nan() { u32::MAX } else { x.to_bits() })
+            .collect()
+    }
+
+    /// The dispatched plane (AVX-512 where this CPU has it) equals the tap-by-tap loop from the
+    /// same starting value bit for bit, activation included, over row widths around the chunk
+    /// sizes; a sum in another order must differ.
     #[test]
     fn plane_equals_the_tap_order_loop() {
         for (n, &(h, w, k, s, pad)) in [
@@ -305,31 +549,80 @@ mod tests {
         .enumerate()
         {
             let (taps, [o0, o1, o2]) = taps_2d((h, w), k, (s, pad));
-            let src = rand(n as u64, h * w);
+            let mut src = rand(n as u64, h * w);
+            src[(n * 7) % (h * w)] = f32::NAN;
             let wt = rand(100 + n as u64, k * k);
-            let start = rand(200 + n as u64, o0 * o1 * o2);
-            let mut got = start.clone();
-            plane(&taps, &src, &wt, &mut got);
-            let mut want = start.clone();
-            plain(&taps, &src, &wt, &mut want);
-            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            assert_eq!(bits(&got), bits(&want), "case {n}");
-            let mut rev = taps.clone();
-            rev.taps.reverse();
-            let rev = Taps::new(rev.taps, rev.outs, h * w, k * k);
-            let mut other = start.clone();
-            plane(&rev, &src, &wt, &mut other);
-            assert_ne!(
-                bits(&got),
-                bits(&other),
-                "case {n}: the tap order went unseen"
-            );
+            let start = rand(200 + n as u64, 1)[0];
+            for act in ACTS {
+                let mut got = vec![MaybeUninit::new(f32::NAN); o0 * o1 * o2];
+                plane(&taps, &src, &wt, start, act, &mut got);
+                let got = values(&got);
+                let mut want = vec![start; o0 * o1 * o2];
+                plain(&taps, &src, &wt, act, &mut want);
+                assert_eq!(bits(&got), bits(&want), "case {n}, {act:?}");
+                let mut rev = taps.clone();
+                rev.taps.reverse();
+                let rev = Taps::new(rev.taps, rev.outs, h * w, k * k);
+                let mut other = vec![MaybeUninit::new(f32::NAN); o0 * o1 * o2];
+                plane(&rev, &src, &wt, start, act, &mut other);
+                let other = values(&other);
+                assert_ne!(
+                    bits(&got),
+                    bits(&other),
+                    "case {n}, {act:?}: the tap order went unseen"
+                );
+            }
         }
     }
 
-    /// Outputs no tap reaches keep their starting value (a masked lane written would show).
+    /// Planes padded to their own size with rows under 32 run as one flat row; the sums stay
+    /// those of the tap-by-tap loop (the test above), and a flat row over a layout where a tap
+    /// steps a source row that is not an output row must be caught by that comparison.
     #[test]
-    fn unreached_outputs_keep_their_values() {
+    fn narrow_planes_run_flat_and_only_where_the_layout_allows() {
+        let flat = |t: &Taps| t.lanes.row_start.len() == 2 && t.outs[1] > 1;
+        assert!(flat(&taps_2d((5, 7), 3, (1, 1)).0));
+        assert!(flat(&taps_2d((5, 17), 5, (1, 2)).0));
+        // Unpadded (rows of 14 read rows of 16), strided, or wide: by rows.
+        assert!(!flat(&taps_2d((4, 16), 3, (1, 0)).0));
+        assert!(!flat(&taps_2d((6, 33), 3, (2, 1)).0));
+        assert!(!flat(&taps_2d((4, 112), 3, (1, 1)).0));
+        // A flat row forced on the unpadded plane reads the wrong source columns.
+        let (mut taps, [o0, o1, o2]) = taps_2d((4, 16), 3, (1, 0));
+        taps.lanes = Lanes::new(&taps.taps, taps.outs, (&taps.reach, &taps.row_start), true);
+        let src = rand(3, 64);
+        let wt = rand(4, 9);
+        let mut got = vec![MaybeUninit::new(f32::NAN); o0 * o1 * o2];
+        plane(&taps, &src, &wt, 0.5, Activation::None, &mut got);
+        let mut want = vec![0.5; o0 * o1 * o2];
+        plain(&taps, &src, &wt, Activation::None, &mut want);
+        if crate::Isa::detected() == crate::Isa::Avx512 {
+            assert_ne!(bits(&values(&got)), bits(&want));
+        }
+    }
+
+    /// Every column lands at its phase and index, for lengths around the 32-column step and
+    /// strides 1 to 3, and nothing else is written.
+    #[test]
+    fn split_columns_puts_each_column_in_its_phase() {
+        for s in 1..=3 {
+            for n in [1usize, 2, 5, 31, 32, 33, 63, 64, 70, 112] {
+                let row: Vec<f32> = (0..n).map(|i| i as f32).collect();
+                let stride = n.div_ceil(s) + 3;
+                let mut out = vec![-1.0; s * stride];
+                split_columns(&row, s, &mut out, stride);
+                for (i, &v) in row.iter().enumerate() {
+                    assert_eq!(out[(i % s) * stride + i / s], v, "s={s} n={n} column {i}");
+                }
+                let written = out.iter().filter(|&&v| v >= 0.0).count();
+                assert_eq!(written, n, "s={s} n={n}: a write outside the phases");
+            }
+        }
+    }
+
+    /// Outputs no tap reaches are written too: the activation of the starting value.
+    #[test]
+    fn unreached_outputs_are_the_activated_start() {
         // One tap reaching columns 3..9 of 20 and rows 1..2 of 3.
         let tap = Tap {
             k: 0,
@@ -340,14 +633,16 @@ mod tests {
         };
         let taps = Taps::new(vec![tap], [1, 3, 20], 60, 1);
         let src = rand(7, 60);
-        let mut out = vec![f32::NAN; 60];
-        out[20 + 3..20 + 9].fill(1.0);
-        plane(&taps, &src, &[0.5], &mut out);
-        for (i, v) in out.iter().enumerate() {
-            let reached = (23..29).contains(&i);
-            assert_eq!(!v.is_nan(), reached, "output {i}");
-            if reached {
-                assert_eq!(*v, 1.0 + 0.5 * src[i]);
+        for act in ACTS {
+            let mut out = vec![MaybeUninit::new(f32::NAN); 60];
+            plane(&taps, &src, &[0.5], -0.25, act, &mut out);
+            for (i, v) in values(&out).into_iter().enumerate() {
+                let want = if (23..29).contains(&i) {
+                    act.scalar(-0.25 + 0.5 * src[i])
+                } else {
+                    act.scalar(-0.25)
+                };
+                assert_eq!(v.to_bits(), want.to_bits(), "{act:?}, output {i}");
             }
         }
     }

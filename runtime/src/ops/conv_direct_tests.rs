@@ -58,6 +58,8 @@ fn depthwise_rows_equal_the_tap_order_definition_bit_for_bit() {
         (2, 5, 113, 1, 3, 3, 1, [0, 2, 1, 1]),
         (2, 9, 40, 1, 3, 1, 2, [2, 0, 2, 3]),
         (2, 11, 33, 1, 5, 2, 1, [2, 2, 2, 2]),
+        (3, 14, 14, 1, 3, 2, 1, [0, 0, 1, 1]),
+        (2, 7, 7, 1, 3, 1, 1, [1, 1, 1, 1]),
     ];
     for (n, &(c, h, w, mult, k, s, d, p)) in cases.iter().enumerate() {
         let m = c * mult;
@@ -75,15 +77,32 @@ fn depthwise_rows_equal_the_tap_order_definition_bit_for_bit() {
             |ctx, x, wt, b| {
                 let sh = ConvShape::new(ctx, x.shape(), wt.shape(), Some(b)).unwrap();
                 assert!(sh.depthwise(), "case {n}");
-                let got = conv_f32(ctx, x, wt, Some(b), Activation::None).unwrap();
-                let (oh, ow) = (got.shape()[2], got.shape()[3]);
-                let got: Vec<u32> = got.iter().map(|v| v.to_bits()).collect();
-                let (xd, wd, bd) = slices(x, wt, b);
-                let geom = ((c, h, w), (m, k, k), (s, d, p[0], p[1]), (oh, ow));
-                let want = in_order(xd, wd, bd, geom.0, geom.1, geom.2, geom.3, false);
-                assert_eq!(got, want, "case {n}");
-                let reversed = in_order(xd, wd, bd, geom.0, geom.1, geom.2, geom.3, true);
-                assert_ne!(got, reversed, "case {n}: the tap order went unseen");
+                // In registers (Clip) and over the stored plane (Silu), against the activation
+                // of the definition's sums.
+                for act in [
+                    Activation::None,
+                    Activation::Clip { lo: -0.25, hi: 0.5 },
+                    Activation::Silu,
+                ] {
+                    let got = conv_f32(ctx, x, wt, Some(b), act).unwrap();
+                    let (oh, ow) = (got.shape()[2], got.shape()[3]);
+                    let got: Vec<u32> = got.iter().map(|v| v.to_bits()).collect();
+                    let (xd, wd, bd) = slices(x, wt, b);
+                    let geom = ((c, h, w), (m, k, k), (s, d, p[0], p[1]), (oh, ow));
+                    let activated = |v: Vec<u32>| -> Vec<u32> {
+                        v.into_iter()
+                            .map(|b| act.scalar(f32::from_bits(b)).to_bits())
+                            .collect()
+                    };
+                    let want = in_order(xd, wd, bd, geom.0, geom.1, geom.2, geom.3, false);
+                    assert_eq!(got, activated(want), "case {n}, {act:?}");
+                    let reversed = in_order(xd, wd, bd, geom.0, geom.1, geom.2, geom.3, true);
+                    assert_ne!(
+                        got,
+                        activated(reversed),
+                        "case {n}, {act:?}: the tap order went unseen"
+                    );
+                }
             },
         );
     }

@@ -170,10 +170,17 @@ pub(super) trait ConvFloat: GemmFloat {
         None
     }
 
-    /// [`direct_plane`] on this type, or the same sums by a kernel of its own (the same operations
-    /// in the same order: the same bits).
-    fn plane(task: &PlaneTask<Self>, out: &mut [Self], phases: &mut Vec<Self>) {
-        direct_plane(task, out, phases)
+    /// `out = act(start + Σ w·x)` over one plane: [`direct_plane`] on this type, or the same sums
+    /// by a kernel of its own (the same operations in the same order: the same bits). Every value
+    /// of `out` is written.
+    fn plane(
+        task: &PlaneTask<Self>,
+        start: Self,
+        act: Activation,
+        out: &mut [MaybeUninit<Self>],
+        phases: &mut Vec<Self>,
+    ) {
+        plane_by_taps(task, start, act, out, phases)
     }
 }
 
@@ -211,49 +218,108 @@ impl ConvFloat for f32 {
     }
 
     /// The taps read linearly: output `(od, oh, j)` of a tap reads the plane (stride 1 along the
-    /// columns) or its stride phases as [`direct_plane`] lays them out.
+    /// columns) or the phases [`PhaseGrid`] lays out.
     fn plane_taps(g: &Geom, taps: &[DirectTap]) -> Option<DwTaps> {
         let [i0, i1, i2] = g.ins;
-        let s2 = g.s[2];
-        let (rows, pw) = (i0 * i1, if s2 > 1 { i2.div_ceil(s2) } else { i2 });
+        let grid = PhaseGrid::of(g);
+        if grid.is_none() && g.s[2] > 1 {
+            // A 3-D plane strided along its columns: `direct_plane` from the taps themselves.
+            return None;
+        }
         let linear = taps
             .iter()
-            .map(|t| {
-                let (ph, q) = if s2 > 1 {
-                    (
-                        t.off[2].rem_euclid(s2 as i64),
-                        t.off[2].div_euclid(s2 as i64),
-                    )
-                } else {
-                    (0, t.off[2])
-                };
-                // A row of the source is `pw` values; `i1` rows make a plane.
-                let (row, plane) = (pw as i64, (i1 * pw) as i64);
-                DwTap {
-                    k: t.k,
-                    rows: t.rows,
-                    cols: t.cols,
-                    base: (ph * (rows * pw) as i64 + t.off[0] * plane + t.off[1] * row + q)
-                        as isize,
-                    step: [
-                        (g.s[0] as i64 * plane) as isize,
-                        (g.s[1] as i64 * row) as isize,
-                    ],
+            .map(|t| match grid {
+                // Row `oh·s₁ + off₁` is phase row `off₁ mod s₁`, index `oh + off₁ div s₁`; the
+                // same for columns.
+                Some(pg) => {
+                    let (s1, s2) = (g.s[1] as i64, g.s[2] as i64);
+                    let (pr, qr) = (t.off[1].rem_euclid(s1), t.off[1].div_euclid(s1));
+                    let (pc, qc) = (t.off[2].rem_euclid(s2), t.off[2].div_euclid(s2));
+                    let (rows, pw) = (pg.rows as i64, pg.width as i64);
+                    DwTap {
+                        k: t.k,
+                        rows: t.rows,
+                        cols: t.cols,
+                        base: (((pr * s2 + pc) * rows + qr) * pw + qc) as isize,
+                        step: [0, pw as isize],
+                    }
+                }
+                None => {
+                    // A row of the source is `i2` values; `i1` rows make a plane.
+                    let (row, plane) = (i2 as i64, (i1 * i2) as i64);
+                    DwTap {
+                        k: t.k,
+                        rows: t.rows,
+                        cols: t.cols,
+                        base: (t.off[0] * plane + t.off[1] * row + t.off[2]) as isize,
+                        step: [
+                            (g.s[0] as i64 * plane) as isize,
+                            (g.s[1] as i64 * row) as isize,
+                        ],
+                    }
                 }
             })
             .collect();
-        let src_len = if s2 > 1 { s2 * rows * pw } else { rows * i2 };
+        let src_len = grid.map_or(i0 * i1 * i2, |pg| pg.len(g));
         Some(DwTaps::new(linear, g.outs, src_len, g.ksz()))
     }
 
-    fn plane(task: &PlaneTask<f32>, out: &mut [f32], phases: &mut Vec<f32>) {
+    fn plane(
+        task: &PlaneTask<f32>,
+        start: f32,
+        act: Activation,
+        out: &mut [MaybeUninit<f32>],
+        phases: &mut Vec<f32>,
+    ) {
         match task.lin {
             Some(lin) => {
-                let src = split_plane(task, phases);
-                quorum_kernels::depthwise::plane(lin, src, task.w, out);
+                let src = match PhaseGrid::of(task.g) {
+                    Some(pg) => pg.split(task.g, task.x, phases),
+                    None => task.x,
+                };
+                quorum_kernels::depthwise::plane(lin, src, task.w, start, act, out);
             }
-            None => direct_plane(task, out, phases),
+            None => plane_by_taps(task, start, act, out, phases),
         }
+    }
+}
+
+/// The source of an f32 depthwise plane strided along its columns, split into its `s₁ × s₂` stride
+/// phases: phase `(p, q)` holds the values at rows `i·s₁ + p` and columns `j·s₂ + q`, as a grid of
+/// `rows × width`. Each tap then reads a contiguous run per output row, and output rows follow one
+/// another one phase row apart, so that planes whose phase rows are as wide as their output rows
+/// run as one flat row in the kernel. Two-dimensional convolutions only (a 3-D one, or one not
+/// strided along its columns, reads the plane itself).
+#[derive(Debug, Clone, Copy)]
+struct PhaseGrid {
+    rows: usize,
+    width: usize,
+}
+
+impl PhaseGrid {
+    fn of(g: &Geom) -> Option<PhaseGrid> {
+        (g.ins[0] == 1 && g.outs[0] == 1 && g.s[2] > 1).then(|| PhaseGrid {
+            rows: g.ins[1].div_ceil(g.s[1]),
+            width: g.ins[2].div_ceil(g.s[2]),
+        })
+    }
+
+    /// The values of every phase.
+    fn len(&self, g: &Geom) -> usize {
+        g.s[1] * g.s[2] * self.rows * self.width
+    }
+
+    /// `x` split into `phases` (resized, and overwritten where a value lands; a slot none lands in
+    /// is never read).
+    fn split<'a>(&self, g: &Geom, x: &[f32], phases: &'a mut Vec<f32>) -> &'a [f32] {
+        let (s1, s2, i2) = (g.s[1], g.s[2], g.ins[2]);
+        phases.resize(self.len(g), 0.0);
+        let plane = self.rows * self.width;
+        for (r, row) in x.chunks_exact(i2).enumerate() {
+            let at = ((r % s1) * s2 * self.rows + r / s1) * self.width;
+            quorum_kernels::depthwise::split_columns(row, s2, &mut phases[at..], plane);
+        }
+        phases
     }
 }
 
@@ -473,6 +539,23 @@ fn split_plane<'a, T: GemmFloat>(task: &PlaneTask<'a, T>, phases: &'a mut Vec<T>
     phases
 }
 
+/// [`direct_plane`] from `start`, then the activation (`ConvFloat::plane`'s default).
+fn plane_by_taps<T: ConvFloat>(
+    task: &PlaneTask<T>,
+    start: T,
+    act: Activation,
+    out: &mut [MaybeUninit<T>],
+    phases: &mut Vec<T>,
+) {
+    for o in out.iter_mut() {
+        o.write(start);
+    }
+    // SAFETY: every value of the plane was written just above.
+    let out = unsafe { &mut *(out as *mut [MaybeUninit<T>] as *mut [T]) };
+    direct_plane(task, out, phases);
+    T::activate(out, act);
+}
+
 /// Direct convolution of one input plane with one filter (depthwise), added into `out`; `phases`
 /// is scratch.
 #[inline(always)]
@@ -536,11 +619,6 @@ pub(super) fn depthwise<T: ConvFloat>(
     let f = |phases: &mut Vec<T>, (plane, out): (usize, &mut [MaybeUninit<T>])| {
         let (ni, oc) = (plane / m, plane % m);
         let start = bias.map_or(T::zero(), |b| b[oc]);
-        for o in out.iter_mut() {
-            o.write(start);
-        }
-        // SAFETY: every value of the plane was written just above.
-        let out = unsafe { &mut *(out as *mut [MaybeUninit<T>] as *mut [T]) };
         let ic = ni * sh.c + oc / mg;
         let task = PlaneTask {
             x: &xd[ic * in_sp..(ic + 1) * in_sp],
@@ -549,8 +627,7 @@ pub(super) fn depthwise<T: ConvFloat>(
             g,
             lin: lin.as_ref(),
         };
-        T::plane(&task, out, phases);
-        T::activate(out, act);
+        T::plane(&task, start, act, out, phases);
     };
     // The planes are written once, each starting from its bias (never zeroed first).
     let planes = &mut y.spare_capacity_mut()[..total];
