@@ -37,6 +37,14 @@ pub(crate) unsafe fn tile(
         Isa::Avx2 => avx2_6x16,
         _ => portable_4x8,
     };
+    // A tile of few rows (a batch of one through a layer's weights) computes only its rows, each
+    // with the same sum as in the full tile.
+    #[cfg(target_arch = "x86_64")]
+    let full = match (isa, rows) {
+        (Isa::Avx512, 1) => avx512_1x32,
+        (Isa::Avx512, 2..=4) => avx512_4x32,
+        _ => full,
+    };
     // SAFETY: the caller's contract; a partial tile goes through a scratch tile of the full size.
     unsafe {
         if rows == mr && cols == nr {
@@ -91,10 +99,11 @@ unsafe fn portable_4x8(
     }
 }
 
-/// One SIMD tile kernel: `$mr` rows of `$nv` vectors of `$w` lanes.
+/// One SIMD tile kernel: the first `$rows` rows of an `$mr`-row panel, of `$nv` vectors of `$w`
+/// lanes.
 macro_rules! simd_tile {
-    ($name:ident, $feat:literal, $mr:literal, $nv:literal, $w:literal, $zero:ident, $load:ident,
-     $store:ident, $set1:ident, $fmadd:ident, $add:ident) => {
+    ($name:ident, $feat:literal, $mr:literal, $rows:literal, $nv:literal, $w:literal,
+     $zero:ident, $load:ident, $store:ident, $set1:ident, $fmadd:ident, $add:ident) => {
         #[cfg(target_arch = "x86_64")]
         #[target_feature(enable = $feat)]
         unsafe fn $name(
@@ -108,7 +117,7 @@ macro_rules! simd_tile {
             use std::arch::x86_64::*;
             // SAFETY: the contract of `tile`; this function runs only where `$feat` was detected.
             unsafe {
-                let mut acc = [[$zero(); $nv]; $mr];
+                let mut acc = [[$zero(); $nv]; $rows];
                 let (mut a, mut b) = (a, b);
                 for _ in 0..k {
                     let mut bv = [$zero(); $nv];
@@ -141,6 +150,37 @@ simd_tile!(
     avx512_8x32,
     "avx512f",
     8,
+    8,
+    2,
+    16,
+    _mm512_setzero_ps,
+    _mm512_loadu_ps,
+    _mm512_storeu_ps,
+    _mm512_set1_ps,
+    _mm512_fmadd_ps,
+    _mm512_add_ps
+);
+
+simd_tile!(
+    avx512_1x32,
+    "avx512f",
+    8,
+    1,
+    2,
+    16,
+    _mm512_setzero_ps,
+    _mm512_loadu_ps,
+    _mm512_storeu_ps,
+    _mm512_set1_ps,
+    _mm512_fmadd_ps,
+    _mm512_add_ps
+);
+
+simd_tile!(
+    avx512_4x32,
+    "avx512f",
+    8,
+    4,
     2,
     16,
     _mm512_setzero_ps,
@@ -154,6 +194,7 @@ simd_tile!(
 simd_tile!(
     avx2_6x16,
     "avx2,fma",
+    6,
     6,
     2,
     8,
@@ -169,6 +210,50 @@ simd_tile!(
 mod tests {
     use super::*;
 
+    /// Tiles of fewer rows than the panel (on AVX-512, kernels that compute only 1 or 4 rows)
+    /// give the bits of the full tile's rows, from random values whose sums round; the same
+    /// steps in reverse order must give other bits.
+    #[test]
+    fn few_row_tiles_equal_the_full_tiles_rows_bit_for_bit() {
+        let rand = |seed: u64, n: usize| crate::testing::rand(seed, n);
+        for &isa in Isa::supported() {
+            let (mr, nr, k) = (isa.mr(), isa.nr(), 301);
+            let (a, b) = (rand(1, k * mr), rand(2, k * nr));
+            let start = rand(3, mr * nr);
+            let run = |a: &[f32], b: &[f32], rows: usize, accumulate: bool| {
+                let mut c = start.clone();
+                // SAFETY: panels and C are sized for the tile, the ISA is supported.
+                unsafe {
+                    tile(
+                        isa,
+                        k,
+                        a.as_ptr(),
+                        b.as_ptr(),
+                        c.as_mut_ptr(),
+                        nr,
+                        rows,
+                        nr,
+                        accumulate,
+                    )
+                };
+                c.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+            };
+            for accumulate in [false, true] {
+                let full = run(&a, &b, mr, accumulate);
+                for rows in 1..mr {
+                    let got = run(&a, &b, rows, accumulate);
+                    assert_eq!(got[..rows * nr], full[..rows * nr], "{isa:?} rows {rows}");
+                    assert_eq!(got[rows * nr..], run(&a, &b, 0, false)[rows * nr..]);
+                }
+                let rev = |v: &[f32], w: usize| -> Vec<f32> {
+                    v.chunks(w).rev().flatten().copied().collect()
+                };
+                let other = run(&rev(&a, mr), &rev(&b, nr), 1, accumulate);
+                assert_ne!(other[..nr], full[..nr], "{isa:?}: the order went unseen");
+            }
+        }
+    }
+
     /// Every supported tile against plain f64 sums, full and partial, overwrite and accumulate.
     #[test]
     fn tiles_match_plain_sums() {
@@ -179,7 +264,14 @@ mod tests {
                 let b: Vec<f32> = (0..k * nr)
                     .map(|i| ((i * 5 % 11) as f32) * 0.5 - 2.0)
                     .collect();
-                for (rows, cols) in [(mr, nr), (1, 1), (mr - 1, nr - 3), (mr, 1)] {
+                for (rows, cols) in [
+                    (mr, nr),
+                    (1, 1),
+                    (1, nr),
+                    (3, nr),
+                    (mr - 1, nr - 3),
+                    (mr, 1),
+                ] {
                     for accumulate in [false, true] {
                         let ldc = nr + 5;
                         let mut c = vec![3.0f32; mr * ldc];

@@ -1,8 +1,9 @@
 //! f32 MatMul and Gemm through the packed GEMM of `quorum-kernels` (AVX-512 or AVX2+FMA
 //! micro-kernels): the left operand packed into row panels per call; the right one, when it is a
 //! constant of the session (a weight), packed once and cached (`conv_weights.rs`), otherwise read
-//! by the GEMM's own block packing. Shapes too thin for its register tile (fewer rows than a tile,
-//! or a handful of columns) keep the general path, which handles them as matrix-vector products.
+//! by the GEMM's own block packing. Shapes too thin for its register tile (fewer rows than a tile
+//! where B is not a weight, or a handful of columns) keep the general path, which handles them as
+//! matrix-vector products.
 use std::sync::Arc;
 
 use ndarray::{ArrayD, IxDyn};
@@ -50,7 +51,10 @@ pub(super) fn matmul_f32(ctx: &OpCtx, a: &ArrayD<f32>, b: &ArrayD<f32>) -> OpRes
     // One tall GEMM when B is shared: A's batches fold into its rows.
     let tall = nbb == 1 && na == nb;
     let rows = if tall { nb * m } else { m };
-    if rows < isa.mr() || n < isa.nr() / 2 {
+    // Fewer rows than a tile (a batch of one) where B is a weight, packed once: the tile kernels
+    // compute only those rows.
+    let weight = tall && b.ndim() == 2 && is_constant_b(ctx);
+    if (rows < isa.mr() && !weight) || rows == 0 || n < isa.nr() / 2 {
         return matmul_nd(ctx, a, b);
     }
     ctx.check_alloc(&out_shape, std::mem::size_of::<f32>())?;
@@ -105,6 +109,14 @@ pub(super) fn matmul_f32(ctx: &OpCtx, a: &ArrayD<f32>, b: &ArrayD<f32>) -> OpRes
     Ok(ArrayD::from_shape_vec(IxDyn(&out_shape), out)?)
 }
 
+/// Whether input 1 is a constant of the running session (a weight, packed once).
+fn is_constant_b(ctx: &OpCtx) -> bool {
+    ctx.node
+        .inputs
+        .get(1)
+        .is_some_and(|name| ctx.runner.constant(name).is_some())
+}
+
 /// Input 1 (`B`, `k×n`, stored transposed when `trans`) packed once when it is a constant of the
 /// running session (cached per initializer); `None` when it is fed or computed per run.
 fn weight_b(
@@ -143,7 +155,8 @@ pub(super) fn gemm_f32(
     }
     let (m, k, kb, n) = gemm_dims(a.shape(), b.shape(), ta, tb);
     let isa = Isa::detected();
-    if k != kb || m < isa.mr() || n < isa.nr() / 2 {
+    // Fewer rows than a tile (a batch of one) only where B is a weight, packed once.
+    if k != kb || m == 0 || (m < isa.mr() && !is_constant_b(ctx)) || n < isa.nr() / 2 {
         return Ok(None);
     }
     let cv = match c {
@@ -312,90 +325,93 @@ mod tests {
     }
 
     /// Gemm through the packed path: every transpose, alpha and beta, C of each broadcast shape, B
-    /// fed per run and B a cached constant (twice: the second from the cache), against f64 sums of
-    /// the definition.
+    /// fed per run and B a cached constant (twice: the second from the cache), tiles of 19, 3 and 1
+    /// rows, against f64 sums of the definition.
     #[test]
     fn packed_gemm_matches_f64_sums() {
         use crate::ir::{Attr, Node};
         use crate::tensor::Value;
-        let (m, k, n) = (19usize, 70usize, 41usize);
-        for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
-            for (cshape, alpha, beta) in [
-                (vec![n], 1.0f32, 1.0f32),
-                (vec![m, 1], 0.5, -2.0),
-                (vec![m, n], 1.0, 0.25),
-                (vec![], 2.0, 1.0),
-            ] {
-                let ash = if ta { [k, m] } else { [m, k] };
-                let bsh = if tb { [n, k] } else { [k, n] };
-                let (a, b) = (rand(5, m * k), rand(6, k * n));
-                let c = rand(7, cshape.iter().product());
-                let at = |i: usize, p: usize| if ta { a[p * m + i] } else { a[i * k + p] };
-                let bt = |p: usize, j: usize| if tb { b[j * k + p] } else { b[p * n + j] };
-                let cat = |i: usize, j: usize| match cshape.as_slice() {
-                    [_] => c[j],
-                    [_, 1] => c[i],
-                    [_, _] => c[i * n + j],
-                    _ => c[0],
-                };
-                let mut want = Vec::new();
-                for i in 0..m {
-                    for j in 0..n {
-                        let (mut sum, mut mag) = (0f64, 0f64);
-                        for p in 0..k {
-                            let t = at(i, p) as f64 * bt(p, j) as f64;
-                            sum += t;
-                            mag += t.abs();
-                        }
-                        let v = alpha as f64 * sum + beta as f64 * cat(i, j) as f64;
-                        let tol = (k as f64 + 4.0)
-                            * f32::EPSILON as f64
-                            * (alpha.abs() as f64 * mag + (beta as f64 * cat(i, j) as f64).abs())
-                            + 1e-30;
-                        want.push((v, tol));
-                    }
-                }
-                let node = Node {
-                    name: "g".into(),
-                    op_type: "Gemm".into(),
-                    domain: String::new(),
-                    opset: 13,
-                    inputs: vec!["a".into(), "w".into(), "c".into()],
-                    outputs: vec!["y".into()],
-                    attrs: [
-                        ("transA".to_string(), Attr::Int(ta as i64)),
-                        ("transB".to_string(), Attr::Int(tb as i64)),
-                        ("alpha".to_string(), Attr::Float(alpha)),
-                        ("beta".to_string(), Attr::Float(beta)),
-                    ]
-                    .into(),
-                };
-                let av = Value::Tensor(Tensor::from_f32(&ash, a.clone()).unwrap());
-                let bv = Arc::new(Value::Tensor(Tensor::from_f32(&bsh, b.clone()).unwrap()));
-                let cv = Value::Tensor(Tensor::from_f32(&cshape, c.clone()).unwrap());
-                let fed = crate::ops::NoSubgraphs;
-                let constant = Constant(bv.clone());
-                for runner in [
-                    &fed as &dyn crate::ops::SubgraphRunner,
-                    &constant,
-                    &constant,
+        // 1 and 3 rows: fewer than a tile, which the packed path takes where B is a constant.
+        for (m, k, n) in [(19usize, 70usize, 41usize), (1, 300, 70), (3, 70, 41)] {
+            for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+                for (cshape, alpha, beta) in [
+                    (vec![n], 1.0f32, 1.0f32),
+                    (vec![m, 1], 0.5, -2.0),
+                    (vec![m, n], 1.0, 0.25),
+                    (vec![], 2.0, 1.0),
                 ] {
-                    let ctx = OpCtx {
-                        node: &node,
-                        runner,
-                        max_tensor_bytes: 1 << 30,
+                    let ash = if ta { [k, m] } else { [m, k] };
+                    let bsh = if tb { [n, k] } else { [k, n] };
+                    let (a, b) = (rand(5, m * k), rand(6, k * n));
+                    let c = rand(7, cshape.iter().product());
+                    let at = |i: usize, p: usize| if ta { a[p * m + i] } else { a[i * k + p] };
+                    let bt = |p: usize, j: usize| if tb { b[j * k + p] } else { b[p * n + j] };
+                    let cat = |i: usize, j: usize| match cshape.as_slice() {
+                        [_] => c[j],
+                        [_, 1] => c[i],
+                        [_, _] => c[i * n + j],
+                        _ => c[0],
                     };
-                    let got = super::super::gemm_op(&ctx, &[Some(&av), Some(&bv), Some(&cv)])
-                        .unwrap()
-                        .remove(0)
-                        .into_tensor()
-                        .unwrap();
-                    assert_eq!(got.shape(), &[m, n]);
-                    assert_eq!(
-                        outside(&got, &want),
-                        None,
-                        "transA={ta} transB={tb} C{cshape:?} alpha={alpha} beta={beta}"
-                    );
+                    let mut want = Vec::new();
+                    for i in 0..m {
+                        for j in 0..n {
+                            let (mut sum, mut mag) = (0f64, 0f64);
+                            for p in 0..k {
+                                let t = at(i, p) as f64 * bt(p, j) as f64;
+                                sum += t;
+                                mag += t.abs();
+                            }
+                            let v = alpha as f64 * sum + beta as f64 * cat(i, j) as f64;
+                            let tol = (k as f64 + 4.0)
+                                * f32::EPSILON as f64
+                                * (alpha.abs() as f64 * mag
+                                    + (beta as f64 * cat(i, j) as f64).abs())
+                                + 1e-30;
+                            want.push((v, tol));
+                        }
+                    }
+                    let node = Node {
+                        name: "g".into(),
+                        op_type: "Gemm".into(),
+                        domain: String::new(),
+                        opset: 13,
+                        inputs: vec!["a".into(), "w".into(), "c".into()],
+                        outputs: vec!["y".into()],
+                        attrs: [
+                            ("transA".to_string(), Attr::Int(ta as i64)),
+                            ("transB".to_string(), Attr::Int(tb as i64)),
+                            ("alpha".to_string(), Attr::Float(alpha)),
+                            ("beta".to_string(), Attr::Float(beta)),
+                        ]
+                        .into(),
+                    };
+                    let av = Value::Tensor(Tensor::from_f32(&ash, a.clone()).unwrap());
+                    let bv = Arc::new(Value::Tensor(Tensor::from_f32(&bsh, b.clone()).unwrap()));
+                    let cv = Value::Tensor(Tensor::from_f32(&cshape, c.clone()).unwrap());
+                    let fed = crate::ops::NoSubgraphs;
+                    let constant = Constant(bv.clone());
+                    for runner in [
+                        &fed as &dyn crate::ops::SubgraphRunner,
+                        &constant,
+                        &constant,
+                    ] {
+                        let ctx = OpCtx {
+                            node: &node,
+                            runner,
+                            max_tensor_bytes: 1 << 30,
+                        };
+                        let got = super::super::gemm_op(&ctx, &[Some(&av), Some(&bv), Some(&cv)])
+                            .unwrap()
+                            .remove(0)
+                            .into_tensor()
+                            .unwrap();
+                        assert_eq!(got.shape(), &[m, n]);
+                        assert_eq!(
+                            outside(&got, &want),
+                            None,
+                            "m={m} transA={ta} transB={tb} C{cshape:?} alpha={alpha} beta={beta}"
+                        );
+                    }
                 }
             }
         }
