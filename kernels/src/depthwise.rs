@@ -237,7 +237,9 @@ pub fn plane(
         match crate::Isa::detected() {
             // SAFETY: AVX-512F was detected; the sizes were checked above and the taps' reads by
             // `Taps::new`; every output is written before it is read as initialised.
-            crate::Isa::Avx512 => return unsafe { avx512::plane(taps, src, w, start, act, out) },
+            crate::Isa::Avx512 => {
+                return unsafe { avx512::plane::<false>(taps, src, w, start, act, out) };
+            }
             // SAFETY: AVX2 was detected.
             crate::Isa::Avx2 => return unsafe { avx2(taps, src, w, act, fill(out, start)) },
             crate::Isa::Portable => {}
@@ -272,6 +274,51 @@ pub fn split_columns(row: &[f32], s: usize, out: &mut [f32], stride: usize) {
             *d = v;
         }
     }
+}
+
+/// The max of each window over the taps in order, by [`take`]'s rule (the first NaN if any, else
+/// the first maximal tap): `out[(od·o1 + oh)·o2 + j] = take(…take(-∞, tap₀), tap₁…)`. An output no
+/// tap reaches is -∞. Every output is written and none is read.
+///
+/// # Panics
+/// When `src` or `out` do not have the sizes the taps were made for (a caller's error).
+pub fn plane_max(taps: &Taps, src: &[f32], out: &mut [MaybeUninit<f32>]) {
+    let [o0, o1, o2] = taps.outs;
+    assert!(
+        src.len() >= taps.src_len && out.len() == o0 * o1 * o2,
+        "depthwise: {} source values and {} outputs for taps over {:?}",
+        src.len(),
+        out.len(),
+        taps.outs
+    );
+    #[cfg(target_arch = "x86_64")]
+    if crate::Isa::detected() == crate::Isa::Avx512 {
+        // SAFETY: AVX-512F was detected; the sizes were checked above and the taps' reads by
+        // `Taps::new`; the max path reads no weight.
+        return unsafe {
+            avx512::plane::<true>(taps, src, &[], f32::NEG_INFINITY, Activation::None, out)
+        };
+    }
+    let out = fill(out, f32::NEG_INFINITY);
+    let o2 = o2.max(1);
+    for (r, row) in out.chunks_exact_mut(o2).enumerate() {
+        for &(t, base) in &taps.reach[taps.row_start[r]..taps.row_start[r + 1]] {
+            let (c0, c1) = taps.taps[t].cols;
+            let s0 = (base + c0 as isize) as usize;
+            for (d, &v) in row[c0..c1].iter_mut().zip(&src[s0..s0 + (c1 - c0)]) {
+                *d = take(*d, v);
+            }
+        }
+    }
+}
+
+/// `best` after seeing `v` by the window rule of MaxPool: an ordered best is replaced by a greater
+/// tap or by a NaN; a NaN best stays.
+#[inline(always)]
+pub fn take(best: f32, v: f32) -> f32 {
+    #[allow(clippy::eq_op)]
+    let replace = (best == best) & ((v > best) | (v != v));
+    if replace { v } else { best }
 }
 
 /// `out` with every value set to `start`.
@@ -313,7 +360,7 @@ mod avx512 {
     /// # Safety
     /// AVX-512F is available; `src`, `w` and `out` have the sizes checked by `super::plane`.
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn plane(
+    pub(super) unsafe fn plane<const MAX: bool>(
         taps: &Taps,
         src: &[f32],
         w: &[f32],
@@ -339,13 +386,13 @@ mod avx512 {
             // tap's to the columns it reaches, whose reads `Taps::new` checked.
             unsafe {
                 while c + 4 <= chunks {
-                    chunk_run::<4>(taps, reach, w, src, row, c, &v);
+                    chunk_run::<4, MAX>(taps, reach, w, src, row, c, &v);
                     c += 4;
                 }
                 match chunks - c {
-                    3 => chunk_run::<3>(taps, reach, w, src, row, c, &v),
-                    2 => chunk_run::<2>(taps, reach, w, src, row, c, &v),
-                    1 => chunk_run::<1>(taps, reach, w, src, row, c, &v),
+                    3 => chunk_run::<3, MAX>(taps, reach, w, src, row, c, &v),
+                    2 => chunk_run::<2, MAX>(taps, reach, w, src, row, c, &v),
+                    1 => chunk_run::<1, MAX>(taps, reach, w, src, row, c, &v),
                     _ => {}
                 }
             }
@@ -435,7 +482,7 @@ mod avx512 {
     /// As `plane`; `row` points at a row of `taps.lanes.width` outputs, `c + N` is at most its
     /// chunk count and `reach` is that row's list.
     #[inline(always)]
-    unsafe fn chunk_run<const N: usize>(
+    unsafe fn chunk_run<const N: usize, const MAX: bool>(
         taps: &Taps,
         reach: &[(usize, isize)],
         w: &[f32],
@@ -453,9 +500,22 @@ mod avx512 {
         unsafe {
             let mut acc: [__m512; N] = [v.start; N];
             for &(t, base) in reach {
-                let wv = _mm512_set1_ps(*w.get_unchecked(taps.taps.get_unchecked(t).k));
                 let masks = taps.lanes.masks.as_ptr().add(t * chunks + c);
                 let at = src.as_ptr().wrapping_offset(base + (c * W) as isize);
+                if MAX {
+                    // The window rule of `take`: the tap replaces an ordered best that it
+                    // exceeds, and a NaN tap replaces any ordered best.
+                    for (i, a) in acc.iter_mut().enumerate() {
+                        let m = *masks.add(i);
+                        let x = _mm512_maskz_loadu_ps(m, at.wrapping_add(i * W));
+                        let ordered = _mm512_cmp_ps_mask::<_CMP_ORD_Q>(*a, *a);
+                        let wins = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, *a)
+                            | _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, x);
+                        *a = _mm512_mask_mov_ps(*a, m & ordered & wins, x);
+                    }
+                    continue;
+                }
+                let wv = _mm512_set1_ps(*w.get_unchecked(taps.taps.get_unchecked(t).k));
                 for (i, a) in acc.iter_mut().enumerate() {
                     let m = *masks.add(i);
                     let x = _mm512_maskz_loadu_ps(m, at.wrapping_add(i * W));
@@ -617,6 +677,73 @@ mod tests {
                 let written = out.iter().filter(|&&v| v >= 0.0).count();
                 assert_eq!(written, n, "s={s} n={n}: a write outside the phases");
             }
+        }
+    }
+
+    /// The window max equals the tap-by-tap `take` in order, bit for bit, with NaNs and signed
+    /// zeros among the values (where the first of equal taps and the first NaN are what win), flat
+    /// and by rows; taking the last of equal taps instead must be caught.
+    #[test]
+    fn plane_max_equals_take_in_tap_order() {
+        for (n, &(h, w, k, s, pad)) in [
+            (5, 7, 3, 1, 1),
+            (6, 33, 3, 2, 1),
+            (4, 16, 3, 1, 0),
+            (9, 111, 3, 2, 0),
+            (7, 14, 3, 2, 1),
+        ]
+        .iter()
+        .enumerate()
+        {
+            let (taps, [o0, o1, o2]) = taps_2d((h, w), k, (s, pad));
+            // Negative values and zeros of both signs, so that most windows' max is a zero and
+            // which of two equal zeros wins shows in the bits.
+            let mut src: Vec<f32> = rand(n as u64, h * w)
+                .iter()
+                .map(|v| -(v.abs() * 4.0).round() * 0.25 - 0.25)
+                .collect();
+            for (i, v) in src.iter_mut().enumerate() {
+                match i % 5 {
+                    0 => *v = 0.0,
+                    2 => *v = -0.0,
+                    _ => {}
+                }
+                if i % 37 == 11 && n % 2 == 0 {
+                    *v = f32::NAN;
+                }
+            }
+            let mut got = vec![MaybeUninit::new(1.0); o0 * o1 * o2];
+            plane_max(&taps, &src, &mut got);
+            let got = values(&got);
+            let by = |rule: fn(f32, f32) -> f32| {
+                let mut want = vec![f32::NEG_INFINITY; o0 * o1 * o2];
+                for (r, row) in want.chunks_exact_mut(o2).enumerate() {
+                    for &(t, base) in &taps.reach[taps.row_start[r]..taps.row_start[r + 1]] {
+                        let (c0, c1) = taps.taps[t].cols;
+                        for j in c0..c1 {
+                            row[j] = rule(row[j], src[(base + j as isize) as usize]);
+                        }
+                    }
+                }
+                want
+            };
+            assert_eq!(bits(&got), bits(&by(take)), "case {n}");
+            #[allow(clippy::eq_op)]
+            let last_of_equals = |b: f32, v: f32| {
+                if (b == b) & ((v >= b) | (v != v)) {
+                    v
+                } else {
+                    b
+                }
+            };
+            assert_ne!(
+                got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                by(last_of_equals)
+                    .iter()
+                    .map(|v| v.to_bits())
+                    .collect::<Vec<_>>(),
+                "case {n}: the first of equal taps went unseen"
+            );
         }
     }
 

@@ -648,6 +648,44 @@ pub(super) fn depthwise<T: ConvFloat>(
     y
 }
 
+/// MaxPool's values over f32 planes by the depthwise kernel's taps and window max
+/// (`quorum_kernels::depthwise::plane_max`: the first NaN of a window if any, else its first maximal
+/// tap, as MaxPool's rule), `g` giving the window as a convolution's geometry; `None` where those
+/// taps do not apply (a 3-D window strided along its columns).
+pub(crate) fn max_pool_f32(g: &Geom, xd: &[f32], planes: usize) -> Option<Vec<f32>> {
+    let (in_sp, out_sp) = (g.in_sp(), g.out_sp());
+    let taps = direct_taps(g);
+    let lin = <f32 as ConvFloat>::plane_taps(g, &taps)?;
+    let grid = PhaseGrid::of(g);
+    let total = planes * out_sp;
+    let mut y: Vec<f32> = Vec::with_capacity(total);
+    if total == 0 {
+        return Some(y);
+    }
+    let f = |phases: &mut Vec<f32>, (p, out): (usize, &mut [MaybeUninit<f32>])| {
+        let x = &xd[p * in_sp..(p + 1) * in_sp];
+        let src = match grid {
+            Some(pg) => pg.split(g, x, phases),
+            None => x,
+        };
+        quorum_kernels::depthwise::plane_max(&lin, src, out);
+    };
+    let outs = &mut y.spare_capacity_mut()[..total];
+    if total.saturating_mul(g.ksz()) >= PAR_MIN {
+        outs.par_chunks_mut(out_sp)
+            .enumerate()
+            .for_each_init(Vec::new, f);
+    } else {
+        let mut phases = Vec::new();
+        outs.chunks_mut(out_sp)
+            .enumerate()
+            .for_each(|p| f(&mut phases, p));
+    }
+    // SAFETY: `plane_max` writes every value of each plane, and the planes cover `total`.
+    unsafe { y.set_len(total) };
+    Some(y)
+}
+
 /// Conv by im2col + GEMM (the `gemm` crate) per group, then the activation: every float type, and
 /// the reference for the f32 fast path. Depthwise convolutions take the direct path.
 pub(super) fn conv_general<T: ConvFloat>(

@@ -224,6 +224,29 @@ fn windows(g: &PGeom, mut f: impl FnMut(usize, &[(i64, usize, usize, usize); 3])
 /// gives the lowest finite value, PyTorch -inf).
 trait EmptyMax: Copy {
     const EMPTY_MAX: Self;
+
+    /// MaxPool's values by a kernel of this type's own, where it has one for this geometry.
+    fn max_pool_kernel(_g: &PGeom, _xd: &[Self], _planes: usize) -> Option<Vec<Self>> {
+        None
+    }
+}
+
+/// f32 MaxPool by the depthwise convolution's window taps and vector kernel (the window rule of
+/// `pool_max::take`, the same bits).
+impl EmptyMax for f32 {
+    const EMPTY_MAX: Self = f32::NEG_INFINITY;
+
+    fn max_pool_kernel(g: &PGeom, xd: &[f32], planes: usize) -> Option<Vec<f32>> {
+        let geom = super::conv::Geom {
+            ins: g.ins,
+            k: g.k,
+            s: g.s,
+            d: g.d,
+            pb: g.pb,
+            outs: g.outs,
+        };
+        super::conv::max_pool_f32(&geom, xd, planes)
+    }
 }
 
 macro_rules! empty_max {
@@ -231,7 +254,7 @@ macro_rules! empty_max {
 }
 
 empty_max! {
-    f32 => f32::NEG_INFINITY, f64 => f64::NEG_INFINITY, f16 => f16::NEG_INFINITY,
+    f64 => f64::NEG_INFINITY, f16 => f16::NEG_INFINITY,
     bf16 => bf16::NEG_INFINITY, i8 => i8::MIN, u8 => u8::MIN, i16 => i16::MIN, u16 => u16::MIN,
     i32 => i32::MIN, u32 => u32::MIN, i64 => i64::MIN, u64 => u64::MIN,
 }

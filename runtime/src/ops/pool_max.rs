@@ -13,6 +13,10 @@ pub(super) fn max_pool_values<T: Copy + PartialOrd + EmptyMax + Send + Sync>(
     xd: &[T],
     oshape: &[usize],
 ) -> OpResult<ArrayD<T>> {
+    let planes = oshape.iter().product::<usize>() / g.out_sp().max(1);
+    if let Some(y) = T::max_pool_kernel(g, xd, planes) {
+        return Ok(ArrayD::from_shape_vec(IxDyn(oshape), y)?);
+    }
     if separable(g) {
         max_pool_rows(g, xd, oshape, take)
     } else {

@@ -171,9 +171,25 @@ fn maxpool_values_only_path_matches_the_indexed_path() {
             ("kernel_shape", ints(&[1, 1])),
             ("pads", ints(&[1, 1, 1, 1])),
         ],
+        // f32 runs these by the depthwise kernel's window taps: flat planes (stride 1, padded to
+        // size), stride phases with ceil_mode windows past the input, a stride over the kernel.
+        vec![
+            ("kernel_shape", ints(&[3, 3])),
+            ("pads", ints(&[1, 1, 1, 1])),
+        ],
+        vec![
+            ("kernel_shape", ints(&[3, 3])),
+            ("strides", ints(&[2, 2])),
+            ("ceil_mode", Attr::Int(1)),
+        ],
+        vec![("kernel_shape", ints(&[2, 2])), ("strides", ints(&[3, 3]))],
     ];
-    for (s, attrs) in geometries.into_iter().enumerate() {
-        let mut v = rand(40 + s as u64, 2 * 3 * 9 * 11);
+    for (s, (attrs, shape)) in geometries
+        .into_iter()
+        .flat_map(|g| [(g.clone(), [2usize, 3, 9, 11]), (g, [1, 2, 7, 40])])
+        .enumerate()
+    {
+        let mut v = rand(40 + s as u64, shape.iter().product());
         for (i, x) in v.iter_mut().enumerate() {
             if i % 7 == 3 {
                 *x = f32::NAN;
@@ -181,7 +197,7 @@ fn maxpool_values_only_path_matches_the_indexed_path() {
                 *x = (*x * 3.0).round();
             }
         }
-        let x = Tensor::from_f32(&[2, 3, 9, 11], v).unwrap();
+        let x = Tensor::from_f32(&shape, v).unwrap();
         let one = call(max_pool, attrs.clone(), x.clone(), 1);
         let two = call(max_pool, attrs, x, 2);
         let bits = |t: &Tensor| -> Vec<u64> {
