@@ -29,7 +29,7 @@ mod broadcast;
 mod deform;
 #[path = "conv_forward.rs"]
 mod forward;
-pub(crate) use forward::max_pool_f32;
+pub(crate) use forward::{PoolOf, pool_f32};
 #[path = "conv_packed.rs"]
 mod packed;
 #[path = "conv_shifted.rs"]

@@ -648,15 +648,25 @@ pub(super) fn depthwise<T: ConvFloat>(
     y
 }
 
-/// MaxPool's values over f32 planes by the depthwise kernel's taps and window max
-/// (`quorum_kernels::depthwise::plane_max`: the first NaN of a window if any, else its first maximal
-/// tap, as MaxPool's rule), `g` giving the window as a convolution's geometry; `None` where those
-/// taps do not apply (a 3-D window strided along its columns).
-pub(crate) fn max_pool_f32(g: &Geom, xd: &[f32], planes: usize) -> Option<Vec<f32>> {
+/// What [`pool_f32`] takes of each window.
+pub(crate) enum PoolOf<'a> {
+    /// The max by MaxPool's rule (`quorum_kernels::depthwise::plane_max`: the first NaN of a
+    /// window if any, else its first maximal tap).
+    Max,
+    /// The sum of the taps in window order from zero (the depthwise kernel with weights of one:
+    /// each product exact), divided by each output's count (`0` gives NaN): AveragePool.
+    Mean { counts: &'a [f32] },
+}
+
+/// MaxPool's or AveragePool's values over f32 planes by the depthwise kernel's window taps, `g`
+/// giving the window as a convolution's geometry; `None` where those taps do not apply (a 3-D
+/// window strided along its columns).
+pub(crate) fn pool_f32(g: &Geom, xd: &[f32], planes: usize, of: PoolOf) -> Option<Vec<f32>> {
     let (in_sp, out_sp) = (g.in_sp(), g.out_sp());
     let taps = direct_taps(g);
     let lin = <f32 as ConvFloat>::plane_taps(g, &taps)?;
     let grid = PhaseGrid::of(g);
+    let ones = vec![1.0f32; g.ksz()];
     let total = planes * out_sp;
     let mut y: Vec<f32> = Vec::with_capacity(total);
     if total == 0 {
@@ -668,7 +678,17 @@ pub(crate) fn max_pool_f32(g: &Geom, xd: &[f32], planes: usize) -> Option<Vec<f3
             Some(pg) => pg.split(g, x, phases),
             None => x,
         };
-        quorum_kernels::depthwise::plane_max(&lin, src, out);
+        match of {
+            PoolOf::Max => quorum_kernels::depthwise::plane_max(&lin, src, out),
+            PoolOf::Mean { counts } => {
+                quorum_kernels::depthwise::plane(&lin, src, &ones, 0.0, Activation::None, out);
+                // SAFETY: `plane` wrote every value of the plane.
+                let out = unsafe { &mut *(out as *mut [MaybeUninit<f32>] as *mut [f32]) };
+                for (v, &c) in out.iter_mut().zip(counts) {
+                    *v = if c == 0.0 { f32::NAN } else { *v / c };
+                }
+            }
+        }
     };
     let outs = &mut y.spare_capacity_mut()[..total];
     if total.saturating_mul(g.ksz()) >= PAR_MIN {
@@ -681,7 +701,7 @@ pub(crate) fn max_pool_f32(g: &Geom, xd: &[f32], planes: usize) -> Option<Vec<f3
             .enumerate()
             .for_each(|p| f(&mut phases, p));
     }
-    // SAFETY: `plane_max` writes every value of each plane, and the planes cover `total`.
+    // SAFETY: each plane's kernel writes every value of it, and the planes cover `total`.
     unsafe { y.set_len(total) };
     Some(y)
 }

@@ -39,6 +39,18 @@ pub(crate) struct PGeom {
 }
 
 impl PGeom {
+    /// The window as a convolution's geometry (its taps are a depthwise convolution's).
+    fn conv(&self) -> super::conv::Geom {
+        super::conv::Geom {
+            ins: self.ins,
+            k: self.k,
+            s: self.s,
+            d: self.d,
+            pb: self.pb,
+            outs: self.outs,
+        }
+    }
+
     fn in_sp(&self) -> usize {
         self.ins.iter().product()
     }
@@ -237,15 +249,8 @@ impl EmptyMax for f32 {
     const EMPTY_MAX: Self = f32::NEG_INFINITY;
 
     fn max_pool_kernel(g: &PGeom, xd: &[f32], planes: usize) -> Option<Vec<f32>> {
-        let geom = super::conv::Geom {
-            ins: g.ins,
-            k: g.k,
-            s: g.s,
-            d: g.d,
-            pb: g.pb,
-            outs: g.outs,
-        };
-        super::conv::max_pool_f32(&geom, xd, planes)
+        let geom = g.conv();
+        super::conv::pool_f32(&geom, xd, planes, super::conv::PoolOf::Max)
     }
 }
 
@@ -408,7 +413,46 @@ fn lp_root<T: Float>(s: T, p: f64) -> T {
     }
 }
 
-fn avg_pool_t<T: Float + Send + Sync>(
+/// AveragePool by a kernel of the type's own, where it has one.
+trait AvgPoolKernel: Sized {
+    fn avg_pool_kernel(_g: &PGeom, _xd: &[Self], _planes: usize, _pad: bool) -> Option<Vec<Self>> {
+        None
+    }
+}
+
+impl AvgPoolKernel for f64 {}
+impl AvgPoolKernel for f16 {}
+impl AvgPoolKernel for bf16 {}
+
+/// f32 AveragePool over one or two spatial dims by the depthwise convolution's window taps: each
+/// window summed from zero in window order (as the window walk sums it), then divided by its count.
+impl AvgPoolKernel for f32 {
+    fn avg_pool_kernel(g: &PGeom, xd: &[f32], planes: usize, pad: bool) -> Option<Vec<f32>> {
+        if !(g.ins[0] == 1 && g.k[0] == 1 && g.outs[0] == 1 && g.pb[0] == 0) {
+            return None;
+        }
+        let (t1, t2): (Vec<_>, Vec<_>) = (
+            (0..g.outs[1]).map(|o| g.taps(1, o)).collect(),
+            (0..g.outs[2]).map(|o| g.taps(2, o)).collect(),
+        );
+        let counts: Vec<f32> = t1
+            .iter()
+            .flat_map(|&(_, lo1, hi1, p1)| {
+                t2.iter().map(move |&(_, lo2, hi2, p2)| {
+                    (if pad {
+                        p1 * p2
+                    } else {
+                        (hi1 - lo1) * (hi2 - lo2)
+                    }) as f32
+                })
+            })
+            .collect();
+        let of = super::conv::PoolOf::Mean { counts: &counts };
+        super::conv::pool_f32(&g.conv(), xd, planes, of)
+    }
+}
+
+fn avg_pool_t<T: Float + Send + Sync + AvgPoolKernel>(
     ctx: &OpCtx,
     x: &ArrayD<T>,
     red: Reduce,
@@ -424,6 +468,12 @@ fn avg_pool_t<T: Float + Send + Sync>(
     let (in_sp, out_sp) = (g.in_sp(), g.out_sp());
     let [_, i1, i2] = g.ins;
     let total = oshape.iter().product::<usize>();
+    if let Reduce::Avg { include_pad } = red {
+        let planes = total / out_sp.max(1);
+        if let Some(y) = T::avg_pool_kernel(&g, xd, planes, include_pad) {
+            return Ok(ArrayD::from_shape_vec(IxDyn(&oshape), y)?);
+        }
+    }
     let mut y = vec![T::zero(); total];
     if g.ins[0] == 1 && g.k[0] == 1 && g.outs[0] == 1 && g.pb[0] == 0 {
         // One or two spatial dims: rows of window sums first, then sums of those down the

@@ -363,3 +363,142 @@ fn global_average_pool_plane_mean_matches_f64() {
         assert!(within(plane, ya.as_slice().unwrap()[i]), "plane {i}");
     }
 }
+
+/// f32 AveragePool over two spatial dims (the depthwise kernel's window taps with weights of one)
+/// against each window summed from zero in row-major order and divided by its count, bit for bit:
+/// padding counted or not, ceil_mode windows past the input, strides over the kernel, dilation,
+/// flat and wide planes, NaN inputs; the same sums in reverse window order must be caught.
+#[test]
+fn averagepool_f32_equals_window_order_sums() {
+    let geometries: Vec<Vec<(&str, Attr)>> = vec![
+        vec![
+            ("kernel_shape", ints(&[3, 3])),
+            ("pads", ints(&[1, 1, 1, 1])),
+        ],
+        vec![
+            ("kernel_shape", ints(&[3, 3])),
+            ("pads", ints(&[1, 1, 1, 1])),
+            ("count_include_pad", Attr::Int(1)),
+        ],
+        vec![
+            ("kernel_shape", ints(&[3, 3])),
+            ("strides", ints(&[2, 2])),
+            ("ceil_mode", Attr::Int(1)),
+        ],
+        vec![("kernel_shape", ints(&[2, 2])), ("strides", ints(&[3, 3]))],
+        vec![
+            ("kernel_shape", ints(&[2, 3])),
+            ("pads", ints(&[1, 2, 1, 0])),
+            ("dilations", ints(&[2, 1])),
+        ],
+    ];
+    for (s, (attrs, shape)) in geometries
+        .into_iter()
+        .flat_map(|g| [(g.clone(), [2usize, 3, 9, 11]), (g, [1, 2, 7, 40])])
+        .enumerate()
+    {
+        let mut v = rand(70 + s as u64, shape.iter().product());
+        v[5] = f32::NAN;
+        let x = Tensor::from_f32(&shape, v.clone()).unwrap();
+        let got = call(average_pool, attrs.clone(), x, 1).remove(0);
+        let got: Vec<f32> = got
+            .to_f64_vec()
+            .unwrap()
+            .iter()
+            .map(|&v| v as f32)
+            .collect();
+        let attr = |name: &str, d: [i64; 2]| -> [i64; 2] {
+            attrs
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map_or(d, |(_, a)| match a {
+                    Attr::Ints(v) => [v[0], v[1]],
+                    _ => d,
+                })
+        };
+        let (k, st, dl) = (
+            attr("kernel_shape", [1, 1]),
+            attr("strides", [1, 1]),
+            attr("dilations", [1, 1]),
+        );
+        let pads = attrs
+            .iter()
+            .find(|(n, _)| *n == "pads")
+            .map_or(vec![0; 4], |(_, a)| match a {
+                Attr::Ints(v) => v.clone(),
+                _ => vec![0; 4],
+            });
+        let include = attrs.iter().any(|(n, _)| *n == "count_include_pad");
+        let ceil = attrs.iter().any(|(n, _)| *n == "ceil_mode");
+        let (h, w) = (shape[2] as i64, shape[3] as i64);
+        let out = |i: i64, k: i64, s: i64, d: i64, p0: i64, p1: i64| {
+            let span = i + p0 + p1 - ((k - 1) * d + 1);
+            let o = if ceil {
+                (span + s - 1) / s + 1
+            } else {
+                span / s + 1
+            };
+            // ceil_mode's last window must start inside the input or its left padding.
+            if ceil && (o - 1) * s >= i + p0 {
+                o - 1
+            } else {
+                o
+            }
+        };
+        let oh = out(h, k[0], st[0], dl[0], pads[0], pads[2]);
+        let ow = out(w, k[1], st[1], dl[1], pads[1], pads[3]);
+        let planes = shape[0] * shape[1];
+        let mean = |reverse: bool| -> Vec<u32> {
+            let mut r = Vec::new();
+            for p in 0..planes {
+                let src = &v[p * (h * w) as usize..];
+                for y in 0..oh {
+                    for xo in 0..ow {
+                        let mut taps = Vec::new();
+                        let mut padded = 0;
+                        for a in 0..k[0] {
+                            for b in 0..k[1] {
+                                let (iy, ix) = (
+                                    y * st[0] + a * dl[0] - pads[0],
+                                    xo * st[1] + b * dl[1] - pads[1],
+                                );
+                                if iy >= -pads[0]
+                                    && iy < h + pads[2]
+                                    && ix >= -pads[1]
+                                    && ix < w + pads[3]
+                                {
+                                    padded += 1;
+                                }
+                                if iy >= 0 && iy < h && ix >= 0 && ix < w {
+                                    taps.push(src[(iy * w + ix) as usize]);
+                                }
+                            }
+                        }
+                        if reverse {
+                            taps.reverse();
+                        }
+                        let count = if include { padded } else { taps.len() };
+                        let sum = taps.iter().fold(0.0f32, |a, &b| a + b);
+                        let m = if count == 0 {
+                            f32::NAN
+                        } else {
+                            sum / count as f32
+                        };
+                        r.push(if m.is_nan() { u32::MAX } else { m.to_bits() });
+                    }
+                }
+            }
+            r
+        };
+        let got: Vec<u32> = got
+            .iter()
+            .map(|v| if v.is_nan() { u32::MAX } else { v.to_bits() })
+            .collect();
+        assert_eq!(got, mean(false), "geometry {s}");
+        assert_ne!(
+            got,
+            mean(true),
+            "geometry {s}: the window order went unseen"
+        );
+    }
+}
