@@ -146,50 +146,29 @@ macro_rules! simd_tile {
     };
 }
 
-simd_tile!(
-    avx512_8x32,
-    "avx512f",
-    8,
-    8,
-    2,
-    16,
-    _mm512_setzero_ps,
-    _mm512_loadu_ps,
-    _mm512_storeu_ps,
-    _mm512_set1_ps,
-    _mm512_fmadd_ps,
-    _mm512_add_ps
-);
+/// An AVX-512 tile of the first `$rows` rows of an 8-row panel, 32 columns wide.
+macro_rules! avx512_tile {
+    ($name:ident, $rows:literal) => {
+        simd_tile!(
+            $name,
+            "avx512f",
+            8,
+            $rows,
+            2,
+            16,
+            _mm512_setzero_ps,
+            _mm512_loadu_ps,
+            _mm512_storeu_ps,
+            _mm512_set1_ps,
+            _mm512_fmadd_ps,
+            _mm512_add_ps
+        );
+    };
+}
 
-simd_tile!(
-    avx512_1x32,
-    "avx512f",
-    8,
-    1,
-    2,
-    16,
-    _mm512_setzero_ps,
-    _mm512_loadu_ps,
-    _mm512_storeu_ps,
-    _mm512_set1_ps,
-    _mm512_fmadd_ps,
-    _mm512_add_ps
-);
-
-simd_tile!(
-    avx512_4x32,
-    "avx512f",
-    8,
-    4,
-    2,
-    16,
-    _mm512_setzero_ps,
-    _mm512_loadu_ps,
-    _mm512_storeu_ps,
-    _mm512_set1_ps,
-    _mm512_fmadd_ps,
-    _mm512_add_ps
-);
+avx512_tile!(avx512_8x32, 8);
+avx512_tile!(avx512_4x32, 4);
+avx512_tile!(avx512_1x32, 1);
 
 simd_tile!(
     avx2_6x16,
