@@ -1,6 +1,7 @@
 //! Conv and FusedConv: shapes and attributes, the activation of FusedConv, the general path (im2col
-//! + GEMM, for every float type; the f32 fast path in `conv_packed.rs` is tested against it) and direct
-//! depthwise convolution, which both paths share.
+//! and GEMM, for every float type; the f32 fast path in `conv_packed.rs` is tested against it) and
+//! direct depthwise convolution, which both paths share, with f32 MaxPool and AveragePool on the
+//! depthwise taps (`pool_f32`).
 use std::mem::MaybeUninit;
 
 use ndarray::{ArrayD, IxDyn};
