@@ -80,9 +80,26 @@ struct Lanes {
     /// `masks[t·chunks + c]`: the lanes of chunk `c` of a row that tap `t` reaches (the same for
     /// every row it reaches).
     masks: Vec<u16>,
-    /// As `Taps::reach` and `Taps::row_start`, over these rows.
-    reach: Vec<(usize, isize)>,
-    row_start: Vec<usize>,
+    /// The flat row's taps (each as its index and base), in order; `None` where the rows are the
+    /// output rows, whose lists are `Taps::reach`.
+    flat: Option<Vec<(usize, isize)>>,
+}
+
+impl Lanes {
+    /// The rows, and the taps that reach row `r` as `reach(taps, r)`.
+    fn rows(&self, taps: &Taps) -> usize {
+        match self.flat {
+            Some(_) => 1,
+            None => taps.row_start.len() - 1,
+        }
+    }
+
+    fn reach<'a>(&'a self, taps: &'a Taps, r: usize) -> &'a [(usize, isize)] {
+        match &self.flat {
+            Some(f) => f,
+            None => &taps.reach[taps.row_start[r]..taps.row_start[r + 1]],
+        }
+    }
 }
 
 impl Taps {
@@ -132,7 +149,7 @@ impl Taps {
             && taps
                 .iter()
                 .all(|t| t.step[1] == o2 as isize && (o0 == 1 || t.step[0] == (o1 * o2) as isize));
-        let lanes = Lanes::new(&taps, outs, (&reach, &row_start), flat);
+        let lanes = Lanes::new(&taps, outs, flat);
         Taps {
             taps,
             outs,
@@ -146,14 +163,9 @@ impl Taps {
 }
 
 impl Lanes {
-    /// The output rows of `taps` (their per-row lists given), or the plane as one flat row: a
-    /// caller's choice, valid only where every tap steps one output row per row (`Taps::new`).
-    fn new(
-        taps: &[Tap],
-        [o0, o1, o2]: [usize; 3],
-        (reach, row_start): (&[(usize, isize)], &[usize]),
-        flat: bool,
-    ) -> Lanes {
+    /// The output rows of `taps`, or the plane as one flat row: a caller's choice, valid only
+    /// where every tap steps one output row per row (`Taps::new`).
+    fn new(taps: &[Tap], [o0, o1, o2]: [usize; 3], flat: bool) -> Lanes {
         if flat {
             let width = o0 * o1 * o2;
             let chunks = width.div_ceil(W);
@@ -173,12 +185,10 @@ impl Lanes {
                 .filter(|&t| masks[t * chunks..(t + 1) * chunks].iter().any(|&m| m != 0))
                 .map(|t| (t, taps[t].base))
                 .collect();
-            let row_start = vec![0, reach.len()];
             Lanes {
                 width,
                 masks,
-                reach,
-                row_start,
+                flat: Some(reach),
             }
         } else {
             let chunks = o2.div_ceil(W);
@@ -193,8 +203,7 @@ impl Lanes {
             Lanes {
                 width: o2,
                 masks,
-                reach: reach.to_vec(),
-                row_start: row_start.to_vec(),
+                flat: None,
             }
         }
     }
@@ -299,17 +308,9 @@ pub fn plane_max(taps: &Taps, src: &[f32], out: &mut [MaybeUninit<f32>]) {
             avx512::plane::<true>(taps, src, &[], f32::NEG_INFINITY, Activation::None, out)
         };
     }
-    let out = fill(out, f32::NEG_INFINITY);
-    let o2 = o2.max(1);
-    for (r, row) in out.chunks_exact_mut(o2).enumerate() {
-        for &(t, base) in &taps.reach[taps.row_start[r]..taps.row_start[r + 1]] {
-            let (c0, c1) = taps.taps[t].cols;
-            let s0 = (base + c0 as isize) as usize;
-            for (d, &v) in row[c0..c1].iter_mut().zip(&src[s0..s0 + (c1 - c0)]) {
-                *d = take(*d, v);
-            }
-        }
-    }
+    by_taps(taps, src, fill(out, f32::NEG_INFINITY), |d, _, v| {
+        take(d, v)
+    });
 }
 
 /// `best` after seeing `v` by the window rule of MaxPool: an ordered best is replaced by a greater
@@ -335,19 +336,24 @@ fn fill(out: &mut [MaybeUninit<f32>], start: f32) -> &mut [f32] {
 /// the same operations, the same bits).
 #[inline(always)]
 fn plain(taps: &Taps, src: &[f32], w: &[f32], act: Activation, out: &mut [f32]) {
-    let o2 = taps.outs[2];
-    for (r, row) in out.chunks_exact_mut(o2.max(1)).enumerate() {
-        for &(t, base) in &taps.reach[taps.row_start[r]..taps.row_start[r + 1]] {
-            let (c0, c1) = taps.taps[t].cols;
-            let s0 = (base + c0 as isize) as usize;
-            let wv = w[taps.taps[t].k];
-            for (d, &v) in row[c0..c1].iter_mut().zip(&src[s0..s0 + (c1 - c0)]) {
-                *d = *d + wv * v;
-            }
-        }
-    }
+    by_taps(taps, src, out, |d, k, v| d + w[k] * v);
     if act != Activation::None {
         act.apply(out, None);
+    }
+}
+
+/// `out[…] = f(out[…], tap.k, src[…])` for every tap in order over each output row it reaches:
+/// the definition's walk, which the vector kernels must equal.
+#[inline(always)]
+fn by_taps(taps: &Taps, src: &[f32], out: &mut [f32], f: impl Fn(f32, usize, f32) -> f32) {
+    for (r, row) in out.chunks_exact_mut(taps.outs[2].max(1)).enumerate() {
+        for &(t, base) in &taps.reach[taps.row_start[r]..taps.row_start[r + 1]] {
+            let (c0, c1) = taps.taps[t].cols;
+            let (s0, k) = ((base + c0 as isize) as usize, taps.taps[t].k);
+            for (d, &v) in row[c0..c1].iter_mut().zip(&src[s0..s0 + (c1 - c0)]) {
+                *d = f(*d, k, v);
+            }
+        }
     }
 }
 
@@ -378,8 +384,8 @@ mod avx512 {
         let in_regs = lanes_act.is_some();
         // SAFETY: as above.
         let v = unsafe { Vectors::new(start, lanes_act) };
-        for r in 0..lanes.row_start.len() - 1 {
-            let reach = &lanes.reach[lanes.row_start[r]..lanes.row_start[r + 1]];
+        for r in 0..lanes.rows(taps) {
+            let reach = lanes.reach(taps, r);
             let row = out[r * o2..].as_mut_ptr().cast::<f32>();
             let mut c = 0;
             // SAFETY: the row holds o2 outputs; each chunk's lanes are masked to them, and each

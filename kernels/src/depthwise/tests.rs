@@ -111,7 +111,7 @@ fn plane_equals_the_tap_order_loop() {
 /// steps a source row that is not an output row must be caught by that comparison.
 #[test]
 fn narrow_planes_run_flat_and_only_where_the_layout_allows() {
-    let flat = |t: &Taps| t.lanes.row_start.len() == 2 && t.outs[1] > 1;
+    let flat = |t: &Taps| t.lanes.flat.is_some();
     assert!(flat(&taps_2d((5, 7), 3, (1, 1)).0));
     assert!(flat(&taps_2d((5, 17), 5, (1, 2)).0));
     // Unpadded (rows of 14 read rows of 16), strided, or wide: by rows.
@@ -120,7 +120,7 @@ fn narrow_planes_run_flat_and_only_where_the_layout_allows() {
     assert!(!flat(&taps_2d((4, 112), 3, (1, 1)).0));
     // A flat row forced on the unpadded plane reads the wrong source columns.
     let (mut taps, [o0, o1, o2]) = taps_2d((4, 16), 3, (1, 0));
-    taps.lanes = Lanes::new(&taps.taps, taps.outs, (&taps.reach, &taps.row_start), true);
+    taps.lanes = Lanes::new(&taps.taps, taps.outs, true);
     let src = rand(3, 64);
     let wt = rand(4, 9);
     let mut got = vec![MaybeUninit::new(f32::NAN); o0 * o1 * o2];
@@ -188,14 +188,7 @@ fn plane_max_equals_take_in_tap_order() {
         let got = values(&got);
         let by = |rule: fn(f32, f32) -> f32| {
             let mut want = vec![f32::NEG_INFINITY; o0 * o1 * o2];
-            for (r, row) in want.chunks_exact_mut(o2).enumerate() {
-                for &(t, base) in &taps.reach[taps.row_start[r]..taps.row_start[r + 1]] {
-                    let (c0, c1) = taps.taps[t].cols;
-                    for j in c0..c1 {
-                        row[j] = rule(row[j], src[(base + j as isize) as usize]);
-                    }
-                }
-            }
+            by_taps(&taps, &src, &mut want, |d, _, v| rule(d, v));
             want
         };
         assert_eq!(bits(&got), bits(&by(take)), "case {n}");

@@ -126,8 +126,9 @@ fn weight_b(
     trans: bool,
     b: &[f32],
 ) -> Option<Arc<PackedB>> {
-    let name = ctx.node.inputs.get(1)?;
-    ctx.runner.constant(name)?;
+    if !is_constant_b(ctx) {
+        return None;
+    }
     let (rs, cs) = if trans { (1, k) } else { (n, 1) };
     Some(packed_constant(
         ctx,

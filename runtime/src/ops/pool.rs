@@ -424,28 +424,24 @@ impl AvgPoolKernel for f64 {}
 impl AvgPoolKernel for f16 {}
 impl AvgPoolKernel for bf16 {}
 
-/// f32 AveragePool over one or two spatial dims by the depthwise convolution's window taps: each
-/// window summed from zero in window order (as the window walk sums it), then divided by its count.
+/// f32 AveragePool by the depthwise convolution's window taps: each window summed from zero in
+/// window order (as the window walk sums it), then divided by its count.
 impl AvgPoolKernel for f32 {
     fn avg_pool_kernel(g: &PGeom, xd: &[f32], planes: usize, pad: bool) -> Option<Vec<f32>> {
-        if !(g.ins[0] == 1 && g.k[0] == 1 && g.outs[0] == 1 && g.pb[0] == 0) {
-            return None;
-        }
-        let (t1, t2): (Vec<_>, Vec<_>) = (
-            (0..g.outs[1]).map(|o| g.taps(1, o)).collect(),
-            (0..g.outs[2]).map(|o| g.taps(2, o)).collect(),
-        );
-        let counts: Vec<f32> = t1
-            .iter()
-            .flat_map(|&(_, lo1, hi1, p1)| {
-                t2.iter().map(move |&(_, lo2, hi2, p2)| {
-                    (if pad {
-                        p1 * p2
-                    } else {
-                        (hi1 - lo1) * (hi2 - lo2)
-                    }) as f32
+        // Per dim and output: the valid taps, or with `pad` the taps inside the explicit padding.
+        let per = |i: usize| -> Vec<usize> {
+            (0..g.outs[i])
+                .map(|o| match g.taps(i, o) {
+                    (_, _, _, padded) if pad => padded,
+                    (_, lo, hi, _) => hi - lo,
                 })
-            })
+                .collect()
+        };
+        let (c0, c1, c2) = (per(0), per(1), per(2));
+        let counts: Vec<f32> = c0
+            .iter()
+            .flat_map(|&a| c1.iter().map(move |&b| a * b))
+            .flat_map(|ab| c2.iter().map(move |&c| (ab * c) as f32))
             .collect();
         let of = super::conv::PoolOf::Mean { counts: &counts };
         super::conv::pool_f32(&g.conv(), xd, planes, of)

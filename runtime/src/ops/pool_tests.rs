@@ -502,3 +502,80 @@ fn averagepool_f32_equals_window_order_sums() {
         );
     }
 }
+
+/// A 3-D f32 AveragePool (not strided along its columns, so on the depthwise taps too) against
+/// each window summed from zero in row-major order and divided by its count, bit for bit, padding
+/// counted and not; the reverse order must be caught.
+#[test]
+fn averagepool_f32_3d_equals_window_order_sums() {
+    let (k, st, pb, pe) = ([2i64, 2, 3], [1i64, 2, 1], [1i64, 0, 1], [0i64, 1, 1]);
+    let shape = [1usize, 2, 5, 6, 7];
+    let v = rand(91, shape.iter().product());
+    for include in [false, true] {
+        let attrs = vec![
+            ("kernel_shape", ints(&k)),
+            ("strides", ints(&st)),
+            ("pads", ints(&[pb[0], pb[1], pb[2], pe[0], pe[1], pe[2]])),
+            ("count_include_pad", Attr::Int(include as i64)),
+        ];
+        let x = Tensor::from_f32(&shape, v.clone()).unwrap();
+        let got = call(average_pool, attrs, x, 1).remove(0);
+        let got: Vec<u32> = got
+            .to_f64_vec()
+            .unwrap()
+            .iter()
+            .map(|&v| (v as f32).to_bits())
+            .collect();
+        let ins = [shape[2] as i64, shape[3] as i64, shape[4] as i64];
+        let outs: Vec<i64> = (0..3)
+            .map(|i| (ins[i] + pb[i] + pe[i] - k[i]) / st[i] + 1)
+            .collect();
+        let mean = |reverse: bool| -> Vec<u32> {
+            let mut r = Vec::new();
+            for p in 0..shape[1] {
+                let src = &v[p * (ins[0] * ins[1] * ins[2]) as usize..];
+                for o0 in 0..outs[0] {
+                    for o1 in 0..outs[1] {
+                        for o2 in 0..outs[2] {
+                            let (mut taps, mut padded) = (Vec::new(), 0);
+                            for a in 0..k[0] {
+                                for b in 0..k[1] {
+                                    for c in 0..k[2] {
+                                        let at = [
+                                            o0 * st[0] + a - pb[0],
+                                            o1 * st[1] + b - pb[1],
+                                            o2 * st[2] + c - pb[2],
+                                        ];
+                                        if (0..3).all(|i| at[i] >= -pb[i] && at[i] < ins[i] + pe[i])
+                                        {
+                                            padded += 1;
+                                        }
+                                        if (0..3).all(|i| at[i] >= 0 && at[i] < ins[i]) {
+                                            taps.push(
+                                                src[((at[0] * ins[1] + at[1]) * ins[2] + at[2])
+                                                    as usize],
+                                            );
+                                        }
+                                    }
+                                }
+                            }
+                            if reverse {
+                                taps.reverse();
+                            }
+                            let count = if include { padded } else { taps.len() };
+                            let sum = taps.iter().fold(0.0f32, |a, &b| a + b);
+                            r.push((sum / count as f32).to_bits());
+                        }
+                    }
+                }
+            }
+            r
+        };
+        assert_eq!(got, mean(false), "count_include_pad={include}");
+        assert_ne!(
+            got,
+            mean(true),
+            "count_include_pad={include}: the window order went unseen"
+        );
+    }
+}
