@@ -95,7 +95,10 @@ fn main() {
                 flops / best * 1e-9
             );
         }
+        // B packed once, as a session packs a weight.
+        let pbd = PackedB::new(isa, k, n, &dense, n, 1);
         for (name, b) in [
+            ("packed", BSource::Packed(&pbd)),
             (
                 "dense",
                 BSource::Dense {

@@ -16,6 +16,7 @@ use std::mem::MaybeUninit;
 use rayon::prelude::*;
 
 use crate::activation::Activation;
+use crate::aligned::AlignedF32;
 use crate::microkernel::tile;
 use crate::pack::{BSource, PackScratch, PackedA};
 
@@ -188,7 +189,7 @@ unsafe impl Sync for OutPtr {}
 thread_local! {
     /// Per-thread packing buffers: the packed `B` block and the pieces a convolution's block is cut
     /// into.
-    static SCRATCH: RefCell<(Vec<f32>, PackScratch)> = RefCell::new(Default::default());
+    static SCRATCH: RefCell<(AlignedF32, PackScratch)> = RefCell::new(Default::default());
 }
 
 /// Row panels `q0..q1` and columns `j0..j1` of `C`, on the calling thread.
@@ -217,14 +218,14 @@ fn block(
         }
         return;
     }
-    let run = |bp: &mut Vec<f32>, row: &mut PackScratch| {
+    let run = |bp: &mut AlignedF32, row: &mut PackScratch| {
         for jc in (j0..j1).step_by(NC) {
             let nc = NC.min(j1 - jc);
             let bpanels = nc.div_ceil(nr);
             for pc in (0..k).step_by(KC) {
                 let kc = KC.min(k - pc);
                 if !matches!(b, BSource::Packed(_)) {
-                    bp.resize(bpanels * nr * kc, 0.0);
+                    bp.resize_zeroed(bpanels * nr * kc);
                     b.pack(nr, (pc, kc), (jc, nc), bp, row);
                 }
                 let last = pc + kc == k;
@@ -273,7 +274,7 @@ fn block(
             let (bp, row) = &mut *s;
             run(bp, row)
         }
-        Err(_) => run(&mut Vec::new(), &mut PackScratch::default()),
+        Err(_) => run(&mut AlignedF32::default(), &mut PackScratch::default()),
     });
 }
 

@@ -21,6 +21,7 @@
 //! Entry points check the sizes they are given and panic on a caller's inconsistency, never on data.
 
 pub mod activation;
+mod aligned;
 pub mod depthwise;
 pub mod direct;
 pub mod gemm;

@@ -7,6 +7,7 @@
 //! convolution's input ([`ConvPatches`]): the im2col matrix exists only one block at a time, in the
 //! packing buffer.
 use crate::Isa;
+use crate::aligned::AlignedF32;
 #[cfg(target_arch = "x86_64")]
 use crate::lanes::Avx512;
 use crate::lanes::{Lanes, Plain};
@@ -21,7 +22,7 @@ pub struct PackedA {
     isa: Isa,
     m: usize,
     k: usize,
-    data: Vec<f32>,
+    data: AlignedF32,
 }
 
 impl PackedA {
@@ -51,7 +52,7 @@ impl PackedA {
         );
         let mr = isa.mr();
         let panels = m.div_ceil(mr);
-        let mut data = vec![0f32; panels * mr * k];
+        let mut data = AlignedF32::zeroed(panels * mr * k);
         let pack = |(q, panel): (usize, &mut [f32])| {
             for i in 0..mr.min(m - q * mr) {
                 let r = (q * mr + i) * rs;
@@ -110,7 +111,7 @@ pub struct PackedB {
     isa: Isa,
     k: usize,
     n: usize,
-    data: Vec<f32>,
+    data: AlignedF32,
 }
 
 impl PackedB {
@@ -128,7 +129,7 @@ impl PackedB {
         );
         let nr = isa.nr();
         let panels = n.div_ceil(nr);
-        let mut data = vec![0f32; panels * nr * k];
+        let mut data = AlignedF32::zeroed(panels * nr * k);
         for q in 0..panels {
             let panel = &mut data[q * nr * k..(q + 1) * nr * k];
             for lane in 0..nr.min(n - q * nr) {

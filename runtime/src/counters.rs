@@ -37,6 +37,9 @@ pub struct Counters {
     pub verify_by_op: Mutex<BTreeMap<String, OpVerification>>,
     /// Time per op type and where it ran (written only while `SessionOptions::profile` is on).
     pub op_time: Mutex<BTreeMap<(String, String), OpTime>>,
+    /// Time per top-level node, keyed by its name (by its first output where it has none), with
+    /// its op type and where it ran last (written only while `SessionOptions::profile` is on).
+    pub node_time: Mutex<BTreeMap<String, NodeTime>>,
     /// Kernel time on the device per op type, from the device's own clock (written only while
     /// `SessionOptions::profile` is on, by a device that times its kernels: wgpu with timestamp
     /// queries). `calls` counts node launches, `nanos` the time of all their dispatches.
@@ -51,6 +54,16 @@ pub struct OpTime {
     /// Node executions.
     pub calls: u64,
     pub nanos: u64,
+}
+
+/// The time one top-level node spent over a session's runs (see [`OpTime`] for what is timed).
+#[derive(Default, Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct NodeTime {
+    /// The node's op type, with its domain where that is not the default one.
+    pub op: String,
+    /// Where its last execution ran: "cpu" or "device".
+    pub provider: String,
+    pub time: OpTime,
 }
 
 /// What verification found for one op type over a session's runs.

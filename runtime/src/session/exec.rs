@@ -373,7 +373,7 @@ impl Exec<'_> {
         })
     }
 
-    /// Adds one execution of `node` to its op type's time.
+    /// Adds one execution of `node` to its op type's time and to its own.
     fn count_time(&self, node: &Node, provider: &str, took: std::time::Duration) {
         let mut m = self
             .counters
@@ -385,6 +385,26 @@ impl Exec<'_> {
             .or_default();
         e.calls += 1;
         e.nanos += took.as_nanos() as u64;
+        drop(m);
+        let key = if node.name.is_empty() {
+            node.outputs.first().cloned().unwrap_or_default()
+        } else {
+            node.name.clone()
+        };
+        let mut m = self
+            .counters
+            .node_time
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let e = m.entry(key).or_default();
+        if e.op.is_empty() {
+            e.op = node.qualified_op();
+        }
+        if e.provider != provider {
+            e.provider = provider.to_string();
+        }
+        e.time.calls += 1;
+        e.time.nanos += took.as_nanos() as u64;
     }
 
     /// Refuses this run's capture (the first reason stands) and returns the error that unwinds it.

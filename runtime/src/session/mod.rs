@@ -247,6 +247,25 @@ impl Session {
         v
     }
 
+    /// Time per top-level node over the runs so far, most first: (node name, or its first output
+    /// where it has none; its time). Empty unless `SessionOptions::profile` is on.
+    pub fn node_profile(&self) -> Vec<(String, crate::counters::NodeTime)> {
+        let map = self
+            .counters
+            .node_time
+            .lock()
+            .map(|m| m.clone())
+            .unwrap_or_default();
+        let mut v: Vec<_> = map.into_iter().collect();
+        v.sort_by(|a, b| {
+            b.1.time
+                .nanos
+                .cmp(&a.1.time.nanos)
+                .then_with(|| a.0.cmp(&b.0))
+        });
+        v
+    }
+
     /// Kernel time on the device per op type over the profiled runs, most first (empty unless
     /// `SessionOptions::profile` is on and a device times its kernels; see `Counters::device_time`).
     pub fn device_profile(&self) -> Vec<(String, crate::counters::OpTime)> {

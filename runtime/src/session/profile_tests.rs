@@ -70,8 +70,35 @@ fn profile_counts_every_node_of_every_run() {
     );
     // Sorted by time, most first.
     assert!(p.windows(2).all(|w| w[0].2.nanos >= w[1].2.nanos));
+    // Per node: each of the four once per run, under its own name and op type; the two Relus apart.
+    let n = s.node_profile();
+    let nodes: HashMap<&str, (&str, u64)> = n
+        .iter()
+        .map(|(name, t)| (name.as_str(), (t.op.as_str(), t.time.calls)))
+        .collect();
+    assert_eq!(
+        nodes,
+        HashMap::from([
+            ("a", ("Add", 3)),
+            ("r", ("Relu", 3)),
+            ("n", ("Neg", 3)),
+            ("r2", ("Relu", 3))
+        ])
+    );
+    assert!(n.windows(2).all(|w| w[0].1.time.nanos >= w[1].1.time.nanos));
+    // The nodes' times add up to their op types' times.
+    let sum = |op: &str| -> u64 {
+        n.iter()
+            .filter(|(_, t)| t.op == op)
+            .map(|(_, t)| t.time.nanos)
+            .sum()
+    };
+    for (op, _, t) in &p {
+        assert_eq!(sum(op), t.nanos, "{op}");
+    }
 
     let off = Session::from_model(model(), SessionOptions::default()).unwrap();
     run(&off, 2);
     assert!(off.op_profile().is_empty());
+    assert!(off.node_profile().is_empty());
 }

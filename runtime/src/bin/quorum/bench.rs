@@ -24,11 +24,25 @@ pub struct Args {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
     concurrency: u16,
     /// Time every node and print the time per op type (milliseconds per run, share of the node
-    /// time, calls), most first; with --json, a "profile" array. Timing adds a little per node.
-    /// Where the device times its kernels (wgpu with timestamp queries), also the kernel time per
-    /// op type on the device's clock ("device_profile").
-    #[arg(long)]
-    profile: bool,
+    /// time, calls), most first; with --json, a "profile" array. `--profile=nodes` prints the time
+    /// per node instead, by node name, the way onnxruntime's profiler lists it (with --json, a
+    /// "node_profile" array beside "profile"). Timing adds a little per node. Where the device
+    /// times its kernels (wgpu with timestamp queries), also the kernel time per op type on the
+    /// device's clock ("device_profile").
+    #[arg(long, value_enum, num_args = 0..=1, require_equals = true, default_missing_value = "ops")]
+    profile: Option<ProfileBy>,
+    /// With `--profile=nodes`: how many nodes to print, most time first (0: all).
+    #[arg(long, default_value_t = 30)]
+    top: usize,
+}
+
+/// What `--profile` sums the node times by.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum ProfileBy {
+    /// Per op type.
+    Ops,
+    /// Per node.
+    Nodes,
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -42,7 +56,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 pub fn main(a: Args) -> CliResult<()> {
     let mut options = a.model.options()?;
-    options.profile = a.profile;
+    options.profile = a.profile.is_some();
     let session = a.model.session_with(options)?;
     let provider = match session.device_name() {
         Some(d) => format!("{} ({d})", a.model.provider),
@@ -53,6 +67,7 @@ pub fn main(a: Args) -> CliResult<()> {
     let mut wall_s = 0.0;
     let mut profile = Vec::new();
     let mut device_profile = Vec::new();
+    let mut node_profile = Vec::new();
     let timed = (|| {
         // `auto` times whole-model placements over its first runs: not its steady state.
         for _ in 0..a.warmup + session.auto_trial_runs() {
@@ -61,6 +76,7 @@ pub fn main(a: Args) -> CliResult<()> {
         // The warm-up's node times are not part of the profile.
         let warm = session.op_profile();
         let warm_device = session.device_profile();
+        let warm_nodes = session.node_profile();
         let start = Instant::now();
         let per_thread: Vec<quorum::Result<Vec<f64>>> = std::thread::scope(|scope| {
             let workers: Vec<_> = (0..a.concurrency)
@@ -87,6 +103,7 @@ pub fn main(a: Args) -> CliResult<()> {
             times.extend(t?);
         }
         profile = timed_profile(session.op_profile(), &warm, times.len());
+        node_profile = timed_node_profile(session.node_profile(), &warm_nodes, times.len());
         device_profile = timed_device_profile(session.device_profile(), &warm_device, times.len());
         Ok(())
     })();
@@ -123,6 +140,9 @@ pub fn main(a: Args) -> CliResult<()> {
             "profile": profile.iter().map(|(op, provider, calls, ms)| serde_json::json!({
                 "op": op, "provider": provider, "nodes_per_run": calls, "ms_per_run": ms,
             })).collect::<Vec<_>>(),
+            "node_profile": node_profile.iter().map(|(node, op, provider, calls, ms)| serde_json::json!({
+                "node": node, "op": op, "provider": provider, "calls_per_run": calls, "ms_per_run": ms,
+            })).collect::<Vec<_>>(),
             "device_profile": device_profile.iter().map(|(op, calls, ms)| serde_json::json!({
                 "op": op, "launches_per_run": calls, "device_ms_per_run": ms,
             })).collect::<Vec<_>>(),
@@ -137,7 +157,11 @@ pub fn main(a: Args) -> CliResult<()> {
         if let Some(t) = session.auto_trial() {
             println!("auto's whole-model trial: {t}");
         }
-        print_profile(&profile, median);
+        if a.profile == Some(ProfileBy::Nodes) {
+            print_node_profile(&node_profile, median, a.top);
+        } else {
+            print_profile(&profile, median);
+        }
         print_device_profile(&device_profile);
     }
     Ok(())
@@ -230,6 +254,58 @@ fn print_profile(rows: &[(String, String, f64, f64)], median_ms: f64) {
     for (op, provider, calls, ms) in rows {
         println!(
             "  {op:<32} {provider:>6} {calls:>7.1} {ms:>10.3} {:>6.1}%",
+            100.0 * ms / total.max(1e-12)
+        );
+    }
+}
+
+/// One node's share of the timed runs: (node, op, provider, executions per run, milliseconds per
+/// run), from the session's totals less the warm-up's, most time first.
+fn timed_node_profile(
+    all: Vec<(String, quorum::counters::NodeTime)>,
+    warm: &[(String, quorum::counters::NodeTime)],
+    runs: usize,
+) -> Vec<(String, String, String, f64, f64)> {
+    let runs = runs.max(1) as f64;
+    let mut rows: Vec<_> = all
+        .into_iter()
+        .map(|(node, t)| {
+            let w = warm
+                .iter()
+                .find(|(n, _)| *n == node)
+                .map(|(_, t)| t.time)
+                .unwrap_or_default();
+            let calls = t.time.calls.saturating_sub(w.calls) as f64 / runs;
+            let ms = t.time.nanos.saturating_sub(w.nanos) as f64 / 1e6 / runs;
+            (node, t.op, t.provider, calls, ms)
+        })
+        .filter(|r| r.3 > 0.0)
+        .collect();
+    rows.sort_by(|a, b| b.4.total_cmp(&a.4));
+    rows
+}
+
+fn print_node_profile(rows: &[(String, String, String, f64, f64)], median_ms: f64, top: usize) {
+    if rows.is_empty() {
+        return;
+    }
+    let total: f64 = rows.iter().map(|r| r.4).sum();
+    let shown = if top == 0 {
+        rows.len()
+    } else {
+        top.min(rows.len())
+    };
+    println!(
+        "profile per run: {total:.3} ms in {} nodes (the run's median: {median_ms:.3} ms; device nodes: time to enqueue); the {shown} slowest:",
+        rows.len()
+    );
+    println!(
+        "  {:<40} {:<20} {:>6} {:>10} {:>7}",
+        "node", "op", "where", "ms", "share"
+    );
+    for (node, op, provider, _, ms) in &rows[..shown] {
+        println!(
+            "  {node:<40} {op:<20} {provider:>6} {ms:>10.3} {:>6.1}%",
             100.0 * ms / total.max(1e-12)
         );
     }
