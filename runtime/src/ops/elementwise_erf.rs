@@ -203,6 +203,144 @@ fn erf_f32_one(v: f32) -> f32 {
     (if a.is_nan() { x } else { r }) as f32
 }
 
+/// Gelu of f32 values into `out`, each x/2 · erfc(−x/√2) computed in f64 and rounded once, with
+/// no branch (every form is evaluated and one selected, as in [`erf_f32`]), by z = −x/√2:
+/// - |z| < 1: erfc(z) = 1 − erf(z), erf as `z + z·Q(z²)` ([`ERF_SMALL`]); erfc ≥ 0.157, so the
+///   difference loses under three bits of f64;
+/// - z ≤ −1: erfc(z) = 1 + erf(|z|), erf from [`ERF_MID_F32`] to 4 and 1 beyond;
+/// - 1 ≤ z ≤ 10.5: erfc(z) = e^(−z²) · erfcx(z), erfcx from [`ERFCX_F32`] and e^(−z²) from
+///   [`exp_f64`]; past 10.5 the product is below half the least f32 subnormal for any x whose
+///   −x/√2 is that large up to |x| = 1e4, and 0 (x/2 · 0, a signed zero) is used.
+///
+/// For |x| past 1e4 in the third form, or x = −∞, the f64 [`gelu`] decides (a rounded tiny
+/// product may not be zero there; −∞ · 0 is NaN). Before the rounding each value is within about
+/// 2e-13 of Gelu (relative), so the f32 result is Gelu rounded correctly except that close to a
+/// rounding boundary.
+pub(super) fn gelu_f32(x: &[f32], out: &mut [std::mem::MaybeUninit<f32>]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx512f,avx512dq,fma")]
+        fn avx512(x: &[f32], out: &mut [std::mem::MaybeUninit<f32>]) {
+            gelu_f32_body(x, out)
+        }
+        #[target_feature(enable = "avx2,fma")]
+        fn avx2(x: &[f32], out: &mut [std::mem::MaybeUninit<f32>]) {
+            gelu_f32_body(x, out)
+        }
+        match quorum_kernels::Isa::detected() {
+            // SAFETY: the instruction set was detected on this CPU (Isa::Avx512 implies DQ).
+            quorum_kernels::Isa::Avx512 => return unsafe { avx512(x, out) },
+            // SAFETY: as above.
+            quorum_kernels::Isa::Avx2 => return unsafe { avx2(x, out) },
+            quorum_kernels::Isa::Portable => {}
+        }
+    }
+    gelu_f32_body(x, out)
+}
+
+#[inline(always)]
+fn gelu_f32_body(x: &[f32], out: &mut [std::mem::MaybeUninit<f32>]) {
+    for (o, &v) in out.iter_mut().zip(x) {
+        o.write(gelu_f32_one(v));
+    }
+    // The rare inputs the vector forms leave to the f64 function.
+    for (o, &v) in out.iter_mut().zip(x) {
+        if !(v >= -1e4) {
+            o.write(gelu(v as f64) as f32);
+        }
+    }
+}
+
+/// One element of [`gelu_f32`] (for x ≥ −1e4).
+#[inline(always)]
+fn gelu_f32_one(v: f32) -> f32 {
+    let x = v as f64;
+    let z = -x / std::f64::consts::SQRT_2;
+    let a = z.abs();
+    let near = 1.0 - (z + z * polynomial(&ERF_SMALL, 2.0 * (z * z) - 1.0));
+    let mid = polynomial(&ERF_MID_F32, (2.0 * a.clamp(1.0, 4.0) - 5.0) * (1.0 / 3.0));
+    let upper = 1.0 + if a < 4.0 { mid } else { 1.0 };
+    let zc = a.clamp(1.0, 10.5);
+    let t = (zc - 2.0) / (zc + 2.0);
+    let u = (2.0 * t - ERFCX_F32_T_SUM) * (1.0 / ERFCX_F32_T_SPAN);
+    let tail = exp_f64(-(zc * zc)) * polynomial(&ERFCX_F32, u);
+    let lower = if a <= 10.5 { tail } else { 0.0 };
+    let e = if a < 1.0 {
+        near
+    } else if z < 0.0 {
+        upper
+    } else {
+        lower
+    };
+    (0.5 * x * e) as f32
+}
+
+/// e^y in f64 for y in [−708, 0] with no branch: y = n·ln 2 + r (n by the 1.5·2⁵² rounding
+/// trick, ln 2 in two parts so that n·ln 2 is exact in its high part), e^r by its Taylor series
+/// to r¹¹ (|r| ≤ ln 2 / 2: truncation below 7e-15 relative), scaled by 2ⁿ built in the exponent
+/// bits. Within 2e-14 of e^y (relative).
+#[inline(always)]
+fn exp_f64(y: f64) -> f64 {
+    const SHIFT: f64 = 6_755_399_441_055_744.0;
+    const LN2_HI: f64 = 6.931_471_803_691_238_164_90e-1;
+    const LN2_LO: f64 = 1.908_214_929_270_587_700_02e-10;
+    let t = y * std::f64::consts::LOG2_E + SHIFT;
+    let n = t - SHIFT;
+    let r = (y - n * LN2_HI) - n * LN2_LO;
+    let mut p = 1.0 / 39_916_800.0;
+    for c in [
+        1.0 / 3_628_800.0,
+        1.0 / 362_880.0,
+        1.0 / 40_320.0,
+        1.0 / 5_040.0,
+        1.0 / 720.0,
+        1.0 / 120.0,
+        1.0 / 24.0,
+        1.0 / 6.0,
+        0.5,
+        1.0,
+        1.0,
+    ] {
+        p = p * r + c;
+    }
+    // n's integer value sits in t's low mantissa bits.
+    let k = (t.to_bits() as i64).wrapping_sub(SHIFT.to_bits() as i64);
+    p * f64::from_bits(((k + 1023) << 52) as u64)
+}
+
+/// t = (z − 2)/(z + 2) for z in [1, 10.5] spans [−1/3, 0.68]: the sum and span of its ends.
+const ERFCX_F32_T_SUM: f64 = 0.68 - 1.0 / 3.0;
+const ERFCX_F32_T_SPAN: f64 = 0.68 + 1.0 / 3.0;
+
+/// erfcx(z) = e^(z²) erfc(z) for z in [1, 10.5], in powers of u = (2t − (t₀ + t₁)) / (t₁ − t₀)
+/// with t = (z − 2)/(z + 2) ([−1/3, 0.68] onto [−1, 1]; erfcx is smooth in t where it is not in
+/// z's own powers over so long an interval), stored as [`polynomial`] reads it. From the same
+/// Chebyshev fit as the module's other tables (`fit` with its threshold 1e-19 raised to 1e-13 of
+/// erfcx's smallest value there, enough for an f32 result):
+/// ```text
+/// z_of_t = lambda t: 2 * (1 + t) / (1 - t)
+/// ERFCX_F32 = fit(lambda t: erfcx(z_of_t(t)), mpf(-1) / 3, (mpf(21) / 2 - 2) / (mpf(21) / 2 + 2))
+/// ```
+/// Evaluated in f64 at 20,001 points of [1, 10.5] against mpmath: within 1.1e-13 (relative).
+const ERFCX_F32: [f64; 16] = [
+    0.18820375544361928,
+    9.618993550588134e-18,
+    -0.17754676521001728,
+    0.05175604612283082,
+    -0.009677835404744711,
+    0.0006091121832611957,
+    0.00018464780254269378,
+    -3.2528799948857946e-05,
+    -6.219375770005858e-06,
+    1.4047782877666654e-06,
+    3.5767008755814627e-07,
+    -5.238639159043297e-08,
+    -2.510643120366047e-08,
+    4.738025276048684e-10,
+    1.4197162767540803e-09,
+    1.3572511889899565e-10,
+];
+
 /// a · b as `(p, e)` with p = a · b rounded and p + e exactly a · b (Dekker's product, each factor
 /// split into two 26-bit halves by Veltkamp's method); for |a|, |b| below 1e300.
 fn two_product(a: f64, b: f64) -> (f64, f64) {
@@ -621,6 +759,85 @@ mod tests {
             worst > 1 || differ >= 40,
             "{differ} differ, by up to {worst} ulps"
         );
+    }
+
+    /// `gelu_f32` against the f64 [`gelu`] rounded to f32, on a dense sweep of [-16, 8] (every
+    /// form: both tails, the subnormal results from x ≈ −13 and the zeros past −14.9) and special
+    /// values: how many differ, and by how many ulps at most. Signs, zeros and NaN must agree.
+    fn gelu_f32_disagreements(f: fn(&[f32], &mut [std::mem::MaybeUninit<f32>])) -> (usize, u32) {
+        let mut xs: Vec<f32> = (0..=960_000).map(|i| -16.0 + i as f32 * 2.5e-5).collect();
+        let s2 = std::f32::consts::SQRT_2;
+        xs.extend([0.0, -0.0, 1e-40, -1e-30, s2, -s2, 4.0 * s2, -4.0 * s2, -14.85]);
+        xs.extend([-1e4, -1e4 - 1.0, -3e4, 1e30, -1e30, f32::INFINITY, f32::NEG_INFINITY]);
+        xs.extend([f32::NAN, f32::MIN_POSITIVE, -f32::MIN_POSITIVE]);
+        let mut out = vec![std::mem::MaybeUninit::uninit(); xs.len()];
+        f(&xs, &mut out);
+        let (mut differ, mut worst) = (0, 0);
+        for (&x, o) in xs.iter().zip(&out) {
+            // SAFETY: `f` writes every element.
+            let got = unsafe { o.assume_init() };
+            let want = gelu(x as f64) as f32;
+            if want.is_nan() {
+                assert!(got.is_nan(), "gelu({x}) = {got}, not NaN");
+                continue;
+            }
+            assert_eq!(got.is_sign_negative(), want.is_sign_negative(), "gelu({x})");
+            if got.to_bits() != want.to_bits() {
+                differ += 1;
+                let ulps = (got.to_bits() as i64 - want.to_bits() as i64).unsigned_abs() as u32;
+                worst = worst.max(ulps);
+            }
+        }
+        (differ, worst)
+    }
+
+    #[test]
+    fn gelu_f32_is_the_f64_gelu_rounded() {
+        let (differ, worst) = gelu_f32_disagreements(gelu_f32);
+        assert!(
+            worst <= 1 && differ < 40,
+            "{differ} differ, by up to {worst} ulps"
+        );
+    }
+
+    /// The comparison catches the erfcx polynomial one term short, and e^y one Taylor term short.
+    #[test]
+    fn gelu_f32_check_catches_a_truncated_tail() {
+        fn short(x: &[f32], out: &mut [std::mem::MaybeUninit<f32>]) {
+            for (o, &v) in out.iter_mut().zip(x) {
+                let mut w = gelu_f32_one(v);
+                let z = -(v as f64) / std::f64::consts::SQRT_2;
+                if (1.0..=10.5).contains(&z) {
+                    let t = (z - 2.0) / (z + 2.0);
+                    let u = (2.0 * t - ERFCX_F32_T_SUM) * (1.0 / ERFCX_F32_T_SPAN);
+                    let p = polynomial(&ERFCX_F32[..ERFCX_F32.len() - 1], u);
+                    w = (0.5 * v as f64 * exp_f64(-(z * z)) * p) as f32;
+                }
+                o.write(w);
+            }
+        }
+        let (differ, worst) = gelu_f32_disagreements(short);
+        assert!(
+            worst > 1 || differ >= 40,
+            "{differ} differ, by up to {worst} ulps"
+        );
+        // e^y without its r¹¹ term, against the full series (both in f64).
+        let short_exp = |y: f64| {
+            let n = (y * std::f64::consts::LOG2_E).round();
+            let r = y - n * std::f64::consts::LN_2;
+            let t: f64 = (0..11).map(|k| r.powi(k) / (1..=k).product::<i32>().max(1) as f64).sum();
+            t * 2f64.powi(n as i32)
+        };
+        let worst_exp = (0..10_000)
+            .map(|i| -110.25 * i as f64 / 10_000.0 - 1.0)
+            .map(|y| ((exp_f64(y) - y.exp()) / y.exp()).abs())
+            .fold(0.0f64, f64::max);
+        let worst_short = (0..10_000)
+            .map(|i| -110.25 * i as f64 / 10_000.0 - 1.0)
+            .map(|y| ((short_exp(y) - y.exp()) / y.exp()).abs())
+            .fold(0.0f64, f64::max);
+        assert!(worst_exp < 2e-14, "exp_f64 off by {worst_exp:e}");
+        assert!(worst_short > 2e-14, "the short series passed: {worst_short:e}");
     }
 
     #[test]

@@ -17,7 +17,7 @@ pub(crate) use error_function::erf as erf_f64;
 pub(crate) use error_function::gelu as gelu_f64;
 /// The erf polynomials the device kernels evaluate too (one source for every engine).
 pub(crate) use error_function::{ERF_MID_F32, ERF_SMALL};
-use error_function::{erf, erf_f32, gelu};
+use error_function::{erf, erf_f32, gelu, gelu_f32};
 
 /// Maps a float tensor elementwise: `$x` is an `$F` (f32 for f32/f16/bf16, f64 for f64); f16 and
 /// bf16 are computed in f32 and rounded once.
@@ -207,8 +207,13 @@ fn k_shrink(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
 
 fn k_gelu(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let x = input(inputs, 0)?;
-    single(match ctx.attr_s("approximate", "none")?.as_str() {
-        // In f64, in forms without cancellation for negative x: 1 + erf(z) = erfc(-z) (see
+    let approximate = ctx.attr_s("approximate", "none")?;
+    if let ("none", Tensor::F32(a)) = (approximate.as_str(), x) {
+        // f32 through the branch-free slice kernel ([`gelu_f32`]).
+        return single(Tensor::F32(broadcast::unary_slices(a, gelu_f32)));
+    }
+    single(match approximate.as_str() {
+        // Other float types in f64, in forms without cancellation for negative x: 1 + erf(z) = erfc(-z) (see
         // `gelu`), and 1 + tanh(u) = 2 / (1 + e^(-2u)).
         "none" => float_map!(x, F, |x| gelu(x as f64) as F),
         "tanh" => float_map!(x, F, |x| {

@@ -7,7 +7,8 @@
 //! the chain rounds five times in f32, Gelu once (every engine's Gelu is accurate to a few ulps of
 //! the exact function, as the oracles judge it), so results differ in the last bits — by less than
 //! the chain's own error, since `1 + erf(z)` cancels for negative x where Gelu does not. It applies
-//! to accelerator sessions, where the launches cost; CPU sessions keep the graph's own arithmetic.
+//! to every session: on the CPU the five passes cost too (bert_encoder's chains took 1.36 ms of its
+//! 8.9, the fused Gelu, vectorised, a fraction of that).
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
