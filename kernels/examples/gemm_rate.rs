@@ -61,6 +61,7 @@ fn main() {
             bias: None,
             act: Activation::None,
             residual: None,
+            col_bias: None,
         };
         let flops = 2.0 * (m * n * k) as f64;
         let pb = PackedB::new(isa, k, m, &a, 1, k);

@@ -123,6 +123,10 @@ pub fn conv_direct(
         epi.residual.is_none_or(|r| r.len() >= m * out_sp),
         "conv_direct: residual too short"
     );
+    assert!(
+        epi.col_bias.is_none(),
+        "conv_direct: a column bias is for GEMMs"
+    );
     if m == 0 || out_sp == 0 {
         return;
     }

@@ -43,7 +43,8 @@ pub enum Threads {
     Always,
 }
 
-/// What is applied to each output as it is stored: `act((C + bias[row]) + residual[i, j])`.
+/// What is applied to each output as it is stored: `act((C + bias[row]) + residual[i, j])`, or
+/// `act((C + bias[row]) + col_bias[j])`.
 #[derive(Debug, Clone, Copy)]
 pub struct Epilogue<'a> {
     /// One value per row of `C` (a convolution's output channel), or none.
@@ -52,6 +53,9 @@ pub struct Epilogue<'a> {
     /// Laid out like `C` (`residual[i·ldc + j]` for `C[i, j]`), added after the bias (a residual
     /// connection's Add), or none.
     pub residual: Option<&'a [f32]>,
+    /// One value per column of `C` (a Linear layer's bias, for a product of activations by a
+    /// weight), added where a residual would be; at most one of the two is given.
+    pub col_bias: Option<&'a [f32]>,
 }
 
 impl Epilogue<'_> {
@@ -60,18 +64,23 @@ impl Epilogue<'_> {
         bias: None,
         act: Activation::None,
         residual: None,
+        col_bias: None,
     };
 
     pub(crate) fn is_identity(&self) -> bool {
-        self.bias.is_none() && self.act == Activation::None && self.residual.is_none()
+        self.bias.is_none()
+            && self.act == Activation::None
+            && self.residual.is_none()
+            && self.col_bias.is_none()
     }
 
     /// The epilogue on row `i`, columns `j0..j0 + dst.len()`, of `C` (row stride `ldc`).
     pub(crate) fn apply(&self, dst: &mut [f32], i: usize, j0: usize, ldc: usize) {
         let bias = self.bias.map(|b| b[i]);
-        match self.residual {
-            Some(r) => self.act.apply_add(dst, bias, &r[i * ldc + j0..]),
-            None => self.act.apply(dst, bias),
+        match (self.residual, self.col_bias) {
+            (Some(r), _) => self.act.apply_add(dst, bias, &r[i * ldc + j0..]),
+            (None, Some(c)) => self.act.apply_add(dst, bias, &c[j0..]),
+            (None, None) => self.act.apply(dst, bias),
         }
     }
 }
@@ -108,6 +117,11 @@ pub fn sgemm_uninit(
     assert!(
         epi.residual.is_none_or(|r| r.len() >= (m - 1) * ldc + n),
         "sgemm: residual too short for {m}x{n} with row stride {ldc}"
+    );
+    assert!(
+        epi.col_bias
+            .is_none_or(|c| c.len() >= n && epi.residual.is_none()),
+        "sgemm: column bias shorter than {n} columns, or given with a residual"
     );
     assert!(
         a.isa().is_supported(),

@@ -15,6 +15,9 @@
 //!   connection — and optionally by one of those activations becomes one FusedConv whose fourth
 //!   input is added after the bias and before the activation (`residual.rs`): in the GEMM's
 //!   epilogue as each tile is stored, the same two roundings the Add and the activation make.
+//! - `linear-bias`: MatMul by a constant weight then Add of a constant bias (a Linear layer)
+//!   becomes one `com.quorum` MatMulBias (`matmul_bias.rs`), whose f32 GEMM adds the bias as it
+//!   stores each output, the Add's own sum (the device sessions' `matmul-bias`, exact here).
 //!
 //! And two that change the arithmetic within the op's own accuracy (stated in each module):
 //!
@@ -78,6 +81,7 @@ pub(crate) fn optimize(
     let mut done = Vec::new();
     remove_identities(&mut g, &mut done);
     gelu::fuse_gelu(&mut g, constants, &mut done);
+    matmul_bias::fuse_matmul_bias(&mut g, constants, &mut done, "linear-bias");
     // The fold adds initializers (the folded weights and biases) that the fusion must see.
     let mut constants = constants.clone();
     affine::fold_affine(&mut g, &mut constants, &mut done);
@@ -99,7 +103,7 @@ pub(crate) fn optimize_for_devices(
     let mut done = Vec::new();
     gelu::fuse_gelu(&mut g, constants, &mut done);
     if runs(QUORUM_DOMAIN, "MatMulBias") {
-        matmul_bias::fuse_matmul_bias(&mut g, constants, &mut done);
+        matmul_bias::fuse_matmul_bias(&mut g, constants, &mut done, "matmul-bias");
     }
     (!done.is_empty()).then_some((g, done))
 }

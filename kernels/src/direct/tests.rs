@@ -251,11 +251,13 @@ fn direct_convolution_has_the_bits_of_the_gemm() {
                 bias: Some(&bias),
                 act: Activation::Relu,
                 residual: None,
+                col_bias: None,
             },
             Epilogue {
                 bias: Some(&bias),
                 act: Activation::LeakyRelu { alpha: 0.1 },
                 residual: Some(&residual),
+                col_bias: None,
             },
         ];
         for epi in &epilogues {

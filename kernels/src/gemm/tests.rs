@@ -4,7 +4,7 @@
 //! catch.
 use super::*;
 use crate::Isa;
-use crate::pack::ConvPatches;
+use crate::pack::{ConvPatches, PackedB};
 
 use crate::testing::rand;
 
@@ -85,6 +85,7 @@ fn dense_gemm_matches_f64_at_tile_and_block_edges() {
                     bias: with_bias.then_some(&bias[..]),
                     act,
                     residual: None,
+                    col_bias: None,
                 };
                 let want = reference(&a, |p, j| bdata[p * ld + j], (m, n, k), epi.bias, act);
                 let ldc = n + 2;
@@ -181,6 +182,7 @@ fn convolution_patches_match_f64() {
                 bias: Some(&bias),
                 act: Activation::LeakyRelu { alpha: 0.1 },
                 residual: None,
+                col_bias: None,
             };
             // The patch matrix written out, for the reference.
             let mut dense = vec![0f32; k * n];
@@ -383,6 +385,7 @@ fn a_residual_epilogue_equals_the_add_and_activation_after_the_gemm() {
             bias: Some(&bias),
             act: Activation::None,
             residual: None,
+            col_bias: None,
         };
         let mut want = vec![0f32; m * ldc];
         sgemm(&packed, &src, n, &mut want, ldc, &plain, Threads::Serial);
@@ -397,6 +400,7 @@ fn a_residual_epilogue_equals_the_add_and_activation_after_the_gemm() {
             bias: Some(&bias),
             act: Activation::Relu,
             residual: Some(&res),
+            col_bias: None,
         };
         for threads in [Threads::Serial, Threads::Always] {
             let mut got = vec![0f32; m * ldc];
@@ -413,6 +417,55 @@ fn a_residual_epilogue_equals_the_add_and_activation_after_the_gemm() {
             }
             let off = (0..m).any(|i| (0..n).any(|j| got[i * ldc + j] != shifted[i * ldc + j]));
             assert!(off, "a residual one column off should change the result");
+        }
+    }
+}
+
+/// A column bias in the epilogue gives, bit for bit, the GEMM followed by the Add of a bias per
+/// column (a Linear layer's MatMul and Add), on every instruction set, serial and split, across
+/// more than one block of columns and of K, from B packed once and from a dense B; the comparison
+/// is sensitive to the bias read one column off.
+#[test]
+fn a_column_bias_epilogue_equals_the_add_after_the_gemm() {
+    for &isa in Isa::supported() {
+        let (m, n, k) = (2 * isa.mr() + 3, 2 * 512 + 37, 200);
+        let a = rand(31, m * k);
+        let b = rand(32, k * n);
+        let col = rand(33, n + 1);
+        let packed = PackedA::new(isa, m, k, &a, k);
+        let pb = PackedB::new(isa, k, n, &b, n, 1);
+        let mut want = vec![0f32; m * n];
+        let dense = BSource::Dense { data: &b, ld: n };
+        sgemm(
+            &packed,
+            &dense,
+            n,
+            &mut want,
+            n,
+            &Epilogue::NONE,
+            Threads::Serial,
+        );
+        let mut shifted = want.clone();
+        for i in 0..m {
+            for j in 0..n {
+                want[i * n + j] += col[j];
+                shifted[i * n + j] += col[j + 1];
+            }
+        }
+        let fused = Epilogue {
+            bias: None,
+            act: Activation::None,
+            residual: None,
+            col_bias: Some(&col[..n]),
+        };
+        for src in [dense, BSource::Packed(&pb)] {
+            for threads in [Threads::Serial, Threads::Always] {
+                let mut got = vec![f32::NAN; m * n];
+                sgemm(&packed, &src, n, &mut got, n, &fused, threads);
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got), bits(&want), "{isa:?} {threads:?}");
+                assert_ne!(bits(&got), bits(&shifted), "one column off passed");
+            }
         }
     }
 }

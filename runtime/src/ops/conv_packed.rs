@@ -208,6 +208,7 @@ pub(super) unsafe fn per_group(
             bias: bias.map(|b| &b[gi * mg..(gi + 1) * mg]),
             act,
             residual: residual.map(|r| &r[at..at + chunk]),
+            col_bias: None,
         };
         conv(gi, xg, &epi, yg, threads);
     };

@@ -767,8 +767,26 @@ mod tests {
     fn gelu_f32_disagreements(f: fn(&[f32], &mut [std::mem::MaybeUninit<f32>])) -> (usize, u32) {
         let mut xs: Vec<f32> = (0..=960_000).map(|i| -16.0 + i as f32 * 2.5e-5).collect();
         let s2 = std::f32::consts::SQRT_2;
-        xs.extend([0.0, -0.0, 1e-40, -1e-30, s2, -s2, 4.0 * s2, -4.0 * s2, -14.85]);
-        xs.extend([-1e4, -1e4 - 1.0, -3e4, 1e30, -1e30, f32::INFINITY, f32::NEG_INFINITY]);
+        xs.extend([
+            0.0,
+            -0.0,
+            1e-40,
+            -1e-30,
+            s2,
+            -s2,
+            4.0 * s2,
+            -4.0 * s2,
+            -14.85,
+        ]);
+        xs.extend([
+            -1e4,
+            -1e4 - 1.0,
+            -3e4,
+            1e30,
+            -1e30,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+        ]);
         xs.extend([f32::NAN, f32::MIN_POSITIVE, -f32::MIN_POSITIVE]);
         let mut out = vec![std::mem::MaybeUninit::uninit(); xs.len()];
         f(&xs, &mut out);
@@ -825,7 +843,9 @@ mod tests {
         let short_exp = |y: f64| {
             let n = (y * std::f64::consts::LOG2_E).round();
             let r = y - n * std::f64::consts::LN_2;
-            let t: f64 = (0..11).map(|k| r.powi(k) / (1..=k).product::<i32>().max(1) as f64).sum();
+            let t: f64 = (0..11)
+                .map(|k| r.powi(k) / (1..=k).product::<i32>().max(1) as f64)
+                .sum();
             t * 2f64.powi(n as i32)
         };
         let worst_exp = (0..10_000)
@@ -837,7 +857,10 @@ mod tests {
             .map(|y| ((short_exp(y) - y.exp()) / y.exp()).abs())
             .fold(0.0f64, f64::max);
         assert!(worst_exp < 2e-14, "exp_f64 off by {worst_exp:e}");
-        assert!(worst_short > 2e-14, "the short series passed: {worst_short:e}");
+        assert!(
+            worst_short > 2e-14,
+            "the short series passed: {worst_short:e}"
+        );
     }
 
     #[test]

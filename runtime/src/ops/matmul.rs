@@ -16,6 +16,7 @@ use crate::{bail, unsupported};
 #[path = "matmul_packed.rs"]
 mod packed;
 pub(crate) use packed::gemm_to_vec;
+pub(super) use packed::matmul_bias_f32;
 
 pub fn register(r: &mut Registry) {
     r.add("", "MatMul", matmul);

@@ -4,13 +4,14 @@
 //! The device-session rewrite `matmul-bias` (`optimize/matmul_bias.rs`) writes it so that an
 //! accelerator adds the bias as its GEMM stores each output (or in its split-K reduction) instead of
 //! streaming the product through memory a second time. On the CPU it is MatMul then Add, bit for
-//! bit. The oracles judge it as what it equals, the Gemm of A's rows (`[∏ leading dims, K]`) by B
+//! bit: in f32 the packed GEMM adds the bias in its epilogue (the Add's own sum, `product + bias`),
+//! elsewhere the Add follows. The oracles judge it as what it equals, the Gemm of A's rows (`[∏ leading dims, K]`) by B
 //! with C = bias (`verify.rs`).
 use super::elementwise::{Ar, arith_t};
 use super::{OpCtx, Registry, input, single};
 use crate::bail;
 use crate::error::OpResult;
-use crate::tensor::Value;
+use crate::tensor::{Tensor, Value};
 
 pub fn register(r: &mut Registry) {
     r.add(super::QUORUM_DOMAIN, "MatMulBias", matmul_bias);
@@ -40,6 +41,18 @@ fn matmul_bias(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
             bias.dtype()
         );
     }
+    // f32: the bias added as the packed GEMM stores each output, where it takes the product.
+    if let (Tensor::F32(x), Tensor::F32(w), Tensor::F32(c)) = (a, b, bias)
+        && let Some(c) = c.as_slice()
+    {
+        let (product, added) = super::matmul::matmul_bias_f32(ctx, x, w, Some(c))?;
+        let p = Tensor::F32(product);
+        return single(if added {
+            p
+        } else {
+            arith_t(&p, bias, Ar::Add)?
+        });
+    }
     let product = super::matmul::matmul(ctx, &inputs[..2])?;
     let Some(Value::Tensor(p)) = product.first() else {
         bail!("MatMulBias: MatMul gave no tensor");
@@ -66,13 +79,20 @@ mod tests {
 
     #[test]
     fn equals_matmul_then_add_bit_for_bit() {
-        for (i, ash) in [vec![7usize, 5], vec![2, 3, 5], vec![5]]
-            .into_iter()
-            .enumerate()
+        // The last two take the packed GEMM, which adds the bias as it stores each output.
+        for (i, (ash, n)) in [
+            (vec![7usize, 5], 6usize),
+            (vec![2, 3, 5], 6),
+            (vec![5], 6),
+            (vec![2, 9, 5], 70),
+            (vec![16, 5], 33),
+        ]
+        .into_iter()
+        .enumerate()
         {
             let a = rand(i as u64 + 1, &ash);
-            let b = rand(10 + i as u64, &[5, 6]);
-            let c = rand(20 + i as u64, &[6]);
+            let b = rand(10 + i as u64, &[5, n]);
+            let c = rand(20 + i as u64, &[n]);
             let fused = run("MatMulBias", crate::ops::QUORUM_DOMAIN, &[&a, &b, &c]).unwrap();
             let p = run("MatMul", "", &[&a, &b]).unwrap();
             let pair = run("Add", "", &[&p, &c]).unwrap();

@@ -35,6 +35,19 @@ pub(crate) fn gemm_to_vec(a: &PackedA, b: &BSource, m: usize, n: usize) -> Vec<f
 }
 
 pub(super) fn matmul_f32(ctx: &OpCtx, a: &ArrayD<f32>, b: &ArrayD<f32>) -> OpResult<ArrayD<f32>> {
+    Ok(matmul_bias_f32(ctx, a, b, None)?.0)
+}
+
+/// [`matmul_f32`], with `col_bias` (one value per column of the product, a Linear layer's bias)
+/// added as the GEMM stores each output where B is shared by every batch (one tall GEMM); the
+/// flag says whether it was. The sum is the Add's own, `product + bias`, so the result equals
+/// MatMul then Add bit for bit either way.
+pub(crate) fn matmul_bias_f32(
+    ctx: &OpCtx,
+    a: &ArrayD<f32>,
+    b: &ArrayD<f32>,
+    col_bias: Option<&[f32]>,
+) -> OpResult<(ArrayD<f32>, bool)> {
     let MatMulShape {
         m,
         k,
@@ -55,7 +68,7 @@ pub(super) fn matmul_f32(ctx: &OpCtx, a: &ArrayD<f32>, b: &ArrayD<f32>) -> OpRes
     // compute only those rows.
     let weight = tall && b.ndim() == 2 && is_constant_b(ctx);
     if (rows < isa.mr() && !weight) || rows == 0 || n < isa.nr() / 2 {
-        return matmul_nd(ctx, a, b);
+        return Ok((matmul_nd(ctx, a, b)?, false));
     }
     ctx.check_alloc(&out_shape, std::mem::size_of::<f32>())?;
     let a = a.as_standard_layout();
@@ -64,6 +77,7 @@ pub(super) fn matmul_f32(ctx: &OpCtx, a: &ArrayD<f32>, b: &ArrayD<f32>) -> OpRes
         bail!("MatMul: non-contiguous operand")
     };
     let total = nb * m * n;
+    let mut applied = false;
     let mut out: Vec<f32> = Vec::with_capacity(total);
     let spare = &mut out.spare_capacity_mut()[..total];
     if tall {
@@ -78,7 +92,13 @@ pub(super) fn matmul_f32(ctx: &OpCtx, a: &ArrayD<f32>, b: &ArrayD<f32>) -> OpRes
             Some(pb) => BSource::Packed(pb),
             None => BSource::Dense { data: bsl, ld: n },
         };
-        sgemm_uninit(&pa, &src, n, spare, n, &Epilogue::NONE, Threads::Auto);
+        let col_bias = col_bias.filter(|c| c.len() == n);
+        applied = col_bias.is_some();
+        let epi = Epilogue {
+            col_bias,
+            ..Epilogue::NONE
+        };
+        sgemm_uninit(&pa, &src, n, spare, n, &epi, Threads::Auto);
     } else if total > 0 {
         let ao = batch_offsets(&a_batch, &batch, m * k);
         let bo = batch_offsets(&b_batch, &batch, k * n);
@@ -106,7 +126,7 @@ pub(super) fn matmul_f32(ctx: &OpCtx, a: &ArrayD<f32>, b: &ArrayD<f32>) -> OpRes
     // SAFETY: sgemm_uninit writes every element of each `rows × n` (or `m × n`) output it is given,
     // and those outputs cover the first `total` elements.
     unsafe { out.set_len(total) };
-    Ok(ArrayD::from_shape_vec(IxDyn(&out_shape), out)?)
+    Ok((ArrayD::from_shape_vec(IxDyn(&out_shape), out)?, applied))
 }
 
 /// Whether input 1 is a constant of the running session (a weight, packed once).
@@ -188,8 +208,29 @@ pub(super) fn gemm_f32(
             BSource::Packed(&packed_per_call)
         }
     };
-    let mut out = gemm_to_vec(&pa, &src, m, n);
     let (alpha, beta) = (alpha as f32, beta as f32);
+    // C added as the GEMM stores each output where nothing comes between (alpha = beta = 1): the
+    // same sum, `product + C`, as the pass after it.
+    if cv.is_some()
+        && alpha == 1.0
+        && beta == 1.0
+        && let Some(epi) = c.and_then(|c| c_epilogue(c, m, n))
+    {
+        let mut out: Vec<f32> = Vec::with_capacity(m * n);
+        sgemm_uninit(
+            &pa,
+            &src,
+            n,
+            &mut out.spare_capacity_mut()[..m * n],
+            n,
+            &epi,
+            Threads::Auto,
+        );
+        // SAFETY: sgemm_uninit wrote every element of the m×n output.
+        unsafe { out.set_len(m * n) };
+        return Ok(Some(ArrayD::from_shape_vec(IxDyn(&[m, n]), out)?));
+    }
+    let mut out = gemm_to_vec(&pa, &src, m, n);
     if alpha != 1.0 {
         out.iter_mut().for_each(|v| *v *= alpha);
     }
@@ -201,6 +242,27 @@ pub(super) fn gemm_f32(
         }
     }
     Ok(Some(ArrayD::from_shape_vec(IxDyn(&[m, n]), out)?))
+}
+
+/// Gemm's C as an epilogue: a bias per column (C of `[n]` or `[1, n]`), per row (`[m, 1]`), or
+/// the whole `m×n` as a residual; `None` for other layouts (a scalar, a strided C).
+fn c_epilogue(c: &ArrayD<f32>, m: usize, n: usize) -> Option<Epilogue<'_>> {
+    let flat = c.as_slice()?;
+    match c.shape() {
+        [nc] | [1, nc] if *nc == n => Some(Epilogue {
+            col_bias: Some(flat),
+            ..Epilogue::NONE
+        }),
+        [mc, 1] if *mc == m => Some(Epilogue {
+            bias: Some(flat),
+            ..Epilogue::NONE
+        }),
+        [mc, nc] if *mc == m && *nc == n => Some(Epilogue {
+            residual: Some(flat),
+            ..Epilogue::NONE
+        }),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -414,6 +476,71 @@ mod tests {
                         );
                     }
                 }
+            }
+        }
+    }
+
+    /// Gemm with alpha = beta = 1 adds C as the GEMM stores each output (a bias per column, per
+    /// row, or a whole residual): bit for bit the product without C, then C added, for every C
+    /// layout the epilogue takes, B fed and B a constant; and C read in the wrong layout (a row's
+    /// bias as a column's) must differ.
+    #[test]
+    fn gemm_adds_c_in_the_epilogue_bit_for_bit() {
+        use crate::ir::{Attr, Node};
+        use crate::tensor::Value;
+        let (m, k, n) = (19usize, 70usize, 41usize);
+        let node = |inputs: &[&str]| Node {
+            name: "g".into(),
+            op_type: "Gemm".into(),
+            domain: String::new(),
+            opset: 13,
+            inputs: inputs.iter().map(|s| s.to_string()).collect(),
+            outputs: vec!["y".into()],
+            attrs: [("transB".to_string(), Attr::Int(1))].into(),
+        };
+        let a = Value::Tensor(Tensor::from_f32(&[m, k], rand(11, m * k)).unwrap());
+        let w = Arc::new(Value::Tensor(
+            Tensor::from_f32(&[n, k], rand(12, n * k)).unwrap(),
+        ));
+        let run = |node: &Node, runner: &dyn crate::ops::SubgraphRunner, c: Option<&Value>| {
+            let ctx = OpCtx {
+                node,
+                runner,
+                max_tensor_bytes: 1 << 30,
+            };
+            let mut ins = vec![Some(&a), Some(&*w)];
+            ins.extend(c.map(Some));
+            let t = super::super::gemm_op(&ctx, &ins).unwrap().remove(0);
+            t.into_tensor().unwrap().to_f64_vec().unwrap()
+        };
+        let constant = Constant(w.clone());
+        let product = run(&node(&["a", "w"]), &constant, None);
+        for cshape in [vec![n], vec![1, n], vec![m, 1], vec![m, n]] {
+            let c = rand(13, cshape.iter().product());
+            let cat = |i: usize, j: usize| match cshape.as_slice() {
+                [_] | [1, _] => c[j],
+                [_, 1] => c[i],
+                _ => c[i * n + j],
+            };
+            let want: Vec<u32> = (0..m * n)
+                .map(|e| (product[e] as f32 + cat(e / n, e % n)).to_bits())
+                .collect();
+            let cv = Value::Tensor(Tensor::from_f32(&cshape, c.clone()).unwrap());
+            for runner in [
+                &crate::ops::NoSubgraphs as &dyn crate::ops::SubgraphRunner,
+                &constant,
+            ] {
+                let got: Vec<u32> = run(&node(&["a", "w", "c"]), runner, Some(&cv))
+                    .iter()
+                    .map(|&v| (v as f32).to_bits())
+                    .collect();
+                assert_eq!(got, want, "C{cshape:?}");
+            }
+            if cshape == [m, 1] {
+                let wrong: Vec<u32> = (0..m * n)
+                    .map(|e| (product[e] as f32 + c[(e % n) % m]).to_bits())
+                    .collect();
+                assert_ne!(wrong, want, "a row's bias read as a column's passed");
             }
         }
     }

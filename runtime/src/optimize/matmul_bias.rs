@@ -8,6 +8,10 @@
 //! the fused node as the Gemm it equals. Applied only when every accelerator of the session runs
 //! MatMulBias (a node none of them ran would pull the product back to the CPU), and only for f32
 //! and f16 weights, the types the GEMM kernels take.
+//!
+//! CPU sessions apply the same rewrite as `linear-bias`, which keeps the result bit for bit: the
+//! CPU's MatMulBias adds the bias in the packed GEMM's epilogue with the Add's own sum (bert_encoder:
+//! its twelve bias Adds were 0.37 ms of 8.9).
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -25,10 +29,13 @@ fn constant<'c>(
     matches!(t.dtype(), DType::F32 | DType::F16).then(|| (t.dtype(), t.shape()))
 }
 
+/// The rewrite, recorded as `pass`: `matmul-bias` for a session with an accelerator (inexact),
+/// `linear-bias` for a CPU session (exact: the CPU's MatMulBias is MatMul then Add bit for bit).
 pub(super) fn fuse_matmul_bias(
     g: &mut Graph,
     constants: &HashMap<String, Arc<Value>>,
     done: &mut Vec<Rewrite>,
+    pass: &'static str,
 ) {
     let pinned = pinned(g);
     let readers = readers(g);
@@ -61,7 +68,7 @@ pub(super) fn fuse_matmul_bias(
         };
         let n = &mut g.nodes[ia];
         done.push(Rewrite {
-            pass: "matmul-bias",
+            pass,
             detail: format!(
                 "MatMul '{mm_name}' + Add '{}' of '{bias}' → MatMulBias '{}'",
                 n.name, n.name

@@ -12,6 +12,11 @@ use crate::tensor::Tensor;
 
 /// x [2, 5, 8] → MatMul by w [8, 6] → Add of b [6] (`bias_first`: Add(b, p)) → Relu → y.
 fn linear(bias_first: bool) -> Model {
+    linear_of(bias_first, 5, 6)
+}
+
+/// [`linear`] with x [2, rows, 8], w [8, n] and b [n].
+fn linear_of(bias_first: bool, rows: usize, n: usize) -> Model {
     let add = if bias_first { ["b", "p"] } else { ["p", "b"] };
     Model::for_test(
         vec![
@@ -19,9 +24,9 @@ fn linear(bias_first: bool) -> Model {
             node("add", "Add", &add, &["q"]),
             node("relu", "Relu", &["q"], &["y"]),
         ],
-        vec![info("x", &[2, 5, 8])],
-        vec![info("y", &[2, 5, 6])],
-        [("w", tensor(&[8, 6], 1)), ("b", tensor(&[6], 2))]
+        vec![info("x", &[2, rows, 8])],
+        vec![info("y", &[2, rows, n])],
+        [("w", tensor(&[8, n], 1)), ("b", tensor(&[n], 2))]
             .into_iter()
             .map(|(k, v)| (k.to_string(), Arc::new(Value::Tensor(v))))
             .collect(),
@@ -41,15 +46,32 @@ fn ops(m: &Model) -> Vec<String> {
 
 /// The outputs' bits for three seeded inputs, on a CPU session without rewrites of its own.
 fn bits(m: &Model) -> Vec<Vec<u64>> {
+    bits_with(m, false)
+}
+
+/// [`bits`], the session's own rewrites on or off.
+fn bits_with(m: &Model, optimize: bool) -> Vec<Vec<u64>> {
     let options = SessionOptions {
-        optimize: false,
+        optimize,
         ..Default::default()
     };
     let s = Session::from_model(m.clone(), options).unwrap();
+    let shape = match &m.graph.inputs[0].ty {
+        crate::ir::ValueType::Tensor {
+            shape: Some(dims), ..
+        } => dims
+            .iter()
+            .map(|d| match d {
+                crate::ir::Dim::Fixed(v) => *v as usize,
+                _ => 1,
+            })
+            .collect::<Vec<_>>(),
+        _ => vec![2, 5, 8],
+    };
     (10..13)
         .map(|seed| {
             let out = s
-                .run(vec![("x".into(), Value::Tensor(tensor(&[2, 5, 8], seed)))])
+                .run(vec![("x".into(), Value::Tensor(tensor(&shape, seed)))])
                 .unwrap();
             let t = out[0].1.as_tensor().unwrap().to_f64_vec().unwrap();
             t.iter().map(|v| v.to_bits()).collect()
@@ -68,6 +90,23 @@ fn both_operand_orders_become_one_matmul_bias() {
         assert_eq!(r.graph.nodes[0].inputs, ["x", "w", "b"]);
         assert_eq!(r.graph.nodes[0].outputs, ["q"]);
         assert_eq!(bits(&r), bits(&m), "bias first: {bias_first}");
+    }
+}
+
+/// CPU sessions apply the same rewrite as `linear-bias`, exact: bit for bit the unrewritten
+/// graph, on a product the general path takes (6 columns) and on ones the packed GEMM takes, whose
+/// epilogue adds the bias (40 and 75 columns, 9 and 16 rows a batch).
+#[test]
+fn cpu_sessions_fuse_linear_layers_bit_for_bit() {
+    for (rows, n) in [(5, 6), (9, 40), (16, 75)] {
+        for bias_first in [false, true] {
+            let m = linear_of(bias_first, rows, n);
+            let s = Session::from_model(m.clone(), SessionOptions::default()).unwrap();
+            let passes: Vec<&str> = s.rewrites().iter().map(|r| r.pass).collect();
+            assert_eq!(passes, ["linear-bias"]);
+            assert!(s.rewrites()[0].exact());
+            assert_eq!(bits_with(&m, true), bits(&m), "{rows}x{n}");
+        }
     }
 }
 
