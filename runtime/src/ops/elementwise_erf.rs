@@ -203,19 +203,17 @@ fn erf_f32_one(v: f32) -> f32 {
     (if a.is_nan() { x } else { r }) as f32
 }
 
-/// Gelu of f32 values into `out`, each x/2 · erfc(−x/√2) computed in f64 and rounded once, with
-/// no branch (every form is evaluated and one selected, as in [`erf_f32`]), by z = −x/√2:
-/// - |z| < 1: erfc(z) = 1 − erf(z), erf as `z + z·Q(z²)` ([`ERF_SMALL`]); erfc ≥ 0.157, so the
-///   difference loses under three bits of f64;
-/// - z ≤ −1: erfc(z) = 1 + erf(|z|), erf from [`ERF_MID_F32`] to 4 and 1 beyond;
-/// - 1 ≤ z ≤ 10.5: erfc(z) = e^(−z²) · erfcx(z), erfcx from [`ERFCX_F32`] and e^(−z²) from
-///   [`exp_f64`]; past 10.5 the product is below half the least f32 subnormal for any x whose
-///   −x/√2 is that large up to |x| = 1e4, and 0 (x/2 · 0, a signed zero) is used.
+/// Gelu of f32 values into `out`, each x/2 · erfc(z), z = −x/√2, computed in f64 and rounded
+/// once, with no branch: erfc(y) = e^(−y²) · erfcx(y) for y = z, or y = −z where z < −1 (then
+/// erfc(z) = 2 − erfc(−z), which cannot cancel: erfc(1) = 0.157), erfcx from one polynomial on
+/// [−1, 10.5] ([`ERFCX_F32`]) and e^(−y²) from [`exp_f64`]. Past y = 10.5 erfc(z) is taken as 0:
+/// the product is then below half the least f32 subnormal for every x up to 1e4 in magnitude.
+/// z is x times 1/√2 rounded (not x divided by √2 as [`gelu`] forms it): the two differ by an f64
+/// ulp at most, far below the f32 result's.
 ///
-/// For |x| past 1e4 in the third form, or x = −∞, the f64 [`gelu`] decides (a rounded tiny
-/// product may not be zero there; −∞ · 0 is NaN). Before the rounding each value is within about
-/// 2e-13 of Gelu (relative), so the f32 result is Gelu rounded correctly except that close to a
-/// rounding boundary.
+/// Below −1e4, and for NaN, the f64 [`gelu`] decides (a rounded tiny product may not be zero there;
+/// −∞ · 0 is NaN). Before the rounding each value is within about 2e-13 of Gelu (relative), so the
+/// f32 result is Gelu rounded correctly except that close to a rounding boundary.
 pub(super) fn gelu_f32(x: &[f32], out: &mut [std::mem::MaybeUninit<f32>]) {
     #[cfg(target_arch = "x86_64")]
     {
@@ -240,39 +238,99 @@ pub(super) fn gelu_f32(x: &[f32], out: &mut [std::mem::MaybeUninit<f32>]) {
 
 #[inline(always)]
 fn gelu_f32_body(x: &[f32], out: &mut [std::mem::MaybeUninit<f32>]) {
-    for (o, &v) in out.iter_mut().zip(x) {
-        o.write(gelu_f32_one(v));
-    }
-    // The rare inputs the vector forms leave to the f64 function.
-    for (o, &v) in out.iter_mut().zip(x) {
-        if !(v >= -1e4) {
-            o.write(gelu(v as f64) as f32);
+    // Thirty-two at a time: each step of the polynomial is then four independent vectors, and the
+    // chains of one block overlap instead of waiting on each other's latency.
+    let mut xs = x.chunks_exact(GELU_LANES);
+    let mut os = out.chunks_exact_mut(GELU_LANES);
+    for (xb, ob) in (&mut xs).zip(&mut os) {
+        let r = gelu_lanes::<GELU_LANES>(xb.try_into().expect("a block"));
+        for (o, v) in ob.iter_mut().zip(r) {
+            o.write(v);
         }
+        // The rare inputs the vector form leaves to the f64 function (one test per block, without
+        // a branch per element).
+        if xb.iter().fold(false, |any, &v| any | !(v >= -1e4)) {
+            for (o, &v) in ob.iter_mut().zip(xb) {
+                if !(v >= -1e4) {
+                    o.write(gelu(v as f64) as f32);
+                }
+            }
+        }
+    }
+    for (o, &v) in os.into_remainder().iter_mut().zip(xs.remainder()) {
+        o.write(gelu_f32_one(v));
     }
 }
 
-/// One element of [`gelu_f32`] (for x ≥ −1e4).
+/// Elements per block of [`gelu_f32`].
+const GELU_LANES: usize = 32;
+
+/// One element of [`gelu_f32`].
 #[inline(always)]
 fn gelu_f32_one(v: f32) -> f32 {
-    let x = v as f64;
-    let z = -x / std::f64::consts::SQRT_2;
-    let a = z.abs();
-    let near = 1.0 - (z + z * polynomial(&ERF_SMALL, 2.0 * (z * z) - 1.0));
-    let mid = polynomial(&ERF_MID_F32, (2.0 * a.clamp(1.0, 4.0) - 5.0) * (1.0 / 3.0));
-    let upper = 1.0 + if a < 4.0 { mid } else { 1.0 };
-    let zc = a.clamp(1.0, 10.5);
-    let t = (zc - 2.0) / (zc + 2.0);
-    let u = (2.0 * t - ERFCX_F32_T_SUM) * (1.0 / ERFCX_F32_T_SPAN);
-    let tail = exp_f64(-(zc * zc)) * polynomial(&ERFCX_F32, u);
-    let lower = if a <= 10.5 { tail } else { 0.0 };
-    let e = if a < 1.0 {
-        near
-    } else if z < 0.0 {
-        upper
+    if v >= -1e4 {
+        gelu_lanes::<1>(&[v])[0]
     } else {
-        lower
+        gelu(v as f64) as f32
+    }
+}
+
+/// [`gelu_f32`] for `L` elements side by side (each element's operations are the same whatever
+/// `L`, so a block and a lone element give the same bits), for x ≥ −1e4. Plain loops over arrays,
+/// which the compiler turns into vectors.
+#[inline(always)]
+fn gelu_lanes<const L: usize>(v: &[f32; L]) -> [f32; L] {
+    let (mut x, mut z, mut y, mut u) = ([0f64; L], [0f64; L], [0f64; L], [0f64; L]);
+    for i in 0..L {
+        x[i] = v[i] as f64;
+        z[i] = -x[i] * std::f64::consts::FRAC_1_SQRT_2;
+        y[i] = if z[i] < -1.0 { -z[i] } else { z[i] }.min(10.5);
+        let t = (y[i] - 3.0) / (y[i] + 3.0);
+        u[i] = (2.0 * t - ERFCX_F32_T_SUM) * (1.0 / ERFCX_F32_T_SPAN);
+    }
+    let cx = polynomial_lanes(&ERFCX_F32, &u);
+    let mut r = [0f32; L];
+    for i in 0..L {
+        let e = exp_f64(-(y[i] * y[i])) * cx[i];
+        let erfc = if z[i] < -1.0 {
+            2.0 - e
+        } else if z[i] <= 10.5 {
+            e
+        } else {
+            0.0
+        };
+        r[i] = (0.5 * x[i] * erfc) as f32;
+    }
+    r
+}
+
+/// [`polynomial`] at `L` points side by side, with the same operations for each.
+#[inline(always)]
+fn polynomial_lanes<const L: usize>(a: &[f64], u: &[f64; L]) -> [f64; L] {
+    let mut r = [0f64; L];
+    let [a0, a0_lo, higher @ ..] = a else {
+        for i in 0..L {
+            r[i] = polynomial(a, u[i]);
+        }
+        return r;
     };
-    (0.5 * x * e) as f32
+    let mut u2 = [0f64; L];
+    for i in 0..L {
+        u2[i] = u[i] * u[i];
+    }
+    let pairs = higher.chunks_exact(2);
+    let mut odd = [pairs.remainder().first().copied().unwrap_or(0.0); L];
+    let mut even = [0.0; L];
+    for pair in pairs.rev() {
+        for i in 0..L {
+            odd[i] = odd[i] * u2[i] + pair[0];
+            even[i] = even[i] * u2[i] + pair[1];
+        }
+    }
+    for i in 0..L {
+        r[i] = a0 + (a0_lo + (u[i] * odd[i] + u2[i] * even[i]));
+    }
+    r
 }
 
 /// e^y in f64 for y in [−708, 0] with no branch: y = n·ln 2 + r (n by the 1.5·2⁵² rounding
@@ -308,37 +366,44 @@ fn exp_f64(y: f64) -> f64 {
     p * f64::from_bits(((k + 1023) << 52) as u64)
 }
 
-/// t = (z − 2)/(z + 2) for z in [1, 10.5] spans [−1/3, 0.68]: the sum and span of its ends.
-const ERFCX_F32_T_SUM: f64 = 0.68 - 1.0 / 3.0;
-const ERFCX_F32_T_SPAN: f64 = 0.68 + 1.0 / 3.0;
+/// t = (y − 3)/(y + 3) for y in [−1, 10.5] spans [−2, 5/9]: the sum and span of its ends.
+const ERFCX_F32_T_SUM: f64 = 5.0 / 9.0 - 2.0;
+const ERFCX_F32_T_SPAN: f64 = 5.0 / 9.0 + 2.0;
 
-/// erfcx(z) = e^(z²) erfc(z) for z in [1, 10.5], in powers of u = (2t − (t₀ + t₁)) / (t₁ − t₀)
-/// with t = (z − 2)/(z + 2) ([−1/3, 0.68] onto [−1, 1]; erfcx is smooth in t where it is not in
-/// z's own powers over so long an interval), stored as [`polynomial`] reads it. From the same
-/// Chebyshev fit as the module's other tables (`fit` with its threshold 1e-19 raised to 1e-13 of
+/// erfcx(y) = e^(y²) erfc(y) for y in [−1, 10.5], in powers of u = (2t − (t₀ + t₁)) / (t₁ − t₀)
+/// with t = (y − 3)/(y + 3) ([−2, 5/9] onto [−1, 1]; erfcx is smooth in t where it is not in
+/// y's own powers over so long an interval), stored as [`polynomial`] reads it. From the same
+/// Chebyshev fit as the module's other tables (`fit` with its threshold 1e-19 raised to 2e-13 of
 /// erfcx's smallest value there, enough for an f32 result):
 /// ```text
-/// z_of_t = lambda t: 2 * (1 + t) / (1 - t)
-/// ERFCX_F32 = fit(lambda t: erfcx(z_of_t(t)), mpf(-1) / 3, (mpf(21) / 2 - 2) / (mpf(21) / 2 + 2))
+/// y_of_t = lambda t: 3 * (1 + t) / (1 - t)
+/// ERFCX_F32 = fit(lambda t: erfcx(y_of_t(t)), mpf(-2), (mpf(21) / 2 - 3) / (mpf(21) / 2 + 3))
 /// ```
-/// Evaluated in f64 at 20,001 points of [1, 10.5] against mpmath: within 1.1e-13 (relative).
-const ERFCX_F32: [f64; 16] = [
-    0.18820375544361928,
-    9.618993550588134e-18,
-    -0.17754676521001728,
-    0.05175604612283082,
-    -0.009677835404744711,
-    0.0006091121832611957,
-    0.00018464780254269378,
-    -3.2528799948857946e-05,
-    -6.219375770005858e-06,
-    1.4047782877666654e-06,
-    3.5767008755814627e-07,
-    -5.238639159043297e-08,
-    -2.510643120366047e-08,
-    4.738025276048684e-10,
-    1.4197162767540803e-09,
-    1.3572511889899565e-10,
+/// Evaluated in f64 at 40,001 points of [−1, 10.5] against mpmath: within 1.2e-13 (relative).
+const ERFCX_F32: [f64; 23] = [
+    0.6240539410558988,
+    4.4047166646920813e-17,
+    -1.355617793814829,
+    1.4681776182688093,
+    -1.0505100050555591,
+    0.4621115647992509,
+    -0.08276857133143607,
+    -0.025085590131976886,
+    0.01260058605743757,
+    0.0023420350956200775,
+    -0.001620128479890085,
+    -0.0004476657909817085,
+    0.00018238771647041528,
+    0.00010080499272635111,
+    -7.777099389842226e-06,
+    -1.8961137335223374e-05,
+    -4.031141191085054e-06,
+    2.3303847439446916e-06,
+    1.4859602671779174e-06,
+    -6.703596348186942e-08,
+    -2.651959703085328e-07,
+    -2.0246374103771805e-08,
+    2.187623066437123e-08,
 ];
 
 /// a · b as `(p, e)` with p = a · b rounded and p + e exactly a · b (Dekker's product, each factor
@@ -824,10 +889,10 @@ mod tests {
         fn short(x: &[f32], out: &mut [std::mem::MaybeUninit<f32>]) {
             for (o, &v) in out.iter_mut().zip(x) {
                 let mut w = gelu_f32_one(v);
-                let z = -(v as f64) / std::f64::consts::SQRT_2;
-                if (1.0..=10.5).contains(&z) {
-                    let t = (z - 2.0) / (z + 2.0);
-                    let u = (2.0 * t - ERFCX_F32_T_SUM) * (1.0 / ERFCX_F32_T_SPAN);
+                let z = -(v as f64) * std::f64::consts::FRAC_1_SQRT_2;
+                if (-1.0..=10.5).contains(&z) {
+                    let u = (2.0 * ((z - 3.0) / (z + 3.0)) - ERFCX_F32_T_SUM)
+                        * (1.0 / ERFCX_F32_T_SPAN);
                     let p = polynomial(&ERFCX_F32[..ERFCX_F32.len() - 1], u);
                     w = (0.5 * v as f64 * exp_f64(-(z * z)) * p) as f32;
                 }
