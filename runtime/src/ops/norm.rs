@@ -83,6 +83,28 @@ fn channel_param(t: &Tensor, c: usize, what: &str) -> OpResult<Vec<f64>> {
     t.to_f64_vec()
 }
 
+/// Σ f(x) over `x` in f64, in eight interleaved partial sums (element `i` into sum `i mod 8`)
+/// added pairwise at the end, then the tail: a fixed order, which the compiler can keep in vector
+/// registers, where one running sum waits on each add in turn (a row's statistics were most of a
+/// LayerNormalization's time).
+#[inline(always)]
+fn lane_sum<T: Elem>(x: &[T], f: impl Fn(f64) -> f64) -> f64 {
+    let mut acc = [0f64; 8];
+    let chunks = x.chunks_exact(8);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for (a, v) in acc.iter_mut().zip(c) {
+            *a += f(v.to_f64());
+        }
+    }
+    let [a0, a1, a2, a3, a4, a5, a6, a7] = acc;
+    let mut sum = ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7));
+    for v in tail {
+        sum += f(v.to_f64());
+    }
+    sum
+}
+
 /// Normalizes each row of `cols` elements: `y = (x - mean) * inv * w + b` with `(w, b) = wb(row, col)`;
 /// without `center`, `mean` is 0 and `inv` is 1/sqrt(mean(x^2) + eps) (RMS). Returns the outputs and
 /// each row's (mean, inv).
@@ -102,19 +124,11 @@ fn norm_rows<T: Elem, O: Elem>(
     let mut st = vec![(0.0, 0.0); rows];
     let n = cols as f64;
     let work = |r: usize, yr: &mut [O], xr: &[T], s: &mut (f64, f64)| {
-        let mean = if center {
-            xr.iter().map(|v| v.to_f64()).sum::<f64>() / n
-        } else {
-            0.0
-        };
-        let var = xr
-            .iter()
-            .map(|v| {
-                let d = v.to_f64() - mean;
-                d * d
-            })
-            .sum::<f64>()
-            / n;
+        let mean = if center { lane_sum(xr, |v| v) / n } else { 0.0 };
+        let var = lane_sum(xr, |v| {
+            let d = v - mean;
+            d * d
+        }) / n;
         let inv = 1.0 / (var + eps).sqrt();
         for (k, (o, v)) in yr.iter_mut().zip(xr).enumerate() {
             let (w, b) = wb(r, k);
@@ -691,5 +705,29 @@ mod tests {
                 assert!((y[r * cpg * inner + k] - want).abs() < 1e-12);
             }
         }
+    }
+
+    /// `lane_sum` counts every element once, whatever the length against its eight lanes and its
+    /// tail: distinct powers of two sum exactly, so a dropped, doubled or misplaced element changes
+    /// the result; a sum that skips the tail (the broken variant) must be caught by the same check.
+    #[test]
+    fn lane_sum_counts_each_element_once() {
+        let skip_tail = |x: &[f32]| -> f64 {
+            let whole = x.len() / 8 * 8;
+            lane_sum(&x[..whole], |v| v)
+        };
+        let mut caught = false;
+        for len in 0..40usize {
+            let x: Vec<f32> = (0..len).map(|i| 2f32.powi(i as i32 - 20)).collect();
+            let want: f64 = x.iter().map(|&v| v as f64).sum();
+            assert_eq!(lane_sum(&x, |v| v), want, "len {len}");
+            // The squares span 2^-40.. 2^(2·len − 42): exact in f64 up to 26 elements.
+            if len <= 26 {
+                let sq: f64 = x.iter().map(|&v| (v as f64) * (v as f64)).sum();
+                assert_eq!(lane_sum(&x, |v| v * v), sq, "len {len}");
+            }
+            caught |= skip_tail(&x) != want;
+        }
+        assert!(caught, "a sum without its tail passed");
     }
 }

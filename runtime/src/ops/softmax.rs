@@ -37,6 +37,33 @@ fn lane_max<T: Float>(b: &[T]) -> T {
     )
 }
 
+/// [`lane_max`] of f32 values: sixteen running maxima side by side (element `i` into maximum
+/// `i mod 16`), which the compiler keeps in vector registers, where one running maximum waits on
+/// each comparison in turn (it was most of a Softmax's time). A maximum's value does not depend on
+/// the order; where a NaN is present, the serial scan decides which NaN stays.
+#[inline(always)]
+fn lane_max_f32(b: &[f32]) -> f32 {
+    let mut acc = [f32::NEG_INFINITY; 16];
+    let mut nan = false;
+    let chunks = b.chunks_exact(16);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a = if v > *a { v } else { *a };
+            nan |= v.is_nan();
+        }
+    }
+    for (a, &v) in acc.iter_mut().zip(tail) {
+        *a = if v > *a { v } else { *a };
+        nan |= v.is_nan();
+    }
+    if nan {
+        return lane_max(b);
+    }
+    acc.iter()
+        .fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m })
+}
+
 /// One block `[n, inner]` of lanes, in place.
 fn block<T: Float + Elem>(b: &mut [T], n: usize, inner: usize, kind: Kind) {
     if n == 0 || inner == 0 {
@@ -155,7 +182,7 @@ fn block_f32(b: &mut [f32], n: usize, inner: usize, kind: Kind) {
 /// `e^(v - max)` and their sum, then the division.
 #[inline(always)]
 fn soft_lane_f32(b: &mut [f32]) {
-    let m = lane_max(b);
+    let m = lane_max_f32(b);
     let mut sums = [0f64; 8];
     for chunk in b.chunks_mut(8) {
         for (v, s) in chunk.iter_mut().zip(sums.iter_mut()) {
@@ -324,6 +351,44 @@ mod tests {
     }
 
     /// Softmax/LogSoftmax along the middle axis of [2, 3, 4] (strided lanes) against a direct formula.
+    /// The vector maximum equals the serial scan's value on every length against its sixteen
+    /// lanes and its tail, with infinities, signed zeros and NaNs (then bit for bit: the first NaN);
+    /// one that skips the tail (the broken variant) must be caught.
+    #[test]
+    fn lane_max_f32_equals_the_serial_scan() {
+        let skip_tail = |b: &[f32]| lane_max_f32(&b[..b.len() / 16 * 16]);
+        let mut caught = false;
+        for len in 1..70usize {
+            for seed in 0..4u64 {
+                let mut b =
+                    crate::ops::testing::seeded_f32(seed * 100 + len as u64, len, -5.0, 5.0);
+                match seed {
+                    1 => b[len / 2] = f32::NEG_INFINITY,
+                    2 => b
+                        .iter_mut()
+                        .for_each(|v| *v = if *v < 0.0 { -0.0 } else { 0.0 }),
+                    3 => {
+                        b[len - 1] = f32::from_bits(0x7fc0_0001);
+                        b[len / 3] = f32::from_bits(0x7fc0_0002);
+                    }
+                    _ => {}
+                }
+                let (got, want) = (lane_max_f32(&b), lane_max(&b));
+                if want.is_nan() {
+                    assert_eq!(got.to_bits(), want.to_bits(), "len {len} seed {seed}");
+                } else {
+                    assert_eq!(got, want, "len {len} seed {seed}");
+                }
+                if seed == 0 && len % 16 != 0 {
+                    // The last element made the largest: only the tail holds it.
+                    b[len - 1] = 9.0;
+                    caught |= skip_tail(&b) != lane_max(&b);
+                }
+            }
+        }
+        assert!(caught, "a maximum without its tail passed");
+    }
+
     #[test]
     fn strided_axis_matches_formula() {
         let x: Vec<f64> = (0..24)
