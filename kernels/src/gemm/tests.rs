@@ -469,3 +469,41 @@ fn a_column_bias_epilogue_equals_the_add_after_the_gemm() {
         }
     }
 }
+
+/// `PackedA`'s panels hold `A[q·MR + i, p]` at `p·MR + i` (zeros past `M`) on every instruction
+/// set, for row counts around whole panels and depths around the 8-wide transposes and their
+/// tails, from a row stride wider than a row; the comparison catches two rows swapped.
+#[test]
+fn packed_a_panels_hold_each_value_in_its_place() {
+    for &isa in Isa::supported() {
+        let mr = isa.mr();
+        for m in [1usize, 7, 8, 13, 16, 17, 24] {
+            for k in [1usize, 7, 8, 9, 33] {
+                let lda = k + 3;
+                let a = rand(41 + (m * k) as u64, m * lda);
+                let packed = PackedA::new(isa, m, k, &a, lda);
+                let want = |q: usize, swap: bool| -> Vec<f32> {
+                    let mut v = vec![0f32; mr * k];
+                    for i in 0..mr.min(m - q * mr) {
+                        let row = match (swap, i) {
+                            (true, 0) if m - q * mr > 1 => 1,
+                            (true, 1) => 0,
+                            _ => i,
+                        };
+                        for p in 0..k {
+                            v[p * mr + i] = a[(q * mr + row) * lda + p];
+                        }
+                    }
+                    v
+                };
+                for q in 0..m.div_ceil(mr) {
+                    let got = &packed.panel(q, 0)[..mr * k];
+                    assert_eq!(got, &want(q, false)[..], "{isa:?} m={m} k={k} panel {q}");
+                    if m - q * mr > 1 {
+                        assert_ne!(got, &want(q, true)[..], "swapped rows passed");
+                    }
+                }
+            }
+        }
+    }
+}
