@@ -117,7 +117,10 @@ impl PackedA {
 #[target_feature(enable = "avx")]
 unsafe fn pack_rows8_avx(a: &[f32], rs: usize, k: usize, panel: &mut [f32]) {
     use std::arch::x86_64::*;
-    assert!(k == 0 || 7 * rs + k <= a.len(), "pack_rows8: rows out of range");
+    assert!(
+        k == 0 || 7 * rs + k <= a.len(),
+        "pack_rows8: rows out of range"
+    );
     assert!(panel.len() >= 8 * k, "pack_rows8: panel too short");
     let (src, dst) = (a.as_ptr(), panel.as_mut_ptr());
     let mut p = 0;

@@ -120,25 +120,27 @@ where
         }
     };
     let n: usize = shape.iter().product();
-    let mut out = vec![O::default(); n];
+    // Written whole below (every branch covers every element once), so never filled first.
+    let mut out: Vec<O> = Vec::with_capacity(n);
+    let spare = &mut out.spare_capacity_mut()[..n];
     if a.shape() == b.shape() {
-        par_fill(&mut out, &|start, o| {
+        par_fill(spare, &|start, o| {
             for (k, o) in o.iter_mut().enumerate() {
-                *o = f(x[start + k].clone(), y[start + k].clone());
+                o.write(f(x[start + k].clone(), y[start + k].clone()));
             }
         });
     } else if y.len() == 1 && a.shape() == shape.as_slice() {
         let s = &y[0];
-        par_fill(&mut out, &|start, o| {
+        par_fill(spare, &|start, o| {
             for (k, o) in o.iter_mut().enumerate() {
-                *o = f(x[start + k].clone(), s.clone());
+                o.write(f(x[start + k].clone(), s.clone()));
             }
         });
     } else if x.len() == 1 && b.shape() == shape.as_slice() {
         let s = &x[0];
-        par_fill(&mut out, &|start, o| {
+        par_fill(spare, &|start, o| {
             for (k, o) in o.iter_mut().enumerate() {
-                *o = f(s.clone(), y[start + k].clone());
+                o.write(f(s.clone(), y[start + k].clone()));
             }
         });
     } else if n > 0 {
@@ -148,7 +150,7 @@ where
             broadcast_strides(b.shape(), &shape),
         );
         let (shape, sa, sb) = (&shape, &sa, &sb);
-        par_fill(&mut out, &|start, o| {
+        par_fill(spare, &|start, o| {
             // Rows of the innermost dim; an odometer over the outer dims, from flat offset `start`.
             let r = shape.len();
             let inner = shape[r - 1];
@@ -168,24 +170,24 @@ where
                 match (ea, eb) {
                     (1, 1) => {
                         for ((o, p), q) in dst.iter_mut().zip(&x[ia..ia + m]).zip(&y[ib..ib + m]) {
-                            *o = f(p.clone(), q.clone());
+                            o.write(f(p.clone(), q.clone()));
                         }
                     }
                     (1, 0) => {
                         let q = &y[ib];
                         for (o, p) in dst.iter_mut().zip(&x[ia..ia + m]) {
-                            *o = f(p.clone(), q.clone());
+                            o.write(f(p.clone(), q.clone()));
                         }
                     }
                     (0, 1) => {
                         let p = &x[ia];
                         for (o, q) in dst.iter_mut().zip(&y[ib..ib + m]) {
-                            *o = f(p.clone(), q.clone());
+                            o.write(f(p.clone(), q.clone()));
                         }
                     }
                     _ => {
                         for (k, o) in dst.iter_mut().enumerate() {
-                            *o = f(x[ia + k * ea].clone(), y[ib + k * eb].clone());
+                            o.write(f(x[ia + k * ea].clone(), y[ib + k * eb].clone()));
                         }
                     }
                 }
@@ -211,6 +213,9 @@ where
             }
         });
     }
+    // SAFETY: par_fill hands each of the first n elements to one call, and each branch writes
+    // every element of its chunk.
+    unsafe { out.set_len(n) };
     Ok(ArrayD::from_shape_vec(IxDyn(&shape), out)?)
 }
 

@@ -227,35 +227,44 @@ where
         return None;
     }
     let block = period * (PAR_THRESHOLD / 4 / period).max(1);
-    let mut out = vec![O::default(); full.len()];
-    let work = |(o, x): (&mut [O], &[A])| {
+    // Written whole below (each chunk of `out` meets the chunk of `full` of its length, and every
+    // element is written once), so never filled first.
+    let mut out: Vec<O> = Vec::with_capacity(full.len());
+    let spare = &mut out.spare_capacity_mut()[..full.len()];
+    let work = |(o, x): (&mut [std::mem::MaybeUninit<O>], &[A])| {
         if let [s] = small {
             for (o, x) in o.iter_mut().zip(x) {
-                *o = f(x.clone(), s.clone());
+                o.write(f(x.clone(), s.clone()));
             }
         } else if inner == 1 {
             let n = small.len();
             for (o, x) in o.chunks_mut(n).zip(x.chunks(n)) {
                 for (o, (x, y)) in o.iter_mut().zip(x.iter().zip(small)) {
-                    *o = f(x.clone(), y.clone());
+                    o.write(f(x.clone(), y.clone()));
                 }
             }
         } else {
             let rows = o.chunks_mut(inner).zip(x.chunks(inner));
             for ((o, x), y) in rows.zip(small.iter().cycle()) {
                 for (o, x) in o.iter_mut().zip(x) {
-                    *o = f(x.clone(), y.clone());
+                    o.write(f(x.clone(), y.clone()));
                 }
             }
         }
     };
     if full.len() >= PAR_THRESHOLD {
-        out.par_chunks_mut(block)
+        spare
+            .par_chunks_mut(block)
             .zip(full.par_chunks(block))
             .for_each(work);
     } else {
-        out.chunks_mut(block).zip(full.chunks(block)).for_each(work);
+        spare
+            .chunks_mut(block)
+            .zip(full.chunks(block))
+            .for_each(work);
     }
+    // SAFETY: every element of the first full.len() was written above.
+    unsafe { out.set_len(full.len()) };
     Some(out)
 }
 
