@@ -9,7 +9,7 @@
 //! packing of `B` does for every value.
 //!
 //! **The same bits as the GEMM.** The sum over `p` runs in the GEMM's order and blocking: from
-//! zero in blocks of [`KC`] steps, one fused multiply-add per step, each block's sum added to the
+//! zero in blocks of [`k_step`](crate::gemm::k_step) steps, one fused multiply-add per step, each block's sum added to the
 //! total of the blocks before it. The epilogue is [`Epilogue`]'s, on the stored rows. So a
 //! convolution gives the bits of `sgemm` over its patches (tested).
 //!
@@ -21,7 +21,7 @@ use std::mem::MaybeUninit;
 use rayon::prelude::*;
 
 use crate::Isa;
-use crate::gemm::{Epilogue, KC, PAR_MIN_WORK, Threads};
+use crate::gemm::{Epilogue, PAR_MIN_WORK, Threads, k_step};
 use crate::pack::PackedB;
 
 /// Output pixels per tile, at most: 28 accumulators, two weight vectors and a broadcast take 31 of
@@ -312,7 +312,7 @@ unsafe fn tile(
 }
 
 /// [`tile`] for `R` pixels at column stride `S`: `tot[r·32 + lane]` = the sum for pixel `r` and
-/// channel `lane`, in [`KC`]-step blocks as the GEMM sums.
+/// channel `lane`, in blocks of [`k_step`] steps as the GEMM sums.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn tile_r<const R: usize, const S: usize>(
@@ -323,9 +323,10 @@ unsafe fn tile_r<const R: usize, const S: usize>(
 ) {
     use std::arch::x86_64::*;
     let k = offs.len();
+    let kstep = k_step(k);
     let mut p0 = 0;
     while p0 < k {
-        let kc = KC.min(k - p0);
+        let kc = kstep.min(k - p0);
         let mut acc = [[_mm512_setzero_ps(); 2]; R];
         // SAFETY: the caller's contract: every read lies in the input or the panel.
         unsafe {

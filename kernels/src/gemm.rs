@@ -1,9 +1,10 @@
 //! `C = act(A·B + bias)` in f32: `A` packed once ([`PackedA`]), `B` packed here one cache block at a
 //! time from its [`BSource`], the bias and activation applied to each tile as it is stored.
 //!
-//! Blocking: for each block of `NC` columns and `KC` steps, `B` is packed (kc×nc, in L2); each `B`
+//! Blocking: for each block of `NC` columns and [`k_step`] steps (the whole sum up to 256 steps,
+//! else equal blocks of at most `KC`), `B` is packed (kc×nc, in L2); each `B`
 //! panel (kc×NR, in L1) then meets every `A` panel (MR×kc) of a block of rows that stays in L2. The sum over `K`
-//! runs in `p` order, one accumulator per output, and crosses `KC` blocks through `C` (the block's
+//! runs in `p` order, one accumulator per output, and crosses blocks through `C` (the block's
 //! sum added to the stored partial sum).
 //!
 //! Threads: work below [`PAR_MIN_WORK`] multiply-adds runs on the calling thread; above it, the
@@ -22,6 +23,21 @@ use crate::pack::{BSource, PackScratch, PackedA};
 
 /// Steps of `K` per packed block: a `B` panel (KC×NR) stays in L1 while the `A` panels stream past.
 pub(crate) const KC: usize = 192;
+/// Steps of `K` per block for a sum of `k` steps: all of them up to [`KC_ONE`], else `k` cut into
+/// the fewest blocks of at most [`KC`], of equal depth (no short last block, whose partial sums
+/// would cost a pass over `C` for little work).
+pub(crate) fn k_step(k: usize) -> usize {
+    if k <= KC_ONE {
+        k.max(1)
+    } else {
+        k.div_ceil(k.div_ceil(KC))
+    }
+}
+
+/// Depth up to which a sum runs as one block: a `B` panel of 256 steps (32 KiB on AVX-512) and the
+/// `A` panel streaming past it still fit the 48 KiB L1.
+const KC_ONE: usize = 256;
+
 /// `A` panels per block of rows: the block's `A` (about MC_PANELS·8×KC) stays in L2.
 const MC_PANELS: usize = 32;
 /// Columns per packed block: a multiple of every `NR`.
@@ -232,12 +248,13 @@ fn block(
         }
         return;
     }
+    let kstep = k_step(k);
     let run = |bp: &mut AlignedF32, row: &mut PackScratch| {
         for jc in (j0..j1).step_by(NC) {
             let nc = NC.min(j1 - jc);
             let bpanels = nc.div_ceil(nr);
-            for pc in (0..k).step_by(KC) {
-                let kc = KC.min(k - pc);
+            for pc in (0..k).step_by(kstep) {
+                let kc = kstep.min(k - pc);
                 if !matches!(b, BSource::Packed(_)) {
                     bp.resize_zeroed(bpanels * nr * kc);
                     b.pack(nr, (pc, kc), (jc, nc), bp, row);
