@@ -2,6 +2,8 @@
 //!
 //! Statistics are computed in f64 (two passes: mean, then centred variance) whatever the input type;
 //! the normalized values are rounded once to the output type.
+use std::mem::MaybeUninit;
+
 use half::{bf16, f16};
 use ndarray::{ArrayD, CowArray, IxDyn};
 use rayon::prelude::*;
@@ -150,6 +152,98 @@ fn norm_rows<T: Elem, O: Elem>(
             .for_each(|(r, ((yr, xr), s))| work(r, yr, xr, s));
     }
     (y, st)
+}
+
+/// [`norm_rows`] for f32 LayerNormalization (a scale and bias per column): each element's
+/// operations are the generic form's, so the bits are the same, but each row runs on the widest
+/// vectors the CPU has (the generic loop stayed scalar SSE2) and the output is written once.
+fn layer_norm_f32(
+    x: &[f32],
+    cols: usize,
+    eps: f64,
+    w: &[f64],
+    b: &[f64],
+) -> (Vec<f32>, Vec<(f64, f64)>) {
+    if cols == 0 || x.is_empty() || w.len() < cols || b.len() < cols {
+        return norm_rows(x, cols, eps, true, |_, k| (w[k], b[k]));
+    }
+    let rows = x.len() / cols;
+    let (w, b) = (&w[..cols], &b[..cols]);
+    let mut y: Vec<f32> = Vec::with_capacity(x.len());
+    let mut st = vec![(0.0, 0.0); rows];
+    let out = &mut y.spare_capacity_mut()[..x.len()];
+    let work = |((yr, xr), s): ((&mut [MaybeUninit<f32>], &[f32]), &mut (f64, f64))| {
+        *s = layer_norm_row_f32(yr, xr, w, b, eps);
+    };
+    if x.len() >= PAR_THRESHOLD {
+        out.par_chunks_mut(cols)
+            .zip(x.par_chunks(cols))
+            .zip(st.par_iter_mut())
+            .for_each(work);
+    } else {
+        out.chunks_mut(cols)
+            .zip(x.chunks(cols))
+            .zip(st.iter_mut())
+            .for_each(work);
+    }
+    // SAFETY: the rows cover the first x.len() elements, and each row writes all of its own.
+    unsafe { y.set_len(x.len()) };
+    (y, st)
+}
+
+/// One row of [`layer_norm_f32`]; its (mean, 1/σ).
+fn layer_norm_row_f32(
+    yr: &mut [MaybeUninit<f32>],
+    xr: &[f32],
+    w: &[f64],
+    b: &[f64],
+    eps: f64,
+) -> (f64, f64) {
+    #[inline(always)]
+    fn body(yr: &mut [MaybeUninit<f32>], xr: &[f32], w: &[f64], b: &[f64], eps: f64) -> (f64, f64) {
+        let n = xr.len() as f64;
+        let mean = lane_sum(xr, |v| v) / n;
+        let var = lane_sum(xr, |v| {
+            let d = v - mean;
+            d * d
+        }) / n;
+        let inv = 1.0 / (var + eps).sqrt();
+        for (((o, &v), &wk), &bk) in yr.iter_mut().zip(xr).zip(w).zip(b) {
+            o.write(((v as f64 - mean) * inv * wk + bk) as f32);
+        }
+        (mean, inv)
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx512f")]
+        fn avx512(
+            yr: &mut [MaybeUninit<f32>],
+            xr: &[f32],
+            w: &[f64],
+            b: &[f64],
+            eps: f64,
+        ) -> (f64, f64) {
+            body(yr, xr, w, b, eps)
+        }
+        #[target_feature(enable = "avx2")]
+        fn avx2(
+            yr: &mut [MaybeUninit<f32>],
+            xr: &[f32],
+            w: &[f64],
+            b: &[f64],
+            eps: f64,
+        ) -> (f64, f64) {
+            body(yr, xr, w, b, eps)
+        }
+        match quorum_kernels::Isa::detected() {
+            // SAFETY: the instruction set was detected on this CPU.
+            quorum_kernels::Isa::Avx512 => return unsafe { avx512(yr, xr, w, b, eps) },
+            // SAFETY: as above.
+            quorum_kernels::Isa::Avx2 => return unsafe { avx2(yr, xr, w, b, eps) },
+            quorum_kernels::Isa::Portable => {}
+        }
+    }
+    body(yr, xr, w, b, eps)
 }
 
 /// `y = x * a[c] + b[c]` over `x` laid out as `[n, c, inner]`; with `per_elem`, `a` and `b` hold
@@ -372,11 +466,18 @@ fn layer_norm(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
         None => vec![0.0; cols],
     };
     let stats;
-    let y = float_kernel!(x, "LayerNormalization", xs => {
-        let (y, st) = norm_rows(xs, cols, eps, true, |_, k| (w[k], b[k]));
+    let y = if let Tensor::F32(a) = x {
+        let c = a.as_standard_layout();
+        let (y, st) = layer_norm_f32(slice_of(&c)?, cols, eps, &w, &b);
         stats = st;
-        y
-    });
+        Tensor::F32(ArrayD::from_shape_vec(IxDyn(a.shape()), y)?)
+    } else {
+        float_kernel!(x, "LayerNormalization", xs => {
+            let (y, st) = norm_rows(xs, cols, eps, true, |_, k| (w[k], b[k]));
+            stats = st;
+            y
+        })
+    };
     let mut out = vec![Value::Tensor(y)];
     let wanted = ctx.node.outputs.len();
     if wanted > 1 {
@@ -729,5 +830,35 @@ mod tests {
             caught |= skip_tail(&x) != want;
         }
         assert!(caught, "a sum without its tail passed");
+    }
+
+    /// The f32 LayerNormalization rows give the generic form's bits (and statistics) on every
+    /// row length around the sums' lanes, from seeded values with an offset (a mean to remove);
+    /// the scale applied after the bias (the broken variant) must differ.
+    #[test]
+    fn layer_norm_f32_has_the_generic_bits() {
+        for cols in [1usize, 7, 8, 9, 64, 256, 300] {
+            // 200 rows of 256: enough values for the rows to be split across threads.
+            let rows = if cols == 256 { 200 } else { 5 };
+            let x: Vec<f32> = crate::ops::testing::seeded_f32(cols as u64, rows * cols, -3.0, 5.0);
+            let w: Vec<f64> = crate::ops::testing::seeded_f32(cols as u64 + 1, cols, 0.5, 2.0)
+                .iter()
+                .map(|&v| v as f64)
+                .collect();
+            let b: Vec<f64> = crate::ops::testing::seeded_f32(cols as u64 + 2, cols, -1.0, 1.0)
+                .iter()
+                .map(|&v| v as f64)
+                .collect();
+            let (got, gst) = layer_norm_f32(&x, cols, 1e-5, &w, &b);
+            let (want, wst) = norm_rows::<f32, f32>(&x, cols, 1e-5, true, |_, k| (w[k], b[k]));
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "cols {cols}");
+            assert_eq!(gst, wst);
+            let (wrong, _) =
+                norm_rows::<f32, f32>(&x, cols, 1e-5, true, |_, k| (w[k], b[k] * w[k]));
+            if cols > 1 {
+                assert_ne!(bits(&got), bits(&wrong), "cols {cols}");
+            }
+        }
     }
 }
