@@ -55,9 +55,10 @@ impl PackedA {
         let mut data = AlignedF32::zeroed(panels * mr * k);
         let pack = |(q, panel): (usize, &mut [f32])| {
             #[cfg(target_arch = "x86_64")]
-            if mr == 8 && cs == 1 && m - q * mr >= 8 && std::arch::is_x86_feature_detected!("avx") {
-                // SAFETY: AVX was detected; eight rows of k values start at q·8·rs (checked
-                // against `a` above), and the panel holds 8·k values.
+            if isa == Isa::Avx512 && cs == 1 && m - q * mr >= 8 {
+                // SAFETY: AVX-512 (and so AVX) is supported (asserted above), its panels are of 8
+                // rows; eight rows of k values start at q·8·rs (checked against `a` above), and
+                // the panel holds 8·k values.
                 unsafe { pack_rows8_avx(&a[q * mr * rs..], rs, k, panel) };
                 return;
             }

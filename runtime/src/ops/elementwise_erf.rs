@@ -1,7 +1,8 @@
 //! The error function and its complement in f64, to within about one ulp over the whole line: Erf
-//! and Gelu compute through them for every float type (f32, f16 and bf16 data widened to f64), and
+//! and Gelu compute through them for f64, f16 and bf16 data (the 16-bit types widened to f64), and
 //! f64 data needs them that accurate (the arbitration bounds are 4 and 8 ulps of the computed
-//! type).
+//! type). f32 data has branch-free vector kernels of its own, [`erf_f32`] and [`gelu_f32`], each
+//! within one f32 ulp of these functions rounded.
 //!
 //! Four polynomials, each of a function that is smooth and far from zero on its interval:
 //! - `erf(x) = x + x · Q(x²)` for |x| < 1, Q(z) = erf(√z)/√z − 1 on z in [0, 1] ([`ERF_SMALL`]);

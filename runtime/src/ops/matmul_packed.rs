@@ -16,9 +16,15 @@ use crate::error::OpResult;
 use crate::ops::OpCtx;
 use crate::ops::conv::weights::packed_constant;
 
-/// The `m×n` product of the packed GEMM in a new vector (the GEMM writes every element, so the
-/// vector is never filled first).
-pub(crate) fn gemm_to_vec(a: &PackedA, b: &BSource, m: usize, n: usize) -> Vec<f32> {
+/// The `m×n` product of the packed GEMM, `epi` applied as it is stored, in a new vector (the GEMM
+/// writes every element, so the vector is never filled first).
+pub(crate) fn gemm_to_vec(
+    a: &PackedA,
+    b: &BSource,
+    m: usize,
+    n: usize,
+    epi: &Epilogue,
+) -> Vec<f32> {
     let mut out: Vec<f32> = Vec::with_capacity(m * n);
     sgemm_uninit(
         a,
@@ -26,7 +32,7 @@ pub(crate) fn gemm_to_vec(a: &PackedA, b: &BSource, m: usize, n: usize) -> Vec<f
         n,
         &mut out.spare_capacity_mut()[..m * n],
         n,
-        &Epilogue::NONE,
+        epi,
         Threads::Auto,
     );
     // SAFETY: sgemm_uninit wrote every element of the m×n output.
@@ -211,26 +217,13 @@ pub(super) fn gemm_f32(
     let (alpha, beta) = (alpha as f32, beta as f32);
     // C added as the GEMM stores each output where nothing comes between (alpha = beta = 1): the
     // same sum, `product + C`, as the pass after it.
-    if cv.is_some()
-        && alpha == 1.0
-        && beta == 1.0
-        && let Some(epi) = c.and_then(|c| c_epilogue(c, m, n))
-    {
-        let mut out: Vec<f32> = Vec::with_capacity(m * n);
-        sgemm_uninit(
-            &pa,
-            &src,
-            n,
-            &mut out.spare_capacity_mut()[..m * n],
-            n,
-            &epi,
-            Threads::Auto,
-        );
-        // SAFETY: sgemm_uninit wrote every element of the m×n output.
-        unsafe { out.set_len(m * n) };
+    let fused = c
+        .filter(|_| cv.is_some() && alpha == 1.0 && beta == 1.0)
+        .and_then(|c| c_epilogue(c, m, n));
+    let mut out = gemm_to_vec(&pa, &src, m, n, fused.as_ref().unwrap_or(&Epilogue::NONE));
+    if fused.is_some() {
         return Ok(Some(ArrayD::from_shape_vec(IxDyn(&[m, n]), out)?));
     }
-    let mut out = gemm_to_vec(&pa, &src, m, n);
     if alpha != 1.0 {
         out.iter_mut().for_each(|v| *v *= alpha);
     }

@@ -107,6 +107,19 @@ fn lane_sum<T: Elem>(x: &[T], f: impl Fn(f64) -> f64) -> f64 {
     sum
 }
 
+/// A row's mean and 1/sqrt(variance + eps); without `center` the mean is 0 and the variance the
+/// mean square (RMS).
+#[inline(always)]
+fn row_stats<T: Elem>(xr: &[T], center: bool, eps: f64) -> (f64, f64) {
+    let n = xr.len() as f64;
+    let mean = if center { lane_sum(xr, |v| v) / n } else { 0.0 };
+    let var = lane_sum(xr, |v| {
+        let d = v - mean;
+        d * d
+    }) / n;
+    (mean, 1.0 / (var + eps).sqrt())
+}
+
 /// Normalizes each row of `cols` elements: `y = (x - mean) * inv * w + b` with `(w, b) = wb(row, col)`;
 /// without `center`, `mean` is 0 and `inv` is 1/sqrt(mean(x^2) + eps) (RMS). Returns the outputs and
 /// each row's (mean, inv).
@@ -124,14 +137,8 @@ fn norm_rows<T: Elem, O: Elem>(
     let rows = x.len() / cols;
     let mut y = vec![zero; x.len()];
     let mut st = vec![(0.0, 0.0); rows];
-    let n = cols as f64;
     let work = |r: usize, yr: &mut [O], xr: &[T], s: &mut (f64, f64)| {
-        let mean = if center { lane_sum(xr, |v| v) / n } else { 0.0 };
-        let var = lane_sum(xr, |v| {
-            let d = v - mean;
-            d * d
-        }) / n;
-        let inv = 1.0 / (var + eps).sqrt();
+        let (mean, inv) = row_stats(xr, center, eps);
         for (k, (o, v)) in yr.iter_mut().zip(xr).enumerate() {
             let (w, b) = wb(r, k);
             *o = O::from_f64((v.to_f64() - mean) * inv * w + b);
@@ -201,13 +208,7 @@ fn layer_norm_row_f32(
 ) -> (f64, f64) {
     #[inline(always)]
     fn body(yr: &mut [MaybeUninit<f32>], xr: &[f32], w: &[f64], b: &[f64], eps: f64) -> (f64, f64) {
-        let n = xr.len() as f64;
-        let mean = lane_sum(xr, |v| v) / n;
-        let var = lane_sum(xr, |v| {
-            let d = v - mean;
-            d * d
-        }) / n;
-        let inv = 1.0 / (var + eps).sqrt();
+        let (mean, inv) = row_stats(xr, true, eps);
         for (((o, &v), &wk), &bk) in yr.iter_mut().zip(xr).zip(w).zip(b) {
             o.write(((v as f64 - mean) * inv * wk + bk) as f32);
         }

@@ -369,13 +369,15 @@ fn matmul_nt_f32(
         return matmul_nt(a, b, m, n, k);
     }
     let pa = PackedA::new(isa, m, k, a, k);
+    let none = quorum_kernels::Epilogue::NONE;
     match packed {
-        Some(pb) => super::matmul::gemm_to_vec(&pa, &BSource::Packed(pb), m, n),
+        Some(pb) => super::matmul::gemm_to_vec(&pa, &BSource::Packed(pb), m, n, &none),
         None => super::matmul::gemm_to_vec(
             &pa,
             &BSource::Packed(&PackedB::new(isa, k, n, b, 1, k)),
             m,
             n,
+            &none,
         ),
     }
 }
