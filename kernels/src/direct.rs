@@ -157,7 +157,7 @@ pub fn conv_direct(
     };
     let out = Out(c.as_mut_ptr().cast::<f32>());
     let run = |u0: usize, u1: usize| {
-        let mut tot = [0f32; MAX_R * PANEL];
+        let mut tot = Vec::new();
         for u in u0..u1 {
             let (q, b) = unit(u);
             let rows = (b * band, ((b + 1) * band).min(oh));
@@ -195,6 +195,13 @@ unsafe impl Sync for Out {}
 
 /// Rows `r0..r1` of output channels `q·32..` (those below `w.cols()`): tiles, then the epilogue.
 ///
+/// Each block of steps meets every tile of the band before the next block is read: the block's
+/// weights (at most 192 steps of 32, 24 KiB) are read from memory once and stay in L1 while the
+/// tiles pass. Tile by tile over the whole depth (the order before), the first tile read the whole
+/// panel from memory with nothing to overlap it: resnet50's 512-channel 3×3 convolution took
+/// 1.18 ms with its 9.4 MB of weights in cache and 1.64 ms with them in memory. Each tile keeps its
+/// running total in `tot` between blocks; every output's sum is the same, in the same order.
+///
 /// # Safety
 /// `out` holds `w.cols()` planes of `oh·ow` values, of which no one else writes these rows of these
 /// channels; `g` was checked; AVX-512F is present.
@@ -207,29 +214,66 @@ unsafe fn band_of(
     (r0, r1): (usize, usize),
     out: Out,
     epi: &Epilogue,
-    tot: &mut [f32; MAX_R * PANEL],
+    tot: &mut Vec<f32>,
 ) {
     let [oh, ow] = g.outs;
     let out_sp = oh * ow;
     let channels = PANEL.min(w.cols() - q * PANEL);
     let panel = w.panel(q, 0).as_ptr();
-    let tiles = ow.div_ceil(MAX_R);
-    let r = ow.div_ceil(tiles);
-    for y in r0..r1 {
-        let row = g.x.as_ptr().wrapping_add(y * g.strides[0] * g.cols);
-        let mut x0 = 0;
-        while x0 < ow {
-            let n = r.min(ow - x0);
-            let src = row.wrapping_add(x0 * g.strides[1]);
-            // SAFETY: the reads lie in `g.x` (checked), the tile is `n <= MAX_R` pixels.
-            unsafe { tile(n, g.strides[1], offs, panel, src, tot) };
-            for v in 0..channels {
-                let dst = out.0.wrapping_add((q * PANEL + v) * out_sp + y * ow + x0);
-                // SAFETY: `dst` is row y, columns x0..x0+n of channel q·32 + v: inside C and this
-                // unit's (the caller's contract).
-                unsafe { store_column(tot, v, n, dst) };
+    let per_row = ow.div_ceil(MAX_R);
+    let r = ow.div_ceil(per_row);
+    // The band's tiles: (row, first column, pixels).
+    let tiles: Vec<(usize, usize, usize)> = (r0..r1)
+        .flat_map(|y| (0..per_row).map(move |t| (y, t * r, r.min(ow - t * r))))
+        .filter(|&(_, _, n)| n > 0)
+        .collect();
+    tot.resize(tiles.len() * MAX_R * PANEL, 0.0);
+    let k = offs.len();
+    let kstep = k_step(k);
+    for p0 in (0..k).step_by(kstep) {
+        let kc = kstep.min(k - p0);
+        // The next block's weights, a share before each tile (into L2), so that they arrive from
+        // memory while this block's tiles run.
+        let next = (p0 + kc < k).then(|| {
+            let lines = kstep.min(k - p0 - kc) * PANEL * 4 / 64;
+            (panel.wrapping_add((p0 + kc) * PANEL), lines)
+        });
+        for (t, &(y, x0, n)) in tiles.iter().enumerate() {
+            if let Some((at, lines)) = next {
+                let share = |t: usize| t * lines / tiles.len();
+                for line in share(t)..share(t + 1) {
+                    prefetch(at.wrapping_add(line * 16));
+                }
             }
-            x0 += n;
+            let src = g
+                .x
+                .as_ptr()
+                .wrapping_add(y * g.strides[0] * g.cols + x0 * g.strides[1]);
+            let tot = &mut tot[t * MAX_R * PANEL..(t + 1) * MAX_R * PANEL];
+            // SAFETY: the reads lie in `g.x` (checked), the tile is `n <= MAX_R` pixels, steps
+            // p0..p0 + kc of the panel are inside it and `tot` holds the tile.
+            unsafe {
+                tile(
+                    n,
+                    g.strides[1],
+                    &offs[p0..p0 + kc],
+                    panel.add(p0 * PANEL),
+                    src,
+                    tot.try_into().expect("a tile's total"),
+                    p0 == 0,
+                )
+            };
+        }
+    }
+    for (t, &(y, x0, n)) in tiles.iter().enumerate() {
+        let tot = tot[t * MAX_R * PANEL..(t + 1) * MAX_R * PANEL]
+            .try_into()
+            .expect("a tile's total");
+        for v in 0..channels {
+            let dst = out.0.wrapping_add((q * PANEL + v) * out_sp + y * ow + x0);
+            // SAFETY: `dst` is row y, columns x0..x0+n of channel q·32 + v: inside C and this
+            // unit's (the caller's contract).
+            unsafe { store_column(tot, v, n, dst) };
         }
     }
     if epi.is_identity() {
@@ -243,6 +287,18 @@ unsafe fn band_of(
             unsafe { std::slice::from_raw_parts_mut(out.0.add(i * out_sp + j0), (r1 - r0) * ow) };
         epi.apply(dst, i, j0, out_sp);
     }
+}
+
+/// Asks for the cache line at `at` to be brought into L2 (a hint: never faults).
+#[inline(always)]
+fn prefetch(at: *const f32) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint that never faults, wherever it points.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(at.cast::<i8>())
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = at;
 }
 
 /// Channel `v`'s `n` pixels of the tile total (`tot[r·32 + v]`) to `dst[..n]`.
@@ -280,11 +336,13 @@ unsafe fn tile(
     _: *const f32,
     _: *const f32,
     _: &mut [f32; MAX_R * PANEL],
+    _: bool,
 ) {
     unreachable!("conv_direct without AVX-512")
 }
 
-/// The tile of `n` pixels (`n <= MAX_R`) at column stride `s` (1 or 2) into `tot`.
+/// One block of steps (`offs.len()` of them, at most [`k_step`]'s) of the tile of `n` pixels
+/// (`n <= MAX_R`) at column stride `s` (1 or 2): its sum stored to `tot` (`first`) or added to it.
 ///
 /// # Safety
 /// AVX-512F is present; for every `p` and `r < n`, `src + offs[p] + r·s` lies in the input;
@@ -297,12 +355,13 @@ unsafe fn tile(
     panel: *const f32,
     src: *const f32,
     tot: &mut [f32; MAX_R * PANEL],
+    first: bool,
 ) {
     macro_rules! by_width {
         ($($r:literal)*) => {
             match (n, s) {
-                $(($r, 1) => tile_r::<$r, 1>(offs, panel, src, tot),
-                  ($r, 2) => tile_r::<$r, 2>(offs, panel, src, tot),)*
+                $(($r, 1) => tile_r::<$r, 1>(offs, panel, src, tot, first),
+                  ($r, 2) => tile_r::<$r, 2>(offs, panel, src, tot, first),)*
                 _ => unreachable!("tile of {n} pixels at stride {s}"),
             }
         };
@@ -311,8 +370,9 @@ unsafe fn tile(
     unsafe { by_width!(1 2 3 4 5 6 7 8 9 10 11 12 13 14) }
 }
 
-/// [`tile`] for `R` pixels at column stride `S`: `tot[r·32 + lane]` = the sum for pixel `r` and
-/// channel `lane`, in blocks of [`k_step`] steps as the GEMM sums.
+/// [`tile`] for `R` pixels at column stride `S`: `tot[r·32 + lane]` = the block's sum for pixel `r`
+/// and channel `lane` (from zero, one fused multiply-add per step), or the total so far plus it, as
+/// the GEMM sums its blocks of [`k_step`] steps.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn tile_r<const R: usize, const S: usize>(
@@ -320,39 +380,33 @@ unsafe fn tile_r<const R: usize, const S: usize>(
     panel: *const f32,
     src: *const f32,
     tot: &mut [f32; MAX_R * PANEL],
+    first: bool,
 ) {
     use std::arch::x86_64::*;
-    let k = offs.len();
-    let kstep = k_step(k);
-    let mut p0 = 0;
-    while p0 < k {
-        let kc = kstep.min(k - p0);
-        let mut acc = [[_mm512_setzero_ps(); 2]; R];
-        // SAFETY: the caller's contract: every read lies in the input or the panel.
-        unsafe {
-            for p in p0..p0 + kc {
-                let x = src.add(*offs.get_unchecked(p));
-                let wp = panel.add(p * PANEL);
-                let (b0, b1) = (_mm512_loadu_ps(wp), _mm512_loadu_ps(wp.add(16)));
-                for (r, a) in acc.iter_mut().enumerate() {
-                    let xv = _mm512_set1_ps(*x.add(r * S));
-                    a[0] = _mm512_fmadd_ps(xv, b0, a[0]);
-                    a[1] = _mm512_fmadd_ps(xv, b1, a[1]);
-                }
-            }
-            for (r, a) in acc.iter().enumerate() {
-                for (h, v) in a.iter().enumerate() {
-                    let t = tot.as_mut_ptr().add(r * PANEL + h * 16);
-                    let sum = if p0 == 0 {
-                        *v
-                    } else {
-                        _mm512_add_ps(_mm512_loadu_ps(t), *v)
-                    };
-                    _mm512_storeu_ps(t, sum);
-                }
+    let mut acc = [[_mm512_setzero_ps(); 2]; R];
+    // SAFETY: the caller's contract: every read lies in the input or the panel.
+    unsafe {
+        for (p, &off) in offs.iter().enumerate() {
+            let x = src.add(off);
+            let wp = panel.add(p * PANEL);
+            let (b0, b1) = (_mm512_loadu_ps(wp), _mm512_loadu_ps(wp.add(16)));
+            for (r, a) in acc.iter_mut().enumerate() {
+                let xv = _mm512_set1_ps(*x.add(r * S));
+                a[0] = _mm512_fmadd_ps(xv, b0, a[0]);
+                a[1] = _mm512_fmadd_ps(xv, b1, a[1]);
             }
         }
-        p0 += kc;
+        for (r, a) in acc.iter().enumerate() {
+            for (h, v) in a.iter().enumerate() {
+                let t = tot.as_mut_ptr().add(r * PANEL + h * 16);
+                let sum = if first {
+                    *v
+                } else {
+                    _mm512_add_ps(_mm512_loadu_ps(t), *v)
+                };
+                _mm512_storeu_ps(t, sum);
+            }
+        }
     }
 }
 
