@@ -232,23 +232,23 @@ unsafe fn band_of(
     let kstep = k_step(k);
     for p0 in (0..k).step_by(kstep) {
         let kc = kstep.min(k - p0);
-        // The next block's weights, a share before each tile (into L2), so that they arrive from
-        // memory while this block's tiles run.
-        let next = (p0 + kc < k).then(|| {
+        // The next block's weights, a share in each tile (into L2, spread over its steps), so that
+        // they arrive from memory while this block's tiles run.
+        let (next, lines) = if p0 + kc < k {
             let lines = kstep.min(k - p0 - kc) * PANEL * 4 / 64;
             (panel.wrapping_add((p0 + kc) * PANEL), lines)
-        });
+        } else {
+            (panel, 0)
+        };
+        let share = |t: usize| t * lines / tiles.len();
         for (t, &(y, x0, n)) in tiles.iter().enumerate() {
-            if let Some((at, lines)) = next {
-                let share = |t: usize| t * lines / tiles.len();
-                for line in share(t)..share(t + 1) {
-                    prefetch(at.wrapping_add(line * 16));
-                }
-            }
-            let src = g
-                .x
-                .as_ptr()
-                .wrapping_add(y * g.strides[0] * g.cols + x0 * g.strides[1]);
+            let pf = Prefetch {
+                at: next.wrapping_add(share(t) * 16),
+                lines: share(t + 1) - share(t),
+            };
+            let src =
+                g.x.as_ptr()
+                    .wrapping_add(y * g.strides[0] * g.cols + x0 * g.strides[1]);
             let tot = &mut tot[t * MAX_R * PANEL..(t + 1) * MAX_R * PANEL];
             // SAFETY: the reads lie in `g.x` (checked), the tile is `n <= MAX_R` pixels, steps
             // p0..p0 + kc of the panel are inside it and `tot` holds the tile.
@@ -261,6 +261,7 @@ unsafe fn band_of(
                     src,
                     tot.try_into().expect("a tile's total"),
                     p0 == 0,
+                    pf,
                 )
             };
         }
@@ -289,16 +290,12 @@ unsafe fn band_of(
     }
 }
 
-/// Asks for the cache line at `at` to be brought into L2 (a hint: never faults).
-#[inline(always)]
-fn prefetch(at: *const f32) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch is a hint that never faults, wherever it points.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(at.cast::<i8>())
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = at;
+/// Cache lines a tile asks for into L2 while it runs, one every few steps: `lines` lines from `at`
+/// on. Prefetches are hints that never fault, wherever they point.
+#[derive(Clone, Copy)]
+struct Prefetch {
+    at: *const f32,
+    lines: usize,
 }
 
 /// Channel `v`'s `n` pixels of the tile total (`tot[r·32 + v]`) to `dst[..n]`.
@@ -337,6 +334,7 @@ unsafe fn tile(
     _: *const f32,
     _: &mut [f32; MAX_R * PANEL],
     _: bool,
+    _: Prefetch,
 ) {
     unreachable!("conv_direct without AVX-512")
 }
@@ -356,12 +354,13 @@ unsafe fn tile(
     src: *const f32,
     tot: &mut [f32; MAX_R * PANEL],
     first: bool,
+    pf: Prefetch,
 ) {
     macro_rules! by_width {
         ($($r:literal)*) => {
             match (n, s) {
-                $(($r, 1) => tile_r::<$r, 1>(offs, panel, src, tot, first),
-                  ($r, 2) => tile_r::<$r, 2>(offs, panel, src, tot, first),)*
+                $(($r, 1) => tile_r::<$r, 1>(offs, panel, src, tot, first, pf),
+                  ($r, 2) => tile_r::<$r, 2>(offs, panel, src, tot, first, pf),)*
                 _ => unreachable!("tile of {n} pixels at stride {s}"),
             }
         };
@@ -381,12 +380,23 @@ unsafe fn tile_r<const R: usize, const S: usize>(
     src: *const f32,
     tot: &mut [f32; MAX_R * PANEL],
     first: bool,
+    pf: Prefetch,
 ) {
     use std::arch::x86_64::*;
     let mut acc = [[_mm512_setzero_ps(); 2]; R];
+    // One prefetch every `every` steps until the tile's lines are asked for: spread, so that they
+    // never wait for each other's fill buffers (asked all at once before the tile, they stalled
+    // it: 4.6% of resnet50's samples).
+    let every = (offs.len() / pf.lines.max(1)).max(1);
+    let (mut due, mut line) = (0, 0);
     // SAFETY: the caller's contract: every read lies in the input or the panel.
     unsafe {
         for (p, &off) in offs.iter().enumerate() {
+            if p == due && line < pf.lines {
+                _mm_prefetch::<_MM_HINT_T1>(pf.at.wrapping_add(line * 16).cast::<i8>());
+                line += 1;
+                due += every;
+            }
             let x = src.add(off);
             let wp = panel.add(p * PANEL);
             let (b0, b1) = (_mm512_loadu_ps(wp), _mm512_loadu_ps(wp.add(16)));
