@@ -3,8 +3,9 @@
 //! rewritten op it does not know would pull nodes off the device), these keep the unrewritten
 //! subgraph's result bit for bit:
 //!
-//! - `identity`: an Identity node is removed and its readers read its input (the kernel copies the
-//!   tensor; the rewrite copies nothing).
+//! - `identity`: an Identity node, or a Dropout that is the identity in every run (inference mode
+//!   known at build, no mask output), is removed and its readers read its input (the kernel copies
+//!   the tensor; the rewrite copies nothing).
 //! - `conv-activation`: Conv followed by Relu, LeakyRelu, Sigmoid, HardSwish or Clip, or by the
 //!   Sigmoid → Mul pair of SiLU, becomes one `com.quorum` FusedConv that applies the activation as
 //!   each output tile is stored (one pass over the output instead of two). Only where the weight is
@@ -182,23 +183,35 @@ fn readers(g: &Graph) -> HashMap<&str, Vec<(usize, usize)>> {
 
 fn remove_identities(g: &mut Graph, done: &mut Vec<Rewrite>) {
     let pinned = pinned(g);
+    let read: HashSet<String> = g
+        .nodes
+        .iter()
+        .flat_map(|n| n.inputs.iter().filter(|i| !i.is_empty()).cloned())
+        .collect();
     let mut rename: HashMap<String, String> = HashMap::new();
     let mut removed = vec![false; g.nodes.len()];
     for (i, n) in g.nodes.iter().enumerate() {
-        if n.op_type != "Identity" || !n.domain.is_empty() || n.inputs.len() != 1 {
+        let identity = n.op_type == "Identity"
+            && n.domain.is_empty()
+            && n.inputs.len() == 1
+            && n.outputs.len() == 1;
+        // A mask nothing reads is one nobody will miss.
+        let unread =
+            |o: &String| o.is_empty() || (!pinned.contains(o) && !read.contains(o.as_str()));
+        if !identity && !(inference_dropout(n) && n.outputs.iter().skip(1).all(unread)) {
             continue;
         }
         let (Some(src), Some(out)) = (n.inputs.first(), n.outputs.first()) else {
             continue;
         };
-        if src.is_empty() || out.is_empty() || pinned.contains(out) || n.outputs.len() != 1 {
+        if src.is_empty() || out.is_empty() || pinned.contains(out) {
             continue;
         }
         rename.insert(out.clone(), src.clone());
         removed[i] = true;
         done.push(Rewrite {
             pass: "identity",
-            detail: format!("removed '{}' ('{out}' is '{src}')", n.name),
+            detail: format!("removed {} '{}' ('{out}' is '{src}')", n.op_type, n.name),
         });
     }
     if rename.is_empty() {
@@ -228,6 +241,18 @@ fn remove_identities(g: &mut Graph, done: &mut Vec<Rewrite>) {
             }
         }
     }
+}
+
+/// A Dropout that is the identity whatever the run: inference mode known at build (opset 12 and
+/// later: neither ratio nor training_mode given; 7–11: always; before 7: `is_test` set). Its kernel
+/// copies the input then, as Identity's does. (The caller checks that no one reads its mask.)
+fn inference_dropout(n: &Node) -> bool {
+    let inference = match n.opset {
+        o if o >= 12 => n.inputs.iter().skip(1).all(|i| i.is_empty()),
+        7..=11 => true,
+        _ => matches!(n.attrs.get("is_test"), Some(Attr::Int(t)) if *t != 0),
+    };
+    n.op_type == "Dropout" && n.domain.is_empty() && inference
 }
 
 /// The activation node `act` applies to its first input, when FusedConv can apply it to a Conv

@@ -236,6 +236,76 @@ fn identities_are_removed_but_not_graph_outputs() {
     assert_eq!(r.iter().filter(|r| r.pass == "identity").count(), 2);
 }
 
+/// An inference Dropout goes as Identity does; one that may run in training mode, or whose mask is
+/// read, stays.
+#[test]
+fn inference_dropouts_are_removed_and_the_rest_kept() {
+    let dropout = |opset: i64, inputs: &[&str], outputs: &[&str]| {
+        let mut d = node("drop", "Dropout", inputs, outputs);
+        d.opset = opset;
+        d
+    };
+    let tail = |d: Node| vec![d, node("neg", "Neg", &["d"], &["z"])];
+    for (d, removed) in [
+        (dropout(17, &["y"], &["d"]), true),
+        (dropout(13, &["y", "", ""], &["d", ""]), true),
+        (dropout(10, &["y"], &["d"]), true),
+        // Before opset 7 without is_test: training mode.
+        (dropout(6, &["y"], &["d"]), false),
+        // The mask is an output in use.
+        (dropout(17, &["y"], &["d", "mask"]), false),
+        // A mask named but read by no one (as old exporters write it).
+        (dropout(9, &["y"], &["d", "unread"]), true),
+        // training_mode given per run.
+        (dropout(17, &["y", "", "train"], &["d"]), false),
+    ] {
+        let mut outputs = vec!["z"];
+        if d.outputs.get(1).is_some_and(|m| m == "mask") {
+            outputs.push("mask");
+        }
+        let mut m = model(tail(d.clone()), &outputs, vec![]);
+        if !removed {
+            // Kept: compared by the rewrites alone (a Dropout in training mode draws its own mask
+            // per session, so `check`'s comparison of outputs does not apply).
+            if d.inputs.get(2).is_some_and(|t| !t.is_empty()) {
+                m.graph.inputs.push(ValueInfo {
+                    name: "train".into(),
+                    ty: ValueType::Tensor {
+                        dtype: Some(crate::tensor::DType::Bool),
+                        shape: Some(vec![]),
+                    },
+                });
+            }
+            let opt = session(&m, true);
+            assert!(opt.rewrites().is_empty(), "{d:?}");
+            continue;
+        }
+        let (r, ops) = check(&m);
+        let gone = r.iter().any(|r| r.pass == "identity");
+        assert_eq!(gone, removed, "{d:?}: {r:?}");
+        assert_eq!(ops.iter().any(|o| o == "Dropout"), !removed, "{d:?}");
+    }
+    let mut test_mode = dropout(6, &["y"], &["d"]);
+    test_mode.attrs.insert("is_test".into(), Attr::Int(1));
+    let (r, _) = check(&model(tail(test_mode), &["z"], vec![]));
+    assert!(r.iter().any(|r| r.pass == "identity"));
+}
+
+/// The harness catches a Dropout removed where it runs in training mode: the same graph without
+/// it gives other values.
+#[test]
+fn the_comparison_catches_a_training_dropout_removed() {
+    let mut d = node("drop", "Dropout", &["y"], &["d"]);
+    d.opset = 6;
+    d.attrs.insert("seed".into(), Attr::Int(3));
+    let m = model(vec![d, node("neg", "Neg", &["d"], &["z"])], &["z"], vec![]);
+    let plain = session(&m, false);
+    let mut wrong = m.clone();
+    wrong.graph.nodes.remove(1);
+    wrong.graph.nodes[1].inputs[0] = "y".into();
+    assert!(first_difference(&plain, &session(&wrong, false)).is_some());
+}
+
 /// The harness catches a rewrite that changes the arithmetic: a session whose FusedConv has
 /// another activation than the pair it replaced.
 #[test]
