@@ -229,11 +229,22 @@ unsafe fn band_of(
     let panel = w.panel(q, 0).as_ptr();
     let per_row = ow.div_ceil(MAX_R);
     let r = ow.div_ceil(per_row);
-    // The band's tiles: (row, first column, pixels).
-    let tiles: Vec<(usize, usize, usize)> = (r0..r1)
-        .flat_map(|y| (0..per_row).map(move |t| (y, t * r, r.min(ow - t * r))))
-        .filter(|&(_, _, n)| n > 0)
-        .collect();
+    // The band's tiles: (row, first column, pixels). Rows of at most MAX_R / 2 go two to a tile
+    // (row y's pixels, then row y + 1's: consecutive in the output plane), so that a 7-wide row
+    // fills all of the tile's accumulators instead of half.
+    let tiles: Vec<(usize, usize, usize)> = if 2 * ow <= MAX_R {
+        (r0..r1)
+            .step_by(2)
+            .map(|y| (y, 0, if y + 1 < r1 { 2 * ow } else { ow }))
+            .collect()
+    } else {
+        (r0..r1)
+            .flat_map(|y| (0..per_row).map(move |t| (y, t * r, r.min(ow - t * r))))
+            .filter(|&(_, _, n)| n > 0)
+            .collect()
+    };
+    // Between a two-row tile's first row and its second, in the input.
+    let row_step = g.strides[0] * g.cols;
     tot.resize(tiles.len() * MAX_R * PANEL, 0.0);
     let k = offs.len();
     let kstep = k_step(k);
@@ -261,7 +272,7 @@ unsafe fn band_of(
             // p0..p0 + kc of the panel are inside it and `tot` holds the tile.
             unsafe {
                 tile(
-                    n,
+                    (n, (n > ow).then_some(row_step)),
                     g.strides[1],
                     &offs[p0..p0 + kc],
                     panel.add(p0 * PANEL),
@@ -334,7 +345,7 @@ unsafe fn store_column(_: &[f32; MAX_R * PANEL], _: usize, _: usize, _: *mut f32
 /// Elsewhere the direct path is never [`DirectConv::available`].
 #[cfg(not(target_arch = "x86_64"))]
 unsafe fn tile(
-    _: usize,
+    _: (usize, Option<usize>),
     _: usize,
     _: &[usize],
     _: *const f32,
@@ -347,14 +358,16 @@ unsafe fn tile(
 }
 
 /// One block of steps (`offs.len()` of them, at most [`k_step`]'s) of the tile of `n` pixels
-/// (`n <= MAX_R`) at column stride `s` (1 or 2): its sum stored to `tot` (`first`) or added to it.
+/// (`n <= MAX_R`) at column stride `s` (1 or 2), in one row, or with `two = Some(row_step)` half
+/// in one row and half in the next: its sum stored to `tot` (`first`) or added to it.
 ///
 /// # Safety
-/// AVX-512F is present; for every `p` and `r < n`, `src + offs[p] + r·s` lies in the input;
+/// AVX-512F is present; for every `p` and pixel `r < n`, `src + offs[p]` plus the pixel's offset
+/// (`r·s` in the first row, `row_step + (r − n/2)·s` in a two-row tile's second) lies in the input;
 /// `panel` holds `offs.len()` steps of 32 weights.
 #[cfg(target_arch = "x86_64")]
 unsafe fn tile(
-    n: usize,
+    (n, two): (usize, Option<usize>),
     s: usize,
     offs: &[usize],
     panel: *const f32,
@@ -366,25 +379,41 @@ unsafe fn tile(
     macro_rules! by_width {
         ($($r:literal)*) => {
             match (n, s) {
-                $(($r, 1) => tile_r::<$r, 1>(offs, panel, src, tot, first, pf),
-                  ($r, 2) => tile_r::<$r, 2>(offs, panel, src, tot, first, pf),)*
+                $(($r, 1) => tile_r::<$r, 1, $r>(offs, panel, src, 0, tot, first, pf),
+                  ($r, 2) => tile_r::<$r, 2, $r>(offs, panel, src, 0, tot, first, pf),)*
                 _ => unreachable!("tile of {n} pixels at stride {s}"),
             }
         };
     }
+    macro_rules! two_rows {
+        ($step:expr, $($h:literal)*) => {
+            match (n, s) {
+                $((n, 1) if n == 2 * $h => tile_r::<{ 2 * $h }, 1, $h>(offs, panel, src, $step, tot, first, pf),
+                  (n, 2) if n == 2 * $h => tile_r::<{ 2 * $h }, 2, $h>(offs, panel, src, $step, tot, first, pf),)*
+                _ => unreachable!("two-row tile of {n} pixels at stride {s}"),
+            }
+        };
+    }
     // SAFETY: the caller's contract.
-    unsafe { by_width!(1 2 3 4 5 6 7 8 9 10 11 12 13 14) }
+    unsafe {
+        match two {
+            None => by_width!(1 2 3 4 5 6 7 8 9 10 11 12 13 14),
+            Some(step) => two_rows!(step, 1 2 3 4 5 6 7),
+        }
+    }
 }
 
-/// [`tile`] for `R` pixels at column stride `S`: `tot[r·32 + lane]` = the block's sum for pixel `r`
-/// and channel `lane` (from zero, one fused multiply-add per step), or the total so far plus it, as
-/// the GEMM sums its blocks of [`k_step`] steps.
+/// [`tile`] for `R` pixels at column stride `S`, the first `H` of one row and the rest (when
+/// `H < R`) of the next, `row_step` further in the input: `tot[r·32 + lane]` = the block's sum for
+/// pixel `r` and channel `lane` (from zero, one fused multiply-add per step), or the total so far
+/// plus it, as the GEMM sums its blocks of [`k_step`] steps.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn tile_r<const R: usize, const S: usize>(
+unsafe fn tile_r<const R: usize, const S: usize, const H: usize>(
     offs: &[usize],
     panel: *const f32,
     src: *const f32,
+    row_step: usize,
     tot: &mut [f32; MAX_R * PANEL],
     first: bool,
     pf: Prefetch,
@@ -408,7 +437,9 @@ unsafe fn tile_r<const R: usize, const S: usize>(
             let wp = panel.add(p * PANEL);
             let (b0, b1) = (_mm512_loadu_ps(wp), _mm512_loadu_ps(wp.add(16)));
             for (r, a) in acc.iter_mut().enumerate() {
-                let xv = _mm512_set1_ps(*x.add(r * S));
+                // Pixels from H on are the next row's (`row_step` further in the input).
+                let at = if r < H { r * S } else { row_step + (r - H) * S };
+                let xv = _mm512_set1_ps(*x.add(at));
                 a[0] = _mm512_fmadd_ps(xv, b0, a[0]);
                 a[1] = _mm512_fmadd_ps(xv, b1, a[1]);
             }

@@ -111,6 +111,28 @@ fn first_difference(got: &[f32], want: &[f32]) -> Option<(usize, f32, f32)> {
 }
 
 const CASES: &[Case] = &[
+    // Rows of 7 (resnet's last stage), two to a tile; 630 steps: four blocks of the sum.
+    Case {
+        c: 70,
+        h: 7,
+        w: 7,
+        m: 32,
+        kernel: [3, 3],
+        strides: [1, 1],
+        dilations: [1, 1],
+        pads: [1, 1, 1, 1],
+    },
+    // Stride 2 to rows of 5: two to a tile, an odd row alone at each band's end.
+    Case {
+        c: 40,
+        h: 10,
+        w: 10,
+        m: 40,
+        kernel: [3, 3],
+        strides: [2, 2],
+        dilations: [1, 1],
+        pads: [1, 1, 1, 1],
+    },
     // 3x3 stride 1, padded; a partial second panel of channels.
     Case {
         c: 3,
