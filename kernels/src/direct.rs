@@ -21,8 +21,10 @@
 //! tiles compute.
 //!
 //! Rows of the output are cut into tiles of at most [`MAX_R`] pixels, as even as they divide, so a
-//! 7-wide row is one tile of 7 and a 56-wide row four of 14: no column of a tile is wasted. Output
-//! channels are padded to the panel width (zero weights).
+//! 56-wide row is four tiles of 14: no column of a tile is wasted. Rows of at most `MAX_R / 2` go
+//! two to a tile (a 7-wide row and the next: 14 pixels, consecutive in the output plane), so that
+//! the tile's accumulators are all used. Output channels are padded to the panel width (zero
+//! weights).
 use std::mem::MaybeUninit;
 
 use rayon::prelude::*;
