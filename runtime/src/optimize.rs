@@ -183,11 +183,7 @@ fn readers(g: &Graph) -> HashMap<&str, Vec<(usize, usize)>> {
 
 fn remove_identities(g: &mut Graph, done: &mut Vec<Rewrite>) {
     let pinned = pinned(g);
-    let read: HashSet<String> = g
-        .nodes
-        .iter()
-        .flat_map(|n| n.inputs.iter().filter(|i| !i.is_empty()).cloned())
-        .collect();
+    let read = readers(g);
     let mut rename: HashMap<String, String> = HashMap::new();
     let mut removed = vec![false; g.nodes.len()];
     for (i, n) in g.nodes.iter().enumerate() {
@@ -197,7 +193,7 @@ fn remove_identities(g: &mut Graph, done: &mut Vec<Rewrite>) {
             && n.outputs.len() == 1;
         // A mask nothing reads is one nobody will miss.
         let unread =
-            |o: &String| o.is_empty() || (!pinned.contains(o) && !read.contains(o.as_str()));
+            |o: &String| o.is_empty() || (!pinned.contains(o) && !read.contains_key(o.as_str()));
         if !identity && !(inference_dropout(n) && n.outputs.iter().skip(1).all(unread)) {
             continue;
         }
