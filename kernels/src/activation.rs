@@ -1,6 +1,13 @@
 //! Activations applied in a GEMM's store pass (a fused epilogue), with the exact formulas of the
-//! runtime's standalone kernels: those kernels call [`Activation::scalar`] and [`exp_f32`], so a fused
+//! runtime's standalone kernels: those kernels call [`Activation::map`] and [`exp_slice`], so a fused
 //! node and the unfused pair give the same bits.
+//!
+//! [`exp_f32`] uses fused multiply-adds (`mul_add`, one rounding on every target). Called outside
+//! the vector wrappers here, on x86-64 each one is a call into libm's `fmaf`: correct, and slow.
+//! Loops over tensors go through [`Activation::apply`], [`Activation::map`], [`exp_slice`] or
+//! another [`crate::simd_dispatch`].
+
+use std::mem::MaybeUninit;
 
 /// An activation a convolution or GEMM applies to each output after adding its bias.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -41,24 +48,20 @@ impl Activation {
     /// loops vectorize, with the widest vectors this CPU has (the same operations either way: the
     /// same bits).
     pub fn apply(self, v: &mut [f32], bias: Option<f32>) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            #[target_feature(enable = "avx512f")]
-            fn avx512(act: Activation, v: &mut [f32], bias: Option<f32>) {
-                act.apply_body(v, bias)
-            }
-            #[target_feature(enable = "avx2")]
-            fn avx2(act: Activation, v: &mut [f32], bias: Option<f32>) {
-                act.apply_body(v, bias)
-            }
-            match crate::Isa::detected() {
-                // SAFETY: the instruction set was detected on this CPU.
-                crate::Isa::Avx512 => return unsafe { avx512(self, v, bias) },
-                crate::Isa::Avx2 => return unsafe { avx2(self, v, bias) },
-                crate::Isa::Portable => {}
-            }
-        }
-        self.apply_body(v, bias)
+        let act = self;
+        crate::simd_dispatch!(|act: Activation, v: &mut [f32], bias: Option<f32>| {
+            act.apply_body(v, bias)
+        })
+    }
+
+    /// `dst[j] = act(src[j])` for `j < dst.len()` (`src` at least as long): the standalone
+    /// activation kernels' slice form, with [`Activation::apply`]'s arithmetic.
+    pub fn map(self, src: &[f32], dst: &mut [MaybeUninit<f32>]) {
+        let src = &src[..dst.len()];
+        let act = self;
+        crate::simd_dispatch!(
+            |act: Activation, src: &[f32], dst: &mut [MaybeUninit<f32>]| { act.map_body(src, dst) }
+        )
     }
 
     /// `v[j] = act((v[j] + bias) + add[j])` for `j < v.len()`: a residual `add` (at least as long
@@ -66,49 +69,45 @@ impl Activation {
     /// between the two would.
     pub fn apply_add(self, v: &mut [f32], bias: Option<f32>, add: &[f32]) {
         let add = &add[..v.len()];
-        #[cfg(target_arch = "x86_64")]
-        {
-            #[target_feature(enable = "avx512f")]
-            fn avx512(act: Activation, v: &mut [f32], bias: Option<f32>, add: &[f32]) {
+        let act = self;
+        crate::simd_dispatch!(
+            |act: Activation, v: &mut [f32], bias: Option<f32>, add: &[f32]| {
                 act.apply_add_body(v, bias, add)
             }
-            #[target_feature(enable = "avx2")]
-            fn avx2(act: Activation, v: &mut [f32], bias: Option<f32>, add: &[f32]) {
-                act.apply_add_body(v, bias, add)
-            }
-            match crate::Isa::detected() {
-                // SAFETY: the instruction set was detected on this CPU.
-                crate::Isa::Avx512 => return unsafe { avx512(self, v, bias, add) },
-                crate::Isa::Avx2 => return unsafe { avx2(self, v, bias, add) },
-                crate::Isa::Portable => {}
-            }
-        }
-        self.apply_add_body(v, bias, add)
+        )
     }
 
     /// `dst[j] = act(src[j]·a + t)` for `j < dst.len()` (`src` at least as long): a per-channel
     /// affine map and its activation in one pass, the product and the sum each rounded (no fused
-    /// multiply-add, so the bits are the same on every instruction set).
+    /// multiply-add: an unfused BatchNormalization rounds both).
     pub fn apply_affine(self, dst: &mut [f32], src: &[f32], a: f32, t: f32) {
         let src = &src[..dst.len()];
-        #[cfg(target_arch = "x86_64")]
-        {
-            #[target_feature(enable = "avx512f")]
-            fn avx512(act: Activation, dst: &mut [f32], src: &[f32], a: f32, t: f32) {
+        let act = self;
+        crate::simd_dispatch!(
+            |act: Activation, dst: &mut [f32], src: &[f32], a: f32, t: f32| {
                 act.apply_affine_body(dst, src, a, t)
             }
-            #[target_feature(enable = "avx2")]
-            fn avx2(act: Activation, dst: &mut [f32], src: &[f32], a: f32, t: f32) {
-                act.apply_affine_body(dst, src, a, t)
-            }
-            match crate::Isa::detected() {
-                // SAFETY: the instruction set was detected on this CPU.
-                crate::Isa::Avx512 => return unsafe { avx512(self, dst, src, a, t) },
-                crate::Isa::Avx2 => return unsafe { avx2(self, dst, src, a, t) },
-                crate::Isa::Portable => {}
-            }
+        )
+    }
+
+    #[inline(always)]
+    fn map_body(self, src: &[f32], dst: &mut [MaybeUninit<f32>]) {
+        macro_rules! each {
+            ($f:expr) => {
+                dst.iter_mut().zip(src).for_each(|(d, &x)| {
+                    d.write($f(x));
+                })
+            };
         }
-        self.apply_affine_body(dst, src, a, t)
+        match self {
+            Activation::None => each!(|x| x),
+            Activation::Relu => each!(relu),
+            Activation::Clip { lo, hi } => each!(|x| clip(x, lo, hi)),
+            Activation::LeakyRelu { alpha } => each!(|x| leaky_relu(x, alpha)),
+            Activation::Sigmoid => each!(sigmoid),
+            Activation::HardSwish => each!(hard_swish),
+            Activation::Silu => each!(|x| x * sigmoid(x)),
+        }
     }
 
     #[inline(always)]
@@ -250,29 +249,53 @@ fn hard_swish(x: f32) -> f32 {
 }
 
 /// `e^x` in f32, branch-free so that loops over slices vectorize: Cody-Waite reduction by ln 2 (the
-/// split constants of Cephes' expf), a degree-7 Taylor polynomial on |r| <= ln(2)/2, and scaling by
-/// 2^n in two halves so that subnormal results come out right. Every coefficient is a product (no
-/// division: a vector divide costs as much as the rest of the polynomial), and the result is
-/// within 2 ulps of e^x over the normal range (tested).
+/// split constants of Cephes' expf), a degree-7 Taylor polynomial on |r| <= ln(2)/2 in Horner form
+/// with fused multiply-adds, and scaling by 2^n in two halves so that subnormal results come out
+/// right. Every coefficient is a product (no division: a vector divide costs as much as the rest of
+/// the polynomial), and the result is within 2 ulps of e^x over the normal range (tested).
+///
+/// Fused, the polynomial is 7 operations instead of 14: a SiLU over a slice took 0.61 ns a value
+/// with separate multiplies and adds and 0.43 ns fused on this project's AVX-512 machine (one core,
+/// `act_rate`).
 #[inline(always)]
 pub fn exp_f32(x: f32) -> f32 {
     let x = x.clamp(-104.0, 89.0);
     // Rounded to an integer by adding 1.5·2^23, where the float's unit is 1: `t`'s bits are then
     // those of 1.5·2^23 plus n (|n| <= 150), so n comes out of them as an integer. `n as i32`
     // would give the same value, but its saturating conversion does not vectorise.
-    let t = x * std::f32::consts::LOG2_E + 12_582_912.0;
+    let t = x.mul_add(std::f32::consts::LOG2_E, 12_582_912.0);
     let n = t - 12_582_912.0;
-    let r = x - n * (355.0 / 512.0) + n * 2.121_944_4e-4;
-    let p = 1.0
-        + r * (1.0
-            + r * (0.5
-                + r * (1.0 / 6.0
-                    + r * (1.0 / 24.0
-                        + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0)))))));
+    // n·(355/512) is exact (a 9-bit constant times |n| <= 150), so r is x − n·ln 2 to within the
+    // second constant's rounding.
+    let r = n.mul_add(-(355.0 / 512.0), x);
+    let r = n.mul_add(2.121_944_4e-4, r);
+    let mut p: f32 = 1.0 / 5040.0;
+    for c in [
+        1.0 / 720.0,
+        1.0 / 120.0,
+        1.0 / 24.0,
+        1.0 / 6.0,
+        0.5,
+        1.0,
+        1.0,
+    ] {
+        p = p.mul_add(r, c);
+    }
     let k = (t.to_bits() as i32).wrapping_sub(0x4B40_0000);
     let half = k >> 1;
     let scale = |e: i32| f32::from_bits(((e + 127) as u32) << 23);
     p * scale(half) * scale(k - half)
+}
+
+/// `dst[j] = e^src[j]` by [`exp_f32`] for `j < dst.len()` (`src` at least as long), on the widest
+/// vectors this CPU has: the standalone Exp kernel's loop.
+pub fn exp_slice(src: &[f32], dst: &mut [MaybeUninit<f32>]) {
+    let src = &src[..dst.len()];
+    crate::simd_dispatch!(|src: &[f32], dst: &mut [MaybeUninit<f32>]| {
+        dst.iter_mut().zip(src).for_each(|(d, &x)| {
+            d.write(exp_f32(x));
+        })
+    })
 }
 
 #[cfg(test)]

@@ -20,6 +20,37 @@
 //! Nothing here knows ONNX: shapes, attributes and their errors are the runtime's (`runtime/src/ops/`).
 //! Entry points check the sizes they are given and panic on a caller's inconsistency, never on data.
 
+/// Runs a body compiled for the widest instruction set this CPU has: the body is copied into an
+/// AVX-512F function, an AVX2+FMA function and the plain caller, and [`Isa::detected`] picks one.
+/// The body is the same Rust in each, so the vector forms compute what the portable one does (the
+/// same bits, where it uses only IEEE operations and `mul_add`); only the width changes.
+///
+/// `simd_dispatch!(|a: &mut [f32], b: f32| body)` expands, where it stands, to that choice and the
+/// value of `body`. The arguments are moved into the wrappers; the body must not `return` (in the
+/// portable case it is the caller's own code).
+#[macro_export]
+macro_rules! simd_dispatch {
+    (|$($arg:ident : $ty:ty),* $(,)?| $(-> $ret:ty)? $body:block) => {{
+        #[cfg(target_arch = "x86_64")]
+        let value = {
+            #[target_feature(enable = "avx512f")]
+            fn avx512($($arg: $ty),*) $(-> $ret)? $body
+            #[target_feature(enable = "avx2,fma")]
+            fn avx2($($arg: $ty),*) $(-> $ret)? $body
+            match $crate::Isa::detected() {
+                // SAFETY: the instruction set was detected on this CPU.
+                $crate::Isa::Avx512 => unsafe { avx512($($arg),*) },
+                // SAFETY: as above (AVX2 is detected together with FMA).
+                $crate::Isa::Avx2 => unsafe { avx2($($arg),*) },
+                $crate::Isa::Portable => $body,
+            }
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let value = $body;
+        value
+    }};
+}
+
 pub mod activation;
 mod aligned;
 pub mod depthwise;

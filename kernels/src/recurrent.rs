@@ -112,24 +112,8 @@ pub enum Gate {
 impl Gate {
     /// `v[i] = gate(v[i])`.
     pub fn apply(self, v: &mut [f32]) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            #[target_feature(enable = "avx512f")]
-            fn avx512(g: Gate, v: &mut [f32]) {
-                g.apply_body(v)
-            }
-            #[target_feature(enable = "avx2")]
-            fn avx2(g: Gate, v: &mut [f32]) {
-                g.apply_body(v)
-            }
-            match Isa::detected() {
-                // SAFETY: the instruction set was detected on this CPU.
-                Isa::Avx512 => return unsafe { avx512(self, v) },
-                Isa::Avx2 => return unsafe { avx2(self, v) },
-                Isa::Portable => {}
-            }
-        }
-        self.apply_body(v)
+        let g = self;
+        crate::simd_dispatch!(|g: Gate, v: &mut [f32]| { g.apply_body(v) })
     }
 
     #[inline(always)]

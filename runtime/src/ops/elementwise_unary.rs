@@ -51,23 +51,47 @@ macro_rules! float_map {
     };
 }
 
-/// `e^x`, branch-free in f32 so that loops over slices vectorize.
-trait FastExp {
-    fn fast_exp(self) -> Self;
+/// Exp and Sigmoid: f32 by the slice kernels of `quorum_kernels::activation` on the widest vectors
+/// this CPU has (their fused-epilogue forms use the same formulas, so a fused Sigmoid equals this one
+/// bit for bit); f16 and bf16 through the same kernels in f32, rounded once; f64 by `f64` alone.
+fn through_f32_slices(
+    t: &Tensor,
+    f32s: fn(&[f32], &mut [std::mem::MaybeUninit<f32>]),
+    f64s: fn(f64) -> f64,
+) -> OpResult<Vec<Value>> {
+    single(match t {
+        Tensor::F32(a) => Tensor::F32(broadcast::unary_slices(a, f32s)),
+        Tensor::F64(a) => Tensor::F64(broadcast::unary(a, f64s)),
+        Tensor::F16(a) => {
+            Tensor::F16(broadcast::unary_slices(&a.mapv(f16::to_f32), f32s).mapv(f16::from_f32))
+        }
+        Tensor::BF16(a) => {
+            Tensor::BF16(broadcast::unary_slices(&a.mapv(bf16::to_f32), f32s).mapv(bf16::from_f32))
+        }
+        other => unsupported!("dtype {} (expected a float type)", other.dtype()),
+    })
 }
 
-impl FastExp for f64 {
-    fn fast_exp(self) -> f64 {
-        self.exp()
-    }
+fn k_exp(_: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+    through_f32_slices(
+        input(inputs, 0)?,
+        quorum_kernels::activation::exp_slice,
+        f64::exp,
+    )
 }
 
-impl FastExp for f32 {
-    /// The one f32 `exp` of the elementwise kernels and of fused epilogues (`quorum-kernels`), so
-    /// that a fused Sigmoid equals the standalone one bit for bit.
-    fn fast_exp(self) -> f32 {
-        quorum_kernels::activation::exp_f32(self)
-    }
+/// e^-|x|, then e^x/(1+e^x) below 0 so the subnormal tail survives (1/(1+e^-x) is 0 once e^-x
+/// overflows): `quorum_kernels::Activation::Sigmoid`'s formula, which f32 runs.
+fn k_sigmoid(_: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+    through_f32_slices(
+        input(inputs, 0)?,
+        |x, y| quorum_kernels::Activation::Sigmoid.map(x, y),
+        |x| {
+            let e = (-x.abs()).exp();
+            let r = 1.0 / (1.0 + e);
+            if x < 0.0 { e * r } else { r }
+        },
+    )
 }
 
 /// Erf: f32 through the branch-free slice kernel ([`erf_f32`]), other float types per element.
@@ -93,7 +117,6 @@ float_kernels! {
     k_round => |x| x.round_ties_even();
     k_reciprocal => |x| x.recip();
     k_sqrt => |x| x.sqrt();
-    k_exp => |x| x.fast_exp();
     k_log => |x| x.ln();
     k_sin => |x| x.sin();
     k_cos => |x| x.cos();
@@ -107,13 +130,6 @@ float_kernels! {
     k_acosh => |x| x.acosh();
     k_atanh => |x| x.atanh();
     k_tanh => |x| x.tanh();
-    // As `quorum_kernels::activation`'s fused Sigmoid, bit for bit: e^-|x|, then e^x/(1+e^x)
-    // below 0 so the subnormal tail survives (1/(1+e^-x) is 0 once e^-x overflows).
-    k_sigmoid => |x| {
-        let e = (-x.abs()).fast_exp();
-        let r = 1.0 / (1.0 + e);
-        if x < 0.0 { e * r } else { r }
-    };
     k_softplus => |x| if x > 0.0 { x + (-x).exp().ln_1p() } else { x.exp().ln_1p() };
     k_softsign => |x| x / (1.0 + x.abs());
     k_mish => |x| x * (if x > 0.0 { x + (-x).exp().ln_1p() } else { x.exp().ln_1p() }).tanh();
@@ -340,13 +356,22 @@ mod tests {
     use super::super::tests::Rng;
     use super::*;
 
+    /// The Exp kernel's f32 path (the vector slice kernel) is within 2 ulps of e^x, subnormal
+    /// results included, and takes NaN and the infinities where they go.
     #[test]
-    fn fast_exp_within_two_ulp() {
+    fn exp_within_two_ulp() {
         let mut rng = Rng(3);
-        for _ in 0..100_000 {
-            let x = ((rng.next() - 0.5) * 210.0) as f32;
+        let mut xs: Vec<f32> = (0..100_000)
+            .map(|_| ((rng.next() - 0.5) * 210.0) as f32)
+            .collect();
+        xs.extend([f32::NAN, f32::NEG_INFINITY, f32::INFINITY]);
+        // k_exp's f32 path.
+        let x = ArrayD::from_shape_vec(ndarray::IxDyn(&[xs.len()]), xs.clone()).unwrap();
+        let y = broadcast::unary_slices(&x, quorum_kernels::activation::exp_slice);
+        let y = y.as_slice().unwrap();
+        for (&x, &got) in xs.iter().zip(y).take(100_000) {
             let want = (x as f64).exp();
-            let got = x.fast_exp() as f64;
+            let got = got as f64;
             let ulp = (want as f32).abs().max(f32::from_bits(1)) as f64 * f32::EPSILON as f64;
             let ulp = if want < f32::MIN_POSITIVE as f64 {
                 f32::from_bits(1) as f64
@@ -358,9 +383,9 @@ mod tests {
                 "exp({x}) = {got}, want {want}"
             );
         }
-        assert!(f32::NAN.fast_exp().is_nan());
-        assert_eq!(f32::NEG_INFINITY.fast_exp(), 0.0);
-        assert_eq!(f32::INFINITY.fast_exp(), f32::INFINITY);
+        assert!(y[100_000].is_nan());
+        assert_eq!(y[100_001], 0.0);
+        assert_eq!(y[100_002], f32::INFINITY);
         assert_eq!(2.5f32.round_ties_even(), 2.0);
     }
 }

@@ -158,24 +158,7 @@ fn block_f32(b: &mut [f32], n: usize, inner: usize, kind: Kind) {
     if inner != 1 || kind != Kind::Soft || n == 0 {
         return block(b, n, inner, kind);
     }
-    #[cfg(target_arch = "x86_64")]
-    {
-        #[target_feature(enable = "avx512f")]
-        fn avx512(b: &mut [f32]) {
-            soft_lane_f32(b)
-        }
-        #[target_feature(enable = "avx2")]
-        fn avx2(b: &mut [f32]) {
-            soft_lane_f32(b)
-        }
-        match quorum_kernels::Isa::detected() {
-            // SAFETY: the instruction set was detected on this CPU.
-            quorum_kernels::Isa::Avx512 => return unsafe { avx512(b) },
-            quorum_kernels::Isa::Avx2 => return unsafe { avx2(b) },
-            quorum_kernels::Isa::Portable => {}
-        }
-    }
-    soft_lane_f32(b)
+    quorum_kernels::simd_dispatch!(|b: &mut [f32]| { soft_lane_f32(b) })
 }
 
 /// One contiguous f32 Softmax lane, in place: the maximum by the NaN rule of [`block`], then
