@@ -66,6 +66,9 @@ fn dense_gemm_matches_f64_at_tile_and_block_edges() {
             (2 * mr - 1, nr + 1, KC + 1),
             (3, NC + nr + 5, 2 * KC + 7),
             (mr * 5 + 2, 2 * NC + 3, 17),
+            // Rows four times the columns and more, B packed per call: split by rows, though
+            // two units of columns split more evenly than 17 panels.
+            (17 * mr, nr + 1, 40),
             // A short sum (tiles A panel by A panel) over more row panels than one block holds.
             (MC_PANELS * mr + mr + 3, 3 * nr + 1, 9),
             // A large enough for its panels to be packed across threads.
