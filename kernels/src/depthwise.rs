@@ -285,9 +285,10 @@ pub fn split_columns(row: &[f32], s: usize, out: &mut [f32], stride: usize) {
     }
 }
 
-/// The max of each window over the taps in order, by [`take`]'s rule (the first NaN if any, else
-/// the first maximal tap): `out[(od·o1 + oh)·o2 + j] = take(…take(-∞, tap₀), tap₁…)`. An output no
-/// tap reaches is -∞. Every output is written and none is read.
+/// The max of each window over the taps in order, by [`take`]'s rule (a NaN if any, else the first
+/// maximal tap): `out[(od·o1 + oh)·o2 + j] = take(…take(-∞, tap₀), tap₁…)`, NaN payloads aside (the
+/// AVX-512 path may keep a later NaN of the window). An output no tap reaches is -∞. Every output
+/// is written and none is read.
 ///
 /// # Panics
 /// When `src` or `out` do not have the sizes the taps were made for (a caller's error).
@@ -509,15 +510,18 @@ mod avx512 {
                 let masks = taps.lanes.masks.as_ptr().add(t * chunks + c);
                 let at = src.as_ptr().wrapping_offset(base + (c * W) as isize);
                 if MAX {
-                    // The window rule of `take`: the tap replaces an ordered best that it
-                    // exceeds, and a NaN tap replaces any ordered best.
+                    // The window rule of `take`. `vmaxps x, a` is `x > a ? x : a`, and `a` where
+                    // either is NaN: a greater tap replaces the best, an equal one (a zero of the
+                    // other sign too) does not, a NaN best stays. Only a NaN tap is left, which
+                    // replaces an ordered best; where the best is NaN too, the NaN that stays
+                    // may be the later one (a NaN's payload is not kept, as elsewhere).
+                    // Three operations a tap where comparing both ways took seven.
                     for (i, a) in acc.iter_mut().enumerate() {
                         let m = *masks.add(i);
                         let x = _mm512_maskz_loadu_ps(m, at.wrapping_add(i * W));
-                        let ordered = _mm512_cmp_ps_mask::<_CMP_ORD_Q>(*a, *a);
-                        let wins = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, *a)
-                            | _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, x);
-                        *a = _mm512_mask_mov_ps(*a, m & ordered & wins, x);
+                        let best = _mm512_mask_max_ps(*a, m, x, *a);
+                        let nan = _mm512_mask_cmp_ps_mask::<_CMP_UNORD_Q>(m, x, x);
+                        *a = _mm512_mask_mov_ps(best, nan, x);
                     }
                     continue;
                 }
