@@ -29,19 +29,48 @@ pub enum Activation {
     Silu,
 }
 
+/// `$body` with `$f` bound to `$act`'s function of one value: the one `match` on the activation,
+/// outside the loops that `$body` runs, so that each arm's loop vectorises.
+macro_rules! with_fn {
+    ($act:expr, |$f:ident| $body:expr) => {
+        match $act {
+            Activation::None => {
+                let $f = |x: f32| x;
+                $body
+            }
+            Activation::Relu => {
+                let $f = relu;
+                $body
+            }
+            Activation::Clip { lo, hi } => {
+                let $f = |x: f32| clip(x, lo, hi);
+                $body
+            }
+            Activation::LeakyRelu { alpha } => {
+                let $f = |x: f32| leaky_relu(x, alpha);
+                $body
+            }
+            Activation::Sigmoid => {
+                let $f = sigmoid;
+                $body
+            }
+            Activation::HardSwish => {
+                let $f = hard_swish;
+                $body
+            }
+            Activation::Silu => {
+                let $f = |x: f32| x * sigmoid(x);
+                $body
+            }
+        }
+    };
+}
+
 impl Activation {
     /// The activation of one value.
     #[inline(always)]
     pub fn scalar(self, x: f32) -> f32 {
-        match self {
-            Activation::None => x,
-            Activation::Relu => relu(x),
-            Activation::Clip { lo, hi } => clip(x, lo, hi),
-            Activation::LeakyRelu { alpha } => leaky_relu(x, alpha),
-            Activation::Sigmoid => sigmoid(x),
-            Activation::HardSwish => hard_swish(x),
-            Activation::Silu => x * sigmoid(x),
-        }
+        with_fn!(self, |f| f(x))
     }
 
     /// `v[i] = act(v[i] + bias)` (no addition when `bias` is `None`); one `match` per call, so the
@@ -92,22 +121,9 @@ impl Activation {
 
     #[inline(always)]
     fn map_body(self, src: &[f32], dst: &mut [MaybeUninit<f32>]) {
-        macro_rules! each {
-            ($f:expr) => {
-                dst.iter_mut().zip(src).for_each(|(d, &x)| {
-                    d.write($f(x));
-                })
-            };
-        }
-        match self {
-            Activation::None => each!(|x| x),
-            Activation::Relu => each!(relu),
-            Activation::Clip { lo, hi } => each!(|x| clip(x, lo, hi)),
-            Activation::LeakyRelu { alpha } => each!(|x| leaky_relu(x, alpha)),
-            Activation::Sigmoid => each!(sigmoid),
-            Activation::HardSwish => each!(hard_swish),
-            Activation::Silu => each!(|x| x * sigmoid(x)),
-        }
+        with_fn!(self, |f| dst.iter_mut().zip(src).for_each(|(d, &x)| {
+            d.write(f(x));
+        }))
     }
 
     #[inline(always)]
@@ -127,23 +143,10 @@ impl Activation {
 
     #[inline(always)]
     fn apply_body(self, v: &mut [f32], bias: Option<f32>) {
-        macro_rules! each {
-            ($f:expr) => {
-                match bias {
-                    Some(b) => v.iter_mut().for_each(|x| *x = $f(*x + b)),
-                    None => v.iter_mut().for_each(|x| *x = $f(*x)),
-                }
-            };
-        }
-        match self {
-            Activation::None => each!(|x| x),
-            Activation::Relu => each!(relu),
-            Activation::Clip { lo, hi } => each!(|x| clip(x, lo, hi)),
-            Activation::LeakyRelu { alpha } => each!(|x| leaky_relu(x, alpha)),
-            Activation::Sigmoid => each!(sigmoid),
-            Activation::HardSwish => each!(hard_swish),
-            Activation::Silu => each!(|x| x * sigmoid(x)),
-        }
+        with_fn!(self, |f| match bias {
+            Some(b) => v.iter_mut().for_each(|x| *x = f(*x + b)),
+            None => v.iter_mut().for_each(|x| *x = f(*x)),
+        })
     }
 }
 
