@@ -12,7 +12,7 @@ use half::{bf16, f16};
 use ndarray::{ArrayD, IxDyn};
 use rayon::prelude::*;
 
-use super::broadcast::PAR_THRESHOLD;
+use super::broadcast::{PAR_THRESHOLD, par_fill};
 use super::{OpCtx, Registry, input, norm_axis, opt_input, single};
 use crate::error::OpResult;
 use crate::tensor::{Tensor, Value};
@@ -487,28 +487,38 @@ fn concat_impl<T: Elem>(
     }
     let row: usize = srcs.iter().map(|s| s.1).sum();
     let n = outer * row;
-    let Some(fill) = srcs.iter().find_map(|s| s.0.first()) else {
-        return arr(out_shape, Vec::new());
-    };
-    let out = if n >= PAR_THRESHOLD && outer > 1 {
-        let mut out = vec![fill.clone(); n];
-        out.par_chunks_mut(row).enumerate().for_each(|(o, dst)| {
-            let mut p = 0;
-            for (s, c) in &srcs {
-                dst[p..p + c].clone_from_slice(&s[o * c..(o + 1) * c]);
-                p += c;
+    // Where each part's run starts within a row of the output.
+    let offs: Vec<usize> = srcs
+        .iter()
+        .scan(0, |at, s| {
+            let o = *at;
+            *at += s.1;
+            Some(o)
+        })
+        .collect();
+    // Each output element written once, from its part (never filled first); a long output in
+    // parallel chunks, each of which may span parts and rows (a channel Concat of one image is one
+    // row: it was one thread's copy).
+    let mut out: Vec<T> = Vec::with_capacity(n);
+    par_fill(&mut out.spare_capacity_mut()[..n], &|start, chunk| {
+        let mut done = 0;
+        while done < chunk.len() {
+            let (o, r) = ((start + done) / row, (start + done) % row);
+            // The last part starting at or before column r (a part of length 0 is never it).
+            let i = offs.partition_point(|&x| x <= r) - 1;
+            let (src, c) = &srcs[i];
+            let at = r - offs[i];
+            let len = (c - at).min(chunk.len() - done);
+            let from = &src[o * c + at..o * c + at + len];
+            for (d, v) in chunk[done..done + len].iter_mut().zip(from) {
+                d.write(v.clone());
             }
-        });
-        out
-    } else {
-        let mut out = Vec::with_capacity(n);
-        for o in 0..outer {
-            for (s, c) in &srcs {
-                out.extend_from_slice(&s[o * c..(o + 1) * c]);
-            }
+            done += len;
         }
-        out
-    };
+    });
+    // SAFETY: par_fill hands every element of the first n to exactly one call, and each call
+    // writes all of its chunk.
+    unsafe { out.set_len(n) };
     arr(out_shape, out)
 }
 
@@ -734,5 +744,42 @@ mod tests {
         assert_eq!(slice_range(3, 1, 1, 5), (3, 0));
         assert_eq!(slice_range(-100, 100, 3, 7), (0, 3));
         assert_eq!(slice_range(0, 0, -1, 0), (0, 0));
+    }
+
+    /// Concat writes each element once from its part, in parallel chunks that span parts and rows:
+    /// equal to ndarray's concatenation along each axis, with a part of length 0 among them and
+    /// outputs long enough to split; the parts in the wrong order are told apart.
+    #[test]
+    fn concat_equals_ndarray_concatenation_in_parallel_chunks() {
+        let mut g = Lcg(11);
+        for (shapes, axis) in [
+            (vec![[1, 64, 30, 31], [1, 0, 30, 31], [1, 45, 30, 31]], 1),
+            (vec![[3, 5, 40, 41], [3, 7, 40, 41]], 1),
+            (vec![[2, 3, 300, 17], [2, 3, 300, 40]], 3),
+            (vec![[40, 3, 30, 31], [1, 3, 30, 31]], 0),
+        ] {
+            let arrays: Vec<ArrayD<f32>> = shapes
+                .iter()
+                .map(|s| {
+                    let n = s.iter().product();
+                    ArrayD::from_shape_vec(IxDyn(s), (0..n).map(|_| g.next()).collect()).unwrap()
+                })
+                .collect();
+            let tensors: Vec<Tensor> = arrays.iter().map(|a| Tensor::F32(a.clone())).collect();
+            let parts: Vec<&Tensor> = tensors.iter().collect();
+            let views: Vec<_> = arrays.iter().map(|a| a.view()).collect();
+            let want = ndarray::concatenate(ndarray::Axis(axis), &views).unwrap();
+            let got = concat_impl(&arrays[0], &parts, axis, want.shape()).unwrap();
+            assert!(want.len() >= PAR_THRESHOLD, "{shapes:?} too short to split");
+            assert_eq!(got, want, "{shapes:?} along {axis}");
+            let swapped: Vec<&Tensor> = parts.iter().rev().copied().collect();
+            let mut shape = want.shape().to_vec();
+            shape[axis] = swapped.iter().map(|t| t.shape()[axis]).sum();
+            let wrong = concat_impl(&arrays[0], &swapped, axis, &shape).unwrap();
+            assert_ne!(
+                wrong, want,
+                "{shapes:?}: the order of the parts went unnoticed"
+            );
+        }
     }
 }
