@@ -214,37 +214,12 @@ fn layer_norm_row_f32(
         }
         (mean, inv)
     }
-    #[cfg(target_arch = "x86_64")]
-    {
-        #[target_feature(enable = "avx512f")]
-        fn avx512(
-            yr: &mut [MaybeUninit<f32>],
-            xr: &[f32],
-            w: &[f64],
-            b: &[f64],
-            eps: f64,
-        ) -> (f64, f64) {
-            body(yr, xr, w, b, eps)
-        }
-        #[target_feature(enable = "avx2")]
-        fn avx2(
-            yr: &mut [MaybeUninit<f32>],
-            xr: &[f32],
-            w: &[f64],
-            b: &[f64],
-            eps: f64,
-        ) -> (f64, f64) {
-            body(yr, xr, w, b, eps)
-        }
-        match quorum_kernels::Isa::detected() {
-            // SAFETY: the instruction set was detected on this CPU.
-            quorum_kernels::Isa::Avx512 => return unsafe { avx512(yr, xr, w, b, eps) },
-            // SAFETY: as above.
-            quorum_kernels::Isa::Avx2 => return unsafe { avx2(yr, xr, w, b, eps) },
-            quorum_kernels::Isa::Portable => {}
-        }
-    }
-    body(yr, xr, w, b, eps)
+    quorum_kernels::simd_dispatch!(|yr: &mut [MaybeUninit<f32>],
+                                    xr: &[f32],
+                                    w: &[f64],
+                                    b: &[f64],
+                                    eps: f64|
+     -> (f64, f64) { body(yr, xr, w, b, eps) })
 }
 
 /// `y = x * a[c] + b[c]` over `x` laid out as `[n, c, inner]`; with `per_elem`, `a` and `b` hold
