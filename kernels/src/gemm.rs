@@ -42,7 +42,6 @@ const KC_ONE: usize = 256;
 const MC_PANELS: usize = 32;
 /// Columns per packed block: a multiple of every `NR`.
 const NC: usize = 512;
-/// The longest sum (steps of a block) whose tiles go A panel by A panel; see `block`.
 /// The longest sum (steps of a block) whose tiles go A panel by A panel (see `block`). Measured on
 /// this project's 2-core AVX-512 Xeon: mobilenet_v2's 16 → 96 expansion at 112² went from 0.51–0.70
 /// ms to 0.36–0.38 in the model, and efficientnet_b0 from 10.4–10.7 to 9.7–9.9 ms; orders past 64
@@ -179,11 +178,11 @@ pub fn sgemm_uninit(
     let excess = |units: usize| units.div_ceil(threads) * threads * 1000 / units;
     let (ec, ep) = (excess(cols), excess(panels));
     // The more even split (the larger on a tie); but where B is packed per call and C has four
-    // times as many rows as columns or more, rows unless that is a quarter more uneven. Split by columns, every
-    // thread reads all of A: squeezenet's last convolution (1000×169, K 512, 2 MB of weights)
-    // took 0.83–0.85 ms in the model split by columns (6 units against 125, the more even by
-    // 0.8%) and 0.70–0.72 split by rows. Preferring columns wherever n ≥ m as well was tried:
-    // resnet50 gained 1.5% and inception_v2 and bert_encoder's attention lost 3–4%.
+    // times as many rows as columns or more, rows unless that is a quarter more uneven. Split by
+    // columns, every thread reads all of A: squeezenet's last convolution (1000×169, K 512, 2 MB
+    // of weights) took 0.83–0.85 ms in the model split by columns (6 units against 125, the more
+    // even by 0.8%) and 0.70–0.72 split by rows. Preferring columns wherever n ≥ m as well was
+    // tried: resnet50 gained 1.5% and inception_v2 and bert_encoder's attention lost 3–4%.
     let by_cols = if !matches!(b, BSource::Packed(_)) && m >= 4 * n {
         ep * 4 > ec * 5
     } else {
