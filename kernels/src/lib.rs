@@ -60,12 +60,14 @@ mod lanes;
 mod microkernel;
 pub mod pack;
 mod pack_plan;
+pub mod pixels;
 pub mod recurrent;
 
 pub use activation::Activation;
 pub use direct::{DirectConv, conv_direct};
 pub use gemm::{Epilogue, Threads, sgemm, sgemm_uninit};
 pub use pack::{BSource, ConvPatches, PackedA, PackedB};
+pub use pixels::{PixelConv, conv_pixels};
 
 /// The instruction set a GEMM runs with. Packed operands are laid out for one of them (its register
 /// tile), so a [`PackedA`] remembers the `Isa` it was packed for.

@@ -7,7 +7,8 @@
 //! first. Depthwise convolutions take the direct path shared with the general one.
 use ndarray::{ArrayD, IxDyn};
 use quorum_kernels::{
-    Activation, BSource, ConvPatches, Epilogue, Isa, PackedA, PackedB, Threads, sgemm_uninit,
+    Activation, BSource, ConvPatches, Epilogue, Isa, PackedA, PackedB, PixelConv, Threads,
+    conv_pixels, sgemm_uninit,
 };
 use rayon::prelude::*;
 
@@ -63,6 +64,13 @@ pub(super) fn conv_f32_residual(
         let y = conv_one_pixel(&sh, &xd, &wt, bias, act, Threads::Auto);
         return Ok(ArrayD::from_shape_vec(IxDyn(&sh.out_shape), y)?);
     }
+    if let Some(pixels) = pixels_plan(&sh) {
+        let weights = packed_weights(ctx, 1, Isa::Avx512, sh.group, w.shape(), || {
+            pack_weights(Isa::Avx512, &sh, &contiguous(w))
+        });
+        let y = conv_pixels_on(&sh, &xd, &weights, (bias, act, r), Threads::Auto, pixels);
+        return Ok(ArrayD::from_shape_vec(IxDyn(&sh.out_shape), y)?);
+    }
     if let Some(direct) = broadcast::plan(&sh) {
         let weights = broadcast::weights(ctx, &sh, w);
         let y = direct.run(&sh, &xd, &weights, (bias, act, r), Threads::Auto);
@@ -74,6 +82,57 @@ pub(super) fn conv_f32_residual(
     });
     let y = conv_packed_residual(&sh, &xd, &weights, bias, act, r, Threads::Auto);
     Ok(ArrayD::from_shape_vec(IxDyn(&sh.out_shape), y)?)
+}
+
+/// Where a convolution takes `quorum_kernels::conv_pixels` (its input's geometry, to which each
+/// group's planes are added): AVX-512 (the GEMM's own choice, so that `QUORUM_CPU_ISA` caps it too),
+/// 2-D or 1-D, not pointwise, no negative pads, a short sum ([`PixelConv::available`]: a network's
+/// first layer, 3 channels of 3×3), and output rows that fill at least three quarters of the
+/// 16-pixel vectors that the tiles store (a 7-wide row would leave more than half of each unused).
+pub(super) fn pixels_plan(sh: &ConvShape) -> Option<PixelConv<'static>> {
+    let g = &sh.g;
+    let [o0, ho, wo] = g.outs;
+    let flat = g.ins[0] == 1 && g.k[0] == 1 && o0 == 1 && g.pb[0] == 0;
+    if Isa::detected() != Isa::Avx512
+        || !flat
+        || sh.pointwise()
+        || g.pb.iter().any(|&p| p < 0)
+        || !PixelConv::available(sh.cg() * g.ksz(), g.s[2])
+        || ho * wo == 0
+        || 4 * wo < 3 * wo.div_ceil(16) * 16
+    {
+        return None;
+    }
+    Some(PixelConv {
+        x: &[],
+        channels: sh.cg(),
+        ins: [g.ins[1], g.ins[2]],
+        kernel: [g.k[1], g.k[2]],
+        strides: [g.s[1], g.s[2]],
+        dilations: [g.d[1], g.d[2]],
+        pads: [g.pb[1] as usize, g.pb[2] as usize],
+        outs: [ho, wo],
+    })
+}
+
+/// The convolution of `xd` (`[N, C, ins...]`) by `quorum_kernels::conv_pixels`, group by group, with
+/// `geom` from [`pixels_plan`] and the weights as the GEMM path packs them (for AVX-512): the bits of
+/// the GEMM path.
+pub(super) fn conv_pixels_on(
+    sh: &ConvShape,
+    xd: &[f32],
+    weights: &PackedWeights,
+    epi: (Option<&[f32]>, Activation, Option<&[f32]>),
+    threads: Threads,
+    geom: PixelConv,
+) -> Vec<f32> {
+    // SAFETY: conv_pixels writes each group's output whole.
+    unsafe {
+        per_group(sh, xd, epi, threads, |gi, xg, epi, yg, threads| {
+            let g = PixelConv { x: xg, ..geom };
+            conv_pixels(&weights.groups[gi], &g, yg, epi, threads);
+        })
+    }
 }
 
 /// A pointwise convolution of one group over inputs of one pixel (`[N, C, 1, 1]`: a

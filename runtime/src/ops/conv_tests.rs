@@ -778,3 +778,6 @@ mod broadcast;
 
 #[path = "conv_one_pixel_tests.rs"]
 mod one_pixel;
+
+#[path = "conv_pixels_tests.rs"]
+mod pixels;
