@@ -25,10 +25,10 @@ use crate::Isa;
 use crate::gemm::{Epilogue, PAR_MIN_WORK, Threads};
 use crate::pack::PackedA;
 
-/// The deepest sum this path takes: the tile reads its `B` values where they lie, once per panel
-/// of 8 channels, where the GEMM packs them once; beyond a short sum that costs more than the
-/// packing it saves, and a deep convolution has `conv_direct`.
-pub const MAX_DEPTH: usize = 128;
+/// The deepest sum this path takes: the GEMM's first block of steps (`k_step`), so that each sum is
+/// the GEMM's, from zero in one block. (Where the path pays is the caller's choice: each panel of
+/// 8 channels reads its `B` values where they lie, where the GEMM packs them once.)
+pub const MAX_DEPTH: usize = 256;
 
 /// The largest column stride: the grid holds one phase per column of the stride.
 pub const MAX_STRIDE: usize = 4;
@@ -226,8 +226,14 @@ pub fn conv_pixels(
             })
         })
         .collect();
+    // Where the grid would be the input itself (column stride 1, no padding, rows and columns
+    // all read: a pointwise convolution), the input is read in place.
+    let in_place = s == 1 && g.pads == [0, 0] && [rows, phase] == g.ins;
     let mut grid = GRID.with(|b| b.take());
-    g.fill(&mut grid, par && g.channels * rows >= 16);
+    if !in_place {
+        g.fill(&mut grid, par && g.channels * rows >= 16);
+    }
+    let src: &[f32] = if in_place { g.x } else { &grid };
     let panels = m.div_ceil(w.isa().mr());
     // Units of work: a band of output rows, all panels of channels in turn (the band's grid rows,
     // read by every panel, stay in L1 or L2). A band holds at least 256 outputs per channel.
@@ -242,9 +248,7 @@ pub fn conv_pixels(
                 // rows r of channels q·8.. of C (sized above), which no other unit writes; every
                 // grid read lies in it (`offs` and the row bases stay within `rows × line` per
                 // channel, the last pixel's read within `phase` of its row).
-                unsafe {
-                    avx512::band(w, q, &grid, &offs, line * g.strides[0], r, g.outs, out, epi)
-                };
+                unsafe { avx512::band(w, q, src, &offs, line * g.strides[0], r, g.outs, out, epi) };
             }
         }
     };

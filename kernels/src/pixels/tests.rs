@@ -142,8 +142,10 @@ const CASES: &[Case] = &[
     case((6, 1, 45, 11), [1, 3], [1, 2], [1, 1], [0, 1, 0, 1]),
     // Rows of 33 (32 and one lane) in four bands of 8 rows: the split runs.
     case((3, 60, 66, 16), [3, 3], [2, 2], [1, 1], [1, 1, 1, 1]),
-    // The deepest sum taken: 128 steps.
-    case((8, 6, 34, 8), [4, 4], [1, 1], [1, 1], [1, 1, 2, 2]),
+    // The deepest sum taken: 256 steps (the GEMM's first block).
+    case((16, 6, 34, 8), [4, 4], [1, 1], [1, 1], [1, 1, 2, 2]),
+    // Pointwise, the plane as one row of 7·7 = 49 pixels: read in place, no grid.
+    case((40, 1, 49, 24), [1, 1], [1, 1], [1, 1], [0, 0, 0, 0]),
 ];
 
 #[test]
@@ -260,16 +262,16 @@ fn a_weight_one_ulp_off_is_caught() {
 }
 
 #[test]
-#[should_panic(expected = "at most 128 steps")]
+#[should_panic(expected = "at most 256 steps")]
 fn a_deep_sum_is_refused() {
     if !Isa::Avx512.is_supported() {
-        panic!("at most 128 steps (no AVX-512 here: the refusal is not reached)");
+        panic!("at most 256 steps (no AVX-512 here: the refusal is not reached)");
     }
-    let x = vec![1f32; 3 * 8 * 8];
-    let w = PackedA::new(Isa::Avx512, 8, 147, &vec![1f32; 8 * 147], 147);
+    let x = vec![1f32; 6 * 8 * 8];
+    let w = PackedA::new(Isa::Avx512, 8, 294, &vec![1f32; 8 * 294], 294);
     let g = PixelConv {
         x: &x,
-        channels: 3,
+        channels: 6,
         ins: [8, 8],
         kernel: [7, 7],
         strides: [1, 1],
