@@ -32,12 +32,22 @@ pub(super) struct BroadcastWeights {
 /// which a short sum does not pay for (measured with `kernels/examples/gemm_rate.rs`).
 const MIN_DEPTH: usize = 128;
 
+/// A pointwise convolution takes the direct path where the GEMM would leave at least this share
+/// (percent) of its 32-column panels' lanes unused: planes of 7² (49 columns in 64, 23%) and 14²
+/// (196 in 224, 12.5%), and squeezenet's 13² (12%), not 28² (2%) or 56² (none). Elsewhere its
+/// input planes are the GEMM's `B` as they lie, copied at memory speed, and the GEMM ran
+/// mobilenet_v2's and efficientnet_b0's 1×1 convolutions 1–7% faster than the direct kernel on the
+/// Xeon of stop 31. On the AMD EPYC of stop 32 (`kernels/examples/gemm_rate.rs`, two threads):
+/// 1280×49×320 168.7 → 200.1 GFLOP/s, 320×49×960 160 → 199, 1000×169×512 197 → 210; in the
+/// models, mobilenet_v2's 960 → 320 at 7² 0.267 → 0.212 ms and resnet50's last stage's 1×1
+/// convolutions 11–19% faster.
+const POINTWISE_MIN_WASTE: usize = 10;
+
 /// The grid of `sh` where the direct path runs: 2-D or 1-D (no depth), column stride 1 or 2 on
 /// AVX-512, no negative pads; output channels (per group) that fill their panels to at least 80%
 /// (16 channels would leave half of every multiply-add unused); a sum of at least [`MIN_DEPTH`]
-/// steps; and not pointwise (its input planes are the GEMM's `B` as they lie, copied at memory
-/// speed, and the GEMM ran those 1-7% faster than the direct kernel: mobilenet_v2's and
-/// efficientnet_b0's 1×1 convolutions).
+/// steps; and not pointwise, unless the GEMM's column panels would waste
+/// [`POINTWISE_MIN_WASTE`]% of their lanes.
 pub(super) fn plan(sh: &ConvShape) -> Option<Broadcast> {
     let g = &sh.g;
     let [o0, ho, wo] = g.outs;
@@ -45,7 +55,11 @@ pub(super) fn plan(sh: &ConvShape) -> Option<Broadcast> {
     let mg = sh.mg();
     let full = mg > 0 && mg.div_ceil(PANEL) * PANEL * 4 <= mg * 5;
     let deep = sh.cg() * g.ksz() >= MIN_DEPTH;
-    if !flat || !full || !deep || sh.pointwise() || ho * wo == 0 || g.pb.iter().any(|&p| p < 0) {
+    let n = ho * wo;
+    let cols = n.div_ceil(PANEL) * PANEL;
+    let gemm_wastes = (cols - n) * 100 >= POINTWISE_MIN_WASTE * cols;
+    let pointwise_ok = !sh.pointwise() || gemm_wastes;
+    if !flat || !full || !deep || !pointwise_ok || n == 0 || g.pb.iter().any(|&p| p < 0) {
         return None;
     }
     if !DirectConv::available([g.s[1], g.s[2]]) {

@@ -45,6 +45,8 @@ fn cases() -> Vec<(Vec<(&'static str, Attr)>, Vec<usize>, Vec<usize>)> {
             vec![1, 200, 7, 9],
             vec![32, 200, 1, 1],
         ),
+        // Pointwise over a 7x7 plane: 49 columns, which would leave 15 of the GEMM's 64 unused.
+        (vec![], vec![1, 160, 7, 7], vec![32, 160, 1, 1]),
         // Padding at the end only (TensorFlow's SAME at stride 2): the last output row and column
         // read the padding although no begin pad asks for a copy.
         (
@@ -147,7 +149,8 @@ fn weights_of_the_wrong_group_are_caught() {
 }
 
 /// Geometries the direct kernel cannot read, or would waste: depth, a column stride of 3,
-/// 16 output channels, negative pads, a pointwise convolution, a sum of fewer than 128 steps.
+/// 16 output channels, negative pads, a pointwise convolution over whole column panels, a sum of
+/// fewer than 128 steps.
 /// Each still equals f64 sums.
 #[test]
 fn geometries_it_cannot_take_go_to_the_gemm() {
@@ -173,7 +176,8 @@ fn geometries_it_cannot_take_go_to_the_gemm() {
             vec![1, 16, 6, 9],
             vec![32, 16, 3, 3],
         ),
-        (vec![], vec![1, 160, 6, 9], vec![32, 160, 1, 1]),
+        // Pointwise over 64 columns: the GEMM's panels are full.
+        (vec![], vec![1, 160, 8, 8], vec![32, 160, 1, 1]),
         (
             vec![("pads", i(&[1, 1, 1, 1]))],
             vec![1, 14, 6, 9],
