@@ -43,11 +43,16 @@ const MIN_DEPTH: usize = 128;
 /// convolutions 11–19% faster.
 const POINTWISE_MIN_WASTE: usize = 10;
 
+/// The shortest sum of a pointwise convolution that [`POINTWISE_MIN_WASTE`] sends to the direct
+/// path. The gains above were all over 320 input channels or more; shufflenet's grouped 136 → 136
+/// at 7² (four groups, run in parallel) went 0.06–0.07 → 0.08–0.09 ms on the direct kernel.
+const POINTWISE_MIN_DEPTH: usize = 256;
+
 /// The grid of `sh` where the direct path runs: 2-D or 1-D (no depth), column stride 1 or 2 on
 /// AVX-512, no negative pads; output channels (per group) that fill their panels to at least 80%
 /// (16 channels would leave half of every multiply-add unused); a sum of at least [`MIN_DEPTH`]
 /// steps; and not pointwise, unless the GEMM's column panels would waste
-/// [`POINTWISE_MIN_WASTE`]% of their lanes.
+/// [`POINTWISE_MIN_WASTE`]% of their lanes over a sum of at least [`POINTWISE_MIN_DEPTH`] steps.
 pub(super) fn plan(sh: &ConvShape) -> Option<Broadcast> {
     let g = &sh.g;
     let [o0, ho, wo] = g.outs;
@@ -58,7 +63,7 @@ pub(super) fn plan(sh: &ConvShape) -> Option<Broadcast> {
     let n = ho * wo;
     let cols = n.div_ceil(PANEL) * PANEL;
     let gemm_wastes = (cols - n) * 100 >= POINTWISE_MIN_WASTE * cols;
-    let pointwise_ok = !sh.pointwise() || gemm_wastes;
+    let pointwise_ok = !sh.pointwise() || (gemm_wastes && sh.cg() >= POINTWISE_MIN_DEPTH);
     if !flat || !full || !deep || !pointwise_ok || n == 0 || g.pb.iter().any(|&p| p < 0) {
         return None;
     }

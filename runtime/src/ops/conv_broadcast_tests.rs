@@ -46,7 +46,7 @@ fn cases() -> Vec<(Vec<(&'static str, Attr)>, Vec<usize>, Vec<usize>)> {
             vec![32, 200, 1, 1],
         ),
         // Pointwise over a 7x7 plane: 49 columns, which would leave 15 of the GEMM's 64 unused.
-        (vec![], vec![1, 160, 7, 7], vec![32, 160, 1, 1]),
+        (vec![], vec![1, 260, 7, 7], vec![32, 260, 1, 1]),
         // Padding at the end only (TensorFlow's SAME at stride 2): the last output row and column
         // read the padding although no begin pad asks for a copy.
         (
@@ -176,8 +176,9 @@ fn geometries_it_cannot_take_go_to_the_gemm() {
             vec![1, 16, 6, 9],
             vec![32, 16, 3, 3],
         ),
-        // Pointwise over 64 columns: the GEMM's panels are full.
-        (vec![], vec![1, 160, 8, 8], vec![32, 160, 1, 1]),
+        // Pointwise over 64 columns (the GEMM's panels full), and over 49 but a sum of 160.
+        (vec![], vec![1, 300, 8, 8], vec![32, 300, 1, 1]),
+        (vec![], vec![1, 160, 7, 7], vec![32, 160, 1, 1]),
         (
             vec![("pads", i(&[1, 1, 1, 1]))],
             vec![1, 14, 6, 9],
