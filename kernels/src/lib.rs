@@ -142,19 +142,4 @@ impl Isa {
 
 /// Helpers shared by the crate's tests.
 #[cfg(test)]
-pub(crate) mod testing {
-    /// Seeded values in [-1, 1), never all zero.
-    pub fn rand(seed: u64, n: usize) -> Vec<f32> {
-        let mut s = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (0..n)
-            .map(|_| {
-                s = s
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-            })
-            .collect()
-    }
-}
+pub(crate) mod testing;

@@ -2,112 +2,57 @@
 //! the same order and blocking, the same epilogue), over strides, dilations, paddings, tile widths,
 //! partial panels and several blocks of the sum, split across threads and not; and a
 //! deliberately broken weight that the comparison must catch.
-use std::mem::MaybeUninit;
-
 use super::*;
-use crate::pack::{BSource, ConvPatches, PackedA};
-use crate::testing::rand;
-use crate::{Activation, sgemm_uninit};
+use crate::Activation;
+use crate::testing::{ConvCase as Case, first_difference, poisoned, rand, values};
 
-/// One convolution: input `[c, h, w]`, `m` output channels, kernel, strides, dilations and pads
-/// `[top, left, bottom, right]`.
-#[derive(Debug, Clone, Copy)]
-struct Case {
-    c: usize,
-    h: usize,
-    w: usize,
-    m: usize,
-    kernel: [usize; 2],
-    strides: [usize; 2],
-    dilations: [usize; 2],
-    pads: [usize; 4],
-}
-
-impl Case {
-    fn outs(&self) -> [usize; 2] {
-        let o = |i: usize, len: usize, pad: usize| {
-            (len + pad - (self.kernel[i] - 1) * self.dilations[i] - 1) / self.strides[i] + 1
-        };
-        [
-            o(0, self.h, self.pads[0] + self.pads[2]),
-            o(1, self.w, self.pads[1] + self.pads[3]),
-        ]
-    }
-
-    /// The input with its padding, plane by plane.
-    fn padded(&self, x: &[f32]) -> (Vec<f32>, usize, usize) {
-        let (rows, cols) = (
-            self.h + self.pads[0] + self.pads[2],
-            self.w + self.pads[1] + self.pads[3],
-        );
-        let mut xp = vec![0f32; self.c * rows * cols];
-        for ch in 0..self.c {
-            for y in 0..self.h {
-                let at = (ch * rows + y + self.pads[0]) * cols + self.pads[1];
-                xp[at..at + self.w].copy_from_slice(&x[(ch * self.h + y) * self.w..][..self.w]);
-            }
+/// The input with its padding, plane by plane.
+fn padded(case: &Case, x: &[f32]) -> (Vec<f32>, usize, usize) {
+    let (rows, cols) = (
+        case.h + case.pads[0] + case.pads[2],
+        case.w + case.pads[1] + case.pads[3],
+    );
+    let mut xp = vec![0f32; case.c * rows * cols];
+    for ch in 0..case.c {
+        for y in 0..case.h {
+            let at = (ch * rows + y + case.pads[0]) * cols + case.pads[1];
+            xp[at..at + case.w].copy_from_slice(&x[(ch * case.h + y) * case.w..][..case.w]);
         }
-        (xp, rows, cols)
     }
-
-    /// `(direct, gemm)` outputs, both poisoned first; the direct path's weights are `wd`.
-    fn run(
-        &self,
-        wd: &[f32],
-        w: &[f32],
-        x: &[f32],
-        epi: &Epilogue,
-        threads: Threads,
-    ) -> (Vec<f32>, Vec<f32>) {
-        let [oh, ow] = self.outs();
-        let k = self.c * self.kernel[0] * self.kernel[1];
-        let n = oh * ow;
-        let poison = || vec![MaybeUninit::new(f32::NAN); self.m * n];
-        let (xp, rows, cols) = self.padded(x);
-        let g = DirectConv {
-            x: &xp,
-            channels: self.c,
-            rows,
-            cols,
-            kernel: self.kernel,
-            strides: self.strides,
-            dilations: self.dilations,
-            outs: [oh, ow],
-        };
-        let mut direct = poison();
-        conv_direct(
-            &PackedB::new(Isa::Avx512, k, self.m, wd, 1, k),
-            &g,
-            &mut direct,
-            epi,
-            threads,
-        );
-        let patches = ConvPatches {
-            x,
-            channels: self.c,
-            ins: [1, self.h, self.w],
-            kernel: [1, self.kernel[0], self.kernel[1]],
-            strides: [1, self.strides[0], self.strides[1]],
-            dilations: [1, self.dilations[0], self.dilations[1]],
-            pads: [0, self.pads[0] as i64, self.pads[1] as i64],
-            outs: [1, oh, ow],
-        };
-        let mut gemm = poison();
-        let a = PackedA::new(Isa::Avx512, self.m, k, w, k);
-        sgemm_uninit(&a, &BSource::Conv(patches), n, &mut gemm, n, epi, threads);
-        // SAFETY: f32 values (NaN where a path wrote nothing).
-        let bits =
-            |v: Vec<MaybeUninit<f32>>| v.into_iter().map(|e| unsafe { e.assume_init() }).collect();
-        (bits(direct), bits(gemm))
-    }
+    (xp, rows, cols)
 }
 
-fn first_difference(got: &[f32], want: &[f32]) -> Option<(usize, f32, f32)> {
-    got.iter()
-        .zip(want)
-        .enumerate()
-        .find(|(_, (g, w))| g.to_bits() != w.to_bits())
-        .map(|(i, (g, w))| (i, *g, *w))
+/// `(direct, gemm)` outputs, both poisoned first; the direct path's weights are `wd`.
+fn run(
+    case: &Case,
+    wd: &[f32],
+    w: &[f32],
+    x: &[f32],
+    epi: &Epilogue,
+    threads: Threads,
+) -> (Vec<f32>, Vec<f32>) {
+    let [oh, ow] = case.outs();
+    let k = case.depth();
+    let (xp, rows, cols) = padded(case, x);
+    let g = DirectConv {
+        x: &xp,
+        channels: case.c,
+        rows,
+        cols,
+        kernel: case.kernel,
+        strides: case.strides,
+        dilations: case.dilations,
+        outs: [oh, ow],
+    };
+    let mut direct = poisoned(case.m * oh * ow);
+    conv_direct(
+        &PackedB::new(Isa::Avx512, k, case.m, wd, 1, k),
+        &g,
+        &mut direct,
+        epi,
+        threads,
+    );
+    (values(direct), case.gemm(w, x, epi, threads, 0))
 }
 
 const CASES: &[Case] = &[
@@ -284,7 +229,7 @@ fn direct_convolution_has_the_bits_of_the_gemm() {
         ];
         for epi in &epilogues {
             for threads in [Threads::Serial, Threads::Always] {
-                let (direct, gemm) = case.run(&w, &w, &x, epi, threads);
+                let (direct, gemm) = run(case, &w, &w, &x, epi, threads);
                 assert!(
                     gemm.iter().all(|v| !v.is_nan()),
                     "{case:?}: the GEMM left a value unwritten"
@@ -311,7 +256,7 @@ fn a_weight_one_ulp_off_is_caught() {
     let mut broken = w.clone();
     let last = case.m * k - 1;
     broken[last] = f32::from_bits(broken[last].to_bits() + 1);
-    let (direct, gemm) = case.run(&broken, &w, &x, &Epilogue::NONE, Threads::Serial);
+    let (direct, gemm) = run(&case, &broken, &w, &x, &Epilogue::NONE, Threads::Serial);
     assert!(
         first_difference(&direct, &gemm).is_some(),
         "one ulp of a weight went unseen"

@@ -3,103 +3,44 @@
 //! strides 1 to 4, dilations, uneven paddings, rows of full, partial and single tiles, partial
 //! panels of channels and every activation, split across threads and not; and deliberately broken
 //! inputs (a read one column off, a weight one ulp off) that the comparison must catch.
-use std::mem::MaybeUninit;
-
 use super::*;
-use crate::pack::{BSource, ConvPatches};
-use crate::testing::rand;
-use crate::{Activation, sgemm_uninit};
-
-/// One convolution: input `[c, h, w]`, `m` output channels, kernel, strides, dilations and pads
-/// `[top, left, bottom, right]`.
-#[derive(Debug, Clone, Copy)]
-struct Case {
-    c: usize,
-    h: usize,
-    w: usize,
-    m: usize,
-    kernel: [usize; 2],
-    strides: [usize; 2],
-    dilations: [usize; 2],
-    pads: [usize; 4],
-}
+use crate::Activation;
+use crate::testing::{ConvCase as Case, first_difference, poisoned, rand, values};
 
 /// Values past the output, which no path may write.
 const TAIL: usize = 40;
 
-impl Case {
-    fn outs(&self) -> [usize; 2] {
-        let o = |i: usize, len: usize, pad: usize| {
-            (len + pad - (self.kernel[i] - 1) * self.dilations[i] - 1) / self.strides[i] + 1
-        };
-        [
-            o(0, self.h, self.pads[0] + self.pads[2]),
-            o(1, self.w, self.pads[1] + self.pads[3]),
-        ]
-    }
-
-    fn depth(&self) -> usize {
-        self.c * self.kernel[0] * self.kernel[1]
-    }
-
-    /// `(pixels, gemm)` outputs with `TAIL` values past each, all poisoned first; the pixel path
-    /// reads the input with left pad `left` and weights `wd`.
-    fn run(
-        &self,
-        (wd, left): (&[f32], usize),
-        w: &[f32],
-        x: &[f32],
-        epi: &Epilogue,
-        threads: Threads,
-    ) -> (Vec<f32>, Vec<f32>) {
-        let [oh, ow] = self.outs();
-        let k = self.depth();
-        let n = oh * ow;
-        let poison = || vec![MaybeUninit::new(f32::NAN); self.m * n + TAIL];
-        let g = PixelConv {
-            x,
-            channels: self.c,
-            ins: [self.h, self.w],
-            kernel: self.kernel,
-            strides: self.strides,
-            dilations: self.dilations,
-            pads: [self.pads[0], left],
-            outs: [oh, ow],
-        };
-        let mut pixels = poison();
-        conv_pixels(
-            &PackedA::new(Isa::Avx512, self.m, k, wd, k),
-            &g,
-            &mut pixels,
-            epi,
-            threads,
-        );
-        let patches = ConvPatches {
-            x,
-            channels: self.c,
-            ins: [1, self.h, self.w],
-            kernel: [1, self.kernel[0], self.kernel[1]],
-            strides: [1, self.strides[0], self.strides[1]],
-            dilations: [1, self.dilations[0], self.dilations[1]],
-            pads: [0, self.pads[0] as i64, self.pads[1] as i64],
-            outs: [1, oh, ow],
-        };
-        let mut gemm = poison();
-        let a = PackedA::new(Isa::Avx512, self.m, k, w, k);
-        sgemm_uninit(&a, &BSource::Conv(patches), n, &mut gemm, n, epi, threads);
-        // SAFETY: f32 values (NaN where a path wrote nothing).
-        let bits =
-            |v: Vec<MaybeUninit<f32>>| v.into_iter().map(|e| unsafe { e.assume_init() }).collect();
-        (bits(pixels), bits(gemm))
-    }
-}
-
-fn first_difference(got: &[f32], want: &[f32]) -> Option<(usize, f32, f32)> {
-    got.iter()
-        .zip(want)
-        .enumerate()
-        .find(|(_, (g, w))| g.to_bits() != w.to_bits())
-        .map(|(i, (g, w))| (i, *g, *w))
+/// `(pixels, gemm)` outputs with `TAIL` values past each, all poisoned first; the pixel path
+/// reads the input with left pad `left` and weights `wd`.
+fn run(
+    case: &Case,
+    (wd, left): (&[f32], usize),
+    w: &[f32],
+    x: &[f32],
+    epi: &Epilogue,
+    threads: Threads,
+) -> (Vec<f32>, Vec<f32>) {
+    let [oh, ow] = case.outs();
+    let k = case.depth();
+    let g = PixelConv {
+        x,
+        channels: case.c,
+        ins: [case.h, case.w],
+        kernel: case.kernel,
+        strides: case.strides,
+        dilations: case.dilations,
+        pads: [case.pads[0], left],
+        outs: [oh, ow],
+    };
+    let mut pixels = poisoned(case.m * oh * ow + TAIL);
+    conv_pixels(
+        &PackedA::new(Isa::Avx512, case.m, k, wd, k),
+        &g,
+        &mut pixels,
+        epi,
+        threads,
+    );
+    (values(pixels), case.gemm(w, x, epi, threads, TAIL))
 }
 
 const fn case(
@@ -197,7 +138,7 @@ fn pixel_convolution_has_the_bits_of_the_gemm() {
         ];
         for epi in &epilogues {
             for threads in [Threads::Serial, Threads::Always] {
-                let (pixels, gemm) = case.run((&w, case.pads[1]), &w, &x, epi, threads);
+                let (pixels, gemm) = run(case, (&w, case.pads[1]), &w, &x, epi, threads);
                 let n = case.m * oh * ow;
                 assert!(
                     gemm[..n].iter().all(|v| !v.is_nan()),
@@ -228,7 +169,7 @@ fn a_read_one_column_off_is_caught() {
     let case = CASES[0];
     let x = rand(7, case.c * case.h * case.w);
     let w = rand(8, case.m * case.depth());
-    let (pixels, gemm) = case.run((&w, 0), &w, &x, &Epilogue::NONE, Threads::Serial);
+    let (pixels, gemm) = run(&case, (&w, 0), &w, &x, &Epilogue::NONE, Threads::Serial);
     assert!(
         first_difference(&pixels, &gemm).is_some(),
         "a read one column off went unseen"
@@ -248,7 +189,8 @@ fn a_weight_one_ulp_off_is_caught() {
     let mut broken = w.clone();
     let last = case.m * k - 1;
     broken[last] = f32::from_bits(broken[last].to_bits() + 1);
-    let (pixels, gemm) = case.run(
+    let (pixels, gemm) = run(
+        &case,
         (&broken, case.pads[1]),
         &w,
         &x,
