@@ -37,15 +37,17 @@ fn taps_2d((h, w): (usize, usize), k: usize, (s, pad): (usize, usize)) -> (Taps,
     (Taps::new(taps, outs, h * w, k * k), outs)
 }
 
-/// The activations a plane ends with: those applied in registers, with NaN inputs (which the
-/// scalar forms pass through) and bounds that cut, and one applied over the stored row.
-const ACTS: [Activation; 6] = [
+/// The activations a plane ends with: those applied in registers (Sigmoid and SiLU through the
+/// register form of `exp`), with NaN inputs (which the scalar forms pass through) and bounds that
+/// cut, and one applied over the stored row (HardSwish).
+const ACTS: [Activation; 7] = [
     Activation::None,
     Activation::Relu,
     Activation::Clip { lo: -0.5, hi: 0.75 },
     Activation::LeakyRelu { alpha: 0.1 },
     Activation::Sigmoid,
     Activation::HardSwish,
+    Activation::Silu,
 ];
 
 /// The values of a plane's output (poisoned with NaN before the run, so always initialised).
