@@ -10,7 +10,7 @@
 //! Every output starts from one value (the channel's bias) and ends with an activation, so the plane
 //! is written once and never read back: on AVX-512 a row of outputs is held in registers from its
 //! starting value over all the taps that reach it (four vectors of 16 at a time), activated there
-//! (Relu, Clip, LeakyRelu; the others over the plane once it is stored) and stored once. The columns a
+//! (Relu, Clip, LeakyRelu, Sigmoid, SiLU; HardSwish over the plane once it is stored) and stored once. The columns a
 //! tap does not reach are masked out of both its load and its add, so a padded edge costs no scalar
 //! tail. Elsewhere the loop runs tap by tap over the row.
 
@@ -378,7 +378,7 @@ mod avx512 {
         let lanes = &taps.lanes;
         let o2 = lanes.width;
         let chunks = o2.div_ceil(W);
-        // Relu, Clip and LeakyRelu are applied in registers; any other activation over the plane
+        // Relu, Clip, LeakyRelu, Sigmoid and SiLU are applied in registers; HardSwish over the plane
         // once it is stored (rows can be a few values long: one pass costs less than a call each).
         // SAFETY: AVX-512F is enabled here.
         let lanes_act = unsafe { Lanes::new(act) };

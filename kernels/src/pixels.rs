@@ -13,8 +13,8 @@
 //! **The same bits as the GEMM.** Each output's sum runs over `p` in the GEMM's order, from zero,
 //! one fused multiply-add a step, in one block (the depth is at most [`MAX_DEPTH`], within the
 //! GEMM's first block); padding is read as zeros, as the GEMM's packing writes them. The epilogue
-//! is [`Epilogue`]'s: `act((sum + bias) + residual)`, each addition rounded, Relu, Clip and
-//! LeakyRelu in registers and the other activations over each stored row by
+//! is [`Epilogue`]'s: `act((sum + bias) + residual)`, each addition rounded, Relu, Clip,
+//! LeakyRelu, Sigmoid and SiLU in registers and HardSwish over each stored row by
 //! [`crate::Activation::apply`]. So a convolution gives the bits of `sgemm` over its patches
 //! (tested).
 use std::mem::MaybeUninit;
