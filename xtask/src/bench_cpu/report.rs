@@ -83,6 +83,13 @@ impl ModelResult {
         Some(self.quorum.stats()?.0 / self.ort.stats()?.0)
     }
 
+    /// Quorum's p10 over onnxruntime's: less moved than the medians' ratio by load from outside
+    /// that falls on some rounds of one runtime and not the other's (on a shared machine, a burst
+    /// lasting a round).
+    pub fn p10_ratio(&self) -> Option<f64> {
+        Some(self.quorum.stats()?.1 / self.ort.stats()?.1)
+    }
+
     /// What went wrong: a runtime that failed, an output that differs or could not be compared.
     pub fn failures(&self) -> Vec<String> {
         let mut out = Vec::new();
@@ -174,6 +181,12 @@ fn ms(v: f64) -> String {
 pub fn render(meta: &Meta, results: &[ModelResult]) -> (String, serde_json::Value) {
     let ratios: Vec<f64> = results.iter().filter_map(ModelResult::ratio).collect();
     let gm = geomean(&ratios);
+    let gm_p10 = geomean(
+        &results
+            .iter()
+            .filter_map(ModelResult::p10_ratio)
+            .collect::<Vec<_>>(),
+    );
     let over: Vec<String> = results
         .iter()
         .filter(|r| r.ratio().is_some_and(|x| x > 1.5))
@@ -215,9 +228,12 @@ pub fn render(meta: &Meta, results: &[ModelResult]) -> (String, serde_json::Valu
     let _ = writeln!(w, "\n## Latency (ms, {} threads each)\n", meta.threads);
     let _ = writeln!(
         w,
-        "| model | group | Quorum median | p10 | p90 | n | onnxruntime median | p10 | p90 | n | Quorum / onnxruntime |"
+        "| model | group | Quorum median | p10 | p90 | n | onnxruntime median | p10 | p90 | n | Quorum / onnxruntime | p10 / p10 |"
     );
-    let _ = writeln!(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(
+        w,
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
     for r in results {
         let cells = |s: &SideResult| match s.stats() {
             Some((m, p10, p90)) => format!(
@@ -229,14 +245,16 @@ pub fn render(meta: &Meta, results: &[ModelResult]) -> (String, serde_json::Valu
             ),
             None => "failed | | | ".into(),
         };
+        let ratio = |x: Option<f64>| x.map(|x| format!("{x:.2}")).unwrap_or("—".into());
         let _ = writeln!(
             w,
-            "| {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} |",
             r.name,
             r.group,
             cells(&r.quorum),
             cells(&r.ort),
-            r.ratio().map(|x| format!("{x:.2}")).unwrap_or("—".into())
+            ratio(r.ratio()),
+            ratio(r.p10_ratio())
         );
     }
     let _ = writeln!(
@@ -249,6 +267,11 @@ pub fn render(meta: &Meta, results: &[ModelResult]) -> (String, serde_json::Valu
         } else {
             over.join(", ")
         }
+    );
+    let _ = writeln!(
+        w,
+        "\nThe same over each model's p10 instead of its median: {}. Load from outside this process that falls on some rounds of one runtime (this machine is shared) moves the medians more than the p10s.",
+        gm_p10.map(|g| format!("{g:.2}")).unwrap_or("—".into())
     );
     let _ = writeln!(
         w,
@@ -315,6 +338,7 @@ pub fn render(meta: &Meta, results: &[ModelResult]) -> (String, serde_json::Valu
     let json = serde_json::json!({
         "meta": meta,
         "geomean_ratio": gm,
+        "geomean_p10_ratio": gm_p10,
         "models_over_1_5x": over,
         "failures": failures,
         "models": results.iter().map(|r| {
@@ -330,6 +354,7 @@ pub fn render(meta: &Meta, results: &[ModelResult]) -> (String, serde_json::Valu
                 "quorum": stats(&r.quorum),
                 "onnxruntime": stats(&r.ort),
                 "ratio": r.ratio(),
+                "p10_ratio": r.p10_ratio(),
                 "quorum_error": r.quorum.error,
                 "onnxruntime_error": r.ort.error,
                 "quorum_times_ms": r.quorum.times_ms,
@@ -374,5 +399,24 @@ mod tests {
         r.quorum.error = Some("unsupported: node 'x'".into());
         assert_eq!(r.ratio(), None);
         assert_eq!(r.failures(), ["m: Quorum: unsupported: node 'x'"]);
+    }
+
+    /// Load that falls on more than half of one runtime's runs moves the medians' ratio (3.0
+    /// here) but not the p10s' (1.0).
+    #[test]
+    fn a_burst_on_one_side_moves_the_median_ratio_not_the_p10_one() {
+        let m = BenchModel {
+            name: "m".into(),
+            group: "real",
+            path: "m.onnx".into(),
+            inputs: vec![],
+            about: String::new(),
+            note: None,
+        };
+        let mut r = ModelResult::new(&m);
+        r.quorum.times_ms = [vec![1.0; 5], vec![3.0; 6]].concat();
+        r.ort.times_ms = vec![1.0; 11];
+        assert_eq!(r.ratio(), Some(3.0));
+        assert_eq!(r.p10_ratio(), Some(1.0));
     }
 }
