@@ -310,15 +310,6 @@ fn hard_swish(x: f32) -> f32 {
     x * (x / 6.0 + 0.5).clamp(0.0, 1.0)
 }
 
-/// `e^x` in f32, branch-free so that loops over slices vectorize: Cody-Waite reduction by ln 2 (the
-/// split constants of Cephes' expf), a degree-7 Taylor polynomial on |r| <= ln(2)/2 in Horner form
-/// with fused multiply-adds, and scaling by 2^n in two halves so that subnormal results come out
-/// right. Every coefficient is a product (no division: a vector divide costs as much as the rest of
-/// the polynomial), and the result is within 2 ulps of e^x over the normal range (tested).
-///
-/// Fused, the polynomial is 7 operations instead of 14: a SiLU over a slice took 0.61 ns a value
-/// with separate multiplies and adds and 0.43 ns fused on this project's AVX-512 machine (one core,
-/// `act_rate`).
 /// [`exp_f32`]'s polynomial after its leading `1/5040`, highest degree first (shared with the
 /// register form in `lanes`).
 const EXP_TAYLOR: [f32; 7] = [
@@ -331,6 +322,15 @@ const EXP_TAYLOR: [f32; 7] = [
     1.0,
 ];
 
+/// `e^x` in f32, branch-free so that loops over slices vectorize: Cody-Waite reduction by ln 2 (the
+/// split constants of Cephes' expf), a degree-7 Taylor polynomial on |r| <= ln(2)/2 in Horner form
+/// with fused multiply-adds, and scaling by 2^n in two halves so that subnormal results come out
+/// right. Every coefficient is a product (no division: a vector divide costs as much as the rest of
+/// the polynomial), and the result is within 2 ulps of e^x over the normal range (tested).
+///
+/// Fused, the polynomial is 7 operations instead of 14: a SiLU over a slice took 0.61 ns a value
+/// with separate multiplies and adds and 0.43 ns fused on this project's AVX-512 machine (one core,
+/// `act_rate`).
 #[inline(always)]
 pub fn exp_f32(x: f32) -> f32 {
     let x = x.clamp(-104.0, 89.0);

@@ -15,6 +15,7 @@
 //! tail. Elsewhere the loop runs tap by tap over the row.
 
 use crate::Activation;
+use crate::lanes::first;
 use std::mem::MaybeUninit;
 
 /// One tap of the kernel and the outputs it reaches.
@@ -209,11 +210,6 @@ impl Lanes {
     }
 }
 
-/// The mask of the first `n` lanes, `n <= 16`.
-fn first(n: usize) -> u16 {
-    if n >= W { u16::MAX } else { (1u16 << n) - 1 }
-}
-
 /// `out[(od·o1 + oh)·o2 + j] = act(start + Σ w[tap.k]·src[…])`, the taps summed in order over the
 /// outputs each tap reaches, each product rounded and then added. Every output is written (one no
 /// tap reaches is `act(start)`) and none is read.
@@ -275,8 +271,10 @@ pub fn split_columns(row: &[f32], s: usize, out: &mut [f32], stride: usize) {
     );
     #[cfg(target_arch = "x86_64")]
     if s == 2 && crate::Isa::detected() == crate::Isa::Avx512 {
-        // SAFETY: AVX-512F was detected; the sizes were checked above.
-        return unsafe { avx512::split2(row, out, stride) };
+        // The evens from out[0], the odds from out[stride] (stride >= ceil(n/2), checked above).
+        let (evens, rest) = out.split_at_mut(stride);
+        // SAFETY: AVX-512F was detected; the lengths are those `deinterleave` takes.
+        return unsafe { crate::lanes::deinterleave(row, &mut evens[..per], &mut rest[..n / 2]) };
     }
     for p in 0..s.min(n) {
         for (d, &v) in out[p * stride..].iter_mut().zip(row[p..].iter().step_by(s)) {
@@ -410,45 +408,6 @@ mod avx512 {
                 unsafe { &mut *(out as *mut [MaybeUninit<f32>] as *mut [f32]) },
                 None,
             );
-        }
-    }
-
-    /// `split_columns` at stride 2: 32 columns at a time into 16 evens and 16 odds.
-    ///
-    /// # Safety
-    /// AVX-512F is available; `out` holds `stride + n/2` values and `stride >= ceil(n/2)`, with
-    /// `n = row.len()`.
-    #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn split2(row: &[f32], out: &mut [f32], stride: usize) {
-        let n = row.len();
-        // SAFETY: each 32-column step reads columns j..j + 32 < n and writes evens j/2..j/2 + 16
-        // (under ceil(n/2) <= stride) and odds stride + j/2.. (under stride + n/2).
-        unsafe {
-            let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-            let odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-            let (src, dst) = (row.as_ptr(), out.as_mut_ptr());
-            let mut j = 0;
-            while j + 32 <= n {
-                let a = _mm512_loadu_ps(src.add(j));
-                let b = _mm512_loadu_ps(src.add(j + 16));
-                _mm512_storeu_ps(dst.add(j / 2), _mm512_permutex2var_ps(a, even, b));
-                _mm512_storeu_ps(dst.add(stride + j / 2), _mm512_permutex2var_ps(a, odd, b));
-                j += 32;
-            }
-            if j < n {
-                // The last r < 32 columns, masked: ceil(r/2) evens and floor(r/2) odds.
-                let r = n - j;
-                let lanes = |k: usize| ((1u32 << k) - 1) as u16;
-                let a = _mm512_maskz_loadu_ps(lanes(r.min(16)), src.add(j));
-                let b = _mm512_maskz_loadu_ps(lanes(r.saturating_sub(16)), src.add(j + 16));
-                let (e, o) = (lanes(r.div_ceil(2)), lanes(r / 2));
-                _mm512_mask_storeu_ps(dst.add(j / 2), e, _mm512_permutex2var_ps(a, even, b));
-                _mm512_mask_storeu_ps(
-                    dst.add(stride + j / 2),
-                    o,
-                    _mm512_permutex2var_ps(a, odd, b),
-                );
-            }
         }
     }
 

@@ -51,11 +51,71 @@ impl Lanes for Plain {
 #[cfg(target_arch = "x86_64")]
 pub(crate) struct Avx512;
 
-/// The mask of the first `n` of 16 lanes (`n` may exceed 16).
-#[cfg(target_arch = "x86_64")]
+/// The mask of the first `n` of 16 lanes (`n` may exceed 16): the one mask rule of the crate's
+/// masked vector code (packing, depthwise planes, pixel tiles).
 #[inline(always)]
-fn first(n: usize) -> u16 {
+pub(crate) fn first(n: usize) -> u16 {
     if n >= 16 { u16::MAX } else { (1u16 << n) - 1 }
+}
+
+/// `evens[i] = src[2i]` and `odds[i] = src[2i + 1]` for every `i` each holds: 32 values at a
+/// time into 16 evens and 16 odds by two permutes, the last step masked. A depthwise plane's
+/// stride phases and the pixel kernel's phase grid are both made by it.
+///
+/// # Safety
+/// AVX-512F is available.
+///
+/// # Panics
+/// When `evens` is longer than `ceil(n/2)` or `odds` than `floor(n/2)`, `n = src.len()`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+pub(crate) unsafe fn deinterleave(src: &[f32], evens: &mut [f32], odds: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let n = src.len();
+    let (ne, no) = (evens.len(), odds.len());
+    assert!(
+        ne <= n.div_ceil(2) && no <= n / 2,
+        "deinterleave: {ne} evens and {no} odds from {n} values"
+    );
+    // SAFETY: step j reads src[j..j + 32] where it lies inside src (whole, or masked to the
+    // r = n − j values left: masked-off lanes are neither read nor faulted on) and writes evens
+    // and odds i = j/2.. up to their lengths (whole or masked). Each step has an even or an odd
+    // to write, so 2i < n. Pointers are formed with `wrapping_add` and dereferenced only through
+    // those masks.
+    unsafe {
+        let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+        let odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+        let (s, e, o) = (src.as_ptr(), evens.as_mut_ptr(), odds.as_mut_ptr());
+        let mut j = 0;
+        // Whole steps first, unmasked (a depthwise plane's rows are mostly these).
+        while j + 32 <= n && j / 2 + 16 <= ne.min(no) {
+            let (x, y) = (_mm512_loadu_ps(s.add(j)), _mm512_loadu_ps(s.add(j + 16)));
+            _mm512_storeu_ps(e.add(j / 2), _mm512_permutex2var_ps(x, even, y));
+            _mm512_storeu_ps(o.add(j / 2), _mm512_permutex2var_ps(x, odd, y));
+            j += 32;
+        }
+        while j / 2 < ne.max(no) {
+            let (i, r) = (j / 2, n - j);
+            let (a, b) = if r >= 32 {
+                (_mm512_loadu_ps(s.add(j)), _mm512_loadu_ps(s.add(j + 16)))
+            } else {
+                (
+                    _mm512_maskz_loadu_ps(first(r), s.add(j)),
+                    _mm512_maskz_loadu_ps(first(r.saturating_sub(16)), s.wrapping_add(j + 16)),
+                )
+            };
+            let put = |dst: *mut f32, left: usize, v: __m512| {
+                if left >= 16 {
+                    _mm512_storeu_ps(dst.wrapping_add(i), v);
+                } else {
+                    _mm512_mask_storeu_ps(dst.wrapping_add(i), first(left), v);
+                }
+            };
+            put(e, ne.saturating_sub(i), _mm512_permutex2var_ps(a, even, b));
+            put(o, no.saturating_sub(i), _mm512_permutex2var_ps(a, odd, b));
+            j += 32;
+        }
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -181,6 +241,33 @@ mod tests {
     unsafe fn copy_avx512(dst: *mut f32, src: *const f32, len: usize, s: usize) {
         // SAFETY: the test's contract.
         unsafe { Avx512::copy(dst, src, len, s) }
+    }
+
+    /// Every length up to 70, and evens and odds cut short, against plain indexing, with the
+    /// values around each destination poisoned.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn deinterleave_matches_plain_indexing() {
+        if !crate::Isa::Avx512.is_supported() {
+            return;
+        }
+        for n in 0..=70usize {
+            let src: Vec<f32> = (0..n).map(|i| i as f32 + 0.5).collect();
+            for (ne, no) in [
+                (n.div_ceil(2), n / 2),
+                (n.div_ceil(2) / 2, n / 2),
+                (n / 3, 0),
+            ] {
+                let (mut e, mut o) = (vec![f32::NAN; ne + 2], vec![f32::NAN; no + 2]);
+                // SAFETY: AVX-512F was detected; the lengths are within the contract.
+                unsafe { deinterleave(&src, &mut e[1..=ne], &mut o[1..=no]) };
+                let want_e: Vec<f32> = (0..ne).map(|i| src[2 * i]).collect();
+                let want_o: Vec<f32> = (0..no).map(|i| src[2 * i + 1]).collect();
+                assert_eq!(&e[1..=ne], &want_e[..], "n={n} ne={ne}");
+                assert_eq!(&o[1..=no], &want_o[..], "n={n} no={no}");
+                assert!(e[0].is_nan() && e[ne + 1].is_nan() && o[0].is_nan() && o[no + 1].is_nan());
+            }
+        }
     }
 
     #[cfg(target_arch = "x86_64")]

@@ -126,7 +126,7 @@ impl PixelConv<'_> {
                 let (evens, odds) = if first(0) == 0 { (p0, p1) } else { (p1, p0) };
                 let (evens, odds) = (phase_part(evens, 0, geom), phase_part(odds, 1, geom));
                 // SAFETY: AVX-512F is supported (`conv_pixels` asserts `available`).
-                unsafe { avx512::deinterleave(src, evens, odds) };
+                unsafe { crate::lanes::deinterleave(src, evens, odds) };
             } else {
                 for (phi, out) in phases.enumerate() {
                     let x0 = first(phi);
@@ -279,46 +279,8 @@ unsafe impl Sync for Out {}
 mod avx512 {
     use super::{Epilogue, Out, PackedA, TILE};
     use crate::activation::lanes::Lanes;
+    use crate::lanes::first;
     use std::arch::x86_64::*;
-
-    /// The mask of the first `n` of 16 lanes (`n` may exceed 16).
-    #[inline(always)]
-    fn first(n: usize) -> u16 {
-        if n >= 16 { u16::MAX } else { (1u16 << n) - 1 }
-    }
-
-    /// `evens[i] = src[2i]` and `odds[i] = src[2i + 1]` for every `i` each holds (each no longer
-    /// than `src` gives): 32 columns at a time into 16 evens and 16 odds.
-    ///
-    /// # Safety
-    /// AVX-512F is available.
-    #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn deinterleave(src: &[f32], evens: &mut [f32], odds: &mut [f32]) {
-        let n = src.len();
-        assert!(evens.len() <= n.div_ceil(2) && odds.len() <= n / 2);
-        let (ne, no) = (evens.len(), odds.len());
-        let mut j = 0;
-        // SAFETY: each step reads src[j..j + 32] (j + 32 <= n) and writes evens[j/2..j/2 + 16]
-        // and odds[j/2..j/2 + 16], inside both (checked by the loop condition).
-        unsafe {
-            let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-            let odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-            let (s, e, o) = (src.as_ptr(), evens.as_mut_ptr(), odds.as_mut_ptr());
-            while j + 32 <= n && j / 2 + 16 <= ne.min(no) {
-                let a = _mm512_loadu_ps(s.add(j));
-                let b = _mm512_loadu_ps(s.add(j + 16));
-                _mm512_storeu_ps(e.add(j / 2), _mm512_permutex2var_ps(a, even, b));
-                _mm512_storeu_ps(o.add(j / 2), _mm512_permutex2var_ps(a, odd, b));
-                j += 32;
-            }
-        }
-        for (i, v) in evens.iter_mut().enumerate().skip(j / 2) {
-            *v = src[2 * i];
-        }
-        for (i, v) in odds.iter_mut().enumerate().skip(j / 2) {
-            *v = src[2 * i + 1];
-        }
-    }
 
     /// Output rows `r0..r1` of the channels of panel `q` of `w`: tiles of 32 pixels (the last of
     /// a row masked), then, for an activation not computed in registers, that activation over

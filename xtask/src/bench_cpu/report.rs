@@ -370,6 +370,18 @@ pub fn render(meta: &Meta, results: &[ModelResult]) -> (String, serde_json::Valu
 mod tests {
     use super::*;
 
+    /// A model with no inputs, for results built by hand.
+    fn model() -> BenchModel {
+        BenchModel {
+            name: "m".into(),
+            group: "real",
+            path: "m.onnx".into(),
+            inputs: vec![],
+            about: String::new(),
+            note: None,
+        }
+    }
+
     #[test]
     fn percentiles_interpolate_and_geomean_is_of_ratios() {
         let t = [4.0, 1.0, 3.0, 2.0, 5.0];
@@ -383,15 +395,7 @@ mod tests {
 
     #[test]
     fn a_failed_side_has_no_ratio_and_is_a_failure() {
-        let m = BenchModel {
-            name: "m".into(),
-            group: "real",
-            path: "m.onnx".into(),
-            inputs: vec![],
-            about: String::new(),
-            note: None,
-        };
-        let mut r = ModelResult::new(&m);
+        let mut r = ModelResult::new(&model());
         r.quorum.times_ms = vec![2.0, 4.0, 6.0];
         r.ort.times_ms = vec![1.0, 2.0, 3.0];
         assert_eq!(r.ratio(), Some(2.0));
@@ -405,15 +409,7 @@ mod tests {
     /// here) but not the p10s' (1.0).
     #[test]
     fn a_burst_on_one_side_moves_the_median_ratio_not_the_p10_one() {
-        let m = BenchModel {
-            name: "m".into(),
-            group: "real",
-            path: "m.onnx".into(),
-            inputs: vec![],
-            about: String::new(),
-            note: None,
-        };
-        let mut r = ModelResult::new(&m);
+        let mut r = ModelResult::new(&model());
         r.quorum.times_ms = [vec![1.0; 5], vec![3.0; 6]].concat();
         r.ort.times_ms = vec![1.0; 11];
         assert_eq!(r.ratio(), Some(3.0));
