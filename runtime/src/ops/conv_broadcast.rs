@@ -28,8 +28,9 @@ pub(super) struct BroadcastWeights {
 }
 
 /// Steps of the sum below which the GEMM keeps a convolution: each tile of the direct kernel ends
-/// in a transposition of its 32 channels × 14 pixels into the output's planes (about 400 cycles),
-/// which a short sum does not pay for (measured with `kernels/examples/gemm_rate.rs`).
+/// in a transposition of its 32 channels × 14 pixels into the output's planes, which a short sum
+/// does not pay for (measured with `kernels/examples/gemm_rate.rs` when that was a gather per
+/// channel, about 400 cycles a tile; register transposes since stop 33, not measured again here).
 const MIN_DEPTH: usize = 128;
 
 /// A pointwise convolution takes the direct path where the GEMM would leave at least this share
