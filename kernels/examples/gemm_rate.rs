@@ -101,6 +101,7 @@ fn main() {
         }
         // B packed once, as a session packs a weight.
         let pbd = PackedB::new(isa, k, n, &dense, n, 1);
+        let scale: Vec<f32> = (0..k).map(|p| 0.5 + (p % 7) as f32 * 0.1).collect();
         for (name, b) in [
             ("packed", BSource::Packed(&pbd)),
             (
@@ -108,6 +109,15 @@ fn main() {
                 BSource::Dense {
                     data: &dense,
                     ld: n,
+                },
+            ),
+            // Rows scaled as packed: a 1×1 convolution's input times a channel scale.
+            (
+                "scaled",
+                BSource::ScaledDense {
+                    data: &dense,
+                    ld: n,
+                    scale: &scale,
                 },
             ),
             ("patches", BSource::Conv(g)),

@@ -16,6 +16,9 @@
 //!   connection — and optionally by one of those activations becomes one FusedConv whose fourth
 //!   input is added after the bias and before the activation (`residual.rs`): in the GEMM's
 //!   epilogue as each tile is stored, the same two roundings the Add and the activation make.
+//! - `conv-input-scale`: a Mul whose product only a 1×1 Conv (or FusedConv) reads becomes that
+//!   FusedConv's fifth input (`input_scale.rs`): a squeeze-and-excitation block's channel scale,
+//!   applied by the f32 kernel as the GEMM packs the convolution's input, the Mul's own products.
 //! - `linear-bias`: MatMul by a constant weight then Add of a constant bias (a Linear layer)
 //!   becomes one `com.quorum` MatMulBias (`matmul_bias.rs`), whose f32 GEMM adds the bias as it
 //!   stores each output, the Add's own sum (the device sessions' `matmul-bias`, exact here).
@@ -89,6 +92,7 @@ pub(crate) fn optimize(
     affine_chain::fuse_affine_chains(&mut g, &mut constants, &mut done);
     residual::fuse_conv_residual(&mut g, &constants, &mut done);
     fuse_conv_activation(&mut g, &constants, &mut done);
+    input_scale::fold_input_scale(&mut g, &constants, &mut done);
     (!done.is_empty()).then_some((g, done))
 }
 
@@ -416,6 +420,9 @@ fn fuse_conv_activation(
 pub(crate) mod affine;
 mod affine_chain;
 mod gelu;
+mod input_scale;
+#[cfg(test)]
+mod input_scale_tests;
 mod matmul_bias;
 mod residual;
 

@@ -353,6 +353,71 @@ fn rows_by_offset_give_the_bits_of_the_matrix_they_name() {
     }
 }
 
+/// Rows scaled as they are packed give the bits of the GEMM over the scaled matrix (each product
+/// the Mul node's), over row strides past the width, blocks of the sum and column tails; a scale
+/// taken by column instead of by row must be caught.
+#[test]
+fn rows_scaled_as_packed_give_the_bits_of_the_scaled_matrix() {
+    for &isa in Isa::supported() {
+        for (m, k, n) in [
+            (9usize, 300usize, 37usize),
+            (17, 5, 70),
+            (3, 7, 1),
+            (16, 64, 600),
+        ] {
+            let ld = n + 3;
+            let data = rand(31, k * ld);
+            let scale = rand(32, k.max(n));
+            let a = rand(33, m * k);
+            let pa = PackedA::new(isa, m, k, &a, k);
+            let scaled = |by_row: bool| -> Vec<f32> {
+                (0..k * n)
+                    .map(|e| {
+                        let (p, j) = (e / n, e % n);
+                        data[p * ld + j] * if by_row { scale[p] } else { scale[j] }
+                    })
+                    .collect()
+            };
+            let gemm = |src: &BSource, threads| {
+                let mut c = vec![f32::NAN; m * n];
+                sgemm(&pa, src, n, &mut c, n, &Epilogue::NONE, threads);
+                c.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+            };
+            for threads in [Threads::Serial, Threads::Always] {
+                let src = BSource::ScaledDense {
+                    data: &data,
+                    ld,
+                    scale: &scale,
+                };
+                let got = gemm(&src, threads);
+                let by_row = scaled(true);
+                let want = gemm(
+                    &BSource::Dense {
+                        data: &by_row,
+                        ld: n,
+                    },
+                    threads,
+                );
+                assert_eq!(got, want, "{isa:?} {m}x{k}x{n}");
+                let by_col = scaled(false);
+                if n > 1 {
+                    assert_ne!(
+                        gemm(
+                            &BSource::Dense {
+                                data: &by_col,
+                                ld: n
+                            },
+                            threads
+                        ),
+                        got,
+                        "{isa:?} {m}x{k}x{n}: a scale by column went unseen"
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// Offsets that would read past the data are refused.
 #[test]
 #[should_panic(expected = "row offsets")]

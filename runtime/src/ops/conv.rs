@@ -9,6 +9,8 @@
 //!   straight from the input, with weights packed once per initializer (`conv_weights.rs`);
 //! - `conv_shifted.rs`: the f32 path's stride-1 form, `B` read as shifted rows of a padded copy of
 //!   the input;
+//! - `conv_scale.rs`: FusedConv's input scale, a Mul before a 1×1 convolution folded into the
+//!   GEMM's packing of its input;
 //! - `conv_broadcast.rs`: the f32 path of 2-D convolutions on AVX-512, the GEMM's sums computed
 //!   directly from the (padded) input, pixels broadcast against packed weights, nothing packed per
 //!   call;
@@ -32,6 +34,8 @@ mod forward;
 pub(crate) use forward::{PoolOf, pool_f32};
 #[path = "conv_packed.rs"]
 mod packed;
+#[path = "conv_scale.rs"]
+mod scale;
 #[path = "conv_shifted.rs"]
 mod shifted;
 #[path = "conv_transpose.rs"]

@@ -89,12 +89,23 @@ pub(crate) fn activation_attr(ctx: &OpCtx) -> OpResult<Activation> {
 }
 
 fn run(ctx: &OpCtx, inputs: &[Option<&Value>], act: Activation) -> OpResult<Vec<Value>> {
-    let x = input(inputs, 0)?;
+    let fused = ctx.node.op_type == "FusedConv";
     // FusedConv's fourth input, a residual added before the activation (Conv has three inputs).
-    let residual = if ctx.node.op_type == "FusedConv" {
-        opt_input(inputs, 3)?
-    } else {
-        None
+    let residual = if fused { opt_input(inputs, 3)? } else { None };
+    // Its fifth, a Mul's other operand: the input is their product (`conv_scale.rs`).
+    let product;
+    let x = match fused.then(|| opt_input(inputs, 4)).transpose()?.flatten() {
+        None => input(inputs, 0)?,
+        Some(_) => match super::scale::scaled(ctx, inputs, act, residual)? {
+            super::scale::Scaled::Done(y) => return Ok(vec![y]),
+            super::scale::Scaled::Product(p) => {
+                product = p;
+                match product.as_tensor() {
+                    Some(t) => t,
+                    None => bail!("FusedConv: the scaled input is not a tensor"),
+                }
+            }
+        },
     };
     let rest = vec![Some(input(inputs, 1)?), opt_input(inputs, 2)?, residual];
     fn go<T: ConvFloat>(

@@ -84,6 +84,51 @@ pub(super) fn conv_f32_residual(
     Ok(ArrayD::from_shape_vec(IxDyn(&sh.out_shape), y)?)
 }
 
+/// [`conv_f32_residual`] of `x · s`, `s` one scale per input channel (`conv_scale.rs`), with each
+/// input row multiplied by its scale as the GEMM packs it: where the convolution takes the GEMM
+/// over its input planes as they lie (a 1×1 convolution of one group that no other path takes) and
+/// `r` is absent or of the output's shape. `None` elsewhere: the caller multiplies first.
+pub(super) fn conv_f32_scaled(
+    ctx: &OpCtx,
+    x: &ArrayD<f32>,
+    s: &[f32],
+    w: &ArrayD<f32>,
+    b: Option<&ArrayD<f32>>,
+    act: Activation,
+    r: Option<&ArrayD<f32>>,
+) -> OpResult<Option<ArrayD<f32>>> {
+    let sh = ConvShape::new(ctx, x.shape(), w.shape(), b)?;
+    let dense = sh.pointwise()
+        && sh.group == 1
+        && s.len() == sh.c
+        && r.is_none_or(|r| r.shape() == sh.out_shape.as_slice())
+        && !(r.is_none() && one_pixel(&sh))
+        && broadcast::plan(&sh).is_none()
+        && shifted::plan(&sh).is_none();
+    if !dense {
+        return Ok(None);
+    }
+    let (xd, bd, rd) = (contiguous(x), b.map(contiguous), r.map(contiguous));
+    let isa = Isa::detected();
+    let weights = packed_weights(ctx, 1, isa, sh.group, w.shape(), || {
+        pack_weights(isa, &sh, &contiguous(w))
+    });
+    let (in_sp, out_sp) = (sh.g.in_sp(), sh.g.out_sp());
+    let epi = (bd.as_deref(), act, rd.as_deref());
+    // SAFETY: sgemm_uninit writes each group's output whole.
+    let y = unsafe {
+        per_group(&sh, &xd, epi, Threads::Auto, |gi, xg, epi, yg, threads| {
+            let src = BSource::ScaledDense {
+                data: xg,
+                ld: in_sp,
+                scale: s,
+            };
+            sgemm_uninit(&weights.groups[gi], &src, out_sp, yg, out_sp, epi, threads);
+        })
+    };
+    Ok(Some(ArrayD::from_shape_vec(IxDyn(&sh.out_shape), y)?))
+}
+
 /// The deepest sum [`pixels_plan`] takes: each panel of 8 channels reads its input values where they
 /// lie, one stream per step, where the GEMM packs them once. Pointwise convolutions with few output
 /// channels (which would read the input in place) were measured both ways on mobilenet_v2: 144 → 24

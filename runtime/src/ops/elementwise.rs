@@ -381,6 +381,13 @@ fn k_arith(ctx: &OpCtx, inputs: &[Option<&Value>], op: Ar) -> OpResult<Vec<Value
     single(arith_t(a, &b, op)?)
 }
 
+/// Mul's output for `a · b`, by its kernel (broadcasting, dtypes, errors): what FusedConv's input
+/// scale computes where it cannot scale the rows as they are packed (`ops/conv_scale.rs`).
+pub(crate) fn mul(ctx: &OpCtx, a: &Value, b: &Value) -> OpResult<Value> {
+    let mut out = k_arith(ctx, &[Some(a), Some(b)], Ar::Mul)?;
+    Ok(out.swap_remove(0))
+}
+
 fn k_mod(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     k_arith(
         ctx,
