@@ -85,9 +85,13 @@ pub(super) fn conv_f32_residual(
 }
 
 /// [`conv_f32_residual`] of `x · s`, `s` one scale per input channel (`conv_scale.rs`), with each
-/// input row multiplied by its scale as the GEMM packs it: where the convolution takes the GEMM
-/// over its input planes as they lie (a 1×1 convolution of one group that no other path takes) and
-/// `r` is absent or of the output's shape. `None` elsewhere: the caller multiplies first.
+/// input row multiplied by its scale as the GEMM packs it: where the convolution would take the
+/// GEMM over its input planes as they lie (a 1×1 convolution of one group that neither the direct
+/// nor the shifted path takes) or the pixel path (at most 16 output channels), and `r` is absent or
+/// of the output's shape. `None` elsewhere: the caller multiplies first. For the pixel path's
+/// convolutions the scaled GEMM is kept over the Mul and the pixel path: on efficientnet_b0's
+/// 32 → 16 at 112² its node took 0.123–0.129 ms, where the Mul alone had taken 0.067–0.071 and the
+/// pixel path takes mobilenet_v2's same-shaped node in 0.085.
 pub(super) fn conv_f32_scaled(
     ctx: &OpCtx,
     x: &ArrayD<f32>,
@@ -133,12 +137,22 @@ pub(super) fn conv_f32_scaled(
 /// lie, one stream per step, where the GEMM packs them once. Pointwise convolutions with few output
 /// channels (which would read the input in place) were measured both ways on mobilenet_v2: 144 → 24
 /// at 56² took 0.19–0.21 ms by the GEMM and 0.25–0.27 by this path, both threads each; 32 → 16 at
-/// 112² 0.17–0.20 against 0.21–0.24 (this path on one thread: the plane as one row is one unit).
+/// 112² 0.17–0.20 against 0.21–0.24 with the plane as one row on one thread (as rows of the plane,
+/// split across threads, it is faster: [`PIXELS_POINTWISE_MAX_CHANNELS`]).
 const PIXELS_MAX_DEPTH: usize = 128;
+
+/// The most output channels (per group) of a pointwise convolution that [`pixels_plan`] takes: two
+/// panels of 8, so that the input is read twice. The GEMM packs every input value for at most 16
+/// multiply-adds there, and the packing is most of its time. Node minima over four alternating
+/// runs, AMD EPYC, two threads: mobilenet_v2's 32 → 16 at 112² 0.143 → 0.085 ms, squeezenet's
+/// squeezes 96 → 16 and 128 → 16 at 55² 0.084 → 0.055 and 0.154 → 0.095. At 24 channels
+/// (mobilenet_v2's 96 → 24 at 56²) the model's node was no faster (0.116 → 0.120).
+const PIXELS_POINTWISE_MAX_CHANNELS: usize = 16;
 
 /// Where a convolution takes `quorum_kernels::conv_pixels` (its input's geometry, to which each
 /// group's planes are added): AVX-512 (the GEMM's own choice, so that `QUORUM_CPU_ISA` caps it too),
-/// 2-D or 1-D, not pointwise, no negative pads, a short sum ([`PixelConv::available`]: a network's
+/// 2-D or 1-D, not pointwise unless to at most [`PIXELS_POINTWISE_MAX_CHANNELS`], no negative pads,
+/// a short sum ([`PixelConv::available`]: a network's
 /// first layer, 3 channels of 3×3), and output rows that fill at least three quarters of the
 /// 16-pixel vectors that the tiles store (a 7-wide row would leave more than half of each unused).
 pub(super) fn pixels_plan(sh: &ConvShape) -> Option<PixelConv<'static>> {
@@ -149,7 +163,7 @@ pub(super) fn pixels_plan(sh: &ConvShape) -> Option<PixelConv<'static>> {
     if Isa::detected() != Isa::Avx512
         || ho * wo == 0
         || !flat
-        || sh.pointwise()
+        || (sh.pointwise() && sh.mg() > PIXELS_POINTWISE_MAX_CHANNELS)
         || g.pb.iter().any(|&p| p < 0)
         || depth > PIXELS_MAX_DEPTH
         || !PixelConv::available(depth, g.s[2])

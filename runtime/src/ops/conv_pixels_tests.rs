@@ -39,6 +39,8 @@ fn cases() -> Vec<(Vec<(&'static str, Attr)>, Vec<usize>, Vec<usize>)> {
             vec![1, 6, 8, 64],
             vec![10, 3, 3, 3],
         ),
+        // Pointwise to 16 channels (squeezenet's squeeze at 55 columns), a batch of two.
+        (vec![], vec![2, 12, 6, 55], vec![16, 12, 1, 1]),
         // Patches of 4×4 at stride 4; rows enough to split across threads.
         (
             vec![("strides", i(&[4, 4]))],
@@ -49,7 +51,8 @@ fn cases() -> Vec<(Vec<(&'static str, Attr)>, Vec<usize>, Vec<usize>)> {
 }
 
 /// Geometries the pixel path leaves to the others: rows of 7 (under three quarters of a vector
-/// used), a sum of 147 steps (a 7×7 stem), pointwise, and 3-D. Each still equals f64 sums.
+/// used), a sum of 147 steps (a 7×7 stem), pointwise to more than 16 channels or over a sum of more
+/// than 128 steps, and 3-D. Each still equals f64 sums.
 #[test]
 fn geometries_it_does_not_pay_for_go_elsewhere() {
     let i = |v: &[i64]| Attr::Ints(v.to_vec());
@@ -64,7 +67,8 @@ fn geometries_it_does_not_pay_for_go_elsewhere() {
             vec![1, 3, 20, 40],
             vec![8, 3, 7, 7],
         ),
-        (vec![], vec![1, 3, 4, 40], vec![8, 3, 1, 1]),
+        (vec![], vec![1, 3, 4, 40], vec![24, 3, 1, 1]),
+        (vec![], vec![1, 144, 2, 40], vec![16, 144, 1, 1]),
         (vec![], vec![1, 2, 3, 5, 40], vec![3, 2, 2, 3, 3]),
     ];
     for (case, (attrs, xs, ws)) in cases.into_iter().enumerate() {
