@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use super::*;
 use crate::ir::Model;
-use crate::optimize::tests::{info, node, tensor};
-use crate::session::{Session, SessionOptions};
+use crate::optimize::tests::{fused_conv, info, node, session, tensor, wrongly_rewritten};
+use crate::session::Session;
 use crate::tensor::Tensor;
 
 /// The channels in, out, and the plane side of the projection.
@@ -42,14 +42,6 @@ fn se(n: usize, scale: &[usize], x_first: bool, tail: Vec<Node>, outs: &[&str]) 
         outs.iter().map(|o| info(o, &[n, M, HW, HW])).collect(),
         initializers,
     )
-}
-
-fn session(m: &Model, optimize: bool) -> Session {
-    let options = SessionOptions {
-        optimize,
-        ..Default::default()
-    };
-    Session::from_model(m.clone(), options).unwrap()
 }
 
 /// The outputs' bits over seeded inputs of the model's declared shapes (any NaN as one value).
@@ -159,30 +151,22 @@ fn the_fold_keeps_out_where_it_does_not_apply() {
     assert!(check(&m).is_empty());
 }
 
-/// The comparison catches a fold of the wrong scale (the residual's input in place of `s`, same
-/// plane count per channel once broadcast).
+/// The comparison catches a fold of the wrong scale (its reciprocal: the right shape, the wrong
+/// values).
 #[test]
 fn the_comparison_catches_a_wrong_scale() {
     let m = se(1, &[1, C, 1, 1], false, vec![], &["y"]);
     let plain = session(&m, false);
-    let (mut g, _) = optimize(&m.graph, &constants(&m.graph, true)).unwrap();
-    let fused = g
-        .nodes
-        .iter_mut()
-        .find(|n| n.op_type == "FusedConv")
-        .unwrap();
-    // Mul(s, x): the operands in the Mul's order.
-    assert_eq!(
-        (fused.inputs[0].as_str(), fused.inputs[4].as_str()),
-        ("s", "x")
-    );
-    // The scale's reciprocal: the right shape, the wrong values.
-    fused.inputs[0] = "t".into();
-    g.nodes
-        .insert(0, node("recip", "Reciprocal", &["s"], &["t"]));
-    let mut wrong = m.clone();
-    wrong.graph = g;
-    wrong.opsets.insert(QUORUM_DOMAIN.into(), 1);
-    let wrong = session(&wrong, false);
+    let wrong = wrongly_rewritten(&m, |g| {
+        let fused = fused_conv(g);
+        // Mul(s, x): the operands in the Mul's order.
+        assert_eq!(
+            (fused.inputs[0].as_str(), fused.inputs[4].as_str()),
+            ("s", "x")
+        );
+        fused.inputs[0] = "t".into();
+        g.nodes
+            .insert(0, node("recip", "Reciprocal", &["s"], &["t"]));
+    });
     assert_ne!(outputs(&plain, &m, 21), outputs(&wrong, &m, 21));
 }

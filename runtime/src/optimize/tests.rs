@@ -512,17 +512,28 @@ fn the_comparison_catches_a_residual_from_the_wrong_value() {
     ];
     let m = model(tail, &["z"], vec![]);
     let plain = session(&m, false);
+    let wrong = wrongly_rewritten(&m, |g| {
+        // The shortcut's output before the Neg: the right shape, the wrong values.
+        fused_conv(g).inputs[3] = "s".into();
+    });
+    assert!(first_difference(&plain, &wrong).is_some());
+}
+
+/// An unoptimised session of `m`'s rewritten graph after `wrong` (a deliberately wrong change to
+/// the rewrite) has changed it.
+pub(super) fn wrongly_rewritten(m: &Model, wrong: impl FnOnce(&mut Graph)) -> Session {
     let (mut g, _) = optimize(&m.graph, &constants(&m.graph, true)).unwrap();
-    let fused = g
-        .nodes
+    wrong(&mut g);
+    let mut m = m.clone();
+    m.graph = g;
+    m.opsets.insert(QUORUM_DOMAIN.into(), 1);
+    session(&m, false)
+}
+
+/// The graph's (first) FusedConv.
+pub(super) fn fused_conv(g: &mut Graph) -> &mut Node {
+    g.nodes
         .iter_mut()
         .find(|n| n.op_type == "FusedConv")
-        .unwrap();
-    // The shortcut's output before the Neg: the right shape, the wrong values.
-    fused.inputs[3] = "s".into();
-    let mut wrong = m.clone();
-    wrong.graph = g;
-    wrong.opsets.insert(QUORUM_DOMAIN.into(), 1);
-    let wrong = session(&wrong, false);
-    assert!(first_difference(&plain, &wrong).is_some());
+        .expect("a FusedConv")
 }
