@@ -226,6 +226,18 @@ fn direct_convolution_has_the_bits_of_the_gemm() {
                 residual: Some(&residual),
                 col_bias: None,
             },
+            Epilogue {
+                bias: None,
+                act: Activation::Silu,
+                residual: Some(&residual),
+                col_bias: None,
+            },
+            Epilogue {
+                bias: Some(&bias),
+                act: Activation::HardSwish,
+                residual: Some(&residual),
+                col_bias: None,
+            },
         ];
         for epi in &epilogues {
             for threads in [Threads::Serial, Threads::Always] {
