@@ -1,8 +1,9 @@
 //! Recurrent layers: RNN, LSTM and GRU.
 //!
 //! The input projection X·Wᵀ is computed for every time step at once; the recurrence H·Rᵀ runs per
-//! step and batch row with R laid out transposed, so that the vector lanes run over the gates' outputs
-//! (`quorum_kernels::recurrent`), and the gate activations run over whole slices. Directions of a
+//! step and batch row with R laid out once as transposed panels, so that the vector lanes run over
+//! the gates' outputs and each step reads R front to back (`quorum_kernels::recurrent`), and the gate
+//! activations run over whole slices. Directions of a
 //! bidirectional layer run in parallel.
 //! Work is in f64 for double inputs and f32 for the other float types.
 use half::{bf16, f16};
@@ -10,6 +11,8 @@ use ndarray::{ArrayD, IxDyn};
 use num_traits::Float;
 use rayon::prelude::*;
 use std::sync::Arc;
+
+use quorum_kernels::recurrent::{PANEL, panels};
 
 use super::{OpCtx, Registry, input, opt_input};
 use crate::error::OpResult;
@@ -164,7 +167,8 @@ struct Cfg {
 /// One direction's weights and initial state, converted to the working type.
 struct DirIn<T: Elem> {
     w: Arc<Prepared<T>>,
-    /// R transposed (`rt[k·gh + j] = R[j, k]`): each step's product runs its vector lanes over `j`.
+    /// R as transposed panels (`recurrent::panels`; a GRU's in two parts, its first 2·hidden
+    /// outputs and the rest, each laid out alone): each step's product runs its lanes over `j`.
     rt: Arc<Prepared<T>>,
     b: Option<Vec<T>>,
     p: Option<Vec<T>>,
@@ -174,7 +178,7 @@ struct DirIn<T: Elem> {
 }
 
 /// A weight of every direction, prepared for the run: W as it is (f32: also packed for the GEMM of the
-/// input projection), or R transposed. Made once per constant of the session and cached with the
+/// input projection), or R as transposed panels. Made once per constant of the session and cached with the
 /// packed convolution weights (`conv::weights::packed_constant`), otherwise per run.
 struct Prepared<T: Elem> {
     dirs: Vec<Vec<T>>,
@@ -184,14 +188,23 @@ struct Prepared<T: Elem> {
     error: Option<crate::error::OpError>,
 }
 
-/// The prepared form of input `input` (W or R, `[dirs, rows, cols]`): `transpose` lays each
-/// direction out transposed (R), otherwise it is packed for the input projection (W). An input of a
-/// dtype the layer cannot read is the error `vals` gives.
+/// How [`prepared`] lays a weight out.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Layout {
+    /// W: as it is, and packed for the input projection.
+    Packed,
+    /// R: as transposed panels, outputs `0..cut` and `cut..` laid out apart where `cut` is given
+    /// (a GRU's third gate is a product of its own).
+    Panels { cut: Option<usize> },
+}
+
+/// The prepared form of input `input` (W or R, `[dirs, rows, cols]`), each direction laid out by
+/// `layout`. An input of a dtype the layer cannot read is the error `vals` gives.
 fn prepared<T: Elem>(
     ctx: &OpCtx,
     input: usize,
     t: &Tensor,
-    transpose: bool,
+    layout: Layout,
 ) -> OpResult<Arc<Prepared<T>>> {
     let (dirs, rows, cols) = (t.shape()[0], t.shape()[1], t.shape()[2]);
     let make = || {
@@ -208,17 +221,28 @@ fn prepared<T: Elem>(
             }
         };
         for d in (0..dirs).map(|d| &v[d * rows * cols..(d + 1) * rows * cols]) {
-            if transpose {
-                out.dirs.push(transposed(d, rows, cols));
-                out.packed.push(None);
-            } else {
-                out.packed.push(T::pack_nt(d, rows, cols));
-                out.dirs.push(d.to_vec());
+            match layout {
+                Layout::Panels { cut } => {
+                    let cut = cut.unwrap_or(rows).min(rows);
+                    let (head, tail) = d.split_at(cut * cols);
+                    let mut p = panels(head, cut, cols);
+                    p.extend(panels(tail, rows - cut, cols));
+                    out.dirs.push(p);
+                    out.packed.push(None);
+                }
+                Layout::Packed => {
+                    out.packed.push(T::pack_nt(d, rows, cols));
+                    out.dirs.push(d.to_vec());
+                }
             }
         }
         out
     };
-    let kind = if transpose { "rnn-rt" } else { "rnn-w" };
+    let kind = match layout {
+        Layout::Packed => "rnn-w",
+        Layout::Panels { cut: None } => "rnn-r",
+        Layout::Panels { cut: Some(_) } => "gru-r",
+    };
     let isa = quorum_kernels::Isa::detected();
     let size = std::mem::size_of::<T>();
     let p =
@@ -227,22 +251,6 @@ fn prepared<T: Elem>(
         return Err(e.clone());
     }
     Ok(p)
-}
-
-/// `d` (`rows × cols`, row-major) transposed, in tiles that keep both sides in cache.
-fn transposed<T: Copy>(d: &[T], rows: usize, cols: usize) -> Vec<T> {
-    const TILE: usize = 32;
-    let mut out = d.to_vec();
-    for r0 in (0..rows).step_by(TILE) {
-        for c0 in (0..cols).step_by(TILE) {
-            for r in r0..(r0 + TILE).min(rows) {
-                for c in c0..(c0 + TILE).min(cols) {
-                    out[c * rows + r] = d[r * cols + c];
-                }
-            }
-        }
-    }
-    out
 }
 
 /// A dot product with eight independent accumulators, written on the concrete type.
@@ -290,9 +298,9 @@ trait Elem: Float + Send + Sync + 'static {
         k: usize,
     ) -> Vec<Self>;
 
-    /// `y[j] = Σ_k rt[k·ld + j] · x[k]`, each sum in `k` order: the recurrence's product with the
-    /// weight laid out transposed.
-    fn matvec_t(rt: &[Self], ld: usize, x: &[Self], y: &mut [Self]);
+    /// `y[j] = Σ_k R[j, k] · x[k]` for `j < y.len()`, each sum in `k` order, with `R` laid out by
+    /// `recurrent::panels`: the recurrence's product.
+    fn matvec(rp: &[Self], x: &[Self], y: &mut [Self]);
 
     /// `v[i] = act(v[i])`.
     fn act_slice(act: &Act, v: &mut [Self]) {
@@ -319,8 +327,8 @@ impl Elem for f32 {
     ) -> Vec<f32> {
         matmul_nt_f32(a, b, packed, m, n, k)
     }
-    fn matvec_t(rt: &[f32], ld: usize, x: &[f32], y: &mut [f32]) {
-        quorum_kernels::recurrent::matvec_t(quorum_kernels::Isa::detected(), rt, ld, x, y)
+    fn matvec(rp: &[f32], x: &[f32], y: &mut [f32]) {
+        quorum_kernels::recurrent::matvec_panels(quorum_kernels::Isa::detected(), rp, x, y)
     }
     /// Sigmoid and Tanh, the default gates, over the widest vectors (`recurrent::Gate`).
     fn act_slice(act: &Act, v: &mut [f32]) {
@@ -344,11 +352,15 @@ impl Elem for f64 {
     fn matmul_nt(a: &[f64], b: &[f64], _: Option<&()>, m: usize, n: usize, k: usize) -> Vec<f64> {
         matmul_nt(a, b, m, n, k)
     }
-    fn matvec_t(rt: &[f64], ld: usize, x: &[f64], y: &mut [f64]) {
-        y.fill(0.0);
-        for (k, &xk) in x.iter().enumerate() {
-            let row = &rt[k * ld..k * ld + y.len()];
-            y.iter_mut().zip(row).for_each(|(v, r)| *v += r * xk);
+    fn matvec(rp: &[f64], x: &[f64], y: &mut [f64]) {
+        let k = x.len();
+        for (j0, yp) in (0..y.len()).step_by(PANEL).zip(y.chunks_mut(PANEL)) {
+            let w = yp.len();
+            yp.fill(0.0);
+            for (kk, &xk) in x.iter().enumerate() {
+                let row = &rp[j0 * k + kk * w..][..w];
+                yp.iter_mut().zip(row).for_each(|(v, r)| *v += r * xk);
+            }
         }
     }
 }
@@ -465,14 +477,14 @@ fn run_direction<T: Elem>(
         let xg = &xw[xrow(t, b) * gh..(xrow(t, b) + 1) * gh];
         match cfg.kind {
             Kind::Rnn => {
-                T::matvec_t(rt, gh, hp, tmp);
+                T::matvec(rt, hp, tmp);
                 tmp.iter_mut().zip(xg).for_each(|(v, x)| *v = *x + *v);
                 clip_all(tmp);
                 T::act_slice(&f, tmp);
             }
             Kind::Lstm => {
                 let (gact, hact) = (acts[1], acts[2]);
-                T::matvec_t(rt, gh, hp, gates);
+                T::matvec(rt, hp, gates);
                 gates.iter_mut().zip(xg).for_each(|(v, x)| *v = *x + *v);
                 // Gates in ONNX's order i, o, f, c; the peepholes of i and f read the previous state.
                 if let Some(p) = d.p.as_ref() {
@@ -510,9 +522,14 @@ fn run_direction<T: Elem>(
             }
             Kind::Gru => {
                 let gact = acts[1];
-                // z and r, and with linear_before_reset the third gate's R·H, from one product.
+                // z and r, and with linear_before_reset the third gate's R·H (R's two parts,
+                // laid out apart, each a product of its own).
                 let lbr = cfg.linear_before_reset;
-                T::matvec_t(rt, gh, hp, &mut gates[..if lbr { gh } else { 2 * h }]);
+                let (rzr, rh) = rt.split_at(2 * h * h);
+                T::matvec(rzr, hp, &mut gates[..2 * h]);
+                if lbr {
+                    T::matvec(rh, hp, &mut gates[2 * h..gh]);
+                }
                 let (zr, gh3) = gates.split_at_mut(2 * h);
                 zr.iter_mut().zip(xg).for_each(|(v, x)| *v = *x + *v);
                 clip_all(zr);
@@ -528,7 +545,7 @@ fn run_direction<T: Elem>(
                     tmp.iter_mut()
                         .zip(r.iter().zip(hp.iter()))
                         .for_each(|(v, (r, hv))| *v = *r * *hv);
-                    T::matvec_t(&rt[2 * h..], gh, tmp, gh3);
+                    T::matvec(rh, tmp, gh3);
                     tmp.iter_mut()
                         .zip(gh3.iter().zip(&xg[2 * h..]))
                         .for_each(|(v, (rh, x))| *v = *x + *rh);
@@ -740,8 +757,15 @@ fn run<T: Elem>(ctx: &OpCtx, inputs: &[Option<&Value>], kind: Kind) -> OpResult<
 
     let xv: Vec<T> = vals(x)?;
     let (wp, rtp) = (
-        prepared::<T>(ctx, 1, w, false)?,
-        prepared::<T>(ctx, 2, r, true)?,
+        prepared::<T>(ctx, 1, w, Layout::Packed)?,
+        prepared::<T>(
+            ctx,
+            2,
+            r,
+            Layout::Panels {
+                cut: (kind == Kind::Gru).then_some(2 * hidden),
+            },
+        )?,
     );
     let bv: Option<Vec<T>> = b.map(vals).transpose()?;
     let pv: Option<Vec<T>> = p.map(vals).transpose()?;
@@ -1120,7 +1144,7 @@ mod tests {
         }
     }
 
-    /// W and R given as constants of the session are prepared once (W packed, R transposed) and
+    /// W and R given as constants of the session are prepared once (W packed, R as panels) and
     /// reused: the first and second runs equal the run with the same weights fed per run, bit for
     /// bit, and a new R (a new `Arc`) is prepared anew, not read from the first one's entry.
     #[test]
@@ -1171,9 +1195,9 @@ mod tests {
             let ra = Arc::new(Value::Tensor(t(&[2, 4 * h, h], seed)));
             let fed = run(&NoSubgraphs, &wa, &ra);
             let consts = Constants(vec![("w".into(), wa.clone()), ("r".into(), ra.clone())]);
-            assert!(!is_cached_as("rnn-rt", &ra, isa, 4, &[2, 4 * h, h]));
+            assert!(!is_cached_as("rnn-r", &ra, isa, 4, &[2, 4 * h, h]));
             let first = run(&consts, &wa, &ra);
-            assert!(is_cached_as("rnn-rt", &ra, isa, 4, &[2, 4 * h, h]));
+            assert!(is_cached_as("rnn-r", &ra, isa, 4, &[2, 4 * h, h]));
             assert!(is_cached_as("rnn-w", &wa, isa, 4, &[2, 4 * h, i]));
             let second = run(&consts, &wa, &ra);
             for (a, c) in [(&fed, &first), (&first, &second)] {
