@@ -149,9 +149,14 @@ pub fn conv_direct(
         })
         .collect();
     let panels = m.div_ceil(PANEL);
-    // Units of work: a band of output rows for one panel of channels. A band holds at least 64
-    // outputs per channel, so that the epilogue runs over rows of some length.
-    let band = 64usize.div_ceil(ow).clamp(1, oh);
+    let par = match threads {
+        Threads::Serial => false,
+        Threads::Auto => m * out_sp * k >= PAR_MIN_WORK,
+        Threads::Always => true,
+    };
+    let workers = if par { rayon::current_num_threads() } else { 1 };
+    // Units of work: a band of output rows for one panel of channels.
+    let band = band_rows(oh, ow, panels, workers);
     let bands = oh.div_ceil(band);
     // Small weights stay in L2 while the bands pass (bands outer); large ones are streamed once,
     // one panel at a time (panels outer).
@@ -175,16 +180,7 @@ pub fn conv_direct(
             unsafe { band_of(w, g, &offs, q, rows, out, epi, &mut tot) };
         }
     };
-    let par = match threads {
-        Threads::Serial => false,
-        Threads::Auto => m * out_sp * k >= PAR_MIN_WORK,
-        Threads::Always => true,
-    };
-    let parts = if par {
-        rayon::current_num_threads().min(units)
-    } else {
-        1
-    };
+    let parts = workers.min(units);
     if parts < 2 {
         run(0, units);
     } else {
@@ -193,6 +189,29 @@ pub fn conv_direct(
             .into_par_iter()
             .for_each(|t| run(t * per, ((t + 1) * per).min(units)));
     }
+}
+
+/// Output rows per unit of work (a band of rows for one panel of 32 channels), for `workers`
+/// threads that take the units in equal runs.
+///
+/// A band of at least 64 outputs per channel (`base` rows) lets the epilogue run over rows of some
+/// length and a block's weights, read into L1 once, serve several tiles. But with few panels, bands
+/// of `base` rows may not divide among the threads: densenet121's 128 → 32 3×3 convolutions at 14²
+/// (one panel) were three bands of 5, 5 and 4 rows, ten rows on one thread and four on the other.
+/// So the band is the one that gives the busiest thread the fewest rows (`ceil(units / workers) ·
+/// band`), of at least `base / 2` rows; among equals the smallest from `base` up, else the largest
+/// below it.
+fn band_rows(oh: usize, ow: usize, panels: usize, workers: usize) -> usize {
+    let base = 64usize.div_ceil(ow).clamp(1, oh);
+    if workers < 2 {
+        return base;
+    }
+    let load = |b: usize| (panels * oh.div_ceil(b)).div_ceil(workers) * b;
+    let least = (base.div_ceil(2)..=oh).map(load).min().unwrap_or(base);
+    (base..=oh)
+        .find(|&b| load(b) == least)
+        .or_else(|| (base.div_ceil(2)..base).rev().find(|&b| load(b) == least))
+        .unwrap_or(base)
 }
 
 /// The output pointer, shared by threads that write disjoint units.

@@ -297,3 +297,32 @@ fn reads_past_the_input_are_refused() {
     let mut c = vec![MaybeUninit::new(0f32); 32 * 6];
     conv_direct(&w, &g, &mut c, &Epilogue::NONE, Threads::Serial);
 }
+
+#[test]
+fn bands_divide_among_the_threads() {
+    // densenet121's 128 -> 32 3x3 convolutions (one panel): at 14² two bands of 7 rows, not 5, 5
+    // and 4 (ten rows on one thread); at 7² two of 4 and 3; at 56² the bands of 64 outputs stay.
+    assert_eq!(band_rows(14, 14, 1, 2), 7);
+    assert_eq!(band_rows(7, 7, 1, 2), 4);
+    assert_eq!(band_rows(56, 56, 1, 2), 2);
+    // One thread keeps the bands of 64 outputs.
+    assert_eq!(band_rows(14, 14, 1, 1), 5);
+    // Never a busier thread than the bands of 64 outputs gave, and never below half their rows:
+    // the check refuses a broken choice, the whole height as one band (one thread busy, 14 rows
+    // against 10).
+    let load14 = |b: usize| 14usize.div_ceil(b).div_ceil(2) * b;
+    assert!(load14(14) > load14(5));
+    for oh in 1..60 {
+        for panels in 1..10 {
+            for workers in 2..5 {
+                let base = 64usize.div_ceil(oh).clamp(1, oh);
+                let load = |b: usize| (panels * oh.div_ceil(b)).div_ceil(workers) * b;
+                let b = band_rows(oh, oh, panels, workers);
+                assert!(
+                    (base.div_ceil(2)..=oh).contains(&b) && load(b) <= load(base),
+                    "{oh}² with {panels} panels on {workers} threads: band {b} of base {base}"
+                );
+            }
+        }
+    }
+}
