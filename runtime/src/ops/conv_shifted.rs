@@ -205,9 +205,14 @@ impl Shifted {
     }
 }
 
-/// `xp` = the planes of `xg` at (pt, pl) in zero planes of `hp × wp`, then zeros to `len`;
-/// every value written once. Rows and columns of the input past the padded grid are read by
-/// no kept output (each reads rows < ho + (kh − 1)·d = hp, likewise columns) and are left out.
+/// `xp` = the planes of `xg` at (pt, pl) in zero planes of `hp × wp`, then zeros to `len`. Rows
+/// and columns of the input past the padded grid are read by no kept output (each reads rows
+/// < ho + (kh − 1)·d = hp, likewise columns) and are left out.
+///
+/// All of `xp` is zeroed in one fill and the rows copied over it, planes split across the threads
+/// for large inputs. Zeroing each row's few pad values on their own was two calls of `memset` per
+/// row: on densenet121's 128-channel 14² inputs the padding took a third of its 3×3
+/// convolution's time (perf, AMD EPYC of stop 34).
 pub(super) fn pad_planes(
     xg: &[f32],
     cg: usize,
@@ -219,21 +224,33 @@ pub(super) fn pad_planes(
     let [_, h, w] = g.ins;
     let (pt, pl) = (g.pb[1] as usize, g.pb[2] as usize);
     let plane = hp * wp;
+    xp.clear();
     xp.resize(len, 0.0);
     let (rows, cols) = (h.min(hp.saturating_sub(pt)), w.min(wp.saturating_sub(pl)));
-    let (top, left) = (pt.min(hp), pl.min(wp));
-    for (ci, dst) in xp.chunks_mut(plane).take(cg).enumerate() {
-        dst[..top * wp].fill(0.0);
-        for y in 0..rows {
-            let row = &mut dst[(y + pt) * wp..(y + pt + 1) * wp];
-            row[..left].fill(0.0);
-            row[left..left + cols].copy_from_slice(&xg[(ci * h + y) * w..][..cols]);
-            row[left + cols..].fill(0.0);
-        }
-        dst[(top + rows) * wp..].fill(0.0);
+    if rows == 0 || cols == 0 || plane == 0 {
+        return;
     }
-    xp[cg * plane..].fill(0.0);
+    let copy = |(ci, dst): (usize, &mut [f32])| {
+        for y in 0..rows {
+            dst[(y + pt) * wp + pl..][..cols].copy_from_slice(&xg[(ci * h + y) * w..][..cols]);
+        }
+    };
+    if cg * plane >= PAD_PAR_MIN {
+        xp[..cg * plane]
+            .par_chunks_mut(plane)
+            .with_min_len(8)
+            .enumerate()
+            .for_each(copy);
+    } else {
+        xp[..cg * plane]
+            .chunks_mut(plane)
+            .enumerate()
+            .for_each(copy);
+    }
 }
+
+/// Values of padded input from which [`pad_planes`] splits its planes across the threads.
+const PAD_PAR_MIN: usize = 1 << 15;
 
 /// The output pointer, shared by tasks that write disjoint rows.
 #[derive(Clone, Copy)]

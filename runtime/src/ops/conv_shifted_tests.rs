@@ -3,6 +3,7 @@
 //! activation and residual of FusedConv, serial and split, and enough rows to split them in blocks
 //! across threads; outputs poisoned first. A grid too narrow for its rows must be caught.
 use super::*;
+use crate::ops::conv::Geom;
 use crate::ops::conv::packed::conv_packed_on;
 use crate::ops::conv::shifted::{self, Shifted};
 
@@ -158,4 +159,64 @@ fn a_grid_of_the_wrong_width_is_caught() {
             );
         },
     );
+}
+
+/// `pad_planes` against the definition, value by value, into a buffer that held other values
+/// before (as the thread's kept buffer does): small planes on one thread, and enough channels of
+/// 16² planes to split them across threads; asymmetric pads and a tail of zeros past the planes.
+/// An input placed one row off must be caught.
+#[test]
+fn padded_planes_are_the_input_in_zeros() {
+    let definition = |xg: &[f32], cg: usize, g: &Geom, (hp, wp): (usize, usize), len: usize| {
+        let [_, h, w] = g.ins;
+        let (pt, pl) = (g.pb[1] as usize, g.pb[2] as usize);
+        let mut v = vec![0f32; len];
+        for c in 0..cg {
+            for y in 0..hp {
+                for x in 0..wp {
+                    if (pt..pt + h).contains(&y) && (pl..pl + w).contains(&x) {
+                        v[(c * hp + y) * wp + x] = xg[(c * h + y - pt) * w + x - pl];
+                    }
+                }
+            }
+        }
+        v
+    };
+    for (cg, [h, w], [pt, pl], [hp, wp], tail) in [
+        (3, [5, 7], [1, 2], [7, 10], 9),
+        (160, [14, 14], [1, 1], [16, 16], 0),
+        (130, [15, 13], [2, 0], [18, 14], 40),
+    ] {
+        let g = Geom {
+            ins: [1, h, w],
+            k: [1, 3, 3],
+            s: [1; 3],
+            d: [1; 3],
+            pb: [0, pt as i64, pl as i64],
+            outs: [1, h, w],
+        };
+        let xg = rand(cg as u64, cg * h * w);
+        let len = cg * hp * wp + tail;
+        let mut xp = vec![f32::NAN; len + 50];
+        shifted::pad_planes(&xg, cg, &g, (hp, wp), len, &mut xp);
+        let want = definition(&xg, cg, &g, (hp, wp), len);
+        assert_eq!(xp.len(), len);
+        assert!(
+            xp.iter()
+                .zip(&want)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{cg} planes of {h}x{w} in {hp}x{wp}"
+        );
+        let off = Geom {
+            pb: [0, pt as i64 + 1, pl as i64],
+            ..g
+        };
+        let shifted = definition(&xg, cg, &off, (hp + 1, wp), len + cg * wp);
+        assert!(
+            xp.iter()
+                .zip(&shifted)
+                .any(|(a, b)| a.to_bits() != b.to_bits()),
+            "an input one row off went unseen"
+        );
+    }
 }
