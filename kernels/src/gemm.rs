@@ -16,9 +16,10 @@ use std::mem::MaybeUninit;
 
 use rayon::prelude::*;
 
+use crate::Isa;
 use crate::activation::Activation;
 use crate::aligned::AlignedF32;
-use crate::microkernel::tile;
+use crate::microkernel::{row_of_4, tile};
 use crate::pack::{BSource, PackScratch, PackedA};
 
 /// Steps of `K` per packed block: a `B` panel (KC×NR) stays in L1 while the `A` panels stream past.
@@ -282,45 +283,74 @@ fn block(
                 // B's. A short sum's time is its output's: written a row panel at a time, that is
                 // `mr` streams of stores, instead of one per row of the block at once.
                 let b_outer = kc > A_OUTER_MAX_K;
+                let bpanel = |jr: usize| match b {
+                    BSource::Packed(pb) => &pb.panel(jc / nr + jr, pc)[..kc * nr],
+                    _ => &bp[jr * kc * nr..(jr + 1) * kc * nr],
+                };
+                // The tile of row panel `q` and B panel `jr`, and its epilogue on the last block.
+                let one = |jr: usize, q: usize| {
+                    let cols = nr.min(nc - jr * nr);
+                    let (r0, rows) = row_range(q);
+                    // SAFETY: the panels hold kc steps of this ISA's tile; the tile lies inside C
+                    // and inside this part's rows and columns; the ISA was checked. `jc` is a
+                    // multiple of `nr` (parts and blocks start on panel edges).
+                    unsafe {
+                        let cp = out.0.add(r0 * ldc + jc + jr * nr);
+                        tile(
+                            isa,
+                            kc,
+                            a.panel(q, pc).as_ptr(),
+                            bpanel(jr).as_ptr(),
+                            cp,
+                            ldc,
+                            rows,
+                            cols,
+                            pc > 0,
+                        );
+                        if last && !epi.is_identity() {
+                            for i in 0..rows {
+                                let dst = std::slice::from_raw_parts_mut(cp.add(i * ldc), cols);
+                                epi.apply(dst, r0 + i, jc + jr * nr, ldc);
+                            }
+                        }
+                    }
+                };
                 for ic in (q0..q1).step_by(MC_PANELS) {
                     let qs = ic..q1.min(ic + MC_PANELS);
+                    // One row (a batch of one through a layer's weights): four whole B panels at
+                    // a time, eight independent sums in flight instead of two (see `row_of_4`).
+                    let mut first = 0;
+                    if isa == Isa::Avx512 && qs.len() == 1 && row_range(ic).1 == 1 {
+                        let r0 = row_range(ic).0;
+                        while first + 4 <= nc / nr {
+                            let jr = first;
+                            // SAFETY: as in `one`, for four whole panels side by side in C.
+                            unsafe {
+                                let cp = out.0.add(r0 * ldc + jc + jr * nr);
+                                row_of_4(
+                                    kc,
+                                    a.panel(ic, pc).as_ptr(),
+                                    std::array::from_fn(|t| bpanel(jr + t).as_ptr()),
+                                    cp,
+                                    pc > 0,
+                                );
+                                if last && !epi.is_identity() {
+                                    let dst = std::slice::from_raw_parts_mut(cp, 4 * nr);
+                                    epi.apply(dst, r0, jc + jr * nr, ldc);
+                                }
+                            }
+                            first += 4;
+                        }
+                    }
+                    let bs = bpanels - first;
                     let (outer, inner) = if b_outer {
-                        (bpanels, qs.len())
+                        (bs, qs.len())
                     } else {
-                        (qs.len(), bpanels)
+                        (qs.len(), bs)
                     };
                     for (o, i) in (0..outer).flat_map(|o| (0..inner).map(move |i| (o, i))) {
                         let (jr, q) = if b_outer { (o, ic + i) } else { (i, ic + o) };
-                        let cols = nr.min(nc - jr * nr);
-                        // `jc` is a multiple of `nr` (parts and blocks start on panel edges).
-                        let bpanel = match b {
-                            BSource::Packed(pb) => &pb.panel(jc / nr + jr, pc)[..kc * nr],
-                            _ => &bp[jr * kc * nr..(jr + 1) * kc * nr],
-                        };
-                        let ap = a.panel(q, pc);
-                        let (r0, rows) = row_range(q);
-                        // SAFETY: the panels hold kc steps of this ISA's tile; the tile lies
-                        // inside C and inside this part's rows and columns; the ISA was checked.
-                        unsafe {
-                            let cp = out.0.add(r0 * ldc + jc + jr * nr);
-                            tile(
-                                isa,
-                                kc,
-                                ap.as_ptr(),
-                                bpanel.as_ptr(),
-                                cp,
-                                ldc,
-                                rows,
-                                cols,
-                                pc > 0,
-                            );
-                            if last && !epi.is_identity() {
-                                for i in 0..rows {
-                                    let dst = std::slice::from_raw_parts_mut(cp.add(i * ldc), cols);
-                                    epi.apply(dst, r0 + i, jc + jr * nr, ldc);
-                                }
-                            }
-                        }
+                        one(first + jr, q);
                     }
                 }
             }

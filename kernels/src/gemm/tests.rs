@@ -577,3 +577,53 @@ fn packed_a_panels_hold_each_value_in_its_place() {
         }
     }
 }
+
+/// A lone row (a batch of one, and the last row panel of 9 rows) gives the bits of the same row
+/// computed in a full tile of 8: four whole B panels at a time (`row_of_4`), the rest panel by
+/// panel, over several blocks of the sum, packed and dense B, with a bias and an activation,
+/// split across threads and not.
+#[test]
+fn a_lone_row_has_the_bits_of_its_row_in_a_full_tile() {
+    let (k, n) = (700, 300);
+    let x = rand(31, k);
+    let b = rand(32, k * n);
+    // Row 0's bias is row 8's too, so that the three runs' rows of `x` share it.
+    let mut bias = rand(33, 9);
+    bias[8] = bias[0];
+    let epi = Epilogue {
+        bias: Some(&bias),
+        act: Activation::Relu,
+        residual: None,
+        col_bias: None,
+    };
+    // `x` as row 0 of eight rows, and as row 8 of nine; the other rows random.
+    let eight: Vec<f32> = x.iter().copied().chain(rand(34, 7 * k)).collect();
+    let nine: Vec<f32> = rand(35, 8 * k)
+        .into_iter()
+        .chain(x.iter().copied())
+        .collect();
+    for &isa in Isa::supported() {
+        let pb = PackedB::new(isa, k, n, &b, n, 1);
+        for threads in [Threads::Serial, Threads::Always] {
+            for src in [BSource::Packed(&pb), BSource::Dense { data: &b, ld: n }] {
+                let run = |a: &[f32], m: usize, row: usize| {
+                    let pa = PackedA::new(isa, m, k, a, k);
+                    let mut c = vec![f32::NAN; m * n];
+                    sgemm(&pa, &src, n, &mut c, n, &epi, threads);
+                    c[row * n..(row + 1) * n]
+                        .iter()
+                        .map(|v| v.to_bits())
+                        .collect::<Vec<_>>()
+                };
+                let lone = run(&x, 1, 0);
+                assert!(c_is_finite(&lone), "{isa:?}: an element never written");
+                assert_eq!(
+                    lone,
+                    run(&eight, 8, 0),
+                    "{isa:?} {threads:?} against 8 rows"
+                );
+                assert_eq!(lone, run(&nine, 9, 8), "{isa:?} {threads:?} against 9 rows");
+            }
+        }
+    }
+}
