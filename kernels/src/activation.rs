@@ -107,16 +107,19 @@ impl Activation {
     }
 
     /// `dst[j] = act(src[j]·a + t)` for `j < dst.len()` (`src` at least as long): a per-channel
-    /// affine map and its activation in one pass, the product and the sum each rounded (no fused
-    /// multiply-add: an unfused BatchNormalization rounds both).
-    pub fn apply_affine(self, dst: &mut [f32], src: &[f32], a: f32, t: f32) {
+    /// affine map and its activation in one pass, each value written once (never zeroed first),
+    /// the product and the sum each rounded (no fused multiply-add: an unfused BatchNormalization
+    /// rounds both).
+    pub fn apply_affine(self, dst: &mut [MaybeUninit<f32>], src: &[f32], a: f32, t: f32) {
         let src = &src[..dst.len()];
         let act = self;
-        crate::simd_dispatch!(
-            |act: Activation, dst: &mut [f32], src: &[f32], a: f32, t: f32| {
-                act.apply_affine_body(dst, src, a, t)
-            }
-        )
+        crate::simd_dispatch!(|act: Activation,
+                               dst: &mut [MaybeUninit<f32>],
+                               src: &[f32],
+                               a: f32,
+                               t: f32| {
+            act.apply_affine_body(dst, src, a, t)
+        })
     }
 
     #[inline(always)]
@@ -127,9 +130,10 @@ impl Activation {
     }
 
     #[inline(always)]
-    fn apply_affine_body(self, dst: &mut [f32], src: &[f32], a: f32, t: f32) {
-        dst.iter_mut().zip(src).for_each(|(d, &x)| *d = x * a + t);
-        self.apply_body(dst, None);
+    fn apply_affine_body(self, dst: &mut [MaybeUninit<f32>], src: &[f32], a: f32, t: f32) {
+        with_fn!(self, |f| dst.iter_mut().zip(src).for_each(|(d, &x)| {
+            d.write(f(x * a + t));
+        }))
     }
 
     #[inline(always)]
@@ -468,8 +472,10 @@ mod tests {
             })
             .collect();
         for act in [Activation::None, Activation::Relu, Activation::Silu] {
-            let mut y = vec![f32::NAN; xs.len()];
+            let mut y = vec![MaybeUninit::new(f32::NAN); xs.len()];
             act.apply_affine(&mut y, &xs, a, t);
+            // SAFETY: apply_affine wrote every element (they started as NaN, which the check sees).
+            let y: Vec<f32> = y.iter().map(|v| unsafe { v.assume_init() }).collect();
             for (x, y) in xs.iter().zip(&y) {
                 let want = act.scalar(*x * a + t);
                 assert_eq!(y.to_bits(), want.to_bits(), "{act:?} at {x}");

@@ -50,22 +50,27 @@ fn channel_affine(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>
         shift.iter().copied().collect::<Vec<_>>(),
     );
     let plane = xs[2..].iter().product::<usize>();
-    let mut y = vec![0f32; xd.len()];
+    // Each value written once, from its input (never zeroed first).
+    let mut y: Vec<f32> = Vec::with_capacity(xd.len());
     if plane > 0 {
-        let run = |(i, (yp, xp)): (usize, (&mut [f32], &[f32]))| {
+        let out = &mut y.spare_capacity_mut()[..xd.len()];
+        let run = |(i, (yp, xp)): (usize, (&mut [std::mem::MaybeUninit<f32>], &[f32]))| {
             act.apply_affine(yp, xp, scale[i % m], shift[i % m]);
         };
         if xd.len() >= PAR_THRESHOLD {
-            y.par_chunks_mut(plane)
+            out.par_chunks_mut(plane)
                 .zip(xd.par_chunks(plane))
                 .enumerate()
                 .for_each(run);
         } else {
-            y.chunks_mut(plane)
+            out.chunks_mut(plane)
                 .zip(xd.chunks(plane))
                 .enumerate()
                 .for_each(run);
         }
+        // SAFETY: the planes above cover all xd.len() values (plane divides it: X's shape), and
+        // apply_affine wrote each one.
+        unsafe { y.set_len(xd.len()) };
     }
     single(Tensor::from_f32(xs, y)?)
 }
