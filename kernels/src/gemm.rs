@@ -19,6 +19,8 @@ use rayon::prelude::*;
 use crate::Isa;
 use crate::activation::Activation;
 use crate::aligned::AlignedF32;
+#[cfg(target_arch = "x86_64")]
+use crate::microkernel::{TileEpi, avx512_8x32_fused};
 use crate::microkernel::{row_of_4, tile};
 use crate::pack::{BSource, PackScratch, PackedA};
 
@@ -267,6 +269,14 @@ fn block(
         return;
     }
     let kstep = k_step(k);
+    // The activation in registers, for full AVX-512 tiles of one-block sums (see `one`).
+    #[cfg(target_arch = "x86_64")]
+    let fused = if isa == Isa::Avx512 && !epi.is_identity() {
+        // SAFETY: A was packed for AVX-512, which sgemm_uninit checked this CPU has.
+        unsafe { crate::activation::lanes::Lanes::new(epi.act) }
+    } else {
+        None
+    };
     let run = |bp: &mut AlignedF32, row: &mut PackScratch| {
         for jc in (j0..j1).step_by(NC) {
             let nc = NC.min(j1 - jc);
@@ -291,6 +301,36 @@ fn block(
                 let one = |jr: usize, q: usize| {
                     let cols = nr.min(nc - jr * nr);
                     let (r0, rows) = row_range(q);
+                    // A full AVX-512 tile of a one-block sum: the epilogue in registers.
+                    #[cfg(target_arch = "x86_64")]
+                    if let Some(lanes) = fused
+                        && pc == 0
+                        && last
+                        && rows == mr
+                        && cols == nr
+                    {
+                        let col = jc + jr * nr;
+                        // SAFETY: as below; the bias has a value per row of A, the residual is
+                        // laid out as C and the column bias has one per column (sgemm_uninit's
+                        // checks), so the tile's 8 rows and 32 columns of each are inside them.
+                        unsafe {
+                            let epi = TileEpi {
+                                bias: epi.bias.map(|b| b.as_ptr().add(r0)),
+                                residual: epi.residual.map(|r| r.as_ptr().add(r0 * ldc + col)),
+                                col_bias: epi.col_bias.map(|c| c.as_ptr().add(col)),
+                                lanes,
+                            };
+                            avx512_8x32_fused(
+                                kc,
+                                a.panel(q, pc).as_ptr(),
+                                bpanel(jr).as_ptr(),
+                                out.0.add(r0 * ldc + col),
+                                ldc,
+                                epi,
+                            );
+                        }
+                        return;
+                    }
                     // SAFETY: the panels hold kc steps of this ISA's tile; the tile lies inside C
                     // and inside this part's rows and columns; the ISA was checked. `jc` is a
                     // multiple of `nr` (parts and blocks start on panel edges).

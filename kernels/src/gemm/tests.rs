@@ -627,3 +627,83 @@ fn a_lone_row_has_the_bits_of_its_row_in_a_full_tile() {
         }
     }
 }
+
+/// Every activation, with a bias and a residual, a column bias, or neither, on a sum of one block
+/// (whose full AVX-512 tiles apply the epilogue in registers, the partial ones and HardSwish as
+/// stored rows): bit for bit the GEMM's plain sums with `act((x + bias) + add)` applied after, on
+/// every instruction set, serial and split. The bias added after the activation must be caught.
+#[test]
+fn the_epilogue_in_registers_equals_the_pass_over_stored_rows() {
+    let acts = [
+        Activation::None,
+        Activation::Relu,
+        Activation::Clip { lo: -0.3, hi: 0.4 },
+        Activation::LeakyRelu { alpha: 0.1 },
+        Activation::Sigmoid,
+        Activation::Silu,
+        Activation::HardSwish,
+    ];
+    for &isa in Isa::supported() {
+        let (m, n, k) = (2 * isa.mr() + 3, 3 * 32 + 7, 40);
+        let (a, b) = (rand(51, m * k), rand(52, k * n));
+        let (bias, res, cols) = (rand(53, m), rand(54, m * n), rand(55, n));
+        let packed = PackedA::new(isa, m, k, &a, k);
+        let src = BSource::Dense { data: &b, ld: n };
+        let mut plain = vec![0f32; m * n];
+        sgemm(
+            &packed,
+            &src,
+            n,
+            &mut plain,
+            n,
+            &Epilogue::NONE,
+            Threads::Serial,
+        );
+        for act in acts {
+            for (bias, residual, col_bias) in [
+                (Some(&bias[..]), Some(&res[..]), None),
+                (Some(&bias[..]), None, Some(&cols[..])),
+                (None, Some(&res[..]), None),
+                (Some(&bias[..]), None, None),
+            ] {
+                let epi = Epilogue {
+                    bias,
+                    act,
+                    residual,
+                    col_bias,
+                };
+                let want = |late_bias: bool| -> Vec<u32> {
+                    (0..m * n)
+                        .map(|e| {
+                            let (i, j) = (e / n, e % n);
+                            let add = residual.map(|r| r[e]).or(col_bias.map(|c| c[j]));
+                            let mut x = plain[e];
+                            if let (Some(b), false) = (bias, late_bias) {
+                                x += b[i];
+                            }
+                            if let Some(r) = add {
+                                x += r;
+                            }
+                            let mut y = act.scalar(x);
+                            if let (Some(b), true) = (bias, late_bias) {
+                                y += b[i];
+                            }
+                            y.to_bits()
+                        })
+                        .collect()
+                };
+                for threads in [Threads::Serial, Threads::Always] {
+                    let mut got = vec![f32::NAN; m * n];
+                    sgemm(&packed, &src, n, &mut got, n, &epi, threads);
+                    let got: Vec<u32> = got.iter().map(|v| v.to_bits()).collect();
+                    let first = got.iter().zip(want(false)).position(|(g, w)| *g != w);
+                    assert!(first.is_none(), "{isa:?} {act:?} {threads:?}: at {first:?}");
+                    // The bias moved past the activation (the same where it is the identity).
+                    if bias.is_some() && act != Activation::None {
+                        assert!(got != want(true), "the bias after {act:?} went unseen");
+                    }
+                }
+            }
+        }
+    }
+}
