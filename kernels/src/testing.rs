@@ -6,6 +6,18 @@ use std::mem::MaybeUninit;
 use crate::pack::{BSource, ConvPatches, PackedA};
 use crate::{Epilogue, Isa, Threads, sgemm_uninit};
 
+/// Every activation a kernel ends with: those applied in registers (Sigmoid and SiLU through the
+/// register form of `exp`), with bounds that cut, and one applied over stored values (HardSwish).
+pub const ACTIVATIONS: [crate::Activation; 7] = [
+    crate::Activation::None,
+    crate::Activation::Relu,
+    crate::Activation::Clip { lo: -0.5, hi: 0.75 },
+    crate::Activation::LeakyRelu { alpha: 0.1 },
+    crate::Activation::Sigmoid,
+    crate::Activation::HardSwish,
+    crate::Activation::Silu,
+];
+
 /// Seeded values in [-1, 1), never all zero.
 pub fn rand(seed: u64, n: usize) -> Vec<f32> {
     let mut s = seed

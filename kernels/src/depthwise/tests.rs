@@ -3,7 +3,7 @@
 //! phase split; each with a broken variant the comparison must catch (a reversed tap order, a flat
 //! row forced where the layout does not allow it, the last of equal taps taken).
 use super::*;
-use crate::testing::rand;
+use crate::testing::{ACTIVATIONS, rand};
 
 /// Taps of a 2-D depthwise kernel over an `h×w` plane (no phases: stride 1 along columns),
 /// built like the runtime builds them.
@@ -36,19 +36,6 @@ fn taps_2d((h, w): (usize, usize), k: usize, (s, pad): (usize, usize)) -> (Taps,
     let outs = [1, oh, ow];
     (Taps::new(taps, outs, h * w, k * k), outs)
 }
-
-/// The activations a plane ends with: those applied in registers (Sigmoid and SiLU through the
-/// register form of `exp`), with NaN inputs (which the scalar forms pass through) and bounds that
-/// cut, and one applied over the stored row (HardSwish).
-const ACTS: [Activation; 7] = [
-    Activation::None,
-    Activation::Relu,
-    Activation::Clip { lo: -0.5, hi: 0.75 },
-    Activation::LeakyRelu { alpha: 0.1 },
-    Activation::Sigmoid,
-    Activation::HardSwish,
-    Activation::Silu,
-];
 
 /// The values of a plane's output (poisoned with NaN before the run, so always initialised).
 fn values(v: &[MaybeUninit<f32>]) -> Vec<f32> {
@@ -86,7 +73,7 @@ fn plane_equals_the_tap_order_loop() {
         src[(n * 7) % (h * w)] = f32::NAN;
         let wt = rand(100 + n as u64, k * k);
         let start = rand(200 + n as u64, 1)[0];
-        for act in ACTS {
+        for act in ACTIVATIONS {
             let mut got = vec![MaybeUninit::new(f32::NAN); o0 * o1 * o2];
             plane(&taps, &src, &wt, start, act, &mut got);
             let got = values(&got);
@@ -226,7 +213,7 @@ fn unreached_outputs_are_the_activated_start() {
     };
     let taps = Taps::new(vec![tap], [1, 3, 20], 60, 1);
     let src = rand(7, 60);
-    for act in ACTS {
+    for act in ACTIVATIONS {
         let mut out = vec![MaybeUninit::new(f32::NAN); 60];
         plane(&taps, &src, &[0.5], -0.25, act, &mut out);
         for (i, v) in values(&out).into_iter().enumerate() {

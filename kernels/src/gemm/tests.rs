@@ -634,15 +634,6 @@ fn a_lone_row_has_the_bits_of_its_row_in_a_full_tile() {
 /// every instruction set, serial and split. The bias added after the activation must be caught.
 #[test]
 fn the_epilogue_in_registers_equals_the_pass_over_stored_rows() {
-    let acts = [
-        Activation::None,
-        Activation::Relu,
-        Activation::Clip { lo: -0.3, hi: 0.4 },
-        Activation::LeakyRelu { alpha: 0.1 },
-        Activation::Sigmoid,
-        Activation::Silu,
-        Activation::HardSwish,
-    ];
     for &isa in Isa::supported() {
         let (m, n, k) = (2 * isa.mr() + 3, 3 * 32 + 7, 40);
         let (a, b) = (rand(51, m * k), rand(52, k * n));
@@ -659,7 +650,7 @@ fn the_epilogue_in_registers_equals_the_pass_over_stored_rows() {
             &Epilogue::NONE,
             Threads::Serial,
         );
-        for act in acts {
+        for act in crate::testing::ACTIVATIONS {
             for (bias, residual, col_bias) in [
                 (Some(&bias[..]), Some(&res[..]), None),
                 (Some(&bias[..]), None, Some(&cols[..])),
