@@ -31,6 +31,9 @@ pub struct Counters {
     pub graph_captures: AtomicU64,
     pub graph_replays: AtomicU64,
     pub graph_refusals: AtomicU64,
+    /// CPU outputs that took a dying input's storage (the memory plan's in-place rule): views and
+    /// elementwise ops written over their input.
+    pub in_place_outputs: AtomicU64,
     /// The names of the nodes behind `cuda_fallbacks` (locked only when a kernel declines).
     pub fallback_nodes: Mutex<BTreeSet<String>>,
     /// What verification found, per op type (written only while verification is on).
@@ -99,6 +102,7 @@ pub struct CounterSnapshot {
     pub graph_captures: u64,
     pub graph_replays: u64,
     pub graph_refusals: u64,
+    pub in_place_outputs: u64,
 }
 
 impl Counters {
@@ -159,6 +163,7 @@ impl Counters {
             graph_captures: g(&self.graph_captures),
             graph_replays: g(&self.graph_replays),
             graph_refusals: g(&self.graph_refusals),
+            in_place_outputs: g(&self.in_place_outputs),
         }
     }
 }

@@ -2,6 +2,7 @@
 //!
 //! Load a model with [`Session::from_file`] or [`Session::from_bytes`], then call [`Session::run`].
 
+pub mod arena;
 pub mod backend;
 pub mod cmdlog;
 pub mod counters;

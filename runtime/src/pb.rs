@@ -31,7 +31,7 @@ pub fn tensor_proto(name: &str, t: &Tensor) -> proto::TensorProto {
 }
 
 /// The bytes `raw_data` holds for a non-string tensor.
-fn raw_bytes(t: &Tensor) -> Vec<u8> {
+pub(crate) fn raw_bytes(t: &Tensor) -> Vec<u8> {
     macro_rules! le {
         ($a:expr, $f:expr) => {
             $a.iter().flat_map($f).collect()

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::ir::{Attr, Graph, Node};
-use crate::ops::{Kernel, Registry};
+use crate::ops::{InPlace, Kernel, Registry};
 use crate::tensor::Value;
 
 pub struct Step {
@@ -19,6 +19,10 @@ pub struct Step {
     /// on their results): it runs on the host whatever the placement, reads no device data, and a
     /// graph capture may contain it (its results are fixed by the run's input shapes).
     pub shapes_only: bool,
+    /// The kernel's in-place form, where it has one and one of the node's first two inputs dies
+    /// here (read once by the node): the executor writes the output over that input when, at run
+    /// time, nothing else holds it (the memory plan's in-place rule).
+    pub in_place: Option<(InPlace, [bool; 2])>,
 }
 
 pub struct Plan {
@@ -167,6 +171,7 @@ impl Plan {
                 frees: Vec::new(),
                 device: None,
                 shapes_only: false,
+                in_place: None,
             });
         }
         // Lifetimes: a value is dropped after its last reader, unless it is a graph output.
@@ -182,6 +187,15 @@ impl Plan {
                 steps[s].frees.push(name);
             }
         }
+        for step in &mut steps {
+            let n = &g.nodes[step.node];
+            let donors = donors(n, &step.frees);
+            if donors.contains(&true) {
+                step.in_place = registry
+                    .get_in_place(&n.domain, &n.op_type)
+                    .map(|f| (f, donors));
+            }
+        }
         let initializers = g.initializers.clone();
         let mut outer_refs: Vec<String> = outer_refs.into_iter().collect();
         outer_refs.sort();
@@ -193,6 +207,21 @@ impl Plan {
             subplans,
         })
     }
+}
+
+/// Which of a node's first two inputs an in-place form may write over: those that die at the node
+/// (in `frees`: neither graph outputs nor values of enclosing graphs) and that the node reads once.
+/// Whether nothing else holds the value (an initializer, a value a caller kept) is for the executor
+/// to see at run time.
+pub fn donors(node: &Node, frees: &[String]) -> [bool; 2] {
+    let dies = |i: usize| {
+        node.inputs.get(i).is_some_and(|name| {
+            !name.is_empty()
+                && frees.contains(name)
+                && node.inputs.iter().filter(|n| *n == name).count() == 1
+        })
+    };
+    [dies(0), dies(1)]
 }
 
 /// Finds the CPU kernel for a node, or says precisely why there is none.

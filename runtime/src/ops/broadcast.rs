@@ -121,7 +121,7 @@ where
     };
     let n: usize = shape.iter().product();
     // Written whole below (every branch covers every element once), so never filled first.
-    let mut out: Vec<O> = Vec::with_capacity(n);
+    let mut out: Vec<O> = crate::arena::vec(n);
     let spare = &mut out.spare_capacity_mut()[..n];
     if a.shape() == b.shape() {
         par_fill(spare, &|start, o| {
@@ -230,7 +230,7 @@ where
     let Some(x) = a.as_slice() else {
         return a.map(|p| f(p.clone()));
     };
-    let mut out: Vec<O> = Vec::with_capacity(x.len());
+    let mut out: Vec<O> = crate::arena::vec(x.len());
     par_fill(&mut out.spare_capacity_mut()[..x.len()], &|start, o| {
         for (o, v) in o.iter_mut().zip(&x[start..]) {
             o.write(f(v.clone()));
@@ -258,7 +258,7 @@ where
             &owned
         }
     };
-    let mut out: Vec<O> = Vec::with_capacity(x.len());
+    let mut out: Vec<O> = crate::arena::vec(x.len());
     par_fill(&mut out.spare_capacity_mut()[..x.len()], &|start, o| {
         f(&x[start..start + o.len()], o)
     });
@@ -266,6 +266,57 @@ where
     // writes all of its chunk.
     unsafe { out.set_len(x.len()) };
     ArrayD::from_shape_vec(IxDyn(a.shape()), out).expect("one output per input element")
+}
+
+/// [`unary`] written over its operand (`a[i] = f(a[i])`), split across threads as [`par_fill`]
+/// splits: the in-place form of an elementwise kernel whose input dies at its node. `false`, with
+/// nothing written, where `a` is not in standard layout.
+pub fn unary_over<A, F>(a: &mut ArrayD<A>, f: F) -> bool
+where
+    A: Copy + Send + Sync,
+    F: Fn(A) -> A + Sync + Send,
+{
+    let Some(x) = a.as_slice_mut() else {
+        return false;
+    };
+    par_fill(x, &|_, c| {
+        for v in c {
+            *v = f(*v);
+        }
+    });
+    true
+}
+
+/// Values [`unary_slices_over`] copies out at a time before its slice kernel writes them back.
+const OVER_CHUNK: usize = 256;
+
+/// [`unary_slices`] written over its operand: each piece of at most [`OVER_CHUNK`] values is copied
+/// to the stack and the slice kernel writes its results back in place, so that its input and output
+/// never alias. `false`, with nothing written, where `a` is not in standard layout.
+pub fn unary_slices_over<A>(a: &mut ArrayD<A>, f: fn(&[A], &mut [MaybeUninit<A>])) -> bool
+where
+    A: Copy + Default + Send + Sync,
+{
+    let Some(x) = a.as_slice_mut() else {
+        return false;
+    };
+    par_fill(x, &|_, c| {
+        let mut copy = [A::default(); OVER_CHUNK];
+        for piece in c.chunks_mut(OVER_CHUNK) {
+            let src = &mut copy[..piece.len()];
+            src.copy_from_slice(piece);
+            // SAFETY: `MaybeUninit<A>` has `A`'s layout, and the kernel writes only initialised
+            // values into the piece it is given.
+            let dst = unsafe {
+                std::slice::from_raw_parts_mut(
+                    piece.as_mut_ptr().cast::<MaybeUninit<A>>(),
+                    piece.len(),
+                )
+            };
+            f(src, dst);
+        }
+    });
+    true
 }
 
 #[cfg(test)]

@@ -51,7 +51,7 @@ fn channel_affine(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>
     );
     let plane = xs[2..].iter().product::<usize>();
     // Each value written once, from its input (never zeroed first).
-    let mut y: Vec<f32> = Vec::with_capacity(xd.len());
+    let mut y: Vec<f32> = crate::arena::vec(xd.len());
     if plane > 0 {
         let out = &mut y.spare_capacity_mut()[..xd.len()];
         let run = |(i, (yp, xp)): (usize, (&mut [std::mem::MaybeUninit<f32>], &[f32]))| {

@@ -622,7 +622,7 @@ pub(super) fn depthwise<T: ConvFloat>(
     let (g, m, mg) = (&sh.g, sh.m, sh.mg());
     let (in_sp, out_sp, ksz) = (g.in_sp(), g.out_sp(), g.ksz());
     let total = sh.n * m * out_sp;
-    let mut y: Vec<T> = Vec::with_capacity(total);
+    let mut y: Vec<T> = crate::arena::vec(total);
     if total == 0 {
         return y;
     }
@@ -680,7 +680,7 @@ pub(crate) fn pool_f32(g: &Geom, xd: &[f32], planes: usize, of: PoolOf) -> Optio
     let grid = PhaseGrid::of(g);
     let ones = vec![1.0f32; g.ksz()];
     let total = planes * out_sp;
-    let mut y: Vec<f32> = Vec::with_capacity(total);
+    let mut y: Vec<f32> = crate::arena::vec(total);
     if total == 0 {
         return Some(y);
     }

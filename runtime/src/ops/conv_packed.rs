@@ -230,7 +230,7 @@ pub(super) fn conv_one_pixel(
     threads: Threads,
 ) -> Vec<f32> {
     let (n, c, m) = (sh.n, sh.c, sh.m);
-    let mut y = Vec::with_capacity(n * m);
+    let mut y = crate::arena::vec(n * m);
     let epi = Epilogue {
         bias: None,
         act,
@@ -379,7 +379,7 @@ pub(super) unsafe fn per_group(
     let (cg, mg) = (sh.cg(), sh.mg());
     let (in_sp, out_sp) = (sh.g.in_sp(), sh.g.out_sp());
     let total = n * m * out_sp;
-    let mut y: Vec<f32> = Vec::with_capacity(total);
+    let mut y: Vec<f32> = crate::arena::vec(total);
     if total == 0 {
         return y;
     }

@@ -237,10 +237,12 @@ pub(crate) fn strided_gather<T: Clone + Send + Sync>(
         return vec![src[base as usize].clone(); n];
     }
     if sh.len() == 1 && st[0] == 1 && n < PAR_THRESHOLD * 8 {
-        return src[base as usize..base as usize + n].to_vec();
+        let mut v = crate::arena::vec(n);
+        v.extend_from_slice(&src[base as usize..base as usize + n]);
+        return v;
     }
     // Written once, element by element, never filled first.
-    let mut buf: Vec<T> = Vec::with_capacity(n);
+    let mut buf: Vec<T> = crate::arena::vec(n);
     let out = &mut buf.spare_capacity_mut()[..n];
     let threads = rayon::current_num_threads();
     // Leading axes to split the work over: enough of them to feed every thread, stopping at the
@@ -499,7 +501,7 @@ fn concat_impl<T: Elem>(
     // Each output element written once, from its part (never filled first); a long output in
     // parallel chunks, each of which may span parts and rows (a channel Concat of one image is one
     // row: it was one thread's copy).
-    let mut out: Vec<T> = Vec::with_capacity(n);
+    let mut out: Vec<T> = crate::arena::vec(n);
     par_fill(&mut out.spare_capacity_mut()[..n], &|start, chunk| {
         let mut done = 0;
         while done < chunk.len() {

@@ -159,6 +159,27 @@ macro_rules! num_one {
         one!($t, $x => $e; F32, F64, F16, BF16, I8, I16, I32, I64, U8, U16, U32, U64)
     };
 }
+/// `$e` (a `bool`: whether it wrote) on the array of a numeric tensor, `$x` borrowed mutably; `false`
+/// for other dtypes. The in-place forms' dispatch, as `num_one!` is the kernels'.
+macro_rules! num_over {
+    ($t:expr, $x:ident => $e:expr) => {
+        match $t {
+            $crate::tensor::Tensor::F32($x) => $e,
+            $crate::tensor::Tensor::F64($x) => $e,
+            $crate::tensor::Tensor::F16($x) => $e,
+            $crate::tensor::Tensor::BF16($x) => $e,
+            $crate::tensor::Tensor::I8($x) => $e,
+            $crate::tensor::Tensor::I16($x) => $e,
+            $crate::tensor::Tensor::I32($x) => $e,
+            $crate::tensor::Tensor::I64($x) => $e,
+            $crate::tensor::Tensor::U8($x) => $e,
+            $crate::tensor::Tensor::U16($x) => $e,
+            $crate::tensor::Tensor::U32($x) => $e,
+            $crate::tensor::Tensor::U64($x) => $e,
+            _ => false,
+        }
+    };
+}
 macro_rules! int_one {
     ($t:expr, $x:ident => $e:expr) => {
         one!($t, $x => $e; I8, I16, I32, I64, U8, U16, U32, U64)
@@ -195,8 +216,32 @@ where
     broadcast::binary(a, b, f)
 }
 
+/// Where `small` (`len` values of shape `sshape`) is constant except along one run of axes where it
+/// matches `shape`: how many consecutive values of `shape` each of its values meets (the product of
+/// the axes after the run), and the values a chunk of the work holds (whole periods of `small`).
+/// `None` for other patterns.
+pub(super) fn run_of(len: usize, sshape: &[usize], shape: &[usize]) -> Option<(usize, usize)> {
+    let pad = shape.len().checked_sub(sshape.len())?;
+    let dim = |i: usize| if i < pad { 1 } else { sshape[i - pad] };
+    let start = (0..shape.len())
+        .find(|&i| dim(i) != 1)
+        .unwrap_or(shape.len());
+    let end = (start..shape.len())
+        .find(|&i| dim(i) != shape[i])
+        .unwrap_or(shape.len());
+    if (end..shape.len()).any(|i| dim(i) != 1) || len == 0 {
+        return None;
+    }
+    let inner: usize = shape[end..].iter().product();
+    let period = len * inner;
+    if period == 0 {
+        return None;
+    }
+    Some((inner, period * (PAR_THRESHOLD / 4 / period).max(1)))
+}
+
 /// `full` has `shape`; `small`, of shape `sshape`, is constant except along one run of axes where it
-/// matches `shape`. Returns `None` for other patterns.
+/// matches `shape` ([`run_of`]). Returns `None` for other patterns.
 fn runs<A, B, O, F>(
     full: &[A],
     small: &[B],
@@ -210,26 +255,10 @@ where
     O: Clone + Send + Sync + Default,
     F: Fn(A, B) -> O + Sync + Send,
 {
-    let pad = shape.len() - sshape.len();
-    let dim = |i: usize| if i < pad { 1 } else { sshape[i - pad] };
-    let start = (0..shape.len())
-        .find(|&i| dim(i) != 1)
-        .unwrap_or(shape.len());
-    let end = (start..shape.len())
-        .find(|&i| dim(i) != shape[i])
-        .unwrap_or(shape.len());
-    if (end..shape.len()).any(|i| dim(i) != 1) || small.is_empty() {
-        return None;
-    }
-    let inner: usize = shape[end..].iter().product();
-    let period = small.len() * inner;
-    if period == 0 {
-        return None;
-    }
-    let block = period * (PAR_THRESHOLD / 4 / period).max(1);
+    let (inner, block) = run_of(small.len(), sshape, shape)?;
     // Written whole below (each chunk of `out` meets the chunk of `full` of its length, and every
     // element is written once), so never filled first.
-    let mut out: Vec<O> = Vec::with_capacity(full.len());
+    let mut out: Vec<O> = crate::arena::vec(full.len());
     let spare = &mut out.spare_capacity_mut()[..full.len()];
     let work = |(o, x): (&mut [std::mem::MaybeUninit<O>], &[A])| {
         if let [s] = small {
@@ -588,6 +617,10 @@ pub(crate) use unary::erf_f64;
 pub(crate) use unary::gelu_f64;
 pub(crate) use unary::{ERF_MID_F32, ERF_SMALL};
 
+/// Add, Sub, Mul and Div written over an operand that dies at the node.
+#[path = "elementwise_over.rs"]
+mod over;
+
 /// PRelu's slope broadcasts to X. Before opset 7 a 1-D slope could also name the channel axis (axis 1,
 /// or the one axis of X of its length): reshape it to that.
 fn prelu_slope<'t>(x: &Tensor, s: &'t Tensor) -> OpResult<Cow<'t, Tensor>> {
@@ -633,6 +666,7 @@ pub fn register(r: &mut Registry) {
     r.add("", "Sub", |c, i| k_arith(c, i, Ar::Sub));
     r.add("", "Mul", |c, i| k_arith(c, i, Ar::Mul));
     r.add("", "Div", |c, i| k_arith(c, i, Ar::Div));
+    over::register(r);
     r.add("", "Mod", k_mod);
     r.add("", "Pow", k_pow);
     r.add("", "PRelu", k_prelu);

@@ -51,6 +51,47 @@ macro_rules! float_map {
     };
 }
 
+/// [`float_map!`]'s in-place form: `$e` written over the float tensor `$t` (a `&mut Tensor`), each
+/// value computed as the kernel computes it; `false` for other dtypes and layouts.
+macro_rules! float_map_over {
+    ($t:expr, $F:ident, |$x:ident| $e:expr) => {
+        match $t {
+            Tensor::F32(a) => {
+                type $F = f32;
+                broadcast::unary_over(a, |$x: $F| $e)
+            }
+            Tensor::F64(a) => {
+                type $F = f64;
+                broadcast::unary_over(a, |$x: $F| $e)
+            }
+            Tensor::F16(a) => {
+                type $F = f32;
+                broadcast::unary_over(a, |h: f16| {
+                    let $x: $F = h.to_f32();
+                    f16::from_f32($e)
+                })
+            }
+            Tensor::BF16(a) => {
+                type $F = f32;
+                broadcast::unary_over(a, |h: bf16| {
+                    let $x: $F = h.to_f32();
+                    bf16::from_f32($e)
+                })
+            }
+            _ => false,
+        }
+    };
+}
+
+/// The in-place form of an op whose f32 values come from a slice kernel: f32 only (other dtypes are
+/// left to the kernel).
+fn f32_slices_over(t: &mut Tensor, f32s: fn(&[f32], &mut [std::mem::MaybeUninit<f32>])) -> bool {
+    match t {
+        Tensor::F32(a) => broadcast::unary_slices_over(a, f32s),
+        _ => false,
+    }
+}
+
 /// Exp and Sigmoid: f32 by the slice kernels of `quorum_kernels::activation` on the widest vectors
 /// this CPU has (their fused-epilogue forms use the same formulas, so a fused Sigmoid equals this one
 /// bit for bit); f16 and bf16 through the same kernels in f32, rounded once; f64 by `f64` alone.
@@ -80,18 +121,27 @@ fn k_exp(_: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     )
 }
 
+fn over_exp(_: &OpCtx, t: &mut Tensor, _: usize, _: &[Option<&Value>]) -> OpResult<bool> {
+    Ok(f32_slices_over(t, quorum_kernels::activation::exp_slice))
+}
+
+/// f32 Sigmoid: `quorum_kernels::Activation::Sigmoid`'s slice kernel.
+fn sigmoid_f32(x: &[f32], y: &mut [std::mem::MaybeUninit<f32>]) {
+    quorum_kernels::Activation::Sigmoid.map(x, y)
+}
+
+fn over_sigmoid(_: &OpCtx, t: &mut Tensor, _: usize, _: &[Option<&Value>]) -> OpResult<bool> {
+    Ok(f32_slices_over(t, sigmoid_f32))
+}
+
 /// e^-|x|, then e^x/(1+e^x) below 0 so the subnormal tail survives (1/(1+e^-x) is 0 once e^-x
 /// overflows): `quorum_kernels::Activation::Sigmoid`'s formula, which f32 runs.
 fn k_sigmoid(_: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
-    through_f32_slices(
-        input(inputs, 0)?,
-        |x, y| quorum_kernels::Activation::Sigmoid.map(x, y),
-        |x| {
-            let e = (-x.abs()).exp();
-            let r = 1.0 / (1.0 + e);
-            if x < 0.0 { e * r } else { r }
-        },
-    )
+    through_f32_slices(input(inputs, 0)?, sigmoid_f32, |x| {
+        let e = (-x.abs()).exp();
+        let r = 1.0 / (1.0 + e);
+        if x < 0.0 { e * r } else { r }
+    })
 }
 
 /// Erf: f32 through the branch-free slice kernel ([`erf_f32`]), other float types per element.
@@ -102,38 +152,67 @@ fn k_erf(_: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     }
 }
 
-/// Kernels of one float input and no attributes.
+/// Kernels of one float input, and their in-place forms, from one formula: `$ctx`'s attributes
+/// read by the statements in braces, then `$e` per value.
 macro_rules! float_kernels {
-    ($($name:ident => |$x:ident| $e:expr;)*) => {$(
-        fn $name(_: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+    ($($name:ident, $over:ident, |$ctx:ident| { $($pre:tt)* } => |$x:ident| $e:expr;)*) => {$(
+        #[allow(unused_variables)]
+        fn $name($ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+            $($pre)*
             single(float_map!(input(inputs, 0)?, F, |$x| $e))
+        }
+        #[allow(unused_variables)]
+        fn $over($ctx: &OpCtx, t: &mut Tensor, _: usize, _: &[Option<&Value>]) -> OpResult<bool> {
+            $($pre)*
+            Ok(float_map_over!(t, F, |$x| $e))
         }
     )*};
 }
 
 float_kernels! {
-    k_ceil => |x| x.ceil();
-    k_floor => |x| x.floor();
-    k_round => |x| x.round_ties_even();
-    k_reciprocal => |x| x.recip();
-    k_sqrt => |x| x.sqrt();
-    k_log => |x| x.ln();
-    k_sin => |x| x.sin();
-    k_cos => |x| x.cos();
-    k_tan => |x| x.tan();
-    k_asin => |x| x.asin();
-    k_acos => |x| x.acos();
-    k_atan => |x| x.atan();
-    k_sinh => |x| x.sinh();
-    k_cosh => |x| x.cosh();
-    k_asinh => |x| x.asinh();
-    k_acosh => |x| x.acosh();
-    k_atanh => |x| x.atanh();
-    k_tanh => |x| x.tanh();
-    k_softplus => |x| if x > 0.0 { x + (-x).exp().ln_1p() } else { x.exp().ln_1p() };
-    k_softsign => |x| x / (1.0 + x.abs());
-    k_mish => |x| x * (if x > 0.0 { x + (-x).exp().ln_1p() } else { x.exp().ln_1p() }).tanh();
-    k_hardswish => |x| x * (x / 6.0 + 0.5).clamp(0.0, 1.0);
+    k_ceil, over_ceil, |ctx| {} => |x| x.ceil();
+    k_floor, over_floor, |ctx| {} => |x| x.floor();
+    k_round, over_round, |ctx| {} => |x| x.round_ties_even();
+    k_reciprocal, over_reciprocal, |ctx| {} => |x| x.recip();
+    k_sqrt, over_sqrt, |ctx| {} => |x| x.sqrt();
+    k_log, over_log, |ctx| {} => |x| x.ln();
+    k_sin, over_sin, |ctx| {} => |x| x.sin();
+    k_cos, over_cos, |ctx| {} => |x| x.cos();
+    k_tan, over_tan, |ctx| {} => |x| x.tan();
+    k_asin, over_asin, |ctx| {} => |x| x.asin();
+    k_acos, over_acos, |ctx| {} => |x| x.acos();
+    k_atan, over_atan, |ctx| {} => |x| x.atan();
+    k_sinh, over_sinh, |ctx| {} => |x| x.sinh();
+    k_cosh, over_cosh, |ctx| {} => |x| x.cosh();
+    k_asinh, over_asinh, |ctx| {} => |x| x.asinh();
+    k_acosh, over_acosh, |ctx| {} => |x| x.acosh();
+    k_atanh, over_atanh, |ctx| {} => |x| x.atanh();
+    k_tanh, over_tanh, |ctx| {} => |x| x.tanh();
+    k_softplus, over_softplus, |ctx| {} =>
+        |x| if x > 0.0 { x + (-x).exp().ln_1p() } else { x.exp().ln_1p() };
+    k_softsign, over_softsign, |ctx| {} => |x| x / (1.0 + x.abs());
+    k_mish, over_mish, |ctx| {} =>
+        |x| x * (if x > 0.0 { x + (-x).exp().ln_1p() } else { x.exp().ln_1p() }).tanh();
+    k_hardswish, over_hardswish, |ctx| {} => |x| x * (x / 6.0 + 0.5).clamp(0.0, 1.0);
+    k_leaky_relu, over_leaky_relu, |ctx| { let alpha = ctx.attr_f("alpha", 0.01)?; } =>
+        |x| if x < 0.0 { x * alpha as F } else { x };
+    k_thresholded_relu, over_thresholded_relu, |ctx| { let alpha = ctx.attr_f("alpha", 1.0)?; } =>
+        |x| if x > alpha as F { x } else { 0.0 };
+    k_elu, over_elu, |ctx| { let alpha = ctx.attr_f("alpha", 1.0)?; } =>
+        |x| if x < 0.0 { alpha as F * x.exp_m1() } else { x };
+    k_selu, over_selu, |ctx| {
+        let alpha = ctx.attr_f("alpha", 1.673_263_2)?;
+        let gamma = ctx.attr_f("gamma", 1.050_701)?;
+    } => |x| gamma as F * if x > 0.0 { x } else { alpha as F * x.exp_m1() };
+    k_celu, over_celu, |ctx| { let alpha = ctx.attr_f("alpha", 1.0)?; } =>
+        |x| if x > 0.0 { x } else { alpha as F * (x / alpha as F).exp_m1() };
+    k_hard_sigmoid, over_hard_sigmoid, |ctx| {
+        let (alpha, beta) = (ctx.attr_f("alpha", 0.2)?, ctx.attr_f("beta", 0.5)?);
+    } => |x| (alpha as F * x + beta as F).clamp(0.0, 1.0);
+}
+
+fn over_erf(_: &OpCtx, t: &mut Tensor, _: usize, _: &[Option<&Value>]) -> OpResult<bool> {
+    Ok(f32_slices_over(t, erf_f32))
 }
 
 fn k_abs(_: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
@@ -148,62 +227,24 @@ fn k_sign(_: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     single(num_one!(input(inputs, 0)?, x => broadcast::unary(x, Num::n_sign)))
 }
 
-fn relu<T: Num>(x: &ArrayD<T>) -> ArrayD<T> {
-    broadcast::unary(x, |v: T| if v < T::default() { T::default() } else { v })
+fn over_abs(_: &OpCtx, t: &mut Tensor, _: usize, _: &[Option<&Value>]) -> OpResult<bool> {
+    Ok(num_over!(t, x => broadcast::unary_over(x, Num::n_abs)))
+}
+
+fn over_neg(_: &OpCtx, t: &mut Tensor, _: usize, _: &[Option<&Value>]) -> OpResult<bool> {
+    Ok(num_over!(t, x => broadcast::unary_over(x, Num::n_neg)))
+}
+
+fn relu_of<T: Num>(v: T) -> T {
+    if v < T::default() { T::default() } else { v }
 }
 
 fn k_relu(_: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
-    single(num_one!(input(inputs, 0)?, x => relu(x)))
+    single(num_one!(input(inputs, 0)?, x => broadcast::unary(x, relu_of)))
 }
 
-fn k_leaky_relu(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
-    let alpha = ctx.attr_f("alpha", 0.01)?;
-    single(float_map!(input(inputs, 0)?, F, |x| if x < 0.0 {
-        x * alpha as F
-    } else {
-        x
-    }))
-}
-
-fn k_thresholded_relu(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
-    let alpha = ctx.attr_f("alpha", 1.0)?;
-    single(float_map!(input(inputs, 0)?, F, |x| if x > alpha as F {
-        x
-    } else {
-        0.0
-    }))
-}
-
-fn k_elu(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
-    let alpha = ctx.attr_f("alpha", 1.0)?;
-    single(float_map!(input(inputs, 0)?, F, |x| if x < 0.0 {
-        alpha as F * x.exp_m1()
-    } else {
-        x
-    }))
-}
-
-fn k_selu(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
-    let alpha = ctx.attr_f("alpha", 1.673_263_2)?;
-    let gamma = ctx.attr_f("gamma", 1.050_701)?;
-    single(float_map!(input(inputs, 0)?, F, |x| gamma as F
-        * if x > 0.0 { x } else { alpha as F * x.exp_m1() }))
-}
-
-fn k_celu(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
-    let alpha = ctx.attr_f("alpha", 1.0)?;
-    single(float_map!(input(inputs, 0)?, F, |x| if x > 0.0 {
-        x
-    } else {
-        alpha as F * (x / alpha as F).exp_m1()
-    }))
-}
-
-fn k_hard_sigmoid(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
-    let (alpha, beta) = (ctx.attr_f("alpha", 0.2)?, ctx.attr_f("beta", 0.5)?);
-    single(float_map!(input(inputs, 0)?, F, |x| (alpha as F * x
-        + beta as F)
-        .clamp(0.0, 1.0)))
+fn over_relu(_: &OpCtx, t: &mut Tensor, _: usize, _: &[Option<&Value>]) -> OpResult<bool> {
+    Ok(num_over!(t, x => broadcast::unary_over(x, relu_of)))
 }
 
 fn k_shrink(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
@@ -241,7 +282,31 @@ fn k_gelu(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     })
 }
 
-fn clip<T: Num>(x: &ArrayD<T>, lo: Option<&Tensor>, hi: Option<&Tensor>) -> OpResult<ArrayD<T>> {
+/// f32 Gelu without the tanh approximation, in place (the kernel's slice kernel); other forms are
+/// left to the kernel.
+fn over_gelu(ctx: &OpCtx, t: &mut Tensor, _: usize, _: &[Option<&Value>]) -> OpResult<bool> {
+    Ok(ctx.attr_s("approximate", "none")? == "none" && f32_slices_over(t, gelu_f32))
+}
+
+/// Clip with its bounds, one value at a time.
+fn clip_of<T: Num>(lo: Option<T>, hi: Option<T>) -> impl Fn(T) -> T + Copy + Send + Sync {
+    move |v: T| {
+        let v = match lo {
+            Some(l) if v < l => l,
+            _ => v,
+        };
+        match hi {
+            Some(h) if v > h => h,
+            _ => v,
+        }
+    }
+}
+
+/// Clip's bounds (opset 11 on: optional one-element inputs of the input's dtype).
+fn clip_bounds<T: Num>(
+    lo: Option<&Tensor>,
+    hi: Option<&Tensor>,
+) -> OpResult<(Option<T>, Option<T>)> {
     let bound = |t: Option<&Tensor>| -> OpResult<Option<T>> {
         let Some(t) = t else { return Ok(None) };
         match T::arr(t) {
@@ -253,17 +318,12 @@ fn clip<T: Num>(x: &ArrayD<T>, lo: Option<&Tensor>, hi: Option<&Tensor>) -> OpRe
             ),
         }
     };
-    let (lo, hi) = (bound(lo)?, bound(hi)?);
-    Ok(broadcast::unary(x, move |v: T| {
-        let v = match lo {
-            Some(l) if v < l => l,
-            _ => v,
-        };
-        match hi {
-            Some(h) if v > h => h,
-            _ => v,
-        }
-    }))
+    Ok((bound(lo)?, bound(hi)?))
+}
+
+fn clip<T: Num>(x: &ArrayD<T>, lo: Option<&Tensor>, hi: Option<&Tensor>) -> OpResult<ArrayD<T>> {
+    let (lo, hi) = clip_bounds(lo, hi)?;
+    Ok(broadcast::unary(x, clip_of(lo, hi)))
 }
 
 fn k_clip(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
@@ -280,6 +340,18 @@ fn k_clip(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     }
     let (lo, hi) = (opt_input(inputs, 1)?, opt_input(inputs, 2)?);
     single(num_one!(x, a => clip(a, lo, hi)?))
+}
+
+/// Clip in place from opset 11 (bounds as inputs); the attribute form is left to the kernel.
+fn over_clip(ctx: &OpCtx, t: &mut Tensor, _: usize, inputs: &[Option<&Value>]) -> OpResult<bool> {
+    if ctx.opset() < 11 {
+        return Ok(false);
+    }
+    let (lo, hi) = (opt_input(inputs, 1)?, opt_input(inputs, 2)?);
+    Ok(num_over!(t, a => {
+        let (lo, hi) = clip_bounds(lo, hi)?;
+        broadcast::unary_over(a, clip_of(lo, hi))
+    }))
 }
 
 /// Maps a float tensor to booleans through `$f` applied to each value as f64.
@@ -349,6 +421,47 @@ pub(super) fn register(r: &mut Registry) {
     r.add("", "Celu", k_celu);
     r.add("", "Shrink", k_shrink);
     r.add("", "Gelu", k_gelu);
+    let in_place: [(&'static str, crate::ops::InPlace); 36] = [
+        ("Abs", over_abs),
+        ("Neg", over_neg),
+        ("Relu", over_relu),
+        ("Clip", over_clip),
+        ("Ceil", over_ceil),
+        ("Floor", over_floor),
+        ("Round", over_round),
+        ("Reciprocal", over_reciprocal),
+        ("Sqrt", over_sqrt),
+        ("Exp", over_exp),
+        ("Log", over_log),
+        ("Erf", over_erf),
+        ("Sin", over_sin),
+        ("Cos", over_cos),
+        ("Tan", over_tan),
+        ("Asin", over_asin),
+        ("Acos", over_acos),
+        ("Atan", over_atan),
+        ("Sinh", over_sinh),
+        ("Cosh", over_cosh),
+        ("Asinh", over_asinh),
+        ("Acosh", over_acosh),
+        ("Atanh", over_atanh),
+        ("Tanh", over_tanh),
+        ("Sigmoid", over_sigmoid),
+        ("Softplus", over_softplus),
+        ("Softsign", over_softsign),
+        ("Mish", over_mish),
+        ("HardSwish", over_hardswish),
+        ("HardSigmoid", over_hard_sigmoid),
+        ("LeakyRelu", over_leaky_relu),
+        ("ThresholdedRelu", over_thresholded_relu),
+        ("Elu", over_elu),
+        ("Selu", over_selu),
+        ("Celu", over_celu),
+        ("Gelu", over_gelu),
+    ];
+    for (op, f) in in_place {
+        r.in_place("", op, f);
+    }
 }
 
 #[cfg(test)]

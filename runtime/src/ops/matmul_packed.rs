@@ -25,7 +25,7 @@ pub(crate) fn gemm_to_vec(
     n: usize,
     epi: &Epilogue,
 ) -> Vec<f32> {
-    let mut out: Vec<f32> = Vec::with_capacity(m * n);
+    let mut out: Vec<f32> = crate::arena::vec(m * n);
     sgemm_uninit(
         a,
         b,
@@ -84,7 +84,7 @@ pub(crate) fn matmul_bias_f32(
     };
     let total = nb * m * n;
     let mut applied = false;
-    let mut out: Vec<f32> = Vec::with_capacity(total);
+    let mut out: Vec<f32> = crate::arena::vec(total);
     let spare = &mut out.spare_capacity_mut()[..total];
     if tall {
         let pa = PackedA::new(isa, rows, k, asl, k);

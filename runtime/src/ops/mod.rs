@@ -38,6 +38,14 @@ pub mod variadic;
 /// A CPU kernel: inputs in node order (`None` for an omitted optional input), outputs in node order.
 pub type Kernel = fn(&OpCtx, &[Option<&Value>]) -> OpResult<Vec<Value>>;
 
+/// A kernel's in-place form: its one output written over `donor`, the node's input `at`, which dies
+/// at the node and which nothing else holds (the executor decides that; the other inputs are in the
+/// slice, `at`'s slot empty). `Ok(false)`, with `donor` untouched, where the form does not apply
+/// (a dtype, a broadcast that grows the output, an attribute it does not take, an error the kernel
+/// should report): the kernel then runs. Where it returns `true`, `donor` holds what the kernel
+/// would have returned, bit for bit.
+pub type InPlace = fn(&OpCtx, &mut Tensor, usize, &[Option<&Value>]) -> OpResult<bool>;
+
 /// Runs a subgraph attribute of the node being executed (If branches, Loop and Scan bodies) with the
 /// given inputs, the current scope visible to it.
 pub trait SubgraphRunner {
@@ -72,6 +80,7 @@ pub struct OpCtx<'a> {
 #[derive(Default)]
 pub struct Registry {
     kernels: HashMap<(&'static str, &'static str), Kernel>,
+    in_place: HashMap<(&'static str, &'static str), InPlace>,
     families: HashMap<(&'static str, &'static str), &'static str>,
     current_family: &'static str,
 }
@@ -80,6 +89,21 @@ impl Registry {
     pub fn add(&mut self, domain: &'static str, op: &'static str, k: Kernel) {
         self.kernels.insert((domain, op), k);
         self.families.insert((domain, op), self.current_family);
+    }
+
+    /// Registers the in-place form of an op whose kernel is registered.
+    pub fn in_place(&mut self, domain: &'static str, op: &'static str, f: InPlace) {
+        self.in_place.insert((domain, op), f);
+    }
+
+    /// The ops that have an in-place form.
+    pub fn in_place_ops(&self) -> impl Iterator<Item = (&'static str, &'static str)> + '_ {
+        self.in_place.keys().copied()
+    }
+
+    /// The in-place form of an op, where it has one.
+    pub fn get_in_place(&self, domain: &str, op: &str) -> Option<InPlace> {
+        self.in_place.get(&(domain, op)).copied()
     }
 
     /// The op family (kernel file) an op belongs to, for reports.

@@ -176,7 +176,7 @@ fn layer_norm_f32(
     }
     let rows = x.len() / cols;
     let (w, b) = (&w[..cols], &b[..cols]);
-    let mut y: Vec<f32> = Vec::with_capacity(x.len());
+    let mut y: Vec<f32> = crate::arena::vec(x.len());
     let mut st = vec![(0.0, 0.0); rows];
     let out = &mut y.spare_capacity_mut()[..x.len()];
     let work = |((yr, xr), s): ((&mut [MaybeUninit<f32>], &[f32]), &mut (f64, f64))| {

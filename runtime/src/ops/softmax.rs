@@ -194,7 +194,11 @@ fn compute_with<T: Float + Elem>(
     // A contiguous input is copied as one slice (ndarray's n-dimensional iterator costs more than
     // the softmax itself).
     let mut v: Vec<T> = match a.as_slice() {
-        Some(s) => s.to_vec(),
+        Some(s) => {
+            let mut v = crate::arena::vec(s.len());
+            v.extend_from_slice(s);
+            v
+        }
         None => a.iter().copied().collect(),
     };
     let len = n * inner;

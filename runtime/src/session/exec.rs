@@ -31,6 +31,8 @@ pub(super) struct Exec<'s> {
     pub whole: super::trial::Whole,
     pub policy: Policy<'s>,
     pub counters: &'s Counters,
+    /// Where kernels' f32 outputs take their storage, and where dead values' storage goes.
+    pub arena: &'s crate::arena::Arena,
     /// Indexed like the session's devices (a `DeviceTensor::device` is an index here).
     pub devices: Vec<Box<dyn DeviceRun + 's>>,
     /// The top-level steps that recorded their event in this run (a step placed on a device may
@@ -233,11 +235,14 @@ impl Exec<'_> {
                 }
                 None => match self.view_in_place(plan, &mut scope, node, step) {
                     Some(v) => vec![Slot::host(Arc::new(v), false)],
-                    None => self
-                        .run_cpu(plan, &scope, node, step)?
-                        .into_iter()
-                        .map(|v| Slot::host(Arc::new(v), false))
-                        .collect(),
+                    None => match self.write_in_place(plan, &mut scope, node, step)? {
+                        Some(v) => vec![Slot::host(Arc::new(v), false)],
+                        None => self
+                            .run_cpu(plan, &scope, node, step)?
+                            .into_iter()
+                            .map(|v| Slot::host(Arc::new(v), false))
+                            .collect(),
+                    },
                 },
             };
             if let Some(t) = started {
@@ -287,74 +292,8 @@ impl Exec<'_> {
         Ok(outs)
     }
 
-    /// A view op (Reshape, Flatten, Squeeze, Unsqueeze) whose data input dies at this step, is on the
-    /// host and is held by nothing else: that storage, reshaped, where the kernel would copy it
-    /// (shufflenet's 33 Reshapes were 13% of its run). `None` wherever any of that does not hold, or
-    /// the shape rule refuses: the kernel then runs as usual, with its own errors. The shape is the
-    /// kernel's own (`view_shape`), so the result is the kernel's, bit for bit.
-    fn view_in_place(
-        &self,
-        plan: &Plan,
-        scope: &mut Scope,
-        node: &Node,
-        step: &Step,
-    ) -> Option<Value> {
-        if !(node.domain.is_empty() || node.domain == "ai.onnx")
-            || !matches!(
-                node.op_type.as_str(),
-                "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze"
-            )
-        {
-            return None;
-        }
-        let name = node.inputs.first().filter(|n| !n.is_empty())?;
-        if !step.frees.contains(name) || node.inputs[1..].contains(name) {
-            return None;
-        }
-        let shape = {
-            let Slot::Host {
-                value,
-                weight: false,
-                copies,
-                ..
-            } = scope.values.get(name)?
-            else {
-                return None;
-            };
-            if Arc::strong_count(value) != 1 || !copies.borrow().is_empty() {
-                return None;
-            }
-            let x = value.as_tensor()?;
-            let param = match node.inputs.get(1).filter(|n| !n.is_empty()) {
-                Some(n) => {
-                    let v = self.host_value(scope.get(n)?, node).ok()?;
-                    Some(v.as_tensor()?.to_i64_vec().ok()?)
-                }
-                None => None,
-            };
-            let shape = self
-                .with_ctx(plan, scope, node, |ctx| {
-                    crate::ops::shape::view_shape(ctx, x.shape(), param)
-                })
-                .ok()?;
-            if shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)) != Some(x.len())
-                || matches!(x, Tensor::Packed(..))
-            {
-                return None;
-            }
-            shape
-        };
-        let Some(Slot::Host { value, .. }) = scope.values.remove(name) else {
-            unreachable!("checked above");
-        };
-        match Arc::try_unwrap(value) {
-            Ok(Value::Tensor(t)) => t.into_shape(&shape).ok().map(Value::Tensor),
-            _ => unreachable!("checked above: a tensor held once"),
-        }
-    }
-
     /// `f` given the kernel context of `node` in `scope` (its subgraphs run through this executor).
-    fn with_ctx<R>(
+    pub(super) fn with_ctx<R>(
         &self,
         plan: &Plan,
         scope: &Scope,
@@ -366,11 +305,12 @@ impl Exec<'_> {
             plan,
             scope,
         };
-        f(&OpCtx {
+        let ctx = OpCtx {
             node,
             runner: &runner,
             max_tensor_bytes: self.max_tensor_bytes,
-        })
+        };
+        crate::arena::enter(self.arena, || f(&ctx))
     }
 
     /// Adds one execution of `node` to its op type's time and to its own.

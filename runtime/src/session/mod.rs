@@ -12,6 +12,7 @@ mod inputs;
 mod options;
 mod placement;
 mod residency;
+mod reuse;
 pub mod schedule;
 mod spin;
 pub mod thresholds;
@@ -47,6 +48,8 @@ pub struct Session {
     /// The graph rewrites applied at build time (`crate::optimize`).
     rewrites: Vec<crate::optimize::Rewrite>,
     counters: Arc<Counters>,
+    /// The host storage of dead activations, for the next outputs (the memory plan, `arena`).
+    arena: crate::arena::Arena,
     /// The accelerators this session uses, in priority order (a plan step's device index).
     devices: Vec<SessionDevice>,
     /// Streams and events of the top-level plan.
@@ -191,6 +194,11 @@ impl Session {
             plan.steps.len(),
             options.graph_capture == GraphCapture::Off,
         );
+        let arena = if options.arena {
+            crate::arena::Arena::default()
+        } else {
+            crate::arena::Arena::with_ceiling(0)
+        };
         Ok(Session {
             model,
             plan,
@@ -200,6 +208,7 @@ impl Session {
             folded,
             rewrites,
             counters: Arc::new(Counters::default()),
+            arena,
             devices,
             schedule,
             capture_blocker,
@@ -513,6 +522,7 @@ impl Session {
                 allow_unchecked: &self.options.allow_unchecked,
             },
             counters: &self.counters,
+            arena: &self.arena,
             devices,
             recorded: Default::default(),
             next_event: Default::default(),
@@ -544,6 +554,7 @@ impl Session {
             let replay = exec.replay.borrow_mut().take();
             (result, refusal, replay)
         };
+        self.arena.end_run();
         if result.is_ok() {
             self.dispatch
                 .trial
@@ -595,6 +606,9 @@ impl From<Refused> for Error {
 #[cfg(test)]
 #[path = "profile_tests.rs"]
 mod profile_tests;
+#[cfg(test)]
+#[path = "reuse_tests.rs"]
+mod reuse_tests;
 #[cfg(test)]
 #[path = "shapes_tests.rs"]
 mod shapes_tests;

@@ -38,6 +38,12 @@ pub struct SessionOptions {
     /// Apply the graph rewrites of `crate::optimize` (fusions, Identity removal) when every node of
     /// the session runs on the CPU (on by default); each keeps the outputs bit for bit.
     pub optimize: bool,
+    /// Keep the storage of dead f32 activations for the next outputs that fit, within a run and
+    /// across runs (`crate::arena`; on by default): a steady-state run then takes no new memory
+    /// for the outputs of the kernels that allocate through it, at the cost of holding what the
+    /// last run asked for (peak memory a few MB to tens of MB higher, measured in
+    /// `reports/cpu/README.md`). Off: every output allocates from the process heap.
+    pub arena: bool,
     /// Device streams a run may use (at least 1): independent branches of the graph go on different
     /// streams (see `session::schedule`); results are bit-identical to one stream.
     pub streams: usize,
@@ -64,6 +70,7 @@ impl Default for SessionOptions {
             poison_device_buffers: None,
             fold_constants: true,
             optimize: true,
+            arena: true,
             streams: 1,
             graph_capture: GraphCapture::Off,
             command_log: false,

@@ -178,12 +178,22 @@ impl Exec<'_> {
                     run.release(dev, after);
                 }
             }
-            Slot::Host { weight, copies, .. } => {
+            Slot::Host {
+                weight,
+                copies,
+                value,
+                ..
+            } => {
                 if !weight {
                     for d in copies.into_inner() {
                         if let Some(run) = self.devices.get(d.device) {
                             run.release(d, after);
                         }
+                    }
+                    // A dead f32 activation held by nothing else: its storage to the arena.
+                    if let Ok(Value::Tensor(crate::tensor::Tensor::F32(a))) = Arc::try_unwrap(value)
+                    {
+                        self.arena.give(a.into_raw_vec_and_offset().0);
                     }
                 }
             }

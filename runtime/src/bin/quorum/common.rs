@@ -72,6 +72,11 @@ pub struct ModelArgs {
     /// default where every node runs on the CPU, keep every output bit for bit).
     #[arg(long)]
     pub no_optimize: bool,
+    /// Allocate every output from the process heap instead of reusing the storage of dead
+    /// activations through the memory arena (on by default): lower peak memory, and outputs
+    /// allocated again in every run.
+    #[arg(long)]
+    pub no_arena: bool,
     /// Device streams a run may use: independent branches of the graph run concurrently (results
     /// are bit-identical to one stream).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
@@ -125,6 +130,7 @@ impl ModelArgs {
                 .collect(),
             fold_constants: !self.no_fold,
             optimize: !self.no_optimize,
+            arena: !self.no_arena,
             streams: self.streams as usize,
             graph_capture: self
                 .graph
