@@ -290,6 +290,26 @@ fn every_unary_form_is_its_kernel_bit_for_bit() {
         check_form(form("Gelu"), "Gelu", 20, &attrs, &[Some(x)], 0).unwrap(),
         Outcome::Declined
     );
+    // The Softmax family over each axis (and the flattening axis before opset 13).
+    for op in ["Softmax", "LogSoftmax", "Hardmax"] {
+        for (opset, axis) in [(13, 0i64), (13, 1), (13, -1), (11, 1)] {
+            for dtype in ["f32", "f64", "f16"] {
+                let x = as_dtype(
+                    &f32s(41 + axis.unsigned_abs(), &[6, 70, 90], -5.0, 5.0),
+                    dtype,
+                );
+                let attrs = [("axis", Attr::Int(axis))];
+                let got = check_form(form(op), op, opset, &attrs, &[Some(x)], 0).unwrap();
+                let want = if dtype == "f16" {
+                    Outcome::Declined
+                } else {
+                    Outcome::Wrote
+                };
+                assert_eq!(got, want, "{op} opset {opset} axis {axis} {dtype}");
+            }
+        }
+        tested.insert(op);
+    }
     // Every registered form is tested here or by the arithmetic tests.
     tested.extend(["Add", "Sub", "Mul", "Div"]);
     let registered: BTreeSet<&str> = Registry::cpu().in_place_ops().map(|(_, op)| op).collect();

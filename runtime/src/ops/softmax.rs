@@ -19,6 +19,9 @@ pub fn register(r: &mut Registry) {
     r.add("", "Softmax", softmax);
     r.add("", "LogSoftmax", log_softmax);
     r.add("", "Hardmax", hardmax);
+    r.in_place("", "Softmax", |c, t, _, _| run_over(c, t, Kind::Soft));
+    r.in_place("", "LogSoftmax", |c, t, _, _| run_over(c, t, Kind::LogSoft));
+    r.in_place("", "Hardmax", |c, t, _, _| run_over(c, t, Kind::Hard));
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -201,6 +204,17 @@ fn compute_with<T: Float + Elem>(
         }
         None => a.iter().copied().collect(),
     };
+    blocks(&mut v, (outer, n, inner), kind, block);
+    Ok(ArrayD::from_shape_vec(IxDyn(a.shape()), v)?)
+}
+
+/// Each block of `n * inner` values of `v` reduced in place, in parallel when large.
+fn blocks<T: Float + Elem>(
+    v: &mut [T],
+    (outer, n, inner): (usize, usize, usize),
+    kind: Kind,
+    block: fn(&mut [T], usize, usize, Kind),
+) {
     let len = n * inner;
     if len > 0 {
         if v.len() >= PAR_THRESHOLD && outer > 1 {
@@ -209,7 +223,23 @@ fn compute_with<T: Float + Elem>(
             v.chunks_mut(len).for_each(|b| block(b, n, inner, kind));
         }
     }
-    Ok(ArrayD::from_shape_vec(IxDyn(a.shape()), v)?)
+}
+
+/// The in-place form: f32 and f64 in standard layout written over the input (the kernel copies its
+/// input and runs the same blocks over the copy); f16 and bf16 go to the kernel.
+fn run_over(ctx: &OpCtx, t: &mut Tensor, kind: Kind) -> OpResult<bool> {
+    let dims = lanes(ctx, t.shape())?;
+    Ok(match t {
+        Tensor::F32(a) => a
+            .as_slice_mut()
+            .map(|v| blocks(v, dims, kind, block_f32))
+            .is_some(),
+        Tensor::F64(a) => a
+            .as_slice_mut()
+            .map(|v| blocks(v, dims, kind, block::<f64>))
+            .is_some(),
+        _ => false,
+    })
 }
 
 /// `(outer, n, inner)`: the lanes a Softmax, LogSoftmax or Hardmax node reduces over, for an input
