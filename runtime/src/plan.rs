@@ -189,11 +189,13 @@ impl Plan {
         }
         for step in &mut steps {
             let n = &g.nodes[step.node];
-            let donors = donors(n, &step.frees);
-            if donors.contains(&true) {
-                step.in_place = registry
-                    .get_in_place(&n.domain, &n.op_type)
-                    .map(|f| (f, donors));
+            if let Some((f, inputs)) = registry.get_in_place(&n.domain, &n.op_type) {
+                let mut donors = donors(n, &step.frees);
+                // A unary op's other inputs (Clip's bounds) are never written over.
+                donors[inputs.min(2)..].fill(false);
+                if donors.contains(&true) {
+                    step.in_place = Some((f, donors));
+                }
             }
         }
         let initializers = g.initializers.clone();

@@ -123,10 +123,10 @@ where
 }
 
 pub(super) fn register(r: &mut Registry) {
-    r.in_place("", "Add", |c, t, at, i| arith_over(c, t, at, i, Ar::Add));
-    r.in_place("", "Sub", |c, t, at, i| arith_over(c, t, at, i, Ar::Sub));
-    r.in_place("", "Mul", |c, t, at, i| arith_over(c, t, at, i, Ar::Mul));
-    r.in_place("", "Div", |c, t, at, i| arith_over(c, t, at, i, Ar::Div));
+    r.in_place_either("", "Add", |c, t, at, i| arith_over(c, t, at, i, Ar::Add));
+    r.in_place_either("", "Sub", |c, t, at, i| arith_over(c, t, at, i, Ar::Sub));
+    r.in_place_either("", "Mul", |c, t, at, i| arith_over(c, t, at, i, Ar::Mul));
+    r.in_place_either("", "Div", |c, t, at, i| arith_over(c, t, at, i, Ar::Div));
 }
 
 #[cfg(test)]

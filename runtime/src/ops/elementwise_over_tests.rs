@@ -98,9 +98,13 @@ fn as_dtype(t: &Tensor, dtype: &str) -> Tensor {
 }
 
 fn form(op: &str) -> InPlace {
-    Registry::cpu()
+    let (f, inputs) = Registry::cpu()
         .get_in_place("", op)
-        .expect("an in-place form")
+        .expect("an in-place form");
+    // Only the arithmetic may write over its second input (Clip's bounds are never its output).
+    let binary = matches!(op, "Add" | "Sub" | "Mul" | "Div");
+    assert_eq!(inputs, if binary { 2 } else { 1 }, "{op}");
+    f
 }
 
 #[test]

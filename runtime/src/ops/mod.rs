@@ -80,7 +80,9 @@ pub struct OpCtx<'a> {
 #[derive(Default)]
 pub struct Registry {
     kernels: HashMap<(&'static str, &'static str), Kernel>,
-    in_place: HashMap<(&'static str, &'static str), InPlace>,
+    /// In-place forms, with how many of the leading inputs each may write over (1: the first
+    /// only, as for a unary op whose other inputs are parameters; 2: either operand).
+    in_place: HashMap<(&'static str, &'static str), (InPlace, usize)>,
     families: HashMap<(&'static str, &'static str), &'static str>,
     current_family: &'static str,
 }
@@ -91,9 +93,15 @@ impl Registry {
         self.families.insert((domain, op), self.current_family);
     }
 
-    /// Registers the in-place form of an op whose kernel is registered.
+    /// Registers the in-place form of an op whose kernel is registered, writing over its first
+    /// input only.
     pub fn in_place(&mut self, domain: &'static str, op: &'static str, f: InPlace) {
-        self.in_place.insert((domain, op), f);
+        self.in_place.insert((domain, op), (f, 1));
+    }
+
+    /// Registers the in-place form of a binary op, which may write over either operand.
+    pub fn in_place_either(&mut self, domain: &'static str, op: &'static str, f: InPlace) {
+        self.in_place.insert((domain, op), (f, 2));
     }
 
     /// The ops that have an in-place form.
@@ -101,8 +109,8 @@ impl Registry {
         self.in_place.keys().copied()
     }
 
-    /// The in-place form of an op, where it has one.
-    pub fn get_in_place(&self, domain: &str, op: &str) -> Option<InPlace> {
+    /// The in-place form of an op, where it has one, and how many leading inputs it may write over.
+    pub fn get_in_place(&self, domain: &str, op: &str) -> Option<(InPlace, usize)> {
         self.in_place.get(&(domain, op)).copied()
     }
 
