@@ -9,13 +9,13 @@
 //! session, a worker thread). What is handed out is plain memory: a kernel writes every element it
 //! returns, as it does into fresh memory (the kernels' tests poison their outputs first).
 //!
-//! At the end of each run the arena keeps only what that run asked for ([`Arena::end_run`]): a
-//! buffer freed by a kernel that allocates for itself goes back to the allocator, not to here for
-//! good. Buffers below [`MIN_BYTES`] are left to the allocator (cheap, and many), and the arena holds at
-//! most [`HELD_BYTES`] so that one large run does not pin its memory forever. Debug builds (the
-//! tests) fill what they keep with [`POISON`]. A request takes the
-//! smallest free buffer that holds it and wastes at most half of itself (a small output never takes
-//! the buffer a large one will ask for next).
+//! A request takes the smallest free buffer that holds it and wastes at most half of it (a small
+//! output never takes the buffer a large one will ask for next). At the end of each run the arena
+//! keeps only what that run asked for ([`Arena::end_run`]), and a freed buffer that no size asked
+//! in this run or the last fits is not kept at all: storage of a kernel that allocates for itself
+//! goes back to the allocator that serves it. Buffers below [`MIN_BYTES`] are left to the allocator
+//! (cheap, and many), and the arena holds at most [`HELD_BYTES`]. Debug builds (the tests) fill
+//! what they keep with [`POISON`].
 use std::cell::Cell;
 use std::mem::ManuallyDrop;
 use std::sync::Mutex;
@@ -52,7 +52,7 @@ struct Free {
 }
 
 impl Free {
-    /// Whether a buffer of `cap` values would serve a size the last run asked for.
+    /// Whether a buffer of `cap` values would serve a size asked in the last run or in this one.
     fn wanted(&self, cap: usize) -> bool {
         // Sizes `n` with n <= cap <= 1.5 n: from ceil(2 cap / 3) to cap.
         let least = (cap.saturating_mul(2)).div_ceil(3);

@@ -63,8 +63,8 @@ impl Exec<'_> {
         {
             return None;
         }
-        let name = node.inputs.first().filter(|n| !n.is_empty())?;
-        if !step.frees.contains(name) || node.inputs[1..].contains(name) {
+        let name = node.inputs.first()?;
+        if !crate::plan::donors(node, &step.frees)[0] {
             return None;
         }
         if !owned_tensor(scope.values.get(name)?) {
