@@ -1,4 +1,4 @@
-//! Op properties: for every op of the accelerated op set (`shared/GPU_OPS.md`), random valid nodes
+//! Op properties: for every row of the op table (`quorum_optable`), random valid nodes
 //! (ranks 0-4, broadcasting and empty dims where the op allows them, every attribute form, old and new
 //! opsets; generators in `quorum_fuzz::opgen`) are checked two ways: the two CPU oracles agree with
 //! each other, and the runtime's CPU kernel, run in f32 on the same values, agrees with them
@@ -11,6 +11,7 @@
 //! `cargo test -p quorum-fuzz --test op_properties -- conv_transpose` runs
 //! one op. An oracle declining a form is a failure too, except for the coverage gaps listed in
 //! `quorum_fuzz::opcase::TOLERATED_DECLINES` (the runtime is then judged by the other oracle alone).
+#![forbid(unsafe_code)]
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -191,58 +192,80 @@ properties! {
     identity => "Identity",
     lstm => "LSTM", gru => "GRU",
     constant_of_shape => "ConstantOfShape", dropout => "Dropout", cast_like => "CastLike",
+    shape => "Shape", size => "Size",
 }
 
-/// Every op with a generator has a test, and every op of `shared/GPU_OPS.md` (when the file is in
-/// reach) has a generator.
+/// Every row of the op table has a generator and a test here.
 #[test]
-fn every_accelerated_op_has_a_property() {
+fn every_row_has_a_property() {
     let mut tested = TESTED.to_vec();
-    let mut generated = opgen::OPS.to_vec();
+    let mut rows: Vec<&str> = opgen::ops().collect();
     tested.sort_unstable();
-    generated.sort_unstable();
-    assert_eq!(tested, generated, "tests and generators differ");
-    let root = quorum_conformance::workspace_root();
-    let list = [
-        root.join("shared/GPU_OPS.md"),
-        root.join("../shared/GPU_OPS.md"),
-    ]
-    .into_iter()
-    .find_map(|p| std::fs::read_to_string(p).ok());
-    let Some(list) = list else {
-        eprintln!("shared/GPU_OPS.md not found: op list not cross-checked");
-        return;
-    };
-    let mut missing = vec![];
-    for line in list.lines().filter(|l| l.starts_with('|')) {
-        let Some(ops) = line.split('|').nth(2) else {
-            continue;
-        };
-        // "MatMul (batched, ...), Gemm (...)" -> "MatMul", "Gemm"; the header and separator rows
-        // hold no capitalised word.
-        let mut bare = String::new();
-        let mut depth = 0;
-        for ch in ops.chars() {
-            match ch {
-                '(' => depth += 1,
-                ')' => depth -= 1,
-                _ if depth == 0 => bare.push(ch),
-                _ => {}
-            }
-        }
-        for word in bare.split(',') {
-            let name = word.trim();
-            let is_op = name.chars().next().is_some_and(|c| c.is_ascii_uppercase())
-                && name.chars().all(|c| c.is_ascii_alphanumeric());
-            if is_op && !generated.contains(&name) {
-                missing.push(name.to_string());
-            }
+    rows.sort_unstable();
+    assert_eq!(tested, rows, "the tests here and the op table differ");
+}
+
+/// The data operand of a case (the op table's `dtypes` column names its types), if it has one.
+fn data_type_outside_the_spec(case: &quorum_fuzz::opcase::Case) -> Option<String> {
+    let row = quorum_optable::find(case.op)?;
+    let input = row.data_input()?;
+    let dtype = case.inputs.get(input)?.as_ref()?.dtype;
+    let ty = table_ty(dtype);
+    (!row.dtypes.contains(ty)).then(|| format!("{} with a {dtype:?} data operand", case.op))
+}
+
+fn table_ty(d: quorum_oracle::DType) -> quorum_optable::Ty {
+    use quorum_optable::Ty;
+    use quorum_oracle::DType as D;
+    match d {
+        D::F16 => Ty::F16,
+        D::BF16 => Ty::Bf16,
+        D::F32 => Ty::F32,
+        D::F64 => Ty::F64,
+        D::I8 => Ty::I8,
+        D::I16 => Ty::I16,
+        D::I32 => Ty::I32,
+        D::I64 => Ty::I64,
+        D::U8 => Ty::U8,
+        D::U16 => Ty::U16,
+        D::U32 => Ty::U32,
+        D::U64 => Ty::U64,
+        D::Bool => Ty::Bool,
+    }
+}
+
+/// Generated data operands have element types the ONNX spec allows for the op (the table's
+/// `dtypes`), f16, bf16 and f64 retyping included.
+#[test]
+fn generated_data_operands_stay_in_the_spec_types() {
+    use proptest::strategy::ValueTree;
+    let mut runner = TestRunner::new_with_rng(
+        Config::default(),
+        TestRng::from_seed(RngAlgorithm::ChaCha, &[11; 32]),
+    );
+    let strategy = (prop::collection::vec(any::<u32>(), CHOICES), any::<u64>());
+    let mut outside = std::collections::BTreeSet::new();
+    for op in opgen::ops() {
+        for k in 0..300u32 {
+            let (mut choices, seed) = strategy.new_tree(&mut runner).unwrap().current();
+            // Every retyping choice in turn (the last choice picks f16, bf16 or f64).
+            choices[CHOICES - 1] = k % 20;
+            let case = opgen::generate(op, &choices, seed);
+            outside.extend(data_type_outside_the_spec(&case));
         }
     }
-    assert!(
-        missing.is_empty(),
-        "GPU_OPS.md ops without a property: {missing:?}"
-    );
+    assert!(outside.is_empty(), "{outside:?}");
+}
+
+/// The check above catches a case outside the spec's types: Sqrt of int32, Not of float.
+#[test]
+fn a_data_operand_outside_the_spec_is_caught() {
+    use quorum_oracle::{DType, Value};
+    for (op, dtype) in [("Sqrt", DType::I32), ("Not", DType::F32)] {
+        let mut case = quorum_fuzz::opcase::Case::new(op, 13, 1);
+        case.input(Value::new(dtype, vec![2], vec![1.0, 0.0]).unwrap());
+        assert!(data_type_outside_the_spec(&case).is_some(), "{op}");
+    }
 }
 
 /// One case in a hundred is big: its tensors reach the sizes where the CPU kernels change path

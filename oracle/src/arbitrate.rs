@@ -23,6 +23,7 @@
 //! output type). A magnitude that is not finite where the answer is (HardSigmoid(±∞) = 0 or 1) bounds
 //! by the answer instead.
 use crate::{DType, NodeSpec, Output};
+use quorum_optable::{Accumulation, Class as Table};
 
 /// The outcome of judging one output.
 #[derive(Debug, Clone, PartialEq)]
@@ -78,71 +79,33 @@ pub const C_REDUCE: f64 = 64.0;
 /// Both oracles compute in f64: they may differ only by f64 rounding of the same terms.
 pub const C_ORACLES: f64 = 1e4;
 
-/// The class of `node`'s outputs, from the table in this function (`None` for an op it does not list).
-/// Integer and bool outputs (MaxPool's indices, Dropout's mask) are exact whatever the class.
+/// The class of `node`'s outputs, from the op table's `class` column (`quorum_optable`; `None` for
+/// an op the table does not list). Integer and bool outputs (MaxPool's indices, Dropout's mask) are
+/// exact whatever the class.
 pub fn class_of(node: &NodeSpec) -> Option<Class> {
-    let op = node.op_type.as_str();
-    let math = |ulps: f64| Some(Class::Math { ulps });
-    let sum = |c: f64| Some(Class::Sum { c });
     if !node.domain.is_empty() && node.domain != "ai.onnx" {
         return None;
     }
-    match op {
-        // Selections and rearrangements of input values; comparisons, logic, counts and indices.
-        "Abs" | "Neg" | "Ceil" | "Floor" | "Round" | "Sign" | "Relu" | "ThresholdedRelu"
-        | "Clip" | "Not" | "IsNaN" | "IsInf" | "Min" | "Max" | "Equal" | "Less" | "LessOrEqual"
-        | "Greater" | "GreaterOrEqual" | "And" | "Or" | "Xor" | "Where" | "BitShift"
-        | "Transpose" | "Concat" | "Split" | "Slice" | "Gather" | "GatherElements" | "Expand"
-        | "Pad" | "Tile" | "DepthToSpace" | "SpaceToDepth" | "Trilu" | "OneHot" | "Reshape"
-        | "Flatten" | "Squeeze" | "Unsqueeze" | "Identity" | "MaxPool" | "GlobalMaxPool"
-        | "ReduceMax" | "ReduceMin" | "ArgMax" | "ArgMin" | "Hardmax" | "ConstantOfShape"
-        | "Dropout" | "Shape" | "Size" => Some(Class::Exact),
-        // Scatter without a reduction (or with max/min) moves values; add and mul combine them.
-        "ScatterElements" => match node.string("reduction", "none").ok()?.as_str() {
-            "add" | "mul" => sum(C_ELEMENTWISE),
-            _ => Some(Class::Exact),
-        },
-        // Nearest-neighbour resizing picks input values; linear and cubic interpolate.
-        "Resize" => match node.string("mode", "nearest").ok()?.as_str() {
-            "nearest" => Some(Class::Exact),
-            _ => sum(C_REDUCE),
-        },
-        "Cast" | "CastLike" => Some(Class::Rounded),
-        // Correctly rounded in IEEE arithmetic.
-        "Reciprocal" | "Sqrt" => math(1.0),
-        // One library-quality function of the input.
-        "Exp" | "Log" | "Erf" | "Sin" | "Cos" | "Tan" | "Tanh" | "Sigmoid" | "Softsign"
-        | "HardSigmoid" => math(4.0),
-        // Compositions of a few such functions and arithmetic.
-        "Elu" | "Selu" | "Celu" | "HardSwish" | "Softplus" | "Gelu" | "Mish" | "Pow" => math(8.0),
-        "Add" | "Sub" | "Mul" | "Div" | "Mod" | "Sum" | "Mean" | "PRelu" | "LeakyRelu"
-        | "Range" => sum(C_ELEMENTWISE),
-        "MatMul"
-        | "Gemm"
-        | "Conv"
-        | "ConvTranspose"
-        | "AveragePool"
-        | "GlobalAveragePool"
-        | "LpPool"
-        | "BatchNormalization"
-        | "InstanceNormalization"
-        | "LayerNormalization"
-        | "GroupNormalization"
-        | "LRN"
-        | "Softmax"
-        | "LogSoftmax"
-        | "ReduceSum"
-        | "ReduceMean"
-        | "ReduceProd"
-        | "ReduceL1"
-        | "ReduceL2"
-        | "ReduceSumSquare"
-        | "ReduceLogSum"
-        | "ReduceLogSumExp"
-        | "LSTM"
-        | "GRU" => sum(C_REDUCE),
-        _ => None,
+    let row = quorum_optable::find(&node.op_type)?;
+    // An attribute of the wrong kind leaves the class unknown (judged as a long sum), as the node
+    // itself is invalid.
+    let mut invalid = false;
+    let class = row.class.resolve(|name| match node.attrs.get(name) {
+        None => None,
+        Some(_) => node.string(name, "").map_err(|_| invalid = true).ok(),
+    });
+    if invalid {
+        return None;
     }
+    Some(match class {
+        Table::Exact => Class::Exact,
+        Table::Rounded => Class::Rounded,
+        Table::Math { ulps } => Class::Math { ulps: ulps as f64 },
+        Table::Sum(Accumulation::Elementwise) => Class::Sum { c: C_ELEMENTWISE },
+        Table::Sum(Accumulation::Reduction) => Class::Sum { c: C_REDUCE },
+        // `resolve` never returns an attribute class (the table's own test checks none is nested).
+        Table::ByAttribute(_) => return None,
+    })
 }
 
 /// The bound one output is judged by: the op's class and the type the engine promises to compute in.

@@ -9,6 +9,7 @@
 //! Neither calls the other; they share only the value type and attribute decoding in this file.
 //! Beside each output value an oracle returns, per element, the magnitude of the terms it combined
 //! (e.g. Σ|a·b| for a dot product), from which a tolerance can be derived as an error bound.
+#![forbid(unsafe_code)]
 
 pub mod arbitrate;
 pub mod independent;

@@ -1,6 +1,7 @@
 //! The two oracles must agree wherever both claim an op: seeded random inputs (never all zeros) over a
 //! table of op forms. A disagreement is a bug in one of them (or a shared question for a human); an
 //! op only one oracle covers is reported, not passed.
+#![forbid(unsafe_code)]
 use std::collections::BTreeMap;
 
 use quorum_oracle::independent::Independent;

@@ -60,6 +60,30 @@ pub(super) fn generate(op: &'static str, g: &mut Gen) -> Option<Case> {
         "Range" => range(g),
         "OneHot" => one_hot(g),
         "Reshape" => reshape(g),
+        "Shape" => {
+            let opset = g.pick(&[21, 15, 13, 1]);
+            let x = g.shape(0, 4, true);
+            let r = x.len() as i64;
+            let mut c = Case::new(op, opset, g.seed);
+            // From opset 15 a slice of the shape: start and end, negative from the back, clamped.
+            if opset >= 15 {
+                if g.chance(40) {
+                    c.int("start", g.int(-r - 1, r + 1));
+                }
+                if g.chance(40) {
+                    c.int("end", g.int(-r - 1, r + 1));
+                }
+            }
+            c.input(g.floats_any(&x));
+            c
+        }
+        "Size" => {
+            let opset = g.pick(&[21, 13, 1]);
+            let x = g.shape(0, 4, true);
+            let mut c = Case::new(op, opset, g.seed);
+            c.input(g.floats_any(&x));
+            c
+        }
         "Flatten" => {
             let opset = g.pick(&[21, 13, 11, 9, 1]);
             let x = g.shape(1, 4, true);

@@ -1,5 +1,5 @@
-//! Generators of random valid nodes for every op of the accelerated op set (`shared/GPU_OPS.md`), and
-//! for the fills and pass-throughs the CUDA backend claims besides (ConstantOfShape, Dropout, CastLike).
+//! Generators of random valid nodes for every row of the op table (`quorum_optable`): the accelerated
+//! op set and the host-only rows the oracles judge (LSTM, GRU, Shape, Size).
 //!
 //! A generator is plain code reading its decisions (ranks, dims, attribute forms) from a [`Gen`]: a
 //! sequence of choices drawn by proptest, each read modulo the number of options, so that shrinking
@@ -20,60 +20,26 @@ pub use crate::opcase::Case;
 /// How many choices one case draws (a generator that reads past the end gets 0s: simplest forms).
 pub const CHOICES: usize = 96;
 
-/// Every op with a generator, by family (the op list of `shared/GPU_OPS.md`, then the fills and
-/// pass-throughs).
-#[rustfmt::skip]
-pub const OPS: &[&str] = &[
-    // unary elementwise
-    "Abs", "Neg", "Ceil", "Floor", "Round", "Sign", "Reciprocal", "Sqrt", "Exp", "Log", "Erf",
-    "Sin", "Cos", "Tan", "Tanh", "Sigmoid", "Relu", "LeakyRelu", "Elu", "Selu", "Celu",
-    "HardSigmoid", "HardSwish", "Softplus", "Softsign", "Gelu", "Mish", "ThresholdedRelu", "Clip",
-    "Not", "IsNaN", "IsInf", "Cast",
-    // binary / variadic elementwise
-    "Add", "Sub", "Mul", "Div", "Pow", "Mod", "Min", "Max", "Sum", "Mean", "PRelu", "Equal",
-    "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Xor", "Where", "BitShift",
-    // matrix
-    "MatMul", "Gemm",
-    // convolution
-    "Conv", "ConvTranspose",
-    // pooling
-    "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "LpPool",
-    // normalization
-    "BatchNormalization", "InstanceNormalization", "LayerNormalization", "GroupNormalization",
-    "LRN",
-    // softmax
-    "Softmax", "LogSoftmax", "Hardmax",
-    // reductions
-    "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
-    "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp", "ArgMax", "ArgMin",
-    // data movement
-    "Transpose", "Concat", "Split", "Slice", "Gather", "GatherElements", "ScatterElements",
-    "Expand", "Pad", "Resize", "Tile", "DepthToSpace", "SpaceToDepth", "Trilu", "Range", "OneHot",
-    // views
-    "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity",
-    // recurrent
-    "LSTM", "GRU",
-    // fills and pass-throughs
-    "ConstantOfShape", "Dropout", "CastLike",
-];
+/// Every op with a generator: every row of the op table (`quorum_optable::ROWS`), in table order.
+pub fn ops() -> impl Iterator<Item = &'static str> {
+    quorum_optable::ROWS.iter().map(|r| r.name)
+}
 
 /// Builds one case of `op` from proptest's choices and a value seed. Panics on an op without a
-/// generator (see [`OPS`]).
+/// generator (see [`ops`]).
 pub fn generate(op: &str, choices: &[u32], seed: u64) -> Case {
     let mut g = Gen::new(choices, seed);
     // One case in a hundred is big (the second-last choice decides; 0, where shrinking goes, is not).
     g.big = choices.get(CHOICES - 2).is_some_and(|c| c % 100 == 99);
-    let op: &'static str = OPS
-        .iter()
-        .find(|o| **o == op)
-        .unwrap_or_else(|| panic!("no generator for {op}"));
+    let row = quorum_optable::find(op).unwrap_or_else(|| panic!("{op} is not in the op table"));
+    let op = row.name;
     let case = elementwise::generate(op, &mut g)
         .or_else(|| nn::generate(op, &mut g))
         .or_else(|| data::generate(op, &mut g))
         .or_else(|| generated::generate(op, &mut g))
         .unwrap_or_else(|| panic!("no generator for {op}"))
         .trim();
-    retype_floats(case, choices.get(CHOICES - 1).copied().unwrap_or(0))
+    retype_floats(case, row, choices.get(CHOICES - 1).copied().unwrap_or(0))
 }
 
 /// Ops whose generators choose their own float types (or whose float inputs must stay f32: Resize's
@@ -83,14 +49,18 @@ const OWN_FLOAT_TYPES: &[&str] = &["Cast", "CastLike", "ConstantOfShape", "Dropo
 /// One case in twenty computes in f16, one in twenty in bf16 and one in twenty in f64 (the last
 /// choice decides, and 0, where shrinking goes, is f32): every f32 input becomes that type, so that the
 /// kernels' narrow-type paths (widened to f32, rounded once) and f64 paths are judged by the bounds
-/// of their class like the f32 ones. Values are rounded into the type by `round_inputs`.
-fn retype_floats(mut case: Case, choice: u32) -> Case {
-    let to = match choice % 20 {
-        17 => DType::F16,
-        18 => DType::BF16,
-        19 => DType::F64,
+/// of their class like the f32 ones. Values are rounded into the type by `round_inputs`. A type the
+/// op's data operand may not have (the op table's `dtypes`) is not chosen.
+fn retype_floats(mut case: Case, row: &quorum_optable::Row, choice: u32) -> Case {
+    let (to, ty) = match choice % 20 {
+        17 => (DType::F16, quorum_optable::Ty::F16),
+        18 => (DType::BF16, quorum_optable::Ty::Bf16),
+        19 => (DType::F64, quorum_optable::Ty::F64),
         _ => return case,
     };
+    if !row.dtypes.contains(ty) {
+        return case;
+    }
     if OWN_FLOAT_TYPES.contains(&case.op) {
         return case;
     }

@@ -15,9 +15,6 @@ use crate::ir::Node;
 use crate::ops::OpCtx;
 use crate::tensor::DType;
 
-/// Op types this family claims in at least one form.
-pub const OPS: &[&str] = &["Cast", "CastLike"];
-
 /// The kernel for a Cast or CastLike node, None for other ops.
 pub fn claim(node: &Node) -> Option<Result<CudaKernel, String>> {
     match node.op_type.as_str() {

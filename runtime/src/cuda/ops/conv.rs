@@ -26,9 +26,6 @@ use crate::ops::OpCtx;
 use crate::ops::conv::{Geom, conv_geom, convt_geom};
 use crate::tensor::DType;
 
-/// Op types this family claims in at least one form.
-pub const OPS: &[&str] = &["Conv", "ConvTranspose"];
-
 /// The kernel for `node` if this family owns its op type.
 pub fn claim(node: &Node) -> Option<Result<CudaKernel, String>> {
     match node.op_type.as_str() {

@@ -25,15 +25,6 @@ use crate::ops::shape::{RangePlan, range_plan};
 use crate::ops::{OpCtx, norm_axis};
 use crate::tensor::{DType, Tensor, Value};
 
-/// Op types this family claims in at least one form.
-pub const OPS: &[&str] = &[
-    "GatherElements",
-    "ScatterElements",
-    "OneHot",
-    "Trilu",
-    "Range",
-];
-
 /// Threads per block of every kernel here.
 const BLOCK: u32 = 256;
 

@@ -30,9 +30,6 @@ use crate::ir::Node;
 use crate::ops::OpCtx;
 use crate::tensor::DType;
 
-/// Op types this family claims in at least one form.
-pub const OPS: &[&str] = &["Gemm", "MatMul"];
-
 /// The kernel for `node` if this family owns its op type.
 pub fn claim(node: &Node) -> Option<Result<CudaKernel, String>> {
     match node.op_type.as_str() {

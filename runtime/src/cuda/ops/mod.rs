@@ -9,6 +9,7 @@ use super::ptx::{Cmp, Kernel, Reg, Ty};
 use super::{CudaKernel, KError, KResult};
 use crate::ir::Node;
 use crate::tensor::DType;
+use quorum_optable::{Backend, Family};
 
 pub mod cast;
 pub mod conv;
@@ -25,36 +26,9 @@ pub mod reduce;
 pub mod resize;
 pub mod softmax;
 
-/// Every family's claim function, in the order they are asked.
-const FAMILIES: [fn(&Node) -> Option<Result<CudaKernel, String>>; 11] = [
-    elementwise::claim,
-    cast::claim,
-    movement::claim,
-    index::claim,
-    resize::claim,
-    matmul::claim,
-    conv::claim,
-    reduce::claim,
-    softmax::claim,
-    norm::claim,
-    pool::claim,
-];
-
-const FAMILY_OPS: [&[&str]; 11] = [
-    elementwise::OPS,
-    cast::OPS,
-    movement::OPS,
-    index::OPS,
-    resize::OPS,
-    matmul::OPS,
-    conv::OPS,
-    reduce::OPS,
-    softmax::OPS,
-    norm::OPS,
-    pool::OPS,
-];
-
-/// The kernel for `node`, or the reason CUDA declines it.
+/// The kernel for `node`, or the reason CUDA declines it. The op table (`quorum_optable`) says
+/// whether CUDA claims the op and which family's generator handles it; the family then claims the
+/// node's form or declines it.
 pub fn claim(node: &Node) -> Result<CudaKernel, String> {
     if node.domain == crate::ops::QUORUM_DOMAIN
         && let Some(k) = matmul::claim_fused(node)
@@ -64,17 +38,38 @@ pub fn claim(node: &Node) -> Result<CudaKernel, String> {
     if !node.domain.is_empty() {
         return Err(format!("domain '{}' has no CUDA kernels", node.domain));
     }
-    for f in FAMILIES {
-        if let Some(r) = f(node) {
-            return r;
+    let Some(row) =
+        quorum_optable::find(&node.op_type).filter(|r| r.devices.contains(Backend::Cuda))
+    else {
+        return Err("no CUDA kernel for this operator".into());
+    };
+    let family: fn(&Node) -> Option<Result<CudaKernel, String>> = match row.family {
+        Family::Unary | Family::Binary => elementwise::claim,
+        Family::Cast => cast::claim,
+        Family::Movement | Family::View | Family::Fill => movement::claim,
+        Family::Index => index::claim,
+        Family::Resize => resize::claim,
+        Family::Matrix => matmul::claim,
+        Family::Convolution => conv::claim,
+        Family::Reduction => reduce::claim,
+        Family::Softmax => softmax::claim,
+        Family::Normalization => norm::claim,
+        Family::Pooling => pool::claim,
+        Family::Recurrent | Family::Metadata => {
+            return Err(format!("the {:?} family runs on the host", row.family));
         }
-    }
-    Err("no CUDA kernel for this operator".into())
+    };
+    family(node).unwrap_or_else(|| {
+        Err(format!(
+            "the op table puts {} in the {:?} family, whose CUDA kernels do not know it",
+            node.op_type, row.family
+        ))
+    })
 }
 
-/// Every op type some family claims in at least one form (for `quorum info` and the docs).
+/// Every op type CUDA claims in at least one form (for `quorum info` and the docs).
 pub fn claimed_ops() -> Vec<&'static str> {
-    let mut v: Vec<&'static str> = FAMILY_OPS.iter().flat_map(|f| f.iter().copied()).collect();
+    let mut v: Vec<&'static str> = quorum_optable::device_ops(Backend::Cuda).collect();
     v.sort();
     v
 }

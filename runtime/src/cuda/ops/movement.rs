@@ -20,27 +20,6 @@ use crate::ops::{OpCtx, norm_axis};
 use crate::tensor::{DType, Tensor, Value};
 use std::sync::Arc;
 
-/// Op types this family claims in at least one form.
-pub const OPS: &[&str] = &[
-    "Reshape",
-    "Flatten",
-    "Squeeze",
-    "Unsqueeze",
-    "Identity",
-    "Dropout",
-    "Transpose",
-    "Expand",
-    "Slice",
-    "Concat",
-    "Split",
-    "Tile",
-    "DepthToSpace",
-    "SpaceToDepth",
-    "Pad",
-    "Gather",
-    "ConstantOfShape",
-];
-
 /// The kernel for `node` if this family owns its op type.
 pub fn claim(node: &Node) -> Option<Result<CudaKernel, String>> {
     let op = node.op_type.as_str();

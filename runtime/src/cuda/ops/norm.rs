@@ -19,15 +19,6 @@ pub(super) mod rows;
 
 use rows::{ParamAt, RowNorm, rem_const, rownorm_run, rownorm_run_stats};
 
-/// Op types this family claims in at least one form.
-pub const OPS: &[&str] = &[
-    "BatchNormalization",
-    "InstanceNormalization",
-    "LayerNormalization",
-    "GroupNormalization",
-    "LRN",
-];
-
 fn int_attr(node: &Node, name: &str, default: i64) -> i64 {
     match node.attrs.get(name) {
         Some(Attr::Int(v)) => *v,

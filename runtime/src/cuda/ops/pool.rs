@@ -20,15 +20,6 @@ use crate::ops::OpCtx;
 use crate::ops::pool::{PGeom, out_shape, pool_geom};
 use crate::tensor::DType;
 
-/// Op types this family claims in at least one form.
-pub const OPS: &[&str] = &[
-    "MaxPool",
-    "AveragePool",
-    "LpPool",
-    "GlobalAveragePool",
-    "GlobalMaxPool",
-];
-
 /// The kernel for `node` if this family owns its op type.
 pub fn claim(node: &Node) -> Option<Result<CudaKernel, String>> {
     Some(Ok(match node.op_type.as_str() {

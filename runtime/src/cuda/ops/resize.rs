@@ -29,9 +29,6 @@ use crate::ops::resize::device::{DimMap, device_tables};
 use crate::ops::resize::{AxisTable, resize_setup, tensor_like};
 use crate::tensor::{DType, Tensor};
 
-/// Op types this family claims in at least one form.
-pub const OPS: &[&str] = &["Resize"];
-
 /// The kernel for a Resize node, None for other ops.
 pub fn claim(node: &Node) -> Option<Result<CudaKernel, String>> {
     match node.op_type.as_str() {

@@ -15,9 +15,6 @@ use crate::wgpu::memory::WTensor;
 use crate::wgpu::run::{KResult, Run};
 use crate::wgpu::wgsl;
 
-/// Op types this family claims in at least one form.
-pub const OPS: &[&str] = &["Conv", "ConvTranspose"];
-
 pub fn claim(node: &Node) -> Option<Result<WgpuKernel, String>> {
     match node.op_type.as_str() {
         "Conv" => Some(Ok(k_conv as WgpuKernel)),

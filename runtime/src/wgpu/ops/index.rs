@@ -21,15 +21,6 @@ use crate::wgpu::memory::{WTensor, words};
 use crate::wgpu::run::{KResult, Run};
 use crate::wgpu::wgsl;
 
-/// Op types this family claims in at least one form.
-pub const OPS: &[&str] = &[
-    "GatherElements",
-    "ScatterElements",
-    "OneHot",
-    "Trilu",
-    "Range",
-];
-
 /// The longest line of in-order scatter updates one thread applies; longer lines run on the CPU.
 const MAX_SERIAL: usize = 8192;
 

@@ -15,6 +15,7 @@ use crate::error::OpError;
 use crate::ir::Node;
 use crate::ops::OpCtx;
 use crate::tensor::{DType, Value};
+use quorum_optable::{Backend, Family};
 
 pub mod cast;
 pub mod conv;
@@ -36,43 +37,47 @@ pub mod softmax;
 /// A WGSL kernel for one node.
 pub type WgpuKernel = fn(&OpCtx, &Run, &dyn NodeInputs) -> KResult<Vec<WTensor>>;
 
-type Family = fn(&Node) -> Option<Result<WgpuKernel, String>>;
-
-/// Every family's claim function, in the order they are asked, with its op types.
-const FAMILIES: [(Family, &[&str]); 12] = [
-    (elementwise::claim, elementwise::OPS),
-    (cast::claim, cast::OPS),
-    (movement::claim, movement::OPS),
-    (matmul::claim, matmul::OPS),
-    (conv::claim, conv::OPS),
-    (reduce::claim, reduce::OPS),
-    (softmax::claim, softmax::OPS),
-    (norm::claim, norm::OPS),
-    (pool::claim, pool::OPS),
-    (movement_index::claim, movement_index::OPS),
-    (index::claim, index::OPS),
-    (resize::claim, resize::OPS),
-];
-
-/// The kernel for `node`, or the reason wgpu declines it.
+/// The kernel for `node`, or the reason wgpu declines it. The op table (`quorum_optable`) says
+/// whether wgpu claims the op and which family's generator handles it; the family then claims the
+/// node's form or declines it.
 pub fn claim(node: &Node) -> Result<WgpuKernel, String> {
     if !node.domain.is_empty() {
         return Err(format!("domain '{}' has no WGSL kernels", node.domain));
     }
-    for (f, _) in FAMILIES {
-        if let Some(r) = f(node) {
-            return r;
+    let Some(row) =
+        quorum_optable::find(&node.op_type).filter(|r| r.devices.contains(Backend::Wgpu))
+    else {
+        return Err("no WGSL kernel for this operator".into());
+    };
+    let family: fn(&Node) -> Option<Result<WgpuKernel, String>> = match row.family {
+        Family::Unary | Family::Binary => elementwise::claim,
+        Family::Cast => cast::claim,
+        Family::Movement | Family::View | Family::Fill => {
+            |n| movement::claim(n).or_else(|| movement_index::claim(n))
         }
-    }
-    Err("no WGSL kernel for this operator".into())
+        Family::Index => index::claim,
+        Family::Resize => resize::claim,
+        Family::Matrix => matmul::claim,
+        Family::Convolution => conv::claim,
+        Family::Reduction => reduce::claim,
+        Family::Softmax => softmax::claim,
+        Family::Normalization => norm::claim,
+        Family::Pooling => pool::claim,
+        Family::Recurrent | Family::Metadata => {
+            return Err(format!("the {:?} family runs on the host", row.family));
+        }
+    };
+    family(node).unwrap_or_else(|| {
+        Err(format!(
+            "the op table puts {} in the {:?} family, whose WGSL kernels do not know it",
+            node.op_type, row.family
+        ))
+    })
 }
 
-/// Every op type some family claims in at least one form.
+/// Every op type wgpu claims in at least one form.
 pub fn claimed_ops() -> Vec<&'static str> {
-    let mut v: Vec<&'static str> = FAMILIES
-        .iter()
-        .flat_map(|(_, o)| o.iter().copied())
-        .collect();
+    let mut v: Vec<&'static str> = quorum_optable::device_ops(Backend::Wgpu).collect();
     v.sort();
     v
 }

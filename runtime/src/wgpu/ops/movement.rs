@@ -18,25 +18,6 @@ use crate::wgpu::memory::{WTensor, encode, words};
 use crate::wgpu::run::{KResult, Run};
 use crate::wgpu::wgsl;
 
-/// Op types this family claims in at least one form.
-pub const OPS: &[&str] = &[
-    "Reshape",
-    "Flatten",
-    "Squeeze",
-    "Unsqueeze",
-    "Identity",
-    "Dropout",
-    "Transpose",
-    "Expand",
-    "Slice",
-    "Concat",
-    "Split",
-    "Tile",
-    "DepthToSpace",
-    "SpaceToDepth",
-    "ConstantOfShape",
-];
-
 pub fn claim(node: &Node) -> Option<Result<WgpuKernel, String>> {
     let k: WgpuKernel = match node.op_type.as_str() {
         "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze" => k_view,

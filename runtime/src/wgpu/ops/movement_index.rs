@@ -10,9 +10,6 @@ use crate::wgpu::memory::{WTensor, encode, words};
 use crate::wgpu::run::{KResult, Run};
 use crate::wgpu::wgsl;
 
-/// Op types this family claims in at least one form.
-pub const OPS: &[&str] = &["Pad", "Gather"];
-
 pub fn claim(node: &Node) -> Option<Result<WgpuKernel, String>> {
     match node.op_type.as_str() {
         "Pad" => Some(Ok(k_pad as WgpuKernel)),

@@ -15,20 +15,8 @@ use crate::wgpu::memory::WTensor;
 use crate::wgpu::run::{KResult, Run};
 use crate::wgpu::wgsl;
 
-/// Op types this family claims in at least one form.
-pub const OPS: &[&str] = &[
-    "BatchNormalization",
-    "InstanceNormalization",
-    "LayerNormalization",
-    "GroupNormalization",
-    "LRN",
-];
-
 pub fn claim(node: &Node) -> Option<Result<WgpuKernel, String>> {
     let op = node.op_type.as_str();
-    if !OPS.contains(&op) {
-        return None;
-    }
     let extra = node.outputs.iter().skip(1).any(|o| !o.is_empty());
     Some(if extra {
         Err(format!("{op} with its statistics outputs stays on the CPU"))

@@ -16,18 +16,8 @@ use crate::wgpu::memory::WTensor;
 use crate::wgpu::run::{KResult, Run};
 use crate::wgpu::wgsl;
 
-/// Op types this family claims in at least one form.
-pub const OPS: &[&str] = &[
-    "MaxPool",
-    "AveragePool",
-    "GlobalAveragePool",
-    "GlobalMaxPool",
-    "LpPool",
-];
-
-pub fn claim(node: &Node) -> Option<Result<WgpuKernel, String>> {
-    OPS.contains(&node.op_type.as_str())
-        .then_some(Ok(k_pool as WgpuKernel))
+pub fn claim(_node: &Node) -> Option<Result<WgpuKernel, String>> {
+    Some(Ok(k_pool as WgpuKernel))
 }
 
 fn global_geom(xs: &[usize]) -> PGeom {

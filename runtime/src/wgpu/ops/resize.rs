@@ -23,9 +23,6 @@ use crate::wgpu::memory::{WTensor, encode, words};
 use crate::wgpu::run::{KResult, Run};
 use crate::wgpu::wgsl;
 
-/// Op types this family claims in at least one form.
-pub const OPS: &[&str] = &["Resize"];
-
 pub fn claim(node: &Node) -> Option<Result<WgpuKernel, String>> {
     (node.op_type == "Resize").then_some(Ok(k_resize as WgpuKernel))
 }

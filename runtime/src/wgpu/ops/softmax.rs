@@ -15,12 +15,8 @@ use crate::wgpu::memory::WTensor;
 use crate::wgpu::run::{KResult, Run};
 use crate::wgpu::wgsl;
 
-/// Op types this family claims in at least one form.
-pub const OPS: &[&str] = &["Softmax", "LogSoftmax", "Hardmax"];
-
-pub fn claim(node: &Node) -> Option<Result<WgpuKernel, String>> {
-    OPS.contains(&node.op_type.as_str())
-        .then_some(Ok(k_softmax as WgpuKernel))
+pub fn claim(_node: &Node) -> Option<Result<WgpuKernel, String>> {
+    Some(Ok(k_softmax as WgpuKernel))
 }
 
 fn k_softmax(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<Vec<WTensor>> {
