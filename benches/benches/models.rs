@@ -1,6 +1,7 @@
 //! Criterion benches of whole models: every light model of the generated corpus
 //! (`target/corpus/onnx-1.23.2/light`, or `QUORUM_BENCH_CORPUS`) on every provider present and
 //! under `auto`, named `{provider}_{model}`. Skipped, with a line saying so, without a corpus.
+#![forbid(unsafe_code)]
 use std::path::PathBuf;
 
 use criterion::{Criterion, criterion_group, criterion_main};

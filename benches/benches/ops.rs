@@ -2,6 +2,7 @@
 //! every provider present, one group per family, named `{provider}_{op}_{dtype}` with the input
 //! shapes as the parameter. Device benches time whole runs in `iter_custom` (inputs uploaded,
 //! outputs back on the host: synchronised).
+#![forbid(unsafe_code)]
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use quorum_benches::{label, name, providers, session, timed_runs};
 use quorum_matrix::cases::{Size, sweep};

@@ -3,6 +3,7 @@
 //!
 //! A suite is written once ([`case`]); each engine ([`engine`]) runs it; the tolerance policy lives in
 //! [`tolerance`]; what may fail, and why, lives in `expected/<engine>.txt` ([`expect`]).
+#![forbid(unsafe_code)]
 
 pub mod arbitrate;
 pub mod case;

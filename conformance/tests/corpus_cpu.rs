@@ -1,5 +1,6 @@
 //! The CPU engine over the whole corpus (generated on first use), judged against
 //! `conformance/expected/cpu.txt`: an unlisted failure, or a listed case that now passes, fails this test.
+#![forbid(unsafe_code)]
 use quorum_conformance::cli::{Args, run};
 
 #[test]

@@ -2,6 +2,7 @@
 //! matches `conformance/corpus/requirements.lock`, and `generate.py` fails when a case cannot be
 //! generated instead of leaving it out. With `QUORUM_PYTHON` (a machine that cannot install anything)
 //! the differences are printed, not fatal.
+#![forbid(unsafe_code)]
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

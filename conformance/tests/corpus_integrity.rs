@@ -1,6 +1,7 @@
 //! The generated corpus holds the pinned number of cases per part (`conformance/corpus/counts.txt`),
 //! and every engine's expectation list, the cuda list included (its engine does not run without a
 //! GPU), names only cases of the corpus.
+#![forbid(unsafe_code)]
 use quorum_conformance::expect::{self, Expectations};
 use quorum_conformance::{case, corpus, engine, integrity};
 

@@ -2,6 +2,7 @@
 //! (`conformance/expected/oracle-reference.txt`, `oracle-independent.txt`), and the two oracles judged
 //! against each other node by node: wherever both cover a node, given the same inputs they must agree
 //! to within f64 rounding (`arbitrate::C_ORACLES`), or a human must settle which one is wrong.
+#![forbid(unsafe_code)]
 use std::panic::AssertUnwindSafe;
 
 use quorum_conformance::cli::{Args, run};

@@ -2,6 +2,7 @@
 //! node wgpu claims runs on the adapter wgpu picks (lavapipe in CI, where it is the only one), the
 //! CPU runs the rest. Where no adapter is usable the test says so and passes: there is nothing to
 //! run the engine on.
+#![forbid(unsafe_code)]
 use quorum_conformance::cli::{Args, run};
 
 #[test]

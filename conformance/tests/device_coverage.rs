@@ -1,6 +1,7 @@
 //! Device-coverage bookkeeping without a GPU: a fake device engine (the CPU session, with a made-up
 //! placement and run-time fallback) goes through the real runner and reports, and an engine without a
 //! device reports nothing.
+#![forbid(unsafe_code)]
 use std::path::Path;
 
 use quorum::{NodePlacement, Provider, Session, SessionOptions, Value};

@@ -2,6 +2,7 @@
 //! random outputs pass the rules, and deliberately corrupted outputs (a Bernoulli value that is not 0
 //! or 1, a kept Dropout element off its scale, a mask that disagrees with the output, a Dropout that
 //! never drops, a missing output, a wrong shape) fail them.
+#![forbid(unsafe_code)]
 use std::collections::HashMap;
 use std::path::Path;
 

@@ -2,6 +2,7 @@
 //! rounds every intermediate to 16 bits): each engine that runs here stays within the bound, the
 //! default tolerance would fail the bf16 cases (so the override is needed), and an output moved one
 //! step beyond the bound fails.
+#![forbid(unsafe_code)]
 use quorum::{DType, Tensor, Value};
 use quorum_conformance::tolerance::{self, DEFAULT, OVERRIDES};
 use quorum_conformance::{case, corpus, engine};

@@ -2,6 +2,11 @@
 //! oracles. `cargo test -p quorum-device-tests` runs it on the accelerator present, or, where there
 //! is none, runs the same cases on the CPU provider (which checks the cases and the harness);
 //! `--features gpu-tests` (GPU runners, the GPU bundle) requires the device.
+//!
+//! Device buffers are poisoned and each case runs twice (NaN bytes, then finite bytes, so an
+//! unwritten element shows whatever the right answer); integers beyond 2^53, which the oracles hold
+//! as f64, are also compared with the CPU engine bit for bit; constant folding is off, so that every
+//! case runs its kernel (`gpu/harness.rs`).
 
 #[path = "gpu/harness.rs"]
 mod harness;

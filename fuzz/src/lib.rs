@@ -6,6 +6,7 @@
 //! The crate also holds the op properties: [`opgen`] generates random valid nodes of every op of the
 //! accelerated set, and [`opcase::check`] judges the CPU kernel against both oracles
 //! (`tests/op_properties.rs`).
+#![forbid(unsafe_code)]
 pub mod dags;
 pub mod hb;
 pub mod mutate;

@@ -1,7 +1,10 @@
 //! Race-injection mutants: each injected synchronisation bug (`quorum::mutants`) must be caught by
 //! the happens-before checker on command logs of the simulated device running random DAGs on
 //! several streams, and the unmutated build must give no report over the same cases. One test, so
-//! that the process-wide switch is never flipped under another test's feet.
+//! that the process-wide switch is never flipped under another test's feet. The stale-replay
+//! mutant is the exception: the simulated device captures no graph, and the device fuzzer's
+//! replay-against-eager comparison catches it (`device-tests/tests/gpu/fuzz_streams.rs`).
+#![forbid(unsafe_code)]
 use std::time::Instant;
 
 use quorum::mutants::{Mutant, inject};

@@ -3,6 +3,7 @@
 //! replays; `QUORUM_MUTATION_CASES` changes how many cases run (default 3000), and
 //! `QUORUM_MUTATION_SEED=N` draws another sequence of cases, and `QUORUM_MUTATION_VERBOSE=1` prints every
 //! case with its outcome.
+#![forbid(unsafe_code)]
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 

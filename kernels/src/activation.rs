@@ -562,6 +562,9 @@ mod tests {
         while xs.len() % 16 != 0 {
             xs.push(1.0);
         }
+        /// # Safety
+        /// The CPU has AVX-512F. (`xs` need not be a multiple of 16 long: a short tail is
+        /// left at zero.)
         #[target_feature(enable = "avx512f")]
         unsafe fn apply(act: Activation, xs: &[f32]) -> Option<Vec<f32>> {
             // SAFETY: AVX-512F is available (checked by the caller); each chunk is 16 values.

@@ -2,7 +2,9 @@
 //!
 //! The micro-kernels load each step of a packed `B` panel as whole vectors (a 64-byte zmm on
 //! AVX-512). A `Vec<f32>` starts wherever the allocator puts it (16 bytes past a page for a large
-//! one), and then every such load spans two cache lines. Packed panels live here instead.
+//! one), and then every such load spans two cache lines. Packed panels live here instead
+//! (`PackedA`, `PackedB`, each thread's block of `B`); the activations a node allocates do not
+//! (they are `Vec`s from the heap).
 use std::ops::{Deref, DerefMut};
 
 /// One cache line of f32 values.

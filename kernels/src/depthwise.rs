@@ -12,7 +12,9 @@
 //! starting value over all the taps that reach it (four vectors of 16 at a time), activated there
 //! (Relu, Clip, LeakyRelu, Sigmoid, SiLU; HardSwish over the plane once it is stored) and stored once. The columns a
 //! tap does not reach are masked out of both its load and its add, so a padded edge costs no scalar
-//! tail. Elsewhere the loop runs tap by tap over the row.
+//! tail. Elsewhere the loop runs tap by tap over the row (under AVX2 where the CPU has it). The
+//! Sigmoid and SiLU held in registers compute `exp_f32` there with its operations in its order. A
+//! plane padded to its own size with rows under 32 runs as one flat row.
 
 use crate::Activation;
 use crate::lanes::first;
@@ -240,9 +242,9 @@ pub fn plane(
             plain(taps, src, w, act, out)
         }
         match crate::Isa::detected() {
-            // SAFETY: AVX-512F was detected; the sizes were checked above and the taps' reads by
-            // `Taps::new`; every output is written before it is read as initialised.
             crate::Isa::Avx512 => {
+                // SAFETY: AVX-512F was detected; the sizes were checked above and the taps' reads
+                // by `Taps::new`; every output is written before it is read as initialised.
                 return unsafe { avx512::plane::<false>(taps, src, w, start, act, out) };
             }
             // SAFETY: AVX2 was detected.
@@ -422,8 +424,8 @@ mod avx512 {
         /// AVX-512F is available.
         #[inline(always)]
         unsafe fn new(start: f32, act: Option<Lanes>) -> Vectors {
-            // SAFETY: the caller's promise.
             Vectors {
+                // SAFETY: the intrinsic only needs AVX-512F, which the caller promises.
                 start: unsafe { _mm512_set1_ps(start) },
                 act,
             }

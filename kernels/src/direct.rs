@@ -25,6 +25,11 @@
 //! two to a tile (a 7-wide row and the next: 14 pixels, consecutive in the output plane), so that
 //! the tile's accumulators are all used. Output channels are padded to the panel width (zero
 //! weights).
+//!
+//! The blocks are the GEMM's ([`k_step`](crate::gemm::k_step)): the whole sum up to 256 steps,
+//! else equal blocks of at most 192. A band holds about 64 outputs per channel, cut so that the
+//! units of work (bands by panels) divide evenly among the threads; each tile's 32 channels reach
+//! their output planes by 16×16 transposes in registers.
 use std::mem::MaybeUninit;
 
 use rayon::prelude::*;
@@ -217,8 +222,11 @@ fn band_rows(oh: usize, ow: usize, panels: usize, workers: usize) -> usize {
 /// The output pointer, shared by threads that write disjoint units.
 #[derive(Clone, Copy)]
 struct Out(*mut f32);
-// SAFETY: each thread writes only its own units (see `conv_direct`).
+// SAFETY: the pointer is C's, mutably borrowed by `conv_direct` for the whole parallel loop, so it
+// outlives every task; each task writes only the rows of the channels of its own units, so moving
+// it to a worker thread lets no two threads write the same value.
 unsafe impl Send for Out {}
+// SAFETY: as for `Send`: the tasks sharing it write disjoint units of C and read only their own.
 unsafe impl Sync for Out {}
 
 /// Rows `r0..r1` of output channels `q·32..` (those below `w.cols()`): tiles, then the epilogue.
@@ -414,12 +422,18 @@ fn transpose16(r: [std::arch::x86_64::__m512; 16]) -> [std::arch::x86_64::__m512
 }
 
 /// Elsewhere the direct path is never [`DirectConv::available`].
+///
+/// # Safety
+/// Never to be called (it panics): the x86_64 form's contract, for the signature's sake.
 #[cfg(not(target_arch = "x86_64"))]
 unsafe fn store_tile(_: &[f32; MAX_R * PANEL], _: usize, _: usize, _: *mut f32, _: usize) {
     unreachable!("conv_direct without AVX-512")
 }
 
 /// Elsewhere the direct path is never [`DirectConv::available`].
+///
+/// # Safety
+/// Never to be called (it panics): the x86_64 form's contract, for the signature's sake.
 #[cfg(not(target_arch = "x86_64"))]
 unsafe fn tile(
     _: (usize, Option<usize>),
@@ -484,6 +498,11 @@ unsafe fn tile(
 /// `H < R`) of the next, `row_step` further in the input: `tot[r·32 + lane]` = the block's sum for
 /// pixel `r` and channel `lane` (from zero, one fused multiply-add per step), or the total so far
 /// plus it, as the GEMM sums its blocks of [`k_step`] steps.
+///
+/// # Safety
+/// [`tile`]'s contract with `n = R`, `s = S` and the second row starting at pixel `H`: AVX-512F is
+/// present, every `src + offs[p] + at` read (`at` the pixel's offset, `row_step` added from pixel
+/// `H` on) lies in the input, and `panel` holds `offs.len()` steps of 32 weights.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn tile_r<const R: usize, const S: usize, const H: usize>(

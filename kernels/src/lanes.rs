@@ -2,6 +2,10 @@
 //! wide (`NR` values), copied from an input row (every `s`-th value) or zeroed. Slice operations
 //! compile these to calls of `memmove`/`memset`, whose dispatch costs more than the move itself at
 //! these lengths; on AVX-512 each is two masked vector moves instead.
+//!
+//! It also holds the crate's one lane-mask rule (`first`) and the even/odd split
+//! (`deinterleave`) that both the depthwise stride phases and the pixel kernel's phase grid are
+//! made by.
 
 /// How a packing routine moves at most one panel width of values.
 pub(crate) trait Lanes {
@@ -23,12 +27,16 @@ pub(crate) trait Lanes {
 pub(crate) struct Plain;
 
 impl Lanes for Plain {
+    /// # Safety
+    /// [`Lanes::zero`]'s contract (any `len`: this form has no panel width limit).
     #[inline(always)]
     unsafe fn zero(dst: *mut f32, len: usize) {
         // SAFETY: the caller's contract.
         unsafe { std::slice::from_raw_parts_mut(dst, len) }.fill(0.0);
     }
 
+    /// # Safety
+    /// [`Lanes::copy`]'s contract (any `len`: this form has no panel width limit).
     #[inline(always)]
     unsafe fn copy(dst: *mut f32, src: *const f32, len: usize, s: usize) {
         // SAFETY: the caller's contract.
@@ -120,6 +128,9 @@ pub(crate) unsafe fn deinterleave(src: &[f32], evens: &mut [f32], odds: &mut [f3
 
 #[cfg(target_arch = "x86_64")]
 impl Lanes for Avx512 {
+    /// # Safety
+    /// [`Lanes::zero`]'s contract with `len <= 32`, and AVX-512F is present on this CPU (the
+    /// trait does not say so: only code that checked it, compiled with `avx512f`, names `Avx512`).
     #[inline(always)]
     unsafe fn zero(dst: *mut f32, len: usize) {
         use std::arch::x86_64::*;
@@ -135,6 +146,9 @@ impl Lanes for Avx512 {
         }
     }
 
+    /// # Safety
+    /// [`Lanes::copy`]'s contract with `len <= 32`, and AVX-512F is present on this CPU (as for
+    /// [`Avx512::zero`]).
     #[inline(always)]
     unsafe fn copy(dst: *mut f32, src: *const f32, len: usize, s: usize) {
         use std::arch::x86_64::*;
@@ -236,6 +250,8 @@ mod tests {
         }
     }
 
+    /// # Safety
+    /// AVX-512F is present, and [`Avx512::copy`]'s contract holds.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f")]
     unsafe fn copy_avx512(dst: *mut f32, src: *const f32, len: usize, s: usize) {
@@ -270,6 +286,8 @@ mod tests {
         }
     }
 
+    /// # Safety
+    /// AVX-512F is present, and [`Avx512::zero`]'s contract holds.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f")]
     unsafe fn zero_avx512(dst: *mut f32, len: usize) {

@@ -17,8 +17,28 @@
 //! - [`recurrent`]: a recurrent layer's step: the recurrence weight (transposed) times the hidden state,
 //!   one serial sum per output with the lanes across outputs, and the gate activations over slices.
 //!
+//! - [`direct`] and [`pixels`]: convolutions on AVX-512 with nothing packed per call (output pixels
+//!   broadcast against 32-channel weight panels; vectors of output pixels for short sums), each
+//!   with the GEMM path's bits; `testing.rs` holds the convolution case and GEMM reference their
+//!   tests share.
+//!
 //! Nothing here knows ONNX: shapes, attributes and their errors are the runtime's (`runtime/src/ops/`).
 //! Entry points check the sizes they are given and panic on a caller's inconsistency, never on data.
+//!
+//! **Vector width.** The crates build for baseline x86-64 (SSE2), so one binary runs on any x86-64
+//! CPU. A hot loop that needs wider vectors is compiled again inside `#[target_feature]` wrappers
+//! (`"avx512f"`, `"avx2,fma"`) of an `#[inline(always)]` body and picked by [`Isa::detected`]
+//! (`QUORUM_CPU_ISA` caps it); [`simd_dispatch!`] writes the pair and the choice from one body
+//! (every plain pair uses it; the depthwise plane, the recurrent `matvec_t` and the erf and Gelu
+//! kernels, whose wrappers differ per instruction set, spell theirs out). The wrappers run the same
+//! operations in the same order (Rust never contracts a multiply and an add into an FMA on its
+//! own), so every width gives the same bits, NaN signs and payloads aside. Where a formula wants a
+//! fused multiply-add it says so (`mul_add`, one rounding on every target: f32 `exp`, the erf and
+//! Gelu polynomials) and its loops run inside the FMA-capable wrappers; outside them each
+//! `mul_add` is a call to libm's `fmaf` (the same bits, slowly). A wrapper sits inside the task each
+//! thread runs, never around a rayon call: a closure handed to rayon is compiled without the
+//! features of the function it is written in (a MaxPool wrapped that way stayed SSE2, seen in its
+//! disassembly).
 
 /// Runs a body compiled for the widest instruction set this CPU has: the body is copied into an
 /// AVX-512F function, an AVX2+FMA function and the plain caller, and [`Isa::detected`] picks one.

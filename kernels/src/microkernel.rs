@@ -177,12 +177,20 @@ pub(crate) unsafe fn row_of_4(
 }
 
 /// Elsewhere `block` never calls it (AVX-512 only).
+///
+/// # Safety
+/// Never to be called (it panics): the x86_64 form's contract, for the signature's sake.
 #[cfg(not(target_arch = "x86_64"))]
 pub(crate) unsafe fn row_of_4(_: usize, _: *const f32, _: [*const f32; 4], _: *mut f32, _: bool) {
     unreachable!("row_of_4 without AVX-512")
 }
 
 /// The portable 4×8 tile (also the reference the SIMD tiles are tested against).
+///
+/// # Safety
+/// [`tile`]'s contract for a full tile of the portable instruction set: `a` holds `k·4` values,
+/// `b` `k·8`, and `c` is valid for reads and writes of 8 values at each of `c`, `c + ldc`,
+/// `c + 2·ldc` and `c + 3·ldc`.
 unsafe fn portable_4x8(
     k: usize,
     a: *const f32,
@@ -219,6 +227,10 @@ unsafe fn portable_4x8(
 macro_rules! simd_tile {
     ($name:ident, $feat:literal, $mr:literal, $rows:literal, $nv:literal, $w:literal,
      $zero:ident, $load:ident, $store:ident, $set1:ident, $fmadd:ident, $add:ident) => {
+        /// # Safety
+        /// The CPU has the target features `$feat`; `a` holds `k·$mr` values (a panel of `$mr`
+        /// rows, of which the first `$rows` are read), `b` holds `k·$nv·$w`, and `c` is valid for
+        /// writes (and reads when `accumulate`) of `$nv·$w` values at `c + i·ldc`, `i < $rows`.
         #[cfg(target_arch = "x86_64")]
         #[target_feature(enable = $feat)]
         unsafe fn $name(

@@ -6,6 +6,11 @@
 //! row `p` (zeros past `N`). `B` is read either from a dense row-major matrix or straight from a
 //! convolution's input ([`ConvPatches`]): the im2col matrix exists only one block at a time, in the
 //! packing buffer.
+//!
+//! A MatMul's left operand, packed per call, is packed eight full rows at a time by 8×8 vector
+//! transposes (`pack_rows8_avx`). The pieces of a convolution's packed rows are masked AVX-512
+//! loads and stores (`lanes.rs`), on AVX-512 replayed from a plan made once per tap and block of
+//! columns (`pack_plan.rs`).
 use crate::Isa;
 use crate::aligned::AlignedF32;
 #[cfg(target_arch = "x86_64")]
@@ -114,6 +119,9 @@ impl PackedA {
 /// 8×8 transposes of vectors: the scalar packing stores each value to its own place 32 bytes from
 /// the last, one store per value, which made the per-call packing of a MatMul's activations a
 /// tenth of its time.
+///
+/// # Safety
+/// The CPU has AVX. (The ranges are asserted here: rows out of `a` or a short `panel` panic.)
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx")]
 unsafe fn pack_rows8_avx(a: &[f32], rs: usize, k: usize, panel: &mut [f32]) {
@@ -279,6 +287,10 @@ impl ConvPatches<'_> {
     }
 
     /// [`ConvPatches::pack_panels`] compiled for AVX-512, its moves masked vector ones.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F (the masked moves of [`Avx512`] need it); everything else is checked
+    /// by the safe `pack_panels_with`, as for the plain form.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f")]
     unsafe fn pack_panels_avx512(

@@ -271,8 +271,11 @@ pub fn conv_pixels(
 /// The output pointer, shared by threads that write disjoint bands.
 #[derive(Clone, Copy)]
 struct Out(*mut f32);
-// SAFETY: each thread writes only its own bands (see `conv_pixels`).
+// SAFETY: the pointer is C's, mutably borrowed by `conv_pixels` for the whole parallel loop, so it
+// outlives every task; each task writes only the rows of its own bands (see `conv_pixels`), so
+// moving it to a worker thread lets no two threads write the same value.
 unsafe impl Send for Out {}
+// SAFETY: as for `Send`: the tasks sharing it write disjoint bands of C and read only their own.
 unsafe impl Sync for Out {}
 
 #[cfg(target_arch = "x86_64")]

@@ -82,8 +82,10 @@ pub fn matvec_t(isa: Isa, rt: &[f32], ld: usize, x: &[f32], y: &mut [f32]) {
             matvec_t_body::<64>(rt, ld, x, y)
         }
         match isa {
-            // SAFETY: the caller's `Isa` is one this CPU runs (checked below for the wider ones).
+            // SAFETY: the guard checked at run time that this CPU has AVX-512F; the body only
+            // indexes slices (bounds-checked, sizes asserted above).
             Isa::Avx512 if isa.is_supported() => return unsafe { avx512(rt, ld, x, y) },
+            // SAFETY: the guard checked at run time that this CPU has AVX2 (and FMA).
             Isa::Avx2 if isa.is_supported() => return unsafe { avx2(rt, ld, x, y) },
             _ => {}
         }

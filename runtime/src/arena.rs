@@ -16,6 +16,14 @@
 //! goes back to the allocator that serves it. Buffers below [`MIN_BYTES`] are left to the allocator
 //! (cheap, and many), and the arena holds at most [`HELD_BYTES`]. Debug builds (the tests) fill
 //! what they keep with [`POISON`].
+//!
+//! The kernels that allocate through it: elementwise and broadcast ops, the convolution paths,
+//! packed MatMul/Gemm, ChannelAffine, LayerNormalization, pools by taps, Concat, strided copies
+//! and Softmax. The others' storage goes back to the process heap, which `crate::heap` sets to
+//! keep freed memory, so their outputs and scratch reuse the previous run's pages too. The cost is
+//! memory held between a buffer's death and its next use, which glibc would have lent to other
+//! sizes (peak resident memory with and without the arena: `reports/cpu/README.md`);
+//! `SessionOptions::arena = false` (`--no-arena`) turns it off.
 use std::cell::Cell;
 use std::mem::ManuallyDrop;
 use std::sync::Mutex;

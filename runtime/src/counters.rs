@@ -1,5 +1,10 @@
 //! What a session counts: verification checks, device memory, modules, transfers. Cheap atomics,
 //! read with [`Session::counters`](crate::Session::counters).
+//!
+//! A profiled session (`SessionOptions::profile`, `quorum bench --profile`) times every top-level
+//! node into `Counters::op_time`, read as `Session::op_profile` (time per op type and provider),
+//! and into `Counters::node_time`, read as `Session::node_profile` (time per node by name,
+//! `quorum bench --profile=nodes`, the form to lay beside onnxruntime's own profiler).
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -7,7 +7,8 @@
 //!
 //! Not folded: random ops (each run draws anew), nodes with subgraphs, nodes whose kernel fails on
 //! the constants (the error stays where the user expects it: at run time, naming the node) and nodes
-//! with a non-tensor output.
+//! with a non-tensor output. An initializer also listed as a graph input is a default a caller may
+//! override from IR version 4 on, so it is not a constant there; before IR 4 it is one.
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 

@@ -23,11 +23,15 @@
 //!   becomes one `com.quorum` MatMulBias (`matmul_bias.rs`), whose f32 GEMM adds the bias as it
 //!   stores each output, the Add's own sum (the device sessions' `matmul-bias`, exact here).
 //!
-//! And two that change the arithmetic within the op's own accuracy (stated in each module):
+//! And three that change the arithmetic within the op's own accuracy (stated in each module):
 //!
 //! - `affine-fold`: a Conv followed by inference BatchNormalization, or Mul, Add or Sub by a
 //!   per-channel constant, becomes one Conv whose weight and bias absorb them (`affine.rs`); it runs
 //!   before `conv-activation`, which can then fuse the activation after the chain.
+//! - `affine-chain`: a BatchNormalization no Conv absorbs, the per-channel steps after it (where
+//!   the graph fixes its input's rank) and the activation after them become one `com.quorum`
+//!   ChannelAffine pass (`affine_chain.rs`, `ops/channel_affine.rs`, each value written once into
+//!   uninitialised memory), the composed scale and shift rounded once.
 //! - `gelu`: the five-node exact GELU of exporters before opset 20 becomes one Gelu (`gelu.rs`), an
 //!   op every engine runs: one pass over the tensor instead of five, rounded once instead of five
 //!   times (on the CPU through the vectorised f32 Gelu, `ops/elementwise_erf.rs`).
@@ -38,7 +42,15 @@
 //!   MatMulBias (`matmul_bias.rs`), where every accelerator of the session runs it.
 //!
 //! A value read inside a subgraph, or a graph output, is never renamed or removed.
-//! `SessionOptions::optimize` (`--no-optimize`) turns the rewrites off; `quorum info` lists them.
+//! `SessionOptions::optimize` (`--no-optimize`) turns the rewrites off; `quorum info` lists them
+//! (`Session::rewrites`).
+//!
+//! How they are checked: `optimize/tests.rs` compares each exact rewrite's session with the plain
+//! one bit for bit; the inexact ones ([`INEXACT_PASSES`], `Rewrite::exact`) have tests holding
+//! every element to the Conv's or the elementwise bound; and the CPU conformance engine runs every
+//! case the rewrites change both ways, bit for bit, or for an inexact pass within 1e-5 of each
+//! output's scale. `gelu` and `matmul-bias` replace a chain by one op the oracles judge against
+//! that op's own bound (MatMulBias posed as the Gemm it equals, `verify.rs`).
 use std::collections::{HashMap, HashSet};
 
 pub(crate) use crate::fold::constants;

@@ -1,5 +1,7 @@
 //! Execution plans: a graph in topological order with each node's kernel resolved, value lifetimes,
 //! and compiled plans for its subgraphs. Built once per session; shared by every `run`.
+//! A cycle is an error naming its nodes; a subgraph's references to outer-scope values are
+//! resolved here, and count as readers for the outer value's lifetime.
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 

@@ -1,5 +1,6 @@
 //! `cargo xtask <task>`: conformance runs, corpus generation, fuzzing, CPU benchmarks. See the README
 //! for each task.
+#![forbid(unsafe_code)]
 mod bench_cpu;
 mod fuzz;
 mod gpu_bundle;

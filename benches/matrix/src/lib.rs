@@ -13,6 +13,7 @@
 //!
 //! Everything runs from the release binary `quorum-matrix`, which the GPU bundle ships: the GPU
 //! machine has no Rust toolchain.
+#![forbid(unsafe_code)]
 pub mod cases;
 pub mod extract;
 pub mod light;

@@ -1,6 +1,7 @@
 //! `quorum-matrix`: the benchmark matrix, dispatch thresholds, graph-capture outcomes and the
 //! `auto` validation, from a release binary (the GPU bundle ships it; the GPU machine has no
 //! toolchain). See the README's "Benchmarks and nightly reports".
+#![forbid(unsafe_code)]
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;

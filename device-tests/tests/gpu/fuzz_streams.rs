@@ -21,7 +21,13 @@ fn seconds() -> u64 {
 
 /// Spin kernels before launches (read by each run as it starts).
 fn delays(seed: Option<u64>) {
-    // Only this (ignored, run alone) test sets it.
+    // SAFETY: changing the environment is sound only while no other thread reads or writes it.
+    // This test is ignored and its runners select it alone (`--ignored --exact fuzz_streams::…` in
+    // gpu_run.sh and `cargo xtask fuzz-streams`), so no other test thread exists; it is called
+    // between runs, when the sessions' worker threads are idle, and the runtime reads the variable
+    // through `std::env`, which takes std's environment lock. What remains trusted is that no
+    // foreign thread (the CUDA driver's own) calls libc's getenv at that moment. Running every
+    // ignored test at once (`-- --ignored` without `--exact`) breaks the first premise.
     unsafe {
         match seed {
             Some(s) => std::env::set_var("QUORUM_FUZZ_DELAYS", s.to_string()),

@@ -1,5 +1,16 @@
 //! Device memory: a size-classed buffer pool with a budget, pinned staging buffers, the byte views of
-//! host tensors, and the per-session weight-residency cache.
+//! host tensors, and the per-session weight-residency cache (`crate::weights`, one implementation
+//! for every accelerator; the free lists are `crate::freelist`'s, shared with wgpu).
+//!
+//! No buffer returns to the shared pool while a stream may still use it: a run's buffers go back
+//! only after all its streams have synchronised; a buffer freed mid-run is reused by that run's
+//! later allocations only, and an allocation on another stream first waits for the events of its
+//! readers (gathered over every handle of the buffer) and for the point where it was freed.
+//! Buffers a run reads but did not allocate (resident weights) are held by the run until its
+//! streams have finished (by its captured graph, for as long as the graph lives), and the weight
+//! and module caches keep the first copy inserted, so a copy another run already launched with is
+//! never dropped (`device-tests/tests/gpu/system.rs` shows the hold on a device of its own pool,
+//! and that without it another run's poison is read).
 use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
 

@@ -4,6 +4,16 @@
 //! A session that lists CUDA among its providers asks [`claim`] for each top-level node; a claimed node
 //! runs through its CUDA kernel on the run's stream, reading and writing [`DevTensor`]s. A kernel may
 //! still decline at run time (a dtype or shape it does not handle): the node then runs on the CPU.
+//!
+//! The per-process [`Device`] holds the module cache, keyed by PTX text, with an index by address
+//! for the texts that generator caches hold, so that a GEMM launch finds its module without
+//! hashing its 60 KB of PTX; and the streams and events it lends to runs. The per-run [`Run`]
+//! holds the run's streams, events and the buffers it allocated, released only after its streams
+//! are done, and captures a run into a graph (`capture.rs`). A check of values that live on the device or come from a run input
+//! (Gather's indices) is made by the kernel: it raises a fault word ([`Run::fault_word`],
+//! [`Run::check_fault`]) and reads in bounds instead; the word comes back with the outputs (in
+//! every graph replay too) and a raised one is the node's error (`backend::Fault`), so the check
+//! neither stalls the stream nor stops a capture.
 mod capture;
 pub mod driver;
 pub mod memory;

@@ -2,6 +2,13 @@
 //! and GEMM, for every float type; the f32 fast path in `conv_packed.rs` is tested against it) and
 //! direct depthwise convolution, which both paths share, with f32 MaxPool and AveragePool on the
 //! depthwise taps (`pool_f32`).
+//!
+//! A pooling window is a depthwise convolution's taps (`kernels/src/depthwise.rs`): MaxPool is a
+//! masked vector max by its NaN-else-first-maximum rule (`vmaxps` and one NaN test per tap; which
+//! NaN of a window is kept is not specified), AveragePool a sum from zero in window order with
+//! weights of one, divided by each output's count. A plane strided along its columns is first
+//! split into its grid of `s₁ × s₂` stride phases (`PhaseGrid`, AVX-512 permutes), so that each
+//! tap reads consecutive values.
 use std::mem::MaybeUninit;
 
 use ndarray::{ArrayD, IxDyn};

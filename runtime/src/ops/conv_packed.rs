@@ -5,6 +5,26 @@
 //! a stride-1 convolution, read as shifted rows of a padded copy of the input: `conv_shifted.rs`). The bias
 //! and the activation are applied as each tile is stored; the output is written once, never zeroed
 //! first. Depthwise convolutions take the direct path shared with the general one.
+//!
+//! The paths are tried in this order, each giving the GEMM path's bits (tested):
+//! - a pointwise convolution of one group over one-pixel inputs (a squeeze-and-excitation block's
+//!   two, `[N, C, 1, 1]`): the product `X·Wᵀ` on the GEMM's one-row tiles, `Wᵀ` packed once (the
+//!   same sums as `W·X`, whose 32-column tiles would each compute one column);
+//! - on AVX-512, a 2-D or 1-D convolution with a sum of at most 128 steps (a network's first layer:
+//!   3 channels of 3×3), not pointwise unless to at most 16 output channels (where the GEMM would
+//!   pack each input value for at most 16 multiply-adds), whose output rows fill three quarters of
+//!   their 16-pixel vectors: the pixel-vector kernel (`pixels_plan`, `quorum_kernels::conv_pixels`),
+//!   with Relu, Clip, LeakyRelu, Sigmoid and SiLU in registers and nothing packed or stored twice.
+//!   The stems alone went from 0.44 to 0.22 ms (mobilenet_v2) and from 0.56 to 0.33 ms (squeezenet)
+//!   on the AMD EPYC of `reports/cpu/`;
+//! - on AVX-512, a 2-D or 1-D convolution of at least 128 steps whose output channels fill their
+//!   32-channel panels to 80%, not pointwise unless it sums over at least 256 steps on planes that
+//!   would leave a tenth of the GEMM's 32-column panels unused (7², 13², 14²; on the AMD EPYC the
+//!   direct kernel ran those 6–45% faster, elsewhere the GEMM reads the planes as they lie): the
+//!   direct kernel (`conv_broadcast.rs`);
+//! - otherwise the packed GEMM, `B` read as shifted rows of a padded copy (`conv_shifted.rs`) where
+//!   that costs less than the patch gather, else gathered from the patches (on AVX-512 by a plan of
+//!   masked vector loads made once per tap and block of columns, `kernels/src/pack_plan.rs`).
 use ndarray::{ArrayD, IxDyn};
 use quorum_kernels::{
     Activation, BSource, ConvPatches, Epilogue, Isa, PackedA, PackedB, PixelConv, Threads,

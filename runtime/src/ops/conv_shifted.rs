@@ -7,6 +7,10 @@
 //! output, where the epilogue is applied with the same arithmetic per element as the GEMM's store.
 //! The sums are those of the gather path (the same `A`, the same values of `B` in the same order,
 //! zeros where the patch is in the padding), so the output has the same bits (tested).
+//!
+//! Taken where that costs less than the gather (`plan`): up to 64 output channels per group, a
+//! padded input that fits in L2 (4 MiB), and extra columns cheaper than the values they save
+//! gathering.
 use quorum_kernels::{Activation, BSource, Epilogue, PackedA, Threads};
 use rayon::prelude::*;
 
@@ -255,8 +259,12 @@ const PAD_PAR_MIN: usize = 1 << 15;
 /// The output pointer, shared by tasks that write disjoint rows.
 #[derive(Clone, Copy)]
 struct SyncPtr(*mut std::mem::MaybeUninit<f32>);
-// SAFETY: each task writes only its own rows (see `Shifted::run`).
+// SAFETY: the pointer is only dereferenced inside `Shifted::block`, whose contract gives each call
+// rows no other call writes (see `Shifted::run`), and the buffer outlives the parallel loop that
+// carries the pointer; sending it to a rayon worker moves no ownership.
 unsafe impl Send for SyncPtr {}
+// SAFETY: as for `Send`: the tasks that share it write disjoint rows, so no two threads touch the
+// same value through it.
 unsafe impl Sync for SyncPtr {}
 
 impl SyncPtr {

@@ -1,5 +1,6 @@
-//! Weights packed once per initializer, for the packed GEMM: a convolution's `A` panels per group,
-//! a MatMul's or Gemm's `B` panels.
+//! Weights packed once per initializer, for the packed GEMM: a convolution's `A` panels per group
+//! (or `Wᵀ` for the one-pixel and direct paths), a MatMul's or Gemm's `B` panels, and a recurrent
+//! layer's `W` (packed for the GEMM) and `R` (as transposed panels), for `rnn.rs`.
 //!
 //! Keyed, like the CUDA weight cache, by the identity of the initializer's `Arc` (which the session
 //! gives a kernel through [`SubgraphRunner::constant`](crate::ops::SubgraphRunner::constant)), and

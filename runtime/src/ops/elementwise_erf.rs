@@ -49,6 +49,9 @@
 //! at 150,000 uniform points over [-6, 6] and 50,000 with 6 ≤ |x| ≤ 27.5, in ulps of the exact
 //! value: erf within 1.01, erfc within 1.47, [`gelu`] within 2.04 (0.62, 1.08 and 1.27 ε
 //! relative).
+//!
+//! The accelerators' Erf kernels for f32 and f16 evaluate the `erf_f32` algorithm on these tables
+//! ([`ERF_SMALL`], [`ERF_MID_F32`]), shared with CUDA's and wgpu's generated math libraries.
 
 /// The error function 2/√π ∫₀ˣ e^(-t²) dt. NaN stays NaN.
 pub(crate) fn erf(x: f64) -> f64 {
@@ -176,8 +179,10 @@ pub(super) fn erf_f32(x: &[f32], out: &mut [std::mem::MaybeUninit<f32>]) {
             erf_f32_body(x, out)
         }
         match quorum_kernels::Isa::detected() {
-            // SAFETY: the instruction set was detected on this CPU.
+            // SAFETY: `Isa::detected` returned Avx512 only because `avx512f` was detected on this
+            // CPU (FMA, also enabled, is implied by AVX-512F); the body only indexes slices.
             quorum_kernels::Isa::Avx512 => return unsafe { avx512(x, out) },
+            // SAFETY: `Isa::Avx2` is returned only where both `avx2` and `fma` were detected.
             quorum_kernels::Isa::Avx2 => return unsafe { avx2(x, out) },
             quorum_kernels::Isa::Portable => {}
         }
@@ -227,9 +232,13 @@ pub(super) fn gelu_f32(x: &[f32], out: &mut [std::mem::MaybeUninit<f32>]) {
             gelu_f32_body(x, out)
         }
         match quorum_kernels::Isa::detected() {
-            // SAFETY: the instruction set was detected on this CPU (Isa::Avx512 implies DQ).
+            // SAFETY: `Isa::Avx512` means `avx512f` was detected (FMA is implied by it). NOTE: this
+            // wrapper also enables `avx512dq`, which `Isa::supported` does NOT check; every
+            // AVX-512 CPU since Skylake-SP has DQ, but the Xeon Phi parts (Knights Landing/Mill)
+            // have F without DQ, and there this call would be unsound. Detection should check DQ
+            // too, or the wrapper should not enable it.
             quorum_kernels::Isa::Avx512 => return unsafe { avx512(x, out) },
-            // SAFETY: as above.
+            // SAFETY: `Isa::Avx2` is returned only where both `avx2` and `fma` were detected.
             quorum_kernels::Isa::Avx2 => return unsafe { avx2(x, out) },
             quorum_kernels::Isa::Portable => {}
         }

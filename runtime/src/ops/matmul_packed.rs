@@ -4,6 +4,12 @@
 //! by the GEMM's own block packing. Shapes too thin for its register tile (fewer rows than a tile
 //! where B is not a weight, or a handful of columns) keep the general path, which handles them as
 //! matrix-vector products.
+//!
+//! Fewer rows than a tile (a batch of one) take the packed path where `B` is a weight, through
+//! tiles that compute only 1 or 4 rows with the full tile's sums (a lone row four whole `B` panels
+//! at a time, `row_of_4` in `quorum-kernels`). A Linear layer's bias (MatMulBias,
+//! `Epilogue::col_bias`) is added in the GEMM's epilogue, and so is a Gemm's C when alpha and beta
+//! are 1 (per column, per row, or a whole residual): the same sum as the pass after it.
 use std::sync::Arc;
 
 use ndarray::{ArrayD, IxDyn};

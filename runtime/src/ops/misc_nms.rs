@@ -1,6 +1,8 @@
 //! NonMaxSuppression: per batch and class, candidates above the score threshold in order of score
 //! (the lower index first among equal scores), each kept unless a kept box overlaps it by an IoU
 //! above the threshold, up to `max_output_boxes_per_class`. IoUs in f64 from the boxes' corners.
+//! The kept boxes sit in buckets of their left edge, so each candidate meets only those that can
+//! intersect it: the kept set of judging every pair (tested against it).
 use super::scalar_f64;
 use crate::bail;
 use crate::error::OpResult;

@@ -3,7 +3,14 @@
 //!
 //! A kernel is a plain function of its context (the node, its attributes, its opset) and its inputs.
 //! Shape rules, attribute parsing and broadcasting are shared helpers here, so every backend reads the
-//! same semantics.
+//! same semantics. [`OpCtx`] is all a kernel sees of the session: the node (attributes, opset), a
+//! [`SubgraphRunner`] for control flow and session constants, and the size limit on data-driven
+//! allocations; nothing here refers to `Session`.
+//!
+//! A family that outgrows one file keeps its children beside it as `<family>_<part>.rs` (e.g.
+//! `data_index.rs`, `conv_packed.rs`), declared by the family file itself with `#[path]`, so the
+//! registry still sees one module per family. An op with an in-place form registers it beside
+//! the kernel ([`InPlace`], read by the memory plan).
 use std::collections::HashMap;
 
 use crate::bail;

@@ -2,6 +2,10 @@
 //!
 //! Statistics are computed in f64 (two passes: mean, then centred variance) whatever the input type;
 //! the normalized values are rounded once to the output type.
+//!
+//! A row's statistics, which one running sum would serialise, are eight interleaved f64 sums in a
+//! fixed order (`lane_sum`); f32 LayerNormalization's rows run inside AVX-512/AVX2 wrappers
+//! (`simd_dispatch!`) with the generic form's operations, so its bits.
 use std::mem::MaybeUninit;
 
 use half::{bf16, f16};

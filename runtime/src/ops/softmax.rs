@@ -2,6 +2,10 @@
 //!
 //! Both forms become lanes of `[outer, n, inner]`: from opset 13 the lane is the one axis (`inner` the
 //! product of the axes after it); before 13 the input is flattened to 2-D at `axis` and each row is a lane.
+//!
+//! f32 lanes run inside AVX-512/AVX2 wrappers (`simd_dispatch!`), their maximum as sixteen running
+//! maxima side by side (`lane_max_f32`; the serial scan decides only where a NaN is present). Each
+//! op also has an in-place form over a dying input (the memory plan, `session/reuse.rs`).
 use half::{bf16, f16};
 use ndarray::{ArrayD, IxDyn};
 use num_traits::Float;

@@ -1,6 +1,7 @@
 //! The executor: runs a plan's steps in order, each on the CPU or on the device its step was placed
 //! on, keeping values where they were produced (`residency`), checking device results when
-//! verification is on, and dropping each value after its last reader.
+//! verification is on, and dropping each value after its last reader. Device results are judged
+//! through `verify::Policy`; Shape and Size read a device value's shape without downloading it.
 use std::cell::RefCell;
 use std::sync::Arc;
 

@@ -3,6 +3,10 @@
 //! time `auto` keeps a claimed node whose inputs are all on the host on the CPU when the measured
 //! thresholds of its accelerator's adapter say the CPU is faster at its size (`dispatch`), or,
 //! where nothing was measured, when it is under a conservative floor.
+//!
+//! Shape arithmetic is never placed on a device: Shape, Size and the small integer ops on their
+//! results (and constants) are marked `Step::shapes_only` and run on the host, their values fixed
+//! by the input shapes, so a graph capture may contain them (`shapes_tests.rs`).
 use std::sync::Arc;
 
 use super::dispatch::Dispatch;

@@ -4,6 +4,16 @@
 //! the unary math and activations) writes its output over it. Which inputs may be taken is fixed
 //! by the plan's lifetimes (`Step::frees`, `plan::donors`); whether one is held elsewhere (an
 //! initializer, a caller's value, a device copy) is seen here, per run.
+//!
+//! Only a node's first two inputs, dying there and read once, are candidates; "held once" means
+//! not an initializer, no device copy, its `Arc` held once. A view op takes the storage reshaped
+//! by the kernel's own shape rule (`ops::shape::view_shape`) instead of running the kernel, which
+//! copies. The in-place forms are registered beside their kernels: Add, Sub, Mul and Div over
+//! either operand that already has the broadcast shape, the unary math ops and activations (from
+//! the same macro as their kernels), and Softmax, LogSoftmax and Hardmax; each writes the kernel's
+//! own formula, bit for bit. A form that declines (a dtype, a broadcast that grows the output, an
+//! attribute form) leaves the input untouched and the kernel runs. `Counters::in_place_outputs`
+//! counts both kinds. The storage of other dead f32 values goes to the arena (`crate::arena`).
 use std::sync::Arc;
 
 use super::exec::Exec;

@@ -1,5 +1,9 @@
 //! Rayon's other workers kept awake for the length of a CPU run.
 //!
+//! A run with no device executes on one of rayon's workers as a whole (`Session::run`), with the
+//! other workers spinning here for its length, so a parallel kernel's halves start without a
+//! wake-up; runs with a device stay on the calling thread.
+//!
 //! Each spinner is a job in a loop that runs any job of the pool it finds (`rayon::yield_now`) and
 //! otherwise waits with a spin hint, so a parallel kernel's other half is taken at once. Asleep, a
 //! worker had to be woken through a futex for every kernel: finish_task_switch, futex_wake and

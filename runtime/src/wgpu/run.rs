@@ -8,10 +8,16 @@
 //! `record` and `wait` have nothing left to enforce and are no-ops (still counted by the executor).
 //!
 //! Commands collect in a list and go to the queue in one submission at each point where the host
-//! must see a result (a download, the end of the run). Parameters of the collected dispatches are
-//! written into one buffer per submission. Data goes up through `Queue::write_buffer`, which wgpu
-//! carries out at the start of the next submission — before commands collected earlier — so it only
-//! ever targets a buffer fresh from the shared pool, which no collected command can name.
+//! must see a result (a download, the end of the run), and after every [`SUBMIT_EVERY`] (48)
+//! commands, so that the device starts while the host records the rest. Parameters of the
+//! collected dispatches are written into one buffer per submission. Data goes up through
+//! `Queue::write_buffer`, which wgpu carries out at the start of the next submission — before
+//! commands collected earlier — so it only ever targets a buffer fresh from the shared pool, which
+//! no collected command can name.
+//!
+//! A download's mapping reports through a channel, because another run's poll of the shared device
+//! may fire the callback. A buffer released mid-run is reused by the run's later allocations
+//! whether or not its readers were submitted (they precede on the one queue).
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::sync::Arc;

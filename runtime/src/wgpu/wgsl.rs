@@ -5,6 +5,12 @@
 //! Every kernel binds its parameter words as `P` (binding 0), its outputs as `o0, o1, ...`
 //! (read-write) and its inputs as `i0, i1, ...` (read-only), all `array<u32>`; shapes, strides and
 //! attributes travel in `P`, so one compiled pipeline serves every shape of an op form.
+//!
+//! Many kernels are nevertheless generated for their geometry: [`inline_params`] writes parameter
+//! words into the text as literals (or the family writes its constants itself), so that divisions
+//! and loop bounds are constants to the shader compiler; pipelines are cached by their text. The
+//! GEMM template's pipelines are found by a short key before its long text is made (a keyed source
+//! in `run.rs`).
 use crate::backend::DeviceError;
 use crate::tensor::DType;
 
