@@ -6,6 +6,7 @@ pub mod arena;
 pub mod backend;
 pub mod cmdlog;
 pub mod counters;
+pub mod device;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod error;

@@ -9,7 +9,10 @@ use super::ptx::{Cmp, Kernel, Reg, Ty};
 use super::{CudaKernel, KError, KResult};
 use crate::ir::Node;
 use crate::tensor::DType;
-use quorum_optable::{Backend, Family};
+use crate::device::claim::{CodeGenerators, FamilyClaim};
+use quorum_optable::Backend;
+
+pub use crate::device::layout::{broadcast_strides, simplify, strides};
 
 pub mod cast;
 pub mod conv;
@@ -26,53 +29,65 @@ pub mod reduce;
 pub mod resize;
 pub mod softmax;
 
-/// The kernel for `node`, or the reason CUDA declines it. The op table (`quorum_optable`) says
-/// whether CUDA claims the op and which family's generator handles it; the family then claims the
-/// node's form or declines it.
+/// The kernel for `node`, or the reason CUDA declines it: the fused ops of Quorum's own domain,
+/// then the op table's families (`crate::device::claim`).
 pub fn claim(node: &Node) -> Result<CudaKernel, String> {
     if node.domain == crate::ops::QUORUM_DOMAIN
         && let Some(k) = matmul::claim_fused(node)
     {
         return Ok(k);
     }
-    if !node.domain.is_empty() {
-        return Err(format!("domain '{}' has no CUDA kernels", node.domain));
-    }
-    let Some(row) =
-        quorum_optable::find(&node.op_type).filter(|r| r.devices.contains(Backend::Cuda))
-    else {
-        return Err("no CUDA kernel for this operator".into());
-    };
-    let family: fn(&Node) -> Option<Result<CudaKernel, String>> = match row.family {
-        Family::Unary | Family::Binary => elementwise::claim,
-        Family::Cast => cast::claim,
-        Family::Movement | Family::View | Family::Fill => movement::claim,
-        Family::Index => index::claim,
-        Family::Resize => resize::claim,
-        Family::Matrix => matmul::claim,
-        Family::Convolution => conv::claim,
-        Family::Reduction => reduce::claim,
-        Family::Softmax => softmax::claim,
-        Family::Normalization => norm::claim,
-        Family::Pooling => pool::claim,
-        Family::Recurrent | Family::Metadata => {
-            return Err(format!("the {:?} family runs on the host", row.family));
-        }
-    };
-    family(node).unwrap_or_else(|| {
-        Err(format!(
-            "the op table puts {} in the {:?} family, whose CUDA kernels do not know it",
-            node.op_type, row.family
-        ))
-    })
+    crate::device::claim::claim::<Generators>(node)
 }
 
 /// Every op type CUDA claims in at least one form (for `quorum info` and the docs).
 pub fn claimed_ops() -> Vec<&'static str> {
-    let mut v: Vec<&'static str> = quorum_optable::device_ops(Backend::Cuda).collect();
-    v.sort();
-    v
+    crate::device::claim::claimed_ops::<Generators>()
 }
+
+/// This backend's code generators, one per device family of the op table.
+pub struct Generators;
+
+impl CodeGenerators for Generators {
+    type Kernel = CudaKernel;
+    const BACKEND: Backend = Backend::Cuda;
+    const NAME: &'static str = "CUDA";
+
+    fn elementwise(node: &Node) -> FamilyClaim<CudaKernel> {
+        elementwise::claim(node)
+    }
+    fn cast(node: &Node) -> FamilyClaim<CudaKernel> {
+        cast::claim(node)
+    }
+    fn movement(node: &Node) -> FamilyClaim<CudaKernel> {
+        movement::claim(node)
+    }
+    fn index(node: &Node) -> FamilyClaim<CudaKernel> {
+        index::claim(node)
+    }
+    fn resize(node: &Node) -> FamilyClaim<CudaKernel> {
+        resize::claim(node)
+    }
+    fn matrix(node: &Node) -> FamilyClaim<CudaKernel> {
+        matmul::claim(node)
+    }
+    fn convolution(node: &Node) -> FamilyClaim<CudaKernel> {
+        conv::claim(node)
+    }
+    fn reduction(node: &Node) -> FamilyClaim<CudaKernel> {
+        reduce::claim(node)
+    }
+    fn softmax(node: &Node) -> FamilyClaim<CudaKernel> {
+        softmax::claim(node)
+    }
+    fn normalization(node: &Node) -> FamilyClaim<CudaKernel> {
+        norm::claim(node)
+    }
+    fn pooling(node: &Node) -> FamilyClaim<CudaKernel> {
+        pool::claim(node)
+    }
+}
+
 
 /// The flat thread index `ctaid.x · ntid.x + tid.x` (u32) and an early exit at `n`.
 pub fn thread_index(k: &mut Kernel, n: Reg) -> Reg {
@@ -110,15 +125,6 @@ pub fn require_u32_len(shape: &[usize]) -> KResult<u32> {
         .ok_or_else(|| KError::Decline(format!("{n} elements exceed 32-bit indexing")))
 }
 
-/// Row-major strides of `shape` in elements.
-pub fn strides(shape: &[usize]) -> Vec<usize> {
-    let mut s = vec![1usize; shape.len()];
-    for i in (0..shape.len().saturating_sub(1)).rev() {
-        s[i] = s[i + 1] * shape[i + 1];
-    }
-    s
-}
-
 /// The element offsets, for each of several operands, of flat output index `i` (u32) over
 /// `out_shape`, where operand `j` steps `strides[j][d]` elements along output dim `d` (0 where it is
 /// broadcast). Dims and strides are baked into the PTX as constants.
@@ -145,67 +151,3 @@ pub fn offsets(k: &mut Kernel, i: Reg, out_shape: &[usize], strides: &[Vec<i64>]
     offs
 }
 
-/// Removes size-1 dims and merges neighbours that every operand walks contiguously, so that the
-/// index arithmetic is as short as possible. Returns the new shape and strides.
-pub fn simplify(shape: &[usize], strides: &[Vec<i64>]) -> (Vec<usize>, Vec<Vec<i64>>) {
-    let mut out_shape: Vec<usize> = Vec::new();
-    let mut out_strides: Vec<Vec<i64>> = vec![Vec::new(); strides.len()];
-    for d in 0..shape.len() {
-        if shape[d] == 1 {
-            continue;
-        }
-        let merge = !out_shape.is_empty()
-            && strides.iter().enumerate().all(|(j, s)| {
-                let last = *out_strides[j].last().unwrap_or(&0);
-                last == s[d] * shape[d] as i64
-            });
-        if merge {
-            let n = out_shape.len() - 1;
-            out_shape[n] *= shape[d];
-            for (j, s) in strides.iter().enumerate() {
-                out_strides[j][n] = s[d];
-            }
-        } else {
-            out_shape.push(shape[d]);
-            for (j, s) in strides.iter().enumerate() {
-                out_strides[j].push(s[d]);
-            }
-        }
-    }
-    (out_shape, out_strides)
-}
-
-/// Strides of an operand of shape `in_shape` broadcast (numpy rules, right-aligned) to `out_shape`.
-pub fn broadcast_strides(in_shape: &[usize], out_shape: &[usize]) -> Vec<i64> {
-    let own = strides(in_shape);
-    let lead = out_shape.len() - in_shape.len();
-    (0..out_shape.len())
-        .map(|d| {
-            if d < lead || in_shape[d - lead] == 1 {
-                0
-            } else {
-                own[d - lead] as i64
-            }
-        })
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn simplify_merges_contiguous_and_drops_ones() {
-        let shape = [2, 1, 3, 4];
-        let a = broadcast_strides(&[2, 1, 3, 4], &shape);
-        let b = broadcast_strides(&[4], &shape);
-        let (s, st) = simplify(&shape, &[a, b]);
-        assert_eq!(s, vec![6, 4]);
-        assert_eq!(st, vec![vec![4, 1], vec![0, 1]]);
-        let (s, st) = simplify(&[2, 3], &[vec![3, 1], vec![3, 1]]);
-        assert_eq!((s, st), (vec![6], vec![vec![1], vec![1]]));
-        // A transposed walk does not merge.
-        let (s, _) = simplify(&[2, 3], &[vec![1, 2]]);
-        assert_eq!(s, vec![2, 3]);
-    }
-}

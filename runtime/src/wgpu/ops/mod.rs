@@ -15,7 +15,10 @@ use crate::error::OpError;
 use crate::ir::Node;
 use crate::ops::OpCtx;
 use crate::tensor::{DType, Value};
-use quorum_optable::{Backend, Family};
+use crate::device::claim::{CodeGenerators, FamilyClaim};
+use quorum_optable::Backend;
+
+pub use crate::device::layout::{broadcast_strides, simplify, strides};
 
 pub mod cast;
 pub mod conv;
@@ -37,50 +40,59 @@ pub mod softmax;
 /// A WGSL kernel for one node.
 pub type WgpuKernel = fn(&OpCtx, &Run, &dyn NodeInputs) -> KResult<Vec<WTensor>>;
 
-/// The kernel for `node`, or the reason wgpu declines it. The op table (`quorum_optable`) says
-/// whether wgpu claims the op and which family's generator handles it; the family then claims the
-/// node's form or declines it.
+/// The kernel for `node`, or the reason wgpu declines it (`crate::device::claim`).
 pub fn claim(node: &Node) -> Result<WgpuKernel, String> {
-    if !node.domain.is_empty() {
-        return Err(format!("domain '{}' has no WGSL kernels", node.domain));
-    }
-    let Some(row) =
-        quorum_optable::find(&node.op_type).filter(|r| r.devices.contains(Backend::Wgpu))
-    else {
-        return Err("no WGSL kernel for this operator".into());
-    };
-    let family: fn(&Node) -> Option<Result<WgpuKernel, String>> = match row.family {
-        Family::Unary | Family::Binary => elementwise::claim,
-        Family::Cast => cast::claim,
-        Family::Movement | Family::View | Family::Fill => {
-            |n| movement::claim(n).or_else(|| movement_index::claim(n))
-        }
-        Family::Index => index::claim,
-        Family::Resize => resize::claim,
-        Family::Matrix => matmul::claim,
-        Family::Convolution => conv::claim,
-        Family::Reduction => reduce::claim,
-        Family::Softmax => softmax::claim,
-        Family::Normalization => norm::claim,
-        Family::Pooling => pool::claim,
-        Family::Recurrent | Family::Metadata => {
-            return Err(format!("the {:?} family runs on the host", row.family));
-        }
-    };
-    family(node).unwrap_or_else(|| {
-        Err(format!(
-            "the op table puts {} in the {:?} family, whose WGSL kernels do not know it",
-            node.op_type, row.family
-        ))
-    })
+    crate::device::claim::claim::<Generators>(node)
 }
 
 /// Every op type wgpu claims in at least one form.
 pub fn claimed_ops() -> Vec<&'static str> {
-    let mut v: Vec<&'static str> = quorum_optable::device_ops(Backend::Wgpu).collect();
-    v.sort();
-    v
+    crate::device::claim::claimed_ops::<Generators>()
 }
+
+/// This backend's code generators, one per device family of the op table.
+pub struct Generators;
+
+impl CodeGenerators for Generators {
+    type Kernel = WgpuKernel;
+    const BACKEND: Backend = Backend::Wgpu;
+    const NAME: &'static str = "WGSL";
+
+    fn elementwise(node: &Node) -> FamilyClaim<WgpuKernel> {
+        elementwise::claim(node)
+    }
+    fn cast(node: &Node) -> FamilyClaim<WgpuKernel> {
+        cast::claim(node)
+    }
+    fn movement(node: &Node) -> FamilyClaim<WgpuKernel> {
+        movement::claim(node).or_else(|| movement_index::claim(node))
+    }
+    fn index(node: &Node) -> FamilyClaim<WgpuKernel> {
+        index::claim(node)
+    }
+    fn resize(node: &Node) -> FamilyClaim<WgpuKernel> {
+        resize::claim(node)
+    }
+    fn matrix(node: &Node) -> FamilyClaim<WgpuKernel> {
+        matmul::claim(node)
+    }
+    fn convolution(node: &Node) -> FamilyClaim<WgpuKernel> {
+        conv::claim(node)
+    }
+    fn reduction(node: &Node) -> FamilyClaim<WgpuKernel> {
+        reduce::claim(node)
+    }
+    fn softmax(node: &Node) -> FamilyClaim<WgpuKernel> {
+        softmax::claim(node)
+    }
+    fn normalization(node: &Node) -> FamilyClaim<WgpuKernel> {
+        norm::claim(node)
+    }
+    fn pooling(node: &Node) -> FamilyClaim<WgpuKernel> {
+        pool::claim(node)
+    }
+}
+
 
 /// Declines with a formatted reason.
 macro_rules! decline {
@@ -203,59 +215,6 @@ pub fn u32_len(shape: &[usize]) -> KResult<u32> {
     }
 }
 
-/// Row-major strides of `shape` in elements.
-pub fn strides(shape: &[usize]) -> Vec<usize> {
-    let mut s = vec![1usize; shape.len()];
-    for i in (0..shape.len().saturating_sub(1)).rev() {
-        s[i] = s[i + 1] * shape[i + 1];
-    }
-    s
-}
-
-/// Strides of an operand of shape `in_shape` broadcast (numpy rules, right-aligned) to `out_shape`.
-pub fn broadcast_strides(in_shape: &[usize], out_shape: &[usize]) -> Vec<i64> {
-    let own = strides(in_shape);
-    let lead = out_shape.len() - in_shape.len();
-    (0..out_shape.len())
-        .map(|d| {
-            if d < lead || in_shape[d - lead] == 1 {
-                0
-            } else {
-                own[d - lead] as i64
-            }
-        })
-        .collect()
-}
-
-/// Removes size-1 dims and merges neighbours that every operand walks contiguously.
-pub fn simplify(shape: &[usize], strides: &[Vec<i64>]) -> (Vec<usize>, Vec<Vec<i64>>) {
-    let mut out_shape: Vec<usize> = Vec::new();
-    let mut out_strides: Vec<Vec<i64>> = vec![Vec::new(); strides.len()];
-    for d in 0..shape.len() {
-        if shape[d] == 1 {
-            continue;
-        }
-        let merge = !out_shape.is_empty()
-            && strides.iter().enumerate().all(|(j, s)| {
-                let last = *out_strides[j].last().unwrap_or(&0);
-                last == s[d] * shape[d] as i64
-            });
-        if merge {
-            let n = out_shape.len() - 1;
-            out_shape[n] *= shape[d];
-            for (j, s) in strides.iter().enumerate() {
-                out_strides[j][n] = s[d];
-            }
-        } else {
-            out_shape.push(shape[d]);
-            for (j, s) in strides.iter().enumerate() {
-                out_strides[j].push(s[d]);
-            }
-        }
-    }
-    (out_shape, out_strides)
-}
-
 /// WGSL statements that turn flat index `i` into element offsets `off0..` of several operands
 /// walking the `rank` output dims `P[base..base+rank]` with strides `P[base+rank*(1+j)..]` (two's
 /// complement words, so negative strides work in u32 arithmetic), straight-line, each parameter at
@@ -301,37 +260,4 @@ pub fn fill_words(run: &Run, t: &WTensor, word: u32, whole: bool) -> KResult<()>
     };
     let src = format!("{}{}", wgsl::header(1, 0), wgsl::entry_1d("o0[i] = P[1];"));
     run.dispatch_n("fill", &src, &[t], &[], vec![n as u32, word], n)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn simplify_merges_contiguous_and_drops_ones() {
-        let shape = [2, 1, 3, 4];
-        let a = broadcast_strides(&[2, 1, 3, 4], &shape);
-        let b = broadcast_strides(&[4], &shape);
-        let (s, st) = simplify(&shape, &[a, b]);
-        assert_eq!(s, vec![6, 4]);
-        assert_eq!(st, vec![vec![4, 1], vec![0, 1]]);
-        let (s, _) = simplify(&[2, 3], &[vec![1, 2]]);
-        assert_eq!(s, vec![2, 3]);
-    }
-
-    #[test]
-    fn every_claimed_op_is_in_the_accelerated_set_or_a_view() {
-        for op in claimed_ops() {
-            let node = Node {
-                name: "n".into(),
-                op_type: op.to_string(),
-                domain: String::new(),
-                opset: 13,
-                inputs: vec![],
-                outputs: vec![],
-                attrs: Default::default(),
-            };
-            assert!(claim(&node).is_ok(), "{op}");
-        }
-    }
 }

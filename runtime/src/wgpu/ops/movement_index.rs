@@ -1,10 +1,11 @@
 //! WGSL kernels of data movement that index: Pad (constant, edge, wrap, reflect) and Gather. The
 //! pad and axis rules are the CPU's; Gather's indices are checked on the host first, so an
 //! out-of-range index is the CPU's error, never a wild read.
-use super::{WgpuKernel, decline, dev, host_f64s, host_i64s, invalid, strides, u32_len};
+use super::{WgpuKernel, decline, dev, host_i64s, invalid, strides, u32_len};
 use crate::backend::{DeviceError, NodeInputs};
 use crate::ir::Node;
-use crate::ops::{OpCtx, norm_axis};
+use crate::device::movement::{GatherPlan, PadMode, PadPlan, gather_plan, pad_plan};
+use crate::ops::OpCtx;
 use crate::tensor::Tensor;
 use crate::wgpu::memory::{WTensor, encode, words};
 use crate::wgpu::run::{KResult, Run};
@@ -21,70 +22,20 @@ pub fn claim(node: &Node) -> Option<Result<WgpuKernel, String>> {
 fn k_pad(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<Vec<WTensor>> {
     let x = dev(inputs, 0)?;
     let r = x.shape.len();
-    let mode = ctx.attr_s("mode", "constant")?;
-    let (pads, value, axes) = if ctx.opset() < 11 {
-        let pads = ctx.attr_opt_ints("pads")?.unwrap_or_default();
-        (pads, ctx.attr_f("value", 0.0)? as f64, None)
-    } else {
-        let pads = host_i64s(inputs, 1)?.unwrap_or_default();
-        let value = if inputs.present(2) {
-            host_f64s(inputs, 2)?
-                .and_then(|v| v.first().copied())
-                .unwrap_or(0.0)
-        } else {
-            0.0
-        };
-        let axes = if inputs.present(3) {
-            host_i64s(inputs, 3)?
-        } else {
-            None
-        };
-        (pads, value, axes)
-    };
-    let axes: Vec<usize> = match axes {
-        Some(a) => a
-            .iter()
-            .map(|&v| norm_axis(v, r))
-            .collect::<Result<_, _>>()?,
-        None => (0..r).collect(),
-    };
-    if pads.len() != 2 * axes.len() {
-        return Err(invalid(format!(
-            "Pad has {} pads for {} axes",
-            pads.len(),
-            axes.len()
-        )));
-    }
-    let mut begin = vec![0i64; r];
-    let mut end = vec![0i64; r];
-    for (i, &a) in axes.iter().enumerate() {
-        begin[a] = pads[i];
-        end[a] = pads[i + axes.len()];
-    }
-    let mut out_shape = Vec::with_capacity(r);
-    for d in 0..r {
-        let v = x.shape[d] as i64 + begin[d] + end[d];
-        if v < 0 {
-            return Err(invalid(format!("Pad makes axis {d} negative ({v})")));
-        }
-        out_shape.push(v as usize);
-    }
-    if mode != "constant"
-        && x.shape
-            .iter()
-            .zip(&out_shape)
-            .any(|(&i, &o)| i == 0 && o > 0)
-    {
-        return Err(invalid(format!("Pad mode {mode} of an empty axis")));
-    }
-    let rule = match mode.as_str() {
-        "constant" => "if (s < 0i || s >= id) { inside = false; }",
-        "edge" => "s = clamp(s, 0i, id - 1i);",
-        "wrap" => "s = ((s % id) + id) % id;",
-        "reflect" => {
+    let PadPlan {
+        mode,
+        begin,
+        end,
+        out_shape,
+        value,
+    } = pad_plan(ctx, &x.shape, inputs)?;
+    let rule = match mode {
+        PadMode::Constant => "if (s < 0i || s >= id) { inside = false; }",
+        PadMode::Edge => "s = clamp(s, 0i, id - 1i);",
+        PadMode::Wrap => "s = ((s % id) + id) % id;",
+        PadMode::Reflect => {
             "if (id == 1i) { s = 0i; } else { let per = 2i * (id - 1i); let m = abs(s) % per; s = select(m, per - m, m >= id); }"
         }
-        other => return Err(invalid(format!("Pad mode '{other}' is not an ONNX mode"))),
     };
     let n = u32_len(&out_shape)?;
     u32_len(&x.shape)?;
@@ -128,34 +79,24 @@ fn k_pad(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<Vec<WTensor
 
 fn k_gather(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<Vec<WTensor>> {
     let x = dev(inputs, 0)?;
-    let r = x.shape.len();
-    if r == 0 {
-        return Err(invalid("Gather on a scalar"));
-    }
-    let axis = norm_axis(ctx.attr_i("axis", 0)?, r)?;
-    let dim = x.shape[axis] as i64;
-    let idx = host_i64s(inputs, 1)?.ok_or_else(|| invalid("Gather needs indices"))?;
-    if let Some(&bad) = idx.iter().find(|&&v| v < -dim || v >= dim) {
-        return Err(invalid(format!(
-            "Gather index {bad} is out of range for axis {axis} of size {dim}"
-        )));
-    }
     let ishape = inputs
         .shape(1)
         .ok_or_else(|| invalid("Gather needs indices"))?;
-    let norm: Vec<u32> = idx
-        .iter()
-        .map(|&v| (if v < 0 { v + dim } else { v }) as u32)
-        .collect();
+    let plan = gather_plan(ctx, &x.shape, &ishape)?;
+    let idx = host_i64s(inputs, 1)?.ok_or_else(|| invalid("Gather needs indices"))?;
+    let idx = plan.host_indices(&idx)?;
+    let GatherPlan {
+        dim,
+        inner,
+        out_shape,
+        ..
+    } = plan;
+    let norm: Vec<u32> = idx.iter().map(|&v| v as u32).collect();
     let ni = norm.len();
     let itensor = run.upload(&Tensor::U32(
         ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&[ni]), norm)
             .map_err(|e| invalid(e.to_string()))?,
     ))?;
-    let inner: usize = x.shape[axis + 1..].iter().product();
-    let mut out_shape = x.shape[..axis].to_vec();
-    out_shape.extend(&ishape);
-    out_shape.extend(&x.shape[axis + 1..]);
     let n = u32_len(&out_shape)?;
     let out = run.alloc(x.dtype, &out_shape)?;
     if n == 0 {
