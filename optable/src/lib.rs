@@ -395,10 +395,7 @@ pub fn faults(rows: &[Row]) -> Vec<String> {
                 r.name, a.attr
             ));
         }
-        let in_place_family = matches!(
-            r.family,
-            Family::Unary | Family::Binary | Family::Softmax
-        );
+        let in_place_family = matches!(r.family, Family::Unary | Family::Binary | Family::Softmax);
         if r.in_place != InPlace::None && !in_place_family {
             out.push(format!(
                 "{}: in-place form on the {:?} family",
@@ -491,15 +488,15 @@ mod tests {
         let none = |_: &str| None;
         assert_eq!(scatter.resolve(none), Class::Exact);
         let add = |a: &str| (a == "reduction").then(|| "add".to_string());
-        assert_eq!(
-            scatter.resolve(add),
-            Class::Sum(Accumulation::Elementwise)
-        );
+        assert_eq!(scatter.resolve(add), Class::Sum(Accumulation::Elementwise));
         let resize = find("Resize").unwrap().class;
         assert_eq!(resize.resolve(none), Class::Exact);
         let cubic = |a: &str| (a == "mode").then(|| "cubic".to_string());
         assert_eq!(resize.resolve(cubic), Class::Sum(Accumulation::Reduction));
-        assert_eq!(find("Exp").unwrap().class.resolve(none), Class::Math { ulps: 4 });
+        assert_eq!(
+            find("Exp").unwrap().class.resolve(none),
+            Class::Math { ulps: 4 }
+        );
     }
 
     #[test]

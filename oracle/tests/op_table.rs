@@ -56,9 +56,8 @@ fn both_oracles_cover_every_row() {
 /// Inputs for an elementwise row with a NaN at element 0 of its data operand (the first input, or
 /// Where's `X`); every other value is finite.
 fn nan_inputs(row: &Row) -> Vec<Option<Value>> {
-    let floats = |first: f64| {
-        Some(Value::new(DType::F32, vec![4], vec![first, 0.5, -1.25, 2.0]).unwrap())
-    };
+    let floats =
+        |first: f64| Some(Value::new(DType::F32, vec![4], vec![first, 0.5, -1.25, 2.0]).unwrap());
     let finite = || Some(Value::new(DType::F32, vec![4], vec![1.5, -0.75, 3.0, 0.25]).unwrap());
     match row.name {
         "Where" => vec![

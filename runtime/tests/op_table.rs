@@ -51,7 +51,10 @@ fn the_cpu_runs_every_row() {
 
 #[test]
 fn every_backend_claims_exactly_its_rows() {
-    for (provider, b) in [(Provider::Cuda, Backend::Cuda), (Provider::Wgpu, Backend::Wgpu)] {
+    for (provider, b) in [
+        (Provider::Cuda, Backend::Cuda),
+        (Provider::Wgpu, Backend::Wgpu),
+    ] {
         let be = backend(provider).unwrap_or_else(|| panic!("this build lacks {provider:?}"));
         assert_eq!(drift(b, |n| be.claim(n).is_ok()), Vec::<String>::new());
     }
@@ -62,10 +65,14 @@ fn every_backend_claims_exactly_its_rows() {
 #[test]
 fn drift_is_caught() {
     let cuda = backend(Provider::Cuda).unwrap();
-    let extra = drift(Backend::Cuda, |n| n.op_type == "Einsum" || cuda.claim(n).is_ok());
+    let extra = drift(Backend::Cuda, |n| {
+        n.op_type == "Einsum" || cuda.claim(n).is_ok()
+    });
     assert_eq!(extra.len(), 1, "{extra:?}");
     assert!(extra[0].starts_with("Einsum"));
-    let missing = drift(Backend::Cuda, |n| n.op_type != "Softsign" && cuda.claim(n).is_ok());
+    let missing = drift(Backend::Cuda, |n| {
+        n.op_type != "Softsign" && cuda.claim(n).is_ok()
+    });
     assert_eq!(missing.len(), 1, "{missing:?}");
     assert!(missing[0].starts_with("Softsign"));
 }

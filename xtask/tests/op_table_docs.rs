@@ -66,7 +66,9 @@ fn names_of(list: &str, class: Class) -> Vec<Listed> {
         let (item, tail) = match (rest.find(','), rest.find('(')) {
             (Some(c), Some(p)) if p < c => {
                 let close = rest[p..].find(')').map_or(rest.len(), |i| p + i + 1);
-                let next = rest[close..].find(',').map_or(rest.len(), |i| close + i + 1);
+                let next = rest[close..]
+                    .find(',')
+                    .map_or(rest.len(), |i| close + i + 1);
                 (&rest[..close], &rest[next..])
             }
             (Some(c), _) => (&rest[..c], &rest[c + 1..]),
@@ -139,16 +141,17 @@ fn the_readme_class_table_is_the_op_table() {
 #[test]
 fn a_drifted_readme_is_caught() {
     let text = readme();
-    let moved = text.replacen("4: Exp, Log, Erf,", "4: Exp, Log,", 1).replacen(
-        "8: Elu,",
-        "8: Erf, Elu,",
-        1,
-    );
+    let moved = text
+        .replacen("4: Exp, Log, Erf,", "4: Exp, Log,", 1)
+        .replacen("8: Elu,", "8: Erf, Elu,", 1);
     let faults = differences(&moved).unwrap();
     assert!(faults.iter().any(|f| f.starts_with("Erf")), "{faults:?}");
     let dropped = text.replacen("Softsign, ", "", 1);
     let faults = differences(&dropped).unwrap();
-    assert!(faults.iter().any(|f| f.starts_with("Softsign")), "{faults:?}");
+    assert!(
+        faults.iter().any(|f| f.starts_with("Softsign")),
+        "{faults:?}"
+    );
     let wrong_form = text.replacen("Resize (nearest)", "Resize (linear)", 1);
     let faults = differences(&wrong_form).unwrap();
     assert!(faults.iter().any(|f| f.starts_with("Resize")), "{faults:?}");

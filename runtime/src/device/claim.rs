@@ -41,10 +41,13 @@ pub trait CodeGenerators {
 /// The kernel backend `G` launches for a default-domain `node`, or why it declines the node.
 pub fn claim<G: CodeGenerators>(node: &Node) -> Result<G::Kernel, String> {
     if !node.domain.is_empty() {
-        return Err(format!("domain '{}' has no {} kernels", node.domain, G::NAME));
+        return Err(format!(
+            "domain '{}' has no {} kernels",
+            node.domain,
+            G::NAME
+        ));
     }
-    let Some(row) =
-        quorum_optable::find(&node.op_type).filter(|r| r.devices.contains(G::BACKEND))
+    let Some(row) = quorum_optable::find(&node.op_type).filter(|r| r.devices.contains(G::BACKEND))
     else {
         return Err(format!("no {} kernel for this operator", G::NAME));
     };

@@ -130,9 +130,27 @@ mod tests {
     fn extent_is_the_walk_s_span() {
         let cases: [(&[usize], Strided); 4] = [
             (&[2, 3], Strided::dense(&[2, 3])),
-            (&[3, 4], Strided { base: 11, strides: vec![-4, -1] }),
-            (&[5, 2], Strided { base: 3, strides: vec![0, 7] }),
-            (&[2, 2, 2], Strided { base: 20, strides: vec![-9, 3, -1] }),
+            (
+                &[3, 4],
+                Strided {
+                    base: 11,
+                    strides: vec![-4, -1],
+                },
+            ),
+            (
+                &[5, 2],
+                Strided {
+                    base: 3,
+                    strides: vec![0, 7],
+                },
+            ),
+            (
+                &[2, 2, 2],
+                Strided {
+                    base: 20,
+                    strides: vec![-9, 3, -1],
+                },
+            ),
         ];
         for (shape, walk) in cases {
             let mut touched = vec![];

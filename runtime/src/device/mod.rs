@@ -19,6 +19,7 @@ use crate::error::OpError;
 use crate::tensor::{DType, Tensor, Value};
 
 pub mod claim;
+pub mod forms;
 pub mod layout;
 pub mod movement;
 
@@ -110,6 +111,18 @@ pub fn host_f64s<T, E: From<OpError>>(
             Value::Tensor(t) => Ok(Some(t.to_f64_vec()?)),
             _ => Err(OpError::Invalid(format!("input {i} must be a tensor")).into()),
         },
+    }
+}
+
+/// Input `i` read on the host as f64 values when it is present, `None` when omitted.
+pub fn optional_f64s<T, E: From<OpError>>(
+    inputs: &(impl KernelInputs<T, E> + ?Sized),
+    i: usize,
+) -> Result<Option<Vec<f64>>, E> {
+    if inputs.present(i) {
+        host_f64s(inputs, i)
+    } else {
+        Ok(None)
     }
 }
 

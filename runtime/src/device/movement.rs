@@ -68,10 +68,7 @@ pub fn k_view<P: Primitives>(
     let param = optional_i64s(inputs, 1)?;
     let shape = view_shape(ctx, x.shape(), param)?;
     if shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)) != Some(x.len()) {
-        return Err(invalid(format!(
-            "cannot view {:?} as {shape:?}",
-            x.shape()
-        )));
+        return Err(invalid(format!("cannot view {:?} as {shape:?}", x.shape())));
     }
     Ok(vec![x.view(shape)])
 }
@@ -293,7 +290,11 @@ pub fn k_tile<P: Primitives>(
         view.extend([r as usize, xs[d]]);
         vst.extend([0, st[d]]);
     }
-    let out_shape: Vec<usize> = xs.iter().zip(&reps).map(|(&d, &r)| d * r as usize).collect();
+    let out_shape: Vec<usize> = xs
+        .iter()
+        .zip(&reps)
+        .map(|(&d, &r)| d * r as usize)
+        .collect();
     let from = Strided {
         base: 0,
         strides: vst,
@@ -512,6 +513,9 @@ impl GatherPlan {
                 "Gather index {bad} is out of range for axis {axis} of size {dim}"
             )));
         }
-        Ok(idx.iter().map(|&v| if v < 0 { v + dim } else { v }).collect())
+        Ok(idx
+            .iter()
+            .map(|&v| if v < 0 { v + dim } else { v })
+            .collect())
     }
 }

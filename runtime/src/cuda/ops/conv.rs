@@ -20,6 +20,7 @@ use crate::cuda::driver::Arg;
 use crate::cuda::memory::DevTensor;
 use crate::cuda::ptx::{self, Cmp, Kernel, Reg, Space, Ty};
 use crate::cuda::{CudaKernel, Inputs, KError, KResult, Run, blocks, dev_input};
+use crate::device::forms::{conv_bias, conv_channels, conv_group, conv_out_shape, convt_channels};
 use crate::error::OpError;
 use crate::ir::Node;
 use crate::ops::OpCtx;
@@ -79,32 +80,6 @@ fn operands(
     Ok((x, w, b, dtype))
 }
 
-fn group_of(ctx: &OpCtx) -> KResult<usize> {
-    let group = ctx.attr_i("group", 1)?;
-    if group < 1 {
-        return Err(invalid(format!("group must be >= 1, got {group}")));
-    }
-    Ok(group as usize)
-}
-
-fn check_bias(b: &Option<DevTensor>, m: usize) -> KResult<()> {
-    if let Some(b) = b
-        && b.len() != m
-    {
-        return Err(invalid(format!(
-            "bias has {} elements, expected {m}",
-            b.len()
-        )));
-    }
-    Ok(())
-}
-
-fn out_shape(n: usize, m: usize, g: &Geom, rank: usize) -> Vec<usize> {
-    let mut s = vec![n, m];
-    s.extend_from_slice(&g.outs[3 - rank..]);
-    s
-}
-
 fn geom_pads(g: &Geom) -> KResult<[i32; 3]> {
     Ok([i32of(g.pb[0])?, i32of(g.pb[1])?, i32of(g.pb[2])?])
 }
@@ -116,16 +91,11 @@ fn u32s(v: [usize; 3]) -> KResult<[u32; 3]> {
 fn conv(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>> {
     let (x, w, bias, dtype) = operands("Conv", inputs)?;
     let (xs, ws) = (x.shape.clone(), w.shape.clone());
-    let group = group_of(ctx)?;
-    let (n, c, m) = (xs[0], xs[1], ws[0]);
-    if ws[1].checked_mul(group) != Some(c) || m % group != 0 {
-        return Err(invalid(format!(
-            "Conv channels mismatch: X {xs:?}, W {ws:?}, group {group}"
-        )));
-    }
-    check_bias(&bias, m)?;
+    let group = conv_group(ctx)?;
+    let (n, c, m) = conv_channels(&xs, &ws, group)?;
+    conv_bias(bias.as_ref().map(|b| b.len()), m)?;
     let g = conv_geom(ctx, &xs[2..], &ws[2..])?;
-    let oshape = out_shape(n, m, &g, xs.len() - 2);
+    let oshape = conv_out_shape(n, m, &g.outs, xs.len() - 2);
     let es = if dtype == DType::F16 { 2 } else { 4 };
     ctx.check_alloc(&oshape, es)?;
     require_u32_len(&xs)?;
@@ -203,18 +173,13 @@ fn conv(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>> 
 fn conv_transpose(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>> {
     let (x, w, bias, dtype) = operands("ConvTranspose", inputs)?;
     let (xs, ws) = (x.shape.clone(), w.shape.clone());
-    let group = group_of(ctx)?;
-    let (n, c) = (xs[0], xs[1]);
-    if ws[0] != c || c % group != 0 {
-        return Err(invalid(format!(
-            "ConvTranspose channels mismatch: X {xs:?}, W {ws:?}, group {group}"
-        )));
-    }
-    let (cg, mg) = (c / group, ws[1]);
+    let group = conv_group(ctx)?;
+    let (n, c, mg) = convt_channels(&xs, &ws, group)?;
+    let cg = c / group;
     let m = mg * group;
-    check_bias(&bias, m)?;
+    conv_bias(bias.as_ref().map(|b| b.len()), m)?;
     let g = convt_geom(ctx, &xs[2..], &ws[2..])?;
-    let oshape = out_shape(n, m, &g, xs.len() - 2);
+    let oshape = conv_out_shape(n, m, &g.outs, xs.len() - 2);
     let es = if dtype == DType::F16 { 2 } else { 4 };
     ctx.check_alloc(&oshape, es)?;
     require_u32_len(&xs)?;

@@ -5,7 +5,7 @@
 //! op's expression and stores the result. Float ops compute in f32 (f16 operands are widened and the
 //! result rounded once; the expressions are in `elementwise_float.rs`); transcendental functions go
 //! through `math` in f64. Integer and bool operands keep their own type (`elementwise_int.rs`).
-use super::{broadcast_strides, offsets, require_u32_len, simplify, thread_index};
+use super::{offsets, require_u32_len, thread_index};
 use crate::cuda::driver::Arg;
 use crate::cuda::ptx::{Cmp, Kernel, Reg, Space, Ty, module};
 use crate::cuda::{CudaKernel, DevTensor, Inputs, KError, KResult, Run, blocks, dev_input};
@@ -14,7 +14,7 @@ use crate::error::OpError;
 use crate::ir::Node;
 use crate::ops::OpCtx;
 use crate::ops::broadcast::broadcast_shapes;
-use crate::tensor::{DType, Tensor, Value};
+use crate::tensor::{DType, Tensor};
 
 #[path = "elementwise_float.rs"]
 mod float;
@@ -30,13 +30,7 @@ pub(super) use int::tests::int_modules;
 pub fn claim(node: &Node) -> Option<Result<CudaKernel, String>> {
     let op = node.op_type.as_str();
     Some(match op {
-        "Gelu" => match node.attrs.get("approximate") {
-            Some(crate::ir::Attr::String(s)) if s != b"none" && s != b"tanh" => Err(format!(
-                "Gelu approximate='{}' is not an ONNX mode",
-                String::from_utf8_lossy(s)
-            )),
-            _ => Ok(k_map as CudaKernel),
-        },
+        "Gelu" => crate::device::forms::gelu_mode(node).map(|()| k_map as CudaKernel),
         "Clip" => Ok(k_clip as CudaKernel),
         "Where" => Ok(k_where as CudaKernel),
         _ => Ok(k_map as CudaKernel),
@@ -154,11 +148,8 @@ fn map_kernel_with(
     if io == Io::Float && extra.is_empty() && same_f32 && out_dtype == DType::F32 && n % 4 == 0 {
         return map_kernel_v4(run, operands, out, n, expr);
     }
-    let st: Vec<Vec<i64>> = operands
-        .iter()
-        .map(|t| broadcast_strides(&t.shape, &out_shape))
-        .collect();
-    let (shape, st) = simplify(&out_shape, &st);
+    let shapes: Vec<&[usize]> = operands.iter().map(|t| t.shape.as_slice()).collect();
+    let (shape, st) = crate::device::forms::broadcast_walk(&shapes, &out_shape);
     let mut k = Kernel::new("ew");
     let out_p = k.param_ptr("out");
     let ptrs: Vec<Reg> = (0..operands.len())
@@ -310,35 +301,15 @@ fn all_inputs(inputs: &dyn Inputs) -> KResult<Vec<DevTensor>> {
     Ok(v)
 }
 
-/// Declines a binary node that broadcasts the pre-opset-7 way (`broadcast=1`, `B` placed at `axis`):
-/// the CPU kernel lays that out (`legacy_b`), and numpy's rules the kernels follow can differ.
+/// Declines a binary node that broadcasts the pre-opset-7 way (`crate::device::forms`).
 fn legacy_broadcast(ctx: &OpCtx, ts: &[DevTensor]) -> KResult<()> {
-    if ctx.opset() < 7
-        && ts.len() == 2
-        && ts[0].shape != ts[1].shape
-        && ts[1].len() != 1
-        && ctx.attr_i("broadcast", 0)? != 0
-    {
-        decline!(
-            "broadcast=1 at opset {}: the CPU kernel aligns B at its axis",
-            ctx.opset()
-        );
-    }
-    Ok(())
+    let shapes: Vec<&[usize]> = ts.iter().map(|t| t.shape.as_slice()).collect();
+    crate::device::forms::legacy_broadcast(ctx, &shapes)?.map_err(KError::Decline)
 }
 
-/// Declines a PRelu whose slope does not broadcast onto X (opsets before 7 place a per-channel slope
-/// another way; the CPU kernel handles that).
+/// Declines a PRelu whose slope does not broadcast onto X (`crate::device::forms`).
 fn require_prelu_slope(x: &DevTensor, slope: &DevTensor) -> KResult<()> {
-    let shapes = [x.shape.as_slice(), slope.shape.as_slice()];
-    if broadcast_shapes(&shapes).ok().as_deref() != Some(x.shape.as_slice()) {
-        decline!(
-            "PRelu slope {:?} does not broadcast to {:?}",
-            slope.shape,
-            x.shape
-        );
-    }
-    Ok(())
+    crate::device::forms::prelu_slope(&x.shape, &slope.shape).map_err(KError::Decline)
 }
 
 fn k_map(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>> {
@@ -464,24 +435,10 @@ fn k_map(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>>
     Ok(vec![out])
 }
 
-/// Clip's bound input `i` (opset 11 on) as the CPU kernel takes it: absent or empty is no bound; a
-/// bound of another dtype than X's, or of more than one value, is refused there, so declined here.
-fn clip_bound(inputs: &dyn Inputs, i: usize, x: DType) -> KResult<Option<Tensor>> {
-    let Some(v) = inputs.host(i)? else {
-        return Ok(None);
-    };
-    let Value::Tensor(b) = &*v else {
-        return Err(KError::Op(OpError::Invalid(format!(
-            "Clip bound {i} must be a tensor"
-        ))));
-    };
-    if b.dtype() != x || b.len() > 1 {
-        decline!(
-            "Clip bound {} on a {x} input: the CPU kernel refuses it",
-            b.describe()
-        );
-    }
-    Ok((b.len() == 1).then(|| b.clone()))
+/// Clip's bound input `i` (opset 11 on), as `crate::device::forms::clip_bound` takes it.
+pub(super) fn clip_bound(inputs: &dyn Inputs, i: usize, x: DType) -> KResult<Option<Tensor>> {
+    let bound = inputs.host(i)?;
+    crate::device::forms::clip_bound(bound.as_deref(), i, x)?.map_err(KError::Decline)
 }
 
 fn k_clip(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>> {
@@ -537,11 +494,7 @@ fn k_where(_: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>>
     if n == 0 {
         return Ok(vec![out]);
     }
-    let st: Vec<Vec<i64>> = [&c, &x, &y]
-        .iter()
-        .map(|t| broadcast_strides(&t.shape, &out_shape))
-        .collect();
-    let (shape, st) = simplify(&out_shape, &st);
+    let (shape, st) = crate::device::forms::broadcast_walk(&shapes, &out_shape);
     let mut k = Kernel::new("where");
     let out_p = k.param_ptr("out");
     let cp = k.param_ptr("c");
@@ -587,8 +540,15 @@ mod tests {
 
     #[test]
     fn every_claimed_op_has_a_kernel() {
-        let families = [quorum_optable::Family::Unary, quorum_optable::Family::Binary];
-        for op in families.into_iter().flat_map(quorum_optable::rows_of).map(|r| r.name) {
+        let families = [
+            quorum_optable::Family::Unary,
+            quorum_optable::Family::Binary,
+        ];
+        for op in families
+            .into_iter()
+            .flat_map(quorum_optable::rows_of)
+            .map(|r| r.name)
+        {
             let node = Node {
                 name: "n".into(),
                 op_type: op.to_string(),

@@ -18,6 +18,7 @@ use crate::cuda::driver::Arg;
 use crate::cuda::ptx::{Cmp, Kernel, Reg, Space, Ty, module};
 use crate::cuda::{CudaKernel, DevTensor, Inputs, KError, KResult, Run, blocks, dev_input};
 use crate::decline;
+use crate::device::forms::{scatter_updates, trilu_k, trilu_plan};
 use crate::error::OpError;
 use crate::ir::Node;
 use crate::ops::data::index::{Reduction, element_offsets, one_hot_plan, one_hot_pos, reduction};
@@ -234,19 +235,10 @@ fn k_scatter_elements(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Ve
     let ind = as_tensor(&iv, "ScatterElements indices")?;
     let axis = norm_axis(ctx.attr_i("axis", 0)?, x.shape.len())?;
     if upd.shape != ind.shape() {
-        return Err(invalid(format!(
-            "updates of shape {:?} differ from indices of shape {:?}",
-            upd.shape,
-            ind.shape()
-        )));
+        scatter_updates((&upd.shape, upd.dtype), ind.shape(), x.dtype)?;
     }
     let offs = element_offsets(&x.shape, ind, axis)?;
-    if upd.dtype != x.dtype {
-        return Err(invalid(format!(
-            "updates have dtype {}, the data {}",
-            upd.dtype, x.dtype
-        )));
-    }
+    scatter_updates((&upd.shape, upd.dtype), ind.shape(), x.dtype)?;
     let red = reduction(ctx)?;
     require_u32_len(&x.shape)?;
     let total = require_u32_len(ind.shape())?;
@@ -378,26 +370,16 @@ fn k_trilu(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor
     let x = dev_input(inputs, 0)?;
     let kv = if inputs.present(1) {
         let v = host_value(inputs, 1, "Trilu k")?;
-        let t = as_tensor(&v, "Trilu k")?;
-        *t.to_i64_vec()?
-            .first()
-            .ok_or_else(|| invalid("Trilu k is empty".into()))?
+        trilu_k(as_tensor(&v, "Trilu k")?)?
     } else {
         0
     };
-    let upper = ctx.attr_i("upper", 1)? != 0;
-    let r = x.shape.len();
-    if r < 2 {
-        return Err(invalid(format!("Trilu needs rank >= 2, got {:?}", x.shape)));
-    }
+    let (upper, rows, cols, kc) = trilu_plan(ctx, &x.shape, kv)?;
     let n = require_u32_len(&x.shape)?;
     let out = run.alloc(x.dtype, &x.shape)?;
     if n == 0 {
         return Ok(vec![out]);
     }
-    let (rows, cols) = (x.shape[r - 2], x.shape[r - 1]);
-    // c - r lies in [1 - rows, cols - 1]: clamping k to [-rows, cols] keeps every decision.
-    let kc = kv.clamp(-(rows as i64), cols as i64) as i32;
     let (ty, size) = elem_ty(&x)?;
     launch_1d(
         run,

@@ -373,9 +373,9 @@ pub(crate) fn run_gemm_with(run: &Run, p: &Problem, forced: Option<plan::Plan>) 
         let lanes = if nsplit >= 16 { 8u32 } else { 1 };
         let vec4 = lanes == 1
             && !f16
-            && p.n % 4 == 0
-            && p.ldy % 4 == 0
-            && p.y % 16 == 0
+            && p.n.is_multiple_of(4)
+            && p.ldy.is_multiple_of(4)
+            && p.y.is_multiple_of(16)
             && w.ptr() % 16 == 0
             && y_batch.iter().all(|s| s % 4 == 0);
         let text = reduce_ptx(run.cc(), has_c, f16, lanes, vec4);
@@ -664,28 +664,7 @@ fn gemm(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>> 
     let tb = ctx.attr_i("transB", 0)? != 0;
     let alpha = ctx.attr_f("alpha", 1.0)?;
     let beta = ctx.attr_f("beta", 1.0)?;
-    if a.shape.len() != 2 || b.shape.len() != 2 {
-        return Err(invalid(format!(
-            "Gemm needs 2-D A and B, got {:?} and {:?}",
-            a.shape, b.shape
-        )));
-    }
-    let (m, k) = if ta {
-        (a.shape[1], a.shape[0])
-    } else {
-        (a.shape[0], a.shape[1])
-    };
-    let (kb, n) = if tb {
-        (b.shape[1], b.shape[0])
-    } else {
-        (b.shape[0], b.shape[1])
-    };
-    if k != kb {
-        return Err(invalid(format!(
-            "Gemm inner dimensions differ: A {:?} (transA={ta}) B {:?} (transB={tb})",
-            a.shape, b.shape
-        )));
-    }
+    let [m, k, n] = crate::device::forms::gemm_dims(&a.shape, &b.shape, ta, tb)?;
     if inputs.present(2)
         && let Some(cd) = inputs.dtype(2)
         && cd != dtype

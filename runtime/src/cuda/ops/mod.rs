@@ -7,9 +7,9 @@
 //! `crate::ops`; only the device code lives here.
 use super::ptx::{Cmp, Kernel, Reg, Ty};
 use super::{CudaKernel, KError, KResult};
+use crate::device::claim::{CodeGenerators, FamilyClaim};
 use crate::ir::Node;
 use crate::tensor::DType;
-use crate::device::claim::{CodeGenerators, FamilyClaim};
 use quorum_optable::Backend;
 
 pub use crate::device::layout::{broadcast_strides, simplify, strides};
@@ -88,7 +88,6 @@ impl CodeGenerators for Generators {
     }
 }
 
-
 /// The flat thread index `ctaid.x · ntid.x + tid.x` (u32) and an early exit at `n`.
 pub fn thread_index(k: &mut Kernel, n: Reg) -> Reg {
     let bid = k.special("ctaid.x");
@@ -150,4 +149,3 @@ pub fn offsets(k: &mut Kernel, i: Reg, out_shape: &[usize], strides: &[Vec<i64>]
     }
     offs
 }
-

@@ -388,4 +388,3 @@ fn k_gather(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTenso
     }
     Ok(vec![out])
 }
-

@@ -350,13 +350,8 @@ fn k_layer_norm(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevT
 
 fn k_lrn(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>> {
     let e = Elem::of("the input", inputs.dtype(0))?;
-    let size = ctx.req_i("size")?;
-    if size <= 0 {
-        return Err(invalid(format!("LRN size must be positive, got {size}")));
-    }
-    let alpha = ctx.attr_f("alpha", 1e-4)? as f64;
-    let beta = ctx.attr_f("beta", 0.75)? as f64;
-    let bias = ctx.attr_f("bias", 1.0)? as f64;
+    let lrn = crate::device::forms::Lrn::parse(ctx)?;
+    let (size, alpha, beta, bias) = (lrn.size, lrn.alpha, lrn.beta, lrn.bias);
     let shape = shape_of(inputs, 0)?;
     let (_, c, inner) = nc_inner(&shape, "LRN")?;
     let n = require_u32_len(&shape)?;

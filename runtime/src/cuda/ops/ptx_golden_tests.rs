@@ -128,7 +128,10 @@ fn conv_modules(out: &mut Vec<String>) {
 fn elementwise_modules(out: &mut Vec<String>) {
     // Every unary expression with default attributes, between an f16 load and an f16 store.
     let elementwise = [Family::Unary, Family::Binary].into_iter();
-    for op in elementwise.flat_map(quorum_optable::rows_of).map(|r| r.name) {
+    for op in elementwise
+        .flat_map(quorum_optable::rows_of)
+        .map(|r| r.name)
+    {
         let node = Node {
             name: "n".into(),
             op_type: op.to_string(),

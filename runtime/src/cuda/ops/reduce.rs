@@ -90,12 +90,12 @@ fn merge(dims: &[(usize, usize)]) -> Vec<(usize, usize)> {
         if n == 1 {
             continue;
         }
-        if let Some(last) = out.last_mut() {
-            if last.1 == n * s {
-                last.0 *= n;
-                last.1 = s;
-                continue;
-            }
+        if let Some(last) = out.last_mut()
+            && last.1 == n * s
+        {
+            last.0 *= n;
+            last.1 = s;
+            continue;
         }
         out.push((n, s));
     }

@@ -18,15 +18,13 @@ use super::{require_u32_len, thread_index};
 use crate::cuda::driver::Arg;
 use crate::cuda::memory::{device_elem_size, tensor_bytes};
 use crate::cuda::ptx::{Cmp, Kernel, Reg, Space, Ty, module};
-use crate::cuda::{
-    CudaKernel, DevTensor, Inputs, KError, KResult, Run, blocks, dev_input, host_f64s, host_i64s,
-};
+use crate::cuda::{CudaKernel, DevTensor, Inputs, KError, KResult, Run, blocks, dev_input};
 use crate::decline;
 use crate::error::OpError;
 use crate::ir::Node;
 use crate::ops::OpCtx;
 use crate::ops::resize::device::{DimMap, device_tables};
-use crate::ops::resize::{AxisTable, resize_setup, tensor_like};
+use crate::ops::resize::{AxisTable, tensor_like};
 use crate::tensor::{DType, Tensor};
 
 /// The kernel for a Resize node, None for other ops.
@@ -246,10 +244,7 @@ fn fill_bits(dtype: DType, v: f64) -> KResult<u64> {
     let Some(b) = tensor_bytes(&t) else {
         decline!("{dtype} values stay on the host");
     };
-    Ok(b.iter()
-        .take(8)
-        .enumerate()
-        .fold(0u64, |a, (i, &x)| a | ((x as u64) << (8 * i))))
+    Ok(crate::device::forms::bits_le(&b))
 }
 
 fn invalid(msg: String) -> KError {
@@ -260,19 +255,7 @@ fn k_resize(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTenso
     let (Some(dtype), Some(in_shape)) = (inputs.dtype(0), inputs.shape(0)) else {
         return Err(invalid("Resize needs its input X".into()));
     };
-    let f64s = |i: usize| -> KResult<Option<Vec<f64>>> {
-        if inputs.present(i) {
-            host_f64s(inputs, i)
-        } else {
-            Ok(None)
-        }
-    };
-    let sizes = if inputs.present(3) {
-        host_i64s(inputs, 3)?
-    } else {
-        None
-    };
-    let setup = resize_setup(ctx, &in_shape, f64s(1)?, f64s(2)?, sizes)?;
+    let setup = crate::device::forms::resize_setup(ctx, &in_shape, inputs)?;
     let out_shape = setup.out_shape.clone();
     let n = require_u32_len(&out_shape)?;
     require_u32_len(&in_shape)?;
@@ -472,7 +455,7 @@ mod tests {
             let x = t(0).unwrap();
             let f = |i: usize| t(i).map(|t| t.to_f64_vec().unwrap());
             let sz = t(3).map(|t| t.to_i64_vec().unwrap());
-            let setup = resize_setup(ctx, x.shape(), f(1), f(2), sz)?;
+            let setup = crate::ops::resize::resize_setup(ctx, x.shape(), f(1), f(2), sz)?;
             let tables = setup.tables(ctx, x.shape())?;
             let elem = if tables.iter().any(|t| matches!(t, AxisTable::Taps(_))) {
                 Ty::F32

@@ -8,6 +8,7 @@ use super::gemm_tile::gemm;
 use super::matmul::float_dtype;
 use super::{WgpuKernel, decline, dev, dev_opt, invalid};
 use crate::backend::NodeInputs;
+use crate::device::forms::{conv_bias, conv_channels, conv_group, conv_out_shape, convt_channels};
 use crate::ir::Node;
 use crate::ops::OpCtx;
 use crate::ops::conv::{Geom, conv_geom, convt_geom};
@@ -21,14 +22,6 @@ pub fn claim(node: &Node) -> Option<Result<WgpuKernel, String>> {
         "ConvTranspose" => Some(Ok(k_conv_transpose as WgpuKernel)),
         _ => None,
     }
-}
-
-fn group_of(ctx: &OpCtx) -> KResult<usize> {
-    let group = ctx.attr_i("group", 1)?;
-    if group < 1 {
-        return Err(invalid(format!("group must be >= 1, got {group}")));
-    }
-    Ok(group as usize)
 }
 
 /// X, W and the optional bias on the device, checked for rank.
@@ -53,24 +46,6 @@ fn operands(what: &str, inputs: &dyn NodeInputs) -> KResult<(WTensor, WTensor, O
         decline!("{what} with {} spatial dims", x.shape.len() - 2);
     }
     Ok((x, w, b))
-}
-
-fn check_bias(b: &Option<WTensor>, m: usize) -> KResult<()> {
-    if let Some(b) = b
-        && b.len() != m
-    {
-        return Err(invalid(format!(
-            "bias has {} elements, expected {m}",
-            b.len()
-        )));
-    }
-    Ok(())
-}
-
-fn out_shape(n: usize, m: usize, g: &Geom, rank: usize) -> Vec<usize> {
-    let mut s = vec![n, m];
-    s.extend_from_slice(&g.outs[3 - rank..]);
-    s
 }
 
 /// The channel counts and spatial geometry a convolution kernel is generated for.
@@ -103,7 +78,7 @@ fn ops_text(d: crate::tensor::DType, transpose: bool, bias: bool, sh: &Shape) ->
         format!("i1[((gg * {cgu}u + k / {ksz}u) * {mgu}u + m) * {ksz}u + k % {ksz}u]")
     } else {
         // W [M, Cg, taps]: row (g·Mg + m) of a [M, Cg·taps] matrix.
-        format!("i1[(gg * {mgu}u + m) * {} + k]", format!("{}u", cgu * ksz))
+        format!("i1[(gg * {mgu}u + m) * {}u + k]", cgu * ksz)
     };
     let pointwise =
         !transpose && g.k == [1, 1, 1] && g.s == [1, 1, 1] && g.pb == [0, 0, 0] && g.outs == g.ins;
@@ -174,16 +149,11 @@ fn loadA(m: u32, k: u32) -> f32 {{ return {wa}; }}
 fn k_conv(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<Vec<WTensor>> {
     let (x, w, bias) = operands("Conv", inputs)?;
     let (xs, ws) = (x.shape.clone(), w.shape.clone());
-    let group = group_of(ctx)?;
-    let (n, c, m) = (xs[0], xs[1], ws[0]);
-    if ws[1].checked_mul(group) != Some(c) || m % group != 0 {
-        return Err(invalid(format!(
-            "Conv channels mismatch: X {xs:?}, W {ws:?}, group {group}"
-        )));
-    }
-    check_bias(&bias, m)?;
+    let group = conv_group(ctx)?;
+    let (n, c, m) = conv_channels(&xs, &ws, group)?;
+    conv_bias(bias.as_ref().map(|b| b.len()), m)?;
     let g = conv_geom(ctx, &xs[2..], &ws[2..])?;
-    let oshape = out_shape(n, m, &g, xs.len() - 2);
+    let oshape = conv_out_shape(n, m, &g.outs, xs.len() - 2);
     let out = run.alloc(x.dtype, &oshape)?;
     if out.is_empty() {
         return Ok(vec![out]);
@@ -234,18 +204,13 @@ fn check_pads(g: &Geom) -> KResult<()> {
 fn k_conv_transpose(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<Vec<WTensor>> {
     let (x, w, bias) = operands("ConvTranspose", inputs)?;
     let (xs, ws) = (x.shape.clone(), w.shape.clone());
-    let group = group_of(ctx)?;
-    let (n, c) = (xs[0], xs[1]);
-    if ws[0] != c || c % group != 0 {
-        return Err(invalid(format!(
-            "ConvTranspose channels mismatch: X {xs:?}, W {ws:?}, group {group}"
-        )));
-    }
-    let (cg, mg) = (c / group, ws[1]);
+    let group = conv_group(ctx)?;
+    let (n, c, mg) = convt_channels(&xs, &ws, group)?;
+    let cg = c / group;
     let m = mg * group;
-    check_bias(&bias, m)?;
+    conv_bias(bias.as_ref().map(|b| b.len()), m)?;
     let g = convt_geom(ctx, &xs[2..], &ws[2..])?;
-    let oshape = out_shape(n, m, &g, xs.len() - 2);
+    let oshape = conv_out_shape(n, m, &g.outs, xs.len() - 2);
     let out = run.alloc(x.dtype, &oshape)?;
     if out.is_empty() {
         return Ok(vec![out]);

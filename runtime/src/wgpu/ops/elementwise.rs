@@ -15,7 +15,7 @@ use crate::backend::{DeviceError, NodeInputs};
 use crate::ir::Node;
 use crate::ops::OpCtx;
 use crate::ops::broadcast::broadcast_shapes;
-use crate::tensor::{DType, Tensor, Value};
+use crate::tensor::{DType, Tensor};
 use crate::wgpu::memory::{WTensor, words};
 use crate::wgpu::run::{KResult, Run};
 use crate::wgpu::wgsl::{self, Kind, kind};
@@ -26,13 +26,7 @@ use super::WgpuKernel;
 pub fn claim(node: &Node) -> Option<Result<WgpuKernel, String>> {
     let op = node.op_type.as_str();
     Some(match op {
-        "Gelu" => match node.attrs.get("approximate") {
-            Some(crate::ir::Attr::String(s)) if s != b"none" && s != b"tanh" => Err(format!(
-                "Gelu approximate='{}' is not an ONNX mode",
-                String::from_utf8_lossy(s)
-            )),
-            _ => Ok(k_map as WgpuKernel),
-        },
+        "Gelu" => crate::device::forms::gelu_mode(node).map(|()| k_map as WgpuKernel),
         "Clip" => Ok(k_clip as WgpuKernel),
         "Where" => Ok(k_where as WgpuKernel),
         _ => Ok(k_map as WgpuKernel),
@@ -124,8 +118,11 @@ fn vec4_form(
 ) -> Option<u32> {
     let one_word = |d: DType| words(d) == Some(1);
     let flat = shape.len() == 1 && st.iter().all(|s| s[0] == 1 || s[0] == 0);
-    (flat && n % 4 == 0 && one_word(out_dtype) && operands.iter().all(|t| one_word(t.dtype)))
-        .then_some(n / 4)
+    (flat
+        && n.is_multiple_of(4)
+        && one_word(out_dtype)
+        && operands.iter().all(|t| one_word(t.dtype)))
+    .then_some(n / 4)
 }
 
 /// [`map`]'s kernel over `quads` vec4s of words: operands read four words at a time (a broadcast
@@ -248,20 +245,10 @@ fn arity(op: &str, ts: &[WTensor], n: usize) -> KResult<()> {
     Ok(())
 }
 
-/// Declines a binary node that broadcasts the pre-opset-7 way (`broadcast=1`, `B` at `axis`).
+/// Declines a binary node that broadcasts the pre-opset-7 way (`crate::device::forms`).
 fn legacy_broadcast(ctx: &OpCtx, ts: &[WTensor]) -> KResult<()> {
-    if ctx.opset() < 7
-        && ts.len() == 2
-        && ts[0].shape != ts[1].shape
-        && ts[1].len() != 1
-        && ctx.attr_i("broadcast", 0)? != 0
-    {
-        decline!(
-            "broadcast=1 at opset {}: the CPU kernel aligns B at its axis",
-            ctx.opset()
-        );
-    }
-    Ok(())
+    let shapes: Vec<&[usize]> = ts.iter().map(|t| t.shape.as_slice()).collect();
+    crate::device::forms::legacy_broadcast(ctx, &shapes)?.map_err(DeviceError::Decline)
 }
 
 fn k_map(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<Vec<WTensor>> {
@@ -416,35 +403,15 @@ fn float_only(op: &str, k: Kind) -> KResult<()> {
     Ok(())
 }
 
-/// Declines a PRelu whose slope does not broadcast onto X (the CPU handles the old placements).
+/// Declines a PRelu whose slope does not broadcast onto X (`crate::device::forms`).
 pub fn require_prelu_slope(x: &WTensor, slope: &WTensor) -> KResult<()> {
-    let shapes = [x.shape.as_slice(), slope.shape.as_slice()];
-    if broadcast_shapes(&shapes).ok().as_deref() != Some(x.shape.as_slice()) {
-        decline!(
-            "PRelu slope {:?} does not broadcast to {:?}",
-            slope.shape,
-            x.shape
-        );
-    }
-    Ok(())
+    crate::device::forms::prelu_slope(&x.shape, &slope.shape).map_err(DeviceError::Decline)
 }
 
-/// Clip's bound input `i` (opset 11 on): absent or empty is no bound; another dtype than X's, or more
-/// than one value, is refused by the CPU kernel, so declined here.
+/// Clip's bound input `i` (opset 11 on), as `crate::device::forms::clip_bound` takes it.
 fn clip_bound(inputs: &dyn NodeInputs, i: usize, x: DType) -> KResult<Option<Tensor>> {
-    let Some(v) = inputs.host(i)? else {
-        return Ok(None);
-    };
-    let Value::Tensor(b) = &*v else {
-        return Err(invalid(format!("Clip bound {i} must be a tensor")));
-    };
-    if b.dtype() != x || b.len() > 1 {
-        decline!(
-            "Clip bound {} on a {x} input: the CPU kernel refuses it",
-            b.describe()
-        );
-    }
-    Ok((b.len() == 1).then(|| b.clone()))
+    let bound = inputs.host(i)?;
+    crate::device::forms::clip_bound(bound.as_deref(), i, x)?.map_err(DeviceError::Decline)
 }
 
 fn k_clip(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<Vec<WTensor>> {
@@ -529,11 +496,7 @@ fn k_where(_: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<Vec<WTensor
     if n == 0 {
         return Ok(vec![out]);
     }
-    let st: Vec<Vec<i64>> = [&c, &x, &y]
-        .iter()
-        .map(|t| broadcast_strides(&t.shape, &out_shape))
-        .collect();
-    let (shape, st) = simplify(&out_shape, &st);
+    let (shape, st) = crate::device::forms::broadcast_walk(&shapes, &out_shape);
     let mut body = offsets_code(3, 2, shape.len());
     body.push_str(&format!(
         "let pick = i0[off0] != 0u;\nfor (var w = 0u; w < {w}u; w = w + 1u) {{ o0[i * {w}u + w] = select(i2[off2 * {w}u + w], i1[off1 * {w}u + w], pick); }}\n"

@@ -12,6 +12,7 @@
 //! (scatter reductions, Range).
 use super::{WgpuKernel, decline, dev, invalid, require_f64, u32_len};
 use crate::backend::NodeInputs;
+use crate::device::forms::{scatter_updates, trilu_k, trilu_plan};
 use crate::ir::Node;
 use crate::ops::data::index::{Reduction, element_offsets, one_hot_plan, one_hot_pos, reduction};
 use crate::ops::shape::{RangePlan, range_plan};
@@ -124,19 +125,10 @@ fn k_scatter_elements(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResul
     let ind = tensor_of(&iv);
     let axis = norm_axis(ctx.attr_i("axis", 0)?, x.shape.len())?;
     if upd.shape != ind.shape() {
-        return Err(invalid(format!(
-            "updates of shape {:?} differ from indices of shape {:?}",
-            upd.shape,
-            ind.shape()
-        )));
+        scatter_updates((&upd.shape, upd.dtype), ind.shape(), x.dtype)?;
     }
     let offs = element_offsets(&x.shape, ind, axis)?;
-    if upd.dtype != x.dtype {
-        return Err(invalid(format!(
-            "updates have dtype {}, the data {}",
-            upd.dtype, x.dtype
-        )));
-    }
+    scatter_updates((&upd.shape, upd.dtype), ind.shape(), x.dtype)?;
     let red = reduction(ctx)?;
     let d = x.dtype;
     let float = match (red, d) {
@@ -263,26 +255,16 @@ fn k_trilu(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<Vec<WTens
     let x = dev(inputs, 0)?;
     let kv = if inputs.present(1) {
         let v = host_tensor(inputs, 1, "Trilu k")?;
-        *tensor_of(&v)
-            .to_i64_vec()?
-            .first()
-            .ok_or_else(|| invalid("Trilu k is empty"))?
+        trilu_k(tensor_of(&v))?
     } else {
         0
     };
-    let upper = ctx.attr_i("upper", 1)? != 0;
-    let r = x.shape.len();
-    if r < 2 {
-        return Err(invalid(format!("Trilu needs rank >= 2, got {:?}", x.shape)));
-    }
+    let (upper, rows, cols, kc) = trilu_plan(ctx, &x.shape, kv)?;
     let n = u32_len(&x.shape)? as usize;
     let out = run.alloc(x.dtype, &x.shape)?;
     if n == 0 {
         return Ok(vec![out]);
     }
-    let (rows, cols) = (x.shape[r - 2], x.shape[r - 1]);
-    // c - r lies in [1 - rows, cols - 1]: clamping k to [-rows, cols] keeps every decision.
-    let kc = kv.clamp(-(rows as i64), cols as i64) as i32;
     let w = elem_words(&x)?;
     let body = format!(
         "let c = i % P[1]; let r = (i / P[1]) % P[2];\n\

@@ -11,11 +11,7 @@
 //! clamps allow.
 use crate::wgpu::wgsl::lf;
 
-const LN2_HI: f64 = 6.931_471_803_691_238_164_90e-01;
-const LN2_LO: f64 = 1.908_214_929_270_587_700_02e-10;
-const PIO2_1: f64 = 1.570_796_326_734_125_614_17e+00;
-const PIO2_2: f64 = 6.077_100_506_303_965_976_60e-11;
-const PIO2_3: f64 = 2.022_266_248_711_166_455_80e-21;
+use crate::device::forms::fdlibm::{LN2_HI, LN2_LO, PIO2_1, PIO2_2, PIO2_3};
 
 fn factorial(n: u32) -> f64 {
     (1..=n).map(f64::from).product()

@@ -125,32 +125,11 @@ fn k_gemm(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<Vec<WTenso
     let mut ts = vec![&a, &b];
     ts.extend(c.as_ref());
     let d = float_dtype("Gemm", &ts)?;
-    if a.shape.len() != 2 || b.shape.len() != 2 {
-        return Err(invalid(format!(
-            "Gemm takes 2-D A and B, got {:?} and {:?}",
-            a.shape, b.shape
-        )));
-    }
     let ta = ctx.attr_i("transA", 0)? != 0;
     let tb = ctx.attr_i("transB", 0)? != 0;
     let alpha = ctx.attr_f("alpha", 1.0)?;
     let beta = ctx.attr_f("beta", 1.0)?;
-    let (m, k) = if ta {
-        (a.shape[1], a.shape[0])
-    } else {
-        (a.shape[0], a.shape[1])
-    };
-    let (kb, n) = if tb {
-        (b.shape[1], b.shape[0])
-    } else {
-        (b.shape[0], b.shape[1])
-    };
-    if k != kb {
-        return Err(invalid(format!(
-            "Gemm inner dimensions differ: {:?} x {:?}",
-            a.shape, b.shape
-        )));
-    }
+    let [m, k, n] = crate::device::forms::gemm_dims(&a.shape, &b.shape, ta, tb)?;
     let cst = match &c {
         Some(c) => {
             if c.shape.len() > 2

@@ -11,11 +11,11 @@ use super::memory::{WBuf, WTensor};
 use super::run::{KResult, Run};
 use super::wgsl;
 use crate::backend::{DeviceError, NodeInputs};
+use crate::device::claim::{CodeGenerators, FamilyClaim};
 use crate::error::OpError;
 use crate::ir::Node;
 use crate::ops::OpCtx;
 use crate::tensor::{DType, Value};
-use crate::device::claim::{CodeGenerators, FamilyClaim};
 use quorum_optable::Backend;
 
 pub use crate::device::layout::{broadcast_strides, simplify, strides};
@@ -92,7 +92,6 @@ impl CodeGenerators for Generators {
         pool::claim(node)
     }
 }
-
 
 /// Declines with a formatted reason.
 macro_rules! decline {

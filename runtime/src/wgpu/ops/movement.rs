@@ -123,7 +123,8 @@ impl Primitives for Run<'_> {
 }
 
 fn elem_words(t: &WTensor) -> KResult<usize> {
-    words(t.dtype).ok_or_else(|| DeviceError::Decline(format!("{} values stay on the host", t.dtype)))
+    words(t.dtype)
+        .ok_or_else(|| DeviceError::Decline(format!("{} values stay on the host", t.dtype)))
 }
 
 /// Whether every offset of the walk, in words (an element is at most two), fits WGSL's signed

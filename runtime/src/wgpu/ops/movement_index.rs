@@ -3,8 +3,8 @@
 //! out-of-range index is the CPU's error, never a wild read.
 use super::{WgpuKernel, decline, dev, host_i64s, invalid, strides, u32_len};
 use crate::backend::{DeviceError, NodeInputs};
-use crate::ir::Node;
 use crate::device::movement::{GatherPlan, PadMode, PadPlan, gather_plan, pad_plan};
+use crate::ir::Node;
 use crate::ops::OpCtx;
 use crate::tensor::Tensor;
 use crate::wgpu::memory::{WTensor, encode, words};

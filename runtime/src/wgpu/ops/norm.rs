@@ -213,13 +213,8 @@ fn k_lanes(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<Vec<WTens
 fn k_lrn(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<Vec<WTensor>> {
     let x = dev(inputs, 0)?;
     let d = float_dtype("LRN", &[&x])?;
-    let size = ctx.req_i("size")?;
-    if size <= 0 {
-        return Err(invalid(format!("LRN size must be positive, got {size}")));
-    }
-    let alpha = ctx.attr_f("alpha", 1e-4)? as f64;
-    let beta = ctx.attr_f("beta", 0.75)? as f64;
-    let bias = ctx.attr_f("bias", 1.0)? as f64;
+    let lrn = crate::device::forms::Lrn::parse(ctx)?;
+    let (size, alpha, beta, bias) = (lrn.size, lrn.alpha, lrn.beta, lrn.bias);
     let shape = &x.shape;
     if shape.len() < 2 {
         return Err(invalid(format!(

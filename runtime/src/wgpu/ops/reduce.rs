@@ -124,7 +124,7 @@ fn k_reduce(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<Vec<WTen
                 _ => format!("acc = acc + exp64(f64({v}) - mx);"),
             };
             let fin = match op {
-                "ReduceMean" => format!("f32(acc / f64(P[3]))"),
+                "ReduceMean" => "f32(acc / f64(P[3]))".into(),
                 "ReduceL2" => "f32(sqrt(acc))".into(),
                 "ReduceLogSum" => "f32(log64(acc))".into(),
                 "ReduceLogSumExp" => {

@@ -12,12 +12,12 @@
 //! Nearest mode (and an interpolating resize whose every axis is the identity) moves raw words,
 //! one tap per axis, so it is exact for every device dtype. Linear and cubic take f32, f16 and
 //! bf16 data; other dtypes decline at run time.
-use super::{WgpuKernel, decline, dev, host_f64s, host_i64s, invalid, u32_len};
+use super::{WgpuKernel, decline, dev, invalid, u32_len};
 use crate::backend::NodeInputs;
 use crate::ir::Node;
 use crate::ops::OpCtx;
 use crate::ops::resize::device::{DimMap, device_tables};
-use crate::ops::resize::{AxisTable, resize_setup, tensor_like};
+use crate::ops::resize::{AxisTable, tensor_like};
 use crate::tensor::{DType, Tensor};
 use crate::wgpu::memory::{WTensor, encode, words};
 use crate::wgpu::run::{KResult, Run};
@@ -159,28 +159,13 @@ fn fill_bits(dtype: DType, v: f64) -> KResult<u64> {
     let Some(b) = encode(&t) else {
         decline!("{dtype} values stay on the host");
     };
-    Ok(b.iter()
-        .take(8)
-        .enumerate()
-        .fold(0u64, |a, (i, &x)| a | ((x as u64) << (8 * i))))
+    Ok(crate::device::forms::bits_le(&b))
 }
 
 fn k_resize(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<Vec<WTensor>> {
     let x = dev(inputs, 0)?;
-    let f64s = |i: usize| -> KResult<Option<Vec<f64>>> {
-        if inputs.present(i) {
-            host_f64s(inputs, i)
-        } else {
-            Ok(None)
-        }
-    };
-    let sizes = if inputs.present(3) {
-        host_i64s(inputs, 3)?
-    } else {
-        None
-    };
     let in_shape = x.shape.clone();
-    let setup = resize_setup(ctx, &in_shape, f64s(1)?, f64s(2)?, sizes)?;
+    let setup = crate::device::forms::resize_setup(ctx, &in_shape, inputs)?;
     let out_shape = setup.out_shape.clone();
     let n = u32_len(&out_shape)? as usize;
     u32_len(&in_shape)?;
