@@ -305,7 +305,7 @@ pub fn cuda_device() -> Option<String> {
 
 /// An accelerator's device in words, for reports (`None` where it is not usable).
 pub fn device_name(p: quorum::Provider) -> Option<String> {
-    let backend = quorum::backend::backend(p)?;
+    let backend = quorum::providers::backend(p)?;
     backend.available().ok()?;
     Some(backend.open().ok()?.device_name())
 }

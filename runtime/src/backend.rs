@@ -6,8 +6,12 @@
 //! [`DeviceSession`] for a session. A device session holds what lives as long as the session (the
 //! device, resident weights) and starts a [`DeviceRun`] per `Session::run`: the per-run context that
 //! allocates, copies, launches and releases. The executor sees device values only as
-//! [`DeviceTensor`]s and knows nothing of any backend; adding one touches [`backend`] (the registry)
-//! and [`Provider`], not the executor.
+//! [`DeviceTensor`]s and knows nothing of any backend; adding one touches the registry
+//! (`crate::providers`) and [`Provider`], not the executor.
+//!
+//! Architecture invariant: this module imports no backend. The registry that names the backends of
+//! this build lives apart, in `crate::providers`, so that backends depend on the seam and the seam
+//! on nothing of theirs.
 use std::any::Any;
 use std::sync::Arc;
 
@@ -40,43 +44,8 @@ impl Provider {
         }
     }
 
-    /// Whether this build and machine can use the provider (`Err` says why not).
-    pub fn available(self) -> Result<(), String> {
-        match self {
-            Provider::Cpu => Ok(()),
-            p => backend(p)
-                .ok_or_else(|| format!("this build has no {} support", p.name()))?
-                .available(),
-        }
-    }
-
-    /// Whether `auto` uses the provider here: available, and not a device `auto` passes over (a
-    /// software adapter that was not asked for by name).
-    pub fn auto_available(self) -> Result<(), String> {
-        match backend(self) {
-            Some(b) => b.auto_available(),
-            None => self.available(),
-        }
-    }
-
     /// The accelerators in the order `auto` prefers them.
     pub const ACCELERATORS: [Provider; 2] = [Provider::Cuda, Provider::Wgpu];
-}
-
-/// The backend of an accelerator, if this build has it: the registry.
-pub fn backend(p: Provider) -> Option<&'static dyn Backend> {
-    match p {
-        Provider::Cpu => None,
-        #[cfg(feature = "cuda")]
-        Provider::Cuda => Some(&crate::cuda::provider::CudaBackend),
-        #[cfg(not(feature = "cuda"))]
-        Provider::Cuda => None,
-        #[cfg(feature = "wgpu")]
-        Provider::Wgpu => Some(&crate::wgpu::provider::WgpuBackend),
-        #[cfg(not(feature = "wgpu"))]
-        Provider::Wgpu => None,
-        Provider::Sim => Some(&crate::sim::SimBackend),
-    }
 }
 
 /// A kernel a backend claimed for a node at plan time; only that backend looks inside.
@@ -290,33 +259,4 @@ impl From<OpError> for DeviceError {
     fn from(e: OpError) -> Self {
         DeviceError::Op(e)
     }
-}
-
-/// Parses a provider list as `--provider` takes it: `cpu`, `cuda`, `auto` (every available
-/// accelerator in priority order, then the CPU, with a size floor), or a comma-separated list in
-/// priority order. Returns the list and the device size floor.
-pub fn parse_providers(s: &str) -> Result<(Vec<Provider>, usize), String> {
-    if s == "auto" {
-        let mut v: Vec<Provider> = Provider::ACCELERATORS
-            .into_iter()
-            .filter(|p| p.auto_available().is_ok())
-            .collect();
-        v.push(Provider::Cpu);
-        return Ok((v, crate::session::AUTO_MIN_DEVICE_ELEMENTS));
-    }
-    let mut v = Vec::new();
-    for part in s.split(',') {
-        v.push(match part.trim() {
-            "cpu" => Provider::Cpu,
-            "cuda" => Provider::Cuda,
-            "sim" => Provider::Sim,
-            "wgpu" => Provider::Wgpu,
-            other => {
-                return Err(format!(
-                    "unknown provider '{other}' (expected auto, cpu, cuda, wgpu, sim or a comma list)"
-                ));
-            }
-        });
-    }
-    Ok((v, 0))
 }

@@ -6,9 +6,9 @@ pub mod arena;
 pub mod backend;
 pub mod cmdlog;
 pub mod counters;
-pub mod device;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+pub mod device;
 pub mod error;
 mod fold;
 pub mod freelist;
@@ -24,6 +24,7 @@ pub mod optimize;
 pub mod output_files;
 pub mod pb;
 pub mod plan;
+pub mod providers;
 pub mod session;
 pub mod sim;
 pub mod tensor;
@@ -38,9 +39,10 @@ pub mod proto {
     include!(concat!(env!("OUT_DIR"), "/onnx.rs"));
 }
 
-pub use backend::{Provider, parse_providers};
+pub use backend::Provider;
 pub use counters::CounterSnapshot;
 pub use error::{Error, OpError, Result};
+pub use providers::parse_providers;
 pub use session::{NodePlacement, Session, SessionOptions};
 pub use tensor::{DType, Tensor, Value};
 pub use verify::VerifyMode;

@@ -10,13 +10,20 @@ use crate::ir::{Attr, Graph, Node};
 use crate::ops::{InPlace, Kernel, Registry};
 use crate::tensor::Value;
 
+/// A plan step an accelerator claimed: which of the session's devices, and the kernel it will run.
+#[derive(Debug)]
+pub struct DeviceStep {
+    pub device: usize,
+    pub claim: crate::backend::Claim,
+}
+
 pub struct Step {
     pub node: usize,
     pub kernel: Kernel,
     /// Values whose last reader is this step (dropped after it runs).
     pub frees: Vec<String>,
     /// The accelerator and kernel, when the session placed this node on one.
-    pub device: Option<crate::session::DeviceStep>,
+    pub device: Option<DeviceStep>,
     /// The node computes only from tensor shapes and constants (Shape, Size, and small arithmetic
     /// on their results): it runs on the host whatever the placement, reads no device data, and a
     /// graph capture may contain it (its results are fixed by the run's input shapes).

@@ -22,7 +22,7 @@ use crate::mutants::{self, Mutant};
 use crate::ops::{Kernel, OpCtx, Registry};
 use crate::tensor::{Tensor, Value};
 
-/// The simulated device (registered in `crate::backend::backend`).
+/// The simulated device (registered in `crate::providers::backend`).
 pub struct SimBackend;
 
 impl Backend for SimBackend {

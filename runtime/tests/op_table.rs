@@ -2,7 +2,8 @@
 //! in-place forms the table states, and each device backend claims exactly the table's rows for it
 //! (claims need no device, so this runs everywhere).
 #![forbid(unsafe_code)]
-use quorum::backend::{Provider, backend};
+use quorum::backend::Provider;
+use quorum::providers::backend;
 use quorum::ir::Node;
 use quorum::ops::Registry;
 use quorum_optable::{Backend, ROWS};

@@ -82,7 +82,7 @@ pub fn providers() -> Vec<ProviderInfo> {
             unavailable: None,
         };
         match p.available().and_then(|_| {
-            quorum::backend::backend(p)
+            quorum::providers::backend(p)
                 .ok_or_else(|| "not in this build".to_string())?
                 .open()
         }) {

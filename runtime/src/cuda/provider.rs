@@ -14,7 +14,7 @@ use crate::ir::Node;
 use crate::ops::OpCtx;
 use crate::tensor::{DType, Tensor, Value};
 
-/// The CUDA backend (registered in `crate::backend::backend`).
+/// The CUDA backend (registered in `crate::providers::backend`).
 pub struct CudaBackend;
 
 impl Backend for CudaBackend {
@@ -109,7 +109,7 @@ impl Delays {
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^= z >> 31;
-        (z % 3 == 0).then_some((z >> 8) % 400_000)
+        z.is_multiple_of(3).then_some((z >> 8) % 400_000)
     }
 }
 

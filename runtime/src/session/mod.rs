@@ -22,13 +22,14 @@ use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 
-pub use crate::backend::{Provider, parse_providers};
+pub use crate::backend::Provider;
 use crate::counters::{CounterSnapshot, Counters, OpVerification};
 use crate::error::{Error, Result};
 use crate::ir::Model;
 use crate::loader::{self, LoadOptions};
 use crate::ops::Registry;
 use crate::plan::Plan;
+pub use crate::providers::parse_providers;
 use crate::tensor::Value;
 pub use crate::verify::VerifyMode;
 pub use capture::{GraphCapture, GraphRecord, WARMUP_RUNS};
@@ -464,13 +465,7 @@ impl Session {
         &self,
         inputs: Vec<(String, Value)>,
         capture: Option<Vec<String>>,
-    ) -> std::result::Result<
-        (
-            Vec<(String, Value)>,
-            Option<Box<dyn crate::backend::Replay>>,
-        ),
-        Refused,
-    > {
+    ) -> std::result::Result<Executed, Refused> {
         // A capture needs every node on the device: such runs use the per-node rule, untimed.
         let ticket = match &capture {
             None => self.dispatch.trial.begin(),
@@ -586,6 +581,12 @@ impl Session {
         ))
     }
 }
+
+/// What an executor run gives: the outputs by name, and the captured graph when one was asked for.
+type Executed = (
+    Vec<(String, Value)>,
+    Option<Box<dyn crate::backend::Replay>>,
+);
 
 /// Why an executor run did not give outputs: a capture refused (the run can go again eagerly), or
 /// an error.

@@ -11,16 +11,13 @@ use std::sync::Arc;
 
 use super::dispatch::Dispatch;
 use super::thresholds;
-use crate::backend::{Claim, DeviceSession, Provider, backend};
+use crate::backend::{Backend, DeviceSession, Provider};
 use crate::error::{Error, Result};
 use crate::ir::Node;
 use crate::plan::Plan;
+use crate::providers::backend;
 
-/// `auto`'s conservative default: elements (or multiply-adds for matmul and conv) below which a
-/// node whose inputs are all on the host stays on the CPU, wherever no measured threshold table
-/// covers the node (no table for the adapter, no entry for the node's family, or every measured
-/// point inside the noise). The floor the runtime used before thresholds were measured.
-pub const AUTO_MIN_DEVICE_ELEMENTS: usize = 1 << 14;
+pub use crate::providers::AUTO_MIN_DEVICE_ELEMENTS;
 
 /// Where one node runs, and why not elsewhere (`quorum info`).
 #[derive(Debug, Clone)]
@@ -32,16 +29,12 @@ pub struct NodePlacement {
     pub declined: Option<String>,
 }
 
-/// A plan step an accelerator claimed: which of the session's devices, and the kernel it will run.
-#[derive(Debug)]
-pub struct DeviceStep {
-    pub device: usize,
-    pub claim: Claim,
-}
+pub use crate::plan::DeviceStep;
 
-/// An accelerator a session uses: its provider and its device side.
+/// An accelerator a session uses: its provider, its backend and its device side.
 pub(super) struct SessionDevice {
     pub provider: Provider,
+    pub backend: &'static dyn Backend,
     pub session: Arc<dyn DeviceSession>,
 }
 
@@ -61,6 +54,7 @@ pub(super) fn open_devices(providers: &[Provider]) -> Result<Vec<SessionDevice>>
             .map_err(|why| Error::Provider(format!("provider '{}': {why}", p.name())))?;
         devices.push(SessionDevice {
             provider: p,
+            backend: b,
             session,
         });
     }
@@ -79,9 +73,7 @@ pub(super) fn every_device_runs(devices: &[SessionDevice], domain: &str, op: &st
         outputs: Vec::new(),
         attrs: Default::default(),
     };
-    devices
-        .iter()
-        .all(|d| backend(d.provider).is_some_and(|b| b.claim(&probe).is_ok()))
+    devices.iter().all(|d| d.backend.claim(&probe).is_ok())
 }
 
 /// Ops that, given only values computed from tensor shapes and constants, stay shape arithmetic: a
@@ -191,7 +183,10 @@ pub(super) fn place(
             if p == Provider::Cpu {
                 break;
             }
-            let (Some(index), Some(b)) = (devices.iter().position(|d| d.provider == p), backend(p))
+            let Some((index, b)) = devices
+                .iter()
+                .enumerate()
+                .find_map(|(i, d)| (d.provider == p).then_some((i, d.backend)))
             else {
                 continue;
             };

@@ -15,7 +15,7 @@ use crate::ir::Node;
 use crate::ops::OpCtx;
 use crate::tensor::{Tensor, Value};
 
-/// The wgpu backend (registered in `crate::backend::backend`).
+/// The wgpu backend (registered in `crate::providers::backend`).
 pub struct WgpuBackend;
 
 impl Backend for WgpuBackend {

@@ -187,7 +187,7 @@ fn wgpu_adapters() {
 /// the rest (decided from the nodes alone, so it needs no device).
 fn accelerator_placement(nodes: &[quorum::ir::Node]) {
     for p in quorum::Provider::ACCELERATORS {
-        let Some(backend) = quorum::backend::backend(p) else {
+        let Some(backend) = quorum::providers::backend(p) else {
             println!("  {}: not in this build", p.name());
             continue;
         };
