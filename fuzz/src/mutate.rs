@@ -276,17 +276,17 @@ fn names(g: &GraphProto) -> Vec<String> {
 fn apply_to_graph(g: &mut GraphProto, kind: &Kind) {
     match *kind {
         Kind::TypeDim { value, dim, to } => {
-            if let Some(t) = declared(g, value) {
-                if let Some(d) = t.shape.as_mut().and_then(|s| pick(&mut s.dim, dim)) {
-                    d.value = Some(dimension::Value::DimValue(to));
-                }
+            if let Some(t) = declared(g, value)
+                && let Some(d) = t.shape.as_mut().and_then(|s| pick(&mut s.dim, dim))
+            {
+                d.value = Some(dimension::Value::DimValue(to));
             }
         }
         Kind::TypeSymbol { value, dim, symbol } => {
-            if let Some(t) = declared(g, value) {
-                if let Some(d) = t.shape.as_mut().and_then(|s| pick(&mut s.dim, dim)) {
-                    d.value = Some(dimension::Value::DimParam(format!("sym{symbol}")));
-                }
+            if let Some(t) = declared(g, value)
+                && let Some(d) = t.shape.as_mut().and_then(|s| pick(&mut s.dim, dim))
+            {
+                d.value = Some(dimension::Value::DimParam(format!("sym{symbol}")));
             }
         }
         Kind::TypeElem { value, to } => {
@@ -322,11 +322,11 @@ fn apply_to_graph(g: &mut GraphProto, kind: &Kind) {
             }
         }
         Kind::InitFlip { init, byte, xor } => {
-            if let Some(raw) = pick(&mut g.initializer, init).and_then(|t| t.raw_data.as_mut()) {
-                if !raw.is_empty() {
-                    let n = raw.len();
-                    raw[byte % n] ^= xor;
-                }
+            if let Some(raw) = pick(&mut g.initializer, init).and_then(|t| t.raw_data.as_mut())
+                && !raw.is_empty()
+            {
+                let n = raw.len();
+                raw[byte % n] ^= xor;
             }
         }
         Kind::RemoveInit { init } => {
@@ -341,18 +341,18 @@ fn apply_to_graph(g: &mut GraphProto, kind: &Kind) {
             }
         }
         Kind::RemoveInput { node, input } => {
-            if let Some(n) = pick(&mut g.node, node) {
-                if !n.input.is_empty() {
-                    let len = n.input.len();
-                    n.input.remove(input % len);
-                }
+            if let Some(n) = pick(&mut g.node, node)
+                && !n.input.is_empty()
+            {
+                let len = n.input.len();
+                n.input.remove(input % len);
             }
         }
         Kind::DuplicateInput { node, input } => {
-            if let Some(n) = pick(&mut g.node, node) {
-                if let Some(i) = pick(&mut n.input, input).cloned() {
-                    n.input.push(i);
-                }
+            if let Some(n) = pick(&mut g.node, node)
+                && let Some(i) = pick(&mut n.input, input).cloned()
+            {
+                n.input.push(i);
             }
         }
         Kind::Rewire { node, input, to } => {
@@ -396,11 +396,11 @@ fn apply_to_graph(g: &mut GraphProto, kind: &Kind) {
             }
         }
         Kind::RemoveAttr { node, attr } => {
-            if let Some(n) = pick(&mut g.node, node) {
-                if !n.attribute.is_empty() {
-                    let len = n.attribute.len();
-                    n.attribute.remove(attr % len);
-                }
+            if let Some(n) = pick(&mut g.node, node)
+                && !n.attribute.is_empty()
+            {
+                let len = n.attribute.len();
+                n.attribute.remove(attr % len);
             }
         }
         Kind::NestInIf { node, depth } => {

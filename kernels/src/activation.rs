@@ -140,7 +140,7 @@ impl Activation {
     fn apply_add_body(self, v: &mut [f32], bias: Option<f32>, add: &[f32]) {
         match bias {
             Some(b) => v.iter_mut().zip(add).for_each(|(x, &r)| *x = (*x + b) + r),
-            None => v.iter_mut().zip(add).for_each(|(x, &r)| *x = *x + r),
+            None => v.iter_mut().zip(add).for_each(|(x, &r)| *x += r),
         }
         self.apply_body(v, None);
     }

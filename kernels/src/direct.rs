@@ -457,6 +457,8 @@ unsafe fn tile(
 /// (`r·s` in the first row, `row_step + (r − n/2)·s` in a two-row tile's second) lies in the input;
 /// `panel` holds `offs.len()` steps of 32 weights.
 #[cfg(target_arch = "x86_64")]
+// The tile's geometry, its source, weights and running total are all separate inputs of one hot call.
+#[allow(clippy::too_many_arguments)]
 unsafe fn tile(
     (n, two): (usize, Option<usize>),
     s: usize,

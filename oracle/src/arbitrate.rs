@@ -263,7 +263,7 @@ pub fn oracles_agree(reference: &Output, independent: &Output) -> Verdict {
         // rounding would hide elsewhere is still a disagreement.
         let d = reference.value.dtype;
         let vanishes = |x: f64| round_to(d, x) == 0.0;
-        if !same(a, b) && !((a - b).abs() <= oracle_bound) && !(vanishes(a) && vanishes(b)) {
+        if !(same(a, b) || (a - b).abs() <= oracle_bound || (vanishes(a) && vanishes(b))) {
             return Verdict::OraclesDisagree {
                 index: k,
                 reference: a,
@@ -282,9 +282,7 @@ pub fn allowed(bound: Bound, out: DType, o: f64, mag: f64, e: f64) -> Option<f64
         Class::Math { ulps } => ulps,
         Class::Sum { c } => c,
     };
-    if format(out).is_none() {
-        return None;
-    }
+    format(out)?;
     let mag = if mag.is_finite() {
         mag.max(o.abs())
     } else {
@@ -507,6 +505,8 @@ mod tests {
     }
 
     #[test]
+    // 3.14159 is a chosen input (it rounds to bf16 3.140625), not an approximation of π.
+    #[allow(clippy::approx_constant)]
     fn rounding_is_to_nearest_even_in_each_format() {
         // f16: 1 + 2^-11 is a tie between 1 and 1 + 2^-10: to even (1); 1 + 3·2^-11 rounds up.
         assert_eq!(round_to(DType::F16, 1.0 + 2f64.powi(-11)), 1.0);
@@ -534,6 +534,8 @@ mod tests {
     }
 
     #[test]
+    // 3.14159 and its bf16 rounding 3.140625 are chosen inputs, not approximations of π.
+    #[allow(clippy::approx_constant)]
     fn a_cast_is_exactly_the_rounded_answer() {
         let b = Bound::for_node(&spec("Cast"), DType::BF16);
         assert_eq!(b.class, Class::Rounded);
@@ -556,7 +558,7 @@ mod tests {
     fn f16_results_are_bounded_by_f32_computation() {
         // Exp of f16: 4 f32 ulps plus half an f16 ulp; 3% off is far outside.
         let b = Bound::for_node(&spec("Exp"), DType::F16);
-        let o = 2.718_281_828_459_045;
+        let o = std::f64::consts::E;
         let r = out(DType::F16, vec![o], vec![o]);
         assert_eq!(
             judge(DType::F16, &[round_to(DType::F16, o)], b, &r),

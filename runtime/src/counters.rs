@@ -118,10 +118,10 @@ impl Counters {
     /// Records that `node`, placed on an accelerator, declined its inputs and ran on the CPU.
     pub fn fell_back(&self, node: &str) {
         Counters::bump(&self.cuda_fallbacks, 1);
-        if let Ok(mut names) = self.fallback_nodes.lock() {
-            if !names.contains(node) {
-                names.insert(node.to_string());
-            }
+        if let Ok(mut names) = self.fallback_nodes.lock()
+            && !names.contains(node)
+        {
+            names.insert(node.to_string());
         }
     }
 

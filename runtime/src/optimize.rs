@@ -210,7 +210,7 @@ fn remove_identities(g: &mut Graph, done: &mut Vec<Rewrite>) {
         // A mask nothing reads is one nobody will miss.
         let unread =
             |o: &String| o.is_empty() || (!pinned.contains(o) && !read.contains_key(o.as_str()));
-        if !identity && !(inference_dropout(n) && n.outputs.iter().skip(1).all(unread)) {
+        if !(identity || (inference_dropout(n) && n.outputs.iter().skip(1).all(unread))) {
             continue;
         }
         let (Some(src), Some(out)) = (n.inputs.first(), n.outputs.first()) else {

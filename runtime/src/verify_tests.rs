@@ -45,7 +45,10 @@ fn run_check(n: &Node, inputs: &[Value], outputs: &[Value]) -> Check {
 fn a_right_answer_agrees_and_a_wrong_one_is_a_mismatch() {
     for seed in [1, 7, 99] {
         let (n, inputs, right) = add_case(seed);
-        assert_eq!(run_check(&n, &inputs, &[right.clone()]), Check::Agree);
+        assert_eq!(
+            run_check(&n, &inputs, std::slice::from_ref(&right)),
+            Check::Agree
+        );
         let Value::Tensor(Tensor::F32(mut off)) = right else {
             unreachable!()
         };
@@ -94,7 +97,11 @@ fn wrong_dtype_shape_or_count_is_a_mismatch_never_a_skip() {
 #[test]
 fn what_the_oracles_cannot_judge_is_unsettled_with_its_kind() {
     let (_, inputs, right) = add_case(5);
-    let unknown = run_check(&node("NoSuchOp", 1, 1), &inputs, &[right.clone()]);
+    let unknown = run_check(
+        &node("NoSuchOp", 1, 1),
+        &inputs,
+        std::slice::from_ref(&right),
+    );
     assert!(
         matches!(unknown, Check::Unsettled(Unsettled::NotCovered(_))),
         "{unknown:?}"

@@ -124,6 +124,6 @@ pub fn cases(path: &Path, limit: usize) -> Result<Vec<Case>, String> {
             out.push((size, case));
         }
     }
-    out.sort_by(|a, b| b.0.cmp(&a.0));
+    out.sort_by_key(|c| std::cmp::Reverse(c.0));
     Ok(out.into_iter().take(limit).map(|(_, c)| c).collect())
 }

@@ -187,26 +187,6 @@ pub fn validate(
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn s(v: &[f64]) -> Stats {
-        Stats::from_samples(v.to_vec())
-    }
-
-    #[test]
-    fn verdicts_need_a_difference_outside_the_noise() {
-        let eager = s(&[2.0, 2.1, 2.2]);
-        assert_eq!(graph_verdict(&eager, &s(&[1.0, 1.1, 1.2])), "win");
-        assert_eq!(graph_verdict(&eager, &s(&[3.0, 3.1, 3.2])), "loss");
-        assert_eq!(graph_verdict(&eager, &s(&[1.0, 2.1, 4.0])), "undecided");
-        let best = s(&[1.0, 1.1, 1.2]);
-        assert_eq!(auto_verdict(&best, &s(&[1.15, 1.3, 1.4])), "ok");
-        assert_eq!(auto_verdict(&best, &s(&[1.3, 1.4, 1.5])), "slower");
-    }
-}
-
 /// A seeded chain of nodes at random sizes (log-uniform from 16 to 4 M elements, matmul sides 8
 /// to 512): Add of a weight, Relu, Mul by a row weight, then a MatMul by a weight; what `auto`
 /// must place well without having measured these exact sizes.
@@ -281,4 +261,24 @@ pub fn random_chain(seed: u64) -> (String, Model) {
         warnings: Vec::new(),
     };
     (format!("chain:{rows}x{cols},k{k},n{n}"), model)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(v: &[f64]) -> Stats {
+        Stats::from_samples(v.to_vec())
+    }
+
+    #[test]
+    fn verdicts_need_a_difference_outside_the_noise() {
+        let eager = s(&[2.0, 2.1, 2.2]);
+        assert_eq!(graph_verdict(&eager, &s(&[1.0, 1.1, 1.2])), "win");
+        assert_eq!(graph_verdict(&eager, &s(&[3.0, 3.1, 3.2])), "loss");
+        assert_eq!(graph_verdict(&eager, &s(&[1.0, 2.1, 4.0])), "undecided");
+        let best = s(&[1.0, 1.1, 1.2]);
+        assert_eq!(auto_verdict(&best, &s(&[1.15, 1.3, 1.4])), "ok");
+        assert_eq!(auto_verdict(&best, &s(&[1.3, 1.4, 1.5])), "slower");
+    }
 }

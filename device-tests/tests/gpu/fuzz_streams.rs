@@ -82,9 +82,10 @@ fn case(seed: u64) -> Found {
     .unwrap();
     let mut found = Found::default();
     // Four inputs of the same shapes (a replay must follow each), with their one-stream results.
-    let variants: Vec<(Vec<(String, Value)>, Vec<Vec<u64>>)> = (0..4u64)
+    type Inputs = Vec<(String, Value)>;
+    let variants: Vec<(Inputs, Vec<Vec<u64>>)> = (0..4u64)
         .map(|v| {
-            let inputs: Vec<(String, Value)> = dag
+            let inputs: Inputs = dag
                 .inputs
                 .iter()
                 .map(|(n, x)| {

@@ -69,10 +69,9 @@ pub fn accelerators() -> &'static [Provider] {
 fn targets() -> Vec<Provider> {
     let acc = accelerators();
     if acc.is_empty() {
-        assert!(
-            !cfg!(feature = "gpu-tests"),
-            "the gpu-tests feature requires an accelerator and none is usable here"
-        );
+        if cfg!(feature = "gpu-tests") {
+            panic!("the gpu-tests feature requires an accelerator and none is usable here");
+        }
         return vec![Provider::Cpu];
     }
     acc.to_vec()

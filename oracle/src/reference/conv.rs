@@ -84,13 +84,13 @@ pub(super) fn evaluate(
     let cg = c / group;
     let mg = m / group;
     let kshape: Vec<usize> = w.shape[2..].to_vec();
-    if let Some(ks) = node.ints("kernel_shape")? {
-        if ks.iter().map(|&v| v as usize).collect::<Vec<_>>() != kshape {
-            return Err(OracleError::Invalid(format!(
-                "Conv kernel_shape {ks:?} differs from W {:?}",
-                w.shape
-            )));
-        }
+    if let Some(ks) = node.ints("kernel_shape")?
+        && ks.iter().map(|&v| v as usize).collect::<Vec<_>>() != kshape
+    {
+        return Err(OracleError::Invalid(format!(
+            "Conv kernel_shape {ks:?} differs from W {:?}",
+            w.shape
+        )));
     }
     let get = |name: &str, d: i64, len: usize| -> Result<Vec<usize>, OracleError> {
         let v = node.ints(name)?.unwrap_or_else(|| vec![d; len]);

@@ -340,7 +340,7 @@ mod tests {
     fn transpose_concat_gather_by_hand() {
         let x = v(vec![2, 3], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
         let out = Reference
-            .evaluate(&node("Transpose", 13, &[]), &[x.clone()])
+            .evaluate(&node("Transpose", 13, &[]), std::slice::from_ref(&x))
             .unwrap();
         assert_eq!(out[0].value.shape, vec![3, 2]);
         assert_eq!(out[0].value.data, vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
@@ -384,6 +384,8 @@ mod tests {
     }
 
     #[test]
+    // Indices are written out term by term (`1 * 12 + ...`) to mirror the layout formula.
+    #[allow(clippy::identity_op)]
     fn reshape_expand_tile_random() {
         let mut rng = SplitMix64(66);
         let d = rng.vec(6);

@@ -169,6 +169,8 @@ pub(super) fn evaluate(
 fn unary(node: &NodeSpec, x: &Value) -> Result<Output, OracleError> {
     let op = node.op_type.as_str();
     // Float attributes are f32 in ONNX: the defaults are the f32 values (0.2f32 is not 0.2).
+    // Selu's constants are written as the exact decimal expansions of their f32 values.
+    #[allow(clippy::excessive_precision)]
     let alpha_default = match op {
         "LeakyRelu" => 0.01f32 as f64,
         "HardSigmoid" => 0.2f32 as f64,
@@ -177,6 +179,7 @@ fn unary(node: &NodeSpec, x: &Value) -> Result<Output, OracleError> {
     };
     let alpha = node.float("alpha", alpha_default)?;
     let beta = node.float("beta", 0.5)?;
+    #[allow(clippy::excessive_precision)] // the exact decimal expansion of Selu's f32 gamma
     let gamma = node.float("gamma", 1.050_701_022_148_132_324_218_75)?;
     let detect_neg = node.int("detect_negative", 1)? != 0;
     let detect_pos = node.int("detect_positive", 1)? != 0;
@@ -562,9 +565,9 @@ mod tests {
             )
             .unwrap();
         assert_eq!(out[0].value.shape, vec![3, 4]);
-        for i in 0..3 {
-            for j in 0..4 {
-                assert!(close(out[0].value.data[i * 4 + j], a[i] * b[j]));
+        for (i, &ai) in a.iter().enumerate() {
+            for (j, &bj) in b.iter().enumerate() {
+                assert!(close(out[0].value.data[i * 4 + j], ai * bj));
             }
         }
     }
@@ -588,7 +591,7 @@ mod tests {
         let x = f32v(vec![4], vec![-2.0, -0.5, 0.5, 2.5]);
         let get = |op: &str, attrs: &[(&str, Attr)]| {
             Reference
-                .evaluate(&node(op, 13, attrs), &[x.clone()])
+                .evaluate(&node(op, 13, attrs), std::slice::from_ref(&x))
                 .unwrap()[0]
                 .value
                 .data
@@ -707,7 +710,9 @@ mod tests {
         // Values from the ONNX specification's reference evaluator at x = [-1.5, 0.3, 2.0] (it works
         // partly in f32, hence the 1e-6 tolerance).
         let x = Some(Value::new(DType::F64, vec![3], vec![-1.5, 0.3, 2.0]).unwrap());
-        let cases: &[(&str, &[(&str, Attr)], [f64; 3])] = &[
+        // (op, attributes, expected outputs)
+        type Case<'a> = (&'a str, &'a [(&'a str, Attr)], [f64; 3]);
+        let cases: &[Case] = &[
             (
                 "Selu",
                 &[],
@@ -760,7 +765,7 @@ mod tests {
         ];
         for (op, attrs, want) in cases {
             let out = Reference
-                .evaluate(&node(op, 20, attrs), &[x.clone()])
+                .evaluate(&node(op, 20, attrs), std::slice::from_ref(&x))
                 .unwrap();
             for (g, w) in out[0].value.data.iter().zip(want) {
                 assert!(

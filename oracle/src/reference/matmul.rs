@@ -217,6 +217,8 @@ mod tests {
     }
 
     #[test]
+    // Sizes are written as products of the shapes' dimensions (`2 * 1 * 3 * 4` for [2, 1, 3, 4]).
+    #[allow(clippy::identity_op)]
     fn matmul_broadcast_batch_random() {
         let mut rng = SplitMix64(3);
         let a = rng.vec(2 * 1 * 3 * 4);

@@ -278,7 +278,7 @@ mod tests {
                 ("pads", Attr::Ints(vec![1, 1])),
             ],
         );
-        let out = Reference.evaluate(&n, &[x.clone()]).unwrap();
+        let out = Reference.evaluate(&n, std::slice::from_ref(&x)).unwrap();
         assert_all_close(&out[0].value.data, &[1.0, 1.5, 2.5, 3.0]);
         let n = node(
             "AveragePool",
@@ -289,7 +289,7 @@ mod tests {
                 ("count_include_pad", Attr::Int(1)),
             ],
         );
-        let out = Reference.evaluate(&n, &[x.clone()]).unwrap();
+        let out = Reference.evaluate(&n, std::slice::from_ref(&x)).unwrap();
         assert_all_close(&out[0].value.data, &[0.5, 1.5, 2.5, 1.5]);
         let out = Reference
             .evaluate(&node("GlobalAveragePool", 1, &[]), &[x])
@@ -312,7 +312,7 @@ mod tests {
         let mut a = base.to_vec();
         a.push(("count_include_pad", Attr::Int(1)));
         let out = Reference
-            .evaluate(&node("AveragePool", 19, &a), &[x.clone()])
+            .evaluate(&node("AveragePool", 19, &a), std::slice::from_ref(&x))
             .unwrap();
         assert_all_close(&out[0].value.data, &[3.0 / 3.0, 9.0 / 3.0, 4.0 / 2.0]);
         let out = Reference

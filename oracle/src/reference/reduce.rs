@@ -68,15 +68,15 @@ pub(super) fn evaluate(
     }
     let mut out_shape = Vec::new();
     let mut kept_shape = Vec::new(); // output shape as if keepdims=1
-    for d in 0..rank {
-        if reduced[d] {
+    for (&r, &n) in reduced.iter().zip(&x.shape) {
+        if r {
             kept_shape.push(1);
             if keepdims {
                 out_shape.push(1);
             }
         } else {
-            kept_shape.push(x.shape[d]);
-            out_shape.push(x.shape[d]);
+            kept_shape.push(n);
+            out_shape.push(n);
         }
     }
     let nout: usize = kept_shape.iter().product();
@@ -296,7 +296,7 @@ mod tests {
                     13,
                     &[("axes", Attr::Ints(vec![0])), ("keepdims", Attr::Int(0))],
                 ),
-                &[x.clone()],
+                std::slice::from_ref(&x),
             )
             .unwrap();
         assert_eq!(out[0].value.data, vec![4.0, 5.0, 3.0]);
@@ -351,7 +351,10 @@ mod tests {
     fn argmax_argmin_by_hand() {
         let x = v(vec![2, 3], vec![1.0, 5.0, 5.0, 7.0, 0.0, 7.0]);
         let out = Reference
-            .evaluate(&node("ArgMax", 13, &[("axis", Attr::Int(1))]), &[x.clone()])
+            .evaluate(
+                &node("ArgMax", 13, &[("axis", Attr::Int(1))]),
+                std::slice::from_ref(&x),
+            )
             .unwrap();
         assert_eq!(out[0].value.dtype, DType::I64);
         assert_eq!(out[0].value.shape, vec![2, 1]);
@@ -367,7 +370,7 @@ mod tests {
                         ("keepdims", Attr::Int(0)),
                     ],
                 ),
-                &[x.clone()],
+                std::slice::from_ref(&x),
             )
             .unwrap();
         assert_eq!(out[0].value.shape, vec![2]);

@@ -606,16 +606,15 @@ impl<'a> Run<'a> {
                 let range = Range::device(ptr, b.bytes() as u64);
                 self.logged(|_| Command::Release { range });
             }
-            if let Some(buf) = alive.remove(&ptr) {
-                if let Ok(buf) = Arc::try_unwrap(buf) {
-                    if let Some(mem) = buf.into_memory() {
-                        self.parked.borrow_mut().push(Parked {
-                            mem,
-                            after,
-                            released,
-                        });
-                    }
-                }
+            if let Some(buf) = alive.remove(&ptr)
+                && let Ok(buf) = Arc::try_unwrap(buf)
+                && let Some(mem) = buf.into_memory()
+            {
+                self.parked.borrow_mut().push(Parked {
+                    mem,
+                    after,
+                    released,
+                });
             }
         }
     }

@@ -34,6 +34,9 @@ pub trait DeviceValue: Clone {
     fn len(&self) -> usize {
         self.shape().iter().product()
     }
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// What a device backend provides to the shared code.

@@ -279,10 +279,12 @@ fn linear_attention(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Valu
         }
         None => (vec![0f32; state_len], dt),
     };
-    let scale = match ctx.attr_f("scale", 0.0)? {
-        s if s == 0.0 => 1.0 / (dk as f64).sqrt(),
-        s => s as f64,
-    } as f32;
+    let scale_attr = ctx.attr_f("scale", 0.0)?;
+    let scale = (if scale_attr == 0.0 {
+        1.0 / (dk as f64).sqrt()
+    } else {
+        scale_attr as f64
+    }) as f32;
     let group = hq / hkv;
     let mut out = vec![0f32; b * t * hq * dv];
     let mut vt_buf = vec![0f32; dv];

@@ -5,6 +5,8 @@
 use super::*;
 
 /// `y[oc, oh, ow]` by the definition, 2-D, one input channel per output channel's group.
+// The three tensors, the geometry (already grouped in tuples) and the tap order are all inputs.
+#[allow(clippy::too_many_arguments)]
 fn in_order(
     xd: &[f32],
     wd: &[f32],
@@ -34,7 +36,7 @@ fn in_order(
                         continue;
                     }
                     let v = xd[(ic * h + iy as usize) * w + ix as usize];
-                    acc = acc + wd[(oc * kh + a) * kw + b] * v;
+                    acc += wd[(oc * kh + a) * kw + b] * v;
                 }
                 out.push(acc.to_bits());
             }

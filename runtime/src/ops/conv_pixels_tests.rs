@@ -8,7 +8,7 @@ use super::*;
 use crate::ops::conv::packed::{conv_packed_on, conv_pixels_on, pixels_plan};
 
 /// (attributes, X shape, W shape) that the pixel path takes on AVX-512.
-fn cases() -> Vec<(Vec<(&'static str, Attr)>, Vec<usize>, Vec<usize>)> {
+fn cases() -> Vec<Geometry> {
     let i = |v: &[i64]| Attr::Ints(v.to_vec());
     vec![
         // A stem: 3×3 stride 2, pads 1, rows of 40.

@@ -8,7 +8,7 @@ use crate::ops::conv::packed::conv_packed_on;
 use crate::ops::conv::shifted::{self, Shifted};
 
 /// (attributes, X shape, W shape) that the shifted path takes.
-fn cases() -> Vec<(Vec<(&'static str, Attr)>, Vec<usize>, Vec<usize>)> {
+fn cases() -> Vec<Geometry> {
     let i = |v: &[i64]| Attr::Ints(v.to_vec());
     vec![
         (

@@ -14,6 +14,12 @@ use crate::ops::testing::run_kernel;
 use crate::ops::{Kernel, OpCtx};
 use crate::tensor::{Tensor, Value};
 
+/// A node's attributes, as the tests write them.
+type Attrs = Vec<(&'static str, Attr)>;
+
+/// A convolution to test: (attributes, X shape, W shape).
+type Geometry = (Attrs, Vec<usize>, Vec<usize>);
+
 fn call(k: Kernel, attrs: Vec<(&str, Attr)>, ins: Vec<Option<Tensor>>) -> Tensor {
     run_kernel(k, "X", 22, attrs, ins, 1).unwrap().remove(0)
 }
@@ -250,6 +256,8 @@ fn reference(x: &[f32], w: &[f32], b: Option<&[f32]>, sh: &ConvShape) -> Vec<(f6
 
 /// The first output outside the bound of sums and products (`64·ε·Σ|terms| + ½ulp`, as the
 /// verification judges Conv), if any.
+// `!(d <= bound)` on purpose: a NaN is outside.
+#[allow(clippy::neg_cmp_op_on_partial_ord)]
 fn outside(got: &[f32], want: &[(f64, f64)]) -> Option<String> {
     if got.len() != want.len() {
         return Some(format!("{} outputs, want {}", got.len(), want.len()));
@@ -311,7 +319,7 @@ fn with_conv(
 /// dilations and asymmetric pads, 1-D and 3-D, auto_pad, depthwise, more rows than a row block, no
 /// input channels at all, groups run in parallel, and a column block starting inside the right
 /// padding of an output row.
-fn edge_cases() -> Vec<(Vec<(&'static str, Attr)>, Vec<usize>, Vec<usize>)> {
+fn edge_cases() -> Vec<Geometry> {
     let i = |v: &[i64]| Attr::Ints(v.to_vec());
     vec![
         (vec![], vec![1, 5, 24, 24], vec![9, 5, 1, 1]),
@@ -466,13 +474,9 @@ fn a_broken_packed_conv_is_caught() {
     );
 }
 
-/// The activations FusedConv takes, with their attributes.
-fn activations() -> Vec<(
-    &'static str,
-    Vec<f32>,
-    &'static str,
-    Vec<(&'static str, Attr)>,
-)> {
+/// The activations FusedConv takes, with their attributes: (FusedConv's activation, its
+/// parameters, the op it stands for, that op's attributes).
+fn activations() -> Vec<(&'static str, Vec<f32>, &'static str, Attrs)> {
     vec![
         ("Relu", vec![], "Relu", vec![]),
         ("Clip", vec![-0.25, 0.5], "Clip", vec![]),
@@ -496,7 +500,7 @@ fn fused_conv_equals_conv_then_activation_bit_for_bit() {
     let reg = crate::ops::Registry::cpu();
     let fused = reg.get(crate::ops::QUORUM_DOMAIN, "FusedConv").unwrap();
     let i = |v: &[i64]| Attr::Ints(v.to_vec());
-    let shapes: Vec<(Vec<(&str, Attr)>, Vec<usize>, Vec<usize>)> = vec![
+    let shapes: Vec<Geometry> = vec![
         (
             vec![("pads", i(&[1, 1, 1, 1]))],
             vec![1, 6, 9, 9],

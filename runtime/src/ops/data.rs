@@ -302,13 +302,13 @@ fn fill_strided<T: Clone>(
     }
     let l = r - 1;
     let (len, sl) = (shape[l], strides[l]);
-    if sl.unsigned_abs() > 1 && len >= TILE {
-        if let Some(b) = (0..l)
+    if sl.unsigned_abs() > 1
+        && len >= TILE
+        && let Some(b) = (0..l)
             .rev()
             .find(|&i| strides[i].unsigned_abs() == 1 && shape[i] >= TILE)
-        {
-            return fill_tiled(src, base, shape, strides, b, out);
-        }
+    {
+        return fill_tiled(src, base, shape, strides, b, out);
     }
     let mut idx = vec![0usize; l];
     let mut off = base;

@@ -331,7 +331,7 @@ pub(crate) fn one_hot_plan(
     let &[depth] = depth.to_f64_vec()?.as_slice() else {
         bail!("OneHot depth must hold one value")
     };
-    if !(depth >= 1.0 && depth < 1e15) {
+    if !(1.0..1e15).contains(&depth) {
         bail!("OneHot depth {depth} is not a positive count");
     }
     let depth = depth as usize;
@@ -361,6 +361,8 @@ pub(crate) fn one_hot_pos(v: f64, depth: usize) -> Option<usize> {
     (j >= 0.0 && j < depth as f64).then_some(j as usize)
 }
 
+// `map_array!` expands the same code for every dtype: `.clone()` is needed for strings.
+#[allow(clippy::clone_on_copy)]
 fn one_hot(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let (ind, depth, values) = (input(inputs, 0)?, input(inputs, 1)?, input(inputs, 2)?);
     let idx = ind.to_f64_vec()?;

@@ -136,7 +136,7 @@ fn pad_impl<T: Elem>(
     let d = a.shape()[r - 1] as i64;
     let lo = begin[r - 1].clamp(0, len as i64) as usize;
     let hi = (begin[r - 1] + d).clamp(lo as i64, len as i64) as usize;
-    let rows = if len == 0 { 0 } else { n / len };
+    let rows = n.checked_div(len).unwrap_or(0);
     let outer_shape = &out_shape[..r - 1];
     let ost = strides_of(outer_shape);
     let do_row = |row: usize, dst: &mut [T]| {

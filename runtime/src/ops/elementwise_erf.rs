@@ -247,6 +247,8 @@ pub(super) fn gelu_f32(x: &[f32], out: &mut [std::mem::MaybeUninit<f32>]) {
 }
 
 #[inline(always)]
+// `!(v >= -1e4)` on purpose: NaN inputs go to the f64 function too.
+#[allow(clippy::neg_cmp_op_on_partial_ord)]
 fn gelu_f32_body(x: &[f32], out: &mut [std::mem::MaybeUninit<f32>]) {
     // Thirty-two at a time: each step of the polynomial is then four independent vectors, and the
     // chains of one block overlap instead of waiting on each other's latency.
@@ -352,7 +354,10 @@ fn polynomial_lanes<const L: usize>(a: &[f64], u: &[f64; L]) -> [f64; L] {
 #[inline(always)]
 fn exp_f64(y: f64) -> f64 {
     const SHIFT: f64 = 6_755_399_441_055_744.0;
+    // fdlibm's constants, digit for digit as published (more digits than an f64 keeps).
+    #[allow(clippy::excessive_precision)]
     const LN2_HI: f64 = 6.931_471_803_691_238_164_90e-1;
+    #[allow(clippy::excessive_precision)]
     const LN2_LO: f64 = 1.908_214_929_270_587_700_02e-10;
     let t = y.mul_add(std::f64::consts::LOG2_E, SHIFT);
     let n = t - SHIFT;

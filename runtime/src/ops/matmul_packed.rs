@@ -308,6 +308,8 @@ mod tests {
         first_outside(&g, want)
     }
 
+    // `!(d <= tol)` on purpose: a NaN is outside.
+    #[allow(clippy::neg_cmp_op_on_partial_ord)]
     fn first_outside(got: &[f32], want: &[(f64, f64)]) -> Option<usize> {
         if got.len() != want.len() {
             return Some(0);

@@ -165,6 +165,9 @@ fn norm_rows<T: Elem, O: Elem>(
     (y, st)
 }
 
+/// One row of [`layer_norm_f32`]'s work: (output row, input row) and the row's (mean, 1/σ) slot.
+type RowJob<'a> = ((&'a mut [MaybeUninit<f32>], &'a [f32]), &'a mut (f64, f64));
+
 /// [`norm_rows`] for f32 LayerNormalization (a scale and bias per column): each element's
 /// operations are the generic form's, so the bits are the same, but each row runs on the widest
 /// vectors the CPU has (the generic loop stayed scalar SSE2) and the output is written once.
@@ -183,7 +186,7 @@ fn layer_norm_f32(
     let mut y: Vec<f32> = crate::arena::vec(x.len());
     let mut st = vec![(0.0, 0.0); rows];
     let out = &mut y.spare_capacity_mut()[..x.len()];
-    let work = |((yr, xr), s): ((&mut [MaybeUninit<f32>], &[f32]), &mut (f64, f64))| {
+    let work = |((yr, xr), s): RowJob<'_>| {
         *s = layer_norm_row_f32(yr, xr, w, b, eps);
     };
     if x.len() >= PAR_THRESHOLD {

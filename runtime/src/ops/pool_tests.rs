@@ -218,7 +218,8 @@ fn maxpool_values_only_path_matches_the_indexed_path() {
 /// rule) that the comparison must catch.
 #[test]
 fn maxpool_separable_path_matches_the_window_walk() {
-    let geometries: Vec<(Vec<usize>, Vec<(&str, Attr)>)> = vec![
+    type Attrs = Vec<(&'static str, Attr)>;
+    let geometries: Vec<(Vec<usize>, Attrs)> = vec![
         (
             vec![2, 3, 9, 11],
             vec![("kernel_shape", ints(&[3, 3])), ("strides", ints(&[2, 2]))],

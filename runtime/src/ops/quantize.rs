@@ -130,13 +130,14 @@ impl Layout {
         block: i64,
     ) -> OpResult<Layout> {
         let ss = scale.shape();
-        if let Some(z) = zp {
-            if z.shape() != ss && !(z.len() == 1 && scale.len() == 1) {
-                bail!(
-                    "zero point shape {:?} differs from scale shape {ss:?}",
-                    z.shape()
-                );
-            }
+        if let Some(z) = zp
+            && z.shape() != ss
+            && !(z.len() == 1 && scale.len() == 1)
+        {
+            bail!(
+                "zero point shape {:?} differs from scale shape {ss:?}",
+                z.shape()
+            );
         }
         let single = Layout {
             blocked: false,
@@ -318,14 +319,14 @@ fn dequantize_linear(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Val
     if !matches!(out, DType::F32 | DType::F16 | DType::BF16 | DType::F64) {
         bail!("DequantizeLinear cannot produce {out}");
     }
-    if let Some(z) = zp {
-        if z.dtype() != x.dtype() {
-            bail!(
-                "zero point type {} differs from input type {}",
-                z.dtype(),
-                x.dtype()
-            );
-        }
+    if let Some(z) = zp
+        && z.dtype() != x.dtype()
+    {
+        bail!(
+            "zero point type {} differs from input type {}",
+            z.dtype(),
+            x.dtype()
+        );
     }
     let lay = Layout::new(x.shape(), scale, zp, axis, block)?;
     // Integers (and the float formats' values) are exact in f64, so x - zero_point is too.

@@ -390,13 +390,13 @@ fn conv_operands(
             unsupported!("{what} of type {} (expected int8 or uint8)", t.dtype());
         }
     }
-    if let Some(z) = xz {
-        if z.len() != 1 {
-            unsupported!(
-                "x zero point of shape {:?} (only per-tensor is defined)",
-                z.shape()
-            );
-        }
+    if let Some(z) = xz
+        && z.len() != 1
+    {
+        unsupported!(
+            "x zero point of shape {:?} (only per-tensor is defined)",
+            z.shape()
+        );
     }
     let out_shape: Vec<usize> = [g.n, g.m]
         .into_iter()

@@ -1083,7 +1083,8 @@ mod tests {
         let to64 =
             |t: &Tensor| Tensor::from_f64s(DType::F64, t.shape(), t.to_f64_vec().unwrap()).unwrap();
         let (seq, batch, i) = (6, 2, 5);
-        let cases: Vec<(Kind, usize, Vec<(&str, Attr)>)> = vec![
+        type Attrs = Vec<(&'static str, Attr)>;
+        let cases: Vec<(Kind, usize, Attrs)> = vec![
             (Kind::Lstm, 37, vec![("clip", Attr::Float(1.5))]),
             (Kind::Lstm, 130, vec![("input_forget", Attr::Int(1))]),
             (Kind::Gru, 37, vec![("linear_before_reset", Attr::Int(1))]),

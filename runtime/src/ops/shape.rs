@@ -262,6 +262,8 @@ fn constant(ctx: &OpCtx, _: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     single(t)
 }
 
+// `map_array!` expands the same code for every dtype: `.clone()` is needed for strings.
+#[allow(clippy::clone_on_copy)]
 fn constant_of_shape(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let (shape, v) = constant_of_shape_plan(ctx, input(inputs, 0)?)?;
     single(crate::map_array!(&v, a => match a.iter().next() {

@@ -132,11 +132,7 @@ fn block<T: Float + Elem>(b: &mut [T], n: usize, inner: usize, kind: Kind) {
             .zip(sum.iter_mut())
             .zip(&m)
         {
-            let e = if kind == Kind::Soft {
-                (*v - mk).exp()
-            } else {
-                (*v - mk).exp()
-            };
+            let e = (*v - mk).exp();
             *s += Elem::to_f64(e);
             if kind == Kind::Soft {
                 *v = e;
@@ -424,10 +420,10 @@ mod tests {
                 let lane: Vec<f64> = (0..3).map(|j| x[o * 12 + j * 4 + k]).collect();
                 let z: f64 = lane.iter().map(|v| v.exp()).sum();
                 let best = (0..3).fold(0, |b, j| if lane[j] > lane[b] { j } else { b });
-                for j in 0..3 {
+                for (j, &lj) in lane.iter().enumerate() {
                     let i = [o, j, k];
-                    assert!((s[i] - lane[j].exp() / z).abs() < 1e-12);
-                    assert!((l[i] - (lane[j] - z.ln())).abs() < 1e-12);
+                    assert!((s[i] - lj.exp() / z).abs() < 1e-12);
+                    assert!((l[i] - (lj - z.ln())).abs() < 1e-12);
                     assert_eq!(h[i], if j == best { 1.0 } else { 0.0 });
                 }
             }

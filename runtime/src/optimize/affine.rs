@@ -149,7 +149,8 @@ pub(super) fn fold_affine(
         .flat_map(|n| n.outputs.iter().cloned())
         .collect();
     // (conv index, absorbed nodes, the output the folded Conv writes, new W, new B)
-    let mut folds: Vec<(usize, Vec<usize>, String, Arc<Value>, Arc<Value>)> = Vec::new();
+    type Fold = (usize, Vec<usize>, String, Arc<Value>, Arc<Value>);
+    let mut folds: Vec<Fold> = Vec::new();
     let mut absorbed: HashSet<usize> = HashSet::new();
     for (i, conv) in g.nodes.iter().enumerate() {
         if conv.op_type != "Conv" || !conv.domain.is_empty() || conv.outputs.len() != 1 {

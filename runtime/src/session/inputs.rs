@@ -32,13 +32,13 @@ pub(super) fn check_inputs(model: &Model, graph: &Graph, inputs: &[(String, Valu
             });
         };
         if let (ValueType::Tensor { dtype, shape }, Value::Tensor(t)) = (ty, value) {
-            if let Some(d) = dtype {
-                if *d != t.dtype() {
-                    return Err(Error::Input {
-                        name: name.clone(),
-                        msg: format!("expected {d}, got {}", t.dtype()),
-                    });
-                }
+            if let Some(d) = dtype
+                && *d != t.dtype()
+            {
+                return Err(Error::Input {
+                    name: name.clone(),
+                    msg: format!("expected {d}, got {}", t.dtype()),
+                });
             }
             if let Some(shape) = shape {
                 let err = || Error::Input {
@@ -52,15 +52,15 @@ pub(super) fn check_inputs(model: &Model, graph: &Graph, inputs: &[(String, Valu
                     match d {
                         Dim::Fixed(v) if *v >= 0 && *v as usize != actual => return Err(err()),
                         Dim::Symbol(s) => {
-                            if let Some((prev, other)) = bound.insert(s, (actual, name)) {
-                                if prev != actual {
-                                    return Err(Error::Input {
-                                        name: name.clone(),
-                                        msg: format!(
-                                            "dim '{s}' is {actual} here but {prev} in input '{other}'"
-                                        ),
-                                    });
-                                }
+                            if let Some((prev, other)) = bound.insert(s, (actual, name))
+                                && prev != actual
+                            {
+                                return Err(Error::Input {
+                                    name: name.clone(),
+                                    msg: format!(
+                                        "dim '{s}' is {actual} here but {prev} in input '{other}'"
+                                    ),
+                                });
                             }
                         }
                         _ => {}

@@ -124,7 +124,7 @@ impl Trial {
         }
         Ticket {
             whole: Whole::ALL[i / TRIAL_ROUNDS],
-            timed: i % TRIAL_ROUNDS != 0,
+            timed: !i.is_multiple_of(TRIAL_ROUNDS),
         }
     }
 

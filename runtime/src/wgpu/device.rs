@@ -30,6 +30,9 @@ pub struct Caps {
     pub f16_offered: bool,
 }
 
+/// A kernel signature's bind-group layout and the pipeline layout made of it.
+type Layouts = (wgpu::BindGroupLayout, wgpu::PipelineLayout);
+
 /// A compiled kernel and the layout it binds with.
 pub struct Pipeline {
     pub pipeline: wgpu::ComputePipeline,
@@ -54,7 +57,8 @@ pub struct Device {
     pipelines: Mutex<HashMap<String, Arc<Pipeline>>>,
     /// Pipelines by a short key that determines their source (`Device::pipeline_keyed`).
     keyed: Mutex<HashMap<String, Arc<Pipeline>>>,
-    layouts: Mutex<HashMap<(usize, usize), Arc<(wgpu::BindGroupLayout, wgpu::PipelineLayout)>>>,
+    /// Layouts by (read-write, read-only) storage buffer counts (`Device::layout`).
+    layouts: Mutex<HashMap<(usize, usize), Arc<Layouts>>>,
     /// Errors wgpu reported outside any error scope (validation of a submit, device loss), taken by
     /// the run that next waits for the device.
     errors: Arc<Mutex<Vec<String>>>,

@@ -536,14 +536,14 @@ impl<'a> Run<'a> {
     /// Waits for everything submitted so far, then reports any error wgpu raised meanwhile.
     fn wait(&self) -> KResult<()> {
         let idx = self.last.borrow().clone();
-        if let Some(idx) = idx {
-            if let Err(e) = self.device.device.poll(wgpu::PollType::Wait {
+        if let Some(idx) = idx
+            && let Err(e) = self.device.device.poll(wgpu::PollType::Wait {
                 submission_index: Some(idx),
                 timeout: None,
-            }) {
-                self.failed.set(true);
-                return Err(dev_err(format!("waiting for the queue: {e}")));
-            }
+            })
+        {
+            self.failed.set(true);
+            return Err(dev_err(format!("waiting for the queue: {e}")));
         }
         let errors = self.device.take_errors();
         if !errors.is_empty() {

@@ -245,9 +245,9 @@ pub fn html(ctx: &Context) -> Result<String> {
     }
     h.push_str("</ul>\n");
     if ctx.now.regressions.is_empty() {
-        let _ = write!(
+        let _ = writeln!(
             h,
-            "<p class=\"good\" id=\"regressions\">No regression. Rule: a median above every p90 of the last {} comparable nights and more than {}% above their median (at least {} nights needed); any drop in a conformance pass count.</p>\n",
+            "<p class=\"good\" id=\"regressions\">No regression. Rule: a median above every p90 of the last {} comparable nights and more than {}% above their median (at least {} nights needed); any drop in a conformance pass count.</p>",
             ctx.rule.window, ctx.rule.pct, ctx.rule.min_nights
         );
     } else {

@@ -45,7 +45,7 @@ fn pad(lo: f64, hi: f64, log: bool) -> (f64, f64) {
 fn label(log: bool, v: f64) -> String {
     if log {
         let p = 10f64.powf(v);
-        if p >= 1e4 || p < 1e-2 {
+        if !(1e-2..1e4).contains(&p) {
             format!("{p:.0e}")
         } else {
             format!("{}", (p * 1000.0).round() / 1000.0)

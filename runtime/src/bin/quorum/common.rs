@@ -12,6 +12,9 @@ pub struct CliError {
 
 pub type CliResult<T> = Result<T, CliError>;
 
+/// Values by input name, as a session takes them.
+pub type NamedValues = Vec<(String, Value)>;
+
 pub fn fail(code: u8, message: impl Into<String>) -> CliError {
     CliError {
         message: message.into(),
@@ -153,11 +156,7 @@ impl ModelArgs {
     }
 
     /// Inputs read from files, then every remaining runtime input generated with `seed`.
-    pub fn inputs(
-        &self,
-        session: &Session,
-        seed: u64,
-    ) -> CliResult<(Vec<(String, Value)>, Vec<String>)> {
+    pub fn inputs(&self, session: &Session, seed: u64) -> CliResult<(NamedValues, Vec<String>)> {
         let graph = &session.model().graph;
         let mut given = Vec::new();
         for spec in &self.inputs {
