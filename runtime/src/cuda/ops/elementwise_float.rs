@@ -76,8 +76,9 @@ pub(crate) fn unary_expr(ctx: &OpCtx, k: &mut Kernel, op: &str, x: Reg) -> KResu
         }
         "ThresholdedRelu" => {
             let a = fattr(ctx, "alpha", 1.0)?;
-            let le = k.setp(Cmp::Le, Ty::F32, x, a);
-            k.selp(Ty::F32, zero, x, le)
+            // The definition's `x > alpha ? x : 0`: a NaN fails the comparison and gives 0.
+            let gt = k.setp(Cmp::Gt, Ty::F32, x, a);
+            k.selp(Ty::F32, x, zero, gt)
         }
         "HardSigmoid" => {
             let (a, b) = (fattr(ctx, "alpha", 0.2)?, fattr(ctx, "beta", 0.5)?);

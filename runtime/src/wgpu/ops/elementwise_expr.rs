@@ -42,8 +42,10 @@ pub fn unary(op: &str, approximate_tanh: bool) -> KResult<Unary> {
         // max(x, 0) and Relu(NaN) became 0 on the H200. The NaN test is on the bits.
         "Relu" => f32_body("if (isnan32(x)) { return x; } return select(x, 0.0, x <= 0.0);"),
         "LeakyRelu" => f32_body("return select(x, x * bitcast<f32>(P[2]), x < 0.0);"),
+        // The definition's `x > alpha ? x : 0`: a NaN fails the comparison and gives 0 (tested on
+        // its bits, as WGSL may assume no NaN).
         "ThresholdedRelu" => f32_body(
-            "if (isnan32(x)) { return x; } return select(x, 0.0, x <= bitcast<f32>(P[2]));",
+            "if (isnan32(x)) { return 0.0; } return select(x, 0.0, x <= bitcast<f32>(P[2]));",
         ),
         "HardSigmoid" => f32_body(
             "if (isnan32(x)) { return x; } \
