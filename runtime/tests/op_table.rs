@@ -3,9 +3,9 @@
 //! (claims need no device, so this runs everywhere).
 #![forbid(unsafe_code)]
 use quorum::backend::Provider;
-use quorum::providers::backend;
 use quorum::ir::Node;
 use quorum::ops::Registry;
+use quorum::providers::backend;
 use quorum_optable::{Backend, ROWS};
 
 fn node(op: &str) -> Node {
