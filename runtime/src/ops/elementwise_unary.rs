@@ -201,8 +201,8 @@ float_kernels! {
     k_elu, over_elu, |ctx| { let alpha = ctx.attr_f("alpha", 1.0)?; } =>
         |x| if x < 0.0 { alpha as F * x.exp_m1() } else { x };
     k_selu, over_selu, |ctx| {
-        let alpha = ctx.attr_f("alpha", 1.673_263_2)?;
-        let gamma = ctx.attr_f("gamma", 1.050_701)?;
+        let alpha = ctx.attr_f("alpha", crate::ops::unary_op::SELU_ALPHA)?;
+        let gamma = ctx.attr_f("gamma", crate::ops::unary_op::SELU_GAMMA)?;
     } => |x| gamma as F * if x > 0.0 { x } else { alpha as F * x.exp_m1() };
     k_celu, over_celu, |ctx| { let alpha = ctx.attr_f("alpha", 1.0)?; } =>
         |x| if x > 0.0 { x } else { alpha as F * (x / alpha as F).exp_m1() };

@@ -40,6 +40,7 @@ pub mod rnn;
 pub mod sequence;
 pub mod shape;
 pub mod softmax;
+pub mod unary_op;
 pub mod variadic;
 
 /// A CPU kernel: inputs in node order (`None` for an omitted optional input), outputs in node order.

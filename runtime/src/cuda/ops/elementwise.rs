@@ -14,6 +14,7 @@ use crate::error::OpError;
 use crate::ir::Node;
 use crate::ops::OpCtx;
 use crate::ops::broadcast::broadcast_shapes;
+use crate::ops::unary_op::UnaryOp;
 use crate::tensor::{DType, Tensor};
 
 #[path = "elementwise_float.rs"]
@@ -429,7 +430,10 @@ fn k_map(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>>
                     "{op} takes one input"
                 ))));
             }
-            map_kernel(run, &ts, d, &|k, v| unary_expr(ctx, k, op, v[0]))?
+            let Some(u) = UnaryOp::parse(ctx)? else {
+                decline!("no CUDA expression for {op}");
+            };
+            map_kernel(run, &ts, d, &|k, v| Ok(unary_expr(k, u, v[0])))?
         }
     };
     Ok(vec![out])

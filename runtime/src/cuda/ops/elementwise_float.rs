@@ -2,10 +2,8 @@
 //! there with `#[path]`). Each takes f32 registers (f16 operands are widened by the loader) and returns
 //! the f32 result, rounded once: arithmetic in f32, transcendental functions through `math` in f64.
 use super::super::math::{erf64_for_f32, exp64, gelu64_for_f32, log64, sincos64, tanh64};
-use crate::cuda::KResult;
 use crate::cuda::ptx::{Cmp, Kernel, Op, Reg, Ty};
-use crate::decline;
-use crate::ops::OpCtx;
+use crate::ops::unary_op::UnaryOp;
 
 fn f64_of(k: &mut Kernel, x: Reg) -> Reg {
     k.cvt(Ty::F64, Ty::F32, "", x)
@@ -28,10 +26,6 @@ pub(super) fn nan_max(k: &mut Kernel, a: Reg, b: Reg, is_max: bool) -> Reg {
     k.selp(Ty::F32, b, m, bn)
 }
 
-fn fattr(ctx: &OpCtx, name: &str, default: f32) -> KResult<f32> {
-    Ok(ctx.attr_f(name, default)?)
-}
-
 /// Softplus in f64: log(1 + e^x), with the tails taken where the direct form loses accuracy.
 fn softplus64(k: &mut Kernel, x: Reg) -> Reg {
     let e = exp64(k, x);
@@ -46,49 +40,73 @@ fn softplus64(k: &mut Kernel, x: Reg) -> Reg {
     k.selp(Ty::F64, hi, y, is_hi)
 }
 
-/// The f32 expression of a unary float op on `x`.
-pub(crate) fn unary_expr(ctx: &OpCtx, k: &mut Kernel, op: &str, x: Reg) -> KResult<Reg> {
+/// `f(x)` computed in f64 and rounded once to f32.
+fn via_f64(k: &mut Kernel, x: Reg, f: impl FnOnce(&mut Kernel, Reg) -> Reg) -> Reg {
+    let xd = f64_of(k, x);
+    let y = f(k, xd);
+    f32_of(k, y)
+}
+
+/// Elu, Selu (`gamma`) and Celu (`celu`: the argument scaled by 1/alpha) in f64.
+fn elu64(k: &mut Kernel, xd: Reg, alpha: f32, gamma: Option<f32>, celu: bool) -> Reg {
+    let a = alpha as f64;
+    let scaled = if celu {
+        k.div(Ty::F64, xd, Op::D(a))
+    } else {
+        xd
+    };
+    let e = exp64(k, scaled);
+    let em1 = k.sub(Ty::F64, e, Op::D(1.0));
+    let negv = k.mul(Ty::F64, em1, Op::D(a));
+    let is_neg = k.setp(Cmp::Lt, Ty::F64, xd, Op::D(0.0));
+    let y = k.selp(Ty::F64, negv, xd, is_neg);
+    match gamma {
+        Some(g) => k.mul(Ty::F64, y, Op::D(g as f64)),
+        None => y,
+    }
+}
+
+/// The f32 expression of unary float op `u` on `x`: arithmetic in f32, everything else through
+/// `math` in f64 with one rounding.
+pub(crate) fn unary_expr(k: &mut Kernel, u: UnaryOp, x: Reg) -> Reg {
     let zero = Op::F(0.0);
-    Ok(match op {
-        "Abs" => k.unary("abs", Ty::F32, x),
-        "Neg" => k.unary("neg", Ty::F32, x),
-        "Ceil" => k.cvt(Ty::F32, Ty::F32, ".rpi", x),
-        "Floor" => k.cvt(Ty::F32, Ty::F32, ".rmi", x),
-        "Round" => k.cvt(Ty::F32, Ty::F32, ".rni", x),
-        "Sign" => {
+    match u {
+        UnaryOp::Abs => k.unary("abs", Ty::F32, x),
+        UnaryOp::Neg => k.unary("neg", Ty::F32, x),
+        UnaryOp::Ceil => k.cvt(Ty::F32, Ty::F32, ".rpi", x),
+        UnaryOp::Floor => k.cvt(Ty::F32, Ty::F32, ".rmi", x),
+        UnaryOp::Round => k.cvt(Ty::F32, Ty::F32, ".rni", x),
+        UnaryOp::Sign => {
             let pos = k.setp(Cmp::Gt, Ty::F32, x, zero);
             let neg = k.setp(Cmp::Lt, Ty::F32, x, zero);
             let y = k.selp(Ty::F32, 1.0f32, x, pos);
             k.selp(Ty::F32, -1.0f32, y, neg)
         }
-        "Reciprocal" => k.unary("rcp.rn", Ty::F32, x),
-        "Sqrt" => k.unary("sqrt.rn", Ty::F32, x),
-        "Relu" => {
+        UnaryOp::Reciprocal => k.unary("rcp.rn", Ty::F32, x),
+        UnaryOp::Sqrt => k.unary("sqrt.rn", Ty::F32, x),
+        UnaryOp::Relu => {
             // x > 0 ? x : 0, keeping NaN.
             let le = k.setp(Cmp::Le, Ty::F32, x, zero);
             k.selp(Ty::F32, zero, x, le)
         }
-        "LeakyRelu" => {
-            let a = fattr(ctx, "alpha", 0.01)?;
-            let ax = k.mul(Ty::F32, x, a);
+        UnaryOp::LeakyRelu { alpha } => {
+            let ax = k.mul(Ty::F32, x, alpha);
             let neg = k.setp(Cmp::Lt, Ty::F32, x, zero);
             k.selp(Ty::F32, ax, x, neg)
         }
-        "ThresholdedRelu" => {
-            let a = fattr(ctx, "alpha", 1.0)?;
+        UnaryOp::ThresholdedRelu { alpha } => {
             // The definition's `x > alpha ? x : 0`: a NaN fails the comparison and gives 0.
-            let gt = k.setp(Cmp::Gt, Ty::F32, x, a);
+            let gt = k.setp(Cmp::Gt, Ty::F32, x, alpha);
             k.selp(Ty::F32, x, zero, gt)
         }
-        "HardSigmoid" => {
-            let (a, b) = (fattr(ctx, "alpha", 0.2)?, fattr(ctx, "beta", 0.5)?);
-            let v = k.fma(Ty::F32, x, a, b);
+        UnaryOp::HardSigmoid { alpha, beta } => {
+            let v = k.fma(Ty::F32, x, alpha, beta);
             let v = k.max(Ty::F32, v, zero);
             let v = k.min(Ty::F32, v, 1.0f32);
             let nan = k.setp(Cmp::Nan, Ty::F32, x, x);
             k.selp(Ty::F32, x, v, nan)
         }
-        "HardSwish" => {
+        UnaryOp::HardSwish => {
             // x · max(0, min(1, x/6 + 1/2)), the ratio computed in f64 so 1/6 is not rounded first.
             let xd = f64_of(k, x);
             let v = k.div(Ty::F64, xd, Op::D(6.0));
@@ -100,95 +118,66 @@ pub(crate) fn unary_expr(ctx: &OpCtx, k: &mut Kernel, op: &str, x: Reg) -> KResu
             let nan = k.setp(Cmp::Nan, Ty::F32, x, x);
             k.selp(Ty::F32, x, y, nan)
         }
-        "Softsign" => {
+        UnaryOp::Softsign => {
             let ax = k.unary("abs", Ty::F32, x);
             let d = k.add(Ty::F32, ax, 1.0f32);
             k.div(Ty::F32, x, d)
         }
-        _ => {
-            // f64 paths.
-            let xd = f64_of(k, x);
-            let y = match op {
-                "Exp" => exp64(k, xd),
-                "Log" => log64(k, xd),
-                "Sin" => sincos64(k, xd).0,
-                "Cos" => sincos64(k, xd).1,
-                "Tan" => {
-                    let (s, c) = sincos64(k, xd);
-                    k.div(Ty::F64, s, c)
-                }
-                "Tanh" => tanh64(k, xd),
-                // The result is rounded to f32 (and then f16 where that is the type).
-                "Erf" => erf64_for_f32(k, xd),
-                "Sigmoid" => {
-                    // x ≥ 0: 1/(1+e^-x); x < 0: e^x/(1+e^x) (no cancellation either way).
-                    let ax = k.unary("abs", Ty::F64, xd);
-                    let nax = k.unary("neg", Ty::F64, ax);
-                    let e = exp64(k, nax);
-                    let den = k.add(Ty::F64, e, Op::D(1.0));
-                    let pos = k.div(Ty::F64, Op::D(1.0), den);
-                    let negv = k.div(Ty::F64, e, den);
-                    let is_neg = k.setp(Cmp::Lt, Ty::F64, xd, Op::D(0.0));
-                    k.selp(Ty::F64, negv, pos, is_neg)
-                }
-                "Elu" | "Selu" | "Celu" => {
-                    let a = fattr(
-                        ctx,
-                        "alpha",
-                        match op {
-                            "Selu" => 1.673_263_2,
-                            _ => 1.0,
-                        },
-                    )? as f64;
-                    let scaled = if op == "Celu" {
-                        k.div(Ty::F64, xd, Op::D(a))
-                    } else {
-                        xd
-                    };
-                    let e = exp64(k, scaled);
-                    let em1 = k.sub(Ty::F64, e, Op::D(1.0));
-                    let negv = k.mul(Ty::F64, em1, Op::D(a));
-                    let is_neg = k.setp(Cmp::Lt, Ty::F64, xd, Op::D(0.0));
-                    let y = k.selp(Ty::F64, negv, xd, is_neg);
-                    if op == "Selu" {
-                        let g = fattr(ctx, "gamma", 1.050_701)? as f64;
-                        k.mul(Ty::F64, y, Op::D(g))
-                    } else {
-                        y
-                    }
-                }
-                "Softplus" => softplus64(k, xd),
-                "Mish" => {
-                    let sp = softplus64(k, xd);
-                    let t = tanh64(k, sp);
-                    k.mul(Ty::F64, xd, t)
-                }
-                "Gelu" => {
-                    let approx = ctx.attr_s("approximate", "none")?;
-                    let half_x = k.mul(Ty::F64, xd, Op::D(0.5));
-                    if approx == "tanh" {
-                        let x3 = k.mul(Ty::F64, xd, xd);
-                        let x3 = k.mul(Ty::F64, x3, xd);
-                        let inner = k.fma(Ty::F64, x3, Op::D(0.044715), xd);
-                        let inner =
-                            k.mul(Ty::F64, inner, Op::D((2.0 / std::f64::consts::PI).sqrt()));
-                        // 1 + tanh(u) = 2 / (1 + e^(-2u)): no cancellation for negative x
-                        // (at x = -10 the sum form gives 0 for -1.4e-37).
-                        let m2u = k.mul(Ty::F64, inner, Op::D(-2.0));
-                        let e = exp64(k, m2u);
-                        let den = k.add(Ty::F64, e, Op::D(1.0));
-                        let one_p = k.div(Ty::F64, Op::D(2.0), den);
-                        k.mul(Ty::F64, half_x, one_p)
-                    } else {
-                        // Straight-line, f32-grade; no cancellation for negative x.
-                        gelu64_for_f32(k, xd)
-                    }
-                }
-                other => decline!("no CUDA expression for {other}"),
-            };
-            f32_of(k, y)
+        UnaryOp::Exp => via_f64(k, x, exp64),
+        UnaryOp::Log => via_f64(k, x, log64),
+        UnaryOp::Sin => via_f64(k, x, |k, xd| sincos64(k, xd).0),
+        UnaryOp::Cos => via_f64(k, x, |k, xd| sincos64(k, xd).1),
+        UnaryOp::Tan => via_f64(k, x, |k, xd| {
+            let (s, c) = sincos64(k, xd);
+            k.div(Ty::F64, s, c)
+        }),
+        UnaryOp::Tanh => via_f64(k, x, tanh64),
+        // The result is rounded to f32 (and then f16 where that is the type).
+        UnaryOp::Erf => via_f64(k, x, erf64_for_f32),
+        UnaryOp::Sigmoid => via_f64(k, x, |k, xd| {
+            // x ≥ 0: 1/(1+e^-x); x < 0: e^x/(1+e^x) (no cancellation either way).
+            let ax = k.unary("abs", Ty::F64, xd);
+            let nax = k.unary("neg", Ty::F64, ax);
+            let e = exp64(k, nax);
+            let den = k.add(Ty::F64, e, Op::D(1.0));
+            let pos = k.div(Ty::F64, Op::D(1.0), den);
+            let negv = k.div(Ty::F64, e, den);
+            let is_neg = k.setp(Cmp::Lt, Ty::F64, xd, Op::D(0.0));
+            k.selp(Ty::F64, negv, pos, is_neg)
+        }),
+        UnaryOp::Elu { alpha } => via_f64(k, x, |k, xd| elu64(k, xd, alpha, None, false)),
+        UnaryOp::Selu { alpha, gamma } => {
+            via_f64(k, x, |k, xd| elu64(k, xd, alpha, Some(gamma), false))
         }
-    })
+        UnaryOp::Celu { alpha } => via_f64(k, x, |k, xd| elu64(k, xd, alpha, None, true)),
+        UnaryOp::Softplus => via_f64(k, x, softplus64),
+        UnaryOp::Mish => via_f64(k, x, |k, xd| {
+            let sp = softplus64(k, xd);
+            let t = tanh64(k, sp);
+            k.mul(Ty::F64, xd, t)
+        }),
+        UnaryOp::Gelu { tanh: true } => via_f64(k, x, |k, xd| {
+            let half_x = k.mul(Ty::F64, xd, Op::D(0.5));
+            let x3 = k.mul(Ty::F64, xd, xd);
+            let x3 = k.mul(Ty::F64, x3, xd);
+            let inner = k.fma(Ty::F64, x3, Op::D(0.044715), xd);
+            let inner = k.mul(Ty::F64, inner, Op::D((2.0 / std::f64::consts::PI).sqrt()));
+            // 1 + tanh(u) = 2 / (1 + e^(-2u)): no cancellation for negative x
+            // (at x = -10 the sum form gives 0 for -1.4e-37).
+            let m2u = k.mul(Ty::F64, inner, Op::D(-2.0));
+            let e = exp64(k, m2u);
+            let den = k.add(Ty::F64, e, Op::D(1.0));
+            let one_p = k.div(Ty::F64, Op::D(2.0), den);
+            k.mul(Ty::F64, half_x, one_p)
+        }),
+        UnaryOp::Gelu { tanh: false } => via_f64(k, x, |k, xd| {
+            // An unused x/2, as the generator has always emitted (ptxas drops it): kept so that this
+            // change of structure leaves the PTX text as it was.
+            let _half_x = k.mul(Ty::F64, xd, Op::D(0.5));
+            // Straight-line, f32-grade; no cancellation for negative x.
+            gelu64_for_f32(k, xd)
+        }),
+    }
 }
 
 /// ONNX Pow for f32 base `x` and exponent `y`, computed as e^(y·ln|x|) in f64 with C's special cases

@@ -152,7 +152,8 @@ fn elementwise_modules(out: &mut Vec<String>) {
         let n = k.param("n", Ty::U32);
         let i = super::thread_index(&mut k, n);
         let v = ew::load(&mut k, x, i, DType::F16).unwrap();
-        if let Ok(r) = ew::unary_expr(&ctx, &mut k, op, v) {
+        if let Ok(Some(u)) = crate::ops::unary_op::UnaryOp::parse(&ctx) {
+            let r = ew::unary_expr(&mut k, u, v);
             ew::store(&mut k, y, i, DType::F16, r).unwrap();
             out.push(module((9, 0), &[k]));
         }

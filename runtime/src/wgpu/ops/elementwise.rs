@@ -15,6 +15,7 @@ use crate::backend::{DeviceError, NodeInputs};
 use crate::ir::Node;
 use crate::ops::OpCtx;
 use crate::ops::broadcast::broadcast_shapes;
+use crate::ops::unary_op::UnaryOp;
 use crate::tensor::{DType, Tensor};
 use crate::wgpu::memory::{WTensor, words};
 use crate::wgpu::run::{KResult, Run};
@@ -371,24 +372,14 @@ fn k_map(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<Vec<WTensor
         "BitShift" => decline!("BitShift on {d}: the CPU kernel takes integers only"),
         _ => {
             arity(op, &ts, 1)?;
-            let tanh = ctx.attr_s("approximate", "none")? == "tanh";
-            let u: Unary = ex::unary(op, tanh)?;
+            let Some(op_desc) = UnaryOp::parse(ctx)? else {
+                decline!("no WGSL expression for {op}");
+            };
+            let u: Unary = ex::unary(op_desc);
             if u.f64 {
                 require_f64(run, op)?;
             }
-            let attrs: Vec<u32> = match op {
-                "LeakyRelu" => vec![ctx.attr_f("alpha", 0.01)?.to_bits()],
-                "ThresholdedRelu" | "Elu" | "Celu" => vec![ctx.attr_f("alpha", 1.0)?.to_bits()],
-                "HardSigmoid" => vec![
-                    ctx.attr_f("alpha", 0.2)?.to_bits(),
-                    ctx.attr_f("beta", 0.5)?.to_bits(),
-                ],
-                "Selu" => vec![
-                    ctx.attr_f("alpha", 1.673_263_2)?.to_bits(),
-                    ctx.attr_f("gamma", 1.050_701)?.to_bits(),
-                ],
-                _ => vec![],
-            };
+            let attrs = ex::attr_words(op_desc);
             let lib = lib_for(&u.body);
             map(run, op, &refs, d, &u.body, &lib, &attrs, None)?
         }

@@ -3,9 +3,8 @@
 //! rounded once), integer ops their kind's i32 or u32 (wrapping), logic and comparisons give a u32
 //! 0 or 1. Attributes are read from the parameter words `P[2..6]` (see `elementwise::map`).
 use crate::backend::DeviceError;
+use crate::ops::unary_op::UnaryOp;
 use crate::wgpu::run::KResult;
-
-use super::decline;
 
 /// What a float unary op needs besides f32 arithmetic.
 pub struct Unary {
@@ -28,69 +27,104 @@ fn f64_body(e: &str) -> Unary {
     }
 }
 
-/// The function of a float unary op (`alpha`, `beta`, `gamma` are `P[2]`, `P[3]`, `P[4]` as f32).
-pub fn unary(op: &str, approximate_tanh: bool) -> KResult<Unary> {
-    Ok(match op {
-        "Abs" => f32_body("return abs(x);"),
-        "Neg" => f32_body("return -x;"),
-        "Ceil" => f32_body("return ceil(x);"),
-        "Floor" => f32_body("return floor(x);"),
+/// The function of float unary op `u` (its attributes are `P[2]`, `P[3]` as f32: [`attr_words`]).
+pub fn unary(u: UnaryOp) -> Unary {
+    match u {
+        UnaryOp::Abs => f32_body("return abs(x);"),
+        UnaryOp::Neg => f32_body("return -x;"),
+        UnaryOp::Ceil => f32_body("return ceil(x);"),
+        UnaryOp::Floor => f32_body("return floor(x);"),
         // WGSL's round takes halfway cases to even, as ONNX's Round does.
-        "Round" => f32_body("return round(x);"),
-        "Sign" => f32_body("return select(select(x, -1.0, x < 0.0), 1.0, x > 0.0);"),
+        UnaryOp::Round => f32_body("return round(x);"),
+        UnaryOp::Sign => f32_body("return select(select(x, -1.0, x < 0.0), 1.0, x > 0.0);"),
         // WGSL lets a compiler assume no NaN: NVIDIA's Vulkan driver turns the plain select into
         // max(x, 0) and Relu(NaN) became 0 on the H200. The NaN test is on the bits.
-        "Relu" => f32_body("if (isnan32(x)) { return x; } return select(x, 0.0, x <= 0.0);"),
-        "LeakyRelu" => f32_body("return select(x, x * bitcast<f32>(P[2]), x < 0.0);"),
+        UnaryOp::Relu => f32_body("if (isnan32(x)) { return x; } return select(x, 0.0, x <= 0.0);"),
+        UnaryOp::LeakyRelu { .. } => f32_body("return select(x, x * bitcast<f32>(P[2]), x < 0.0);"),
         // The definition's `x > alpha ? x : 0`: a NaN fails the comparison and gives 0 (tested on
         // its bits, as WGSL may assume no NaN).
-        "ThresholdedRelu" => f32_body(
+        UnaryOp::ThresholdedRelu { .. } => f32_body(
             "if (isnan32(x)) { return 0.0; } return select(x, 0.0, x <= bitcast<f32>(P[2]));",
         ),
-        "HardSigmoid" => f32_body(
+        UnaryOp::HardSigmoid { .. } => f32_body(
             "if (isnan32(x)) { return x; } \
              let v = x * bitcast<f32>(P[2]) + bitcast<f32>(P[3]); \
              return select(select(v, 0.0, v < 0.0), 1.0, v > 1.0);",
         ),
-        "Reciprocal" => f64_body("return f32(1.0lf / xd);"),
-        "Sqrt" => f64_body("return f32(sqrt(xd));"),
-        "Softsign" => f64_body("return f32(xd / (abs(xd) + 1.0lf));"),
-        "HardSwish" => f64_body(
+        UnaryOp::Reciprocal => f64_body("return f32(1.0lf / xd);"),
+        UnaryOp::Sqrt => f64_body("return f32(sqrt(xd));"),
+        UnaryOp::Softsign => f64_body("return f32(xd / (abs(xd) + 1.0lf));"),
+        UnaryOp::HardSwish => f64_body(
             "if (isnan32(x)) { return x; } \
              return f32(xd * clamp(xd / 6.0lf + 0.5lf, 0.0lf, 1.0lf));",
         ),
-        "Exp" => f64_body("return f32(exp64(xd));"),
-        "Log" => f64_body("return f32(log64(xd));"),
-        "Sin" => f64_body("return f32(sin64(xd));"),
-        "Cos" => f64_body("return f32(cos64(xd));"),
-        "Tan" => f64_body("let sc = sincos64(xd); return f32(sc.x / sc.y);"),
-        "Tanh" => f64_body("return f32(tanh64(xd));"),
-        "Erf" => f64_body("return f32(erf64_f32(xd));"),
-        "Sigmoid" => f64_body(
+        UnaryOp::Exp => f64_body("return f32(exp64(xd));"),
+        UnaryOp::Log => f64_body("return f32(log64(xd));"),
+        UnaryOp::Sin => f64_body("return f32(sin64(xd));"),
+        UnaryOp::Cos => f64_body("return f32(cos64(xd));"),
+        UnaryOp::Tan => f64_body("let sc = sincos64(xd); return f32(sc.x / sc.y);"),
+        UnaryOp::Tanh => f64_body("return f32(tanh64(xd));"),
+        UnaryOp::Erf => f64_body("return f32(erf64_f32(xd));"),
+        UnaryOp::Sigmoid => f64_body(
             "let e = exp64(-abs(xd)); let den = e + 1.0lf; \
              return f32(select(1.0lf / den, e / den, xd < 0.0lf));",
         ),
-        "Elu" => f64_body(
+        UnaryOp::Elu { .. } => f64_body(
             "let a = f64(bitcast<f32>(P[2])); \
              return f32(select(xd, (exp64(xd) - 1.0lf) * a, xd < 0.0lf));",
         ),
-        "Celu" => f64_body(
+        UnaryOp::Celu { .. } => f64_body(
             "let a = f64(bitcast<f32>(P[2])); \
              return f32(select(xd, (exp64(xd / a) - 1.0lf) * a, xd < 0.0lf));",
         ),
-        "Selu" => f64_body(
+        UnaryOp::Selu { .. } => f64_body(
             "let a = f64(bitcast<f32>(P[2])); let g = f64(bitcast<f32>(P[3])); \
              return f32(select(xd, (exp64(xd) - 1.0lf) * a, xd < 0.0lf) * g);",
         ),
-        "Softplus" => f64_body("return f32(softplus64(xd));"),
-        "Mish" => f64_body("return f32(xd * tanh64(softplus64(xd)));"),
-        "Gelu" if approximate_tanh => f64_body(
+        UnaryOp::Softplus => f64_body("return f32(softplus64(xd));"),
+        UnaryOp::Mish => f64_body("return f32(xd * tanh64(softplus64(xd)));"),
+        UnaryOp::Gelu { tanh: true } => f64_body(
             "let inner = (xd + xd * xd * xd * 0.044715lf) * 0.7978845608028654lf; \
              return f32((xd * 0.5lf) * (2.0lf / (exp64(inner * -2.0lf) + 1.0lf)));",
         ),
-        "Gelu" => f64_body("return f32((xd * 0.5lf) * erfc64(xd * -0.7071067811865476lf));"),
-        other => decline!("no WGSL expression for {other}"),
-    })
+        UnaryOp::Gelu { tanh: false } => {
+            f64_body("return f32((xd * 0.5lf) * erfc64(xd * -0.7071067811865476lf));")
+        }
+    }
+}
+
+/// The attribute words of `u` as its body reads them: `P[2]` and on, each an f32's bits.
+pub fn attr_words(u: UnaryOp) -> Vec<u32> {
+    match u {
+        UnaryOp::LeakyRelu { alpha }
+        | UnaryOp::ThresholdedRelu { alpha }
+        | UnaryOp::Elu { alpha }
+        | UnaryOp::Celu { alpha } => vec![alpha.to_bits()],
+        UnaryOp::HardSigmoid { alpha, beta } => vec![alpha.to_bits(), beta.to_bits()],
+        UnaryOp::Selu { alpha, gamma } => vec![alpha.to_bits(), gamma.to_bits()],
+        UnaryOp::Abs
+        | UnaryOp::Neg
+        | UnaryOp::Ceil
+        | UnaryOp::Floor
+        | UnaryOp::Round
+        | UnaryOp::Sign
+        | UnaryOp::Reciprocal
+        | UnaryOp::Sqrt
+        | UnaryOp::Exp
+        | UnaryOp::Log
+        | UnaryOp::Erf
+        | UnaryOp::Sin
+        | UnaryOp::Cos
+        | UnaryOp::Tan
+        | UnaryOp::Tanh
+        | UnaryOp::Sigmoid
+        | UnaryOp::Relu
+        | UnaryOp::HardSwish
+        | UnaryOp::Softplus
+        | UnaryOp::Softsign
+        | UnaryOp::Gelu { .. }
+        | UnaryOp::Mish => vec![],
+    }
 }
 
 /// ONNX Pow for an f32 base and an f64 exponent, as e^(y·ln|x|) in f64 with C's special cases (the
