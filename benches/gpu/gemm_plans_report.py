@@ -5,7 +5,7 @@
 
 Per shape: the plan the cost model chose and its measured time, the fastest plan measured and its
 time, and how far the model's estimates were from the measurements (median ratio over every plan of
-the shape), so a re-fit of `matmul_plan.rs` can see where it is wrong.
+the shape), so a re-fit of `matmul/plan.rs` can see where it is wrong.
 """
 import argparse
 import math

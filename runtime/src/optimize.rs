@@ -34,7 +34,7 @@
 //!   uninitialised memory), the composed scale and shift rounded once.
 //! - `gelu`: the five-node exact GELU of exporters before opset 20 becomes one Gelu (`gelu.rs`), an
 //!   op every engine runs: one pass over the tensor instead of five, rounded once instead of five
-//!   times (on the CPU through the vectorised f32 Gelu, `ops/elementwise_erf.rs`).
+//!   times (on the CPU through the vectorised f32 Gelu, `ops/elementwise/unary/error_function.rs`).
 //!
 //! For sessions with an accelerator, `gelu` and a rewrite to an op the accelerator runs:
 //!

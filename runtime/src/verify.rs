@@ -450,5 +450,4 @@ impl Policy<'_> {
 }
 
 #[cfg(test)]
-#[path = "verify_tests.rs"]
 mod tests;

@@ -346,7 +346,8 @@ fn crate_roots(dir: &Path) -> Vec<PathBuf> {
         for path in found {
             if path.is_file() && path.extension().is_some_and(|e| e == "rs") {
                 roots.push(path);
-            } else if sub == "src/bin" && path.join("main.rs").is_file() {
+            } else if path.join("main.rs").is_file() {
+                // A folder target (`src/bin/x/main.rs`, `tests/x/main.rs`, ...) is a crate root too.
                 roots.push(path.join("main.rs"));
             }
         }

@@ -10,6 +10,7 @@
 //!   off, an f16 Exp 3% off, Less as LessOrEqual, Equal always false, f16 accumulation where f32 is
 //!   promised, TF32 operands where f32 is asked, an element left unwritten where the answer is NaN,
 //!   an output of the wrong type).
+#![forbid(unsafe_code)]
 mod common;
 mod precision;
 mod structural;

@@ -695,5 +695,4 @@ fn elements(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, Or
 }
 
 #[cfg(test)]
-#[path = "movement_tests.rs"]
 mod tests;

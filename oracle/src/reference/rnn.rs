@@ -502,5 +502,4 @@ pub(super) fn evaluate(
 }
 
 #[cfg(test)]
-#[path = "rnn_tests.rs"]
 mod tests;

@@ -1,6 +1,6 @@
 //! Attention-style ops: Attention (opset 23-25) and the preview FlexAttention here; RotaryEmbedding,
 //! LinearAttention, CausalConvWithState, Swish, SwiGLU, TensorScatter, BitCast and CumProd in
-//! `attention_ext.rs`.
+//! `attention/ext.rs`.
 //!
 //! Attention works head by head on `[B, H, S, D]` layouts (3-D inputs are unpacked first) with its own
 //! dot-product loops. It follows the reference's rounding points so that float16/bfloat16 results agree
@@ -18,7 +18,6 @@ use crate::error::OpResult;
 use crate::tensor::{DType, Tensor, Value};
 use crate::{bail, unsupported};
 
-#[path = "attention_ext.rs"]
 mod ext;
 
 pub fn register(r: &mut Registry) {

@@ -3,18 +3,18 @@
 //!
 //! This file holds what the family shares: attribute parsing and output geometry (also read by the
 //! CUDA backend), bias checks and the float dtype dispatch. Its children:
-//! - `conv_forward.rs`: Conv and FusedConv, with the general im2col + GEMM path (every float type,
+//! - `conv/forward.rs`: Conv and FusedConv, with the general im2col + GEMM path (every float type,
 //!   and the reference the fast paths are tested against) and direct depthwise convolution;
-//! - `conv_packed.rs`: the f32 fast path, a packed GEMM (`quorum-kernels`) reading the patches
-//!   straight from the input, with weights packed once per initializer (`conv_weights.rs`);
-//! - `conv_shifted.rs`: the f32 path's stride-1 form, `B` read as shifted rows of a padded copy of
+//! - `conv/packed.rs`: the f32 fast path, a packed GEMM (`quorum-kernels`) reading the patches
+//!   straight from the input, with weights packed once per initializer (`conv/weights.rs`);
+//! - `conv/shifted.rs`: the f32 path's stride-1 form, `B` read as shifted rows of a padded copy of
 //!   the input;
-//! - `conv_scale.rs`: FusedConv's input scale, a Mul before a 1×1 convolution folded into the
+//! - `conv/scale.rs`: FusedConv's input scale, a Mul before a 1×1 convolution folded into the
 //!   GEMM's packing of its input;
-//! - `conv_broadcast.rs`: the f32 path of 2-D convolutions on AVX-512, the GEMM's sums computed
+//! - `conv/broadcast.rs`: the f32 path of 2-D convolutions on AVX-512, the GEMM's sums computed
 //!   directly from the (padded) input, pixels broadcast against packed weights, nothing packed per
 //!   call;
-//! - `conv_transpose.rs`, `conv_deform.rs`: ConvTranspose (GEMM + col2im) and DeformConv (bilinear
+//! - `conv/transpose.rs`, `conv/deform.rs`: ConvTranspose (GEMM + col2im) and DeformConv (bilinear
 //!   im2col + GEMM).
 //!
 //! Spatial dims are handled as 3-D (missing leading dims are 1), so one set of loops serves all ranks.
@@ -25,22 +25,14 @@ use super::{OpCtx, Registry};
 use crate::error::OpResult;
 use crate::{bail, unsupported};
 
-#[path = "conv_broadcast.rs"]
 mod broadcast;
-#[path = "conv_deform.rs"]
 mod deform;
-#[path = "conv_forward.rs"]
 mod forward;
 pub(crate) use forward::{PoolOf, pool_f32};
-#[path = "conv_packed.rs"]
 mod packed;
-#[path = "conv_scale.rs"]
 mod scale;
-#[path = "conv_shifted.rs"]
 mod shifted;
-#[path = "conv_transpose.rs"]
 mod transpose;
-#[path = "conv_weights.rs"]
 pub(crate) mod weights;
 
 pub(crate) use forward::activation_attr;
@@ -285,5 +277,4 @@ macro_rules! float_dispatch {
 use float_dispatch;
 
 #[cfg(test)]
-#[path = "conv_tests.rs"]
 mod tests;

@@ -1,6 +1,6 @@
 //! Data movement: Transpose, Concat, Split, Slice, and the shared strided-copy core. Pad, Tile,
-//! DepthToSpace, SpaceToDepth, Trilu, ReverseSequence and CumSum live in `data_layout.rs`; the
-//! index-driven family (Gather/Scatter, OneHot, NonZero, Compress, TopK, Unique) in `data_index.rs`.
+//! DepthToSpace, SpaceToDepth, Trilu, ReverseSequence and CumSum live in `data/layout.rs`; the
+//! index-driven family (Gather/Scatter, OneHot, NonZero, Compress, TopK, Unique) in `data/index.rs`.
 //!
 //! Most movement ops are one strided copy: a view of the source (base offset, shape, element strides,
 //! zero or negative strides allowed) copied out in row-major order by [`strided_gather`], which merges
@@ -18,9 +18,7 @@ use crate::error::OpResult;
 use crate::tensor::{Tensor, Value};
 use crate::{bail, map_array};
 
-#[path = "data_index.rs"]
 pub(crate) mod index;
-#[path = "data_layout.rs"]
 mod layout;
 
 pub fn register(r: &mut Registry) {

@@ -411,7 +411,7 @@ fn k_arith(ctx: &OpCtx, inputs: &[Option<&Value>], op: Ar) -> OpResult<Vec<Value
 }
 
 /// Mul's output for `a · b`, by its kernel (broadcasting, dtypes, errors): what FusedConv's input
-/// scale computes where it cannot scale the rows as they are packed (`ops/conv_scale.rs`).
+/// scale computes where it cannot scale the rows as they are packed (`ops/conv/scale.rs`).
 pub(crate) fn mul(ctx: &OpCtx, a: &Value, b: &Value) -> OpResult<Value> {
     let mut out = k_arith(ctx, &[Some(a), Some(b)], Ar::Mul)?;
     Ok(out.swap_remove(0))
@@ -609,7 +609,6 @@ fn k_not(_: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
 }
 
 /// Unary math and activations; declared here, after the dispatch macros it uses.
-#[path = "elementwise_unary.rs"]
 mod unary;
 #[cfg(test)]
 pub(crate) use unary::erf_f64;
@@ -618,7 +617,6 @@ pub(crate) use unary::gelu_f64;
 pub(crate) use unary::{ERF_MID_F32, ERF_SMALL};
 
 /// Add, Sub, Mul and Div written over an operand that dies at the node.
-#[path = "elementwise_over.rs"]
 mod over;
 
 /// PRelu's slope broadcasts to X. Before opset 7 a 1-D slope could also name the channel axis (axis 1,

@@ -1,5 +1,5 @@
 //! MatMul, Gemm and Einsum over a cache-blocked GEMM (f32 MatMul through the packed GEMM of
-//! `quorum-kernels` in `matmul_packed.rs`; otherwise the `gemm` crate for f32/f64; f16/bf16 are
+//! `quorum-kernels` in `matmul/packed.rs`; otherwise the `gemm` crate for f32/f64; f16/bf16 are
 //! computed in f32; integers use a plain wrapping loop).
 //!
 //! [`gemm_into`] / [`sgemm`] are the shared entry points other kernels (Conv, ConvTranspose, ...) use.
@@ -13,7 +13,6 @@ use crate::error::OpResult;
 use crate::tensor::{Tensor, Value};
 use crate::{bail, unsupported};
 
-#[path = "matmul_packed.rs"]
 mod packed;
 pub(crate) use packed::gemm_to_vec;
 pub(super) use packed::matmul_bias_f32;

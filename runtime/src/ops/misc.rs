@@ -8,13 +8,9 @@ use crate::error::{OpError, OpResult};
 use crate::tensor::{DType, Tensor, Value};
 use crate::{bail, unsupported};
 
-#[path = "misc_ml.rs"]
 mod ml;
-#[path = "misc_nms.rs"]
 mod nms;
-#[path = "misc_signal.rs"]
 mod signal;
-#[path = "misc_text.rs"]
 mod text;
 
 pub fn register(r: &mut Registry) {

@@ -7,9 +7,9 @@
 //! [`SubgraphRunner`] for control flow and session constants, and the size limit on data-driven
 //! allocations; nothing here refers to `Session`.
 //!
-//! A family that outgrows one file keeps its children beside it as `<family>_<part>.rs` (e.g.
-//! `data_index.rs`, `conv_packed.rs`), declared by the family file itself with `#[path]`, so the
-//! registry still sees one module per family. An op with an in-place form registers it beside
+//! A family that outgrows one file keeps its children in a folder of its name, `<family>/<part>.rs`
+//! (e.g. `data/index.rs`, `conv/packed.rs`), declared by the family file `<family>.rs` itself, so
+//! the registry still sees one module per family. An op with an in-place form registers it beside
 //! the kernel ([`InPlace`], read by the memory plan).
 use std::collections::HashMap;
 
@@ -66,7 +66,7 @@ pub trait SubgraphRunner {
 
     /// The shared value named `name` when it is a constant of the running session (an initializer,
     /// given or folded, that no run input overrides), so that a kernel can keep work derived from it
-    /// across runs, keyed by its `Arc` (packed convolution weights, `runtime/src/ops/conv_weights.rs`).
+    /// across runs, keyed by its `Arc` (packed convolution weights, `runtime/src/ops/conv/weights.rs`).
     /// `None` for values computed or fed per run, and by default.
     fn constant(&self, _name: &str) -> Option<std::sync::Arc<Value>> {
         None

@@ -244,7 +244,7 @@ trait EmptyMax: Copy {
 }
 
 /// f32 MaxPool by the depthwise convolution's window taps and vector kernel (the window rule of
-/// `pool_max::take`, the same bits).
+/// `max_values::take`, the same bits).
 impl EmptyMax for f32 {
     const EMPTY_MAX: Self = f32::NEG_INFINITY;
 
@@ -698,10 +698,8 @@ fn global_max_pool(_ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Valu
     single(t)
 }
 
-#[path = "pool_max.rs"]
 mod max_values;
 use max_values::max_pool_values;
 
 #[cfg(test)]
-#[path = "pool_tests.rs"]
 mod tests;

@@ -1,5 +1,5 @@
 //! Quantization: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear here, and the integer
-//! matmul/conv ops in the child module `quantize_int.rs`.
+//! matmul/conv ops in the child module `quantize/int.rs`.
 //!
 //! Values travel as f64, exact for every quantized type; each result is rounded once to its type.
 use half::{bf16, f16};
@@ -13,7 +13,6 @@ use crate::error::OpResult;
 use crate::tensor::{DType, Tensor, Value};
 use crate::{bail, unsupported};
 
-#[path = "quantize_int.rs"]
 mod int;
 
 pub fn register(r: &mut Registry) {

@@ -13,9 +13,7 @@ use crate::error::OpResult;
 use crate::tensor::{Tensor, Value};
 use crate::{bail, map_array, unsupported};
 
-#[path = "resize_device.rs"]
 pub(crate) mod device;
-#[path = "resize_grid.rs"]
 mod grid;
 
 pub fn register(r: &mut Registry) {
@@ -693,5 +691,4 @@ fn upsample(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
 }
 
 #[cfg(test)]
-#[path = "resize_tests.rs"]
 pub(super) mod tests;

@@ -258,5 +258,4 @@ pub(super) fn fold_affine(
 }
 
 #[cfg(test)]
-#[path = "affine_tests.rs"]
 pub(crate) mod tests;

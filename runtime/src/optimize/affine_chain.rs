@@ -245,5 +245,4 @@ pub(super) fn fuse_affine_chains(
 }
 
 #[cfg(test)]
-#[path = "affine_chain_tests.rs"]
 mod tests;

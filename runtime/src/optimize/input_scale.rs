@@ -4,7 +4,7 @@
 //! per channel. The f32 kernel multiplies each input row by its scale as the GEMM packs it, the
 //! Mul's own products, so the outputs are bit for bit the pair's, and the Mul's pass over the
 //! activations (a read and a write of each) is gone. Elsewhere (other shapes, other dtypes, another
-//! convolution path) the kernel runs the Mul first (`ops/conv_scale.rs`).
+//! convolution path) the kernel runs the Mul first (`ops/conv/scale.rs`).
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 

@@ -89,5 +89,4 @@ pub(super) fn fuse_matmul_bias(
 }
 
 #[cfg(test)]
-#[path = "matmul_bias_tests.rs"]
 mod tests;

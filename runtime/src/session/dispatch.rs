@@ -360,5 +360,4 @@ pub fn decide_host(floor: usize, table: Option<&ThresholdTable>, size: &NodeSize
 }
 
 #[cfg(test)]
-#[path = "dispatch_tests.rs"]
 mod tests;

@@ -605,11 +605,8 @@ impl From<Refused> for Error {
 }
 
 #[cfg(test)]
-#[path = "profile_tests.rs"]
 mod profile_tests;
 #[cfg(test)]
-#[path = "reuse_tests.rs"]
 mod reuse_tests;
 #[cfg(test)]
-#[path = "shapes_tests.rs"]
 mod shapes_tests;

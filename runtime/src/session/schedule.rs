@@ -142,5 +142,4 @@ pub fn build(plan: &Plan, on_device: &[bool], max_streams: usize) -> Schedule {
 }
 
 #[cfg(test)]
-#[path = "schedule_tests.rs"]
 mod tests;

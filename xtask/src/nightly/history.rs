@@ -197,5 +197,4 @@ pub fn regressions(rule: &Rule, history: &[Record], now: &Record) -> Vec<String>
 }
 
 #[cfg(test)]
-#[path = "history_tests.rs"]
 mod tests;

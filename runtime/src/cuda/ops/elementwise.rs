@@ -3,8 +3,8 @@
 //! One generator covers them all: a kernel over the broadcast output shape that loads each operand at
 //! its broadcast offset (constants baked into the PTX), converts it to the compute type, applies the
 //! op's expression and stores the result. Float ops compute in f32 (f16 operands are widened and the
-//! result rounded once; the expressions are in `elementwise_float.rs`); transcendental functions go
-//! through `math` in f64. Integer and bool operands keep their own type (`elementwise_int.rs`).
+//! result rounded once; the expressions are in `elementwise/float.rs`); transcendental functions go
+//! through `math` in f64. Integer and bool operands keep their own type (`elementwise/int.rs`).
 use super::{offsets, require_u32_len, thread_index};
 use crate::cuda::driver::Arg;
 use crate::cuda::ptx::{Cmp, Kernel, Reg, Space, Ty, module};
@@ -17,9 +17,7 @@ use crate::ops::broadcast::broadcast_shapes;
 use crate::ops::unary_op::UnaryOp;
 use crate::tensor::{DType, Tensor};
 
-#[path = "elementwise_float.rs"]
 mod float;
-#[path = "elementwise_int.rs"]
 mod int;
 
 use float::nan_max;

@@ -1,20 +1,17 @@
 //! CUDA kernels: the `matmul` family (MatMul, Gemm), and the GEMM launcher that Conv reuses.
 //!
-//! Every product runs through one kernel of `matmul_tile.rs` / `matmul_skinny.rs`:
+//! Every product runs through one kernel of `matmul/tile.rs` / `matmul/skinny.rs`:
 //! - at most 4 rows with a strided B: the skinny kernel (B streamed once with 16-byte loads), split
 //!   along K when its columns alone would leave SMs idle;
 //! - else the register-tiled kernel, 128×128 or 64×64 tiles, whole or split along K (partials in an
 //!   f32 workspace, then a reduction that applies alpha, beta·C and the output dtype), as the cost
-//!   model of `matmul_plan.rs` chooses for the shape and the device's SM count;
+//!   model of `matmul/plan.rs` chooses for the shape and the device's SM count;
 //! - or the naive kernel when `QUORUM_CUDA_GEMM=naive` is set (a reference for bisecting).
 //!
 //! `sgemm` runs a plain (batched) product on device tensors without a session, for benchmarks;
 //! `sgemm_plan` the same with the tiled kernels' plan forced.
-#[path = "matmul_plan.rs"]
 pub mod plan;
-#[path = "matmul_skinny.rs"]
 pub mod skinny;
-#[path = "matmul_tile.rs"]
 pub mod tile;
 
 use std::collections::HashMap;

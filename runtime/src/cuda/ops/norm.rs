@@ -1,7 +1,7 @@
 //! CUDA kernels: the `norm` family (BatchNormalization in inference mode, InstanceNormalization,
 //! LayerNormalization, GroupNormalization, LRN).
 //!
-//! Instance, Layer and Group normalization are row normalizations (`norm_rows.rs`): each normalized
+//! Instance, Layer and Group normalization are row normalizations (`norm/rows.rs`): each normalized
 //! group is a contiguous row, normalized in f64 and rounded once. BatchNormalization and LRN are one
 //! thread per element. Shape and attribute rules follow the CPU kernels in `ops/norm.rs`.
 use super::math::{exp64, log64};
@@ -14,7 +14,6 @@ use crate::error::OpError;
 use crate::ir::{Attr, Node};
 use crate::ops::{OpCtx, norm_axis};
 
-#[path = "norm_rows.rs"]
 pub(super) mod rows;
 
 use rows::{ParamAt, RowNorm, rem_const, rownorm_run, rownorm_run_stats};

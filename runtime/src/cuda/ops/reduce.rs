@@ -7,7 +7,6 @@
 //! rows are short or strided (coalesced across outputs), one warp or one block per output when they are
 //! long and contiguous. Sums and products accumulate in f64 and round once; Max and Min stay in f32
 //! and propagate NaN; LogSumExp takes the max first and then sums exp(x - max) in f64.
-#[path = "reduce_rows.rs"]
 pub(crate) mod rows;
 
 use rows::{BLOCK, Elem, NONE, Rows, arg_combine, combine_add, combine_max, d, f32_of, f64_of};

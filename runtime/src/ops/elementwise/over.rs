@@ -130,5 +130,4 @@ pub(super) fn register(r: &mut Registry) {
 }
 
 #[cfg(test)]
-#[path = "elementwise_over_tests.rs"]
 mod tests;

@@ -1,5 +1,5 @@
 //! Conv and FusedConv: shapes and attributes, the activation of FusedConv, the general path (im2col
-//! and GEMM, for every float type; the f32 fast path in `conv_packed.rs` is tested against it) and
+//! and GEMM, for every float type; the f32 fast path in `conv/packed.rs` is tested against it) and
 //! direct depthwise convolution, which both paths share, with f32 MaxPool and AveragePool on the
 //! depthwise taps (`pool_f32`).
 //!
@@ -99,7 +99,7 @@ fn run(ctx: &OpCtx, inputs: &[Option<&Value>], act: Activation) -> OpResult<Vec<
     let fused = ctx.node.op_type == "FusedConv";
     // FusedConv's fourth input, a residual added before the activation (Conv has three inputs).
     let residual = if fused { opt_input(inputs, 3)? } else { None };
-    // Its fifth, a Mul's other operand: the input is their product (`conv_scale.rs`).
+    // Its fifth, a Mul's other operand: the input is their product (`conv/scale.rs`).
     let product;
     let x = match fused.then(|| opt_input(inputs, 4)).transpose()?.flatten() {
         None => input(inputs, 0)?,
@@ -371,7 +371,7 @@ impl ConvFloat for f64 {
     }
 }
 
-/// The f64 Sigmoid kernel's formula (see `elementwise_unary.rs`).
+/// The f64 Sigmoid kernel's formula (see `elementwise/unary.rs`).
 fn sigmoid_f64(x: f64) -> f64 {
     let e = (-x.abs()).exp();
     let r = 1.0 / (1.0 + e);

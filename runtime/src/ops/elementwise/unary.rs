@@ -1,5 +1,5 @@
-//! Unary elementwise math and activations: a child module of `elementwise` (mounted there with
-//! `#[path]`), whose `Num` trait and dispatch macros it uses.
+//! Unary elementwise math and activations: a child module of `elementwise` (declared in
+//! `elementwise.rs` after the dispatch macros), whose `Num` trait and dispatch macros it uses.
 use half::{bf16, f16};
 use ndarray::ArrayD;
 
@@ -9,7 +9,6 @@ use crate::ops::{OpCtx, Registry, broadcast, input, opt_input, single};
 use crate::tensor::{Tensor, Value};
 use crate::{bail, unsupported};
 
-#[path = "elementwise_erf.rs"]
 mod error_function;
 #[cfg(test)]
 pub(crate) use error_function::erf as erf_f64;

@@ -1,6 +1,7 @@
-//! CUDA elementwise kernels: the f32 expressions of the float ops (a child of `elementwise`, mounted
-//! there with `#[path]`). Each takes f32 registers (f16 operands are widened by the loader) and returns
-//! the f32 result, rounded once: arithmetic in f32, transcendental functions through `math` in f64.
+//! CUDA elementwise kernels: the f32 expressions of the float ops (a child of `elementwise`,
+//! declared in `elementwise.rs`). Each takes f32 registers (f16 operands are widened by the loader)
+//! and returns the f32 result, rounded once: arithmetic in f32, transcendental functions through
+//! `math` in f64.
 use super::super::math::{erf64_for_f32, exp64, gelu64_for_f32, log64, sincos64, tanh64};
 use crate::cuda::ptx::{Cmp, Kernel, Op, Reg, Ty};
 use crate::ops::unary_op::UnaryOp;

@@ -7,7 +7,7 @@
 //! Taken (`plan`) on AVX-512 for 2-D and 1-D convolutions of column stride 1 or 2 that sum over at
 //! least 128 steps and fill their 32-channel panels to 80%, and pointwise ones only over sums of at
 //! least 256 steps on planes that would leave a tenth of the GEMM's 32-column panels unused (7²,
-//! 13², 14²). The padded copy (`conv_shifted.rs`'s `pad_planes`) is one zero fill with the rows
+//! 13², 14²). The padded copy (`conv/shifted.rs`'s `pad_planes`) is one zero fill with the rows
 //! copied over it, planes split across the threads when large, its buffer kept per thread between
 //! calls.
 use quorum_kernels::{DirectConv, Isa, PackedB, Threads, conv_direct};
@@ -127,7 +127,7 @@ thread_local! {
 
 impl Broadcast {
     /// The convolution of `xd` (`[N, C, ins...]`): `act(conv + bias) (+ residual)` as FusedConv
-    /// defines it, group by group as `conv_packed::per_group` runs them.
+    /// defines it, group by group as `packed::per_group` runs them.
     pub(super) fn run(
         &self,
         sh: &ConvShape,

@@ -801,5 +801,4 @@ pub fn build(cfg: &TileCfg) -> Kernel {
 }
 
 #[cfg(test)]
-#[path = "matmul_tile_tests.rs"]
 pub(crate) mod tests;

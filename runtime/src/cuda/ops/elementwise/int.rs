@@ -1,6 +1,7 @@
-//! CUDA elementwise kernels on integer and bool tensors (a child of `elementwise`, mounted there with
-//! `#[path]`): Add, Sub, Mul, Div, Mod, PRelu, BitShift, the comparisons, Sum, Max, Min, Abs, Neg,
-//! Sign, Relu and Clip, computing what the CPU kernels (`crate::ops::elementwise`) compute, bit for bit.
+//! CUDA elementwise kernels on integer and bool tensors (a child of `elementwise`, declared in
+//! `elementwise.rs`): Add, Sub, Mul, Div, Mod, PRelu, BitShift, the comparisons, Sum, Max, Min,
+//! Abs, Neg, Sign, Relu and Clip, computing what the CPU kernels (`crate::ops::elementwise`)
+//! compute, bit for bit.
 //!
 //! Elements of 8, 16 and 32 bits are computed in 32-bit registers (sign- or zero-extended as they
 //! load), 64-bit ones in 64-bit registers, and a result keeps its low bits: sums, differences,

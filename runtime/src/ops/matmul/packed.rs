@@ -1,6 +1,6 @@
 //! f32 MatMul and Gemm through the packed GEMM of `quorum-kernels` (AVX-512 or AVX2+FMA
 //! micro-kernels): the left operand packed into row panels per call; the right one, when it is a
-//! constant of the session (a weight), packed once and cached (`conv_weights.rs`), otherwise read
+//! constant of the session (a weight), packed once and cached (`conv/weights.rs`), otherwise read
 //! by the GEMM's own block packing. Shapes too thin for its register tile (fewer rows than a tile
 //! where B is not a weight, or a handful of columns) keep the general path, which handles them as
 //! matrix-vector products.

@@ -1,8 +1,8 @@
 //! The f32 Conv path: per group, `Y = act(W·B + bias)` by the packed GEMM of `quorum-kernels`, with
-//! `W` packed once per weight initializer (`conv_weights.rs`) and `B` read by the GEMM's packing
+//! `W` packed once per weight initializer (`conv/weights.rs`) and `B` read by the GEMM's packing
 //! straight from the input: a 1×1 convolution's input planes are `B` as they lie, and any other
 //! kernel's patches are gathered one cache block at a time, so no im2col matrix is written (or, for
-//! a stride-1 convolution, read as shifted rows of a padded copy of the input: `conv_shifted.rs`). The bias
+//! a stride-1 convolution, read as shifted rows of a padded copy of the input: `conv/shifted.rs`). The bias
 //! and the activation are applied as each tile is stored; the output is written once, never zeroed
 //! first. Depthwise convolutions take the direct path shared with the general one.
 //!
@@ -21,8 +21,8 @@
 //!   32-channel panels to 80%, not pointwise unless it sums over at least 256 steps on planes that
 //!   would leave a tenth of the GEMM's 32-column panels unused (7², 13², 14²; on the AMD EPYC the
 //!   direct kernel ran those 6–45% faster, elsewhere the GEMM reads the planes as they lie): the
-//!   direct kernel (`conv_broadcast.rs`);
-//! - otherwise the packed GEMM, `B` read as shifted rows of a padded copy (`conv_shifted.rs`) where
+//!   direct kernel (`conv/broadcast.rs`);
+//! - otherwise the packed GEMM, `B` read as shifted rows of a padded copy (`conv/shifted.rs`) where
 //!   that costs less than the patch gather, else gathered from the patches (on AVX-512 by a plan of
 //!   masked vector loads made once per tap and block of columns, `kernels/src/pack_plan.rs`).
 use ndarray::{ArrayD, IxDyn};
@@ -104,7 +104,7 @@ pub(super) fn conv_f32_residual(
     Ok(ArrayD::from_shape_vec(IxDyn(&sh.out_shape), y)?)
 }
 
-/// [`conv_f32_residual`] of `x · s`, `s` one scale per input channel (`conv_scale.rs`), with each
+/// [`conv_f32_residual`] of `x · s`, `s` one scale per input channel (`conv/scale.rs`), with each
 /// input row multiplied by its scale as the GEMM packs it: where the convolution would take the
 /// GEMM over its input planes as they lie (a 1×1 convolution of one group that neither the direct
 /// nor the shifted path takes) or the pixel path (at most 16 output channels), and `r` is absent or
@@ -327,7 +327,7 @@ pub(super) fn conv_packed_residual(
 }
 
 /// [`conv_packed_residual`] with `B` read as shifted rows of the padded input where `shifted`
-/// is given (see `conv_shifted.rs`), by the patch gather otherwise: the same bits either way.
+/// is given (see `conv/shifted.rs`), by the patch gather otherwise: the same bits either way.
 pub(super) fn conv_packed_on(
     sh: &ConvShape,
     xd: &[f32],

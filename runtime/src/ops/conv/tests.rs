@@ -771,17 +771,12 @@ fn session_runs_reuse_packed_initializer_weights() {
     assert_ne!(fed, first);
 }
 
-#[path = "conv_direct_tests.rs"]
 mod direct;
 
-#[path = "conv_shifted_tests.rs"]
 mod shifted;
 
-#[path = "conv_broadcast_tests.rs"]
 mod broadcast;
 
-#[path = "conv_one_pixel_tests.rs"]
 mod one_pixel;
 
-#[path = "conv_pixels_tests.rs"]
 mod pixels;
