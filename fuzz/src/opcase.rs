@@ -228,7 +228,8 @@ pub fn rt_dtype(d: DType) -> RtDType {
     }
 }
 
-fn rt_attr(a: &Attr) -> RtAttr {
+/// An oracle attribute as the runtime's IR holds it.
+pub fn rt_attr(a: &Attr) -> RtAttr {
     match a {
         Attr::Int(v) => RtAttr::Int(*v),
         Attr::Float(v) => RtAttr::Float(*v as f32),

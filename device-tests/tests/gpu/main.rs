@@ -27,6 +27,7 @@ mod matmul;
 mod movement;
 mod norm;
 mod pool;
+mod properties;
 mod reduce;
 mod resize;
 mod softmax;
