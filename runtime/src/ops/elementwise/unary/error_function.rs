@@ -231,16 +231,18 @@ pub(super) fn gelu_f32(x: &[f32], out: &mut [std::mem::MaybeUninit<f32>]) {
         fn avx2(x: &[f32], out: &mut [std::mem::MaybeUninit<f32>]) {
             gelu_f32_body(x, out)
         }
-        match quorum_kernels::Isa::detected() {
-            // SAFETY: `Isa::Avx512` means `avx512f` was detected (FMA is implied by it). NOTE: this
-            // wrapper also enables `avx512dq`, which `Isa::supported` does NOT check; every
-            // AVX-512 CPU since Skylake-SP has DQ, but the Xeon Phi parts (Knights Landing/Mill)
-            // have F without DQ, and there this call would be unsound. Detection should check DQ
-            // too, or the wrapper should not enable it.
-            quorum_kernels::Isa::Avx512 => return unsafe { avx512(x, out) },
-            // SAFETY: `Isa::Avx2` is returned only where both `avx2` and `fma` were detected.
-            quorum_kernels::Isa::Avx2 => return unsafe { avx2(x, out) },
-            quorum_kernels::Isa::Portable => {}
+        let isa = quorum_kernels::Isa::detected();
+        let dq = std::arch::is_x86_feature_detected!("avx512dq");
+        if isa == quorum_kernels::Isa::Avx512 && dq {
+            // SAFETY: `Isa::Avx512` means `avx512f` was detected (FMA is implied by it), and
+            // `avx512dq` was detected just above: every feature the wrapper enables is present.
+            return unsafe { avx512(x, out) };
+        }
+        if quorum_kernels::Isa::Avx2.is_supported() && isa != quorum_kernels::Isa::Portable {
+            // SAFETY: `Isa::Avx2.is_supported()` holds only where both `avx2` and `fma` were
+            // detected. An AVX-512 CPU without DQ (Xeon Phi) comes here too: every width gives the
+            // same bits.
+            return unsafe { avx2(x, out) };
         }
     }
     gelu_f32_body(x, out)
