@@ -378,8 +378,8 @@ impl Drop for DeviceMemory {
 /// Page-locked host memory for transfers that run at full bus speed.
 pub struct PinnedMemory {
     pub ctx: Arc<Context>,
-    pub ptr: *mut u8,
-    pub bytes: usize,
+    pub(crate) ptr: *mut u8,
+    pub(crate) bytes: usize,
 }
 
 // SAFETY: the buffer is process memory owned by this value alone (like a `Box<[u8]>`); it is
@@ -437,7 +437,7 @@ impl Drop for PinnedMemory {
 /// A non-blocking stream.
 pub struct Stream {
     pub ctx: Arc<Context>,
-    pub raw: CuStream,
+    pub(crate) raw: CuStream,
 }
 
 // SAFETY: a CUstream belongs to its context, not to a thread: any thread may enqueue on it or
@@ -560,7 +560,7 @@ impl Drop for Stream {
 /// An event; `timing` events can measure elapsed device time.
 pub struct Event {
     pub ctx: Arc<Context>,
-    pub raw: CuEvent,
+    pub(crate) raw: CuEvent,
 }
 
 // SAFETY: a CUevent belongs to its context, not to a thread; `Drop` makes the context current
