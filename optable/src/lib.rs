@@ -120,6 +120,9 @@ pub enum Accumulation {
     Elementwise,
     /// Long sums: reductions, dot products, convolutions, normalisations, softmax, interpolation.
     Reduction,
+    /// Updates applied one by one to the output in its element type, duplicates in order (Scatter's
+    /// `add` and `mul`): a few roundings per result, each in the element type, not f32.
+    Sequential,
 }
 
 /// A class chosen by the value of one string attribute.
@@ -488,7 +491,7 @@ mod tests {
         let none = |_: &str| None;
         assert_eq!(scatter.resolve(none), Class::Exact);
         let add = |a: &str| (a == "reduction").then(|| "add".to_string());
-        assert_eq!(scatter.resolve(add), Class::Sum(Accumulation::Elementwise));
+        assert_eq!(scatter.resolve(add), Class::Sum(Accumulation::Sequential));
         let resize = find("Resize").unwrap().class;
         assert_eq!(resize.resolve(none), Class::Exact);
         let cubic = |a: &str| (a == "mode").then(|| "cubic".to_string());

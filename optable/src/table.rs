@@ -12,8 +12,8 @@ pub(crate) const SCATTER_REDUCTION: AttrClass = AttrClass {
     attr: "reduction",
     default: "none",
     cases: &[
-        ("add", Class::Sum(Accumulation::Elementwise)),
-        ("mul", Class::Sum(Accumulation::Elementwise)),
+        ("add", Class::Sum(Accumulation::Sequential)),
+        ("mul", Class::Sum(Accumulation::Sequential)),
     ],
     otherwise: &Class::Exact,
 };

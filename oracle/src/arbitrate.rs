@@ -101,7 +101,9 @@ pub fn class_of(node: &NodeSpec) -> Option<Class> {
         Table::Exact => Class::Exact,
         Table::Rounded => Class::Rounded,
         Table::Math { ulps } => Class::Math { ulps: ulps as f64 },
-        Table::Sum(Accumulation::Elementwise) => Class::Sum { c: C_ELEMENTWISE },
+        Table::Sum(Accumulation::Elementwise | Accumulation::Sequential) => {
+            Class::Sum { c: C_ELEMENTWISE }
+        }
         Table::Sum(Accumulation::Reduction) => Class::Sum { c: C_REDUCE },
         // `resolve` never returns an attribute class (the table's own test checks none is nested).
         Table::ByAttribute(_) => return None,
@@ -133,15 +135,20 @@ impl Bound {
     }
 }
 
-/// ScatterElements with reduction `add` or `mul` is defined as a sequence of updates of the output
-/// in its element type (`output[...] += updates[...]`, duplicates applied in order): its kernels round
-/// after each update, as that definition does, so they promise the element type, not f32.
+/// Whether the op table's class of `node` is a sequence of updates of the output in its element
+/// type (Scatter's `add` and `mul`, `output[...] += updates[...]` with duplicates applied in order):
+/// its kernels round after each update, as that definition does, so they promise the element type,
+/// not f32.
 fn sequential_in_element_type(node: &NodeSpec) -> bool {
-    node.op_type == "ScatterElements"
-        && matches!(
-            node.string("reduction", "none").as_deref(),
-            Ok("add") | Ok("mul")
-        )
+    let Some(row) = quorum_optable::find(&node.op_type) else {
+        return false;
+    };
+    let class = row.class.resolve(|name| {
+        node.attrs
+            .get(name)
+            .and_then(|_| node.string(name, "").ok())
+    });
+    class == Table::Sum(Accumulation::Sequential)
 }
 
 /// The type Quorum's kernels compute in for results of type `dtype`: f16 and bf16 are widened to f32

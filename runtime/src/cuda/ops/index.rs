@@ -240,20 +240,48 @@ fn k_scatter_elements(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Ve
     let offs = element_offsets(&x.shape, ind, axis)?;
     scatter_updates((&upd.shape, upd.dtype), ind.shape(), x.dtype)?;
     let red = reduction(ctx)?;
+    require_u32_len(ind.shape())?;
+    let ishape = ind.shape();
+    let inner: usize = ishape[axis + 1..].iter().product();
+    let out = scatter_lines(
+        run,
+        &x,
+        &upd,
+        offs,
+        red,
+        ishape[axis],
+        inner,
+        "ScatterElements",
+    )?;
+    Ok(vec![out])
+}
+
+/// `out = x`, then along each line of `len` updates `inner` apart (update `p` at data offset
+/// `offs[p]`), the updates applied in order: `out[offs[p]] = red(out[offs[p]], upd[p])`. One thread
+/// per line, so duplicates within a line follow the definition's order.
+#[allow(clippy::too_many_arguments)]
+fn scatter_lines(
+    run: &Run,
+    x: &DevTensor,
+    upd: &DevTensor,
+    offs: Vec<usize>,
+    red: Reduction,
+    len: usize,
+    inner: usize,
+    what: &str,
+) -> KResult<DevTensor> {
     require_u32_len(&x.shape)?;
-    let total = require_u32_len(ind.shape())?;
-    let (bits, size) = elem_ty(&x)?;
+    let total = require_u32_len(&[offs.len()])?;
+    let (bits, size) = elem_ty(x)?;
     let (st, c) = scatter_types(x.dtype, red, bits)?;
     let out = run.alloc(x.dtype, &x.shape)?;
-    run.copy(&out, &x, x.bytes())?;
+    run.copy(&out, x, x.bytes())?;
     if total == 0 {
-        return Ok(vec![out]);
+        return Ok(out);
     }
-    let ishape = ind.shape();
-    let len = ishape[axis] as u32;
-    let inner: usize = ishape[axis + 1..].iter().product();
+    let len = len as u32;
     if len > MAX_SERIAL {
-        decline!("ScatterElements applies {len} updates per line in order: the CPU is faster");
+        decline!("{what} applies {len} updates per line in order: the CPU is faster");
     }
     let lines = total / len;
     let offs = upload_offsets(run, offs.into_iter().map(|o| o as i32).collect())?;
@@ -268,7 +296,7 @@ fn k_scatter_elements(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Ve
             Arg::U32(lines),
         ],
     )?;
-    Ok(vec![out])
+    Ok(out)
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -307,18 +307,30 @@ fn scatter_elements(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Valu
 
 fn scatter_nd(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let (x, ind, upd) = (input(inputs, 0)?, input(inputs, 1)?, input(inputs, 2)?);
-    let (offs, inner) = nd_offsets(x.shape(), ind, 0)?;
+    let (offs, inner) = scatter_nd_plan(x.shape(), ind, upd.shape())?;
+    single(scatter_any(x, upd, &offs, inner, reduction(ctx)?)?)
+}
+
+/// ScatterND's plan for data of shape `xs`, indices `ind` and updates of shape `upd`: the data
+/// offset of each index tuple's slice (indices checked and made non-negative) and the slice's size
+/// (shared with the device kernels).
+pub(crate) fn scatter_nd_plan(
+    xs: &[usize],
+    ind: &Tensor,
+    upd: &[usize],
+) -> OpResult<(Vec<usize>, usize)> {
+    let (offs, inner) = nd_offsets(xs, ind, 0)?;
     let ishape = ind.shape();
     let k = ishape[ishape.len() - 1];
     let want: Vec<usize> = ishape[..ishape.len() - 1]
         .iter()
-        .chain(&x.shape()[k..])
+        .chain(&xs[k..])
         .copied()
         .collect();
-    if upd.shape() != want.as_slice() {
-        bail!("updates of shape {:?}, expected {want:?}", upd.shape());
+    if upd != want.as_slice() {
+        bail!("updates of shape {upd:?}, expected {want:?}");
     }
-    single(scatter_any(x, upd, &offs, inner, reduction(ctx)?)?)
+    Ok((offs, inner))
 }
 
 /// OneHot's depth, axis and output shape for indices of shape `ishape` (shared with the CUDA kernel).

@@ -130,32 +130,59 @@ fn k_scatter_elements(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResul
     let offs = element_offsets(&x.shape, ind, axis)?;
     scatter_updates((&upd.shape, upd.dtype), ind.shape(), x.dtype)?;
     let red = reduction(ctx)?;
+    u32_len(ind.shape())?;
+    let ishape = ind.shape();
+    let inner: usize = ishape[axis + 1..].iter().product();
+    let out = scatter_lines(
+        run,
+        &x,
+        &upd,
+        offs,
+        red,
+        ishape[axis],
+        inner,
+        "ScatterElements",
+    )?;
+    Ok(vec![out])
+}
+
+/// `out = x`, then along each line of `len` updates `inner` apart (update `p` at data offset
+/// `offs[p]`), the updates applied in order: `out[offs[p]] = red(out[offs[p]], upd[p])`. One thread
+/// per line, so duplicates within a line follow the definition's order.
+#[allow(clippy::too_many_arguments)]
+fn scatter_lines(
+    run: &Run,
+    x: &WTensor,
+    upd: &WTensor,
+    offs: Vec<usize>,
+    red: Reduction,
+    len: usize,
+    inner: usize,
+    what: &str,
+) -> KResult<WTensor> {
     let d = x.dtype;
     let float = match (red, d) {
         (Reduction::None, _) => false,
         (_, DType::F32 | DType::F16 | DType::BF16) => true,
         (_, DType::I32) => false,
         (_, DType::F64 | DType::I64) => {
-            require_f64(run, "ScatterElements")?;
+            require_f64(run, what)?;
             d == DType::F64
         }
-        (r, d) => decline!("ScatterElements reduction {r:?} of {d}"),
+        (r, d) => decline!("{what} reduction {r:?} of {d}"),
     };
     u32_len(&x.shape)?;
-    let total = u32_len(ind.shape())? as usize;
-    let w = elem_words(&x)?;
+    let total = u32_len(&[offs.len()])? as usize;
+    let w = elem_words(x)?;
     let out = run.alloc(d, &x.shape)?;
-    super::movement::copy(run, &x, &out)?;
+    super::movement::copy(run, x, &out)?;
     if total == 0 {
-        return Ok(vec![out]);
+        return Ok(out);
     }
-    let ishape = ind.shape();
-    let len = ishape[axis];
-    let inner: usize = ishape[axis + 1..].iter().product();
     if len > MAX_SERIAL {
-        decline!("ScatterElements applies {len} updates per line in order: the CPU is faster");
+        decline!("{what} applies {len} updates per line in order: the CPU is faster");
     }
-    super::loop_budget(run, "ScatterElements", len)?;
+    super::loop_budget(run, what, len)?;
     let lines = total / len;
     let offs = upload_words(run, offs.into_iter().map(|o| o as i32).collect())?;
     let step = if red == Reduction::None {
@@ -203,11 +230,11 @@ fn k_scatter_elements(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResul
         &format!("scatter_elements_{red:?}"),
         &src,
         &[&out],
-        &[&upd, &offs],
+        &[upd, &offs],
         vec![lines as u32, len as u32, inner.max(1) as u32],
         lines,
     )?;
-    Ok(vec![out])
+    Ok(out)
 }
 
 /// `out[o, j, i] = pos[o·inner + i] == j ? values[1] : values[0]`; `pos` is -1 where out of range.
