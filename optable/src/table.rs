@@ -1121,6 +1121,16 @@ pub const ROWS: &[Row] = &[
         devices: Devices::ALL,
     },
     Row {
+        name: "ScatterND",
+        family: Family::Index,
+        class: Class::ByAttribute(&SCATTER_REDUCTION),
+        opsets: &[11, 13, 16, 18],
+        nan: NanRule::Carries,
+        in_place: InPlace::None,
+        dtypes: Types::ALL,
+        devices: Devices::ALL,
+    },
+    Row {
         name: "OneHot",
         family: Family::Index,
         class: Class::Exact,

@@ -22,6 +22,7 @@ pub(super) fn generate(op: &'static str, g: &mut Gen) -> Option<Case> {
         "Gather" => gather(g),
         "GatherElements" => gather_elements(g),
         "ScatterElements" => scatter_elements(g),
+        "ScatterND" => scatter_nd(g),
         "Expand" => {
             let opset = g.pick(&[13, 8]);
             let s = g.broadcast(2, 0, 4, true);
@@ -346,6 +347,65 @@ fn scatter_elements(g: &mut Gen) -> Case {
     }
     c.input(g.floats_any(&x)).input(idx);
     c.input(g.floats_any(&ishape));
+    c
+}
+
+fn scatter_nd(g: &mut Gen) -> Case {
+    let opset = g.pick(&[18, 16, 13, 11]);
+    let x = g.shape(1, 4, false);
+    let k = g.size(1, x.len());
+    let reductions: &[&str] = match opset {
+        18 => &["none", "add", "mul", "max", "min"],
+        16 => &["none", "add", "mul"],
+        _ => &["none"],
+    };
+    let reduction = g.pick(reductions);
+    // Index tuples address points of the first k dims; without a reduction they are distinct
+    // (duplicates are undefined there), with one they may repeat (applied in order).
+    let cells: usize = x[..k].iter().product();
+    let batch: Vec<usize> = if reduction == "none" {
+        if g.chance(20) {
+            vec![]
+        } else {
+            vec![g.size(1, cells.min(6))]
+        }
+    } else {
+        (0..g.size(0, 2)).map(|_| g.size(1, 3)).collect()
+    };
+    let n: usize = batch.iter().product();
+    let mut order: Vec<usize> = (0..cells).collect();
+    for i in (1..cells).rev() {
+        let j = g.value_int(0, i as i64) as usize;
+        order.swap(i, j);
+    }
+    let mut tuples = Vec::with_capacity(n * k);
+    for t in 0..n {
+        let mut cell = if reduction == "none" {
+            order[t]
+        } else {
+            g.value_int(0, cells as i64 - 1) as usize
+        };
+        let mut tuple = vec![0i64; k];
+        for d in (0..k).rev() {
+            tuple[d] = (cell % x[d]) as i64;
+            cell /= x[d];
+        }
+        for (d, v) in tuple.iter_mut().enumerate() {
+            if g.value_int(0, 3) == 0 {
+                *v -= x[d] as i64;
+            }
+        }
+        tuples.extend(tuple.iter().map(|&v| v as f64));
+    }
+    let ishape: Vec<usize> = batch.iter().copied().chain([k]).collect();
+    let idx = Value::new(DType::I64, ishape, tuples).expect("indices of their shape");
+    let ushape: Vec<usize> = batch.iter().chain(&x[k..]).copied().collect();
+    let mut c = Case::new("ScatterND", opset, g.seed);
+    if reduction != "none" || (opset >= 16 && g.chance(20)) {
+        c.string("reduction", reduction);
+    }
+    c.input(g.floats_any(&x)).input(idx);
+    c.input(g.floats_any(&ushape));
     c
 }
 

@@ -14,6 +14,7 @@ pub(super) const OPS: &[&str] = &[
     "Gather",
     "GatherElements",
     "ScatterElements",
+    "ScatterND",
     "Expand",
     "Pad",
     "Tile",
@@ -33,10 +34,10 @@ pub(super) fn check(node: &NodeSpec) -> Result<(), String> {
                 return Err(format!("Pad mode '{m}' is not covered"));
             }
         }
-        "ScatterElements" => {
+        "ScatterElements" | "ScatterND" => {
             let r = s("reduction", "none")?;
             if !matches!(r.as_str(), "none" | "add" | "mul" | "max" | "min") {
-                return Err(format!("ScatterElements reduction '{r}' is not covered"));
+                return Err(format!("{} reduction '{r}' is not covered", node.op_type));
             }
         }
         "DepthToSpace" | "SpaceToDepth" => {
@@ -252,6 +253,7 @@ pub(super) fn eval(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Outp
             gathered(x, shape, &gather_map(&tables), 0.0)?
         }
         "GatherElements" | "ScatterElements" => return elements(node, inputs),
+        "ScatterND" => return scatter_nd(node, inputs),
         "Expand" => {
             let target: Vec<usize> = ints_of(input(node, inputs, 1)?)
                 .iter()
@@ -689,6 +691,68 @@ fn elements(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, Or
             mag[t] + u.abs()
         } else {
             data[t].abs()
+        };
+    }
+    Ok(vec![make_output(x.dtype, x.shape.clone(), data, mag)?])
+}
+
+/// ScatterND, element by element of the updates: update element `p` belongs to index tuple
+/// `p / slice`, and its data coordinates are that tuple followed by `p`'s coordinates within the
+/// slice; the updates apply in the order of `p`.
+fn scatter_nd(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, OracleError> {
+    let x = input(node, inputs, 0)?;
+    let idx = input(node, inputs, 1)?;
+    let upd = input(node, inputs, 2)?;
+    let q = idx.shape.len();
+    if q == 0 || idx.shape[q - 1] > x.shape.len() {
+        return invalid(format!(
+            "ScatterND indices {:?} for data {:?}",
+            idx.shape, x.shape
+        ));
+    }
+    let k = idx.shape[q - 1];
+    let mut expect = idx.shape[..q - 1].to_vec();
+    expect.extend_from_slice(&x.shape[k..]);
+    if upd.shape != expect {
+        return invalid(format!(
+            "ScatterND updates {:?}, expected {expect:?}",
+            upd.shape
+        ));
+    }
+    let red = node.string("reduction", "none")?;
+    let slice_shape = &x.shape[k..];
+    let slice: usize = slice_shape.iter().product();
+    let st = strides(&x.shape);
+    let mut data = x.data.clone();
+    let mut mag: Vec<f64> = x.data.iter().map(|v| v.abs()).collect();
+    for (p, &u) in upd.data.iter().enumerate() {
+        let (t, mut e) = (p / slice, p % slice);
+        let mut coords = vec![0usize; x.shape.len()];
+        for (j, c) in coords.iter_mut().enumerate().take(k) {
+            let n = x.shape[j] as i64;
+            let i = idx.data[t * k + j] as i64;
+            let i = if i < 0 { i + n } else { i };
+            if i < 0 || i >= n {
+                return invalid(format!("ScatterND index out of range for {n}"));
+            }
+            *c = i as usize;
+        }
+        for d in (0..slice_shape.len()).rev() {
+            coords[k + d] = e % slice_shape[d];
+            e /= slice_shape[d];
+        }
+        let at: usize = coords.iter().zip(&st).map(|(c, s)| c * s).sum();
+        data[at] = match red.as_str() {
+            "add" => data[at] + u,
+            "mul" => data[at] * u,
+            "max" => data[at].max(u),
+            "min" => data[at].min(u),
+            _ => u,
+        };
+        mag[at] = if red == "add" {
+            mag[at] + u.abs()
+        } else {
+            data[at].abs()
         };
     }
     Ok(vec![make_output(x.dtype, x.shape.clone(), data, mag)?])

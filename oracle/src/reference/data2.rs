@@ -1,10 +1,12 @@
-//! More data movement: Pad, Split, Trilu, Range, GatherElements, DepthToSpace, SpaceToDepth.
+//! More data movement: Pad, Split, Trilu, Range, GatherElements, ScatterElements, ScatterND,
+//! DepthToSpace, SpaceToDepth.
 use super::{input, norm_axis, opt_input, output, strides, unravel};
 use crate::{NodeSpec, OracleError, Output, Value};
 
 const OPS: &[&str] = &[
     "OneHot",
     "ScatterElements",
+    "ScatterND",
     "Pad",
     "Split",
     "Trilu",
@@ -34,10 +36,10 @@ pub(super) fn supports(node: &NodeSpec) -> Result<(), String> {
             }
         }
         "Split" => return Ok(()),
-        "ScatterElements" => {
+        "ScatterElements" | "ScatterND" => {
             let r = node.string("reduction", "none").map_err(e)?;
             if !matches!(r.as_str(), "none" | "add" | "mul" | "max" | "min") {
-                return Err(format!("ScatterElements reduction '{r}' is not covered"));
+                return Err(format!("{} reduction '{r}' is not covered", node.op_type));
             }
         }
         _ => {}
@@ -306,6 +308,69 @@ pub(super) fn evaluate(
                     "max" | "min" if data[t] == before => mag[t],
                     _ => u.abs(),
                 };
+            }
+            Ok(vec![output(x.dtype, x.shape.clone(), data, mag)?])
+        }
+        "ScatterND" => {
+            // output = data; for each index tuple t (indices' last axis), in order:
+            // output[indices[t]] = f(output[indices[t]], updates[t]), a slice of data.shape[k..].
+            let idx = input(node, inputs, 1)?;
+            let upd = input(node, inputs, 2)?;
+            let red = node.string("reduction", "none")?;
+            let Some((&k, batch)) = idx.shape.split_last() else {
+                return Err(OracleError::Invalid(
+                    "ScatterND indices must have rank >= 1".into(),
+                ));
+            };
+            if k > rank {
+                return Err(OracleError::Invalid(format!(
+                    "ScatterND index tuples of {k} for data of rank {rank}"
+                )));
+            }
+            let want: Vec<usize> = batch.iter().chain(&x.shape[k..]).copied().collect();
+            if upd.shape != want {
+                return Err(OracleError::Invalid(format!(
+                    "ScatterND updates {:?}, expected {want:?}",
+                    upd.shape
+                )));
+            }
+            let slice: usize = x.shape[k..].iter().product();
+            let tuples: usize = batch.iter().product();
+            let mut data = x.data.clone();
+            let mut mag: Vec<f64> = x.data.iter().map(|v| v.abs()).collect();
+            for t in 0..tuples {
+                let mut base = 0;
+                for j in 0..k {
+                    let dim = x.shape[j] as i64;
+                    let mut i = idx.data[t * k + j] as i64;
+                    if i < 0 {
+                        i += dim;
+                    }
+                    if i < 0 || i >= dim {
+                        return Err(OracleError::Invalid(format!(
+                            "ScatterND index {} out of range for {dim}",
+                            idx.data[t * k + j]
+                        )));
+                    }
+                    base += i as usize * ist[j];
+                }
+                for e in 0..slice {
+                    let (at, u) = (base + e, upd.data[t * slice + e]);
+                    let before = data[at];
+                    data[at] = match red.as_str() {
+                        "add" => before + u,
+                        "mul" => before * u,
+                        "max" => before.max(u),
+                        "min" => before.min(u),
+                        _ => u,
+                    };
+                    mag[at] = match red.as_str() {
+                        "add" => mag[at] + u.abs(),
+                        "mul" => mag[at] * u.abs(),
+                        "max" | "min" if data[at] == before => mag[at],
+                        _ => u.abs(),
+                    };
+                }
             }
             Ok(vec![output(x.dtype, x.shape.clone(), data, mag)?])
         }

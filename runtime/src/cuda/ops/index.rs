@@ -38,6 +38,7 @@ pub fn claim(node: &Node) -> Option<Result<CudaKernel, String>> {
     let k: CudaKernel = match node.op_type.as_str() {
         "GatherElements" => k_gather_elements,
         "ScatterElements" => k_scatter_elements,
+        "ScatterND" => k_scatter_nd,
         "OneHot" => k_one_hot,
         "Trilu" => k_trilu,
         "Range" => k_range,
@@ -253,6 +254,28 @@ fn k_scatter_elements(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Ve
         inner,
         "ScatterElements",
     )?;
+    Ok(vec![out])
+}
+
+/// ScatterND: each element of a slice is a line, whose updates (one per index tuple) apply in order.
+fn k_scatter_nd(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>> {
+    let x = dev_input(inputs, 0)?;
+    let upd = dev_input(inputs, 2)?;
+    let iv = host_value(inputs, 1, "ScatterND indices")?;
+    let ind = as_tensor(&iv, "ScatterND indices")?;
+    let (bases, slice) = crate::ops::data::index::scatter_nd_plan(&x.shape, ind, &upd.shape)?;
+    if upd.dtype != x.dtype {
+        return Err(invalid(format!(
+            "updates have dtype {}, the data {}",
+            upd.dtype, x.dtype
+        )));
+    }
+    let red = reduction(ctx)?;
+    let offs: Vec<usize> = bases
+        .iter()
+        .flat_map(|&b| (0..slice).map(move |e| b + e))
+        .collect();
+    let out = scatter_lines(run, &x, &upd, offs, red, bases.len(), slice, "ScatterND")?;
     Ok(vec![out])
 }
 

@@ -29,6 +29,7 @@ pub fn claim(node: &Node) -> Option<Result<WgpuKernel, String>> {
     let k: WgpuKernel = match node.op_type.as_str() {
         "GatherElements" => k_gather_elements,
         "ScatterElements" => k_scatter_elements,
+        "ScatterND" => k_scatter_nd,
         "OneHot" => k_one_hot,
         "Trilu" => k_trilu,
         "Range" => k_range,
@@ -143,6 +144,28 @@ fn k_scatter_elements(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResul
         inner,
         "ScatterElements",
     )?;
+    Ok(vec![out])
+}
+
+/// ScatterND: each element of a slice is a line, whose updates (one per index tuple) apply in order.
+fn k_scatter_nd(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<Vec<WTensor>> {
+    let x = dev(inputs, 0)?;
+    let upd = dev(inputs, 2)?;
+    let iv = host_tensor(inputs, 1, "ScatterND indices")?;
+    let ind = tensor_of(&iv);
+    let (bases, slice) = crate::ops::data::index::scatter_nd_plan(&x.shape, ind, &upd.shape)?;
+    if upd.dtype != x.dtype {
+        return Err(invalid(format!(
+            "updates have dtype {}, the data {}",
+            upd.dtype, x.dtype
+        )));
+    }
+    let red = reduction(ctx)?;
+    let offs: Vec<usize> = bases
+        .iter()
+        .flat_map(|&b| (0..slice).map(move |e| b + e))
+        .collect();
+    let out = scatter_lines(run, &x, &upd, offs, red, bases.len(), slice, "ScatterND")?;
     Ok(vec![out])
 }
 
