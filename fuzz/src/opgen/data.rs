@@ -379,9 +379,10 @@ fn scatter_nd(g: &mut Gen) -> Case {
         order.swap(i, j);
     }
     let mut tuples = Vec::with_capacity(n * k);
-    for t in 0..n {
+    // `order` has a cell per tuple without a reduction (n <= cells there); with one it is not read.
+    for &distinct in order.iter().cycle().take(n) {
         let mut cell = if reduction == "none" {
-            order[t]
+            distinct
         } else {
             g.value_int(0, cells as i64 - 1) as usize
         };

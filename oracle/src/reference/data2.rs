@@ -340,8 +340,8 @@ pub(super) fn evaluate(
             let mut mag: Vec<f64> = x.data.iter().map(|v| v.abs()).collect();
             for t in 0..tuples {
                 let mut base = 0;
-                for j in 0..k {
-                    let dim = x.shape[j] as i64;
+                for (j, (&dim, &stride)) in x.shape[..k].iter().zip(&ist).enumerate() {
+                    let dim = dim as i64;
                     let mut i = idx.data[t * k + j] as i64;
                     if i < 0 {
                         i += dim;
@@ -352,7 +352,7 @@ pub(super) fn evaluate(
                             idx.data[t * k + j]
                         )));
                     }
-                    base += i as usize * ist[j];
+                    base += i as usize * stride;
                 }
                 for e in 0..slice {
                     let (at, u) = (base + e, upd.data[t * slice + e]);
