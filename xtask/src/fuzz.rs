@@ -1,7 +1,8 @@
 //! `cargo xtask fuzz`: the cargo-fuzz target `load_and_run` (in `fuzz/cargo-fuzz/`) seeded with the
 //! conformance models. cargo-fuzz needs nightly features; `RUSTC_BOOTSTRAP=1` unlocks them on stable.
-//! No sanitizer: the runtime's only `unsafe` is its two calls into gemm, and an AddressSanitizer build
-//! of the kernels takes far longer; panics, aborts, memory and time limits are what the fuzzer watches.
+//! No sanitizer: an AddressSanitizer build of the runtime and its kernels takes far longer (their
+//! `unsafe` code is SIMD intrinsics, the CUDA driver's FFI and a few buffer routines, each with its
+//! SAFETY comment); panics, aborts, memory and time limits are what the fuzzer watches.
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
