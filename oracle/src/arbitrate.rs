@@ -79,24 +79,26 @@ pub const C_REDUCE: f64 = 64.0;
 /// Both oracles compute in f64: they may differ only by f64 rounding of the same terms.
 pub const C_ORACLES: f64 = 1e4;
 
-/// The class of `node`'s outputs, from the op table's `class` column (`quorum_optable`; `None` for
-/// an op the table does not list). Integer and bool outputs (MaxPool's indices, Dropout's mask) are
-/// exact whatever the class.
-pub fn class_of(node: &NodeSpec) -> Option<Class> {
+/// `node`'s class in the op table, its attribute form resolved (`None` for an op the table does not
+/// list, another domain, or a class attribute of the wrong kind, which makes the node invalid).
+fn table_class(node: &NodeSpec) -> Option<Table> {
     if !node.domain.is_empty() && node.domain != "ai.onnx" {
         return None;
     }
     let row = quorum_optable::find(&node.op_type)?;
-    // An attribute of the wrong kind leaves the class unknown (judged as a long sum), as the node
-    // itself is invalid.
     let mut invalid = false;
     let class = row.class.resolve(|name| match node.attrs.get(name) {
         None => None,
         Some(_) => node.string(name, "").map_err(|_| invalid = true).ok(),
     });
-    if invalid {
-        return None;
-    }
+    (!invalid).then_some(class)
+}
+
+/// The class of `node`'s outputs, from the op table's `class` column (`quorum_optable`; `None` for
+/// an op the table does not list). Integer and bool outputs (MaxPool's indices, Dropout's mask) are
+/// exact whatever the class.
+pub fn class_of(node: &NodeSpec) -> Option<Class> {
+    let class = table_class(node)?;
     Some(match class {
         Table::Exact => Class::Exact,
         Table::Rounded => Class::Rounded,
@@ -140,15 +142,7 @@ impl Bound {
 /// its kernels round after each update, as that definition does, so they promise the element type,
 /// not f32.
 fn sequential_in_element_type(node: &NodeSpec) -> bool {
-    let Some(row) = quorum_optable::find(&node.op_type) else {
-        return false;
-    };
-    let class = row.class.resolve(|name| {
-        node.attrs
-            .get(name)
-            .and_then(|_| node.string(name, "").ok())
-    });
-    class == Table::Sum(Accumulation::Sequential)
+    table_class(node) == Some(Table::Sum(Accumulation::Sequential))
 }
 
 /// The type Quorum's kernels compute in for results of type `dtype`: f16 and bf16 are widened to f32

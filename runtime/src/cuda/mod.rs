@@ -104,35 +104,17 @@ pub trait Inputs {
 
 /// Input `i` on the device; an error when it is missing.
 pub fn dev_input(inputs: &dyn Inputs, i: usize) -> KResult<DevTensor> {
-    inputs
-        .dev(i)?
-        .ok_or_else(|| KError::Op(OpError::Invalid(format!("input {i} is required"))))
+    crate::device::required(inputs, i)
 }
 
 /// Input `i` read on the host as i64 values (shapes, axes, pads); `None` when omitted.
 pub fn host_i64s(inputs: &dyn Inputs, i: usize) -> KResult<Option<Vec<i64>>> {
-    match inputs.host(i)? {
-        None => Ok(None),
-        Some(v) => match &*v {
-            Value::Tensor(t) => Ok(Some(t.to_i64_vec()?)),
-            _ => Err(KError::Op(OpError::Invalid(format!(
-                "input {i} must be a tensor"
-            )))),
-        },
-    }
+    crate::device::host_i64s(inputs, i)
 }
 
 /// Input `i` read on the host as f64 values (scales, constant values); `None` when omitted.
 pub fn host_f64s(inputs: &dyn Inputs, i: usize) -> KResult<Option<Vec<f64>>> {
-    match inputs.host(i)? {
-        None => Ok(None),
-        Some(v) => match &*v {
-            Value::Tensor(t) => Ok(Some(t.to_f64_vec()?)),
-            _ => Err(KError::Op(OpError::Invalid(format!(
-                "input {i} must be a tensor"
-            )))),
-        },
-    }
+    crate::device::host_f64s(inputs, i)
 }
 
 /// A generator-cached PTX text (kept alive as the key's owner) and its compiled module.

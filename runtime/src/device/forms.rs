@@ -110,26 +110,41 @@ pub fn conv_out_shape(n: usize, m: usize, outs: &[usize; 3], rank: usize) -> Vec
     s
 }
 
-/// ScatterElements' checks, in the CPU kernel's order after the axis: updates shaped as the
-/// indices, then of the data's dtype.
-pub fn scatter_updates(
-    upd: (&[usize], DType),
-    indices: &[usize],
-    x_dtype: DType,
-) -> Result<(), OpError> {
-    if upd.0 != indices {
+/// ScatterElements' updates must have the indices' shape.
+pub fn scatter_shape(upd: &[usize], indices: &[usize]) -> Result<(), OpError> {
+    if upd != indices {
         return Err(OpError::Invalid(format!(
-            "updates of shape {:?} differ from indices of shape {indices:?}",
-            upd.0
-        )));
-    }
-    if upd.1 != x_dtype {
-        return Err(OpError::Invalid(format!(
-            "updates have dtype {}, the data {x_dtype}",
-            upd.1
+            "updates of shape {upd:?} differ from indices of shape {indices:?}"
         )));
     }
     Ok(())
+}
+
+/// A scatter's updates must have the data's dtype.
+pub fn scatter_dtype(upd: DType, x: DType) -> Result<(), OpError> {
+    if upd != x {
+        return Err(OpError::Invalid(format!(
+            "updates have dtype {upd}, the data {x}"
+        )));
+    }
+    Ok(())
+}
+
+/// ScatterND as lines of a scatter: the data offset of every update (each index tuple's slice,
+/// element by element), the number of updates per line (one per tuple) and the line count (the
+/// slice's size): element `e` of every slice is one line, its updates applied in tuple order.
+pub fn scatter_nd_lines(
+    x: (&[usize], DType),
+    indices: &Tensor,
+    upd: (&[usize], DType),
+) -> Result<(Vec<usize>, usize, usize), OpError> {
+    let (bases, slice) = crate::ops::data::index::scatter_nd_plan(x.0, indices, upd.0)?;
+    scatter_dtype(upd.1, x.1)?;
+    let offs = bases
+        .iter()
+        .flat_map(|&b| (0..slice).map(move |e| b + e))
+        .collect();
+    Ok((offs, bases.len(), slice))
 }
 
 /// Trilu's plan for input shape `xs` with `k` (0 when the input is omitted): whether it keeps the

@@ -18,7 +18,7 @@ use crate::cuda::driver::Arg;
 use crate::cuda::ptx::{Cmp, Kernel, Reg, Space, Ty, module};
 use crate::cuda::{CudaKernel, DevTensor, Inputs, KError, KResult, Run, blocks, dev_input};
 use crate::decline;
-use crate::device::forms::{scatter_updates, trilu_k, trilu_plan};
+use crate::device::forms::{scatter_dtype, scatter_nd_lines, scatter_shape, trilu_k, trilu_plan};
 use crate::error::OpError;
 use crate::ir::Node;
 use crate::ops::data::index::{Reduction, element_offsets, one_hot_plan, one_hot_pos, reduction};
@@ -235,11 +235,9 @@ fn k_scatter_elements(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Ve
     let iv = host_value(inputs, 1, "ScatterElements indices")?;
     let ind = as_tensor(&iv, "ScatterElements indices")?;
     let axis = norm_axis(ctx.attr_i("axis", 0)?, x.shape.len())?;
-    if upd.shape != ind.shape() {
-        scatter_updates((&upd.shape, upd.dtype), ind.shape(), x.dtype)?;
-    }
+    scatter_shape(&upd.shape, ind.shape())?;
     let offs = element_offsets(&x.shape, ind, axis)?;
-    scatter_updates((&upd.shape, upd.dtype), ind.shape(), x.dtype)?;
+    scatter_dtype(upd.dtype, x.dtype)?;
     let red = reduction(ctx)?;
     require_u32_len(ind.shape())?;
     let ishape = ind.shape();
@@ -263,19 +261,9 @@ fn k_scatter_nd(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevT
     let upd = dev_input(inputs, 2)?;
     let iv = host_value(inputs, 1, "ScatterND indices")?;
     let ind = as_tensor(&iv, "ScatterND indices")?;
-    let (bases, slice) = crate::ops::data::index::scatter_nd_plan(&x.shape, ind, &upd.shape)?;
-    if upd.dtype != x.dtype {
-        return Err(invalid(format!(
-            "updates have dtype {}, the data {}",
-            upd.dtype, x.dtype
-        )));
-    }
+    let (offs, len, lines) = scatter_nd_lines((&x.shape, x.dtype), ind, (&upd.shape, upd.dtype))?;
     let red = reduction(ctx)?;
-    let offs: Vec<usize> = bases
-        .iter()
-        .flat_map(|&b| (0..slice).map(move |e| b + e))
-        .collect();
-    let out = scatter_lines(run, &x, &upd, offs, red, bases.len(), slice, "ScatterND")?;
+    let out = scatter_lines(run, &x, &upd, offs, red, len, lines, "ScatterND")?;
     Ok(vec![out])
 }
 

@@ -15,7 +15,7 @@ use crate::device::claim::{CodeGenerators, FamilyClaim};
 use crate::error::OpError;
 use crate::ir::Node;
 use crate::ops::OpCtx;
-use crate::tensor::{DType, Value};
+use crate::tensor::DType;
 use quorum_optable::Backend;
 
 pub use crate::device::layout::{broadcast_strides, simplify, strides};
@@ -124,7 +124,7 @@ pub fn dev_opt(inputs: &dyn NodeInputs, i: usize) -> KResult<Option<WTensor>> {
 
 /// Input `i` on the device; an error when it is missing.
 pub fn dev(inputs: &dyn NodeInputs, i: usize) -> KResult<WTensor> {
-    dev_opt(inputs, i)?.ok_or_else(|| invalid(format!("input {i} is required")))
+    crate::device::required(inputs, i)
 }
 
 /// Every present input on the device.
@@ -143,24 +143,12 @@ pub fn all_dev(inputs: &dyn NodeInputs) -> KResult<Vec<WTensor>> {
 
 /// Input `i` read on the host as i64 values (shapes, axes, pads); `None` when omitted.
 pub fn host_i64s(inputs: &dyn NodeInputs, i: usize) -> KResult<Option<Vec<i64>>> {
-    match inputs.host(i)? {
-        None => Ok(None),
-        Some(v) => match &*v {
-            Value::Tensor(t) => Ok(Some(t.to_i64_vec()?)),
-            _ => Err(invalid(format!("input {i} must be a tensor"))),
-        },
-    }
+    crate::device::host_i64s(inputs, i)
 }
 
 /// Input `i` read on the host as f64 values; `None` when omitted.
 pub fn host_f64s(inputs: &dyn NodeInputs, i: usize) -> KResult<Option<Vec<f64>>> {
-    match inputs.host(i)? {
-        None => Ok(None),
-        Some(v) => match &*v {
-            Value::Tensor(t) => Ok(Some(t.to_f64_vec()?)),
-            _ => Err(invalid(format!("input {i} must be a tensor"))),
-        },
-    }
+    crate::device::host_f64s(inputs, i)
 }
 
 /// Declines unless `d` is one of `allowed`.
