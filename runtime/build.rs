@@ -1,14 +1,9 @@
-//! Compiles the ONNX schema (`proto/onnx.proto`) with protox + prost-build: no system protoc needed.
-//! Also lists the measured dispatch tables under `reports/thresholds/` for `include!` by
+//! Lists the measured dispatch tables under `reports/thresholds/` for `include!` by
 //! `session::thresholds`, so that a binary carries the tables committed with its source.
 use std::path::Path;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    println!("cargo:rerun-if-changed=proto/onnx.proto");
-    let fds = protox::compile(["proto/onnx.proto"], ["proto"])?;
-    prost_build::Config::new().compile_fds(fds)?;
-    thresholds()?;
-    Ok(())
+    thresholds()
 }
 
 /// Writes `$OUT_DIR/thresholds.rs`: `&[(file name, include_str!(path))]` over the committed tables.

@@ -3,7 +3,7 @@
 
     python3 benches/gpu/fit_gemm_plans.py plans.log [--sms 132]
 
-The model is the one in `runtime/src/cuda/ops/matmul/plan.rs` (mirrored here; keep the two in step):
+The model is the one in `cuda/src/ops/matmul/plan.rs` (mirrored here; keep the two in step):
 the busiest SM runs j = ceil(blocks / SMs) blocks, at most `slots` at once, at a per-SM rate for
 that many co-resident blocks, plus a fixed cost per round of resident blocks and a launch; a split
 adds the reduction's launch and bytes. The fit minimises the squared log error of the model over

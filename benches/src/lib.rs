@@ -4,7 +4,7 @@
 //! baselines (`cargo bench -p quorum-benches -- --save-baseline before`, then `--baseline before`)
 //! compare like with like. An accelerator that is not present here is skipped, not failed.
 #![forbid(unsafe_code)]
-use quorum::{Provider, Session, SessionOptions, Value};
+use quorum::{Availability, Provider, Session, SessionOptions, Value};
 use quorum_matrix::cases::Case;
 use quorum_matrix::measure::{Residency, model};
 

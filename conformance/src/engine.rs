@@ -4,7 +4,7 @@ use std::collections::HashSet;
 use std::path::Path;
 
 use quorum::ir::Model;
-use quorum::{Session, SessionOptions, Value};
+use quorum::{Availability, Session, SessionOptions, Value};
 
 use crate::coverage::Coverage;
 

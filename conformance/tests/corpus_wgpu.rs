@@ -7,7 +7,7 @@ use quorum_conformance::cli::{Args, run};
 
 #[test]
 fn wgpu_engine_matches_its_expectation_list() {
-    if let Err(why) = quorum::Provider::Wgpu.available() {
+    if let Err(why) = quorum::Availability::available(quorum::Provider::Wgpu) {
         eprintln!("no wgpu adapter here, the wgpu engine is not run: {why}");
         return;
     }

@@ -22,7 +22,7 @@
 //!   with the GEMM path's bits; `testing.rs` holds the convolution case and GEMM reference their
 //!   tests share.
 //!
-//! Nothing here knows ONNX: shapes, attributes and their errors are the runtime's (`runtime/src/ops/`).
+//! Nothing here knows ONNX: shapes, attributes and their errors are the runtime's (`core/src/ops/`).
 //! Entry points check the sizes they are given and panic on a caller's inconsistency, never on data.
 //!
 //! **Vector width.** The crates build for baseline x86-64 (SSE2), so one binary runs on any x86-64

@@ -9,9 +9,19 @@ use crate::backend::{Backend, Provider};
 /// point inside the noise). The floor the runtime used before thresholds were measured.
 pub const AUTO_MIN_DEVICE_ELEMENTS: usize = 1 << 14;
 
-impl Provider {
+/// Whether a provider can be used here: a question for the registry, so asked through this trait
+/// (in scope as `quorum::Availability`), not the [`Provider`] enum that the seam defines.
+pub trait Availability {
     /// Whether this build and machine can use the provider (`Err` says why not).
-    pub fn available(self) -> Result<(), String> {
+    fn available(self) -> Result<(), String>;
+
+    /// Whether `auto` uses the provider here: available, and not a device `auto` passes over (a
+    /// software adapter that was not asked for by name).
+    fn auto_available(self) -> Result<(), String>;
+}
+
+impl Availability for Provider {
+    fn available(self) -> Result<(), String> {
         match self {
             Provider::Cpu => Ok(()),
             p => backend(p)
@@ -20,9 +30,7 @@ impl Provider {
         }
     }
 
-    /// Whether `auto` uses the provider here: available, and not a device `auto` passes over (a
-    /// software adapter that was not asked for by name).
-    pub fn auto_available(self) -> Result<(), String> {
+    fn auto_available(self) -> Result<(), String> {
         match backend(self) {
             Some(b) => b.auto_available(),
             None => self.available(),

@@ -23,6 +23,12 @@ fn architecture_paths_exist() {
             && !chunk.contains(' ')
             && [
                 "runtime/",
+                "core/",
+                "cuda/",
+                "wgpu/",
+                "sim/",
+                "optable/",
+                "kernels/",
                 "conformance/",
                 "xtask/",
                 "reports/",
@@ -35,8 +41,8 @@ fn architecture_paths_exist() {
         if looks_like_path {
             checked += 1;
             let p = chunk.trim_end_matches('/');
-            // `runtime/src/proto` is generated into OUT_DIR from runtime/proto/onnx.proto.
-            if p != "runtime/src/proto" && !root().join(p).exists() {
+            // `core/src/proto` is generated into OUT_DIR from core/proto/onnx.proto.
+            if p != "core/src/proto" && !root().join(p).exists() {
                 missing.push(chunk.to_string());
             }
         }
@@ -410,7 +416,8 @@ fn every_unsafe_block_has_a_safety_comment() {
 
 /// A package with no unsafe code anywhere in its sources declares `#![forbid(unsafe_code)]` in
 /// every crate root ([`crate_roots`]), so that none creeps in unreviewed. A package with some
-/// (the runtime, the kernels, the device suite's environment switch) is left to the comment check.
+/// (the core's SIMD, the CUDA driver, the kernels, the CLI's and the device suite's environment
+/// switches) is left to the comment check.
 #[test]
 fn crates_without_unsafe_forbid_it() {
     let mut forbidding = 0;
@@ -433,8 +440,11 @@ fn crates_without_unsafe_forbid_it() {
     }
     // The detector must see the unsafe code that is there, and leave most packages to forbid it.
     assert!(
-        with_unsafe.iter().any(|p| p == "runtime") && with_unsafe.iter().any(|p| p == "kernels"),
-        "the runtime and the kernels hold unsafe code, but the scan saw it only in {with_unsafe:?}"
+        ["core", "cuda", "kernels"]
+            .iter()
+            .all(|c| with_unsafe.iter().any(|p| p == c)),
+        "the core (SIMD), CUDA (the driver) and the kernels hold unsafe code, but the scan saw it \
+         only in {with_unsafe:?}"
     );
     assert!(
         forbidding >= 5,

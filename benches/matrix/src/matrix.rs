@@ -7,9 +7,9 @@
 //! refused) is kept with its reason instead of numbers.
 use std::path::Path;
 
-use quorum::Provider;
 use quorum::session::dispatch::{measure, work_unit};
 use quorum::session::thresholds::Adapter;
+use quorum::{Availability, Provider};
 use serde::{Deserialize, Serialize};
 
 use crate::cases::Case;

@@ -112,7 +112,7 @@ fn bench_wgpu_light_resnet50() {
         return;
     }
     for p in [quorum::Provider::Wgpu, quorum::Provider::Cuda] {
-        if p.available().is_err() {
+        if quorum::Availability::available(p).is_err() {
             continue;
         }
         let options = quorum::SessionOptions {

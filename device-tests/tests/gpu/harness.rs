@@ -17,7 +17,7 @@ use prost::Message;
 use quorum::ir::Attr;
 use quorum::proto;
 use quorum::verify::{Check, check};
-use quorum::{DType, Provider, Session, SessionOptions, Tensor, Value};
+use quorum::{Availability, DType, Provider, Session, SessionOptions, Tensor, Value};
 
 /// Poison bytes: every float type reads NaN (an integer -1, a bool true).
 pub const POISON_NAN: u8 = 0xFF;

@@ -605,6 +605,8 @@ impl From<Refused> for Error {
 }
 
 #[cfg(test)]
+mod conv_cache_tests;
+#[cfg(test)]
 mod profile_tests;
 #[cfg(test)]
 mod reuse_tests;

@@ -15,7 +15,7 @@ use crate::backend::{Backend, DeviceSession, Provider};
 use crate::error::{Error, Result};
 use crate::ir::Node;
 use crate::plan::Plan;
-use crate::providers::backend;
+use crate::providers::{Availability, backend};
 
 pub use crate::providers::AUTO_MIN_DEVICE_ELEMENTS;
 

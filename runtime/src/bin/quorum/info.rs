@@ -1,6 +1,7 @@
 //! `quorum info`: what a model takes and gives, what it uses, and where each node would run.
 use std::collections::BTreeMap;
 
+use quorum::Availability;
 use quorum::loader::{self, LoadOptions};
 use quorum::ops::Registry;
 

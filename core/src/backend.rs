@@ -1,0 +1,261 @@
+//! The one seam between the executor and accelerators.
+//!
+//! A [`Backend`] is a kind of accelerator (CUDA, wgpu): it claims a node at plan time — returning the
+//! kernel it will launch — or declines it with a reason, without needing a device, and opens a
+//! [`DeviceSession`] for a session. A device session holds what lives as long as the session (the
+//! device, resident weights) and starts a [`DeviceRun`] per `Session::run`: the per-run context that
+//! allocates, copies, launches and releases. The executor sees device values only as
+//! [`DeviceTensor`]s and knows nothing of any backend; adding one touches the registry
+//! (`quorum::providers`, in the crate above the backends) and [`Provider`], not the executor.
+//!
+//! Architecture invariant: this crate names no backend (it cannot: `quorum-core` is below them in
+//! the crate graph). The registry that names the backends of this build lives in
+//! `quorum::providers`, so that backends depend on the seam and the seam on nothing of theirs.
+use std::any::Any;
+use std::sync::Arc;
+
+use crate::counters::Counters;
+use crate::error::OpError;
+use crate::ir::Node;
+use crate::ops::OpCtx;
+use crate::tensor::{DType, Tensor, Value};
+
+/// Where nodes may run, by name. The CPU runs every node no accelerator claims.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Provider {
+    Cpu,
+    /// NVIDIA GPUs through the CUDA driver (feature `cuda`).
+    Cuda,
+    /// Any adapter wgpu finds: Vulkan, Metal, DX12 (feature `wgpu`).
+    Wgpu,
+    /// A simulated device: the CPU kernels behind the device seam, for command logs (`quorum-sim`).
+    /// Never chosen by `auto`.
+    Sim,
+}
+
+impl Provider {
+    pub fn name(self) -> &'static str {
+        match self {
+            Provider::Cpu => "cpu",
+            Provider::Cuda => "cuda",
+            Provider::Wgpu => "wgpu",
+            Provider::Sim => "sim",
+        }
+    }
+
+    /// The accelerators in the order `auto` prefers them.
+    pub const ACCELERATORS: [Provider; 2] = [Provider::Cuda, Provider::Wgpu];
+}
+
+/// A kernel a backend claimed for a node at plan time; only that backend looks inside.
+pub struct Claim(pub Box<dyn Any + Send + Sync>);
+
+impl std::fmt::Debug for Claim {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Claim")
+    }
+}
+
+/// A kind of accelerator.
+pub trait Backend: Send + Sync {
+    fn provider(&self) -> Provider;
+    /// Whether a device is present and usable here (`Err` says why not).
+    fn available(&self) -> Result<(), String>;
+    /// Whether `auto` should use it (a software adapter is usable but left out unless named).
+    fn auto_available(&self) -> Result<(), String> {
+        self.available()
+    }
+    /// Plan time, from the node alone: the kernel this backend will launch for `node`, or why it
+    /// declines it (shown by `quorum info`).
+    fn claim(&self, node: &Node) -> Result<Claim, String>;
+    /// The device side of one session.
+    fn open(&self) -> Result<Arc<dyn DeviceSession>, String>;
+}
+
+/// What an accelerator keeps for the life of a session: the device and the session's resident
+/// weights.
+pub trait DeviceSession: Send + Sync {
+    /// The device, in words (for reports).
+    fn device_name(&self) -> String;
+    /// The driver's version, where the backend can tell: with the device name it identifies the
+    /// adapter whose measured dispatch thresholds `auto` uses (`session::thresholds`).
+    fn driver_version(&self) -> Option<String> {
+        None
+    }
+    /// Starts the device side of one run with `streams` streams (at least one). `index`: this
+    /// device's place among the session's accelerators (stamped on every [`DeviceTensor`] it makes).
+    /// `poison`: fill every new buffer with this byte, so that an element a kernel fails to write
+    /// shows.
+    fn begin<'s>(
+        &'s self,
+        index: usize,
+        streams: usize,
+        counters: &'s Counters,
+        poison: Option<u8>,
+    ) -> Result<Box<dyn DeviceRun + 's>, DeviceError>;
+}
+
+/// The device side of one run: allocation, copies, launches, events and release, in the order the
+/// executor asks, on the streams its schedule names (`quorum::session::schedule`). Work on one stream
+/// runs in order; across streams only the events order it. Nothing a run allocated goes back to
+/// shared pools before the device is done with it.
+pub trait DeviceRun {
+    /// Runs a node this backend claimed, on `stream`.
+    fn launch(
+        &self,
+        stream: usize,
+        claim: &Claim,
+        ctx: &OpCtx,
+        inputs: &dyn NodeInputs,
+    ) -> Result<Vec<DeviceTensor>, DeviceError>;
+    /// Copies a host value (a run input, or a value a host step made) to the device, on `stream`.
+    fn upload(&self, stream: usize, t: &Tensor) -> Result<DeviceTensor, DeviceError>;
+    /// An initializer on the device: uploaded once per session, then resident.
+    fn weight(&self, v: &Arc<Value>) -> Result<DeviceTensor, DeviceError>;
+    /// Copies a device value back to the host now (after the work before it on its stream; it waits
+    /// for that copy alone).
+    fn download(&self, d: &DeviceTensor) -> Result<Tensor, DeviceError>;
+    /// Starts copying a device value back, to be collected by [`DeviceRun::finish`] (the run's
+    /// outputs): returns its place in `finish`'s result.
+    fn download_later(&self, d: &DeviceTensor) -> Result<usize, DeviceError>;
+    /// Records event `event` (the executor's name: the recording step) on `stream`.
+    fn record(&self, stream: usize, event: usize) -> Result<(), DeviceError>;
+    /// Makes `stream` wait for a recorded event.
+    fn wait(&self, stream: usize, event: usize) -> Result<(), DeviceError>;
+    /// Hands a value back before the run ends; its buffer may be reused only once the recorded
+    /// events `after` (its readers on other streams) are complete.
+    fn release(&self, d: DeviceTensor, after: &[usize]);
+    /// Waits once for everything the run enqueued and returns the copies of
+    /// [`DeviceRun::download_later`], in order.
+    fn finish(&self) -> Result<Vec<Tensor>, DeviceError>;
+    /// Starts capturing the run's device work into a graph: from here on nothing runs until
+    /// [`DeviceRun::end_capture`], and anything that would wait for the device mid-run (a download,
+    /// a weight upload) is declined, which refuses the capture.
+    fn begin_capture(&self) -> Result<(), DeviceError> {
+        Err(DeviceError::Decline(
+            "this device does not capture graphs".into(),
+        ))
+    }
+    /// Ends the capture: runs the captured work once and returns this run's outputs (the copies of
+    /// [`DeviceRun::download_later`]) and a graph that replays the run on new inputs of the same
+    /// shapes (the run's first uploads, in order).
+    fn end_capture(&self) -> Result<(Vec<Tensor>, Box<dyn Replay>), DeviceError> {
+        Err(DeviceError::Decline(
+            "this device does not capture graphs".into(),
+        ))
+    }
+    /// Abandons a capture begun with [`DeviceRun::begin_capture`]: nothing captured runs.
+    fn abort_capture(&self) {}
+    /// Records this run's commands into `log` from now on (`crate::cmdlog`); a backend that keeps
+    /// no log ignores it.
+    fn attach_log(&self, _log: Arc<crate::cmdlog::CommandLog>) {}
+    /// Times each launch's work on the device from now on, into `Counters::device_time` (wgpu:
+    /// timestamp queries, where the adapter has them); a backend that cannot ignores it.
+    fn time_kernels(&self) {}
+}
+
+/// A run captured by a device: replays it on new inputs of the same shapes and dtypes.
+pub trait Replay: Send + Sync {
+    /// `inputs`: the captured run's first uploads, in order. Returns the run's outputs.
+    fn replay(&self, inputs: &[&Tensor], counters: &Counters) -> Result<Vec<Tensor>, DeviceError>;
+}
+
+/// A node's inputs as a backend's kernel sees them: on the device (uploaded on first use) or on the
+/// host (downloaded on first use; for small parameter tensors such as shapes, axes and pads).
+pub trait NodeInputs {
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Whether input `i` is present (not omitted).
+    fn present(&self, i: usize) -> bool;
+    fn dtype(&self, i: usize) -> Option<DType>;
+    fn shape(&self, i: usize) -> Option<Vec<usize>>;
+    fn device(&self, i: usize) -> Result<Option<DeviceTensor>, DeviceError>;
+    fn host(&self, i: usize) -> Result<Option<Arc<Value>>, DeviceError>;
+    /// Whether input `i`'s values are fixed for the session (a weight, or shape arithmetic): reading
+    /// them on the host neither stalls a stream nor stops a graph capture.
+    fn fixed(&self, _i: usize) -> bool {
+        false
+    }
+}
+
+/// A tensor in an accelerator's memory. The executor moves it between nodes; only the backend that
+/// made it looks inside `buf`.
+#[derive(Clone)]
+pub struct DeviceTensor {
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    /// The index, among the session's accelerators, of the one that holds it.
+    pub device: usize,
+    /// The stream that wrote it (a download waits for the work before it there).
+    pub stream: usize,
+    pub buf: Arc<dyn Any + Send + Sync>,
+}
+
+impl DeviceTensor {
+    pub fn len(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl std::fmt::Debug for DeviceTensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "DeviceTensor({} {:?} on device {})",
+            self.dtype, self.shape, self.device
+        )
+    }
+}
+
+/// Why a device step did not produce its outputs.
+#[derive(Debug)]
+pub enum DeviceError {
+    /// A form the kernel does not handle: the node runs on the CPU instead.
+    Decline(String),
+    /// The inputs break the operator's contract (as the CPU kernel would say).
+    Op(OpError),
+    /// The device failed (the message names the call and the device's error).
+    Device(String),
+    /// A check a kernel made on the device failed (found when the run's work was collected).
+    Fault(Fault),
+}
+
+/// A contract check made on the device rather than on the host (an index out of range, read where
+/// reading it on the host would stall the stream or stop a graph capture): the kernel raises a flag
+/// word and leaves no wild access behind; the flag comes back with the run's outputs and becomes
+/// this error, naming the node as a host check would.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fault {
+    pub node: String,
+    pub op: String,
+    /// The node's input shapes, as the node's errors print them.
+    pub shapes: String,
+    pub msg: String,
+}
+
+impl std::fmt::Display for DeviceError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeviceError::Decline(m) => write!(f, "declined: {m}"),
+            DeviceError::Op(e) => write!(f, "{e}"),
+            DeviceError::Device(m) => f.write_str(m),
+            DeviceError::Fault(x) => write!(
+                f,
+                "node '{}' ({}) with inputs {}: {}",
+                x.node, x.op, x.shapes, x.msg
+            ),
+        }
+    }
+}
+
+impl From<OpError> for DeviceError {
+    fn from(e: OpError) -> Self {
+        DeviceError::Op(e)
+    }
+}

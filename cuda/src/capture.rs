@@ -1,0 +1,118 @@
+//! A run captured as a CUDA graph ([`Captured`], replayed with new inputs) and the device checks
+//! whose flags come back with a run's outputs ([`Check`]).
+use std::sync::{Arc, Mutex};
+
+use super::driver::{self, DeviceMemory, Event, PinnedMemory};
+use super::memory::{self, DevBuf, tensor_bytes, tensor_from_bytes};
+use super::{Device, Fault, KError, KResult, Later};
+use quorum_core::counters::Counters;
+use quorum_core::error::OpError;
+use quorum_core::mutants::{self, Mutant};
+use quorum_core::tensor::Tensor;
+
+/// A device check's flag copied back (4 bytes, nonzero when raised) and its fault.
+pub(super) struct Check {
+    pub(super) pinned: PinnedMemory,
+    pub(super) fault: Fault,
+}
+
+/// The first raised flag among `checks` (read after their copies completed).
+pub(super) fn raised(checks: &[Check]) -> Option<Fault> {
+    checks
+        .iter()
+        .find(|c| c.pinned.as_slice()[..4] != [0; 4])
+        .map(|c| c.fault.clone())
+}
+
+/// A run's device work captured as a graph, with the buffers, staging and output copies it uses at
+/// fixed addresses: replaying it runs the same work on new inputs of the same shapes.
+pub struct Captured {
+    pub(super) graph: driver::Graph,
+    /// Each upload of the captured run, in order: its staging buffer's index (`None`: empty).
+    pub(super) uploads: Vec<Option<usize>>,
+    pub(super) staging: Mutex<Vec<PinnedMemory>>,
+    pub(super) later: Vec<Later>,
+    pub(super) alive: Vec<Arc<DevBuf>>,
+    pub(super) parked: Vec<DeviceMemory>,
+    pub(super) events: Vec<Event>,
+    pub(super) device_pool: Arc<memory::Pool>,
+    /// The device checks' flag copies, read after each replay.
+    pub(super) checks: Vec<Check>,
+}
+
+impl Captured {
+    /// Replays the graph: `inputs` are the first uploads of the captured run, in order (same shapes
+    /// and dtypes); their bytes go to the staging buffers the graph copies from, the graph runs on
+    /// `device`'s stream, and the outputs come back from the pinned buffers the graph copies to.
+    pub fn replay(
+        &self,
+        device: &Device,
+        inputs: &[&Tensor],
+        counters: &Counters,
+    ) -> KResult<Vec<Tensor>> {
+        {
+            let mut staging = self.staging.lock().unwrap_or_else(|e| e.into_inner());
+            for (i, t) in inputs.iter().enumerate() {
+                let bytes = tensor_bytes(t).ok_or_else(|| {
+                    KError::Decline(format!("{} values stay on the host", t.dtype()))
+                })?;
+                match self.uploads.get(i) {
+                    Some(Some(_)) if mutants::active(Mutant::StaleReplayInput) => {
+                        // Written where the graph does not read: it replays the captured inputs.
+                    }
+                    Some(Some(k)) => {
+                        let pinned = &mut staging[*k];
+                        if pinned.bytes < bytes.len() {
+                            return Err(KError::Op(OpError::Invalid(format!(
+                                "replay input {i} has {} bytes, the graph {}",
+                                bytes.len(),
+                                pinned.bytes
+                            ))));
+                        }
+                        memory::stage(&mut pinned.as_mut_slice()[..bytes.len()], &bytes);
+                        Counters::bump(&counters.h2d_bytes, bytes.len() as u64);
+                        Counters::bump(&counters.h2d_calls, 1);
+                    }
+                    Some(None) if bytes.is_empty() => {}
+                    _ => {
+                        return Err(KError::Op(OpError::Invalid(format!(
+                            "replay input {i} does not match the captured run"
+                        ))));
+                    }
+                }
+            }
+            let stream = device.take_stream()?;
+            let ran = self
+                .graph
+                .launch(&stream)
+                .and_then(|_| stream.synchronize());
+            device.give_streams(vec![stream]);
+            ran?;
+        }
+        if let Some(f) = raised(&self.checks) {
+            return Err(KError::Fault(f));
+        }
+        for l in &self.later {
+            Counters::bump(&counters.d2h_bytes, l.bytes as u64);
+            Counters::bump(&counters.d2h_calls, 1);
+        }
+        self.later
+            .iter()
+            .map(|l| {
+                tensor_from_bytes(l.dtype, &l.shape, &l.pinned.as_slice()[..l.bytes])
+                    .ok_or_else(|| KError::Op(OpError::Invalid("cannot rebuild an output".into())))
+            })
+            .collect()
+    }
+}
+
+impl Drop for Captured {
+    fn drop(&mut self) {
+        // The graph goes first; then nothing refers to the buffers any more.
+        for m in self.parked.drain(..) {
+            self.device_pool.give(m);
+        }
+        self.alive.clear();
+        drop(std::mem::take(&mut self.events));
+    }
+}

@@ -1,0 +1,358 @@
+//! Device memory: a size-classed buffer pool with a budget, pinned staging buffers, the byte views of
+//! host tensors, and the per-session weight-residency cache (`quorum_core::weights`, one implementation
+//! for every accelerator; the free lists are `quorum_core::freelist`'s, shared with wgpu).
+//!
+//! No buffer returns to the shared pool while a stream may still use it: a run's buffers go back
+//! only after all its streams have synchronised; a buffer freed mid-run is reused by that run's
+//! later allocations only, and an allocation on another stream first waits for the events of its
+//! readers (gathered over every handle of the buffer) and for the point where it was freed.
+//! Buffers a run reads but did not allocate (resident weights) are held by the run until its
+//! streams have finished (by its captured graph, for as long as the graph lives), and the weight
+//! and module caches keep the first copy inserted, so a copy another run already launched with is
+//! never dropped (`device-tests/tests/gpu/system.rs` shows the hold on a device of its own pool,
+//! and that without it another run's poison is read).
+use std::borrow::Cow;
+use std::sync::{Arc, Mutex};
+
+use ndarray::{ArrayD, IxDyn};
+
+use super::driver::{Context, CudaError, DeviceMemory, PinnedMemory, Result};
+pub use quorum_core::counters::{CounterSnapshot, Counters};
+use quorum_core::freelist::{Block, FreeLists, TakeError};
+use quorum_core::tensor::{DType, Tensor};
+
+pub use quorum_core::freelist::size_class;
+
+/// Free device blocks by size class, with a budget on everything allocated (free or in use).
+pub struct Pool {
+    ctx: Arc<Context>,
+    budget: usize,
+    state: Mutex<FreeLists<DeviceMemory>>,
+}
+
+impl Block for DeviceMemory {
+    fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+impl Pool {
+    pub fn new(ctx: Arc<Context>, budget: usize) -> Pool {
+        Pool {
+            ctx,
+            budget,
+            state: Mutex::new(FreeLists::default()),
+        }
+    }
+
+    /// A block of at least `bytes`. The caller must only hand a block back (`give`) once no stream
+    /// still uses it; blocks freed in the middle of a run go to that run's own list instead.
+    pub fn take(&self, bytes: usize, counters: &Counters) -> Result<DeviceMemory> {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let alloc = |class| DeviceMemory::alloc(&self.ctx, class);
+        match st.take(size_class(bytes), self.budget, alloc, drop) {
+            Ok((m, hit)) => {
+                let c = if hit {
+                    &counters.pool_hits
+                } else {
+                    &counters.pool_misses
+                };
+                Counters::bump(c, 1);
+                Ok(m)
+            }
+            Err(TakeError::Alloc(e)) => Err(e),
+            Err(TakeError::OverBudget {
+                asked,
+                held,
+                budget,
+            }) => Err(CudaError::OverBudget {
+                asked,
+                held,
+                budget,
+            }),
+        }
+    }
+
+    pub fn give(&self, m: DeviceMemory) {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).give(m);
+    }
+
+    /// Bytes allocated from the device (in use or cached).
+    /// The bytes it may hold (cached or in use).
+    pub fn budget(&self) -> usize {
+        self.budget
+    }
+
+    pub fn held(&self) -> usize {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).held()
+    }
+}
+
+/// Pinned host buffers, reused across transfers.
+pub struct StagingPool {
+    ctx: Arc<Context>,
+    free: Mutex<Vec<PinnedMemory>>,
+}
+
+impl StagingPool {
+    pub fn new(ctx: Arc<Context>) -> StagingPool {
+        StagingPool {
+            ctx,
+            free: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub fn take(&self, bytes: usize) -> Result<PinnedMemory> {
+        let class = size_class(bytes);
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = free.iter().position(|p| p.bytes == class) {
+            return Ok(free.swap_remove(i));
+        }
+        drop(free);
+        PinnedMemory::alloc(&self.ctx, class)
+    }
+
+    pub fn give(&self, p: PinnedMemory) {
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        // Keep a bounded cache: pinned memory is scarce.
+        if free.len() < 16 {
+            free.push(p);
+        }
+    }
+}
+
+/// Element size on the device; `None` for types that stay on the host (strings, packed formats).
+pub fn device_elem_size(d: DType) -> Option<usize> {
+    match d {
+        DType::Str => None,
+        d if d.is_narrow_float() => None,
+        DType::F32 | DType::I32 | DType::U32 => Some(4),
+        DType::F64 | DType::I64 | DType::U64 => Some(8),
+        DType::F16 | DType::BF16 | DType::I16 | DType::U16 => Some(2),
+        DType::I8 | DType::U8 | DType::Bool => Some(1),
+        _ => None,
+    }
+}
+
+/// The bytes of a host tensor in row-major order, or `None` for types that stay on the host.
+pub fn tensor_bytes(t: &Tensor) -> Option<Cow<'_, [u8]>> {
+    fn raw<T: Copy>(a: &ArrayD<T>) -> Cow<'_, [u8]> {
+        // Plain-old-data element types only (callers below): their bytes are their representation,
+        // so a contiguous array is borrowed as it lies (a run's input goes to the staging buffer
+        // in one copy) and any other layout is gathered once.
+        let bytes = |s: &[T]| -> &[u8] {
+            // SAFETY: `s` is a live slice of `size_of_val(s)` initialised bytes, and every `T`
+            // here (floats, integers, bool, f16/bf16) has no padding.
+            unsafe { std::slice::from_raw_parts(s.as_ptr() as *const u8, std::mem::size_of_val(s)) }
+        };
+        match a.as_slice() {
+            Some(s) => Cow::Borrowed(bytes(s)),
+            None => Cow::Owned(bytes(&a.iter().copied().collect::<Vec<T>>()).to_vec()),
+        }
+    }
+    Some(match t {
+        Tensor::F32(a) => raw(a),
+        Tensor::F64(a) => raw(a),
+        Tensor::F16(a) => raw(a),
+        Tensor::BF16(a) => raw(a),
+        Tensor::I8(a) => raw(a),
+        Tensor::I16(a) => raw(a),
+        Tensor::I32(a) => raw(a),
+        Tensor::I64(a) => raw(a),
+        Tensor::U8(a) => raw(a),
+        Tensor::U16(a) => raw(a),
+        Tensor::U32(a) => raw(a),
+        Tensor::U64(a) => raw(a),
+        // A bool is one byte, 0 or 1.
+        Tensor::Bool(a) => raw(a),
+        Tensor::Str(_) | Tensor::Packed(..) => return None,
+    })
+}
+
+/// Copies a host tensor's bytes into a pinned staging buffer; a large input (a batch of images) is
+/// copied by several threads at once, since one core's memcpy is slower than the copy to the device
+/// that follows it.
+pub fn stage(dst: &mut [u8], src: &[u8]) {
+    const CHUNK: usize = 512 << 10;
+    if src.len() < 4 * CHUNK {
+        dst.copy_from_slice(src);
+        return;
+    }
+    use rayon::prelude::*;
+    dst.par_chunks_mut(CHUNK)
+        .zip(src.par_chunks(CHUNK))
+        .for_each(|(d, s)| d.copy_from_slice(s));
+}
+
+/// Rebuilds a host tensor from device bytes (`bytes.len()` = elements × element size).
+pub fn tensor_from_bytes(dtype: DType, shape: &[usize], bytes: &[u8]) -> Option<Tensor> {
+    fn arr<T: Copy>(shape: &[usize], bytes: &[u8]) -> Option<ArrayD<T>> {
+        let n: usize = shape.iter().product();
+        if bytes.len() != n * std::mem::size_of::<T>() {
+            return None;
+        }
+        // One pass over the bytes (no zeroing first): an output comes back on every run.
+        let mut v: Vec<T> = Vec::with_capacity(n);
+        // SAFETY: the capacity holds `bytes.len()` bytes; every `T` here is plain old data, so any
+        // bytes are a valid value, and all `n` elements are written before `set_len`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), v.as_mut_ptr() as *mut u8, bytes.len());
+            v.set_len(n);
+        }
+        ArrayD::from_shape_vec(IxDyn(shape), v).ok()
+    }
+    Some(match dtype {
+        DType::F32 => Tensor::F32(arr(shape, bytes)?),
+        DType::F64 => Tensor::F64(arr(shape, bytes)?),
+        DType::F16 => Tensor::F16(arr(shape, bytes)?),
+        DType::BF16 => Tensor::BF16(arr(shape, bytes)?),
+        DType::I8 => Tensor::I8(arr(shape, bytes)?),
+        DType::I16 => Tensor::I16(arr(shape, bytes)?),
+        DType::I32 => Tensor::I32(arr(shape, bytes)?),
+        DType::I64 => Tensor::I64(arr(shape, bytes)?),
+        DType::U8 => Tensor::U8(arr(shape, bytes)?),
+        DType::U16 => Tensor::U16(arr(shape, bytes)?),
+        DType::U32 => Tensor::U32(arr(shape, bytes)?),
+        DType::U64 => Tensor::U64(arr(shape, bytes)?),
+        DType::Bool => Tensor::Bool(arr::<u8>(shape, bytes)?.mapv(|b| b != 0)),
+        _ => return None,
+    })
+}
+
+/// A device buffer handed back to its pool on drop. Drops happen only when no stream still uses the
+/// buffer: values freed in the middle of a run are parked in that run until its stream has finished.
+pub struct DevBuf {
+    mem: Option<DeviceMemory>,
+    pool: Arc<Pool>,
+}
+
+impl DevBuf {
+    pub fn new(mem: DeviceMemory, pool: Arc<Pool>) -> DevBuf {
+        DevBuf {
+            mem: Some(mem),
+            pool,
+        }
+    }
+
+    pub fn ptr(&self) -> u64 {
+        self.mem.as_ref().map_or(0, |m| m.ptr)
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.mem.as_ref().map_or(0, |m| m.bytes)
+    }
+
+    /// Takes the memory out (for reuse within the same stream).
+    pub fn into_memory(mut self) -> Option<DeviceMemory> {
+        self.mem.take()
+    }
+}
+
+impl Drop for DevBuf {
+    fn drop(&mut self) {
+        if let Some(m) = self.mem.take() {
+            self.pool.give(m);
+        }
+    }
+}
+
+/// A tensor in device memory: row-major, contiguous. Views (Reshape and friends) share the buffer.
+#[derive(Clone)]
+pub struct DevTensor {
+    pub buf: Arc<DevBuf>,
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+}
+
+impl DevTensor {
+    pub fn len(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn ptr(&self) -> u64 {
+        self.buf.ptr()
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.len() * device_elem_size(self.dtype).unwrap_or(0)
+    }
+
+    /// The same data under another shape (same element count, checked by the caller).
+    pub fn view(&self, shape: Vec<usize>) -> DevTensor {
+        DevTensor {
+            buf: self.buf.clone(),
+            dtype: self.dtype,
+            shape,
+        }
+    }
+}
+
+/// The per-session cache of resident weights (`quorum_core::weights`).
+pub type WeightCache = quorum_core::weights::WeightCache<DevTensor>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn size_classes_cover_the_request() {
+        for b in [
+            0usize,
+            1,
+            255,
+            256,
+            257,
+            4096,
+            4097,
+            (64 << 20) - 1,
+            64 << 20,
+            (64 << 20) + 1,
+        ] {
+            let c = size_class(b);
+            assert!(c >= b && c >= 256, "{b} -> {c}");
+        }
+        assert_eq!(size_class(1000), 1024);
+        assert_eq!(size_class((64 << 20) + 1), (64 << 20) + (2 << 20));
+    }
+
+    #[test]
+    fn tensor_bytes_round_trip() {
+        let t = Tensor::from_f32(&[2, 3], vec![1.5, -2.0, 3.25, 0.1, 7.0, -0.0]).unwrap();
+        let b = tensor_bytes(&t).unwrap();
+        assert_eq!(b.len(), 24);
+        assert_eq!(tensor_from_bytes(DType::F32, &[2, 3], &b).unwrap(), t);
+        let t = Tensor::Bool(ArrayD::from_shape_vec(IxDyn(&[3]), vec![true, false, true]).unwrap());
+        let b = tensor_bytes(&t).unwrap();
+        assert_eq!(*b, [1, 0, 1]);
+        assert_eq!(tensor_from_bytes(DType::Bool, &[3], &b).unwrap(), t);
+        assert!(tensor_from_bytes(DType::F32, &[2], &[0; 7]).is_none());
+    }
+
+    #[test]
+    fn tensor_bytes_borrow_contiguous_arrays_and_gather_others() {
+        let a = ArrayD::from_shape_vec(IxDyn(&[2, 3]), vec![1i32, 2, 3, 4, 5, 6]).unwrap();
+        let t = Tensor::I32(a.clone());
+        assert!(matches!(tensor_bytes(&t), Some(Cow::Borrowed(_))));
+        // A transposed view: the bytes come in logical (row-major) order, gathered.
+        let tt = Tensor::I32(a.reversed_axes());
+        let b = tensor_bytes(&tt).unwrap();
+        assert!(matches!(b, Cow::Owned(_)));
+        let back = tensor_from_bytes(DType::I32, &[3, 2], &b).unwrap();
+        assert_eq!(back.to_i64_vec().unwrap(), vec![1, 4, 2, 5, 3, 6]);
+    }
+
+    #[test]
+    fn staging_copies_every_byte() {
+        // Below and above the size where several threads share the copy, with a ragged last chunk.
+        for n in [0usize, 17, (4 << 20) - 3, (5 << 20) + 12_345] {
+            let src: Vec<u8> = (0..n).map(|i| (i * 31 % 251) as u8 ^ 0x5a).collect();
+            let mut dst = vec![0xffu8; n];
+            stage(&mut dst, &src);
+            assert!(dst == src, "{n} bytes");
+        }
+    }
+}

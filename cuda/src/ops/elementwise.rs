@@ -1,0 +1,566 @@
+//! CUDA kernels: elementwise ops (unary, binary, variadic, comparisons, logic, BitShift, Where, Clip).
+//!
+//! One generator covers them all: a kernel over the broadcast output shape that loads each operand at
+//! its broadcast offset (constants baked into the PTX), converts it to the compute type, applies the
+//! op's expression and stores the result. Float ops compute in f32 (f16 operands are widened and the
+//! result rounded once; the expressions are in `elementwise/float.rs`); transcendental functions go
+//! through `math` in f64. Integer and bool operands keep their own type (`elementwise/int.rs`).
+use super::{offsets, require_u32_len, thread_index};
+use crate::decline;
+use crate::driver::Arg;
+use crate::ptx::{Cmp, Kernel, Reg, Space, Ty, module};
+use crate::{CudaKernel, DevTensor, Inputs, KError, KResult, Run, blocks, dev_input};
+use quorum_core::error::OpError;
+use quorum_core::ir::Node;
+use quorum_core::ops::OpCtx;
+use quorum_core::ops::broadcast::broadcast_shapes;
+use quorum_core::ops::unary_op::UnaryOp;
+use quorum_core::tensor::{DType, Tensor};
+
+mod float;
+mod int;
+
+use float::nan_max;
+pub(super) use float::{mod_expr, pow_expr, unary_expr};
+#[cfg(test)]
+pub(super) use int::tests::int_modules;
+
+/// The kernel for `node` if this family owns its op type.
+pub fn claim(node: &Node) -> Option<Result<CudaKernel, String>> {
+    let op = node.op_type.as_str();
+    Some(match op {
+        "Gelu" => quorum_core::device::forms::gelu_mode(node).map(|()| k_map as CudaKernel),
+        "Clip" => Ok(k_clip as CudaKernel),
+        "Where" => Ok(k_where as CudaKernel),
+        _ => Ok(k_map as CudaKernel),
+    })
+}
+
+/// How an operand is read into a register.
+pub(super) fn load(k: &mut Kernel, base: Reg, off: Reg, dtype: DType) -> KResult<Reg> {
+    Ok(match dtype {
+        DType::F32 => {
+            let a = k.addr(base, off, 4);
+            k.ld_nc(Ty::F32, a, 0)
+        }
+        DType::F16 => {
+            let a = k.addr(base, off, 2);
+            let h = k.ld_nc(Ty::F16, a, 0);
+            k.cvt(Ty::F32, Ty::F16, "", h)
+        }
+        DType::Bool => {
+            let a = k.addr(base, off, 1);
+            k.ld_nc(Ty::U8, a, 0)
+        }
+        DType::I32 => {
+            let a = k.addr(base, off, 4);
+            let v = k.ld_nc(Ty::S32, a, 0);
+            k.cvt(Ty::F32, Ty::S32, ".rn", v)
+        }
+        DType::I64 => {
+            let a = k.addr(base, off, 8);
+            let v = k.ld_nc(Ty::S64, a, 0);
+            k.cvt(Ty::F32, Ty::S64, ".rn", v)
+        }
+        d => decline!("elementwise operands of type {d}"),
+    })
+}
+
+pub(super) fn store(k: &mut Kernel, base: Reg, i: Reg, dtype: DType, v: Reg) -> KResult<()> {
+    match dtype {
+        DType::F32 => {
+            let a = k.addr(base, i, 4);
+            k.st(Space::Global, a, 0, v);
+        }
+        DType::F16 => {
+            let a = k.addr(base, i, 2);
+            let h = k.cvt(Ty::F16, Ty::F32, ".rn", v);
+            k.st(Space::Global, a, 0, h);
+        }
+        DType::Bool => {
+            let a = k.addr(base, i, 1);
+            k.st_u8(Space::Global, a, 0, v);
+        }
+        d => decline!("elementwise results of type {d}"),
+    }
+    Ok(())
+}
+
+/// How a map kernel reads its operands and writes its result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Io {
+    /// Converted to and from f32 ([`load`], [`store`]).
+    Float,
+    /// At their own width, in 32- or 64-bit integer registers (`int::load`, `int::store`).
+    Int,
+}
+
+/// A parameter a map kernel takes after `n`; its register is handed to the expression.
+enum Param {
+    /// A device pointer (a flag word the kernel may set).
+    Ptr(&'static str, DevTensor),
+    /// A scalar of a register type (a value with no plain PTX literal).
+    Scalar(&'static str, Ty, Arg),
+}
+
+/// The expression of a map kernel: the operands' registers and the extra parameters' registers in,
+/// the result out.
+type Expr<'a> = &'a dyn Fn(&mut Kernel, &[Reg], &[Reg]) -> KResult<Reg>;
+
+/// Runs `expr` over float operands broadcast to their common shape.
+fn map_kernel(
+    run: &Run,
+    operands: &[DevTensor],
+    out_dtype: DType,
+    expr: &dyn Fn(&mut Kernel, &[Reg]) -> KResult<Reg>,
+) -> KResult<DevTensor> {
+    map_kernel_with(
+        run,
+        operands,
+        out_dtype,
+        Io::Float,
+        Vec::new(),
+        &|k, v, _| expr(k, v),
+    )
+}
+
+/// Runs `expr` over operands broadcast to their common shape, read and written as `io` says, with
+/// `extra` parameters after `n`.
+fn map_kernel_with(
+    run: &Run,
+    operands: &[DevTensor],
+    out_dtype: DType,
+    io: Io,
+    extra: Vec<Param>,
+    expr: Expr,
+) -> KResult<DevTensor> {
+    let shapes: Vec<&[usize]> = operands.iter().map(|t| t.shape.as_slice()).collect();
+    let out_shape = broadcast_shapes(&shapes)?;
+    let n = require_u32_len(&out_shape)?;
+    let out = run.alloc(out_dtype, &out_shape)?;
+    if n == 0 {
+        return Ok(out);
+    }
+    let same_f32 = operands
+        .iter()
+        .all(|t| t.shape == out_shape && t.dtype == DType::F32);
+    if io == Io::Float && extra.is_empty() && same_f32 && out_dtype == DType::F32 && n % 4 == 0 {
+        return map_kernel_v4(run, operands, out, n, expr);
+    }
+    let shapes: Vec<&[usize]> = operands.iter().map(|t| t.shape.as_slice()).collect();
+    let (shape, st) = quorum_core::device::forms::broadcast_walk(&shapes, &out_shape);
+    let mut k = Kernel::new("ew");
+    let out_p = k.param_ptr("out");
+    let ptrs: Vec<Reg> = (0..operands.len())
+        .map(|j| k.param_ptr(&format!("in{j}")))
+        .collect();
+    let n_r = k.param("n", Ty::U32);
+    let i = thread_index(&mut k, n_r);
+    let mut args = vec![Arg::Ptr(out.ptr())];
+    args.extend(operands.iter().map(|t| Arg::Ptr(t.ptr())));
+    args.push(Arg::U32(n));
+    let mut extra_regs = Vec::with_capacity(extra.len());
+    for p in extra {
+        match p {
+            Param::Ptr(name, t) => {
+                extra_regs.push(k.param_ptr(name));
+                args.push(Arg::Ptr(t.ptr()));
+            }
+            Param::Scalar(name, ty, v) => {
+                extra_regs.push(k.param(name, ty));
+                args.push(v);
+            }
+        }
+    }
+    let offs = offsets(&mut k, i, &shape, &st);
+    let mut vals = Vec::with_capacity(operands.len());
+    for (j, t) in operands.iter().enumerate() {
+        vals.push(match io {
+            Io::Float => load(&mut k, ptrs[j], offs[j], t.dtype)?,
+            Io::Int => int::load(&mut k, ptrs[j], offs[j], t.dtype)?,
+        });
+    }
+    let y = expr(&mut k, &vals, &extra_regs)?;
+    match io {
+        Io::Float => store(&mut k, out_p, i, out_dtype, y)?,
+        Io::Int => int::store(&mut k, out_p, i, out_dtype, y)?,
+    }
+    let ptx = module(run.cc(), &[k]);
+    run.launch(
+        &ptx,
+        "ew",
+        (blocks(n as usize, 256), 1, 1),
+        (256, 1, 1),
+        0,
+        &args,
+    )?;
+    Ok(out)
+}
+
+/// `a + b`, `a - b`, `a · b` or `a / b` with broadcasting, outside any session (benchmarks).
+pub fn binary(run: &Run, op: &str, a: &DevTensor, b: &DevTensor) -> KResult<DevTensor> {
+    let d = float_dtypes(op, &[a.clone(), b.clone()])?;
+    map_kernel(run, &[a.clone(), b.clone()], d, &|k, v| {
+        arith(k, op, v[0], v[1])
+    })
+}
+
+/// The four correctly rounded f32 arithmetic ops.
+fn arith(k: &mut Kernel, op: &str, a: Reg, b: Reg) -> KResult<Reg> {
+    Ok(match op {
+        "Add" => k.add(Ty::F32, a, b),
+        "Sub" => k.sub(Ty::F32, a, b),
+        "Mul" => k.mul(Ty::F32, a, b),
+        "Div" => k.div(Ty::F32, a, b),
+        other => decline!("no arithmetic op {other}"),
+    })
+}
+
+/// The same-shape f32 case: each thread moves four consecutive elements with 16-byte loads and
+/// stores (buffers are 256-byte aligned), a quarter of the memory instructions of the general kernel.
+fn map_kernel_v4(
+    run: &Run,
+    operands: &[DevTensor],
+    out: DevTensor,
+    n: u32,
+    expr: Expr,
+) -> KResult<DevTensor> {
+    let quads = n / 4;
+    let mut k = Kernel::new("ew4");
+    let out_p = k.param_ptr("out");
+    let ptrs: Vec<Reg> = (0..operands.len())
+        .map(|j| k.param_ptr(&format!("in{j}")))
+        .collect();
+    let n_r = k.param("n", Ty::U32);
+    let i = thread_index(&mut k, n_r);
+    let mut lanes: Vec<[Reg; 4]> = Vec::with_capacity(operands.len());
+    for &p in &ptrs {
+        let a = k.addr(p, i, 16);
+        let r = [
+            k.reg(Ty::F32),
+            k.reg(Ty::F32),
+            k.reg(Ty::F32),
+            k.reg(Ty::F32),
+        ];
+        k.raw(format_args!(
+            "ld.global.nc.v4.f32 {{{}, {}, {}, {}}}, [{a}]",
+            r[0], r[1], r[2], r[3]
+        ));
+        lanes.push(r);
+    }
+    let mut ys = Vec::with_capacity(4);
+    for lane in 0..4 {
+        let vals: Vec<Reg> = lanes.iter().map(|r| r[lane]).collect();
+        ys.push(expr(&mut k, &vals, &[])?);
+    }
+    let oa = k.addr(out_p, i, 16);
+    k.raw(format_args!(
+        "st.global.v4.f32 [{oa}], {{{}, {}, {}, {}}}",
+        ys[0], ys[1], ys[2], ys[3]
+    ));
+    let ptx = module(run.cc(), &[k]);
+    let mut args = vec![Arg::Ptr(out.ptr())];
+    args.extend(operands.iter().map(|t| Arg::Ptr(t.ptr())));
+    args.push(Arg::U32(quads));
+    run.launch(
+        &ptx,
+        "ew4",
+        (blocks(quads as usize, 256), 1, 1),
+        (256, 1, 1),
+        0,
+        &args,
+    )?;
+    Ok(out)
+}
+
+fn float_dtypes(op: &str, ts: &[DevTensor]) -> KResult<DType> {
+    let d = ts[0].dtype;
+    if !matches!(d, DType::F32 | DType::F16) {
+        decline!("{op} on {d}: the CUDA kernels take float32 and float16");
+    }
+    for t in &ts[1..] {
+        if t.dtype != d && !(op == "Pow" && matches!(t.dtype, DType::F32 | DType::I32 | DType::I64))
+        {
+            decline!("{op} operands {d} and {}", t.dtype);
+        }
+    }
+    Ok(d)
+}
+
+fn all_inputs(inputs: &dyn Inputs) -> KResult<Vec<DevTensor>> {
+    let mut v = Vec::new();
+    for i in 0..inputs.len() {
+        if let Some(t) = inputs.dev(i)? {
+            v.push(t);
+        }
+    }
+    if v.is_empty() {
+        return Err(KError::Op(OpError::Invalid("no inputs".into())));
+    }
+    Ok(v)
+}
+
+/// Declines a binary node that broadcasts the pre-opset-7 way (`quorum_core::device::forms`).
+fn legacy_broadcast(ctx: &OpCtx, ts: &[DevTensor]) -> KResult<()> {
+    let shapes: Vec<&[usize]> = ts.iter().map(|t| t.shape.as_slice()).collect();
+    quorum_core::device::forms::legacy_broadcast(ctx, &shapes)?.map_err(KError::Decline)
+}
+
+/// Declines a PRelu whose slope does not broadcast onto X (`quorum_core::device::forms`).
+fn require_prelu_slope(x: &DevTensor, slope: &DevTensor) -> KResult<()> {
+    quorum_core::device::forms::prelu_slope(&x.shape, &slope.shape).map_err(KError::Decline)
+}
+
+fn k_map(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>> {
+    let op = ctx.node.op_type.as_str();
+    let ts = all_inputs(inputs)?;
+    legacy_broadcast(ctx, &ts)?;
+    if let Some(out) = int::map(ctx, run, &ts)? {
+        return Ok(vec![out]);
+    }
+    let out = match op {
+        "Not" | "And" | "Or" | "Xor" => {
+            for t in &ts {
+                if t.dtype != DType::Bool {
+                    decline!("{op} on {}", t.dtype);
+                }
+            }
+            map_kernel(run, &ts, DType::Bool, &|k, v| {
+                Ok(match op {
+                    "Not" => k.xor(Ty::U16, v[0], 1u32),
+                    "And" => k.and(Ty::U16, v[0], v[1]),
+                    "Or" => k.or(Ty::U16, v[0], v[1]),
+                    _ => k.xor(Ty::U16, v[0], v[1]),
+                })
+            })?
+        }
+        "IsNaN" | "IsInf" => {
+            float_dtypes(op, &ts)?;
+            let (pos, neg) = (
+                ctx.attr_i("detect_positive", 1)? != 0,
+                ctx.attr_i("detect_negative", 1)? != 0,
+            );
+            map_kernel(run, &ts, DType::Bool, &|k, v| {
+                let p = if op == "IsNaN" {
+                    k.setp(Cmp::Nan, Ty::F32, v[0], v[0])
+                } else {
+                    let a = k.setp(Cmp::Eq, Ty::F32, v[0], f32::INFINITY);
+                    let b = k.setp(Cmp::Eq, Ty::F32, v[0], f32::NEG_INFINITY);
+                    match (pos, neg) {
+                        (true, true) => k.pred_or(a, b),
+                        (true, false) => a,
+                        (false, true) => b,
+                        (false, false) => k.pred_and(a, b),
+                    }
+                };
+                Ok(k.selp(Ty::U16, 1u32, 0u32, p))
+            })?
+        }
+        "Equal" | "Less" | "LessOrEqual" | "Greater" | "GreaterOrEqual" => {
+            float_dtypes(op, &ts)?;
+            if ts.len() != 2 {
+                return Err(KError::Op(OpError::Invalid(format!(
+                    "{op} takes two inputs"
+                ))));
+            }
+            let c = match op {
+                "Equal" => Cmp::Eq,
+                "Less" => Cmp::Lt,
+                "LessOrEqual" => Cmp::Le,
+                "Greater" => Cmp::Gt,
+                _ => Cmp::Ge,
+            };
+            map_kernel(run, &ts, DType::Bool, &|k, v| {
+                let p = k.setp(c, Ty::F32, v[0], v[1]);
+                Ok(k.selp(Ty::U16, 1u32, 0u32, p))
+            })?
+        }
+        "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Mod" | "PRelu" => {
+            let d = float_dtypes(op, &ts)?;
+            if ts.len() != 2 {
+                return Err(KError::Op(OpError::Invalid(format!(
+                    "{op} takes two inputs"
+                ))));
+            }
+            let fmod = ctx.attr_i("fmod", 0)? != 0;
+            if op == "PRelu" {
+                require_prelu_slope(&ts[0], &ts[1])?;
+            }
+            map_kernel(run, &ts, d, &|k, v| {
+                Ok(match op {
+                    "Add" | "Sub" | "Mul" | "Div" => arith(k, op, v[0], v[1])?,
+                    "Pow" => pow_expr(k, v[0], v[1]),
+                    "Mod" => mod_expr(k, v[0], v[1], fmod),
+                    _ => {
+                        let sx = k.mul(Ty::F32, v[0], v[1]);
+                        let neg = k.setp(Cmp::Lt, Ty::F32, v[0], 0.0f32);
+                        k.selp(Ty::F32, sx, v[0], neg)
+                    }
+                })
+            })?
+        }
+        "Sum" | "Mean" | "Max" | "Min" => {
+            let d = float_dtypes(op, &ts)?;
+            let count = ts.len();
+            map_kernel(run, &ts, d, &|k, v| {
+                let mut acc = v[0];
+                for &x in &v[1..] {
+                    acc = match op {
+                        "Sum" | "Mean" => k.add(Ty::F32, acc, x),
+                        "Max" => nan_max(k, acc, x, true),
+                        _ => nan_max(k, acc, x, false),
+                    };
+                }
+                if op == "Mean" {
+                    acc = k.div(Ty::F32, acc, count as f32);
+                }
+                Ok(acc)
+            })?
+        }
+        "BitShift" => decline!(
+            "BitShift on {}: the CPU kernel takes integers only",
+            ts[0].dtype
+        ),
+        _ => {
+            let d = float_dtypes(op, &ts)?;
+            if ts.len() != 1 {
+                return Err(KError::Op(OpError::Invalid(format!(
+                    "{op} takes one input"
+                ))));
+            }
+            let Some(u) = UnaryOp::parse(ctx)? else {
+                decline!("no CUDA expression for {op}");
+            };
+            map_kernel(run, &ts, d, &|k, v| Ok(unary_expr(k, u, v[0])))?
+        }
+    };
+    Ok(vec![out])
+}
+
+/// Clip's bound input `i` (opset 11 on), as `quorum_core::device::forms::clip_bound` takes it.
+pub(super) fn clip_bound(inputs: &dyn Inputs, i: usize, x: DType) -> KResult<Option<Tensor>> {
+    let bound = inputs.host(i)?;
+    quorum_core::device::forms::clip_bound(bound.as_deref(), i, x)?.map_err(KError::Decline)
+}
+
+fn k_clip(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>> {
+    let x = dev_input(inputs, 0)?;
+    if int::int_ty(x.dtype).is_some() {
+        return Ok(vec![int::clip(ctx, run, inputs, x)?]);
+    }
+    float_dtypes("Clip", std::slice::from_ref(&x))?;
+    let (lo, hi) = if ctx.opset() < 11 {
+        (
+            // Clip-6's defaults are the f32 limits, not infinities: Clip(±inf) is ±f32::MAX.
+            ctx.attr_f("min", f32::MIN)?,
+            ctx.attr_f("max", f32::MAX)?,
+        )
+    } else {
+        let bound = |i: usize, default: f32| -> KResult<f32> {
+            Ok(match clip_bound(inputs, i, x.dtype)? {
+                Some(b) => b.to_f64_vec()?.first().map_or(default, |&v| v as f32),
+                None => default,
+            })
+        };
+        (bound(1, f32::NEG_INFINITY)?, bound(2, f32::INFINITY)?)
+    };
+    let out = map_kernel(run, std::slice::from_ref(&x), x.dtype, &|k, v| {
+        // NaN stays NaN: comparisons with NaN are false.
+        let lt = k.setp(Cmp::Lt, Ty::F32, v[0], lo);
+        let y = k.selp(Ty::F32, lo, v[0], lt);
+        let gt = k.setp(Cmp::Gt, Ty::F32, y, hi);
+        Ok(k.selp(Ty::F32, hi, y, gt))
+    })?;
+    Ok(vec![out])
+}
+
+/// Where(cond, x, y) for any element type: the bits are moved, not interpreted.
+fn k_where(_: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>> {
+    let c = dev_input(inputs, 0)?;
+    let x = dev_input(inputs, 1)?;
+    let y = dev_input(inputs, 2)?;
+    if c.dtype != DType::Bool || x.dtype != y.dtype {
+        decline!("Where with {}, {}, {}", c.dtype, x.dtype, y.dtype);
+    }
+    let (ty, size) = match crate::memory::device_elem_size(x.dtype) {
+        Some(1) => (Ty::U8, 1),
+        Some(2) => (Ty::U16, 2),
+        Some(4) => (Ty::U32, 4),
+        Some(8) => (Ty::U64, 8),
+        _ => decline!("Where on {}", x.dtype),
+    };
+    let shapes = [c.shape.as_slice(), x.shape.as_slice(), y.shape.as_slice()];
+    let out_shape = broadcast_shapes(&shapes)?;
+    let n = require_u32_len(&out_shape)?;
+    let out = run.alloc(x.dtype, &out_shape)?;
+    if n == 0 {
+        return Ok(vec![out]);
+    }
+    let (shape, st) = quorum_core::device::forms::broadcast_walk(&shapes, &out_shape);
+    let mut k = Kernel::new("where");
+    let out_p = k.param_ptr("out");
+    let cp = k.param_ptr("c");
+    let xp = k.param_ptr("x");
+    let yp = k.param_ptr("y");
+    let n_r = k.param("n", Ty::U32);
+    let i = thread_index(&mut k, n_r);
+    let offs = offsets(&mut k, i, &shape, &st);
+    let ca = k.addr(cp, offs[0], 1);
+    let cv = k.ld_nc(Ty::U8, ca, 0);
+    let xa = k.addr(xp, offs[1], size);
+    let ya = k.addr(yp, offs[2], size);
+    let p = k.setp(Cmp::Ne, Ty::U16, cv, 0u32);
+    let src = k.selp(Ty::U64, xa, ya, p);
+    let v = k.ld_nc(ty, src, 0);
+    let oa = k.addr(out_p, i, size);
+    if ty == Ty::U8 {
+        k.st_u8(Space::Global, oa, 0, v);
+    } else {
+        k.st(Space::Global, oa, 0, v);
+    }
+    let ptx = module(run.cc(), &[k]);
+    run.launch(
+        &ptx,
+        "where",
+        (blocks(n as usize, 256), 1, 1),
+        (256, 1, 1),
+        0,
+        &[
+            Arg::Ptr(out.ptr()),
+            Arg::Ptr(c.ptr()),
+            Arg::Ptr(x.ptr()),
+            Arg::Ptr(y.ptr()),
+            Arg::U32(n),
+        ],
+    )?;
+    Ok(vec![out])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_claimed_op_has_a_kernel() {
+        let families = [
+            quorum_optable::Family::Unary,
+            quorum_optable::Family::Binary,
+        ];
+        for op in families
+            .into_iter()
+            .flat_map(quorum_optable::rows_of)
+            .map(|r| r.name)
+        {
+            let node = Node {
+                name: "n".into(),
+                op_type: op.to_string(),
+                domain: String::new(),
+                opset: 13,
+                inputs: vec![],
+                outputs: vec![],
+                attrs: Default::default(),
+            };
+            assert!(claim(&node).is_some_and(|r| r.is_ok()), "{op}");
+        }
+    }
+}

@@ -1,0 +1,804 @@
+//! The GEMM kernels shared by MatMul, Gemm and Conv: a register-tiled kernel (two tile shapes), a
+//! naive one-thread-per-output twin with the same parameters (for bisecting, `QUORUM_CUDA_GEMM=naive`),
+//! and the split-K reduction.
+//!
+//! `Y[z](m, n) = alpha · Σ_k A[z](m, k) · B[z](k, n) + beta · C[z](m, n)`, where `z` is the batch index
+//! (`ctaid.z`, split into three dims whose element strides are parameters, 0 for a broadcast operand),
+//! A is read at `a[m·lda + k]` (or `a[k·lda + m]` transposed), B at `b[k·ldb + n]` (or `b[n·ldb + k]`,
+//! or gathered from a convolution input: implicit im2col), C at `c[m·c_rs + n·c_cs]` (0 strides
+//! broadcast), Y at `y[m·ldy + n]`.
+//!
+//! Tiled kernel: 256 threads, block tile BM×BN×BK = 128×128×8 (8×8 outputs per thread) or 64×64×16
+//! (4×4 per thread). Each thread loads 4 consecutive elements of each operand per k-tile (one 16-byte
+//! load where allowed), stages them in double-buffered shared memory (A stored k-major, i.e.
+//! transposed, so the inner loop reads both operands with 16-byte shared loads), and accumulates its
+//! micro-tile with `fma.rn.f32`. Every global load is predicated on its (m|n, k) being in range and
+//! loads 0 otherwise, so partial tiles need no other care; every store is predicated likewise.
+use crate::driver::Arg;
+use crate::ptx::{Cmp, Kernel, Reg, Space, Ty};
+
+/// How the B operand is read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BSrc {
+    /// `B(k, n)` at `b[k·ldb + n]`, or at `b[n·ldb + k]` when `trans`; `vec`: 16-byte loads allowed.
+    Strided { trans: bool, vec: bool },
+    /// `B(k, n)` gathered from a convolution input: k = (channel, kernel tap), n = output position.
+    Im2col,
+}
+
+/// Most rows the skinny kernel handles.
+pub const SKINNY_ROWS: usize = 4;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Variant {
+    /// 128×128×8 block tile, 8×8 per thread.
+    Big,
+    /// 64×64×16 block tile, 4×4 per thread.
+    Small,
+    /// One thread per output (16×16 threads per block), no shared memory.
+    Naive,
+    /// At most this many rows (1, 2 or 4; GEMV-like): B streamed once with 16-byte loads, the
+    /// rows kept in registers; a warp per column when B is contiguous along k, else a block per 128
+    /// columns.
+    Skinny(u8),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TileCfg {
+    pub variant: Variant,
+    pub trans_a: bool,
+    /// 16-byte loads of A allowed (f32, lda % 4 == 0, aligned base and batch strides).
+    pub vec_a: bool,
+    pub b: BSrc,
+    /// C is read (present and beta != 0).
+    pub has_c: bool,
+    /// A, B, C and Y are f16 (computed in f32).
+    pub f16: bool,
+    /// Split-K partial: raw f32 sums into a workspace (no alpha, no C); `reduce_kernel` finishes.
+    pub split: bool,
+}
+
+impl TileCfg {
+    /// (BM, BN, BK, outputs per thread along m and n).
+    pub fn dims(&self) -> (usize, usize, usize, usize) {
+        match self.variant {
+            Variant::Big => (128, 128, 8, 8),
+            Variant::Small => (64, 64, 16, 4),
+            Variant::Naive => (16, 16, 1, 1),
+            Variant::Skinny(r) => match self.b {
+                BSrc::Strided { trans: true, .. } => (r as usize, 8, 128, 1),
+                _ => (r as usize, 128, 8, 1),
+            },
+        }
+    }
+
+    pub fn name(&self) -> String {
+        let v = match self.variant {
+            Variant::Big => "big".to_string(),
+            Variant::Small => "small".to_string(),
+            Variant::Naive => "naive".to_string(),
+            Variant::Skinny(r) => format!("skinny{r}"),
+        };
+        let b = match self.b {
+            BSrc::Strided { trans, vec } => format!("b{}{}", trans as u8, vec as u8),
+            BSrc::Im2col => "bim2col".to_string(),
+        };
+        format!(
+            "quorum_gemm_{v}_a{}{}_{b}_c{}_h{}_s{}",
+            self.trans_a as u8,
+            self.vec_a as u8,
+            self.has_c as u8,
+            self.f16 as u8,
+            self.split as u8
+        )
+    }
+
+    pub(crate) fn es(&self) -> usize {
+        if self.f16 { 2 } else { 4 }
+    }
+}
+
+/// Geometry of an implicit-im2col B operand (spatial dims padded to 3, leading ones).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Im2col {
+    pub ins: [u32; 3],
+    pub outs: [u32; 3],
+    pub k: [u32; 3],
+    pub s: [u32; 3],
+    pub d: [u32; 3],
+    pub pads: [i32; 3],
+}
+
+/// Everything one launch passes (pointers are device addresses, strides in elements).
+#[derive(Clone, Debug, Default)]
+pub struct GemmArgs {
+    pub a: u64,
+    pub b: u64,
+    pub c: u64,
+    pub y: u64,
+    pub m: u32,
+    pub n: u32,
+    pub k: u32,
+    pub lda: u32,
+    pub ldb: u32,
+    pub ldy: u32,
+    pub c_rs: u32,
+    pub c_cs: u32,
+    pub alpha: f32,
+    pub beta: f32,
+    /// Number of K splits (grid.z = batches · nsplit), chunk length along K, workspace stride per split.
+    pub nsplit: u32,
+    pub kc: u32,
+    pub ssy: u32,
+    /// Sizes of batch dims 1 and 2 (dim 0 is whatever grid.z / nsplit leaves).
+    pub d1: u32,
+    pub d2: u32,
+    pub sa: [u32; 3],
+    pub sb: [u32; 3],
+    pub sc: [u32; 3],
+    pub sy: [u32; 3],
+    pub im2col: Option<Im2col>,
+}
+
+impl GemmArgs {
+    /// The kernel arguments, in the order `build` declares them.
+    pub fn args(&self) -> Vec<Arg> {
+        let mut v = vec![
+            Arg::Ptr(self.a),
+            Arg::Ptr(self.b),
+            Arg::Ptr(self.c),
+            Arg::Ptr(self.y),
+        ];
+        for x in [
+            self.m, self.n, self.k, self.lda, self.ldb, self.ldy, self.c_rs, self.c_cs,
+        ] {
+            v.push(Arg::U32(x));
+        }
+        v.push(Arg::F32(self.alpha));
+        v.push(Arg::F32(self.beta));
+        for x in [self.nsplit, self.kc, self.ssy, self.d1, self.d2] {
+            v.push(Arg::U32(x));
+        }
+        for s in [self.sa, self.sb, self.sc, self.sy] {
+            v.extend(s.iter().map(|&x| Arg::U32(x)));
+        }
+        if let Some(g) = &self.im2col {
+            let ksz = g.k[0] * g.k[1] * g.k[2];
+            let in_sp = g.ins[0] * g.ins[1] * g.ins[2];
+            for x in [
+                g.ins[0],
+                g.ins[1],
+                g.ins[2],
+                g.outs[1] * g.outs[2],
+                g.outs[2],
+                g.k[1] * g.k[2],
+                g.k[2],
+                ksz,
+                in_sp,
+                g.s[0],
+                g.s[1],
+                g.s[2],
+                g.d[0],
+                g.d[1],
+                g.d[2],
+            ] {
+                v.push(Arg::U32(x));
+            }
+            v.extend(g.pads.iter().map(|&p| Arg::I32(p)));
+        }
+        v
+    }
+}
+
+/// The parameters every variant declares, loaded.
+pub(crate) struct Params {
+    pub(crate) a: Reg,
+    pub(crate) b: Reg,
+    pub(crate) c: Reg,
+    pub(crate) y: Reg,
+    pub(crate) m: Reg,
+    pub(crate) n: Reg,
+    pub(crate) lda: Reg,
+    pub(crate) ldb: Reg,
+    pub(crate) ldy: Reg,
+    pub(crate) c_rs: Reg,
+    pub(crate) c_cs: Reg,
+    pub(crate) alpha: Reg,
+    pub(crate) beta: Reg,
+    /// First k of this block's split, and the end of its k range.
+    pub(crate) kbeg: Reg,
+    pub(crate) kend: Reg,
+    pub(crate) g: Option<GeomRegs>,
+}
+
+#[derive(Clone, Copy)]
+pub(crate) struct GeomRegs {
+    pub(crate) ins: [Reg; 3],
+    pub(crate) o12: Reg,
+    pub(crate) o2: Reg,
+    pub(crate) k12: Reg,
+    pub(crate) k2: Reg,
+    pub(crate) ksz: Reg,
+    pub(crate) in_sp: Reg,
+    pub(crate) s: [Reg; 3],
+    pub(crate) d: [Reg; 3],
+    pub(crate) pads: [Reg; 3],
+}
+
+/// Declares the parameters and applies the batch and split offsets to the four pointers.
+pub(crate) fn params(k: &mut Kernel, cfg: &TileCfg) -> Params {
+    let es = cfg.es();
+    let a = k.param_ptr("a");
+    let b = k.param_ptr("b");
+    let c = k.param_ptr("c");
+    let y = k.param_ptr("y");
+    let [m, n, kk, lda, ldb, ldy, c_rs, c_cs] =
+        ["m", "n", "k", "lda", "ldb", "ldy", "c_rs", "c_cs"].map(|s| k.param(s, Ty::U32));
+    let alpha = k.param("alpha", Ty::F32);
+    let beta = k.param("beta", Ty::F32);
+    let [nsplit, kc, ssy, d1, d2] =
+        ["nsplit", "kc", "ssy", "d1", "d2"].map(|s| k.param(s, Ty::U32));
+    let st =
+        ["sa", "sb", "sc", "sy"].map(|op| [0, 1, 2].map(|j| k.param(&format!("{op}{j}"), Ty::U32)));
+    let g = if cfg.b == BSrc::Im2col {
+        let [
+            i0,
+            i1,
+            i2,
+            o12,
+            o2,
+            k12,
+            k2,
+            ksz,
+            in_sp,
+            s0,
+            s1,
+            s2,
+            d0,
+            dd1,
+            dd2,
+        ] = [
+            "i0", "i1", "i2", "o12", "o2", "k12", "k2", "ksz", "in_sp", "s0", "s1", "s2", "dl0",
+            "dl1", "dl2",
+        ]
+        .map(|s| k.param(s, Ty::U32));
+        let pads = ["pd0", "pd1", "pd2"].map(|s| k.param(s, Ty::S32));
+        Some(GeomRegs {
+            ins: [i0, i1, i2],
+            o12,
+            o2,
+            k12,
+            k2,
+            ksz,
+            in_sp,
+            s: [s0, s1, s2],
+            d: [d0, dd1, dd2],
+            pads,
+        })
+    } else {
+        None
+    };
+    // z = (batch index) · nsplit + split index; batch index = (z0 · d1 + z1) · d2 + z2.
+    let z = k.special("ctaid.z");
+    let split = k.rem(Ty::U32, z, nsplit);
+    let zb = k.div(Ty::U32, z, nsplit);
+    let z2 = k.rem(Ty::U32, zb, d2);
+    let t = k.div(Ty::U32, zb, d2);
+    let z1 = k.rem(Ty::U32, t, d1);
+    let z0 = k.div(Ty::U32, t, d1);
+    let mut ptrs = [a, b, c, y];
+    for (i, p) in ptrs.iter_mut().enumerate() {
+        let o = k.mul(Ty::U32, z0, st[i][0]);
+        let o = k.fma(Ty::U32, z1, st[i][1], o);
+        let o = k.fma(Ty::U32, z2, st[i][2], o);
+        let o = if i == 3 {
+            k.fma(Ty::U32, split, ssy, o)
+        } else {
+            o
+        };
+        // The workspace of a split launch is f32 whatever the inputs are.
+        let e = if i == 3 && cfg.split { 4 } else { es };
+        *p = k.addr(*p, o, e);
+    }
+    let kbeg = k.mul(Ty::U32, split, kc);
+    let kend0 = k.add(Ty::U32, kbeg, kc);
+    let kend = k.min(Ty::U32, kend0, kk);
+    Params {
+        a: ptrs[0],
+        b: ptrs[1],
+        c: ptrs[2],
+        y: ptrs[3],
+        m,
+        n,
+        lda,
+        ldb,
+        ldy,
+        c_rs,
+        c_cs,
+        alpha,
+        beta,
+        kbeg,
+        kend,
+        g,
+    }
+}
+
+/// `@p ld` of one element (f32, or f16 widened) into the existing f32 register `v`.
+pub(crate) fn load1(k: &mut Kernel, f16: bool, v: Reg, p: Reg, addr: Reg, off: i64) {
+    if f16 {
+        let h = k.reg(Ty::F16);
+        k.raw(format_args!("@{p} ld.global.nc.b16 {h}, [{addr}+{off}]"));
+        k.raw(format_args!("@{p} cvt.f32.f16 {v}, {h}"));
+    } else {
+        k.raw(format_args!("@{p} ld.global.nc.f32 {v}, [{addr}+{off}]"));
+    }
+}
+
+pub(crate) fn zero(k: &mut Kernel, v: Reg) {
+    k.raw(format_args!("mov.f32 {v}, 0f00000000"));
+}
+
+/// Loads 4 consecutive elements at `addr` into `vals` (0 where the predicate is false). With `vec`,
+/// a 16-byte load when all four are in range (`preds[3]` implies the others).
+pub(crate) fn load4(
+    k: &mut Kernel,
+    f16: bool,
+    vec: bool,
+    vals: [Reg; 4],
+    preds: [Reg; 4],
+    addr: Reg,
+) {
+    for v in vals {
+        zero(k, v);
+    }
+    let es = if f16 { 2 } else { 4 };
+    if vec && !f16 {
+        let p3 = preds[3];
+        k.raw(format_args!(
+            "@{p3} ld.global.nc.v4.f32 {{{}, {}, {}, {}}}, [{addr}+0]",
+            vals[0], vals[1], vals[2], vals[3]
+        ));
+        let np3 = k.pred_not(p3);
+        for i in 0..3 {
+            let q = k.pred_and(preds[i], np3);
+            load1(k, false, vals[i], q, addr, (i * es) as i64);
+        }
+    } else {
+        for i in 0..4 {
+            load1(k, f16, vals[i], preds[i], addr, (i * es) as i64);
+        }
+    }
+}
+
+/// One operand's per-thread load state in the tiled kernel.
+enum Loader {
+    /// Contiguous along k (A not transposed, B transposed): the thread loads (mn, k_off..k_off+4).
+    KContig { ptr: Reg, mn_ok: Reg, k_off: Reg },
+    /// Contiguous along m|n: the thread loads (mn..mn+4, k_off); `step` = BK rows in bytes.
+    MnContig {
+        ptr: Reg,
+        step: Reg,
+        q: [Reg; 4],
+        k_off: Reg,
+    },
+    /// Implicit im2col (B of a convolution): columns as MnContig, each with its base input coords.
+    Gather {
+        q: [Reg; 4],
+        base: [[Reg; 3]; 4],
+        k_off: Reg,
+    },
+}
+
+struct Operand {
+    ld: Loader,
+    vec: bool,
+    vals: [Reg; 4],
+    /// Byte offset of this thread's store position within the operand's shared buffer.
+    soff: Reg,
+    /// Tile length along m|n (shared rows hold `tile + 4` floats).
+    tile: usize,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn strided_operand(
+    k: &mut Kernel,
+    cfg: &TileCfg,
+    t: Reg,
+    base: Reg,
+    ld: Reg,
+    blk: Reg,
+    lim: Reg,
+    kbeg: Reg,
+    kcontig: bool,
+    vec: bool,
+) -> Operand {
+    let (bm, _, bk, _) = cfg.dims();
+    let tile = bm; // BM == BN in both tiled variants
+    let es = cfg.es();
+    let vals = [0; 4].map(|_| k.mov(Ty::F32, 0.0f32));
+    if kcontig {
+        let lanes = (bk / 4) as u32;
+        let mn_off = k.shr(Ty::U32, t, lanes.trailing_zeros());
+        let lane = k.and(Ty::U32, t, lanes - 1);
+        let k_off = k.shl(Ty::U32, lane, 2u32);
+        let mn = k.add(Ty::U32, blk, mn_off);
+        let mn_ok = k.setp(Cmp::Lt, Ty::U32, mn, lim);
+        let kk = k.add(Ty::U32, kbeg, k_off);
+        let idx = k.fma(Ty::U32, mn, ld, kk);
+        let ptr = k.addr(base, idx, es);
+        // Shared position: rows k_off.., column mn_off.
+        let so = k.mul(Ty::U32, k_off, ((tile + 4) * 4) as u32);
+        let soff = k.fma(Ty::U32, mn_off, 4u32, so);
+        Operand {
+            ld: Loader::KContig { ptr, mn_ok, k_off },
+            vec,
+            vals,
+            soff,
+            tile,
+        }
+    } else {
+        let lanes = (tile / 4) as u32;
+        let k_off = k.shr(Ty::U32, t, lanes.trailing_zeros());
+        let lane = k.and(Ty::U32, t, lanes - 1);
+        let mn_off = k.shl(Ty::U32, lane, 2u32);
+        let mn = k.add(Ty::U32, blk, mn_off);
+        let q = [0u32, 1, 2, 3].map(|i| {
+            let x = k.add(Ty::U32, mn, i);
+            k.setp(Cmp::Lt, Ty::U32, x, lim)
+        });
+        let kk = k.add(Ty::U32, kbeg, k_off);
+        let idx = k.fma(Ty::U32, kk, ld, mn);
+        let ptr = k.addr(base, idx, es);
+        let step = k.mul_wide(false, ld, (bk * es) as u32);
+        let so = k.mul(Ty::U32, k_off, ((tile + 4) * 4) as u32);
+        let soff = k.fma(Ty::U32, mn_off, 4u32, so);
+        Operand {
+            ld: Loader::MnContig {
+                ptr,
+                step,
+                q,
+                k_off,
+            },
+            vec,
+            vals,
+            soff,
+            tile,
+        }
+    }
+}
+
+/// The base input coordinates (`o·s − pad`, per spatial dim) of output position `p`.
+pub(crate) fn gather_base(k: &mut Kernel, g: &GeomRegs, p: Reg) -> [Reg; 3] {
+    let od = k.div(Ty::U32, p, g.o12);
+    let r = k.rem(Ty::U32, p, g.o12);
+    let oh = k.div(Ty::U32, r, g.o2);
+    let ow = k.rem(Ty::U32, r, g.o2);
+    let o = [od, oh, ow];
+    [0, 1, 2].map(|i| {
+        let x = k.mul(Ty::S32, o[i], g.s[i]);
+        k.sub(Ty::S32, x, g.pads[i])
+    })
+}
+
+/// Per-k part of the gather: (channel offset in elements, kernel tap offsets per dim).
+pub(crate) fn gather_k(k: &mut Kernel, g: &GeomRegs, kk: Reg) -> (Reg, [Reg; 3]) {
+    let c = k.div(Ty::U32, kk, g.ksz);
+    let kp = k.rem(Ty::U32, kk, g.ksz);
+    let kd = k.div(Ty::U32, kp, g.k12);
+    let r = k.rem(Ty::U32, kp, g.k12);
+    let kh = k.div(Ty::U32, r, g.k2);
+    let kw = k.rem(Ty::U32, r, g.k2);
+    let kt = [kd, kh, kw];
+    let off = [0, 1, 2].map(|i| k.mul(Ty::U32, kt[i], g.d[i]));
+    let coff = k.mul(Ty::U32, c, g.in_sp);
+    (coff, off)
+}
+
+/// Address and in-range predicate of one gathered element (`ok` already holds the k and n checks).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gather_addr(
+    k: &mut Kernel,
+    g: &GeomRegs,
+    b: Reg,
+    es: usize,
+    ok: Reg,
+    base: [Reg; 3],
+    coff: Reg,
+    off: [Reg; 3],
+) -> (Reg, Reg) {
+    let mut ok = ok;
+    let mut pos = [base[0]; 3];
+    for i in 0..3 {
+        pos[i] = k.add(Ty::S32, base[i], off[i]);
+        // Negative coordinates are huge as unsigned: one compare checks both ends.
+        let inr = k.setp(Cmp::Lt, Ty::U32, pos[i], g.ins[i]);
+        ok = k.pred_and(ok, inr);
+    }
+    let r = k.fma(Ty::U32, pos[0], g.ins[1], pos[1]);
+    let r = k.fma(Ty::U32, r, g.ins[2], pos[2]);
+    let idx = k.add(Ty::U32, coff, r);
+    (k.addr(b, idx, es), ok)
+}
+
+/// Loads the operand's elements of the k-tile starting at `kbase` into its registers.
+fn load_tile(k: &mut Kernel, cfg: &TileCfg, op: &Operand, p: &Params, kbase: Reg) {
+    let f16 = cfg.f16;
+    match &op.ld {
+        Loader::KContig { ptr, mn_ok, k_off } => {
+            let kk = k.add(Ty::U32, kbase, *k_off);
+            let preds = [0u32, 1, 2, 3].map(|i| {
+                let x = k.add(Ty::U32, kk, i);
+                let lt = k.setp(Cmp::Lt, Ty::U32, x, p.kend);
+                k.pred_and(*mn_ok, lt)
+            });
+            load4(k, f16, op.vec, op.vals, preds, *ptr);
+        }
+        Loader::MnContig { ptr, q, k_off, .. } => {
+            let kk = k.add(Ty::U32, kbase, *k_off);
+            let pk = k.setp(Cmp::Lt, Ty::U32, kk, p.kend);
+            let preds = q.map(|qi| k.pred_and(pk, qi));
+            load4(k, f16, op.vec, op.vals, preds, *ptr);
+        }
+        Loader::Gather { q, base, k_off } => {
+            let g = p.g.as_ref().expect("im2col geometry");
+            let kk = k.add(Ty::U32, kbase, *k_off);
+            let pk = k.setp(Cmp::Lt, Ty::U32, kk, p.kend);
+            let (coff, off) = gather_k(k, g, kk);
+            for i in 0..4 {
+                zero(k, op.vals[i]);
+                let ok = k.pred_and(pk, q[i]);
+                let (addr, ok) = gather_addr(k, g, p.b, cfg.es(), ok, base[i], coff, off);
+                load1(k, f16, op.vals[i], ok, addr, 0);
+            }
+        }
+    }
+}
+
+/// Moves the operand's pointer on by one k-tile.
+fn advance(k: &mut Kernel, cfg: &TileCfg, op: &Operand) {
+    let (_, _, bk, _) = cfg.dims();
+    match &op.ld {
+        Loader::KContig { ptr, .. } => {
+            k.raw(format_args!("add.u64 {ptr}, {ptr}, {}", bk * cfg.es()));
+        }
+        Loader::MnContig { ptr, step, .. } => k.raw(format_args!("add.u64 {ptr}, {ptr}, {step}")),
+        Loader::Gather { .. } => {}
+    }
+}
+
+/// Stores the operand's registers into the shared buffer at `buf` (u32 address of the buffer).
+fn store_tile(k: &mut Kernel, op: &Operand, buf: Reg) {
+    let a = k.add(Ty::U32, buf, op.soff);
+    match op.ld {
+        Loader::KContig { .. } => {
+            for i in 0..4 {
+                k.st(Space::Shared, a, (i * (op.tile + 4) * 4) as i64, op.vals[i]);
+            }
+        }
+        _ => {
+            let v = op.vals;
+            k.raw(format_args!(
+                "st.shared.v4.f32 [{a}+0], {{{}, {}, {}, {}}}",
+                v[0], v[1], v[2], v[3]
+            ));
+        }
+    }
+}
+
+/// Writes one output: `alpha·acc + beta·C` (or the raw sum for a split), predicated on `p`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn store_out(
+    k: &mut Kernel,
+    cfg: &TileCfg,
+    pr: &Params,
+    p: Reg,
+    acc: Reg,
+    yaddr: Reg,
+    row: Reg,
+    col: Reg,
+) {
+    if cfg.split {
+        k.raw(format_args!("@{p} st.global.f32 [{yaddr}+0], {acc}"));
+        return;
+    }
+    let mut v = k.mul(Ty::F32, acc, pr.alpha);
+    if cfg.has_c {
+        let co = k.mul(Ty::U32, row, pr.c_rs);
+        let co = k.fma(Ty::U32, col, pr.c_cs, co);
+        let ca = k.addr(pr.c, co, cfg.es());
+        let cv = k.mov(Ty::F32, 0.0f32);
+        load1(k, cfg.f16, cv, p, ca, 0);
+        v = k.fma(Ty::F32, pr.beta, cv, v);
+    }
+    if cfg.f16 {
+        let h = k.cvt(Ty::F16, Ty::F32, ".rn", v);
+        k.raw(format_args!("@{p} st.global.b16 [{yaddr}+0], {h}"));
+    } else {
+        k.raw(format_args!("@{p} st.global.f32 [{yaddr}+0], {v}"));
+    }
+}
+
+/// The tiled kernel for `cfg` (variant Big or Small).
+pub fn build_tiled(cfg: &TileCfg) -> Kernel {
+    let (bm, bn, bk, tt) = cfg.dims();
+    let es = cfg.es();
+    let yes = if cfg.split { 4 } else { es };
+    let mut k = Kernel::new(&cfg.name());
+    let p = params(&mut k, cfg);
+    let t = k.special("tid.x");
+    let tx = k.and(Ty::U32, t, 15u32);
+    let ty = k.shr(Ty::U32, t, 4u32);
+    let by = k.special("ctaid.y");
+    let mblk = k.mul(Ty::U32, by, bm as u32);
+    let bx = k.special("ctaid.x");
+    let nblk = k.mul(Ty::U32, bx, bn as u32);
+
+    let asz = bk * (bm + 4) * 4;
+    let bsz = bk * (bn + 4) * 4;
+    let stage = asz + bsz;
+    k.shared_array("smem", 2 * stage);
+    let sbase = k.shared_addr("smem");
+
+    let opa = strided_operand(
+        &mut k,
+        cfg,
+        t,
+        p.a,
+        p.lda,
+        mblk,
+        p.m,
+        p.kbeg,
+        !cfg.trans_a,
+        cfg.vec_a,
+    );
+    let opb = match cfg.b {
+        BSrc::Strided { trans, vec } => {
+            strided_operand(&mut k, cfg, t, p.b, p.ldb, nblk, p.n, p.kbeg, trans, vec)
+        }
+        BSrc::Im2col => {
+            let g = p.g.as_ref().expect("im2col geometry");
+            let lanes = (bn / 4) as u32;
+            let k_off = k.shr(Ty::U32, t, lanes.trailing_zeros());
+            let lane = k.and(Ty::U32, t, lanes - 1);
+            let mn_off = k.shl(Ty::U32, lane, 2u32);
+            let col = k.add(Ty::U32, nblk, mn_off);
+            let mut q = [t; 4];
+            let mut base = [[t; 3]; 4];
+            for i in 0..4 {
+                let c = k.add(Ty::U32, col, i as u32);
+                q[i] = k.setp(Cmp::Lt, Ty::U32, c, p.n);
+                base[i] = gather_base(&mut k, g, c);
+            }
+            let so = k.mul(Ty::U32, k_off, ((bn + 4) * 4) as u32);
+            let soff = k.fma(Ty::U32, mn_off, 4u32, so);
+            let vals = [0; 4].map(|_| k.mov(Ty::F32, 0.0f32));
+            Operand {
+                ld: Loader::Gather { q, base, k_off },
+                vec: false,
+                vals,
+                soff,
+                tile: bn,
+            }
+        }
+    };
+
+    let acc: Vec<Vec<Reg>> = (0..tt)
+        .map(|_| (0..tt).map(|_| k.mov(Ty::F32, 0.0f32)).collect())
+        .collect();
+
+    // Prologue: tile 0 into stage 0.
+    let kbase = k.mov(Ty::U32, p.kbeg);
+    load_tile(&mut k, cfg, &opa, &p, kbase);
+    load_tile(&mut k, cfg, &opb, &p, kbase);
+    let rd = k.mov(Ty::U32, 0u32);
+    let wr = k.mov(Ty::U32, stage as u32);
+    {
+        let ab = k.add(Ty::U32, sbase, rd);
+        store_tile(&mut k, &opa, ab);
+        let bb = k.add(Ty::U32, ab, asz as u32);
+        store_tile(&mut k, &opb, bb);
+    }
+    k.bar_sync();
+
+    // Per-thread read bases: A rows ty·4 (+64), B columns tx·4 (+64).
+    let a_rd = {
+        let o = k.shl(Ty::U32, ty, 4u32);
+        k.add(Ty::U32, sbase, o)
+    };
+    let b_rd = {
+        let o = k.shl(Ty::U32, tx, 4u32);
+        let o = k.add(Ty::U32, o, asz as u32);
+        k.add(Ty::U32, sbase, o)
+    };
+
+    // The k-tile loop: prefetch the next tile into registers, compute on the current stage, store
+    // the prefetched tile into the other stage, one barrier. A prefetch past kend loads zeros.
+    let ntiles = {
+        let span = k.sub(Ty::U32, p.kend, p.kbeg);
+        let x = k.add(Ty::U32, span, (bk - 1) as u32);
+        k.div(Ty::U32, x, bk as u32)
+    };
+    let kt = k.mov(Ty::U32, 0u32);
+    let top = k.new_label("ktile");
+    let done = k.new_label("kdone");
+    // kend <= kbeg happens only for an empty K (kend = kbeg = 0): the unsigned span is then 0.
+    k.label(&top);
+    let fin = k.setp(Cmp::Ge, Ty::U32, kt, ntiles);
+    k.bra_if(fin, false, &done);
+    k.raw(format_args!("add.u32 {kbase}, {kbase}, {bk}"));
+    advance(&mut k, cfg, &opa);
+    advance(&mut k, cfg, &opb);
+    load_tile(&mut k, cfg, &opa, &p, kbase);
+    load_tile(&mut k, cfg, &opb, &p, kbase);
+    let ar = k.add(Ty::U32, a_rd, rd);
+    let br = k.add(Ty::U32, b_rd, rd);
+    let groups = tt / 4;
+    for kk in 0..bk {
+        let mut av = Vec::with_capacity(tt);
+        let mut bv = Vec::with_capacity(tt);
+        for g in 0..groups {
+            av.extend(k.ld_v4(Space::Shared, ar, ((kk * (bm + 4) + g * 64) * 4) as i64));
+        }
+        for g in 0..groups {
+            bv.extend(k.ld_v4(Space::Shared, br, ((kk * (bn + 4) + g * 64) * 4) as i64));
+        }
+        for i in 0..tt {
+            for j in 0..tt {
+                k.fma_acc(acc[i][j], av[i], bv[j]);
+            }
+        }
+    }
+    {
+        let ab = k.add(Ty::U32, sbase, wr);
+        store_tile(&mut k, &opa, ab);
+        let bb = k.add(Ty::U32, ab, asz as u32);
+        store_tile(&mut k, &opb, bb);
+    }
+    k.bar_sync();
+    k.raw(format_args!("xor.b32 {rd}, {rd}, {stage}"));
+    k.raw(format_args!("xor.b32 {wr}, {wr}, {stage}"));
+    k.raw(format_args!("add.u32 {kt}, {kt}, 1"));
+    k.bra(&top);
+    k.label(&done);
+
+    // Epilogue: output (row, col) of micro-tile entry (i, j).
+    let rows: Vec<Reg> = (0..tt)
+        .map(|i| {
+            let r = k.fma(Ty::U32, ty, 4u32, mblk);
+            k.add(Ty::U32, r, ((i / 4) * 64 + i % 4) as u32)
+        })
+        .collect();
+    let cols: Vec<Reg> = (0..tt)
+        .map(|j| {
+            let c = k.fma(Ty::U32, tx, 4u32, nblk);
+            k.add(Ty::U32, c, ((j / 4) * 64 + j % 4) as u32)
+        })
+        .collect();
+    let pcol: Vec<Reg> = cols
+        .iter()
+        .map(|&c| k.setp(Cmp::Lt, Ty::U32, c, p.n))
+        .collect();
+    for i in 0..tt {
+        let prow = k.setp(Cmp::Lt, Ty::U32, rows[i], p.m);
+        let yrow = k.mul(Ty::U32, rows[i], p.ldy);
+        for j in 0..tt {
+            let pij = k.pred_and(prow, pcol[j]);
+            let yi = k.add(Ty::U32, yrow, cols[j]);
+            let ya = k.addr(p.y, yi, yes);
+            store_out(&mut k, cfg, &p, pij, acc[i][j], ya, rows[i], cols[j]);
+        }
+    }
+    k
+}
+
+/// The kernel for `cfg`.
+pub fn build(cfg: &TileCfg) -> Kernel {
+    match cfg.variant {
+        Variant::Naive => super::skinny::build_naive(cfg),
+        Variant::Skinny(_) => super::skinny::build_skinny(cfg),
+        _ => build_tiled(cfg),
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests;
