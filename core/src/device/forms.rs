@@ -83,98 +83,6 @@ pub fn clip_bound(
     Ok(Ok((b.len() == 1).then(|| b.clone())))
 }
 
-/// Conv's and ConvTranspose's `group`.
-pub fn conv_group(ctx: &OpCtx) -> Result<usize, OpError> {
-    let group = ctx.attr_i("group", 1)?;
-    if group < 1 {
-        return Err(OpError::Invalid(format!("group must be >= 1, got {group}")));
-    }
-    Ok(group as usize)
-}
-
-/// A convolution's bias (`bias_len` elements, if given) against its `m` output channels.
-pub fn conv_bias(bias_len: Option<usize>, m: usize) -> Result<(), OpError> {
-    match bias_len {
-        Some(len) if len != m => Err(OpError::Invalid(format!(
-            "bias has {len} elements, expected {m}"
-        ))),
-        _ => Ok(()),
-    }
-}
-
-/// A convolution's output shape: batch `n`, `m` channels, and the last `rank` of the geometry's
-/// three spatial output sizes (`outs`, leading ones padded for lower ranks).
-pub fn conv_out_shape(n: usize, m: usize, outs: &[usize; 3], rank: usize) -> Vec<usize> {
-    let mut s = vec![n, m];
-    s.extend_from_slice(&outs[3 - rank..]);
-    s
-}
-
-/// ScatterElements' updates must have the indices' shape.
-pub fn scatter_shape(upd: &[usize], indices: &[usize]) -> Result<(), OpError> {
-    if upd != indices {
-        return Err(OpError::Invalid(format!(
-            "updates of shape {upd:?} differ from indices of shape {indices:?}"
-        )));
-    }
-    Ok(())
-}
-
-/// A scatter's updates must have the data's dtype.
-pub fn scatter_dtype(upd: DType, x: DType) -> Result<(), OpError> {
-    if upd != x {
-        return Err(OpError::Invalid(format!(
-            "updates have dtype {upd}, the data {x}"
-        )));
-    }
-    Ok(())
-}
-
-/// ScatterND as lines of a scatter: the data offset of every update (each index tuple's slice,
-/// element by element), the number of updates per line (one per tuple) and the line count (the
-/// slice's size): element `e` of every slice is one line, its updates applied in tuple order.
-pub fn scatter_nd_lines(
-    x: (&[usize], DType),
-    indices: &Tensor,
-    upd: (&[usize], DType),
-) -> Result<(Vec<usize>, usize, usize), OpError> {
-    let (bases, slice) = crate::ops::data::index::scatter_nd_plan(x.0, indices, upd.0)?;
-    scatter_dtype(upd.1, x.1)?;
-    let offs = bases
-        .iter()
-        .flat_map(|&b| (0..slice).map(move |e| b + e))
-        .collect();
-    Ok((offs, bases.len(), slice))
-}
-
-/// Trilu's plan for input shape `xs` with `k` (0 when the input is omitted): whether it keeps the
-/// upper triangle, the matrix's rows and columns, and `k` clamped to `[-rows, cols]` (`c - r` lies
-/// in `[1 - rows, cols - 1]`, so the clamp keeps every decision and fits 32 bits).
-pub fn trilu_plan(ctx: &OpCtx, xs: &[usize], k: i64) -> Result<(bool, usize, usize, i32), OpError> {
-    let upper = ctx.attr_i("upper", 1)? != 0;
-    let r = xs.len();
-    if r < 2 {
-        return Err(OpError::Invalid(format!(
-            "Trilu needs rank >= 2, got {xs:?}"
-        )));
-    }
-    let (rows, cols) = (xs[r - 2], xs[r - 1]);
-    Ok((
-        upper,
-        rows,
-        cols,
-        k.clamp(-(rows as i64), cols as i64) as i32,
-    ))
-}
-
-/// Trilu's `k` from its input's values.
-pub fn trilu_k(k: &Tensor) -> Result<i64, OpError> {
-    k.to_i64_vec()?
-        .first()
-        .copied()
-        .ok_or_else(|| OpError::Invalid("Trilu k is empty".into()))
-}
-
 /// Gemm's `(m, k, n)` for 2-D `a` and `b` read as transposed by `ta`, `tb`.
 pub fn gemm_dims(a: &[usize], b: &[usize], ta: bool, tb: bool) -> Result<[usize; 3], OpError> {
     if a.len() != 2 || b.len() != 2 {
@@ -236,37 +144,6 @@ pub fn bits_le(bytes: &[u8]) -> u64 {
         .take(8)
         .enumerate()
         .fold(0u64, |a, (i, &x)| a | ((x as u64) << (8 * i)))
-}
-
-/// Conv's batch `n`, input channels `c` and output channels `m`, checked against the group.
-pub fn conv_channels(
-    xs: &[usize],
-    ws: &[usize],
-    group: usize,
-) -> Result<(usize, usize, usize), OpError> {
-    let (n, c, m) = (xs[0], xs[1], ws[0]);
-    if ws[1].checked_mul(group) != Some(c) || m % group != 0 {
-        return Err(OpError::Invalid(format!(
-            "Conv channels mismatch: X {xs:?}, W {ws:?}, group {group}"
-        )));
-    }
-    Ok((n, c, m))
-}
-
-/// ConvTranspose's batch `n`, input channels `c` and output channels per group, checked against
-/// the group.
-pub fn convt_channels(
-    xs: &[usize],
-    ws: &[usize],
-    group: usize,
-) -> Result<(usize, usize, usize), OpError> {
-    let (n, c) = (xs[0], xs[1]);
-    if ws[0] != c || c % group != 0 {
-        return Err(OpError::Invalid(format!(
-            "ConvTranspose channels mismatch: X {xs:?}, W {ws:?}, group {group}"
-        )));
-    }
-    Ok((n, c, ws[1]))
 }
 
 /// fdlibm's constants, digit for digit as published (more digits than an f64 keeps), for the

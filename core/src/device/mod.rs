@@ -19,7 +19,9 @@ use crate::error::OpError;
 use crate::tensor::{DType, Tensor, Value};
 
 pub mod claim;
+pub mod conv;
 pub mod forms;
+pub mod index;
 pub mod layout;
 pub mod movement;
 

@@ -20,13 +20,11 @@ use crate::driver::Arg;
 use crate::memory::DevTensor;
 use crate::ptx::{self, Cmp, Kernel, Reg, Space, Ty};
 use crate::{CudaKernel, Inputs, KError, KResult, Run, blocks, dev_input};
-use quorum_core::device::forms::{
-    conv_bias, conv_channels, conv_group, conv_out_shape, convt_channels,
-};
+use quorum_core::device::conv::{conv_plan, convt_plan};
 use quorum_core::error::OpError;
 use quorum_core::ir::Node;
 use quorum_core::ops::OpCtx;
-use quorum_core::ops::conv::{Geom, conv_geom, convt_geom};
+use quorum_core::ops::conv::Geom;
 use quorum_core::tensor::DType;
 
 /// The kernel for `node` if this family owns its op type.
@@ -93,11 +91,9 @@ fn u32s(v: [usize; 3]) -> KResult<[u32; 3]> {
 fn conv(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>> {
     let (x, w, bias, dtype) = operands("Conv", inputs)?;
     let (xs, ws) = (x.shape.clone(), w.shape.clone());
-    let group = conv_group(ctx)?;
-    let (n, c, m) = conv_channels(&xs, &ws, group)?;
-    conv_bias(bias.as_ref().map(|b| b.len()), m)?;
-    let g = conv_geom(ctx, &xs[2..], &ws[2..])?;
-    let oshape = conv_out_shape(n, m, &g.outs, xs.len() - 2);
+    let p = conv_plan(ctx, &xs, &ws, bias.as_ref().map(|b| b.len()))?;
+    let (group, n, c, m, cg, mg) = (p.group, p.n, p.c, p.m, p.cg, p.mg);
+    let (g, oshape) = (p.g, p.out_shape);
     let es = if dtype == DType::F16 { 2 } else { 4 };
     ctx.check_alloc(&oshape, es)?;
     require_u32_len(&xs)?;
@@ -107,7 +103,6 @@ fn conv(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>> 
     if y.is_empty() {
         return Ok(vec![y]);
     }
-    let (cg, mg) = (c / group, m / group);
     let in_sp: usize = g.ins.iter().product();
     let out_sp: usize = g.outs.iter().product();
     let ksz: usize = g.k.iter().product();
@@ -175,13 +170,9 @@ fn conv(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>> 
 fn conv_transpose(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>> {
     let (x, w, bias, dtype) = operands("ConvTranspose", inputs)?;
     let (xs, ws) = (x.shape.clone(), w.shape.clone());
-    let group = conv_group(ctx)?;
-    let (n, c, mg) = convt_channels(&xs, &ws, group)?;
-    let cg = c / group;
-    let m = mg * group;
-    conv_bias(bias.as_ref().map(|b| b.len()), m)?;
-    let g = convt_geom(ctx, &xs[2..], &ws[2..])?;
-    let oshape = conv_out_shape(n, m, &g.outs, xs.len() - 2);
+    let p = convt_plan(ctx, &xs, &ws, bias.as_ref().map(|b| b.len()))?;
+    let (group, cg, mg) = (p.group, p.cg, p.mg);
+    let (g, oshape) = (p.g, p.out_shape);
     let es = if dtype == DType::F16 { 2 } else { 4 };
     ctx.check_alloc(&oshape, es)?;
     require_u32_len(&xs)?;

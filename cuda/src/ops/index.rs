@@ -18,16 +18,16 @@ use crate::decline;
 use crate::driver::Arg;
 use crate::ptx::{Cmp, Kernel, Reg, Space, Ty, module};
 use crate::{CudaKernel, DevTensor, Inputs, KError, KResult, Run, blocks, dev_input};
-use quorum_core::device::forms::{
-    scatter_dtype, scatter_nd_lines, scatter_shape, trilu_k, trilu_plan,
+use quorum_core::device::index::{
+    ScatterLines, gather_elements_plan, one_hot_lines, scatter_elements_lines, scatter_nd_lines,
+    trilu_k, trilu_plan,
 };
 use quorum_core::error::OpError;
+use quorum_core::index_kernel;
 use quorum_core::ir::Node;
-use quorum_core::ops::data::index::{
-    Reduction, element_offsets, one_hot_plan, one_hot_pos, reduction,
-};
+use quorum_core::ops::OpCtx;
+use quorum_core::ops::data::index::Reduction;
 use quorum_core::ops::shape::{RangePlan, range_plan};
-use quorum_core::ops::{OpCtx, norm_axis};
 use quorum_core::tensor::{DType, Tensor, Value};
 
 /// Threads per block of every kernel here.
@@ -39,16 +39,7 @@ const MAX_SERIAL: u32 = 8192;
 
 /// The kernel for one of this family's nodes, None for other ops.
 pub fn claim(node: &Node) -> Option<Result<CudaKernel, String>> {
-    let k: CudaKernel = match node.op_type.as_str() {
-        "GatherElements" => k_gather_elements,
-        "ScatterElements" => k_scatter_elements,
-        "ScatterND" => k_scatter_nd,
-        "OneHot" => k_one_hot,
-        "Trilu" => k_trilu,
-        "Range" => k_range,
-        _ => return None,
-    };
-    Some(Ok(k))
+    index_kernel!(node.op_type.as_str(), CudaKernel).map(Ok)
 }
 
 fn invalid(msg: String) -> KError {
@@ -111,10 +102,7 @@ fn k_gather_elements(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec
     let x = dev_input(inputs, 0)?;
     let iv = host_value(inputs, 1, "GatherElements indices")?;
     let ind = as_tensor(&iv, "GatherElements indices")?;
-    let axis = norm_axis(ctx.attr_i("axis", 0)?, x.shape.len())?;
-    // The CPU's rule: shape fit and every index in range, or an error.
-    let offs = element_offsets(&x.shape, ind, axis)?;
-    let out_shape = ind.shape().to_vec();
+    let (offs, out_shape) = gather_elements_plan(ctx, &x.shape, ind)?;
     let n = require_u32_len(&out_shape)?;
     let out = run.alloc(x.dtype, &out_shape)?;
     if n == 0 {
@@ -238,25 +226,14 @@ fn k_scatter_elements(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Ve
     let upd = dev_input(inputs, 2)?;
     let iv = host_value(inputs, 1, "ScatterElements indices")?;
     let ind = as_tensor(&iv, "ScatterElements indices")?;
-    let axis = norm_axis(ctx.attr_i("axis", 0)?, x.shape.len())?;
-    scatter_shape(&upd.shape, ind.shape())?;
-    let offs = element_offsets(&x.shape, ind, axis)?;
-    scatter_dtype(upd.dtype, x.dtype)?;
-    let red = reduction(ctx)?;
-    require_u32_len(ind.shape())?;
-    let ishape = ind.shape();
-    let inner: usize = ishape[axis + 1..].iter().product();
-    let out = scatter_lines(
+    let lines = scatter_elements_lines(ctx, (&x.shape, x.dtype), ind, (&upd.shape, upd.dtype))?;
+    Ok(vec![scatter_lines(
         run,
         &x,
         &upd,
-        offs,
-        red,
-        ishape[axis],
-        inner,
+        lines,
         "ScatterElements",
-    )?;
-    Ok(vec![out])
+    )?])
 }
 
 /// ScatterND: each element of a slice is a line, whose updates (one per index tuple) apply in order.
@@ -265,26 +242,20 @@ fn k_scatter_nd(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevT
     let upd = dev_input(inputs, 2)?;
     let iv = host_value(inputs, 1, "ScatterND indices")?;
     let ind = as_tensor(&iv, "ScatterND indices")?;
-    let (offs, len, lines) = scatter_nd_lines((&x.shape, x.dtype), ind, (&upd.shape, upd.dtype))?;
-    let red = reduction(ctx)?;
-    let out = scatter_lines(run, &x, &upd, offs, red, len, lines, "ScatterND")?;
-    Ok(vec![out])
+    let lines = scatter_nd_lines(ctx, (&x.shape, x.dtype), ind, (&upd.shape, upd.dtype))?;
+    Ok(vec![scatter_lines(run, &x, &upd, lines, "ScatterND")?])
 }
 
-/// `out = x`, then along each line of `len` updates `inner` apart (update `p` at data offset
-/// `offs[p]`), the updates applied in order: `out[offs[p]] = red(out[offs[p]], upd[p])`. One thread
-/// per line, so duplicates within a line follow the definition's order.
-#[allow(clippy::too_many_arguments)]
+/// `out = x`, then the updates of `lines` applied in order, one thread per line:
+/// `out[offs[p]] = red(out[offs[p]], upd[p])`.
 fn scatter_lines(
     run: &Run,
     x: &DevTensor,
     upd: &DevTensor,
-    offs: Vec<usize>,
-    red: Reduction,
-    len: usize,
-    inner: usize,
+    lines: ScatterLines,
     what: &str,
 ) -> KResult<DevTensor> {
+    let (offs, len, inner, red) = (lines.offs, lines.len, lines.inner, lines.red);
     require_u32_len(&x.shape)?;
     let total = require_u32_len(&[offs.len()])?;
     let (bits, size) = elem_ty(x)?;
@@ -346,29 +317,23 @@ fn k_one_hot(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTens
     let ind = as_tensor(&iv, "OneHot indices")?;
     let dv = host_value(inputs, 1, "OneHot depth")?;
     let vv = host_value(inputs, 2, "OneHot values")?;
-    let (depth, axis, shape) = one_hot_plan(
+    let plan = one_hot_lines(
         ctx,
-        ind.shape(),
+        ind,
         as_tensor(&dv, "OneHot depth")?,
         as_tensor(&vv, "OneHot values")?,
     )?;
     let values = dev_input(inputs, 2)?;
-    let n = require_u32_len(&shape)?;
-    let out = run.alloc(values.dtype, &shape)?;
+    let n = require_u32_len(&plan.shape)?;
+    let out = run.alloc(values.dtype, &plan.shape)?;
     if n == 0 {
         return Ok(vec![out]);
     }
     let (ty, size) = elem_ty(&values)?;
-    let inner: usize = ind.shape()[axis..].iter().product();
-    let pos: Vec<i32> = ind
-        .to_f64_vec()?
-        .into_iter()
-        .map(|v| one_hot_pos(v, depth).map_or(-1, |p| p as i32))
-        .collect();
-    let pos = upload_offsets(run, pos)?;
+    let pos = upload_offsets(run, plan.pos)?;
     launch_1d(
         run,
-        one_hot_kernel(ty, size, depth as u32, inner as u32),
+        one_hot_kernel(ty, size, plan.depth as u32, plan.inner as u32),
         n,
         &[
             Arg::Ptr(out.ptr()),

@@ -11,12 +11,10 @@ use crate::memory::WTensor;
 use crate::run::{KResult, Run};
 use crate::wgsl;
 use quorum_core::backend::NodeInputs;
-use quorum_core::device::forms::{
-    conv_bias, conv_channels, conv_group, conv_out_shape, convt_channels,
-};
+use quorum_core::device::conv::{ConvPlan, conv_plan, convt_plan};
 use quorum_core::ir::Node;
 use quorum_core::ops::OpCtx;
-use quorum_core::ops::conv::{Geom, conv_geom, convt_geom};
+use quorum_core::ops::conv::Geom;
 
 pub fn claim(node: &Node) -> Option<Result<WgpuKernel, String>> {
     match node.op_type.as_str() {
@@ -58,6 +56,19 @@ struct Shape<'a> {
     mg: usize,
     groups: usize,
     g: &'a Geom,
+}
+
+impl<'a> Shape<'a> {
+    fn of(p: &'a ConvPlan) -> Shape<'a> {
+        Shape {
+            c: p.c,
+            cg: p.cg,
+            m: p.m,
+            mg: p.mg,
+            groups: p.group,
+            g: &p.g,
+        }
+    }
 }
 
 /// The shared WGSL: `setup`, `loadA`, `loadB`, `storeC` for the convolution `sh`, its geometry
@@ -150,31 +161,15 @@ fn loadA(m: u32, k: u32) -> f32 {{ return {wa}; }}
 
 fn k_conv(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<Vec<WTensor>> {
     let (x, w, bias) = operands("Conv", inputs)?;
-    let (xs, ws) = (x.shape.clone(), w.shape.clone());
-    let group = conv_group(ctx)?;
-    let (n, c, m) = conv_channels(&xs, &ws, group)?;
-    conv_bias(bias.as_ref().map(|b| b.len()), m)?;
-    let g = conv_geom(ctx, &xs[2..], &ws[2..])?;
-    let oshape = conv_out_shape(n, m, &g.outs, xs.len() - 2);
-    let out = run.alloc(x.dtype, &oshape)?;
+    let p = conv_plan(ctx, &x.shape, &w.shape, bias.as_ref().map(|b| b.len()))?;
+    let out = launch_shapes(run, &x, &w, &p)?;
     if out.is_empty() {
         return Ok(vec![out]);
     }
-    let (cg, mg) = (c / group, m / group);
-    let ksz: usize = g.k.iter().product();
-    let osp: usize = g.outs.iter().product();
-    super::u32_len(&xs)?;
-    super::u32_len(&ws)?;
-    super::u32_len(&oshape)?;
-    let sh = Shape {
-        c,
-        cg,
-        m,
-        mg,
-        groups: group,
-        g: &g,
-    };
-    check_pads(&g)?;
+    let (n, group, cg, mg) = (p.n, p.group, p.cg, p.mg);
+    let ksz: usize = p.g.k.iter().product();
+    let osp: usize = p.g.outs.iter().product();
+    let sh = Shape::of(&p);
     let mut ins = vec![&x, &w];
     ins.extend(bias.as_ref());
     if cg * ksz == 0 {
@@ -193,44 +188,35 @@ fn k_conv(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<Vec<WTenso
     Ok(vec![out])
 }
 
-/// Declines pads beyond 32 bits (the kernel's positions are i32).
-fn check_pads(g: &Geom) -> KResult<()> {
-    for &x in &g.pb {
-        if i32::try_from(x).is_err() {
-            decline!("pad {x} beyond 32 bits");
+/// The output of a convolution planned as `p`, allocated, after the checks every launch needs:
+/// sizes within 32 bits, pads that fit the kernel's i32 positions.
+fn launch_shapes(run: &Run, x: &WTensor, w: &WTensor, p: &ConvPlan) -> KResult<WTensor> {
+    let out = run.alloc(x.dtype, &p.out_shape)?;
+    if out.is_empty() {
+        return Ok(out);
+    }
+    super::u32_len(&x.shape)?;
+    super::u32_len(&w.shape)?;
+    super::u32_len(&p.out_shape)?;
+    for &pad in &p.g.pb {
+        if i32::try_from(pad).is_err() {
+            decline!("pad {pad} beyond 32 bits");
         }
     }
-    Ok(())
+    Ok(out)
 }
 
 fn k_conv_transpose(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<Vec<WTensor>> {
     let (x, w, bias) = operands("ConvTranspose", inputs)?;
-    let (xs, ws) = (x.shape.clone(), w.shape.clone());
-    let group = conv_group(ctx)?;
-    let (n, c, mg) = convt_channels(&xs, &ws, group)?;
-    let cg = c / group;
-    let m = mg * group;
-    conv_bias(bias.as_ref().map(|b| b.len()), m)?;
-    let g = convt_geom(ctx, &xs[2..], &ws[2..])?;
-    let oshape = conv_out_shape(n, m, &g.outs, xs.len() - 2);
-    let out = run.alloc(x.dtype, &oshape)?;
+    let p = convt_plan(ctx, &x.shape, &w.shape, bias.as_ref().map(|b| b.len()))?;
+    let out = launch_shapes(run, &x, &w, &p)?;
     if out.is_empty() {
         return Ok(vec![out]);
     }
-    let ksz: usize = g.k.iter().product();
-    let osp: usize = g.outs.iter().product();
-    super::u32_len(&xs)?;
-    super::u32_len(&ws)?;
-    super::u32_len(&oshape)?;
-    let sh = Shape {
-        c,
-        cg,
-        m,
-        mg,
-        groups: group,
-        g: &g,
-    };
-    check_pads(&g)?;
+    let (n, group, cg, mg) = (p.n, p.group, p.cg, p.mg);
+    let ksz: usize = p.g.k.iter().product();
+    let osp: usize = p.g.outs.iter().product();
+    let sh = Shape::of(&p);
     let mut ins = vec![&x, &w];
     ins.extend(bias.as_ref());
     if cg * ksz == 0 {

@@ -15,31 +15,22 @@ use crate::memory::{WTensor, words};
 use crate::run::{KResult, Run};
 use crate::wgsl;
 use quorum_core::backend::NodeInputs;
-use quorum_core::device::forms::{
-    scatter_dtype, scatter_nd_lines, scatter_shape, trilu_k, trilu_plan,
+use quorum_core::device::index::{
+    ScatterLines, gather_elements_plan, one_hot_lines, scatter_elements_lines, scatter_nd_lines,
+    trilu_k, trilu_plan,
 };
+use quorum_core::index_kernel;
 use quorum_core::ir::Node;
-use quorum_core::ops::data::index::{
-    Reduction, element_offsets, one_hot_plan, one_hot_pos, reduction,
-};
+use quorum_core::ops::OpCtx;
+use quorum_core::ops::data::index::Reduction;
 use quorum_core::ops::shape::{RangePlan, range_plan};
-use quorum_core::ops::{OpCtx, norm_axis};
 use quorum_core::tensor::{DType, Tensor, Value};
 
 /// The longest line of in-order scatter updates one thread applies; longer lines run on the CPU.
 const MAX_SERIAL: usize = 8192;
 
 pub fn claim(node: &Node) -> Option<Result<WgpuKernel, String>> {
-    let k: WgpuKernel = match node.op_type.as_str() {
-        "GatherElements" => k_gather_elements,
-        "ScatterElements" => k_scatter_elements,
-        "ScatterND" => k_scatter_nd,
-        "OneHot" => k_one_hot,
-        "Trilu" => k_trilu,
-        "Range" => k_range,
-        _ => return None,
-    };
-    Some(Ok(k))
+    index_kernel!(node.op_type.as_str(), WgpuKernel).map(Ok)
 }
 
 /// Input `i` read on the host, as a tensor.
@@ -80,11 +71,7 @@ fn upload_words(run: &Run, v: Vec<i32>) -> KResult<WTensor> {
 fn k_gather_elements(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<Vec<WTensor>> {
     let x = dev(inputs, 0)?;
     let iv = host_tensor(inputs, 1, "GatherElements indices")?;
-    let ind = tensor_of(&iv);
-    let axis = norm_axis(ctx.attr_i("axis", 0)?, x.shape.len())?;
-    // The CPU's rule: shape fit and every index in range, or an error.
-    let offs = element_offsets(&x.shape, ind, axis)?;
-    let out_shape = ind.shape().to_vec();
+    let (offs, out_shape) = gather_elements_plan(ctx, &x.shape, tensor_of(&iv))?;
     let n = u32_len(&out_shape)? as usize;
     let out = run.alloc(x.dtype, &out_shape)?;
     if n == 0 {
@@ -127,26 +114,9 @@ fn k_scatter_elements(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResul
     let x = dev(inputs, 0)?;
     let upd = dev(inputs, 2)?;
     let iv = host_tensor(inputs, 1, "ScatterElements indices")?;
-    let ind = tensor_of(&iv);
-    let axis = norm_axis(ctx.attr_i("axis", 0)?, x.shape.len())?;
-    scatter_shape(&upd.shape, ind.shape())?;
-    let offs = element_offsets(&x.shape, ind, axis)?;
-    scatter_dtype(upd.dtype, x.dtype)?;
-    let red = reduction(ctx)?;
-    u32_len(ind.shape())?;
-    let ishape = ind.shape();
-    let inner: usize = ishape[axis + 1..].iter().product();
-    let out = scatter_lines(
-        run,
-        &x,
-        &upd,
-        offs,
-        red,
-        ishape[axis],
-        inner,
-        "ScatterElements",
-    )?;
-    Ok(vec![out])
+    let (xd, ud) = ((&x.shape[..], x.dtype), (&upd.shape[..], upd.dtype));
+    let lines = scatter_elements_lines(ctx, xd, tensor_of(&iv), ud)?;
+    scatter_lines(run, &x, &upd, lines, "ScatterElements").map(|out| vec![out])
 }
 
 /// ScatterND: each element of a slice is a line, whose updates (one per index tuple) apply in order.
@@ -154,27 +124,21 @@ fn k_scatter_nd(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<Vec<
     let x = dev(inputs, 0)?;
     let upd = dev(inputs, 2)?;
     let iv = host_tensor(inputs, 1, "ScatterND indices")?;
-    let ind = tensor_of(&iv);
-    let (offs, len, lines) = scatter_nd_lines((&x.shape, x.dtype), ind, (&upd.shape, upd.dtype))?;
-    let red = reduction(ctx)?;
-    let out = scatter_lines(run, &x, &upd, offs, red, len, lines, "ScatterND")?;
-    Ok(vec![out])
+    let (xd, ud) = ((&x.shape[..], x.dtype), (&upd.shape[..], upd.dtype));
+    let lines = scatter_nd_lines(ctx, xd, tensor_of(&iv), ud)?;
+    scatter_lines(run, &x, &upd, lines, "ScatterND").map(|out| vec![out])
 }
 
-/// `out = x`, then along each line of `len` updates `inner` apart (update `p` at data offset
-/// `offs[p]`), the updates applied in order: `out[offs[p]] = red(out[offs[p]], upd[p])`. One thread
-/// per line, so duplicates within a line follow the definition's order.
-#[allow(clippy::too_many_arguments)]
+/// `out = x`, then the updates of `lines` applied in order, one invocation per line:
+/// `out[offs[p]] = red(out[offs[p]], upd[p])`.
 fn scatter_lines(
     run: &Run,
     x: &WTensor,
     upd: &WTensor,
-    offs: Vec<usize>,
-    red: Reduction,
-    len: usize,
-    inner: usize,
+    lines: ScatterLines,
     what: &str,
 ) -> KResult<WTensor> {
+    let (offs, len, inner, red) = (lines.offs, lines.len, lines.inner, lines.red);
     let d = x.dtype;
     let float = match (red, d) {
         (Reduction::None, _) => false,
@@ -257,22 +221,16 @@ fn k_one_hot(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<Vec<WTe
     let iv = host_tensor(inputs, 0, "OneHot indices")?;
     let dv = host_tensor(inputs, 1, "OneHot depth")?;
     let vv = host_tensor(inputs, 2, "OneHot values")?;
-    let ind = tensor_of(&iv);
-    let (depth, axis, shape) = one_hot_plan(ctx, ind.shape(), tensor_of(&dv), tensor_of(&vv))?;
+    let plan = one_hot_lines(ctx, tensor_of(&iv), tensor_of(&dv), tensor_of(&vv))?;
+    let (depth, inner) = (plan.depth, plan.inner);
     let values = dev(inputs, 2)?;
-    let n = u32_len(&shape)? as usize;
-    let out = run.alloc(values.dtype, &shape)?;
+    let n = u32_len(&plan.shape)? as usize;
+    let out = run.alloc(values.dtype, &plan.shape)?;
     if n == 0 {
         return Ok(vec![out]);
     }
     let w = elem_words(&values)?;
-    let inner: usize = ind.shape()[axis..].iter().product();
-    let pos: Vec<i32> = ind
-        .to_f64_vec()?
-        .into_iter()
-        .map(|v| one_hot_pos(v, depth).map_or(-1, |p| p as i32))
-        .collect();
-    let pos = upload_words(run, pos)?;
+    let pos = upload_words(run, plan.pos)?;
     let body = format!(
         "let inner = P[1]; let depth = P[2];\n\
          let q = i / inner;\n\
