@@ -27,6 +27,7 @@ pub mod conv;
 pub mod data;
 pub mod elementwise;
 pub mod loss;
+pub mod map_op;
 pub mod matmul;
 pub mod matmul_bias;
 pub mod misc;

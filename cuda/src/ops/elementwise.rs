@@ -14,7 +14,7 @@ use quorum_core::error::OpError;
 use quorum_core::ir::Node;
 use quorum_core::ops::OpCtx;
 use quorum_core::ops::broadcast::broadcast_shapes;
-use quorum_core::ops::unary_op::UnaryOp;
+use quorum_core::ops::map_op::{Arith, Compare, Fold, Logic, MapOp};
 use quorum_core::tensor::{DType, Tensor};
 
 mod float;
@@ -107,12 +107,16 @@ enum Param {
 /// the result out.
 type Expr<'a> = &'a dyn Fn(&mut Kernel, &[Reg], &[Reg]) -> KResult<Reg>;
 
+/// The expression of a map kernel without extra parameters: the operands' registers in, the result
+/// out.
+type MapExpr<'a> = &'a dyn Fn(&mut Kernel, &[Reg]) -> KResult<Reg>;
+
 /// Runs `expr` over float operands broadcast to their common shape.
 fn map_kernel(
     run: &Run,
     operands: &[DevTensor],
     out_dtype: DType,
-    expr: &dyn Fn(&mut Kernel, &[Reg]) -> KResult<Reg>,
+    expr: MapExpr,
 ) -> KResult<DevTensor> {
     map_kernel_with(
         run,
@@ -198,22 +202,20 @@ fn map_kernel_with(
 }
 
 /// `a + b`, `a - b`, `a · b` or `a / b` with broadcasting, outside any session (benchmarks).
-pub fn binary(run: &Run, op: &str, a: &DevTensor, b: &DevTensor) -> KResult<DevTensor> {
-    let d = float_dtypes(op, &[a.clone(), b.clone()])?;
-    map_kernel(run, &[a.clone(), b.clone()], d, &|k, v| {
-        arith(k, op, v[0], v[1])
-    })
+pub fn binary(run: &Run, op: Arith, a: &DevTensor, b: &DevTensor) -> KResult<DevTensor> {
+    let ts = [a.clone(), b.clone()];
+    let d = float_dtypes(op.name(), &ts, false)?;
+    map_kernel(run, &ts, d, &|k, v| Ok(arith(k, op, v[0], v[1])))
 }
 
 /// The four correctly rounded f32 arithmetic ops.
-fn arith(k: &mut Kernel, op: &str, a: Reg, b: Reg) -> KResult<Reg> {
-    Ok(match op {
-        "Add" => k.add(Ty::F32, a, b),
-        "Sub" => k.sub(Ty::F32, a, b),
-        "Mul" => k.mul(Ty::F32, a, b),
-        "Div" => k.div(Ty::F32, a, b),
-        other => decline!("no arithmetic op {other}"),
-    })
+fn arith(k: &mut Kernel, op: Arith, a: Reg, b: Reg) -> Reg {
+    match op {
+        Arith::Add => k.add(Ty::F32, a, b),
+        Arith::Sub => k.sub(Ty::F32, a, b),
+        Arith::Mul => k.mul(Ty::F32, a, b),
+        Arith::Div => k.div(Ty::F32, a, b),
+    }
 }
 
 /// The same-shape f32 case: each thread moves four consecutive elements with 16-byte loads and
@@ -273,14 +275,16 @@ fn map_kernel_v4(
     Ok(out)
 }
 
-fn float_dtypes(op: &str, ts: &[DevTensor]) -> KResult<DType> {
+/// The float type of `op`'s operands `ts`: f32 or f16, every operand of it, but Pow's exponent
+/// (`pow`), which may also be f32, i32 or i64.
+fn float_dtypes(op: &str, ts: &[DevTensor], pow: bool) -> KResult<DType> {
     let d = ts[0].dtype;
     if !matches!(d, DType::F32 | DType::F16) {
         decline!("{op} on {d}: the CUDA kernels take float32 and float16");
     }
     for t in &ts[1..] {
-        if t.dtype != d && !(op == "Pow" && matches!(t.dtype, DType::F32 | DType::I32 | DType::I64))
-        {
+        let exponent = pow && matches!(t.dtype, DType::F32 | DType::I32 | DType::I64);
+        if t.dtype != d && !exponent {
             decline!("{op} operands {d} and {}", t.dtype);
         }
     }
@@ -315,126 +319,125 @@ fn k_map(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>>
     let op = ctx.node.op_type.as_str();
     let ts = all_inputs(inputs)?;
     legacy_broadcast(ctx, &ts)?;
-    if let Some(out) = int::map(ctx, run, &ts)? {
+    let Some(desc) = MapOp::parse(ctx)? else {
+        decline!("no CUDA expression for {op}");
+    };
+    if let Some(out) = int::map(run, op, desc, &ts)? {
         return Ok(vec![out]);
     }
-    let out = match op {
-        "Not" | "And" | "Or" | "Xor" => {
-            for t in &ts {
-                if t.dtype != DType::Bool {
-                    decline!("{op} on {}", t.dtype);
-                }
-            }
+    let out = match desc {
+        MapOp::Not => bool_map(run, op, &ts, &|k, v| Ok(k.xor(Ty::U16, v[0], 1u32)))?,
+        MapOp::Logic(l) => bool_map(run, op, &ts, &|k, v| {
+            Ok(match l {
+                Logic::And => k.and(Ty::U16, v[0], v[1]),
+                Logic::Or => k.or(Ty::U16, v[0], v[1]),
+                Logic::Xor => k.xor(Ty::U16, v[0], v[1]),
+            })
+        })?,
+        MapOp::IsNaN => {
+            float_dtypes(op, &ts, false)?;
             map_kernel(run, &ts, DType::Bool, &|k, v| {
-                Ok(match op {
-                    "Not" => k.xor(Ty::U16, v[0], 1u32),
-                    "And" => k.and(Ty::U16, v[0], v[1]),
-                    "Or" => k.or(Ty::U16, v[0], v[1]),
-                    _ => k.xor(Ty::U16, v[0], v[1]),
-                })
+                let p = k.setp(Cmp::Nan, Ty::F32, v[0], v[0]);
+                Ok(k.selp(Ty::U16, 1u32, 0u32, p))
             })?
         }
-        "IsNaN" | "IsInf" => {
-            float_dtypes(op, &ts)?;
-            let (pos, neg) = (
-                ctx.attr_i("detect_positive", 1)? != 0,
-                ctx.attr_i("detect_negative", 1)? != 0,
-            );
+        MapOp::IsInf { positive, negative } => {
+            float_dtypes(op, &ts, false)?;
             map_kernel(run, &ts, DType::Bool, &|k, v| {
-                let p = if op == "IsNaN" {
-                    k.setp(Cmp::Nan, Ty::F32, v[0], v[0])
-                } else {
-                    let a = k.setp(Cmp::Eq, Ty::F32, v[0], f32::INFINITY);
-                    let b = k.setp(Cmp::Eq, Ty::F32, v[0], f32::NEG_INFINITY);
-                    match (pos, neg) {
-                        (true, true) => k.pred_or(a, b),
-                        (true, false) => a,
-                        (false, true) => b,
-                        (false, false) => k.pred_and(a, b),
-                    }
+                let a = k.setp(Cmp::Eq, Ty::F32, v[0], f32::INFINITY);
+                let b = k.setp(Cmp::Eq, Ty::F32, v[0], f32::NEG_INFINITY);
+                let p = match (positive, negative) {
+                    (true, true) => k.pred_or(a, b),
+                    (true, false) => a,
+                    (false, true) => b,
+                    (false, false) => k.pred_and(a, b),
                 };
                 Ok(k.selp(Ty::U16, 1u32, 0u32, p))
             })?
         }
-        "Equal" | "Less" | "LessOrEqual" | "Greater" | "GreaterOrEqual" => {
-            float_dtypes(op, &ts)?;
-            if ts.len() != 2 {
-                return Err(KError::Op(OpError::Invalid(format!(
-                    "{op} takes two inputs"
-                ))));
-            }
-            let c = match op {
-                "Equal" => Cmp::Eq,
-                "Less" => Cmp::Lt,
-                "LessOrEqual" => Cmp::Le,
-                "Greater" => Cmp::Gt,
-                _ => Cmp::Ge,
-            };
+        MapOp::Compare(c) => {
+            float_dtypes(op, &ts, false)?;
+            desc.check_arity(op, ts.len())?;
+            let c = compare(c);
             map_kernel(run, &ts, DType::Bool, &|k, v| {
                 let p = k.setp(c, Ty::F32, v[0], v[1]);
                 Ok(k.selp(Ty::U16, 1u32, 0u32, p))
             })?
         }
-        "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Mod" | "PRelu" => {
-            let d = float_dtypes(op, &ts)?;
-            if ts.len() != 2 {
-                return Err(KError::Op(OpError::Invalid(format!(
-                    "{op} takes two inputs"
-                ))));
-            }
-            let fmod = ctx.attr_i("fmod", 0)? != 0;
-            if op == "PRelu" {
-                require_prelu_slope(&ts[0], &ts[1])?;
-            }
+        MapOp::Arith(a) => float_map(run, desc, op, &ts, &|k, v| Ok(arith(k, a, v[0], v[1])))?,
+        MapOp::Pow => float_map(run, desc, op, &ts, &|k, v| Ok(pow_expr(k, v[0], v[1])))?,
+        MapOp::Mod { fmod } => float_map(run, desc, op, &ts, &|k, v| {
+            Ok(mod_expr(k, v[0], v[1], fmod))
+        })?,
+        MapOp::PRelu => {
+            let d = float_dtypes(op, &ts, false)?;
+            desc.check_arity(op, ts.len())?;
+            require_prelu_slope(&ts[0], &ts[1])?;
             map_kernel(run, &ts, d, &|k, v| {
-                Ok(match op {
-                    "Add" | "Sub" | "Mul" | "Div" => arith(k, op, v[0], v[1])?,
-                    "Pow" => pow_expr(k, v[0], v[1]),
-                    "Mod" => mod_expr(k, v[0], v[1], fmod),
-                    _ => {
-                        let sx = k.mul(Ty::F32, v[0], v[1]);
-                        let neg = k.setp(Cmp::Lt, Ty::F32, v[0], 0.0f32);
-                        k.selp(Ty::F32, sx, v[0], neg)
-                    }
-                })
+                let sx = k.mul(Ty::F32, v[0], v[1]);
+                let neg = k.setp(Cmp::Lt, Ty::F32, v[0], 0.0f32);
+                Ok(k.selp(Ty::F32, sx, v[0], neg))
             })?
         }
-        "Sum" | "Mean" | "Max" | "Min" => {
-            let d = float_dtypes(op, &ts)?;
+        MapOp::Fold(f) => {
+            let d = float_dtypes(op, &ts, false)?;
             let count = ts.len();
             map_kernel(run, &ts, d, &|k, v| {
                 let mut acc = v[0];
                 for &x in &v[1..] {
-                    acc = match op {
-                        "Sum" | "Mean" => k.add(Ty::F32, acc, x),
-                        "Max" => nan_max(k, acc, x, true),
-                        _ => nan_max(k, acc, x, false),
+                    acc = match f {
+                        Fold::Sum | Fold::Mean => k.add(Ty::F32, acc, x),
+                        Fold::Max => nan_max(k, acc, x, true),
+                        Fold::Min => nan_max(k, acc, x, false),
                     };
                 }
-                if op == "Mean" {
+                if f == Fold::Mean {
                     acc = k.div(Ty::F32, acc, count as f32);
                 }
                 Ok(acc)
             })?
         }
-        "BitShift" => decline!(
+        MapOp::BitShift { .. } => decline!(
             "BitShift on {}: the CPU kernel takes integers only",
             ts[0].dtype
         ),
-        _ => {
-            let d = float_dtypes(op, &ts)?;
-            if ts.len() != 1 {
-                return Err(KError::Op(OpError::Invalid(format!(
-                    "{op} takes one input"
-                ))));
-            }
-            let Some(u) = UnaryOp::parse(ctx)? else {
-                decline!("no CUDA expression for {op}");
-            };
-            map_kernel(run, &ts, d, &|k, v| Ok(unary_expr(k, u, v[0])))?
-        }
+        MapOp::Unary(u) => float_map(run, desc, op, &ts, &|k, v| Ok(unary_expr(k, u, v[0])))?,
     };
     Ok(vec![out])
+}
+
+/// A logic op over bool operands `ts` (declined for any other type).
+fn bool_map(run: &Run, op: &str, ts: &[DevTensor], expr: MapExpr) -> KResult<DevTensor> {
+    for t in ts {
+        if t.dtype != DType::Bool {
+            decline!("{op} on {}", t.dtype);
+        }
+    }
+    map_kernel(run, ts, DType::Bool, expr)
+}
+
+/// A float op of fixed arity over operands `ts`, computed in f32 and stored in their type.
+fn float_map(
+    run: &Run,
+    desc: MapOp,
+    op: &str,
+    ts: &[DevTensor],
+    expr: MapExpr,
+) -> KResult<DevTensor> {
+    let d = float_dtypes(op, ts, desc == MapOp::Pow)?;
+    desc.check_arity(op, ts.len())?;
+    map_kernel(run, ts, d, expr)
+}
+
+/// The PTX comparison of a comparison op.
+pub(super) fn compare(c: Compare) -> Cmp {
+    match c {
+        Compare::Equal => Cmp::Eq,
+        Compare::Less => Cmp::Lt,
+        Compare::LessOrEqual => Cmp::Le,
+        Compare::Greater => Cmp::Gt,
+        Compare::GreaterOrEqual => Cmp::Ge,
+    }
 }
 
 /// Clip's bound input `i` (opset 11 on), as `quorum_core::device::forms::clip_bound` takes it.
@@ -448,7 +451,7 @@ fn k_clip(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>
     if int::int_ty(x.dtype).is_some() {
         return Ok(vec![int::clip(ctx, run, inputs, x)?]);
     }
-    float_dtypes("Clip", std::slice::from_ref(&x))?;
+    float_dtypes("Clip", std::slice::from_ref(&x), false)?;
     let (lo, hi) = if ctx.opset() < 11 {
         (
             // Clip-6's defaults are the f32 limits, not infinities: Clip(±inf) is ±f32::MAX.

@@ -48,7 +48,9 @@ fn bench_kernels() {
     let a = run.upload(&rand_f32(1, &[n])).unwrap();
     let b = run.upload(&rand_f32(2, &[n])).unwrap();
     let ms = time_ms(&run, 5, 50, &mut || {
-        let y = quorum::cuda::ops::elementwise::binary(&run, "Add", &a, &b).unwrap();
+        let y =
+            quorum::cuda::ops::elementwise::binary(&run, quorum::ops::map_op::Arith::Add, &a, &b)
+                .unwrap();
         run.release(y, &[]);
     });
     let tbs = 3.0 * (n as f64) * 4.0 / (ms * 1e-3) / 1e12;

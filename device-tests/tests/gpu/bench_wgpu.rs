@@ -48,7 +48,7 @@ fn bench_wgpu_kernels() {
     let a = run.upload(&rand_f32(1, &[n])).unwrap();
     let b = run.upload(&rand_f32(2, &[n])).unwrap();
     let ms = time_ms(&run, 5, 20, 10, &mut || {
-        let y = elementwise::binary(&run, "Add", &a, &b).unwrap();
+        let y = elementwise::binary(&run, quorum::ops::map_op::Arith::Add, &a, &b).unwrap();
         run.release(y);
     });
     let tbs = 3.0 * (n as f64) * 4.0 / (ms * 1e-3) / 1e12;

@@ -137,15 +137,15 @@ fn bench_wgpu_streaming_shapes() {
     let (ta, tb) = (timed.upload(&ha).unwrap(), timed.upload(&hb).unwrap());
     let (pa, pb) = (plain.upload(&ha).unwrap(), plain.upload(&hb).unwrap());
 
-    let y = elementwise::binary(&timed, "Add", &ta, &tb).unwrap();
+    let y = elementwise::binary(&timed, quorum::ops::map_op::Arith::Add, &ta, &tb).unwrap();
     assert_sum(&timed, &y, &ha, &hb, "production Add");
     timed.release(y);
     let k = kernel_ms(&timed, &timed_counters, "prod", &mut || {
-        let y = elementwise::binary(&timed, "Add", &ta, &tb).unwrap();
+        let y = elementwise::binary(&timed, quorum::ops::map_op::Arith::Add, &ta, &tb).unwrap();
         timed.release(y);
     });
     let h = batch_ms(&plain, &mut || {
-        let y = elementwise::binary(&plain, "Add", &pa, &pb).unwrap();
+        let y = elementwise::binary(&plain, quorum::ops::map_op::Arith::Add, &pa, &pb).unwrap();
         plain.release(y);
     });
     println!(

@@ -145,7 +145,7 @@ fn released_buffers_are_reused_within_a_run(#[case] submit_each: bool) {
     let s = run.upload(&step).unwrap();
     let mut ids = std::collections::HashSet::new();
     for _ in 0..40 {
-        let y = elementwise::binary(&run, "Add", &acc, &s).unwrap();
+        let y = elementwise::binary(&run, quorum::ops::map_op::Arith::Add, &acc, &s).unwrap();
         ids.insert(y.buf.id);
         run.release(acc);
         acc = y;

@@ -8,8 +8,8 @@
 //! wrapping, the result keeping the element type's low bits as the CPU's `wrapping_*` do.
 use super::elementwise_expr::{self as ex, Unary};
 use super::{
-    all_dev, broadcast_strides, decline, dev, invalid, offsets_code, offsets_params, require_f64,
-    simplify, u32_len,
+    all_dev, broadcast_strides, decline, dev, offsets_code, offsets_params, require_f64, simplify,
+    u32_len,
 };
 use crate::memory::{WTensor, words};
 use crate::run::{KResult, Run};
@@ -18,7 +18,7 @@ use quorum_core::backend::{DeviceError, NodeInputs};
 use quorum_core::ir::Node;
 use quorum_core::ops::OpCtx;
 use quorum_core::ops::broadcast::broadcast_shapes;
-use quorum_core::ops::unary_op::UnaryOp;
+use quorum_core::ops::map_op::{Arith, Compare, Fold, Logic, MapOp};
 use quorum_core::tensor::{DType, Tensor};
 
 use super::WgpuKernel;
@@ -202,19 +202,23 @@ fn map_vec4(
 
 /// `a + b`, `a - b`, `a · b` or `a / b` of f32 tensors with broadcasting, outside any session too
 /// (benchmarks).
-pub fn binary(run: &Run, op: &str, a: &WTensor, b: &WTensor) -> KResult<WTensor> {
+pub fn binary(run: &Run, op: Arith, a: &WTensor, b: &WTensor) -> KResult<WTensor> {
     let e = match op {
-        "Add" => "a0 + a1",
-        "Sub" => "a0 - a1",
-        "Mul" => "a0 * a1",
-        "Div" => "a0 / a1",
-        other => decline!("no arithmetic op {other}"),
+        Arith::Add => "a0 + a1",
+        Arith::Sub => "a0 - a1",
+        Arith::Mul => "a0 * a1",
+        Arith::Div => "a0 / a1",
     };
     if a.dtype != DType::F32 || b.dtype != DType::F32 {
-        decline!("{op} of {} and {}: f32 only here", a.dtype, b.dtype);
+        decline!(
+            "{} of {} and {}: f32 only here",
+            op.name(),
+            a.dtype,
+            b.dtype
+        );
     }
     let f = format!("fn f(a0: f32, a1: f32) -> f32 {{ return {e}; }}");
-    map(run, op, &[a, b], DType::F32, &f, "", &[], None)
+    map(run, op.name(), &[a, b], DType::F32, &f, "", &[], None)
 }
 
 /// The f64 library when the function calls it.
@@ -239,13 +243,6 @@ fn same_dtypes(op: &str, ts: &[WTensor]) -> KResult<DType> {
     Ok(d)
 }
 
-fn arity(op: &str, ts: &[WTensor], n: usize) -> KResult<()> {
-    if ts.len() != n {
-        return Err(invalid(format!("{op} takes {n} input(s)")));
-    }
-    Ok(())
-}
-
 /// Declines a binary node that broadcasts the pre-opset-7 way (`quorum_core::device::forms`).
 fn legacy_broadcast(ctx: &OpCtx, ts: &[WTensor]) -> KResult<()> {
     let shapes: Vec<&[usize]> = ts.iter().map(|t| t.shape.as_slice()).collect();
@@ -256,67 +253,68 @@ fn k_map(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<Vec<WTensor
     let op = ctx.node.op_type.as_str();
     let ts = all_dev(inputs)?;
     legacy_broadcast(ctx, &ts)?;
+    let Some(desc) = MapOp::parse(ctx)? else {
+        decline!("no WGSL expression for {op}");
+    };
     let refs: Vec<&WTensor> = ts.iter().collect();
     let d = ts[0].dtype;
     let k = kind(d)?;
-    if matches!(op, "Not" | "And" | "Or" | "Xor") {
-        for t in &ts {
-            if t.dtype != DType::Bool {
-                decline!("{op} on {}", t.dtype);
-            }
-        }
-        let f = match op {
-            "Not" => "fn f(a0: u32) -> u32 { return 1u - a0; }",
-            "And" => "fn f(a0: u32, a1: u32) -> u32 { return a0 & a1; }",
-            "Or" => "fn f(a0: u32, a1: u32) -> u32 { return a0 | a1; }",
-            _ => "fn f(a0: u32, a1: u32) -> u32 { return a0 ^ a1; }",
-        };
-        return Ok(vec![map(run, op, &refs, DType::Bool, f, "", &[], None)?]);
-    }
-    if d == DType::Bool && !matches!(op, "Equal") {
-        decline!("{op} on bool: the CPU kernel decides");
-    }
     let t = wgsl::ty(k);
-    let out = match op {
-        "Equal" | "Less" | "LessOrEqual" | "Greater" | "GreaterOrEqual" => {
-            arity(op, &ts, 2)?;
+    let out = match desc {
+        MapOp::Not => logic(run, op, &refs, "fn f(a0: u32) -> u32 { return 1u - a0; }")?,
+        MapOp::Logic(l) => {
+            let f = match l {
+                Logic::And => "fn f(a0: u32, a1: u32) -> u32 { return a0 & a1; }",
+                Logic::Or => "fn f(a0: u32, a1: u32) -> u32 { return a0 | a1; }",
+                Logic::Xor => "fn f(a0: u32, a1: u32) -> u32 { return a0 ^ a1; }",
+            };
+            logic(run, op, &refs, f)?
+        }
+        _ if d == DType::Bool && desc != MapOp::Compare(Compare::Equal) => {
+            decline!("{op} on bool: the CPU kernel decides")
+        }
+        MapOp::Compare(c) => {
+            desc.check_arity(op, ts.len())?;
             same_dtypes(op, &ts)?;
             let f = format!(
                 "fn f(a0: {t}, a1: {t}) -> u32 {{ return select(0u, 1u, {}); }}",
-                ex::compare(op)?
+                ex::compare(c)
             );
             map(run, op, &refs, DType::Bool, &f, "", &[], None)?
         }
-        "IsNaN" | "IsInf" => {
+        MapOp::IsNaN => {
             float_only(op, k)?;
-            let pos = ctx.attr_i("detect_positive", 1)? as u32;
-            let neg = ctx.attr_i("detect_negative", 1)? as u32;
-            let f = if op == "IsNaN" {
-                "fn f(a0: f32) -> u32 { return select(0u, 1u, isnan32(a0)); }"
-            } else {
-                "fn f(a0: f32) -> u32 { let b = bitcast<u32>(a0); \
-                 let p = b == 0x7f800000u && P[2] != 0u; let n = b == 0xff800000u && P[3] != 0u; \
-                 return select(0u, 1u, p || n); }"
-            };
-            map(run, op, &refs, DType::Bool, f, "", &[pos, neg], None)?
+            let f = "fn f(a0: f32) -> u32 { return select(0u, 1u, isnan32(a0)); }";
+            // The same parameter words as IsInf's (unread here), so both take one layout.
+            map(run, op, &refs, DType::Bool, f, "", &[1, 1], None)?
         }
-        _ if k != Kind::Float => return super::elementwise_int::map_int(ctx, run, &ts, k),
-        "Add" | "Sub" | "Mul" | "Div" => {
-            arity(op, &ts, 2)?;
+        MapOp::IsInf { positive, negative } => {
+            float_only(op, k)?;
+            let f = "fn f(a0: f32) -> u32 { let b = bitcast<u32>(a0); \
+                 let p = b == 0x7f800000u && P[2] != 0u; let n = b == 0xff800000u && P[3] != 0u; \
+                 return select(0u, 1u, p || n); }";
+            let words = [u32::from(positive), u32::from(negative)];
+            map(run, op, &refs, DType::Bool, f, "", &words, None)?
+        }
+        _ if k != Kind::Float => {
+            return super::elementwise_int::map_int(run, op, desc, &ts, k);
+        }
+        MapOp::Arith(a) => {
+            desc.check_arity(op, ts.len())?;
             same_dtypes(op, &ts)?;
-            let e = match op {
-                "Add" => "a0 + a1",
-                "Sub" => "a0 - a1",
-                "Mul" => "a0 * a1",
+            let e = match a {
+                Arith::Add => "a0 + a1",
+                Arith::Sub => "a0 - a1",
+                Arith::Mul => "a0 * a1",
                 // Correctly rounded where the adapter has f64 (WGSL's f32 division promises 2.5 ulp).
-                _ if run.device.caps.f64 => "f32(f64(a0) / f64(a1))",
-                _ => "a0 / a1",
+                Arith::Div if run.device.caps.f64 => "f32(f64(a0) / f64(a1))",
+                Arith::Div => "a0 / a1",
             };
             let f = format!("fn f(a0: f32, a1: f32) -> f32 {{ return {e}; }}");
             map(run, op, &refs, d, &f, "", &[], None)?
         }
-        "Pow" => {
-            arity(op, &ts, 2)?;
+        MapOp::Pow => {
+            desc.check_arity(op, ts.len())?;
             require_f64(run, "Pow")?;
             let yt = match ts[1].dtype {
                 y if y == d => "f64(a1)",
@@ -329,32 +327,29 @@ fn k_map(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<Vec<WTensor
             let lib = format!("{}{}", super::math::library(), ex::POW);
             map(run, op, &refs, d, &f, &lib, &[], None)?
         }
-        "Mod" => decline!(
+        MapOp::Mod { .. } => decline!(
             "float Mod: the exact remainder needs a fused multiply-add, which WGSL does not promise"
         ),
-        "PRelu" => {
-            arity(op, &ts, 2)?;
+        MapOp::PRelu => {
+            desc.check_arity(op, ts.len())?;
             same_dtypes(op, &ts)?;
             require_prelu_slope(&ts[0], &ts[1])?;
             let f = "fn f(a0: f32, a1: f32) -> f32 { return select(a0, a0 * a1, a0 < 0.0); }";
             map(run, op, &refs, d, f, "", &[], None)?
         }
-        "Sum" | "Mean" | "Max" | "Min" => {
+        MapOp::Fold(fold) => {
             same_dtypes(op, &ts)?;
             let params: Vec<String> = (0..ts.len()).map(|j| format!("a{j}: f32")).collect();
-            let mut acc = "a0".to_string();
             let mut body = String::new();
             for j in 1..ts.len() {
-                let next = match op {
-                    "Sum" | "Mean" => format!("acc + a{j}"),
-                    "Max" => ex::nan_fold("acc", &format!("a{j}"), true),
-                    _ => ex::nan_fold("acc", &format!("a{j}"), false),
+                let next = match fold {
+                    Fold::Sum | Fold::Mean => format!("acc + a{j}"),
+                    Fold::Max => ex::nan_fold("acc", &format!("a{j}"), true),
+                    Fold::Min => ex::nan_fold("acc", &format!("a{j}"), false),
                 };
                 body.push_str(&format!("acc = {next};\n"));
-                acc = "acc".into();
             }
-            let _ = acc;
-            let fin = if op == "Mean" && ts.len() > 1 {
+            let fin = if fold == Fold::Mean && ts.len() > 1 {
                 if run.device.caps.f64 {
                     format!("f32(f64(acc) / {}.0lf)", ts.len())
                 } else {
@@ -369,22 +364,29 @@ fn k_map(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<Vec<WTensor
             );
             map(run, op, &refs, d, &f, "", &[], None)?
         }
-        "BitShift" => decline!("BitShift on {d}: the CPU kernel takes integers only"),
-        _ => {
-            arity(op, &ts, 1)?;
-            let Some(op_desc) = UnaryOp::parse(ctx)? else {
-                decline!("no WGSL expression for {op}");
-            };
-            let u: Unary = ex::unary(op_desc);
-            if u.f64 {
+        MapOp::BitShift { .. } => decline!("BitShift on {d}: the CPU kernel takes integers only"),
+        MapOp::Unary(u) => {
+            desc.check_arity(op, ts.len())?;
+            let unary: Unary = ex::unary(u);
+            if unary.f64 {
                 require_f64(run, op)?;
             }
-            let attrs = ex::attr_words(op_desc);
-            let lib = lib_for(&u.body);
-            map(run, op, &refs, d, &u.body, &lib, &attrs, None)?
+            let attrs = ex::attr_words(u);
+            let lib = lib_for(&unary.body);
+            map(run, op, &refs, d, &unary.body, &lib, &attrs, None)?
         }
     };
     Ok(vec![out])
+}
+
+/// A logic op `f` over bool operands `ts` (declined for any other type).
+fn logic(run: &Run, op: &str, ts: &[&WTensor], f: &str) -> KResult<WTensor> {
+    for t in ts {
+        if t.dtype != DType::Bool {
+            decline!("{op} on {}", t.dtype);
+        }
+    }
+    map(run, op, ts, DType::Bool, f, "", &[], None)
 }
 
 fn float_only(op: &str, k: Kind) -> KResult<()> {

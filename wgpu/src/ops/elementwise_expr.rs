@@ -2,8 +2,7 @@
 //! return f32 (arithmetic in f32, correctly rounded; anything else in f64 through `math` and
 //! rounded once), integer ops their kind's i32 or u32 (wrapping), logic and comparisons give a u32
 //! 0 or 1. Attributes are read from the parameter words `P[2..6]` (see `elementwise::map`).
-use crate::run::KResult;
-use quorum_core::backend::DeviceError;
+use quorum_core::ops::map_op::Compare;
 use quorum_core::ops::unary_op::UnaryOp;
 
 /// What a float unary op needs besides f32 arithmetic.
@@ -149,15 +148,14 @@ fn powf(x: f32, yd: f64) -> f32 {
 "#;
 
 /// The u32 0/1 of a comparison of `a0` and `a1`.
-pub fn compare(op: &str) -> KResult<&'static str> {
-    Ok(match op {
-        "Equal" => "a0 == a1",
-        "Less" => "a0 < a1",
-        "LessOrEqual" => "a0 <= a1",
-        "Greater" => "a0 > a1",
-        "GreaterOrEqual" => "a0 >= a1",
-        other => return Err(DeviceError::Decline(format!("{other} is not a comparison"))),
-    })
+pub fn compare(c: Compare) -> &'static str {
+    match c {
+        Compare::Equal => "a0 == a1",
+        Compare::Less => "a0 < a1",
+        Compare::LessOrEqual => "a0 <= a1",
+        Compare::Greater => "a0 > a1",
+        Compare::GreaterOrEqual => "a0 >= a1",
+    }
 }
 
 /// NaN-propagating max (`is_max`) or min of f32 `a` and `b` (WGSL's max and min need not

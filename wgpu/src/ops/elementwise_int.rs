@@ -10,7 +10,8 @@ use super::{decline, invalid};
 use crate::memory::WTensor;
 use crate::run::{KResult, Run};
 use crate::wgsl::{self, Kind};
-use quorum_core::ops::OpCtx;
+use quorum_core::ops::map_op::{Arith, Fold, MapOp};
+use quorum_core::ops::unary_op::UnaryOp;
 use quorum_core::tensor::DType;
 
 /// Bits of an element type.
@@ -22,8 +23,14 @@ fn width(d: DType) -> u32 {
     }
 }
 
-pub(super) fn map_int(ctx: &OpCtx, run: &Run, ts: &[WTensor], k: Kind) -> KResult<Vec<WTensor>> {
-    let op = ctx.node.op_type.as_str();
+/// An integer node of the map family (`op`, parsed as `desc`) over operands `ts` of kind `k`.
+pub(super) fn map_int(
+    run: &Run,
+    op: &str,
+    desc: MapOp,
+    ts: &[WTensor],
+    k: Kind,
+) -> KResult<Vec<WTensor>> {
     let d = ts[0].dtype;
     for x in &ts[1..] {
         if x.dtype != d {
@@ -35,44 +42,32 @@ pub(super) fn map_int(ctx: &OpCtx, run: &Run, ts: &[WTensor], k: Kind) -> KResul
     }
     let t = wgsl::ty(k);
     let refs: Vec<&WTensor> = ts.iter().collect();
-    let two = || -> KResult<()> {
-        if ts.len() == 2 {
-            Ok(())
-        } else {
-            Err(invalid(format!("{op} takes two inputs")))
-        }
-    };
     let zero = if k == Kind::Int { "0i" } else { "0u" };
-    let f = match op {
-        "Add" | "Sub" | "Mul" => {
-            two()?;
-            let o = match op {
-                "Add" => "+",
-                "Sub" => "-",
-                _ => "*",
+    let f = match desc {
+        MapOp::Arith(a @ (Arith::Add | Arith::Sub | Arith::Mul)) => {
+            desc.check_arity(op, ts.len())?;
+            let o = match a {
+                Arith::Add => "+",
+                Arith::Sub => "-",
+                Arith::Mul | Arith::Div => "*",
             };
             format!("fn f(a0: {t}, a1: {t}) -> {t} {{ return a0 {o} a1; }}")
         }
-        "PRelu" => {
-            two()?;
+        MapOp::PRelu => {
+            desc.check_arity(op, ts.len())?;
             require_prelu_slope(&ts[0], &ts[1])?;
             format!("fn f(a0: {t}, a1: {t}) -> {t} {{ return select(a0, a0 * a1, a0 < {zero}); }}")
         }
-        "Div" | "Mod" => {
-            two()?;
-            return divide(ctx, run, &refs, t, k, op == "Mod").map(|o| vec![o]);
+        MapOp::Arith(Arith::Div) => {
+            desc.check_arity(op, ts.len())?;
+            return divide(run, &refs, t, k, None).map(|o| vec![o]);
         }
-        "BitShift" => {
-            two()?;
-            let left = match ctx.attr_s("direction", "")?.as_str() {
-                "LEFT" => true,
-                "RIGHT" => false,
-                dir => {
-                    return Err(invalid(format!(
-                        "BitShift direction must be LEFT or RIGHT, got '{dir}'"
-                    )));
-                }
-            };
+        MapOp::Mod { fmod } => {
+            desc.check_arity(op, ts.len())?;
+            return divide(run, &refs, t, k, Some(fmod)).map(|o| vec![o]);
+        }
+        MapOp::BitShift { left } => {
+            desc.check_arity(op, ts.len())?;
             let w = width(d);
             let fill = if !left && k == Kind::Int {
                 "select(0i, -1i, a0 < 0i)"
@@ -90,14 +85,14 @@ pub(super) fn map_int(ctx: &OpCtx, run: &Run, ts: &[WTensor], k: Kind) -> KResul
                 "fn f(a0: {t}, a1: {t}) -> {t} {{ if (u32(a1) >= {w}u) {{ return {fill}; }} return {shifted}; }}"
             )
         }
-        "Sum" | "Max" | "Min" => {
+        MapOp::Fold(f @ (Fold::Sum | Fold::Max | Fold::Min)) => {
             let params: Vec<String> = (0..ts.len()).map(|j| format!("a{j}: {t}")).collect();
             let mut body = String::new();
             for j in 1..ts.len() {
-                body.push_str(&match op {
-                    "Sum" => format!("acc = acc + a{j};\n"),
-                    "Max" => format!("acc = max(acc, a{j});\n"),
-                    _ => format!("acc = min(acc, a{j});\n"),
+                body.push_str(&match f {
+                    Fold::Sum | Fold::Mean => format!("acc = acc + a{j};\n"),
+                    Fold::Max => format!("acc = max(acc, a{j});\n"),
+                    Fold::Min => format!("acc = min(acc, a{j});\n"),
                 });
             }
             format!(
@@ -105,40 +100,42 @@ pub(super) fn map_int(ctx: &OpCtx, run: &Run, ts: &[WTensor], k: Kind) -> KResul
                 params.join(", ")
             )
         }
-        "Abs" | "Neg" | "Sign" | "Relu" => {
-            if ts.len() != 1 {
-                return Err(invalid(format!("{op} takes one input")));
-            }
-            let e = match (op, k) {
-                ("Neg", _) => format!("{zero} - a0"),
-                ("Sign", Kind::Int) => "select(select(0i, 1i, a0 > 0i), -1i, a0 < 0i)".into(),
-                ("Sign", _) => "select(0u, 1u, a0 > 0u)".into(),
+        MapOp::Unary(u @ (UnaryOp::Abs | UnaryOp::Neg | UnaryOp::Sign | UnaryOp::Relu)) => {
+            desc.check_arity(op, ts.len())?;
+            let e = match (u, k) {
+                (UnaryOp::Neg, _) => format!("{zero} - a0"),
+                (UnaryOp::Sign, Kind::Int) => {
+                    "select(select(0i, 1i, a0 > 0i), -1i, a0 < 0i)".into()
+                }
+                (UnaryOp::Sign, _) => "select(0u, 1u, a0 > 0u)".into(),
                 (_, Kind::Uint) => "a0".into(),
-                ("Abs", _) => "select(a0, 0i - a0, a0 < 0i)".into(),
+                (UnaryOp::Abs, _) => "select(a0, 0i - a0, a0 < 0i)".into(),
                 _ => "select(a0, 0i, a0 < 0i)".into(),
             };
             format!("fn f(a0: {t}) -> {t} {{ return {e}; }}")
         }
-        _ => decline!("{op} on {d}: no WGSL integer kernel (the CPU kernel decides)"),
+        MapOp::Fold(Fold::Mean)
+        | MapOp::Pow
+        | MapOp::Not
+        | MapOp::Logic(_)
+        | MapOp::IsNaN
+        | MapOp::IsInf { .. }
+        | MapOp::Compare(_)
+        | MapOp::Unary(_) => {
+            decline!("{op} on {d}: no WGSL integer kernel (the CPU kernel decides)")
+        }
     };
     Ok(vec![map(run, op, &refs, d, &f, "", &[], None)?])
 }
 
-/// Div, or Mod (`fmod` from the node), of two integer tensors, with the CPU's error for a zero
-/// divisor.
-fn divide(
-    ctx: &OpCtx,
-    run: &Run,
-    ts: &[&WTensor],
-    t: &str,
-    k: Kind,
-    rem: bool,
-) -> KResult<WTensor> {
+/// Div (`modulo` None), or Mod (`Some(fmod)`), of two integer tensors, with the CPU's error for a
+/// zero divisor.
+fn divide(run: &Run, ts: &[&WTensor], t: &str, k: Kind, modulo: Option<bool>) -> KResult<WTensor> {
+    let (rem, fmod) = (modulo.is_some(), modulo == Some(true));
     let (a, b) = (ts[0], ts[1]);
     if a.is_empty() && !b.is_empty() {
         decline!("an empty result: the CPU kernel still checks the divisor for zeros");
     }
-    let fmod = ctx.attr_i("fmod", 0)? != 0;
     let flag = run.alloc(DType::U32, &[1])?;
     super::fill_words(run, &flag, 0, false)?;
     let one = if k == Kind::Int { "1i" } else { "1u" };

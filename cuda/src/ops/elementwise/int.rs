@@ -20,6 +20,8 @@ use crate::ptx::{Cmp, Kernel, Reg, Space, Ty};
 use crate::{DevTensor, Inputs, KError, KResult, Run};
 use quorum_core::error::OpError;
 use quorum_core::ops::OpCtx;
+use quorum_core::ops::map_op::{Arith, Fold, MapOp};
+use quorum_core::ops::unary_op::UnaryOp;
 use quorum_core::tensor::DType;
 
 /// How an integer or bool element is held in a kernel.
@@ -102,20 +104,21 @@ pub(super) fn store(k: &mut Kernel, base: Reg, i: Reg, dtype: DType, v: Reg) -> 
     Ok(())
 }
 
-/// The kernel for an integer or bool node of the `elementwise` family that `k_map` dispatches, or
-/// `None` when the first operand is a float (the float kernels take it). Forms the CPU refuses
-/// (mixed dtypes, float-only ops, Mean) are declined, so that the CPU gives its error.
-pub(super) fn map(ctx: &OpCtx, run: &Run, ts: &[DevTensor]) -> KResult<Option<DevTensor>> {
-    let op = ctx.node.op_type.as_str();
+/// The kernel for an integer or bool node of the `elementwise` family that `k_map` dispatches (`op`,
+/// parsed as `desc`), or `None` when the first operand is a float (the float kernels take it). Forms
+/// the CPU refuses (mixed dtypes, float-only ops, Mean) are declined, so that the CPU gives its error.
+pub(super) fn map(
+    run: &Run,
+    op: &str,
+    desc: MapOp,
+    ts: &[DevTensor],
+) -> KResult<Option<DevTensor>> {
     let d = ts[0].dtype;
     let Some(t) = int_ty(d) else {
         return Ok(None);
     };
-    let compare = matches!(
-        op,
-        "Equal" | "Less" | "LessOrEqual" | "Greater" | "GreaterOrEqual"
-    );
-    if matches!(op, "Not" | "And" | "Or" | "Xor") || (d == DType::Bool && !compare) {
+    let compare = matches!(desc, MapOp::Compare(_));
+    if desc.is_logic() || (d == DType::Bool && !compare) {
         // The logic kernels take bool; other ops on bool decline in the float dispatch.
         return Ok(None);
     }
@@ -127,89 +130,81 @@ pub(super) fn map(ctx: &OpCtx, run: &Run, ts: &[DevTensor]) -> KResult<Option<De
             );
         }
     }
-    let two = |what: &str| -> KResult<()> {
-        if ts.len() == 2 {
-            Ok(())
-        } else {
-            Err(KError::Op(OpError::Invalid(format!(
-                "{what} takes two inputs"
-            ))))
-        }
-    };
-    let out = match op {
-        "Equal" | "Less" | "LessOrEqual" | "Greater" | "GreaterOrEqual" => {
-            two(op)?;
-            let c = match op {
-                "Equal" => Cmp::Eq,
-                "Less" => Cmp::Lt,
-                "LessOrEqual" => Cmp::Le,
-                "Greater" => Cmp::Gt,
-                _ => Cmp::Ge,
-            };
+    let out = match desc {
+        MapOp::Compare(c) => {
+            desc.check_arity(op, ts.len())?;
+            let c = super::compare(c);
             map_kernel_with(run, ts, DType::Bool, Io::Int, vec![], &|k, v, _| {
                 let p = k.setp(c, t.reg, v[0], v[1]);
                 Ok(k.selp(Ty::U16, 1u32, 0u32, p))
             })?
         }
-        "Div" | "Mod" => {
-            two(op)?;
-            let rem = op == "Mod";
-            let fmod = ctx.attr_i("fmod", 0)? != 0;
-            return divide(run, ts, t, rem, fmod).map(Some);
+        MapOp::Arith(Arith::Div) => {
+            desc.check_arity(op, ts.len())?;
+            return divide(run, ts, t, false, false).map(Some);
         }
-        "Add" | "Sub" | "Mul" | "PRelu" | "BitShift" => {
-            two(op)?;
-            let left = op == "BitShift"
-                && match ctx.attr_s("direction", "")?.as_str() {
-                    "LEFT" => true,
-                    "RIGHT" => false,
-                    dir => {
-                        return Err(KError::Op(OpError::Invalid(format!(
-                            "BitShift direction must be LEFT or RIGHT, got '{dir}'"
-                        ))));
-                    }
-                };
-            if op == "PRelu" {
-                require_prelu_slope(&ts[0], &ts[1])?;
-            }
+        MapOp::Mod { fmod } => {
+            desc.check_arity(op, ts.len())?;
+            return divide(run, ts, t, true, fmod).map(Some);
+        }
+        MapOp::Arith(a @ (Arith::Add | Arith::Sub | Arith::Mul)) => {
+            desc.check_arity(op, ts.len())?;
             map_kernel_with(run, ts, d, Io::Int, vec![], &|k, v, _| {
-                let (x, y) = (v[0], v[1]);
-                Ok(match op {
-                    "Add" => k.add(t.reg, x, y),
-                    "Sub" => k.sub(t.reg, x, y),
-                    "Mul" => k.mul(t.reg, x, y),
-                    "BitShift" => shift(k, t, x, y, left),
-                    _ if t.signed => {
-                        let sx = k.mul(t.reg, x, y);
-                        let neg = k.setp(Cmp::Lt, t.reg, x, 0u32);
-                        k.selp(t.reg, sx, x, neg)
-                    }
-                    _ => x,
+                Ok(match a {
+                    Arith::Add => k.add(t.reg, v[0], v[1]),
+                    Arith::Sub => k.sub(t.reg, v[0], v[1]),
+                    Arith::Mul | Arith::Div => k.mul(t.reg, v[0], v[1]),
                 })
             })?
         }
-        "Sum" | "Max" | "Min" => map_kernel_with(run, ts, d, Io::Int, vec![], &|k, v, _| {
-            let mut acc = v[0];
-            for &x in &v[1..] {
-                acc = match op {
-                    "Sum" => k.add(t.reg, acc, x),
-                    "Max" => k.max(t.reg, acc, x),
-                    _ => k.min(t.reg, acc, x),
-                };
-            }
-            Ok(acc)
-        })?,
-        "Abs" | "Neg" | "Sign" | "Relu" => {
-            if ts.len() != 1 {
-                return Err(KError::Op(OpError::Invalid(format!(
-                    "{op} takes one input"
-                ))));
-            }
+        MapOp::BitShift { left } => {
+            desc.check_arity(op, ts.len())?;
             map_kernel_with(run, ts, d, Io::Int, vec![], &|k, v, _| {
-                Ok(unary(k, t, op, v[0]))
+                Ok(shift(k, t, v[0], v[1], left))
             })?
         }
-        _ => decline!("{op} on {d}: no CUDA integer kernel (the CPU kernel decides)"),
+        MapOp::PRelu => {
+            desc.check_arity(op, ts.len())?;
+            require_prelu_slope(&ts[0], &ts[1])?;
+            map_kernel_with(run, ts, d, Io::Int, vec![], &|k, v, _| {
+                let (x, y) = (v[0], v[1]);
+                Ok(if t.signed {
+                    let sx = k.mul(t.reg, x, y);
+                    let neg = k.setp(Cmp::Lt, t.reg, x, 0u32);
+                    k.selp(t.reg, sx, x, neg)
+                } else {
+                    x
+                })
+            })?
+        }
+        MapOp::Fold(f @ (Fold::Sum | Fold::Max | Fold::Min)) => {
+            map_kernel_with(run, ts, d, Io::Int, vec![], &|k, v, _| {
+                let mut acc = v[0];
+                for &x in &v[1..] {
+                    acc = match f {
+                        Fold::Sum | Fold::Mean => k.add(t.reg, acc, x),
+                        Fold::Max => k.max(t.reg, acc, x),
+                        Fold::Min => k.min(t.reg, acc, x),
+                    };
+                }
+                Ok(acc)
+            })?
+        }
+        MapOp::Unary(u @ (UnaryOp::Abs | UnaryOp::Neg | UnaryOp::Sign | UnaryOp::Relu)) => {
+            desc.check_arity(op, ts.len())?;
+            map_kernel_with(run, ts, d, Io::Int, vec![], &|k, v, _| {
+                Ok(unary(k, t, u, v[0]))
+            })?
+        }
+        MapOp::Fold(Fold::Mean)
+        | MapOp::Pow
+        | MapOp::Not
+        | MapOp::Logic(_)
+        | MapOp::IsNaN
+        | MapOp::IsInf { .. }
+        | MapOp::Unary(_) => {
+            decline!("{op} on {d}: no CUDA integer kernel (the CPU kernel decides)")
+        }
     };
     Ok(Some(out))
 }
@@ -220,11 +215,12 @@ fn neg(k: &mut Kernel, t: IntTy, x: Reg) -> Reg {
     k.sub(t.reg, z, x)
 }
 
-/// Abs, Neg, Sign or Relu of `x` (unsigned values are their own Abs and Relu).
-fn unary(k: &mut Kernel, t: IntTy, op: &str, x: Reg) -> Reg {
+/// Abs, Neg, Sign or Relu of `x` (unsigned values are their own Abs and Relu; any other op is
+/// declined before this is called).
+fn unary(k: &mut Kernel, t: IntTy, op: UnaryOp, x: Reg) -> Reg {
     match op {
-        "Neg" => neg(k, t, x),
-        "Sign" => {
+        UnaryOp::Neg => neg(k, t, x),
+        UnaryOp::Sign => {
             let pos = k.setp(Cmp::Gt, t.reg, x, 0u32);
             let y = k.selp(t.reg, 1u32, 0u32, pos);
             if t.signed {
@@ -234,16 +230,16 @@ fn unary(k: &mut Kernel, t: IntTy, op: &str, x: Reg) -> Reg {
                 y
             }
         }
-        _ if !t.signed => x,
-        "Abs" => {
+        UnaryOp::Abs if t.signed => {
             let n = neg(k, t, x);
             let lt = k.setp(Cmp::Lt, t.reg, x, 0u32);
             k.selp(t.reg, n, x, lt)
         }
-        _ => {
+        UnaryOp::Relu if t.signed => {
             let lt = k.setp(Cmp::Lt, t.reg, x, 0u32);
             k.selp(t.reg, 0u32, x, lt)
         }
+        _ => x,
     }
 }
 
@@ -451,7 +447,7 @@ pub(super) mod tests {
             if d == DType::Bool {
                 continue;
             }
-            for op in ["Abs", "Neg", "Sign", "Relu"] {
+            for op in [UnaryOp::Abs, UnaryOp::Neg, UnaryOp::Sign, UnaryOp::Relu] {
                 out.push(sample(d, d, &|k, t, x, _, _| unary(k, t, op, x)));
             }
             for left in [true, false] {
