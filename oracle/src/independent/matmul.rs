@@ -12,7 +12,8 @@ pub(super) fn check(_node: &NodeSpec) -> Result<(), String> {
 /// output's compensated total.
 const BLOCK: usize = 16;
 
-/// Output columns computed together, their accumulators kept in the first-level cache.
+/// Output columns computed together: their accumulators stay in the first-level cache, and the k rows
+/// of B under them in the second-level cache while the rows of A pass.
 const COLUMNS: usize = 128;
 
 /// Strided view of a matrix: element (i, j) at `off + i * rs + j * cs`.
@@ -72,46 +73,56 @@ pub(crate) fn product(
     let mut data = vec![0.0; m * n];
     let mut mag = vec![0.0; m * n];
     deal_rows(threads, &mut data, &mut mag, n, k * n, |first, d, g| {
-        for (r, (dr, gr)) in d.chunks_mut(n).zip(g.chunks_mut(n)).enumerate() {
-            product_row(a, first + r, k, bk, dr, gr);
+        // Column tiles outside the rows: the tile of B under them stays in cache for every row.
+        for j0 in (0..n).step_by(COLUMNS) {
+            let w = COLUMNS.min(n - j0);
+            for (r, (dr, gr)) in d.chunks_mut(n).zip(g.chunks_mut(n)).enumerate() {
+                let (out, m) = (&mut dr[j0..j0 + w], &mut gr[j0..j0 + w]);
+                product_tile(a, first + r, k, bk, n, j0, out, m);
+            }
         }
     });
     (data, mag)
 }
 
-/// Row `i` of [`product`] into `out` and `mag` (n elements each), B given as k contiguous rows.
-fn product_row(a: Mat, i: usize, k: usize, b: &[f64], out: &mut [f64], mag: &mut [f64]) {
-    let n = out.len();
-    for j0 in (0..n).step_by(COLUMNS) {
-        let w = COLUMNS.min(n - j0);
-        let (mut acc, mut acc_c, mut acc_m) = ([0.0; COLUMNS], [0.0; COLUMNS], [0.0; COLUMNS]);
-        for k0 in (0..k).step_by(BLOCK) {
-            let (mut part, mut part_c, mut part_m) =
-                ([0.0; COLUMNS], [0.0; COLUMNS], [0.0; COLUMNS]);
-            for p in k0..(k0 + BLOCK).min(k) {
-                let ap = a.at(i, p);
-                let row = &b[p * n + j0..p * n + j0 + w];
-                for (((s, c), pm), &bv) in
-                    part.iter_mut().zip(&mut part_c).zip(&mut part_m).zip(row)
-                {
-                    let t = ap * bv;
-                    compensated_add(s, c, t);
-                    *pm += t.abs();
-                }
-            }
-            for j in 0..w {
-                compensated_add(
-                    &mut acc[j],
-                    &mut acc_c[j],
-                    compensated_value(part[j], part_c[j]),
-                );
-                acc_m[j] += part_m[j];
+/// Outputs (i, j0..j0 + out.len()) of [`product`] into `out` and `mag`, B given as k contiguous rows
+/// of n elements.
+#[allow(clippy::too_many_arguments)]
+fn product_tile(
+    a: Mat,
+    i: usize,
+    k: usize,
+    b: &[f64],
+    n: usize,
+    j0: usize,
+    out: &mut [f64],
+    mag: &mut [f64],
+) {
+    let w = out.len();
+    let (mut acc, mut acc_c, mut acc_m) = ([0.0; COLUMNS], [0.0; COLUMNS], [0.0; COLUMNS]);
+    for k0 in (0..k).step_by(BLOCK) {
+        let (mut part, mut part_c, mut part_m) = ([0.0; COLUMNS], [0.0; COLUMNS], [0.0; COLUMNS]);
+        for p in k0..(k0 + BLOCK).min(k) {
+            let ap = a.at(i, p);
+            let row = &b[p * n + j0..p * n + j0 + w];
+            for (((s, c), pm), &bv) in part.iter_mut().zip(&mut part_c).zip(&mut part_m).zip(row) {
+                let t = ap * bv;
+                compensated_add(s, c, t);
+                *pm += t.abs();
             }
         }
         for j in 0..w {
-            out[j0 + j] = compensated_value(acc[j], acc_c[j]);
-            mag[j0 + j] = acc_m[j];
+            compensated_add(
+                &mut acc[j],
+                &mut acc_c[j],
+                compensated_value(part[j], part_c[j]),
+            );
+            acc_m[j] += part_m[j];
         }
+    }
+    for j in 0..w {
+        out[j] = compensated_value(acc[j], acc_c[j]);
+        mag[j] = acc_m[j];
     }
 }
 
