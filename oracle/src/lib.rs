@@ -7,11 +7,14 @@
 //!   log-sum-exp softmax, compensated dot products...), so that a shared misreading is unlikely.
 //!
 //! Neither calls the other; they share only the value type, attribute decoding and the thread-count
-//! setting ([`threads`]) in this file. Each splits its work over threads its own way; the value of
+//! setting ([`threads`]) in this file, and the arbitration's `C_REDUCE`, the unit in which both
+//! express Softmax's and LogSoftmax's magnitudes. Each splits its work over threads its own way; the value of
 //! every output element is computed by one thread, in the same order whatever the thread count, so an
 //! answer does not depend on how many threads computed it.
 //! Beside each output value an oracle returns, per element, the magnitude of the terms it combined
-//! (e.g. Σ|a·b| for a dot product), from which a tolerance can be derived as an error bound.
+//! (e.g. Σ|a·b| for a dot product), from which a tolerance can be derived as an error bound; for
+//! Softmax and LogSoftmax, whose sum of positive terms does not fit that model, a magnitude derived
+//! from the row's error analysis (`arbitrate`, "Softmax and LogSoftmax").
 #![forbid(unsafe_code)]
 
 pub mod arbitrate;
