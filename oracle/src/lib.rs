@@ -6,9 +6,15 @@
 //! - [`independent`]: the same functions computed another way (im2col for convolution, pairwise sums,
 //!   log-sum-exp softmax, compensated dot products...), so that a shared misreading is unlikely.
 //!
-//! Neither calls the other; they share only the value type and attribute decoding in this file.
+//! Neither calls the other; they share only the value type, attribute decoding and the thread-count
+//! setting ([`threads`]) in this file, and the arbitration's `C_REDUCE`, the unit in which both
+//! express Softmax's and LogSoftmax's magnitudes. Each splits its work over threads its own way; the value of
+//! every output element is computed by one thread, in the same order whatever the thread count, so an
+//! answer does not depend on how many threads computed it.
 //! Beside each output value an oracle returns, per element, the magnitude of the terms it combined
-//! (e.g. Σ|a·b| for a dot product), from which a tolerance can be derived as an error bound.
+//! (e.g. Σ|a·b| for a dot product), from which a tolerance can be derived as an error bound; for
+//! Softmax and LogSoftmax, whose sum of positive terms does not fit that model, a magnitude derived
+//! from the row's error analysis (`arbitrate`, "Softmax and LogSoftmax").
 #![forbid(unsafe_code)]
 
 pub mod arbitrate;
@@ -16,6 +22,21 @@ pub mod independent;
 pub mod reference;
 
 use std::collections::BTreeMap;
+
+/// The environment variable that sets how many threads one oracle evaluation may use.
+pub const THREADS_ENV: &str = "QUORUM_ORACLE_THREADS";
+
+/// How many threads one oracle evaluation may use: [`THREADS_ENV`] when it holds a positive integer,
+/// else the machine's available parallelism (1 where that is unknown). Read at each evaluation, so a
+/// process can change it between calls; a value that is not a positive integer is ignored rather than
+/// failing a verification over a setting.
+pub fn threads() -> usize {
+    std::env::var(THREADS_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
 
 /// Element types the oracles understand (ONNX numbering).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

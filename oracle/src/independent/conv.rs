@@ -233,7 +233,7 @@ pub(super) fn eval(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Outp
                 rs: op,
                 cs: 1,
             };
-            let (d, gm) = product(wm, cm, mg, cg * kp, op);
+            let (d, gm) = product(wm, cm, mg, cg * kp, op, crate::threads());
             for mi in 0..mg {
                 let oc = gi * mg + mi;
                 let bias = b.map(|b| b.data[oc]).unwrap_or(0.0);

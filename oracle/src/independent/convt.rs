@@ -150,7 +150,7 @@ pub(super) fn eval(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Outp
                 rs: ip,
                 cs: 1,
             };
-            let (cols, cmag) = product(wt, xm, mg * kp, cg, ip);
+            let (cols, cmag) = product(wt, xm, mg * kp, cg, ip, crate::threads());
             for mi in 0..mg {
                 let oc = gi * mg + mi;
                 let mut acc = vec![Neumaier::default(); op];

@@ -1,4 +1,5 @@
 //! MatMul and Gemm through blocked f64 products with Neumaier-compensated accumulation.
+use super::parallel::deal_rows;
 use super::*;
 
 pub(super) const OPS: &[&str] = &["MatMul", "Gemm"];
@@ -7,7 +8,13 @@ pub(super) fn check(_node: &NodeSpec) -> Result<(), String> {
     Ok(())
 }
 
+/// Terms per block: each block's partial dot product is compensated on its own, then folded into the
+/// output's compensated total.
 const BLOCK: usize = 16;
+
+/// Output columns computed together: their accumulators stay in the first-level cache, and the k rows
+/// of B under them in the second-level cache while the rows of A pass.
+const COLUMNS: usize = 128;
 
 /// Strided view of a matrix: element (i, j) at `off + i * rs + j * cs`.
 #[derive(Clone, Copy)]
@@ -24,30 +31,99 @@ impl Mat<'_> {
     }
 }
 
-/// C = A (m x k) . B (k x n); returns (values, Σ|a·b|) row-major. The k dimension is walked in blocks;
-/// each block's partial dot product is folded into a compensated accumulator.
-pub(crate) fn product(a: Mat, b: Mat, m: usize, k: usize, n: usize) -> (Vec<f64>, Vec<f64>) {
-    let mut acc = vec![Neumaier::default(); m * n];
+/// One Neumaier step on a (sum, compensation) pair held apart, as [`Neumaier::add`] does it.
+#[inline(always)]
+fn compensated_add(sum: &mut f64, comp: &mut f64, x: f64) {
+    let t = *sum + x;
+    *comp += if sum.abs() >= x.abs() {
+        (*sum - t) + x
+    } else {
+        (x - t) + *sum
+    };
+    *sum = t;
+}
+
+/// [`Neumaier::value`] of a pair held apart.
+#[inline(always)]
+fn compensated_value(sum: f64, comp: f64) -> f64 {
+    if sum.is_finite() { sum + comp } else { sum }
+}
+
+/// C = A (m x k) . B (k x n); returns (values, Σ|a·b|) row-major. The k dimension is walked in blocks
+/// of [`BLOCK`]; each block's partial dot product is compensated and folded into a compensated
+/// accumulator, and Σ|a·b| is the sum of the blocks' sums. Rows are spread over `threads` threads;
+/// within a row, [`COLUMNS`] outputs advance together so that each row of B is read once per block
+/// of outputs. Neither changes what each output adds, or in which order.
+pub(crate) fn product(
+    a: Mat,
+    b: Mat,
+    m: usize,
+    k: usize,
+    n: usize,
+    threads: usize,
+) -> (Vec<f64>, Vec<f64>) {
+    let packed: Vec<f64>;
+    let bk: &[f64] = match b.data.get(b.off..b.off + k * n) {
+        Some(rows) if b.cs == 1 && b.rs == n => rows,
+        _ => {
+            packed = (0..k * n).map(|f| b.at(f / n, f % n)).collect();
+            &packed
+        }
+    };
+    let mut data = vec![0.0; m * n];
     let mut mag = vec![0.0; m * n];
-    let mut k0 = 0;
-    while k0 < k {
-        let k1 = (k0 + BLOCK).min(k);
-        for i in 0..m {
-            for j in 0..n {
-                let mut part = Neumaier::default();
-                let mut pm = 0.0;
-                for p in k0..k1 {
-                    let t = a.at(i, p) * b.at(p, j);
-                    part.add(t);
-                    pm += t.abs();
-                }
-                acc[i * n + j].add(part.value());
-                mag[i * n + j] += pm;
+    deal_rows(threads, &mut data, &mut mag, n, k * n, |first, d, g| {
+        // Column tiles outside the rows: the tile of B under them stays in cache for every row.
+        for j0 in (0..n).step_by(COLUMNS) {
+            let w = COLUMNS.min(n - j0);
+            for (r, (dr, gr)) in d.chunks_mut(n).zip(g.chunks_mut(n)).enumerate() {
+                let (out, m) = (&mut dr[j0..j0 + w], &mut gr[j0..j0 + w]);
+                product_tile(a, first + r, k, bk, n, j0, out, m);
             }
         }
-        k0 = k1;
+    });
+    (data, mag)
+}
+
+/// Outputs (i, j0..j0 + out.len()) of [`product`] into `out` and `mag`, B given as k contiguous rows
+/// of n elements.
+#[allow(clippy::too_many_arguments)]
+fn product_tile(
+    a: Mat,
+    i: usize,
+    k: usize,
+    b: &[f64],
+    n: usize,
+    j0: usize,
+    out: &mut [f64],
+    mag: &mut [f64],
+) {
+    let w = out.len();
+    let (mut acc, mut acc_c, mut acc_m) = ([0.0; COLUMNS], [0.0; COLUMNS], [0.0; COLUMNS]);
+    for k0 in (0..k).step_by(BLOCK) {
+        let (mut part, mut part_c, mut part_m) = ([0.0; COLUMNS], [0.0; COLUMNS], [0.0; COLUMNS]);
+        for p in k0..(k0 + BLOCK).min(k) {
+            let ap = a.at(i, p);
+            let row = &b[p * n + j0..p * n + j0 + w];
+            for (((s, c), pm), &bv) in part.iter_mut().zip(&mut part_c).zip(&mut part_m).zip(row) {
+                let t = ap * bv;
+                compensated_add(s, c, t);
+                *pm += t.abs();
+            }
+        }
+        for j in 0..w {
+            compensated_add(
+                &mut acc[j],
+                &mut acc_c[j],
+                compensated_value(part[j], part_c[j]),
+            );
+            acc_m[j] += part_m[j];
+        }
     }
-    (acc.iter().map(|a| a.value()).collect(), mag)
+    for j in 0..w {
+        out[j] = compensated_value(acc[j], acc_c[j]);
+        mag[j] = acc_m[j];
+    }
 }
 
 pub(super) fn eval(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, OracleError> {
@@ -104,7 +180,7 @@ fn matmul(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, Orac
             rs: n,
             cs: 1,
         };
-        let (d, g) = product(am, bm, m, k, n);
+        let (d, g) = product(am, bm, m, k, n, crate::threads());
         data.extend(d);
         mag.extend(g);
     }
@@ -178,7 +254,7 @@ fn gemm(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, Oracle
             cs: 1,
         }
     };
-    let (d, g) = product(am, bm, m, k, n);
+    let (d, g) = product(am, bm, m, k, n, crate::threads());
     let cmap = match c {
         Some(cv) => {
             let out = broadcast_shape(&[&cv.shape, &[m, n]])?;
@@ -335,5 +411,91 @@ mod tests {
         )
         .unwrap();
         assert!(close(&no_c[0].value.data, &base, 1e-12));
+    }
+
+    /// The product one output at a time, as the oracle first computed it: what the row kernel must
+    /// equal bit for bit.
+    fn one_at_a_time(a: Mat, b: Mat, m: usize, k: usize, n: usize) -> (Vec<f64>, Vec<f64>) {
+        let mut acc = vec![Neumaier::default(); m * n];
+        let mut mag = vec![0.0; m * n];
+        for k0 in (0..k).step_by(BLOCK) {
+            for i in 0..m {
+                for j in 0..n {
+                    let mut part = Neumaier::default();
+                    let mut pm = 0.0;
+                    for p in k0..(k0 + BLOCK).min(k) {
+                        let t = a.at(i, p) * b.at(p, j);
+                        part.add(t);
+                        pm += t.abs();
+                    }
+                    acc[i * n + j].add(part.value());
+                    mag[i * n + j] += pm;
+                }
+            }
+        }
+        (acc.iter().map(|a| a.value()).collect(), mag)
+    }
+
+    fn bits(xs: &[f64]) -> Vec<u64> {
+        xs.iter().map(|x| x.to_bits()).collect()
+    }
+
+    #[test]
+    fn blocks_columns_and_threads_keep_every_sum_bit_for_bit() {
+        let mut r = SplitMix64(38);
+        for (m, k, n) in [(2, 3, 5), (7, 33, 130), (40, 200, 300)] {
+            // Mixed scales so that compensation matters.
+            let a: Vec<f64> = r.values(m * k).iter().map(|v| v * 1e8).collect();
+            let b = r.values(k * n);
+            let direct = (
+                Mat {
+                    data: &a,
+                    off: 0,
+                    rs: k,
+                    cs: 1,
+                },
+                Mat {
+                    data: &b,
+                    off: 0,
+                    rs: n,
+                    cs: 1,
+                },
+            );
+            // B stored transposed (n x k), read through a strided view, and A the same way.
+            let mut bt = vec![0.0; n * k];
+            for p in 0..k {
+                for j in 0..n {
+                    bt[j * k + p] = b[p * n + j];
+                }
+            }
+            let mut at = vec![0.0; k * m];
+            for i in 0..m {
+                for p in 0..k {
+                    at[p * m + i] = a[i * k + p];
+                }
+            }
+            let strided = (
+                Mat {
+                    data: &at,
+                    off: 0,
+                    rs: 1,
+                    cs: m,
+                },
+                Mat {
+                    data: &bt,
+                    off: 0,
+                    rs: 1,
+                    cs: k,
+                },
+            );
+            let (want, want_mag) = one_at_a_time(direct.0, direct.1, m, k, n);
+            for (am, bm) in [direct, strided] {
+                for threads in [1, 2, 3] {
+                    let (d, g) = product(am, bm, m, k, n, threads);
+                    assert_eq!(bits(&d), bits(&want), "{m}x{k}x{n}, {threads} threads");
+                    assert_eq!(bits(&g), bits(&want_mag), "{m}x{k}x{n}, {threads} threads");
+                }
+            }
+        }
     }
 }

@@ -19,6 +19,7 @@ mod fill;
 mod matmul;
 mod movement;
 mod norm;
+mod parallel;
 mod pool;
 mod reduce;
 mod resize;

@@ -3,6 +3,7 @@
 //! Opset >= 13: one axis (default -1). Opset < 13: the input is seen as 2-D [prod(dims[..axis]),
 //! prod(dims[axis..])] (default axis 1) and the op runs over the second dim.
 use super::*;
+use crate::arbitrate::C_REDUCE;
 
 pub(super) const OPS: &[&str] = &["Softmax", "LogSoftmax", "Hardmax"];
 
@@ -59,12 +60,22 @@ fn shifted_lse(xs: &[f64]) -> (f64, f64) {
     (m, pairwise_sum(&e).ln())
 }
 
+/// The smallest normal number of the type a kernel computes `dtype` results in (f64 for f64, f32
+/// otherwise), in units of that type's ε.
+fn normal_floor(dtype: DType) -> f64 {
+    match dtype {
+        DType::F64 => 2f64.powi(-1022 + 52),
+        _ => 2f64.powi(-126 + 23),
+    }
+}
+
 pub(super) fn eval(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, OracleError> {
     let x = input(node, inputs, 0)?;
     let (outer, len, inner) = groups(node, &x.shape)?;
     let mut data = vec![0.0; x.data.len()];
     let mut mag = vec![1.0; x.data.len()];
     let mut buf = Vec::with_capacity(len);
+    let floor = normal_floor(x.dtype);
     for o in 0..outer {
         for i in 0..inner {
             let idx: Vec<usize> = (0..len).map(|l| (o * len + l) * inner + i).collect();
@@ -84,15 +95,37 @@ pub(super) fn eval(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Outp
                 }
                 op => {
                     let (m, l_sum) = shifted_lse(&buf);
+                    // log-softmax of every element, then W = Σ softmax_j · |x_j - m| (a term whose
+                    // softmax is 0 weighs nothing, however far below the maximum).
+                    let ls: Vec<f64> = buf.iter().map(|&v| (v - m) - l_sum).collect();
+                    let weights: Vec<f64> = ls
+                        .iter()
+                        .zip(&buf)
+                        .map(|(&l, &v)| {
+                            let p = l.exp();
+                            if p == 0.0 { 0.0 } else { p * (v - m).abs() }
+                        })
+                        .collect();
+                    let w = pairwise_sum(&weights);
+                    // The error bound of arbitrate.rs's "Softmax and LogSoftmax", in ε units: the
+                    // sum's worst case, the exponentials' and the final operation's.
+                    let rounding = 0.5 * (len as f64 - 1.0);
                     for (l, &j) in idx.iter().enumerate() {
-                        // x - lse computed as (x - m) - log(sum(exp(x - m))).
-                        let ls = (buf[l] - m) - l_sum;
-                        if op == "LogSoftmax" {
-                            data[j] = ls;
-                            mag[j] = buf[l].abs() + (m + l_sum).abs();
+                        let spread = 2.5 * ((buf[l] - m).abs() + w);
+                        let bound = if op == "LogSoftmax" {
+                            data[j] = ls[l];
+                            rounding + spread + 3.0 * (l_sum.abs() + ls[l].abs()) + 16.0
                         } else {
-                            data[j] = ls.exp();
-                        }
+                            let p = ls[l].exp();
+                            data[j] = p;
+                            let own = if p == 0.0 {
+                                0.0
+                            } else {
+                                p * (rounding + spread + 8.5)
+                            };
+                            own + floor
+                        };
+                        mag[j] = bound * 2.0 / C_REDUCE;
                     }
                 }
             }

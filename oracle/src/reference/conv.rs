@@ -1,5 +1,6 @@
 //! Conv (N-D, groups, strides, dilations, explicit pads, auto_pad), transcribed as the direct sum
 //! Y[n, m, o] = B[m] + Σ_c Σ_k X[n, g·C/G + c, o·s − pad_begin + k·d] · W[m, c, k].
+use super::parallel::rows;
 use super::{input, opt_input, output, strides, unravel};
 use crate::{NodeSpec, OracleError, Output, Value};
 
@@ -129,24 +130,38 @@ pub(super) fn evaluate(
     let wst = strides(&w.shape);
     let nsp_out: usize = oshape.iter().product();
     let nk: usize = kshape.iter().product();
-    let mut data = Vec::with_capacity(nb * m * nsp_out);
-    let mut mag = Vec::with_capacity(nb * m * nsp_out);
     // Kernel multi-indices, unravelled once rather than per term.
     let kidx: Vec<Vec<usize>> = (0..nk).map(|kf| unravel(kf, &kshape)).collect();
     if b.is_some_and(|b| b.len() != m) {
         return Err(OracleError::Invalid(format!("Conv bias needs {m} values")));
     }
-    for n in 0..nb {
-        for mo in 0..m {
-            let g = mo / mg;
-            for of in 0..nsp_out {
-                let oi = unravel(of, &oshape);
-                let mut s = 0.0;
-                let mut a = 0.0;
-                for ci in 0..cg {
-                    let ch = g * cg + ci;
+    let mut data = vec![0.0; nb * m * nsp_out];
+    let mut mag = vec![0.0; nb * m * nsp_out];
+    // One row per output plane Y[n, mo]; planes are independent and fill on separate threads.
+    let work = cg * nk * nsp_out;
+    rows(
+        crate::threads(),
+        &mut data,
+        &mut mag,
+        nsp_out,
+        work,
+        |first, d, g| {
+            let mut oi = vec![0usize; sp];
+            let mut taps: Vec<(usize, usize)> = Vec::with_capacity(nk);
+            for (r, (dp, gp)) in d.chunks_mut(nsp_out).zip(g.chunks_mut(nsp_out)).enumerate() {
+                let (n, mo) = ((first + r) / m, (first + r) % m);
+                let grp = mo / mg;
+                for (of, (y, ya)) in dp.iter_mut().zip(gp.iter_mut()).enumerate() {
+                    let mut rest = of;
+                    for d in (0..sp).rev() {
+                        oi[d] = rest % oshape[d];
+                        rest /= oshape[d];
+                    }
+                    // The kernel positions that land inside X for this output, in kernel order, as
+                    // offsets within one channel of X and of W: the same for every channel.
+                    taps.clear();
                     for ki in &kidx {
-                        let mut xoff = n * xst[0] + ch * xst[1];
+                        let mut xrel = 0;
                         let mut inside = true;
                         for d in 0..sp {
                             let pos = (oi[d] * st[d] + ki[d] * dl[d]) as i64 - pbeg[d] as i64;
@@ -154,29 +169,34 @@ pub(super) fn evaluate(
                                 inside = false;
                                 break;
                             }
-                            xoff += pos as usize * xst[2 + d];
+                            xrel += pos as usize * xst[2 + d];
                         }
-                        if !inside {
-                            continue;
+                        if inside {
+                            let wrel: usize = (0..sp).map(|d| ki[d] * wst[2 + d]).sum();
+                            taps.push((xrel, wrel));
                         }
-                        let mut woff = mo * wst[0] + ci * wst[1];
-                        for d in 0..sp {
-                            woff += ki[d] * wst[2 + d];
-                        }
-                        let t = x.data[xoff] * w.data[woff];
-                        s += t;
-                        a += t.abs();
                     }
+                    let mut s = 0.0;
+                    let mut a = 0.0;
+                    for ci in 0..cg {
+                        let xc = n * xst[0] + (grp * cg + ci) * xst[1];
+                        let wc = mo * wst[0] + ci * wst[1];
+                        for &(xrel, wrel) in &taps {
+                            let t = x.data[xc + xrel] * w.data[wc + wrel];
+                            s += t;
+                            a += t.abs();
+                        }
+                    }
+                    if let Some(b) = b {
+                        s += b.data[mo];
+                        a += b.data[mo].abs();
+                    }
+                    *y = s;
+                    *ya = a;
                 }
-                if let Some(b) = b {
-                    s += b.data[mo];
-                    a += b.data[mo].abs();
-                }
-                data.push(s);
-                mag.push(a);
             }
-        }
-    }
+        },
+    );
     let mut shape = vec![nb, m];
     shape.extend(oshape);
     Ok(vec![output(x.dtype, shape, data, mag)?])

@@ -1,4 +1,5 @@
 //! MatMul (numpy.matmul semantics) and Gemm.
+use super::parallel::rows;
 use super::{broadcast_index, broadcast_shapes, input, opt_input, output, unravel};
 use crate::{NodeSpec, OracleError, Output, Value};
 
@@ -13,17 +14,70 @@ pub(super) fn evaluate(
     node: &NodeSpec,
     inputs: &[Option<Value>],
 ) -> Result<Vec<Output>, OracleError> {
+    let threads = crate::threads();
     match node.op_type.as_str() {
         "MatMul" => Ok(vec![matmul(
             input(node, inputs, 0)?,
             input(node, inputs, 1)?,
+            threads,
         )?]),
-        "Gemm" => Ok(vec![gemm(node, inputs)?]),
+        "Gemm" => Ok(vec![gemm(node, inputs, threads)?]),
         op => Err(OracleError::Unsupported(format!("{op} is not a matrix op"))),
     }
 }
 
-fn matmul(a: &Value, b: &Value) -> Result<Output, OracleError> {
+/// Columns of the output handled together: their running sums stay in the first-level cache, and the
+/// rows of B under them in the second-level cache while every row of A passes.
+const COLUMNS: usize = 64;
+
+/// Rows of the output advanced together, each row of B read once for all of them.
+const ROWS: usize = 4;
+
+/// Output rows `out.len() / n` of a product: `out[r][j] = Σ_p a(r)[p] · b[p, j]` and
+/// `mag[r][j] = Σ_p |a(r)[p] · b[p, j]|`, with `a(r)` row `r`'s row of A (k elements) and `b` k rows
+/// of n elements, row-major. Each sum is taken in the definition's order, p = 0, 1, …, starting from
+/// 0; the loops run over p outside j (and over a few rows at once) only so that many sums share each
+/// element of B they read, which changes no sum.
+fn dot_rows<'a>(
+    a: impl Fn(usize) -> &'a [f64],
+    b: &[f64],
+    n: usize,
+    out: &mut [f64],
+    mag: &mut [f64],
+) {
+    let nrows = out.len() / n.max(1);
+    out.fill(0.0);
+    mag.fill(0.0);
+    for j0 in (0..n).step_by(COLUMNS) {
+        let w = COLUMNS.min(n - j0);
+        let mut r = 0;
+        while r < nrows {
+            let group = ROWS.min(nrows - r);
+            let mut s = [[0.0; COLUMNS]; ROWS];
+            let mut g = [[0.0; COLUMNS]; ROWS];
+            let rows: [&[f64]; ROWS] = std::array::from_fn(|q| a(r + q.min(group - 1)));
+            for p in 0..rows[0].len() {
+                let bp = &b[p * n + j0..p * n + j0 + w];
+                for q in 0..group {
+                    let ap = rows[q][p];
+                    for ((s, g), &bv) in s[q].iter_mut().zip(g[q].iter_mut()).zip(bp) {
+                        let t = ap * bv;
+                        *s += t;
+                        *g += t.abs();
+                    }
+                }
+            }
+            for q in 0..group {
+                let at = (r + q) * n + j0;
+                out[at..at + w].copy_from_slice(&s[q][..w]);
+                mag[at..at + w].copy_from_slice(&g[q][..w]);
+            }
+            r += group;
+        }
+    }
+}
+
+fn matmul(a: &Value, b: &Value, threads: usize) -> Result<Output, OracleError> {
     if a.shape.is_empty() || b.shape.is_empty() {
         return Err(OracleError::Invalid(
             "MatMul operands must have rank >= 1".into(),
@@ -52,26 +106,37 @@ fn matmul(a: &Value, b: &Value) -> Result<Output, OracleError> {
     let bbatch = &bsh[..bsh.len() - 2];
     let batch = broadcast_shapes(&[abatch, bbatch])?;
     let nb: usize = batch.iter().product();
-    let mut data = Vec::with_capacity(nb * m * n);
-    let mut mag = Vec::with_capacity(nb * m * n);
-    for bi in 0..nb {
-        let idx = unravel(bi, &batch);
-        let ao = broadcast_index(&idx, abatch) * m * k;
-        let bo = broadcast_index(&idx, bbatch) * k * n;
-        for i in 0..m {
-            for j in 0..n {
-                let mut s = 0.0;
-                let mut g = 0.0;
-                for p in 0..k {
-                    let t = a.data[ao + i * k + p] * b.data[bo + p * n + j];
-                    s += t;
-                    g += t.abs();
-                }
-                data.push(s);
-                mag.push(g);
-            }
+    // Where each batch's matrices start in A and B.
+    let starts: Vec<(usize, usize)> = (0..nb)
+        .map(|bi| {
+            let idx = unravel(bi, &batch);
+            (
+                broadcast_index(&idx, abatch) * m * k,
+                broadcast_index(&idx, bbatch) * k * n,
+            )
+        })
+        .collect();
+    let mut data = vec![0.0; nb * m * n];
+    let mut mag = vec![0.0; nb * m * n];
+    rows(threads, &mut data, &mut mag, n, k * n, |first, d, g| {
+        // Runs of rows within one batch share that batch's B.
+        let mut r = 0;
+        while r < d.len() / n {
+            let (bi, i) = ((first + r) / m, (first + r) % m);
+            let run = (m - i).min(d.len() / n - r);
+            let (ao, bo) = starts[bi];
+            let at = |q: usize| &a.data[ao + (i + q) * k..ao + (i + q + 1) * k];
+            let span = r * n..(r + run) * n;
+            dot_rows(
+                at,
+                &b.data[bo..bo + k * n],
+                n,
+                &mut d[span.clone()],
+                &mut g[span],
+            );
+            r += run;
         }
-    }
+    });
     let mut shape = batch;
     if !a1 {
         shape.push(m);
@@ -82,7 +147,7 @@ fn matmul(a: &Value, b: &Value) -> Result<Output, OracleError> {
     output(a.dtype, shape, data, mag)
 }
 
-fn gemm(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Output, OracleError> {
+fn gemm(node: &NodeSpec, inputs: &[Option<Value>], threads: usize) -> Result<Output, OracleError> {
     let a = input(node, inputs, 0)?;
     let b = input(node, inputs, 1)?;
     let c = opt_input(inputs, 2);
@@ -114,21 +179,6 @@ fn gemm(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Output, OracleError
             a.shape, b.shape
         )));
     }
-    // A'[i][p] and B'[p][j] after the optional transposes.
-    let at = |i: usize, p: usize| {
-        if ta {
-            a.data[p * a.shape[1] + i]
-        } else {
-            a.data[i * a.shape[1] + p]
-        }
-    };
-    let bt = |p: usize, j: usize| {
-        if tb {
-            b.data[j * b.shape[1] + p]
-        } else {
-            b.data[p * b.shape[1] + j]
-        }
-    };
     if let Some(c) = c {
         // C must broadcast unidirectionally to [M, N].
         let s = broadcast_shapes(&[&[m, n], &c.shape])?;
@@ -139,26 +189,40 @@ fn gemm(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Output, OracleError
             )));
         }
     }
-    let mut data = Vec::with_capacity(m * n);
-    let mut mag = Vec::with_capacity(m * n);
-    for i in 0..m {
-        for j in 0..n {
-            let mut s = 0.0;
-            let mut g = 0.0;
-            for p in 0..k {
-                let t = at(i, p) * bt(p, j);
-                s += t;
-                g += t.abs();
+    // A' and B' after the optional transposes, written out row-major (copies, no arithmetic).
+    let at: Vec<f64> = (0..m * k)
+        .map(|f| {
+            let (i, p) = (f / k, f % k);
+            if ta {
+                a.data[p * a.shape[1] + i]
+            } else {
+                a.data[i * a.shape[1] + p]
             }
-            let mut y = alpha * s;
-            let mut gm = alpha.abs() * g;
-            if let Some(c) = c {
-                let cv = c.data[broadcast_index(&[i, j], &c.shape)];
-                y += beta * cv;
-                gm += (beta * cv).abs();
+        })
+        .collect();
+    let bt: Vec<f64> = (0..k * n)
+        .map(|f| {
+            let (p, j) = (f / n, f % n);
+            if tb {
+                b.data[j * b.shape[1] + p]
+            } else {
+                b.data[p * b.shape[1] + j]
             }
-            data.push(y);
-            mag.push(gm);
+        })
+        .collect();
+    let mut data = vec![0.0; m * n];
+    let mut mag = vec![0.0; m * n];
+    rows(threads, &mut data, &mut mag, n, k * n, |first, d, g| {
+        let rows = |q: usize| &at[(first + q) * k..(first + q + 1) * k];
+        dot_rows(rows, &bt, n, d, g);
+    });
+    for (f, (y, gm)) in data.iter_mut().zip(mag.iter_mut()).enumerate() {
+        *y *= alpha;
+        *gm *= alpha.abs();
+        if let Some(c) = c {
+            let cv = c.data[broadcast_index(&[f / n, f % n], &c.shape)];
+            *y += beta * cv;
+            *gm += (beta * cv).abs();
         }
     }
     output(a.dtype, vec![m, n], data, mag)
@@ -293,5 +357,81 @@ mod tests {
             )
             .unwrap();
         assert_all_close(&out[0].value.data, &[11.0]);
+    }
+
+    /// The definition's loop, one output at a time: what the row kernel must equal bit for bit.
+    fn scalar(a: &[f64], b: &[f64], m: usize, k: usize, n: usize) -> (Vec<f64>, Vec<f64>) {
+        let (mut data, mut mag) = (Vec::new(), Vec::new());
+        for i in 0..m {
+            for j in 0..n {
+                let (mut s, mut g) = (0.0, 0.0);
+                for p in 0..k {
+                    let t = a[i * k + p] * b[p * n + j];
+                    s += t;
+                    g += t.abs();
+                }
+                data.push(s);
+                mag.push(g);
+            }
+        }
+        (data, mag)
+    }
+
+    fn bits(xs: &[f64]) -> Vec<u64> {
+        xs.iter().map(|x| x.to_bits()).collect()
+    }
+
+    #[test]
+    fn rows_and_threads_keep_every_sum_bit_for_bit() {
+        let mut rng = SplitMix64(38);
+        // Odd sizes around the column block, and a product big enough to be split over threads.
+        for (m, k, n) in [(3, 5, 7), (5, 300, 257), (64, 129, 513)] {
+            let a = rng.vec(m * k);
+            let b: Vec<f64> = rng.vec(k * n).iter().map(|v| v * 1e3).collect();
+            let (want, want_mag) = scalar(&a, &b, m, k, n);
+            for threads in [1, 2, 3] {
+                let out = super::matmul(
+                    &Value::new(DType::F32, vec![m, k], a.clone()).unwrap(),
+                    &Value::new(DType::F32, vec![k, n], b.clone()).unwrap(),
+                    threads,
+                )
+                .unwrap();
+                assert_eq!(bits(&out.value.data), bits(&want), "{m}x{k}x{n}, {threads}");
+                assert_eq!(bits(&out.magnitude), bits(&want_mag), "{m}x{k}x{n}");
+            }
+        }
+    }
+
+    #[test]
+    fn batched_rows_split_across_batches_keep_every_sum() {
+        // [2, 1, 7, 200] x [3, 200, 300]: 42 rows in 6 batches, split over threads mid-batch.
+        let mut rng = SplitMix64(39);
+        let (m, k, n) = (7, 200, 300);
+        let a = rng.vec(2 * m * k);
+        let b = rng.vec(3 * k * n);
+        for threads in [1, 4, 7] {
+            let out = super::matmul(
+                &Value::new(DType::F32, vec![2, 1, m, k], a.clone()).unwrap(),
+                &Value::new(DType::F32, vec![3, k, n], b.clone()).unwrap(),
+                threads,
+            )
+            .unwrap();
+            for x in 0..2 {
+                for y in 0..3 {
+                    let want = scalar(
+                        &a[x * m * k..(x + 1) * m * k],
+                        &b[y * k * n..(y + 1) * k * n],
+                        m,
+                        k,
+                        n,
+                    );
+                    let at = (x * 3 + y) * m * n;
+                    let got = &out.value.data[at..at + m * n];
+                    assert_eq!(bits(got), bits(&want.0), "batch {x},{y}, {threads}");
+                    let got = &out.magnitude[at..at + m * n];
+                    assert_eq!(bits(got), bits(&want.1), "batch {x},{y}, {threads}");
+                }
+            }
+        }
     }
 }

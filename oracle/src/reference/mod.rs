@@ -10,6 +10,7 @@ mod elementwise;
 mod fill;
 mod matmul;
 mod norm;
+mod parallel;
 mod pool;
 mod reduce;
 mod resize;

@@ -1,7 +1,8 @@
 //! Softmax, LogSoftmax, Hardmax: opset >= 13 along one axis; before 13 over the input flattened to 2-D
 //! at `axis` ([prod(d[..axis]), prod(d[axis..])], along the second dimension).
 use super::{input, norm_axis, output};
-use crate::{NodeSpec, OracleError, Output, Value};
+use crate::arbitrate::C_REDUCE;
+use crate::{DType, NodeSpec, OracleError, Output, Value};
 
 pub(super) fn supports(node: &NodeSpec) -> Result<(), String> {
     if node.num_outputs > 1 {
@@ -50,7 +51,14 @@ pub(super) fn evaluate(
             1usize,
         )
     };
+    // Below the computed type's normal range, over its ε (the `T` of arbitrate.rs's Softmax section).
+    let tiny = if x.dtype == DType::F64 {
+        f64::MIN_POSITIVE / f64::EPSILON
+    } else {
+        f32::MIN_POSITIVE as f64 / f32::EPSILON as f64
+    };
     let mut data = vec![0.0; x.data.len()];
+    let mut mag = vec![0.0; x.data.len()];
     for o in 0..outer {
         for i in 0..inner {
             let at = |j: usize| (o * len + j) * inner + i;
@@ -70,6 +78,7 @@ pub(super) fn evaluate(
                 "Hardmax" => {
                     for j in 0..len {
                         data[at(j)] = if j == argmax { 1.0 } else { 0.0 };
+                        mag[at(j)] = 1.0;
                     }
                 }
                 _ => {
@@ -77,22 +86,44 @@ pub(super) fn evaluate(
                     for j in 0..len {
                         sum += (x.data[at(j)] - max).exp();
                     }
+                    // W: the exponentials' weighted mean of |x_j - max| (an exponential of 0, as
+                    // for a -inf logit, weighs nothing).
+                    let mut weighted = 0.0;
                     for j in 0..len {
                         let d = x.data[at(j)] - max;
-                        data[at(j)] = if op == "Softmax" {
-                            d.exp() / sum
+                        let e = d.exp();
+                        if e > 0.0 {
+                            weighted += e * d.abs();
+                        }
+                    }
+                    let w = weighted / sum;
+                    let roundings = (len as f64 - 1.0) / 2.0;
+                    for j in 0..len {
+                        let d = x.data[at(j)] - max;
+                        let (y, bound) = if op == "Softmax" {
+                            let y = d.exp() / sum;
+                            let relative = if y > 0.0 {
+                                y * (roundings + 2.5 * (d.abs() + w) + 8.5)
+                            } else {
+                                0.0
+                            };
+                            (y, relative + tiny)
                         } else {
-                            d - sum.ln()
+                            let z = d - sum.ln();
+                            let l = sum.ln().abs();
+                            (
+                                z,
+                                roundings + 2.5 * (d.abs() + w) + 3.0 * (l + z.abs()) + 16.0,
+                            )
                         };
+                        data[at(j)] = y;
+                        // arbitrate.rs, "Softmax and LogSoftmax": the bound C_REDUCE·ε·m is 2·ε·E.
+                        mag[at(j)] = 2.0 * bound / C_REDUCE;
                     }
                 }
             }
         }
     }
-    let mag = match op {
-        "LogSoftmax" => data.iter().map(|v: &f64| v.abs().max(1.0)).collect(),
-        _ => vec![1.0; data.len()],
-    };
     Ok(vec![output(x.dtype, x.shape.clone(), data, mag)?])
 }
 
