@@ -131,7 +131,7 @@ pub fn run(args: Args) -> Result<bool> {
             &|o| {
                 bar.inc(1);
                 bar.set_message(o.id.clone());
-                let surprise = o.status() != expected.expected(&o.id);
+                let surprise = o.status() != o.expected(&expected);
                 if verbose || surprise {
                     let _g = printed.lock();
                     let tag = if surprise { " (UNEXPECTED)" } else { "" };
@@ -153,7 +153,7 @@ pub fn run(args: Args) -> Result<bool> {
         };
         let mut unexpected = stale.clone();
         for o in &outcomes {
-            let want = expected.expected(&o.id);
+            let want = o.expected(&expected);
             if o.status() != want {
                 unexpected.push(format!(
                     "{}: {} but expected {}",
@@ -180,7 +180,7 @@ pub fn run(args: Args) -> Result<bool> {
                 .entries
                 .retain(|id, _| !generated || all_cases.iter().any(|c| &c.id == id));
             for o in &outcomes {
-                if o.status() == Status::Pass {
+                if o.status() == Status::Pass || o.by_rule {
                     updated.entries.remove(&o.id);
                 } else if expected
                     .entries

@@ -13,6 +13,10 @@ use crate::coverage::Coverage;
 pub enum EngineError {
     /// The engine does not implement something the model needs.
     Unsupported(String),
+    /// The engine does not implement something the model needs, by a rule it states for itself, so
+    /// that no expectation list needs a line for it: a node of an oracle engine whose op is not a row
+    /// of the op table (the oracles owe the table's ops, nothing beyond them).
+    Uncovered(String),
     /// The engine tried and failed.
     Failed(String),
 }
@@ -263,6 +267,9 @@ impl Engine for Device {
                 match e {
                     EngineError::Unsupported(m) => {
                         EngineError::Unsupported(format!("{m} (in {})", path.display()))
+                    }
+                    EngineError::Uncovered(m) => {
+                        EngineError::Uncovered(format!("{m} (in {})", path.display()))
                     }
                     EngineError::Failed(m) => {
                         EngineError::Failed(format!("{}: {m}", path.display()))

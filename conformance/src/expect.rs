@@ -110,7 +110,9 @@ impl Expectations {
     pub fn save(&self, path: &Path, engine: &str) -> Result<()> {
         let mut out = format!(
             "# Cases that do not pass on engine `{engine}`: <case> <status> <reason>.\n\
-             # status: fail | unsupported | nondeterministic. Every line is a claim: keep the reason true.\n"
+             # status: fail | unsupported | nondeterministic. Every line is a claim: keep the reason true.\n\
+             # A case the engine leaves unsupported by its own rule (an oracle engine's op outside the\n\
+             # op table, optable/src/table.rs) needs no line.\n"
         );
         for (id, e) in &self.entries {
             out.push_str(&format!("{id} {} {}\n", e.status.as_str(), e.reason));

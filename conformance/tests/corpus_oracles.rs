@@ -63,7 +63,11 @@ fn oracles_agree_on_every_corpus_node_both_cover() {
                                 .join("; "));
                         }
                         // Not covered by both, or rejected by both: nothing to compare.
-                        Err(EngineError::Unsupported(_)) | Err(EngineError::Failed(_)) => {}
+                        Err(
+                            EngineError::Unsupported(_)
+                            | EngineError::Uncovered(_)
+                            | EngineError::Failed(_),
+                        ) => {}
                     }
                 }
                 Ok(compared)

@@ -7,6 +7,7 @@
 //! equal value digests show the answers are bit-identical. `QUORUM_ORACLE_THREADS` sets the threads.
 //! Output: one tab-separated line per case and oracle: case, oracle, seconds, value digest,
 //! magnitude digest.
+#![forbid(unsafe_code)]
 use quorum_oracle::independent::Independent;
 use quorum_oracle::reference::Reference;
 use quorum_oracle::{Attr, DType, NodeSpec, Oracle, Value};

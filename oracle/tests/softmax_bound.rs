@@ -3,6 +3,7 @@
 //! zeros, must be mismatches on the long rows where a fixed bound passed them; f32 kernels that
 //! really compute the op (sequential, pairwise and warp-tree sums; f32, f16 and bf16 outputs) must
 //! agree on the same rows, with seeded random logits as well as equal ones.
+#![forbid(unsafe_code)]
 use quorum_oracle::arbitrate::{Bound, EngineOutput, Verdict, Wrong, arbitrate, round_to};
 use quorum_oracle::independent::Independent;
 use quorum_oracle::reference::Reference;
