@@ -43,6 +43,8 @@ pub struct Coverage {
     pub by_op: BTreeMap<String, NodeCounts>,
     /// Nodes placed on the device whose kernel declined at run time, so that they ran on the CPU.
     pub fell_back: Vec<String>,
+    /// Device node results judged by both oracles (strict verification), over all runs.
+    pub checks: u64,
 }
 
 impl Coverage {

@@ -210,7 +210,9 @@ impl Prepared for SessionModel {
 /// Where a session's top-level nodes ran so far: its plan-time placement, less the nodes whose
 /// device kernel declined at run time.
 pub fn session_coverage(session: &Session) -> Coverage {
-    Coverage::from_placement(session.placement(), &session.fallback_nodes())
+    let mut c = Coverage::from_placement(session.placement(), &session.fallback_nodes());
+    c.checks = session.counters().verify_checks;
+    c
 }
 
 /// An accelerator's engine (`cuda`, `wgpu`): every node the backend claims runs there (no size
@@ -235,10 +237,14 @@ pub const Wgpu: Device = Device {
 };
 
 impl Device {
+    /// The device first, the CPU for what it declines, constant folding off (so that every node
+    /// runs its kernel), and strict verification: every device node's outputs are judged by both
+    /// oracles beside the corpus data, and a mismatch fails the case.
     pub fn options(&self) -> SessionOptions {
         SessionOptions {
             providers: vec![self.provider, quorum::Provider::Cpu],
             fold_constants: false,
+            verify: quorum::VerifyMode::Strict,
             ..Default::default()
         }
     }

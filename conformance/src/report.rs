@@ -157,6 +157,15 @@ impl EngineReport<'_> {
         t
     }
 
+    /// Device node results the oracles judged, over every case.
+    pub fn checks(&self) -> u64 {
+        self.outcomes
+            .iter()
+            .filter_map(|o| o.coverage.as_ref())
+            .map(|c| c.checks)
+            .sum()
+    }
+
     /// The summary table a person reads in the terminal and in summary.md.
     pub fn markdown(&self) -> String {
         let cov = self.has_coverage();
@@ -195,6 +204,11 @@ impl EngineReport<'_> {
                  off; a node whose kernel declined at run time counts as CPU). Per part over its cases, per op \
                  family over the nodes of that family's ops.\n",
             );
+            s.push_str(&format!(
+                "\nNode checks: {} device node results judged by both oracles (strict verification), \
+                 beside the comparison with the corpus data.\n",
+                self.checks()
+            ));
         }
         s
     }
@@ -214,6 +228,7 @@ impl EngineReport<'_> {
                 if let Some(cov) = &o.coverage {
                     let t = cov.total();
                     c["device_nodes"] = t.device.into();
+                    c["node_checks"] = cov.checks.into();
                     c["cpu_nodes"] = t.cpu.into();
                     let cpu_ops: Vec<&String> = cov
                         .by_op
@@ -242,6 +257,7 @@ impl EngineReport<'_> {
         });
         if self.has_coverage() {
             json["device_coverage"] = serde_json::json!({
+                "node_checks": self.checks(),
                 "total": self.coverage_total(),
                 "by_part": self.coverage_by_part(),
                 "by_family": self.coverage_by_family(),

@@ -233,6 +233,7 @@ pub fn check(node: &Node, inputs: &[Option<&Value>], outputs: &[Value]) -> Check
             }
         }
     }
+    let arg_refs: Vec<Option<&oracle::Value>> = args.iter().map(Option::as_ref).collect();
     let reference = oracle::reference::Reference;
     let independent = oracle::independent::Independent;
     for o in [&reference as &dyn Oracle, &independent] {
@@ -301,7 +302,7 @@ pub fn check(node: &Node, inputs: &[Option<&Value>], outputs: &[Value]) -> Check
             shape: t.shape(),
             data: &data,
         };
-        match arbitrate(engine, Bound::for_node(&spec, dtype), ro, io) {
+        match arbitrate(engine, Bound::for_call(&spec, dtype, &arg_refs), ro, io) {
             Verdict::Agree => {}
             Verdict::EngineWrong(wrong) => return Check::Mismatch { output: k, wrong },
             Verdict::OraclesDisagree {

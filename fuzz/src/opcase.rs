@@ -443,7 +443,8 @@ pub fn check(case: &Case) -> Result<Checked, String> {
             shape: e.shape(),
             data: &data,
         };
-        let v = arbitrate(view, Bound::for_node(&spec, r.value.dtype), r, i);
+        let inputs: Vec<Option<&Value>> = case.inputs.iter().map(Option::as_ref).collect();
+        let v = arbitrate(view, Bound::for_call(&spec, r.value.dtype, &inputs), r, i);
         if v != Verdict::Agree {
             return Err(format!("output {k}: runtime vs oracles: {v:?}"));
         }

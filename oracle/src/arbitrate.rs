@@ -53,8 +53,11 @@
 //! kernel that rescales a running sum as the maximum grows (online softmax) rounds more often and
 //! is not covered. On a row of 8,192 equal logits the Softmax bound is 9.8e-4 relative, 33 times
 //! below a dropped lane's 3.2%; on 131,072 it is 1.6% against the zero answer's 100%.
-use crate::{DType, NodeSpec, Output};
+use crate::{DType, NodeSpec, Output, Value};
 use quorum_optable::{Accumulation, Class as Table};
+
+mod terms;
+pub use terms::terms;
 
 /// The outcome of judging one output.
 #[derive(Debug, Clone, PartialEq)]
@@ -103,8 +106,9 @@ pub enum Class {
 pub const C_ELEMENTWISE: f64 = 8.0;
 
 /// Reductions, dot products, convolutions, normalisations, softmax, interpolation: the √(terms) growth
-/// of a blocked or pairwise sum up to ~4000 terms taken at their full magnitude, which in practice
-/// bounds far longer sums (errors cancel; Σ|a·b| overstates them).
+/// of a blocked or pairwise sum up to ~4000 terms taken at their full magnitude. Where the number of
+/// terms `K` is known ([`terms`]), the constant is raised to the worst case of any sum of that
+/// length, `(K + 2)/2`: errors that keep one sign (same-signed terms summed in order) do not cancel.
 pub const C_REDUCE: f64 = 64.0;
 
 /// Both oracles compute in f64: they may differ only by f64 rounding of the same terms.
@@ -150,6 +154,9 @@ pub struct Bound {
     /// The type results are computed (and accumulated) in before the one rounding into the output
     /// type: f32 for f32, f16 and bf16 kernels, f64 for f64.
     pub compute: DType,
+    /// For a long sum, the most terms combined into one output, where known ([`terms`]): the
+    /// class constant is then at least the worst case of a sum of that length, `(K + 2)/2`.
+    pub terms: Option<usize>,
 }
 
 impl Bound {
@@ -164,6 +171,25 @@ impl Bound {
             } else {
                 standard_compute(dtype)
             },
+            terms: None,
+        }
+    }
+
+    /// [`Bound::for_node`] for a call of `node` on `inputs`, with the length of its sums where the
+    /// node is a long sum ([`terms`]).
+    pub fn for_call(node: &NodeSpec, dtype: DType, inputs: &[Option<&Value>]) -> Bound {
+        Bound {
+            terms: terms(node, inputs),
+            ..Bound::for_node(node, dtype)
+        }
+    }
+
+    /// The constant of a long sum's bound: the class's, raised to the worst case of a sum of
+    /// `terms` terms in any order (`γ_K·m ≈ K·u·m`, `u = ε/2`, plus a bias and the conversion).
+    fn sum_constant(&self, c: f64) -> f64 {
+        match self.terms {
+            Some(k) => c.max((k as f64 + 2.0) / 2.0),
+            None => c,
         }
     }
 }
@@ -312,7 +338,7 @@ pub fn allowed(bound: Bound, out: DType, o: f64, mag: f64, e: f64) -> Option<f64
     let k = match bound.class {
         Class::Exact | Class::Rounded => return None,
         Class::Math { ulps } => ulps,
-        Class::Sum { c } => c,
+        Class::Sum { c } => bound.sum_constant(c),
     };
     format(out)?;
     let mag = if mag.is_finite() {
@@ -420,6 +446,7 @@ mod tests {
         Bound {
             class,
             compute: DType::F32,
+            terms: None,
         }
     }
 

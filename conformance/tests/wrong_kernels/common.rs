@@ -131,8 +131,9 @@ impl T {
     }
 }
 
-/// Both oracles' first output.
-pub struct Oracles(pub Output, pub Output);
+/// Both oracles' first output, and the length of the node's sums on these inputs (what verification
+/// passes to the bound: `quorum_oracle::arbitrate::terms`).
+pub struct Oracles(pub Output, pub Output, pub Option<usize>);
 
 pub fn oracles(spec: &Spec, inputs: &[Option<T>]) -> Oracles {
     let node = spec.node_spec();
@@ -141,7 +142,9 @@ pub fn oracles(spec: &Spec, inputs: &[Option<T>]) -> Oracles {
     let i = Independent
         .evaluate(&node, &vals)
         .expect("independent oracle");
-    Oracles(r[0].clone(), i[0].clone())
+    let refs: Vec<Option<&Value>> = vals.iter().map(Option::as_ref).collect();
+    let terms = quorum_oracle::arbitrate::terms(&node, &refs);
+    Oracles(r[0].clone(), i[0].clone(), terms)
 }
 
 /// The runtime's CPU kernel for `spec` (the correct kernel): its first output.
@@ -207,12 +210,11 @@ pub fn judge(spec: &Spec, engine: &T, o: &Oracles) -> Verdict {
         shape: &engine.shape,
         data: &engine.data,
     };
-    arbitrate(
-        view,
-        Bound::for_node(&spec.node_spec(), engine.dtype),
-        &o.0,
-        &o.1,
-    )
+    let bound = Bound {
+        terms: o.2,
+        ..Bound::for_node(&spec.node_spec(), engine.dtype)
+    };
+    arbitrate(view, bound, &o.0, &o.1)
 }
 
 /// An f32 engine output of the oracles' shape.

@@ -29,10 +29,10 @@ fn a_perturbed_oracle_is_surfaced_as_disagreement() {
         let (a, b) = (rng.vec(n * n, 2.0), rng.vec(n * n, 2.0));
         let spec = Spec::new("MatMul", 13, vec![]);
         let inputs = [Some(T::f32(&[n, n], &a)), Some(T::f32(&[n, n], &b))];
-        let Oracles(r, i) = setup(&spec, &inputs);
+        let Oracles(r, i, terms) = setup(&spec, &inputs);
         let engine = cpu_kernel(&spec, &inputs);
         let with = |r: &quorum_oracle::Output, i: &quorum_oracle::Output| {
-            judge(&spec, &engine, &Oracles(r.clone(), i.clone()))
+            judge(&spec, &engine, &Oracles(r.clone(), i.clone(), terms))
         };
         assert_agree(with(&r, &i), "MatMul");
         // One oracle's output perturbed (one element, by 1e-7 of its magnitude: within what an f32
