@@ -56,7 +56,9 @@
 use crate::{DType, NodeSpec, Output, Value};
 use quorum_optable::{Accumulation, Class as Table};
 
+mod spread;
 mod terms;
+pub use spread::{SPREAD_LIMIT, SPREAD_MIN_TERMS, Spread, sequential_f32, spread, spread_of};
 pub use terms::terms;
 
 /// The outcome of judging one output.
@@ -83,6 +85,14 @@ pub enum Wrong {
     },
     /// The element type, shape or element count differs from the oracles' answer.
     Form(String),
+    /// Every element within its bound, but the root mean square of the node's errors, `error`, is
+    /// beyond `allowed`: [`SPREAD_LIMIT`] times that of a correct f32 kernel summing in order
+    /// (`sequential`). See [`spread`].
+    Spread {
+        error: f64,
+        sequential: f64,
+        allowed: f64,
+    },
 }
 
 /// What an op's result is, for the purpose of bounding an engine's error.

@@ -13,6 +13,7 @@
 #![forbid(unsafe_code)]
 mod common;
 mod precision;
+mod spread;
 mod structural;
 
 use quorum_oracle::Oracle;

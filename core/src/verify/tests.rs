@@ -261,3 +261,51 @@ fn matmul_bias_is_judged_as_its_gemm() {
         "{got:?}"
     );
 }
+
+/// Verification applies the spread judge of a long sum: a MatMul whose products were taken from
+/// TF32-rounded operands (zero-mean operands, so terms of either sign), every element within its
+/// worst-case bound at K = 4,096, is a mismatch as a whole; the same sums taken correctly in f32 (in
+/// order, and in 8 interleaved accumulators) agree.
+#[test]
+fn a_matmul_on_tf32_operands_is_caught_as_a_whole() {
+    let (m, k, n) = (8, 4096, 8);
+    let mut rng = Rng::new(11);
+    let mut draw = |len: usize| -> Vec<f32> { (0..len).map(|_| rng.uniform() as f32).collect() };
+    let (a, b) = (draw(m * k), draw(k * n));
+    let tf32 = |x: f32| f32::from_bits((x.to_bits() + 0x1000) & !0x1fff);
+    let product = |round: &dyn Fn(f32) -> f32, lanes: usize| -> Vec<f32> {
+        let mut y = vec![0.0f32; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                let mut acc = vec![0.0f32; lanes];
+                for p in 0..k {
+                    acc[p % lanes] += round(a[i * k + p]) * round(b[p * n + j]);
+                }
+                y[i * n + j] = acc.iter().fold(0.0, |s, &x| s + x);
+            }
+        }
+        y
+    };
+    let node = node("MatMul", 13, 1);
+    let inputs = [f32s(&[m, k], a.clone()), f32s(&[k, n], b.clone())];
+    for lanes in [1, 8] {
+        let right = f32s(&[m, n], product(&|x| x, lanes));
+        assert_eq!(
+            run_check(&node, &inputs, &[right]),
+            Check::Agree,
+            "{lanes} lanes"
+        );
+    }
+    let wrong = f32s(&[m, n], product(&tf32, 1));
+    let got = run_check(&node, &inputs, &[wrong]);
+    assert!(
+        matches!(
+            got,
+            Check::Mismatch {
+                output: 0,
+                wrong: Wrong::Spread { .. }
+            }
+        ),
+        "{got:?}"
+    );
+}

@@ -1,0 +1,163 @@
+//! Long sums judged as a whole (`quorum_oracle::arbitrate::spread`): a GEMM on TF32-rounded
+//! operands passes the per-element worst-case bound at large K, and must fail the node's spread
+//! judge; correct f32 kernels in the orders kernels use (in order, blocked with 8 and 32
+//! accumulators, pairwise), on random and on constant data, must pass both.
+use quorum_conformance::arbitrate::{
+    EngineOutput, SPREAD_LIMIT, Verdict, Wrong, sequential_f32, spread, spread_of,
+};
+use quorum_oracle::Value;
+
+use crate::common::*;
+
+/// Round to nearest (ties away) at bit 13: TF32's 10 explicit mantissa bits.
+fn tf32(x: f32) -> f32 {
+    f32::from_bits((x.to_bits() + 0x1000) & !0x1fff)
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Kernel {
+    /// f32 products of TF32-rounded operands, summed in order in f32: the wrong kernel.
+    Tf32,
+    /// Correct: in order.
+    InOrder,
+    /// Correct: `lanes` accumulators taking every `lanes`-th term, added at the end.
+    Blocked(usize),
+    /// Correct: pairwise halves down to 8 terms.
+    Pairwise,
+}
+
+fn pairwise(t: &[f32]) -> f32 {
+    if t.len() <= 8 {
+        t.iter().fold(0.0, |s, &x| s + x)
+    } else {
+        let (l, r) = t.split_at(t.len() / 2);
+        pairwise(l) + pairwise(r)
+    }
+}
+
+/// `a[m×k] · b[k×n]` as `kernel` computes it.
+fn gemm(kernel: Kernel, a: &[f32], b: &[f32], (m, k, n): (usize, usize, usize)) -> Vec<f32> {
+    let mut y = vec![f32::NAN; m * n];
+    let mut col = vec![0.0f32; k];
+    let mut terms = vec![0.0f32; k];
+    for j in 0..n {
+        for (p, c) in col.iter_mut().enumerate() {
+            *c = b[p * n + j];
+        }
+        for i in 0..m {
+            let row = &a[i * k..(i + 1) * k];
+            for ((t, &x), &w) in terms.iter_mut().zip(row).zip(&col) {
+                *t = match kernel {
+                    Kernel::Tf32 => tf32(x) * tf32(w),
+                    _ => x * w,
+                };
+            }
+            y[i * n + j] = match kernel {
+                Kernel::Tf32 | Kernel::InOrder => terms.iter().fold(0.0, |s, &t| s + t),
+                Kernel::Blocked(lanes) => {
+                    let mut acc = vec![0.0f32; lanes];
+                    for (p, &t) in terms.iter().enumerate() {
+                        acc[p % lanes] += t;
+                    }
+                    acc.iter().fold(0.0, |s, &x| s + x)
+                }
+                Kernel::Pairwise => pairwise(&terms),
+            };
+        }
+    }
+    y
+}
+
+/// The node verdict: every element against its bound, then the spread of the errors, and the
+/// spread's ratio to the sequential model's.
+fn judge_node(
+    spec: &Spec,
+    inputs: &[Option<T>],
+    o: &Oracles,
+    y: &[f32],
+) -> (Verdict, Verdict, f64) {
+    let engine = f32_out(o, y);
+    let element = judge(spec, &engine, o);
+    let vals: Vec<Option<Value>> = inputs.iter().map(|i| i.as_ref().map(T::oracle)).collect();
+    let refs: Vec<Option<&Value>> = vals.iter().map(Option::as_ref).collect();
+    let model = sequential_f32(&spec.node_spec(), &refs).expect("the judge applies to this Gemm");
+    let view = EngineOutput {
+        dtype: engine.dtype,
+        shape: &engine.shape,
+        data: &engine.data,
+    };
+    let s = spread_of(view, &o.0, &model).expect("an f32 output");
+    (element, spread(view, &o.0, &model), s.error / s.scale)
+}
+
+/// One case: `kernel` on operands of shape `[m, k]` and `[k, n]`, random in (-1, 1) or constant.
+/// Returns the per-element and the spread verdicts, and the spread's ratio to the model's.
+fn case(
+    kernel: Kernel,
+    (m, k, n): (usize, usize, usize),
+    constant: bool,
+) -> (Verdict, Verdict, f64) {
+    let mut rng = Rng(0x5eed_0000 + k as u64);
+    let (a, b) = if constant {
+        (vec![0.1f32; m * k], vec![0.3f32; k * n])
+    } else {
+        (rng.vec(m * k, 1.0), rng.vec(k * n, 1.0))
+    };
+    let spec = Spec::new("Gemm", 13, vec![]);
+    let inputs = [Some(T::f32(&[m, k], &a)), Some(T::f32(&[k, n], &b))];
+    let o = setup(&spec, &inputs);
+    let y = gemm(kernel, &a, &b, (m, k, n));
+    judge_node(&spec, &inputs, &o, &y)
+}
+
+fn is_spread(v: &Verdict) -> bool {
+    matches!(v, Verdict::EngineWrong(Wrong::Spread { .. }))
+}
+
+/// TF32 operands at K = 25,088 (a VGG classifier's K) and 100,000 over 64×64 outputs, and as a
+/// 1×4,096 GEMV at K = 25,088: the worst-case bound per element passes them (its power fell with
+/// K); the spread judge does not.
+#[test]
+fn tf32_operands_fail_the_spread_judge_at_large_k() {
+    for shape in [(64, 25_088, 64), (64, 100_000, 64), (1, 25_088, 4_096)] {
+        let (element, whole, ratio) = case(Kernel::Tf32, shape, false);
+        assert_eq!(
+            element,
+            Verdict::Agree,
+            "{shape:?}: the per-element bound alone"
+        );
+        assert!(
+            is_spread(&whole),
+            "{shape:?}: TF32 passed, {ratio:.1}× the model's spread"
+        );
+        println!("TF32 {shape:?}: {ratio:.1}× the sequential model's spread");
+    }
+}
+
+/// The correct twins: f32 in order, blocked and pairwise, random and constant data, at the same
+/// sizes, pass both judges, and stay well inside the spread limit (a quarter of it), so that the
+/// judge has room against orders not tried here.
+#[test]
+fn correct_f32_kernels_pass_the_spread_judge() {
+    let kernels = [
+        Kernel::InOrder,
+        Kernel::Blocked(8),
+        Kernel::Blocked(32),
+        Kernel::Pairwise,
+    ];
+    for shape in [(64, 25_088, 16), (16, 100_000, 8), (1, 25_088, 512)] {
+        for kernel in kernels {
+            for constant in [false, true] {
+                let what = format!("{kernel:?} {shape:?} constant={constant}");
+                let (element, whole, ratio) = case(kernel, shape, constant);
+                assert_eq!(element, Verdict::Agree, "{what}: per element");
+                assert_eq!(whole, Verdict::Agree, "{what}: spread");
+                println!("{what}: {ratio:.2}× the sequential model's spread");
+                assert!(
+                    ratio < SPREAD_LIMIT / 4.0,
+                    "{what}: {ratio:.2}× the model's spread, within a factor 4 of the limit"
+                );
+            }
+        }
+    }
+}
