@@ -15,7 +15,7 @@
 //! in this run or the last fits is not kept at all: storage of a kernel that allocates for itself
 //! goes back to the allocator that serves it. Buffers below [`MIN_BYTES`] are left to the allocator
 //! (cheap, and many), and the arena holds at most [`HELD_BYTES`]. Debug builds (the tests) fill
-//! what they keep with [`POISON`].
+//! what they hand out again with one of the [`POISONS`], the other each run.
 //!
 //! The kernels that allocate through it: elementwise and broadcast ops, the convolution paths,
 //! packed MatMul/Gemm, ChannelAffine, LayerNormalization, pools by taps, Concat, strided copies
@@ -44,6 +44,8 @@ pub struct Arena {
     /// memory.
     pub reused: AtomicU64,
     pub fresh: AtomicU64,
+    /// Runs ended ([`Arena::end_run`]): which of the [`POISONS`] a kept buffer is filled with.
+    runs: AtomicU64,
 }
 
 #[derive(Default, Debug)]
@@ -76,9 +78,11 @@ impl Default for Arena {
     }
 }
 
-/// The bits a kept buffer is filled with in debug builds (a quiet NaN): an output element a kernel
-/// failed to write then shows in its results instead of a stale value that looks right.
-pub const POISON: u32 = 0x7FC0_DEAD;
+/// The bits a reused buffer is filled with in debug builds, a quiet NaN in even runs and a finite value
+/// (0x3C bytes, about 0.0115) in odd ones: an output element a kernel failed to write then shows
+/// in its results instead of a stale value that looks right, whatever the right answer is (with
+/// the NaN alone, an unwritten element whose answer is NaN passed). A case run twice sees both.
+pub const POISONS: [u32; 2] = [0x7FC0_DEAD, 0x3C3C_3C3C];
 
 impl Arena {
     /// An arena that holds at most `ceiling` bytes free (0: it keeps nothing).
@@ -88,6 +92,7 @@ impl Arena {
             ceiling,
             reused: AtomicU64::new(0),
             fresh: AtomicU64::new(0),
+            runs: AtomicU64::new(0),
         }
     }
 
@@ -106,8 +111,14 @@ impl Arena {
             .filter(|(_, b)| (n..=most).contains(&b.capacity()))
             .min_by_key(|(_, b)| b.capacity())
             .map(|(i, _)| i)?;
-        let v = free.buffers.remove(best);
+        let mut v = free.buffers.remove(best);
         free.bytes -= v.capacity() * 4;
+        drop(free);
+        if cfg!(debug_assertions) {
+            let poison = POISONS[(self.runs.load(Ordering::Relaxed) % 2) as usize];
+            v.resize(v.capacity(), f32::from_bits(poison));
+            v.clear();
+        }
         Some(v)
     }
 
@@ -117,6 +128,7 @@ impl Arena {
     /// to the allocator serving that kernel instead of piling up here; what the next run of the
     /// same plan asks for stays.
     pub fn end_run(&self) {
+        self.runs.fetch_add(1, Ordering::Relaxed);
         let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
         let mut asked = std::mem::take(&mut free.asked);
         asked.sort_unstable();
@@ -156,10 +168,6 @@ impl Arena {
         let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
         if free.bytes + bytes > self.ceiling || !free.wanted(v.capacity()) {
             return;
-        }
-        if cfg!(debug_assertions) {
-            v.clear();
-            v.resize(v.capacity(), f32::from_bits(POISON));
         }
         v.clear();
         free.bytes += bytes;
@@ -226,6 +234,51 @@ pub fn vec<T>(n: usize) -> Vec<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A kernel that writes every element of its output but the last, as a buggy one does: the
+    /// last element is whatever the storage held.
+    fn short_kernel(arena: &Arena, n: usize) -> Vec<f32> {
+        enter(arena, || {
+            let mut v: Vec<f32> = vec(n);
+            let spare = v.spare_capacity_mut();
+            for x in &mut spare[..n - 1] {
+                x.write(f32::NAN);
+            }
+            assert!(
+                arena.reused.load(Ordering::Relaxed) > 0,
+                "a reused, poisoned buffer"
+            );
+            // SAFETY: the test's point is to expose an element the kernel did not write; every
+            // element up to `n` is initialised memory (the arena filled the reused buffer with a
+            // poison, which the assert above makes sure of).
+            unsafe { v.set_len(n) };
+            v
+        })
+    }
+
+    /// An element a kernel left unwritten, where the right answer is NaN (every element here): with
+    /// one NaN poison it passed; over two runs the two poisons show it, since the finite one is not
+    /// the answer. The broken variant is the single poison: the first run alone would pass.
+    #[cfg(debug_assertions)]
+    #[test]
+    fn an_unwritten_nan_shows_in_one_of_two_runs() {
+        let arena = Arena::default();
+        let n = MIN_BYTES;
+        let first: Vec<f32> = enter(&arena, || vec(n));
+        arena.give(first);
+        let mut last = Vec::new();
+        for _ in 0..2 {
+            let out = short_kernel(&arena, n);
+            last.push(out[n - 1].to_bits());
+            arena.give(out);
+            arena.end_run();
+        }
+        assert_eq!(last, POISONS, "the unwritten element over two runs");
+        assert!(
+            last.iter().any(|&b| !f32::from_bits(b).is_nan()),
+            "caught in one run"
+        );
+    }
 
     #[test]
     fn a_freed_buffer_goes_to_the_next_request_it_fits() {
