@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use quorum_oracle as oracle;
 use quorum_oracle::Oracle;
 use quorum_oracle::arbitrate::{
-    Bound, EngineOutput, Verdict, Wrong, arbitrate, sequential_f32, spread,
+    Bound, EngineOutput, Operands, Verdict, Wrong, arbitrate, sequential_f32, spread,
 };
 
 use crate::counters::Counters;
@@ -316,7 +316,7 @@ pub fn check(node: &Node, inputs: &[Option<&Value>], outputs: &[Value]) -> Check
         let verdict = match arbitrate(engine, Bound::for_call(&spec, dtype, &arg_refs), ro, io) {
             // Every element within its bound: the node's errors as a whole, where a long sum's
             // per-element bound has lost its power (`quorum_oracle::arbitrate::spread`).
-            Verdict::Agree if k == 0 => match sequential_f32(&spec, &arg_refs) {
+            Verdict::Agree if k == 0 => match sequential_f32(&spec, &arg_refs, Operands::Exact) {
                 Some(model) => spread(engine, ro, &model),
                 None => Verdict::Agree,
             },

@@ -167,6 +167,48 @@ pub struct Bound {
     /// For a long sum, the most terms combined into one output, where known ([`terms`]): the
     /// class constant is then at least the worst case of a sum of that length, `(K + 2)/2`.
     pub terms: Option<usize>,
+    /// How the kernel rounds the operands of a long sum's products, as it declares: exactly
+    /// (the standard promise) or to fewer mantissa bits (TF32, bf16 operands on tensor cores).
+    pub operands: Operands,
+}
+
+/// The precision of the operands a kernel multiplies, as it declares it: the bound of a long sum
+/// then allows each product its operands' two roundings (`2·u·m`, `u` the declared format's unit
+/// roundoff), and the spread judge's model kernel rounds its operands the same way. A kernel that
+/// rounds without declaring it is wrong; one that declares it is judged by its declaration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Operands {
+    /// The element type's values, multiplied as they are.
+    #[default]
+    Exact,
+    /// Rounded to nearest (ties away from zero, as `cvt.rna.tf32.f32` does) to `mantissa`
+    /// explicit bits before the product.
+    Rounded { mantissa: u32 },
+}
+
+impl Operands {
+    /// f32 operands rounded to TF32's 10 explicit mantissa bits.
+    pub const TF32: Operands = Operands::Rounded { mantissa: 10 };
+
+    /// The unit roundoff of the declared format (0 for exact operands).
+    pub fn unit(self) -> f64 {
+        match self {
+            Operands::Exact => 0.0,
+            Operands::Rounded { mantissa } => 0.5f64.powi(mantissa as i32 + 1),
+        }
+    }
+
+    /// `x` as the kernel declares it takes it (an f32 operand).
+    pub fn round(self, x: f32) -> f32 {
+        match self {
+            Operands::Rounded { mantissa } if mantissa < 23 && x.is_finite() => {
+                let drop = 23 - mantissa;
+                let half = 1u32 << (drop - 1);
+                f32::from_bits((x.to_bits().wrapping_add(half)) & !((1u32 << drop) - 1))
+            }
+            _ => x,
+        }
+    }
 }
 
 impl Bound {
@@ -182,7 +224,13 @@ impl Bound {
                 standard_compute(dtype)
             },
             terms: None,
+            operands: Operands::Exact,
         }
+    }
+
+    /// The same bound for a kernel that declares `operands`.
+    pub fn with_operands(self, operands: Operands) -> Bound {
+        Bound { operands, ..self }
     }
 
     /// [`Bound::for_node`] for a call of `node` on `inputs`, with the length of its sums where the
@@ -367,7 +415,12 @@ pub fn allowed(bound: Bound, out: DType, o: f64, mag: f64, e: f64) -> Option<f64
     // transcendental functions are that far from exact (erf, up to ~130 f64 ulps). Negligible beside
     // an f32 bound (2e-12 against 1e-7 relative), it is what limits the judgement of f64 results.
     let judge = C_ORACLES * f64::EPSILON * mag;
-    Some(k * eps(bound.compute) * mag + ulp(out, at) / 2.0 + judge)
+    // A long sum's products of declared rounded operands: each operand within `u` of itself.
+    let operands = match bound.class {
+        Class::Sum { .. } => 2.0 * bound.operands.unit() * mag,
+        _ => 0.0,
+    };
+    Some(k * eps(bound.compute) * mag + operands + ulp(out, at) / 2.0 + judge)
 }
 
 /// Judges `engine` against the two oracles' outputs for the same node and inputs under `bound`.
@@ -452,11 +505,48 @@ mod tests {
         arbitrate(view, bound, o, &o.clone())
     }
 
+    /// TF32 keeps 10 mantissa bits, rounding to nearest with ties away from zero; exact operands
+    /// are left as they are; a declared rounding widens a long sum's bound by its two roundings.
+    #[test]
+    fn declared_operands_round_and_widen_the_bound() {
+        for x in [1.0f32, 1.000_122_1, -3.3, 1e-30, 6.5e4] {
+            let want = f32::from_bits((x.to_bits() + 0x1000) & !0x1fff);
+            assert_eq!(Operands::TF32.round(x).to_bits(), want.to_bits(), "{x}");
+            assert_eq!(Operands::Exact.round(x), x);
+        }
+        assert!(Operands::TF32.round(f32::NAN).is_nan());
+        assert_eq!(Operands::TF32.unit(), 0.5f64.powi(11));
+        let sum = bound(Class::Sum { c: C_REDUCE });
+        let exact = allowed(sum, DType::F32, 1.0, 100.0, 1.0).unwrap();
+        let tf32 = allowed(
+            sum.with_operands(Operands::TF32),
+            DType::F32,
+            1.0,
+            100.0,
+            1.0,
+        )
+        .unwrap();
+        assert!((tf32 - exact - 2.0 * 0.5f64.powi(11) * 100.0).abs() < 1e-12);
+        // Not a long sum: operands do not enter.
+        let math = bound(Class::Math { ulps: 4.0 });
+        assert_eq!(
+            allowed(
+                math.with_operands(Operands::TF32),
+                DType::F32,
+                1.0,
+                1.0,
+                1.0
+            ),
+            allowed(math, DType::F32, 1.0, 1.0, 1.0)
+        );
+    }
+
     fn bound(class: Class) -> Bound {
         Bound {
             class,
             compute: DType::F32,
             terms: None,
+            operands: Operands::Exact,
         }
     }
 

@@ -3,7 +3,8 @@
 //! judge; correct f32 kernels in the orders kernels use (in order, blocked with 8 and 32
 //! accumulators, pairwise), on random and on constant data, must pass both.
 use quorum_conformance::arbitrate::{
-    EngineOutput, SPREAD_LIMIT, Verdict, Wrong, sequential_f32, spread, spread_of,
+    Bound, EngineOutput, Operands, SPREAD_LIMIT, Verdict, Wrong, arbitrate, sequential_f32, spread,
+    spread_of,
 };
 use quorum_oracle::Value;
 
@@ -80,7 +81,8 @@ fn judge_node(
     let element = judge(spec, &engine, o);
     let vals: Vec<Option<Value>> = inputs.iter().map(|i| i.as_ref().map(T::oracle)).collect();
     let refs: Vec<Option<&Value>> = vals.iter().map(Option::as_ref).collect();
-    let model = sequential_f32(&spec.node_spec(), &refs).expect("the judge applies to this Gemm");
+    let model = sequential_f32(&spec.node_spec(), &refs, Operands::Exact)
+        .expect("the judge applies to this Gemm");
     let view = EngineOutput {
         dtype: engine.dtype,
         shape: &engine.shape,
@@ -159,5 +161,63 @@ fn correct_f32_kernels_pass_the_spread_judge() {
                 );
             }
         }
+    }
+}
+
+/// A kernel judged by what it declares: TF32 operands declared (what the precision issue's tensor
+/// cores will do when the user asks for TF32) pass the per-element bound at K = 64, where the same
+/// kernel undeclared fails it (`precision.rs`), and the spread judge at K = 25,088, whose model then
+/// rounds its operands too. A kernel that declares TF32 but rounds coarser still fails: to bf16's 7
+/// bits at K = 64 (per element); at K = 25,088 the spread judge resolves only errors more than 16×
+/// the model's, so the coarser kernel there rounds to 3 bits (an fp8 format's), 64× TF32's step
+/// (bf16's 8× is within the judge's margin at that length, which the README states).
+#[test]
+fn a_declared_tf32_kernel_is_judged_by_its_declaration() {
+    let spec = Spec::new("Gemm", 13, vec![]);
+    for (m, k, n) in [(8, 64, 8), (16, 25_088, 16)] {
+        let mut rng = Rng(0x7f32 + k as u64);
+        let (a, b) = (rng.vec(m * k, 1.0), rng.vec(k * n, 1.0));
+        let inputs = [Some(T::f32(&[m, k], &a)), Some(T::f32(&[k, n], &b))];
+        let o = setup(&spec, &inputs);
+        let vals: Vec<Option<Value>> = inputs.iter().map(|i| i.as_ref().map(T::oracle)).collect();
+        let refs: Vec<Option<&Value>> = vals.iter().map(Option::as_ref).collect();
+        let bound = Bound {
+            terms: o.2,
+            ..Bound::for_node(&spec.node_spec(), quorum_oracle::DType::F32)
+        }
+        .with_operands(Operands::TF32);
+        let model = sequential_f32(&spec.node_spec(), &refs, Operands::TF32);
+        let judge_as_tf32 = |y: &[f32]| {
+            let engine = f32_out(&o, y);
+            let view = EngineOutput {
+                dtype: engine.dtype,
+                shape: &engine.shape,
+                data: &engine.data,
+            };
+            let element = arbitrate(view, bound, &o.0, &o.1);
+            let whole = model
+                .as_ref()
+                .map_or(Verdict::Agree, |model| spread(view, &o.0, model));
+            (element, whole)
+        };
+        let tf32 = gemm(Kernel::Tf32, &a, &b, (m, k, n));
+        assert_eq!(
+            judge_as_tf32(&tf32),
+            (Verdict::Agree, Verdict::Agree),
+            "K = {k}"
+        );
+        // Declared TF32, rounded coarser: wrong.
+        let bits = if k <= 64 { 7 } else { 3 };
+        let coarser = |x: f32| Operands::Rounded { mantissa: bits }.round(x);
+        let (ab, bb): (Vec<f32>, Vec<f32>) = (
+            a.iter().map(|&x| coarser(x)).collect(),
+            b.iter().map(|&x| coarser(x)).collect(),
+        );
+        let coarse = gemm(Kernel::InOrder, &ab, &bb, (m, k, n));
+        let (element, whole) = judge_as_tf32(&coarse);
+        assert!(
+            element != Verdict::Agree || whole != Verdict::Agree,
+            "K = {k}: operands of {bits} mantissa bits passed as TF32"
+        );
     }
 }
