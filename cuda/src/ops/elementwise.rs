@@ -325,85 +325,96 @@ fn k_map(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>>
     if let Some(out) = int::map(run, op, desc, &ts)? {
         return Ok(vec![out]);
     }
+    let expr = |k: &mut Kernel, v: &[Reg]| -> KResult<Reg> {
+        map_expr(k, desc, v).ok_or_else(|| KError::Decline(format!("no CUDA expression for {op}")))
+    };
     let out = match desc {
-        MapOp::Not => bool_map(run, op, &ts, &|k, v| Ok(k.xor(Ty::U16, v[0], 1u32)))?,
-        MapOp::Logic(l) => bool_map(run, op, &ts, &|k, v| {
-            Ok(match l {
-                Logic::And => k.and(Ty::U16, v[0], v[1]),
-                Logic::Or => k.or(Ty::U16, v[0], v[1]),
-                Logic::Xor => k.xor(Ty::U16, v[0], v[1]),
-            })
-        })?,
-        MapOp::IsNaN => {
+        MapOp::Not | MapOp::Logic(_) => bool_map(run, op, &ts, &expr)?,
+        MapOp::IsNaN | MapOp::IsInf { .. } => {
             float_dtypes(op, &ts, false)?;
-            map_kernel(run, &ts, DType::Bool, &|k, v| {
-                let p = k.setp(Cmp::Nan, Ty::F32, v[0], v[0]);
-                Ok(k.selp(Ty::U16, 1u32, 0u32, p))
-            })?
+            map_kernel(run, &ts, DType::Bool, &expr)?
         }
-        MapOp::IsInf { positive, negative } => {
-            float_dtypes(op, &ts, false)?;
-            map_kernel(run, &ts, DType::Bool, &|k, v| {
-                let a = k.setp(Cmp::Eq, Ty::F32, v[0], f32::INFINITY);
-                let b = k.setp(Cmp::Eq, Ty::F32, v[0], f32::NEG_INFINITY);
-                let p = match (positive, negative) {
-                    (true, true) => k.pred_or(a, b),
-                    (true, false) => a,
-                    (false, true) => b,
-                    (false, false) => k.pred_and(a, b),
-                };
-                Ok(k.selp(Ty::U16, 1u32, 0u32, p))
-            })?
-        }
-        MapOp::Compare(c) => {
+        MapOp::Compare(_) => {
             float_dtypes(op, &ts, false)?;
             desc.check_arity(op, ts.len())?;
-            let c = compare(c);
-            map_kernel(run, &ts, DType::Bool, &|k, v| {
-                let p = k.setp(c, Ty::F32, v[0], v[1]);
-                Ok(k.selp(Ty::U16, 1u32, 0u32, p))
-            })?
+            map_kernel(run, &ts, DType::Bool, &expr)?
         }
-        MapOp::Arith(a) => float_map(run, desc, op, &ts, &|k, v| Ok(arith(k, a, v[0], v[1])))?,
-        MapOp::Pow => float_map(run, desc, op, &ts, &|k, v| Ok(pow_expr(k, v[0], v[1])))?,
-        MapOp::Mod { fmod } => float_map(run, desc, op, &ts, &|k, v| {
-            Ok(mod_expr(k, v[0], v[1], fmod))
-        })?,
+        MapOp::Arith(_) | MapOp::Pow | MapOp::Mod { .. } | MapOp::Unary(_) => {
+            float_map(run, desc, op, &ts, &expr)?
+        }
         MapOp::PRelu => {
             let d = float_dtypes(op, &ts, false)?;
             desc.check_arity(op, ts.len())?;
             require_prelu_slope(&ts[0], &ts[1])?;
-            map_kernel(run, &ts, d, &|k, v| {
-                let sx = k.mul(Ty::F32, v[0], v[1]);
-                let neg = k.setp(Cmp::Lt, Ty::F32, v[0], 0.0f32);
-                Ok(k.selp(Ty::F32, sx, v[0], neg))
-            })?
+            map_kernel(run, &ts, d, &expr)?
         }
-        MapOp::Fold(f) => {
+        MapOp::Fold(_) => {
             let d = float_dtypes(op, &ts, false)?;
-            let count = ts.len();
-            map_kernel(run, &ts, d, &|k, v| {
-                let mut acc = v[0];
-                for &x in &v[1..] {
-                    acc = match f {
-                        Fold::Sum | Fold::Mean => k.add(Ty::F32, acc, x),
-                        Fold::Max => nan_max(k, acc, x, true),
-                        Fold::Min => nan_max(k, acc, x, false),
-                    };
-                }
-                if f == Fold::Mean {
-                    acc = k.div(Ty::F32, acc, count as f32);
-                }
-                Ok(acc)
-            })?
+            map_kernel(run, &ts, d, &expr)?
         }
         MapOp::BitShift { .. } => decline!(
             "BitShift on {}: the CPU kernel takes integers only",
             ts[0].dtype
         ),
-        MapOp::Unary(u) => float_map(run, desc, op, &ts, &|k, v| Ok(unary_expr(k, u, v[0])))?,
     };
     Ok(vec![out])
+}
+
+/// The expression of `desc` over operand registers `v`, loaded as f32 (or as bools, 0 or 1, for
+/// the logic ops): the f32 result, or the predicate as a bool (`u16` 0 or 1). `None` for an op with
+/// no float kernel (BitShift takes integers only). One exhaustive match: a new `MapOp` is a compile
+/// error here until it has its expression. The PTX golden digest covers every one.
+pub(super) fn map_expr(k: &mut Kernel, desc: MapOp, v: &[Reg]) -> Option<Reg> {
+    let flag = |k: &mut Kernel, p: Reg| k.selp(Ty::U16, 1u32, 0u32, p);
+    Some(match desc {
+        MapOp::Not => k.xor(Ty::U16, v[0], 1u32),
+        MapOp::Logic(Logic::And) => k.and(Ty::U16, v[0], v[1]),
+        MapOp::Logic(Logic::Or) => k.or(Ty::U16, v[0], v[1]),
+        MapOp::Logic(Logic::Xor) => k.xor(Ty::U16, v[0], v[1]),
+        MapOp::IsNaN => {
+            let p = k.setp(Cmp::Nan, Ty::F32, v[0], v[0]);
+            flag(k, p)
+        }
+        MapOp::IsInf { positive, negative } => {
+            let a = k.setp(Cmp::Eq, Ty::F32, v[0], f32::INFINITY);
+            let b = k.setp(Cmp::Eq, Ty::F32, v[0], f32::NEG_INFINITY);
+            let p = match (positive, negative) {
+                (true, true) => k.pred_or(a, b),
+                (true, false) => a,
+                (false, true) => b,
+                (false, false) => k.pred_and(a, b),
+            };
+            flag(k, p)
+        }
+        MapOp::Compare(c) => {
+            let p = k.setp(compare(c), Ty::F32, v[0], v[1]);
+            flag(k, p)
+        }
+        MapOp::Arith(a) => arith(k, a, v[0], v[1]),
+        MapOp::Pow => pow_expr(k, v[0], v[1]),
+        MapOp::Mod { fmod } => mod_expr(k, v[0], v[1], fmod),
+        MapOp::PRelu => {
+            let sx = k.mul(Ty::F32, v[0], v[1]);
+            let neg = k.setp(Cmp::Lt, Ty::F32, v[0], 0.0f32);
+            k.selp(Ty::F32, sx, v[0], neg)
+        }
+        MapOp::Fold(f) => {
+            let mut acc = v[0];
+            for &x in &v[1..] {
+                acc = match f {
+                    Fold::Sum | Fold::Mean => k.add(Ty::F32, acc, x),
+                    Fold::Max => nan_max(k, acc, x, true),
+                    Fold::Min => nan_max(k, acc, x, false),
+                };
+            }
+            if f == Fold::Mean {
+                acc = k.div(Ty::F32, acc, v.len() as f32);
+            }
+            acc
+        }
+        MapOp::BitShift { .. } => return None,
+        MapOp::Unary(u) => unary_expr(k, u, v[0]),
+    })
 }
 
 /// A logic op over bool operands `ts` (declined for any other type).
