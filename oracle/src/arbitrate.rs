@@ -58,7 +58,9 @@ use quorum_optable::{Accumulation, Class as Table};
 
 mod spread;
 mod terms;
-pub use spread::{SPREAD_LIMIT, SPREAD_MIN_TERMS, Spread, sequential_f32, spread, spread_of};
+pub use spread::{
+    SPREAD_LIMIT, SPREAD_MIN_TERMS, SPREAD_OUTPUTS, Spread, sequential_f32, spread, spread_of,
+};
 pub use terms::terms;
 
 /// The outcome of judging one output.

@@ -10,9 +10,9 @@ use quorum_oracle::Value;
 
 use crate::common::*;
 
-/// Round to nearest (ties away) at bit 13: TF32's 10 explicit mantissa bits.
+/// TF32's rounding of an f32 operand, as the bound's declaration models it.
 fn tf32(x: f32) -> f32 {
-    f32::from_bits((x.to_bits() + 0x1000) & !0x1fff)
+    Operands::TF32.round(x)
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -121,7 +121,13 @@ fn is_spread(v: &Verdict) -> bool {
 /// K); the spread judge does not.
 #[test]
 fn tf32_operands_fail_the_spread_judge_at_large_k() {
-    for shape in [(64, 25_088, 64), (64, 100_000, 64), (1, 25_088, 4_096)] {
+    // The last: 16,384 outputs, of which the model takes the leading 4,096 (SPREAD_OUTPUTS).
+    for shape in [
+        (64, 25_088, 64),
+        (64, 100_000, 64),
+        (1, 25_088, 4_096),
+        (256, 2_048, 64),
+    ] {
         let (element, whole, ratio) = case(Kernel::Tf32, shape, false);
         assert_eq!(
             element,
