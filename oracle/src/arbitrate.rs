@@ -15,6 +15,10 @@
 //! | unary math | `ulps · ε · m + ½ulp + δ`, `ulps` stated per function |
 //! | sums and products | `C · ε · m + ½ulp + δ`, `C` per kind of computation |
 //!
+//! The unary-math and sum bounds also allow `ulps · τ` (or `C · τ`) absolute, `τ` the smallest
+//! normal number of the computed type (1.2e-38 in f32): a result or an intermediate below the
+//! normal range may be flushed to zero, as WGSL allows and NVIDIA's Vulkan driver does.
+//!
 //! `δ = C_ORACLES · ε(f64) · m` is the oracles' own accuracy (they compute in f64 with ordinary
 //! algorithms and agree to within it): far below any f32 bound, it is what limits f64 judgements.
 //!
@@ -422,7 +426,20 @@ pub fn allowed(bound: Bound, out: DType, o: f64, mag: f64, e: f64) -> Option<f64
         Class::Sum { .. } => 2.0 * bound.operands.unit() * mag,
         _ => 0.0,
     };
-    Some(k * eps(bound.compute) * mag + operands + ulp(out, at) / 2.0 + judge)
+    // Results and intermediates below the computed type's normal range may be flushed to zero
+    // (WGSL allows it, and NVIDIA's Vulkan driver does it: a BatchNormalization answer of -1.8e-42
+    // came back 0 on the H200): each of the `k` roundings may instead lose up to the smallest normal
+    // number. 64 of them are 7.5e-37 in f32, far below any answer a wrong kernel is caught by.
+    let flushed = k * tiny(bound.compute);
+    Some(k * eps(bound.compute) * mag + operands + flushed + ulp(out, at) / 2.0 + judge)
+}
+
+/// The smallest normal number of a float type (0 for integer and bool types).
+pub fn tiny(d: DType) -> f64 {
+    match format(d) {
+        Some(f) => 2f64.powi(f.min_exp),
+        None => 0.0,
+    }
 }
 
 /// Judges `engine` against the two oracles' outputs for the same node and inputs under `bound`.
@@ -541,6 +558,25 @@ mod tests {
             ),
             allowed(math, DType::F32, 1.0, 1.0, 1.0)
         );
+    }
+
+    /// A subnormal answer flushed to zero is within the bound (a Vulkan driver may flush); an
+    /// answer in the normal range returned as zero is not, however small.
+    #[test]
+    fn subnormal_results_may_be_flushed_but_normal_ones_not() {
+        for class in [Class::Sum { c: C_REDUCE }, Class::Math { ulps: 4.0 }] {
+            let subnormal = -1.7725e-42;
+            let o = out(DType::F32, vec![subnormal], vec![subnormal.abs()]);
+            assert_eq!(judge(DType::F32, &[0.0], bound(class), &o), Verdict::Agree);
+            let small = 1e-30;
+            let o = out(DType::F32, vec![small], vec![small]);
+            assert!(is_value_wrong(
+                &judge(DType::F32, &[0.0], bound(class), &o),
+                0
+            ));
+        }
+        assert_eq!(tiny(DType::F32), f32::MIN_POSITIVE as f64);
+        assert_eq!(tiny(DType::I64), 0.0);
     }
 
     fn bound(class: Class) -> Bound {

@@ -6,8 +6,9 @@ use super::*;
 
 pub(super) const OPS: &[&str] = &["ConstantOfShape", "Dropout", "CastLike", "Shape", "Size"];
 
-/// The largest ConstantOfShape output this oracle builds, in elements.
-const FILL_LIMIT: u128 = 1 << 26;
+/// The largest ConstantOfShape output this oracle builds, in elements: 2²⁸, 4 GiB of values and
+/// magnitudes, above the [4096, 25088] weight a light VGG-19 builds this way.
+const FILL_LIMIT: u128 = 1 << 28;
 
 /// How a Dropout of a given opset learns whether it trains.
 #[derive(Clone, Copy, PartialEq)]

@@ -6,8 +6,12 @@ use crate::{DType, NodeSpec, OracleError, Output, Value};
 
 const OPS: &[&str] = &["ConstantOfShape", "Dropout", "CastLike", "Shape", "Size"];
 
-/// The most elements a ConstantOfShape output may have here (each is an f64 plus its magnitude).
-const MAX_FILL: usize = 1 << 26;
+/// The most elements a ConstantOfShape output may have here (each is an f64 plus its magnitude, 16
+/// bytes: 4 GiB at the limit). Light models build their weights this way: VGG-19's first classifier
+/// weight is a ConstantOfShape of [4096, 25088], 102,760,448 elements, which the device computed and
+/// verification must judge (2²⁶ left it unsettled on the H200). A shape beyond a tensor the device
+/// could hold is refused rather than allocated; the allocation itself is asked for fallibly.
+const MAX_FILL: usize = 1 << 28;
 
 pub(super) fn covers(op: &str) -> bool {
     OPS.contains(&op)
@@ -129,12 +133,15 @@ fn constant_of_shape(
             )));
         }
     };
-    let mut data = Vec::with_capacity(count);
-    let mut mag = Vec::with_capacity(count);
-    for _ in 0..count {
-        data.push(v);
-        mag.push(v.abs());
+    let mut data: Vec<f64> = Vec::new();
+    let mut mag: Vec<f64> = Vec::new();
+    if data.try_reserve_exact(count).is_err() || mag.try_reserve_exact(count).is_err() {
+        return Err(OracleError::Unsupported(format!(
+            "ConstantOfShape of shape {dims:?}: no memory for {count} elements here"
+        )));
     }
+    data.resize(count, v);
+    mag.resize(count, v.abs());
     Ok(vec![output(dtype, dims, data, mag)?])
 }
 

@@ -455,9 +455,16 @@ fn k_clip(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<Vec<WTenso
         Kind::Int => format!("bitcast<i32>({p})"),
         Kind::Uint => p.to_string(),
     };
-    // NaN stays NaN: comparisons with NaN are false. x < lo first, then > hi, as the CPU orders them.
+    // x < lo first, then > hi, as the CPU orders them. NaN stays NaN, told by its bits: WGSL lets a
+    // compiler assume no NaN, and NVIDIA's Vulkan driver turns the two selects into min/max, which
+    // return the bound (Clip(NaN) with no bounds gave -inf on the H200).
+    let keep_nan = if k == Kind::Float {
+        "if (isnan32(a0)) { return a0; } "
+    } else {
+        ""
+    };
     let f = format!(
-        "fn f(a0: {t}) -> {t} {{ let lo = {}; let hi = {}; let y = select(a0, lo, a0 < lo); return select(y, hi, y > hi); }}",
+        "fn f(a0: {t}) -> {t} {{ {keep_nan}let lo = {}; let hi = {}; let y = select(a0, lo, a0 < lo); return select(y, hi, y > hi); }}",
         conv("P[2]"),
         conv("P[3]")
     );
