@@ -19,6 +19,7 @@ pub use quorum_sim as sim;
 #[cfg(feature = "wgpu")]
 pub use quorum_wgpu as wgpu;
 
+pub mod compare;
 mod fold;
 pub mod optimize;
 pub mod providers;

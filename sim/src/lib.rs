@@ -53,8 +53,31 @@ impl Backend for SimBackend {
     }
 
     fn open(&self) -> Result<Arc<dyn DeviceSession>, String> {
-        Ok(Arc::new(SimSession::default()))
+        Ok(Arc::new(SimSession {
+            broken: std::env::var(BREAK_VAR).ok().filter(|op| !op.is_empty()),
+            ..SimSession::default()
+        }))
     }
+}
+
+/// Names an op whose simulated kernel is made wrong on purpose, for the harnesses that must find a
+/// wrong kernel (`quorum compare`'s bisect, strict verification): the middle element of the op's
+/// first f32 output is moved by 2⁻⁷ of its magnitude plus 2⁻⁷ (0.8%, far outside any bound, small
+/// enough to look plausible). Read when a session opens the device; unset, every kernel is right.
+pub const BREAK_VAR: &str = "QUORUM_SIM_BREAK";
+
+/// `v` with the deliberate error of [`BREAK_VAR`] where it is an f32 tensor with elements.
+fn broken(v: Value) -> Result<Value, DeviceError> {
+    let Value::Tensor(t) = &v else {
+        return Ok(v);
+    };
+    if t.dtype() != quorum_core::tensor::DType::F32 || t.is_empty() {
+        return Ok(v);
+    }
+    let mut data: Vec<f32> = t.to_f64_vec()?.into_iter().map(|x| x as f32).collect();
+    let mid = data.len() / 2;
+    data[mid] += (data[mid].abs() + 1.0) / 128.0;
+    Ok(Value::Tensor(Tensor::from_f32(t.shape(), data)?))
 }
 
 /// Addresses, streams and events of one simulated device, and its resident weights.
@@ -67,6 +90,8 @@ struct SimSession {
     /// Names for streams and events.
     names: AtomicU64,
     weights: Mutex<HashMap<usize, (Weak<Value>, DeviceTensor)>>,
+    /// The op made wrong on purpose ([`BREAK_VAR`]).
+    broken: Option<String>,
 }
 
 /// A simulated buffer: its address and size, and the value it holds.
@@ -317,7 +342,11 @@ impl DeviceRun for SimRun<'_> {
             }
         }
         let refs: Vec<Option<&Value>> = values.iter().map(|v| v.as_deref()).collect();
-        let outs = kernel(ctx, &refs)?;
+        let mut outs = kernel(ctx, &refs)?;
+        if self.session.broken.as_deref() == Some(ctx.node.op_type.as_str()) && !outs.is_empty() {
+            let first = outs.remove(0);
+            outs.insert(0, broken(first)?);
+        }
         let mut devs = Vec::with_capacity(outs.len());
         let mut writes = Vec::new();
         for v in outs {

@@ -1,6 +1,7 @@
 //! The `quorum` command line: run, benchmark and inspect ONNX models.
 mod bench;
 mod common;
+mod compare;
 mod info;
 mod run;
 
@@ -35,6 +36,10 @@ enum Command {
     Bench(bench::Args),
     /// Show a model's inputs, outputs, opsets, op histogram and provider placement.
     Info(info::Args),
+    /// Run a model on two placements (--provider against --against, the CPU by default), compare
+    /// every intermediate value, and name the first node whose kernel is wrong on its own: its
+    /// element, both values and the bound (exit code 6 when one is found).
+    Compare(compare::Args),
 }
 
 /// Mesa's implicit `VK_LAYER_MESA_device_select` layer, which only orders GPUs for presentation,
@@ -57,6 +62,7 @@ fn main() -> ExitCode {
         Command::Run(a) => run::main(a),
         Command::Bench(a) => bench::main(a),
         Command::Info(a) => info::main(a),
+        Command::Compare(a) => compare::main(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
