@@ -6,6 +6,7 @@
 //! executes the plan (`exec`), values living where they were produced (`residency`). Nothing here
 //! knows a particular accelerator: they are reached through `crate::backend`.
 mod capture;
+mod choices;
 pub mod dispatch;
 mod exec;
 mod inputs;
@@ -64,6 +65,8 @@ pub struct Session {
     graphs: capture::Graphs,
     /// Command logs of finished runs, when `SessionOptions::command_log` asks for them.
     logs: std::sync::Mutex<Vec<Vec<crate::cmdlog::Command>>>,
+    /// The key `auto`'s choice is kept under (`choices`), set by the run that starts the trial.
+    choice_key: std::sync::Mutex<Option<String>>,
 }
 
 /// Why a plan's runs can never be captured into a device graph, if they cannot.
@@ -217,6 +220,7 @@ impl Session {
             dispatch_notes,
             graphs: Default::default(),
             logs: Default::default(),
+            choice_key: Default::default(),
         })
     }
 
@@ -468,9 +472,16 @@ impl Session {
     ) -> std::result::Result<Executed, Refused> {
         // A capture needs every node on the device: such runs use the per-node rule, untimed.
         let ticket = match &capture {
-            None => self.dispatch.trial.begin(),
+            None => self.dispatch.trial.begin(|| self.kept_choice(&inputs)),
             Some(_) => trial::Ticket::per_node(),
         };
+        // The trial's checked run: every device result judged by both oracles, a wrong one replaced
+        // by the CPU's (shadow), unless the session verifies anyway.
+        let mode = match (ticket.check, self.verify) {
+            (true, VerifyMode::Off) => VerifyMode::Shadow,
+            (_, m) => m,
+        };
+        let before = ticket.check.then(|| self.counters.snapshot());
         let started = std::time::Instant::now();
         let graph = &self.plan.graph;
         let mut devices = Vec::with_capacity(self.devices.len());
@@ -513,7 +524,7 @@ impl Session {
             dispatch: &self.dispatch,
             whole,
             policy: crate::verify::Policy {
-                mode: self.verify,
+                mode,
                 allow_unchecked: &self.options.allow_unchecked,
             },
             counters: &self.counters,
@@ -551,9 +562,21 @@ impl Session {
         };
         self.arena.end_run();
         if result.is_ok() {
-            self.dispatch
-                .trial
-                .end(ticket, started.elapsed().as_secs_f64() * 1e3);
+            if let Some(b) = before {
+                let a = self.counters.snapshot();
+                self.dispatch.trial.checked(
+                    ticket,
+                    trial::Checked {
+                        checks: a.verify_checks - b.verify_checks,
+                        mismatched: a.verify_mismatches - b.verify_mismatches,
+                        unsettled: a.verify_unsettled - b.verify_unsettled,
+                    },
+                );
+            }
+            let ms = started.elapsed().as_secs_f64() * 1e3;
+            if let Some(chosen) = self.dispatch.trial.end(ticket, ms) {
+                self.keep_choice(chosen);
+            }
         }
         if let Some(log) = &log {
             self.logs
@@ -579,6 +602,53 @@ impl Session {
                 .collect(),
             replay,
         ))
+    }
+}
+
+impl Session {
+    /// The choice an earlier process recorded for this model, adapters and `inputs`' shapes, with
+    /// where it was recorded; remembers the key for [`Session::keep_choice`].
+    fn kept_choice(&self, inputs: &[(String, Value)]) -> Option<(trial::Whole, String)> {
+        let path = self.options.auto_choices.as_ref()?;
+        let adapters: Vec<String> = self
+            .devices
+            .iter()
+            .map(|d| d.session.device_name())
+            .collect();
+        let key = choices::key(
+            choices::fingerprint(&self.model.graph),
+            &adapters.join(", "),
+            &capture::shape_key(inputs),
+        );
+        let found = choices::lookup(path, &key);
+        *self.choice_key.lock().unwrap_or_else(|e| e.into_inner()) = Some(key);
+        found.map(|c| {
+            (
+                c.placement,
+                format!("{} (recorded {})", path.display(), c.recorded),
+            )
+        })
+    }
+
+    /// Records the trial's choice under the key of the run that started it.
+    fn keep_choice(&self, chosen: trial::Whole) {
+        let (Some(path), Some(key)) = (
+            self.options.auto_choices.as_ref(),
+            self.choice_key
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+        ) else {
+            return;
+        };
+        let choice = choices::Choice {
+            placement: chosen,
+            why: self.dispatch.trial.report().unwrap_or_default(),
+            recorded: choices::now(),
+        };
+        if let Err(e) = choices::record(path, &key, choice) {
+            eprintln!("warning: auto's choice not kept: {e}");
+        }
     }
 }
 

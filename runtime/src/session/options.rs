@@ -55,6 +55,10 @@ pub struct SessionOptions {
     /// Record every device run's commands (`crate::cmdlog`), kept for
     /// `Session::take_command_logs`; off by default (then nothing is recorded).
     pub command_log: bool,
+    /// Where `auto` keeps its whole-model choice per model, adapter and input shapes, so that later
+    /// sessions of the same key skip the trial and place the model the same way (see
+    /// `session::trial`); `None` (the default) keeps nothing. The CLI uses the user's cache folder.
+    pub auto_choices: Option<std::path::PathBuf>,
 }
 
 impl Default for SessionOptions {
@@ -75,6 +79,7 @@ impl Default for SessionOptions {
             graph_capture: GraphCapture::Off,
             command_log: false,
             profile: false,
+            auto_choices: None,
         }
     }
 }

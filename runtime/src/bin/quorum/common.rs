@@ -88,6 +88,27 @@ pub struct ModelArgs {
     /// auto (keep a graph only where replay measured faster than eager runs).
     #[arg(long, default_value = "off")]
     pub graph: String,
+    /// Where `auto` keeps its whole-model choice per model, adapter and input shapes, so that later
+    /// runs place the model the same way without a trial: a JSON file ("off": keep nothing).
+    /// Default: $QUORUM_AUTO_CHOICES, else quorum/auto-choices.json in $XDG_CACHE_HOME or ~/.cache.
+    #[arg(long, value_name = "FILE")]
+    pub auto_choices: Option<String>,
+}
+
+/// The store of `auto`'s choices the flags and environment name (`None`: off, or no home).
+fn auto_choices(flag: Option<&str>) -> Option<PathBuf> {
+    let given = flag
+        .map(str::to_string)
+        .or_else(|| std::env::var("QUORUM_AUTO_CHOICES").ok());
+    match given.as_deref() {
+        Some("off") | Some("") => None,
+        Some(p) => Some(PathBuf::from(p)),
+        None => std::env::var_os("XDG_CACHE_HOME")
+            .filter(|d| !d.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+            .map(|d| d.join("quorum").join("auto-choices.json")),
+    }
 }
 
 fn split_pair<'a>(s: &'a str, what: &str) -> CliResult<(&'a str, &'a str)> {
@@ -139,6 +160,7 @@ impl ModelArgs {
                 .graph
                 .parse()
                 .map_err(|e: String| fail(2, format!("--graph: {e}")))?,
+            auto_choices: auto_choices(self.auto_choices.as_deref()),
             ..Default::default()
         })
     }

@@ -237,8 +237,9 @@ fn auto_dispatch(a: &Args, s: &quorum::Session) {
     if s.auto_trial().is_some() {
         println!(
             "  whole-model trial: the first {} runs time each node by the thresholds, every claimed \
-             node on its device and the CPU alone, each placement's runs back to back; later runs \
-             use the fastest",
+             node on its device and the CPU alone, each placement's runs back to back, the first run of \
+             each device placement checked by both oracles; later runs use the fastest placement \
+             whose results were within their bounds, and keep it for later processes (--auto-choices)",
             quorum::session::trial::TRIAL_RUNS
         );
     }
@@ -249,6 +250,9 @@ fn auto_dispatch(a: &Args, s: &quorum::Session) {
     if let Err(e) = ran {
         println!("  decisions: no run with generated inputs ({})", e.message);
         return;
+    }
+    if let Some(r) = s.auto_trial() {
+        println!("  whole-model placement after that run: {r}");
     }
     println!("  decisions (one run with generated inputs):");
     for (p, d) in s.placement().iter().zip(s.dispatch_decisions()) {

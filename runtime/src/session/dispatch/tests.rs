@@ -311,3 +311,48 @@ fn auto_trial_runs_every_placement_then_keeps_one() {
     // The CPU alone (0 nodes on the device) and every node on it were both tried.
     assert!(seen.contains(&0) && seen.len() >= 2, "{seen:?}");
 }
+
+/// The trial's first run of each device placement is checked by both oracles (the report counts
+/// the checks), and with a store the choice is recorded: a second session of the same model,
+/// adapter and input shapes uses it from its first run with no trial (`choices`' tests show that
+/// other shapes, adapters or models are other keys).
+#[test]
+fn auto_checks_its_placements_and_keeps_the_choice() {
+    use crate::session::trial::TRIAL_RUNS;
+    use crate::{Provider, Session, SessionOptions};
+    let dir = std::env::temp_dir().join(format!("quorum-auto-keep-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let store = dir.join("auto.json");
+    let options = SessionOptions {
+        providers: vec![Provider::Sim, Provider::Cpu],
+        min_device_elements: 1 << 14,
+        auto_choices: Some(store.clone()),
+        ..Default::default()
+    };
+    let model = crate::session::profile_tests::model();
+    let s = Session::from_model(model.clone(), options.clone()).unwrap();
+    let feeds = crate::inputs::generate(&s.model().graph, &[], &Default::default(), 3).unwrap();
+    for _ in 0..TRIAL_RUNS {
+        s.run(feeds.clone()).unwrap();
+    }
+    let report = s.auto_trial().unwrap();
+    assert!(report.contains("chosen"), "{report}");
+    assert!(report.contains("device results checked"), "{report}");
+    assert!(!report.contains("not kept"), "{report}");
+    // The checked runs were verified in shadow mode although the session's mode is off.
+    assert!(s.counters().verify_checks > 0);
+    assert_eq!(s.counters().verify_mismatches, 0);
+    assert!(store.exists());
+
+    let again = Session::from_model(model, options).unwrap();
+    again.run(feeds.clone()).unwrap();
+    let kept = again.auto_trial().unwrap();
+    assert!(kept.contains("kept from"), "{kept}");
+    assert_eq!(
+        again.counters().verify_checks,
+        0,
+        "no trial, no checked run"
+    );
+
+    let _ = std::fs::remove_dir_all(&dir);
+}
