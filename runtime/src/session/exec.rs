@@ -47,6 +47,8 @@ pub(super) struct Exec<'s> {
     pub refusal: RefCell<Option<String>>,
     /// The captured graph, once the run ended its capture.
     pub replay: RefCell<Option<Box<dyn Replay>>>,
+    /// A sampled run's window (`sampling`): its nodes' inputs and outputs go to the sampler.
+    pub sample: Option<&'s super::sampling::Window<'s>>,
 }
 
 struct Runner<'a, 's> {
@@ -623,10 +625,13 @@ impl Exec<'_> {
                 *r = true;
             }
         }
-        if self.policy.mode == VerifyMode::Off {
+        let sampled = self.policy.mode == VerifyMode::Off
+            && self.sample.is_some_and(|w| w.takes(plan, index));
+        if self.policy.mode == VerifyMode::Off && !sampled {
             return Ok(Some(outs.into_iter().map(Slot::device).collect()));
         }
-        // Verification: the device's outputs against both oracles on the same inputs.
+        // Verification (or a sample of it): the device's outputs against both oracles on the
+        // same inputs.
         let host_in: Vec<Option<Arc<Value>>> = slots
             .iter()
             .map(|s| s.map(|s| self.host_value(s, node)).transpose())
@@ -639,10 +644,21 @@ impl Exec<'_> {
                     .map_err(|e| device_error(node, e))
             })
             .collect::<Result<_>>()?;
-        let refs: Vec<Option<&Value>> = host_in.iter().map(|a| a.as_deref()).collect();
-        let out_vals: Vec<Value> = host_out.iter().map(|v| (**v).clone()).collect();
-        let check = crate::verify::check(node, &refs, &out_vals);
-        if self.policy.apply(node, &check, self.counters)? == Use::Cpu {
+        let cpu = match (sampled, self.sample) {
+            // Sampled: judged later, on the sampler's thread; this run goes on with the device's
+            // values.
+            (true, Some(w)) => {
+                w.send(index, node, host_in, host_out.clone());
+                false
+            }
+            _ => {
+                let refs: Vec<Option<&Value>> = host_in.iter().map(|a| a.as_deref()).collect();
+                let out_vals: Vec<Value> = host_out.iter().map(|v| (**v).clone()).collect();
+                let check = crate::verify::check(node, &refs, &out_vals);
+                self.policy.apply(node, &check, self.counters)? == Use::Cpu
+            }
+        };
+        if cpu {
             let cpu = self.run_cpu(plan, scope, node, step)?;
             return Ok(Some(
                 cpu.into_iter()

@@ -14,6 +14,7 @@ mod options;
 mod placement;
 mod residency;
 mod reuse;
+pub mod sampling;
 pub mod schedule;
 mod spin;
 pub mod thresholds;
@@ -67,6 +68,8 @@ pub struct Session {
     logs: std::sync::Mutex<Vec<Vec<crate::cmdlog::Command>>>,
     /// The key `auto`'s choice is kept under (`choices`), set by the run that starts the trial.
     choice_key: std::sync::Mutex<Option<String>>,
+    /// Sampled verification (`SessionOptions::verify_sample`, with verification off otherwise).
+    sampler: Option<sampling::Sampler>,
 }
 
 /// Why a plan's runs can never be captured into a device graph, if they cannot.
@@ -203,6 +206,20 @@ impl Session {
         } else {
             crate::arena::Arena::with_ceiling(0)
         };
+        let counters = Arc::new(Counters::default());
+        let sampler = match (options.verify_sample, verify) {
+            (Some(cfg), VerifyMode::Off) => Some(sampling::Sampler::new(
+                cfg,
+                plan.steps
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, s)| s.device.is_some() && !s.shapes_only)
+                    .map(|(i, _)| i)
+                    .collect(),
+                counters.clone(),
+            )),
+            _ => None,
+        };
         Ok(Session {
             model,
             plan,
@@ -211,7 +228,7 @@ impl Session {
             placement,
             folded,
             rewrites,
-            counters: Arc::new(Counters::default()),
+            counters,
             arena,
             devices,
             schedule,
@@ -221,6 +238,7 @@ impl Session {
             graphs: Default::default(),
             logs: Default::default(),
             choice_key: Default::default(),
+            sampler,
         })
     }
 
@@ -379,6 +397,12 @@ impl Session {
         self.dispatch.trial.report()
     }
 
+    /// What sampled verification found so far (`None` without it); with `wait`, after its worker
+    /// has judged every sample sent so far.
+    pub fn sample_report(&self, wait: bool) -> Option<sampling::SampleReport> {
+        self.sampler.as_ref().map(|s| s.report(wait))
+    }
+
     /// How many first runs `auto`'s trial takes (0 without one): benchmarks warm up past them.
     pub fn auto_trial_runs(&self) -> usize {
         self.dispatch.trial.runs()
@@ -388,6 +412,14 @@ impl Session {
     /// every graph output in declaration order.
     pub fn run(&self, inputs: Vec<(String, Value)>) -> Result<Vec<(String, Value)>> {
         inputs::check_inputs(&self.model, &self.plan.graph, &inputs)?;
+        if let Some(s) = &self.sampler {
+            if let Some(e) = s.take_failure() {
+                return Err(e);
+            }
+            if let Some(window) = s.next_run(&self.plan) {
+                return Ok(self.execute_sampled(inputs, &window)?.0);
+            }
+        }
         if self.options.graph_capture != GraphCapture::Off && self.capture_blocker.is_none() {
             let key = capture::shape_key(&inputs);
             match self.graphs.plan(&key) {
@@ -470,6 +502,24 @@ impl Session {
         inputs: Vec<(String, Value)>,
         capture: Option<Vec<String>>,
     ) -> std::result::Result<Executed, Refused> {
+        self.execute_with(inputs, capture, None)
+    }
+
+    /// A sampled run: eager, its window's nodes copied out for the sampler.
+    fn execute_sampled(
+        &self,
+        inputs: Vec<(String, Value)>,
+        window: &sampling::Window,
+    ) -> std::result::Result<Executed, Refused> {
+        self.execute_with(inputs, None, Some(window))
+    }
+
+    fn execute_with(
+        &self,
+        inputs: Vec<(String, Value)>,
+        capture: Option<Vec<String>>,
+        sample: Option<&sampling::Window>,
+    ) -> std::result::Result<Executed, Refused> {
         // A capture needs every node on the device: such runs use the per-node rule, untimed.
         let ticket = match &capture {
             None => self.dispatch.trial.begin(|| self.kept_choice(&inputs)),
@@ -535,6 +585,7 @@ impl Session {
             capture,
             refusal: Default::default(),
             replay: Default::default(),
+            sample,
         };
         let (result, refusal, replay) = if devices.is_empty() && capture.is_none() {
             // A run with no device goes onto one of rayon's workers as a whole, so that each

@@ -59,6 +59,10 @@ pub struct SessionOptions {
     /// sessions of the same key skip the trial and place the model the same way (see
     /// `session::trial`); `None` (the default) keeps nothing. The CLI uses the user's cache folder.
     pub auto_choices: Option<std::path::PathBuf>,
+    /// Sampled verification (`session::sampling`): one run in `every` judges a rotating window of
+    /// device nodes on a worker thread, and graph replay stays on for the others. Only where
+    /// `verify` is off (strict and shadow judge every node anyway). `None` by default.
+    pub verify_sample: Option<super::sampling::Sampling>,
 }
 
 impl Default for SessionOptions {
@@ -80,6 +84,7 @@ impl Default for SessionOptions {
             command_log: false,
             profile: false,
             auto_choices: None,
+            verify_sample: None,
         }
     }
 }

@@ -132,6 +132,7 @@ pub fn main(a: Args) -> CliResult<()> {
             "counters": session.counters(),
             "folded_nodes": session.folded_nodes().len(),
             "verification": session.verification(),
+            "sampling": session.sample_report(true),
             "streams": session.schedule().streams,
             "graph_capture": session.options().graph_capture != quorum::session::GraphCapture::Off,
             "capture_blocker": session.capture_blocker(),

@@ -59,8 +59,11 @@ pub struct ModelArgs {
     /// in priority order.
     #[arg(long, default_value = "auto")]
     pub provider: String,
-    /// How accelerated results are checked: off, shadow (log, count, use the CPU result) or strict
-    /// (a mismatch ends the run, exit code 6). QUORUM_VERIFY overrides it.
+    /// How accelerated results are checked: off, shadow (log, count, use the CPU result), strict
+    /// (a mismatch ends the run, exit code 6), or sample[=N] / sample-strict[=N] (one run in N, 16
+    /// by default, judges a rotating window of device nodes on a worker thread while graph replay
+    /// stays on; it detects, it does not prevent: sample-strict fails the run after a mismatch).
+    /// QUORUM_VERIFY overrides off, shadow and strict.
     #[arg(long, default_value = "off")]
     pub verify: String,
     /// Op types that strict verification lets through when the oracles cannot judge them (they
@@ -137,10 +140,17 @@ impl ModelArgs {
     pub fn options(&self) -> CliResult<SessionOptions> {
         let (providers, min_device_elements) =
             quorum::parse_providers(&self.provider).map_err(|e| fail(2, e))?;
-        let verify = self
-            .verify
-            .parse()
-            .map_err(|e: String| fail(2, format!("--verify: {e}")))?;
+        let (verify, verify_sample) = match quorum::session::sampling::Sampling::parse(&self.verify)
+        {
+            Some(Ok(s)) => (quorum::VerifyMode::Off, Some(s)),
+            Some(Err(e)) => return Err(fail(2, format!("--verify: {e}"))),
+            None => (
+                self.verify
+                    .parse()
+                    .map_err(|e: String| fail(2, format!("--verify: {e}")))?,
+                None,
+            ),
+        };
         Ok(SessionOptions {
             dims: self.dims()?,
             providers,
@@ -161,6 +171,7 @@ impl ModelArgs {
                 .parse()
                 .map_err(|e: String| fail(2, format!("--graph: {e}")))?,
             auto_choices: auto_choices(self.auto_choices.as_deref()),
+            verify_sample,
             ..Default::default()
         })
     }
@@ -229,6 +240,25 @@ pub fn print_warnings(model: &quorum::ir::Model) {
 /// Prints what verification found, per op (to stderr, so `--json` output stays one object):
 /// checked, mismatched and unsettled counts, and each reason with its count.
 pub fn print_verification(session: &Session) {
+    if let Some(r) = session.sample_report(true) {
+        eprintln!(
+            "sampled verification (one run in {}, {} device nodes per sampled run): {} of {} runs \
+             sampled, {} node results judged, {} mismatched, {} unsettled; {} of {} device nodes \
+             judged at least once",
+            r.every,
+            r.nodes_per_run,
+            r.sampled_runs,
+            r.runs,
+            r.judged,
+            r.mismatched,
+            r.unsettled,
+            r.covered,
+            r.device_nodes
+        );
+        if let Some(w) = &r.first_wrong {
+            eprintln!("  first wrong: {w}");
+        }
+    }
     if session.verify_mode() == quorum::VerifyMode::Off {
         return;
     }

@@ -1,0 +1,382 @@
+//! Sampled verification: verification a user can leave on in the fastest mode (`--verify
+//! sample[=N]`, `SessionOptions::verify_sample`).
+//!
+//! Strict verification judges every device node of every run and stops graph capture (it reads every
+//! result back mid-run). Sampling judges a rotating window of device nodes on one run in `every`:
+//! that run goes eagerly through the same plan and kernels (the others keep replaying the captured
+//! graph), the window's inputs and outputs are copied to the host as the run passes them, and a
+//! worker thread judges them with both oracles while later runs go on. The window moves by `nodes`
+//! device nodes per sampled run, so every device node is judged at least once within
+//! `every · ⌈device nodes / nodes⌉` runs (`SampleReport::covered` counts them).
+//!
+//! **Sampling detects; it does not prevent.** The run whose node was wrong has already returned its
+//! outputs by the time the worker judges it. A mismatch is reported with node, op, element and
+//! bound (`Session::sample_report`, and the session's verification counters); the strict variant
+//! (`sample-strict`) makes the *next* run fail with that mismatch (that run first waits for the
+//! worker to finish judging the runs before it). Strict, unsampled verification stays the mode that
+//! prevents a wrong answer from being returned.
+//!
+//! What a sampled run does not check: it runs eagerly, so a fault of the replay alone (a graph
+//! that reads a stale address) is outside it; the device stream fuzzer's replay checks cover that.
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+
+use crate::counters::Counters;
+use crate::error::Error;
+use crate::ir::Node;
+use crate::plan::Plan;
+use crate::tensor::Value;
+use crate::verify::{Check, check, describe};
+
+/// How often and how much a session samples.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sampling {
+    /// One run in `every` is sampled (the first run is).
+    pub every: usize,
+    /// Device nodes judged per sampled run.
+    pub nodes: usize,
+    /// A mismatch makes the next run fail ([`Error::VerifyMismatch`]).
+    pub strict: bool,
+}
+
+impl Sampling {
+    pub const DEFAULT_EVERY: usize = 16;
+    pub const DEFAULT_NODES: usize = 16;
+
+    /// `sample`, `sample=N`, `sample-strict` or `sample-strict=N` (N: one run in N is sampled);
+    /// `None` for any other mode name.
+    pub fn parse(s: &str) -> Option<Result<Sampling, String>> {
+        let s = s.to_ascii_lowercase();
+        let (head, every) = match s.split_once('=') {
+            Some((h, n)) => (h.to_string(), Some(n.to_string())),
+            None => (s.clone(), None),
+        };
+        let strict = match head.as_str() {
+            "sample" => false,
+            "sample-strict" => true,
+            _ => return None,
+        };
+        let every = match every {
+            None => Ok(Sampling::DEFAULT_EVERY),
+            Some(n) => match n.parse::<usize>() {
+                Ok(n) if n >= 1 => Ok(n),
+                _ => Err(format!(
+                    "'{s}': the sampling rate is one run in N, N a whole number of at least 1"
+                )),
+            },
+        };
+        Some(every.map(|every| Sampling {
+            every,
+            nodes: Sampling::DEFAULT_NODES,
+            strict,
+        }))
+    }
+}
+
+/// What sampling has found so far.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct SampleReport {
+    pub every: usize,
+    pub nodes_per_run: usize,
+    /// Runs that were sampled, and runs in all.
+    pub sampled_runs: u64,
+    pub runs: u64,
+    /// Node results judged by both oracles so far, and how many were wrong or unsettled.
+    pub judged: u64,
+    pub mismatched: u64,
+    pub unsettled: u64,
+    /// Device nodes judged at least once, of those the plan places on a device.
+    pub covered: usize,
+    pub device_nodes: usize,
+    /// The first wrong result, in words (node, op, output, element, both values, bound).
+    pub first_wrong: Option<String>,
+}
+
+/// One sampled node: what the worker judges.
+struct Sample {
+    step: usize,
+    node: Node,
+    inputs: Vec<Option<Arc<Value>>>,
+    outputs: Vec<Arc<Value>>,
+}
+
+#[derive(Default)]
+struct State {
+    report: SampleReport,
+    covered: HashSet<usize>,
+    /// Sent and not yet judged.
+    pending: usize,
+    /// For `strict`: the mismatch the next run reports.
+    failure: Option<Error>,
+}
+
+/// A session's sampler: which runs and nodes are sampled, and the worker that judges them.
+pub(super) struct Sampler {
+    cfg: Sampling,
+    runs: AtomicU64,
+    next: AtomicUsize,
+    /// Top-level step indices placed on a device, in plan order.
+    device_steps: Vec<usize>,
+    tx: Mutex<Option<Sender<Sample>>>,
+    worker: Mutex<Option<JoinHandle<()>>>,
+    state: Arc<(Mutex<State>, Condvar)>,
+}
+
+/// The nodes one sampled run copies out.
+pub(super) struct Window<'s> {
+    /// The top-level plan (a step index means a top-level step only there).
+    pub plan: &'s Plan,
+    steps: HashSet<usize>,
+    sampler: &'s Sampler,
+}
+
+impl Window<'_> {
+    /// Whether the run copies out step `index` of `plan`.
+    pub fn takes(&self, plan: &Plan, index: usize) -> bool {
+        std::ptr::eq(plan, self.plan) && self.steps.contains(&index)
+    }
+
+    /// Hands a node's inputs and outputs to the worker.
+    pub fn send(
+        &self,
+        index: usize,
+        node: &Node,
+        inputs: Vec<Option<Arc<Value>>>,
+        outputs: Vec<Arc<Value>>,
+    ) {
+        self.sampler.send(Sample {
+            step: index,
+            node: node.clone(),
+            inputs,
+            outputs,
+        });
+    }
+}
+
+impl Sampler {
+    pub fn new(cfg: Sampling, device_steps: Vec<usize>, counters: Arc<Counters>) -> Sampler {
+        let state = Arc::new((
+            Mutex::new(State {
+                report: SampleReport {
+                    every: cfg.every,
+                    nodes_per_run: cfg.nodes,
+                    device_nodes: device_steps.len(),
+                    ..Default::default()
+                },
+                ..Default::default()
+            }),
+            Condvar::new(),
+        ));
+        let (tx, rx) = channel::<Sample>();
+        let shared = state.clone();
+        let worker = std::thread::Builder::new()
+            .name("quorum-sampler".into())
+            .spawn(move || judge_all(rx, shared, counters, cfg.strict))
+            .ok();
+        Sampler {
+            cfg,
+            runs: AtomicU64::new(0),
+            next: AtomicUsize::new(0),
+            device_steps,
+            tx: Mutex::new(worker.as_ref().map(|_| tx)),
+            worker: Mutex::new(worker),
+            state,
+        }
+    }
+
+    /// Counts a run; for a sampled one, the window of nodes it copies out.
+    pub fn next_run<'s>(&'s self, plan: &'s Plan) -> Option<Window<'s>> {
+        self.pick().map(|steps| Window {
+            plan,
+            steps,
+            sampler: self,
+        })
+    }
+
+    /// Counts a run; for a sampled one, the step indices of its window.
+    fn pick(&self) -> Option<HashSet<usize>> {
+        let run = self.runs.fetch_add(1, Ordering::Relaxed);
+        {
+            let mut st = self.lock();
+            st.report.runs = run + 1;
+        }
+        if !(run as usize).is_multiple_of(self.cfg.every) || self.device_steps.is_empty() {
+            return None;
+        }
+        let n = self.device_steps.len();
+        let take = self.cfg.nodes.clamp(1, n);
+        let start = self.next.fetch_add(take, Ordering::Relaxed) % n;
+        let steps = (0..take)
+            .map(|k| self.device_steps[(start + k) % n])
+            .collect();
+        self.lock().report.sampled_runs += 1;
+        Some(steps)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn send(&self, s: Sample) {
+        let tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(tx) = tx.as_ref() {
+            self.lock().pending += 1;
+            if tx.send(s).is_err() {
+                self.lock().pending -= 1;
+            }
+        }
+    }
+
+    /// The mismatch a strict sampler found since the last call (the next run fails with it). A
+    /// strict sampler first waits for the worker to judge what earlier runs sent, so that the run
+    /// after a wrong one is the run that fails (the one run after a sampled run pays for it).
+    pub fn take_failure(&self) -> Option<Error> {
+        if !self.cfg.strict {
+            return None;
+        }
+        let mut st = self.lock();
+        while st.pending > 0 {
+            st = self.state.1.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+        st.failure.take()
+    }
+
+    /// What sampling found; with `wait`, after the worker has judged everything sent so far.
+    pub fn report(&self, wait: bool) -> SampleReport {
+        let mut st = self.lock();
+        while wait && st.pending > 0 {
+            st = self.state.1.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+        let mut r = st.report.clone();
+        r.covered = st.covered.len();
+        r
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        // The worker ends when its channel closes, after judging what is queued.
+        drop(self.tx.lock().unwrap_or_else(|e| e.into_inner()).take());
+        if let Some(w) = self.worker.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = w.join();
+        }
+    }
+}
+
+/// The worker: judges each sample with both oracles, counts it as verification counts a check,
+/// and keeps the first wrong result.
+fn judge_all(
+    rx: Receiver<Sample>,
+    state: Arc<(Mutex<State>, Condvar)>,
+    counters: Arc<Counters>,
+    strict: bool,
+) {
+    for s in rx {
+        let refs: Vec<Option<&Value>> = s.inputs.iter().map(|v| v.as_deref()).collect();
+        let outs: Vec<Value> = s.outputs.iter().map(|v| (**v).clone()).collect();
+        let verdict = check(&s.node, &refs, &outs);
+        // Counted per op with its reason, as verification counts a check.
+        let op = s.node.qualified_op();
+        match &verdict {
+            Check::Agree => counters.verified(&op, None, None),
+            Check::Mismatch { wrong, .. } => counters.verified(&op, Some(&describe(wrong)), None),
+            Check::Unsettled(u) => counters.verified(&op, None, Some(&u.to_string())),
+        }
+        let (lock, done) = &*state;
+        let mut st = lock.lock().unwrap_or_else(|e| e.into_inner());
+        st.report.judged += 1;
+        st.covered.insert(s.step);
+        match &verdict {
+            Check::Agree => {}
+            Check::Mismatch { output, wrong } => {
+                st.report.mismatched += 1;
+                if st.report.first_wrong.is_none() {
+                    st.report.first_wrong = Some(format!(
+                        "node '{}' ({}) output {output}: {}",
+                        s.node.name,
+                        s.node.qualified_op(),
+                        describe(wrong)
+                    ));
+                }
+                if strict && st.failure.is_none() {
+                    st.failure = Some(Error::VerifyMismatch {
+                        node: s.node.name.clone(),
+                        op: s.node.qualified_op(),
+                        output: *output,
+                        detail: format!(
+                            "{} (found by sampled verification in an earlier run, whose outputs \
+                             were already returned)",
+                            describe(wrong)
+                        ),
+                    });
+                }
+            }
+            Check::Unsettled(_) => st.report.unsettled += 1,
+        }
+        st.pending -= 1;
+        done.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_parse() {
+        let s = |every, strict| {
+            Some(Ok(Sampling {
+                every,
+                nodes: Sampling::DEFAULT_NODES,
+                strict,
+            }))
+        };
+        assert_eq!(Sampling::parse("sample"), s(Sampling::DEFAULT_EVERY, false));
+        assert_eq!(Sampling::parse("sample=4"), s(4, false));
+        assert_eq!(Sampling::parse("Sample-Strict=1"), s(1, true));
+        assert!(matches!(Sampling::parse("sample=0"), Some(Err(_))));
+        assert!(matches!(Sampling::parse("sample=x"), Some(Err(_))));
+        assert_eq!(Sampling::parse("strict"), None);
+    }
+
+    /// One run in `every` is sampled, its window moves on by `nodes` device steps, and every
+    /// device step is in some window within `every · ⌈steps / nodes⌉` runs. A sampler whose window
+    /// stood still (the broken twin) would leave steps unjudged forever.
+    #[test]
+    fn windows_rotate_over_every_device_node() {
+        let steps: Vec<usize> = (0..10).map(|i| i * 3).collect();
+        let cfg = Sampling {
+            every: 2,
+            nodes: 3,
+            strict: false,
+        };
+        let s = Sampler::new(cfg, steps.clone(), Arc::new(Counters::default()));
+        let bound = cfg.every * steps.len().div_ceil(cfg.nodes);
+        let mut seen = HashSet::new();
+        let mut sampled = 0;
+        for run in 0..bound {
+            match s.pick() {
+                Some(w) => {
+                    assert!(run % cfg.every == 0, "run {run} sampled");
+                    assert_eq!(w.len(), cfg.nodes);
+                    sampled += 1;
+                    seen.extend(w);
+                }
+                None => assert!(run % cfg.every != 0, "run {run} not sampled"),
+            }
+        }
+        assert_eq!(sampled, bound / cfg.every);
+        assert_eq!(seen, steps.iter().copied().collect::<HashSet<_>>());
+        // The broken twin: the same window every time covers only `nodes` steps.
+        let still: HashSet<usize> = steps[..cfg.nodes].iter().copied().collect();
+        assert_ne!(still, seen);
+        let r = s.report(true);
+        assert_eq!(
+            (r.runs, r.sampled_runs, r.device_nodes),
+            (bound as u64, sampled as u64, 10)
+        );
+    }
+}
