@@ -75,6 +75,36 @@ def bench(quorum: str, model: str, provider: str, verify: str, feed: str, timeou
     return {"wall_s": wall, "bench": out}
 
 
+def sampled_overhead(quorum: str, work: str, names: list[str], provider: str, rounds: int = 3) -> list[dict]:
+    """Graph replay with and without `--verify sample=16`, alternated `rounds` times in one process
+    lifetime each (these machines are noisy): median latency of each and sampling's coverage."""
+    rows = []
+    for name in names:
+        try:
+            path, (_, x) = mvp.export(name, work)
+            feed = mvp.save_input(x, work, name)
+        except Exception as e:
+            rows.append({"model": name, "error": f"export: {e}"[:300]})
+            continue
+        row = {"model": name, "plain_ms": [], "sampled_ms": [], "sampling": None}
+        for _ in range(rounds):
+            for key, extra in (("plain_ms", []), ("sampled_ms", ["--verify", "sample=16"])):
+                cmd = [quorum, "bench", path, "--provider", provider, "--graph", "on", "--iters", "300",
+                       "--warmup", "20", "--json", "--input", f"x={feed}", *extra]
+                r = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+                if r.returncode != 0:
+                    row["error"] = (r.stderr or r.stdout).strip()[-300:]
+                    break
+                j = json.loads(r.stdout.strip().splitlines()[-1])
+                times = j.get("times_ms") or [j["median_ms"]]
+                row[key].append((j["median_ms"], sum(times) / len(times)))
+                if j.get("sampling"):
+                    row["sampling"] = j["sampling"]
+        rows.append(row)
+        print(json.dumps(row)[:800], flush=True)
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quorum", required=True)
@@ -82,6 +112,8 @@ def main() -> None:
     ap.add_argument("--provider", default="cuda")
     ap.add_argument("--models", default="gpt2,bert_base_b8,resnet50")
     ap.add_argument("--timeout", type=int, default=240)
+    ap.add_argument("--sampled", default="resnet50,bert_base",
+                    help="models whose graph replay is timed with and without sampling ('' for none)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     work = os.path.join(a.out, "work")
@@ -120,6 +152,23 @@ def main() -> None:
         checked = sum(v.get("checked", 0) for v in by_op.values())
         wrong = sum(v.get("mismatched", 0) + v.get("unsettled", 0) for v in by_op.values())
         lines.append(f"| {r['model']} | {cell('off')} | {cell('strict')} | {checked} | {wrong} |")
+    if a.sampled:
+        lines += ["", "| model (graph replay) | unverified ms | sample=16 ms | overhead | "
+                  "runs sampled | judged | mismatched | covered / device nodes |", "|---|---|---|---|---|---|---|---|"]
+        for r in sampled_overhead(a.quorum, work, a.sampled.split(","), a.provider):
+            if "error" in r or not r.get("plain_ms") or not r.get("sampled_ms"):
+                lines.append(f"| {r['model']} | {r.get('error', 'no data')[:150]} | | | | | | |")
+                continue
+            import statistics
+            p = statistics.median(m for m, _ in r["plain_ms"])
+            q = statistics.median(m for m, _ in r["sampled_ms"])
+            pm = statistics.median(m for _, m in r["plain_ms"])
+            qm = statistics.median(m for _, m in r["sampled_ms"])
+            sm = r["sampling"] or {}
+            lines.append(f"| {r['model']} | {p:.3f} (mean {pm:.3f}) | {q:.3f} (mean {qm:.3f}) | "
+                         f"{100 * (q / p - 1):+.1f}% (mean {100 * (qm / pm - 1):+.1f}%) | "
+                         f"{sm.get('sampled_runs')} of {sm.get('runs')} | {sm.get('judged')} | "
+                         f"{sm.get('mismatched')} | {sm.get('covered')} / {sm.get('device_nodes')} |")
     with open(os.path.join(a.out, "strict-timings.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
