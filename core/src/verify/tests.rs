@@ -309,3 +309,39 @@ fn a_matmul_on_tf32_operands_is_caught_as_a_whole() {
         "{got:?}"
     );
 }
+
+/// An int64 Add whose answer is 2⁶⁰ + seeded offsets, off by one: through f64 the off-by-one is
+/// invisible (2⁶⁰ + 1 and 2⁶⁰ are the same f64), so the check must not pass it; it is unsettled,
+/// with the reason. Its twin below 2⁵³ is judged exactly: the right answer agrees and the same
+/// off-by-one is a mismatch.
+#[test]
+fn int64_beyond_2_pow_53_is_never_passed_through_f64() {
+    let i64s = |v: Vec<i64>| Value::Tensor(Tensor::from_i64(&[v.len()], v).unwrap());
+    let mut rng = Rng::new(53);
+    for base in [1i64 << 60, 1 << 40] {
+        let a: Vec<i64> = (0..4)
+            .map(|_| base + (rng.uniform() * 1000.0) as i64)
+            .collect();
+        let b: Vec<i64> = (0..4)
+            .map(|_| 1 + (rng.uniform() * 1000.0) as i64)
+            .collect();
+        let sum: Vec<i64> = a.iter().zip(&b).map(|(x, y)| x + y).collect();
+        let mut off = sum.clone();
+        off[2] += 1;
+        let n = node("Add", 14, 1);
+        let inputs = [i64s(a), i64s(b)];
+        let right = run_check(&n, &inputs, &[i64s(sum)]);
+        let wrong = run_check(&n, &inputs, &[i64s(off)]);
+        if base >= 1 << 53 {
+            for c in [&right, &wrong] {
+                assert!(
+                    matches!(c, Check::Unsettled(Unsettled::NotCovered(m)) if m.contains("2^53")),
+                    "{c:?}"
+                );
+            }
+        } else {
+            assert_eq!(right, Check::Agree);
+            assert!(matches!(wrong, Check::Mismatch { .. }), "{wrong:?}");
+        }
+    }
+}
