@@ -68,7 +68,7 @@ fn sampling(out: &Output) -> serde_json::Value {
 #[test]
 fn a_clean_model_is_sampled_with_nothing_wrong() {
     let model = write_chain("clean");
-    let out = bench(&model, "sample=2", None);
+    let out = bench(&model, "sample=2:16", None);
     assert!(
         out.status.success(),
         "{}",
@@ -87,7 +87,7 @@ fn a_clean_model_is_sampled_with_nothing_wrong() {
 #[test]
 fn a_broken_kernel_is_reported_by_sample_and_fails_the_next_run_under_sample_strict() {
     let model = write_chain("broken");
-    let out = bench(&model, "sample=2", Some("Relu"));
+    let out = bench(&model, "sample=2:16", Some("Relu"));
     assert!(
         out.status.success(),
         "{}",
@@ -102,7 +102,7 @@ fn a_broken_kernel_is_reported_by_sample_and_fails_the_next_run_under_sample_str
     );
 
     // The first run is sampled and wrong; the second fails before it starts.
-    let out = bench(&model, "sample-strict=1", Some("Relu"));
+    let out = bench(&model, "sample-strict=1:16", Some("Relu"));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(6), "{stderr}");
     assert!(stderr.contains("1 of 1 runs sampled"), "{stderr}");

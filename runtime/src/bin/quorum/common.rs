@@ -60,9 +60,10 @@ pub struct ModelArgs {
     #[arg(long, default_value = "auto")]
     pub provider: String,
     /// How accelerated results are checked: off, shadow (log, count, use the CPU result), strict
-    /// (a mismatch ends the run, exit code 6), or sample[=N] / sample-strict[=N] (one run in N, 16
-    /// by default, judges a rotating window of device nodes on a worker thread while graph replay
-    /// stays on; it detects, it does not prevent: sample-strict fails the run after a mismatch).
+    /// (a mismatch ends the run, exit code 6), or sample[=N[:K]] / sample-strict[=N[:K]] (one run in
+    /// N, 64 by default, judges a rotating window of K device nodes, 4 by default, on a worker
+    /// thread while graph replay stays on; it detects, it does not prevent: sample-strict fails the
+    /// run after a mismatch).
     /// QUORUM_VERIFY overrides off, shadow and strict.
     #[arg(long, default_value = "off")]
     pub verify: String,
