@@ -43,6 +43,10 @@ pub struct Args {
     /// Print every case, passes included.
     #[arg(long, short)]
     pub verbose: bool,
+    /// Run shard I of N (e.g. 2/4): every N-th case of the corpus from the I-th, and write a partial
+    /// report to reports/conformance/shards/ for `cargo xtask merge-reports` to join.
+    #[arg(long, value_name = "I/N")]
+    pub shard: Option<crate::shard::Shard>,
 }
 
 /// Runs the command; `Ok(false)` means unexpected results were found.
@@ -79,6 +83,11 @@ pub fn run(args: Args) -> Result<bool> {
         .filter(|c| filter.as_ref().is_none_or(|f| f.is_match(&c.id)))
         .cloned()
         .collect();
+    let corpus_cases = cases.len();
+    let cases = match args.shard {
+        Some(s) => s.select(&cases),
+        None => cases,
+    };
     if cases.is_empty() {
         bail!(
             "no cases found under {} (filter {:?})",
@@ -171,8 +180,21 @@ pub fn run(args: Args) -> Result<bool> {
         };
         println!("{}", report.markdown());
         if args.filter.is_none() && args.corpus.is_none() && !args.no_report {
-            let dir = crate::workspace_root().join("reports/conformance");
-            report.write_json(&dir)?;
+            match args.shard {
+                Some(shard) => {
+                    let part = crate::shard::ShardReport {
+                        engine: e.name().to_string(),
+                        device: report.device.clone(),
+                        shard,
+                        corpus_cases,
+                        environment: environment.clone(),
+                        outcomes: outcomes.clone(),
+                    };
+                    let path = part.write(&crate::shard::default_dir())?;
+                    println!("shard {shard}: partial report {}", path.display());
+                }
+                None => report.write_json(&crate::workspace_root().join("reports/conformance"))?,
+            }
         }
         if args.update_expected {
             let mut updated = expected.clone();
@@ -218,7 +240,7 @@ pub fn run(args: Args) -> Result<bool> {
         }
         results.push((e.name().to_string(), device_name(e.name()), outcomes));
     }
-    if args.filter.is_none() && args.corpus.is_none() && !args.no_report {
+    if args.filter.is_none() && args.corpus.is_none() && !args.no_report && args.shard.is_none() {
         let reports: Vec<EngineReport> = results
             .iter()
             .map(|(n, d, o)| EngineReport {
@@ -248,4 +270,27 @@ fn device_name(engine: &str) -> String {
             .unwrap_or_else(|| "no wgpu adapter".into()),
         other => other.to_string(),
     }
+}
+
+/// `cargo xtask merge-reports`: joins the partial reports of a sharded run (in `dir`, by default
+/// reports/conformance/shards/) into each engine's report and the summary, as one run over the whole
+/// corpus writes them; prints each engine's summary.
+pub fn merge_reports(dir: Option<PathBuf>) -> Result<()> {
+    let dir = dir.unwrap_or_else(crate::shard::default_dir);
+    let merged = crate::shard::merge(crate::shard::read_dir(&dir)?)?;
+    let reports: Vec<EngineReport> = merged
+        .iter()
+        .map(|m| EngineReport {
+            engine: &m.engine,
+            device: m.device.clone(),
+            outcomes: &m.outcomes,
+            environment: m.environment.clone(),
+        })
+        .collect();
+    let out = crate::workspace_root().join("reports/conformance");
+    for r in &reports {
+        println!("{}", r.markdown());
+        r.write_json(&out)?;
+    }
+    report::write_summary(&out, &reports)
 }

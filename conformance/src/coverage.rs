@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use quorum::{NodePlacement, Provider};
 
 /// Nodes on the device and on the CPU.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct NodeCounts {
     pub device: usize,
     pub cpu: usize,
@@ -37,7 +37,7 @@ impl NodeCounts {
 }
 
 /// Where one case's top-level nodes ran, over all its runs.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Coverage {
     /// Op (`domain::Op` outside the default domain) → nodes of it on the device and on the CPU.
     pub by_op: BTreeMap<String, NodeCounts>,

@@ -18,6 +18,7 @@ pub mod oracle_engine;
 pub mod pyenv;
 pub mod report;
 pub mod runner;
+pub mod shard;
 pub mod tolerance;
 pub mod undefined;
 

@@ -17,6 +17,7 @@ fn engine_matches_its_list(engine: &str) {
         corpus: None,
         jobs: None,
         update_expected: false,
+        shard: None,
         no_report: true,
         verbose: false,
     };

@@ -17,6 +17,7 @@ fn wgpu_engine_matches_its_expectation_list() {
         corpus: None,
         jobs: None,
         update_expected: false,
+        shard: None,
         no_report: true,
         verbose: false,
     };

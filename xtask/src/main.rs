@@ -21,6 +21,13 @@ struct Cli {
 enum Task {
     /// Run the ONNX backend corpus on every available engine (or those named) against the expectation lists.
     Conformance(quorum_conformance::cli::Args),
+    /// Join the partial reports of a sharded conformance run (`conformance --shard I/N`, in
+    /// reports/conformance/shards/) into each engine's report and the summary, as one run writes them.
+    MergeReports {
+        /// The folder of partial reports (default: reports/conformance/shards/).
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+    },
     /// Generate (or refresh) the corpus under target/corpus from the pinned onnx release.
     Corpus {
         /// Regenerate even if the corpus is current.
@@ -65,6 +72,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.task {
         Task::Conformance(args) => quorum_conformance::cli::run(args),
+        Task::MergeReports { dir } => quorum_conformance::cli::merge_reports(dir).map(|_| true),
         Task::BenchCpu(args) => bench_cpu::run(args),
         Task::Fuzz(args) => fuzz::run(args),
         Task::Nightly(args) => nightly::run(args),
