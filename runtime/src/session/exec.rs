@@ -49,6 +49,8 @@ pub(super) struct Exec<'s> {
     pub replay: RefCell<Option<Box<dyn Replay>>>,
     /// A sampled run's window (`sampling`): its nodes' inputs and outputs go to the sampler.
     pub sample: Option<&'s super::sampling::Window<'s>>,
+    /// A strict run's judges (`judges`): its device nodes are judged on them while it goes on.
+    pub judges: Option<&'s super::judges::Judges>,
 }
 
 struct Runner<'a, 's> {
@@ -649,6 +651,14 @@ impl Exec<'_> {
             // values.
             (true, Some(w)) => {
                 w.send(index, node, host_in, host_out.clone());
+                false
+            }
+            // Strict with judges: judged beside the run, which returns only once every node is.
+            _ if self.policy.mode == VerifyMode::Strict
+                && self
+                    .judges
+                    .is_some_and(|j| j.send(node, host_in.clone(), host_out.clone())) =>
+            {
                 false
             }
             _ => {

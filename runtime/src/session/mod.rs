@@ -10,6 +10,7 @@ mod choices;
 pub mod dispatch;
 mod exec;
 mod inputs;
+mod judges;
 mod options;
 mod placement;
 mod residency;
@@ -567,6 +568,13 @@ impl Session {
             }
         }
         let whole = ticket.whole;
+        // Strict runs judge their device nodes on a pool beside the run (`judges`).
+        let judges =
+            (mode == VerifyMode::Strict && !devices.is_empty() && capture.is_none()).then(|| {
+                judges::Judges::start(
+                    std::thread::available_parallelism().map_or(1, |n| n.get().clamp(1, 8)),
+                )
+            });
         let make = |devices, capture| exec::Exec {
             profile: self.options.profile,
             max_tensor_bytes: self.options.max_tensor_bytes,
@@ -586,6 +594,7 @@ impl Session {
             refusal: Default::default(),
             replay: Default::default(),
             sample,
+            judges: judges.as_ref(),
         };
         let (result, refusal, replay) = if devices.is_empty() && capture.is_none() {
             // A run with no device goes onto one of rayon's workers as a whole, so that each
@@ -610,6 +619,27 @@ impl Session {
             let refusal = exec.refusal.borrow_mut().take();
             let replay = exec.replay.borrow_mut().take();
             (result, refusal, replay)
+        };
+        // Every judgement in before the outputs go back; the first failing one, in the run's
+        // order, is the run's error (a device error that ended the run first stays the error).
+        let result = match &judges {
+            None => result,
+            Some(j) => {
+                let policy = crate::verify::Policy {
+                    mode,
+                    allow_unchecked: &self.options.allow_unchecked,
+                };
+                let mut failed = None;
+                for (node, check) in j.finish() {
+                    if let Err(e) = policy.apply(&node, &check, &self.counters) {
+                        failed.get_or_insert(e);
+                    }
+                }
+                match (result, failed) {
+                    (Ok(_), Some(e)) => Err(e),
+                    (r, _) => r,
+                }
+            }
         };
         self.arena.end_run();
         if result.is_ok() {
