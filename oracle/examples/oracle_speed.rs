@@ -108,6 +108,69 @@ fn cases() -> Vec<(&'static str, NodeSpec, Vec<Option<Value>>)> {
             vec![tensor(&mut r, &[8, 128, 3072], 2.0)],
         ),
         (
+            "gelu_8x128x3072",
+            node("Gelu", &[]),
+            vec![tensor(&mut r, &[8, 128, 3072], 3.0)],
+        ),
+        (
+            "tanh_8x128x3072",
+            node("Tanh", &[]),
+            vec![tensor(&mut r, &[8, 128, 3072], 3.0)],
+        ),
+        (
+            "mul_8x128x3072_8x128x3072",
+            node("Mul", &[]),
+            vec![
+                tensor(&mut r, &[8, 128, 3072], 1.0),
+                tensor(&mut r, &[8, 128, 3072], 1.0),
+            ],
+        ),
+        (
+            "div_8x12x128x128_scalar",
+            node("Div", &[]),
+            vec![
+                tensor(&mut r, &[8, 12, 128, 128], 4.0),
+                tensor(&mut r, &[], 8.0),
+            ],
+        ),
+        (
+            "pow_8x128x3072_scalar",
+            node("Pow", &[]),
+            vec![
+                tensor(&mut r, &[8, 128, 3072], 2.0),
+                Some(Value::new(DType::F32, vec![], vec![3.0]).expect("a scalar")),
+            ],
+        ),
+        (
+            "sub_8x128x768_8x128x1",
+            node("Sub", &[]),
+            vec![
+                tensor(&mut r, &[8, 128, 768], 1.0),
+                tensor(&mut r, &[8, 128, 1], 1.0),
+            ],
+        ),
+        (
+            "where_8x1x1x128_8x12x128x128",
+            node("Where", &[]),
+            vec![
+                Some(
+                    Value::new(
+                        DType::Bool,
+                        vec![8, 1, 1, 128],
+                        (0..1024).map(|i| (i % 3 != 0) as u8 as f64).collect(),
+                    )
+                    .expect("element count matches the shape"),
+                ),
+                tensor(&mut r, &[8, 12, 128, 128], 4.0),
+                tensor(&mut r, &[], 1.0),
+            ],
+        ),
+        (
+            "cast_f16_8x128x3072",
+            node("Cast", &[("to", Attr::Int(10))]),
+            vec![tensor(&mut r, &[8, 128, 3072], 3.0)],
+        ),
+        (
             "reducemean_8x128x768",
             node("ReduceMean", &[("axes", Attr::Ints(vec![-1]))]),
             vec![tensor(&mut r, &[8, 128, 768], 1.0)],

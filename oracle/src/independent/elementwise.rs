@@ -2,6 +2,7 @@
 //!
 //! Broadcasting: each operand gets a precomputed index map from output flat index to operand flat index.
 use super::arith::{erf, erfc, floor_mod, prelu, round_half_even, shift, sigmoid, softplus};
+use super::parallel::{deal_elements, try_deal_elements};
 use super::*;
 
 const UNARY: &[&str] = &[
@@ -169,7 +170,7 @@ pub(super) fn eval(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Outp
 fn unary(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, OracleError> {
     let x = input(node, inputs, 0)?;
     let op = node.op_type.as_str();
-    let f: Box<dyn Fn(f64) -> f64> = match op {
+    let f: Box<dyn Fn(f64) -> f64 + Sync> = match op {
         "Identity" => Box::new(|v| v),
         "Abs" => Box::new(f64::abs),
         "Neg" => Box::new(|v: f64| -v),
@@ -275,10 +276,9 @@ fn unary(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, Oracl
         "Not" | "IsNaN" | "IsInf" => DType::Bool,
         _ => x.dtype,
     };
-    let data: Vec<f64> = x.data.iter().map(|&v| f(v)).collect();
     // Magnitude: |result|, or the sum of the magnitudes of the terms where the op adds terms that may
     // cancel (HardSigmoid: alpha x + beta; HardSwish: x (x / 6 + 1/2)).
-    let terms: Box<dyn Fn(f64, f64) -> f64> = match op {
+    let terms: Box<dyn Fn(f64, f64) -> f64 + Sync> = match op {
         "HardSigmoid" => {
             let a = node.float("alpha", 0.2f32 as f64)?;
             let b = node.float("beta", 0.5)?;
@@ -287,12 +287,14 @@ fn unary(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, Oracl
         "HardSwish" => Box::new(|v: f64, _| v.abs() * v.abs() / 6.0 + v.abs() * 0.5),
         _ => Box::new(|_, r: f64| r.abs()),
     };
-    let mag = x
-        .data
-        .iter()
-        .zip(&data)
-        .map(|(&v, &r)| terms(v, r))
-        .collect();
+    let (mut data, mut mag) = (vec![0.0; x.len()], vec![0.0; x.len()]);
+    deal_elements(&mut data, &mut mag, |first, d, g| {
+        let xs = &x.data[first..first + d.len()];
+        for ((&v, r), m) in xs.iter().zip(d).zip(g) {
+            *r = f(v);
+            *m = terms(v, *r);
+        }
+    });
     Ok(vec![make_output(dtype, x.shape.clone(), data, mag)?])
 }
 
@@ -315,75 +317,78 @@ pub(super) fn binary(
     };
     let fmod = node.int("fmod", 0)? != 0;
     let left = node.string("direction", "").unwrap_or_default() == "LEFT";
-    let mut data = Vec::with_capacity(ma.len());
-    let mut mag = Vec::with_capacity(ma.len());
-    for (&ia, &ib) in ma.iter().zip(&mb) {
-        let (x, y) = (a.data[ia], b.data[ib]);
-        let r = match op {
-            "Add" => x + y,
-            "Sub" => x - y,
-            "Mul" => x * y,
-            "Div" => {
-                if is_int {
-                    if y == 0.0 {
-                        return invalid("integer division by zero");
+    let (mut data, mut mag) = (vec![0.0; ma.len()], vec![0.0; ma.len()]);
+    try_deal_elements(&mut data, &mut mag, |first, d, g| {
+        let pairs = ma[first..first + d.len()].iter().zip(&mb[first..]);
+        for ((&ia, &ib), (dv, gv)) in pairs.zip(d.iter_mut().zip(g)) {
+            let (x, y) = (a.data[ia], b.data[ib]);
+            let r = match op {
+                "Add" => x + y,
+                "Sub" => x - y,
+                "Mul" => x * y,
+                "Div" => {
+                    if is_int {
+                        if y == 0.0 {
+                            return invalid("integer division by zero");
+                        }
+                        (x / y).trunc()
+                    } else {
+                        x / y
                     }
-                    (x / y).trunc()
-                } else {
-                    x / y
                 }
-            }
-            "Pow" => {
-                let p = x.powf(y);
-                if is_int { p.trunc() } else { p }
-            }
-            "Mod" => {
-                if fmod {
-                    x % y
-                } else if a.dtype.is_float() {
-                    floor_mod(x, y)
-                } else {
-                    if y == 0.0 {
-                        return invalid("integer modulo by zero");
+                "Pow" => {
+                    let p = x.powf(y);
+                    if is_int { p.trunc() } else { p }
+                }
+                "Mod" => {
+                    if fmod {
+                        x % y
+                    } else if a.dtype.is_float() {
+                        floor_mod(x, y)
+                    } else {
+                        if y == 0.0 {
+                            return invalid("integer modulo by zero");
+                        }
+                        let (xi, yi) = (x as i128, y as i128);
+                        let mut r = xi % yi;
+                        if r != 0 && ((r < 0) != (yi < 0)) {
+                            r += yi;
+                        }
+                        r as f64
                     }
-                    let (xi, yi) = (x as i128, y as i128);
-                    let mut r = xi % yi;
-                    if r != 0 && ((r < 0) != (yi < 0)) {
-                        r += yi;
+                }
+                "PRelu" => {
+                    if x < 0.0 {
+                        y * x
+                    } else {
+                        x
                     }
-                    r as f64
                 }
-            }
-            "PRelu" => {
-                if x < 0.0 {
-                    y * x
-                } else {
-                    x
-                }
-            }
-            "Equal" => (x == y) as u8 as f64,
-            "Less" => (x < y) as u8 as f64,
-            "LessOrEqual" => (x <= y) as u8 as f64,
-            "Greater" => (x > y) as u8 as f64,
-            "GreaterOrEqual" => (x >= y) as u8 as f64,
-            "And" => (x != 0.0 && y != 0.0) as u8 as f64,
-            "Or" => (x != 0.0 || y != 0.0) as u8 as f64,
-            "Xor" => ((x != 0.0) != (y != 0.0)) as u8 as f64,
-            "BitShift" => shift(x, y, a.dtype, left)?,
-            _ => return unsupported(format!("{op} is not binary")),
-        };
-        let r = if is_int && matches!(op, "Add" | "Sub" | "Mul" | "Pow") {
-            wrap_int(a.dtype, r)
-        } else {
-            r
-        };
-        let m = match op {
-            "Add" | "Sub" => x.abs() + y.abs(),
-            _ => r.abs(),
-        };
-        data.push(r);
-        mag.push(m);
-    }
+                "Equal" => (x == y) as u8 as f64,
+                "Less" => (x < y) as u8 as f64,
+                "LessOrEqual" => (x <= y) as u8 as f64,
+                "Greater" => (x > y) as u8 as f64,
+                "GreaterOrEqual" => (x >= y) as u8 as f64,
+                "And" => (x != 0.0 && y != 0.0) as u8 as f64,
+                "Or" => (x != 0.0 || y != 0.0) as u8 as f64,
+                "Xor" => ((x != 0.0) != (y != 0.0)) as u8 as f64,
+                "BitShift" => shift(x, y, a.dtype, left)?,
+                _ => return unsupported(format!("{op} is not binary")),
+            };
+            let r = if is_int && matches!(op, "Add" | "Sub" | "Mul" | "Pow") {
+                wrap_int(a.dtype, r)
+            } else {
+                r
+            };
+            let m = match op {
+                "Add" | "Sub" => x.abs() + y.abs(),
+                _ => r.abs(),
+            };
+            *dv = r;
+            *gv = m;
+        }
+        Ok(())
+    })?;
     Ok(vec![make_output(out_dtype, shape, data, mag)?])
 }
 
@@ -402,43 +407,45 @@ fn variadic(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, Or
     let n_out: usize = shape.iter().product();
     let dtype = vals[0].dtype;
     let k = vals.len() as f64;
-    let mut data = Vec::with_capacity(n_out);
-    let mut mag = Vec::with_capacity(n_out);
-    let mut terms = Vec::with_capacity(vals.len());
-    for o in 0..n_out {
-        terms.clear();
-        terms.extend(vals.iter().zip(&maps).map(|(v, m)| v.data[m[o]]));
-        let abs: Vec<f64> = terms.iter().map(|t| t.abs()).collect();
-        let (r, m) = match node.op_type.as_str() {
-            "Sum" => (pairwise_sum(&terms), pairwise_sum(&abs)),
-            "Mean" => (pairwise_sum(&terms) / k, pairwise_sum(&abs) / k),
-            "Max" | "Min" => {
-                let want_max = node.op_type == "Max";
-                let mut best = terms[0];
-                for &t in &terms[1..] {
-                    if best.is_nan() || t.is_nan() {
-                        best = f64::NAN;
-                    } else if (want_max && t > best) || (!want_max && t < best) {
-                        best = t;
+    let (mut data, mut mag) = (vec![0.0; n_out], vec![0.0; n_out]);
+    try_deal_elements(&mut data, &mut mag, |first, d, g| {
+        let mut terms = Vec::with_capacity(vals.len());
+        for (o, (dv, gv)) in (first..).zip(d.iter_mut().zip(g)) {
+            terms.clear();
+            terms.extend(vals.iter().zip(&maps).map(|(v, m)| v.data[m[o]]));
+            let abs: Vec<f64> = terms.iter().map(|t| t.abs()).collect();
+            let (r, m) = match node.op_type.as_str() {
+                "Sum" => (pairwise_sum(&terms), pairwise_sum(&abs)),
+                "Mean" => (pairwise_sum(&terms) / k, pairwise_sum(&abs) / k),
+                "Max" | "Min" => {
+                    let want_max = node.op_type == "Max";
+                    let mut best = terms[0];
+                    for &t in &terms[1..] {
+                        if best.is_nan() || t.is_nan() {
+                            best = f64::NAN;
+                        } else if (want_max && t > best) || (!want_max && t < best) {
+                            best = t;
+                        }
                     }
+                    (best, best.abs())
                 }
-                (best, best.abs())
-            }
-            other => return unsupported(format!("{other} is not variadic")),
-        };
-        let r = if node.op_type == "Sum" {
-            wrap_int(dtype, r)
-        } else {
-            r
-        };
-        let r = if node.op_type == "Mean" && int_bits(dtype).is_some() {
-            r.trunc()
-        } else {
-            r
-        };
-        data.push(r);
-        mag.push(m);
-    }
+                other => return unsupported(format!("{other} is not variadic")),
+            };
+            let r = if node.op_type == "Sum" {
+                wrap_int(dtype, r)
+            } else {
+                r
+            };
+            let r = if node.op_type == "Mean" && int_bits(dtype).is_some() {
+                r.trunc()
+            } else {
+                r
+            };
+            *dv = r;
+            *gv = m;
+        }
+        Ok(())
+    })?;
     Ok(vec![make_output(dtype, shape, data, mag)?])
 }
 
@@ -452,16 +459,17 @@ fn where_op(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, Or
         index_map(&x.shape, &shape),
         index_map(&y.shape, &shape),
     );
-    let data: Vec<f64> = (0..mc.len())
-        .map(|o| {
-            if c.data[mc[o]] != 0.0 {
+    let (mut data, mut mag) = (vec![0.0; mc.len()], vec![0.0; mc.len()]);
+    deal_elements(&mut data, &mut mag, |first, d, g| {
+        for (o, (dv, gv)) in (first..).zip(d.iter_mut().zip(g)) {
+            *dv = if c.data[mc[o]] != 0.0 {
                 x.data[mx[o]]
             } else {
                 y.data[my[o]]
-            }
-        })
-        .collect();
-    let mag = data.iter().map(|v| v.abs()).collect();
+            };
+            *gv = dv.abs();
+        }
+    });
     Ok(vec![make_output(x.dtype, shape, data, mag)?])
 }
 
@@ -495,12 +503,7 @@ fn clip(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, Oracle
         (lo, hi)
     };
     // min(max(x, lo), hi): when lo > hi everything becomes hi.
-    let data: Vec<f64> = x
-        .data
-        .iter()
-        .map(|&v| if v.is_nan() { v } else { v.max(lo).min(hi) })
-        .collect();
-    let mag = data.iter().map(|v| v.abs()).collect();
+    let (data, mag) = map_elements(x, |v| if v.is_nan() { v } else { v.max(lo).min(hi) });
     Ok(vec![make_output(x.dtype, x.shape.clone(), data, mag)?])
 }
 
@@ -559,9 +562,21 @@ fn cast(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, Oracle
 
 /// `x` converted to `dt` (Cast, and CastLike with the type of its second input).
 pub(super) fn cast_to(x: &Value, dt: DType) -> Result<Output, OracleError> {
-    let data: Vec<f64> = x.data.iter().map(|&v| convert(v, dt)).collect();
-    let mag = data.iter().map(|v| v.abs()).collect();
+    let (data, mag) = map_elements(x, |v| convert(v, dt));
     make_output(dt, x.shape.clone(), data, mag)
+}
+
+/// `f` of each element of `x`, and the results' absolute values as the magnitudes.
+fn map_elements(x: &Value, f: impl Fn(f64) -> f64 + Sync) -> (Vec<f64>, Vec<f64>) {
+    let (mut data, mut mag) = (vec![0.0; x.len()], vec![0.0; x.len()]);
+    deal_elements(&mut data, &mut mag, |first, d, g| {
+        let xs = &x.data[first..first + d.len()];
+        for ((&v, dv), gv) in xs.iter().zip(d).zip(g) {
+            *dv = f(v);
+            *gv = dv.abs();
+        }
+    });
+    (data, mag)
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! Normalizations: BatchNormalization (inference), LayerNormalization, InstanceNormalization,
 //! GroupNormalization, LRN. Statistics are two-pass: a pairwise mean, then the pairwise mean of squared
 //! deviations (not E[x^2] - E[x]^2).
+use super::parallel::deal_rows;
 use super::*;
 
 pub(super) const OPS: &[&str] = &[
@@ -101,28 +102,36 @@ fn layer_norm(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, 
         Some(b) => Some(index_map_checked(&b.shape, &x.shape)?),
         None => None,
     };
+    let threads = crate::threads();
+    // Each group's moments, then the normalized groups; both dealt out over threads.
+    let mut means = vec![0.0; outer];
+    let mut invs = vec![0.0; outer];
+    deal_rows(threads, &mut means, &mut invs, 1, 2 * n, |first, ms, is| {
+        for (o, (mu, inv)) in (first..).zip(ms.iter_mut().zip(is)) {
+            let var;
+            (*mu, var) = moments(&x.data[o * n..(o + 1) * n]);
+            *inv = 1.0 / (var + eps).sqrt();
+        }
+    });
     let mut data = vec![0.0; x.len()];
     let mut mag = vec![0.0; x.len()];
-    let mut means = Vec::with_capacity(outer);
-    let mut invs = Vec::with_capacity(outer);
-    for o in 0..outer {
-        let g = &x.data[o * n..(o + 1) * n];
-        let (mu, var) = moments(g);
-        let inv = 1.0 / (var + eps).sqrt();
-        means.push(mu);
-        invs.push(inv);
-        for j in 0..n {
-            let i = o * n + j;
-            let s = scale.data[smap[i]];
-            let b = match (bias, &bmap) {
-                (Some(bv), Some(m)) => bv.data[m[i]],
-                _ => 0.0,
-            };
-            let y = (g[j] - mu) * inv * s;
-            data[i] = y + b;
-            mag[i] = y.abs() + b.abs();
+    deal_rows(threads, &mut data, &mut mag, n.max(1), n, |first, d, m| {
+        for (o, (dr, mr)) in (first..).zip(d.chunks_mut(n).zip(m.chunks_mut(n))) {
+            let g = &x.data[o * n..(o + 1) * n];
+            let (mu, inv) = (means[o], invs[o]);
+            for j in 0..n {
+                let i = o * n + j;
+                let s = scale.data[smap[i]];
+                let b = match (bias, &bmap) {
+                    (Some(bv), Some(bm)) => bv.data[bm[i]],
+                    _ => 0.0,
+                };
+                let y = (g[j] - mu) * inv * s;
+                dr[j] = y + b;
+                mr[j] = y.abs() + b.abs();
+            }
         }
-    }
+    });
     let stat_shape: Vec<usize> = (0..rank)
         .map(|d| if d < axis { x.shape[d] } else { 1 })
         .collect();

@@ -2,6 +2,7 @@
 //!
 //! Opset >= 13: one axis (default -1). Opset < 13: the input is seen as 2-D [prod(dims[..axis]),
 //! prod(dims[axis..])] (default axis 1) and the op runs over the second dim.
+use super::parallel::deal_rows;
 use super::*;
 use crate::arbitrate::C_REDUCE;
 
@@ -71,66 +72,72 @@ fn normal_floor(dtype: DType) -> f64 {
 
 pub(super) fn eval(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, OracleError> {
     let x = input(node, inputs, 0)?;
-    let (outer, len, inner) = groups(node, &x.shape)?;
+    let (_outer, len, inner) = groups(node, &x.shape)?;
     let mut data = vec![0.0; x.data.len()];
     let mut mag = vec![1.0; x.data.len()];
-    let mut buf = Vec::with_capacity(len);
     let floor = normal_floor(x.dtype);
-    for o in 0..outer {
-        for i in 0..inner {
-            let idx: Vec<usize> = (0..len).map(|l| (o * len + l) * inner + i).collect();
-            buf.clear();
-            buf.extend(idx.iter().map(|&j| x.data[j]));
-            match node.op_type.as_str() {
-                "Hardmax" => {
-                    // 1 at the first NaN if there is one (it is the lane's max, as numpy's argmax has
-                    // it), else at the first largest value.
-                    let best = buf.iter().position(|v| v.is_nan()).unwrap_or_else(|| {
-                        (1..len).fold(0, |b, l| if buf[l] > buf[b] { l } else { b })
-                    });
-                    for (l, &j) in idx.iter().enumerate() {
-                        data[j] = if l == best { 1.0 } else { 0.0 };
-                        mag[j] = 0.0;
+    // Dealt out over threads by slabs [len, inner] of one outer index.
+    let slab = len * inner;
+    let (threads, work) = (crate::threads(), 3 * slab);
+    deal_rows(threads, &mut data, &mut mag, slab, work, |first, ys, gs| {
+        let base = first * slab;
+        let mut buf = Vec::with_capacity(len);
+        for o in first..first + ys.len() / slab {
+            for i in 0..inner {
+                let idx: Vec<usize> = (0..len).map(|l| (o * len + l) * inner + i).collect();
+                buf.clear();
+                buf.extend(idx.iter().map(|&j| x.data[j]));
+                match node.op_type.as_str() {
+                    "Hardmax" => {
+                        // 1 at the first NaN if there is one (it is the lane's max, as numpy's argmax has
+                        // it), else at the first largest value.
+                        let best = buf.iter().position(|v| v.is_nan()).unwrap_or_else(|| {
+                            (1..len).fold(0, |b, l| if buf[l] > buf[b] { l } else { b })
+                        });
+                        for (l, &j) in idx.iter().enumerate() {
+                            ys[j - base] = if l == best { 1.0 } else { 0.0 };
+                            gs[j - base] = 0.0;
+                        }
                     }
-                }
-                op => {
-                    let (m, l_sum) = shifted_lse(&buf);
-                    // log-softmax of every element, then W = Σ softmax_j · |x_j - m| (a term whose
-                    // softmax is 0 weighs nothing, however far below the maximum).
-                    let ls: Vec<f64> = buf.iter().map(|&v| (v - m) - l_sum).collect();
-                    let weights: Vec<f64> = ls
-                        .iter()
-                        .zip(&buf)
-                        .map(|(&l, &v)| {
-                            let p = l.exp();
-                            if p == 0.0 { 0.0 } else { p * (v - m).abs() }
-                        })
-                        .collect();
-                    let w = pairwise_sum(&weights);
-                    // The error bound of arbitrate.rs's "Softmax and LogSoftmax", in ε units: the
-                    // sum's worst case, the exponentials' and the final operation's.
-                    let rounding = 0.5 * (len as f64 - 1.0);
-                    for (l, &j) in idx.iter().enumerate() {
-                        let spread = 2.5 * ((buf[l] - m).abs() + w);
-                        let bound = if op == "LogSoftmax" {
-                            data[j] = ls[l];
-                            rounding + spread + 3.0 * (l_sum.abs() + ls[l].abs()) + 16.0
-                        } else {
-                            let p = ls[l].exp();
-                            data[j] = p;
-                            let own = if p == 0.0 {
-                                0.0
+                    op => {
+                        let (m, l_sum) = shifted_lse(&buf);
+                        // log-softmax of every element, then W = Σ softmax_j · |x_j - m| (a term whose
+                        // softmax is 0 weighs nothing, however far below the maximum).
+                        let ls: Vec<f64> = buf.iter().map(|&v| (v - m) - l_sum).collect();
+                        let weights: Vec<f64> = ls
+                            .iter()
+                            .zip(&buf)
+                            .map(|(&l, &v)| {
+                                let p = l.exp();
+                                if p == 0.0 { 0.0 } else { p * (v - m).abs() }
+                            })
+                            .collect();
+                        let w = pairwise_sum(&weights);
+                        // The error bound of arbitrate.rs's "Softmax and LogSoftmax", in ε units: the
+                        // sum's worst case, the exponentials' and the final operation's.
+                        let rounding = 0.5 * (len as f64 - 1.0);
+                        for (l, &j) in idx.iter().enumerate() {
+                            let spread = 2.5 * ((buf[l] - m).abs() + w);
+                            let bound = if op == "LogSoftmax" {
+                                ys[j - base] = ls[l];
+                                rounding + spread + 3.0 * (l_sum.abs() + ls[l].abs()) + 16.0
                             } else {
-                                p * (rounding + spread + 8.5)
+                                let p = ls[l].exp();
+                                ys[j - base] = p;
+                                let own = if p == 0.0 {
+                                    0.0
+                                } else {
+                                    p * (rounding + spread + 8.5)
+                                };
+                                own + floor
                             };
-                            own + floor
-                        };
-                        mag[j] = bound * 2.0 / C_REDUCE;
+                            gs[j - base] = bound * 2.0 / C_REDUCE;
+                        }
                     }
                 }
             }
         }
-    }
+    });
     Ok(vec![make_output(x.dtype, x.shape.clone(), data, mag)?])
 }
 

@@ -1,4 +1,5 @@
 //! Unary, binary and variadic elementwise ops, Where, Clip and Cast.
+use super::parallel::{elements, try_elements};
 use super::scalar_ops;
 use super::special::{erf, erfc, max_nan, min_nan, softplus};
 use super::{broadcast_index, broadcast_shapes, input, opt_input, output, unravel, wrap_int};
@@ -289,27 +290,28 @@ fn unary(node: &NodeSpec, x: &Value) -> Result<Output, OracleError> {
     } else {
         x.dtype
     };
-    let mut data: Vec<f64> = x.data.iter().map(|&v| f(v)).collect();
-    if is_int {
-        if op == "Reciprocal" || op == "Sqrt" {
-            return Err(OracleError::Unsupported(format!("{op} on integer input")));
-        }
-        for v in &mut data {
-            *v = wrap_int(*v, out_dtype);
-        }
+    if is_int && (op == "Reciprocal" || op == "Sqrt") {
+        return Err(OracleError::Unsupported(format!("{op} on integer input")));
     }
-    // The magnitude of the terms combined: |result|, except where the formula adds terms that can
-    // cancel (alpha x + beta; x / 6 + 0.5, then times x).
-    let mag = x
-        .data
-        .iter()
-        .zip(&data)
-        .map(|(&v, &r)| match op {
-            "HardSigmoid" => (alpha * v).abs() + beta.abs(),
-            "HardSwish" => v.abs() * (v.abs() / 6.0 + 0.5),
-            _ => r.abs(),
-        })
-        .collect();
+    let n = x.data.len();
+    let (mut data, mut mag) = (vec![0.0; n], vec![0.0; n]);
+    elements(&mut data, &mut mag, |first, d, m| {
+        let xs = &x.data[first..first + d.len()];
+        for ((&v, r), g) in xs.iter().zip(d).zip(m) {
+            *r = if is_int {
+                wrap_int(f(v), out_dtype)
+            } else {
+                f(v)
+            };
+            // The magnitude of the terms combined: |result|, except where the formula adds terms
+            // that can cancel (alpha x + beta; x / 6 + 0.5, then times x).
+            *g = match op {
+                "HardSigmoid" => (alpha * v).abs() + beta.abs(),
+                "HardSwish" => v.abs() * (v.abs() / 6.0 + 0.5),
+                _ => r.abs(),
+            };
+        }
+    });
     output(out_dtype, x.shape.clone(), data, mag)
 }
 
@@ -326,67 +328,69 @@ fn binary(node: &NodeSpec, a: &Value, b: &Value) -> Result<Output, OracleError> 
         }
         _ => a.dtype,
     };
-    let mut data = Vec::with_capacity(n);
-    let mut mag = Vec::with_capacity(n);
-    for flat in 0..n {
-        let idx = unravel(flat, &shape);
-        let x = a.data[broadcast_index(&idx, &a.shape)];
-        let y = b.data[broadcast_index(&idx, &b.shape)];
-        let b2f = |c: bool| if c { 1.0 } else { 0.0 };
-        let r = match op {
-            "Add" => x + y,
-            "Sub" => x - y,
-            "Mul" => x * y,
-            "Div" => {
-                if is_int {
-                    if y == 0.0 {
-                        return Err(OracleError::Invalid("integer Div by zero".into()));
+    let (mut data, mut mag) = (vec![0.0; n], vec![0.0; n]);
+    try_elements(&mut data, &mut mag, |first, d, g| {
+        for (flat, (dv, gv)) in (first..).zip(d.iter_mut().zip(g)) {
+            let idx = unravel(flat, &shape);
+            let x = a.data[broadcast_index(&idx, &a.shape)];
+            let y = b.data[broadcast_index(&idx, &b.shape)];
+            let b2f = |c: bool| if c { 1.0 } else { 0.0 };
+            let r = match op {
+                "Add" => x + y,
+                "Sub" => x - y,
+                "Mul" => x * y,
+                "Div" => {
+                    if is_int {
+                        if y == 0.0 {
+                            return Err(OracleError::Invalid("integer Div by zero".into()));
+                        }
+                        (x / y).trunc()
+                    } else {
+                        x / y
                     }
-                    (x / y).trunc()
-                } else {
-                    x / y
                 }
-            }
-            "Pow" => x.powf(y),
-            "Mod" => {
-                if fmod {
-                    x % y // C fmod: A - trunc(A / B) * B, sign of the dividend
-                } else if a.dtype.is_float() {
-                    scalar_ops::mod_floor_float(x, y)
-                } else {
-                    scalar_ops::mod_floor_int(x, y)?
+                "Pow" => x.powf(y),
+                "Mod" => {
+                    if fmod {
+                        x % y // C fmod: A - trunc(A / B) * B, sign of the dividend
+                    } else if a.dtype.is_float() {
+                        scalar_ops::mod_floor_float(x, y)
+                    } else {
+                        scalar_ops::mod_floor_int(x, y)?
+                    }
                 }
-            }
-            "PRelu" => {
-                if x < 0.0 {
-                    y * x
-                } else {
-                    x
+                "PRelu" => {
+                    if x < 0.0 {
+                        y * x
+                    } else {
+                        x
+                    }
                 }
-            }
-            "Equal" => b2f(x == y),
-            "Less" => b2f(x < y),
-            "LessOrEqual" => b2f(x <= y),
-            "Greater" => b2f(x > y),
-            "GreaterOrEqual" => b2f(x >= y),
-            "And" => b2f(x != 0.0 && y != 0.0),
-            "Or" => b2f(x != 0.0 || y != 0.0),
-            "Xor" => b2f((x != 0.0) != (y != 0.0)),
-            "BitShift" => scalar_ops::bitshift(x, y, a.dtype, left)?,
-            _ => return Err(OracleError::Unsupported(format!("{op} is not binary"))),
-        };
-        let r = if is_int && out_dtype == a.dtype {
-            wrap_int(r, out_dtype)
-        } else {
-            r
-        };
-        data.push(r);
-        mag.push(if matches!(op, "Add" | "Sub") {
-            x.abs() + y.abs()
-        } else {
-            r.abs()
-        });
-    }
+                "Equal" => b2f(x == y),
+                "Less" => b2f(x < y),
+                "LessOrEqual" => b2f(x <= y),
+                "Greater" => b2f(x > y),
+                "GreaterOrEqual" => b2f(x >= y),
+                "And" => b2f(x != 0.0 && y != 0.0),
+                "Or" => b2f(x != 0.0 || y != 0.0),
+                "Xor" => b2f((x != 0.0) != (y != 0.0)),
+                "BitShift" => scalar_ops::bitshift(x, y, a.dtype, left)?,
+                _ => return Err(OracleError::Unsupported(format!("{op} is not binary"))),
+            };
+            let r = if is_int && out_dtype == a.dtype {
+                wrap_int(r, out_dtype)
+            } else {
+                r
+            };
+            *dv = r;
+            *gv = if matches!(op, "Add" | "Sub") {
+                x.abs() + y.abs()
+            } else {
+                r.abs()
+            };
+        }
+        Ok(())
+    })?;
     output(out_dtype, shape, data, mag)
 }
 
@@ -395,55 +399,58 @@ fn variadic(op: &str, vals: &[&Value]) -> Result<Output, OracleError> {
     let shape = broadcast_shapes(&shapes)?;
     let n: usize = shape.iter().product();
     let dt = vals[0].dtype;
-    let mut data = Vec::with_capacity(n);
-    let mut mag = Vec::with_capacity(n);
-    for flat in 0..n {
-        let idx = unravel(flat, &shape);
-        let xs: Vec<f64> = vals
-            .iter()
-            .map(|v| v.data[broadcast_index(&idx, &v.shape)])
-            .collect();
-        let abs_sum: f64 = xs.iter().map(|x| x.abs()).sum();
-        let (r, m) = match op {
-            "Sum" => (xs.iter().sum::<f64>(), abs_sum),
-            "Mean" => (
-                xs.iter().sum::<f64>() / xs.len() as f64,
-                abs_sum / xs.len() as f64,
-            ),
-            "Max" | "Min" => {
-                let mut r = xs[0];
-                for &x in &xs[1..] {
-                    if r.is_nan() || x.is_nan() {
-                        r = f64::NAN;
-                    } else if (op == "Max" && x > r) || (op == "Min" && x < r) {
-                        r = x;
+    let (mut data, mut mag) = (vec![0.0; n], vec![0.0; n]);
+    try_elements(&mut data, &mut mag, |first, d, g| {
+        for (flat, (dv, gv)) in (first..).zip(d.iter_mut().zip(g)) {
+            let idx = unravel(flat, &shape);
+            let xs: Vec<f64> = vals
+                .iter()
+                .map(|v| v.data[broadcast_index(&idx, &v.shape)])
+                .collect();
+            let abs_sum: f64 = xs.iter().map(|x| x.abs()).sum();
+            let (r, m) = match op {
+                "Sum" => (xs.iter().sum::<f64>(), abs_sum),
+                "Mean" => (
+                    xs.iter().sum::<f64>() / xs.len() as f64,
+                    abs_sum / xs.len() as f64,
+                ),
+                "Max" | "Min" => {
+                    let mut r = xs[0];
+                    for &x in &xs[1..] {
+                        if r.is_nan() || x.is_nan() {
+                            r = f64::NAN;
+                        } else if (op == "Max" && x > r) || (op == "Min" && x < r) {
+                            r = x;
+                        }
                     }
+                    (r, r.abs())
                 }
-                (r, r.abs())
-            }
-            _ => return Err(OracleError::Unsupported(format!("{op} is not variadic"))),
-        };
-        data.push(wrap_int(r, dt));
-        mag.push(m);
-    }
+                _ => return Err(OracleError::Unsupported(format!("{op} is not variadic"))),
+            };
+            *dv = wrap_int(r, dt);
+            *gv = m;
+        }
+        Ok(())
+    })?;
     output(dt, shape, data, mag)
 }
 
 fn where_(c: &Value, x: &Value, y: &Value) -> Result<Output, OracleError> {
     let shape = broadcast_shapes(&[&c.shape, &x.shape, &y.shape])?;
     let n: usize = shape.iter().product();
-    let mut data = Vec::with_capacity(n);
-    for flat in 0..n {
-        let idx = unravel(flat, &shape);
-        let cond = c.data[broadcast_index(&idx, &c.shape)] != 0.0;
-        let v = if cond {
-            x.data[broadcast_index(&idx, &x.shape)]
-        } else {
-            y.data[broadcast_index(&idx, &y.shape)]
-        };
-        data.push(v);
-    }
-    let mag = data.iter().map(|v| v.abs()).collect();
+    let (mut data, mut mag) = (vec![0.0; n], vec![0.0; n]);
+    elements(&mut data, &mut mag, |first, d, g| {
+        for (flat, (dv, gv)) in (first..).zip(d.iter_mut().zip(g)) {
+            let idx = unravel(flat, &shape);
+            let cond = c.data[broadcast_index(&idx, &c.shape)] != 0.0;
+            *dv = if cond {
+                x.data[broadcast_index(&idx, &x.shape)]
+            } else {
+                y.data[broadcast_index(&idx, &y.shape)]
+            };
+            *gv = dv.abs();
+        }
+    });
     output(x.dtype, shape, data, mag)
 }
 
@@ -469,19 +476,20 @@ fn clip(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Output, OracleError
         (scalar(1, f64::NEG_INFINITY)?, scalar(2, f64::INFINITY)?)
     };
     // Spec: y = min(max_value, max(min_value, x)); when min > max every element becomes max.
-    let data: Vec<f64> = x
-        .data
-        .iter()
-        .map(|&v| {
-            if v.is_nan() {
+    let n = x.data.len();
+    let (mut data, mut mag) = (vec![0.0; n], vec![0.0; n]);
+    elements(&mut data, &mut mag, |first, d, g| {
+        let xs = &x.data[first..first + d.len()];
+        for ((&v, dv), gv) in xs.iter().zip(d).zip(g) {
+            *dv = if v.is_nan() {
                 v
             } else {
                 let t = if v < lo { lo } else { v };
                 if t > hi { hi } else { t }
-            }
-        })
-        .collect();
-    let mag = data.iter().map(|v| v.abs()).collect();
+            };
+            *gv = dv.abs();
+        }
+    });
     output(x.dtype, x.shape.clone(), data, mag)
 }
 
@@ -495,39 +503,16 @@ fn cast(node: &NodeSpec, x: &Value) -> Result<Output, OracleError> {
 
 /// Cast of `x` to `to` (also CastLike's, with `to` the type of its second input).
 pub(super) fn cast_to(x: &Value, to: DType) -> Result<Output, OracleError> {
-    let mut data = Vec::with_capacity(x.data.len());
-    for &v in &x.data {
-        let r = if to == DType::Bool {
-            if v != 0.0 { 1.0 } else { 0.0 }
-        } else if to.is_float() {
-            scalar_ops::round_to_float(v, to)
-        } else {
-            if !v.is_finite() {
-                return Err(OracleError::Unsupported(format!(
-                    "Cast of {v} to an integer type is undefined"
-                )));
-            }
-            let t = v.trunc();
-            let (lo, hi) = match to {
-                DType::I8 => (-128.0, 127.0),
-                DType::U8 => (0.0, 255.0),
-                DType::I16 => (-32768.0, 32767.0),
-                DType::U16 => (0.0, 65535.0),
-                DType::I32 => (-2147483648.0, 2147483647.0),
-                DType::U32 => (0.0, 4294967295.0),
-                DType::I64 => (-9.223_372_036_854_776e18, 9.223_372_036_854_776e18),
-                _ => (0.0, 1.8446744073709552e19),
-            };
-            if x.dtype.is_float() && (t < lo || t > hi) {
-                return Err(OracleError::Unsupported(format!(
-                    "Cast of {v} out of range of {to:?} is undefined"
-                )));
-            }
-            wrap_int(t, to)
-        };
-        data.push(r);
-    }
-    let mag = data.iter().map(|v| v.abs()).collect();
+    let n = x.data.len();
+    let (mut data, mut mag) = (vec![0.0; n], vec![0.0; n]);
+    try_elements(&mut data, &mut mag, |first, d, g| {
+        let xs = &x.data[first..first + d.len()];
+        for ((&v, dv), gv) in xs.iter().zip(d).zip(g) {
+            *dv = scalar_ops::cast_one(v, x.dtype, to)?;
+            *gv = dv.abs();
+        }
+        Ok(())
+    })?;
     output(to, x.shape.clone(), data, mag)
 }
 

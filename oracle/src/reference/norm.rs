@@ -1,4 +1,5 @@
 //! BatchNormalization (inference), InstanceNormalization, LayerNormalization.
+use super::parallel::rows;
 use super::{broadcast_index, input, norm_axis, opt_input, output, unravel};
 use crate::{DType, NodeSpec, OracleError, Output, Value};
 
@@ -177,28 +178,46 @@ fn layer_norm(
     let outer: usize = x.shape[..axis].iter().product();
     let norm_shape = &x.shape[axis..];
     let inner: usize = norm_shape.iter().product();
+    let threads = crate::threads();
+    // The statistics of each normalized row, then the rows, each pass split over threads.
+    let mut means = vec![0.0; outer];
+    let mut inv_stds = vec![0.0; outer];
+    rows(
+        threads,
+        &mut means,
+        &mut inv_stds,
+        1,
+        inner,
+        |first, ms, ss| {
+            for (o, (m, s)) in (first..).zip(ms.iter_mut().zip(ss)) {
+                let sl = &x.data[o * inner..(o + 1) * inner];
+                let mean = sl.iter().sum::<f64>() / inner as f64;
+                let var = sl.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / inner as f64;
+                *m = mean;
+                *s = 1.0 / (var + eps).sqrt();
+            }
+        },
+    );
     let mut data = vec![0.0; x.len()];
     let mut mag = vec![0.0; x.len()];
-    let mut means = Vec::with_capacity(outer);
-    let mut inv_stds = Vec::with_capacity(outer);
-    for o in 0..outer {
-        let sl = &x.data[o * inner..(o + 1) * inner];
-        let mean = sl.iter().sum::<f64>() / inner as f64;
-        let var = sl.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / inner as f64;
-        let inv_std = 1.0 / (var + eps).sqrt();
-        means.push(mean);
-        inv_stds.push(inv_std);
-        for j in 0..inner {
-            let idx = unravel(j, norm_shape);
-            let s = scale.data[broadcast_index(&idx, &scale.shape)];
-            let t = (sl[j] - mean) * inv_std * s;
-            let b = bias
-                .map(|b| b.data[broadcast_index(&idx, &b.shape)])
-                .unwrap_or(0.0);
-            data[o * inner + j] = t + b;
-            mag[o * inner + j] = t.abs() + b.abs();
+    let row = inner.max(1);
+    rows(threads, &mut data, &mut mag, row, inner, |first, d, g| {
+        let out_rows = d.chunks_mut(inner).zip(g.chunks_mut(inner));
+        for (o, (d, g)) in (first..).zip(out_rows) {
+            let sl = &x.data[o * inner..(o + 1) * inner];
+            let (mean, inv_std) = (means[o], inv_stds[o]);
+            for j in 0..inner {
+                let idx = unravel(j, norm_shape);
+                let s = scale.data[broadcast_index(&idx, &scale.shape)];
+                let t = (sl[j] - mean) * inv_std * s;
+                let b = bias
+                    .map(|b| b.data[broadcast_index(&idx, &b.shape)])
+                    .unwrap_or(0.0);
+                d[j] = t + b;
+                g[j] = t.abs() + b.abs();
+            }
         }
-    }
+    });
     let mut outs = vec![output(x.dtype, x.shape.clone(), data, mag)?];
     let mut stat_shape: Vec<usize> = x.shape[..axis].to_vec();
     stat_shape.resize(rank, 1);

@@ -1,5 +1,5 @@
 //! Scalar rules of the binary ops whose definitions have special cases: Mod (both `fmod` settings),
-//! BitShift (widths, signed types, out-of-range amounts) and PRelu's legacy per-channel slope.
+//! BitShift (widths, signed types, out-of-range amounts), PRelu's legacy per-channel slope and Cast.
 use crate::{DType, OracleError, Value};
 
 /// Mod with `fmod=0` on floats, as the specification states it: `A - floor(A / B) * B`, the result
@@ -147,6 +147,38 @@ pub(super) fn round_to_float(v: f64, dt: DType) -> f64 {
     let r = q as f64 * 2f64.powi(exp - 52 + drop as i32);
     let r = if r > max { f64::INFINITY } else { r };
     r.copysign(v)
+}
+
+/// One element of Cast (`elementwise::cast_to`): `v`, held as `from`, converted to `to`.
+pub(super) fn cast_one(v: f64, from: DType, to: DType) -> Result<f64, OracleError> {
+    Ok(if to == DType::Bool {
+        if v != 0.0 { 1.0 } else { 0.0 }
+    } else if to.is_float() {
+        round_to_float(v, to)
+    } else {
+        if !v.is_finite() {
+            return Err(OracleError::Unsupported(format!(
+                "Cast of {v} to an integer type is undefined"
+            )));
+        }
+        let t = v.trunc();
+        let (lo, hi) = match to {
+            DType::I8 => (-128.0, 127.0),
+            DType::U8 => (0.0, 255.0),
+            DType::I16 => (-32768.0, 32767.0),
+            DType::U16 => (0.0, 65535.0),
+            DType::I32 => (-2147483648.0, 2147483647.0),
+            DType::U32 => (0.0, 4294967295.0),
+            DType::I64 => (-9.223_372_036_854_776e18, 9.223_372_036_854_776e18),
+            _ => (0.0, 1.8446744073709552e19),
+        };
+        if from.is_float() && (t < lo || t > hi) {
+            return Err(OracleError::Unsupported(format!(
+                "Cast of {v} out of range of {to:?} is undefined"
+            )));
+        }
+        super::wrap_int(t, to)
+    })
 }
 
 #[cfg(test)]

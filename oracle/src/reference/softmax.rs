@@ -1,5 +1,6 @@
 //! Softmax, LogSoftmax, Hardmax: opset >= 13 along one axis; before 13 over the input flattened to 2-D
 //! at `axis` ([prod(d[..axis]), prod(d[axis..])], along the second dimension).
+use super::parallel::rows;
 use super::{input, norm_axis, output};
 use crate::arbitrate::C_REDUCE;
 use crate::{DType, NodeSpec, OracleError, Output, Value};
@@ -29,7 +30,7 @@ pub(super) fn evaluate(
             node.opset
         )));
     }
-    let (outer, len, inner) = if new {
+    let (_outer, len, inner) = if new {
         let a = norm_axis(axis, rank, op)?;
         (
             x.shape[..a].iter().product(),
@@ -59,71 +60,77 @@ pub(super) fn evaluate(
     };
     let mut data = vec![0.0; x.data.len()];
     let mut mag = vec![0.0; x.data.len()];
-    for o in 0..outer {
-        for i in 0..inner {
-            let at = |j: usize| (o * len + j) * inner + i;
-            let mut max = f64::NEG_INFINITY;
-            let mut argmax = 0usize;
-            // The first maximum, NaN counting as the maximum (numpy's argmax, as ONNX's evaluator
-            // computes Hardmax; ArgMax and ReduceMax agree). With a NaN in the lane, Softmax and
-            // LogSoftmax are NaN throughout either way (the sum of exponentials is NaN).
-            for j in 0..len {
-                let v = x.data[at(j)];
-                if !max.is_nan() && (v > max || v.is_nan()) {
-                    max = v;
-                    argmax = j;
-                }
-            }
-            match op {
-                "Hardmax" => {
-                    for j in 0..len {
-                        data[at(j)] = if j == argmax { 1.0 } else { 0.0 };
-                        mag[at(j)] = 1.0;
+    // Split over threads by whole slabs [len, inner] of one outer index.
+    let slab = len * inner;
+    let (threads, work) = (crate::threads(), 3 * slab);
+    rows(threads, &mut data, &mut mag, slab, work, |first, ys, gs| {
+        let base = first * slab;
+        for o in first..first + ys.len() / slab {
+            for i in 0..inner {
+                let at = |j: usize| (o * len + j) * inner + i;
+                let mut max = f64::NEG_INFINITY;
+                let mut argmax = 0usize;
+                // The first maximum, NaN counting as the maximum (numpy's argmax, as ONNX's evaluator
+                // computes Hardmax; ArgMax and ReduceMax agree). With a NaN in the lane, Softmax and
+                // LogSoftmax are NaN throughout either way (the sum of exponentials is NaN).
+                for j in 0..len {
+                    let v = x.data[at(j)];
+                    if !max.is_nan() && (v > max || v.is_nan()) {
+                        max = v;
+                        argmax = j;
                     }
                 }
-                _ => {
-                    let mut sum = 0.0;
-                    for j in 0..len {
-                        sum += (x.data[at(j)] - max).exp();
-                    }
-                    // W: the exponentials' weighted mean of |x_j - max| (an exponential of 0, as
-                    // for a -inf logit, weighs nothing).
-                    let mut weighted = 0.0;
-                    for j in 0..len {
-                        let d = x.data[at(j)] - max;
-                        let e = d.exp();
-                        if e > 0.0 {
-                            weighted += e * d.abs();
+                match op {
+                    "Hardmax" => {
+                        for j in 0..len {
+                            ys[at(j) - base] = if j == argmax { 1.0 } else { 0.0 };
+                            gs[at(j) - base] = 1.0;
                         }
                     }
-                    let w = weighted / sum;
-                    let roundings = (len as f64 - 1.0) / 2.0;
-                    for j in 0..len {
-                        let d = x.data[at(j)] - max;
-                        let (y, bound) = if op == "Softmax" {
-                            let y = d.exp() / sum;
-                            let relative = if y > 0.0 {
-                                y * (roundings + 2.5 * (d.abs() + w) + 8.5)
+                    _ => {
+                        let mut sum = 0.0;
+                        for j in 0..len {
+                            sum += (x.data[at(j)] - max).exp();
+                        }
+                        // W: the exponentials' weighted mean of |x_j - max| (an exponential of 0, as
+                        // for a -inf logit, weighs nothing).
+                        let mut weighted = 0.0;
+                        for j in 0..len {
+                            let d = x.data[at(j)] - max;
+                            let e = d.exp();
+                            if e > 0.0 {
+                                weighted += e * d.abs();
+                            }
+                        }
+                        let w = weighted / sum;
+                        let roundings = (len as f64 - 1.0) / 2.0;
+                        for j in 0..len {
+                            let d = x.data[at(j)] - max;
+                            let (y, bound) = if op == "Softmax" {
+                                let y = d.exp() / sum;
+                                let relative = if y > 0.0 {
+                                    y * (roundings + 2.5 * (d.abs() + w) + 8.5)
+                                } else {
+                                    0.0
+                                };
+                                (y, relative + tiny)
                             } else {
-                                0.0
+                                let z = d - sum.ln();
+                                let l = sum.ln().abs();
+                                (
+                                    z,
+                                    roundings + 2.5 * (d.abs() + w) + 3.0 * (l + z.abs()) + 16.0,
+                                )
                             };
-                            (y, relative + tiny)
-                        } else {
-                            let z = d - sum.ln();
-                            let l = sum.ln().abs();
-                            (
-                                z,
-                                roundings + 2.5 * (d.abs() + w) + 3.0 * (l + z.abs()) + 16.0,
-                            )
-                        };
-                        data[at(j)] = y;
-                        // arbitrate.rs, "Softmax and LogSoftmax": the bound C_REDUCE·ε·m is 2·ε·E.
-                        mag[at(j)] = 2.0 * bound / C_REDUCE;
+                            ys[at(j) - base] = y;
+                            // arbitrate.rs, "Softmax and LogSoftmax": the bound C_REDUCE·ε·m is 2·ε·E.
+                            gs[at(j) - base] = 2.0 * bound / C_REDUCE;
+                        }
                     }
                 }
             }
         }
-    }
+    });
     Ok(vec![output(x.dtype, x.shape.clone(), data, mag)?])
 }
 
