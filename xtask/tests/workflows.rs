@@ -2,6 +2,7 @@
 //! retired runtime (node20) and a runner label that `.github/actionlint.yaml` does not declare.
 //! actionlint comes from `.ci/run`'s venv (`target/ci-tools`); where that venv is missing (a machine
 //! that never ran `.ci/run`), these tests say so and check nothing.
+#![forbid(unsafe_code)]
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
