@@ -1067,16 +1067,18 @@ impl Drop for Run<'_> {
             return;
         }
         let synced = streams.iter().all(|s| s.synchronize().is_ok());
-        for p in self.staging.borrow_mut().drain(..) {
-            self.device.staging.give(p);
-        }
-        for l in self.later.borrow_mut().drain(..) {
-            self.device.staging.give(l.pinned);
-        }
-        for c in self.checks.borrow_mut().drain(..) {
-            self.device.staging.give(c.pinned);
-        }
         if synced {
+            // Pinned staging too goes back only once its copies are known to be done: a copy of a
+            // failed stream may still be reading or writing it (issue 39).
+            for p in self.staging.borrow_mut().drain(..) {
+                self.device.staging.give(p);
+            }
+            for l in self.later.borrow_mut().drain(..) {
+                self.device.staging.give(l.pinned);
+            }
+            for c in self.checks.borrow_mut().drain(..) {
+                self.device.staging.give(c.pinned);
+            }
             for m in self.parked.borrow_mut().drain(..) {
                 self.device.pool.give(m.mem);
                 if let Some((e, _)) = m.released {
@@ -1094,6 +1096,9 @@ impl Drop for Run<'_> {
             self.device.give_streams(streams);
         } else {
             // A failed stream: leak its buffers rather than hand possibly-busy memory to others.
+            std::mem::forget(std::mem::take(&mut *self.staging.borrow_mut()));
+            std::mem::forget(std::mem::take(&mut *self.later.borrow_mut()));
+            std::mem::forget(std::mem::take(&mut *self.checks.borrow_mut()));
             std::mem::forget(std::mem::take(&mut *self.parked.borrow_mut()));
             std::mem::forget(std::mem::take(&mut *self.alive.borrow_mut()));
             std::mem::forget(std::mem::take(&mut *self.held.borrow_mut()));
