@@ -19,6 +19,43 @@ fn seconds() -> u64 {
         .unwrap_or(30)
 }
 
+/// This runner's part of the fuzz seeds: `QUORUM_FUZZ_SHARD=I/N` (1 ≤ I ≤ N) takes every N-th
+/// case from the I-th, so N runners fuzz disjoint seeds; unset, `1/1`. A malformed value is an error,
+/// not a silent whole run.
+fn shard() -> (u64, u64) {
+    match std::env::var("QUORUM_FUZZ_SHARD") {
+        Err(_) => (1, 1),
+        Ok(v) => parse_shard(&v)
+            .unwrap_or_else(|| panic!("QUORUM_FUZZ_SHARD '{v}': write I/N, 1 <= I <= N")),
+    }
+}
+
+fn parse_shard(v: &str) -> Option<(u64, u64)> {
+    let (i, n) = v.split_once('/')?;
+    let (i, n) = (i.trim().parse().ok()?, n.trim().parse().ok()?);
+    (1 <= i && i <= n).then_some((i, n))
+}
+
+/// The seed of this shard's `k`-th case.
+fn seed_of(base: u64, k: u64, (i, n): (u64, u64)) -> u64 {
+    base + k * n + (i - 1)
+}
+
+/// Shards cut the seeds into disjoint parts that together are every seed.
+#[test]
+fn fuzz_shards_are_disjoint_and_cover_the_seeds() {
+    assert_eq!(parse_shard("2/3"), Some((2, 3)));
+    for bad in ["0/3", "4/3", "x/2", "3"] {
+        assert_eq!(parse_shard(bad), None, "{bad}");
+    }
+    let n = 3;
+    let mut all: Vec<u64> = (1..=n)
+        .flat_map(|i| (0..10).map(move |k| seed_of(100, k, (i, n))))
+        .collect();
+    all.sort();
+    assert_eq!(all, (100..130).collect::<Vec<_>>());
+}
+
 /// Spin kernels before launches (read by each run as it starts).
 fn delays(seed: Option<u64>) {
     // SAFETY: changing the environment is sound only while no other thread reads or writes it.
@@ -171,15 +208,18 @@ fn fuzz_streams() {
     let deadline = Instant::now() + Duration::from_secs(seconds());
     let (mut cases, mut commands) = (0u64, 0usize);
     let start = Instant::now();
+    let part = shard();
     while Instant::now() < deadline {
-        let f = case(0x5eed_0000 + cases);
+        let f = case(seed_of(0x5eed_0000, cases, part));
         commands += f.commands;
         cases += 1;
         assert!(f.differs.is_none(), "{}", f.differs.unwrap());
         assert!(f.races.is_none(), "{}", f.races.unwrap());
     }
     println!(
-        "FUZZ streams: {cases} cases, {commands} commands checked, {:.0} s, 0 reports",
+        "FUZZ streams (shard {}/{}): {cases} cases, {commands} commands checked, {:.0} s, 0 reports",
+        part.0,
+        part.1,
         start.elapsed().as_secs_f64()
     );
 }
