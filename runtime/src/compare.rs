@@ -109,9 +109,25 @@ impl Comparison {
     }
 }
 
-/// `model` with every top-level node output among its graph outputs (the model's own outputs first).
+/// `model` with every top-level node output among its graph outputs (the model's own outputs
+/// first), and a name for every unnamed node (`#k`, its place in the graph), so that each node's
+/// placement and verdict can be told apart.
 fn expose_intermediates(model: &Model) -> Model {
     let mut m = model.clone();
+    let given: std::collections::HashSet<String> =
+        m.graph.nodes.iter().map(|n| n.name.clone()).collect();
+    let mut seen = std::collections::HashSet::new();
+    for (k, node) in m.graph.nodes.iter_mut().enumerate() {
+        // An unnamed node, or the second of two with one name.
+        if node.name.is_empty() || !seen.insert(node.name.clone()) {
+            let mut name = format!("#{k}");
+            while given.contains(&name) || seen.contains(&name) {
+                name.push('\'');
+            }
+            seen.insert(name.clone());
+            node.name = name;
+        }
+    }
     let mut seen: std::collections::HashSet<String> =
         m.graph.outputs.iter().map(|o| o.name.clone()).collect();
     for node in &model.graph.nodes {
@@ -215,7 +231,7 @@ pub fn compare(
     let (va, placed_a) = run_all(&exposed, plain(a), feeds)?;
     let (vb, placed_b) = run_all(&exposed, plain(b), feeds)?;
     let mut nodes = Vec::new();
-    for node in &model.graph.nodes {
+    for node in &exposed.graph.nodes {
         let placed = (
             placed_a.get(&node.name).copied().unwrap_or(Provider::Cpu),
             placed_b.get(&node.name).copied().unwrap_or(Provider::Cpu),

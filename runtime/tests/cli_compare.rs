@@ -107,3 +107,29 @@ fn a_broken_kernel_is_named_wherever_it_is() {
         assert!(stderr.contains("is wrong on its own"), "{op}: {stderr}");
     }
 }
+
+/// Two nodes of one name: the second gets a name of its place (`#k`), so the wrong one is told
+/// apart. (Unnamed nodes are named by the loader, `Op_k`.)
+#[test]
+fn a_wrong_node_sharing_its_name_is_named_by_its_place() {
+    let dir = std::env::temp_dir().join(format!("quorum-compare-dup-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut relu = node("Relu", &["h"], &["r"]);
+    relu.name = Some("dup".into());
+    let mut neg = node("Neg", &["r"], &["y"]);
+    neg.name = Some("dup".into());
+    let m = model(
+        vec![node("MatMul", &["x", "w"], &["h"]), relu, neg],
+        vec![value_info("x", tensor_type(1, &[4, 64]))],
+        vec![value_info("y", tensor_type(1, &[4, 32]))],
+        vec![f32_tensor("w", &[64, 32], &seeded(5, 64 * 32))],
+        17,
+    );
+    let path = dir.join("model.onnx");
+    std::fs::write(&path, bytes(&m)).unwrap();
+    let out = compare(&path, Some("Neg"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(6), "{stdout}");
+    assert!(stdout.contains("first wrong node: '#2' (Neg)"), "{stdout}");
+}
