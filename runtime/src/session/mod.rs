@@ -528,11 +528,12 @@ impl Session {
         };
         // The trial's checked run: every device result judged by both oracles, a wrong one replaced
         // by the CPU's (shadow), unless the session verifies anyway.
-        let mode = match (ticket.check, self.verify) {
+        let check = ticket.check && self.options.auto_check;
+        let mode = match (check, self.verify) {
             (true, VerifyMode::Off) => VerifyMode::Shadow,
             (_, m) => m,
         };
-        let before = ticket.check.then(|| self.counters.snapshot());
+        let before = check.then(|| self.counters.snapshot());
         let started = std::time::Instant::now();
         let graph = &self.plan.graph;
         let mut devices = Vec::with_capacity(self.devices.len());

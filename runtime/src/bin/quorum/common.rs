@@ -97,6 +97,10 @@ pub struct ModelArgs {
     /// Default: $QUORUM_AUTO_CHOICES, else quorum/auto-choices.json in $XDG_CACHE_HOME or ~/.cache.
     #[arg(long, value_name = "FILE")]
     pub auto_choices: Option<String>,
+    /// Let `auto`'s trial keep a device placement without verifying its first run (by default each
+    /// device placement's first run is judged by both oracles, once, before it can be kept).
+    #[arg(long)]
+    pub no_auto_check: bool,
 }
 
 /// The store of `auto`'s choices the flags and environment name (`None`: off, or no home).
@@ -172,6 +176,7 @@ impl ModelArgs {
                 .parse()
                 .map_err(|e: String| fail(2, format!("--graph: {e}")))?,
             auto_choices: auto_choices(self.auto_choices.as_deref()),
+            auto_check: !self.no_auto_check,
             verify_sample,
             ..Default::default()
         })

@@ -356,3 +356,25 @@ fn auto_checks_its_placements_and_keeps_the_choice() {
 
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// With the check off, the trial's runs verify nothing and the choice is made on time alone.
+#[test]
+fn auto_check_off_verifies_nothing() {
+    use crate::session::trial::TRIAL_RUNS;
+    use crate::{Provider, Session, SessionOptions};
+    let options = SessionOptions {
+        providers: vec![Provider::Sim, Provider::Cpu],
+        min_device_elements: 1 << 14,
+        auto_check: false,
+        ..Default::default()
+    };
+    let s = Session::from_model(crate::session::profile_tests::model(), options).unwrap();
+    let feeds = crate::inputs::generate(&s.model().graph, &[], &Default::default(), 3).unwrap();
+    for _ in 0..TRIAL_RUNS {
+        s.run(feeds.clone()).unwrap();
+    }
+    let report = s.auto_trial().unwrap();
+    assert!(report.contains("chosen"), "{report}");
+    assert!(!report.contains("checked"), "{report}");
+    assert_eq!(s.counters().verify_checks, 0);
+}
