@@ -8,6 +8,7 @@
 
 pub mod arena;
 pub mod backend;
+pub mod clock;
 pub mod cmdlog;
 pub mod counters;
 pub mod device;

@@ -435,6 +435,7 @@ unsafe fn store_tile(_: &[f32; MAX_R * PANEL], _: usize, _: usize, _: *mut f32, 
 /// # Safety
 /// Never to be called (it panics): the x86_64 form's contract, for the signature's sake.
 #[cfg(not(target_arch = "x86_64"))]
+#[allow(clippy::too_many_arguments)]
 unsafe fn tile(
     _: (usize, Option<usize>),
     _: usize,

@@ -39,6 +39,9 @@
 //! thread runs, never around a rayon call: a closure handed to rayon is compiled without the
 //! features of the function it is written in (a MaxPool wrapped that way stayed SSE2, seen in its
 //! disassembly).
+// Off x86_64 (the WebAssembly build, an ARM machine) only the portable kernels run: the plans and
+// tiles that feed the AVX-512 paths are built but never read there, and the ISA list never grows.
+#![cfg_attr(not(target_arch = "x86_64"), allow(dead_code, unused_mut))]
 
 /// Runs a body compiled for the widest instruction set this CPU has: the body is copied into an
 /// AVX-512F function, an AVX2+FMA function and the plain caller, and [`Isa::detected`] picks one.

@@ -126,7 +126,7 @@ impl PixelConv<'_> {
                 let (evens, odds) = if first(0) == 0 { (p0, p1) } else { (p1, p0) };
                 let (evens, odds) = (phase_part(evens, 0, geom), phase_part(odds, 1, geom));
                 // SAFETY: AVX-512F is supported (`conv_pixels` asserts `available`).
-                unsafe { crate::lanes::deinterleave(src, evens, odds) };
+                unsafe { deinterleave(src, evens, odds) };
             } else {
                 for (phi, out) in phases.enumerate() {
                     let x0 = first(phi);
@@ -277,6 +277,41 @@ struct Out(*mut f32);
 unsafe impl Send for Out {}
 // SAFETY: as for `Send`: the tasks sharing it write disjoint bands of C and read only their own.
 unsafe impl Sync for Out {}
+
+#[cfg(target_arch = "x86_64")]
+use crate::lanes::deinterleave;
+
+/// Elsewhere the pixel path is never [`PixelConv::available`].
+///
+/// # Safety
+/// Never to be called (it panics): the x86_64 form's contract, for the signature's sake.
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn deinterleave(_: &[f32], _: &mut [f32], _: &mut [f32]) {
+    unreachable!("conv_pixels without AVX-512")
+}
+
+/// Elsewhere the pixel path is never [`PixelConv::available`]: the x86_64 module's signature.
+#[cfg(not(target_arch = "x86_64"))]
+mod avx512 {
+    use super::{Epilogue, Out, PackedA};
+
+    /// # Safety
+    /// Never to be called (it panics): the x86_64 form's contract, for the signature's sake.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn band(
+        _: &PackedA,
+        _: usize,
+        _: &[f32],
+        _: &[usize],
+        _: usize,
+        _: (usize, usize),
+        _: [usize; 2],
+        _: Out,
+        _: &Epilogue,
+    ) {
+        unreachable!("conv_pixels without AVX-512")
+    }
+}
 
 #[cfg(target_arch = "x86_64")]
 mod avx512 {

@@ -10,8 +10,8 @@
 #![forbid(unsafe_code)]
 
 pub use quorum_core::{
-    arena, backend, cmdlog, counters, device, error, freelist, heap, inputs, ir, loader, mutants,
-    npy, ops, opsets, output_files, pb, plan, proto, tensor, verify, weights,
+    arena, backend, clock, cmdlog, counters, device, error, freelist, heap, inputs, ir, loader,
+    mutants, npy, ops, opsets, output_files, pb, plan, proto, tensor, verify, weights,
 };
 #[cfg(feature = "cuda")]
 pub use quorum_cuda as cuda;

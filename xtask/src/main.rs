@@ -54,6 +54,9 @@ enum Task {
         #[arg(long)]
         mutants: bool,
     },
+    /// Build the WebAssembly module (`quorum-wasm`, release, for wasm32-unknown-unknown) into
+    /// target/wasm/; `wasm/examples/run-model.mjs` runs a model with it under node.
+    Wasm,
     /// Build the on-device tests and tools (release, stripped) with run.sh into target/gpu-bundle/.
     GpuBundle {
         /// Build with the dev profile instead (Quorum's own crates unoptimised, dependencies
@@ -78,6 +81,7 @@ fn main() -> ExitCode {
         Task::Nightly(args) => nightly::run(args),
         Task::GpuBundle { dev, mutants } => gpu_bundle::run(dev, mutants),
         Task::FuzzStreams { minutes, mutants } => fuzz_streams(minutes, mutants),
+        Task::Wasm => wasm(),
         Task::Corpus { force } => {
             let dir = quorum_conformance::corpus::default_dir();
             let r = if force {
@@ -135,4 +139,35 @@ fn fuzz_streams(minutes: u64, mutants: bool) -> anyhow::Result<bool> {
         ])
         .status()?;
     Ok(status.success())
+}
+
+/// `cargo xtask wasm`: the module `wasm/examples/run-model.mjs` loads by default.
+fn wasm() -> anyhow::Result<bool> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let root = quorum_conformance::workspace_root();
+    let target = root.join("target/wasm");
+    let status = std::process::Command::new(cargo)
+        .current_dir(&root)
+        .env("CARGO_TARGET_DIR", &target)
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "quorum-wasm",
+            "--target",
+            "wasm32-unknown-unknown",
+        ])
+        .status()?;
+    if !status.success() {
+        eprintln!("(is the target installed? rustup target add wasm32-unknown-unknown)");
+        return Ok(false);
+    }
+    let module = target.join("wasm32-unknown-unknown/release/quorum_wasm.wasm");
+    let size = std::fs::metadata(&module)?.len();
+    println!(
+        "{} ({:.1} MiB); run a model: node wasm/examples/run-model.mjs MODEL.onnx --input NAME=FILE",
+        module.display(),
+        size as f64 / (1u64 << 20) as f64
+    );
+    Ok(true)
 }

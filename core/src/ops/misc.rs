@@ -194,10 +194,8 @@ impl Rng {
         let s = match seed {
             Some(s) => s.to_bits() as u64 ^ 0x9e37_79b9_7f4a_7c15,
             None => {
-                let t = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_nanos() as u64);
-                t ^ COUNTER.fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed)
+                crate::clock::entropy()
+                    ^ COUNTER.fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed)
             }
         };
         Rng(s)

@@ -218,7 +218,7 @@ impl Exec<'_> {
                     });
                 }
             }
-            let started = (self.profile && schedule.is_some()).then(std::time::Instant::now);
+            let started = (self.profile && schedule.is_some()).then(quorum_core::clock::Stamp::now);
             let device_outs = match &step.device {
                 Some(ds) if ds.device < self.devices.len() && schedule.is_some() => {
                     self.run_device(plan, &scope, node, step, ds, index, sched)?

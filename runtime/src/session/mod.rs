@@ -534,7 +534,7 @@ impl Session {
             (_, m) => m,
         };
         let before = check.then(|| self.counters.snapshot());
-        let started = std::time::Instant::now();
+        let started = quorum_core::clock::Stamp::now();
         let graph = &self.plan.graph;
         let mut devices = Vec::with_capacity(self.devices.len());
         for (index, d) in self.devices.iter().enumerate() {
