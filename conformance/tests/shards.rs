@@ -1,5 +1,5 @@
 //! A sharded run joins into exactly the single run's verdicts: a slice of the corpus run whole and in
-//! three shards on the CPU engine, the shards' partial reports written and read back and merged, gives
+//! four shards (as CI splits it) on the CPU engine, the shards' partial reports written and read back and merged, gives
 //! the same outcomes (id, status, detail, ops, coverage) in the same order and the same summary. The
 //! merge refuses a missing shard, a shard given twice, shards of two different splits and a case in
 //! two shards.
@@ -38,7 +38,7 @@ fn shards_join_into_the_single_runs_verdicts() {
 
     let tmp = std::env::temp_dir().join(format!("quorum-shards-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
-    let n = 3;
+    let n = 4;
     let mut parts = Vec::new();
     for index in 1..=n {
         let shard: Shard = format!("{index}/{n}").parse().unwrap();
