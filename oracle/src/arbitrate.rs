@@ -91,6 +91,13 @@ pub enum Wrong {
     },
     /// The element type, shape or element count differs from the oracles' answer.
     Form(String),
+    /// A 64-bit integer element differs from the value both oracles say it is, compared exactly
+    /// (beyond 2⁵³, where f64 cannot tell neighbouring integers apart).
+    Integer {
+        index: usize,
+        engine: i128,
+        oracle: i128,
+    },
     /// Every element within its bound, but the root mean square of the node's errors, `error`, is
     /// beyond `allowed`: [`SPREAD_LIMIT`] times that of a correct f32 kernel summing in order
     /// (`sequential`). See [`spread`].

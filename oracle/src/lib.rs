@@ -63,7 +63,8 @@ impl DType {
 }
 
 /// A tensor as the oracles see it: every element held as f64 (integers and bools are exact in f64 up
-/// to 2^53, which the op set's integer cases stay within), row-major.
+/// to 2^53; beyond it the runtime's check traces a movement op's elements by identity and leaves
+/// other integer results unjudged), row-major.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Value {
     pub dtype: DType,

@@ -345,3 +345,105 @@ fn int64_beyond_2_pow_53_is_never_passed_through_f64() {
         }
     }
 }
+
+/// A movement op's 64-bit integers are judged exactly beyond 2⁵³ (each element traced to the input
+/// element it copies): a Gather of token ids around 2⁶⁰, a Transpose, a Where and a Concat give
+/// Agree when right, and a Mismatch naming the element when one element is off by one or two
+/// elements are swapped; the same off-by-one through f64 would have compared equal.
+#[test]
+fn movement_ops_carry_64_bit_integers_exactly() {
+    let mut rng = Rng::new(60);
+    let big = |rng: &mut Rng, n: usize| -> Vec<i64> {
+        (0..n)
+            .map(|_| (1i64 << 60) + (rng.uniform() * 1e6) as i64 * 3)
+            .collect()
+    };
+    let t64 = |shape: &[usize], v: Vec<i64>| Value::Tensor(Tensor::from_i64(shape, v).unwrap());
+    let with = |op: &str, inputs: &[&str], attrs: Vec<(&str, Attr)>| Node {
+        name: format!("{op}_0"),
+        op_type: op.into(),
+        domain: String::new(),
+        opset: 17,
+        inputs: inputs.iter().map(|s| s.to_string()).collect(),
+        outputs: vec!["y".into()],
+        attrs: attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+    };
+    // (node, inputs, the right output's shape and values)
+    let table = big(&mut rng, 12);
+    let idx = vec![5i64, 0, 11 / 2, 5];
+    let gather = (
+        with("Gather", &["t", "i"], vec![]),
+        vec![t64(&[6, 2], table.clone()), t64(&[4], idx.clone())],
+        (
+            vec![4, 2],
+            idx.iter()
+                .flat_map(|&i| table[i as usize * 2..i as usize * 2 + 2].to_vec())
+                .collect(),
+        ),
+    );
+    let m = big(&mut rng, 6);
+    let transpose = (
+        with("Transpose", &["m"], vec![("perm", Attr::Ints(vec![1, 0]))]),
+        vec![t64(&[2, 3], m.clone())],
+        (vec![3, 2], vec![m[0], m[3], m[1], m[4], m[2], m[5]]),
+    );
+    let (x, y) = (big(&mut rng, 4), big(&mut rng, 4));
+    let cond = [true, false, false, true];
+    let where_ = (
+        with("Where", &["c", "x", "y"], vec![]),
+        vec![
+            Value::Tensor(Tensor::Bool(
+                ndarray::ArrayD::from_shape_vec(vec![4], cond.to_vec()).unwrap(),
+            )),
+            t64(&[4], x.clone()),
+            t64(&[4], y.clone()),
+        ],
+        (
+            vec![4],
+            (0..4).map(|i| if cond[i] { x[i] } else { y[i] }).collect(),
+        ),
+    );
+    let concat = (
+        with("Concat", &["x", "y"], vec![("axis", Attr::Int(0))]),
+        vec![t64(&[4], x.clone()), t64(&[4], y.clone())],
+        (vec![8], x.iter().chain(&y).copied().collect()),
+    );
+    for (n, inputs, (shape, want)) in [gather, transpose, where_, concat] {
+        assert_eq!(
+            run_check(&n, &inputs, &[t64(&shape, want.clone())]),
+            Check::Agree,
+            "{}",
+            n.op_type
+        );
+        let mut off = want.clone();
+        off[1] += 1;
+        // Through f64 the off-by-one is invisible.
+        assert_eq!(off[1] as f64, want[1] as f64);
+        let got = run_check(&n, &inputs, &[t64(&shape, off.clone())]);
+        assert!(
+            matches!(
+                got,
+                Check::Mismatch {
+                    output: 0,
+                    wrong: Wrong::Integer { index: 1, engine, oracle }
+                } if engine == off[1] as i128 && oracle == want[1] as i128
+            ),
+            "{}: {got:?}",
+            n.op_type
+        );
+        let mut swapped = want.clone();
+        swapped.swap(0, 1);
+        let got = run_check(&n, &inputs, &[t64(&shape, swapped)]);
+        assert!(
+            matches!(
+                got,
+                Check::Mismatch {
+                    output: 0,
+                    wrong: Wrong::Integer { index: 0, .. }
+                }
+            ),
+            "{}: {got:?}",
+            n.op_type
+        );
+    }
+}
