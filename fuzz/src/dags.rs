@@ -1,7 +1,11 @@
 //! Random models for the stream fuzzer: DAGs with fan-out and fan-in, branches of different widths
 //! (so the pool recycles buffers across branches), chains of same-shape ops (candidates for in-place
 //! reuse), repeated shapes, views, and nodes the device declines in the middle (they run on the
-//! CPU, so values cross to the host and back).
+//! CPU, so values cross to the host and back). Every accelerated family appears: products (and
+//! long sums of 1,024 terms, where a GEMM may split K and keep a workspace), normalisations,
+//! reductions, Softmax, a convolution, Gather, Transpose and Concat; weights are shared between
+//! nodes (a MatMul weight, a LayerNormalization's scale and bias, a convolution's filter), so
+//! nodes on different streams read one weight.
 use prost::Message;
 use quorum::inputs::Rng;
 use quorum::proto;
@@ -40,6 +44,45 @@ fn node(op: &str, inputs: &[&str], output: &str) -> proto::NodeProto {
     }
 }
 
+/// `node` with attributes: `(name, Ok(int) | Err(ints))`.
+fn node_with(
+    op: &str,
+    inputs: &[&str],
+    output: &str,
+    attrs: &[(&str, Result<i64, Vec<i64>>)],
+) -> proto::NodeProto {
+    use proto::attribute_proto::AttributeType;
+    let mut n = node(op, inputs, output);
+    n.attribute = attrs
+        .iter()
+        .map(|(name, v)| match v {
+            Ok(i) => proto::AttributeProto {
+                name: Some(name.to_string()),
+                r#type: Some(AttributeType::Int as i32),
+                i: Some(*i),
+                ..Default::default()
+            },
+            Err(ints) => proto::AttributeProto {
+                name: Some(name.to_string()),
+                r#type: Some(AttributeType::Ints as i32),
+                ints: ints.clone(),
+                ..Default::default()
+            },
+        })
+        .collect();
+    n
+}
+
+fn int64s(name: &str, dims: Vec<i64>, v: Vec<i64>) -> proto::TensorProto {
+    proto::TensorProto {
+        name: Some(name.into()),
+        dims,
+        data_type: Some(7),
+        int64_data: v,
+        ..Default::default()
+    }
+}
+
 fn value(name: &str) -> proto::ValueInfoProto {
     proto::ValueInfoProto {
         name: Some(name.into()),
@@ -63,23 +106,40 @@ pub fn generate(seed: u64, size: usize) -> Dag {
     let mut values: Vec<(String, usize)> = vec![("x".into(), widths[1])];
     let mut nodes = Vec::new();
     let mut inits = Vec::new();
+    // Weights by shape, so that later nodes may read one an earlier node reads.
+    let mut weights: Vec<(Vec<usize>, String)> = Vec::new();
+    let mut weight = |rng: &mut Rng, inits: &mut Vec<proto::TensorProto>, shape: &[usize]| {
+        let shared: Vec<&String> = weights
+            .iter()
+            .filter(|(s, _)| s == shape)
+            .map(|(_, n)| n)
+            .collect();
+        if !shared.is_empty() && rng.uniform().abs() < 0.5 {
+            return shared[(rng.uniform().abs() * shared.len() as f64) as usize % shared.len()]
+                .clone();
+        }
+        let name = format!("w{}", weights.len());
+        inits.push(tensor_proto(&name, &rand(rng, shape)));
+        weights.push((shape.to_vec(), name.clone()));
+        name
+    };
     for i in 0..size {
         let out = format!("v{i}");
         let k = values.len();
         let back = ((rng.uniform().abs() * rng.uniform().abs()) * k as f64) as usize;
         let (a, wa) = values[k - 1 - back.min(k - 1)].clone();
         let choice = (rng.uniform().abs() * 100.0) as usize;
+        let mid = |j: usize| format!("{out}_{j}");
         let w = match choice {
-            // Change width through a weight: a branch of another size.
-            0..=14 => {
+            // Change width through a weight (shared half the time): a branch of another size.
+            0..=11 => {
                 let to = widths[(rng.uniform().abs() * 3.0) as usize % 3];
-                let wname = format!("w{i}");
-                inits.push(tensor_proto(&wname, &rand(&mut rng, &[wa, to])));
+                let wname = weight(&mut rng, &mut inits, &[wa, to]);
                 nodes.push(node("MatMul", &[&a, &wname], &out));
                 to
             }
             // Fan-in: combine with another value of the same width, or with a weight row.
-            15..=39 => {
+            12..=31 => {
                 let same: Vec<&(String, usize)> = values.iter().filter(|(_, w)| *w == wa).collect();
                 let (b, _) = same[(rng.uniform().abs() * same.len() as f64) as usize % same.len()];
                 let op = ["Add", "Mul", "Sub", "Max"][i % 4];
@@ -87,30 +147,107 @@ pub fn generate(seed: u64, size: usize) -> Dag {
                 wa
             }
             // A view: a reshape that keeps the data.
-            40..=44 => {
+            32..=35 => {
                 let sname = format!("s{i}");
-                inits.push(proto::TensorProto {
-                    name: Some(sname.clone()),
-                    dims: vec![2],
-                    data_type: Some(7),
-                    int64_data: vec![-1, wa as i64],
-                    ..Default::default()
-                });
+                inits.push(int64s(&sname, vec![2], vec![-1, wa as i64]));
                 nodes.push(node("Reshape", &[&a, &sname], &out));
                 wa
             }
             // A node the device declines: it runs on the CPU in the middle of the graph.
-            45..=49 => {
+            36..=38 => {
                 let axis = format!("axis{i}");
-                inits.push(proto::TensorProto {
-                    name: Some(axis.clone()),
-                    dims: vec![],
-                    data_type: Some(7),
-                    int64_data: vec![1],
-                    ..Default::default()
-                });
+                inits.push(int64s(&axis, vec![], vec![1]));
                 nodes.push(node("CumSum", &[&a, &axis], &out));
                 wa
+            }
+            // Softmax over each row.
+            39..=43 => {
+                nodes.push(node_with("Softmax", &[&a], &out, &[("axis", Ok(-1))]));
+                wa
+            }
+            // LayerNormalization with a scale and bias shared by every norm of this width.
+            44..=48 => {
+                let scale = weight(&mut rng, &mut inits, &[wa]);
+                let bias = weight(&mut rng, &mut inits, &[wa]);
+                nodes.push(node_with(
+                    "LayerNormalization",
+                    &[&a, &scale, &bias],
+                    &out,
+                    &[("axis", Ok(-1))],
+                ));
+                wa
+            }
+            // A reduction read back by a broadcast: each row less its mean.
+            49..=52 => {
+                let m = mid(0);
+                nodes.push(node_with(
+                    "ReduceMean",
+                    &[&a],
+                    &m,
+                    &[("axes", Err(vec![-1])), ("keepdims", Ok(1))],
+                ));
+                nodes.push(node("Sub", &[&a, &m], &out));
+                wa
+            }
+            // Gather columns (with repeats) into a branch of another width.
+            53..=56 => {
+                let to = widths[(rng.uniform().abs() * 3.0) as usize % 3];
+                let idx = format!("idx{i}");
+                let cols = (0..to)
+                    .map(|_| (rng.uniform().abs() * wa as f64) as i64 % wa as i64)
+                    .collect();
+                inits.push(int64s(&idx, vec![to as i64], cols));
+                nodes.push(node_with("Gather", &[&a, &idx], &out, &[("axis", Ok(1))]));
+                to
+            }
+            // A one-channel convolution along each row, its filter shared.
+            57..=59 => {
+                let (s3, s2) = (format!("s3_{i}"), format!("s2_{i}"));
+                inits.push(int64s(&s3, vec![3], vec![-1, 1, wa as i64]));
+                inits.push(int64s(&s2, vec![2], vec![-1, wa as i64]));
+                let f = weight(&mut rng, &mut inits, &[1, 1, 3]);
+                let (r, c) = (mid(0), mid(1));
+                nodes.push(node("Reshape", &[&a, &s3], &r));
+                nodes.push(node_with(
+                    "Conv",
+                    &[&r, &f],
+                    &c,
+                    &[("pads", Err(vec![1, 1]))],
+                ));
+                nodes.push(node("Reshape", &[&c, &s2], &out));
+                wa
+            }
+            // Transposed, worked on, transposed back.
+            60..=62 => {
+                let (t, u) = (mid(0), mid(1));
+                let perm = [("perm", Err(vec![1, 0]))];
+                nodes.push(node_with("Transpose", &[&a], &t, &perm));
+                nodes.push(node("Relu", &[&t], &u));
+                nodes.push(node_with("Transpose", &[&u], &out, &perm));
+                wa
+            }
+            // A long sum: through 1,024 columns and back (K = 1,024 for few outputs).
+            63..=64 => {
+                let to = widths[(rng.uniform().abs() * 3.0) as usize % 3];
+                let (w1, w2) = (
+                    weight(&mut rng, &mut inits, &[wa, 1024]),
+                    weight(&mut rng, &mut inits, &[1024, to]),
+                );
+                let h = mid(0);
+                nodes.push(node("MatMul", &[&a, &w1], &h));
+                nodes.push(node("MatMul", &[&h, &w2], &out));
+                to
+            }
+            // Concat of two branches side by side (while they stay narrow).
+            65..=67 => {
+                let (b, wb) = values[(rng.uniform().abs() * k as f64) as usize % k].clone();
+                if wa + wb <= 192 {
+                    nodes.push(node_with("Concat", &[&a, &b], &out, &[("axis", Ok(1))]));
+                    wa + wb
+                } else {
+                    nodes.push(node("Relu", &[&a], &out));
+                    wa
+                }
             }
             // Same-shape chains.
             _ => {

@@ -74,6 +74,7 @@ fn check_dag(dag: &dags::Dag, streams: usize, what: &str) -> usize {
 fn random_dags_on_several_streams_have_no_unordered_conflicts() {
     let mut commands = 0;
     let mut multi = 0;
+    let mut placed = std::collections::BTreeSet::new();
     for seed in 0..60u64 {
         let dag = dags::generate(seed, 12 + (seed as usize % 30));
         for streams in [1, 2, 3, 4, 8] {
@@ -81,11 +82,34 @@ fn random_dags_on_several_streams_have_no_unordered_conflicts() {
             if streams > 1 {
                 let s = Session::from_bytes(&dag.bytes, options(Provider::Sim, streams)).unwrap();
                 multi += (s.schedule().streams > 1) as usize;
+                placed.extend(
+                    s.placement()
+                        .iter()
+                        .filter(|p| p.provider == Provider::Sim)
+                        .map(|p| p.op.clone()),
+                );
             }
         }
     }
-    eprintln!("{commands} commands checked; {multi} multi-stream schedules");
+    eprintln!(
+        "{commands} commands checked; {multi} multi-stream schedules; on the device: {placed:?}"
+    );
     assert!(multi > 60, "only {multi} schedules used several streams");
+    // The fuzzer's breadth: every family of the generator reached the device.
+    for op in [
+        "MatMul",
+        "Add",
+        "Softmax",
+        "LayerNormalization",
+        "ReduceMean",
+        "Gather",
+        "Conv",
+        "Transpose",
+        "Concat",
+        "Tanh",
+    ] {
+        assert!(placed.contains(op), "no {op} ran on the device: {placed:?}");
+    }
 }
 
 /// The regression this project exists for: a 64³ MatMul of all-ones operands produced on two other
