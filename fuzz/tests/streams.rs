@@ -112,6 +112,43 @@ fn random_dags_on_several_streams_have_no_unordered_conflicts() {
     }
 }
 
+/// One session run by several threads at once (each run with its own streams, buffers from the
+/// session's shared pools): every result equals the CPU's and every run's log is clean.
+#[test]
+fn concurrent_runs_of_one_session_agree_and_their_logs_are_clean() {
+    let mut runs = 0;
+    for seed in 100..112u64 {
+        let dag = dags::generate(seed, 16 + (seed as usize % 20));
+        let cpu = Session::from_bytes(&dag.bytes, SessionOptions::default()).unwrap();
+        let want = outputs(&cpu, &dag.inputs);
+        let sim = Session::from_bytes(&dag.bytes, options(Provider::Sim, 3)).unwrap();
+        std::thread::scope(|s| {
+            for t in 0..4 {
+                let (sim, dag, want) = (&sim, &dag, &want);
+                s.spawn(move || {
+                    for round in 0..3 {
+                        assert_eq!(
+                            &outputs(sim, &dag.inputs),
+                            want,
+                            "seed {seed}, thread {t}, round {round}"
+                        );
+                    }
+                });
+            }
+        });
+        for (run, log) in sim.take_command_logs().iter().enumerate() {
+            let r = hb::check(log, 5);
+            assert!(
+                r.is_clean(),
+                "seed {seed}, run {run}: {:?}",
+                r.races.first().map(|x| x.to_string())
+            );
+            runs += 1;
+        }
+    }
+    assert!(runs >= 12 * 12, "only {runs} logs");
+}
+
 /// The regression this project exists for: a 64³ MatMul of all-ones operands produced on two other
 /// streams.
 #[test]
