@@ -690,7 +690,15 @@ impl<'a> Run<'a> {
             shape: t.shape().to_vec(),
         };
         self.stream().upload(d.ptr(), &bytes)?;
+        self.log_access(
+            Agent::Stream(self.current_raw()),
+            "weight upload",
+            vec![],
+            vec![Range::device(d.ptr(), bytes.len() as u64)],
+        );
+        // Kernels on every stream may read the weight from now on: the host waits for the copy.
         self.stream().synchronize()?;
+        self.logged(|stream| Command::SyncStream { stream });
         Counters::bump(&self.counters.h2d_bytes, bytes.len() as u64);
         Counters::bump(&self.counters.h2d_calls, 1);
         Counters::bump(&self.counters.weight_bytes_uploaded, bytes.len() as u64);

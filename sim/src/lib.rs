@@ -397,13 +397,22 @@ impl DeviceRun for SimRun<'_> {
         let Value::Tensor(t) = &**v else {
             return Err(DeviceError::Decline("a non-tensor weight".into()));
         };
-        // Outside the run's buffers, written once and only read after: not in the log.
+        // Outside the run's buffers, never released: written once on the current stream, which the
+        // host waits for (as CUDA's upload does) before any kernel may read it from another.
         let start = self.session.fresh(bytes_of(t));
         let buf = Arc::new(SimBuf {
             start,
             bytes: class(bytes_of(t)),
             value: Mutex::new(Some(v.clone())),
         });
+        let stream = self.stream();
+        self.access(
+            Agent::Stream(stream),
+            "weight upload",
+            vec![],
+            vec![Range::device(buf.start, buf.bytes)],
+        );
+        self.push(Command::SyncStream { stream });
         let d = self.wrap(buf, t);
         weights.insert(key, (Arc::downgrade(v), d.clone()));
         Ok(d)
