@@ -3,7 +3,8 @@
 //! files, the same dtypes and shapes, integers, booleans, strings and protobuf outputs bit for bit,
 //! floats within a few rounding steps (the native kernels are AVX2/AVX-512 with other summation
 //! orders; the module runs the portable ones on one thread). The comparison is shown to catch a
-//! perturbed element, a changed shape and a missing file.
+//! perturbed element, a changed shape and a missing file. First, the JavaScript wrapper's `.npy`
+//! codec is tested on its own (`wasm/js/codec.test.mjs`).
 //!
 //! Needs node (`.ci/run` installs it); `QUORUM_SKIP_WASM_TESTS=1` skips this test, saying so. The
 //! module is built once into target/wasm/ (`cargo xtask wasm` builds the same file).
@@ -192,6 +193,17 @@ fn the_webassembly_build_under_node_writes_what_the_native_cli_writes() {
     assert!(
         node.is_ok_and(|o| o.status.success()),
         "node is missing: install Node.js (apt-get install nodejs) or set QUORUM_SKIP_WASM_TESTS=1"
+    );
+    // The wrapper's .npy codec alone: every dtype round trips, bad files are refused.
+    let codec = Command::new("node")
+        .arg(workspace().join("wasm/js/codec.test.mjs"))
+        .output()
+        .expect("node runs");
+    assert!(
+        codec.status.success(),
+        "wasm/js/codec.test.mjs failed:\n{}{}",
+        String::from_utf8_lossy(&codec.stdout),
+        String::from_utf8_lossy(&codec.stderr)
     );
     let corpus = quorum_conformance::corpus::default_dir();
     quorum_conformance::corpus::ensure(&corpus).expect("corpus");

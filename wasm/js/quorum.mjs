@@ -156,6 +156,11 @@ export class Tensor {
   /** `type`: float32, int64, bool, string..., or "onnx-protobuf" (data: the serialized bytes). */
   constructor(type, data, dims) {
     this.type = type;
+    // A plain array becomes the type's typed array (int64 and uint64 through BigInt).
+    if (Array.isArray(data) && type !== "string" && type !== "bool" && NPY[type]) {
+      const Ctor = NPY[type][1];
+      data = Ctor === BigInt64Array || Ctor === BigUint64Array ? Ctor.from(data, BigInt) : Ctor.from(data);
+    }
     this.data = data;
     this.dims = dims ?? [data.length];
     this.size = this.dims.reduce((a, b) => a * b, 1);
