@@ -239,6 +239,7 @@ fn fuzz_streams_mutants() {
         Some((c, t, f)) => format!("{judge} caught after {c} case(s), {t:.1} s: {f}"),
         None => format!("{judge} not observed in {cases} case(s), {secs:.0} s"),
     };
+    let mut missed = Vec::new();
     for m in Mutant::ALL {
         inject(Some(m));
         let start = Instant::now();
@@ -267,5 +268,15 @@ fn fuzz_streams_mutants() {
             "MUTANT {m:?}: {}",
             show("comparison", &differs, cases, secs)
         );
+        if races.is_none() && differs.is_none() {
+            missed.push(m);
+        }
     }
+    // The hunt is a test: every injected bug must be caught by the checker or the comparison
+    // within its budget.
+    assert!(
+        missed.is_empty(),
+        "not caught within {} s each: {missed:?}",
+        budget.as_secs()
+    );
 }
