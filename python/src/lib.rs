@@ -280,7 +280,7 @@ impl InferenceSession {
         let d = PyDict::new(py);
         if let serde_json::Value::Object(map) = json {
             for (k, v) in map {
-                d.set_item(k, v.as_u64().or_else(|| v.as_f64().map(|f| f as u64)))?;
+                d.set_item(k, v.as_u64())?;
             }
         }
         Ok(d)

@@ -117,17 +117,10 @@ fn feed(h: i32, name: &str, value: &[u8]) -> Result<(), String> {
     reply(unsafe { quorum_feed(h, n.0, n.1, v.0, v.1) }).map(drop)
 }
 
-/// Seeded values in [-1, 1), never all zero.
+/// Seeded values in [-1, 1) (the runtime's input generator), never all zero.
 fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed;
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
+    let mut rng = quorum::inputs::Rng::new(seed);
+    (0..n).map(|_| rng.uniform() as f32).collect()
 }
 
 fn npy(shape: &[usize], v: Vec<f32>) -> Vec<u8> {
