@@ -25,10 +25,13 @@ pub enum Mutant {
     UnsyncedHostRead,
     /// The free list hands a buffer to another stream without waiting for anything.
     SharedFreeList,
+    /// A kernel's scratch (split-K workspace, reduction partials, norm statistics) is released
+    /// before the last launch that reads it.
+    ScratchReleasedEarly,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 8] = [
+    pub const ALL: [Mutant; 9] = [
         Mutant::DropWait,
         Mutant::EarlyRelease,
         Mutant::DownloadWrongStream,
@@ -37,6 +40,7 @@ impl Mutant {
         Mutant::StaleReplayInput,
         Mutant::UnsyncedHostRead,
         Mutant::SharedFreeList,
+        Mutant::ScratchReleasedEarly,
     ];
 }
 

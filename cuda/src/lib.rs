@@ -349,6 +349,9 @@ pub struct Run<'a> {
     /// being issued with the buffers allocated for it so far (written by its kernels).
     log: RefCell<Option<Arc<CommandLog>>>,
     node: RefCell<(String, Vec<(u64, u64)>)>,
+    /// With a command log: the ranges this run released and has not allocated again, so that a
+    /// launch given a pointer into one is logged as touching it (the checker reports it).
+    released: RefCell<Vec<Range>>,
     later: RefCell<Vec<Later>>,
     /// Device checks of this run: each flag word's copy back, and what a raised flag means.
     checks: RefCell<Vec<Check>>,
@@ -398,6 +401,7 @@ impl<'a> Run<'a> {
             capture: RefCell::new(None),
             log: RefCell::new(None),
             node: RefCell::new((String::new(), Vec::new())),
+            released: RefCell::new(Vec::new()),
             later: RefCell::new(Vec::new()),
             checks: RefCell::new(Vec::new()),
         })
@@ -454,12 +458,21 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// The range of the run's buffer at `ptr` (a weight outside the run: `None`).
+    /// The range of the run's buffer that `ptr` points into: at its start or inside it (the batched
+    /// MatMul's per-matrix offsets), live or released by this run and not allocated again (a
+    /// launch given such a pointer is logged touching it, and the checker reports that). `None`
+    /// for memory outside the run (a resident weight).
     fn range_of(&self, ptr: u64) -> Option<Range> {
-        self.alive
-            .borrow()
-            .get(&ptr)
-            .map(|b| Range::device(ptr, b.bytes() as u64))
+        let alive = self.alive.borrow();
+        if let Some(b) = alive.get(&ptr) {
+            return Some(Range::device(ptr, b.bytes() as u64));
+        }
+        let inside = |r: &Range| r.start <= ptr && ptr < r.start + r.len;
+        alive
+            .iter()
+            .map(|(&p, b)| Range::device(p, b.bytes() as u64))
+            .find(inside)
+            .or_else(|| self.released.borrow().iter().copied().find(inside))
     }
 
     fn current_raw(&self) -> u64 {
@@ -517,6 +530,9 @@ impl<'a> Run<'a> {
         };
         let range = Range::device(mem.ptr, mem.bytes as u64);
         self.logged(|stream| Command::Alloc { range, stream });
+        if self.log.borrow().is_some() {
+            self.released.borrow_mut().retain(|r| !r.overlaps(&range));
+        }
         if let Some(n) = self.log.borrow().is_some().then(|| self.node.borrow_mut()) {
             let mut n = n;
             n.1.push((mem.ptr, mem.bytes as u64));
@@ -587,6 +603,9 @@ impl<'a> Run<'a> {
             if let Some(b) = alive.get(&ptr) {
                 let range = Range::device(ptr, b.bytes() as u64);
                 self.logged(|_| Command::Release { range });
+                if self.log.borrow().is_some() {
+                    self.released.borrow_mut().push(range);
+                }
             }
             if let Some(buf) = alive.remove(&ptr)
                 && let Ok(buf) = Arc::try_unwrap(buf)
@@ -599,6 +618,17 @@ impl<'a> Run<'a> {
                 });
             }
         }
+    }
+
+    /// A kernel's scratch `t` before the last launch that reads it: kept, for the caller to release
+    /// after that launch, unless the [`Mutant::ScratchReleasedEarly`] bug is injected, which hands
+    /// it back here (the mistake the command log's checker must catch).
+    pub fn scratch_before_last_read(&self, t: DevTensor) -> Option<DevTensor> {
+        if mutants::active(Mutant::ScratchReleasedEarly) {
+            self.release(t, &[]);
+            return None;
+        }
+        Some(t)
     }
 
     /// Records event `id` on stream `stream` (an event recorded again under the same id is moved).
@@ -985,7 +1015,7 @@ impl<'a> Run<'a> {
                 let Some(range) = self.range_of(*p) else {
                     continue;
                 };
-                if node.1.iter().any(|&(start, _)| start == *p) {
+                if node.1.iter().any(|&(start, _)| start == range.start) {
                     writes.push(range);
                 } else {
                     reads.push(range);

@@ -76,18 +76,60 @@ impl fmt::Display for Race {
     }
 }
 
+/// An access to bytes the run had handed back (released and not allocated again): whatever the
+/// timing, the bytes may already belong to someone else, or be reused by the next allocation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AfterRelease {
+    /// The access's command, and the release's.
+    pub access: usize,
+    pub release: usize,
+    pub by: String,
+    pub range: Range,
+}
+
+impl fmt::Display for AfterRelease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "use after release on {:?} bytes {:#x}..{:#x}: command {} ({}) touches what command {} \
+             released",
+            self.range.space,
+            self.range.start,
+            self.range.start + self.range.len,
+            self.access,
+            self.by,
+            self.release
+        )
+    }
+}
+
 /// What the checker found in one log.
 #[derive(Debug, Clone, Default)]
 pub struct Report {
     pub races: Vec<Race>,
+    /// Accesses to released bytes (at most `max_races` of them listed, like races).
+    pub after_release: Vec<AfterRelease>,
     /// Waits on events never recorded (a no-op on the device, almost surely a bug).
     pub unrecorded_waits: Vec<usize>,
     pub accesses: usize,
 }
 
 impl Report {
+    /// The first thing found, in words (a race, an access after release, a wait on nothing).
+    pub fn first(&self) -> Option<String> {
+        self.races
+            .first()
+            .map(|r| r.to_string())
+            .or_else(|| self.after_release.first().map(|a| a.to_string()))
+            .or_else(|| {
+                self.unrecorded_waits
+                    .first()
+                    .map(|i| format!("command {i} waits on an event never recorded"))
+            })
+    }
+
     pub fn is_clean(&self) -> bool {
-        self.races.is_empty() && self.unrecorded_waits.is_empty()
+        self.races.is_empty() && self.unrecorded_waits.is_empty() && self.after_release.is_empty()
     }
 }
 
@@ -110,6 +152,8 @@ pub fn check(log: &[Command], max_races: usize) -> Report {
     let mut clocks: HashMap<Agent, Clock> = HashMap::new();
     let mut events: HashMap<u64, Clock> = HashMap::new();
     let mut seen: Vec<Seen> = Vec::new();
+    // Released ranges not allocated since, with the release's index.
+    let mut released: Vec<(Range, usize)> = Vec::new();
     let mut report = Report::default();
     let host = Agent::Host;
     for (index, c) in log.iter().enumerate() {
@@ -129,6 +173,22 @@ pub fn check(log: &[Command], max_races: usize) -> Report {
                     .chain(writes.iter().map(|r| (r, true)));
                 for (range, write) in mine {
                     report.accesses += 1;
+                    if let Some((r, release)) = released.iter().find(|(r, _)| r.overlaps(range))
+                        && report.after_release.len() < max_races
+                    {
+                        let start = r.start.max(range.start);
+                        let end = (r.start + r.len).min(range.start + range.len);
+                        report.after_release.push(AfterRelease {
+                            access: index,
+                            release: *release,
+                            by: describe(c),
+                            range: Range {
+                                space: range.space,
+                                start,
+                                len: end - start,
+                            },
+                        });
+                    }
                     for s in &seen {
                         if !(write || s.write) || !s.range.overlaps(range) || s.before(&clock) {
                             continue;
@@ -192,7 +252,11 @@ pub fn check(log: &[Command], max_races: usize) -> Report {
                     join(clocks.entry(host).or_default(), &ev);
                 }
             }
-            Command::Alloc { .. } | Command::Release { .. } => {}
+            // Reuse of a range is judged by the accesses before and after it (a race when they
+            // are not ordered); touching it between its release and its next allocation is a bug
+            // whatever the order.
+            Command::Release { range } => released.push((*range, index)),
+            Command::Alloc { range, .. } => released.retain(|(r, _)| !r.overlaps(range)),
         }
     }
     // Keep the unused field honest: a seen access's clock is what `before` compares against.
@@ -357,6 +421,40 @@ mod tests {
             },
         ];
         assert!(check(&spaces, 10).is_clean());
+    }
+
+    /// A split-K GEMM whose workspace is released one launch early: the reduction reads bytes the
+    /// run had handed back. Reported whatever the streams (here all on one, so no race); the same log
+    /// with the release after the reduction, or with the range allocated again before the read, is
+    /// clean.
+    #[test]
+    fn touching_released_bytes_is_reported() {
+        let ws = Range::device(0x8000, 256);
+        let partials = kernel(1, &[0x1000], &[0x8000]);
+        let reduce = kernel(1, &[0x8000], &[0x2000]);
+        let release = Command::Release { range: ws };
+        let early = vec![partials.clone(), release.clone(), reduce.clone()];
+        let r = check(&early, 10);
+        assert!(r.races.is_empty(), "{r:?}");
+        assert_eq!(r.after_release.len(), 1, "{r:?}");
+        assert_eq!(
+            (r.after_release[0].access, r.after_release[0].release),
+            (2, 1)
+        );
+        assert!(!r.is_clean());
+        assert!(r.after_release[0].to_string().contains("use after release"));
+        let right = vec![partials.clone(), reduce.clone(), release.clone()];
+        assert!(check(&right, 10).is_clean());
+        let reused = vec![
+            partials,
+            release,
+            Command::Alloc {
+                range: ws,
+                stream: 1,
+            },
+            reduce,
+        ];
+        assert!(check(&reused, 10).is_clean());
     }
 
     #[test]

@@ -37,10 +37,7 @@ fn hunt() -> (usize, usize, Option<String>) {
             commands += log.len();
             let r = hb::check(&log, 1);
             if !r.is_clean() {
-                let what = r.races.first().map(|x| x.to_string()).unwrap_or_else(|| {
-                    format!("waits on unrecorded events {:?}", r.unrecorded_waits)
-                });
-                return (case + 1, commands, Some(what));
+                return (case + 1, commands, r.first());
             }
         }
     }

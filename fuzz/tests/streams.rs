@@ -57,8 +57,13 @@ fn check_dag(dag: &dags::Dag, streams: usize, what: &str) -> usize {
         let r = hb::check(log, 5);
         assert!(
             r.is_clean(),
-            "{what}, run {run}: {}\n{:?}",
+            "{what}, run {run}: {}\n{}\n{:?}",
             r.races
+                .iter()
+                .map(|x| x.to_string())
+                .collect::<Vec<_>>()
+                .join("\n"),
+            r.after_release
                 .iter()
                 .map(|x| x.to_string())
                 .collect::<Vec<_>>()
@@ -138,11 +143,7 @@ fn concurrent_runs_of_one_session_agree_and_their_logs_are_clean() {
         });
         for (run, log) in sim.take_command_logs().iter().enumerate() {
             let r = hb::check(log, 5);
-            assert!(
-                r.is_clean(),
-                "seed {seed}, run {run}: {:?}",
-                r.races.first().map(|x| x.to_string())
-            );
+            assert!(r.is_clean(), "seed {seed}, run {run}: {:?}", r.first());
             runs += 1;
         }
     }

@@ -175,6 +175,19 @@ struct SimRun<'s> {
     staging: RefCell<Vec<Range>>,
 }
 
+/// The scratch a CUDA kernel of this node may use, in bytes (`None` for kernels without): a split-K
+/// GEMM's workspace (every GEMM gets one here, as if split over K), a reduction's partials, a norm's
+/// statistics. Sized from the outputs, which is all the simulated device needs: a range of its own
+/// that lives for two launches.
+fn scratch_bytes(node: &Node, outputs: &[Range]) -> Option<u64> {
+    let op = node.op_type.as_str();
+    let scratch = matches!(op, "MatMul" | "Gemm")
+        || op.starts_with("Reduce")
+        || matches!(op, "LayerNormalization" | "Softmax" | "ArgMax" | "ArgMin");
+    let out: u64 = outputs.iter().map(|r| r.len).sum();
+    scratch.then_some(out.max(256) * 2)
+}
+
 fn bytes_of(t: &Tensor) -> u64 {
     (t.len() * t.dtype().size_in_memory()) as u64
 }
@@ -264,6 +277,35 @@ impl SimRun<'_> {
         });
         self.alive.borrow_mut().insert(start, buf.clone());
         buf
+    }
+
+    /// Hands the run's buffer at `start` back for reuse after the events `after` (and, with several
+    /// streams, a mark recorded here that another stream's allocation waits for).
+    fn release_buf(&self, start: u64, mut after: Vec<usize>) {
+        let early = mutants::active(Mutant::EarlyRelease);
+        if early {
+            after.clear();
+        }
+        let released = (self.streams.len() > 1 && !early).then(|| {
+            let event = self.session.name();
+            self.push(Command::Record {
+                stream: self.stream(),
+                event,
+            });
+            (event, self.current.get())
+        });
+        let Some(b) = self.alive.borrow_mut().remove(&start) else {
+            return;
+        };
+        self.push(Command::Release {
+            range: Range::device(b.start, b.bytes),
+        });
+        self.parked.borrow_mut().push(Parked {
+            start: b.start,
+            bytes: b.bytes,
+            after,
+            released,
+        });
     }
 
     fn wrap(&self, buf: Arc<SimBuf>, t: &Tensor) -> DeviceTensor {
@@ -359,7 +401,26 @@ impl DeviceRun for SimRun<'_> {
             *buf.value.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(v));
             devs.push(d);
         }
-        self.access(Agent::Stream(self.stream()), "kernel", reads, writes);
+        let by = Agent::Stream(self.stream());
+        match scratch_bytes(&ctx.node, &writes) {
+            // As CUDA's split-K GEMM, reductions and norms do: outputs first, then a scratch
+            // buffer that a first launch writes and a second reads, released after the second.
+            Some(bytes) => {
+                let scratch = self.alloc(bytes);
+                let range = Range::device(scratch.start, scratch.bytes);
+                self.access(by, "kernel", reads.clone(), vec![range]);
+                let early = mutants::active(Mutant::ScratchReleasedEarly);
+                if early {
+                    self.release_buf(scratch.start, Vec::new());
+                }
+                reads.push(range);
+                self.access(by, "kernel", reads, writes);
+                if !early {
+                    self.release_buf(scratch.start, Vec::new());
+                }
+            }
+            None => self.access(by, "kernel", reads, writes),
+        }
         Ok(devs)
     }
 
@@ -508,32 +569,15 @@ impl DeviceRun for SimRun<'_> {
                 gathered.push(e);
             }
         }
-        let mut alive = self.alive.borrow_mut();
-        if alive.get(&start).is_some_and(|b| Arc::strong_count(b) == 1) {
-            let mut after = waits.remove(&start).unwrap_or_default();
-            let early = mutants::active(Mutant::EarlyRelease);
-            if early {
-                after.clear();
-            }
-            let released = (self.streams.len() > 1 && !early).then(|| {
-                let event = self.session.name();
-                self.push(Command::Record {
-                    stream: self.stream(),
-                    event,
-                });
-                (event, self.current.get())
-            });
-            if let Some(b) = alive.remove(&start) {
-                self.push(Command::Release {
-                    range: Range::device(b.start, b.bytes),
-                });
-                self.parked.borrow_mut().push(Parked {
-                    start: b.start,
-                    bytes: b.bytes,
-                    after,
-                    released,
-                });
-            }
+        let last = self
+            .alive
+            .borrow()
+            .get(&start)
+            .is_some_and(|b| Arc::strong_count(b) == 1);
+        if last {
+            let after = waits.remove(&start).unwrap_or_default();
+            drop(waits);
+            self.release_buf(start, after);
         }
     }
 

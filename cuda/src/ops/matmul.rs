@@ -375,6 +375,8 @@ pub(crate) fn run_gemm_with(run: &Run, p: &Problem, forced: Option<plan::Plan>) 
             && p.y.is_multiple_of(16)
             && w.ptr() % 16 == 0
             && y_batch.iter().all(|s| s % 4 == 0);
+        let w_ptr = w.ptr();
+        let w = run.scratch_before_last_read(w);
         let text = reduce_ptx(run.cc(), has_c, f16, lanes, vec4);
         let name = if vec4 {
             format!("quorum_gemm_splitk_reduce_c{}_h0_v4", has_c as u8)
@@ -393,7 +395,7 @@ pub(crate) fn run_gemm_with(run: &Run, p: &Problem, forced: Option<plan::Plan>) 
             (256, 1, 1),
             0,
             &[
-                crate::driver::Arg::Ptr(w.ptr()),
+                crate::driver::Arg::Ptr(w_ptr),
                 crate::driver::Arg::Ptr(c_ptr),
                 crate::driver::Arg::Ptr(p.y),
                 crate::driver::Arg::U32(u32of(p.m)?),
@@ -415,7 +417,9 @@ pub(crate) fn run_gemm_with(run: &Run, p: &Problem, forced: Option<plan::Plan>) 
                 crate::driver::Arg::U32(y_batch[2]),
             ],
         )?;
-        run.release(w, &[]);
+        if let Some(w) = w {
+            run.release(w, &[]);
+        }
     }
     Ok(())
 }

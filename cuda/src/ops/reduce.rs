@@ -440,15 +440,19 @@ fn launch_fold(
         &[Arg::Ptr(x.ptr()), Arg::Ptr(part.ptr()), n],
     )?;
     let ptx = module(run.cc(), &[merge_kernel(fold, e, chunks, w.r)]);
+    let part_ptr = part.ptr();
+    let part = run.scratch_before_last_read(part);
     run.launch(
         &ptx,
         "fold_merge",
         (Rows::Lanes(32).grid(rows), 1, 1),
         (BLOCK, 1, 1),
         0,
-        &[Arg::Ptr(part.ptr()), Arg::Ptr(y.ptr()), n],
+        &[Arg::Ptr(part_ptr), Arg::Ptr(y.ptr()), n],
     )?;
-    run.release(part, &[]);
+    if let Some(part) = part {
+        run.release(part, &[]);
+    }
     Ok(())
 }
 

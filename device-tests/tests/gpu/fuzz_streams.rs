@@ -192,7 +192,7 @@ fn case(seed: u64) -> Found {
         found.commands += log.len();
         let r = hb::check(&log, 1);
         if !r.is_clean() && found.races.is_none() {
-            let first = r.races.first().map(|x| x.to_string()).unwrap_or_default();
+            let first = r.first().unwrap_or_default();
             found.races = Some(format!("{what}: {first}"));
         }
     }

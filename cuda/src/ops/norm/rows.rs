@@ -482,15 +482,18 @@ pub(super) fn rownorm_run_stats(
     args.push(n);
     let grid = Rows::Lanes(32).grid(rows);
     run.launch(&ptx, "norm_merge", (grid, 1, 1), (BLOCK, 1, 1), 0, &args)?;
+    run.release(part, &[]);
     let ptx = module(run.cc(), &[norm_apply_kernel(s)]);
     let mut args = params;
     args.push(Arg::Ptr(stat.ptr()));
     args.push(Arg::Ptr(y.ptr()));
     args.push(Arg::U32(total));
     let grid = blocks(total as usize, BLOCK);
+    let stat = run.scratch_before_last_read(stat);
     run.launch(&ptx, "norm_apply", (grid, 1, 1), (BLOCK, 1, 1), 0, &args)?;
-    run.release(part, &[]);
-    run.release(stat, &[]);
+    if let Some(stat) = stat {
+        run.release(stat, &[]);
+    }
     Ok((y, st))
 }
 
