@@ -34,6 +34,7 @@ MODELS = {
     "efficientnet_b0": ("torchvision", "efficientnet_b0", 1),
     "resnet50_b8": ("torchvision", "resnet50", 8),
     "convnext_tiny": ("torchvision", "convnext_tiny", 1),
+    "swin_t": ("torchvision", "swin_t", 1),
     "vit_small": ("timm", "vit_small_patch16_224", 1),
     "bert_base": ("bert", "bert-base", 1),
     "bert_base_b8": ("bert", "bert-base", 8),

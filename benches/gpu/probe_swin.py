@@ -36,11 +36,18 @@ def main():
     os.makedirs(work, exist_ok=True)
     full = os.path.join(work, "swin_t.onnx")
     export(torchvision.models.swin_t(weights=None), full)
-    for args in (["info", "--provider", "cuda", full],
-                 ["bench", "--provider", "cuda", "--iters", "20", full]):
+    for args in (["bench", "--provider", "cuda", "--iters", "20", "--graph", "off", "--profile", full],
+                 ["bench", "--provider", "cuda", "--iters", "50", "--graph", "on", full],
+                 ["bench", "--provider", "cuda", "--iters", "20", "--graph", "on", "--json", full]):
         r = subprocess.run([a.quorum, *args], capture_output=True, text=True, timeout=240)
         print("$ quorum", " ".join(args), "->", r.returncode)
-        print(r.stdout[-20000:], r.stderr[-4000:])
+        out = r.stdout
+        if "--json" in args:
+            import json
+            j = json.loads(out.splitlines()[0])
+            out = json.dumps({k: j.get(k) for k in ("median_ms", "graph_capture", "capture_blocker",
+                                                   "counters", "folded_nodes")})
+        print(out[-6000:], r.stderr[-2000:])
 
 
 if __name__ == "__main__":
