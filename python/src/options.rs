@@ -62,7 +62,7 @@ pub struct SessionOptions {
     enable_mem_pattern: bool,
     enable_profiling: bool,
     logid: String,
-    /// off, shadow, strict, sample[=N[:K]] or sample-strict[=N[:K]] (see the README).
+    /// off, shadow, strict, sample[=R[:K]] or sample-strict[=R[:K]] (R: N or P%; see the README).
     verify: String,
     /// Op types strict verification lets through when the oracles cannot judge them.
     allow_unchecked: Vec<String>,

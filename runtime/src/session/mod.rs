@@ -413,14 +413,27 @@ impl Session {
     /// every graph output in declaration order.
     pub fn run(&self, inputs: Vec<(String, Value)>) -> Result<Vec<(String, Value)>> {
         inputs::check_inputs(&self.model, &self.plan.graph, &inputs)?;
-        if let Some(s) = &self.sampler {
-            if let Some(e) = s.take_failure() {
-                return Err(e);
-            }
-            if let Some(window) = s.next_run(&self.plan) {
-                return Ok(self.execute_sampled(inputs, &window)?.0);
-            }
+        let Some(s) = &self.sampler else {
+            return self.run_unsampled(inputs);
+        };
+        if let Some(e) = s.take_failure() {
+            return Err(e);
         }
+        let start = std::time::Instant::now();
+        let window = s.next_run(&self.plan);
+        let out = match &window {
+            Some(w) => self
+                .execute_sampled(inputs, w)
+                .map(|r| r.0)
+                .map_err(Error::from),
+            None => self.run_unsampled(inputs),
+        };
+        s.ran(start.elapsed().as_secs_f64(), window.is_some());
+        out
+    }
+
+    /// A run outside sampling: replayed where a graph is captured, else eager.
+    fn run_unsampled(&self, inputs: Vec<(String, Value)>) -> Result<Vec<(String, Value)>> {
         if self.options.graph_capture != GraphCapture::Off && self.capture_blocker.is_none() {
             let key = capture::shape_key(&inputs);
             match self.graphs.plan(&key) {

@@ -60,10 +60,11 @@ pub struct ModelArgs {
     #[arg(long, default_value = "auto")]
     pub provider: String,
     /// How accelerated results are checked: off, shadow (log, count, use the CPU result), strict
-    /// (a mismatch ends the run, exit code 6), or sample[=N[:K]] / sample-strict[=N[:K]] (one run in
-    /// N, 64 by default, judges a rotating window of K device nodes, 4 by default, on a worker
-    /// thread while graph replay stays on; it detects, it does not prevent: sample-strict fails the
-    /// run after a mismatch).
+    /// (a mismatch ends the run, exit code 6), or sample[=R[:K]] / sample-strict[=R[:K]] (some runs
+    /// judge a rotating window of K device nodes, 4 by default, on a worker thread while graph
+    /// replay stays on: R is N for one run in N, or P% to sample while sampled runs take at most P%
+    /// of the time, 2% by default; it detects, it does not prevent: sample-strict fails the run
+    /// after a mismatch).
     /// QUORUM_VERIFY overrides off, shadow and strict.
     #[arg(long, default_value = "off")]
     pub verify: String,
@@ -248,10 +249,13 @@ pub fn print_warnings(model: &quorum::ir::Model) {
 pub fn print_verification(session: &Session) {
     if let Some(r) = session.sample_report(true) {
         eprintln!(
-            "sampled verification (one run in {}, {} device nodes per sampled run): {} of {} runs \
+            "sampled verification ({}, {} device nodes per sampled run): {} of {} runs \
              sampled, {} node results judged, {} mismatched, {} unsettled; {} of {} device nodes \
              judged at least once",
-            r.every,
+            match r.budget_percent {
+                Some(p) => format!("sampled runs within {p}% of the time"),
+                None => format!("one run in {}", r.every),
+            },
             r.nodes_per_run,
             r.sampled_runs,
             r.runs,
