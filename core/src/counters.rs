@@ -41,6 +41,8 @@ pub struct Counters {
     pub in_place_outputs: AtomicU64,
     /// The names of the nodes behind `cuda_fallbacks` (locked only when a kernel declines).
     pub fallback_nodes: Mutex<BTreeSet<String>>,
+    /// Why each of them declined: node name → (op type, the kernel's reason, times).
+    pub fallback_reasons: Mutex<BTreeMap<String, (String, String, u64)>>,
     /// What verification found, per op type (written only while verification is on).
     pub verify_by_op: Mutex<BTreeMap<String, OpVerification>>,
     /// Time per op type and where it ran (written only while `SessionOptions::profile` is on).
@@ -115,13 +117,19 @@ impl Counters {
         c.fetch_add(by, Ordering::Relaxed);
     }
 
-    /// Records that `node`, placed on an accelerator, declined its inputs and ran on the CPU.
-    pub fn fell_back(&self, node: &str) {
+    /// Records that `node` (of `op`), placed on an accelerator, declined its inputs at run time
+    /// for `reason` and ran on the CPU.
+    pub fn fell_back(&self, node: &str, op: &str, reason: &str) {
         Counters::bump(&self.cuda_fallbacks, 1);
         if let Ok(mut names) = self.fallback_nodes.lock()
             && !names.contains(node)
         {
             names.insert(node.to_string());
+        }
+        if let Ok(mut why) = self.fallback_reasons.lock() {
+            why.entry(node.to_string())
+                .or_insert_with(|| (op.to_string(), reason.to_string(), 0))
+                .2 += 1;
         }
     }
 

@@ -612,8 +612,8 @@ impl Exec<'_> {
         }
         let outs = match run.launch(stream, &ds.claim, &ctx, &inputs) {
             Ok(o) => o,
-            Err(DeviceError::Decline(_)) => {
-                self.counters.fell_back(&node.name);
+            Err(DeviceError::Decline(why)) => {
+                self.counters.fell_back(&node.name, &node.op_type, &why);
                 return Ok(None);
             }
             Err(e) => return Err(device_error(node, e)),

@@ -333,6 +333,25 @@ impl Session {
             .unwrap_or_default()
     }
 
+    /// Why kernels declined at run time so far, grouped: (op type, the kernel's reason, nodes, times),
+    /// most times first.
+    pub fn fallback_reasons(&self) -> Vec<(String, String, usize, u64)> {
+        let mut grouped: BTreeMap<(String, String), (usize, u64)> = BTreeMap::new();
+        if let Ok(why) = self.counters.fallback_reasons.lock() {
+            for (op, reason, times) in why.values() {
+                let g = grouped.entry((op.clone(), reason.clone())).or_default();
+                g.0 += 1;
+                g.1 += times;
+            }
+        }
+        let mut v: Vec<_> = grouped
+            .into_iter()
+            .map(|((op, reason), (nodes, times))| (op, reason, nodes, times))
+            .collect();
+        v.sort_by(|a, b| b.3.cmp(&a.3));
+        v
+    }
+
     /// What verification found so far, per op type (empty while verification is off).
     pub fn verification(&self) -> BTreeMap<String, OpVerification> {
         self.counters

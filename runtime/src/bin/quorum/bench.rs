@@ -147,6 +147,9 @@ pub fn main(a: Args) -> CliResult<()> {
             "device_profile": device_profile.iter().map(|(op, calls, ms)| serde_json::json!({
                 "op": op, "launches_per_run": calls, "device_ms_per_run": ms,
             })).collect::<Vec<_>>(),
+            "fallbacks": session.fallback_reasons().iter().map(|(op, reason, nodes, times)| serde_json::json!({
+                "op": op, "reason": reason, "nodes": nodes, "times": times,
+            })).collect::<Vec<_>>(),
         });
         println!("{j}");
     } else {
@@ -164,8 +167,21 @@ pub fn main(a: Args) -> CliResult<()> {
             print_profile(&profile, median);
         }
         print_device_profile(&device_profile);
+        print_fallbacks(&session.fallback_reasons());
     }
     Ok(())
+}
+
+/// The kernels that declined their inputs at run time (those nodes ran on the CPU, and a run
+/// with one is not captured into a graph), grouped by op and reason.
+fn print_fallbacks(rows: &[(String, String, usize, u64)]) {
+    if rows.is_empty() {
+        return;
+    }
+    println!("declined at run time (ran on the CPU instead; no graph capture while any does):");
+    for (op, reason, nodes, times) in rows {
+        println!("  {op}: {nodes} node(s), {times} time(s): {reason}");
+    }
 }
 
 /// Kernel time per op type on the device's clock over the timed runs: (op, launches per run,
