@@ -402,7 +402,7 @@ impl DeviceRun for SimRun<'_> {
             devs.push(d);
         }
         let by = Agent::Stream(self.stream());
-        match scratch_bytes(&ctx.node, &writes) {
+        match scratch_bytes(ctx.node, &writes) {
             // As CUDA's split-K GEMM, reductions and norms do: outputs first, then a scratch
             // buffer that a first launch writes and a second reads, released after the second.
             Some(bytes) => {

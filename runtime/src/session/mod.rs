@@ -348,7 +348,7 @@ impl Session {
             .into_iter()
             .map(|((op, reason), (nodes, times))| (op, reason, nodes, times))
             .collect();
-        v.sort_by(|a, b| b.3.cmp(&a.3));
+        v.sort_by_key(|r| std::cmp::Reverse(r.3));
         v
     }
 
