@@ -62,7 +62,10 @@ impl<D: Clone> WeightCache<D> {
             return e.dev.clone();
         }
         // Absent, or stale: the value at this address was dropped and replaced, so no run of this
-        // session can still be using the old copy through this key.
+        // session can still be using the old copy through this key. Entries whose value is gone go
+        // too (values computed from shapes are dropped when their input-shape key is forgotten):
+        // a run that still reads such a copy holds its buffer itself.
+        entries.retain(|_, e| e.source.strong_count() > 0);
         entries.insert(
             key,
             WeightEntry {

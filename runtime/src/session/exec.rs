@@ -51,6 +51,9 @@ pub(super) struct Exec<'s> {
     pub sample: Option<&'s super::sampling::Window<'s>>,
     /// A strict run's judges (`judges`): its device nodes are judged on them while it goes on.
     pub judges: Option<&'s super::judges::Judges>,
+    /// The values computed from tensor shapes alone for this run's input-shape key (`shapes_only`
+    /// steps take them from here, or compute and keep them).
+    pub shape_values: Option<std::sync::Arc<super::shape_values::KeyValues>>,
 }
 
 struct Runner<'a, 's> {
@@ -227,11 +230,24 @@ impl Exec<'_> {
             };
             let outs = match device_outs {
                 Some(outs) => outs,
-                None if step.shapes_only => self
-                    .run_shapes(plan, &scope, node, step)?
-                    .into_iter()
-                    .map(|v| Slot::of_shapes(Arc::new(v)))
-                    .collect(),
+                None if step.shapes_only => {
+                    let kept = self.shape_values.as_ref().and_then(|k| k.get(index));
+                    let values = match kept {
+                        Some(v) => v,
+                        None => {
+                            let v = self
+                                .run_shapes(plan, &scope, node, step)?
+                                .into_iter()
+                                .map(Arc::new)
+                                .collect();
+                            match &self.shape_values {
+                                Some(k) => k.keep(index, v),
+                                None => v,
+                            }
+                        }
+                    };
+                    values.into_iter().map(Slot::of_shapes).collect()
+                }
                 None if schedule.is_some() && self.capture.is_some() => {
                     return Err(self.refuse(format!(
                         "node '{}' ({}) runs on the CPU",

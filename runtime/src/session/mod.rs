@@ -17,6 +17,7 @@ mod residency;
 mod reuse;
 pub mod sampling;
 pub mod schedule;
+mod shape_values;
 mod spin;
 pub mod thresholds;
 pub mod trial;
@@ -71,6 +72,8 @@ pub struct Session {
     choice_key: std::sync::Mutex<Option<String>>,
     /// Sampled verification (`SessionOptions::verify_sample`, with verification off otherwise).
     sampler: Option<sampling::Sampler>,
+    /// Values computed from tensor shapes alone, kept per input-shape key (`shape_values`).
+    shape_values: shape_values::ShapeValues,
 }
 
 /// Why a plan's runs can never be captured into a device graph, if they cannot.
@@ -240,6 +243,7 @@ impl Session {
             logs: Default::default(),
             choice_key: Default::default(),
             sampler,
+            shape_values: Default::default(),
         })
     }
 
@@ -601,6 +605,12 @@ impl Session {
             }
         }
         let whole = ticket.whole;
+        let shape_values = self
+            .plan
+            .steps
+            .iter()
+            .any(|s| s.shapes_only)
+            .then(|| self.shape_values.for_key(&capture::shape_key(&inputs)));
         // Strict runs judge their device nodes on a pool beside the run (`judges`).
         let judges =
             (mode == VerifyMode::Strict && !devices.is_empty() && capture.is_none()).then(|| {
@@ -628,6 +638,7 @@ impl Session {
             replay: Default::default(),
             sample,
             judges: judges.as_ref(),
+            shape_values: shape_values.clone(),
         };
         let (result, refusal, replay) = if devices.is_empty() && capture.is_none() {
             // A run with no device goes onto one of rayon's workers as a whole, so that each

@@ -76,45 +76,22 @@ pub(super) fn every_device_runs(devices: &[SessionDevice], domain: &str, op: &st
     devices.iter().all(|d| d.backend.claim(&probe).is_ok())
 }
 
-/// Ops that, given only values computed from tensor shapes and constants, stay shape arithmetic: a
-/// few small integers (or a scale such as 1/√d) whose work is less than a launch. Ops whose output
-/// can be large whatever their inputs' size (Range, ConstantOfShape, Expand, Tile) are not here.
-const SHAPE_ARITHMETIC: &[&str] = &[
-    "Gather",
-    "Unsqueeze",
-    "Squeeze",
-    "Concat",
-    "Slice",
-    "Cast",
-    "Reshape",
-    "Flatten",
-    "Identity",
-    "Add",
-    "Sub",
-    "Mul",
-    "Div",
-    "Mod",
-    "Neg",
-    "Abs",
-    "Min",
-    "Max",
-    "Equal",
-    "Less",
-    "Greater",
-    "Not",
-    "And",
-    "Or",
-    "Where",
-    "ReduceProd",
-    "ReduceSum",
-    "ReduceMin",
-    "ReduceMax",
-    "Floor",
-    "Ceil",
-    "Sqrt",
-    "Reciprocal",
-    "Pow",
-    "Sign",
+/// Ops that, given only values computed from tensor shapes and constants, are not shape arithmetic:
+/// their results are not fixed by the shapes (random generators), or they run graphs of their own.
+/// Every other standard op on such inputs is: its result is a function of the input shapes, computed
+/// on the host once per input-shape key and kept (`shape_values`), however large (Swin's attention
+/// masks: Range, ConstantOfShape, ScatterND, Expand, Where over the window grid).
+const NOT_SHAPE_ARITHMETIC: &[&str] = &[
+    "RandomNormal",
+    "RandomUniform",
+    "RandomNormalLike",
+    "RandomUniformLike",
+    "Multinomial",
+    "Bernoulli",
+    "Dropout",
+    "If",
+    "Loop",
+    "Scan",
 ];
 
 /// Marks the steps that compute only from tensor shapes ([`crate::plan::Step::shapes_only`]): every
@@ -134,7 +111,7 @@ fn mark_shape_arithmetic(plan: &mut Plan) {
         let derived = standard
             && match op {
                 "Shape" | "Size" => true,
-                _ if SHAPE_ARITHMETIC.contains(&op) => {
+                _ if !NOT_SHAPE_ARITHMETIC.contains(&op) => {
                     inputs.clone().any(|n| from_shapes.contains(n.as_str()))
                         && inputs
                             .clone()

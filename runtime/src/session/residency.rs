@@ -142,8 +142,8 @@ impl Exec<'_> {
             Slot::Host {
                 value,
                 weight,
+                from_shapes,
                 copies,
-                ..
             } => {
                 if let Some(d) = copies.borrow().iter().find(|d| d.device == device) {
                     if d.stream != stream {
@@ -158,7 +158,9 @@ impl Exec<'_> {
                 let Value::Tensor(t) = &**value else {
                     return Err(DeviceError::Decline("a non-tensor input".into()));
                 };
-                let d = if *weight {
+                // A value computed from shapes is the same `Arc` every run of its input-shape key
+                // (`shape_values`): the device keeps its copy as it keeps a weight's.
+                let d = if *weight || (*from_shapes && self.shape_values.is_some()) {
                     run.weight(value)?
                 } else {
                     run.upload(stream, t)?
@@ -182,9 +184,9 @@ impl Exec<'_> {
                 weight,
                 copies,
                 value,
-                ..
+                from_shapes,
             } => {
-                if !weight {
+                if !weight && !(from_shapes && self.shape_values.is_some()) {
                     for d in copies.into_inner() {
                         if let Some(run) = self.devices.get(d.device) {
                             run.release(d, after);
