@@ -231,7 +231,27 @@ impl Exec<'_> {
             let outs = match device_outs {
                 Some(outs) => outs,
                 None if step.shapes_only => {
-                    let kept = self.shape_values.as_ref().and_then(|k| k.get(index));
+                    // Kept per input-shape key, and reused only for the same inputs (a Shape or
+                    // Size, which only reads a shape, is computed and compared every run).
+                    let reads_shape = matches!(node.op_type.as_str(), "Shape" | "Size");
+                    let from: Option<Vec<usize>> = if reads_shape {
+                        Some(Vec::new())
+                    } else {
+                        node.inputs
+                            .iter()
+                            .map(|n| match scope.get(n) {
+                                _ if n.is_empty() => Some(0),
+                                Some(Slot::Host { value, .. }) => {
+                                    Some(super::shape_values::identity(value))
+                                }
+                                _ => None,
+                            })
+                            .collect()
+                    };
+                    let kept = match (&self.shape_values, &from) {
+                        (Some(k), Some(f)) if !reads_shape => k.get(index, f),
+                        _ => None,
+                    };
                     let values = match kept {
                         Some(v) => v,
                         None => {
@@ -240,9 +260,9 @@ impl Exec<'_> {
                                 .into_iter()
                                 .map(Arc::new)
                                 .collect();
-                            match &self.shape_values {
-                                Some(k) => k.keep(index, v),
-                                None => v,
+                            match (&self.shape_values, from) {
+                                (Some(k), Some(f)) => k.keep(index, f, v),
+                                _ => v,
                             }
                         }
                     };

@@ -183,3 +183,79 @@ fn a_value_a_run_can_override_is_not_a_constant() {
     let cat = s.placement().iter().find(|p| p.node == "cat").unwrap();
     assert_eq!(cat.provider, Provider::Sim, "{:?}", s.placement());
 }
+
+/// Shape values are kept per input-shape key but never served stale: NonZero's output shape
+/// depends on x's values, so two runs with the same input shape and different zeros give different
+/// Shapes, and the ConstantOfShape and Range computed from them (shape arithmetic since they read
+/// only shape values and constants) must follow. Each run is compared with the CPU session; a cache
+/// that trusted the input-shape key alone (the broken twin) would return the first run's answer for
+/// the second.
+#[test]
+fn shape_values_of_data_dependent_shapes_are_recomputed() {
+    let m = Model::for_test(
+        vec![
+            node("nz", "NonZero", &["x"], "idx", &[]),
+            node("shape", "Shape", &["idx"], "s", &[]),
+            node("count", "Gather", &["s", "one"], "n", &[]),
+            node("fill", "ConstantOfShape", &["s"], "z", &[]),
+            node("range", "Range", &["zero", "n", "step"], "r", &[]),
+            node("plus", "Add", &["x", "x"], "y", &[]),
+        ],
+        vec![info("x", DType::F32, &[6])],
+        vec![
+            info("z", DType::F32, &[1, 6]),
+            info("r", DType::I64, &[6]),
+            info("y", DType::F32, &[6]),
+        ],
+        [
+            ("one".to_string(), i64s(&[], vec![1])),
+            ("zero".to_string(), i64s(&[], vec![0])),
+            ("step".to_string(), i64s(&[], vec![1])),
+        ]
+        .into(),
+    );
+    let options = SessionOptions {
+        providers: vec![Provider::Sim, Provider::Cpu],
+        min_device_elements: 0,
+        ..Default::default()
+    };
+    let s = Session::from_model(m.clone(), options).unwrap();
+    for name in ["shape", "count", "fill", "range"] {
+        let p = s.placement().iter().find(|p| p.node == name).unwrap();
+        assert_eq!(p.provider, Provider::Cpu, "{name}: {:?}", s.placement());
+    }
+    let cpu = Session::from_model(
+        m,
+        SessionOptions {
+            providers: vec![Provider::Cpu],
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let x = |v: [f32; 6]| {
+        vec![(
+            "x".to_string(),
+            Value::Tensor(Tensor::from_f32(&[6], v.to_vec()).unwrap()),
+        )]
+    };
+    let mut lengths = Vec::new();
+    for v in [
+        [1.0, 0.0, 2.0, 0.0, 3.0, 4.0],
+        [0.0, 0.0, 5.0, 0.0, 0.0, 6.0],
+        [1.0, 0.0, 2.0, 0.0, 3.0, 4.0],
+    ] {
+        let got = s.run(x(v)).unwrap();
+        let want = cpu.run(x(v)).unwrap();
+        for ((name, a), (_, b)) in got.iter().zip(&want) {
+            let (a, b) = (a.as_tensor().unwrap(), b.as_tensor().unwrap());
+            assert_eq!(a.shape(), b.shape(), "{name}");
+            assert_eq!(a.to_f64_vec().unwrap(), b.to_f64_vec().unwrap(), "{name}");
+        }
+        lengths.push(got[1].1.as_tensor().unwrap().len());
+    }
+    assert_eq!(
+        lengths,
+        [4, 2, 4],
+        "the runs must differ for the test to mean anything"
+    );
+}
