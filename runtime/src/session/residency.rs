@@ -186,7 +186,8 @@ impl Exec<'_> {
                 value,
                 from_shapes,
             } => {
-                if !weight && !(from_shapes && self.shape_values.is_some()) {
+                let kept = weight || (from_shapes && self.shape_values.is_some());
+                if !kept {
                     for d in copies.into_inner() {
                         if let Some(run) = self.devices.get(d.device) {
                             run.release(d, after);

@@ -30,8 +30,11 @@ pub(super) struct ShapeValues {
 /// inputs each was computed from, and its outputs.
 #[derive(Default)]
 pub(super) struct KeyValues {
-    steps: Mutex<HashMap<usize, (Vec<usize>, Vec<Arc<Value>>)>>,
+    steps: Mutex<HashMap<usize, Kept>>,
 }
+
+/// One step's kept outputs and the identities of the inputs they were computed from.
+type Kept = (Vec<usize>, Vec<Arc<Value>>);
 
 /// The identity of a value: its `Arc`'s address.
 pub(super) fn identity(v: &Arc<Value>) -> usize {
