@@ -6,6 +6,7 @@
 //! Each seed runs on 1, 2, 3, 4 and 8 streams; the one-stream run is also judged strictly against
 //! the oracles. Beside the random DAGs, the 64³ all-ones MatMul regression.
 #![forbid(unsafe_code)]
+use quorum::cmdlog::Command;
 use quorum::session::GraphCapture;
 use quorum::{Provider, Session, SessionOptions, Value};
 use quorum_fuzz::{dags, hb};
@@ -53,7 +54,17 @@ fn check_dag(dag: &dags::Dag, streams: usize, what: &str) -> usize {
     for round in 0..2 {
         assert_eq!(outputs(&sim, &dag.inputs), want, "{what}: round {round}");
     }
-    for (run, log) in sim.take_command_logs().iter().enumerate() {
+    let logs = sim.take_command_logs();
+    // The session's runs one after another, as one log: what a run hands back to the pool, the
+    // staging and the event and stream pools is reused by the next, and the reuse must be ordered
+    // too (the first run's end synchronises what the second may touch).
+    let across = hb::check(&logs.concat(), 5);
+    assert!(
+        across.is_clean(),
+        "{what}, across runs: {:?}",
+        across.first()
+    );
+    for (run, log) in logs.iter().enumerate() {
         let r = hb::check(log, 5);
         assert!(
             r.is_clean(),
@@ -115,6 +126,42 @@ fn random_dags_on_several_streams_have_no_unordered_conflicts() {
     ] {
         assert!(placed.contains(op), "no {op} ran on the device: {placed:?}");
     }
+}
+
+/// The check across runs (above, in `check_dag`) can fail: with the first run's end-of-run
+/// synchronisations taken out of its log, the second run writes ranges the pool handed back from the
+/// first while the first run's streams may still be using them, and the concatenated log shows a
+/// race between a command of each run. Each run's own log does not show it.
+#[test]
+fn the_check_across_runs_sees_reuse_the_first_run_did_not_wait_for() {
+    let mut crossing = 0;
+    for seed in 0..12u64 {
+        let dag = dags::generate(seed, 12 + (seed as usize % 30));
+        let sim = Session::from_bytes(&dag.bytes, options(Provider::Sim, 2)).unwrap();
+        for _ in 0..2 {
+            sim.run(dag.inputs.clone()).unwrap();
+        }
+        let logs = sim.take_command_logs();
+        assert_eq!(logs.len(), 2);
+        assert!(hb::check(&logs.concat(), 5).is_clean());
+        // The broken twin: run 1 ends without synchronising its streams.
+        let first: Vec<Command> = logs[0]
+            .iter()
+            .filter(|c| !matches!(c, Command::SyncStream { .. }))
+            .cloned()
+            .collect();
+        let boundary = first.len();
+        let joined: Vec<Command> = first.into_iter().chain(logs[1].iter().cloned()).collect();
+        let r = hb::check(&joined, 10_000);
+        crossing += r
+            .races
+            .iter()
+            .any(|x| x.first < boundary && x.second >= boundary) as usize;
+    }
+    assert!(
+        crossing >= 6,
+        "only {crossing} of 12 sessions showed a race across the unsynchronised runs"
+    );
 }
 
 /// One session run by several threads at once (each run with its own streams, buffers from the
