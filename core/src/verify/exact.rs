@@ -30,7 +30,7 @@ use quorum_oracle as oracle;
 use quorum_oracle::Oracle;
 use quorum_oracle::arbitrate::Wrong;
 
-use super::{Check, Unsettled};
+use super::{Check, EXACT_IN_F64, Unsettled};
 use crate::tensor::{Tensor, Value};
 
 /// The data inputs of a movement op: those whose elements the output copies (the others are read
@@ -113,49 +113,38 @@ fn movement(
         id_args[p] = Some(oracle::Value::new(a.dtype, a.shape.clone(), ids).ok()?);
         values.extend(exact);
     }
-    if values.len() as f64 >= 9_007_199_254_740_992.0 {
+    if values.len() as f64 >= EXACT_IN_F64 {
         return None;
     }
-    let unsettled = |u: Unsettled| Some(Err(Check::Unsettled(u)));
-    let traced = match agreed(spec, &id_args, k, "trace the elements of") {
+    let traced = match agreed(spec, &id_args, k, "trace the elements of", out) {
         Ok(v) => v,
         Err(c) => return Some(Err(c)),
     };
-    if let Err(c) = same_shape(&traced, out, k) {
-        return Some(Err(c));
-    }
     let got = integers(out)?;
-    for (index, (&id, &engine)) in traced.data.iter().zip(&got).enumerate() {
-        let Some(&oracle) = (id >= 1.0 && id.fract() == 0.0)
+    let mut want = Vec::with_capacity(traced.data.len());
+    for (index, &id) in traced.data.iter().enumerate() {
+        let Some(&value) = (id >= 1.0 && id.fract() == 0.0)
             .then(|| values.get(id as usize - 1))
             .flatten()
         else {
-            return unsettled(Unsettled::NotCovered(format!(
+            return Some(Err(Check::Unsettled(Unsettled::NotCovered(format!(
                 "{} output {k} element {index} is not a copy of an input element",
                 spec.op_type
-            )));
+            )))));
         };
-        if engine != oracle {
-            return Some(Err(Check::Mismatch {
-                output: k,
-                wrong: Wrong::Integer {
-                    index,
-                    engine,
-                    oracle,
-                },
-            }));
-        }
+        want.push(value);
     }
-    Some(Ok(()))
+    Some(compare(&got, &want, k))
 }
 
-/// Output `k` of the node on `args` as both oracles give it, when they give the same: `what` says
-/// what they were asked, for the message when they cannot.
+/// Output `k` of the node on `args` as both oracles give it, when they give the same and its shape
+/// is the device's (`out`): `what` says what they were asked, for the message when they cannot.
 fn agreed(
     spec: &oracle::NodeSpec,
     args: &[Option<oracle::Value>],
     k: usize,
     what: &str,
+    out: &Tensor,
 ) -> Result<oracle::Value, Check> {
     let evaluate = |o: &dyn Oracle| o.evaluate(spec, args).ok();
     let (r, i) = std::thread::scope(|s| {
@@ -181,22 +170,18 @@ fn agreed(
             "output {k}: the oracles differ when asked to {what} this node"
         ))));
     }
-    Ok(r.swap_remove(k).value)
-}
-
-/// The device's output `k` has the shape the oracles give.
-fn same_shape(oracle: &oracle::Value, out: &Tensor, k: usize) -> Result<(), Check> {
-    if oracle.shape == out.shape() {
-        return Ok(());
+    let value = r.swap_remove(k).value;
+    if value.shape != out.shape() {
+        return Err(Check::Mismatch {
+            output: k,
+            wrong: Wrong::Form(format!(
+                "shape {:?}, the oracles {:?}",
+                out.shape(),
+                value.shape
+            )),
+        });
     }
-    Err(Check::Mismatch {
-        output: k,
-        wrong: Wrong::Form(format!(
-            "shape {:?}, the oracles {:?}",
-            out.shape(),
-            oracle.shape
-        )),
-    })
+    Ok(value)
 }
 
 /// The first element where the device's exact values differ from the oracles'.
@@ -301,7 +286,7 @@ fn ring(
         Ring::Linear(_) => terms as f64 * 65_535.0,
         Ring::Bilinear(..) => terms as f64 * 65_535.0 * 65_535.0,
     };
-    if most >= 9_007_199_254_740_992.0 {
+    if most >= EXACT_IN_F64 {
         return None;
     }
     // (weight exponent in 16-bit steps, the posed arguments)
@@ -329,18 +314,15 @@ fn ring(
     }
     let mut want: Vec<i128> = Vec::new();
     for (shift, a) in posed {
-        let part = match agreed(spec, &a, k, "compute on 16-bit limbs") {
+        let part = match agreed(spec, &a, k, "compute on 16-bit limbs", out) {
             Ok(v) => v,
             Err(c) => return Some(Err(c)),
         };
-        if let Err(c) = same_shape(&part, out, k) {
-            return Some(Err(c));
-        }
         if want.is_empty() {
             want = vec![0; part.data.len()];
         }
         for (w, &v) in want.iter_mut().zip(&part.data) {
-            if v.fract() != 0.0 || v.abs() >= 9_007_199_254_740_992.0 {
+            if v.fract() != 0.0 || v.abs() >= EXACT_IN_F64 {
                 return Some(Err(Check::Unsettled(Unsettled::NotCovered(format!(
                     "{}: a sum of limbs the oracles gave is not an exact integer ({v})",
                     spec.op_type
@@ -392,13 +374,10 @@ fn order(
             a.data = v.iter().map(rank).collect();
         }
     }
-    let answer = match agreed(spec, &ranked, k, "order the ranks of") {
+    let answer = match agreed(spec, &ranked, k, "order the ranks of", out) {
         Ok(v) => v,
         Err(c) => return Some(Err(c)),
     };
-    if let Err(c) = same_shape(&answer, out, k) {
-        return Some(Err(c));
-    }
     let got = exact_values(out)?;
     // A value output holds ranks, mapped back; an index or bool output is compared as it is.
     let is_value = matches!(
@@ -412,7 +391,7 @@ fn order(
                 .then(|| values.get(v as usize - 1).copied())
                 .flatten()
         } else {
-            (v.fract() == 0.0 && v.abs() < 9_007_199_254_740_992.0).then_some(v as i128)
+            (v.fract() == 0.0 && v.abs() < EXACT_IN_F64).then_some(v as i128)
         };
         let Some(exact) = exact else {
             return Some(Err(Check::Unsettled(Unsettled::NotCovered(format!(

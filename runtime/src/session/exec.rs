@@ -230,44 +230,11 @@ impl Exec<'_> {
             };
             let outs = match device_outs {
                 Some(outs) => outs,
-                None if step.shapes_only => {
-                    // Kept per input-shape key, and reused only for the same inputs (a Shape or
-                    // Size, which only reads a shape, is computed and compared every run).
-                    let reads_shape = matches!(node.op_type.as_str(), "Shape" | "Size");
-                    let from: Option<Vec<usize>> = if reads_shape {
-                        Some(Vec::new())
-                    } else {
-                        node.inputs
-                            .iter()
-                            .map(|n| match scope.get(n) {
-                                _ if n.is_empty() => Some(0),
-                                Some(Slot::Host { value, .. }) => {
-                                    Some(super::shape_values::identity(value))
-                                }
-                                _ => None,
-                            })
-                            .collect()
-                    };
-                    let kept = match (&self.shape_values, &from) {
-                        (Some(k), Some(f)) if !reads_shape => k.get(index, f),
-                        _ => None,
-                    };
-                    let values = match kept {
-                        Some(v) => v,
-                        None => {
-                            let v = self
-                                .run_shapes(plan, &scope, node, step)?
-                                .into_iter()
-                                .map(Arc::new)
-                                .collect();
-                            match (&self.shape_values, from) {
-                                (Some(k), Some(f)) => k.keep(index, f, v),
-                                _ => v,
-                            }
-                        }
-                    };
-                    values.into_iter().map(Slot::of_shapes).collect()
-                }
+                None if step.shapes_only => self
+                    .shape_step(plan, &scope, node, step, index)?
+                    .into_iter()
+                    .map(Slot::of_shapes)
+                    .collect(),
                 None if schedule.is_some() && self.capture.is_some() => {
                     return Err(self.refuse(format!(
                         "node '{}' ({}) runs on the CPU",
@@ -557,6 +524,46 @@ impl Exec<'_> {
 
     /// Runs a shape-arithmetic step on the host. Shape and Size read their input's shape where it
     /// lives, so a device value is not downloaded (nor the device waited for).
+    /// The outputs of top-level shape step `index`: kept for this run's input-shape key and reused
+    /// for the same inputs (a Shape or Size, which only reads a shape, is computed and compared
+    /// every run), or computed and kept (`shape_values`).
+    fn shape_step(
+        &self,
+        plan: &Plan,
+        scope: &Scope,
+        node: &Node,
+        step: &Step,
+        index: usize,
+    ) -> Result<Vec<Arc<Value>>> {
+        let reads_shape = matches!(node.op_type.as_str(), "Shape" | "Size");
+        let from: Option<Vec<usize>> = if reads_shape {
+            Some(Vec::new())
+        } else {
+            node.inputs
+                .iter()
+                .map(|n| match scope.get(n) {
+                    _ if n.is_empty() => Some(0),
+                    Some(Slot::Host { value, .. }) => Some(super::shape_values::identity(value)),
+                    _ => None,
+                })
+                .collect()
+        };
+        if let (Some(k), Some(f), false) = (&self.shape_values, &from, reads_shape)
+            && let Some(kept) = k.get(index, f)
+        {
+            return Ok(kept);
+        }
+        let computed = self
+            .run_shapes(plan, scope, node, step)?
+            .into_iter()
+            .map(Arc::new)
+            .collect();
+        Ok(match (&self.shape_values, from) {
+            (Some(k), Some(f)) => k.keep(index, f, computed),
+            _ => computed,
+        })
+    }
+
     fn run_shapes(
         &self,
         plan: &Plan,
