@@ -1,6 +1,6 @@
 //! Lowers ONNX protobuf (`onnx::ModelProto`) into the IR: tensor decoding for every data type, external
 //! data confined to the model's folder, attributes, value types, and model-local functions expanded inline.
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -292,6 +292,13 @@ impl Lower<'_> {
             let mut n = body.clone();
             n.input = n.input.iter().map(|v| map(v, &rename)).collect();
             n.output = n.output.iter().map(|v| map(v, &rename)).collect();
+            // A Loop's or If's body inside the function reads the function's values by their
+            // names in the function: those it does not define itself are renamed as above.
+            for a in &mut n.attribute {
+                for g in a.g.iter_mut().chain(a.graphs.iter_mut()) {
+                    rename_free(g, &HashSet::new(), &|v: &String| map(v, &rename));
+                }
+            }
             n.name = Some(format!(
                 "{prefix}{}",
                 if body.name().is_empty() {
@@ -354,6 +361,44 @@ impl Lower<'_> {
             }
             T::Undefined => return Err(Error::InvalidModel("attribute has no type".into())),
         })
+    }
+}
+
+/// Renames every name `g` (a subgraph of a function body) reads but does not define, nor any
+/// graph enclosing it inside the function (`local`): those are the function's own values.
+fn rename_free(
+    g: &mut proto::GraphProto,
+    local: &HashSet<String>,
+    map: &dyn Fn(&String) -> String,
+) {
+    let mut here: HashSet<String> = local.clone();
+    here.extend(g.input.iter().map(|i| i.name().to_string()));
+    here.extend(g.initializer.iter().map(|t| t.name().to_string()));
+    here.extend(
+        g.sparse_initializer
+            .iter()
+            .filter_map(|s| s.values.as_ref().map(|v| v.name().to_string())),
+    );
+    for n in &g.node {
+        here.extend(n.output.iter().cloned());
+    }
+    let free = |v: &mut String| {
+        if !v.is_empty() && !here.contains(v.as_str()) {
+            *v = map(v);
+        }
+    };
+    for n in &mut g.node {
+        n.input.iter_mut().for_each(&free);
+        for a in &mut n.attribute {
+            for sub in a.g.iter_mut().chain(a.graphs.iter_mut()) {
+                rename_free(sub, &here, map);
+            }
+        }
+    }
+    for o in &mut g.output {
+        if let Some(name) = o.name.as_mut() {
+            free(name);
+        }
     }
 }
 

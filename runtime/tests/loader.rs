@@ -178,3 +178,115 @@ fn unknown_ops_are_unsupported_naming_node_and_op() {
         other => panic!("expected Unsupported, got {:?}", other.err()),
     }
 }
+
+/// A model-local function whose body holds a Loop that reads the function's own values (its input
+/// `scale` and a constant it computes) from inside the loop body, as torch's dynamo exporter writes
+/// `aten::as_strided`: expanded inline, the body's reads must follow the function's renaming.
+fn function_with_a_loop(rename_inside_loop: bool) -> quorum::proto::ModelProto {
+    use quorum::proto;
+    let body = proto::GraphProto {
+        name: Some("body".into()),
+        node: vec![
+            node("Mul", &["acc", "two"], &["acc_twice"]),
+            node("Add", &["acc_twice", "scale"], &["acc_out"]),
+            node("Identity", &["cond"], &["cond_out"]),
+        ],
+        input: vec![
+            value_info("i", tensor_type(7, &[])),
+            value_info("cond", tensor_type(9, &[])),
+            value_info("acc", tensor_type(1, &[3])),
+        ],
+        output: vec![
+            value_info("cond_out", tensor_type(9, &[])),
+            value_info("acc_out", tensor_type(1, &[3])),
+        ],
+        ..Default::default()
+    };
+    let mut two = node("Constant", &[], &["two"]);
+    two.attribute = vec![proto::AttributeProto {
+        name: Some("value".into()),
+        r#type: Some(proto::attribute_proto::AttributeType::Tensor as i32),
+        t: Some(f32_tensor("", &[], &[2.0])),
+        ..Default::default()
+    }];
+    let mut lp = node("Loop", &["n", "", "x"], &["y"]);
+    lp.attribute = vec![proto::AttributeProto {
+        name: Some("body".into()),
+        r#type: Some(proto::attribute_proto::AttributeType::Graph as i32),
+        g: Some(body),
+        ..Default::default()
+    }];
+    let f = proto::FunctionProto {
+        name: Some("Twice".into()),
+        domain: Some("local".into()),
+        input: vec!["x".into(), "n".into(), "scale".into()],
+        output: vec!["y".into()],
+        node: vec![two, lp],
+        opset_import: vec![proto::OperatorSetIdProto {
+            domain: Some(String::new()),
+            version: Some(17),
+        }],
+        ..Default::default()
+    };
+    let mut call = node("Twice", &["a", "steps", "s"], &["out"]);
+    call.domain = Some("local".into());
+    let mut m = model(
+        vec![call],
+        vec![
+            value_info("a", tensor_type(1, &[3])),
+            value_info("steps", tensor_type(7, &[])),
+            value_info("s", tensor_type(1, &[3])),
+        ],
+        vec![value_info("out", tensor_type(1, &[3]))],
+        vec![],
+        17,
+    );
+    m.opset_import.push(proto::OperatorSetIdProto {
+        domain: Some("local".into()),
+        version: Some(1),
+    });
+    m.functions.push(f);
+    if !rename_inside_loop {
+        // The broken twin: the loop body reads a name no scope defines.
+        let g = m.functions[0].node[1].attribute[0].g.as_mut().unwrap();
+        g.node[1].input[1] = "not_defined_anywhere".into();
+    }
+    m
+}
+
+#[test]
+fn a_loop_inside_a_function_reads_the_functions_values() {
+    let m = function_with_a_loop(true);
+    let s = Session::from_bytes(&bytes(&m), SessionOptions::default()).unwrap();
+    let a = [0.25f32, -1.5, 3.0];
+    let sc = [0.5f32, 1.0, -2.0];
+    let out = s
+        .run(vec![
+            (
+                "a".into(),
+                Value::Tensor(Tensor::from_f32(&[3], a.to_vec()).unwrap()),
+            ),
+            (
+                "steps".into(),
+                Value::Tensor(Tensor::from_i64(&[], vec![3]).unwrap()),
+            ),
+            (
+                "s".into(),
+                Value::Tensor(Tensor::from_f32(&[3], sc.to_vec()).unwrap()),
+            ),
+        ])
+        .unwrap();
+    let got = out[0].1.as_tensor().unwrap().to_f64_vec().unwrap();
+    for k in 0..3 {
+        // acc ← 2·acc + s, three times: 8a + 7s.
+        let want = 8.0 * a[k] as f64 + 7.0 * sc[k] as f64;
+        assert_eq!(got[k], want, "element {k}");
+    }
+    // A read that no scope defines is still an invalid model naming the node.
+    let bad = function_with_a_loop(false);
+    let err = Session::from_bytes(&bytes(&bad), SessionOptions::default())
+        .err()
+        .expect("a dangling read inside a function's loop must not load")
+        .to_string();
+    assert!(err.contains("not_defined_anywhere"), "{err}");
+}

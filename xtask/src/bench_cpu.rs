@@ -9,8 +9,8 @@
 //! `benches/models/ort_run.py` in the venv of `benches/models/requirements.lock`. Each round runs
 //! one side then the other, the order swapping every round, so that load from other processes on
 //! the machine falls on both; the statistics pool every timed run of every round.
-mod compare;
-mod report;
+pub mod compare;
+pub mod report;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -112,11 +112,18 @@ pub fn run(a: Args) -> Result<bool> {
         python: &py,
         runner: &root.join("benches/models/ort_run.py"),
         threads: a.threads,
+        provider: "cpu",
     };
     let mut results = Vec::new();
     for m in &models {
         eprintln!("bench-cpu: {} ({})", m.name, m.group);
-        let r = bench_one(&sides, m, &work.join("outputs").join(&m.name), &a);
+        let r = bench_one(
+            &sides,
+            m,
+            &work.join("outputs").join(&m.name),
+            a.rounds,
+            a.round_ms,
+        );
         eprintln!("  {}", r.summary());
         results.push(r);
     }
@@ -186,13 +193,13 @@ fn export(root: &Path, py: &Path, dir: &Path) -> Result<()> {
     Ok(())
 }
 
-fn fnv1a(bytes: &[u8]) -> u64 {
+pub fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
         (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
     })
 }
 
-fn build_quorum(root: &Path) -> Result<PathBuf> {
+pub fn build_quorum(root: &Path) -> Result<PathBuf> {
     eprintln!("bench-cpu: cargo build --release -p quorum");
     let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .current_dir(root)
@@ -209,7 +216,7 @@ fn build_quorum(root: &Path) -> Result<PathBuf> {
 }
 
 /// `git rev-parse HEAD`, with `+ uncommitted changes` when tracked files differ.
-fn commit_of(root: &Path) -> String {
+pub fn commit_of(root: &Path) -> String {
     let git = |args: &[&str]| {
         Command::new("git")
             .current_dir(root)
@@ -227,7 +234,7 @@ fn commit_of(root: &Path) -> String {
 }
 
 /// `lscpu`'s model name and the cores this process may use.
-fn machine() -> String {
+pub fn machine() -> String {
     let model = Command::new("lscpu")
         .output()
         .ok()
@@ -323,11 +330,13 @@ fn real_models(dir: &Path) -> Result<Vec<BenchModel>> {
 }
 
 /// How each runtime is started.
-struct Sides<'a> {
-    quorum: &'a Path,
-    python: &'a Path,
-    runner: &'a Path,
-    threads: usize,
+pub struct Sides<'a> {
+    pub quorum: &'a Path,
+    pub python: &'a Path,
+    pub runner: &'a Path,
+    pub threads: usize,
+    /// Quorum's `--provider`.
+    pub provider: &'a str,
 }
 
 impl Sides<'_> {
@@ -338,12 +347,12 @@ impl Sides<'_> {
             .collect()
     }
 
-    fn quorum(&self, args: &[&str], m: &BenchModel) -> Command {
+    pub fn quorum(&self, args: &[&str], m: &BenchModel) -> Command {
         let mut c = Command::new(self.quorum);
         c.args(args)
             .arg(&m.path)
             .args(Self::input_args(m))
-            .args(["--provider", "cpu"])
+            .args(["--provider", self.provider])
             .env("RAYON_NUM_THREADS", self.threads.to_string())
             .env_remove("RUST_BACKTRACE");
         c
@@ -392,7 +401,7 @@ impl Sides<'_> {
 }
 
 /// Runs `c`, returning its stdout as JSON, or its last line of stderr (with the exit status).
-fn json_of(c: &mut Command) -> Result<serde_json::Value, String> {
+pub fn json_of(c: &mut Command) -> Result<serde_json::Value, String> {
     let out = c.output().map_err(|e| format!("could not start: {e}"))?;
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
@@ -402,7 +411,15 @@ fn json_of(c: &mut Command) -> Result<serde_json::Value, String> {
     serde_json::from_slice(&out.stdout).map_err(|e| format!("unreadable output: {e}"))
 }
 
-fn bench_one(sides: &Sides, m: &BenchModel, out_dir: &Path, a: &Args) -> ModelResult {
+/// Runs `m` once on each side and compares the outputs, then times both sides in `rounds`
+/// alternating rounds of about `round_ms` each.
+pub fn bench_one(
+    sides: &Sides,
+    m: &BenchModel,
+    out_dir: &Path,
+    rounds: usize,
+    round_ms: u64,
+) -> ModelResult {
     let mut r = ModelResult::new(m);
     let _ = std::fs::remove_dir_all(out_dir);
     // Outputs of one run each, compared.
@@ -440,13 +457,13 @@ fn bench_one(sides: &Sides, m: &BenchModel, out_dir: &Path, a: &Args) -> ModelRe
                 let per = report::percentile(&t, 50.0).max(1e-3);
                 iters.insert(
                     side,
-                    ((a.round_ms as f64 / per).ceil() as usize).clamp(2, 500),
+                    ((round_ms as f64 / per).ceil() as usize).clamp(2, 500),
                 );
             }
             Err(e) => r.side_mut(side).error = Some(e),
         }
     }
-    for round in 0..a.rounds {
+    for round in 0..rounds {
         let order = if round % 2 == 0 {
             [Side::Quorum, Side::Ort]
         } else {

@@ -5,6 +5,7 @@ mod bench_cpu;
 mod fuzz;
 mod gpu_bundle;
 mod nightly;
+mod zoo;
 
 use std::process::ExitCode;
 
@@ -37,6 +38,10 @@ enum Task {
     /// Time Quorum and onnxruntime side by side on the CPU (light corpus models and real models
     /// exported from PyPI packages); writes reports/cpu/models-vs-onnxruntime.{md,json}.
     BenchCpu(bench_cpu::Args),
+    /// The zoo: real architectures (torchvision, timm, transformers, other exporters and opsets,
+    /// QDQ and f16), exported offline, run on each engine asked for and on onnxruntime, compared
+    /// and timed; resumable and shardable; writes reports/zoo/<engine>.{md,json}.
+    Zoo(zoo::Args),
     /// The nightly report: the benchmark matrix, the conformance engines present and the model
     /// benchmarks into reports/nightly/<date>/ (index.html, summary.md), one line in
     /// reports/history.jsonl; exits non-zero on a regression. --from DIR renders measurements made
@@ -79,6 +84,7 @@ fn main() -> ExitCode {
         Task::BenchCpu(args) => bench_cpu::run(args),
         Task::Fuzz(args) => fuzz::run(args),
         Task::Nightly(args) => nightly::run(args),
+        Task::Zoo(args) => zoo::run(args),
         Task::GpuBundle { dev, mutants } => gpu_bundle::run(dev, mutants),
         Task::FuzzStreams { minutes, mutants } => fuzz_streams(minutes, mutants),
         Task::Wasm => wasm(),
