@@ -27,10 +27,18 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from entries import all_entries  # noqa: E402
+from entries import all_entries, slice_entries  # noqa: E402
 
 # An export that takes longer than this is abandoned and recorded as failed.
 EXPORT_TIMEOUT_S = int(os.environ.get("ZOO_EXPORT_TIMEOUT_S", "900"))
+# Entries with more parameters than this many millions are not exported (left_out.json says so).
+MAX_MPARAMS = float(os.environ["ZOO_MAX_MPARAMS"]) if os.environ.get("ZOO_MAX_MPARAMS") else None
+
+
+class LeftOut(Exception):
+    def __init__(self, params):
+        super().__init__(f"{params / 1e6:.1f} M parameters, over the limit of {MAX_MPARAMS} M")
+        self.params = params
 
 
 class Timeout(Exception):
@@ -60,6 +68,9 @@ def save_inputs(d, names, arrays):
 
 def export_torch(e, d, path):
     built = e.build()
+    params = sum(p.numel() for p in built.module.parameters())
+    if MAX_MPARAMS is not None and params > MAX_MPARAMS * 1e6:
+        raise LeftOut(params)
     args = tuple(built.inputs.values())
     if built.list_input:
         args = ([args[0]],)
@@ -84,7 +95,6 @@ def export_torch(e, d, path):
     arrays = [v.numpy() for v in built.inputs.values()]
     if len(names) != len(arrays):
         raise RuntimeError(f"the exported graph has {len(names)} inputs, the module took {len(arrays)}")
-    params = sum(p.numel() for p in built.module.parameters())
     return detail, save_inputs(d, names, arrays), params, built.note
 
 
@@ -103,6 +113,9 @@ def export_derived(e, d, path, out_dir):
     import onnxruntime
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_dynamic, quantize_static
 
+    if os.path.exists(os.path.join(out_dir, e.of, "left_out.json")):
+        with open(os.path.join(out_dir, e.of, "left_out.json")) as f:
+            raise LeftOut(json.load(f)["params"])
     src, names, arrays, m = base_of(e, out_dir)
     if e.exporter == "qdq-dynamic":
         quantize_dynamic(src, path, weight_type=QuantType.QInt8)
@@ -160,6 +173,11 @@ def export(e, out_dir):
             detail, inputs, params, note = export_torch(e, d, path)
         else:
             detail, inputs, params, note = export_derived(e, d, path, out_dir)
+    except LeftOut as err:
+        signal.alarm(0)
+        with open(os.path.join(d, "left_out.json"), "w") as f:
+            json.dump({**e.describe(), "params": err.params, "limit_mparams": MAX_MPARAMS, "reason": str(err)}, f)
+        return f"left out: {err}"
     except BaseException as err:  # noqa: BLE001 (a failed export is a result: recorded, then on)
         signal.alarm(0)
         if isinstance(err, KeyboardInterrupt):
@@ -202,7 +220,10 @@ def export(e, out_dir):
 def main():
     out_dir = sys.argv[1]
     rest = sys.argv[2:]
-    entries = all_entries()
+    sliced = rest[:1] == ["--slice"]
+    if sliced:
+        rest = rest[1:]
+    entries = slice_entries() if sliced else all_entries()
     if rest[:1] == ["--list"]:
         for e in entries:
             print(json.dumps(e.describe()))
@@ -218,6 +239,34 @@ def main():
     todo.sort(key=lambda e: e.of is not None)
     for i, e in enumerate(todo):
         print(f"[{i + 1}/{len(todo)}] {e.name}: {export(e, out_dir)}", flush=True)
+        if sliced:
+            expect(os.path.join(out_dir, e.name))
+
+
+def expect(d):
+    """Writes onnxruntime's outputs for a slice entry as d/expected/<k>.npy (k-th graph output),
+    with one thread and the default graph optimisation, for the test that runs the slice."""
+    import onnxruntime as ort
+
+    meta_path = os.path.join(d, "meta.json")
+    if not os.path.exists(meta_path):
+        return
+    with open(meta_path) as f:
+        meta = json.load(f)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    sess = ort.InferenceSession(os.path.join(d, "model.onnx"), so, providers=["CPUExecutionProvider"])
+    feeds = {n: np.load(os.path.join(d, v["file"])) for n, v in meta["inputs"].items()}
+    os.makedirs(os.path.join(d, "expected"), exist_ok=True)
+    outs = sess.run(None, feeds)
+    meta["expected"] = {
+        "onnxruntime": ort.__version__,
+        "outputs": [o.name for o in sess.get_outputs()],
+    }
+    for k, v in enumerate(outs):
+        np.save(os.path.join(d, "expected", f"{k}.npy"), np.asarray(v))
+    with open(meta_path, "w") as f:
+        json.dump(meta, f, indent=2)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@
 //! stopped and `--shard I/N` runs on several machines (or one after another) fill one report: the
 //! report is rendered from every stored result of the current stamp, not only this run's.
 mod report;
+mod slice;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -33,8 +34,8 @@ pub struct Args {
     /// This run's part of the zoo: entries whose catalogue index is I modulo N.
     #[arg(long, value_parser = parse_shard)]
     shard: Option<(usize, usize)>,
-    /// Leave out entries whose exported model has more parameters than this many millions (they
-    /// are listed in the report as not run, with the limit).
+    /// Leave out entries with more parameters than this many millions: not exported, listed in
+    /// the report as left out, with the limit.
     #[arg(long)]
     max_mparams: Option<f64>,
     /// Run entries again even when a result of this binary and these exports is stored.
@@ -114,7 +115,7 @@ pub fn run(a: Args) -> Result<bool> {
         }
         refresh_exports(&models, &stamp)?;
         let needed = with_bases(&catalogue, &picked);
-        export(&py, &script, &models, &needed)?;
+        export(&py, &script, &models, &needed, a.max_mparams)?;
         for engine in &a.engines {
             run_engine(
                 &a, engine, &picked, &models, &work, &py, &quorum, &stamp, &binary,
@@ -235,16 +236,40 @@ fn refresh_exports(models: &Path, stamp: &str) -> Result<()> {
     Ok(())
 }
 
-fn exported(models: &Path, name: &str) -> bool {
+/// Whether `name` needs no export: it was exported, its export failed, or it was left out by the
+/// same size limit as this run's.
+fn exported(models: &Path, name: &str, limit: Option<f64>) -> bool {
     let d = models.join(name);
-    d.join("meta.json").is_file() || d.join("error.json").is_file()
+    d.join("meta.json").is_file()
+        || d.join("error.json").is_file()
+        || left_out(&d).is_some_and(|(_, l, _)| l == limit)
+}
+
+/// An entry the exporter left out by size: (parameters, the limit in millions, why).
+fn left_out(d: &Path) -> Option<(u64, Option<f64>, String)> {
+    let j: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d.join("left_out.json")).ok()?).ok()?;
+    Some((
+        j["params"].as_u64()?,
+        j["limit_mparams"].as_f64(),
+        j["reason"].as_str().unwrap_or("").to_string(),
+    ))
 }
 
 /// Exports the entries not exported yet: all in one process, then any the process did not finish
 /// (it died: out of memory, a crash in native code) one by one, so that one entry cannot take
 /// others with it; one that kills its own process is recorded as an export failure.
-fn export(py: &Path, script: &Path, models: &Path, names: &[String]) -> Result<()> {
-    let todo: Vec<&String> = names.iter().filter(|n| !exported(models, n)).collect();
+fn export(
+    py: &Path,
+    script: &Path,
+    models: &Path,
+    names: &[String],
+    limit: Option<f64>,
+) -> Result<()> {
+    let todo: Vec<&String> = names
+        .iter()
+        .filter(|n| !exported(models, n, limit))
+        .collect();
     if todo.is_empty() {
         return Ok(());
     }
@@ -253,18 +278,19 @@ fn export(py: &Path, script: &Path, models: &Path, names: &[String]) -> Result<(
         todo.len(),
         models.display()
     );
-    let _ = Command::new(py)
-        .arg(script)
-        .arg(models)
-        .args(&todo)
-        .status();
-    for name in names.iter().filter(|n| !exported(models, n)) {
-        let status = Command::new(py)
-            .arg(script)
-            .arg(models)
-            .arg(name)
-            .status()?;
-        if !exported(models, name) {
+    let exporter = || {
+        let mut c = Command::new(py);
+        c.arg(script).arg(models);
+        match limit {
+            Some(l) => c.env("ZOO_MAX_MPARAMS", l.to_string()),
+            None => c.env_remove("ZOO_MAX_MPARAMS"),
+        };
+        c
+    };
+    let _ = exporter().args(&todo).status();
+    for name in names.iter().filter(|n| !exported(models, n, limit)) {
+        let status = exporter().arg(name).status()?;
+        if !exported(models, name, limit) {
             let d = models.join(name);
             std::fs::create_dir_all(&d)?;
             std::fs::write(
@@ -400,6 +426,14 @@ fn run_entry(
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())
         .unwrap_or_default();
+    if meta.is_null()
+        && let Some((params, _, why)) = left_out(&d)
+    {
+        r.params = Some(params);
+        r.status = Status::LeftOut;
+        r.reason = Some(why);
+        return r;
+    }
     if meta.is_null() {
         let err: serde_json::Value = std::fs::read(d.join("error.json"))
             .ok()
