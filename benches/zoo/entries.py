@@ -102,7 +102,8 @@ def torchvision_entries():
             torch.manual_seed(g.initial_seed())
             m = randomize(M.get_model(name, weights=None), g)
             frames = 16 if name.startswith(("mvit", "s3d")) else 8
-            return Built(m, {"x": image(g, 224 if name.startswith("mvit") else 112, frames=frames)}, ["logits"])
+            size = 224 if name.startswith(("mvit", "s3d")) else 112
+            return Built(m, {"x": image(g, size, frames=frames)}, ["logits"])
 
         out.append(Entry(f"tv_{name}", "torchvision", "video", build))
     for name in list_models(module=M.detection):
@@ -126,7 +127,7 @@ def torchvision_entries():
         def build(name=name):
             g = gen(name)
             torch.manual_seed(g.initial_seed())
-            m = randomize(M.get_model(name, weights=None, num_flow_updates=4), g)
+            m = randomize(M.get_model(name, weights=None), g)
             return Built(FlowLast(m), {"a": image(g, 128), "b": image(g, 128)}, ["flow"])
 
         out.append(Entry(f"tv_{name}", "torchvision", "optical flow", build))
@@ -145,14 +146,14 @@ class SegOut(nn.Module):
 
 
 class FlowLast(nn.Module):
-    """RAFT returns every refinement; users keep the last."""
+    """RAFT returns every refinement; users keep the last (of 4 updates here, 12 by default)."""
 
     def __init__(self, m):
         super().__init__()
         self.m = m
 
     def forward(self, a, b):
-        return self.m(a, b)[-1]
+        return self.m(a, b, num_flow_updates=4)[-1]
 
 
 # ---------------------------------------------------------------------------------------------

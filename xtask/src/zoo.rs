@@ -475,11 +475,51 @@ fn run_entry(
     r.tolerance = why.to_string();
     r.note = model.note.clone();
     r.judge(&m, tol);
+    if matches!(r.status, Status::Mismatch | Status::OrtFailed) {
+        r.oracles(oracles(sides, &model, &outputs.join(&e.name)));
+    }
     if sides.provider != "cpu" && r.status.runs() {
         r.placement = placement(sides, &model);
     }
     let _ = std::fs::remove_dir_all(outputs.join(&e.name));
     r
+}
+
+/// Both oracles' judgement of every node Quorum computes: a strict run on the simulated device
+/// (the CPU kernels behind the device seam, so that every node is judged) for the CPU engine, a
+/// strict run on the engine for the others.
+fn oracles(sides: &Sides, m: &BenchModel, dir: &Path) -> Result<(), String> {
+    let provider = if sides.provider == "cpu" {
+        "sim"
+    } else {
+        sides.provider
+    };
+    let judge = Sides { provider, ..*sides };
+    let out = judge
+        .quorum(
+            &[
+                "run",
+                "--verify",
+                "strict",
+                "--output-dir",
+                &dir.join("oracles").display().to_string(),
+            ],
+            m,
+        )
+        .output()
+        .map_err(|e| format!("could not start quorum: {e}"))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let err = String::from_utf8_lossy(&out.stderr);
+    let line = err
+        .lines()
+        .rev()
+        .find(|l| l.contains("mismatch") || l.contains("unsettled") || l.starts_with("error"))
+        .or_else(|| err.trim().lines().last())
+        .unwrap_or("")
+        .to_string();
+    Err(format!("{line} ({})", out.status))
 }
 
 /// Where the nodes of one run ran (`quorum bench --profile`): the share on the engine's device and
