@@ -221,7 +221,7 @@ TRANSFORMERS = [
     ("deberta-v2", "encoder", "text", {}),
     ("xlm-roberta", "encoder", "text", {}),
     ("mpnet", "encoder", "text", {}),
-    ("funnel", "encoder", "text", {"block_sizes": [1, 1], "d_head": 16, "d_inner": 128}),
+    ("funnel", "encoder", "text", {"block_sizes": [1, 1], "d_head": 16, "d_inner": 128, "architectures": ["FunnelModel"]}),
     ("convbert", "encoder", "text", {}),
     ("squeezebert", "encoder", "text", {"embedding_size": 64}),
     ("mobilebert", "encoder", "text", {"embedding_size": 32, "intra_bottleneck_size": 32, "true_hidden_size": 32}),
@@ -269,7 +269,10 @@ TRANSFORMERS = [
     ("convnextv2", "vision", "image", {"hidden_sizes": [16, 32, 64, 128], "depths": [1, 1, 1, 1]}),
     ("resnet", "vision", "image", {"hidden_sizes": [32, 64, 128, 256], "depths": [1, 1, 1, 1], "embedding_size": 16}),
     ("regnet", "vision", "image", {}),
-    ("segformer", "vision", "image", {"hidden_sizes": [16, 32, 64, 128], "depths": [1, 1, 1, 1], "decoder_hidden_size": 64}),
+    ("segformer", "vision", "image", {
+        "hidden_sizes": [16, 32, 64, 128], "depths": [1, 1, 1, 1], "num_attention_heads": [1, 2, 4, 8],
+        "decoder_hidden_size": 64,
+    }),
     ("mobilevit", "vision", "image", {}),
     ("levit", "vision", "image", {}),
     ("poolformer", "vision", "image", {"depths": [1, 1, 1, 1], "hidden_sizes": [16, 32, 64, 128]}),
@@ -285,6 +288,9 @@ TRANSFORMERS = [
 
 SEQ = 32
 
+# Attributes of SMALL a model type must keep (Funnel sets its depth by block_sizes).
+KEEP = {"funnel": ("num_hidden_layers",)}
+
 
 def small_config(kind, overrides, g):
     from transformers import AutoConfig
@@ -294,12 +300,19 @@ def small_config(kind, overrides, g):
         for k, v in SMALL.items():
             if k in ("head_dim", "num_key_value_heads", "rotary_dim") and not hasattr(sub, k):
                 continue
+            if k in KEEP.get(kind, ()):
+                continue
             if hasattr(sub, k) and isinstance(getattr(sub, k), int):
-                setattr(sub, k, v)
+                try:
+                    setattr(sub, k, v)
+                except AttributeError:
+                    pass  # a derived property (Falcon's head_dim): it follows the others
         for k, v in overrides.items():
             setattr(sub, k, v)
         if hasattr(sub, "image_size") and isinstance(getattr(sub, "image_size"), int):
-            sub.image_size = 64 if kind not in ("levit", "mobilevit") else sub.image_size
+            # Windowed attention (Swin) needs the image its windows tile; the others take 64.
+            if kind not in ("levit", "mobilevit", "swin", "swinv2"):
+                sub.image_size = 64
         if hasattr(sub, "patch_size") and kind in ("clip", "siglip", "vit", "deit", "beit", "dinov2"):
             sub.patch_size = 8
     cfg.return_dict = False

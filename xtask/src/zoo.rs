@@ -59,6 +59,10 @@ pub struct Args {
     /// Export and run nothing: render the report from the stored results.
     #[arg(long)]
     report_only: bool,
+    /// Delete an entry's exported model once its results are stored when it is larger than this
+    /// many MB (the large architectures take tens of GB together); a later run exports it again.
+    #[arg(long)]
+    prune_mb: Option<u64>,
 }
 
 fn parse_shard(s: &str) -> Result<(usize, usize), String> {
@@ -240,7 +244,7 @@ fn refresh_exports(models: &Path, stamp: &str) -> Result<()> {
 /// same size limit as this run's.
 fn exported(models: &Path, name: &str, limit: Option<f64>) -> bool {
     let d = models.join(name);
-    d.join("meta.json").is_file()
+    d.join("meta.json").is_file() && d.join("model.onnx").is_file()
         || d.join("error.json").is_file()
         || left_out(&d).is_some_and(|(_, l, _)| l == limit)
 }
@@ -384,6 +388,12 @@ fn run_engine(
             dir.join(format!("{}.json", e.name)),
             serde_json::to_string_pretty(&r)?,
         )?;
+        if let Some(mb) = a.prune_mb
+            && r.bytes.is_some_and(|b| b > mb * 1_000_000)
+        {
+            // The results stay; the model is exported again if a later run needs it.
+            let _ = std::fs::remove_file(models.join(&e.name).join("model.onnx"));
+        }
         bar.inc(1);
     }
     bar.finish_and_clear();

@@ -6,7 +6,7 @@ use half::{bf16, f16};
 use ndarray::{ArrayD, IxDyn};
 use rayon::prelude::*;
 
-use super::broadcast::PAR_THRESHOLD;
+use super::broadcast::{PAR_THRESHOLD, par_fill};
 use super::cast::{FromV, V, encode_narrow, round_to, to_f64_vec};
 use super::{OpCtx, Registry, input, norm_axis, opt_input, single};
 use crate::error::OpResult;
@@ -260,6 +260,12 @@ fn quantize_linear(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value
         p => dtype_attr(p)?,
     };
     let lay = Layout::new(x.shape(), scale, zp, axis, block)?;
+    if lay.single
+        && prec == DType::F32
+        && let Some(y) = quantize_f32_per_tensor(x, scale, zp, out)?
+    {
+        return single(y);
+    }
     let xv = to_f64_vec(x)?;
     let sv: Vec<f64> = to_f64_vec(scale)?
         .into_iter()
@@ -328,6 +334,12 @@ fn dequantize_linear(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Val
         );
     }
     let lay = Layout::new(x.shape(), scale, zp, axis, block)?;
+    if lay.single
+        && out == DType::F32
+        && let Some(y) = dequantize_8bit_per_tensor(x, scale, zp)?
+    {
+        return single(y);
+    }
     // Integers (and the float formats' values) are exact in f64, so x - zero_point is too.
     let xv = to_f64_vec(x)?;
     let sv = to_f64_vec(scale)?;
@@ -344,6 +356,108 @@ fn dequantize_linear(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Val
         let dx = if zv[j] != 0.0 { v - zv[j] } else { v };
         dx * sv[j]
     })?)
+}
+
+/// The scalar value of a one-element scale or zero point.
+fn scalar_f64(t: &Tensor) -> OpResult<f64> {
+    Ok(to_f64_vec(t)?[0])
+}
+
+/// QuantizeLinear of an f32 tensor with one f32 scale to u8 or i8 (the activations of a QDQ
+/// model), in f32 arithmetic: `x / s` of two f32 values rounded to f32 is the f64 quotient rounded
+/// to f32 (53 ≥ 2·24 + 2, so rounding twice changes nothing), which is what the general path
+/// computes; then ties to even, the zero point, saturation. `None` where the general path applies.
+fn quantize_f32_per_tensor(
+    x: &Tensor,
+    scale: &Tensor,
+    zp: Option<&Tensor>,
+    out: DType,
+) -> OpResult<Option<Tensor>> {
+    let (Tensor::F32(xa), DType::F32) = (x, scale.dtype()) else {
+        return Ok(None);
+    };
+    let Some((lo, hi)) = int_range(out).filter(|_| matches!(out, DType::U8 | DType::I8)) else {
+        return Ok(None);
+    };
+    let s = scalar_f64(scale)? as f32;
+    let z = match zp {
+        Some(z) => scalar_f64(z)? as i32,
+        None => 0,
+    };
+    let Some(xs) = xa.as_slice() else {
+        return Ok(None);
+    };
+    let (lo, hi) = (lo as i32, hi as i32);
+    let q = move |v: f32| -> i32 {
+        let r = (v / s).round_ties_even();
+        // A NaN quotient casts to 0, as the general path's `as i64` does.
+        (r.clamp(i32::MIN as f32, i32::MAX as f32) as i32)
+            .saturating_add(z)
+            .clamp(lo, hi)
+    };
+    let shape = IxDyn(x.shape());
+    Ok(Some(match out {
+        DType::U8 => {
+            let mut o = vec![0u8; xs.len()];
+            par_fill(&mut o, &|at, c: &mut [u8]| {
+                for (d, &v) in c.iter_mut().zip(&xs[at..]) {
+                    *d = q(v) as u8;
+                }
+            });
+            Tensor::U8(ArrayD::from_shape_vec(shape, o)?)
+        }
+        _ => {
+            let mut o = vec![0i8; xs.len()];
+            par_fill(&mut o, &|at, c: &mut [i8]| {
+                for (d, &v) in c.iter_mut().zip(&xs[at..]) {
+                    *d = q(v) as i8;
+                }
+            });
+            Tensor::I8(ArrayD::from_shape_vec(shape, o)?)
+        }
+    }))
+}
+
+/// DequantizeLinear of u8 or i8 with one f32 scale to f32: `x − z` is an integer of at most 9 bits,
+/// exact in f32, and its product with the scale rounded once to f32 is what the general path gives
+/// (its f64 product is exact, then rounded to f32).
+fn dequantize_8bit_per_tensor(
+    x: &Tensor,
+    scale: &Tensor,
+    zp: Option<&Tensor>,
+) -> OpResult<Option<Tensor>> {
+    if scale.dtype() != DType::F32 {
+        return Ok(None);
+    }
+    let s = scalar_f64(scale)? as f32;
+    let z = match zp {
+        Some(z) => scalar_f64(z)? as i32,
+        None => 0,
+    };
+    let mut o = vec![0f32; x.len()];
+    match x {
+        Tensor::U8(a) if a.as_slice().is_some() => {
+            let xs = a.as_slice().unwrap_or_default();
+            par_fill(&mut o, &|at, c: &mut [f32]| {
+                for (d, &v) in c.iter_mut().zip(&xs[at..]) {
+                    *d = (v as i32 - z) as f32 * s;
+                }
+            });
+        }
+        Tensor::I8(a) if a.as_slice().is_some() => {
+            let xs = a.as_slice().unwrap_or_default();
+            par_fill(&mut o, &|at, c: &mut [f32]| {
+                for (d, &v) in c.iter_mut().zip(&xs[at..]) {
+                    *d = (v as i32 - z) as f32 * s;
+                }
+            });
+        }
+        _ => return Ok(None),
+    }
+    Ok(Some(Tensor::F32(ArrayD::from_shape_vec(
+        IxDyn(x.shape()),
+        o,
+    )?)))
 }
 
 fn dynamic_quantize_linear(_ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
@@ -381,6 +495,57 @@ mod tests {
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
         *seed >> 33
+    }
+
+    /// The per-tensor fast paths against the definition written out in f64, on values that
+    /// include ties, saturation, infinities and NaN.
+    #[test]
+    fn per_tensor_fast_paths_agree_with_the_definition() {
+        let mut seed = 7u64;
+        let mut xs: Vec<f32> = (0..70_000)
+            .map(|_| (lcg(&mut seed) as i64 % 20_000 - 10_000) as f32 / 37.0)
+            .collect();
+        xs.extend([
+            0.5,
+            1.5,
+            2.5,
+            -0.5,
+            -2.5,
+            1e30,
+            -1e30,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+        ]);
+        let n = xs.len();
+        let x = Tensor::F32(ArrayD::from_shape_vec(IxDyn(&[n]), xs.clone()).unwrap());
+        for (out, zp, lo, hi) in [
+            (DType::U8, 128i64, 0i64, 255i64),
+            (DType::I8, -3, -128, 127),
+        ] {
+            for s in [1.0f32, 0.0371, 3.5] {
+                let scale = Tensor::F32(ArrayD::from_elem(IxDyn(&[]), s));
+                let z = int_tensor(out, &[], |_| zp).unwrap();
+                let q = quantize_f32_per_tensor(&x, &scale, Some(&z), out)
+                    .unwrap()
+                    .expect("the fast path applies");
+                let qv = to_f64_vec(&q).unwrap();
+                for (i, &v) in xs.iter().enumerate() {
+                    let want = ((((v as f64) / (s as f64)) as f32 as f64).round_ties_even() as i64)
+                        .saturating_add(zp)
+                        .clamp(lo, hi);
+                    assert_eq!(qv[i], want as f64, "quantize {v} / {s} + {zp} ({out})");
+                }
+                let d = dequantize_8bit_per_tensor(&q, &scale, Some(&z))
+                    .unwrap()
+                    .expect("the fast path applies");
+                let dv = to_f64_vec(&d).unwrap();
+                for i in 0..n {
+                    let want = ((qv[i] - zp as f64) * s as f64) as f32 as f64;
+                    assert_eq!(dv[i], want, "dequantize {} ({out})", qv[i]);
+                }
+            }
+        }
     }
 
     #[test]

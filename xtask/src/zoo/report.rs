@@ -115,6 +115,8 @@ pub struct EntryResult {
     pub exporter_detail: Option<String>,
     pub nodes: Option<u64>,
     pub params: Option<u64>,
+    /// The exported model's size on disk.
+    pub bytes: Option<u64>,
     pub note: Option<String>,
     pub tolerance: String,
     pub outputs: Vec<OutputCheck>,
@@ -141,6 +143,7 @@ impl EntryResult {
             exporter_detail: None,
             nodes: None,
             params: None,
+            bytes: None,
             note: None,
             tolerance: String::new(),
             outputs: Vec::new(),
@@ -156,6 +159,7 @@ impl EntryResult {
         self.exporter_detail = meta["exporter_detail"].as_str().map(String::from);
         self.nodes = meta["nodes"].as_u64();
         self.params = meta["params"].as_u64();
+        self.bytes = meta["bytes"].as_u64();
         if let Some(o) = meta["opset"].as_u64() {
             self.entry.opset = Some(o as u32);
         }
