@@ -388,12 +388,13 @@ fn quantize_f32_per_tensor(
         return Ok(None);
     };
     let (lo, hi) = (lo as i32, hi as i32);
+    // Ties to even by adding and taking away 1.5·2²³ (exact for |r| ≤ 2²², which the clamp
+    // ensures; anything beyond saturates the 8-bit output either way): no libm call, so the loop
+    // vectorises. A NaN quotient stays NaN and casts to 0, as the general path's `as i64` does.
+    const SHIFT: f32 = 12_582_912.0;
     let q = move |v: f32| -> i32 {
-        let r = (v / s).round_ties_even();
-        // A NaN quotient casts to 0, as the general path's `as i64` does.
-        (r.clamp(i32::MIN as f32, i32::MAX as f32) as i32)
-            .saturating_add(z)
-            .clamp(lo, hi)
+        let r = (v / s).clamp(-4_194_304.0, 4_194_304.0);
+        (((r + SHIFT) - SHIFT) as i32).saturating_add(z).clamp(lo, hi)
     };
     let shape = IxDyn(x.shape());
     Ok(Some(match out {
