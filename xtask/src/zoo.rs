@@ -118,12 +118,40 @@ pub fn run(a: Args) -> Result<bool> {
             );
         }
         refresh_exports(&models, &stamp)?;
-        let needed = with_bases(&catalogue, &picked);
-        export(&py, &script, &models, &needed, a.max_mparams)?;
-        for engine in &a.engines {
-            run_engine(
-                &a, engine, &picked, &models, &work, &py, &quorum, &stamp, &binary,
+        // Export a batch, run it on every engine, prune, then the next batch: the large
+        // architectures never have to sit on the disk together.
+        for (b, batch) in picked.chunks(EXPORT_BATCH).enumerate() {
+            let todo: Vec<CatalogueEntry> = batch
+                .iter()
+                .filter(|e| {
+                    a.fresh
+                        || a.engines.iter().any(|engine| {
+                            !stored(&work.join("results").join(engine), e, &stamp, &binary)
+                        })
+                })
+                .cloned()
+                .collect();
+            if todo.is_empty() {
+                continue;
+            }
+            eprintln!(
+                "zoo: batch {} of {} ({} entries to run)",
+                b + 1,
+                picked.len().div_ceil(EXPORT_BATCH),
+                todo.len()
+            );
+            export(
+                &py,
+                &script,
+                &models,
+                &with_bases(&catalogue, &todo),
+                a.max_mparams,
             )?;
+            for engine in &a.engines {
+                run_engine(
+                    &a, engine, &todo, &models, &work, &py, &quorum, &stamp, &binary,
+                )?;
+            }
         }
     }
     let meta = report::Meta {
@@ -307,6 +335,17 @@ fn export(
         }
     }
     Ok(())
+}
+
+/// How many entries are exported before they are run (and pruned, with `--prune-mb`).
+const EXPORT_BATCH: usize = 24;
+
+/// Whether `e` has a stored result of the current exports and binary in `dir`.
+fn stored(dir: &Path, e: &CatalogueEntry, stamp: &str, binary: &str) -> bool {
+    std::fs::read(dir.join(format!("{}.json", e.name)))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<EntryResult>(&b).ok())
+        .is_some_and(|r| r.export_stamp == stamp && r.binary == binary)
 }
 
 /// The stored results of the current exports and binary.
