@@ -315,7 +315,8 @@ def small_config(kind, overrides, g):
                 sub.image_size = 64
         if hasattr(sub, "patch_size") and kind in ("clip", "siglip", "vit", "deit", "beit", "dinov2"):
             sub.patch_size = 8
-    cfg.return_dict = False
+    # Outputs are flattened from whatever the model returns (`flatten`), so `return_dict` stays
+    # as the configuration has it: transformers 5 models read their outputs by attribute.
     cfg.use_cache = True
     return cfg
 

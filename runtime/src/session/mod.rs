@@ -42,6 +42,10 @@ pub use options::SessionOptions;
 use placement::SessionDevice;
 pub use placement::{AUTO_MIN_DEVICE_ELEMENTS, DeviceStep, NodePlacement};
 
+/// A host-only run that took less than this on its last run stays on the caller's thread (see
+/// `execute_with`).
+const INLINE_RUN_NS: u64 = 100_000;
+
 pub struct Session {
     model: Model,
     plan: Plan,
@@ -55,6 +59,9 @@ pub struct Session {
     counters: Arc<Counters>,
     /// The host storage of dead activations, for the next outputs (the memory plan, `arena`).
     arena: crate::arena::Arena,
+    /// How long the last host-only run took (ns; `u64::MAX` before the first): a run much shorter
+    /// than the thread pool's hand-off stays on the caller's thread.
+    last_host_run_ns: std::sync::atomic::AtomicU64,
     /// The accelerators this session uses, in priority order (a plan step's device index).
     devices: Vec<SessionDevice>,
     /// Streams and events of the top-level plan.
@@ -234,6 +241,7 @@ impl Session {
             rewrites,
             counters,
             arena,
+            last_host_run_ns: std::sync::atomic::AtomicU64::new(u64::MAX),
             devices,
             schedule,
             capture_blocker,
@@ -647,10 +655,23 @@ impl Session {
             // to sleep until the pool had finished it: two context switches per kernel, and the
             // scheduler was a fifth of bert_encoder's samples on two threads. Within a worker
             // already (a caller's own parallel runs), `scope` runs it in place.
-            let result = rayon::scope(|_| {
-                let _spin = spin::Spinners::start();
+            //
+            // A model whose last run took under `INLINE_RUN_NS` runs on the caller's thread
+            // instead: its kernels are too small to split, and the hand-off to the pool and back
+            // (two wake-ups, about 8 µs on two cores) was most of such a run (a 1-node model:
+            // 11 µs a run, onnxruntime's 3).
+            use std::sync::atomic::Ordering::Relaxed;
+            let started = std::time::Instant::now();
+            let result = if self.last_host_run_ns.load(Relaxed) < INLINE_RUN_NS {
                 make(Vec::new(), None).run_top(&self.plan, &self.schedule, inputs)
-            });
+            } else {
+                rayon::scope(|_| {
+                    let _spin = spin::Spinners::start();
+                    make(Vec::new(), None).run_top(&self.plan, &self.schedule, inputs)
+                })
+            };
+            let took = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            self.last_host_run_ns.store(took, Relaxed);
             (result, None, None)
         } else {
             let exec = make(devices, capture);
