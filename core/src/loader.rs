@@ -294,9 +294,11 @@ impl Lower<'_> {
             n.output = n.output.iter().map(|v| map(v, &rename)).collect();
             // A Loop's or If's body inside the function reads the function's values by their
             // names in the function: those it does not define itself are renamed as above.
+            // Their nodes' attributes may refer to the function's (`ref_attr_name`) too.
             for a in &mut n.attribute {
                 for g in a.g.iter_mut().chain(a.graphs.iter_mut()) {
                     rename_free(g, &HashSet::new(), &|v: &String| map(v, &rename));
+                    resolve_attribute_refs(g, &scope);
                 }
             }
             n.name = Some(format!(
@@ -361,6 +363,36 @@ impl Lower<'_> {
             }
             T::Undefined => return Err(Error::InvalidModel("attribute has no type".into())),
         })
+    }
+}
+
+/// Replaces every attribute of `g`'s nodes (a subgraph of a function body, and the subgraphs
+/// inside it) that refers to one of the function's attributes by that attribute's value in this
+/// call; one the call does not set and the function gives no default for is dropped, as at the
+/// top of the body.
+fn resolve_attribute_refs(
+    g: &mut proto::GraphProto,
+    scope: &HashMap<String, proto::AttributeProto>,
+) {
+    for n in &mut g.node {
+        n.attribute = std::mem::take(&mut n.attribute)
+            .into_iter()
+            .filter_map(|a| {
+                if a.ref_attr_name().is_empty() {
+                    return Some(a);
+                }
+                scope.get(a.ref_attr_name()).map(|v| {
+                    let mut v = v.clone();
+                    v.name = a.name.clone();
+                    v
+                })
+            })
+            .collect();
+        for a in &mut n.attribute {
+            for sub in a.g.iter_mut().chain(a.graphs.iter_mut()) {
+                resolve_attribute_refs(sub, scope);
+            }
+        }
     }
 }
 

@@ -180,15 +180,27 @@ fn unknown_ops_are_unsupported_naming_node_and_op() {
 }
 
 /// A model-local function whose body holds a Loop that reads the function's own values (its input
-/// `scale` and a constant it computes) from inside the loop body, as torch's dynamo exporter writes
-/// `aten::as_strided`: expanded inline, the body's reads must follow the function's renaming.
+/// `scale` and a constant it computes, and its attribute `k` through a Constant) from inside the
+/// loop body, as torch's dynamo exporter writes `aten::as_strided`: expanded inline, the body's
+/// reads must follow the function's renaming and its attribute references the call's values.
 fn function_with_a_loop(rename_inside_loop: bool) -> quorum::proto::ModelProto {
     use quorum::proto;
+    // A constant in the loop body whose value is the function's attribute `k` (the call sets it),
+    // as dynamo's as_strided takes its rank.
+    let mut k_const = node("Constant", &[], &["k"]);
+    k_const.attribute = vec![proto::AttributeProto {
+        name: Some("value_float".into()),
+        r#type: Some(proto::attribute_proto::AttributeType::Float as i32),
+        ref_attr_name: Some("k".into()),
+        ..Default::default()
+    }];
     let body = proto::GraphProto {
         name: Some("body".into()),
         node: vec![
+            k_const,
             node("Mul", &["acc", "two"], &["acc_twice"]),
-            node("Add", &["acc_twice", "scale"], &["acc_out"]),
+            node("Add", &["acc_twice", "scale"], &["acc_scaled"]),
+            node("Add", &["acc_scaled", "k"], &["acc_out"]),
             node("Identity", &["cond"], &["cond_out"]),
         ],
         input: vec![
@@ -221,6 +233,7 @@ fn function_with_a_loop(rename_inside_loop: bool) -> quorum::proto::ModelProto {
         domain: Some("local".into()),
         input: vec!["x".into(), "n".into(), "scale".into()],
         output: vec!["y".into()],
+        attribute: vec!["k".into()],
         node: vec![two, lp],
         opset_import: vec![proto::OperatorSetIdProto {
             domain: Some(String::new()),
@@ -230,6 +243,12 @@ fn function_with_a_loop(rename_inside_loop: bool) -> quorum::proto::ModelProto {
     };
     let mut call = node("Twice", &["a", "steps", "s"], &["out"]);
     call.domain = Some("local".into());
+    call.attribute = vec![proto::AttributeProto {
+        name: Some("k".into()),
+        r#type: Some(proto::attribute_proto::AttributeType::Float as i32),
+        f: Some(0.25),
+        ..Default::default()
+    }];
     let mut m = model(
         vec![call],
         vec![
@@ -249,7 +268,7 @@ fn function_with_a_loop(rename_inside_loop: bool) -> quorum::proto::ModelProto {
     if !rename_inside_loop {
         // The broken twin: the loop body reads a name no scope defines.
         let g = m.functions[0].node[1].attribute[0].g.as_mut().unwrap();
-        g.node[1].input[1] = "not_defined_anywhere".into();
+        g.node[2].input[1] = "not_defined_anywhere".into();
     }
     m
 }
@@ -278,8 +297,8 @@ fn a_loop_inside_a_function_reads_the_functions_values() {
         .unwrap();
     let got = out[0].1.as_tensor().unwrap().to_f64_vec().unwrap();
     for k in 0..3 {
-        // acc ← 2·acc + s, three times: 8a + 7s.
-        let want = 8.0 * a[k] as f64 + 7.0 * sc[k] as f64;
+        // acc ← 2·acc + s + k (k = 0.25, the call's attribute), three times: 8a + 7s + 7k.
+        let want = 8.0 * a[k] as f64 + 7.0 * sc[k] as f64 + 7.0 * 0.25;
         assert_eq!(got[k], want, "element {k}");
     }
     // A read that no scope defines is still an invalid model naming the node.

@@ -394,7 +394,9 @@ fn quantize_f32_per_tensor(
     const SHIFT: f32 = 12_582_912.0;
     let q = move |v: f32| -> i32 {
         let r = (v / s).clamp(-4_194_304.0, 4_194_304.0);
-        (((r + SHIFT) - SHIFT) as i32).saturating_add(z).clamp(lo, hi)
+        (((r + SHIFT) - SHIFT) as i32)
+            .saturating_add(z)
+            .clamp(lo, hi)
     };
     let shape = IxDyn(x.shape());
     Ok(Some(match out {

@@ -660,9 +660,13 @@ impl Session {
             // instead: its kernels are too small to split, and the hand-off to the pool and back
             // (two wake-ups, about 8 µs on two cores) was most of such a run (a 1-node model:
             // 11 µs a run, onnxruntime's 3).
+            // (WebAssembly has one thread and no clock: there every run is inline.)
             use std::sync::atomic::Ordering::Relaxed;
+            #[cfg(not(target_arch = "wasm32"))]
             let started = std::time::Instant::now();
-            let result = if self.last_host_run_ns.load(Relaxed) < INLINE_RUN_NS {
+            let inline =
+                cfg!(target_arch = "wasm32") || self.last_host_run_ns.load(Relaxed) < INLINE_RUN_NS;
+            let result = if inline {
                 make(Vec::new(), None).run_top(&self.plan, &self.schedule, inputs)
             } else {
                 rayon::scope(|_| {
@@ -670,8 +674,11 @@ impl Session {
                     make(Vec::new(), None).run_top(&self.plan, &self.schedule, inputs)
                 })
             };
-            let took = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
-            self.last_host_run_ns.store(took, Relaxed);
+            #[cfg(not(target_arch = "wasm32"))]
+            self.last_host_run_ns.store(
+                u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX),
+                Relaxed,
+            );
             (result, None, None)
         } else {
             let exec = make(devices, capture);
