@@ -27,7 +27,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from entries import all_entries, slice_entries  # noqa: E402
+from entries import all_entries  # noqa: E402
+from zoo_slice import slice_entries  # noqa: E402
 
 # An export that takes longer than this is abandoned and recorded as failed.
 EXPORT_TIMEOUT_S = int(os.environ.get("ZOO_EXPORT_TIMEOUT_S", "900"))

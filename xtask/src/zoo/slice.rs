@@ -1,5 +1,5 @@
 //! The slice of the zoo that `cargo test --workspace` runs: small members of each kind
-//! (`slice_entries()` in `benches/zoo/entries.py`), committed under `benches/zoo/slice/` with
+//! (`benches/zoo/zoo_slice.py`), committed under `benches/zoo/slice/` with
 //! their seeded inputs and onnxruntime's outputs (`expected/<k>.npy`), judged here by the zoo's own
 //! comparison and tolerances on Quorum's CPU engine.
 #![cfg(test)]
@@ -14,7 +14,8 @@ use crate::bench_cpu::ModelResult;
 use crate::bench_cpu::compare::diff;
 use crate::bench_cpu::report::SideResult;
 
-/// How many entries `slice_entries()` holds: a missing or failed export must not shrink the test.
+/// How many entries `benches/zoo/zoo_slice.py` holds: a missing or failed export must not
+/// shrink the test.
 const SLICE_ENTRIES: usize = 9;
 
 fn dir() -> PathBuf {
