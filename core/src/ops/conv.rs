@@ -237,6 +237,35 @@ fn check_bias<T>(b: Option<&ArrayD<T>>, m: usize) -> OpResult<()> {
     Ok(())
 }
 
+/// f16 to f32 by slices (eight at a time where the CPU converts in hardware, F16C), exactly as
+/// element by element: the f16 models' weights go through this on every run.
+pub(crate) fn f16_up(a: &ndarray::ArrayD<half::f16>) -> ndarray::ArrayD<f32> {
+    use half::slice::HalfFloatSliceExt;
+    match a.as_slice() {
+        Some(s) => {
+            let mut v = vec![0f32; s.len()];
+            s.convert_to_f32_slice(&mut v);
+            ndarray::ArrayD::from_shape_vec(a.raw_dim(), v)
+                .unwrap_or_else(|_| a.mapv(half::f16::to_f32))
+        }
+        None => a.mapv(half::f16::to_f32),
+    }
+}
+
+/// f32 to f16 by slices, rounding to nearest even as `f16::from_f32` does.
+pub(crate) fn f16_down(a: ndarray::ArrayD<f32>) -> ndarray::ArrayD<half::f16> {
+    use half::slice::HalfFloatSliceExt;
+    match a.as_slice() {
+        Some(s) => {
+            let mut v = vec![half::f16::ZERO; s.len()];
+            v.convert_from_f32_slice(s);
+            ndarray::ArrayD::from_shape_vec(a.raw_dim(), v)
+                .unwrap_or_else(|_| a.mapv(half::f16::from_f32))
+        }
+        None => a.mapv(half::f16::from_f32),
+    }
+}
+
 /// Runs a float kernel on f32/f64 directly and on f16/bf16 through f32.
 macro_rules! float_dispatch {
     ($x:expr, $rest:expr, $f:ident, $($extra:expr),*) => {{
@@ -261,9 +290,9 @@ macro_rules! float_dispatch {
             }
             crate::tensor::Tensor::F16(x) => {
                 let r: Vec<Option<&ndarray::ArrayD<half::f16>>> = rest.iter().map(|t| pick(*t, |t| if let crate::tensor::Tensor::F16(a) = t { Some(a) } else { None })).collect::<crate::error::OpResult<_>>()?;
-                let r32: Vec<Option<ndarray::ArrayD<f32>>> = r.iter().map(|a| conv_up(*a, half::f16::to_f32)).collect();
+                let r32: Vec<Option<ndarray::ArrayD<f32>>> = r.iter().map(|a| a.map(crate::ops::conv::f16_up)).collect();
                 let rr: Vec<Option<&ndarray::ArrayD<f32>>> = r32.iter().map(|a| a.as_ref()).collect();
-                crate::tensor::Tensor::F16($f(&x.mapv(half::f16::to_f32), &rr, $($extra),*)?.mapv(half::f16::from_f32))
+                crate::tensor::Tensor::F16(crate::ops::conv::f16_down($f(&crate::ops::conv::f16_up(x), &rr, $($extra),*)?))
             }
             crate::tensor::Tensor::BF16(x) => {
                 let r: Vec<Option<&ndarray::ArrayD<half::bf16>>> = rest.iter().map(|t| pick(*t, |t| if let crate::tensor::Tensor::BF16(a) = t { Some(a) } else { None })).collect::<crate::error::OpResult<_>>()?;
@@ -279,3 +308,54 @@ use float_dispatch;
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod f16_slice_tests {
+    use half::f16;
+    use ndarray::{ArrayD, IxDyn};
+
+    /// The slice conversions against the element conversions: every f16 bit pattern up, and f32
+    /// values around every rounding case (ties, subnormals, overflow) down; NaN stays NaN.
+    #[test]
+    fn slice_conversions_equal_element_conversions() {
+        let all: Vec<f16> = (0..=u16::MAX).map(f16::from_bits).collect();
+        let up = super::f16_up(&ArrayD::from_shape_vec(IxDyn(&[all.len()]), all.clone()).unwrap());
+        for (h, &f) in all.iter().zip(up.iter()) {
+            let want = h.to_f32();
+            assert!(
+                want.to_bits() == f.to_bits() || (want.is_nan() && f.is_nan()),
+                "{h:?}"
+            );
+        }
+        let mut seed = 3u64;
+        let mut xs: Vec<f32> = (0..100_000)
+            .map(|_| {
+                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+                f32::from_bits((seed >> 32) as u32)
+            })
+            .collect();
+        // Halfway between neighbouring f16 values, and just beyond the largest.
+        xs.extend((0..2000u16).map(|b| {
+            let (a, c) = (f16::from_bits(b).to_f32(), f16::from_bits(b + 1).to_f32());
+            (a + c) / 2.0
+        }));
+        xs.extend([
+            65504.0,
+            65519.0,
+            65520.0,
+            1e9,
+            -1e9,
+            5.96e-8,
+            2.98e-8,
+            f32::NAN,
+        ]);
+        let down = super::f16_down(ArrayD::from_shape_vec(IxDyn(&[xs.len()]), xs.clone()).unwrap());
+        for (&x, h) in xs.iter().zip(down.iter()) {
+            let want = f16::from_f32(x);
+            assert!(
+                want.to_bits() == h.to_bits() || (want.is_nan() && h.is_nan()),
+                "{x:e}"
+            );
+        }
+    }
+}
