@@ -134,10 +134,7 @@ pub fn run(a: Args) -> Result<bool> {
         threads: a.threads,
         rounds: a.rounds,
         round_ms: a.round_ms,
-        python: match &interp {
-            Interpreter::Venv(p) => format!("{} (venv from {})", p.display(), env.lock.display()),
-            Interpreter::External(p) => format!("{} ({})", p.display(), env.python_var),
-        },
+        python: describe_python(&interp, &env),
         packages: lock.pins.clone(),
         load: format!(
             "{} at the start, {} at the end",
@@ -165,6 +162,15 @@ pub fn run(a: Args) -> Result<bool> {
     )?;
     println!("report: {}", md_path.display());
     Ok(results.iter().all(|r| r.failures().is_empty()))
+}
+
+/// The Python the reports name: the venv and the lock it came from, or the interpreter the
+/// environment variable gave.
+pub fn describe_python(interp: &Interpreter, env: &PyEnv) -> String {
+    match interp {
+        Interpreter::Venv(p) => format!("{} (venv from {})", p.display(), env.lock.display()),
+        Interpreter::External(p) => format!("{} ({})", p.display(), env.python_var),
+    }
 }
 
 /// Runs the exporter unless the models it wrote are from this script and this lock.

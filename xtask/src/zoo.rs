@@ -15,7 +15,6 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
-use quorum_conformance::pyenv::Interpreter;
 
 use crate::bench_cpu::{self, BenchModel, Sides};
 pub use report::{EntryResult, Status};
@@ -161,10 +160,7 @@ pub fn run(a: Args) -> Result<bool> {
         threads: a.threads,
         rounds: a.rounds,
         round_ms: a.round_ms,
-        python: match &interp {
-            Interpreter::Venv(p) => format!("{} (venv from {})", p.display(), env.lock.display()),
-            Interpreter::External(p) => format!("{} ({})", p.display(), env.python_var),
-        },
+        python: bench_cpu::describe_python(&interp, &env),
         packages: lock.pins.clone(),
         catalogue: catalogue.len(),
     };
@@ -377,15 +373,10 @@ fn run_engine(
     let root = quorum_conformance::workspace_root();
     let dir = work.join("results").join(engine);
     std::fs::create_dir_all(&dir)?;
-    let done: Vec<String> = if a.fresh {
-        Vec::new()
-    } else {
-        stored_results(&dir, stamp, binary)
-            .into_iter()
-            .map(|r| r.entry.name)
-            .collect()
-    };
-    let todo: Vec<&CatalogueEntry> = picked.iter().filter(|e| !done.contains(&e.name)).collect();
+    let todo: Vec<&CatalogueEntry> = picked
+        .iter()
+        .filter(|e| a.fresh || !stored(&dir, e, stamp, binary))
+        .collect();
     eprintln!(
         "zoo {engine}: {} entries, {} stored already",
         picked.len(),
