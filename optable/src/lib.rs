@@ -52,8 +52,8 @@ pub enum Family {
     /// Rearrangements over strided copies: Transpose, Concat, Split, Slice, Gather, Expand, Pad, Tile,
     /// DepthToSpace, SpaceToDepth.
     Movement,
-    /// Element-indexed reads and writes and index-built tensors: GatherElements, ScatterElements,
-    /// OneHot, Trilu, Range.
+    /// Element-indexed reads and writes, index-built tensors and in-order scans: GatherElements,
+    /// ScatterElements, ScatterND, OneHot, Trilu, Range, CumSum.
     Index,
     /// Resize (nearest, linear, cubic).
     Resize,

@@ -1,11 +1,13 @@
 //! The index family's host-side plans, decided once for every backend: GatherElements' offsets,
-//! ScatterElements and ScatterND as lines of in-order updates, OneHot's positions, Trilu's triangle.
+//! ScatterElements and ScatterND as lines of in-order updates, OneHot's positions, Trilu's triangle,
+//! CumSum's lines (`ScanPlan`, the CPU kernel's own).
 //! Index values are read and checked on the host by the CPU kernel's own rules (`ops::data::index`),
 //! so a device answers exactly where the CPU would and errs where it would.
 use crate::error::OpError;
 use crate::ops::data::index::{
     Reduction, element_offsets, one_hot_plan, one_hot_pos, reduction, scatter_nd_plan,
 };
+pub use crate::ops::data::{ScanPlan, cumsum_plan};
 use crate::ops::{OpCtx, norm_axis};
 use crate::tensor::{DType, Tensor};
 
@@ -158,8 +160,9 @@ pub fn trilu_k(k: &Tensor) -> Result<i64, OpError> {
 
 /// The index family's kernels by op type, each named as the invoking backend names it
 /// (`k_gather_elements`, `k_scatter_elements`, `k_scatter_nd`, `k_one_hot`, `k_trilu`, `k_range`,
-/// functions of the backend's kernel type `$k` in scope where it is invoked): the family's table of
-/// op to kernel, written once, so that a backend missing one of them does not compile.
+/// `k_cumsum`, functions of the backend's kernel type `$k` in scope where it is invoked): the
+/// family's table of op to kernel, written once, so that a backend missing one of them does not
+/// compile.
 #[macro_export]
 #[doc(hidden)]
 macro_rules! index_kernel {
@@ -171,6 +174,7 @@ macro_rules! index_kernel {
             "OneHot" => Some(k_one_hot),
             "Trilu" => Some(k_trilu),
             "Range" => Some(k_range),
+            "CumSum" => Some(k_cumsum),
             _ => None,
         };
         k

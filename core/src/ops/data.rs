@@ -21,6 +21,8 @@ use crate::{bail, map_array};
 pub mod index;
 mod layout;
 
+pub use layout::{ScanPlan, cumsum_plan};
+
 pub fn register(r: &mut Registry) {
     r.add("", "Transpose", transpose);
     r.add("", "Concat", concat);

@@ -6,7 +6,8 @@
 //! of the indices along the axis, applying that line's updates in index order: two updates can only
 //! meet on one output element when they lie on the same line, so the result is the CPU's, in order,
 //! bit for bit. OneHot takes each index's position from the CPU's `one_hot_pos` (host), Range its
-//! count from `range_plan`; Trilu is a masked copy. Data moves as raw bits, so every device dtype works
+//! count from `range_plan`; Trilu is a masked copy. CumSum runs one thread per line of the CPU's
+//! `ScanPlan`, summing in the CPU's order, so its outputs are the CPU's bit for bit. Data moves as raw bits, so every device dtype works
 //! except where arithmetic is done (scatter reductions, Range).
 use std::sync::Arc;
 
@@ -16,11 +17,11 @@ use super::movement::{elem_ty, store_bits};
 use super::{require_u32_len, thread_index};
 use crate::decline;
 use crate::driver::Arg;
-use crate::ptx::{Cmp, Kernel, Reg, Space, Ty, module};
+use crate::ptx::{Cmp, Kernel, Op, Reg, Space, Ty, module};
 use crate::{CudaKernel, DevTensor, Inputs, KError, KResult, Run, blocks, dev_input};
 use quorum_core::device::index::{
-    ScatterLines, gather_elements_plan, one_hot_lines, scatter_elements_lines, scatter_nd_lines,
-    trilu_k, trilu_plan,
+    ScanPlan, ScatterLines, cumsum_plan, gather_elements_plan, one_hot_lines,
+    scatter_elements_lines, scatter_nd_lines, trilu_k, trilu_plan,
 };
 use quorum_core::error::OpError;
 use quorum_core::index_kernel;
@@ -482,6 +483,113 @@ fn k_range(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor
     Ok(vec![out])
 }
 
+// ---------------------------------------------------------------------------------------------
+// CumSum
+
+/// How a CumSum's elements are held: the stored type and size, and the accumulator's type.
+fn cumsum_types(dtype: DType) -> KResult<(Ty, usize, Ty)> {
+    Ok(match dtype {
+        DType::F32 => (Ty::F32, 4, Ty::F32),
+        DType::F64 => (Ty::F64, 8, Ty::F64),
+        // f16 and bf16 sum in f32, each output rounded once (the CPU's rule).
+        DType::F16 => (Ty::F16, 2, Ty::F32),
+        DType::BF16 => (Ty::U16, 2, Ty::F32),
+        // Two's-complement addition wraps alike for signed and unsigned values.
+        DType::I32 | DType::U32 => (Ty::U32, 4, Ty::U32),
+        DType::I64 | DType::U64 => (Ty::U64, 8, Ty::U64),
+        d => decline!("CumSum of {d}"),
+    })
+}
+
+/// One thread per line of `plan` (`outer · inner` lines of `dim` elements, `inner` apart), summing
+/// its elements in order (from the last with `reverse`) as the CPU does, so every output is the
+/// CPU's bit for bit; `exclusive` stores each sum before adding its element.
+pub(super) fn cumsum_kernel(dtype: DType, plan: ScanPlan) -> KResult<Kernel> {
+    let (st, size, acc_ty) = cumsum_types(dtype)?;
+    let mut k = Kernel::new(&format!(
+        "cumsum_{dtype}{}{}",
+        if plan.exclusive { "_excl" } else { "" },
+        if plan.reverse { "_rev" } else { "" }
+    ));
+    let op = k.param_ptr("out");
+    let xp = k.param_ptr("x");
+    let lines = k.param("lines", Ty::U32);
+    let (dim, inner) = (plan.dim as u32, plan.inner as u32);
+    let t = thread_index(&mut k, lines);
+    let j = k.rem(Ty::U32, t, inner);
+    let o = k.div(Ty::U32, t, inner);
+    let first = if plan.reverse { dim - 1 } else { 0 };
+    let p0 = k.fma(Ty::U32, o, dim.wrapping_mul(inner), j);
+    let p = k.add(Ty::U32, p0, first.wrapping_mul(inner));
+    let zero = match acc_ty {
+        Ty::F32 => Op::F(0.0),
+        Ty::F64 => Op::D(0.0),
+        _ => Op::I(0),
+    };
+    let acc = k.mov(acc_ty, zero);
+    k.for_range(Ty::U32, 0u32, dim, 1u32, |k, _| {
+        let xa = k.addr(xp, p, size);
+        let raw = k.ld_nc(st, xa, 0);
+        let v = match dtype {
+            DType::F16 => k.cvt(Ty::F32, Ty::F16, "", raw),
+            DType::BF16 => {
+                // A bfloat16 is the high half of the f32 with the same value.
+                let w = k.cvt(Ty::U32, Ty::U16, "", raw);
+                let w = k.shl(Ty::U32, w, 16u32);
+                k.bitcast(Ty::F32, w)
+            }
+            _ => raw,
+        };
+        let oa = k.addr(op, p, size);
+        let store = |k: &mut Kernel| match dtype {
+            DType::F16 => {
+                let h = k.cvt(Ty::F16, Ty::F32, ".rn", acc);
+                k.st(Space::Global, oa, 0, h);
+            }
+            DType::BF16 => {
+                let h = k.reg(Ty::U16);
+                k.raw(format_args!("cvt.rn.bf16.f32 {h}, {acc}"));
+                k.st(Space::Global, oa, 0, h);
+            }
+            _ => k.st(Space::Global, oa, 0, acc),
+        };
+        if plan.exclusive {
+            store(k);
+        }
+        let sum = k.add(acc_ty, acc, v);
+        k.assign(acc, sum);
+        if !plan.exclusive {
+            store(k);
+        }
+        let step = if plan.reverse { "sub" } else { "add" };
+        k.raw(format_args!("{step}.u32 {p}, {p}, {inner}"));
+    });
+    Ok(k)
+}
+
+fn k_cumsum(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>> {
+    let x = dev_input(inputs, 0)?;
+    let av = host_value(inputs, 1, "CumSum axis")?;
+    let plan = cumsum_plan(ctx, &x.shape, as_tensor(&av, "CumSum axis")?)?;
+    let n = require_u32_len(&x.shape)?;
+    let k = cumsum_kernel(x.dtype, plan)?;
+    let out = run.alloc(x.dtype, &x.shape)?;
+    if n == 0 {
+        return Ok(vec![out]);
+    }
+    if plan.dim > MAX_SERIAL as usize {
+        decline!("CumSum sums {} elements per line in order: the CPU is faster", plan.dim);
+    }
+    let lines = (plan.outer * plan.inner) as u32;
+    launch_1d(
+        run,
+        k,
+        lines,
+        &[Arg::Ptr(out.ptr()), Arg::Ptr(x.ptr()), Arg::U32(lines)],
+    )?;
+    Ok(vec![out])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -568,6 +676,37 @@ mod tests {
             t.contains("setp.le.s32") && t.contains("st.global.u8"),
             "{t}"
         );
+    }
+
+    #[test]
+    fn cumsum_walks_each_line_in_order() {
+        let plan = |exclusive, reverse| ScanPlan {
+            outer: 2,
+            dim: 5,
+            inner: 3,
+            exclusive,
+            reverse,
+        };
+        let t = text(cumsum_kernel(DType::F32, plan(false, false)).unwrap());
+        common(&t, "cumsum_float32");
+        assert!(t.contains("mad.lo.u32 %r7, %r6, 15, %r5;"), "{t}");
+        assert!(t.contains("add.u32 %r8, %r7, 0;"), "{t}");
+        assert!(t.contains("add.f32") && t.contains("add.u32 %r8, %r8, 3;"), "{t}");
+        assert!(t.contains("mov.f32 %f0, 0f00000000;"), "a float zero: {t}");
+        let st = t.find("st.global.f32").unwrap();
+        assert!(t.find("add.f32").unwrap() < st, "inclusive adds, then stores: {t}");
+        let t = text(cumsum_kernel(DType::F16, plan(true, true)).unwrap());
+        common(&t, "cumsum_float16_excl_rev");
+        assert!(t.contains("add.u32 %r8, %r7, 12;"), "starts at the last: {t}");
+        assert!(t.contains("sub.u32 %r8, %r8, 3;"), "{t}");
+        assert!(t.contains("cvt.f32.f16") && t.contains("cvt.rn.f16.f32"), "{t}");
+        let st = t.find("st.global.b16").unwrap();
+        assert!(st < t.find("add.f32").unwrap(), "exclusive stores, then adds: {t}");
+        let t = text(cumsum_kernel(DType::BF16, plan(false, false)).unwrap());
+        assert!(t.contains("shl.b32") && t.contains("cvt.rn.bf16.f32"), "{t}");
+        let t = text(cumsum_kernel(DType::I64, plan(false, false)).unwrap());
+        assert!(t.contains("add.u64") && t.contains("st.global.u64"), "{t}");
+        assert!(cumsum_kernel(DType::I8, plan(false, false)).is_err());
     }
 
     #[test]

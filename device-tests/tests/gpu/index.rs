@@ -1,4 +1,4 @@
-//! On-device tests: GatherElements, ScatterElements, OneHot, Trilu, Range against both oracles.
+//! On-device tests: GatherElements, ScatterElements, OneHot, Trilu, Range, CumSum against both oracles.
 use crate::harness::*;
 use quorum::{DType, Provider, SessionOptions, Tensor, Value};
 
@@ -451,5 +451,87 @@ fn range_sweep() {
             .input(scalar(DType::F32, 5.0))
             .input(scalar(DType::F32, 0.0)),
         "Range with delta 0",
+    );
+}
+
+#[test]
+fn cumsum_sweep() {
+    let shapes: &[&[usize]] = &[&[7], &[3, 4], &[2, 5, 3], &[1, 3, 1, 6], &[17, 33], &[2, 0, 3]];
+    let mut seed = 1500;
+    for &shape in shapes {
+        let r = shape.len() as i64;
+        for axis in -r..r {
+            for (exclusive, reverse) in [(0, 0), (1, 0), (0, 1), (1, 1)] {
+                seed += 1;
+                let x = rand_f32(seed, shape);
+                let case = |x: Tensor, axis: Tensor| {
+                    Case::new("CumSum")
+                        .opset(14)
+                        .attr_i("exclusive", exclusive)
+                        .attr_i("reverse", reverse)
+                        .input(x)
+                        .constant(axis)
+                };
+                case(x.clone(), scalar(DType::I64, axis as f64)).check();
+                // The kernels sum each line in the CPU's order: the CPU's bits exactly.
+                case(x.clone(), scalar(DType::I32, axis as f64)).check_against_cpu();
+                for d in [DType::F16, DType::BF16, DType::F64] {
+                    case(as_dtype(&x, d), scalar(DType::I64, axis as f64)).check();
+                }
+                for d in [DType::I32, DType::I64] {
+                    let xi = ints(d, shape, rand_ints(seed, x.len(), -500, 500));
+                    case(xi, scalar(DType::I64, axis as f64)).check();
+                }
+            }
+        }
+    }
+    // Integers wrap, as on the CPU: 64-bit sums past 2^63 (beyond the oracles' f64), 32-bit ones
+    // past 2^31.
+    let big = ints(DType::I64, &[2, 3], vec![i64::MAX - 5, 9, -3, i64::MIN + 2, -7, 1]);
+    Case::new("CumSum")
+        .opset(14)
+        .input(big)
+        .constant(scalar(DType::I64, 1.0))
+        .check_against_cpu();
+    let big = ints(DType::U32, &[4], vec![u32::MAX as i64 - 1, 3, 7, 1]);
+    Case::new("CumSum")
+        .opset(14)
+        .input(big)
+        .constant(scalar(DType::I64, 0.0))
+        .check_against_cpu();
+    // Position ids as RoBERTa exports write them: a CumSum of the attention mask along the
+    // sequence; and the values, checked outright.
+    let mask = ints(DType::I64, &[2, 6], vec![1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1]);
+    let r = Case::new("CumSum")
+        .opset(14)
+        .input(mask)
+        .constant(scalar(DType::I64, 1.0))
+        .check();
+    let t = r.outputs[0].as_tensor().expect("a tensor");
+    assert_eq!(
+        t.to_f64_vec().unwrap(),
+        vec![1., 2., 3., 4., 4., 4., 1., 2., 3., 4., 5., 6.]
+    );
+    // Long lines: 4,000 same-signed terms summed in order (the long-sum bound's worst case), and a
+    // line past the in-order limit, which the CPU runs.
+    let long = Tensor::from_f64s(DType::F32, &[2, 4000], vec![0.1; 8000]).unwrap();
+    Case::new("CumSum")
+        .opset(14)
+        .input(long)
+        .constant(scalar(DType::I64, 1.0))
+        .check_against_cpu();
+    Case::new("CumSum")
+        .opset(14)
+        .input(rand_f32(1600, &[9000]))
+        .constant(scalar(DType::I64, 0.0))
+        .allow_fallback()
+        .check();
+    // An axis out of range is an error on every provider.
+    expect_error(
+        Case::new("CumSum")
+            .opset(14)
+            .input(rand_f32(1601, &[3, 4]))
+            .constant(scalar(DType::I64, 2.0)),
+        "CumSum axis 2 of a rank-2 tensor",
     );
 }

@@ -23,6 +23,7 @@ pub(super) fn generate(op: &'static str, g: &mut Gen) -> Option<Case> {
         "GatherElements" => gather_elements(g),
         "ScatterElements" => scatter_elements(g),
         "ScatterND" => scatter_nd(g),
+        "CumSum" => cumsum(g),
         "Expand" => {
             let opset = g.pick(&[13, 8]);
             let s = g.broadcast(2, 0, 4, true);
@@ -490,6 +491,30 @@ fn depth_space(op: &'static str, g: &mut Gen) -> Case {
         c.input(g.floats_any(&[n, k, h * b, w * b]));
     }
     c.int("blocksize", b as i64);
+    c
+}
+
+/// CumSum over any axis, each direction, inclusive or exclusive; integer data (which wraps on the
+/// devices as on the CPU) in one case of five, and an axis of int32 or int64.
+fn cumsum(g: &mut Gen) -> Case {
+    let opset = g.pick(&[14, 11]);
+    let x = g.shape(1, 4, true);
+    let axis = g.size(0, x.len() - 1);
+    let axis = g.signed_axis(axis, x.len());
+    let mut c = Case::new("CumSum", opset, g.seed);
+    for attr in ["exclusive", "reverse"] {
+        if g.chance(50) {
+            let v = g.int(0, 1);
+            c.int(attr, v);
+        }
+    }
+    if g.chance(20) {
+        let dtype = g.pick(&[DType::I32, DType::I64]);
+        c.input(g.ints(dtype, &x, -1000, 1000));
+    } else {
+        c.input(g.floats_any(&x));
+    }
+    c.input(scalar(g.pick(&[DType::I64, DType::I32]), axis as f64));
     c
 }
 

@@ -52,6 +52,11 @@ pub fn terms(node: &NodeSpec, inputs: &[Option<&Value>]) -> Option<usize> {
             prod(&x[axis..])
         }
         "InstanceNormalization" => prod(shape(0)?.get(2..)?),
+        "CumSum" => {
+            let x = shape(0)?;
+            let axis = inputs.get(1).copied().flatten()?.data.first().copied()?;
+            *x.get(normalize(axis as i64, x.len())?)?
+        }
         "GroupNormalization" => {
             let x = shape(0)?;
             let groups = usize::try_from(int("num_groups", 1)?).ok()?.max(1);

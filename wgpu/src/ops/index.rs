@@ -1,5 +1,5 @@
 //! WGSL kernels: index-driven data movement and generators (GatherElements, ScatterElements,
-//! OneHot, Trilu, Range), on the CUDA backend's plan.
+//! OneHot, Trilu, Range, CumSum), on the CUDA backend's plan.
 //!
 //! GatherElements and ScatterElements take their flat data offsets from the CPU's own
 //! `element_offsets` (indices read and validated on the host, so a bad index is an error and never a
@@ -16,8 +16,8 @@ use crate::run::{KResult, Run};
 use crate::wgsl;
 use quorum_core::backend::NodeInputs;
 use quorum_core::device::index::{
-    ScatterLines, gather_elements_plan, one_hot_lines, scatter_elements_lines, scatter_nd_lines,
-    trilu_k, trilu_plan,
+    ScatterLines, cumsum_plan, gather_elements_plan, one_hot_lines, scatter_elements_lines,
+    scatter_nd_lines, trilu_k, trilu_plan,
 };
 use quorum_core::index_kernel;
 use quorum_core::ir::Node;
@@ -360,5 +360,102 @@ fn k_range(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<Vec<WTens
     params.extend(lo_hi(start));
     params.extend(lo_hi(delta));
     run.dispatch_n(&format!("range_{d}"), &src, &[&out], &[], params, n)?;
+    Ok(vec![out])
+}
+
+/// CumSum: one invocation per line of the CPU's `ScanPlan` (`outer · inner` lines of `dim`
+/// elements, `inner` apart), summing in the CPU's order so every output is the CPU's bit for bit;
+/// f16 and bf16 sum in f32 and round each output once, 32-bit integers wrap in u32 (the same bits
+/// for signed values), 64-bit integers add as two words with a carry, f64 adds in f64.
+fn k_cumsum(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<Vec<WTensor>> {
+    let x = dev(inputs, 0)?;
+    let av = host_tensor(inputs, 1, "CumSum axis")?;
+    let plan = cumsum_plan(ctx, &x.shape, tensor_of(&av))?;
+    let d = x.dtype;
+    let (zero, load, add, store) = match d {
+        DType::F32 | DType::F16 | DType::BF16 => (
+            "0.0".to_string(),
+            wgsl::load(d, "i0[p]"),
+            "acc + v",
+            wgsl::store(d, "acc"),
+        ),
+        DType::I32 | DType::U32 => (
+            "0u".to_string(),
+            "i0[p]".to_string(),
+            "acc + v",
+            "acc".to_string(),
+        ),
+        DType::I64 | DType::U64 => (
+            "vec2<u32>(0u, 0u)".to_string(),
+            "vec2<u32>(i0[2u * p], i0[2u * p + 1u])".to_string(),
+            "add64(acc, v)",
+            "acc".to_string(),
+        ),
+        DType::F64 => {
+            require_f64(run, "CumSum")?;
+            (
+                "f64(0.0)".to_string(),
+                "bitcast<f64>(u64(i0[2u * p]) | (u64(i0[2u * p + 1u]) << 32u))".to_string(),
+                "acc + v",
+                "vec2<u32>(u32(bitcast<u64>(acc) & 0xfffffffflu), u32(bitcast<u64>(acc) >> 32u))"
+                    .to_string(),
+            )
+        }
+        d => decline!("CumSum of {d}"),
+    };
+    let n = u32_len(&x.shape)?;
+    let out = run.alloc(d, &x.shape)?;
+    if n == 0 {
+        return Ok(vec![out]);
+    }
+    if plan.dim > MAX_SERIAL {
+        decline!(
+            "CumSum sums {} elements per line in order: the CPU is faster",
+            plan.dim
+        );
+    }
+    super::loop_budget(run, "CumSum", plan.dim)?;
+    let put = if elem_words(&x)? == 2 {
+        format!("let w = {store};\no0[2u * p] = w.x;\no0[2u * p + 1u] = w.y;")
+    } else {
+        format!("o0[p] = {store};")
+    };
+    let (before, after) = if plan.exclusive {
+        (put.as_str(), "")
+    } else {
+        ("", put.as_str())
+    };
+    let (first, step) = if plan.reverse {
+        ("dim - 1u", "p = p - inner;")
+    } else {
+        ("0u", "p = p + inner;")
+    };
+    let body = format!(
+        "let dim = P[1]; let inner = P[2];\n\
+         var p = ((i / inner) * dim + {first}) * inner + i % inner;\n\
+         var acc = {zero};\n\
+         for (var a = 0u; a < dim; a = a + 1u) {{\n\
+           let v = {load};\n{before}\nacc = {add};\n{after}\n{step}\n\
+         }}\n"
+    );
+    let helpers = match d {
+        DType::F16 | DType::BF16 => wgsl::HALF,
+        DType::I64 | DType::U64 => {
+            "fn add64(a: vec2<u32>, b: vec2<u32>) -> vec2<u32> {\n\
+               let lo = a.x + b.x;\n\
+               return vec2<u32>(lo, a.y + b.y + select(0u, 1u, lo < a.x));\n}\n"
+        }
+        _ => "",
+    };
+    let lines = plan.outer * plan.inner;
+    let src = format!("{}{helpers}{}", wgsl::header(1, 1), wgsl::entry_1d(&body));
+    run.dispatch_n(
+        "cumsum",
+        &src,
+        &[&out],
+        &[&x],
+        vec![lines as u32, plan.dim as u32, plan.inner.max(1) as u32],
+        lines,
+    )?;
     Ok(vec![out])
 }

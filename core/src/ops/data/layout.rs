@@ -8,6 +8,7 @@ use super::super::{OpCtx, Registry, input, norm_axis, opt_input, single};
 use super::{Arith, Elem, arr, flat, permute_as, strides_of, view_copy};
 use crate::error::{OpError, OpResult};
 use crate::tensor::{Tensor, Value};
+use half::{bf16, f16};
 use crate::{bail, map_array, map_numeric, unsupported};
 
 pub fn register(r: &mut Registry) {
@@ -319,48 +320,79 @@ fn reverse_sequence(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Valu
     }))
 }
 
-fn cumsum(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
-    let x = input(inputs, 0)?;
-    let axis = input(inputs, 1)?.to_i64_vec()?;
+/// A CumSum as lines: `outer · inner` lines of `dim` elements each (element `t` of line `(o, i)`
+/// at `(o · dim + t) · inner + i`), summed in order from the first (or, `reverse`, the last)
+/// element; `exclusive` writes each sum before adding its element. The CPU and every device
+/// backend read this one plan, and each sums a line in the same order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScanPlan {
+    pub outer: usize,
+    pub dim: usize,
+    pub inner: usize,
+    pub exclusive: bool,
+    pub reverse: bool,
+}
+
+/// The plan of a CumSum node over data of shape `shape`, its axis the tensor `axis`.
+pub fn cumsum_plan(ctx: &OpCtx, shape: &[usize], axis: &Tensor) -> OpResult<ScanPlan> {
+    let axis = axis.to_i64_vec()?;
     let &[axis] = axis.as_slice() else {
         bail!("CumSum axis must hold one value, got {axis:?}")
     };
-    let axis = norm_axis(axis, x.rank())?;
-    let (excl, rev) = (
-        ctx.attr_i("exclusive", 0)? != 0,
-        ctx.attr_i("reverse", 0)? != 0,
-    );
-    let shape = x.shape();
-    let outer: usize = shape[..axis].iter().product();
-    let inner: usize = shape[axis + 1..].iter().product();
-    let dim = shape.get(axis).copied().unwrap_or(1);
-    single(map_numeric!(x, a => cumsum_impl(a, outer, dim, inner, excl, rev)?)?)
+    let axis = norm_axis(axis, shape.len())?;
+    Ok(ScanPlan {
+        outer: shape[..axis].iter().product(),
+        dim: shape.get(axis).copied().unwrap_or(1),
+        inner: shape[axis + 1..].iter().product(),
+        exclusive: ctx.attr_i("exclusive", 0)? != 0,
+        reverse: ctx.attr_i("reverse", 0)? != 0,
+    })
 }
 
-fn cumsum_impl<T: Arith>(
+fn cumsum(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+    let x = input(inputs, 0)?;
+    let p = cumsum_plan(ctx, x.shape(), input(inputs, 1)?)?;
+    // f16 and bf16 sum in f32 and round each output once (the standard promise of a long sum);
+    // every other type sums in itself (integers wrap).
+    single(match x {
+        Tensor::F16(a) => Tensor::F16(scan(a, p, 0f32, |v| v.to_f32(), f16::from_f32)?),
+        Tensor::BF16(a) => Tensor::BF16(scan(a, p, 0f32, |v| v.to_f32(), bf16::from_f32)?),
+        x => map_numeric!(x, a => scan(a, p, Arith::zero(), |v| v, |v| v)?)?,
+    })
+}
+
+/// The sums of `plan`'s lines of `a`, accumulated in `A` (`up` widens an element, `down` rounds
+/// a sum back).
+fn scan<T: Copy + Default, A: Arith>(
     a: &ArrayD<T>,
-    outer: usize,
-    dim: usize,
-    inner: usize,
-    excl: bool,
-    rev: bool,
+    plan: ScanPlan,
+    zero: A,
+    up: impl Fn(T) -> A,
+    down: impl Fn(A) -> T,
 ) -> OpResult<ArrayD<T>> {
+    let ScanPlan {
+        outer,
+        dim,
+        inner,
+        exclusive,
+        reverse,
+    } = plan;
     let src = flat(a);
-    let mut out = vec![T::zero(); src.len()];
-    let mut acc = vec![T::zero(); inner];
+    let mut out = vec![T::default(); src.len()];
+    let mut acc = vec![zero; inner];
     for o in 0..outer {
-        acc.fill(T::zero());
+        acc.fill(zero);
         for k in 0..dim {
-            let t = if rev { dim - 1 - k } else { k };
+            let t = if reverse { dim - 1 - k } else { k };
             let p = (o * dim + t) * inner;
             for i in 0..inner {
-                let v = src[p + i];
-                if excl {
-                    out[p + i] = acc[i];
+                let v = up(src[p + i]);
+                if exclusive {
+                    out[p + i] = down(acc[i]);
                     acc[i] = acc[i].add(v);
                 } else {
                     acc[i] = acc[i].add(v);
-                    out[p + i] = acc[i];
+                    out[p + i] = down(acc[i]);
                 }
             }
         }
