@@ -37,7 +37,7 @@ pub enum Family {
     Cast,
     /// Broadcast binary and variadic elementwise ops: arithmetic, comparisons, logic, Where, BitShift.
     Binary,
-    /// MatMul and Gemm.
+    /// MatMul, Gemm and Einsum.
     Matrix,
     /// Conv and ConvTranspose.
     Convolution,

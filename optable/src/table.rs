@@ -653,6 +653,16 @@ pub const ROWS: &[Row] = &[
         devices: Devices::ALL,
     },
     Row {
+        name: "Einsum",
+        family: Family::Matrix,
+        class: Class::Sum(Accumulation::Reduction),
+        opsets: &[12, 28],
+        nan: NanRule::Propagates,
+        in_place: InPlace::None,
+        dtypes: Types::NUMERIC,
+        devices: Devices::ALL,
+    },
+    Row {
         name: "Conv",
         family: Family::Convolution,
         class: Class::Sum(Accumulation::Reduction),

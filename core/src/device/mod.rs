@@ -2,13 +2,13 @@
 //!
 //! A backend brings three things: a code generator per family of the op table
 //! ([`claim::CodeGenerators`]), the device primitives of [`Primitives`] (allocate, a strided copy, a
-//! fill; each a kernel or a driver call of its own) and the way its kernels read a node's inputs
+//! fill, a MatMul; each a kernel or a driver call of its own) and the way its kernels read a node's inputs
 //! ([`KernelInputs`]). Everything above them is here, generic over the backend: which generator
 //! claims a node ([`claim`]), element layouts and
 //! stride simplification ([`layout`]), and the movement ops that are plans of strided copies
 //! ([`movement`]: views, Transpose, Expand, Slice, Concat, Split, Tile, DepthToSpace, SpaceToDepth,
-//! ConstantOfShape, inference Dropout), plus the host-side plans of the movement ops whose kernels
-//! are the backend's own (Pad, Gather). The op semantics themselves (attribute defaults, shape rules)
+//! ConstantOfShape, inference Dropout), Einsum as permutations and GEMMs ([`einsum`]), plus the
+//! host-side plans of the movement ops whose kernels are the backend's own (Pad, Gather). The op semantics themselves (attribute defaults, shape rules)
 //! come from `crate::ops`, as the CPU kernels take them.
 //!
 //! Architecture invariant: a backend's movement code is its primitives; a rule about shapes,
@@ -20,6 +20,7 @@ use crate::tensor::{DType, Tensor, Value};
 
 pub mod claim;
 pub mod conv;
+pub mod einsum;
 pub mod forms;
 pub mod index;
 pub mod layout;
@@ -64,6 +65,10 @@ pub trait Primitives {
 
     /// A new tensor of `shape` whose every element is `value`'s one element.
     fn fill(&self, value: &Tensor, shape: &[usize]) -> Result<Self::Tensor, Self::Error>;
+
+    /// MatMul of two tensors by numpy's rules (batch dims broadcast), the backend's own GEMM; a
+    /// decline for element types it does not multiply.
+    fn matmul(&self, a: &Self::Tensor, b: &Self::Tensor) -> Result<Self::Tensor, Self::Error>;
 }
 
 /// A node's inputs as a backend's kernel reads them.

@@ -609,9 +609,11 @@ fn gemm_op(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
 /// ellipsis rank, left to right).
 const ELL: u32 = 1000;
 
-struct Parsed {
-    inputs: Vec<Vec<u32>>,
-    output: Vec<u32>,
+/// An Einsum equation as labels: each operand's, one per axis, and the output's (explicit, or
+/// numpy's implicit form: the ellipsis dims, then every letter used once, in alphabetical order).
+pub(crate) struct Parsed {
+    pub(crate) inputs: Vec<Vec<u32>>,
+    pub(crate) output: Vec<u32>,
 }
 
 fn parse_term(term: &str, rank: Option<usize>, ell_rank: usize, what: &str) -> OpResult<Vec<u32>> {
@@ -660,7 +662,8 @@ fn parse_term(term: &str, rank: Option<usize>, ell_rank: usize, what: &str) -> O
     Ok(labels)
 }
 
-fn parse_equation(eq: &str, ranks: &[usize]) -> OpResult<Parsed> {
+/// Parses equation `eq` for operands of ranks `ranks`.
+pub(crate) fn parse_equation(eq: &str, ranks: &[usize]) -> OpResult<Parsed> {
     let eq: String = eq.chars().filter(|c| !c.is_whitespace()).collect();
     let (lhs, rhs) = match eq.split_once("->") {
         Some((l, r)) => (l, Some(r)),

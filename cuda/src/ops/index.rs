@@ -578,7 +578,10 @@ fn k_cumsum(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTenso
         return Ok(vec![out]);
     }
     if plan.dim > MAX_SERIAL as usize {
-        decline!("CumSum sums {} elements per line in order: the CPU is faster", plan.dim);
+        decline!(
+            "CumSum sums {} elements per line in order: the CPU is faster",
+            plan.dim
+        );
     }
     let lines = (plan.outer * plan.inner) as u32;
     launch_1d(
@@ -691,19 +694,37 @@ mod tests {
         common(&t, "cumsum_float32");
         assert!(t.contains("mad.lo.u32 %r7, %r6, 15, %r5;"), "{t}");
         assert!(t.contains("add.u32 %r8, %r7, 0;"), "{t}");
-        assert!(t.contains("add.f32") && t.contains("add.u32 %r8, %r8, 3;"), "{t}");
+        assert!(
+            t.contains("add.f32") && t.contains("add.u32 %r8, %r8, 3;"),
+            "{t}"
+        );
         assert!(t.contains("mov.f32 %f0, 0f00000000;"), "a float zero: {t}");
         let st = t.find("st.global.f32").unwrap();
-        assert!(t.find("add.f32").unwrap() < st, "inclusive adds, then stores: {t}");
+        assert!(
+            t.find("add.f32").unwrap() < st,
+            "inclusive adds, then stores: {t}"
+        );
         let t = text(cumsum_kernel(DType::F16, plan(true, true)).unwrap());
         common(&t, "cumsum_float16_excl_rev");
-        assert!(t.contains("add.u32 %r8, %r7, 12;"), "starts at the last: {t}");
+        assert!(
+            t.contains("add.u32 %r8, %r7, 12;"),
+            "starts at the last: {t}"
+        );
         assert!(t.contains("sub.u32 %r8, %r8, 3;"), "{t}");
-        assert!(t.contains("cvt.f32.f16") && t.contains("cvt.rn.f16.f32"), "{t}");
+        assert!(
+            t.contains("cvt.f32.f16") && t.contains("cvt.rn.f16.f32"),
+            "{t}"
+        );
         let st = t.find("st.global.b16").unwrap();
-        assert!(st < t.find("add.f32").unwrap(), "exclusive stores, then adds: {t}");
+        assert!(
+            st < t.find("add.f32").unwrap(),
+            "exclusive stores, then adds: {t}"
+        );
         let t = text(cumsum_kernel(DType::BF16, plan(false, false)).unwrap());
-        assert!(t.contains("shl.b32") && t.contains("cvt.rn.bf16.f32"), "{t}");
+        assert!(
+            t.contains("shl.b32") && t.contains("cvt.rn.bf16.f32"),
+            "{t}"
+        );
         let t = text(cumsum_kernel(DType::I64, plan(false, false)).unwrap());
         assert!(t.contains("add.u64") && t.contains("st.global.u64"), "{t}");
         assert!(cumsum_kernel(DType::I8, plan(false, false)).is_err());

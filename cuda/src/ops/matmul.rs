@@ -32,6 +32,7 @@ pub fn claim(node: &Node) -> Option<Result<CudaKernel, String>> {
     match node.op_type.as_str() {
         "MatMul" => Some(Ok(matmul as CudaKernel)),
         "Gemm" => Some(Ok(gemm as CudaKernel)),
+        "Einsum" => Some(Ok(einsum as CudaKernel)),
         _ => None,
     }
 }
@@ -548,6 +549,11 @@ fn matmul(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>
     matmul_with_bias(ctx, run, inputs, None)
 }
 
+/// Einsum: the shared plan of permutations and GEMMs (`quorum_core::device::einsum`).
+fn einsum(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>> {
+    quorum_core::device::einsum::k_einsum(ctx, run, inputs)
+}
+
 /// `com.quorum` MatMulBias: the MatMul with the bias as the GEMM's C (broadcast along the rows),
 /// added as each output is stored or in the split-K reduction.
 fn matmul_bias(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>> {
@@ -563,12 +569,24 @@ fn matmul_with_bias(
 ) -> KResult<Vec<DevTensor>> {
     let a = dev_input(inputs, 0)?;
     let b = dev_input(inputs, 1)?;
+    Ok(vec![matmul_tensors(Some(ctx), run, &a, &b, bias)?])
+}
+
+/// MatMul (with MatMulBias's bias) of device tensors by numpy's rules; `ctx`, where a node asks,
+/// bounds the output's size.
+pub(crate) fn matmul_tensors(
+    ctx: Option<&OpCtx>,
+    run: &Run,
+    a: &DevTensor,
+    b: &DevTensor,
+    bias: Option<&DevTensor>,
+) -> KResult<DevTensor> {
     if let Some(c) = bias
         && let Some(e) = quorum_core::ops::matmul_bias::shape_error(&a.shape, &b.shape, &c.shape)
     {
         return Err(invalid(e));
     }
-    let mut operands = vec![&a, &b];
+    let mut operands = vec![a, b];
     operands.extend(bias);
     let what = if bias.is_some() {
         "MatMulBias"
@@ -587,13 +605,15 @@ fn matmul_with_bias(
         out_shape,
     } = quorum_core::ops::matmul::matmul_shape(&ash, &bsh)?;
     let (a_batch, b_batch) = (a_batch.as_slice(), b_batch.as_slice());
-    ctx.check_alloc(&out_shape, if dtype == DType::F16 { 2 } else { 4 })?;
+    if let Some(ctx) = ctx {
+        ctx.check_alloc(&out_shape, if dtype == DType::F16 { 2 } else { 4 })?;
+    }
     require_u32_len(&ash)?;
     require_u32_len(&bsh)?;
     require_u32_len(&out_shape)?;
     let y = run.alloc(dtype, &out_shape)?;
     if y.is_empty() {
-        return Ok(vec![y]);
+        return Ok(y);
     }
     let scale = |v: Vec<i64>, s: usize| v.into_iter().map(|x| x as usize * s).collect::<Vec<_>>();
     let mut sa = scale(broadcast_strides(a_batch, &batch), m * k);
@@ -654,7 +674,7 @@ fn matmul_with_bias(
             strides: strides4,
         },
     )?;
-    Ok(vec![y])
+    Ok(y)
 }
 
 fn gemm(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>> {

@@ -68,6 +68,10 @@ impl Primitives for Run<'_> {
     type Tensor = DevTensor;
     type Error = KError;
 
+    fn matmul(&self, a: &DevTensor, b: &DevTensor) -> KResult<DevTensor> {
+        super::matmul::matmul_tensors(None, self, a, b, None)
+    }
+
     fn decline(reason: String) -> KError {
         KError::Decline(reason)
     }

@@ -456,7 +456,14 @@ fn range_sweep() {
 
 #[test]
 fn cumsum_sweep() {
-    let shapes: &[&[usize]] = &[&[7], &[3, 4], &[2, 5, 3], &[1, 3, 1, 6], &[17, 33], &[2, 0, 3]];
+    let shapes: &[&[usize]] = &[
+        &[7],
+        &[3, 4],
+        &[2, 5, 3],
+        &[1, 3, 1, 6],
+        &[17, 33],
+        &[2, 0, 3],
+    ];
     let mut seed = 1500;
     for &shape in shapes {
         let r = shape.len() as i64;
@@ -487,7 +494,11 @@ fn cumsum_sweep() {
     }
     // Integers wrap, as on the CPU: 64-bit sums past 2^63 (beyond the oracles' f64), 32-bit ones
     // past 2^31.
-    let big = ints(DType::I64, &[2, 3], vec![i64::MAX - 5, 9, -3, i64::MIN + 2, -7, 1]);
+    let big = ints(
+        DType::I64,
+        &[2, 3],
+        vec![i64::MAX - 5, 9, -3, i64::MIN + 2, -7, 1],
+    );
     Case::new("CumSum")
         .opset(14)
         .input(big)
@@ -501,7 +512,11 @@ fn cumsum_sweep() {
         .check_against_cpu();
     // Position ids as RoBERTa exports write them: a CumSum of the attention mask along the
     // sequence; and the values, checked outright.
-    let mask = ints(DType::I64, &[2, 6], vec![1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1]);
+    let mask = ints(
+        DType::I64,
+        &[2, 6],
+        vec![1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1],
+    );
     let r = Case::new("CumSum")
         .opset(14)
         .input(mask)

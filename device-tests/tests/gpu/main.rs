@@ -16,6 +16,7 @@ mod bench_wgpu;
 mod bench_wgpu_shapes;
 mod cast;
 mod conv;
+mod einsum;
 mod elementwise;
 mod elementwise_f16;
 mod elementwise_int;

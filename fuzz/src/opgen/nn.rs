@@ -1,10 +1,11 @@
-//! MatMul, Gemm, Conv, ConvTranspose and pooling.
+//! MatMul, Gemm, Einsum, Conv, ConvTranspose and pooling.
 use super::{Case, Dist, Gen};
 
 pub(super) fn generate(op: &'static str, g: &mut Gen) -> Option<Case> {
     Some(match op {
         "MatMul" => matmul(g),
         "Gemm" => gemm(g),
+        "Einsum" => einsum(g),
         "Conv" => conv(g),
         "ConvTranspose" => conv_transpose(g),
         "MaxPool" | "AveragePool" | "LpPool" => pool(op, g),
@@ -48,6 +49,70 @@ fn matmul(g: &mut Gen) -> Case {
     let b = side(g, rb, [k, n]);
     let mut c = Case::new("MatMul", opset, g.seed);
     c.input(g.floats_any(&a)).input(g.floats_any(&b));
+    c
+}
+
+/// Einsum: one to three operands over up to five letters of sizes 1-4, each operand a random
+/// ordering of some of them; sometimes a letter twice in one operand (a diagonal), an ellipsis over
+/// leading dims (size 1 in some operands: broadcast), an explicit output (a permutation of some
+/// of the letters, the ellipsis kept or dropped) or the implicit one.
+fn einsum(g: &mut Gen) -> Case {
+    let opset = g.pick(&[12, 28]);
+    let letters: Vec<char> = "abcde".chars().take(g.size(1, 5)).collect();
+    let sizes: Vec<usize> = letters.iter().map(|_| g.size(1, 4)).collect();
+    let n_ops = g.size(1, 3);
+    let ellipsis = g.chance(20);
+    let ell: Vec<usize> = if ellipsis {
+        (0..g.size(0, 2)).map(|_| g.size(1, 3)).collect()
+    } else {
+        vec![]
+    };
+    let mut terms = Vec::new();
+    let mut shapes = Vec::new();
+    let mut used = Vec::new();
+    for _ in 0..n_ops {
+        let picked = g.subset(letters.len(), true);
+        let mut term: Vec<usize> = g.perm(picked.len()).iter().map(|&i| picked[i]).collect();
+        if !term.is_empty() && g.chance(10) {
+            let at = g.size(0, term.len() - 1);
+            let l = term[g.size(0, term.len() - 1)];
+            term.insert(at, l);
+        }
+        let mut text: String = term.iter().map(|&i| letters[i]).collect();
+        let mut shape: Vec<usize> = term.iter().map(|&i| sizes[i]).collect();
+        if ellipsis && g.chance(75) {
+            // The ellipsis's trailing dims of `ell`, each 1 sometimes (broadcast).
+            let k = g.size(0, ell.len());
+            let dims: Vec<usize> = ell[ell.len() - k..]
+                .iter()
+                .map(|&d| if g.chance(25) { 1 } else { d })
+                .collect();
+            let at = g.size(0, term.len());
+            text.insert_str(at, "...");
+            shape.splice(at..at, dims);
+        }
+        used.extend(term);
+        terms.push(text);
+        shapes.push(shape);
+    }
+    let mut eq = terms.join(",");
+    if g.chance(70) {
+        used.sort_unstable();
+        used.dedup();
+        let kept: Vec<usize> = used.iter().copied().filter(|_| g.chance(60)).collect();
+        let out: Vec<usize> = g.perm(kept.len()).iter().map(|&i| kept[i]).collect();
+        let mut rhs: String = out.iter().map(|&i| letters[i]).collect();
+        if eq.contains("...") && g.chance(80) {
+            let at = g.size(0, rhs.len());
+            rhs.insert_str(at, "...");
+        }
+        eq = format!("{eq}->{rhs}");
+    }
+    let mut c = Case::new("Einsum", opset, g.seed);
+    c.string("equation", &eq);
+    for s in &shapes {
+        c.input(g.floats_any(s));
+    }
     c
 }
 

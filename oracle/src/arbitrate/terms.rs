@@ -52,6 +52,10 @@ pub fn terms(node: &NodeSpec, inputs: &[Option<&Value>]) -> Option<usize> {
             prod(&x[axis..])
         }
         "InstanceNormalization" => prod(shape(0)?.get(2..)?),
+        "Einsum" => {
+            let shapes: Vec<&[usize]> = (0..inputs.len()).map(shape).collect::<Option<_>>()?;
+            einsum_terms(&node.string("equation", "").ok()?, &shapes)?
+        }
         "CumSum" => {
             let x = shape(0)?;
             let axis = inputs.get(1).copied().flatten()?.data.first().copied()?;
@@ -89,6 +93,62 @@ pub fn terms(node: &NodeSpec, inputs: &[Option<&Value>]) -> Option<usize> {
         _ => return None,
     };
     Some(k)
+}
+
+/// The terms of one Einsum output: the product of the sizes of the labels the output leaves out
+/// (an ellipsis the output drops counts as the largest of the operands' ellipsis dims).
+fn einsum_terms(eq: &str, shapes: &[&[usize]]) -> Option<usize> {
+    let eq: String = eq.chars().filter(|c| !c.is_whitespace()).collect();
+    let (lhs, rhs) = match eq.split_once("->") {
+        Some((l, r)) => (l, Some(r)),
+        None => (eq.as_str(), None),
+    };
+    let terms: Vec<&str> = lhs.split(',').collect();
+    if terms.len() != shapes.len() {
+        return None;
+    }
+    let count = |c: char| terms.iter().map(|t| t.matches(c).count()).sum::<usize>();
+    let in_output = |c: char| match rhs {
+        Some(r) => r.contains(c),
+        None => count(c) == 1,
+    };
+    let mut sizes: Vec<(char, usize)> = Vec::new();
+    let mut ellipsis = 1usize;
+    for (t, s) in terms.iter().zip(shapes) {
+        let letters: Vec<char> = t.chars().filter(char::is_ascii_alphabetic).collect();
+        let (head, tail) = t.split_once("...").unwrap_or((t, ""));
+        if letters.len() != head.len() + tail.len() {
+            return None;
+        }
+        let ell = s.len().checked_sub(letters.len())?;
+        if !t.contains("...") && ell != 0 {
+            return None;
+        }
+        if t.contains("...") {
+            ellipsis = ellipsis.max(prod(&s[head.len()..head.len() + ell]));
+        }
+        let dims = s[..head.len()].iter().chain(&s[head.len() + ell..]);
+        for (c, &d) in head.chars().chain(tail.chars()).zip(dims) {
+            match sizes.iter_mut().find(|(x, _)| *x == c) {
+                Some((_, v)) => *v = (*v).max(d),
+                None => sizes.push((c, d)),
+            }
+        }
+    }
+    let mut k = 1usize;
+    for &(c, d) in &sizes {
+        if !in_output(c) {
+            k = k.saturating_mul(d);
+        }
+    }
+    if rhs.is_some_and(|r| !r.contains("...")) && lhs.contains("...") {
+        k = k.saturating_mul(ellipsis);
+    }
+    Some(k)
+}
+
+fn prod(s: &[usize]) -> usize {
+    s.iter().product()
 }
 
 /// An axis in `[-rank, rank)` as an index.
@@ -150,5 +210,24 @@ mod tests {
         // An axis out of range is no answer, not a panic.
         let bad = spec("ReduceSum", &[("axes", Attr::Ints(vec![5]))]);
         assert_eq!(terms(&bad, &[Some(&x3)]), None);
+        // CumSum: the axis's length.
+        let axis = Value::new(DType::I64, vec![], vec![-2.0]).unwrap();
+        assert_eq!(
+            terms(&spec("CumSum", &[]), &[Some(&x3), Some(&axis)]),
+            Some(3)
+        );
+        // Einsum: the labels the output leaves out, an ellipsis the output drops included.
+        let eq = |e: &str| spec("Einsum", &[("equation", Attr::String(e.into()))]);
+        let (q, k) = (value(&[2, 4, 7, 8]), value(&[2, 4, 9, 8]));
+        let both = [Some(&q), Some(&k)];
+        assert_eq!(terms(&eq("bhid,bhjd->bhij"), &both), Some(8));
+        assert_eq!(terms(&eq("bhid,bhjd->bd"), &both), Some(4 * 7 * 9));
+        assert_eq!(terms(&eq("...id,...jd"), &both), Some(8));
+        assert_eq!(terms(&eq("...id,...jd->ij"), &both), Some(8 * 8));
+        assert_eq!(terms(&eq("ij->"), &[Some(&a)]), Some(4 * 96));
+        // Malformed equations are no answer, not a panic.
+        for e in ["a1b,bc->ac", "abc,bc->ac", "ab->ab,", "...,...->"] {
+            let _ = terms(&eq(e), &both);
+        }
     }
 }

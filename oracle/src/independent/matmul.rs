@@ -1,8 +1,9 @@
-//! MatMul and Gemm through blocked f64 products with Neumaier-compensated accumulation.
+//! MatMul and Gemm through blocked f64 products with Neumaier-compensated accumulation (Einsum in
+//! `einsum.rs`).
 use super::parallel::deal_rows;
 use super::*;
 
-pub(super) const OPS: &[&str] = &["MatMul", "Gemm"];
+pub(super) const OPS: &[&str] = &["MatMul", "Gemm", "Einsum"];
 
 pub(super) fn check(_node: &NodeSpec) -> Result<(), String> {
     Ok(())
@@ -129,6 +130,8 @@ fn product_tile(
 pub(super) fn eval(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, OracleError> {
     if node.op_type == "Gemm" {
         gemm(node, inputs)
+    } else if node.op_type == "Einsum" {
+        super::einsum::einsum(node, inputs)
     } else {
         matmul(node, inputs)
     }

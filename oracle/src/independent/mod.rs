@@ -14,6 +14,7 @@ use crate::{DType, NodeSpec, Oracle, OracleError, Output, Value};
 mod arith;
 mod conv;
 mod convt;
+mod einsum;
 mod elementwise;
 mod fill;
 mod matmul;
@@ -448,7 +449,7 @@ mod tests {
                 ))
                 .is_ok()
         );
-        let nope = node("Einsum", 12, vec![]);
+        let nope = node("GatherND", 12, vec![]);
         assert!(Independent.supports(&nope).is_err());
         assert!(matches!(
             Independent.evaluate(&nope, &[]),

@@ -396,8 +396,16 @@ fn cumsum(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, Orac
     for p in order {
         let pos = (p / step) % len;
         let first = if reverse { pos + 1 == len } else { pos == 0 };
-        let prev = if reverse { p + step } else { p.wrapping_sub(step) };
-        let (s0, m0) = if first { (0.0, 0.0) } else { (sum[prev], mag[prev]) };
+        let prev = if reverse {
+            p + step
+        } else {
+            p.wrapping_sub(step)
+        };
+        let (s0, m0) = if first {
+            (0.0, 0.0)
+        } else {
+            (sum[prev], mag[prev])
+        };
         let own = if exclusive {
             if first { 0.0 } else { x.data[prev] }
         } else {

@@ -1,4 +1,4 @@
-//! MatMul (numpy.matmul semantics) and Gemm.
+//! MatMul (numpy.matmul semantics) and Gemm; Einsum in `einsum.rs`.
 use super::parallel::rows;
 use super::{broadcast_index, broadcast_shapes, input, opt_input, output, unravel};
 use crate::{NodeSpec, OracleError, Output, Value};
@@ -22,6 +22,7 @@ pub(super) fn evaluate(
             threads,
         )?]),
         "Gemm" => Ok(vec![gemm(node, inputs, threads)?]),
+        "Einsum" => super::einsum::evaluate(node, inputs),
         op => Err(OracleError::Unsupported(format!("{op} is not a matrix op"))),
     }
 }

@@ -6,6 +6,7 @@ use crate::{DType, NodeSpec, Oracle, OracleError, Output, Value};
 mod conv;
 mod data;
 mod data2;
+mod einsum;
 mod elementwise;
 mod fill;
 mod matmul;
@@ -33,7 +34,7 @@ fn family(node: &NodeSpec) -> Result<Family, String> {
     if elementwise::covers(op) {
         return Ok(Family::Elementwise);
     }
-    if matches!(op, "MatMul" | "Gemm") {
+    if matches!(op, "MatMul" | "Gemm" | "Einsum") {
         return Ok(Family::MatMul);
     }
     if matches!(op, "Softmax" | "LogSoftmax" | "Hardmax") {

@@ -413,7 +413,9 @@ fn cumsum(node: &NodeSpec, x: &Value, axis: &Value) -> Result<Output, OracleErro
     }
     let rank = x.shape.len();
     if rank == 0 {
-        return Err(OracleError::Invalid("CumSum of a scalar has no axis".into()));
+        return Err(OracleError::Invalid(
+            "CumSum of a scalar has no axis".into(),
+        ));
     }
     let a = norm_axis(axis.data[0] as i64, rank, "CumSum")?;
     let exclusive = node.int("exclusive", 0)? != 0;

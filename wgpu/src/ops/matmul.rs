@@ -15,6 +15,7 @@ pub fn claim(node: &Node) -> Option<Result<WgpuKernel, String>> {
     match node.op_type.as_str() {
         "MatMul" => Some(Ok(k_matmul as WgpuKernel)),
         "Gemm" => Some(Ok(k_gemm as WgpuKernel)),
+        "Einsum" => Some(Ok(k_einsum as WgpuKernel)),
         _ => None,
     }
 }
@@ -38,6 +39,11 @@ fn k_matmul(_: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<Vec<WTenso
     let a = dev(inputs, 0)?;
     let b = dev(inputs, 1)?;
     Ok(vec![matmul(run, &a, &b)?])
+}
+
+/// Einsum: the shared plan of permutations and GEMMs (`quorum_core::device::einsum`).
+fn k_einsum(ctx: &OpCtx, run: &Run, inputs: &dyn NodeInputs) -> KResult<Vec<WTensor>> {
+    quorum_core::device::einsum::k_einsum(ctx, run, inputs)
 }
 
 /// MatMul of two device tensors (numpy rules), outside any session too (benchmarks).

@@ -54,6 +54,10 @@ impl Primitives for Run<'_> {
     type Tensor = WTensor;
     type Error = DeviceError;
 
+    fn matmul(&self, a: &WTensor, b: &WTensor) -> KResult<WTensor> {
+        super::matmul::matmul(self, a, b)
+    }
+
     fn decline(reason: String) -> DeviceError {
         DeviceError::Decline(reason)
     }

@@ -8,8 +8,8 @@ use super::super::{OpCtx, Registry, input, norm_axis, opt_input, single};
 use super::{Arith, Elem, arr, flat, permute_as, strides_of, view_copy};
 use crate::error::{OpError, OpResult};
 use crate::tensor::{Tensor, Value};
-use half::{bf16, f16};
 use crate::{bail, map_array, map_numeric, unsupported};
+use half::{bf16, f16};
 
 pub fn register(r: &mut Registry) {
     r.add("", "Pad", pad);
