@@ -219,8 +219,16 @@ def export(e, out_dir):
 
 
 def main():
-    out_dir = sys.argv[1]
-    rest = sys.argv[2:]
+    args = sys.argv[1:]
+    if not args or args[0] in ("-h", "--help") or args[0].startswith("-"):
+        print(__doc__.strip())
+        sys.exit(0 if args[:1] in (["-h"], ["--help"]) else 2)
+    out_dir = args[0]
+    rest = args[1:]
+    flags = {"--slice", "--list"}
+    odd = [a for a in rest if a.startswith("-") and a not in flags]
+    if odd:
+        sys.exit(f"unknown option {odd[0]} (see --help)")
     sliced = rest[:1] == ["--slice"]
     if sliced:
         rest = rest[1:]
