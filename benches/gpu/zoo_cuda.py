@@ -261,6 +261,14 @@ def main():
                 row["quorum_graph_ms"] = j.get("median_ms")
                 row["graph_replays"] = j.get("counters", {}).get("graph_replays")
                 row["capture_blocker"] = j.get("capture_blocker")
+                # Why a capture did not replay (refused, slower, still warming), and what declined
+                # at run time: the first things to read when Quorum's time is behind.
+                states = sorted({g.get("state", "") for g in j.get("graphs", [])} - {"replaying"})
+                if states and not row["graph_replays"]:
+                    row["graph_state"] = "; ".join(states)
+                fallbacks = [f"{f['op']}: {f['reason']}" for f in j.get("fallbacks", [])]
+                if fallbacks:
+                    row["fallbacks"] = "; ".join(fallbacks)
             if not torch.cuda.is_available():
                 row["torch_error"] = "no CUDA device for PyTorch"
             elif built.list_input:
@@ -311,7 +319,7 @@ def write_md(a, rows, catalogue, wall):
     ]
     for r in rows:
         share = r.get("device_share")
-        note = "; ".join(str(r[k]) for k in ("reason", "check", "quorum_error", "torch_error", "capture_blocker")
+        note = "; ".join(str(r[k]) for k in ("reason", "check", "quorum_error", "torch_error", "capture_blocker", "graph_state", "fallbacks")
                          if r.get(k))
         lines.append(
             f"| {r['name']} | {r['source']} | {r['family']} | {r.get('mparams', '')} | {r.get('status')} | "

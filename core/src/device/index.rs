@@ -5,7 +5,8 @@
 //! so a device answers exactly where the CPU would and errs where it would.
 use crate::error::OpError;
 use crate::ops::data::index::{
-    Reduction, element_offsets, one_hot_plan, one_hot_pos, reduction, scatter_nd_plan,
+    Reduction, element_indices_fit, element_offsets, one_hot_plan, one_hot_pos, reduction,
+    scatter_nd_plan,
 };
 pub use crate::ops::data::{ScanPlan, cumsum_plan};
 use crate::ops::{OpCtx, norm_axis};
@@ -22,6 +23,14 @@ pub fn gather_elements_plan(
     // The CPU's rule: shape fit and every index in range, or an error.
     let offs = element_offsets(x, ind, axis)?;
     Ok((offs, ind.shape().to_vec()))
+}
+
+/// GatherElements checked by shapes alone, for a kernel that reads its indices on the device: the
+/// axis, or the CPU's error where the index shape does not fit the data.
+pub fn gather_elements_axis(ctx: &OpCtx, x: &[usize], ishape: &[usize]) -> Result<usize, OpError> {
+    let axis = norm_axis(ctx.attr_i("axis", 0)?, x.len())?;
+    element_indices_fit(x, ishape, axis)?;
+    Ok(axis)
 }
 
 /// A scatter as lines: `out = x`, then along each of `inner` lines its `len` updates, update `p`

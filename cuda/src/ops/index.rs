@@ -2,7 +2,9 @@
 //!
 //! GatherElements and ScatterElements take their flat data offsets from the CPU's own
 //! `element_offsets` (indices validated on the host, so a bad index is an error and never a wild
-//! access), uploaded as 32-bit offsets. ScatterElements copies the data, then runs one thread per line
+//! access), uploaded as 32-bit offsets; GatherElements whose indices are device values (not fixed
+//! for the session) reads and checks them in the kernel instead, raising the run's fault word for
+//! one out of range, as Gather does. ScatterElements copies the data, then runs one thread per line
 //! of the indices along the axis, applying that line's updates in index order: two updates can only
 //! meet on one output element when they lie on the same line, so the result is the CPU's, in order,
 //! bit for bit. OneHot takes each index's position from the CPU's `one_hot_pos` (host), Range its
@@ -18,9 +20,9 @@ use super::{require_u32_len, thread_index};
 use crate::decline;
 use crate::driver::Arg;
 use crate::ptx::{Cmp, Kernel, Op, Reg, Space, Ty, module};
-use crate::{CudaKernel, DevTensor, Inputs, KError, KResult, Run, blocks, dev_input};
+use crate::{CudaKernel, DevTensor, Fault, Inputs, KError, KResult, Run, blocks, dev_input};
 use quorum_core::device::index::{
-    ScanPlan, ScatterLines, cumsum_plan, gather_elements_plan, one_hot_lines,
+    ScanPlan, ScatterLines, cumsum_plan, gather_elements_axis, gather_elements_plan, one_hot_lines,
     scatter_elements_lines, scatter_nd_lines, trilu_k, trilu_plan,
 };
 use quorum_core::error::OpError;
@@ -99,8 +101,127 @@ pub(super) fn gather_elements_kernel(ty: Ty, size: usize) -> Kernel {
     k
 }
 
+/// `out[i] = x[offset of i's coordinates with the axis's replaced by idx[i]]`, one thread per
+/// output element, the index read and checked on the device: a negative index counts from the
+/// end; one out of range reads element 0 and raises the fault word. `ishape` and the data's
+/// strides are the kernel's constants.
+pub(super) fn gather_elements_dev_kernel(
+    ty: Ty,
+    size: usize,
+    ity: Ty,
+    ishape: &[usize],
+    xstrides: &[usize],
+    axis: usize,
+    dim: u64,
+) -> Kernel {
+    let mut k = Kernel::new(&format!("gather_elements_dev_b{}", size * 8));
+    let op = k.param_ptr("out");
+    let xp = k.param_ptr("x");
+    let ip = k.param_ptr("idx");
+    let fp = k.param_ptr("fault");
+    let n = k.param("n", Ty::U32);
+    let i = thread_index(&mut k, n);
+    let isize = if ity == Ty::S32 { 4 } else { 8 };
+    let ia = k.addr(ip, i, isize);
+    let raw = k.ld_nc(ity, ia, 0);
+    let raw = if ity == Ty::S32 {
+        k.cvt(Ty::S64, Ty::S32, "", raw)
+    } else {
+        raw
+    };
+    let neg = k.setp(Cmp::Lt, Ty::S64, raw, 0i64);
+    let up = k.add(Ty::S64, raw, dim as i64);
+    let norm = k.selp(Ty::S64, up, raw, neg);
+    let norm = k.bitcast(Ty::U64, norm);
+    let ok = k.setp(Cmp::Lt, Ty::U64, norm, dim as i64);
+    let skip = k.new_label("in_range");
+    k.bra_if(ok, false, &skip);
+    k.st(Space::Global, fp, 0, 1u32);
+    k.label(&skip);
+    let safe = k.selp(Ty::U64, norm, 0i64, ok);
+    let iv = k.cvt(Ty::U32, Ty::U64, "", safe);
+    // The data offset: each coordinate of i in the index shape times the data's stride, the
+    // axis's coordinate replaced by the index.
+    let mut off = k.mul(Ty::U32, iv, xstrides[axis] as u32);
+    let mut rest = i;
+    for d in (0..ishape.len()).rev() {
+        if d == 0 {
+            if d != axis {
+                off = k.fma(Ty::U32, rest, xstrides[d] as u32, off);
+            }
+            break;
+        }
+        let c = k.rem(Ty::U32, rest, ishape[d] as u32);
+        if d != axis {
+            off = k.fma(Ty::U32, c, xstrides[d] as u32, off);
+        }
+        rest = k.div(Ty::U32, rest, ishape[d] as u32);
+    }
+    let sa = k.addr(xp, off, size);
+    let v = k.ld_nc(ty, sa, 0);
+    let oa = k.addr(op, i, size);
+    store_bits(&mut k, ty, oa, v);
+    k
+}
+
+/// GatherElements whose indices are device values (a run input, a value computed on the device):
+/// checked on the device, so that the stream never waits for the host and a graph capture goes on
+/// (RoBERTa's token types are gathered by position ids computed from the tokens).
+fn gather_elements_on_device(
+    ctx: &OpCtx,
+    run: &Run,
+    inputs: &dyn Inputs,
+    x: DevTensor,
+) -> KResult<Vec<DevTensor>> {
+    let ind = dev_input(inputs, 1)?;
+    let axis = gather_elements_axis(ctx, &x.shape, &ind.shape)?;
+    let ity = match ind.dtype {
+        DType::I64 => Ty::S64,
+        DType::I32 => Ty::S32,
+        d => decline!("GatherElements indices of {d}"),
+    };
+    let n = require_u32_len(&ind.shape)?;
+    let out = run.alloc(x.dtype, &ind.shape)?;
+    if n == 0 {
+        return Ok(vec![out]);
+    }
+    require_u32_len(&x.shape)?;
+    let dim = x.shape[axis];
+    if dim == 0 {
+        decline!("GatherElements from an empty axis: every index is out of range");
+    }
+    let (ty, size) = elem_ty(&x)?;
+    let xstrides = super::strides(&x.shape);
+    let word = run.fault_word()?;
+    launch_1d(
+        run,
+        gather_elements_dev_kernel(ty, size, ity, &ind.shape, &xstrides, axis, dim as u64),
+        n,
+        &[
+            Arg::Ptr(out.ptr()),
+            Arg::Ptr(x.ptr()),
+            Arg::Ptr(ind.ptr()),
+            Arg::Ptr(word.ptr()),
+            Arg::U32(n),
+        ],
+    )?;
+    let fault = Fault {
+        node: ctx.node.name.clone(),
+        op: ctx.node.op_type.clone(),
+        shapes: format!("[{}{:?}, {}{:?}]", x.dtype, x.shape, ind.dtype, ind.shape),
+        msg: format!(
+            "a GatherElements index is out of range for axis {axis} of size {dim} (checked on the device)"
+        ),
+    };
+    run.check_fault(word, fault)?;
+    Ok(vec![out])
+}
+
 fn k_gather_elements(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>> {
     let x = dev_input(inputs, 0)?;
+    if !inputs.fixed(1) {
+        return gather_elements_on_device(ctx, run, inputs, x);
+    }
     let iv = host_value(inputs, 1, "GatherElements indices")?;
     let ind = as_tensor(&iv, "GatherElements indices")?;
     let (offs, out_shape) = gather_elements_plan(ctx, &x.shape, ind)?;
@@ -622,6 +743,48 @@ mod tests {
                 assert!(t.contains("st.global.u8"), "{t}");
             }
         }
+    }
+
+    #[test]
+    fn gather_elements_on_the_device_checks_each_index() {
+        // Indices [2, 3] into data [4, 5] along axis 1: data strides [5, 1].
+        let t = text(gather_elements_dev_kernel(
+            Ty::U32,
+            4,
+            Ty::S64,
+            &[2, 3],
+            &[5, 1],
+            1,
+            5,
+        ));
+        common(&t, "gather_elements_dev_b32");
+        for s in [
+            "ld.global.nc.s64",
+            "setp.lt.s64",
+            "add.s64",
+            "setp.lo.u64",
+            "st.global.u32 [%rd",
+            "rem.u32",
+            "div.u32",
+        ] {
+            assert!(t.contains(s), "{s}: {t}");
+        }
+        // The fault store is skipped for an index in range.
+        let fault = t.find("st.global.u32").unwrap();
+        assert!(t[..fault].contains("bra L_in_range"), "{t}");
+        let t = text(gather_elements_dev_kernel(
+            Ty::U16,
+            2,
+            Ty::S32,
+            &[3],
+            &[1],
+            0,
+            7,
+        ));
+        assert!(
+            t.contains("cvt.s64.s32") && t.contains("st.global.u16"),
+            "{t}"
+        );
     }
 
     #[test]

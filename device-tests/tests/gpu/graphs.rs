@@ -142,6 +142,79 @@ fn reshaped_by_its_shape() -> Vec<u8> {
     )
 }
 
+/// RoBERTa's embeddings as exporters write them: position ids from the tokens (Equal → Not →
+/// Cast → CumSum → Mul → Cast → Add), then a GatherElements by those ids; every node on the
+/// device, the indices device values that the kernel checks itself.
+fn positions_from_tokens() -> Vec<u8> {
+    use quorum::proto::attribute_proto::AttributeType;
+    let int_attr = |mut n: quorum::proto::NodeProto, name: &str, v: i64| {
+        n.attribute.push(quorum::proto::AttributeProto {
+            name: Some(name.into()),
+            i: Some(v),
+            r#type: Some(AttributeType::Int as i32),
+            ..Default::default()
+        });
+        n
+    };
+    let ints = |name: &str, dims: &[usize], v: Vec<i64>| {
+        tensor_proto(name, &Tensor::from_i64(dims, v).unwrap())
+    };
+    model(
+        vec![
+            node("Equal", &["ids", "pad"], "is_pad"),
+            node("Not", &["is_pad"], "real"),
+            int_attr(node("Cast", &["real"], "real32"), "to", 6),
+            node("CumSum", &["real32", "one"], "count"),
+            node("Mul", &["count", "real32"], "pos32"),
+            int_attr(node("Cast", &["pos32"], "pos64"), "to", 7),
+            node("Add", &["pos64", "pad"], "pos"),
+            int_attr(node("GatherElements", &["table", "pos"], "emb"), "axis", 1),
+            node("Add", &["emb", "x"], "y"),
+        ],
+        &["x", "ids"],
+        &["y"],
+        vec![
+            ints("pad", &[], vec![1]),
+            ints("one", &[], vec![1]),
+            tensor_proto("table", &rand_f32(7, &[2, 40])),
+        ],
+    )
+}
+
+#[test]
+fn position_ids_from_the_tokens_capture() {
+    let m = positions_from_tokens();
+    let eager = Session::from_bytes(&m, options(1, GraphCapture::Off)).unwrap();
+    let s = Session::from_bytes(&m, options(1, GraphCapture::On)).unwrap();
+    if on_cpu() {
+        return;
+    }
+    assert_eq!(s.capture_blocker(), None, "{:?}", s.placement());
+    let run = |s: &Session, x: &Tensor, ids: &Tensor| -> Vec<u64> {
+        let out = s
+            .run(vec![
+                ("x".into(), Value::Tensor(x.clone())),
+                ("ids".into(), Value::Tensor(ids.clone())),
+            ])
+            .unwrap();
+        let t = out[0].1.as_tensor().unwrap().to_f64_vec().unwrap();
+        t.iter().map(|v| v.to_bits()).collect()
+    };
+    for i in 0..8u64 {
+        // Tokens with padding (id 1) at the end of one row, a different amount each run.
+        let mut ids: Vec<i64> = (0..32).map(|j| 4 + ((j * 7 + i as i64) % 50)).collect();
+        for j in 0..(i as usize % 5) {
+            ids[31 - j] = 1;
+        }
+        let ids = Tensor::from_i64(&[2, 16], ids).unwrap();
+        let x = rand_f32(700 + i, &[2, 16]);
+        assert_eq!(run(&s, &x, &ids), run(&eager, &x, &ids), "run {i}");
+    }
+    let c = s.counters();
+    assert!(c.graph_replays > 0, "{c:?} {:?}", s.graph_report());
+    assert_eq!(c.cuda_fallbacks, 0, "{c:?}");
+}
+
 #[test]
 fn shape_arithmetic_on_the_host_does_not_stop_a_capture() {
     let m = reshaped_by_its_shape();

@@ -109,15 +109,7 @@ fn gather(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
 /// Flat data offsets of GatherElements/ScatterElements: `indices` replaces the coordinate on `axis`.
 pub fn element_offsets(dshape: &[usize], ind: &Tensor, axis: usize) -> OpResult<Vec<usize>> {
     let ishape = ind.shape();
-    if ishape.len() != dshape.len()
-        || ishape
-            .iter()
-            .zip(dshape)
-            .enumerate()
-            .any(|(d, (&i, &s))| d != axis && i > s)
-    {
-        bail!("indices of shape {ishape:?} do not fit data of shape {dshape:?} on axis {axis}");
-    }
+    element_indices_fit(dshape, ishape, axis)?;
     let idx = ind.to_i64_vec()?;
     let dst = strides_of(dshape);
     let r = ishape.len();
@@ -141,6 +133,21 @@ pub fn element_offsets(dshape: &[usize], ind: &Tensor, axis: usize) -> OpResult<
         }
     }
     Ok(offs)
+}
+
+/// GatherElements' and ScatterElements' shape rule: indices of the data's rank, no larger off
+/// the axis.
+pub fn element_indices_fit(dshape: &[usize], ishape: &[usize], axis: usize) -> OpResult<()> {
+    if ishape.len() != dshape.len()
+        || ishape
+            .iter()
+            .zip(dshape)
+            .enumerate()
+            .any(|(d, (&i, &s))| d != axis && i > s)
+    {
+        bail!("indices of shape {ishape:?} do not fit data of shape {dshape:?} on axis {axis}");
+    }
+    Ok(())
 }
 
 fn gather_elements(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
