@@ -21,6 +21,7 @@ pub use quorum_wgpu as wgpu;
 
 pub mod compare;
 mod fold;
+pub mod generate;
 pub mod optimize;
 pub mod providers;
 pub mod session;

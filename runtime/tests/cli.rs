@@ -9,7 +9,8 @@ use common::*;
 
 fn quorum() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_quorum"));
-    // The CLI adds a backtrace only when RUST_BACKTRACE is set; these tests check the plain form.
+    // The CLI never prints a backtrace (the error names what failed); kept out of the environment
+    // all the same, so that a panic's report could not pass for an error line.
     c.env_remove("RUST_BACKTRACE");
     c
 }
@@ -114,6 +115,98 @@ fn info_lists_io_ops_and_placement() {
     ] {
         assert!(s.contains(needle), "missing '{needle}' in:\n{s}");
     }
+}
+
+/// `quorum generate` on the tiny GPT-2 of `benches/zoo/decoder-tiny`: PyTorch's greedy tokens,
+/// one JSON object with `--json`, and the documented exit codes for what does not fit.
+#[test]
+fn generate_prints_pytorchs_tokens() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../benches/zoo/decoder-tiny");
+    let rec: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("generate.json")).unwrap()).unwrap();
+    let list = |k: &str| -> Vec<String> {
+        rec[k]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.to_string())
+            .collect()
+    };
+    let (prompt, tokens) = (list("prompt").join(","), list("tokens"));
+    let model = dir.join("model.onnx");
+    let out = quorum()
+        .arg("generate")
+        .arg(&model)
+        .args([
+            "--prompt",
+            &prompt,
+            "--new-tokens",
+            &tokens.len().to_string(),
+        ])
+        .args(["--provider", "cpu"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        text.lines().next().unwrap().trim(),
+        tokens.join(" "),
+        "{text}"
+    );
+    assert!(text.contains("per token median"), "{text}");
+    let out = quorum()
+        .arg("generate")
+        .arg(&model)
+        .args([
+            "--prompt",
+            &prompt,
+            "--new-tokens",
+            "3",
+            "--repeat",
+            "2",
+            "--json",
+        ])
+        .args(["--provider", "cpu"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let got: Vec<String> = j["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.to_string())
+        .collect();
+    assert_eq!(got, tokens[..3]);
+    assert_eq!(j["generations_timed"], 1);
+    assert!(j["token_ms_median"].as_f64().unwrap() > 0.0);
+    // --input does not apply (2); a model without a cache is not a decoder (3).
+    let out = quorum()
+        .arg("generate")
+        .arg(&model)
+        .args(["--input", "x=y.npy"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let out = quorum()
+        .arg("generate")
+        .arg(write_model("generate"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("key/value cache"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]

@@ -2,6 +2,7 @@
 mod bench;
 mod common;
 mod compare;
+mod generate;
 mod info;
 mod run;
 
@@ -40,6 +41,10 @@ enum Command {
     /// every intermediate value, and name the first node whose kernel is wrong on its own: its
     /// element, both values and the bound (exit code 6 when one is found).
     Compare(compare::Args),
+    /// Generate tokens greedily with a decoder that takes its key/value cache as inputs
+    /// (input_ids, attention_mask, past_key_values.*  ->  logits, present.*), timing the prompt's
+    /// run and each new token.
+    Generate(generate::Args),
 }
 
 /// Mesa's implicit `VK_LAYER_MESA_device_select` layer, which only orders GPUs for presentation,
@@ -63,14 +68,14 @@ fn main() -> ExitCode {
         Command::Bench(a) => bench::main(a),
         Command::Info(a) => info::main(a),
         Command::Compare(a) => compare::main(a),
+        Command::Generate(a) => generate::main(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
+            // The message names what failed (node, op, shapes, input); a backtrace of `main`
+            // would only show where it was printed.
             eprintln!("error: {}", e.message);
-            if std::env::var_os("RUST_BACKTRACE").is_some() {
-                eprintln!("{}", std::backtrace::Backtrace::force_capture());
-            }
             ExitCode::from(e.code)
         }
     }

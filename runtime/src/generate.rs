@@ -1,0 +1,334 @@
+//! Token-by-token generation with a decoder that takes its key/value cache as inputs and returns
+//! the grown cache as outputs (the layout of onnxruntime's and Optimum's decoder exports, and of
+//! `benches/zoo/decoder.py`): the first run reads the whole prompt with an empty cache, each later
+//! run one new token with the cache the run before returned; the next token is the last position's
+//! largest logit (greedy decoding, the first index on a tie).
+//!
+//! [`CacheLayout::of`] reads the layout from the model's declared inputs and outputs:
+//! - `input_ids` `[batch, seq]` (int64 or int32), and optionally `attention_mask`
+//!   `[batch, past + seq]` (all ones: one sequence, nothing padded) and `position_ids`
+//!   `[batch, seq]` (`past, past + 1, ..`);
+//! - each cache input's name contains `past` (`past_key_values.0.key`, `past.0.value`, ...), and
+//!   its output is the same name with that prefix read as `present` (`present.0.key`); its declared
+//!   shape has exactly one symbolic dim after the batch, the cache's length, and fixed dims
+//!   elsewhere, so an empty cache can be made for the first run;
+//! - the logits are the output named `logits`, or else the first output that is not a cache.
+//!
+//! Batch 1 only. Each run is an ordinary [`Session::run`]: whatever the session's providers and
+//! graph capture do applies per step (a step's shapes change with the cache's length, so capture
+//! keys differ from step to step).
+use std::time::{Duration, Instant};
+
+use crate::ir::{Dim, ValueType};
+use crate::tensor::{DType, Tensor, Value};
+use crate::{Error, Result, Session};
+
+/// One cache tensor: the input a run reads and the output the run returns.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CachePair {
+    pub input: String,
+    pub output: String,
+    pub dtype: DType,
+    /// The declared shape with the batch as 1 and the length axis as 0: the empty cache.
+    pub empty: Vec<usize>,
+}
+
+/// Where a decoder's tokens, mask, positions, cache and logits are.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CacheLayout {
+    pub ids: String,
+    pub ids_dtype: DType,
+    pub mask: Option<(String, DType)>,
+    pub positions: Option<(String, DType)>,
+    pub cache: Vec<CachePair>,
+    pub logits: String,
+}
+
+fn layout_error(msg: String) -> Error {
+    Error::InvalidModel(format!("not a decoder with a key/value cache: {msg}"))
+}
+
+fn tensor_type(ty: &ValueType) -> Option<(Option<DType>, Option<&Vec<Dim>>)> {
+    match ty {
+        ValueType::Tensor { dtype, shape } => Some((*dtype, shape.as_ref())),
+        _ => None,
+    }
+}
+
+fn int_type(name: &str, ty: &ValueType) -> Result<DType> {
+    match tensor_type(ty) {
+        Some((Some(d @ (DType::I64 | DType::I32)), _)) => Ok(d),
+        _ => Err(layout_error(format!(
+            "input '{name}' is {ty}, not an int64 or int32 tensor"
+        ))),
+    }
+}
+
+impl CacheLayout {
+    /// The layout of `session`'s model, or an error that says what does not fit.
+    pub fn of(session: &Session) -> Result<CacheLayout> {
+        let graph = &session.model().graph;
+        let inits: std::collections::HashSet<&str> = graph
+            .initializers
+            .iter()
+            .map(|(name, _)| name.as_str())
+            .collect();
+        let inputs: Vec<_> = graph
+            .inputs
+            .iter()
+            .filter(|i| !inits.contains(i.name.as_str()))
+            .collect();
+        let find = |n: &str| inputs.iter().find(|i| i.name == n);
+        let ids = find("input_ids").ok_or_else(|| layout_error("no input 'input_ids'".into()))?;
+        let ids_dtype = int_type(&ids.name, &ids.ty)?;
+        let mask = match find("attention_mask") {
+            Some(m) => Some((m.name.clone(), int_type(&m.name, &m.ty)?)),
+            None => None,
+        };
+        let positions = match find("position_ids") {
+            Some(p) => Some((p.name.clone(), int_type(&p.name, &p.ty)?)),
+            None => None,
+        };
+        let mut cache = Vec::new();
+        for i in inputs.iter().filter(|i| i.name.contains("past")) {
+            let output = present_name(&i.name)
+                .into_iter()
+                .find(|o| graph.outputs.iter().any(|x| &x.name == o))
+                .ok_or_else(|| {
+                    layout_error(format!(
+                        "cache input '{}' has no output named {}",
+                        i.name,
+                        present_name(&i.name).join(" or ")
+                    ))
+                })?;
+            let (dtype, shape) = match tensor_type(&i.ty) {
+                Some((Some(d), Some(s))) if d.is_float() => (d, s),
+                _ => {
+                    return Err(layout_error(format!(
+                        "cache input '{}' is {}, not a float tensor of known rank",
+                        i.name, i.ty
+                    )));
+                }
+            };
+            cache.push(CachePair {
+                input: i.name.clone(),
+                output,
+                dtype,
+                empty: empty_shape(&i.name, shape)?,
+            });
+        }
+        if cache.is_empty() {
+            return Err(layout_error(
+                "no cache input (an input whose name contains 'past')".into(),
+            ));
+        }
+        let is_cache = |n: &str| cache.iter().any(|c| c.output == n);
+        let logits = graph
+            .outputs
+            .iter()
+            .find(|o| o.name == "logits")
+            .or_else(|| graph.outputs.iter().find(|o| !is_cache(&o.name)))
+            .ok_or_else(|| layout_error("no logits output".into()))?
+            .name
+            .clone();
+        if let Some(extra) = inputs.iter().find(|i| {
+            i.name != ids.name
+                && mask.as_ref().is_none_or(|m| m.0 != i.name)
+                && positions.as_ref().is_none_or(|p| p.0 != i.name)
+                && !cache.iter().any(|c| c.input == i.name)
+        }) {
+            return Err(layout_error(format!(
+                "input '{}' is none of input_ids, attention_mask, position_ids or a cache",
+                extra.name
+            )));
+        }
+        Ok(CacheLayout {
+            ids: ids.name.clone(),
+            ids_dtype,
+            mask,
+            positions,
+            cache,
+            logits,
+        })
+    }
+}
+
+/// The output names a cache input's grown cache may have: `past_key_values.0.key` →
+/// `present.0.key`, `past.0.key` → `present.0.key`, `past_key_0` → `present_key_0`.
+fn present_name(input: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    if let Some(rest) = input.strip_prefix("past_key_values") {
+        names.push(format!("present{rest}"));
+        names.push(format!("present_key_values{rest}"));
+    }
+    names.push(input.replacen("past", "present", 1));
+    names
+}
+
+/// The empty cache's shape: batch 1, the one symbolic dim after it 0, the fixed dims as declared.
+fn empty_shape(name: &str, dims: &[Dim]) -> Result<Vec<usize>> {
+    let mut shape = Vec::with_capacity(dims.len());
+    let mut length = None;
+    for (axis, d) in dims.iter().enumerate() {
+        match (axis, d) {
+            (0, _) => shape.push(1),
+            (_, Dim::Fixed(v)) if *v >= 0 => shape.push(*v as usize),
+            (_, Dim::Symbol(_) | Dim::Unknown) if length.is_none() => {
+                length = Some(axis);
+                shape.push(0);
+            }
+            _ => {
+                return Err(layout_error(format!(
+                    "cache input '{name}' has shape [{}]: one symbolic dim after the batch \
+                     (the cache's length) and fixed dims elsewhere are needed",
+                    dims.iter()
+                        .map(|d| d.to_string())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                )));
+            }
+        }
+    }
+    if length.is_none() {
+        return Err(layout_error(format!(
+            "cache input '{name}' has no symbolic length dim"
+        )));
+    }
+    Ok(shape)
+}
+
+/// What a generation produced, and how long each run took.
+#[derive(Debug, Clone)]
+pub struct Generation {
+    /// The new tokens, in order.
+    pub tokens: Vec<i64>,
+    /// The first run's time (the whole prompt).
+    pub prefill: Duration,
+    /// Each later run's time (one token each).
+    pub steps: Vec<Duration>,
+    /// The logits each run's last position gave (the distribution each token was picked from).
+    pub logits: Vec<Vec<f32>>,
+}
+
+fn ints(dtype: DType, shape: &[usize], v: Vec<i64>) -> Result<Value> {
+    let t = Tensor::from_f64s(dtype, shape, v.into_iter().map(|x| x as f64).collect())
+        .map_err(|e| Error::InvalidModel(e.to_string()))?;
+    Ok(Value::Tensor(t))
+}
+
+/// The index of the largest of `row` (the first on a tie); NaN logits are an error.
+pub fn argmax(row: &[f32]) -> Option<usize> {
+    let mut best: Option<(usize, f32)> = None;
+    for (i, &v) in row.iter().enumerate() {
+        if v.is_nan() {
+            return None;
+        }
+        if best.is_none_or(|(_, b)| v > b) {
+            best = Some((i, v));
+        }
+    }
+    best.map(|(i, _)| i)
+}
+
+/// Greedy generation of `new_tokens` tokens after `prompt` (at least one token) on `session`,
+/// whose model has the layout `layout`. `on_token` sees each token as it is picked.
+pub fn generate(
+    session: &Session,
+    layout: &CacheLayout,
+    prompt: &[i64],
+    new_tokens: usize,
+    mut on_token: impl FnMut(usize, i64),
+) -> Result<Generation> {
+    if prompt.is_empty() {
+        return Err(Error::Input {
+            name: layout.ids.clone(),
+            msg: "the prompt needs at least one token".into(),
+        });
+    }
+    let mut cache: Vec<Value> = layout
+        .cache
+        .iter()
+        .map(|c| Value::Tensor(Tensor::zeros(c.dtype, &c.empty)))
+        .collect();
+    let mut out = Generation {
+        tokens: Vec::with_capacity(new_tokens),
+        prefill: Duration::ZERO,
+        steps: Vec::with_capacity(new_tokens.saturating_sub(1)),
+        logits: Vec::with_capacity(new_tokens),
+    };
+    let mut past = 0usize;
+    let mut next: Vec<i64> = prompt.to_vec();
+    for step in 0..new_tokens {
+        let seq = next.len();
+        let mut feeds = vec![(
+            layout.ids.clone(),
+            ints(layout.ids_dtype, &[1, seq], next.clone())?,
+        )];
+        if let Some((name, d)) = &layout.mask {
+            feeds.push((
+                name.clone(),
+                ints(*d, &[1, past + seq], vec![1; past + seq])?,
+            ));
+        }
+        if let Some((name, d)) = &layout.positions {
+            let pos = (past as i64..(past + seq) as i64).collect();
+            feeds.push((name.clone(), ints(*d, &[1, seq], pos)?));
+        }
+        for (c, v) in layout.cache.iter().zip(cache.drain(..)) {
+            feeds.push((c.input.clone(), v));
+        }
+        let t0 = Instant::now();
+        let mut outputs = session.run(feeds)?;
+        let took = t0.elapsed();
+        if step == 0 {
+            out.prefill = took;
+        } else {
+            out.steps.push(took);
+        }
+        let mut take = |name: &str| -> Result<Value> {
+            let at = outputs.iter().position(|(n, _)| n == name).ok_or_else(|| {
+                Error::InvalidModel(format!("the run returned no output '{name}'"))
+            })?;
+            Ok(outputs.swap_remove(at).1)
+        };
+        let logits = match take(&layout.logits)? {
+            Value::Tensor(t) => t,
+            v => {
+                return Err(Error::InvalidModel(format!(
+                    "logits '{}' are {}, not a tensor",
+                    layout.logits,
+                    v.describe()
+                )));
+            }
+        };
+        let shape = logits.shape().to_vec();
+        let (vocab, rows) = match shape.as_slice() {
+            [1, s, v] if *s == seq && *v > 0 => (*v, *s),
+            _ => {
+                return Err(Error::InvalidModel(format!(
+                    "logits '{}' have shape {shape:?}; [1, {seq}, vocab] was expected",
+                    layout.logits
+                )));
+            }
+        };
+        let flat = logits
+            .to_f64_vec()
+            .map_err(|e| Error::InvalidModel(e.to_string()))?;
+        let last: Vec<f32> = flat[(rows - 1) * vocab..]
+            .iter()
+            .map(|&v| v as f32)
+            .collect();
+        let token = argmax(&last)
+            .ok_or_else(|| Error::InvalidModel(format!("step {step}: the logits hold NaN")))?
+            as i64;
+        for c in &layout.cache {
+            cache.push(take(&c.output)?);
+        }
+        past += seq;
+        out.tokens.push(token);
+        out.logits.push(last);
+        on_token(step, token);
+        next = vec![token];
+    }
+    Ok(out)
+}
