@@ -12,10 +12,10 @@ pub(crate) mod rows;
 use rows::{BLOCK, Elem, NONE, Rows, arg_combine, combine_add, combine_max, d, f32_of, f64_of};
 
 use super::math::{exp64, log64};
-use super::{offsets, require_u32_len, strides};
+use super::{offsets, require_u32_len, strides, thread_index};
 use crate::driver::Arg;
 use crate::ptx::{Cmp, Kernel, Reg, Space, Ty, module};
-use crate::{CudaKernel, DevTensor, Inputs, KError, KResult, Run, dev_input, host_i64s};
+use crate::{CudaKernel, DevTensor, Inputs, KError, KResult, Run, blocks, dev_input, host_i64s};
 use quorum_core::error::OpError;
 use quorum_core::ir::Node;
 use quorum_core::ops::reduce::geometry;
@@ -524,9 +524,83 @@ fn k_reduce(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTenso
     Ok(vec![reduce_dev(run, &x, red, &axes, keepdims)?])
 }
 
+/// ArgMax/ArgMin over 32- or 64-bit integers (token ids: CLIP's text model picks its pooled
+/// position by an ArgMax over them): one thread per output walks the axis in order and keeps the
+/// first extreme (the last with `select_last_index`), as the CPU does. `kept`: the output's dims as
+/// (size, input stride), outermost first; the axis has `n` elements `s` apart.
+pub(crate) fn arg_int_kernel(
+    ity: Ty,
+    is_max: bool,
+    last: bool,
+    kept: &[(usize, usize)],
+    n: usize,
+    s: usize,
+) -> Kernel {
+    let size = if matches!(ity, Ty::S32 | Ty::U32) {
+        4
+    } else {
+        8
+    };
+    let mut k = Kernel::new(&format!(
+        "arg{}_{}",
+        if is_max { "max" } else { "min" },
+        ity.suffix()
+    ));
+    let yp = k.param_ptr("y");
+    let xp = k.param_ptr("x");
+    let outs = k.param("outputs", Ty::U32);
+    let o = thread_index(&mut k, outs);
+    let mut base = k.mov(Ty::U32, 0u32);
+    let mut rest = o;
+    for (d, &(dn, ds)) in kept.iter().enumerate().rev() {
+        if d == 0 {
+            base = k.fma(Ty::U32, rest, ds as u32, base);
+            break;
+        }
+        let c = k.rem(Ty::U32, rest, dn as u32);
+        base = k.fma(Ty::U32, c, ds as u32, base);
+        rest = k.div(Ty::U32, rest, dn as u32);
+    }
+    let xa = k.addr(xp, base, size);
+    let first = k.ld_nc(ity, xa, 0);
+    let best = k.mov(ity, first);
+    let at = k.mov(Ty::U32, 0u32);
+    let p = k.mov(Ty::U32, base);
+    k.for_range(Ty::U32, 1u32, n as u32, 1u32, |k, j| {
+        k.raw(format_args!("add.u32 {p}, {p}, {s}"));
+        let a = k.addr(xp, p, size);
+        let v = k.ld_nc(ity, a, 0);
+        let cmp = match (is_max, last) {
+            (true, false) => Cmp::Gt,
+            (true, true) => Cmp::Ge,
+            (false, false) => Cmp::Lt,
+            (false, true) => Cmp::Le,
+        };
+        let take = k.setp(cmp, ity, v, best);
+        let nb = k.selp(ity, v, best, take);
+        k.assign(best, nb);
+        let na = k.selp(Ty::U32, j, at, take);
+        k.assign(at, na);
+    });
+    let wide = k.cvt(Ty::U64, Ty::U32, "", at);
+    let ya = k.addr(yp, o, 8);
+    k.st(Space::Global, ya, 0, wide);
+    k
+}
+
 fn k_arg(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>> {
     let is_max = ctx.node.op_type == "ArgMax";
-    let e = Elem::of("the input", inputs.dtype(0))?;
+    let int = match inputs.dtype(0) {
+        Some(DType::I32) => Some(Ty::S32),
+        Some(DType::I64) => Some(Ty::S64),
+        Some(DType::U32) => Some(Ty::U32),
+        Some(DType::U64) => Some(Ty::U64),
+        _ => None,
+    };
+    let e = match int {
+        Some(_) => Elem::F32,
+        None => Elem::of("the input", inputs.dtype(0))?,
+    };
     let shape = input_shape(inputs, 0)?;
     let rank = shape.len();
     let axis = norm_axis(ctx.attr_i("axis", 0)?, rank)?;
@@ -564,6 +638,25 @@ fn k_arg(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>>
     if w.outputs == 0 {
         return Ok(vec![y]);
     }
+    if let Some(ity) = int {
+        let outputs = require_u32_len(&[w.outputs])?;
+        let kept: Vec<(usize, usize)> = if w.kept.is_empty() {
+            vec![(1, 0)]
+        } else {
+            w.kept.clone()
+        };
+        let ptx = module(run.cc(), &[arg_int_kernel(ity, is_max, last, &kept, n, s)]);
+        let name = if is_max { "argmax" } else { "argmin" };
+        run.launch(
+            &ptx,
+            &format!("{name}_{}", ity.suffix()),
+            (blocks(w.outputs, BLOCK), 1, 1),
+            (BLOCK, 1, 1),
+            0,
+            &[Arg::Ptr(y.ptr()), Arg::Ptr(x.ptr()), Arg::U32(outputs)],
+        )?;
+        return Ok(vec![y]);
+    }
     launch_fold(run, Fold::Arg { is_max, last }, e, &w, s == 1, &x, &y)?;
     Ok(vec![y])
 }
@@ -571,6 +664,49 @@ fn k_arg(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>>
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    #[test]
+    fn integer_arg_walks_the_axis_in_order() {
+        let t = module(
+            (9, 0),
+            &[arg_int_kernel(
+                Ty::S64,
+                true,
+                false,
+                &[(2, 12), (4, 1)],
+                3,
+                4,
+            )],
+        );
+        assert!(t.contains(".entry argmax_s64("), "{t}");
+        for s in [
+            "rem.u32 %r6, %r4, 4;",
+            "mad.lo.u32 %r9, %r8, 12, %r7;",
+            "add.u32 %r11, %r11, 4;",
+            "setp.gt.s64",
+            "st.global.u64",
+        ] {
+            assert!(t.contains(s), "{s}: {t}");
+        }
+        // select_last_index takes ties; ArgMin compares the other way; 32-bit loads.
+        let t = module(
+            (9, 0),
+            &[arg_int_kernel(Ty::S32, false, true, &[(1, 0)], 5, 1)],
+        );
+        assert!(
+            t.contains(".entry argmin_s32(") && t.contains("setp.le.s32"),
+            "{t}"
+        );
+        assert!(t.contains("ld.global.nc.s32"), "{t}");
+        let t = module(
+            (9, 0),
+            &[arg_int_kernel(Ty::U64, true, true, &[(3, 1)], 2, 3)],
+        );
+        assert!(
+            t.contains("setp.ge.u64") || t.contains("setp.hs.u64"),
+            "{t}"
+        );
+    }
 
     #[test]
     fn walks_merge_and_split() {

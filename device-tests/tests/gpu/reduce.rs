@@ -295,6 +295,57 @@ fn argmax_argmin() {
         .check();
 }
 
+/// ArgMax and ArgMin over integers (CLIP's text model takes its pooled position by an ArgMax of
+/// the token ids): 32- and 64-bit, ties in both directions, values beyond 2^53 (which the oracles
+/// hold as f64, so those are judged against the CPU bit for bit).
+#[test]
+fn argmax_argmin_integers() {
+    let ints = |d: DType, shape: &[usize], seed: u64, spread: i64| {
+        let n: usize = shape.iter().product();
+        let mut rng = quorum::inputs::Rng::new(seed);
+        let v: Vec<f64> = (0..n)
+            .map(|_| (rng.next_u64() % (2 * spread as u64 + 1)) as f64 - spread as f64)
+            .collect();
+        Tensor::from_f64s(d, shape, v).unwrap()
+    };
+    for (s, (shape, axis)) in [
+        (&[2usize, 77][..], 1i64),
+        (&[7], 0),
+        (&[3, 5, 4], -2),
+        (&[300, 6], 0),
+    ]
+    .iter()
+    .enumerate()
+    {
+        for d in [DType::I32, DType::I64] {
+            for op in ["ArgMax", "ArgMin"] {
+                for last in [0, 1] {
+                    // A narrow spread makes ties, which `select_last_index` decides.
+                    let r = Case::new(op)
+                        .opset(13)
+                        .attr_i("axis", *axis)
+                        .attr_i("select_last_index", last)
+                        .input(ints(d, shape, 900 + s as u64, 3))
+                        .check();
+                    assert_eq!(dtype(&r.outputs[0]), DType::I64);
+                }
+            }
+        }
+    }
+    let big = Tensor::from_i64(
+        &[2, 3],
+        vec![i64::MAX, i64::MAX - 1, 5, -3, i64::MIN, i64::MIN + 1],
+    )
+    .unwrap();
+    for op in ["ArgMax", "ArgMin"] {
+        Case::new(op)
+            .opset(13)
+            .attr_i("axis", 1)
+            .input(big.clone())
+            .check_against_cpu();
+    }
+}
+
 /// NaN is the answer of ArgMax and ArgMin: the first NaN of the lane, or the last with
 /// select_last_index, over short rows and rows long enough to be split between threads.
 #[test]
