@@ -465,23 +465,35 @@ fn dequantize_8bit_per_tensor(
 
 fn dynamic_quantize_linear(_ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let x = input(inputs, 0)?;
-    let xv: Vec<f32> = match x {
-        Tensor::F32(a) => a.iter().copied().collect(),
+    let xv: std::borrow::Cow<[f32]> = match x {
+        Tensor::F32(a) => match a.as_slice() {
+            Some(s) => s.into(),
+            None => a.iter().copied().collect::<Vec<f32>>().into(),
+        },
         other => unsupported!(
             "DynamicQuantizeLinear of {} (only float32 is defined)",
             other.dtype()
         ),
     };
     let (mut lo, mut hi) = (0f32, 0f32);
-    for &v in &xv {
+    for &v in xv.iter() {
         lo = lo.min(v);
         hi = hi.max(v);
     }
     let scale = if hi == lo { 1.0f32 } else { hi - lo } / 255.0;
     let zp = (0.0 - lo / scale).clamp(0.0, 255.0).round_ties_even();
-    let y = int_tensor(DType::U8, x.shape(), |i| {
-        ((xv[i] / scale).round_ties_even() + zp).clamp(0.0, 255.0) as i64
-    })?;
+    // Ties to even by adding and taking away 1.5·2²³, as QuantizeLinear's fast path does (exact
+    // for |r| ≤ 2²², which the clamp ensures; beyond, the output saturates either way); the zero
+    // point is an integer, so adding it is exact. A NaN gives 0, as `as u8` of NaN does.
+    const SHIFT: f32 = 12_582_912.0;
+    let mut o = vec![0u8; xv.len()];
+    par_fill(&mut o, &|at, c: &mut [u8]| {
+        for (d, &v) in c.iter_mut().zip(&xv[at..]) {
+            let r = (v / scale).clamp(-4_194_304.0, 4_194_304.0);
+            *d = (((r + SHIFT) - SHIFT) + zp).clamp(0.0, 255.0) as u8;
+        }
+    });
+    let y = Tensor::U8(ArrayD::from_shape_vec(IxDyn(x.shape()), o)?);
     Ok(vec![
         y.into(),
         Tensor::F32(ArrayD::from_elem(IxDyn(&[]), scale)).into(),

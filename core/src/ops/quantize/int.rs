@@ -1,6 +1,9 @@
 //! The integer and quantized matmul and conv ops: MatMulInteger, QLinearMatMul, ConvInteger,
 //! QLinearConv. A child module of `quantize.rs`; operands are centered on their zero points as f64,
-//! where every product and sum of 8-bit operands is exact, and run on the f64 `gemm` kernels.
+//! where every product and sum of 8-bit operands is exact. Where both operands are such integers
+//! (magnitude at most 255) the product runs as f32 GEMMs over slices of K short enough that every
+//! partial sum stays an integer below 2²⁴, which f32 holds exactly in any order of summation
+//! ([`gemm_ints`]); float8 operands take the f64 `gemm` kernels.
 use ndarray::{ArrayD, IxDyn};
 use rayon::prelude::*;
 
@@ -13,13 +16,67 @@ use crate::ops::{OpCtx, input, opt_input, single};
 use crate::tensor::{DType, Tensor, Value};
 use crate::unsupported;
 
-/// `c[m×n] = a[m×k] · b[k×n]`, row-major f64.
+/// The longest slice of K whose products of two operands of magnitude at most 255 sum below
+/// 2²⁴ in every order: 256 · 255² = 16,646,400 < 16,777,216.
+pub(crate) const EXACT_K: usize = 256;
+
+/// `v` as f32 when every value is an integer of magnitude at most 255 (an 8-bit operand centered
+/// on its zero point), else `None`.
+fn small_ints(v: &[f64]) -> Option<Vec<f32>> {
+    let mut out = Vec::with_capacity(v.len());
+    let mut ok = true;
+    for &x in v {
+        // Truncating to an integer and back is the value itself exactly for integers (NaN and
+        // the infinities fail the comparison); no libm call, so the loop stays a tight one.
+        let i = x as i32;
+        ok &= i as f64 == x && (-255..=255).contains(&i);
+        out.push(i as f32);
+    }
+    ok.then_some(out)
+}
+
+/// `c[m×n] = a[m×k] · b[k×n]` for integer operands of magnitude at most 255, exactly: an f32 GEMM
+/// per slice of [`EXACT_K`] terms (each partial sum an integer below 2²⁴, exact in f32 whatever
+/// order the kernel sums in), the slices added in f64 (exact below 2⁵³).
+fn gemm_ints(m: usize, n: usize, k: usize, a: &[f32], b: &[f32], c: &mut [f64]) {
+    let mut part = vec![0f32; m * n];
+    c[..m * n].iter_mut().for_each(|v| *v = 0.0);
+    for p0 in (0..k).step_by(EXACT_K) {
+        let len = EXACT_K.min(k - p0);
+        crate::ops::matmul::gemm_into(
+            m,
+            n,
+            len,
+            &a[p0..],
+            k,
+            1,
+            &b[p0 * n..],
+            n,
+            1,
+            &mut part,
+            n,
+            1.0,
+            false,
+            true,
+        );
+        for (d, &v) in c.iter_mut().zip(&part) {
+            *d += v as f64;
+        }
+    }
+}
+
+/// `c[m×n] = a[m×k] · b[k×n]`, row-major f64; exact for 8-bit operands centered on their zero
+/// points (through [`gemm_ints`]).
 fn gemm_f64(m: usize, n: usize, k: usize, a: &[f64], b: &[f64], c: &mut [f64]) {
     if m == 0 || n == 0 {
         return;
     }
     if k == 0 {
         c.iter_mut().for_each(|v| *v = 0.0);
+        return;
+    }
+    if let (Some(a32), Some(b32)) = (small_ints(&a[..m * k]), small_ints(&b[..k * n])) {
+        gemm_ints(m, n, k, &a32, &b32, c);
         return;
     }
     let par = if m * n * k >= 1 << 18 {
@@ -321,8 +378,28 @@ fn geom(ctx: &OpCtx, xs: &[usize], ws: &[usize]) -> OpResult<Geom> {
     })
 }
 
-/// The convolution of centered x [N, C, ...] by centered w [M, C/group, ...] in f64, via im2col.
+/// The convolution of `x` by `w` (both centered on their zero points), in f64: by im2col and a
+/// GEMM per image and group; 8-bit operands (integers of magnitude at most 255) take f32 columns
+/// and the exact f32 GEMMs of [`gemm_ints`].
 fn conv_f64(g: &Geom, x: &[f64], w: &[f64]) -> Vec<f64> {
+    if let (Some(x32), Some(w32)) = (small_ints(x), small_ints(w)) {
+        return conv_by_columns(g, &x32, &w32, &|m, n, k, a, b, c| {
+            gemm_ints(m, n, k, a, b, c)
+        });
+    }
+    conv_by_columns(g, x, w, &|m, n, k, a, b, c| gemm_f64(m, n, k, a, b, c))
+}
+
+/// A product `c[m×n] = a[m×k] · b[k×n]` into f64 results.
+type ColumnGemm<'a, T> = &'a (dyn Fn(usize, usize, usize, &[T], &[T], &mut [f64]) + Sync);
+
+/// im2col of each image and group into `T` columns, then `gemm` of the group's weights by them.
+fn conv_by_columns<T: Copy + Default + Send + Sync>(
+    g: &Geom,
+    x: &[T],
+    w: &[T],
+    gemm: ColumnGemm<'_, T>,
+) -> Vec<f64> {
     let nd = g.ins.len();
     let cg = g.c / g.group;
     let mg = g.m / g.group;
@@ -331,7 +408,7 @@ fn conv_f64(g: &Geom, x: &[f64], w: &[f64]) -> Vec<f64> {
     let isz: usize = g.ins.iter().product();
     let rows = cg * ksz;
     let mut out = vec![0.0; g.n * g.m * osz];
-    let mut col = vec![0.0; rows * osz];
+    let mut col = vec![T::default(); rows * osz];
     for ni in 0..g.n {
         for gi in 0..g.group {
             col.par_chunks_mut(osz.max(1))
@@ -358,7 +435,7 @@ fn conv_f64(g: &Geom, x: &[f64], w: &[f64]) -> Vec<f64> {
                             }
                             off = off * g.ins[d] + p as usize;
                         }
-                        *v = if inside { src[off] } else { 0.0 };
+                        *v = if inside { src[off] } else { T::default() };
                         for d in (0..nd).rev() {
                             oidx[d] += 1;
                             if oidx[d] < g.outs[d] {
@@ -370,7 +447,7 @@ fn conv_f64(g: &Geom, x: &[f64], w: &[f64]) -> Vec<f64> {
                 });
             let wg = &w[gi * mg * rows..][..mg * rows];
             let og = &mut out[(ni * g.m + gi * mg) * osz..][..mg * osz];
-            gemm_f64(mg, osz, rows, wg, &col, og);
+            gemm(mg, osz, rows, wg, &col, og);
         }
     }
     out
@@ -514,6 +591,65 @@ mod tests {
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
         *seed >> 33
+    }
+
+    /// Worst-case 8-bit products (±255 · ±255, odd, mostly one sign) over K = 1,000: four slices
+    /// of the exact f32 path, every output equal to the integer sum; and the same product as one
+    /// f32 GEMM over all of K (the slicing taken out: the broken variant) is caught, its sums past
+    /// 2²⁴ having lost their odd units.
+    #[test]
+    fn integer_products_are_exact_past_one_slice() {
+        let (m, n, k) = (3, 5, 1000);
+        let mut s = 11u64;
+        let a: Vec<f64> = (0..m * k)
+            .map(|i| {
+                if i % 7 == 0 {
+                    -255.0
+                } else {
+                    255.0 - (lcg(&mut s) % 3) as f64 * 2.0
+                }
+            })
+            .collect();
+        let b: Vec<f64> = (0..k * n)
+            .map(|_| 255.0 - (lcg(&mut s) % 2) as f64 * 2.0)
+            .collect();
+        let naive = |i: usize, j: usize| -> i64 {
+            (0..k)
+                .map(|p| a[i * k + p] as i64 * b[p * n + j] as i64)
+                .sum()
+        };
+        let mut c = vec![f64::NAN; m * n];
+        gemm_f64(m, n, k, &a, &b, &mut c);
+        for i in 0..m {
+            for j in 0..n {
+                assert_eq!(c[i * n + j], naive(i, j) as f64, "({i}, {j})");
+                assert!(naive(i, j).abs() > 1 << 24, "the sums must pass 2^24");
+            }
+        }
+        // One f32 GEMM over all of K: wrong somewhere.
+        let (a32, b32): (Vec<f32>, Vec<f32>) = (
+            a.iter().map(|&v| v as f32).collect(),
+            b.iter().map(|&v| v as f32).collect(),
+        );
+        let mut whole = vec![0f32; m * n];
+        crate::ops::matmul::gemm_into(
+            m, n, k, &a32, k, 1, &b32, n, 1, &mut whole, n, 1.0, false, false,
+        );
+        let wrong = (0..m * n)
+            .filter(|&i| whole[i] as f64 != naive(i / n, i % n) as f64)
+            .count();
+        assert!(
+            wrong > 0,
+            "an unsliced f32 GEMM was exact: the test data is too easy"
+        );
+        // Operands that are not small integers (float8 values) take the f64 kernels.
+        assert!(small_ints(&[0.5, 1.0]).is_none());
+        assert!(small_ints(&[256.0]).is_none());
+        assert!(small_ints(&[f64::NAN]).is_none());
+        assert_eq!(
+            small_ints(&[-255.0, 0.0, 7.0]),
+            Some(vec![-255.0, 0.0, 7.0])
+        );
     }
 
     #[test]
