@@ -296,6 +296,15 @@ macro_rules! map_numeric {
     };
 }
 
+/// `f` of every element of `a` in row-major order: through the storage where it is contiguous
+/// (an `ArrayD` iterator recomputes an n-dimensional index per element, several times slower).
+fn map_elems<T: Copy, U>(a: &ArrayD<T>, f: impl Fn(T) -> U) -> Vec<U> {
+    match a.as_slice() {
+        Some(s) => s.iter().map(|&x| f(x)).collect(),
+        None => a.iter().map(|&x| f(x)).collect(),
+    }
+}
+
 impl Tensor {
     pub fn dtype(&self) -> DType {
         match self {
@@ -421,15 +430,15 @@ impl Tensor {
     /// Integer contents as i64 (shape inputs, indices, axes). Floats are refused.
     pub fn to_i64_vec(&self) -> OpResult<Vec<i64>> {
         Ok(match self {
-            Tensor::I64(a) => a.iter().copied().collect(),
-            Tensor::I32(a) => a.iter().map(|&x| x as i64).collect(),
-            Tensor::I16(a) => a.iter().map(|&x| x as i64).collect(),
-            Tensor::I8(a) => a.iter().map(|&x| x as i64).collect(),
-            Tensor::U8(a) => a.iter().map(|&x| x as i64).collect(),
-            Tensor::U16(a) => a.iter().map(|&x| x as i64).collect(),
-            Tensor::U32(a) => a.iter().map(|&x| x as i64).collect(),
-            Tensor::U64(a) => a.iter().map(|&x| x as i64).collect(),
-            Tensor::Bool(a) => a.iter().map(|&x| x as i64).collect(),
+            Tensor::I64(a) => map_elems(a, |x| x),
+            Tensor::I32(a) => map_elems(a, |x| x as i64),
+            Tensor::I16(a) => map_elems(a, |x| x as i64),
+            Tensor::I8(a) => map_elems(a, |x| x as i64),
+            Tensor::U8(a) => map_elems(a, |x| x as i64),
+            Tensor::U16(a) => map_elems(a, |x| x as i64),
+            Tensor::U32(a) => map_elems(a, |x| x as i64),
+            Tensor::U64(a) => map_elems(a, |x| x as i64),
+            Tensor::Bool(a) => map_elems(a, |x| x as i64),
             other => {
                 return Err(OpError::Invalid(format!(
                     "expected an integer tensor, got {}",
@@ -442,17 +451,17 @@ impl Tensor {
     /// Numeric contents as f64 (any int or float dtype).
     pub fn to_f64_vec(&self) -> OpResult<Vec<f64>> {
         Ok(match self {
-            Tensor::F32(a) => a.iter().map(|&x| x as f64).collect(),
-            Tensor::F64(a) => a.iter().copied().collect(),
-            Tensor::F16(a) => a.iter().map(|x| x.to_f64()).collect(),
-            Tensor::BF16(a) => a.iter().map(|x| x.to_f64()).collect(),
+            Tensor::F32(a) => map_elems(a, |x| x as f64),
+            Tensor::F64(a) => map_elems(a, |x| x),
+            Tensor::F16(a) => map_elems(a, |x| x.to_f64()),
+            Tensor::BF16(a) => map_elems(a, |x| x.to_f64()),
             Tensor::Str(_) | Tensor::Packed(..) => {
                 return Err(OpError::Invalid(format!(
                     "expected a numeric tensor, got {}",
                     self.dtype()
                 )));
             }
-            Tensor::Bool(a) => a.iter().map(|&x| x as u8 as f64).collect(),
+            Tensor::Bool(a) => map_elems(a, |x| x as u8 as f64),
             other => other.to_i64_vec()?.into_iter().map(|x| x as f64).collect(),
         })
     }

@@ -109,7 +109,7 @@ pub(crate) fn cast(t: &Tensor, to: DType, saturate: bool) -> OpResult<Tensor> {
 /// The elements of any numeric tensor (narrow formats included) as f32.
 #[allow(dead_code)] // for other op families
 pub(crate) fn to_f32_vec(t: &Tensor) -> OpResult<Vec<f32>> {
-    Ok(map_v(t, f32::from_v)?.into_iter().collect())
+    Ok(row_major(map_v(t, f32::from_v)?))
 }
 
 /// The elements of any numeric tensor (narrow formats included) as f64, exactly for every type but
