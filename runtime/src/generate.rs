@@ -68,11 +68,8 @@ impl CacheLayout {
     /// The layout of `session`'s model, or an error that says what does not fit.
     pub fn of(session: &Session) -> Result<CacheLayout> {
         let graph = &session.model().graph;
-        let inits: std::collections::HashSet<&str> = graph
-            .initializers
-            .iter()
-            .map(|(name, _)| name.as_str())
-            .collect();
+        let inits: std::collections::HashSet<&str> =
+            graph.initializers.keys().map(String::as_str).collect();
         let inputs: Vec<_> = graph
             .inputs
             .iter()

@@ -229,6 +229,55 @@ fn arg(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, OracleE
     Ok(vec![make_output(DType::I64, shape, data, vec![0.0; n])?])
 }
 
+/// CumSum as a recurrence over flat offsets: walking the tensor in storage order (backwards with
+/// `reverse`), an element's running sum is its predecessor's along the axis (one axis stride back,
+/// or forward) plus its own value, or, `exclusive`, plus the predecessor's value.
+fn cumsum(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, OracleError> {
+    let x = input(node, inputs, 0)?;
+    let axis = input(node, inputs, 1)?;
+    let &[a] = axis.data.as_slice() else {
+        return invalid(format!("CumSum axis holds {} values", axis.data.len()));
+    };
+    if x.shape.is_empty() {
+        return invalid("CumSum of a scalar has no axis");
+    }
+    let a = norm_axis(a as i64, x.shape.len())?;
+    let exclusive = node.int("exclusive", 0)? != 0;
+    let reverse = node.int("reverse", 0)? != 0;
+    let step = strides(&x.shape)[a];
+    let len = x.shape[a];
+    let n = x.data.len();
+    let mut sum = vec![0.0f64; n];
+    let mut mag = vec![0.0f64; n];
+    let order: Box<dyn Iterator<Item = usize>> = if reverse {
+        Box::new((0..n).rev())
+    } else {
+        Box::new(0..n)
+    };
+    for p in order {
+        let pos = (p / step) % len;
+        let first = if reverse { pos + 1 == len } else { pos == 0 };
+        let prev = if reverse {
+            p + step
+        } else {
+            p.wrapping_sub(step)
+        };
+        let (s0, m0) = if first {
+            (0.0, 0.0)
+        } else {
+            (sum[prev], mag[prev])
+        };
+        let own = if exclusive {
+            if first { 0.0 } else { x.data[prev] }
+        } else {
+            x.data[p]
+        };
+        sum[p] = s0 + own;
+        mag[p] = m0 + own.abs();
+    }
+    Ok(vec![make_output(x.dtype, x.shape.clone(), sum, mag)?])
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::testkit::*;
@@ -366,53 +415,4 @@ mod tests {
         let m = eval(&node("ArgMin", 13, vec![]), &[x]).unwrap();
         assert_eq!(m[0].value.data, vec![0.0, 1.0, 0.0]);
     }
-}
-
-/// CumSum as a recurrence over flat offsets: walking the tensor in storage order (backwards with
-/// `reverse`), an element's running sum is its predecessor's along the axis (one axis stride back,
-/// or forward) plus its own value, or, `exclusive`, plus the predecessor's value.
-fn cumsum(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, OracleError> {
-    let x = input(node, inputs, 0)?;
-    let axis = input(node, inputs, 1)?;
-    let &[a] = axis.data.as_slice() else {
-        return invalid(format!("CumSum axis holds {} values", axis.data.len()));
-    };
-    if x.shape.is_empty() {
-        return invalid("CumSum of a scalar has no axis");
-    }
-    let a = norm_axis(a as i64, x.shape.len())?;
-    let exclusive = node.int("exclusive", 0)? != 0;
-    let reverse = node.int("reverse", 0)? != 0;
-    let step = strides(&x.shape)[a];
-    let len = x.shape[a];
-    let n = x.data.len();
-    let mut sum = vec![0.0f64; n];
-    let mut mag = vec![0.0f64; n];
-    let order: Box<dyn Iterator<Item = usize>> = if reverse {
-        Box::new((0..n).rev())
-    } else {
-        Box::new(0..n)
-    };
-    for p in order {
-        let pos = (p / step) % len;
-        let first = if reverse { pos + 1 == len } else { pos == 0 };
-        let prev = if reverse {
-            p + step
-        } else {
-            p.wrapping_sub(step)
-        };
-        let (s0, m0) = if first {
-            (0.0, 0.0)
-        } else {
-            (sum[prev], mag[prev])
-        };
-        let own = if exclusive {
-            if first { 0.0 } else { x.data[prev] }
-        } else {
-            x.data[p]
-        };
-        sum[p] = s0 + own;
-        mag[p] = m0 + own.abs();
-    }
-    Ok(vec![make_output(x.dtype, x.shape.clone(), sum, mag)?])
 }

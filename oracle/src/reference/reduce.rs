@@ -248,6 +248,48 @@ fn arg(node: &NodeSpec, x: &Value, keepdims: bool) -> Result<Output, OracleError
     output(DType::I64, shape, data, vec![0.0; n])
 }
 
+/// CumSum by its definition, each output on its own: output `[.., i, ..]` (`i` on the axis) is the
+/// sum of the input at `[.., j, ..]` for `j <= i` (`j >= i` with `reverse`; the equality left out
+/// with `exclusive`), added in f64; its magnitude is the sum of those terms' magnitudes.
+fn cumsum(node: &NodeSpec, x: &Value, axis: &Value) -> Result<Output, OracleError> {
+    if axis.data.len() != 1 || axis.shape.len() > 1 {
+        return Err(OracleError::Invalid(format!(
+            "CumSum axis must be a scalar, got shape {:?}",
+            axis.shape
+        )));
+    }
+    let rank = x.shape.len();
+    if rank == 0 {
+        return Err(OracleError::Invalid(
+            "CumSum of a scalar has no axis".into(),
+        ));
+    }
+    let a = norm_axis(axis.data[0] as i64, rank, "CumSum")?;
+    let exclusive = node.int("exclusive", 0)? != 0;
+    let reverse = node.int("reverse", 0)? != 0;
+    let st = strides(&x.shape);
+    let mut data = Vec::with_capacity(x.data.len());
+    let mut mag = Vec::with_capacity(x.data.len());
+    for flat in 0..x.data.len() {
+        let i = unravel(flat, &x.shape)[a];
+        let terms = (0..x.shape[a]).filter(|&j| match (reverse, exclusive) {
+            (false, false) => j <= i,
+            (false, true) => j < i,
+            (true, false) => j >= i,
+            (true, true) => j > i,
+        });
+        let (mut sum, mut m) = (0.0, 0.0);
+        for j in terms {
+            let v = x.data[flat - i * st[a] + j * st[a]];
+            sum += v;
+            m += v.abs();
+        }
+        data.push(sum);
+        mag.push(m);
+    }
+    output(x.dtype, x.shape.clone(), data, mag)
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::Reference;
@@ -399,46 +441,4 @@ mod tests {
         assert_eq!(run("ReduceMax", DType::F32), f64::NEG_INFINITY);
         assert_eq!(run("ReduceMin", DType::F16), f64::INFINITY);
     }
-}
-
-/// CumSum by its definition, each output on its own: output `[.., i, ..]` (`i` on the axis) is the
-/// sum of the input at `[.., j, ..]` for `j <= i` (`j >= i` with `reverse`; the equality left out
-/// with `exclusive`), added in f64; its magnitude is the sum of those terms' magnitudes.
-fn cumsum(node: &NodeSpec, x: &Value, axis: &Value) -> Result<Output, OracleError> {
-    if axis.data.len() != 1 || axis.shape.len() > 1 {
-        return Err(OracleError::Invalid(format!(
-            "CumSum axis must be a scalar, got shape {:?}",
-            axis.shape
-        )));
-    }
-    let rank = x.shape.len();
-    if rank == 0 {
-        return Err(OracleError::Invalid(
-            "CumSum of a scalar has no axis".into(),
-        ));
-    }
-    let a = norm_axis(axis.data[0] as i64, rank, "CumSum")?;
-    let exclusive = node.int("exclusive", 0)? != 0;
-    let reverse = node.int("reverse", 0)? != 0;
-    let st = strides(&x.shape);
-    let mut data = Vec::with_capacity(x.data.len());
-    let mut mag = Vec::with_capacity(x.data.len());
-    for flat in 0..x.data.len() {
-        let i = unravel(flat, &x.shape)[a];
-        let terms = (0..x.shape[a]).filter(|&j| match (reverse, exclusive) {
-            (false, false) => j <= i,
-            (false, true) => j < i,
-            (true, false) => j >= i,
-            (true, true) => j > i,
-        });
-        let (mut sum, mut m) = (0.0, 0.0);
-        for j in terms {
-            let v = x.data[flat - i * st[a] + j * st[a]];
-            sum += v;
-            m += v.abs();
-        }
-        data.push(sum);
-        mag.push(m);
-    }
-    output(x.dtype, x.shape.clone(), data, mag)
 }
