@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use ndarray::{ArrayD, IxDyn};
 
-use super::movement::{elem_ty, store_bits};
+use super::movement::{checked_index, elem_ty, store_bits};
 use super::{require_u32_len, thread_index};
 use crate::decline;
 use crate::driver::Arg;
@@ -124,22 +124,7 @@ pub(super) fn gather_elements_dev_kernel(
     let isize = if ity == Ty::S32 { 4 } else { 8 };
     let ia = k.addr(ip, i, isize);
     let raw = k.ld_nc(ity, ia, 0);
-    let raw = if ity == Ty::S32 {
-        k.cvt(Ty::S64, Ty::S32, "", raw)
-    } else {
-        raw
-    };
-    let neg = k.setp(Cmp::Lt, Ty::S64, raw, 0i64);
-    let up = k.add(Ty::S64, raw, dim as i64);
-    let norm = k.selp(Ty::S64, up, raw, neg);
-    let norm = k.bitcast(Ty::U64, norm);
-    let ok = k.setp(Cmp::Lt, Ty::U64, norm, dim as i64);
-    let skip = k.new_label("in_range");
-    k.bra_if(ok, false, &skip);
-    k.st(Space::Global, fp, 0, 1u32);
-    k.label(&skip);
-    let safe = k.selp(Ty::U64, norm, 0i64, ok);
-    let iv = k.cvt(Ty::U32, Ty::U64, "", safe);
+    let iv = checked_index(&mut k, raw, ity, dim, fp);
     // The data offset: each coordinate of i in the index shape times the data's stride, the
     // axis's coordinate replaced by the index.
     let mut off = k.mul(Ty::U32, iv, xstrides[axis] as u32);

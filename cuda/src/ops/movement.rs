@@ -157,6 +157,28 @@ pub(super) fn elem_ty(t: &DevTensor) -> KResult<(Ty, usize)> {
     })
 }
 
+/// An index read on the device (`raw`, s32 or s64) made safe to address an axis of `dim`: a
+/// negative index counts from the end; one still out of range reads element 0 and stores 1 in the
+/// fault word at `fault`, which the run turns into the node's error. Returns the index as u32.
+pub(super) fn checked_index(k: &mut Kernel, raw: Reg, ity: Ty, dim: u64, fault: Reg) -> Reg {
+    let raw = if ity == Ty::S32 {
+        k.cvt(Ty::S64, Ty::S32, "", raw)
+    } else {
+        raw
+    };
+    let neg = k.setp(Cmp::Lt, Ty::S64, raw, 0i64);
+    let up = k.add(Ty::S64, raw, dim as i64);
+    let norm = k.selp(Ty::S64, up, raw, neg);
+    let norm = k.bitcast(Ty::U64, norm);
+    let ok = k.setp(Cmp::Lt, Ty::U64, norm, dim as i64);
+    let skip = k.new_label("in_range");
+    k.bra_if(ok, false, &skip);
+    k.st(Space::Global, fault, 0, 1u32);
+    k.label(&skip);
+    let safe = k.selp(Ty::U64, norm, 0i64, ok);
+    k.cvt(Ty::U32, Ty::U64, "", safe)
+}
+
 /// `base + (off as signed 32-bit) · size`: strides may be negative (Slice with negative steps).
 fn signed_addr(k: &mut Kernel, base: Reg, off: Reg, size: usize) -> Reg {
     let s = k.bitcast(Ty::S32, off);
@@ -340,23 +362,7 @@ fn k_gather(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTenso
     let ia = k.addr(ip, j, isize);
     let raw = k.ld_nc(ity, ia, 0);
     let iv = if on_device {
-        // Normalise a negative index, then check it; out of range: element 0, fault raised.
-        let raw = if ity == Ty::S32 {
-            k.cvt(Ty::S64, Ty::S32, "", raw)
-        } else {
-            raw
-        };
-        let neg = k.setp(Cmp::Lt, Ty::S64, raw, 0i64);
-        let up = k.add(Ty::S64, raw, dim);
-        let norm = k.selp(Ty::S64, up, raw, neg);
-        let norm = k.bitcast(Ty::U64, norm);
-        let ok = k.setp(Cmp::Lt, Ty::U64, norm, dim);
-        let skip = k.new_label("in_range");
-        k.bra_if(ok, false, &skip);
-        k.st(Space::Global, fp, 0, 1u32);
-        k.label(&skip);
-        let safe = k.selp(Ty::U64, norm, 0i64, ok);
-        k.cvt(Ty::U32, Ty::U64, "", safe)
+        checked_index(&mut k, raw, ity, dim as u64, fp)
     } else {
         k.cvt(Ty::U32, Ty::S64, "", raw)
     };

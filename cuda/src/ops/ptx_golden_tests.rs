@@ -9,7 +9,8 @@ use super::cast::{Kind as CastKind, cast_kernel, kind};
 use super::conv::{Direct, direct_kernel};
 use super::elementwise as ew;
 use super::index::{
-    gather_elements_kernel, one_hot_kernel, range_kernel, scatter_kernel, trilu_kernel,
+    cumsum_kernel, gather_elements_dev_kernel, gather_elements_kernel, one_hot_kernel,
+    range_kernel, scatter_kernel, trilu_kernel,
 };
 use super::math::{erf64, exp64, log64, sincos64, tanh64};
 use super::matmul::skinny::{build_skinny, reduce_kernel, reduce4_kernel};
@@ -38,7 +39,7 @@ use quorum_optable::Family;
 
 /// The digest of every module `golden_modules` prints, from the generator as of its last intended
 /// change.
-const GOLDEN: u64 = 0xa883_5a3a_a89e_15dc;
+const GOLDEN: u64 = 0x9cf2_de2b_7801_c7ea;
 
 /// FNV-1a, 64-bit: stable across runs and toolchains (unlike `RandomState`).
 struct Fnv(u64);
@@ -232,6 +233,38 @@ fn index_modules(out: &mut Vec<String>) {
         out.push(module((9, 0), &[one_hot_kernel(ty, size, 10, 3)]));
         out.push(module((9, 0), &[trilu_kernel(ty, size, true, 3, 5)]));
         out.push(module((9, 0), &[trilu_kernel(ty, size, false, 3, 5)]));
+        for ity in [Ty::S32, Ty::S64] {
+            let k = gather_elements_dev_kernel(ty, size, ity, &[2, 3, 4], &[20, 4, 1], 1, 5);
+            out.push(module((9, 0), &[k]));
+        }
+    }
+    for dtype in [
+        DType::F32,
+        DType::F64,
+        DType::F16,
+        DType::BF16,
+        DType::I32,
+        DType::I64,
+    ] {
+        for (exclusive, reverse) in [(false, false), (true, false), (false, true), (true, true)] {
+            let plan = quorum_core::device::index::ScanPlan {
+                outer: 2,
+                dim: 5,
+                inner: 3,
+                exclusive,
+                reverse,
+            };
+            out.push(module(
+                (9, 0),
+                &[cumsum_kernel(dtype, plan).expect("a CumSum type")],
+            ));
+        }
+    }
+    for ity in [Ty::S32, Ty::S64, Ty::U32, Ty::U64] {
+        for (is_max, last) in [(true, false), (true, true), (false, false), (false, true)] {
+            let k = super::reduce::arg_int_kernel(ity, is_max, last, &[(2, 12), (4, 1)], 3, 4);
+            out.push(module((9, 0), &[k]));
+        }
     }
     for (red, st, c, size, len, inner) in [
         (Reduction::None, Ty::U32, Ty::U32, 4, 5, 7),

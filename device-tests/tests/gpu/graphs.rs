@@ -4,7 +4,7 @@ use quorum::session::{GraphCapture, WARMUP_RUNS};
 use quorum::{Provider, Session, SessionOptions, Tensor, Value};
 
 use crate::harness::{POISON_NAN, on_cpu, rand_f32};
-use crate::models::{model, node, tensor_proto};
+use crate::models::{int_attr, model, node, tensor_proto};
 
 pub(crate) fn options(streams: usize, graph: GraphCapture) -> SessionOptions {
     let providers = if on_cpu() {
@@ -100,21 +100,8 @@ fn replays_match_eager_runs_for_new_inputs() {
 /// arithmetic runs on the host, the graph still captures, and replays follow new values and a
 /// second shape key.
 fn reshaped_by_its_shape() -> Vec<u8> {
-    use quorum::proto::attribute_proto::AttributeType;
-    let mut cast = node("Cast", &["cols"], "colsf");
-    cast.attribute.push(quorum::proto::AttributeProto {
-        name: Some("to".into()),
-        i: Some(1),
-        r#type: Some(AttributeType::Int as i32),
-        ..Default::default()
-    });
-    let mut cat = node("Concat", &["rows1", "eight8"], "target");
-    cat.attribute.push(quorum::proto::AttributeProto {
-        name: Some("axis".into()),
-        i: Some(0),
-        r#type: Some(AttributeType::Int as i32),
-        ..Default::default()
-    });
+    let cast = int_attr(node("Cast", &["cols"], "colsf"), "to", 1);
+    let cat = int_attr(node("Concat", &["rows1", "eight8"], "target"), "axis", 0);
     let ints = |name: &str, dims: &[usize], v: Vec<i64>| {
         tensor_proto(name, &Tensor::from_i64(dims, v).unwrap())
     };
@@ -146,16 +133,6 @@ fn reshaped_by_its_shape() -> Vec<u8> {
 /// Cast → CumSum → Mul → Cast → Add), then a GatherElements by those ids; every node on the
 /// device, the indices device values that the kernel checks itself.
 fn positions_from_tokens() -> Vec<u8> {
-    use quorum::proto::attribute_proto::AttributeType;
-    let int_attr = |mut n: quorum::proto::NodeProto, name: &str, v: i64| {
-        n.attribute.push(quorum::proto::AttributeProto {
-            name: Some(name.into()),
-            i: Some(v),
-            r#type: Some(AttributeType::Int as i32),
-            ..Default::default()
-        });
-        n
-    };
     let ints = |name: &str, dims: &[usize], v: Vec<i64>| {
         tensor_proto(name, &Tensor::from_i64(dims, v).unwrap())
     };

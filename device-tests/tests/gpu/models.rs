@@ -24,6 +24,17 @@ pub fn node(op: &str, i: &[&str], o: &str) -> proto::NodeProto {
     }
 }
 
+/// `n` with the integer attribute `name = v`.
+pub fn int_attr(mut n: proto::NodeProto, name: &str, v: i64) -> proto::NodeProto {
+    n.attribute.push(proto::AttributeProto {
+        name: Some(name.into()),
+        i: Some(v),
+        r#type: Some(proto::attribute_proto::AttributeType::Int as i32),
+        ..Default::default()
+    });
+    n
+}
+
 pub fn value(name: &str) -> proto::ValueInfoProto {
     proto::ValueInfoProto {
         name: Some(name.into()),
