@@ -6,7 +6,8 @@
 //! Every (entry, engine) result is kept under `target/zoo/results/<engine>/<entry>.json`, stamped
 //! with the exports and the `quorum` binary it came from, so an interrupted run resumes where it
 //! stopped and `--shard I/N` runs on several machines (or one after another) fill one report: the
-//! report is rendered from every stored result of the current stamp, not only this run's.
+//! report is rendered from every stored result of the current exports, not only this run's (each
+//! row's binary is in the JSON; the report counts the results per binary).
 mod report;
 mod slice;
 
@@ -168,7 +169,7 @@ pub fn run(a: Args) -> Result<bool> {
     std::fs::create_dir_all(&out)?;
     let mut all_ok = true;
     for engine in &a.engines {
-        let stored = stored_results(&work.join("results").join(engine), &stamp, &binary);
+        let stored = stored_results(&work.join("results").join(engine), &stamp);
         let (md, json) = report::render(&meta, engine, &catalogue, &stored);
         let md_path = out.join(format!("{engine}.md"));
         std::fs::write(&md_path, md)?;
@@ -344,15 +345,17 @@ fn stored(dir: &Path, e: &CatalogueEntry, stamp: &str, binary: &str) -> bool {
         .is_some_and(|r| r.export_stamp == stamp && r.binary == binary)
 }
 
-/// The stored results of the current exports and binary.
-fn stored_results(dir: &Path, stamp: &str, binary: &str) -> Vec<EntryResult> {
+/// The stored results of the current exports, one per entry (the latest run of each, whichever
+/// binary ran it: a run of some entries with a new binary keeps the others' rows in the report,
+/// and the report says which binary ran how many).
+fn stored_results(dir: &Path, stamp: &str) -> Vec<EntryResult> {
     let mut out: Vec<EntryResult> = std::fs::read_dir(dir)
         .into_iter()
         .flatten()
         .filter_map(|e| e.ok())
         .filter_map(|e| std::fs::read(e.path()).ok())
         .filter_map(|b| serde_json::from_slice::<EntryResult>(&b).ok())
-        .filter(|r| r.export_stamp == stamp && r.binary == binary)
+        .filter(|r| r.export_stamp == stamp)
         .collect();
     out.sort_by(|a, b| a.entry.name.cmp(&b.entry.name));
     out

@@ -344,13 +344,16 @@ pub fn render(
     let _ = writeln!(
         md,
         "Written by `cargo xtask zoo --engine {engine}` (`xtask/src/zoo.rs`) from every result stored \
-         for this binary and these exports; the catalogue is `benches/zoo/entries.py`, exported by \
-         `benches/zoo/export.py` with random seeded weights and inputs (nothing downloaded).\n"
+         for these exports, the latest of each entry; the catalogue is `benches/zoo/entries.py`, \
+         exported by `benches/zoo/export.py` with random seeded weights and inputs (nothing \
+         downloaded).\n"
     );
     let _ = writeln!(
         md,
-        "- commit: `{}`; `quorum` binary FNV-1a `{}`",
-        meta.commit, meta.binary
+        "- commit: `{}`; `quorum` binary FNV-1a `{}`{}",
+        meta.commit,
+        meta.binary,
+        other_binaries(&meta.binary, results)
     );
     let _ = writeln!(
         md,
@@ -540,6 +543,23 @@ pub fn render(
     (md, json)
 }
 
+/// Where some results came from binaries other than `current` (entries not run again since): how
+/// many results each binary gave, for the report's header ("" when every result is `current`'s).
+fn other_binaries(current: &str, results: &[EntryResult]) -> String {
+    let mut counts: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
+    for r in results {
+        *counts.entry(r.binary.as_str()).or_default() += 1;
+    }
+    if counts.keys().all(|b| *b == current) {
+        return String::new();
+    }
+    let list: Vec<String> = counts.iter().map(|(b, n)| format!("`{b}` {n}")).collect();
+    format!(
+        " (the results come from several binaries, entries not run again keeping theirs: {})",
+        list.join(", ")
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -660,5 +680,16 @@ mod tests {
         );
         assert!(md.contains("`tv_y` (torchvision): **mismatch**"));
         assert!(md.contains("`tv_z` (torchvision): **export failed**: SerdeError"));
+        assert!(
+            !md.contains("several binaries"),
+            "every result is this binary's: {md}"
+        );
+        // An entry kept from an earlier binary: the header counts the results of each.
+        results[0].binary = "old".into();
+        let (md, _) = render(&meta, "cpu", &[entry()], &results);
+        assert!(
+            md.contains("several binaries") && md.contains("`b` 2, `old` 1"),
+            "{md}"
+        );
     }
 }
