@@ -34,6 +34,8 @@ pub struct CachePair {
 }
 
 /// Where a decoder's tokens, mask, positions, cache and logits are.
+///
+/// `vocab`: the logits' last dim where the model declares it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CacheLayout {
     pub ids: String,
@@ -42,6 +44,7 @@ pub struct CacheLayout {
     pub positions: Option<(String, DType)>,
     pub cache: Vec<CachePair>,
     pub logits: String,
+    pub vocab: Option<usize>,
 }
 
 fn layout_error(msg: String) -> Error {
@@ -120,14 +123,20 @@ impl CacheLayout {
             ));
         }
         let is_cache = |n: &str| cache.iter().any(|c| c.output == n);
-        let logits = graph
+        let logits_info = graph
             .outputs
             .iter()
             .find(|o| o.name == "logits")
             .or_else(|| graph.outputs.iter().find(|o| !is_cache(&o.name)))
-            .ok_or_else(|| layout_error("no logits output".into()))?
-            .name
-            .clone();
+            .ok_or_else(|| layout_error("no logits output".into()))?;
+        let vocab = match tensor_type(&logits_info.ty) {
+            Some((_, Some(dims))) => match dims.last() {
+                Some(Dim::Fixed(v)) if *v > 0 => Some(*v as usize),
+                _ => None,
+            },
+            _ => None,
+        };
+        let logits = logits_info.name.clone();
         if let Some(extra) = inputs.iter().find(|i| {
             i.name != ids.name
                 && mask.as_ref().is_none_or(|m| m.0 != i.name)
@@ -146,6 +155,7 @@ impl CacheLayout {
             positions,
             cache,
             logits,
+            vocab,
         })
     }
 }
@@ -308,13 +318,19 @@ pub fn generate(
                 )));
             }
         };
-        let flat = logits
-            .to_f64_vec()
-            .map_err(|e| Error::InvalidModel(e.to_string()))?;
-        let last: Vec<f32> = flat[(rows - 1) * vocab..]
-            .iter()
-            .map(|&v| v as f32)
-            .collect();
+        // The last position's row alone (the prompt's run returns one row per prompt token).
+        let at = (rows - 1) * vocab;
+        let last: Vec<f32> = match &logits {
+            Tensor::F32(a) if a.as_slice().is_some() => {
+                a.as_slice().unwrap_or_default()[at..].to_vec()
+            }
+            t => t
+                .to_f64_vec()
+                .map_err(|e| Error::InvalidModel(e.to_string()))?[at..]
+                .iter()
+                .map(|&v| v as f32)
+                .collect(),
+        };
         let token = argmax(&last)
             .ok_or_else(|| Error::InvalidModel(format!("step {step}: the logits hold NaN")))?
             as i64;

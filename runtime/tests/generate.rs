@@ -75,6 +75,11 @@ fn the_layout_is_read_from_the_model() {
     );
     assert_eq!(l.positions, None);
     assert_eq!(l.logits, "logits");
+    assert_eq!(
+        l.vocab,
+        Some(97),
+        "the exporter declares the vocabulary's width"
+    );
     assert_eq!(l.cache.len(), 4, "two layers, a key and a value each");
     assert_eq!(l.cache[0].input, "past_key_values.0.key");
     assert_eq!(l.cache[0].output, "present.0.key");

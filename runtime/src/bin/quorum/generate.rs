@@ -56,10 +56,15 @@ pub fn main(a: Args) -> CliResult<()> {
         let vocab = match a.vocab {
             Some(v) if v > 0 => v,
             Some(v) => return Err(fail(2, format!("--vocab {v} must be positive"))),
-            None => {
-                let probe = generate(&session, &layout, &[0], 1, |_, _| {}).map_err(from_quorum)?;
-                probe.logits[0].len().min(1000) as i64
-            }
+            // The declared width, or one run of a single token where the model leaves it open.
+            None => match layout.vocab {
+                Some(v) => v.min(1000) as i64,
+                None => {
+                    let probe =
+                        generate(&session, &layout, &[0], 1, |_, _| {}).map_err(from_quorum)?;
+                    probe.logits[0].len().min(1000) as i64
+                }
+            },
         };
         let mut rng = quorum::inputs::Rng::new(a.seed);
         (0..a.prompt_len.max(1))
