@@ -12,7 +12,8 @@ PyTorch, TF32 off, on CUDA:
 - `loop`: the same loop as Quorum's (decoder.py's Step with its cache fed back, the next token
   read on the host each step), each step timed host to host.
 Quorum: `quorum generate --provider cuda`, each step host to host (the cache goes to the host and
-back every step). Tokens of all three must agree (random weights can make near-ties, so a
+back every step), eagerly (`--graph off`, each step a new length) and with graph capture over a
+cache padded to buckets (`--graph on`: one captured graph per bucket). Tokens of all three must agree (random weights can make near-ties, so a
 disagreement is reported, not hidden). Writes DIR/generate.json and DIR/generate.md.
 """
 import argparse
@@ -59,21 +60,26 @@ def main():
         "export_s": round(export_s, 1),
     }
 
-    # Quorum.
-    cmd = [a.quorum, "generate", path, "--provider", "cuda", "--prompt", ",".join(map(str, prompt[0].tolist())),
-           "--new-tokens", str(n), "--repeat", str(a.repeat + 1), "--json"]
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode != 0:
-        row["quorum_error"] = (p.stderr or p.stdout).strip()[-400:]
-    else:
+    # Quorum: eager, each step a new shape; and graph replay over a cache padded to buckets.
+    variants = {"eager": ["--graph", "off", "--pad-cache", "off"], "graph": ["--graph", "on"]}
+    for name, extra in variants.items():
+        cmd = [a.quorum, "generate", path, "--provider", "cuda", "--prompt", ",".join(map(str, prompt[0].tolist())),
+               "--new-tokens", str(n), "--repeat", str(a.repeat + 1), "--json", *extra]
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        key = "quorum" if name == "graph" else f"quorum_{name}"
+        if p.returncode != 0:
+            row[f"{key}_error"] = (p.stderr or p.stdout).strip()[-400:]
+            continue
         q = json.loads(p.stdout.strip().splitlines()[-1])
         row.update({
-            "quorum_tokens": q["tokens"],
-            "quorum_prefill_ms": q["prefill_ms"],
-            "quorum_token_ms": q["token_ms_median"],
-            "quorum_token_p10_ms": q["token_ms_p10"],
-            "quorum_token_p90_ms": q["token_ms_p90"],
-            "quorum_cuda_fallbacks": q["counters"].get("cuda_fallbacks"),
+            f"{key}_tokens": q["tokens"],
+            f"{key}_prefill_ms": q["prefill_ms"],
+            f"{key}_token_ms": q["token_ms_median"],
+            f"{key}_token_p10_ms": q["token_ms_p10"],
+            f"{key}_token_p90_ms": q["token_ms_p90"],
+            f"{key}_cuda_fallbacks": q["counters"].get("cuda_fallbacks"),
+            f"{key}_graph_replays": q["counters"].get("graph_replays"),
+            f"{key}_pad_cache": q.get("pad_cache"),
         })
 
     if torch.cuda.is_available():
@@ -108,7 +114,8 @@ def main():
                 for _ in range(n):
                     t = time.perf_counter()
                     total += ids.shape[1]
-                    out = step(ids, torch.ones(1, total, dtype=torch.int64, device=dev), *past)
+                    pos = torch.arange(total - ids.shape[1], total, device=dev).unsqueeze(0)
+                    out = step(ids, torch.ones(1, total, dtype=torch.int64, device=dev), pos, *past)
                     tok = int(torch.argmax(out[0][0, -1]))
                     times.append((time.perf_counter() - t) * 1e3)
                     toks.append(tok)
@@ -123,7 +130,7 @@ def main():
         row["loop_tokens"] = toks
         row["loop_token_ms"] = statistics.median(steps)
 
-    toks = [row.get(k) for k in ("quorum_tokens", "hf_tokens", "loop_tokens") if row.get(k)]
+    toks = [row.get(k) for k in ("quorum_tokens", "quorum_eager_tokens", "hf_tokens", "loop_tokens") if row.get(k)]
     row["tokens_agree"] = all(t == toks[0] for t in toks) if toks else None
     if row.get("quorum_token_ms") and row.get("hf_token_ms"):
         row["ratio_vs_hf"] = row["quorum_token_ms"] / row["hf_token_ms"]
@@ -140,7 +147,8 @@ def main():
         "",
         "| | per token ms | note |",
         "|---|---:|---|",
-        f"| Quorum `generate --provider cuda` | {f3(row.get('quorum_token_ms'))} | prefill {f3(row.get('quorum_prefill_ms'))} ms; p10 {f3(row.get('quorum_token_p10_ms'))}, p90 {f3(row.get('quorum_token_p90_ms'))}; CUDA fallbacks {row.get('quorum_cuda_fallbacks')} {row.get('quorum_error', '')} |",
+        f"| Quorum `generate --provider cuda --graph on` | {f3(row.get('quorum_token_ms'))} | cache padded to buckets from {row.get('quorum_pad_cache')}; prefill {f3(row.get('quorum_prefill_ms'))} ms; p10 {f3(row.get('quorum_token_p10_ms'))}, p90 {f3(row.get('quorum_token_p90_ms'))}; replays {row.get('quorum_graph_replays')}; CUDA fallbacks {row.get('quorum_cuda_fallbacks')} {row.get('quorum_error', '')} |",
+        f"| Quorum `generate --provider cuda --graph off` | {f3(row.get('quorum_eager_token_ms'))} | eager, unpadded; prefill {f3(row.get('quorum_eager_prefill_ms'))} ms; p10 {f3(row.get('quorum_eager_token_p10_ms'))}, p90 {f3(row.get('quorum_eager_token_p90_ms'))} {row.get('quorum_eager_error', '')} |",
         f"| transformers `generate` (eager) | {f3(row.get('hf_token_ms'))} | (N tokens - 1 token) / (N - 1) |",
         f"| PyTorch, the same loop | {f3(row.get('loop_token_ms'))} | decoder.py's Step, cache fed back |",
         "",

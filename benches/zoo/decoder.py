@@ -3,8 +3,9 @@ weights seeded from the size's name), and writes PyTorch's own greedy generation
 
     python benches/zoo/decoder.py OUT_DIR [--size tiny|small] [--prompt-len N] [--new-tokens N]
 
-OUT_DIR/model.onnx takes `input_ids` [batch, seq], `attention_mask` [batch, past + seq] and, per
-layer i, `past_key_values.i.key` / `.value` [batch, heads, past, head_dim], every length dynamic
+OUT_DIR/model.onnx takes `input_ids` [batch, seq], `attention_mask` [batch, past + seq],
+`position_ids` [batch, seq] and, per layer i, `past_key_values.i.key` / `.value`
+[batch, heads, past, head_dim], every length dynamic
 (a first step passes a past of length 0), and returns `logits` [batch, seq, vocab] and
 `present.i.key` / `.value` [batch, heads, past + seq, head_dim]: the layout onnxruntime's and
 Optimum's decoder exports use. OUT_DIR/generate.json holds the prompt, the tokens the same loop
@@ -30,22 +31,23 @@ SIZES = {
 
 class Step(nn.Module):
     """One call of GPT-2 written out with its cache explicit: new tokens, the mask of every
-    position, the cache before them; the transformers model's own layers and weights, so that the
-    computation is its, and every length is read from the tensors (nothing a trace could fix)."""
+    position, the new tokens' positions, the cache before them; the transformers model's own
+    layers and weights, so that the computation is its, and every length is read from the tensors
+    (nothing a trace could fix). Positions are an input (as in Optimum's exports), so a cache
+    padded in front, its padding masked out, gives the same answer as the unpadded cache."""
 
     def __init__(self, m):
         super().__init__()
         self.m = m
 
-    def forward(self, input_ids, attention_mask, *past):
+    def forward(self, input_ids, attention_mask, position_ids, *past):
         t = self.m.transformer
         cfg = self.m.config
         batch, seq = input_ids.shape[0], input_ids.shape[1]
         heads, width = cfg.n_head, cfg.n_embd
         dim = width // heads
         past_len = past[0].shape[2]
-        pos = torch.arange(past_len, past_len + seq, device=input_ids.device).unsqueeze(0)
-        x = t.wte(input_ids) + t.wpe(pos)
+        x = t.wte(input_ids) + t.wpe(position_ids)
         # Position q (at past_len + q) sees keys 0..past_len + q, and only those the mask keeps.
         q_at = torch.arange(seq, device=input_ids.device).unsqueeze(1) + past_len
         k_at = torch.arange(past_len + seq, device=input_ids.device).unsqueeze(0)
@@ -79,7 +81,8 @@ def torch_generate(step, prompt, new_tokens, device="cpu"):
     with torch.no_grad():
         for _ in range(new_tokens):
             total += ids.shape[1]
-            out = step(ids, torch.ones(1, total, dtype=torch.int64, device=device), *past)
+            pos = torch.arange(total - ids.shape[1], total, device=device).unsqueeze(0)
+            out = step(ids, torch.ones(1, total, dtype=torch.int64, device=device), pos, *past)
             last = out[0][0, -1]
             tok = int(torch.argmax(last))
             tokens.append(tok)
@@ -114,9 +117,15 @@ def build(size, out_dir, prompt_len):
     ids = torch.randint(0, cfg.vocab_size, (1, 2), generator=g)
     past = [torch.randn(1, heads, 3, head_dim, generator=g) for _ in range(2 * layers)]
     mask = torch.ones(1, 5, dtype=torch.int64)
-    names = ["input_ids", "attention_mask"]
+    pos = torch.arange(3, 5).unsqueeze(0)
+    names = ["input_ids", "attention_mask", "position_ids"]
     outs = ["logits"]
-    dyn = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "total"}, "logits": {0: "batch", 1: "seq"}}
+    dyn = {
+        "input_ids": {0: "batch", 1: "seq"},
+        "attention_mask": {0: "batch", 1: "total"},
+        "position_ids": {0: "batch", 1: "seq"},
+        "logits": {0: "batch", 1: "seq"},
+    }
     for i in range(layers):
         for kv in ("key", "value"):
             names.append(f"past_key_values.{i}.{kv}")
@@ -126,7 +135,7 @@ def build(size, out_dir, prompt_len):
     with torch.no_grad():
         torch.onnx.export(
             step,
-            (ids, mask, *past),
+            (ids, mask, pos, *past),
             path,
             input_names=names,
             output_names=outs,

@@ -15,9 +15,15 @@
 //! - the logits are the output named `logits`, or else the first output that is not a cache.
 //!
 //! Batch 1 only. Each run is an ordinary [`Session::run`]: whatever the session's providers and
-//! graph capture do applies per step (a step's shapes change with the cache's length, so capture
-//! keys differ from step to step).
+//! graph capture do applies per step. Unpadded, a step's shapes change with the cache's length, so
+//! no two steps share a capture key; with [`GenerateOptions::pad_cache`] the cache is held padded
+//! in front to a bucket length (`b, 2b, 4b, ..`), its padding masked out and the positions given
+//! explicitly, so every step of a bucket has the same shapes and one captured graph serves them
+//! all. Padding needs both `attention_mask` and `position_ids` (a model that derives positions
+//! from the cache's length would read the padding as earlier tokens).
 use std::time::{Duration, Instant};
+
+use ndarray::{Axis, Slice};
 
 use crate::ir::{Dim, ValueType};
 use crate::tensor::{DType, Tensor, Value};
@@ -31,6 +37,8 @@ pub struct CachePair {
     pub dtype: DType,
     /// The declared shape with the batch as 1 and the length axis as 0: the empty cache.
     pub empty: Vec<usize>,
+    /// The length axis (the one symbolic dim after the batch).
+    pub axis: usize,
 }
 
 /// Where a decoder's tokens, mask, positions, cache and logits are.
@@ -110,11 +118,13 @@ impl CacheLayout {
                     )));
                 }
             };
+            let (empty, axis) = empty_shape(&i.name, shape)?;
             cache.push(CachePair {
                 input: i.name.clone(),
                 output,
                 dtype,
-                empty: empty_shape(&i.name, shape)?,
+                empty,
+                axis,
             });
         }
         if cache.is_empty() {
@@ -172,8 +182,9 @@ fn present_name(input: &str) -> Vec<String> {
     names
 }
 
-/// The empty cache's shape: batch 1, the one symbolic dim after it 0, the fixed dims as declared.
-fn empty_shape(name: &str, dims: &[Dim]) -> Result<Vec<usize>> {
+/// The empty cache's shape (batch 1, the one symbolic dim after it 0, the fixed dims as declared)
+/// and its length axis.
+fn empty_shape(name: &str, dims: &[Dim]) -> Result<(Vec<usize>, usize)> {
     let mut shape = Vec::with_capacity(dims.len());
     let mut length = None;
     for (axis, d) in dims.iter().enumerate() {
@@ -196,12 +207,12 @@ fn empty_shape(name: &str, dims: &[Dim]) -> Result<Vec<usize>> {
             }
         }
     }
-    if length.is_none() {
-        return Err(layout_error(format!(
+    match length {
+        Some(axis) => Ok((shape, axis)),
+        None => Err(layout_error(format!(
             "cache input '{name}' has no symbolic length dim"
-        )));
+        ))),
     }
-    Ok(shape)
 }
 
 /// What a generation produced, and how long each run took.
@@ -237,13 +248,104 @@ pub fn argmax(row: &[f32]) -> Option<usize> {
     best.map(|(i, _)| i)
 }
 
+/// How [`generate_with`] holds the cache between runs.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GenerateOptions {
+    /// Pad the cache in front to the smallest of `b, 2b, 4b, ..` that holds it (`Some(b)`, b ≥ 1),
+    /// so that the steps of a bucket share their shapes (and a captured graph); `None` passes the
+    /// cache at its length.
+    pub pad_cache: Option<usize>,
+    /// What padded positions hold (0 by default). The mask hides them, so any finite value gives
+    /// the same tokens; a test poisons them to show it.
+    pub pad_value: f32,
+    /// Test only: the mask marks padded positions as tokens (the bug padding must not have).
+    #[cfg(test)]
+    unmasked_padding: bool,
+}
+
+impl GenerateOptions {
+    /// The bucket a cache of `len` positions is held in: itself unpadded, else the smallest
+    /// `b · 2^k ≥ len`.
+    pub fn bucket(&self, len: usize) -> usize {
+        match self.pad_cache {
+            Some(b) => {
+                let mut at = b.max(1);
+                while at < len {
+                    at *= 2;
+                }
+                at
+            }
+            None => len,
+        }
+    }
+
+    fn masks_padding(&self) -> bool {
+        #[cfg(test)]
+        if self.unmasked_padding {
+            return false;
+        }
+        true
+    }
+}
+
+/// `t` with its length on `axis` made `to`: positions dropped from the front, or `fill` put in
+/// front (the real positions stay last, in order).
+fn refit(t: &Tensor, axis: usize, to: usize, fill: f32) -> Result<Tensor> {
+    let shape = t.shape();
+    let Some(&from) = shape.get(axis) else {
+        return Err(Error::InvalidModel(format!(
+            "a cache of shape {shape:?} has no axis {axis}"
+        )));
+    };
+    if from == to {
+        return Ok(t.clone());
+    }
+    if to < from {
+        return Ok(quorum_core::map_array!(t, a => a
+            .slice_axis(Axis(axis), Slice::from(from - to..))
+            .as_standard_layout()
+            .into_owned()));
+    }
+    let mut grown = shape.to_vec();
+    grown[axis] = to;
+    let n: usize = grown.iter().product();
+    let pad = Tensor::from_f64s(t.dtype(), &grown, vec![fill as f64; n])
+        .map_err(|e| Error::InvalidModel(e.to_string()))?;
+    quorum_core::map_array2!(&pad, t, p, a => {
+        let mut p = p.clone();
+        p.slice_axis_mut(Axis(axis), Slice::from(to - from..)).assign(a);
+        p
+    })
+    .map_err(|e| Error::InvalidModel(e.to_string()))
+}
+
 /// Greedy generation of `new_tokens` tokens after `prompt` (at least one token) on `session`,
-/// whose model has the layout `layout`. `on_token` sees each token as it is picked.
+/// whose model has the layout `layout`, the cache passed at its length. `on_token` sees each token
+/// as it is picked.
 pub fn generate(
     session: &Session,
     layout: &CacheLayout,
     prompt: &[i64],
     new_tokens: usize,
+    on_token: impl FnMut(usize, i64),
+) -> Result<Generation> {
+    generate_with(
+        session,
+        layout,
+        prompt,
+        new_tokens,
+        &GenerateOptions::default(),
+        on_token,
+    )
+}
+
+/// [`generate`] with the cache held as `options` say.
+pub fn generate_with(
+    session: &Session,
+    layout: &CacheLayout,
+    prompt: &[i64],
+    new_tokens: usize,
+    options: &GenerateOptions,
     mut on_token: impl FnMut(usize, i64),
 ) -> Result<Generation> {
     if prompt.is_empty() {
@@ -251,6 +353,20 @@ pub fn generate(
             name: layout.ids.clone(),
             msg: "the prompt needs at least one token".into(),
         });
+    }
+    if options.pad_cache.is_some() && (layout.mask.is_none() || layout.positions.is_none()) {
+        return Err(Error::InvalidModel(format!(
+            "a padded cache needs the model to take attention_mask and position_ids (it takes {}): \
+             without them padding reads as earlier tokens",
+            [
+                layout.mask.as_ref().map(|m| m.0.as_str()),
+                layout.positions.as_ref().map(|p| p.0.as_str())
+            ]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>()
+            .join(", ")
+        )));
     }
     let mut cache: Vec<Value> = layout
         .cache
@@ -263,35 +379,43 @@ pub fn generate(
         steps: Vec::with_capacity(new_tokens.saturating_sub(1)),
         logits: Vec::with_capacity(new_tokens),
     };
-    let mut past = 0usize;
+    // `real` positions of the cache are tokens; `held` is its length as passed, the padding in
+    // front of the tokens.
+    let mut real = 0usize;
+    let mut held = 0usize;
     let mut next: Vec<i64> = prompt.to_vec();
     for step in 0..new_tokens {
         let seq = next.len();
+        let t0 = Instant::now();
+        if step > 0 {
+            let to = options.bucket(real);
+            if to != held {
+                for (c, v) in layout.cache.iter().zip(cache.iter_mut()) {
+                    if let Value::Tensor(t) = v {
+                        *t = refit(t, c.axis, to, options.pad_value)?;
+                    }
+                }
+                held = to;
+            }
+        }
         let mut feeds = vec![(
             layout.ids.clone(),
             ints(layout.ids_dtype, &[1, seq], next.clone())?,
         )];
         if let Some((name, d)) = &layout.mask {
-            feeds.push((
-                name.clone(),
-                ints(*d, &[1, past + seq], vec![1; past + seq])?,
-            ));
+            let pad = if options.masks_padding() { 0 } else { 1 };
+            let mut mask = vec![pad; held - real];
+            mask.resize(held + seq, 1);
+            feeds.push((name.clone(), ints(*d, &[1, held + seq], mask)?));
         }
         if let Some((name, d)) = &layout.positions {
-            let pos = (past as i64..(past + seq) as i64).collect();
+            let pos = (real as i64..(real + seq) as i64).collect();
             feeds.push((name.clone(), ints(*d, &[1, seq], pos)?));
         }
         for (c, v) in layout.cache.iter().zip(cache.drain(..)) {
             feeds.push((c.input.clone(), v));
         }
-        let t0 = Instant::now();
         let mut outputs = session.run(feeds)?;
-        let took = t0.elapsed();
-        if step == 0 {
-            out.prefill = took;
-        } else {
-            out.steps.push(took);
-        }
         let mut take = |name: &str| -> Result<Value> {
             let at = outputs.iter().position(|(n, _)| n == name).ok_or_else(|| {
                 Error::InvalidModel(format!("the run returned no output '{name}'"))
@@ -337,11 +461,93 @@ pub fn generate(
         for c in &layout.cache {
             cache.push(take(&c.output)?);
         }
-        past += seq;
+        let took = t0.elapsed();
+        if step == 0 {
+            out.prefill = took;
+        } else {
+            out.steps.push(took);
+        }
+        real += seq;
+        held += seq;
         out.tokens.push(token);
         out.logits.push(last);
         on_token(step, token);
         next = vec![token];
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::SessionOptions;
+
+    #[test]
+    fn buckets_double_from_the_smallest() {
+        let o = GenerateOptions {
+            pad_cache: Some(4),
+            ..Default::default()
+        };
+        let got: Vec<usize> = [1, 4, 5, 8, 9, 33].iter().map(|&n| o.bucket(n)).collect();
+        assert_eq!(got, vec![4, 4, 8, 8, 16, 64]);
+        assert_eq!(GenerateOptions::default().bucket(7), 7);
+    }
+
+    #[test]
+    fn refit_drops_from_the_front_and_pads_in_front() {
+        // [1, 2, 3, 2]: two heads, three positions, two values each, every value distinct.
+        let v: Vec<f32> = (0..12).map(|i| i as f32 * 0.5 + 1.0).collect();
+        let t = Tensor::from_f32(&[1, 2, 3, 2], v.clone()).unwrap();
+        let shorter = refit(&t, 2, 2, 0.0).unwrap();
+        assert_eq!(shorter.shape(), &[1, 2, 2, 2]);
+        assert_eq!(
+            shorter.to_f64_vec().unwrap(),
+            [2, 3, 4, 5, 8, 9, 10, 11]
+                .iter()
+                .map(|&i| v[i] as f64)
+                .collect::<Vec<_>>()
+        );
+        let longer = refit(&t, 2, 4, -7.0).unwrap();
+        assert_eq!(longer.shape(), &[1, 2, 4, 2]);
+        let l = longer.to_f64_vec().unwrap();
+        assert_eq!(&l[..2], &[-7.0, -7.0]);
+        assert_eq!(&l[8..10], &[-7.0, -7.0]);
+        assert_eq!(
+            l[2..8],
+            v[..6].iter().map(|&x| x as f64).collect::<Vec<_>>()[..]
+        );
+        assert_eq!(refit(&longer, 2, 3, 0.0).unwrap(), t);
+        assert!(refit(&t, 4, 1, 0.0).is_err());
+    }
+
+    /// Padding that the mask does not hide (the bug a padded cache must not have) changes the
+    /// logits: the padded generation's agreement with the unpadded one is a check that can fail.
+    #[test]
+    fn padding_the_mask_does_not_hide_changes_the_answer() {
+        let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../benches/zoo/decoder-tiny/model.onnx");
+        let s = Session::from_file(dir, SessionOptions::default()).unwrap();
+        let l = CacheLayout::of(&s).unwrap();
+        let prompt = [4, 7, 12, 54, 26];
+        let plain = generate(&s, &l, &prompt, 6, |_, _| {}).unwrap();
+        let mut o = GenerateOptions {
+            pad_cache: Some(4),
+            pad_value: 3.5,
+            ..Default::default()
+        };
+        let padded = generate_with(&s, &l, &prompt, 6, &o, |_, _| {}).unwrap();
+        let off = |a: &[Vec<f32>], b: &[Vec<f32>]| {
+            a.iter()
+                .flatten()
+                .zip(b.iter().flatten())
+                .map(|(x, y)| (x - y).abs())
+                .fold(0f32, f32::max)
+        };
+        assert_eq!(padded.tokens, plain.tokens);
+        assert!(off(&padded.logits, &plain.logits) < 1e-5);
+        o.unmasked_padding = true;
+        let wrong = generate_with(&s, &l, &prompt, 6, &o, |_, _| {}).unwrap();
+        let d = off(&wrong.logits, &plain.logits);
+        assert!(d > 1e-3, "unmasked padding went unnoticed ({d:e})");
+    }
 }

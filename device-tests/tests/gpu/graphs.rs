@@ -424,3 +424,59 @@ fn gather_checks_run_input_indices_on_the_device() {
     assert_eq!((c.graph_captures, c.graph_refusals), (1, 0), "{c:?}");
     assert_eq!(c.graph_replays, replays + 8, "{c:?}");
 }
+
+/// Token-by-token generation with the cache padded to buckets (`quorum::generate`): every step of
+/// a bucket has the same shapes, so after warm-up each bucket's steps replay one captured graph,
+/// and the tokens and logits are the CPU's unpadded ones (the CPU's are PyTorch's, by the runtime's
+/// own test). The padding is poisoned: a replay that read it unmasked would move the logits.
+#[test]
+fn padded_generation_replays_and_matches_the_cpu() {
+    use quorum::generate::{CacheLayout, GenerateOptions, generate, generate_with};
+    let root = std::env::var_os("QUORUM_ROOT")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".."));
+    let path = root.join("benches/zoo/decoder-tiny/model.onnx");
+    let cpu = Session::from_file(
+        &path,
+        SessionOptions {
+            providers: vec![Provider::Cpu],
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let s = Session::from_file(&path, options(1, GraphCapture::On)).unwrap();
+    let layout = CacheLayout::of(&s).unwrap();
+    let prompt = [4, 7, 12, 54, 26, 75, 21, 56];
+    let want = generate(&cpu, &layout, &prompt, 40, |_, _| {}).unwrap();
+    let o = GenerateOptions {
+        pad_cache: Some(8),
+        pad_value: 1e4,
+        ..Default::default()
+    };
+    for round in 0..2 {
+        let got = generate_with(&s, &layout, &prompt, 40, &o, |_, _| {}).unwrap();
+        assert_eq!(got.tokens, want.tokens, "round {round}");
+        for (step, (g, w)) in got.logits.iter().zip(&want.logits).enumerate() {
+            let scale = w.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let off = g
+                .iter()
+                .zip(w)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0f32, f32::max);
+            assert!(
+                off <= 1e-5 * scale,
+                "round {round} step {step}: off by {off:e} of {scale:e}"
+            );
+        }
+    }
+    if on_cpu() {
+        return;
+    }
+    // Steps with caches of 8 (bucket 8, one step a round: two runs, warm-up only), 9..16, 17..32
+    // and 33..46: buckets 16, 32 and 64 are captured on their third run and replay from then on
+    // (13 + 29 + 25 replays over the two rounds).
+    let c = s.counters();
+    assert_eq!((c.graph_captures, c.graph_refusals), (3, 0), "{c:?}");
+    assert_eq!(c.graph_replays, 67, "{c:?}");
+    assert_eq!(c.cuda_fallbacks, 0, "{c:?}");
+}

@@ -1,6 +1,6 @@
 //! `quorum generate`: greedy token-by-token generation with a decoder that takes its key/value
 //! cache as inputs (`quorum::generate`), with the time of the prompt's run and of each new token.
-use quorum::generate::{CacheLayout, generate};
+use quorum::generate::{CacheLayout, GenerateOptions, generate, generate_with};
 
 use crate::common::{CliResult, ModelArgs, fail, from_quorum, print_verification};
 
@@ -27,6 +27,12 @@ pub struct Args {
     /// Generations to run (the first warms up; the times are the others', or the first's alone).
     #[arg(long, default_value_t = 1)]
     repeat: usize,
+    /// Hold the cache padded in front to buckets of N, 2N, 4N, .. positions (the padding masked
+    /// out), so that the steps of a bucket share their shapes and one captured graph: `off`, a
+    /// bucket N, or `auto` (64 where graph capture is on and the model takes attention_mask and
+    /// position_ids, else off).
+    #[arg(long, default_value = "auto")]
+    pad_cache: String,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -52,6 +58,26 @@ pub fn main(a: Args) -> CliResult<()> {
     }
     let session = a.model.session()?;
     let layout = CacheLayout::of(&session).map_err(from_quorum)?;
+    let pad_cache = match a.pad_cache.as_str() {
+        "off" => None,
+        "auto" => (session.options().graph_capture != quorum::session::GraphCapture::Off
+            && layout.mask.is_some()
+            && layout.positions.is_some())
+        .then_some(64),
+        n => match n.parse::<usize>() {
+            Ok(b) if b > 0 => Some(b),
+            _ => {
+                return Err(fail(
+                    2,
+                    format!("--pad-cache '{n}' is not off, auto or a positive bucket length"),
+                ));
+            }
+        },
+    };
+    let options = GenerateOptions {
+        pad_cache,
+        ..Default::default()
+    };
     let prompt = if a.prompt.is_empty() {
         let vocab = match a.vocab {
             Some(v) if v > 0 => v,
@@ -76,13 +102,20 @@ pub fn main(a: Args) -> CliResult<()> {
     let mut runs = Vec::with_capacity(a.repeat);
     for r in 0..a.repeat {
         let shown = r == 0 && !a.json;
-        let g = generate(&session, &layout, &prompt, a.new_tokens, |_, t| {
-            if shown {
-                print!("{t} ");
-                use std::io::Write;
-                let _ = std::io::stdout().flush();
-            }
-        });
+        let g = generate_with(
+            &session,
+            &layout,
+            &prompt,
+            a.new_tokens,
+            &options,
+            |_, t| {
+                if shown {
+                    print!("{t} ");
+                    use std::io::Write;
+                    let _ = std::io::stdout().flush();
+                }
+            },
+        );
         if shown {
             println!();
         }
@@ -125,16 +158,21 @@ pub fn main(a: Args) -> CliResult<()> {
             "token_ms_p90": percentile(&steps, 90.0),
             "tokens_per_s": 1e3 / median,
             "cache": layout.cache.len(),
+            "pad_cache": pad_cache,
+            "graphs": session.graph_report(),
             "counters": session.counters(),
             "capture_blocker": session.capture_blocker(),
         });
         println!("{j}");
     } else {
         println!(
-            "{}: prompt of {} tokens, {} new; prefill {:.3} ms; per token median {:.3} ms (p10 {:.3}, p90 {:.3}), {:.1} tokens/s over {} generation(s)",
+            "{}: prompt of {} tokens, {} new{}; prefill {:.3} ms; per token median {:.3} ms (p10 {:.3}, p90 {:.3}), {:.1} tokens/s over {} generation(s)",
             a.model.model.display(),
             prompt.len(),
             tokens.len(),
+            pad_cache.map_or(String::new(), |b| format!(
+                ", cache padded to buckets from {b}"
+            )),
             percentile(&prefill, 50.0),
             median,
             percentile(&steps, 10.0),
