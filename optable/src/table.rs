@@ -386,6 +386,30 @@ pub const ROWS: &[Row] = &[
         dtypes: Types::ALL,
         devices: Devices::ALL,
     },
+    // Quantization: the activations' conversions of a QDQ model (weights' DequantizeLinear folds
+    // at session build). QuantizeLinear's integer is determined exactly by the f32 quotient (the
+    // specification's arithmetic); DequantizeLinear's (x - zero point) · scale is one rounding of
+    // an exact product.
+    Row {
+        name: "QuantizeLinear",
+        family: Family::Cast,
+        class: Class::Exact,
+        opsets: &[10, 13, 19, 21, 23, 24, 25, 28],
+        nan: NanRule::Decides,
+        in_place: InPlace::None,
+        dtypes: Types::of(&[Ty::F16, Ty::Bf16, Ty::F32, Ty::I32]),
+        devices: Devices::CUDA,
+    },
+    Row {
+        name: "DequantizeLinear",
+        family: Family::Cast,
+        class: Class::Rounded,
+        opsets: &[10, 13, 19, 21, 23, 24, 25, 28],
+        nan: NanRule::Ignores,
+        in_place: InPlace::None,
+        dtypes: Types::of(&[Ty::I8, Ty::U8, Ty::I16, Ty::U16, Ty::I32]),
+        devices: Devices::CUDA,
+    },
     Row {
         name: "Add",
         family: Family::Binary,

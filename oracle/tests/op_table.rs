@@ -67,6 +67,10 @@ fn nan_inputs(row: &Row) -> Vec<Option<Value>> {
         ],
         _ if row.family == Family::Binary => vec![floats(f64::NAN), finite()],
         "CastLike" => vec![floats(f64::NAN), finite()],
+        "QuantizeLinear" => vec![
+            floats(f64::NAN),
+            Some(Value::new(DType::F32, vec![], vec![0.5]).unwrap()),
+        ],
         _ => vec![floats(f64::NAN)],
     }
 }

@@ -42,7 +42,7 @@ fn collect<T: Send>(n: usize, f: impl Fn(usize) -> T + Sync + Send) -> Vec<T> {
 }
 
 /// Saturation range of the integer quantized types.
-fn int_range(d: DType) -> Option<(i64, i64)> {
+pub fn int_range(d: DType) -> Option<(i64, i64)> {
     Some(match d {
         DType::U8 => (0, 255),
         DType::I8 => (-128, 127),
@@ -109,35 +109,37 @@ fn float_tensor(
 }
 
 /// Where the scale and zero point of each element of `x` are: one for all, one per index along
-/// `axis`, or one per block of `block` indices along `axis`.
-struct Layout {
-    blocked: bool,
-    single: bool,
+/// `axis`, or one per block of `block` indices along `axis`. Read from shapes alone, so that a
+/// device kernel lays its parameters out as this kernel does.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Layout {
+    pub blocked: bool,
+    pub single: bool,
     /// Elements after `axis`, the length of `axis`, and the scale's length along it.
-    inner: usize,
-    d: usize,
-    s: usize,
-    block: usize,
+    pub inner: usize,
+    pub d: usize,
+    pub s: usize,
+    pub block: usize,
 }
 
 impl Layout {
-    fn new(
+    /// The layout of an input of shape `xs` with a scale of shape `ss` and a zero point of shape
+    /// `zs`, from the node's `axis` and `block_size`.
+    pub fn new(
         xs: &[usize],
-        scale: &Tensor,
-        zp: Option<&Tensor>,
+        ss: &[usize],
+        zs: Option<&[usize]>,
         axis: i64,
         block: i64,
     ) -> OpResult<Layout> {
-        let ss = scale.shape();
-        if let Some(z) = zp
-            && z.shape() != ss
-            && !(z.len() == 1 && scale.len() == 1)
+        let len = |s: &[usize]| s.iter().product::<usize>();
+        if let Some(z) = zs
+            && z != ss
+            && !(len(z) == 1 && len(ss) == 1)
         {
-            bail!(
-                "zero point shape {:?} differs from scale shape {ss:?}",
-                z.shape()
-            );
+            bail!("zero point shape {z:?} differs from scale shape {ss:?}");
         }
+        let scale_len = len(ss);
         let single = Layout {
             blocked: false,
             single: true,
@@ -146,7 +148,7 @@ impl Layout {
             s: 1,
             block: 1,
         };
-        if scale.len() == 1 && (block <= 0 || ss.len() <= 1) {
+        if scale_len == 1 && (block <= 0 || ss.len() <= 1) {
             return Ok(single);
         }
         if xs.is_empty() {
@@ -192,8 +194,9 @@ impl Layout {
         })
     }
 
+    /// The scale index of flat element `i`.
     #[inline]
-    fn index(&self, i: usize) -> usize {
+    pub fn index(&self, i: usize) -> usize {
         if self.single {
             0
         } else if !self.blocked {
@@ -227,39 +230,64 @@ fn wider(a: DType, b: DType) -> DType {
     }
 }
 
+/// The node's `block_size` (0 before opset 21: no blocks).
+pub fn block_size(ctx: &OpCtx) -> OpResult<i64> {
+    if ctx.opset() >= 21 {
+        ctx.attr_i("block_size", 0)
+    } else {
+        Ok(0)
+    }
+}
+
+/// QuantizeLinear's output type: the zero point's, else `output_dtype`, else u8.
+pub fn quantized_type(ctx: &OpCtx, zp: Option<DType>) -> OpResult<DType> {
+    Ok(match (zp, ctx.attr_i("output_dtype", 0)?) {
+        (Some(z), 0) => z,
+        (Some(z), o) => {
+            let d = dtype_attr(o)?;
+            if d != z {
+                bail!("output_dtype {d} differs from the zero point's type {z}");
+            }
+            d
+        }
+        (None, 0) => DType::U8,
+        (None, o) => dtype_attr(o)?,
+    })
+}
+
+/// The type QuantizeLinear divides in: `precision`, else the wider of x's and the scale's types
+/// (numpy's promotion, which the reference implementation computes).
+pub fn division_type(ctx: &OpCtx, x: DType, scale: DType) -> OpResult<DType> {
+    Ok(match ctx.attr_i("precision", 0)? {
+        0 => wider(x, scale),
+        p => dtype_attr(p)?,
+    })
+}
+
+/// DequantizeLinear's output type: `output_dtype`, else the scale's (f32 for a narrow scale).
+pub fn dequantized_type(ctx: &OpCtx, scale: DType) -> OpResult<DType> {
+    let out = match ctx.attr_i("output_dtype", 0)? {
+        0 if scale.is_float() && !scale.is_narrow_float() => scale,
+        0 => DType::F32,
+        o => dtype_attr(o)?,
+    };
+    if !matches!(out, DType::F32 | DType::F16 | DType::BF16 | DType::F64) {
+        bail!("DequantizeLinear cannot produce {out}");
+    }
+    Ok(out)
+}
+
 fn quantize_linear(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let x = input(inputs, 0)?;
     let scale = input(inputs, 1)?;
     let zp = opt_input(inputs, 2)?;
     let opset = ctx.opset();
     let axis = ctx.attr_i("axis", 1)?;
-    let block = if opset >= 21 {
-        ctx.attr_i("block_size", 0)?
-    } else {
-        0
-    };
+    let block = block_size(ctx)?;
     let saturate = opset < 19 || ctx.attr_i("saturate", 1)? != 0;
-    let out_attr = ctx.attr_i("output_dtype", 0)?;
-    let out = match (zp, out_attr) {
-        (Some(z), 0) => z.dtype(),
-        (Some(z), o) => {
-            let d = dtype_attr(o)?;
-            if d != z.dtype() {
-                bail!(
-                    "output_dtype {d} differs from the zero point's type {}",
-                    z.dtype()
-                );
-            }
-            d
-        }
-        (None, 0) => DType::U8,
-        (None, o) => dtype_attr(o)?,
-    };
-    let prec = match ctx.attr_i("precision", 0)? {
-        0 => wider(x.dtype(), scale.dtype()),
-        p => dtype_attr(p)?,
-    };
-    let lay = Layout::new(x.shape(), scale, zp, axis, block)?;
+    let out = quantized_type(ctx, zp.map(|z| z.dtype()))?;
+    let prec = division_type(ctx, x.dtype(), scale.dtype())?;
+    let lay = Layout::new(x.shape(), scale.shape(), zp.map(|z| z.shape()), axis, block)?;
     if lay.single
         && prec == DType::F32
         && let Some(y) = quantize_f32_per_tensor(x, scale, zp, out)?
@@ -309,21 +337,9 @@ fn dequantize_linear(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Val
     let x = input(inputs, 0)?;
     let scale = input(inputs, 1)?;
     let zp = opt_input(inputs, 2)?;
-    let opset = ctx.opset();
     let axis = ctx.attr_i("axis", 1)?;
-    let block = if opset >= 21 {
-        ctx.attr_i("block_size", 0)?
-    } else {
-        0
-    };
-    let out = match ctx.attr_i("output_dtype", 0)? {
-        0 if scale.dtype().is_float() && !scale.dtype().is_narrow_float() => scale.dtype(),
-        0 => DType::F32,
-        o => dtype_attr(o)?,
-    };
-    if !matches!(out, DType::F32 | DType::F16 | DType::BF16 | DType::F64) {
-        bail!("DequantizeLinear cannot produce {out}");
-    }
+    let block = block_size(ctx)?;
+    let out = dequantized_type(ctx, scale.dtype())?;
     if let Some(z) = zp
         && z.dtype() != x.dtype()
     {
@@ -333,7 +349,7 @@ fn dequantize_linear(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Val
             x.dtype()
         );
     }
-    let lay = Layout::new(x.shape(), scale, zp, axis, block)?;
+    let lay = Layout::new(x.shape(), scale.shape(), zp.map(|z| z.shape()), axis, block)?;
     if lay.single
         && out == DType::F32
         && let Some(y) = dequantize_8bit_per_tensor(x, scale, zp)?

@@ -1,4 +1,5 @@
-//! CUDA kernel: Cast and CastLike between the numeric dtypes the device holds (f64, f32, f16, bf16,
+//! CUDA kernel: Cast and CastLike (QuantizeLinear and DequantizeLinear, the family's other rows, are
+//! `quantize.rs`'s) between the numeric dtypes the device holds (f64, f32, f16, bf16,
 //! the integers and bool), one thread per element. The conversion rules are the CPU kernel's
 //! (`quorum_core::ops::cast`): floats to integers truncate toward zero and keep the target's low bits
 //! (two's complement wrap, as numpy), NaN and infinities give 0; integers narrow by their low bits;
@@ -19,6 +20,8 @@ use quorum_core::tensor::DType;
 pub fn claim(node: &Node) -> Option<Result<CudaKernel, String>> {
     match node.op_type.as_str() {
         "Cast" | "CastLike" => Some(Ok(k_cast as CudaKernel)),
+        "QuantizeLinear" => Some(Ok(super::quantize::k_quantize as CudaKernel)),
+        "DequantizeLinear" => Some(Ok(super::quantize::k_dequantize as CudaKernel)),
         _ => None,
     }
 }
@@ -93,7 +96,7 @@ fn size(k: Kind) -> usize {
 
 /// A loaded source element: its exact f64 value for floats (and its f32 value when the source is
 /// at most f32 wide), or its 64-bit integer value.
-enum Val {
+pub(super) enum Val {
     Float { f64: Reg, f32: Option<Reg> },
     Int { v: Reg, signed: bool },
 }
@@ -136,7 +139,7 @@ fn k_cast(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>
     Ok(vec![out])
 }
 
-fn load(k: &mut Kernel, src: Kind, a: Reg) -> Val {
+pub(super) fn load_value(k: &mut Kernel, src: Kind, a: Reg) -> Val {
     let widen = |k: &mut Kernel, f32: Reg| Val::Float {
         f64: k.cvt(Ty::F64, Ty::F32, "", f32),
         f32: Some(f32),
@@ -226,7 +229,7 @@ pub(super) fn cast_kernel(src: Kind, dst: Kind) -> Kernel {
     let i = thread_index(&mut k, n);
     let xa = k.addr(xp, i, size(src));
     let ya = k.addr(yp, i, size(dst));
-    let v = load(&mut k, src, xa);
+    let v = load_value(&mut k, src, xa);
     match dst {
         Kind::F64 => {
             let y = match v {

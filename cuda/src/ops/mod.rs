@@ -25,6 +25,7 @@ pub mod norm;
 pub mod pool;
 #[cfg(test)]
 mod ptx_golden_tests;
+pub mod quantize;
 pub mod reduce;
 pub mod resize;
 pub mod softmax;

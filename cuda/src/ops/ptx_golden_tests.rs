@@ -39,7 +39,7 @@ use quorum_optable::Family;
 
 /// The digest of every module `golden_modules` prints, from the generator as of its last intended
 /// change.
-const GOLDEN: u64 = 0x9cf2_de2b_7801_c7ea;
+const GOLDEN: u64 = 0x6d7a_1c09_230a_c8ae;
 
 /// FNV-1a, 64-bit: stable across runs and toolchains (unlike `RandomState`).
 struct Fnv(u64);
@@ -482,7 +482,39 @@ fn golden_modules() -> Vec<String> {
             gather_elements_kernel(Ty::U32, 4),
         ],
     ));
+    quantize_modules(&mut out);
     out
+}
+
+fn quantize_modules(out: &mut Vec<String>) {
+    use super::quantize::{dequantize_kernel, quantize_kernel};
+    for (x, q, range) in [
+        (DType::F32, DType::U8, (0, 255)),
+        (DType::F16, DType::I8, (-128, 127)),
+        (DType::BF16, DType::U16, (0, 65535)),
+        (DType::I32, DType::I16, (-32768, 32767)),
+    ] {
+        for (zp, per_axis) in [(true, false), (false, true)] {
+            let (s, d) = (kind(x).unwrap(), kind(q).unwrap());
+            out.push(module(
+                (9, 0),
+                &[quantize_kernel(s, d, zp, per_axis, range)],
+            ));
+            out.push(module(
+                (9, 0),
+                &[dequantize_kernel(d, DType::F32, zp, per_axis)],
+            ));
+        }
+    }
+    let (i8k, u16k) = (kind(DType::I8).unwrap(), kind(DType::U16).unwrap());
+    out.push(module(
+        (9, 0),
+        &[dequantize_kernel(i8k, DType::BF16, true, false)],
+    ));
+    out.push(module(
+        (9, 0),
+        &[dequantize_kernel(u16k, DType::F16, true, true)],
+    ));
 }
 
 #[test]

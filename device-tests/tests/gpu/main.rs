@@ -29,6 +29,7 @@ mod movement;
 mod norm;
 mod pool;
 mod properties;
+mod quantize;
 mod reduce;
 mod resize;
 mod softmax;

@@ -10,6 +10,7 @@ mod elementwise;
 mod generated;
 mod nn;
 mod norm;
+mod quantize;
 mod resize;
 mod rnn;
 
@@ -37,6 +38,7 @@ pub fn generate(op: &str, choices: &[u32], seed: u64) -> Case {
         .or_else(|| nn::generate(op, &mut g))
         .or_else(|| data::generate(op, &mut g))
         .or_else(|| generated::generate(op, &mut g))
+        .or_else(|| quantize::generate(op, &mut g))
         .unwrap_or_else(|| panic!("no generator for {op}"))
         .trim();
     retype_floats(case, row, choices.get(CHOICES - 1).copied().unwrap_or(0))

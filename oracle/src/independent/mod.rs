@@ -22,6 +22,7 @@ mod movement;
 mod norm;
 mod parallel;
 mod pool;
+mod quantize;
 mod reduce;
 mod resize;
 mod rnn;
@@ -44,6 +45,7 @@ enum Family {
     Resize,
     Rnn,
     Fill,
+    Quantize,
 }
 
 fn family(op: &str) -> Option<Family> {
@@ -71,6 +73,8 @@ fn family(op: &str) -> Option<Family> {
         Some(Family::Rnn)
     } else if fill::OPS.contains(&op) {
         Some(Family::Fill)
+    } else if quantize::OPS.contains(&op) {
+        Some(Family::Quantize)
     } else {
         None
     }
@@ -99,6 +103,7 @@ impl Oracle for Independent {
             Some(Family::Resize) => resize::check(node),
             Some(Family::Rnn) => rnn::check(node),
             Some(Family::Fill) => fill::check(node),
+            Some(Family::Quantize) => quantize::check(node),
         }
     }
 
@@ -125,6 +130,7 @@ impl Oracle for Independent {
             Some(Family::Resize) => resize::eval(node, inputs),
             Some(Family::Rnn) => rnn::eval(node, inputs),
             Some(Family::Fill) => fill::eval(node, inputs),
+            Some(Family::Quantize) => quantize::eval(node, inputs),
         }
     }
 }

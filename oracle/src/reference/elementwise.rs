@@ -67,7 +67,7 @@ pub(super) fn covers(op: &str) -> bool {
 }
 
 /// ONNX TensorProto data type number to a dtype the oracle holds.
-fn dtype_from_onnx(t: i64) -> Option<DType> {
+pub(super) fn dtype_from_onnx(t: i64) -> Option<DType> {
     Some(match t {
         1 => DType::F32,
         2 => DType::U8,

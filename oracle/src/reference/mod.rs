@@ -13,6 +13,7 @@ mod matmul;
 mod norm;
 mod parallel;
 mod pool;
+mod quantize;
 mod reduce;
 mod resize;
 mod rnn;
@@ -77,6 +78,9 @@ fn family(node: &NodeSpec) -> Result<Family, String> {
     if rnn::covers(op) {
         return Ok(Family::Rnn);
     }
+    if quantize::covers(op) {
+        return Ok(Family::Quantize);
+    }
     Err(format!("{op} is not covered by the reference oracle"))
 }
 
@@ -93,6 +97,7 @@ enum Family {
     Fill,
     Resize,
     Rnn,
+    Quantize,
 }
 
 impl Oracle for Reference {
@@ -114,6 +119,7 @@ impl Oracle for Reference {
             Family::Fill => fill::supports(node),
             Family::Resize => resize::supports(node),
             Family::Rnn => rnn::supports(node),
+            Family::Quantize => quantize::supports(node),
         }
     }
 
@@ -136,6 +142,7 @@ impl Oracle for Reference {
             Family::Fill => fill::supports(node),
             Family::Resize => resize::supports(node),
             Family::Rnn => rnn::supports(node),
+            Family::Quantize => quantize::supports(node),
         };
         supported.map_err(OracleError::Unsupported)?;
         match fam {
@@ -154,6 +161,7 @@ impl Oracle for Reference {
             Family::Fill => fill::evaluate(node, inputs),
             Family::Resize => resize::evaluate(node, inputs),
             Family::Rnn => rnn::evaluate(node, inputs),
+            Family::Quantize => quantize::evaluate(node, inputs),
         }
     }
 }

@@ -1,0 +1,127 @@
+//! QuantizeLinear and DequantizeLinear: per tensor or per axis, with and without a zero point, the
+//! integer types of each opset; quotients on ties (power-of-two scales with half-step inputs),
+//! saturation (inputs beyond the range) and NaN.
+use quorum_oracle::{DType, Value};
+
+use super::{Case, Dist, Gen};
+
+pub(super) fn generate(op: &'static str, g: &mut Gen) -> Option<Case> {
+    Some(match op {
+        "QuantizeLinear" => quantize(g),
+        "DequantizeLinear" => dequantize(g),
+        _ => return None,
+    })
+}
+
+/// The opset, the input's shape and, per axis, the (signed) axis and its dim.
+fn layout(g: &mut Gen) -> (i64, Vec<usize>, Option<(i64, usize)>) {
+    let opset = g.pick(&[21, 19, 13, 10]);
+    let shape = g.shape(0, 4, true);
+    let per_axis = opset >= 13 && !shape.is_empty() && g.chance(40);
+    let axis = per_axis.then(|| {
+        let a = g.size(0, shape.len() - 1);
+        (g.signed_axis(a, shape.len()), shape[a])
+    });
+    (opset, shape, axis)
+}
+
+/// A positive scale of `n` elements (a scalar when `scalar`): powers of two (exact quotients, so
+/// that half-step inputs are ties) or any value in [0.01, 2].
+fn scales(g: &mut Gen, n: usize, scalar: bool, pow2: bool) -> Value {
+    let shape = if scalar { vec![] } else { vec![n] };
+    let data = (0..n)
+        .map(|_| {
+            if pow2 {
+                2f64.powi(g.value_int(-4, 2) as i32)
+            } else {
+                (0.01 + g.uniform() * 1.99) as f32 as f64
+            }
+        })
+        .collect();
+    Value::new(DType::F32, shape, data).expect("shape matches")
+}
+
+/// The quantized types of `opset` with their ranges.
+fn int_types(opset: i64) -> &'static [(DType, i64, i64)] {
+    const ALL: [(DType, i64, i64); 4] = [
+        (DType::U8, 0, 255),
+        (DType::I8, -128, 127),
+        (DType::U16, 0, 65535),
+        (DType::I16, -32768, 32767),
+    ];
+    if opset >= 21 { &ALL } else { &ALL[..2] }
+}
+
+fn quantize(g: &mut Gen) -> Case {
+    let (opset, shape, axis) = layout(g);
+    let pow2 = g.chance(50);
+    let n = axis.map_or(1, |a| a.1);
+    let scale = scales(g, n, axis.is_none(), pow2);
+    let (ty, lo, hi) = g.pick(int_types(opset));
+    let with_zp = g.chance(70);
+    // Inputs reach a little past both ends of the range: with exact scales, whole and half
+    // quanta (ties, whose rounding is to even); otherwise anywhere.
+    let inner = axis.map_or(1, |(a, _)| {
+        let a = if a < 0 { a + shape.len() as i64 } else { a } as usize;
+        shape[a + 1..].iter().product::<usize>()
+    });
+    let count: usize = shape.iter().product();
+    let reach = ((hi - lo) / 8).max(4);
+    let mut x = if pow2 {
+        let data = (0..count)
+            .map(|i| {
+                let q = g.value_int(lo - reach, hi + reach) as f64 + 0.5 * g.value_int(0, 1) as f64;
+                q * scale.data[(i / inner) % n]
+            })
+            .collect();
+        Value::new(DType::F32, shape.clone(), data).expect("shape matches")
+    } else {
+        let big = (hi - lo + 2 * reach) as f64 * scale.data.iter().cloned().fold(0.0, f64::max);
+        g.floats(&shape, Dist::Signed(big))
+    };
+    g.maybe_nan(&mut x, 10);
+    let mut c = Case::new("QuantizeLinear", opset, g.seed);
+    if let Some((a, _)) = axis {
+        c.int("axis", a);
+    }
+    c.input(x).input(scale);
+    if with_zp {
+        let zp_shape = if axis.is_some() { vec![n] } else { vec![] };
+        let zp = g.ints(ty, &zp_shape, lo.max(-100), hi.min(100));
+        c.input(zp);
+    } else if ty != DType::U8 && opset >= 21 {
+        c.int(
+            "output_dtype",
+            match ty {
+                DType::I8 => 3,
+                DType::U16 => 4,
+                _ => 5,
+            },
+        );
+    }
+    c
+}
+
+fn dequantize(g: &mut Gen) -> Case {
+    let (opset, shape, axis) = layout(g);
+    let n = axis.map_or(1, |a| a.1);
+    let pow2 = g.chance(30);
+    let scale = scales(g, n, axis.is_none(), pow2);
+    // int32 (a bias) has no zero point.
+    let (ty, lo, hi) = if g.chance(15) {
+        (DType::I32, -(1 << 20), 1 << 20)
+    } else {
+        g.pick(int_types(opset))
+    };
+    let x = g.ints(ty, &shape, lo, hi);
+    let mut c = Case::new("DequantizeLinear", opset, g.seed);
+    if let Some((a, _)) = axis {
+        c.int("axis", a);
+    }
+    c.input(x).input(scale);
+    if ty != DType::I32 && g.chance(70) {
+        let zp_shape = if axis.is_some() { vec![n] } else { vec![] };
+        c.input(g.ints(ty, &zp_shape, lo.max(-100), hi.min(100)));
+    }
+    c
+}
