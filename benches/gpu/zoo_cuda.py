@@ -116,7 +116,7 @@ def file_stems(names):
     return out
 
 
-def compare(quorum, model, feeds, files, work):
+def compare(quorum, model, feeds, files, work, tol=1e-3):
     import numpy as np
     import onnxruntime as ort
 
@@ -144,7 +144,7 @@ def compare(quorum, model, feeds, files, work):
         d = np.where(np.isnan(got) & np.isnan(w), 0.0, d)
         scale = max(float(np.abs(w).max()), 1e-6)
         rel = float(np.nanmax(d)) / scale if d.size else 0.0
-        if not rel <= 1e-3:
+        if not rel <= tol:
             return False, f"output {name}: max difference {rel:.1e} of its scale"
         worst = max(worst, rel)
     return True, f"worst {worst:.1e} of scale"

@@ -270,3 +270,65 @@ fn a_tie_rounded_away_from_zero_is_caught() {
         Check::Mismatch { .. }
     ));
 }
+
+/// The zoo slice's statically quantized MobileNetV3 (onnxruntime's QDQ quantizer: u8 activations,
+/// s8 weights): on CUDA every node but shape arithmetic runs on the device (the weights'
+/// DequantizeLinear folds at session build; the activations' QuantizeLinear and DequantizeLinear
+/// run as kernels), strict verification judges every device node with both oracles and finds no
+/// mismatch, and the logits are onnxruntime's within the zoo's tolerance for quantized models
+/// (5e-2 of scale: an activation on the other side of a rounding boundary moves by one step).
+#[test]
+fn a_qdq_model_runs_on_the_device_judged_by_the_oracles() {
+    use quorum::session::GraphCapture;
+    if on_cpu() {
+        return;
+    }
+    let root = std::env::var_os("QUORUM_ROOT")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".."));
+    let dir = root.join("benches/zoo/slice/slice_tv_mobilenet_v3_small_qdq_static");
+    let npy = |p: &str| quorum::npy::read(&std::fs::read(dir.join(p)).unwrap()).unwrap();
+    let (x, want) = (npy("inputs/0.npy"), npy("expected/0.npy"));
+    for verify in [quorum::VerifyMode::Strict, quorum::VerifyMode::Off] {
+        let s = quorum::Session::from_file(
+            dir.join("model.onnx"),
+            quorum::SessionOptions {
+                verify,
+                ..crate::graphs::options(1, GraphCapture::Off)
+            },
+        )
+        .unwrap();
+        let host: Vec<String> = s
+            .placement()
+            .iter()
+            .filter(|p| p.provider == quorum::Provider::Cpu)
+            .map(|p| format!("{} ({}): {:?}", p.node, p.op, p.declined))
+            .collect();
+        assert!(
+            s.placement()
+                .iter()
+                .filter(|p| p.op.contains("Quantize"))
+                .all(|p| p.provider == quorum::Provider::Cuda),
+            "{host:?}"
+        );
+        let out = s.run(vec![("x".into(), Value::Tensor(x.clone()))]).unwrap();
+        let got = out[0].1.as_tensor().unwrap().to_f64_vec().unwrap();
+        let want = want.to_f64_vec().unwrap();
+        let scale = want.iter().fold(0f64, |m, v| m.max(v.abs()));
+        let off = got
+            .iter()
+            .zip(&want)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f64, f64::max);
+        assert!(
+            off <= 5e-2 * scale,
+            "{verify:?}: off by {off:e} of {scale:e}"
+        );
+        let c = s.counters();
+        assert_eq!(c.cuda_fallbacks, 0, "{c:?}");
+        if verify == quorum::VerifyMode::Strict {
+            assert!(c.verify_checks > 100, "{c:?}");
+            assert_eq!((c.verify_mismatches, c.verify_unsettled), (0, 0), "{c:?}");
+        }
+    }
+}
