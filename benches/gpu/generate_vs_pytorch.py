@@ -11,9 +11,9 @@ PyTorch, TF32 off, on CUDA:
   = (time for N new tokens - time for 1) / (N - 1), medians of --repeat runs;
 - `loop`: the same loop as Quorum's (decoder.py's Step with its cache fed back, the next token
   read on the host each step), each step timed host to host.
-Quorum: `quorum generate --provider cuda`, each step host to host (the cache goes to the host and
-back every step), eagerly (`--graph off`, each step a new length) and with graph capture over a
-cache padded to buckets (`--graph on`: one captured graph per bucket). Tokens of all three must agree (random weights can make near-ties, so a
+Quorum: `quorum generate --provider cuda`, each step host to host, eagerly (`--graph off`, each step a new length) and with graph capture over a
+cache padded to buckets (`--graph on`: one captured graph per bucket, the cache carried in its
+buffers from step to step; `--no-carry`: brought back to the host every step). Tokens of all must agree (random weights can make near-ties, so a
 disagreement is reported, not hidden). Writes DIR/generate.json and DIR/generate.md.
 """
 import argparse
@@ -61,7 +61,8 @@ def main():
     }
 
     # Quorum: eager, each step a new shape; and graph replay over a cache padded to buckets.
-    variants = {"eager": ["--graph", "off", "--pad-cache", "off"], "graph": ["--graph", "on"]}
+    variants = {"eager": ["--graph", "off", "--pad-cache", "off"], "graph": ["--graph", "on"],
+                "nocarry": ["--graph", "on", "--no-carry"]}
     for name, extra in variants.items():
         cmd = [a.quorum, "generate", path, "--provider", "cuda", "--prompt", ",".join(map(str, prompt[0].tolist())),
                "--new-tokens", str(n), "--repeat", str(a.repeat + 1), "--json", *extra]
@@ -80,6 +81,7 @@ def main():
             f"{key}_cuda_fallbacks": q["counters"].get("cuda_fallbacks"),
             f"{key}_graph_replays": q["counters"].get("graph_replays"),
             f"{key}_pad_cache": q.get("pad_cache"),
+            f"{key}_h2d_bytes": q["counters"].get("h2d_bytes"),
         })
 
     if torch.cuda.is_available():
@@ -130,7 +132,8 @@ def main():
         row["loop_tokens"] = toks
         row["loop_token_ms"] = statistics.median(steps)
 
-    toks = [row.get(k) for k in ("quorum_tokens", "quorum_eager_tokens", "hf_tokens", "loop_tokens") if row.get(k)]
+    toks = [row.get(k) for k in ("quorum_tokens", "quorum_eager_tokens", "quorum_nocarry_tokens", "hf_tokens", "loop_tokens")
+            if row.get(k)]
     row["tokens_agree"] = all(t == toks[0] for t in toks) if toks else None
     if row.get("quorum_token_ms") and row.get("hf_token_ms"):
         row["ratio_vs_hf"] = row["quorum_token_ms"] / row["hf_token_ms"]
@@ -148,6 +151,7 @@ def main():
         "| | per token ms | note |",
         "|---|---:|---|",
         f"| Quorum `generate --provider cuda --graph on` | {f3(row.get('quorum_token_ms'))} | cache padded to buckets from {row.get('quorum_pad_cache')}; prefill {f3(row.get('quorum_prefill_ms'))} ms; p10 {f3(row.get('quorum_token_p10_ms'))}, p90 {f3(row.get('quorum_token_p90_ms'))}; replays {row.get('quorum_graph_replays')}; CUDA fallbacks {row.get('quorum_cuda_fallbacks')} {row.get('quorum_error', '')} |",
+        f"| Quorum `generate --provider cuda --graph on --no-carry` | {f3(row.get('quorum_nocarry_token_ms'))} | the cache back on the host every step; p10 {f3(row.get('quorum_nocarry_token_p10_ms'))}, p90 {f3(row.get('quorum_nocarry_token_p90_ms'))} {row.get('quorum_nocarry_error', '')} |",
         f"| Quorum `generate --provider cuda --graph off` | {f3(row.get('quorum_eager_token_ms'))} | eager, unpadded; prefill {f3(row.get('quorum_eager_prefill_ms'))} ms; p10 {f3(row.get('quorum_eager_token_p10_ms'))}, p90 {f3(row.get('quorum_eager_token_p90_ms'))} {row.get('quorum_eager_error', '')} |",
         f"| transformers `generate` (eager) | {f3(row.get('hf_token_ms'))} | (N tokens - 1 token) / (N - 1) |",
         f"| PyTorch, the same loop | {f3(row.get('loop_token_ms'))} | decoder.py's Step, cache fed back |",

@@ -158,6 +158,51 @@ pub trait DeviceRun {
 pub trait Replay: Send + Sync {
     /// `inputs`: the captured run's first uploads, in order. Returns the run's outputs.
     fn replay(&self, inputs: &[&Tensor], counters: &Counters) -> Result<Vec<Tensor>, DeviceError>;
+
+    /// [`Replay::replay`] where `inputs[i]` is `None` for an input the previous replay's `carry`
+    /// left staged; after the run, each [`Carry`] copies an output into an input's staging for the
+    /// next replay, and that output comes back as `None` (no host tensor is built for it). A device
+    /// that cannot declines, and the caller passes every input.
+    fn replay_carrying(
+        &self,
+        _inputs: &[Option<&Tensor>],
+        _carry: &[Carry],
+        _counters: &Counters,
+    ) -> Result<Vec<Option<Tensor>>, DeviceError> {
+        Err(DeviceError::Decline(
+            "this device does not carry outputs between replays".into(),
+        ))
+    }
+}
+
+/// An output of a replay that becomes an input of the next: the output's bytes read as `rows`
+/// rows of `out_row` bytes, of which each row's last `in_row` bytes are the input's row (a key/value
+/// cache one position longer than its input, its oldest position dropped along the length axis).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Carry {
+    pub output: usize,
+    pub input: usize,
+    pub rows: usize,
+    pub out_row: usize,
+    pub in_row: usize,
+}
+
+impl Carry {
+    /// Copies `src` (the output's bytes) into `dst` (the input's), row by row.
+    pub fn copy(&self, src: &[u8], dst: &mut [u8]) -> Result<(), String> {
+        let (rows, o, i) = (self.rows, self.out_row, self.in_row);
+        if i > o || src.len() < rows * o || dst.len() < rows * i {
+            return Err(format!(
+                "carry of {rows} rows of {o} bytes into rows of {i}: {} bytes in, {} out",
+                src.len(),
+                dst.len()
+            ));
+        }
+        for r in 0..rows {
+            dst[r * i..(r + 1) * i].copy_from_slice(&src[r * o + (o - i)..(r + 1) * o]);
+        }
+        Ok(())
+    }
 }
 
 /// A node's inputs as a backend's kernel sees them: on the device (uploaded on first use) or on the
@@ -257,5 +302,31 @@ impl std::fmt::Display for DeviceError {
 impl From<OpError> for DeviceError {
     fn from(e: OpError) -> Self {
         DeviceError::Op(e)
+    }
+}
+
+#[cfg(test)]
+mod carry_tests {
+    use super::Carry;
+
+    /// Two rows (heads) of three positions of two bytes: each row keeps its last two positions, in
+    /// row order; a destination or source too small is an error, not a partial copy.
+    #[test]
+    fn a_carry_keeps_each_rows_last_positions() {
+        let src: Vec<u8> = (0u8..12).collect();
+        let c = Carry {
+            output: 0,
+            input: 0,
+            rows: 2,
+            out_row: 6,
+            in_row: 4,
+        };
+        let mut dst = vec![0xAAu8; 9];
+        c.copy(&src, &mut dst).unwrap();
+        assert_eq!(dst, vec![2, 3, 4, 5, 8, 9, 10, 11, 0xAA]);
+        assert!(c.copy(&src[..11], &mut dst).is_err());
+        assert!(c.copy(&src, &mut dst[..7]).is_err());
+        let widening = Carry { in_row: 8, ..c };
+        assert!(widening.copy(&src, &mut [0u8; 16]).is_err());
     }
 }

@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 use super::driver::{self, DeviceMemory, Event, PinnedMemory};
 use super::memory::{self, DevBuf, tensor_bytes, tensor_from_bytes};
 use super::{Device, Fault, KError, KResult, Later};
+use quorum_core::backend::Carry;
 use quorum_core::counters::Counters;
 use quorum_core::error::OpError;
 use quorum_core::mutants::{self, Mutant};
@@ -50,56 +51,94 @@ impl Captured {
         inputs: &[&Tensor],
         counters: &Counters,
     ) -> KResult<Vec<Tensor>> {
-        {
-            let mut staging = self.staging.lock().unwrap_or_else(|e| e.into_inner());
-            for (i, t) in inputs.iter().enumerate() {
-                let bytes = tensor_bytes(t).ok_or_else(|| {
-                    KError::Decline(format!("{} values stay on the host", t.dtype()))
-                })?;
-                match self.uploads.get(i) {
-                    Some(Some(_)) if mutants::active(Mutant::StaleReplayInput) => {
-                        // Written where the graph does not read: it replays the captured inputs.
-                    }
-                    Some(Some(k)) => {
-                        let pinned = &mut staging[*k];
-                        if pinned.bytes < bytes.len() {
-                            return Err(KError::Op(OpError::Invalid(format!(
-                                "replay input {i} has {} bytes, the graph {}",
-                                bytes.len(),
-                                pinned.bytes
-                            ))));
-                        }
-                        memory::stage(&mut pinned.as_mut_slice()[..bytes.len()], &bytes);
-                        Counters::bump(&counters.h2d_bytes, bytes.len() as u64);
-                        Counters::bump(&counters.h2d_calls, 1);
-                    }
-                    Some(None) if bytes.is_empty() => {}
-                    _ => {
+        let inputs: Vec<Option<&Tensor>> = inputs.iter().map(|t| Some(*t)).collect();
+        self.replay_carrying(device, &inputs, &[], counters)?
+            .into_iter()
+            .map(|t| t.ok_or_else(|| KError::Op(OpError::Invalid("an output was not read".into()))))
+            .collect()
+    }
+
+    /// [`Captured::replay`] where a `None` input keeps what its staging buffer holds (what the
+    /// previous replay's `carry` left there); after the run each [`Carry`] copies an output's pinned
+    /// buffer into an input's staging buffer, and the carried outputs come back as `None`.
+    pub fn replay_carrying(
+        &self,
+        device: &Device,
+        inputs: &[Option<&Tensor>],
+        carry: &[Carry],
+        counters: &Counters,
+    ) -> KResult<Vec<Option<Tensor>>> {
+        let mut staging = self.staging.lock().unwrap_or_else(|e| e.into_inner());
+        for (i, t) in inputs.iter().enumerate() {
+            // Not given: its staging buffer holds what the previous replay carried into it.
+            let Some(t) = t else {
+                continue;
+            };
+            let bytes = tensor_bytes(t)
+                .ok_or_else(|| KError::Decline(format!("{} values stay on the host", t.dtype())))?;
+            match self.uploads.get(i) {
+                Some(Some(_)) if mutants::active(Mutant::StaleReplayInput) => {
+                    // Written where the graph does not read: it replays the captured inputs.
+                }
+                Some(Some(k)) => {
+                    let pinned = &mut staging[*k];
+                    if pinned.bytes < bytes.len() {
                         return Err(KError::Op(OpError::Invalid(format!(
-                            "replay input {i} does not match the captured run"
+                            "replay input {i} has {} bytes, the graph {}",
+                            bytes.len(),
+                            pinned.bytes
                         ))));
                     }
+                    memory::stage(&mut pinned.as_mut_slice()[..bytes.len()], &bytes);
+                    Counters::bump(&counters.h2d_bytes, bytes.len() as u64);
+                    Counters::bump(&counters.h2d_calls, 1);
+                }
+                Some(None) if bytes.is_empty() => {}
+                _ => {
+                    return Err(KError::Op(OpError::Invalid(format!(
+                        "replay input {i} does not match the captured run"
+                    ))));
                 }
             }
-            let stream = device.take_stream()?;
-            let ran = self
-                .graph
-                .launch(&stream)
-                .and_then(|_| stream.synchronize());
-            device.give_streams(vec![stream]);
-            ran?;
         }
+        let stream = device.take_stream()?;
+        let ran = self
+            .graph
+            .launch(&stream)
+            .and_then(|_| stream.synchronize());
+        device.give_streams(vec![stream]);
+        ran?;
         if let Some(f) = raised(&self.checks) {
             return Err(KError::Fault(f));
         }
-        for l in &self.later {
-            Counters::bump(&counters.d2h_bytes, l.bytes as u64);
-            Counters::bump(&counters.d2h_calls, 1);
+        for c in carry {
+            let (Some(l), Some(Some(k))) = (self.later.get(c.output), self.uploads.get(c.input))
+            else {
+                return Err(KError::Op(OpError::Invalid(format!(
+                    "carry from output {} to input {}: no such output or staged input",
+                    c.output, c.input
+                ))));
+            };
+            let dst = &mut staging[*k];
+            let n = dst.bytes;
+            c.copy(
+                &l.pinned.as_slice()[..l.bytes],
+                &mut dst.as_mut_slice()[..n],
+            )
+            .map_err(|e| KError::Op(OpError::Invalid(e)))?;
         }
+        drop(staging);
         self.later
             .iter()
-            .map(|l| {
+            .enumerate()
+            .map(|(j, l)| {
+                if carry.iter().any(|c| c.output == j) {
+                    return Ok(None);
+                }
+                Counters::bump(&counters.d2h_bytes, l.bytes as u64);
+                Counters::bump(&counters.d2h_calls, 1);
                 tensor_from_bytes(l.dtype, &l.shape, &l.pinned.as_slice()[..l.bytes])
+                    .map(Some)
                     .ok_or_else(|| KError::Op(OpError::Invalid("cannot rebuild an output".into())))
             })
             .collect()

@@ -267,6 +267,17 @@ impl Replay for CudaReplay {
             .replay(&self.device, inputs, counters)
             .map_err(device_error)
     }
+
+    fn replay_carrying(
+        &self,
+        inputs: &[Option<&Tensor>],
+        carry: &[quorum_core::backend::Carry],
+        counters: &Counters,
+    ) -> Result<Vec<Option<Tensor>>, DeviceError> {
+        self.captured
+            .replay_carrying(&self.device, inputs, carry, counters)
+            .map_err(device_error)
+    }
 }
 
 /// The executor's node inputs as the CUDA kernels' [`Inputs`].

@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 use ndarray::{Axis, Slice};
 
 use crate::ir::{Dim, ValueType};
+use crate::session::{CarryPair, CarryState};
 use crate::tensor::{DType, Tensor, Value};
 use crate::{Error, Result, Session};
 
@@ -249,7 +250,7 @@ pub fn argmax(row: &[f32]) -> Option<usize> {
 }
 
 /// How [`generate_with`] holds the cache between runs.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct GenerateOptions {
     /// Pad the cache in front to the smallest of `b, 2b, 4b, ..` that holds it (`Some(b)`, b ≥ 1),
     /// so that the steps of a bucket share their shapes (and a captured graph); `None` passes the
@@ -258,9 +259,25 @@ pub struct GenerateOptions {
     /// What padded positions hold (0 by default). The mask hides them, so any finite value gives
     /// the same tokens; a test poisons them to show it.
     pub pad_value: f32,
+    /// With a padded cache, keep it in the captured graph's buffers from step to step where the
+    /// session replays one (`Session::run_carrying`) instead of returning it to the host.
+    pub carry: bool,
     /// Test only: the mask marks padded positions as tokens (the bug padding must not have).
     #[cfg(test)]
     unmasked_padding: bool,
+}
+
+impl Default for GenerateOptions {
+    /// No padding; where padding is asked for, the cache carried between replays.
+    fn default() -> GenerateOptions {
+        GenerateOptions {
+            pad_cache: None,
+            pad_value: 0.0,
+            carry: true,
+            #[cfg(test)]
+            unmasked_padding: false,
+        }
+    }
 }
 
 impl GenerateOptions {
@@ -384,10 +401,27 @@ pub fn generate_with(
     let mut real = 0usize;
     let mut held = 0usize;
     let mut next: Vec<i64> = prompt.to_vec();
+    // With padding, a step whose grown cache stays in its bucket leaves the cache staged in the
+    // captured graph for the next step (`Session::run_carrying`): no host tensor is built, padded
+    // or uploaded for it. Elsewhere (eager runs, the capture, a bucket's last step) the cache comes
+    // back to the host.
+    let pairs: Vec<CarryPair> = match options.pad_cache {
+        Some(_) if options.carry => layout
+            .cache
+            .iter()
+            .map(|c| CarryPair {
+                output: c.output.clone(),
+                input: c.input.clone(),
+                axis: c.axis,
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    let mut state = CarryState::default();
     for step in 0..new_tokens {
         let seq = next.len();
         let t0 = Instant::now();
-        if step > 0 {
+        if step > 0 && !state.holds() {
             let to = options.bucket(real);
             if to != held {
                 for (c, v) in layout.cache.iter().zip(cache.iter_mut()) {
@@ -415,7 +449,13 @@ pub fn generate_with(
         for (c, v) in layout.cache.iter().zip(cache.drain(..)) {
             feeds.push((c.input.clone(), v));
         }
-        let mut outputs = session.run(feeds)?;
+        // Carry only what drops padding: the grown cache must still fit the bucket.
+        let carry: &[CarryPair] = if step > 0 && real + seq <= held {
+            &pairs
+        } else {
+            &[]
+        };
+        let mut outputs = session.run_carrying(feeds, carry, &mut state)?;
         let mut take = |name: &str| -> Result<Value> {
             let at = outputs.iter().position(|(n, _)| n == name).ok_or_else(|| {
                 Error::InvalidModel(format!("the run returned no output '{name}'"))
@@ -458,8 +498,11 @@ pub fn generate_with(
         let token = argmax(&last)
             .ok_or_else(|| Error::InvalidModel(format!("step {step}: the logits hold NaN")))?
             as i64;
-        for c in &layout.cache {
-            cache.push(take(&c.output)?);
+        if !state.holds() {
+            for c in &layout.cache {
+                cache.push(take(&c.output)?);
+            }
+            held += seq;
         }
         let took = t0.elapsed();
         if step == 0 {
@@ -468,7 +511,6 @@ pub fn generate_with(
             out.steps.push(took);
         }
         real += seq;
-        held += seq;
         out.tokens.push(token);
         out.logits.push(last);
         on_token(step, token);

@@ -427,8 +427,11 @@ fn gather_checks_run_input_indices_on_the_device() {
 
 /// Token-by-token generation with the cache padded to buckets (`quorum::generate`): every step of
 /// a bucket has the same shapes, so after warm-up each bucket's steps replay one captured graph,
-/// and the tokens and logits are the CPU's unpadded ones (the CPU's are PyTorch's, by the runtime's
-/// own test). The padding is poisoned: a replay that read it unmasked would move the logits.
+/// with the cache carried from step to step in the graph's staging buffers; the tokens and logits
+/// are the CPU's unpadded ones (the CPU's are PyTorch's, by the runtime's own test), and the same
+/// generation with the cache brought back to the host every step gives the same logits bit for
+/// bit. The padding is poisoned: a replay that read it unmasked would move the logits. A cache
+/// carried into the wrong inputs (keys as values) is caught by the same comparison.
 #[test]
 fn padded_generation_replays_and_matches_the_cpu() {
     use quorum::generate::{CacheLayout, GenerateOptions, generate, generate_with};
@@ -448,26 +451,31 @@ fn padded_generation_replays_and_matches_the_cpu() {
     let layout = CacheLayout::of(&s).unwrap();
     let prompt = [4, 7, 12, 54, 26, 75, 21, 56];
     let want = generate(&cpu, &layout, &prompt, 40, |_, _| {}).unwrap();
-    let o = GenerateOptions {
+    let off = |got: &[Vec<f32>]| -> f32 {
+        got.iter()
+            .zip(&want.logits)
+            .map(|(g, w)| {
+                let scale = w.iter().fold(0f32, |m, v| m.max(v.abs()));
+                g.iter()
+                    .zip(w)
+                    .map(|(a, b)| (a - b).abs() / scale)
+                    .fold(0f32, f32::max)
+            })
+            .fold(0f32, f32::max)
+    };
+    let carried = GenerateOptions {
         pad_cache: Some(8),
         pad_value: 1e4,
         ..Default::default()
     };
+    let mut rounds = Vec::new();
     for round in 0..2 {
-        let got = generate_with(&s, &layout, &prompt, 40, &o, |_, _| {}).unwrap();
+        let before = s.counters();
+        let got = generate_with(&s, &layout, &prompt, 40, &carried, |_, _| {}).unwrap();
         assert_eq!(got.tokens, want.tokens, "round {round}");
-        for (step, (g, w)) in got.logits.iter().zip(&want.logits).enumerate() {
-            let scale = w.iter().fold(0f32, |m, v| m.max(v.abs()));
-            let off = g
-                .iter()
-                .zip(w)
-                .map(|(a, b)| (a - b).abs())
-                .fold(0f32, f32::max);
-            assert!(
-                off <= 1e-5 * scale,
-                "round {round} step {step}: off by {off:e} of {scale:e}"
-            );
-        }
+        let d = off(&got.logits);
+        assert!(d <= 1e-5, "round {round}: off by {d:e} of scale");
+        rounds.push((got, s.counters().h2d_bytes - before.h2d_bytes));
     }
     if on_cpu() {
         return;
@@ -479,4 +487,35 @@ fn padded_generation_replays_and_matches_the_cpu() {
     assert_eq!((c.graph_captures, c.graph_refusals), (3, 0), "{c:?}");
     assert_eq!(c.graph_replays, 67, "{c:?}");
     assert_eq!(c.cuda_fallbacks, 0, "{c:?}");
+    // The same generation with the cache back on the host every step: the same bits, and far more
+    // bytes uploaded (the second round replays every step but the warm-ups of bucket 8).
+    let host = GenerateOptions {
+        carry: false,
+        ..carried.clone()
+    };
+    let before = s.counters().h2d_bytes;
+    let plain = generate_with(&s, &layout, &prompt, 40, &host, |_, _| {}).unwrap();
+    let plain_bytes = s.counters().h2d_bytes - before;
+    assert_eq!(
+        plain.logits, rounds[1].0.logits,
+        "carried and host caches differ"
+    );
+    assert!(
+        rounds[1].1 * 4 < plain_bytes,
+        "carried {} bytes up, host {plain_bytes}",
+        rounds[1].1
+    );
+    // Keys carried into the values' inputs: the logits move far outside the tolerance.
+    let mut wrong = layout.clone();
+    for pair in wrong.cache.chunks_mut(2) {
+        let key = pair[0].output.clone();
+        pair[0].output = pair[1].output.clone();
+        pair[1].output = key;
+    }
+    let bad = generate_with(&s, &wrong, &prompt, 40, &carried, |_, _| {}).unwrap();
+    let d = off(&bad.logits);
+    assert!(
+        d > 1e-3,
+        "a cache carried into the wrong inputs went unnoticed ({d:e})"
+    );
 }

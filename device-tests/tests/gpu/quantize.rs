@@ -130,7 +130,7 @@ fn quantize_sweep() {
                         c = c.attr_i("axis", a);
                     }
                     // The scale is a weight, or (one case in three) a run input.
-                    c = if seed % 3 == 0 {
+                    c = if seed.is_multiple_of(3) {
                         c.input(st)
                     } else {
                         c.constant(st)
@@ -194,7 +194,7 @@ fn dequantize_sweep() {
                     if out != DType::F32 {
                         c = c.attr_i("output_dtype", code(out));
                     }
-                    c = if seed % 3 == 0 {
+                    c = if seed.is_multiple_of(3) {
                         c.input(st)
                     } else {
                         c.constant(st)

@@ -115,7 +115,10 @@ fn parameter_of_each(
     let mut at = Vec::with_capacity(n);
     for o in 0..outer {
         for c in 0..shape[axis] {
-            let row = if block == 0 { c } else { o * along + c / block };
+            let row = match c.checked_div(block) {
+                None => c,
+                Some(b) => o * along + b,
+            };
             let base = if block == 0 { row } else { row * inner };
             for k in 0..inner {
                 at.push(if block == 0 { base } else { base + k });

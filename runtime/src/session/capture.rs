@@ -84,6 +84,11 @@ pub(super) struct Captured {
     /// The run inputs, in the order the replay takes them.
     pub inputs: Vec<String>,
     measured: Option<(f64, f64)>,
+    /// The graph outputs' names, dtypes and shapes (what a carry copies from).
+    outputs: Vec<(String, DType, Vec<usize>)>,
+    /// The carry sequence (`CarryState`) whose inputs the graph's staging holds: until it lets go,
+    /// other runs of this key run eagerly rather than overwrite them.
+    owner: Mutex<Option<u64>>,
 }
 
 /// One shape key's outcome, for reports.
@@ -149,6 +154,7 @@ impl Graphs {
         key: &ShapeKey,
         replay: Box<dyn Replay>,
         inputs: Vec<String>,
+        outputs: Vec<(String, DType, Vec<usize>)>,
         measured: Option<(f64, f64)>,
         keep: bool,
     ) {
@@ -161,6 +167,8 @@ impl Graphs {
                 replay: Mutex::new(replay),
                 inputs,
                 measured,
+                outputs,
+                owner: Mutex::new(None),
             })),
         };
         self.set(key, state);
@@ -216,6 +224,10 @@ impl Captured {
         inputs: &[(String, Value)],
         counters: &Counters,
     ) -> Option<Result<Vec<(String, Value)>>> {
+        if self.owner().is_some() {
+            // A carry sequence holds the graph's staged inputs.
+            return None;
+        }
         let replay = self.replay.try_lock().ok()?;
         let mut ordered = Vec::with_capacity(self.inputs.len());
         for name in &self.inputs {
@@ -246,6 +258,148 @@ impl Captured {
                 .zip(outs.into_iter().map(Value::Tensor))
                 .collect()
         }))
+    }
+}
+
+/// An output that becomes the next run's input: the output's last positions along `axis`, as many
+/// as the input holds (a key/value cache grown by one position, its oldest dropped).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CarryPair {
+    pub output: String,
+    pub input: String,
+    pub axis: usize,
+}
+
+impl Captured {
+    fn owner(&self) -> Option<u64> {
+        *self.owner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Lets go of the staged inputs if sequence `id` holds them.
+    pub fn release(&self, id: u64) {
+        let mut o = self.owner.lock().unwrap_or_else(|e| e.into_inner());
+        if *o == Some(id) {
+            *o = None;
+        }
+    }
+
+    /// The device's description of each pair of `carry` for inputs of shape key `key`.
+    fn carries(&self, key: &ShapeKey, carry: &[CarryPair]) -> Result<Vec<crate::backend::Carry>> {
+        let bad = |msg: String| Error::Input {
+            name: carry.first().map_or(String::new(), |c| c.input.clone()),
+            msg,
+        };
+        carry
+            .iter()
+            .map(|c| {
+                let input = self
+                    .inputs
+                    .iter()
+                    .position(|n| *n == c.input)
+                    .ok_or_else(|| bad(format!("'{}' is not a run input", c.input)))?;
+                let (output, (_, od, os)) = self
+                    .outputs
+                    .iter()
+                    .enumerate()
+                    .find(|(_, o)| o.0 == c.output)
+                    .ok_or_else(|| bad(format!("'{}' is not a graph output", c.output)))?;
+                let (_, id, is) = key
+                    .iter()
+                    .find(|k| k.0 == c.input)
+                    .ok_or_else(|| bad(format!("'{}' has no shape", c.input)))?;
+                let fits = id == od
+                    && is.len() == os.len()
+                    && c.axis < is.len()
+                    && is[c.axis] <= os[c.axis]
+                    && (0..is.len()).all(|d| d == c.axis || is[d] == os[d]);
+                if !fits {
+                    return Err(bad(format!(
+                        "output '{}' ({od}{os:?}) cannot become input '{}' ({id}{is:?}) along axis {}",
+                        c.output, c.input, c.axis
+                    )));
+                }
+                let size = id.size_in_memory();
+                Ok(crate::backend::Carry {
+                    output,
+                    input,
+                    rows: os[..c.axis].iter().product(),
+                    out_row: os[c.axis..].iter().product::<usize>() * size,
+                    in_row: is[c.axis..].iter().product::<usize>() * size,
+                })
+            })
+            .collect()
+    }
+
+    /// Replays for carry sequence `id`: `inputs` lacks the inputs named in `staged`, which the
+    /// sequence's previous replay left in the graph's staging; after the run `carry` stages outputs
+    /// for the next one and the sequence holds the graph (with no carry it lets go). `None`: the
+    /// graph is held by another sequence or is being replayed (the run goes eager).
+    #[allow(clippy::too_many_arguments)]
+    pub fn replay_carrying(
+        &self,
+        graph: &Graph,
+        key: &ShapeKey,
+        inputs: &[(String, Value)],
+        staged: &[String],
+        carry: &[CarryPair],
+        id: u64,
+        counters: &Counters,
+    ) -> Option<Result<Vec<(String, Value)>>> {
+        let mut owner = self.owner.lock().unwrap_or_else(|e| e.into_inner());
+        if owner.is_some_and(|o| o != id) {
+            return None;
+        }
+        if !staged.is_empty() && *owner != Some(id) {
+            return Some(Err(Error::Device(
+                "the carried inputs were not staged by this sequence".into(),
+            )));
+        }
+        let replay = self.replay.try_lock().ok()?;
+        let carries = match self.carries(key, carry) {
+            Ok(c) => c,
+            Err(e) => return Some(Err(e)),
+        };
+        let mut ordered = Vec::with_capacity(self.inputs.len());
+        for name in &self.inputs {
+            match inputs
+                .iter()
+                .find(|(n, _)| n == name)
+                .and_then(|(_, v)| v.as_tensor())
+            {
+                Some(t) => ordered.push(Some(t)),
+                None if staged.contains(name) => ordered.push(None),
+                None => {
+                    return Some(Err(Error::Input {
+                        name: name.clone(),
+                        msg: "missing from the run (and not carried from the one before)".into(),
+                    }));
+                }
+            }
+        }
+        Counters::bump(&counters.graph_replays, 1);
+        let outs = replay.replay_carrying(&ordered, &carries, counters);
+        *owner = match (&outs, carries.is_empty()) {
+            (Ok(_), false) => Some(id),
+            _ => None,
+        };
+        let outs = match outs {
+            Ok(o) => o,
+            Err(crate::backend::DeviceError::Fault(f)) => {
+                return Some(Err(super::exec::fault_error(f)));
+            }
+            Err(e) => {
+                return Some(Err(Error::Device(format!(
+                    "replaying a captured graph: {e}"
+                ))));
+            }
+        };
+        Some(Ok(graph
+            .outputs
+            .iter()
+            .map(|o| o.name.clone())
+            .zip(outs)
+            .filter_map(|(n, t)| t.map(|t| (n, Value::Tensor(t))))
+            .collect()))
     }
 }
 
@@ -299,7 +453,14 @@ mod tests {
         // While one run captures, the others run eagerly; another key warms on its own.
         assert!(matches!(g.plan(&key(2)), Plan::Eager));
         assert!(matches!(g.plan(&key(3)), Plan::Eager));
-        g.keep(&key(2), Box::new(Echo), vec!["x".into()], None, true);
+        g.keep(
+            &key(2),
+            Box::new(Echo),
+            vec!["x".into()],
+            vec![],
+            None,
+            true,
+        );
         let Plan::Replay(c) = g.plan(&key(2)) else {
             panic!("a kept graph replays");
         };
@@ -335,7 +496,14 @@ mod tests {
             &counters,
         );
         assert!(matches!(g.plan(&key(2)), Plan::Eager));
-        g.keep(&key(5), Box::new(Echo), vec![], Some((1.0, 2.0)), false);
+        g.keep(
+            &key(5),
+            Box::new(Echo),
+            vec![],
+            vec![],
+            Some((1.0, 2.0)),
+            false,
+        );
         assert!(matches!(g.plan(&key(5)), Plan::Eager));
         let report = g.report();
         assert_eq!(counters.snapshot().graph_refusals, 1);

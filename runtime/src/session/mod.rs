@@ -6,6 +6,7 @@
 //! executes the plan (`exec`), values living where they were produced (`residency`). Nothing here
 //! knows a particular accelerator: they are reached through `crate::backend`.
 mod capture;
+mod carry;
 mod choices;
 pub mod dispatch;
 mod exec;
@@ -36,7 +37,8 @@ use crate::plan::Plan;
 pub use crate::providers::parse_providers;
 use crate::tensor::Value;
 pub use crate::verify::VerifyMode;
-pub use capture::{GraphCapture, GraphRecord, WARMUP_RUNS};
+pub use capture::{CarryPair, GraphCapture, GraphRecord, WARMUP_RUNS};
+pub use carry::CarryState;
 pub(crate) use inputs::overridable_initializers;
 pub use options::SessionOptions;
 use placement::SessionDevice;
@@ -522,7 +524,18 @@ impl Session {
                 } else {
                     (None, true)
                 };
-                self.graphs.keep(key, replay, names, measured, keep);
+                let shapes = self
+                    .plan
+                    .graph
+                    .outputs
+                    .iter()
+                    .zip(&outs)
+                    .filter_map(|(o, (_, v))| {
+                        v.as_tensor()
+                            .map(|t| (o.name.clone(), t.dtype(), t.shape().to_vec()))
+                    })
+                    .collect();
+                self.graphs.keep(key, replay, names, shapes, measured, keep);
                 Ok(outs)
             }
             Ok((_, None)) => Err(Error::Device("a capture ended without a graph".into())),

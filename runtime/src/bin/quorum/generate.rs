@@ -33,6 +33,10 @@ pub struct Args {
     /// position_ids, else off).
     #[arg(long, default_value = "auto")]
     pad_cache: String,
+    /// With a padded cache, bring it back to the host after every step instead of keeping it in
+    /// the captured graph's buffers between replays (for comparison).
+    #[arg(long)]
+    no_carry: bool,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -76,6 +80,7 @@ pub fn main(a: Args) -> CliResult<()> {
     };
     let options = GenerateOptions {
         pad_cache,
+        carry: !a.no_carry,
         ..Default::default()
     };
     let prompt = if a.prompt.is_empty() {
@@ -159,6 +164,7 @@ pub fn main(a: Args) -> CliResult<()> {
             "tokens_per_s": 1e3 / median,
             "cache": layout.cache.len(),
             "pad_cache": pad_cache,
+            "carry": options.carry && pad_cache.is_some(),
             "graphs": session.graph_report(),
             "counters": session.counters(),
             "capture_blocker": session.capture_blocker(),
