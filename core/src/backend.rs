@@ -162,16 +162,24 @@ pub trait Replay: Send + Sync {
     /// [`Replay::replay`] where `inputs[i]` is `None` for an input the previous replay's `carry`
     /// left staged; after the run, each [`Carry`] copies an output into an input's staging for the
     /// next replay, and that output comes back as `None` (no host tensor is built for it). A device
-    /// that cannot declines, and the caller passes every input.
+    /// that cannot carry replays plainly when there is nothing to carry, and declines otherwise.
     fn replay_carrying(
         &self,
-        _inputs: &[Option<&Tensor>],
-        _carry: &[Carry],
-        _counters: &Counters,
+        inputs: &[Option<&Tensor>],
+        carry: &[Carry],
+        counters: &Counters,
     ) -> Result<Vec<Option<Tensor>>, DeviceError> {
-        Err(DeviceError::Decline(
-            "this device does not carry outputs between replays".into(),
-        ))
+        let given: Option<Vec<&Tensor>> = inputs.iter().copied().collect();
+        match given {
+            Some(given) if carry.is_empty() => Ok(self
+                .replay(&given, counters)?
+                .into_iter()
+                .map(Some)
+                .collect()),
+            _ => Err(DeviceError::Decline(
+                "this device does not carry outputs between replays".into(),
+            )),
+        }
     }
 }
 

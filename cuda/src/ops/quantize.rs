@@ -15,7 +15,7 @@ use super::cast::{Kind, kind, load_value};
 use super::{require_u32_len, thread_index};
 use crate::decline;
 use crate::driver::Arg;
-use crate::ptx::{Kernel, Space, Ty, module};
+use crate::ptx::{Kernel, Reg, Space, Ty, module};
 use crate::{DevTensor, Inputs, KResult, Run, blocks, dev_input};
 use quorum_core::ops::OpCtx;
 use quorum_core::ops::quantize::{
@@ -87,12 +87,26 @@ pub(super) fn k_quantize(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult
     }
     let (src, dst) = (kind_of(x.dtype)?, kind_of(out)?);
     let k = quantize_kernel(src, dst, zp.is_some(), !lay.single, (lo, hi));
+    launch(run, k, "quantize", [&y, &x, &scale], zp.as_ref(), n, &lay)?;
+    Ok(vec![y])
+}
+
+/// Launches a quantize or dequantize kernel over `n` elements: (y, x, scale, zero point or the
+/// scale again when there is none, n, inner, dim).
+fn launch(
+    run: &Run,
+    k: Kernel,
+    name: &str,
+    [y, x, scale]: [&DevTensor; 3],
+    zp: Option<&DevTensor>,
+    n: u32,
+    lay: &Layout,
+) -> KResult<()> {
     let ptx = module(run.cc(), &[k]);
-    let [inner, dim] = layout_args(&lay)?;
-    let zp_ptr = zp.as_ref().map_or(scale.ptr(), |z| z.ptr());
+    let [inner, dim] = layout_args(lay)?;
     run.launch(
         &ptx,
-        "quantize",
+        name,
         (blocks(n as usize, 256), 1, 1),
         (256, 1, 1),
         0,
@@ -100,13 +114,12 @@ pub(super) fn k_quantize(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult
             Arg::Ptr(y.ptr()),
             Arg::Ptr(x.ptr()),
             Arg::Ptr(scale.ptr()),
-            Arg::Ptr(zp_ptr),
+            Arg::Ptr(zp.map_or(scale.ptr(), |z| z.ptr())),
             Arg::U32(n),
             inner,
             dim,
         ],
-    )?;
-    Ok(vec![y])
+    )
 }
 
 pub(super) fn k_dequantize(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>> {
@@ -136,25 +149,7 @@ pub(super) fn k_dequantize(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResu
         return Ok(vec![y]);
     }
     let k = dequantize_kernel(kind_of(x.dtype)?, out, zp.is_some(), !lay.single);
-    let ptx = module(run.cc(), &[k]);
-    let [inner, dim] = layout_args(&lay)?;
-    let zp_ptr = zp.as_ref().map_or(scale.ptr(), |z| z.ptr());
-    run.launch(
-        &ptx,
-        "dequantize",
-        (blocks(n as usize, 256), 1, 1),
-        (256, 1, 1),
-        0,
-        &[
-            Arg::Ptr(y.ptr()),
-            Arg::Ptr(x.ptr()),
-            Arg::Ptr(scale.ptr()),
-            Arg::Ptr(zp_ptr),
-            Arg::U32(n),
-            inner,
-            dim,
-        ],
-    )?;
+    launch(run, k, "dequantize", [&y, &x, &scale], zp.as_ref(), n, &lay)?;
     Ok(vec![y])
 }
 
@@ -175,7 +170,7 @@ fn size(k: Kind) -> usize {
 }
 
 /// An integer element as s64 (sign- or zero-extended).
-fn int_value(k: &mut Kernel, src: Kind, a: crate::ptx::Reg) -> crate::ptx::Reg {
+fn int_value(k: &mut Kernel, src: Kind, a: Reg) -> Reg {
     let v = load_value(k, src, a);
     match v {
         super::cast::Val::Int { v, .. } => k.bitcast(Ty::S64, v),
@@ -184,12 +179,51 @@ fn int_value(k: &mut Kernel, src: Kind, a: crate::ptx::Reg) -> crate::ptx::Reg {
 }
 
 /// Stores the low bits of an s64 at `a` as a `dst` integer.
-fn store_int(k: &mut Kernel, dst: Kind, a: crate::ptx::Reg, v: crate::ptx::Reg) {
+fn store_int(k: &mut Kernel, dst: Kind, a: Reg, v: Reg) {
     let bits = k.bitcast(Ty::U64, v);
     let w = k.cvt(Ty::U16, Ty::U64, "", bits);
     match dst {
         Kind::Int { bytes: 1, .. } => k.st_u8(Space::Global, a, 0, w),
         _ => k.st(Space::Global, a, 0, w),
+    }
+}
+
+/// The registers both kernels start from: the output, input and zero-point pointers, the element
+/// `i` (threads past `n` exit), its parameter index `j` (0 per tensor; `(i / inner) % dim` per
+/// axis) and its scale `s`. Parameters: y, x, scale, zp, n, inner, dim.
+struct Prologue {
+    yp: Reg,
+    xp: Reg,
+    zpp: Reg,
+    i: Reg,
+    j: Reg,
+    s: Reg,
+}
+
+fn prologue(k: &mut Kernel, per_axis: bool) -> Prologue {
+    let yp = k.param_ptr("y");
+    let xp = k.param_ptr("x");
+    let sp = k.param_ptr("scale");
+    let zpp = k.param_ptr("zp");
+    let n = k.param("n", Ty::U32);
+    let inner = k.param("inner", Ty::U32);
+    let dim = k.param("dim", Ty::U32);
+    let i = thread_index(k, n);
+    let j = if per_axis {
+        let q = k.div(Ty::U32, i, inner);
+        k.rem(Ty::U32, q, dim)
+    } else {
+        k.mov(Ty::U32, 0u32)
+    };
+    let sa = k.addr(sp, j, 4);
+    let s = k.ld_nc(Ty::F32, sa, 0);
+    Prologue {
+        yp,
+        xp,
+        zpp,
+        i,
+        j,
+        s,
     }
 }
 
@@ -201,23 +235,14 @@ pub(super) fn quantize_kernel(
     (lo, hi): (i64, i64),
 ) -> Kernel {
     let mut k = Kernel::new("quantize");
-    let yp = k.param_ptr("y");
-    let xp = k.param_ptr("x");
-    // Parameter order: y, x, scale, zp, n, inner, dim.
-    let sp = k.param_ptr("scale");
-    let zpp = k.param_ptr("zp");
-    let n = k.param("n", Ty::U32);
-    let inner = k.param("inner", Ty::U32);
-    let dim = k.param("dim", Ty::U32);
-    let i = thread_index(&mut k, n);
-    let j = if per_axis {
-        let q = k.div(Ty::U32, i, inner);
-        k.rem(Ty::U32, q, dim)
-    } else {
-        k.mov(Ty::U32, 0u32)
-    };
-    let sa = k.addr(sp, j, 4);
-    let s = k.ld_nc(Ty::F32, sa, 0);
+    let Prologue {
+        yp,
+        xp,
+        zpp,
+        i,
+        j,
+        s,
+    } = prologue(&mut k, per_axis);
     let xa = k.addr(xp, i, size(src));
     let x = match load_value(&mut k, src, xa) {
         super::cast::Val::Float { f32: Some(f), .. } => f,
@@ -246,22 +271,14 @@ pub(super) fn quantize_kernel(
 
 pub(super) fn dequantize_kernel(src: Kind, out: DType, zp: bool, per_axis: bool) -> Kernel {
     let mut k = Kernel::new("dequantize");
-    let yp = k.param_ptr("y");
-    let xp = k.param_ptr("x");
-    let sp = k.param_ptr("scale");
-    let zpp = k.param_ptr("zp");
-    let n = k.param("n", Ty::U32);
-    let inner = k.param("inner", Ty::U32);
-    let dim = k.param("dim", Ty::U32);
-    let i = thread_index(&mut k, n);
-    let j = if per_axis {
-        let q = k.div(Ty::U32, i, inner);
-        k.rem(Ty::U32, q, dim)
-    } else {
-        k.mov(Ty::U32, 0u32)
-    };
-    let sa = k.addr(sp, j, 4);
-    let s = k.ld_nc(Ty::F32, sa, 0);
+    let Prologue {
+        yp,
+        xp,
+        zpp,
+        i,
+        j,
+        s,
+    } = prologue(&mut k, per_axis);
     let xa = k.addr(xp, i, size(src));
     let v = int_value(&mut k, src, xa);
     let v = if zp {

@@ -216,48 +216,16 @@ impl Graphs {
 }
 
 impl Captured {
-    /// Replays the graph on `inputs` (by name). `None`: another thread is replaying it right now
-    /// (the run goes eager rather than wait).
+    /// Replays the graph on `inputs` (by name). `None`: another thread is replaying it right now,
+    /// or a carry sequence holds its inputs (the run goes eager rather than wait).
     pub fn replay(
         &self,
         graph: &Graph,
         inputs: &[(String, Value)],
         counters: &Counters,
     ) -> Option<Result<Vec<(String, Value)>>> {
-        if self.owner().is_some() {
-            // A carry sequence holds the graph's staged inputs.
-            return None;
-        }
-        let replay = self.replay.try_lock().ok()?;
-        let mut ordered = Vec::with_capacity(self.inputs.len());
-        for name in &self.inputs {
-            match inputs
-                .iter()
-                .find(|(n, _)| n == name)
-                .and_then(|(_, v)| v.as_tensor())
-            {
-                Some(t) => ordered.push(t),
-                None => {
-                    return Some(Err(Error::Input {
-                        name: name.clone(),
-                        msg: "missing from a run of a captured graph".into(),
-                    }));
-                }
-            }
-        }
-        Counters::bump(&counters.graph_replays, 1);
-        let outs = replay.replay(&ordered, counters).map_err(|e| match e {
-            crate::backend::DeviceError::Fault(f) => super::exec::fault_error(f),
-            e => Error::Device(format!("replaying a captured graph: {e}")),
-        });
-        Some(outs.map(|outs| {
-            graph
-                .outputs
-                .iter()
-                .map(|o| o.name.clone())
-                .zip(outs.into_iter().map(Value::Tensor))
-                .collect()
-        }))
+        // Sequence 0 is never issued: it holds nothing and carries nothing.
+        self.replay_carrying(graph, &Vec::new(), inputs, &[], &[], 0, counters)
     }
 }
 
@@ -271,10 +239,6 @@ pub struct CarryPair {
 }
 
 impl Captured {
-    fn owner(&self) -> Option<u64> {
-        *self.owner.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// Lets go of the staged inputs if sequence `id` holds them.
     pub fn release(&self, id: u64) {
         let mut o = self.owner.lock().unwrap_or_else(|e| e.into_inner());
@@ -345,7 +309,17 @@ impl Captured {
         id: u64,
         counters: &Counters,
     ) -> Option<Result<Vec<(String, Value)>>> {
-        let mut owner = self.owner.lock().unwrap_or_else(|e| e.into_inner());
+        // A run that holds nothing does not wait for another replay (it runs eagerly instead); a
+        // sequence holding the graph waits (a run that finds it held lets go at once).
+        let mut owner = if staged.is_empty() {
+            match self.owner.try_lock() {
+                Ok(o) => o,
+                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => return None,
+            }
+        } else {
+            self.owner.lock().unwrap_or_else(|e| e.into_inner())
+        };
         if owner.is_some_and(|o| o != id) {
             return None;
         }
