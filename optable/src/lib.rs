@@ -504,7 +504,9 @@ mod tests {
         );
         // Each row only CUDA claims has its reason, and no other row is CUDA's alone.
         for r in ROWS {
-            let listed = CUDA_ONLY.iter().any(|(n, why)| *n == r.name && !why.is_empty());
+            let listed = CUDA_ONLY
+                .iter()
+                .any(|(n, why)| *n == r.name && !why.is_empty());
             assert_eq!(r.devices == Devices::CUDA, listed, "{}", r.name);
         }
     }
