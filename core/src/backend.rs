@@ -196,10 +196,11 @@ pub struct Carry {
 }
 
 impl Carry {
-    /// Copies `src` (the output's bytes) into `dst` (the input's), row by row.
+    /// Copies `src` (the output's bytes) into `dst` (the input's), row by row; both must be exactly
+    /// the rows' sizes, so that no byte of the input is left from before.
     pub fn copy(&self, src: &[u8], dst: &mut [u8]) -> Result<(), String> {
         let (rows, o, i) = (self.rows, self.out_row, self.in_row);
-        if i > o || src.len() < rows * o || dst.len() < rows * i {
+        if i > o || src.len() != rows * o || dst.len() != rows * i {
             return Err(format!(
                 "carry of {rows} rows of {o} bytes into rows of {i}: {} bytes in, {} out",
                 src.len(),
@@ -318,7 +319,7 @@ mod carry_tests {
     use super::Carry;
 
     /// Two rows (heads) of three positions of two bytes: each row keeps its last two positions, in
-    /// row order; a destination or source too small is an error, not a partial copy.
+    /// row order; a destination or source of another size is an error, not a partial copy.
     #[test]
     fn a_carry_keeps_each_rows_last_positions() {
         let src: Vec<u8> = (0u8..12).collect();
@@ -330,10 +331,11 @@ mod carry_tests {
             in_row: 4,
         };
         let mut dst = vec![0xAAu8; 9];
-        c.copy(&src, &mut dst).unwrap();
+        c.copy(&src, &mut dst[..8]).unwrap();
         assert_eq!(dst, vec![2, 3, 4, 5, 8, 9, 10, 11, 0xAA]);
-        assert!(c.copy(&src[..11], &mut dst).is_err());
+        assert!(c.copy(&src[..11], &mut dst[..8]).is_err());
         assert!(c.copy(&src, &mut dst[..7]).is_err());
+        assert!(c.copy(&src, &mut dst).is_err());
         let widening = Carry { in_row: 8, ..c };
         assert!(widening.copy(&src, &mut [0u8; 16]).is_err());
     }

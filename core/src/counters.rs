@@ -36,6 +36,8 @@ pub struct Counters {
     pub graph_captures: AtomicU64,
     pub graph_replays: AtomicU64,
     pub graph_refusals: AtomicU64,
+    /// Replays that left outputs staged as the next replay's inputs (`Session::run_carrying`).
+    pub graph_carries: AtomicU64,
     /// CPU outputs that took a dying input's storage (the memory plan's in-place rule): views and
     /// elementwise ops written over their input.
     pub in_place_outputs: AtomicU64,
@@ -109,6 +111,7 @@ pub struct CounterSnapshot {
     pub graph_captures: u64,
     pub graph_replays: u64,
     pub graph_refusals: u64,
+    pub graph_carries: u64,
     pub in_place_outputs: u64,
 }
 
@@ -175,6 +178,7 @@ impl Counters {
             events_waited: g(&self.events_waited),
             graph_captures: g(&self.graph_captures),
             graph_replays: g(&self.graph_replays),
+            graph_carries: g(&self.graph_carries),
             graph_refusals: g(&self.graph_refusals),
             in_place_outputs: g(&self.in_place_outputs),
         }

@@ -29,8 +29,9 @@ pub(super) fn raised(checks: &[Check]) -> Option<Fault> {
 /// fixed addresses: replaying it runs the same work on new inputs of the same shapes.
 pub struct Captured {
     pub(super) graph: driver::Graph,
-    /// Each upload of the captured run, in order: its staging buffer's index (`None`: empty).
-    pub(super) uploads: Vec<Option<usize>>,
+    /// Each upload of the captured run, in order: its staging buffer's index and the bytes the
+    /// graph copies from it (`None`: empty).
+    pub(super) uploads: Vec<Option<(usize, usize)>>,
     pub(super) staging: Mutex<Vec<PinnedMemory>>,
     pub(super) later: Vec<Later>,
     pub(super) alive: Vec<Arc<DevBuf>>,
@@ -60,7 +61,9 @@ impl Captured {
 
     /// [`Captured::replay`] where a `None` input keeps what its staging buffer holds (what the
     /// previous replay's `carry` left there); after the run each [`Carry`] copies an output's pinned
-    /// buffer into an input's staging buffer, and the carried outputs come back as `None`.
+    /// buffer into an input's staging buffer, and the carried outputs come back as `None`. The
+    /// graph still moves every input and output across the bus: the transfer counters count them
+    /// all; what a carry saves is the host's tensors and their copies.
     pub fn replay_carrying(
         &self,
         device: &Device,
@@ -70,8 +73,13 @@ impl Captured {
     ) -> KResult<Vec<Option<Tensor>>> {
         let mut staging = self.staging.lock().unwrap_or_else(|e| e.into_inner());
         for (i, t) in inputs.iter().enumerate() {
-            // Not given: its staging buffer holds what the previous replay carried into it.
+            // Not given: its staging buffer holds what the previous replay carried into it, and
+            // the graph uploads that.
             let Some(t) = t else {
+                if let Some(Some((_, n))) = self.uploads.get(i) {
+                    Counters::bump(&counters.h2d_bytes, *n as u64);
+                    Counters::bump(&counters.h2d_calls, 1);
+                }
                 continue;
             };
             let bytes = tensor_bytes(t)
@@ -80,13 +88,12 @@ impl Captured {
                 Some(Some(_)) if mutants::active(Mutant::StaleReplayInput) => {
                     // Written where the graph does not read: it replays the captured inputs.
                 }
-                Some(Some(k)) => {
+                Some(Some((k, n))) => {
                     let pinned = &mut staging[*k];
-                    if pinned.bytes < bytes.len() {
+                    if *n != bytes.len() {
                         return Err(KError::Op(OpError::Invalid(format!(
-                            "replay input {i} has {} bytes, the graph {}",
-                            bytes.len(),
-                            pinned.bytes
+                            "replay input {i} has {} bytes, the graph {n}",
+                            bytes.len()
                         ))));
                     }
                     memory::stage(&mut pinned.as_mut_slice()[..bytes.len()], &bytes);
@@ -112,18 +119,17 @@ impl Captured {
             return Err(KError::Fault(f));
         }
         for c in carry {
-            let (Some(l), Some(Some(k))) = (self.later.get(c.output), self.uploads.get(c.input))
+            let (Some(l), Some(Some((k, n)))) =
+                (self.later.get(c.output), self.uploads.get(c.input))
             else {
                 return Err(KError::Op(OpError::Invalid(format!(
                     "carry from output {} to input {}: no such output or staged input",
                     c.output, c.input
                 ))));
             };
-            let dst = &mut staging[*k];
-            let n = dst.bytes;
             c.copy(
                 &l.pinned.as_slice()[..l.bytes],
-                &mut dst.as_mut_slice()[..n],
+                &mut staging[*k].as_mut_slice()[..*n],
             )
             .map_err(|e| KError::Op(OpError::Invalid(e)))?;
         }
@@ -132,11 +138,11 @@ impl Captured {
             .iter()
             .enumerate()
             .map(|(j, l)| {
+                Counters::bump(&counters.d2h_bytes, l.bytes as u64);
+                Counters::bump(&counters.d2h_calls, 1);
                 if carry.iter().any(|c| c.output == j) {
                     return Ok(None);
                 }
-                Counters::bump(&counters.d2h_bytes, l.bytes as u64);
-                Counters::bump(&counters.d2h_calls, 1);
                 tensor_from_bytes(l.dtype, &l.shape, &l.pinned.as_slice()[..l.bytes])
                     .map(Some)
                     .ok_or_else(|| KError::Op(OpError::Invalid("cannot rebuild an output".into())))

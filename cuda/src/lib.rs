@@ -304,7 +304,8 @@ struct Parked {
 #[derive(Default)]
 struct CaptureLog {
     events: Vec<Event>,
-    uploads: Vec<Option<usize>>,
+    /// Each upload's staging buffer and the bytes the graph copies from it (`None`: empty).
+    uploads: Vec<Option<(usize, usize)>>,
 }
 
 /// An output copy started by [`Run::download_later`], collected by [`Run::finish`].
@@ -697,7 +698,7 @@ impl<'a> Run<'a> {
             let mut staging = self.staging.borrow_mut();
             staging.push(pinned);
             if let Some(log) = self.capture.borrow_mut().as_mut() {
-                log.uploads.push(Some(staging.len() - 1));
+                log.uploads.push(Some((staging.len() - 1, bytes.len())));
             }
             Counters::bump(&self.counters.h2d_bytes, bytes.len() as u64);
             Counters::bump(&self.counters.h2d_calls, 1);

@@ -225,7 +225,7 @@ impl Captured {
         counters: &Counters,
     ) -> Option<Result<Vec<(String, Value)>>> {
         // Sequence 0 is never issued: it holds nothing and carries nothing.
-        self.replay_carrying(graph, &Vec::new(), inputs, &[], &[], 0, counters)
+        self.replay_carrying(graph, &ShapeKey::new(), inputs, &[], &[], 0, counters)
     }
 }
 
@@ -353,7 +353,10 @@ impl Captured {
         Counters::bump(&counters.graph_replays, 1);
         let outs = replay.replay_carrying(&ordered, &carries, counters);
         *owner = match (&outs, carries.is_empty()) {
-            (Ok(_), false) => Some(id),
+            (Ok(_), false) => {
+                Counters::bump(&counters.graph_carries, 1);
+                Some(id)
+            }
             _ => None,
         };
         let outs = match outs {
