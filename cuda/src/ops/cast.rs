@@ -84,7 +84,7 @@ pub(super) fn kind(d: DType) -> Option<Kind> {
     })
 }
 
-fn size(k: Kind) -> usize {
+pub(super) fn size(k: Kind) -> usize {
     match k {
         Kind::F64 => 8,
         Kind::F32 => 4,

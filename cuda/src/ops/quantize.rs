@@ -11,7 +11,7 @@
 //!
 //! Blocked scales, other precisions and types, and int32 inputs to DequantizeLinear (a bias: its
 //! product can exceed f64's exact range) decline to the CPU with the reason.
-use super::cast::{Kind, kind, load_value};
+use super::cast::{Kind, kind, load_value, size};
 use super::{require_u32_len, thread_index};
 use crate::decline;
 use crate::driver::Arg;
@@ -157,15 +157,6 @@ fn kind_of(d: DType) -> KResult<Kind> {
     match kind(d) {
         Some(k) => Ok(k),
         None => decline!("{d} is not held on the device"),
-    }
-}
-
-fn size(k: Kind) -> usize {
-    match k {
-        Kind::Int { bytes, .. } => bytes,
-        Kind::F64 => 8,
-        Kind::F32 => 4,
-        _ => 2,
     }
 }
 
