@@ -403,8 +403,8 @@ pub fn generate_with(
     let mut next: Vec<i64> = prompt.to_vec();
     // With padding, a step whose grown cache stays in its bucket leaves the cache staged in the
     // captured graph for the next step (`Session::run_carrying`): no host tensor is built, padded
-    // or uploaded for it. Elsewhere (eager runs, the capture, a bucket's last step) the cache comes
-    // back to the host.
+    // or staged for it (the graph still copies it across the bus). Elsewhere (eager runs, the
+    // capture, a bucket's last step) the cache comes back to the host.
     let pairs: Vec<CarryPair> = match options.pad_cache {
         Some(_) if options.carry => layout
             .cache
