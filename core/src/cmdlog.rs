@@ -82,6 +82,10 @@ pub enum Command {
     Alloc { range: Range, stream: u64 },
     /// A range handed back by the run (to be reused by a later allocation).
     Release { range: Range },
+    /// A range returned to a pool shared with other runs (device memory, pinned staging) at the
+    /// host's point in the log: every access to it must happen before (the checker treats it as a
+    /// host write).
+    Return { range: Range },
 }
 
 /// A run's commands as the backend issues them.

@@ -28,10 +28,13 @@ pub enum Mutant {
     /// A kernel's scratch (split-K workspace, reduction partials, norm statistics) is released
     /// before the last launch that reads it.
     ScratchReleasedEarly,
+    /// A run whose synchronisation failed returns its pinned staging to the shared pool anyway
+    /// (a copy of the failed stream may still be reading it).
+    StagingAfterFailedSync,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 9] = [
+    pub const ALL: [Mutant; 10] = [
         Mutant::DropWait,
         Mutant::EarlyRelease,
         Mutant::DownloadWrongStream,
@@ -41,7 +44,22 @@ impl Mutant {
         Mutant::UnsyncedHostRead,
         Mutant::SharedFreeList,
         Mutant::ScratchReleasedEarly,
+        Mutant::StagingAfterFailedSync,
     ];
+}
+
+impl Mutant {
+    /// Why a GPU cannot express this bug, where it cannot: the device hunt skips it, and the hunt
+    /// of `cargo test` on the simulated device (which runs the same run protocol) must catch it.
+    pub fn off_device(self) -> Option<&'static str> {
+        match self {
+            Mutant::StagingAfterFailedSync => Some(
+                "it needs a failed stream synchronisation, which leaves a GPU's context unusable; \
+                 the simulated device injects the failure into the same run protocol",
+            ),
+            _ => None,
+        }
+    }
 }
 
 #[cfg(feature = "mutants")]
@@ -64,5 +82,29 @@ pub fn active(m: Mutant) -> bool {
     {
         let _ = m;
         false
+    }
+}
+
+#[cfg(feature = "mutants")]
+static FAIL_SYNC: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Not a bug of ours but a device's: the simulated device fails every synchronisation of a run
+/// from its `n`-th on (0: never), as a stream whose kernel faulted does, so that what the run does
+/// after a failed synchronisation is exercised. Process-wide, like [`inject`].
+#[cfg(feature = "mutants")]
+pub fn fail_syncs_from(n: u64) {
+    FAIL_SYNC.store(n, Ordering::SeqCst);
+}
+
+/// From which synchronisation of a run the simulated device fails them (0: never).
+#[inline]
+pub fn failing_sync() -> u64 {
+    #[cfg(feature = "mutants")]
+    {
+        FAIL_SYNC.load(Ordering::Relaxed)
+    }
+    #[cfg(not(feature = "mutants"))]
+    {
+        0
     }
 }

@@ -1,29 +1,17 @@
-//! A run captured as a CUDA graph ([`Captured`], replayed with new inputs) and the device checks
-//! whose flags come back with a run's outputs ([`Check`]).
+//! A run captured as a CUDA graph ([`Captured`], replayed with new inputs), with the device checks
+//! whose flags come back with each replay's outputs.
 use std::sync::{Arc, Mutex};
 
 use super::driver::{self, DeviceMemory, Event, PinnedMemory};
 use super::memory::{self, DevBuf, tensor_bytes, tensor_from_bytes};
-use super::{Device, Fault, KError, KResult, Later};
+use super::run::{Check, CudaDriver, Later};
+use super::{Device, Fault, KError, KResult};
 use quorum_core::backend::Carry;
 use quorum_core::counters::Counters;
+use quorum_core::device::protocol;
 use quorum_core::error::OpError;
 use quorum_core::mutants::{self, Mutant};
 use quorum_core::tensor::Tensor;
-
-/// A device check's flag copied back (4 bytes, nonzero when raised) and its fault.
-pub(super) struct Check {
-    pub(super) pinned: PinnedMemory,
-    pub(super) fault: Fault,
-}
-
-/// The first raised flag among `checks` (read after their copies completed).
-pub(super) fn raised(checks: &[Check]) -> Option<Fault> {
-    checks
-        .iter()
-        .find(|c| c.pinned.as_slice()[..4] != [0; 4])
-        .map(|c| c.fault.clone())
-}
 
 /// A run's device work captured as a graph, with the buffers, staging and output copies it uses at
 /// fixed addresses: replaying it runs the same work on new inputs of the same shapes.
@@ -43,6 +31,11 @@ pub struct Captured {
 }
 
 impl Captured {
+    /// The first raised device check of the last run of the graph.
+    pub(super) fn raised(&self, device: &Device) -> Option<Fault> {
+        protocol::raised(&CudaDriver { device }, &self.checks)
+    }
+
     /// Replays the graph: `inputs` are the first uploads of the captured run, in order (same shapes
     /// and dtypes); their bytes go to the staging buffers the graph copies from, the graph runs on
     /// `device`'s stream, and the outputs come back from the pinned buffers the graph copies to.
@@ -115,7 +108,7 @@ impl Captured {
             .and_then(|_| stream.synchronize());
         device.give_streams(vec![stream]);
         ran?;
-        if let Some(f) = raised(&self.checks) {
+        if let Some(f) = self.raised(device) {
             return Err(KError::Fault(f));
         }
         for c in carry {
@@ -143,7 +136,7 @@ impl Captured {
                 if carry.iter().any(|c| c.output == j) {
                     return Ok(None);
                 }
-                tensor_from_bytes(l.dtype, &l.shape, &l.pinned.as_slice()[..l.bytes])
+                tensor_from_bytes(l.what.dtype, &l.what.shape, &l.pinned.as_slice()[..l.bytes])
                     .map(Some)
                     .ok_or_else(|| KError::Op(OpError::Invalid("cannot rebuild an output".into())))
             })

@@ -198,9 +198,7 @@ impl DeviceRun for CudaRun<'_> {
 
     fn download(&self, d: &DeviceTensor) -> Result<Tensor, DeviceError> {
         let current = self.run.current_stream();
-        if !quorum_core::mutants::active(quorum_core::mutants::Mutant::DownloadWrongStream) {
-            self.run.set_stream(d.stream);
-        }
+        self.run.set_stream(self.run.read_stream(d.stream));
         let t = unwrap(d.clone()).and_then(|t| self.run.download(&t));
         self.run.set_stream(current);
         t.map_err(device_error)

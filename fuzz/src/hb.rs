@@ -140,7 +140,11 @@ fn describe(c: &Command) -> String {
                 Agent::Stream(s) => format!("stream {s}"),
                 Agent::Host => "host".into(),
             };
-            format!("{what} of node '{node}' on {who}")
+            if node.is_empty() {
+                format!("{what} on {who}")
+            } else {
+                format!("{what} of node '{node}' on {who}")
+            }
         }
         other => format!("{other:?}"),
     }
@@ -157,6 +161,25 @@ pub fn check(log: &[Command], max_races: usize) -> Report {
     let mut report = Report::default();
     let host = Agent::Host;
     for (index, c) in log.iter().enumerate() {
+        // A return to a shared pool is the host taking the bytes back: a host write, which every
+        // access to them must happen before.
+        let returned;
+        let is_return = matches!(c, Command::Return { .. });
+        let c = match c {
+            Command::Return { range } => {
+                // Released bytes go back to the pool here: no longer the run's to touch.
+                released.retain(|(r, _)| !r.overlaps(range));
+                returned = Command::Access {
+                    by: host,
+                    what: "return to the shared pool".into(),
+                    node: String::new(),
+                    reads: vec![],
+                    writes: vec![*range],
+                };
+                &returned
+            }
+            c => c,
+        };
         match c {
             Command::Access {
                 by, reads, writes, ..
@@ -174,6 +197,7 @@ pub fn check(log: &[Command], max_races: usize) -> Report {
                 for (range, write) in mine {
                     report.accesses += 1;
                     if let Some((r, release)) = released.iter().find(|(r, _)| r.overlaps(range))
+                        && !is_return
                         && report.after_release.len() < max_races
                     {
                         let start = r.start.max(range.start);
@@ -257,6 +281,8 @@ pub fn check(log: &[Command], max_races: usize) -> Report {
             // whatever the order.
             Command::Release { range } => released.push((*range, index)),
             Command::Alloc { range, .. } => released.retain(|(r, _)| !r.overlaps(range)),
+            // Checked above, as the host write it is.
+            Command::Return { .. } => {}
         }
     }
     // Keep the unused field honest: a seen access's clock is what `before` compares against.
@@ -313,6 +339,43 @@ mod tests {
             kernel(2, &[0x1000], &[0x2000]),
         ];
         assert_eq!(check(&early, 10).races.len(), 1);
+    }
+
+    #[test]
+    fn a_return_to_the_pool_needs_the_host_to_have_waited() {
+        let upload = Command::Access {
+            by: Agent::Stream(1),
+            what: "upload".into(),
+            node: "x".into(),
+            reads: vec![Range::pinned(0x100, 64)],
+            writes: vec![Range::device(0x1000, 64)],
+        };
+        let back = Command::Return {
+            range: Range::pinned(0x100, 256),
+        };
+        // Handed back while the copy may still read it.
+        let r = check(&[upload.clone(), back.clone()], 10);
+        assert_eq!(r.races.len(), 1, "{r:?}");
+        assert!(
+            r.first()
+                .unwrap()
+                .contains("return to the shared pool on host")
+        );
+        // After the host waited for the stream.
+        let synced = vec![upload, Command::SyncStream { stream: 1 }, back];
+        assert!(check(&synced, 10).is_clean());
+        // A released range returned to the pool is not a use after release.
+        let released = vec![
+            kernel(1, &[], &[0x1000]),
+            Command::Release {
+                range: Range::device(0x1000, 256),
+            },
+            Command::SyncStream { stream: 1 },
+            Command::Return {
+                range: Range::device(0x1000, 256),
+            },
+        ];
+        assert!(check(&released, 10).is_clean());
     }
 
     #[test]

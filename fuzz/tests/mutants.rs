@@ -1,13 +1,16 @@
 //! Race-injection mutants: each injected synchronisation bug (`quorum::mutants`) must be caught by
 //! the happens-before checker on command logs of the simulated device running random DAGs on
 //! several streams, and the unmutated build must give no report over the same cases. One test, so
-//! that the process-wide switch is never flipped under another test's feet. The stale-replay
-//! mutant is the exception: the simulated device captures no graph, and the device fuzzer's
-//! replay-against-eager comparison catches it (`device-tests/tests/gpu/fuzz_streams.rs`).
+//! that the process-wide switch is never flipped under another test's feet. The simulated device
+//! runs the run protocol CUDA runs (`quorum::device::protocol`), so a bug injected there is the
+//! same bug on both. The stale-replay mutant is the exception: the simulated device captures no
+//! graph, and the device fuzzer's replay-against-eager comparison catches it
+//! (`device-tests/tests/gpu/fuzz_streams.rs`). What a run does after a failed synchronisation is
+//! hunted with failures injected into the simulated device's synchronisations.
 #![forbid(unsafe_code)]
 use std::time::Instant;
 
-use quorum::mutants::{Mutant, inject};
+use quorum::mutants::{Mutant, fail_syncs_from, inject};
 use quorum::{Provider, Session, SessionOptions};
 use quorum_fuzz::{dags, hb};
 
@@ -15,8 +18,9 @@ use quorum_fuzz::{dags, hb};
 const BUDGET: usize = 200;
 
 /// Runs cases until the checker reports something; returns (cases run, commands checked, the
-/// first report) — `None` when the budget ran out without one.
-fn hunt() -> (usize, usize, Option<String>) {
+/// first report) — `None` when the budget ran out without one. With `failing`, every run's
+/// synchronisations fail from its first, second or third on (the runs then end in an error).
+fn hunt(failing: bool) -> (usize, usize, Option<String>) {
     let mut commands = 0;
     for case in 0..BUDGET {
         let seed = case as u64 / 2;
@@ -30,9 +34,12 @@ fn hunt() -> (usize, usize, Option<String>) {
             ..Default::default()
         };
         let s = Session::from_bytes(&dag.bytes, options).unwrap();
+        fail_syncs_from(if failing { 1 + seed % 3 } else { 0 });
         for _ in 0..2 {
-            s.run(dag.inputs.clone()).unwrap();
+            let ran = s.run(dag.inputs.clone());
+            assert!(failing || ran.is_ok(), "{:?}", ran.err());
         }
+        fail_syncs_from(0);
         for log in s.take_command_logs() {
             commands += log.len();
             let r = hb::check(&log, 1);
@@ -47,12 +54,16 @@ fn hunt() -> (usize, usize, Option<String>) {
 #[test]
 fn every_injected_race_is_caught_and_the_clean_build_reports_nothing() {
     inject(None);
-    let (cases, commands, found) = hunt();
-    assert_eq!(
-        found, None,
-        "the unmutated build reported a race after {cases} cases"
-    );
-    eprintln!("unmutated: {cases} cases, {commands} commands, no report");
+    for failing in [false, true] {
+        let (cases, commands, found) = hunt(failing);
+        assert_eq!(
+            found, None,
+            "the unmutated build reported a race after {cases} cases (failing syncs: {failing})"
+        );
+        eprintln!(
+            "unmutated (failing syncs: {failing}): {cases} cases, {commands} commands, no report"
+        );
+    }
     let mut missed = Vec::new();
     for m in Mutant::ALL {
         if m == Mutant::StaleReplayInput {
@@ -62,7 +73,7 @@ fn every_injected_race_is_caught_and_the_clean_build_reports_nothing() {
         }
         inject(Some(m));
         let t = Instant::now();
-        let (cases, commands, found) = hunt();
+        let (cases, commands, found) = hunt(m == Mutant::StagingAfterFailedSync);
         inject(None);
         match found {
             Some(report) => eprintln!(

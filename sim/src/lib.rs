@@ -8,18 +8,21 @@
 //! schedule are CUDA's. `--provider sim` (never chosen by `auto`).
 #![forbid(unsafe_code)]
 use std::any::Any;
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use quorum_core::backend::{
-    Backend, Claim, DeviceError, DeviceRun, DeviceSession, DeviceTensor, NodeInputs, Provider,
+    Backend, Claim, DeviceError, DeviceRun, DeviceSession, DeviceTensor, Fault, NodeInputs,
+    Provider,
 };
-use quorum_core::cmdlog::{Agent, Command, CommandLog, Range};
+use quorum_core::cmdlog::{CommandLog, Range};
 use quorum_core::counters::Counters;
+use quorum_core::device::protocol::{Buffer, Driver, RunProtocol};
+use quorum_core::freelist::size_class;
 use quorum_core::ir::{Attr, Node};
-use quorum_core::mutants::{self, Mutant};
+use quorum_core::mutants;
 use quorum_core::ops::{Kernel, OpCtx, Registry};
 use quorum_core::tensor::{Tensor, Value};
 
@@ -55,7 +58,8 @@ impl Backend for SimBackend {
     fn open(&self) -> Result<Arc<dyn DeviceSession>, String> {
         Ok(Arc::new(SimSession {
             broken: std::env::var(BREAK_VAR).ok().filter(|op| !op.is_empty()),
-            ..SimSession::default()
+            shared: Arc::default(),
+            weights: Mutex::default(),
         }))
     }
 }
@@ -80,40 +84,249 @@ fn broken(v: Value) -> Result<Value, DeviceError> {
     Ok(Value::Tensor(Tensor::from_f32(t.shape(), data)?))
 }
 
-/// Addresses, streams and events of one simulated device, and its resident weights.
+/// The simulated device's memory and names, shared by its runs and its buffers.
 #[derive(Default)]
-struct SimSession {
+struct Shared {
     /// The next fresh address (device and pinned share the counter; their spaces differ).
     next: AtomicU64,
-    /// Device ranges returned by finished runs, by size class.
+    /// Device memory handed back to the pool, as (size class, start).
     free: Mutex<Vec<(u64, u64)>>,
+    /// Pinned staging handed back, as (size class, start).
+    pinned: Mutex<Vec<(u64, u64)>>,
     /// Names for streams and events.
     names: AtomicU64,
+}
+
+impl Shared {
+    fn fresh(&self, class: u64) -> u64 {
+        // 256-byte aligned, never 0.
+        self.next.fetch_add(class, Ordering::Relaxed) + 4096
+    }
+
+    fn name(&self) -> u64 {
+        self.names.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    fn take(list: &Mutex<Vec<(u64, u64)>>, class: u64) -> Option<u64> {
+        let mut free = list.lock().unwrap_or_else(|e| e.into_inner());
+        free.iter()
+            .position(|&(k, _)| k == class)
+            .map(|i| free.swap_remove(i).1)
+    }
+
+    fn give(list: &Mutex<Vec<(u64, u64)>>, class: u64, start: u64) {
+        list.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((class, start));
+    }
+}
+
+/// One simulated device: its memory, and its resident weights.
+struct SimSession {
+    shared: Arc<Shared>,
     weights: Mutex<HashMap<usize, (Weak<Value>, DeviceTensor)>>,
     /// The op made wrong on purpose ([`BREAK_VAR`]).
     broken: Option<String>,
 }
 
-/// A simulated buffer: its address and size, and the value it holds.
-struct SimBuf {
+/// Simulated device memory: an address range.
+#[derive(Debug, Clone, Copy)]
+struct SimMem {
     start: u64,
     bytes: u64,
+}
+
+/// A simulated buffer: its memory and the value it holds; the memory goes back to the device's
+/// pool when the last handle drops, as a CUDA buffer's does.
+struct SimBuf {
+    mem: Option<SimMem>,
     value: Mutex<Option<Arc<Value>>>,
+    pool: Arc<Shared>,
 }
 
-/// Size classes as the CUDA pool has them: powers of two from 256 bytes.
-fn class(bytes: u64) -> u64 {
-    bytes.max(256).next_power_of_two()
-}
-
-impl SimSession {
-    fn fresh(&self, bytes: u64) -> u64 {
-        // 256-byte aligned, never 0.
-        self.next.fetch_add(class(bytes), Ordering::Relaxed) + 4096
+impl SimBuf {
+    fn start(&self) -> u64 {
+        self.mem.map_or(0, |m| m.start)
     }
 
-    fn name(&self) -> u64 {
-        self.names.fetch_add(1, Ordering::Relaxed) + 1
+    fn range(&self) -> Range {
+        self.mem
+            .map_or(Range::device(0, 0), |m| Range::device(m.start, m.bytes))
+    }
+
+    fn set(&self, v: Arc<Value>) {
+        *self.value.lock().unwrap_or_else(|e| e.into_inner()) = Some(v);
+    }
+}
+
+impl Buffer for SimBuf {
+    type Mem = SimMem;
+
+    fn ptr(&self) -> u64 {
+        self.start()
+    }
+
+    fn bytes(&self) -> u64 {
+        self.mem.map_or(0, |m| m.bytes)
+    }
+
+    fn into_mem(mut self) -> Option<SimMem> {
+        self.mem.take()
+    }
+}
+
+impl Drop for SimBuf {
+    fn drop(&mut self) {
+        if let Some(m) = self.mem.take() {
+            Shared::give(&self.pool.free, m.bytes, m.start);
+        }
+    }
+}
+
+/// Pinned staging of the simulated device: an address range, no bytes.
+struct SimPinned {
+    start: u64,
+    bytes: u64,
+}
+
+/// The driver calls of the simulated device: names instead of streams and events, address ranges
+/// instead of memory, nothing copied (the values travel in the buffers). Every synchronisation
+/// succeeds unless a failure is injected (`quorum_core::mutants::fail_syncs_from`).
+struct SimDriver {
+    shared: Arc<Shared>,
+    /// Synchronisations of this run so far (for an injected failure).
+    syncs: Cell<u64>,
+}
+
+impl SimDriver {
+    fn synced(&self) -> Result<(), DeviceError> {
+        let n = self.syncs.get() + 1;
+        self.syncs.set(n);
+        let from = mutants::failing_sync();
+        if from != 0 && n >= from {
+            return Err(DeviceError::Device(format!(
+                "simulated stream failure (synchronisation {n})"
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl Driver for SimDriver {
+    type Stream = u64;
+    type Event = u64;
+    type Mem = SimMem;
+    type Buf = SimBuf;
+    type Pinned = SimPinned;
+    type Later = Tensor;
+    type Error = DeviceError;
+
+    fn invalid(msg: String) -> DeviceError {
+        DeviceError::Device(msg)
+    }
+
+    fn fault(f: Fault) -> DeviceError {
+        DeviceError::Fault(f)
+    }
+
+    fn stream_id(&self, s: &u64) -> u64 {
+        *s
+    }
+
+    fn event_id(&self, e: &u64) -> u64 {
+        *e
+    }
+
+    fn mem_range(&self, m: &SimMem) -> (u64, u64) {
+        (m.start, m.bytes)
+    }
+
+    fn pinned_range(&self, p: &SimPinned) -> (u64, u64) {
+        (p.start, p.bytes)
+    }
+
+    fn pinned_bytes<'p>(&self, _: &'p SimPinned) -> &'p [u8] {
+        &[]
+    }
+
+    fn take_event(&self) -> Result<u64, DeviceError> {
+        Ok(self.shared.name())
+    }
+
+    fn give_event(&self, _: u64) {}
+
+    fn give_streams(&self, _: Vec<u64>) {}
+
+    fn record(&self, _: &u64, _: &u64) -> Result<(), DeviceError> {
+        Ok(())
+    }
+
+    fn wait(&self, _: &u64, _: &u64) -> Result<(), DeviceError> {
+        Ok(())
+    }
+
+    fn sync_stream(&self, _: &u64) -> Result<(), DeviceError> {
+        self.synced()
+    }
+
+    fn sync_event(&self, _: &u64) -> Result<(), DeviceError> {
+        self.synced()
+    }
+
+    fn take_mem(&self, bytes: usize, counters: &Counters) -> Result<SimMem, DeviceError> {
+        let class = size_class(bytes) as u64;
+        let start = match Shared::take(&self.shared.free, class) {
+            Some(s) => {
+                Counters::bump(&counters.pool_hits, 1);
+                s
+            }
+            None => {
+                Counters::bump(&counters.pool_misses, 1);
+                self.shared.fresh(class)
+            }
+        };
+        Ok(SimMem {
+            start,
+            bytes: class,
+        })
+    }
+
+    fn give_mem(&self, m: SimMem) {
+        Shared::give(&self.shared.free, m.bytes, m.start);
+    }
+
+    fn wrap(&self, m: SimMem) -> SimBuf {
+        SimBuf {
+            mem: Some(m),
+            value: Mutex::new(None),
+            pool: self.shared.clone(),
+        }
+    }
+
+    fn fill32(&self, _: &u64, _: u64, _: u32, _: usize) -> Result<(), DeviceError> {
+        Ok(())
+    }
+
+    fn take_pinned(&self, bytes: usize) -> Result<SimPinned, DeviceError> {
+        let class = size_class(bytes) as u64;
+        let start =
+            Shared::take(&self.shared.pinned, class).unwrap_or_else(|| self.shared.fresh(class));
+        Ok(SimPinned {
+            start,
+            bytes: class,
+        })
+    }
+
+    fn give_pinned(&self, p: SimPinned) {
+        Shared::give(&self.shared.pinned, p.bytes, p.start);
+    }
+
+    fn upload(&self, _: &u64, _: u64, _: &SimPinned, _: usize) -> Result<(), DeviceError> {
+        Ok(())
+    }
+
+    fn download(&self, _: &u64, _: &mut SimPinned, _: u64, _: usize) -> Result<(), DeviceError> {
+        Ok(())
     }
 }
 
@@ -129,191 +342,61 @@ impl DeviceSession for SimSession {
         counters: &'s Counters,
         poison: Option<u8>,
     ) -> Result<Box<dyn DeviceRun + 's>, DeviceError> {
+        let driver = SimDriver {
+            shared: self.shared.clone(),
+            syncs: Cell::new(0),
+        };
+        let streams = (0..streams.max(1)).map(|_| self.shared.name()).collect();
         Ok(Box::new(SimRun {
             session: self,
-            counters,
             index,
-            streams: (0..streams.max(1)).map(|_| self.name()).collect(),
-            current: Cell::new(0),
-            poison: poison.is_some(),
-            log: RefCell::new(None),
-            alive: RefCell::new(HashMap::new()),
-            parked: RefCell::new(Vec::new()),
-            release_waits: RefCell::new(HashMap::new()),
-            events: RefCell::new(HashMap::new()),
-            later: RefCell::new(Vec::new()),
-            node: RefCell::new(String::new()),
-            staging: RefCell::new(Vec::new()),
+            proto: RunProtocol::new(driver, streams, counters, poison),
         }))
     }
 }
 
-struct Parked {
-    start: u64,
-    bytes: u64,
-    after: Vec<usize>,
-    released: Option<(u64, usize)>,
-}
-
 struct SimRun<'s> {
     session: &'s SimSession,
-    /// The session's counters: transfers are counted as the real backends count them.
-    counters: &'s Counters,
     index: usize,
-    streams: Vec<u64>,
-    current: Cell<usize>,
-    poison: bool,
-    log: RefCell<Option<Arc<CommandLog>>>,
-    alive: RefCell<HashMap<u64, Arc<SimBuf>>>,
-    parked: RefCell<Vec<Parked>>,
-    release_waits: RefCell<HashMap<u64, Vec<usize>>>,
-    /// The executor's event names → (this device's name for the record, its stream).
-    events: RefCell<HashMap<usize, (u64, usize)>>,
-    later: RefCell<Vec<(Tensor, Range)>>,
-    node: RefCell<String>,
-    /// Staging ranges free for the next upload (only a mutant puts any here mid-run).
-    staging: RefCell<Vec<Range>>,
+    proto: RunProtocol<'s, SimDriver>,
 }
 
 /// The scratch a CUDA kernel of this node may use, in bytes (`None` for kernels without): a split-K
 /// GEMM's workspace (every GEMM gets one here, as if split over K), a reduction's partials, a norm's
 /// statistics. Sized from the outputs, which is all the simulated device needs: a range of its own
 /// that lives for two launches.
-fn scratch_bytes(node: &Node, outputs: &[Range]) -> Option<u64> {
+fn scratch_bytes(node: &Node, outputs: &[Range]) -> Option<usize> {
     let op = node.op_type.as_str();
     let scratch = matches!(op, "MatMul" | "Gemm")
         || op.starts_with("Reduce")
         || matches!(op, "LayerNormalization" | "Softmax" | "ArgMax" | "ArgMin");
     let out: u64 = outputs.iter().map(|r| r.len).sum();
-    scratch.then_some(out.max(256) * 2)
+    scratch.then_some((out.max(256) * 2) as usize)
 }
 
-fn bytes_of(t: &Tensor) -> u64 {
-    (t.len() * t.dtype().size_in_memory()) as u64
+/// Ops whose CUDA output is a view of their first input (the same buffer under another shape).
+fn is_view(node: &Node) -> bool {
+    matches!(
+        node.op_type.as_str(),
+        "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze" | "Identity"
+    ) && node.domain.is_empty()
 }
 
-fn bytes_of_dev(d: &DeviceTensor) -> u64 {
-    (d.len() * d.dtype.size_in_memory()) as u64
+fn bytes_of(t: &Tensor) -> usize {
+    t.len() * t.dtype().size_in_memory()
+}
+
+fn bytes_of_dev(d: &DeviceTensor) -> usize {
+    d.len() * d.dtype.size_in_memory()
 }
 
 impl SimRun<'_> {
-    fn stream(&self) -> u64 {
-        self.streams[self.current.get()]
-    }
-
-    fn push(&self, c: Command) {
-        if let Some(log) = self.log.borrow().as_ref() {
-            log.push(c);
-        }
-    }
-
-    fn access(&self, by: Agent, what: &str, reads: Vec<Range>, writes: Vec<Range>) {
-        self.push(Command::Access {
-            by,
-            what: what.into(),
-            node: self.node.borrow().clone(),
-            reads,
-            writes,
-        });
-    }
-
-    /// A buffer for `bytes` on the current stream: a parked one of the same class once its readers
-    /// and its release are waited for, else a fresh or pooled range.
-    fn alloc(&self, bytes: u64) -> Arc<SimBuf> {
-        let c = class(bytes);
-        let here = self.current.get();
-        let parked = {
-            let mut p = self.parked.borrow_mut();
-            p.iter()
-                .position(|m| class(m.bytes) == c)
-                .map(|i| p.swap_remove(i))
-        };
-        let start = match parked {
-            Some(m) if mutants::active(Mutant::SharedFreeList) => m.start,
-            Some(m) => {
-                let events = self.events.borrow();
-                for e in &m.after {
-                    if let Some(&(event, on)) = events.get(e)
-                        && on != here
-                    {
-                        self.push(Command::Wait {
-                            stream: self.stream(),
-                            event,
-                        });
-                    }
-                }
-                if let Some((event, on)) = m.released
-                    && on != here
-                {
-                    self.push(Command::Wait {
-                        stream: self.stream(),
-                        event,
-                    });
-                }
-                m.start
-            }
-            None => {
-                let pooled = {
-                    let mut free = self.session.free.lock().unwrap_or_else(|e| e.into_inner());
-                    free.iter()
-                        .position(|&(k, _)| k == c)
-                        .map(|i| free.swap_remove(i).1)
-                };
-                pooled.unwrap_or_else(|| self.session.fresh(c))
-            }
-        };
-        let range = Range::device(start, c);
-        self.push(Command::Alloc {
-            range,
-            stream: self.stream(),
-        });
-        if self.poison {
-            self.access(Agent::Stream(self.stream()), "poison", vec![], vec![range]);
-        }
-        let buf = Arc::new(SimBuf {
-            start,
-            bytes: c,
-            value: Mutex::new(None),
-        });
-        self.alive.borrow_mut().insert(start, buf.clone());
-        buf
-    }
-
-    /// Hands the run's buffer at `start` back for reuse after the events `after` (and, with several
-    /// streams, a mark recorded here that another stream's allocation waits for).
-    fn release_buf(&self, start: u64, mut after: Vec<usize>) {
-        let early = mutants::active(Mutant::EarlyRelease);
-        if early {
-            after.clear();
-        }
-        let released = (self.streams.len() > 1 && !early).then(|| {
-            let event = self.session.name();
-            self.push(Command::Record {
-                stream: self.stream(),
-                event,
-            });
-            (event, self.current.get())
-        });
-        let Some(b) = self.alive.borrow_mut().remove(&start) else {
-            return;
-        };
-        self.push(Command::Release {
-            range: Range::device(b.start, b.bytes),
-        });
-        self.parked.borrow_mut().push(Parked {
-            start: b.start,
-            bytes: b.bytes,
-            after,
-            released,
-        });
-    }
-
     fn wrap(&self, buf: Arc<SimBuf>, t: &Tensor) -> DeviceTensor {
         DeviceTensor {
             dtype: t.dtype(),
             shape: t.shape().to_vec(),
             device: self.index,
-            stream: self.current.get(),
+            stream: self.proto.current_stream(),
             buf: buf as Arc<dyn Any + Send + Sync>,
         }
     }
@@ -325,35 +408,29 @@ impl SimRun<'_> {
             .map_err(|_| DeviceError::Decline("a tensor on another device".into()))
     }
 
-    fn value(buf: &SimBuf) -> Result<Arc<Value>, DeviceError> {
-        buf.value
+    /// The value `d` holds, under `d`'s shape (a view's buffer holds its source's value).
+    fn value(d: &DeviceTensor, buf: &SimBuf) -> Result<Arc<Value>, DeviceError> {
+        let v = buf
+            .value
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
             .ok_or_else(|| {
                 DeviceError::Device("a simulated buffer read before it was written".into())
-            })
-    }
-
-    fn pinned(&self, bytes: u64) -> Range {
-        Range::pinned(self.session.fresh(bytes), bytes)
-    }
-
-    /// A staging range for an upload: held by the run until it ends (the copy may still be reading
-    /// it), unless a mutant hands it back at once for the next upload of the same class.
-    fn stage(&self, bytes: u64) -> Range {
-        let c = class(bytes);
-        let reused = {
-            let mut free = self.staging.borrow_mut();
-            free.iter()
-                .position(|r| r.len == c)
-                .map(|i| free.swap_remove(i))
-        };
-        let range = reused.unwrap_or_else(|| Range::pinned(self.session.fresh(c), c));
-        if mutants::active(Mutant::StagingReuse) {
-            self.staging.borrow_mut().push(range);
+            })?;
+        match &*v {
+            Value::Tensor(t) if t.shape() != d.shape.as_slice() => {
+                Ok(Arc::new(Value::Tensor(t.reshape(&d.shape)?)))
+            }
+            _ => Ok(v),
         }
-        range
+    }
+
+    fn tensor(d: &DeviceTensor, buf: &SimBuf) -> Result<Tensor, DeviceError> {
+        match &*Self::value(d, buf)? {
+            Value::Tensor(t) => Ok(t.clone()),
+            _ => Err(DeviceError::Decline("a non-tensor value".into())),
+        }
     }
 }
 
@@ -369,17 +446,21 @@ impl DeviceRun for SimRun<'_> {
             .0
             .downcast_ref::<Kernel>()
             .ok_or_else(|| DeviceError::Device("a claim of another backend".into()))?;
-        self.current.set(stream.min(self.streams.len() - 1));
-        *self.node.borrow_mut() = ctx.node.name.clone();
+        self.proto.set_stream(stream);
+        self.proto.begin_node(&ctx.node.name);
         let mut values = Vec::with_capacity(inputs.len());
         let mut reads = Vec::new();
+        let mut first = None;
         for i in 0..inputs.len() {
             match inputs.device(i)? {
                 None => values.push(None),
                 Some(d) => {
                     let buf = Self::unwrap(&d)?;
-                    reads.push(Range::device(buf.start, buf.bytes));
-                    values.push(Some(Self::value(&buf)?));
+                    reads.push(buf.range());
+                    values.push(Some(Self::value(&d, &buf)?));
+                    if i == 0 {
+                        first = Some(buf);
+                    }
                 }
             }
         }
@@ -389,57 +470,47 @@ impl DeviceRun for SimRun<'_> {
             let first = outs.remove(0);
             outs.insert(0, broken(first)?);
         }
+        // A view, as CUDA makes it: the output is the input's buffer, nothing runs.
+        if let (true, Some(buf), [Value::Tensor(t)]) = (is_view(ctx.node), first, outs.as_slice()) {
+            return Ok(vec![self.wrap(buf, t)]);
+        }
         let mut devs = Vec::with_capacity(outs.len());
         let mut writes = Vec::new();
         for v in outs {
             let Value::Tensor(t) = &v else {
                 return Err(DeviceError::Decline("a non-tensor output".into()));
             };
-            let buf = self.alloc(bytes_of(t));
-            writes.push(Range::device(buf.start, buf.bytes));
+            let buf = self.proto.alloc(bytes_of(t))?;
+            writes.push(buf.range());
             let d = self.wrap(buf.clone(), t);
-            *buf.value.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(v));
+            buf.set(Arc::new(v));
             devs.push(d);
         }
-        let by = Agent::Stream(self.stream());
         match scratch_bytes(ctx.node, &writes) {
             // As CUDA's split-K GEMM, reductions and norms do: outputs first, then a scratch
             // buffer that a first launch writes and a second reads, released after the second.
             Some(bytes) => {
-                let scratch = self.alloc(bytes);
-                let range = Range::device(scratch.start, scratch.bytes);
-                self.access(by, "kernel", reads.clone(), vec![range]);
-                let early = mutants::active(Mutant::ScratchReleasedEarly);
-                if early {
-                    self.release_buf(scratch.start, Vec::new());
-                }
+                let scratch = self.proto.alloc(bytes)?;
+                let range = scratch.range();
+                self.proto.log_work("kernel", reads.clone(), vec![range]);
+                let kept = self.proto.scratch_before_last_read(scratch);
                 reads.push(range);
-                self.access(by, "kernel", reads, writes);
-                if !early {
-                    self.release_buf(scratch.start, Vec::new());
+                self.proto.log_work("kernel", reads, writes);
+                if let Some(scratch) = kept {
+                    self.proto.release(scratch, &[]);
                 }
             }
-            None => self.access(by, "kernel", reads, writes),
+            None => self.proto.log_work("kernel", reads, writes),
         }
         Ok(devs)
     }
 
     fn upload(&self, stream: usize, t: &Tensor) -> Result<DeviceTensor, DeviceError> {
-        self.current.set(stream.min(self.streams.len() - 1));
+        self.proto.set_stream(stream);
         let bytes = bytes_of(t);
-        Counters::bump(&self.counters.h2d_bytes, bytes);
-        Counters::bump(&self.counters.h2d_calls, 1);
-        let buf = self.alloc(bytes);
-        let staged = self.stage(bytes);
-        self.access(Agent::Host, "stage", vec![], vec![staged]);
-        self.access(
-            Agent::Stream(self.stream()),
-            "upload",
-            vec![staged],
-            vec![Range::device(buf.start, buf.bytes)],
-        );
-        *buf.value.lock().unwrap_or_else(|e| e.into_inner()) =
-            Some(Arc::new(Value::Tensor(t.clone())));
+        let buf = self.proto.alloc(bytes)?;
+        self.proto.upload(buf.start(), bytes, |_| {})?;
+        buf.set(Arc::new(Value::Tensor(t.clone())));
         Ok(self.wrap(buf, t))
     }
 
@@ -458,22 +529,10 @@ impl DeviceRun for SimRun<'_> {
         let Value::Tensor(t) = &**v else {
             return Err(DeviceError::Decline("a non-tensor weight".into()));
         };
-        // Outside the run's buffers, never released: written once on the current stream, which the
-        // host waits for (as CUDA's upload does) before any kernel may read it from another.
-        let start = self.session.fresh(bytes_of(t));
-        let buf = Arc::new(SimBuf {
-            start,
-            bytes: class(bytes_of(t)),
-            value: Mutex::new(Some(v.clone())),
-        });
-        let stream = self.stream();
-        self.access(
-            Agent::Stream(stream),
-            "weight upload",
-            vec![],
-            vec![Range::device(buf.start, buf.bytes)],
-        );
-        self.push(Command::SyncStream { stream });
+        // Outside the run's buffers: written once on the current stream, which the host waits
+        // for (as CUDA's upload does) before any kernel may read it from another.
+        let buf = self.proto.resident(bytes_of(t), |_, _| Ok(()))?;
+        buf.set(v.clone());
         let d = self.wrap(buf, t);
         weights.insert(key, (Arc::downgrade(v), d.clone()));
         Ok(d)
@@ -481,78 +540,27 @@ impl DeviceRun for SimRun<'_> {
 
     fn download(&self, d: &DeviceTensor) -> Result<Tensor, DeviceError> {
         let buf = Self::unwrap(d)?;
-        Counters::bump(&self.counters.d2h_bytes, bytes_of_dev(d));
-        Counters::bump(&self.counters.d2h_calls, 1);
-        let stream = if mutants::active(Mutant::DownloadWrongStream) {
-            self.stream()
-        } else {
-            self.streams[d.stream.min(self.streams.len() - 1)]
-        };
-        let staged = self.pinned(buf.bytes);
-        self.access(
-            Agent::Stream(stream),
-            "download",
-            vec![Range::device(buf.start, buf.bytes)],
-            vec![staged],
-        );
-        if !mutants::active(Mutant::UnsyncedHostRead) {
-            let event = self.session.name();
-            self.push(Command::Record { stream, event });
-            self.push(Command::SyncEvent { event });
-        }
-        self.access(Agent::Host, "read", vec![staged], vec![]);
-        match &*Self::value(&buf)? {
-            Value::Tensor(t) => Ok(t.clone()),
-            _ => Err(DeviceError::Decline("a non-tensor value".into())),
-        }
+        let current = self.proto.current_stream();
+        self.proto.set_stream(self.proto.read_stream(d.stream));
+        let read = self.proto.download(buf.start(), bytes_of_dev(d), |_| ());
+        self.proto.set_stream(current);
+        read?;
+        Self::tensor(d, &buf)
     }
 
     fn download_later(&self, d: &DeviceTensor) -> Result<usize, DeviceError> {
         let buf = Self::unwrap(d)?;
-        Counters::bump(&self.counters.d2h_bytes, bytes_of_dev(d));
-        Counters::bump(&self.counters.d2h_calls, 1);
-        let stream = self.streams[d.stream.min(self.streams.len() - 1)];
-        let staged = self.pinned(buf.bytes);
-        self.access(
-            Agent::Stream(stream),
-            "download",
-            vec![Range::device(buf.start, buf.bytes)],
-            vec![staged],
-        );
-        let t = match &*Self::value(&buf)? {
-            Value::Tensor(t) => t.clone(),
-            _ => return Err(DeviceError::Decline("a non-tensor value".into())),
-        };
-        let mut later = self.later.borrow_mut();
-        later.push((t, staged));
-        Ok(later.len() - 1)
+        self.proto.set_stream(d.stream);
+        let t = Self::tensor(d, &buf)?;
+        self.proto.download_later(buf.start(), bytes_of_dev(d), t)
     }
 
     fn record(&self, stream: usize, event: usize) -> Result<(), DeviceError> {
-        let s = stream.min(self.streams.len() - 1);
-        let name = self.session.name();
-        self.push(Command::Record {
-            stream: self.streams[s],
-            event: name,
-        });
-        self.events.borrow_mut().insert(event, (name, s));
-        Ok(())
+        self.proto.record(stream, event)
     }
 
     fn wait(&self, stream: usize, event: usize) -> Result<(), DeviceError> {
-        let s = stream.min(self.streams.len() - 1);
-        let Some(&(name, on)) = self.events.borrow().get(&event) else {
-            return Err(DeviceError::Device(format!(
-                "event {event} was never recorded"
-            )));
-        };
-        if on != s {
-            self.push(Command::Wait {
-                stream: self.streams[s],
-                event: name,
-            });
-        }
-        Ok(())
+        self.proto.wait(stream, event)
     }
 
     fn release(&self, d: DeviceTensor, after: &[usize]) {
@@ -560,53 +568,14 @@ impl DeviceRun for SimRun<'_> {
             return;
         };
         drop(d);
-        let start = buf.start;
-        drop(buf);
-        let mut waits = self.release_waits.borrow_mut();
-        let gathered = waits.entry(start).or_default();
-        for &e in after {
-            if !gathered.contains(&e) {
-                gathered.push(e);
-            }
-        }
-        let last = self
-            .alive
-            .borrow()
-            .get(&start)
-            .is_some_and(|b| Arc::strong_count(b) == 1);
-        if last {
-            let after = waits.remove(&start).unwrap_or_default();
-            drop(waits);
-            self.release_buf(start, after);
-        }
+        self.proto.release(buf, after);
     }
 
     fn finish(&self) -> Result<Vec<Tensor>, DeviceError> {
-        for &stream in &self.streams {
-            self.push(Command::SyncStream { stream });
-        }
-        let mut out = Vec::new();
-        for (t, staged) in self.later.borrow_mut().drain(..) {
-            self.access(Agent::Host, "read", vec![staged], vec![]);
-            out.push(t);
-        }
-        Ok(out)
+        self.proto.finish(|_, _, t| Ok(t))
     }
 
     fn attach_log(&self, log: Arc<CommandLog>) {
-        *self.log.borrow_mut() = Some(log);
-    }
-}
-
-impl Drop for SimRun<'_> {
-    fn drop(&mut self) {
-        // Everything has "run": the run's ranges go back to the device's pool.
-        let mut free = self.session.free.lock().unwrap_or_else(|e| e.into_inner());
-        for p in self.parked.borrow_mut().drain(..) {
-            free.push((class(p.bytes), p.start));
-        }
-        for (_, b) in self.alive.borrow_mut().drain() {
-            free.push((class(b.bytes), b.start));
-        }
+        self.proto.attach_log(log);
     }
 }

@@ -25,6 +25,7 @@ pub mod forms;
 pub mod index;
 pub mod layout;
 pub mod movement;
+pub mod protocol;
 
 pub use layout::Strided;
 

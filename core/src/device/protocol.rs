@@ -1,0 +1,859 @@
+//! The run protocol, written once for every device that has streams: how a run allocates, hands
+//! back and reuses buffers, records and waits for events, stages copies through pinned memory, reads
+//! results back and returns what it held to the shared pools; with the command log
+//! (`crate::cmdlog`) of all of it. CUDA's `Run` and the simulated device are this protocol over
+//! their own [`Driver`]: the driver issues the calls (real streams and events, or names), the
+//! protocol decides which calls and in what order, so a synchronisation bug here is one bug on
+//! both, and the stream fuzzer of `cargo test` (the simulated device) judges the code CUDA runs.
+//! Every injected synchronisation bug of the protocol (`crate::mutants`) is injected here, once.
+//!
+//! The rules:
+//! - a buffer handed back mid-run ([`RunProtocol::release`]) is reused by this run's later
+//!   allocations only, after the events of its readers, and (with several streams) after a mark
+//!   recorded where it was handed back; views share a buffer, and the events of every handle's
+//!   release are gathered until the last handle goes;
+//! - pinned staging is held by the run until its streams are known to be done;
+//! - at the end ([`Drop`]) every stream is synchronised, and only then does anything go back to
+//!   the shared pools (device memory, staging, events, streams), each return logged as a host
+//!   access ([`Command::Return`]); after a failed synchronisation everything is leaked instead.
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::backend::Fault;
+use crate::cmdlog::{Agent, Command, CommandLog, Range};
+use crate::counters::Counters;
+use crate::mutants::{self, Mutant};
+
+/// A run's device buffer: memory that goes back to its pool when the last handle drops, unless
+/// taken out first ([`Buffer::into_mem`]).
+pub trait Buffer: Send + Sync {
+    type Mem;
+    fn ptr(&self) -> u64;
+    fn bytes(&self) -> u64;
+    /// The memory, taken out so that dropping the buffer returns nothing.
+    fn into_mem(self) -> Option<Self::Mem>;
+}
+
+/// What a device does for the protocol: the calls themselves, no decisions.
+pub trait Driver {
+    type Stream;
+    type Event;
+    /// Device memory from the device's pool.
+    type Mem;
+    type Buf: Buffer<Mem = Self::Mem>;
+    /// Pinned host memory from the staging pool.
+    type Pinned;
+    /// What a read-back copy keeps beside its pinned buffer until it is collected.
+    type Later;
+    type Error;
+
+    /// An error of the protocol itself (an event never recorded), in the driver's type.
+    fn invalid(msg: String) -> Self::Error;
+    /// A raised device check as the run's error.
+    fn fault(f: Fault) -> Self::Error;
+
+    /// Names for the command log.
+    fn stream_id(&self, s: &Self::Stream) -> u64;
+    fn event_id(&self, e: &Self::Event) -> u64;
+    fn mem_range(&self, m: &Self::Mem) -> (u64, u64);
+    /// A pinned buffer's address and size.
+    fn pinned_range(&self, p: &Self::Pinned) -> (u64, u64);
+    /// The pinned buffer's bytes (empty where the device keeps none).
+    fn pinned_bytes<'p>(&self, p: &'p Self::Pinned) -> &'p [u8];
+
+    fn take_event(&self) -> Result<Self::Event, Self::Error>;
+    fn give_event(&self, e: Self::Event);
+    fn give_streams(&self, s: Vec<Self::Stream>);
+    /// `e` completes when the work issued to `on` so far has.
+    fn record(&self, e: &Self::Event, on: &Self::Stream) -> Result<(), Self::Error>;
+    /// `s`'s later work waits for the last record of `e`.
+    fn wait(&self, s: &Self::Stream, e: &Self::Event) -> Result<(), Self::Error>;
+    fn sync_stream(&self, s: &Self::Stream) -> Result<(), Self::Error>;
+    fn sync_event(&self, e: &Self::Event) -> Result<(), Self::Error>;
+
+    fn take_mem(&self, bytes: usize, counters: &Counters) -> Result<Self::Mem, Self::Error>;
+    fn give_mem(&self, m: Self::Mem);
+    /// Memory as a buffer that returns it to the pool when dropped.
+    fn wrap(&self, m: Self::Mem) -> Self::Buf;
+    fn fill32(
+        &self,
+        s: &Self::Stream,
+        ptr: u64,
+        value: u32,
+        words: usize,
+    ) -> Result<(), Self::Error>;
+
+    fn take_pinned(&self, bytes: usize) -> Result<Self::Pinned, Self::Error>;
+    fn give_pinned(&self, p: Self::Pinned);
+    /// Copies the first `n` bytes of `src` to device address `dst` on `s`.
+    fn upload(
+        &self,
+        s: &Self::Stream,
+        dst: u64,
+        src: &Self::Pinned,
+        n: usize,
+    ) -> Result<(), Self::Error>;
+    /// Copies `n` bytes at device address `src` into the start of `dst` on `s`.
+    fn download(
+        &self,
+        s: &Self::Stream,
+        dst: &mut Self::Pinned,
+        src: u64,
+        n: usize,
+    ) -> Result<(), Self::Error>;
+}
+
+/// A buffer handed back mid-run, waiting for this run's next allocation of its size.
+pub struct Parked<M, E> {
+    pub mem: M,
+    /// The executor's events of its readers.
+    pub after: Vec<usize>,
+    /// The mark recorded where it was handed back, and that stream.
+    pub released: Option<(E, usize)>,
+}
+
+/// A read-back copy started by [`RunProtocol::download_later`].
+pub struct Later<P, L> {
+    pub pinned: P,
+    pub bytes: usize,
+    pub what: L,
+}
+
+/// A device check: a flag word copied back, and what a raised flag means.
+pub struct Check<P> {
+    pub pinned: P,
+    pub fault: Fault,
+}
+
+/// What a capture keeps while it runs.
+pub struct CaptureLog<E> {
+    pub events: Vec<E>,
+    /// Each upload's staging buffer (an index into the run's staging) and the bytes the graph
+    /// copies from it (`None`: an empty tensor).
+    pub uploads: Vec<Option<(usize, usize)>>,
+}
+
+impl<E> Default for CaptureLog<E> {
+    fn default() -> Self {
+        CaptureLog {
+            events: Vec::new(),
+            uploads: Vec::new(),
+        }
+    }
+}
+
+/// Everything a run holds, taken out at the end of a capture for the graph to keep.
+pub struct Held<D: Driver> {
+    pub staging: Vec<D::Pinned>,
+    pub later: Vec<Later<D::Pinned, D::Later>>,
+    pub checks: Vec<Check<D::Pinned>>,
+    /// Live buffers and resident ones the run read.
+    pub buffers: Vec<Arc<D::Buf>>,
+    pub parked: Vec<D::Mem>,
+    pub events: Vec<D::Event>,
+}
+
+/// The first raised flag among `checks`, as its fault.
+pub fn raised<D: Driver>(driver: &D, checks: &[Check<D::Pinned>]) -> Option<Fault> {
+    checks
+        .iter()
+        .find(|c| {
+            driver
+                .pinned_bytes(&c.pinned)
+                .get(..4)
+                .is_some_and(|w| w != [0; 4])
+        })
+        .map(|c| c.fault.clone())
+}
+
+/// One run's side of the protocol over driver `D`.
+pub struct RunProtocol<'a, D: Driver> {
+    pub driver: D,
+    pub counters: &'a Counters,
+    streams: Vec<D::Stream>,
+    current: Cell<usize>,
+    /// Fill every new buffer with this byte, so that an unwritten element shows.
+    poison: Option<u8>,
+    alive: RefCell<HashMap<u64, Arc<D::Buf>>>,
+    /// Buffers outside the run that its kernels read (resident weights), held until every stream
+    /// has finished: a launch passes only an address, so nothing else would keep them.
+    held: RefCell<Vec<Arc<D::Buf>>>,
+    parked: RefCell<Vec<Parked<D::Mem, D::Event>>>,
+    staging: RefCell<Vec<D::Pinned>>,
+    later: RefCell<Vec<Later<D::Pinned, D::Later>>>,
+    checks: RefCell<Vec<Check<D::Pinned>>>,
+    /// Recorded events by the executor's name for them, with the stream each was recorded on.
+    events: RefCell<HashMap<usize, (D::Event, usize)>>,
+    /// Events gathered from releases of handles of a buffer that other handles still hold.
+    release_waits: RefCell<HashMap<u64, Vec<usize>>>,
+    /// Release marks already waited on (kept until the run ends, or with a captured graph).
+    spent: RefCell<Vec<D::Event>>,
+    /// While the run is captured into a graph.
+    capture: RefCell<Option<CaptureLog<D::Event>>>,
+    log: RefCell<Option<Arc<CommandLog>>>,
+    /// The node whose work is being issued, and the buffers allocated for it so far (its
+    /// kernels write them).
+    node: RefCell<(String, Vec<u64>)>,
+    /// With a command log: ranges this run released and has not allocated again.
+    released: RefCell<Vec<Range>>,
+}
+
+impl<'a, D: Driver> RunProtocol<'a, D> {
+    /// A run on `streams` (at least one), taken by the caller from the device's pool.
+    pub fn new(
+        driver: D,
+        streams: Vec<D::Stream>,
+        counters: &'a Counters,
+        poison: Option<u8>,
+    ) -> RunProtocol<'a, D> {
+        assert!(!streams.is_empty(), "a run has at least one stream");
+        RunProtocol {
+            driver,
+            counters,
+            streams,
+            current: Cell::new(0),
+            poison,
+            alive: RefCell::new(HashMap::new()),
+            held: RefCell::new(Vec::new()),
+            parked: RefCell::new(Vec::new()),
+            staging: RefCell::new(Vec::new()),
+            later: RefCell::new(Vec::new()),
+            checks: RefCell::new(Vec::new()),
+            events: RefCell::new(HashMap::new()),
+            release_waits: RefCell::new(HashMap::new()),
+            spent: RefCell::new(Vec::new()),
+            capture: RefCell::new(None),
+            log: RefCell::new(None),
+            node: RefCell::new((String::new(), Vec::new())),
+            released: RefCell::new(Vec::new()),
+        }
+    }
+
+    pub fn streams(&self) -> &[D::Stream] {
+        &self.streams
+    }
+
+    /// The current stream: where kernels launch and copies go.
+    pub fn stream(&self) -> &D::Stream {
+        &self.streams[self.current.get().min(self.streams.len() - 1)]
+    }
+
+    pub fn set_stream(&self, s: usize) {
+        self.current.set(s.min(self.streams.len() - 1));
+    }
+
+    pub fn current_stream(&self) -> usize {
+        self.current.get()
+    }
+
+    /// The stream a host read of a value produced on `producer` goes to: the producer's (the
+    /// [`Mutant::DownloadWrongStream`] bug sends it to the current one).
+    pub fn read_stream(&self, producer: usize) -> usize {
+        if mutants::active(Mutant::DownloadWrongStream) {
+            self.current.get()
+        } else {
+            producer.min(self.streams.len() - 1)
+        }
+    }
+
+    // ---- the command log --------------------------------------------------------------------
+
+    pub fn attach_log(&self, log: Arc<CommandLog>) {
+        *self.log.borrow_mut() = Some(log);
+    }
+
+    pub fn logging(&self) -> bool {
+        self.log.borrow().is_some()
+    }
+
+    /// Names the node whose work follows: the buffers allocated from here until the next node are
+    /// the ones its kernels write.
+    pub fn begin_node(&self, name: &str) {
+        if self.logging() {
+            let mut n = self.node.borrow_mut();
+            n.0.clear();
+            n.0.push_str(name);
+            n.1.clear();
+        }
+    }
+
+    pub fn push(&self, c: Command) {
+        if let Some(log) = self.log.borrow().as_ref() {
+            log.push(c);
+        }
+    }
+
+    fn current_id(&self) -> u64 {
+        self.driver.stream_id(self.stream())
+    }
+
+    /// Logs work of the current stream.
+    pub fn log_work(&self, what: &str, reads: Vec<Range>, writes: Vec<Range>) {
+        if self.logging() {
+            self.log_access(Agent::Stream(self.current_id()), what, reads, writes);
+        }
+    }
+
+    pub fn log_access(&self, by: Agent, what: &str, reads: Vec<Range>, writes: Vec<Range>) {
+        if let Some(log) = self.log.borrow().as_ref() {
+            log.push(Command::Access {
+                by,
+                what: what.to_string(),
+                node: self.node.borrow().0.clone(),
+                reads,
+                writes,
+            });
+        }
+    }
+
+    /// Logs a launch on the current stream given only the addresses it was passed: a buffer
+    /// allocated for this node is written (its output, its scratch), any other buffer of the run
+    /// read; an address inside a buffer counts as that buffer, and one inside a range the run
+    /// released counts as touching it (the checker reports that). Memory outside the run (a
+    /// resident weight) is left out.
+    pub fn log_launch(&self, what: &str, ptrs: impl IntoIterator<Item = u64>) {
+        if !self.logging() {
+            return;
+        }
+        let (mut reads, mut writes) = (Vec::new(), Vec::new());
+        for p in ptrs {
+            let Some(range) = self.range_of(p) else {
+                continue;
+            };
+            if self.node.borrow().1.contains(&range.start) {
+                writes.push(range);
+            } else {
+                reads.push(range);
+            }
+        }
+        self.log_work(what, reads, writes);
+    }
+
+    /// The range of the run's buffer that `ptr` points into: at its start or inside it, live or
+    /// released by this run and not allocated again. `None` for memory outside the run.
+    pub fn range_of(&self, ptr: u64) -> Option<Range> {
+        let alive = self.alive.borrow();
+        if let Some(b) = alive.get(&ptr) {
+            return Some(Range::device(ptr, b.bytes()));
+        }
+        let inside = |r: &Range| r.start <= ptr && ptr < r.start + r.len;
+        alive
+            .iter()
+            .map(|(&p, b)| Range::device(p, b.bytes()))
+            .find(inside)
+            .or_else(|| self.released.borrow().iter().copied().find(inside))
+    }
+
+    // ---- buffers ----------------------------------------------------------------------------
+
+    /// A buffer of at least `bytes` for work on the current stream: one this run parked, of the
+    /// same size class, once its readers and its release are waited for; else one from the pool.
+    /// Poisoned when the run asks for it.
+    pub fn alloc(&self, bytes: usize) -> Result<Arc<D::Buf>, D::Error> {
+        let class = crate::freelist::size_class(bytes) as u64;
+        let parked = {
+            let mut p = self.parked.borrow_mut();
+            p.iter()
+                .position(|m| self.driver.mem_range(&m.mem).1 == class)
+                .map(|i| p.swap_remove(i))
+        };
+        let mem = match parked {
+            Some(m) if mutants::active(Mutant::SharedFreeList) => {
+                if let Some((e, _)) = m.released {
+                    self.spent.borrow_mut().push(e);
+                }
+                m.mem
+            }
+            Some(m) => {
+                // Its readers on other streams must be done before this stream writes it.
+                let here = self.current.get();
+                {
+                    let events = self.events.borrow();
+                    for e in &m.after {
+                        if let Some((event, on)) = events.get(e)
+                            && *on != here
+                        {
+                            self.wait_logged(self.stream(), event)?;
+                        }
+                    }
+                }
+                if let Some((event, on)) = m.released {
+                    let waited = if on != here {
+                        self.wait_logged(self.stream(), &event)
+                    } else {
+                        Ok(())
+                    };
+                    self.spent.borrow_mut().push(event);
+                    waited?;
+                }
+                Counters::bump(&self.counters.pool_hits, 1);
+                m.mem
+            }
+            None => self.driver.take_mem(bytes, self.counters)?,
+        };
+        let (ptr, len) = self.driver.mem_range(&mem);
+        let range = Range::device(ptr, len);
+        if self.logging() {
+            let stream = self.current_id();
+            self.push(Command::Alloc { range, stream });
+            self.released.borrow_mut().retain(|r| !r.overlaps(&range));
+            self.node.borrow_mut().1.push(ptr);
+        }
+        let buf = Arc::new(self.driver.wrap(mem));
+        self.alive.borrow_mut().insert(ptr, buf.clone());
+        if let Some(byte) = self.poison {
+            self.driver.fill32(
+                self.stream(),
+                ptr,
+                u32::from_ne_bytes([byte; 4]),
+                (len / 4) as usize,
+            )?;
+            self.log_work("poison", vec![], vec![range]);
+        }
+        Ok(buf)
+    }
+
+    fn wait_logged(&self, s: &D::Stream, e: &D::Event) -> Result<(), D::Error> {
+        self.driver.wait(s, e)?;
+        self.push(Command::Wait {
+            stream: self.driver.stream_id(s),
+            event: self.driver.event_id(e),
+        });
+        Ok(())
+    }
+
+    fn record_logged(&self, e: &D::Event, on: &D::Stream) -> Result<(), D::Error> {
+        self.driver.record(e, on)?;
+        self.push(Command::Record {
+            stream: self.driver.stream_id(on),
+            event: self.driver.event_id(e),
+        });
+        Ok(())
+    }
+
+    /// Keeps `buf` (one the run did not allocate, such as a resident weight) until the run's
+    /// streams have finished, or, captured, until its graph is dropped.
+    pub fn hold(&self, buf: &Arc<D::Buf>) {
+        self.held.borrow_mut().push(buf.clone());
+    }
+
+    /// Hands a handle of the run's buffer back in the middle of the run (the caller has dropped
+    /// every other reference it had). The buffer is reused by this run's later allocations once no
+    /// handle is left, after the events `after` of every handle's readers.
+    pub fn release(&self, buf: Arc<D::Buf>, after: &[usize]) {
+        let ptr = buf.ptr();
+        drop(buf);
+        let mut waits = self.release_waits.borrow_mut();
+        let gathered = waits.entry(ptr).or_default();
+        for &e in after {
+            if !gathered.contains(&e) {
+                gathered.push(e);
+            }
+        }
+        let last = self
+            .alive
+            .borrow()
+            .get(&ptr)
+            .is_some_and(|b| Arc::strong_count(b) == 1);
+        if !last {
+            return;
+        }
+        let mut after = waits.remove(&ptr).unwrap_or_default();
+        drop(waits);
+        let early = mutants::active(Mutant::EarlyRelease);
+        if early {
+            after.clear();
+        }
+        // With several streams, mark where it was handed back: an allocation on another stream
+        // waits for that point.
+        let released = if self.streams.len() > 1 && !early {
+            match self.driver.take_event() {
+                Ok(e) if self.record_logged(&e, self.stream()).is_ok() => {
+                    Some((e, self.current.get()))
+                }
+                // Without the mark it must not be reused: it stays alive until the run ends.
+                _ => return,
+            }
+        } else {
+            None
+        };
+        let Some(buf) = self.alive.borrow_mut().remove(&ptr) else {
+            return;
+        };
+        let range = Range::device(ptr, buf.bytes());
+        self.push(Command::Release { range });
+        if self.logging() {
+            self.released.borrow_mut().push(range);
+        }
+        if let Ok(buf) = Arc::try_unwrap(buf)
+            && let Some(mem) = buf.into_mem()
+        {
+            self.parked.borrow_mut().push(Parked {
+                mem,
+                after,
+                released,
+            });
+        }
+    }
+
+    /// A kernel's scratch before the last launch that reads it: kept, for the caller to release
+    /// after that launch, unless the [`Mutant::ScratchReleasedEarly`] bug is injected, which hands
+    /// it back here.
+    pub fn scratch_before_last_read(&self, buf: Arc<D::Buf>) -> Option<Arc<D::Buf>> {
+        if mutants::active(Mutant::ScratchReleasedEarly) {
+            self.release(buf, &[]);
+            return None;
+        }
+        Some(buf)
+    }
+
+    /// Memory outside the run's buffers (a resident weight, kept by the session's cache): `copy`
+    /// fills it on the current stream and the host waits for that stream, so that kernels of this
+    /// and other runs may read it from any stream at once.
+    pub fn resident(
+        &self,
+        n: usize,
+        copy: impl FnOnce(&D::Stream, u64) -> Result<(), D::Error>,
+    ) -> Result<Arc<D::Buf>, D::Error> {
+        let mem = self.driver.take_mem(n, self.counters)?;
+        let (ptr, _) = self.driver.mem_range(&mem);
+        let buf = Arc::new(self.driver.wrap(mem));
+        copy(self.stream(), ptr)?;
+        self.log_work("weight upload", vec![], vec![Range::device(ptr, n as u64)]);
+        self.driver.sync_stream(self.stream())?;
+        self.push(Command::SyncStream {
+            stream: self.current_id(),
+        });
+        Counters::bump(&self.counters.h2d_bytes, n as u64);
+        Counters::bump(&self.counters.h2d_calls, 1);
+        Counters::bump(&self.counters.weight_bytes_uploaded, n as u64);
+        Ok(buf)
+    }
+
+    // ---- events -----------------------------------------------------------------------------
+
+    /// Records the executor's event `id` on `stream` (recorded again, it moves).
+    pub fn record(&self, stream: usize, id: usize) -> Result<(), D::Error> {
+        let s = stream.min(self.streams.len() - 1);
+        let event = match self.events.borrow_mut().remove(&id) {
+            Some((e, _)) => e,
+            None => self.driver.take_event()?,
+        };
+        let recorded = self.record_logged(&event, &self.streams[s]);
+        self.events.borrow_mut().insert(id, (event, s));
+        recorded
+    }
+
+    /// Makes `stream` wait for the executor's event `id` (nothing to do where it was recorded).
+    pub fn wait(&self, stream: usize, id: usize) -> Result<(), D::Error> {
+        let s = stream.min(self.streams.len() - 1);
+        let events = self.events.borrow();
+        let Some((event, on)) = events.get(&id) else {
+            return Err(D::invalid(format!("event {id} was never recorded")));
+        };
+        if *on != s {
+            self.wait_logged(&self.streams[s], event)?;
+        }
+        Ok(())
+    }
+
+    // ---- copies -----------------------------------------------------------------------------
+
+    /// Copies `n` bytes that `fill` writes into pinned staging to device address `dst` on the
+    /// current stream. The staging stays with the run (the copy may still read it) until its
+    /// streams are done.
+    pub fn upload(
+        &self,
+        dst: u64,
+        n: usize,
+        fill: impl FnOnce(&mut D::Pinned),
+    ) -> Result<(), D::Error> {
+        if n == 0 {
+            if let Some(c) = self.capture.borrow_mut().as_mut() {
+                c.uploads.push(None);
+            }
+            return Ok(());
+        }
+        let mut pinned = self.driver.take_pinned(n)?;
+        fill(&mut pinned);
+        let staged = Range::pinned(self.driver.pinned_range(&pinned).0, n as u64);
+        self.log_access(Agent::Host, "stage", vec![], vec![staged]);
+        if let Err(e) = self.driver.upload(self.stream(), dst, &pinned, n) {
+            self.staging.borrow_mut().push(pinned);
+            return Err(e);
+        }
+        self.log_work("upload", vec![staged], vec![Range::device(dst, n as u64)]);
+        Counters::bump(&self.counters.h2d_bytes, n as u64);
+        Counters::bump(&self.counters.h2d_calls, 1);
+        if mutants::active(Mutant::StagingReuse) && self.capture.borrow().is_none() {
+            // Back to the pool while the copy may still read it.
+            self.give_pinned_logged(pinned);
+            return Ok(());
+        }
+        let mut staging = self.staging.borrow_mut();
+        staging.push(pinned);
+        if let Some(c) = self.capture.borrow_mut().as_mut() {
+            c.uploads.push(Some((staging.len() - 1, n)));
+        }
+        Ok(())
+    }
+
+    /// Copies `n` bytes from device address `src` back after the work before it on the current
+    /// stream, waits for that copy alone, and gives `read` the pinned bytes.
+    pub fn download<T>(
+        &self,
+        src: u64,
+        n: usize,
+        read: impl FnOnce(&D::Pinned) -> T,
+    ) -> Result<T, D::Error> {
+        let mut pinned = self.driver.take_pinned(n.max(1))?;
+        if n > 0 {
+            if let Err(e) = self.driver.download(self.stream(), &mut pinned, src, n) {
+                self.staging.borrow_mut().push(pinned);
+                return Err(e);
+            }
+            let staged = Range::pinned(self.driver.pinned_range(&pinned).0, n as u64);
+            self.log_work("download", vec![Range::device(src, n as u64)], vec![staged]);
+            if !mutants::active(Mutant::UnsyncedHostRead) {
+                let done = self.driver.take_event()?;
+                let waited = self
+                    .record_logged(&done, self.stream())
+                    .and_then(|_| self.driver.sync_event(&done));
+                if let Err(e) = waited {
+                    // The copy may still write the staging: it stays with the run.
+                    self.staging.borrow_mut().push(pinned);
+                    self.driver.give_event(done);
+                    return Err(e);
+                }
+                self.push(Command::SyncEvent {
+                    event: self.driver.event_id(&done),
+                });
+                self.driver.give_event(done);
+            }
+            self.log_access(Agent::Host, "read", vec![staged], vec![]);
+            Counters::bump(&self.counters.d2h_bytes, n as u64);
+            Counters::bump(&self.counters.d2h_calls, 1);
+        }
+        let out = read(&pinned);
+        self.give_pinned_logged(pinned);
+        Ok(out)
+    }
+
+    /// Gives staging back to the shared pool: a host access to all of it in the log.
+    fn give_pinned_logged(&self, pinned: D::Pinned) {
+        let (ptr, len) = self.driver.pinned_range(&pinned);
+        self.push(Command::Return {
+            range: Range::pinned(ptr, len),
+        });
+        self.driver.give_pinned(pinned);
+    }
+
+    /// Starts copying `n` bytes at `src` back on the current stream; [`RunProtocol::finish`]
+    /// collects it with `what`. Returns its index among the run's outputs.
+    pub fn download_later(&self, src: u64, n: usize, what: D::Later) -> Result<usize, D::Error> {
+        let mut pinned = self.driver.take_pinned(n.max(1))?;
+        if n > 0 {
+            if let Err(e) = self.driver.download(self.stream(), &mut pinned, src, n) {
+                self.staging.borrow_mut().push(pinned);
+                return Err(e);
+            }
+            let staged = Range::pinned(self.driver.pinned_range(&pinned).0, n as u64);
+            self.log_work("download", vec![Range::device(src, n as u64)], vec![staged]);
+            Counters::bump(&self.counters.d2h_bytes, n as u64);
+            Counters::bump(&self.counters.d2h_calls, 1);
+        }
+        let mut later = self.later.borrow_mut();
+        later.push(Later {
+            pinned,
+            bytes: n,
+            what,
+        });
+        Ok(later.len() - 1)
+    }
+
+    /// Copies the 4-byte flag word at `word` back after the work before it on the current stream;
+    /// when the run's work is collected a raised word becomes `fault`, the run's error.
+    pub fn check(&self, word: u64, fault: Fault) -> Result<(), D::Error> {
+        let mut pinned = self.driver.take_pinned(4)?;
+        if let Err(e) = self.driver.download(self.stream(), &mut pinned, word, 4) {
+            self.staging.borrow_mut().push(pinned);
+            return Err(e);
+        }
+        self.log_work(
+            "download",
+            vec![Range::device(word, 4)],
+            vec![Range::pinned(self.driver.pinned_range(&pinned).0, 4)],
+        );
+        Counters::bump(&self.counters.d2h_bytes, 4);
+        Counters::bump(&self.counters.d2h_calls, 1);
+        self.checks.borrow_mut().push(Check { pinned, fault });
+        Ok(())
+    }
+
+    /// Waits for every stream of the run.
+    pub fn synchronize(&self) -> Result<(), D::Error> {
+        for s in &self.streams {
+            self.driver.sync_stream(s)?;
+            self.push(Command::SyncStream {
+                stream: self.driver.stream_id(s),
+            });
+        }
+        Ok(())
+    }
+
+    /// Waits for every stream once; then the first raised check is the error, else `read` turns
+    /// each [`RunProtocol::download_later`] copy into an output, in order.
+    pub fn finish<T>(
+        &self,
+        mut read: impl FnMut(&D::Pinned, usize, D::Later) -> Result<T, D::Error>,
+    ) -> Result<Vec<T>, D::Error> {
+        self.synchronize()?;
+        let checks = std::mem::take(&mut *self.checks.borrow_mut());
+        let fault = raised(&self.driver, &checks);
+        for c in checks {
+            self.give_pinned_logged(c.pinned);
+        }
+        if let Some(f) = fault {
+            return Err(D::fault(f));
+        }
+        let mut out = Vec::new();
+        let later = std::mem::take(&mut *self.later.borrow_mut());
+        for l in later {
+            let range = Range::pinned(self.driver.pinned_range(&l.pinned).0, l.bytes as u64);
+            if l.bytes > 0 {
+                self.log_access(Agent::Host, "read", vec![range], vec![]);
+            }
+            let t = read(&l.pinned, l.bytes, l.what);
+            self.give_pinned_logged(l.pinned);
+            out.push(t?);
+        }
+        Ok(out)
+    }
+
+    /// The first raised check so far (after the run's streams are done).
+    pub fn raised(&self) -> Option<Fault> {
+        raised(&self.driver, &self.checks.borrow())
+    }
+
+    // ---- capture ----------------------------------------------------------------------------
+
+    pub fn capturing(&self) -> bool {
+        self.capture.borrow().is_some()
+    }
+
+    pub fn set_capture(&self, c: Option<CaptureLog<D::Event>>) -> Option<CaptureLog<D::Event>> {
+        std::mem::replace(&mut *self.capture.borrow_mut(), c)
+    }
+
+    /// Everything the run holds, for a captured graph to keep (it owns them from here).
+    pub fn take_held(&self) -> Held<D> {
+        let mut events: Vec<D::Event> = self
+            .events
+            .borrow_mut()
+            .drain()
+            .map(|(_, (e, _))| e)
+            .collect();
+        events.append(&mut self.spent.borrow_mut());
+        let parked = std::mem::take(&mut *self.parked.borrow_mut());
+        let mut mems = Vec::with_capacity(parked.len());
+        for p in parked {
+            if let Some((e, _)) = p.released {
+                events.push(e);
+            }
+            mems.push(p.mem);
+        }
+        Held {
+            staging: std::mem::take(&mut *self.staging.borrow_mut()),
+            later: std::mem::take(&mut *self.later.borrow_mut()),
+            checks: std::mem::take(&mut *self.checks.borrow_mut()),
+            buffers: std::mem::take(&mut *self.alive.borrow_mut())
+                .into_values()
+                .chain(self.held.borrow_mut().drain(..))
+                .collect(),
+            parked: mems,
+            events,
+        }
+    }
+}
+
+impl<D: Driver> Drop for RunProtocol<'_, D> {
+    fn drop(&mut self) {
+        // Nothing goes back to shared pools before every stream is done with it.
+        let synced = self
+            .streams
+            .iter()
+            .all(|s| self.driver.sync_stream(s).is_ok());
+        if synced {
+            for s in &self.streams {
+                self.push(Command::SyncStream {
+                    stream: self.driver.stream_id(s),
+                });
+            }
+        }
+        if !synced && !mutants::active(Mutant::StagingAfterFailedSync) {
+            // A failed stream: leak rather than hand possibly-busy memory to others.
+            std::mem::forget(std::mem::take(&mut *self.staging.borrow_mut()));
+            std::mem::forget(std::mem::take(&mut *self.later.borrow_mut()));
+            std::mem::forget(std::mem::take(&mut *self.checks.borrow_mut()));
+            std::mem::forget(std::mem::take(&mut *self.parked.borrow_mut()));
+            std::mem::forget(std::mem::take(&mut *self.alive.borrow_mut()));
+            std::mem::forget(std::mem::take(&mut *self.held.borrow_mut()));
+            std::mem::forget(std::mem::take(&mut *self.events.borrow_mut()));
+            std::mem::forget(std::mem::take(&mut *self.spent.borrow_mut()));
+            std::mem::forget(std::mem::take(&mut self.streams));
+            return;
+        }
+        // Pinned staging goes back only once its copies are known to be done (the mutant above
+        // hands it back after a failed synchronisation: the bug the log shows as a return no
+        // synchronisation orders after the copies).
+        for p in std::mem::take(&mut *self.staging.borrow_mut()) {
+            self.give_pinned_logged(p);
+        }
+        if !synced {
+            // The mutant's bug stops at the staging: the rest is leaked as it should be.
+            std::mem::forget(std::mem::take(&mut *self.later.borrow_mut()));
+            std::mem::forget(std::mem::take(&mut *self.checks.borrow_mut()));
+            std::mem::forget(std::mem::take(&mut *self.parked.borrow_mut()));
+            std::mem::forget(std::mem::take(&mut *self.alive.borrow_mut()));
+            std::mem::forget(std::mem::take(&mut *self.held.borrow_mut()));
+            std::mem::forget(std::mem::take(&mut *self.events.borrow_mut()));
+            std::mem::forget(std::mem::take(&mut *self.spent.borrow_mut()));
+            std::mem::forget(std::mem::take(&mut self.streams));
+            return;
+        }
+        for l in std::mem::take(&mut *self.later.borrow_mut()) {
+            self.give_pinned_logged(l.pinned);
+        }
+        for c in std::mem::take(&mut *self.checks.borrow_mut()) {
+            self.give_pinned_logged(c.pinned);
+        }
+        for m in std::mem::take(&mut *self.parked.borrow_mut()) {
+            let (ptr, len) = self.driver.mem_range(&m.mem);
+            self.push(Command::Return {
+                range: Range::device(ptr, len),
+            });
+            self.driver.give_mem(m.mem);
+            if let Some((e, _)) = m.released {
+                self.driver.give_event(e);
+            }
+        }
+        for e in self.spent.borrow_mut().drain(..) {
+            self.driver.give_event(e);
+        }
+        for (ptr, b) in self.alive.borrow_mut().drain() {
+            // Dropped here, it goes back to the pool unless a handle outside the run keeps it.
+            if Arc::strong_count(&b) == 1 {
+                self.push(Command::Return {
+                    range: Range::device(ptr, b.bytes()),
+                });
+            }
+        }
+        self.held.borrow_mut().clear();
+        for (_, (e, _)) in self.events.borrow_mut().drain() {
+            self.driver.give_event(e);
+        }
+        let streams = std::mem::take(&mut self.streams);
+        self.driver.give_streams(streams);
+    }
+}
