@@ -7,7 +7,7 @@
 //! made and the cost is one branch per device call. Device memory and pinned host memory are two
 //! address spaces ([`Space`]); streams and events are named by the backend (for CUDA, their driver
 //! handles), so the same name may come back in a later run once returned to its pool.
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// Which memory a range is in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
@@ -84,18 +84,38 @@ pub enum Command {
     Release { range: Range },
     /// A range returned to a pool shared with other runs (device memory, pinned staging) at the
     /// host's point in the log: every access to it must happen before (the checker treats it as a
-    /// host write).
+    /// host write), and a run that takes it from the pool later comes after this point.
     Return { range: Range },
+    /// The host makes resident bytes (an uploaded weight) available to other runs: a run that
+    /// takes them later comes after this point.
+    Publish { range: Range },
+    /// The host takes a range from a pool or cache shared with other runs: what it does from here
+    /// comes after every return or publication of those bytes (the pool's or cache's lock orders
+    /// the two hosts).
+    Take { range: Range },
 }
 
 /// A run's commands as the backend issues them.
 #[derive(Debug, Default)]
 pub struct CommandLog {
     entries: Mutex<Vec<Command>>,
+    /// The session's log of all its runs, and this run's number there.
+    session: Option<(Arc<SessionLog>, u64)>,
 }
 
 impl CommandLog {
+    /// A run's log whose commands also go, tagged with `run`, to the session's log of all runs.
+    pub fn teed(session: Arc<SessionLog>, run: u64) -> CommandLog {
+        CommandLog {
+            entries: Mutex::default(),
+            session: Some((session, run)),
+        }
+    }
+
     pub fn push(&self, c: Command) {
+        if let Some((s, run)) = &self.session {
+            s.push(*run, c.clone());
+        }
         self.entries
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -112,6 +132,28 @@ impl CommandLog {
 
     /// Takes the commands so far, leaving the log empty.
     pub fn take(&self) -> Vec<Command> {
+        std::mem::take(&mut *self.entries.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+/// The commands of every run of a session, in the order they were issued across threads, each
+/// with its run's number: runs on several threads at once are checked together from it (each run
+/// its own host thread, ordered with the others only through the shared pools and caches).
+#[derive(Debug, Default)]
+pub struct SessionLog {
+    entries: Mutex<Vec<(u64, Command)>>,
+}
+
+impl SessionLog {
+    pub fn push(&self, run: u64, c: Command) {
+        self.entries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((run, c));
+    }
+
+    /// Takes the commands so far, leaving the log empty.
+    pub fn take(&self) -> Vec<(u64, Command)> {
         std::mem::take(&mut *self.entries.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }

@@ -31,10 +31,12 @@ pub enum Mutant {
     /// A run whose synchronisation failed returns its pinned staging to the shared pool anyway
     /// (a copy of the failed stream may still be reading it).
     StagingAfterFailedSync,
+    /// A weight's upload is published to other runs without the host waiting for the copy.
+    WeightUnsynced,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 10] = [
+    pub const ALL: [Mutant; 11] = [
         Mutant::DropWait,
         Mutant::EarlyRelease,
         Mutant::DownloadWrongStream,
@@ -45,6 +47,7 @@ impl Mutant {
         Mutant::SharedFreeList,
         Mutant::ScratchReleasedEarly,
         Mutant::StagingAfterFailedSync,
+        Mutant::WeightUnsynced,
     ];
 }
 

@@ -12,9 +12,17 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use quorum::cmdlog::{Agent, Command, Range};
+use quorum::cmdlog::{Agent, Command, Range, Space};
 
-type Clock = HashMap<Agent, u64>;
+/// Who advances a clock: a stream, or the host thread of one run (runs checked together are each
+/// their own host, ordered with each other only through what they share).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Who {
+    Stream(u64),
+    Host(u64),
+}
+
+type Clock = HashMap<Who, u64>;
 
 fn join(into: &mut Clock, other: &Clock) {
     for (a, &t) in other {
@@ -29,7 +37,7 @@ fn join(into: &mut Clock, other: &Clock) {
 #[derive(Debug, Clone)]
 struct Seen {
     index: usize,
-    by: Agent,
+    by: Who,
     /// The agent's own tick at this access.
     tick: u64,
     clock: Clock,
@@ -153,14 +161,56 @@ fn describe(c: &Command) -> String {
 /// Checks one run's commands. At most `max_races` races are listed (all are counted by the caller
 /// if it asks for more).
 pub fn check(log: &[Command], max_races: usize) -> Report {
-    let mut clocks: HashMap<Agent, Clock> = HashMap::new();
+    let tagged: Vec<(u64, &Command)> = log.iter().map(|c| (0, c)).collect();
+    check_tagged(&tagged, max_races)
+}
+
+/// Checks the logs of runs one after the other as one log, each run its own host: a later run is
+/// ordered after an earlier one only through what it takes from the pools and caches the earlier
+/// one returned to or published in (as if the runs had been on threads of their own).
+pub fn check_runs(runs: &[Vec<Command>], max_races: usize) -> Report {
+    let tagged: Vec<(u64, &Command)> = runs
+        .iter()
+        .enumerate()
+        .flat_map(|(i, log)| log.iter().map(move |c| (i as u64, c)))
+        .collect();
+    check_tagged(&tagged, max_races)
+}
+
+/// Checks a session's log of runs on several threads at once (`quorum::cmdlog::SessionLog`): each
+/// command with its run's number, in the order they were issued. Indices in the report are
+/// positions in this log.
+pub fn check_session(log: &[(u64, Command)], max_races: usize) -> Report {
+    let tagged: Vec<(u64, &Command)> = log.iter().map(|(r, c)| (*r, c)).collect();
+    check_tagged(&tagged, max_races)
+}
+
+fn check_tagged(log: &[(u64, &Command)], max_races: usize) -> Report {
+    let mut clocks: HashMap<Who, Clock> = HashMap::new();
     let mut events: HashMap<u64, Clock> = HashMap::new();
     let mut seen: Vec<Seen> = Vec::new();
     // Released ranges not allocated since, with the release's index.
     let mut released: Vec<(Range, usize)> = Vec::new();
+    // What a host had seen when it returned or published bytes, by their start: a host that takes
+    // them later joins it.
+    let mut shared: HashMap<(Space, u64), Clock> = HashMap::new();
     let mut report = Report::default();
-    let host = Agent::Host;
-    for (index, c) in log.iter().enumerate() {
+    for (index, &(run, c)) in log.iter().enumerate() {
+        let host = Who::Host(run);
+        // Returned or published: what the host has seen, the return itself included, is what a
+        // later taker follows (stored once the command is processed below).
+        let shares = match c {
+            Command::Return { range } | Command::Publish { range } => {
+                Some((range.space, range.start))
+            }
+            Command::Take { range } => {
+                if let Some(from) = shared.get(&(range.space, range.start)).cloned() {
+                    join(clocks.entry(host).or_default(), &from);
+                }
+                continue;
+            }
+            _ => None,
+        };
         // A return to a shared pool is the host taking the bytes back: a host write, which every
         // access to them must happen before.
         let returned;
@@ -170,7 +220,7 @@ pub fn check(log: &[Command], max_races: usize) -> Report {
                 // Released bytes go back to the pool here: no longer the run's to touch.
                 released.retain(|(r, _)| !r.overlaps(range));
                 returned = Command::Access {
-                    by: host,
+                    by: Agent::Host,
                     what: "return to the shared pool".into(),
                     node: String::new(),
                     reads: vec![],
@@ -184,11 +234,15 @@ pub fn check(log: &[Command], max_races: usize) -> Report {
             Command::Access {
                 by, reads, writes, ..
             } => {
+                let by = match by {
+                    Agent::Stream(s) => Who::Stream(*s),
+                    Agent::Host => host,
+                };
                 let host_clock = clocks.get(&host).cloned().unwrap_or_default();
-                let clock = clocks.entry(*by).or_default();
+                let clock = clocks.entry(by).or_default();
                 join(clock, &host_clock);
-                let tick = clock.get(by).copied().unwrap_or(0) + 1;
-                clock.insert(*by, tick);
+                let tick = clock.get(&by).copied().unwrap_or(0) + 1;
+                clock.insert(by, tick);
                 let clock = clock.clone();
                 let mine = reads
                     .iter()
@@ -223,7 +277,7 @@ pub fn check(log: &[Command], max_races: usize) -> Report {
                             report.races.push(Race {
                                 first: s.index,
                                 second: index,
-                                first_by: describe(&log[s.index]),
+                                first_by: describe(log[s.index].1),
                                 second_by: describe(c),
                                 kind: if write && s.write {
                                     "write/write"
@@ -240,7 +294,7 @@ pub fn check(log: &[Command], max_races: usize) -> Report {
                     }
                     seen.push(Seen {
                         index,
-                        by: *by,
+                        by,
                         tick,
                         clock: clock.clone(),
                         range: *range,
@@ -250,7 +304,7 @@ pub fn check(log: &[Command], max_races: usize) -> Report {
             }
             Command::Record { stream, event } => {
                 let host_clock = clocks.get(&host).cloned().unwrap_or_default();
-                let clock = clocks.entry(Agent::Stream(*stream)).or_default();
+                let clock = clocks.entry(Who::Stream(*stream)).or_default();
                 join(clock, &host_clock);
                 events.insert(*event, clock.clone());
             }
@@ -260,13 +314,13 @@ pub fn check(log: &[Command], max_races: usize) -> Report {
                     report.unrecorded_waits.push(index);
                     continue;
                 };
-                let clock = clocks.entry(Agent::Stream(*stream)).or_default();
+                let clock = clocks.entry(Who::Stream(*stream)).or_default();
                 join(clock, &host_clock);
                 join(clock, &ev);
             }
             Command::SyncStream { stream } => {
                 let s = clocks
-                    .get(&Agent::Stream(*stream))
+                    .get(&Who::Stream(*stream))
                     .cloned()
                     .unwrap_or_default();
                 join(clocks.entry(host).or_default(), &s);
@@ -281,8 +335,12 @@ pub fn check(log: &[Command], max_races: usize) -> Report {
             // whatever the order.
             Command::Release { range } => released.push((*range, index)),
             Command::Alloc { range, .. } => released.retain(|(r, _)| !r.overlaps(range)),
-            // Checked above, as the host write it is.
-            Command::Return { .. } => {}
+            // Handled above.
+            Command::Return { .. } | Command::Publish { .. } | Command::Take { .. } => {}
+        }
+        if let Some(key) = shares {
+            let h = clocks.get(&host).cloned().unwrap_or_default();
+            join(shared.entry(key).or_default(), &h);
         }
     }
     // Keep the unused field honest: a seen access's clock is what `before` compares against.
@@ -376,6 +434,50 @@ mod tests {
             },
         ];
         assert!(check(&released, 10).is_clean());
+    }
+
+    #[test]
+    fn runs_are_ordered_only_through_what_they_take() {
+        let w = Range::device(0x8000, 256);
+        let upload = Command::Access {
+            by: Agent::Stream(1),
+            what: "weight upload".into(),
+            node: "w".into(),
+            reads: vec![],
+            writes: vec![w],
+        };
+        let read = kernel(2, &[0x8000], &[0x9000]);
+        let take = Command::Take { range: w };
+        let publish = Command::Publish { range: w };
+        // Published after the host waited for the copy: the other run's read follows it.
+        let synced = vec![
+            vec![
+                upload.clone(),
+                Command::SyncStream { stream: 1 },
+                publish.clone(),
+            ],
+            vec![take.clone(), read.clone()],
+        ];
+        assert!(check_runs(&synced, 10).is_clean());
+        // Published without waiting: the other run's read races with the copy.
+        let unsynced = vec![
+            vec![upload.clone(), publish.clone()],
+            vec![take.clone(), read.clone()],
+        ];
+        assert_eq!(check_runs(&unsynced, 10).races.len(), 1);
+        // A run that reads the weight without taking it from the cache follows nothing.
+        let untaken = vec![
+            vec![upload, Command::SyncStream { stream: 1 }, publish],
+            vec![read],
+        ];
+        assert_eq!(check_runs(&untaken, 10).races.len(), 1);
+        // A session's log: the same, tagged by run.
+        let tagged: Vec<(u64, Command)> = unsynced
+            .iter()
+            .enumerate()
+            .flat_map(|(r, l)| l.iter().map(move |c| (r as u64, c.clone())))
+            .collect();
+        assert_eq!(check_session(&tagged, 10).races.len(), 1);
     }
 
     #[test]

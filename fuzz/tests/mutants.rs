@@ -17,10 +17,21 @@ use quorum_fuzz::{dags, hb};
 /// Cases (DAG × stream count) tried per mutant before giving up.
 const BUDGET: usize = 200;
 
+/// How a hunt runs each case's session.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Hunt {
+    /// Two runs one after the other; each log checked, and both together (each run its own host).
+    Sequential,
+    /// The same, with every run's synchronisations failing from its first, second or third on
+    /// (the runs end in an error).
+    FailingSyncs,
+    /// Three threads running two runs each at once; the session's log checked as issued.
+    Concurrent,
+}
+
 /// Runs cases until the checker reports something; returns (cases run, commands checked, the
-/// first report) — `None` when the budget ran out without one. With `failing`, every run's
-/// synchronisations fail from its first, second or third on (the runs then end in an error).
-fn hunt(failing: bool) -> (usize, usize, Option<String>) {
+/// first report) — `None` when the budget ran out without one.
+fn hunt(how: Hunt) -> (usize, usize, Option<String>) {
     let mut commands = 0;
     for case in 0..BUDGET {
         let seed = case as u64 / 2;
@@ -34,18 +45,42 @@ fn hunt(failing: bool) -> (usize, usize, Option<String>) {
             ..Default::default()
         };
         let s = Session::from_bytes(&dag.bytes, options).unwrap();
+        let failing = how == Hunt::FailingSyncs;
         fail_syncs_from(if failing { 1 + seed % 3 } else { 0 });
+        if how == Hunt::Concurrent {
+            std::thread::scope(|scope| {
+                for _ in 0..3 {
+                    scope.spawn(|| {
+                        for _ in 0..2 {
+                            s.run(dag.inputs.clone()).unwrap();
+                        }
+                    });
+                }
+            });
+            let all = s.take_session_log();
+            commands += all.len();
+            let r = hb::check_session(&all, 1);
+            if !r.is_clean() {
+                return (case + 1, commands, r.first());
+            }
+            continue;
+        }
         for _ in 0..2 {
             let ran = s.run(dag.inputs.clone());
             assert!(failing || ran.is_ok(), "{:?}", ran.err());
         }
         fail_syncs_from(0);
-        for log in s.take_command_logs() {
+        let logs = s.take_command_logs();
+        for log in &logs {
             commands += log.len();
-            let r = hb::check(&log, 1);
+            let r = hb::check(log, 1);
             if !r.is_clean() {
                 return (case + 1, commands, r.first());
             }
+        }
+        let r = hb::check_runs(&logs, 1);
+        if !r.is_clean() {
+            return (case + 1, commands, r.first());
         }
     }
     (BUDGET, commands, None)
@@ -54,15 +89,13 @@ fn hunt(failing: bool) -> (usize, usize, Option<String>) {
 #[test]
 fn every_injected_race_is_caught_and_the_clean_build_reports_nothing() {
     inject(None);
-    for failing in [false, true] {
-        let (cases, commands, found) = hunt(failing);
+    for how in [Hunt::Sequential, Hunt::FailingSyncs, Hunt::Concurrent] {
+        let (cases, commands, found) = hunt(how);
         assert_eq!(
             found, None,
-            "the unmutated build reported a race after {cases} cases (failing syncs: {failing})"
+            "the unmutated build reported a race after {cases} cases ({how:?})"
         );
-        eprintln!(
-            "unmutated (failing syncs: {failing}): {cases} cases, {commands} commands, no report"
-        );
+        eprintln!("unmutated ({how:?}): {cases} cases, {commands} commands, no report");
     }
     let mut missed = Vec::new();
     for m in Mutant::ALL {
@@ -71,13 +104,21 @@ fn every_injected_race_is_caught_and_the_clean_build_reports_nothing() {
             // fuzzer's replay-against-eager comparison is what catches it.
             continue;
         }
+        let how = match m {
+            Mutant::StagingAfterFailedSync => Hunt::FailingSyncs,
+            // Within a run the executor orders a weight's readers after its upload; another run
+            // at the same time has only the weight cache to order it.
+            Mutant::WeightUnsynced => Hunt::Concurrent,
+            _ => Hunt::Sequential,
+        };
         inject(Some(m));
         let t = Instant::now();
-        let (cases, commands, found) = hunt(m == Mutant::StagingAfterFailedSync);
+        let (cases, commands, found) = hunt(how);
         inject(None);
         match found {
             Some(report) => eprintln!(
-                "MUTANT {m:?}: caught after {cases} case(s), {commands} commands, {:.2} s: {report}",
+                "MUTANT {m:?}: caught after {cases} case(s) ({how:?}), {commands} commands, \
+                 {:.2} s: {report}",
                 t.elapsed().as_secs_f64()
             ),
             None => missed.push(m),

@@ -524,6 +524,7 @@ impl DeviceRun for SimRun<'_> {
         if let Some((w, d)) = weights.get(&key)
             && w.upgrade().is_some_and(|w| Arc::ptr_eq(&w, v))
         {
+            self.proto.hold(&Self::unwrap(d)?);
             return Ok(d.clone());
         }
         let Value::Tensor(t) = &**v else {
@@ -533,6 +534,7 @@ impl DeviceRun for SimRun<'_> {
         // for (as CUDA's upload does) before any kernel may read it from another.
         let buf = self.proto.resident(bytes_of(t), |_, _| Ok(()))?;
         buf.set(v.clone());
+        self.proto.hold(&buf);
         let d = self.wrap(buf, t);
         weights.insert(key, (Arc::downgrade(v), d.clone()));
         Ok(d)

@@ -390,7 +390,14 @@ impl<'a, D: Driver> RunProtocol<'a, D> {
                 Counters::bump(&self.counters.pool_hits, 1);
                 m.mem
             }
-            None => self.driver.take_mem(bytes, self.counters)?,
+            None => {
+                let mem = self.driver.take_mem(bytes, self.counters)?;
+                let (ptr, len) = self.driver.mem_range(&mem);
+                self.push(Command::Take {
+                    range: Range::device(ptr, len),
+                });
+                mem
+            }
         };
         let (ptr, len) = self.driver.mem_range(&mem);
         let range = Range::device(ptr, len);
@@ -432,9 +439,13 @@ impl<'a, D: Driver> RunProtocol<'a, D> {
         Ok(())
     }
 
-    /// Keeps `buf` (one the run did not allocate, such as a resident weight) until the run's
-    /// streams have finished, or, captured, until its graph is dropped.
+    /// Keeps `buf` (a resident weight from the session's cache, which the run did not allocate)
+    /// until the run's streams have finished, or, captured, until its graph is dropped; taking it
+    /// from the cache orders the run after the weight's publication.
     pub fn hold(&self, buf: &Arc<D::Buf>) {
+        self.push(Command::Take {
+            range: Range::device(buf.ptr(), buf.bytes()),
+        });
         self.held.borrow_mut().push(buf.clone());
     }
 
@@ -517,14 +528,22 @@ impl<'a, D: Driver> RunProtocol<'a, D> {
         copy: impl FnOnce(&D::Stream, u64) -> Result<(), D::Error>,
     ) -> Result<Arc<D::Buf>, D::Error> {
         let mem = self.driver.take_mem(n, self.counters)?;
-        let (ptr, _) = self.driver.mem_range(&mem);
+        let (ptr, len) = self.driver.mem_range(&mem);
+        let whole = Range::device(ptr, len);
+        self.push(Command::Take { range: whole });
         let buf = Arc::new(self.driver.wrap(mem));
+        // Until the copy is known to be done, the memory stays with the run (which leaks it if
+        // its streams fail): dropped now, it would go back to the pool under the copy.
+        self.held.borrow_mut().push(buf.clone());
         copy(self.stream(), ptr)?;
         self.log_work("weight upload", vec![], vec![Range::device(ptr, n as u64)]);
-        self.driver.sync_stream(self.stream())?;
-        self.push(Command::SyncStream {
-            stream: self.current_id(),
-        });
+        if !mutants::active(Mutant::WeightUnsynced) {
+            self.driver.sync_stream(self.stream())?;
+            self.push(Command::SyncStream {
+                stream: self.current_id(),
+            });
+        }
+        self.push(Command::Publish { range: whole });
         Counters::bump(&self.counters.h2d_bytes, n as u64);
         Counters::bump(&self.counters.h2d_calls, 1);
         Counters::bump(&self.counters.weight_bytes_uploaded, n as u64);
@@ -575,7 +594,7 @@ impl<'a, D: Driver> RunProtocol<'a, D> {
             }
             return Ok(());
         }
-        let mut pinned = self.driver.take_pinned(n)?;
+        let mut pinned = self.take_pinned_logged(n)?;
         fill(&mut pinned);
         let staged = Range::pinned(self.driver.pinned_range(&pinned).0, n as u64);
         self.log_access(Agent::Host, "stage", vec![], vec![staged]);
@@ -607,7 +626,7 @@ impl<'a, D: Driver> RunProtocol<'a, D> {
         n: usize,
         read: impl FnOnce(&D::Pinned) -> T,
     ) -> Result<T, D::Error> {
-        let mut pinned = self.driver.take_pinned(n.max(1))?;
+        let mut pinned = self.take_pinned_logged(n.max(1))?;
         if n > 0 {
             if let Err(e) = self.driver.download(self.stream(), &mut pinned, src, n) {
                 self.staging.borrow_mut().push(pinned);
@@ -640,6 +659,16 @@ impl<'a, D: Driver> RunProtocol<'a, D> {
         Ok(out)
     }
 
+    /// Staging from the shared pool: taken in the log.
+    fn take_pinned_logged(&self, n: usize) -> Result<D::Pinned, D::Error> {
+        let pinned = self.driver.take_pinned(n)?;
+        let (ptr, len) = self.driver.pinned_range(&pinned);
+        self.push(Command::Take {
+            range: Range::pinned(ptr, len),
+        });
+        Ok(pinned)
+    }
+
     /// Gives staging back to the shared pool: a host access to all of it in the log.
     fn give_pinned_logged(&self, pinned: D::Pinned) {
         let (ptr, len) = self.driver.pinned_range(&pinned);
@@ -652,7 +681,7 @@ impl<'a, D: Driver> RunProtocol<'a, D> {
     /// Starts copying `n` bytes at `src` back on the current stream; [`RunProtocol::finish`]
     /// collects it with `what`. Returns its index among the run's outputs.
     pub fn download_later(&self, src: u64, n: usize, what: D::Later) -> Result<usize, D::Error> {
-        let mut pinned = self.driver.take_pinned(n.max(1))?;
+        let mut pinned = self.take_pinned_logged(n.max(1))?;
         if n > 0 {
             if let Err(e) = self.driver.download(self.stream(), &mut pinned, src, n) {
                 self.staging.borrow_mut().push(pinned);
@@ -675,7 +704,7 @@ impl<'a, D: Driver> RunProtocol<'a, D> {
     /// Copies the 4-byte flag word at `word` back after the work before it on the current stream;
     /// when the run's work is collected a raised word becomes `fault`, the run's error.
     pub fn check(&self, word: u64, fault: Fault) -> Result<(), D::Error> {
-        let mut pinned = self.driver.take_pinned(4)?;
+        let mut pinned = self.take_pinned_logged(4)?;
         if let Err(e) = self.driver.download(self.stream(), &mut pinned, word, 4) {
             self.staging.borrow_mut().push(pinned);
             return Err(e);
@@ -842,12 +871,12 @@ impl<D: Driver> Drop for RunProtocol<'_, D> {
             self.driver.give_event(e);
         }
         for (ptr, b) in self.alive.borrow_mut().drain() {
-            // Dropped here, it goes back to the pool unless a handle outside the run keeps it.
-            if Arc::strong_count(&b) == 1 {
-                self.push(Command::Return {
-                    range: Range::device(ptr, b.bytes()),
-                });
-            }
+            // Back to the pool now, or when a handle outside the run goes (the run is done with
+            // it either way).
+            self.push(Command::Return {
+                range: Range::device(ptr, b.bytes()),
+            });
+            drop(b);
         }
         self.held.borrow_mut().clear();
         for (_, (e, _)) in self.events.borrow_mut().drain() {

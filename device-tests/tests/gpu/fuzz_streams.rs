@@ -196,6 +196,14 @@ fn case(seed: u64) -> Found {
             found.races = Some(format!("{what}: {first}"));
         }
     }
+    // Every run of the session together, as the threads issued them (each run its own host,
+    // ordered with the others through the pools and the weight cache).
+    let all = s.take_session_log();
+    let r = hb::check_session(&all, 1);
+    if !r.is_clean() && found.races.is_none() {
+        let first = r.first().unwrap_or_default();
+        found.races = Some(format!("{what}, the runs together: {first}"));
+    }
     found
 }
 

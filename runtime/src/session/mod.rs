@@ -77,6 +77,9 @@ pub struct Session {
     graphs: capture::Graphs,
     /// Command logs of finished runs, when `SessionOptions::command_log` asks for them.
     logs: std::sync::Mutex<Vec<Vec<crate::cmdlog::Command>>>,
+    /// Every run's commands as issued across threads, each with its run's number.
+    session_log: Arc<crate::cmdlog::SessionLog>,
+    runs_logged: std::sync::atomic::AtomicU64,
     /// The key `auto`'s choice is kept under (`choices`), set by the run that starts the trial.
     choice_key: std::sync::Mutex<Option<String>>,
     /// Sampled verification (`SessionOptions::verify_sample`, with verification off otherwise).
@@ -251,6 +254,8 @@ impl Session {
             dispatch_notes,
             graphs: Default::default(),
             logs: Default::default(),
+            session_log: Default::default(),
+            runs_logged: Default::default(),
             choice_key: Default::default(),
             sampler,
             shape_values: Default::default(),
@@ -397,6 +402,13 @@ impl Session {
     /// session; empty unless `SessionOptions::command_log` is on.
     pub fn take_command_logs(&self) -> Vec<Vec<crate::cmdlog::Command>> {
         std::mem::take(&mut *self.logs.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Every run's commands so far as they were issued across threads, each with its run's number
+    /// (runs numbered from 0 as they started), taken out of the session; empty unless
+    /// `SessionOptions::command_log` is on.
+    pub fn take_session_log(&self) -> Vec<(u64, crate::cmdlog::Command)> {
+        self.session_log.take()
     }
 
     /// Why runs of this session cannot be captured into a device graph (`None`: they can be, once
@@ -611,10 +623,15 @@ impl Session {
                 })?;
             devices.push(run);
         }
-        let log = self
-            .options
-            .command_log
-            .then(|| Arc::new(crate::cmdlog::CommandLog::default()));
+        let log = self.options.command_log.then(|| {
+            let run = self
+                .runs_logged
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Arc::new(crate::cmdlog::CommandLog::teed(
+                self.session_log.clone(),
+                run,
+            ))
+        });
         if let Some(log) = &log {
             for d in &devices {
                 d.attach_log(log.clone());
