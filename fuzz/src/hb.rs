@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use quorum::cmdlog::{Agent, Command, Range, Space};
+use quorum::cmdlog::{Agent, Command, Range};
 
 /// Who advances a clock: a stream, or the host thread of one run (runs checked together are each
 /// their own host, ordered with each other only through what they share).
@@ -191,21 +191,26 @@ fn check_tagged(log: &[(u64, &Command)], max_races: usize) -> Report {
     let mut seen: Vec<Seen> = Vec::new();
     // Released ranges not allocated since, with the release's index.
     let mut released: Vec<(Range, usize)> = Vec::new();
-    // What a host had seen when it returned or published bytes, by their start: a host that takes
-    // them later joins it.
-    let mut shared: HashMap<(Space, u64), Clock> = HashMap::new();
+    // What a host had seen when it returned or published bytes: a host that takes any of them
+    // later joins it.
+    let mut shared: HashMap<Range, Clock> = HashMap::new();
     let mut report = Report::default();
     for (index, &(run, c)) in log.iter().enumerate() {
         let host = Who::Host(run);
         // Returned or published: what the host has seen, the return itself included, is what a
         // later taker follows (stored once the command is processed below).
         let shares = match c {
-            Command::Return { range } | Command::Publish { range } => {
-                Some((range.space, range.start))
-            }
+            Command::Return { range } | Command::Publish { range } => Some(*range),
             Command::Take { range } => {
-                if let Some(from) = shared.get(&(range.space, range.start)).cloned() {
-                    join(clocks.entry(host).or_default(), &from);
+                // Memory freed and allocated again may come back at an overlapping address.
+                let from: Vec<Clock> = shared
+                    .iter()
+                    .filter(|(r, _)| r.overlaps(range))
+                    .map(|(_, c)| c.clone())
+                    .collect();
+                let h = clocks.entry(host).or_default();
+                for c in &from {
+                    join(h, c);
                 }
                 continue;
             }

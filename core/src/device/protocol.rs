@@ -543,6 +543,12 @@ impl<'a, D: Driver> RunProtocol<'a, D> {
                 stream: self.current_id(),
             });
         }
+        // The copy is done: the run lets go (a caller keeps the weight with `hold`).
+        let mut held = self.held.borrow_mut();
+        if held.last().is_some_and(|b| Arc::ptr_eq(b, &buf)) {
+            held.pop();
+        }
+        drop(held);
         self.push(Command::Publish { range: whole });
         Counters::bump(&self.counters.h2d_bytes, n as u64);
         Counters::bump(&self.counters.h2d_calls, 1);
