@@ -33,10 +33,13 @@ pub enum Mutant {
     StagingAfterFailedSync,
     /// A weight's upload is published to other runs without the host waiting for the copy.
     WeightUnsynced,
+    /// Two runs replay one captured graph at once (the replay takes no lock), sharing its fixed
+    /// buffers, staging and output copies.
+    ConcurrentReplays,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 11] = [
+    pub const ALL: [Mutant; 12] = [
         Mutant::DropWait,
         Mutant::EarlyRelease,
         Mutant::DownloadWrongStream,
@@ -48,6 +51,7 @@ impl Mutant {
         Mutant::ScratchReleasedEarly,
         Mutant::StagingAfterFailedSync,
         Mutant::WeightUnsynced,
+        Mutant::ConcurrentReplays,
     ];
 }
 
@@ -62,6 +66,13 @@ impl Mutant {
             ),
             _ => None,
         }
+    }
+
+    /// Whether the bug lives in graph replay, which the simulated device does not capture: the
+    /// device hunt's replay-against-eager comparison catches these, and `cargo test`'s hunt skips
+    /// them.
+    pub fn needs_capture(self) -> bool {
+        matches!(self, Mutant::StaleReplayInput | Mutant::ConcurrentReplays)
     }
 }
 

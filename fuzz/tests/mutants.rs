@@ -3,8 +3,8 @@
 //! several streams, and the unmutated build must give no report over the same cases. One test, so
 //! that the process-wide switch is never flipped under another test's feet. The simulated device
 //! runs the run protocol CUDA runs (`quorum::device::protocol`), so a bug injected there is the
-//! same bug on both. The stale-replay mutant is the exception: the simulated device captures no
-//! graph, and the device fuzzer's replay-against-eager comparison catches it
+//! same bug on both. The replay mutants (`Mutant::needs_capture`) are the exception: the simulated
+//! device captures no graph, and the device fuzzer's replay-against-eager comparison catches them
 //! (`device-tests/tests/gpu/fuzz_streams.rs`). What a run does after a failed synchronisation is
 //! hunted with failures injected into the simulated device's synchronisations.
 #![forbid(unsafe_code)]
@@ -99,7 +99,7 @@ fn every_injected_race_is_caught_and_the_clean_build_reports_nothing() {
     }
     let mut missed = Vec::new();
     for m in Mutant::ALL {
-        if m == Mutant::StaleReplayInput {
+        if m.needs_capture() {
             // Inside a graph replay, which the simulated device does not capture: the device
             // fuzzer's replay-against-eager comparison is what catches it.
             continue;

@@ -15,6 +15,7 @@ use crate::backend::Replay;
 use crate::counters::Counters;
 use crate::error::{Error, Result};
 use crate::ir::Graph;
+use crate::mutants::{self, Mutant};
 use crate::tensor::{DType, Value};
 
 /// Whether runs are captured into device graphs.
@@ -80,7 +81,10 @@ enum State {
 }
 
 pub(super) struct Captured {
-    replay: Mutex<Box<dyn Replay>>,
+    replay: Box<dyn Replay>,
+    /// Held by the replay in progress: a graph's buffers, staging and output copies are fixed, so
+    /// two replays of one graph at once would share them.
+    busy: Mutex<()>,
     /// The run inputs, in the order the replay takes them.
     pub inputs: Vec<String>,
     measured: Option<(f64, f64)>,
@@ -164,7 +168,8 @@ impl Graphs {
                 replay_ms,
             },
             _ => State::Ready(Arc::new(Captured {
-                replay: Mutex::new(replay),
+                replay,
+                busy: Mutex::new(()),
                 inputs,
                 measured,
                 outputs,
@@ -311,14 +316,24 @@ impl Captured {
     ) -> Option<Result<Vec<(String, Value)>>> {
         // A run that holds nothing does not wait for another replay (it runs eagerly instead); a
         // sequence holding the graph waits (a run that finds it held lets go at once).
-        let mut owner = if staged.is_empty() {
-            match self.owner.try_lock() {
+        // The `ConcurrentReplays` bug takes neither lock, so that two runs of one graph can
+        // overlap on its fixed buffers, staging and output copies.
+        let concurrent = mutants::active(Mutant::ConcurrentReplays);
+        let mut unlocked = None;
+        let mut guard = if concurrent {
+            None
+        } else if staged.is_empty() {
+            Some(match self.owner.try_lock() {
                 Ok(o) => o,
                 Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
                 Err(std::sync::TryLockError::WouldBlock) => return None,
-            }
+            })
         } else {
-            self.owner.lock().unwrap_or_else(|e| e.into_inner())
+            Some(self.owner.lock().unwrap_or_else(|e| e.into_inner()))
+        };
+        let owner: &mut Option<u64> = match guard.as_mut() {
+            Some(g) => g,
+            None => &mut unlocked,
         };
         if owner.is_some_and(|o| o != id) {
             return None;
@@ -328,7 +343,12 @@ impl Captured {
                 "the carried inputs were not staged by this sequence".into(),
             )));
         }
-        let replay = self.replay.try_lock().ok()?;
+        let _busy = match self.busy.try_lock() {
+            Ok(b) => Some(b),
+            Err(_) if concurrent => None,
+            Err(_) => return None,
+        };
+        let replay = &self.replay;
         let carries = match self.carries(key, carry) {
             Ok(c) => c,
             Err(e) => return Some(Err(e)),
