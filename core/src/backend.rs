@@ -155,7 +155,24 @@ pub trait DeviceRun {
 }
 
 /// A run captured by a device: replays it on new inputs of the same shapes and dtypes.
+/// The memory a captured graph touches at its fixed addresses, for a replay's command log: the
+/// staging it uploads each input from (in the order of the replay's inputs, `None` for an empty
+/// one), the pinned buffers it copies outputs and device checks into, its device buffers, and the
+/// resident ones (weights) it only reads.
+#[derive(Debug, Clone, Default)]
+pub struct Footprint {
+    pub inputs: Vec<Option<crate::cmdlog::Range>>,
+    pub outputs: Vec<crate::cmdlog::Range>,
+    pub device: Vec<crate::cmdlog::Range>,
+    pub weights: Vec<crate::cmdlog::Range>,
+}
+
 pub trait Replay: Send + Sync {
+    /// What the graph touches, for the command log (empty where the device does not say).
+    fn footprint(&self) -> Footprint {
+        Footprint::default()
+    }
+
     /// `inputs`: the captured run's first uploads, in order. Returns the run's outputs.
     fn replay(&self, inputs: &[&Tensor], counters: &Counters) -> Result<Vec<Tensor>, DeviceError>;
 

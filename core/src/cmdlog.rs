@@ -7,6 +7,7 @@
 //! made and the cost is one branch per device call. Device memory and pinned host memory are two
 //! address spaces ([`Space`]); streams and events are named by the backend (for CUDA, their driver
 //! handles), so the same name may come back in a later run once returned to its pool.
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Which memory a range is in.
@@ -155,5 +156,41 @@ impl SessionLog {
     /// Takes the commands so far, leaving the log empty.
     pub fn take(&self) -> Vec<(u64, Command)> {
         std::mem::take(&mut *self.entries.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+/// Where a session's runs log (when `SessionOptions::command_log` asks): each finished run's own
+/// log, and the session's log of all runs as issued. Graph replays log here too.
+#[derive(Debug, Default)]
+pub struct LogSink {
+    session: Arc<SessionLog>,
+    runs: AtomicU64,
+    finished: Mutex<Vec<Vec<Command>>>,
+}
+
+impl LogSink {
+    /// A new run's log, teed to the session's, and the run's number.
+    pub fn begin(&self) -> (Arc<CommandLog>, u64) {
+        let run = self.runs.fetch_add(1, Ordering::Relaxed);
+        (Arc::new(CommandLog::teed(self.session.clone(), run)), run)
+    }
+
+    /// Keeps a finished run's commands.
+    pub fn end(&self, log: &CommandLog) {
+        let commands = log.take();
+        self.finished
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(commands);
+    }
+
+    /// The finished runs' logs so far, in the order they ended.
+    pub fn take_runs(&self) -> Vec<Vec<Command>> {
+        std::mem::take(&mut *self.finished.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Every run's commands so far, as issued, with the run's number.
+    pub fn take_session(&self) -> Vec<(u64, Command)> {
+        self.session.take()
     }
 }

@@ -6,7 +6,8 @@ use super::driver::{self, DeviceMemory, Event, PinnedMemory};
 use super::memory::{self, DevBuf, tensor_bytes, tensor_from_bytes};
 use super::run::{Check, CudaDriver, Later};
 use super::{Device, Fault, KError, KResult};
-use quorum_core::backend::Carry;
+use quorum_core::backend::{Carry, Footprint};
+use quorum_core::cmdlog::Range;
 use quorum_core::counters::Counters;
 use quorum_core::device::protocol;
 use quorum_core::error::OpError;
@@ -23,6 +24,8 @@ pub struct Captured {
     pub(super) staging: Mutex<Vec<PinnedMemory>>,
     pub(super) later: Vec<Later>,
     pub(super) alive: Vec<Arc<DevBuf>>,
+    /// Resident buffers (weights) the graph reads.
+    pub(super) resident: Vec<Arc<DevBuf>>,
     pub(super) parked: Vec<DeviceMemory>,
     pub(super) events: Vec<Event>,
     pub(super) device_pool: Arc<memory::Pool>,
@@ -31,6 +34,43 @@ pub struct Captured {
 }
 
 impl Captured {
+    /// The graph's fixed memory, for a replay's command log.
+    pub fn footprint(&self) -> Footprint {
+        let staging = self.staging.lock().unwrap_or_else(|e| e.into_inner());
+        Footprint {
+            inputs: self
+                .uploads
+                .iter()
+                .map(|u| u.map(|(k, n)| Range::pinned(staging[k].ptr as u64, n as u64)))
+                .collect(),
+            outputs: self
+                .later
+                .iter()
+                .map(|l| Range::pinned(l.pinned.ptr as u64, l.bytes.max(1) as u64))
+                .chain(
+                    self.checks
+                        .iter()
+                        .map(|c| Range::pinned(c.pinned.ptr as u64, 4)),
+                )
+                .collect(),
+            device: self
+                .alive
+                .iter()
+                .map(|b| Range::device(b.ptr(), b.bytes() as u64))
+                .chain(
+                    self.parked
+                        .iter()
+                        .map(|m| Range::device(m.ptr, m.bytes as u64)),
+                )
+                .collect(),
+            weights: self
+                .resident
+                .iter()
+                .map(|b| Range::device(b.ptr(), b.bytes() as u64))
+                .collect(),
+        }
+    }
+
     /// The first raised device check of the last run of the graph.
     pub(super) fn raised(&self, device: &Device) -> Option<Fault> {
         protocol::raised(&CudaDriver { device }, &self.checks)
@@ -151,6 +191,7 @@ impl Drop for Captured {
             self.device_pool.give(m);
         }
         self.alive.clear();
+        self.resident.clear();
         drop(std::mem::take(&mut self.events));
     }
 }

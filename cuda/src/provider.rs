@@ -260,6 +260,10 @@ struct CudaReplay {
 }
 
 impl Replay for CudaReplay {
+    fn footprint(&self) -> quorum_core::backend::Footprint {
+        self.captured.footprint()
+    }
+
     fn replay(&self, inputs: &[&Tensor], counters: &Counters) -> Result<Vec<Tensor>, DeviceError> {
         self.captured
             .replay(&self.device, inputs, counters)

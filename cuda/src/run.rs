@@ -7,7 +7,7 @@ use crate::capture::Captured;
 use crate::driver::{Arg, DeviceMemory, Event, Function, PinnedMemory, Stream};
 use crate::memory::{self, DevBuf, device_elem_size, tensor_bytes, tensor_from_bytes};
 use crate::{DevTensor, Device, Fault, KError, KResult, ptx};
-use quorum_core::cmdlog::Range;
+use quorum_core::cmdlog::{Agent, Command, Range};
 use quorum_core::counters::Counters;
 use quorum_core::device::protocol::{self, Buffer, CaptureLog, Driver, RunProtocol};
 use quorum_core::error::OpError;
@@ -375,8 +375,16 @@ impl<'a> Run<'a> {
         if streams.len() > 1 {
             let fork = self.device.take_event()?;
             fork.record(&streams[0])?;
+            self.proto.push(Command::Record {
+                stream: streams[0].raw as u64,
+                event: fork.raw as u64,
+            });
             for s in &streams[1..] {
                 s.wait(&fork)?;
+                self.proto.push(Command::Wait {
+                    stream: s.raw as u64,
+                    event: fork.raw as u64,
+                });
             }
             log.events.push(fork);
         }
@@ -409,12 +417,31 @@ impl<'a> Run<'a> {
             let join = self.device.take_event()?;
             join.record(s)?;
             streams[0].wait(&join)?;
+            self.proto.push(Command::Record {
+                stream: s.raw as u64,
+                event: join.raw as u64,
+            });
+            self.proto.push(Command::Wait {
+                stream: streams[0].raw as u64,
+                event: join.raw as u64,
+            });
             log.events.push(join);
         }
         let graph = streams[0].end_capture()?;
         graph.launch(&streams[0])?;
         streams[0].synchronize()?;
+        self.proto.push(Command::SyncStream {
+            stream: streams[0].raw as u64,
+        });
         let held = self.proto.take_held();
+        for l in &held.later {
+            self.proto.log_access(
+                Agent::Host,
+                "read",
+                vec![Range::pinned(l.pinned.ptr as u64, l.bytes as u64)],
+                vec![],
+            );
+        }
         let outputs = held
             .later
             .iter()
@@ -431,6 +458,7 @@ impl<'a> Run<'a> {
             staging: Mutex::new(held.staging),
             later: held.later,
             alive: held.buffers,
+            resident: held.resident,
             parked: held.parked,
             events,
             device_pool: self.device.pool.clone(),
@@ -438,6 +466,19 @@ impl<'a> Run<'a> {
         };
         if let Some(f) = captured.raised(self.device) {
             return Err(KError::Fault(f));
+        }
+        if self.proto.logging() {
+            // The graph's memory is the replays' from here: each replay takes it after this.
+            let fp = captured.footprint();
+            for range in fp
+                .inputs
+                .iter()
+                .flatten()
+                .chain(&fp.outputs)
+                .chain(&fp.device)
+            {
+                self.proto.push(Command::Publish { range: *range });
+            }
         }
         Ok((outputs, captured))
     }

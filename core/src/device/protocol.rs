@@ -148,8 +148,10 @@ pub struct Held<D: Driver> {
     pub staging: Vec<D::Pinned>,
     pub later: Vec<Later<D::Pinned, D::Later>>,
     pub checks: Vec<Check<D::Pinned>>,
-    /// Live buffers and resident ones the run read.
+    /// Live buffers of the run.
     pub buffers: Vec<Arc<D::Buf>>,
+    /// Resident buffers (weights) the run read.
+    pub resident: Vec<Arc<D::Buf>>,
     pub parked: Vec<D::Mem>,
     pub events: Vec<D::Event>,
 }
@@ -804,8 +806,8 @@ impl<'a, D: Driver> RunProtocol<'a, D> {
             checks: std::mem::take(&mut *self.checks.borrow_mut()),
             buffers: std::mem::take(&mut *self.alive.borrow_mut())
                 .into_values()
-                .chain(self.held.borrow_mut().drain(..))
                 .collect(),
+            resident: std::mem::take(&mut *self.held.borrow_mut()),
             parked: mems,
             events,
         }

@@ -11,7 +11,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use crate::backend::Replay;
+use crate::backend::{Footprint, Replay};
+use crate::cmdlog::{Agent, Command, CommandLog, LogSink, Range};
 use crate::counters::Counters;
 use crate::error::{Error, Result};
 use crate::ir::Graph;
@@ -82,6 +83,8 @@ enum State {
 
 pub(super) struct Captured {
     replay: Box<dyn Replay>,
+    /// Where replays log, when the session keeps command logs.
+    log: Option<Arc<LogSink>>,
     /// Held by the replay in progress: a graph's buffers, staging and output copies are fixed, so
     /// two replays of one graph at once would share them.
     busy: Mutex<()>,
@@ -110,6 +113,8 @@ pub struct GraphRecord {
 #[derive(Default)]
 pub(super) struct Graphs {
     entries: Mutex<HashMap<ShapeKey, State>>,
+    /// Where replays log, when the session keeps command logs.
+    log: Option<Arc<LogSink>>,
 }
 
 /// What a run should do about graphs.
@@ -120,6 +125,13 @@ pub(super) enum Plan {
 }
 
 impl Graphs {
+    pub fn new(log: Option<Arc<LogSink>>) -> Graphs {
+        Graphs {
+            entries: Mutex::default(),
+            log,
+        }
+    }
+
     /// Decides for a run of `key` (and marks a capture as started).
     pub fn plan(&self, key: &ShapeKey) -> Plan {
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
@@ -169,6 +181,7 @@ impl Graphs {
             },
             _ => State::Ready(Arc::new(Captured {
                 replay,
+                log: self.log.clone(),
                 busy: Mutex::new(()),
                 inputs,
                 measured,
@@ -331,6 +344,7 @@ impl Captured {
         } else {
             Some(self.owner.lock().unwrap_or_else(|e| e.into_inner()))
         };
+        let owner_locked = guard.is_some();
         let owner: &mut Option<u64> = match guard.as_mut() {
             Some(g) => g,
             None => &mut unlocked,
@@ -371,7 +385,25 @@ impl Captured {
             }
         }
         Counters::bump(&counters.graph_replays, 1);
+        let logged = self.log.as_ref().map(|sink| {
+            let (log, run) = sink.begin();
+            (sink, log, run, replay.footprint())
+        });
+        // The locks order this replay after the one before; a replay that took none (the bug)
+        // logs no order.
+        let locked = owner_locked && _busy.is_some();
+        if let Some((_, log, _, fp)) = &logged
+            && locked
+        {
+            for range in footprint_ranges(fp) {
+                log.push(Command::Take { range });
+            }
+        }
         let outs = replay.replay_carrying(&ordered, &carries, counters);
+        if let Some((sink, log, run, fp)) = &logged {
+            log_replay(log, *run, fp, &ordered, &carries, locked);
+            sink.end(log);
+        }
         *owner = match (&outs, carries.is_empty()) {
             (Ok(_), false) => {
                 Counters::bump(&counters.graph_carries, 1);
@@ -397,6 +429,70 @@ impl Captured {
             .zip(outs)
             .filter_map(|(n, t)| t.map(|t| (n, Value::Tensor(t))))
             .collect()))
+    }
+}
+
+/// Every range of a graph's footprint but the weights it only reads.
+fn footprint_ranges(fp: &Footprint) -> Vec<Range> {
+    fp.inputs
+        .iter()
+        .flatten()
+        .chain(&fp.outputs)
+        .chain(&fp.device)
+        .copied()
+        .collect()
+}
+
+/// A replay as the command log sees it: the host stages the inputs it was given, the graph runs
+/// on a stream of its own (reading its inputs' staging and the weights, writing its buffers and
+/// output copies), the host waits for it, carries outputs into staging and reads the outputs; then
+/// (under the replay's locks) it publishes the graph's memory for the next replay.
+fn log_replay(
+    log: &CommandLog,
+    run: u64,
+    fp: &Footprint,
+    given: &[Option<&crate::tensor::Tensor>],
+    carries: &[crate::backend::Carry],
+    locked: bool,
+) {
+    let host = |what: &str, reads: Vec<Range>, writes: Vec<Range>| Command::Access {
+        by: Agent::Host,
+        what: what.into(),
+        node: String::new(),
+        reads,
+        writes,
+    };
+    let staged: Vec<Range> = given
+        .iter()
+        .zip(&fp.inputs)
+        .filter_map(|(t, r)| t.and(*r))
+        .collect();
+    log.push(host("stage", vec![], staged));
+    let stream = 1 << 63 | run;
+    log.push(Command::Access {
+        by: Agent::Stream(stream),
+        what: "graph replay".into(),
+        node: String::new(),
+        reads: fp
+            .inputs
+            .iter()
+            .flatten()
+            .chain(&fp.weights)
+            .copied()
+            .collect(),
+        writes: fp.device.iter().chain(&fp.outputs).copied().collect(),
+    });
+    log.push(Command::SyncStream { stream });
+    for c in carries {
+        if let (Some(from), Some(Some(to))) = (fp.outputs.get(c.output), fp.inputs.get(c.input)) {
+            log.push(host("carry", vec![*from], vec![*to]));
+        }
+    }
+    log.push(host("read", fp.outputs.clone(), vec![]));
+    if locked {
+        for range in footprint_ranges(fp) {
+            log.push(Command::Publish { range });
+        }
     }
 }
 

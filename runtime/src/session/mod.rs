@@ -75,11 +75,8 @@ pub struct Session {
     /// Which table each accelerator's decisions come from, or why none.
     dispatch_notes: Vec<String>,
     graphs: capture::Graphs,
-    /// Command logs of finished runs, when `SessionOptions::command_log` asks for them.
-    logs: std::sync::Mutex<Vec<Vec<crate::cmdlog::Command>>>,
-    /// Every run's commands as issued across threads, each with its run's number.
-    session_log: Arc<crate::cmdlog::SessionLog>,
-    runs_logged: std::sync::atomic::AtomicU64,
+    /// Command logs of runs and replays, when `SessionOptions::command_log` asks for them.
+    log: Option<Arc<crate::cmdlog::LogSink>>,
     /// The key `auto`'s choice is kept under (`choices`), set by the run that starts the trial.
     choice_key: std::sync::Mutex<Option<String>>,
     /// Sampled verification (`SessionOptions::verify_sample`, with verification off otherwise).
@@ -236,6 +233,9 @@ impl Session {
             )),
             _ => None,
         };
+        let log = options
+            .command_log
+            .then(|| Arc::new(crate::cmdlog::LogSink::default()));
         Ok(Session {
             model,
             plan,
@@ -252,10 +252,8 @@ impl Session {
             capture_blocker,
             dispatch,
             dispatch_notes,
-            graphs: Default::default(),
-            logs: Default::default(),
-            session_log: Default::default(),
-            runs_logged: Default::default(),
+            graphs: capture::Graphs::new(log.clone()),
+            log,
             choice_key: Default::default(),
             sampler,
             shape_values: Default::default(),
@@ -401,14 +399,17 @@ impl Session {
     /// The command logs of the runs so far (one per run, in the order they ended), taken out of the
     /// session; empty unless `SessionOptions::command_log` is on.
     pub fn take_command_logs(&self) -> Vec<Vec<crate::cmdlog::Command>> {
-        std::mem::take(&mut *self.logs.lock().unwrap_or_else(|e| e.into_inner()))
+        self.log.as_ref().map(|l| l.take_runs()).unwrap_or_default()
     }
 
     /// Every run's commands so far as they were issued across threads, each with its run's number
     /// (runs numbered from 0 as they started), taken out of the session; empty unless
     /// `SessionOptions::command_log` is on.
     pub fn take_session_log(&self) -> Vec<(u64, crate::cmdlog::Command)> {
-        self.session_log.take()
+        self.log
+            .as_ref()
+            .map(|l| l.take_session())
+            .unwrap_or_default()
     }
 
     /// Why runs of this session cannot be captured into a device graph (`None`: they can be, once
@@ -623,15 +624,7 @@ impl Session {
                 })?;
             devices.push(run);
         }
-        let log = self.options.command_log.then(|| {
-            let run = self
-                .runs_logged
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            Arc::new(crate::cmdlog::CommandLog::teed(
-                self.session_log.clone(),
-                run,
-            ))
-        });
+        let log = self.log.as_ref().map(|l| l.begin().0);
         if let Some(log) = &log {
             for d in &devices {
                 d.attach_log(log.clone());
@@ -761,11 +754,8 @@ impl Session {
                 self.keep_choice(chosen);
             }
         }
-        if let Some(log) = &log {
-            self.logs
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(log.take());
+        if let (Some(sink), Some(log)) = (&self.log, &log) {
+            sink.end(log);
         }
         let outs = match result {
             Ok(outs) => outs,
