@@ -202,6 +202,8 @@ fn check_tagged(log: &[(u64, &Command)], max_races: usize) -> Report {
         let shares = match c {
             Command::Return { range } | Command::Publish { range } => Some(*range),
             Command::Take { range } => {
+                // Taken, the bytes are the taker's (a graph keeps what its run released).
+                released.retain(|(r, _)| !r.overlaps(range));
                 // Memory freed and allocated again may come back at an overlapping address.
                 let from: Vec<Clock> = shared
                     .iter()

@@ -243,16 +243,27 @@ fn a_run_holds_the_weights_its_kernels_read() {
         "the held weight's memory was handed to another run"
     );
     assert_eq!(read, host, "the held weight was overwritten");
-    let (read, host, reused) = weight_read_after_its_handle_goes(false);
+    // Without the hold the other run's poison must reach what A's kernel reads. That depends on
+    // B's poison landing during A's spin, which a GPU busy with the suite's other tests can delay
+    // past it (seen on the H100 in 2 of 5 suite runs, 2026-12-06): the broken variant is tried up
+    // to three times and must show the poison once.
+    let mut poisoned = false;
+    for _ in 0..3 {
+        let (read, host, reused) = weight_read_after_its_handle_goes(false);
+        assert!(
+            reused,
+            "the pool did not hand the freed weight's memory on (the premise of the check)"
+        );
+        let Tensor::F32(r) = &read else {
+            panic!("{read:?}")
+        };
+        if r.iter().any(|v| v.is_nan()) && read != host {
+            poisoned = true;
+            break;
+        }
+    }
     assert!(
-        reused,
-        "the pool did not hand the freed weight's memory on (the premise of the check)"
-    );
-    let Tensor::F32(r) = &read else {
-        panic!("{read:?}")
-    };
-    assert!(
-        r.iter().any(|v| v.is_nan()) && read != host,
+        poisoned,
         "without the hold, the freed weight should have been taken and poisoned by the other run"
     );
 }
