@@ -1,0 +1,197 @@
+//! The run protocol's copies: staging uploads, read-backs now and at the end of the run, device
+//! checks and the run's synchronisation (see the parent module for the rules).
+use crate::cmdlog::{Agent, Command, Range};
+use crate::counters::Counters;
+use crate::mutants::{self, Mutant};
+
+use super::{Check, Driver, Fault, Later, RunProtocol, raised};
+
+impl<D: Driver> RunProtocol<'_, D> {
+    // ---- copies -----------------------------------------------------------------------------
+
+    /// Copies `n` bytes that `fill` writes into pinned staging to device address `dst` on the
+    /// current stream. The staging stays with the run (the copy may still read it) until its
+    /// streams are done.
+    pub fn upload(
+        &self,
+        dst: u64,
+        n: usize,
+        fill: impl FnOnce(&mut D::Pinned),
+    ) -> Result<(), D::Error> {
+        if n == 0 {
+            if let Some(c) = self.capture.borrow_mut().as_mut() {
+                c.uploads.push(None);
+            }
+            return Ok(());
+        }
+        let mut pinned = self.take_pinned_logged(n)?;
+        fill(&mut pinned);
+        let staged = Range::pinned(self.driver.pinned_range(&pinned).0, n as u64);
+        self.log_access(Agent::Host, "stage", vec![], vec![staged]);
+        if let Err(e) = self.driver.upload(self.stream(), dst, &pinned, n) {
+            self.staging.borrow_mut().push(pinned);
+            return Err(e);
+        }
+        self.log_work("upload", vec![staged], vec![Range::device(dst, n as u64)]);
+        Counters::bump(&self.counters.h2d_bytes, n as u64);
+        Counters::bump(&self.counters.h2d_calls, 1);
+        if mutants::active(Mutant::StagingReuse) && self.capture.borrow().is_none() {
+            // Back to the pool while the copy may still read it.
+            self.give_pinned_logged(pinned);
+            return Ok(());
+        }
+        let mut staging = self.staging.borrow_mut();
+        staging.push(pinned);
+        if let Some(c) = self.capture.borrow_mut().as_mut() {
+            c.uploads.push(Some((staging.len() - 1, n)));
+        }
+        Ok(())
+    }
+
+    /// Copies `n` bytes from device address `src` back after the work before it on the current
+    /// stream, waits for that copy alone, and gives `read` the pinned bytes.
+    pub fn download<T>(
+        &self,
+        src: u64,
+        n: usize,
+        read: impl FnOnce(&D::Pinned) -> T,
+    ) -> Result<T, D::Error> {
+        let mut pinned = self.take_pinned_logged(n.max(1))?;
+        if n > 0 {
+            if let Err(e) = self.driver.download(self.stream(), &mut pinned, src, n) {
+                self.staging.borrow_mut().push(pinned);
+                return Err(e);
+            }
+            let staged = Range::pinned(self.driver.pinned_range(&pinned).0, n as u64);
+            self.log_work("download", vec![Range::device(src, n as u64)], vec![staged]);
+            if !mutants::active(Mutant::UnsyncedHostRead) {
+                let done = self.driver.take_event()?;
+                let waited = self
+                    .record_logged(&done, self.stream())
+                    .and_then(|_| self.driver.sync_event(&done));
+                if let Err(e) = waited {
+                    // The copy may still write the staging: it stays with the run.
+                    self.staging.borrow_mut().push(pinned);
+                    self.driver.give_event(done);
+                    return Err(e);
+                }
+                self.push(Command::SyncEvent {
+                    event: self.driver.event_id(&done),
+                });
+                self.driver.give_event(done);
+            }
+            self.log_access(Agent::Host, "read", vec![staged], vec![]);
+            Counters::bump(&self.counters.d2h_bytes, n as u64);
+            Counters::bump(&self.counters.d2h_calls, 1);
+        }
+        let out = read(&pinned);
+        self.give_pinned_logged(pinned);
+        Ok(out)
+    }
+
+    /// Staging from the shared pool: taken in the log.
+    fn take_pinned_logged(&self, n: usize) -> Result<D::Pinned, D::Error> {
+        let pinned = self.driver.take_pinned(n)?;
+        let (ptr, len) = self.driver.pinned_range(&pinned);
+        self.push(Command::Take {
+            range: Range::pinned(ptr, len),
+        });
+        Ok(pinned)
+    }
+
+    /// Gives staging back to the shared pool: a host access to all of it in the log.
+    pub(super) fn give_pinned_logged(&self, pinned: D::Pinned) {
+        let (ptr, len) = self.driver.pinned_range(&pinned);
+        self.push(Command::Return {
+            range: Range::pinned(ptr, len),
+        });
+        self.driver.give_pinned(pinned);
+    }
+
+    /// Starts copying `n` bytes at `src` back on the current stream; [`RunProtocol::finish`]
+    /// collects it with `what`. Returns its index among the run's outputs.
+    pub fn download_later(&self, src: u64, n: usize, what: D::Later) -> Result<usize, D::Error> {
+        let mut pinned = self.take_pinned_logged(n.max(1))?;
+        if n > 0 {
+            if let Err(e) = self.driver.download(self.stream(), &mut pinned, src, n) {
+                self.staging.borrow_mut().push(pinned);
+                return Err(e);
+            }
+            let staged = Range::pinned(self.driver.pinned_range(&pinned).0, n as u64);
+            self.log_work("download", vec![Range::device(src, n as u64)], vec![staged]);
+            Counters::bump(&self.counters.d2h_bytes, n as u64);
+            Counters::bump(&self.counters.d2h_calls, 1);
+        }
+        let mut later = self.later.borrow_mut();
+        later.push(Later {
+            pinned,
+            bytes: n,
+            what,
+        });
+        Ok(later.len() - 1)
+    }
+
+    /// Copies the 4-byte flag word at `word` back after the work before it on the current stream;
+    /// when the run's work is collected a raised word becomes `fault`, the run's error.
+    pub fn check(&self, word: u64, fault: Fault) -> Result<(), D::Error> {
+        let mut pinned = self.take_pinned_logged(4)?;
+        if let Err(e) = self.driver.download(self.stream(), &mut pinned, word, 4) {
+            self.staging.borrow_mut().push(pinned);
+            return Err(e);
+        }
+        self.log_work(
+            "download",
+            vec![Range::device(word, 4)],
+            vec![Range::pinned(self.driver.pinned_range(&pinned).0, 4)],
+        );
+        Counters::bump(&self.counters.d2h_bytes, 4);
+        Counters::bump(&self.counters.d2h_calls, 1);
+        self.checks.borrow_mut().push(Check { pinned, fault });
+        Ok(())
+    }
+
+    /// Waits for every stream of the run.
+    pub fn synchronize(&self) -> Result<(), D::Error> {
+        for s in &self.streams {
+            self.driver.sync_stream(s)?;
+            self.push(Command::SyncStream {
+                stream: self.driver.stream_id(s),
+            });
+        }
+        Ok(())
+    }
+
+    /// Waits for every stream once; then the first raised check is the error, else `read` turns
+    /// each [`RunProtocol::download_later`] copy into an output, in order.
+    pub fn finish<T>(
+        &self,
+        mut read: impl FnMut(&D::Pinned, usize, D::Later) -> Result<T, D::Error>,
+    ) -> Result<Vec<T>, D::Error> {
+        self.synchronize()?;
+        let checks = std::mem::take(&mut *self.checks.borrow_mut());
+        let fault = raised(&self.driver, &checks);
+        for c in checks {
+            self.give_pinned_logged(c.pinned);
+        }
+        if let Some(f) = fault {
+            return Err(D::fault(f));
+        }
+        let mut out = Vec::new();
+        let later = std::mem::take(&mut *self.later.borrow_mut());
+        for l in later {
+            let range = Range::pinned(self.driver.pinned_range(&l.pinned).0, l.bytes as u64);
+            if l.bytes > 0 {
+                self.log_access(Agent::Host, "read", vec![range], vec![]);
+            }
+            let t = read(&l.pinned, l.bytes, l.what);
+            self.give_pinned_logged(l.pinned);
+            out.push(t?);
+        }
+        Ok(out)
+    }
+
+    /// The first raised check so far (after the run's streams are done).
+    pub fn raised(&self) -> Option<Fault> {
+        raised(&self.driver, &self.checks.borrow())
+    }
+}

@@ -1,0 +1,130 @@
+//! The end of a run in the run protocol: everything it holds handed to a captured graph, or, when
+//! the run is dropped, its streams synchronised and what it held returned to the shared pools (or
+//! leaked after a failed synchronisation).
+use crate::cmdlog::{Command, Range};
+use crate::mutants::{self, Mutant};
+
+use super::{Buffer, CaptureLog, Driver, Held, RunProtocol};
+
+impl<D: Driver> RunProtocol<'_, D> {
+    // ---- capture ----------------------------------------------------------------------------
+
+    pub fn capturing(&self) -> bool {
+        self.capture.borrow().is_some()
+    }
+
+    pub fn set_capture(&self, c: Option<CaptureLog<D::Event>>) -> Option<CaptureLog<D::Event>> {
+        std::mem::replace(&mut *self.capture.borrow_mut(), c)
+    }
+
+    /// Everything the run holds, for a captured graph to keep (it owns them from here).
+    pub fn take_held(&self) -> Held<D> {
+        let mut events: Vec<D::Event> = self
+            .events
+            .borrow_mut()
+            .drain()
+            .map(|(_, (e, _))| e)
+            .collect();
+        events.append(&mut self.spent.borrow_mut());
+        let parked = std::mem::take(&mut *self.parked.borrow_mut());
+        let mut mems = Vec::with_capacity(parked.len());
+        for p in parked {
+            if let Some((e, _)) = p.released {
+                events.push(e);
+            }
+            mems.push(p.mem);
+        }
+        Held {
+            staging: std::mem::take(&mut *self.staging.borrow_mut()),
+            later: std::mem::take(&mut *self.later.borrow_mut()),
+            checks: std::mem::take(&mut *self.checks.borrow_mut()),
+            buffers: std::mem::take(&mut *self.alive.borrow_mut())
+                .into_values()
+                .collect(),
+            resident: std::mem::take(&mut *self.held.borrow_mut()),
+            parked: mems,
+            events,
+        }
+    }
+}
+
+impl<D: Driver> Drop for RunProtocol<'_, D> {
+    fn drop(&mut self) {
+        // Nothing goes back to shared pools before every stream is done with it.
+        let synced = self
+            .streams
+            .iter()
+            .all(|s| self.driver.sync_stream(s).is_ok());
+        if synced {
+            for s in &self.streams {
+                self.push(Command::SyncStream {
+                    stream: self.driver.stream_id(s),
+                });
+            }
+        }
+        if !synced && !mutants::active(Mutant::StagingAfterFailedSync) {
+            // A failed stream: leak rather than hand possibly-busy memory to others.
+            std::mem::forget(std::mem::take(&mut *self.staging.borrow_mut()));
+            std::mem::forget(std::mem::take(&mut *self.later.borrow_mut()));
+            std::mem::forget(std::mem::take(&mut *self.checks.borrow_mut()));
+            std::mem::forget(std::mem::take(&mut *self.parked.borrow_mut()));
+            std::mem::forget(std::mem::take(&mut *self.alive.borrow_mut()));
+            std::mem::forget(std::mem::take(&mut *self.held.borrow_mut()));
+            std::mem::forget(std::mem::take(&mut *self.events.borrow_mut()));
+            std::mem::forget(std::mem::take(&mut *self.spent.borrow_mut()));
+            std::mem::forget(std::mem::take(&mut self.streams));
+            return;
+        }
+        // Pinned staging goes back only once its copies are known to be done (the mutant above
+        // hands it back after a failed synchronisation: the bug the log shows as a return no
+        // synchronisation orders after the copies).
+        for p in std::mem::take(&mut *self.staging.borrow_mut()) {
+            self.give_pinned_logged(p);
+        }
+        if !synced {
+            // The mutant's bug stops at the staging: the rest is leaked as it should be.
+            std::mem::forget(std::mem::take(&mut *self.later.borrow_mut()));
+            std::mem::forget(std::mem::take(&mut *self.checks.borrow_mut()));
+            std::mem::forget(std::mem::take(&mut *self.parked.borrow_mut()));
+            std::mem::forget(std::mem::take(&mut *self.alive.borrow_mut()));
+            std::mem::forget(std::mem::take(&mut *self.held.borrow_mut()));
+            std::mem::forget(std::mem::take(&mut *self.events.borrow_mut()));
+            std::mem::forget(std::mem::take(&mut *self.spent.borrow_mut()));
+            std::mem::forget(std::mem::take(&mut self.streams));
+            return;
+        }
+        for l in std::mem::take(&mut *self.later.borrow_mut()) {
+            self.give_pinned_logged(l.pinned);
+        }
+        for c in std::mem::take(&mut *self.checks.borrow_mut()) {
+            self.give_pinned_logged(c.pinned);
+        }
+        for m in std::mem::take(&mut *self.parked.borrow_mut()) {
+            let (ptr, len) = self.driver.mem_range(&m.mem);
+            self.push(Command::Return {
+                range: Range::device(ptr, len),
+            });
+            self.driver.give_mem(m.mem);
+            if let Some((e, _)) = m.released {
+                self.driver.give_event(e);
+            }
+        }
+        for e in self.spent.borrow_mut().drain(..) {
+            self.driver.give_event(e);
+        }
+        for (ptr, b) in self.alive.borrow_mut().drain() {
+            // Back to the pool now, or when a handle outside the run goes (the run is done with
+            // it either way).
+            self.push(Command::Return {
+                range: Range::device(ptr, b.bytes()),
+            });
+            drop(b);
+        }
+        self.held.borrow_mut().clear();
+        for (_, (e, _)) in self.events.borrow_mut().drain() {
+            self.driver.give_event(e);
+        }
+        let streams = std::mem::take(&mut self.streams);
+        self.driver.give_streams(streams);
+    }
+}
