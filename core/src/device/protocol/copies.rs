@@ -56,14 +56,9 @@ impl<D: Driver> RunProtocol<'_, D> {
         n: usize,
         read: impl FnOnce(&D::Pinned) -> T,
     ) -> Result<T, D::Error> {
-        let mut pinned = self.take_pinned_logged(n.max(1))?;
+        let pinned = self.copy_back(src, n)?;
         if n > 0 {
-            if let Err(e) = self.driver.download(self.stream(), &mut pinned, src, n) {
-                self.staging.borrow_mut().push(pinned);
-                return Err(e);
-            }
             let staged = Range::pinned(self.driver.pinned_range(&pinned).0, n as u64);
-            self.log_work("download", vec![Range::device(src, n as u64)], vec![staged]);
             if !mutants::active(Mutant::UnsyncedHostRead) {
                 let done = self.driver.take_event()?;
                 let waited = self
@@ -81,12 +76,27 @@ impl<D: Driver> RunProtocol<'_, D> {
                 self.driver.give_event(done);
             }
             self.log_access(Agent::Host, "read", vec![staged], vec![]);
-            Counters::bump(&self.counters.d2h_bytes, n as u64);
-            Counters::bump(&self.counters.d2h_calls, 1);
         }
         let out = read(&pinned);
         self.give_pinned_logged(pinned);
         Ok(out)
+    }
+
+    /// Pinned staging with a copy of `n` bytes at `src` issued into it on the current stream
+    /// (nothing copied for 0 bytes). On a failed copy the staging stays with the run.
+    fn copy_back(&self, src: u64, n: usize) -> Result<D::Pinned, D::Error> {
+        let mut pinned = self.take_pinned_logged(n.max(1))?;
+        if n > 0 {
+            if let Err(e) = self.driver.download(self.stream(), &mut pinned, src, n) {
+                self.staging.borrow_mut().push(pinned);
+                return Err(e);
+            }
+            let staged = Range::pinned(self.driver.pinned_range(&pinned).0, n as u64);
+            self.log_work("download", vec![Range::device(src, n as u64)], vec![staged]);
+            Counters::bump(&self.counters.d2h_bytes, n as u64);
+            Counters::bump(&self.counters.d2h_calls, 1);
+        }
+        Ok(pinned)
     }
 
     /// Staging from the shared pool: taken in the log.
@@ -111,17 +121,7 @@ impl<D: Driver> RunProtocol<'_, D> {
     /// Starts copying `n` bytes at `src` back on the current stream; [`RunProtocol::finish`]
     /// collects it with `what`. Returns its index among the run's outputs.
     pub fn download_later(&self, src: u64, n: usize, what: D::Later) -> Result<usize, D::Error> {
-        let mut pinned = self.take_pinned_logged(n.max(1))?;
-        if n > 0 {
-            if let Err(e) = self.driver.download(self.stream(), &mut pinned, src, n) {
-                self.staging.borrow_mut().push(pinned);
-                return Err(e);
-            }
-            let staged = Range::pinned(self.driver.pinned_range(&pinned).0, n as u64);
-            self.log_work("download", vec![Range::device(src, n as u64)], vec![staged]);
-            Counters::bump(&self.counters.d2h_bytes, n as u64);
-            Counters::bump(&self.counters.d2h_calls, 1);
-        }
+        let pinned = self.copy_back(src, n)?;
         let mut later = self.later.borrow_mut();
         later.push(Later {
             pinned,
@@ -134,18 +134,7 @@ impl<D: Driver> RunProtocol<'_, D> {
     /// Copies the 4-byte flag word at `word` back after the work before it on the current stream;
     /// when the run's work is collected a raised word becomes `fault`, the run's error.
     pub fn check(&self, word: u64, fault: Fault) -> Result<(), D::Error> {
-        let mut pinned = self.take_pinned_logged(4)?;
-        if let Err(e) = self.driver.download(self.stream(), &mut pinned, word, 4) {
-            self.staging.borrow_mut().push(pinned);
-            return Err(e);
-        }
-        self.log_work(
-            "download",
-            vec![Range::device(word, 4)],
-            vec![Range::pinned(self.driver.pinned_range(&pinned).0, 4)],
-        );
-        Counters::bump(&self.counters.d2h_bytes, 4);
-        Counters::bump(&self.counters.d2h_calls, 1);
+        let pinned = self.copy_back(word, 4)?;
         self.checks.borrow_mut().push(Check { pinned, fault });
         Ok(())
     }

@@ -48,6 +48,21 @@ impl<D: Driver> RunProtocol<'_, D> {
     }
 }
 
+impl<D: Driver> RunProtocol<'_, D> {
+    /// Forgets everything but the staging: nothing of a run whose streams failed goes back to a
+    /// pool (a copy or kernel of the failed stream may still use it).
+    fn leak(&mut self) {
+        std::mem::forget(std::mem::take(&mut *self.later.borrow_mut()));
+        std::mem::forget(std::mem::take(&mut *self.checks.borrow_mut()));
+        std::mem::forget(std::mem::take(&mut *self.parked.borrow_mut()));
+        std::mem::forget(std::mem::take(&mut *self.alive.borrow_mut()));
+        std::mem::forget(std::mem::take(&mut *self.held.borrow_mut()));
+        std::mem::forget(std::mem::take(&mut *self.events.borrow_mut()));
+        std::mem::forget(std::mem::take(&mut *self.spent.borrow_mut()));
+        std::mem::forget(std::mem::take(&mut self.streams));
+    }
+}
+
 impl<D: Driver> Drop for RunProtocol<'_, D> {
     fn drop(&mut self) {
         // Nothing goes back to shared pools before every stream is done with it.
@@ -65,14 +80,7 @@ impl<D: Driver> Drop for RunProtocol<'_, D> {
         if !synced && !mutants::active(Mutant::StagingAfterFailedSync) {
             // A failed stream: leak rather than hand possibly-busy memory to others.
             std::mem::forget(std::mem::take(&mut *self.staging.borrow_mut()));
-            std::mem::forget(std::mem::take(&mut *self.later.borrow_mut()));
-            std::mem::forget(std::mem::take(&mut *self.checks.borrow_mut()));
-            std::mem::forget(std::mem::take(&mut *self.parked.borrow_mut()));
-            std::mem::forget(std::mem::take(&mut *self.alive.borrow_mut()));
-            std::mem::forget(std::mem::take(&mut *self.held.borrow_mut()));
-            std::mem::forget(std::mem::take(&mut *self.events.borrow_mut()));
-            std::mem::forget(std::mem::take(&mut *self.spent.borrow_mut()));
-            std::mem::forget(std::mem::take(&mut self.streams));
+            self.leak();
             return;
         }
         // Pinned staging goes back only once its copies are known to be done (the mutant above
@@ -83,14 +91,7 @@ impl<D: Driver> Drop for RunProtocol<'_, D> {
         }
         if !synced {
             // The mutant's bug stops at the staging: the rest is leaked as it should be.
-            std::mem::forget(std::mem::take(&mut *self.later.borrow_mut()));
-            std::mem::forget(std::mem::take(&mut *self.checks.borrow_mut()));
-            std::mem::forget(std::mem::take(&mut *self.parked.borrow_mut()));
-            std::mem::forget(std::mem::take(&mut *self.alive.borrow_mut()));
-            std::mem::forget(std::mem::take(&mut *self.held.borrow_mut()));
-            std::mem::forget(std::mem::take(&mut *self.events.borrow_mut()));
-            std::mem::forget(std::mem::take(&mut *self.spent.borrow_mut()));
-            std::mem::forget(std::mem::take(&mut self.streams));
+            self.leak();
             return;
         }
         for l in std::mem::take(&mut *self.later.borrow_mut()) {
