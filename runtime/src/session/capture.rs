@@ -357,7 +357,7 @@ impl Captured {
                 "the carried inputs were not staged by this sequence".into(),
             )));
         }
-        let _busy = match self.busy.try_lock() {
+        let busy = match self.busy.try_lock() {
             Ok(b) => Some(b),
             Err(_) if concurrent => None,
             Err(_) => return None,
@@ -391,7 +391,7 @@ impl Captured {
         });
         // The locks order this replay after the one before; a replay that took none (the bug)
         // logs no order.
-        let locked = owner_locked && _busy.is_some();
+        let locked = owner_locked && busy.is_some();
         if let Some((_, log, _, fp)) = &logged
             && locked
         {

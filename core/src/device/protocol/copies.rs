@@ -60,7 +60,14 @@ impl<D: Driver> RunProtocol<'_, D> {
         if n > 0 {
             let staged = Range::pinned(self.driver.pinned_range(&pinned).0, n as u64);
             if !mutants::active(Mutant::UnsyncedHostRead) {
-                let done = self.driver.take_event()?;
+                let done = match self.driver.take_event() {
+                    Ok(e) => e,
+                    Err(e) => {
+                        // The copy is in flight: the staging stays with the run.
+                        self.staging.borrow_mut().push(pinned);
+                        return Err(e);
+                    }
+                };
                 let waited = self
                     .record_logged(&done, self.stream())
                     .and_then(|_| self.driver.sync_event(&done));
