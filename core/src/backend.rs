@@ -154,7 +154,6 @@ pub trait DeviceRun {
     fn time_kernels(&self) {}
 }
 
-/// A run captured by a device: replays it on new inputs of the same shapes and dtypes.
 /// The memory a captured graph touches at its fixed addresses, for a replay's command log: the
 /// staging it uploads each input from (in the order of the replay's inputs, `None` for an empty
 /// one), the pinned buffers it copies outputs and device checks into, its device buffers, and the
@@ -167,6 +166,7 @@ pub struct Footprint {
     pub weights: Vec<crate::cmdlog::Range>,
 }
 
+/// A run captured by a device: replays it on new inputs of the same shapes and dtypes.
 pub trait Replay: Send + Sync {
     /// What the graph touches, for the command log (empty where the device does not say).
     fn footprint(&self) -> Footprint {

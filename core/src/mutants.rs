@@ -53,9 +53,7 @@ impl Mutant {
         Mutant::WeightUnsynced,
         Mutant::ConcurrentReplays,
     ];
-}
 
-impl Mutant {
     /// Why a GPU cannot express this bug, where it cannot: the device hunt skips it, and the hunt
     /// of `cargo test` on the simulated device (which runs the same run protocol) must catch it.
     pub fn off_device(self) -> Option<&'static str> {

@@ -154,13 +154,10 @@ impl Driver for CudaDriver<'_> {
 pub struct Run<'a> {
     pub device: &'a Device,
     pub counters: &'a Counters,
-    /// Fill every new buffer with this byte (see `SessionOptions::poison_device_buffers`) so that an
-    /// unwritten element shows.
-    pub poison: Option<u8>,
     proto: RunProtocol<'a, CudaDriver<'a>>,
 }
 
-fn rebuild(bytes: &[u8], what: Shaped) -> KResult<Tensor> {
+fn rebuild(bytes: &[u8], what: &Shaped) -> KResult<Tensor> {
     tensor_from_bytes(what.dtype, &what.shape, bytes).ok_or_else(|| {
         KError::Op(OpError::Invalid(format!(
             "cannot rebuild a {} tensor of shape {:?}",
@@ -200,7 +197,6 @@ impl<'a> Run<'a> {
         Ok(Run {
             device,
             counters,
-            poison,
             proto: RunProtocol::new(CudaDriver { device }, taken, counters, poison),
         })
     }
@@ -328,7 +324,7 @@ impl<'a> Run<'a> {
             shape: d.shape.clone(),
         };
         self.proto.download(d.ptr(), n, |pinned| {
-            rebuild(&pinned.as_slice()[..n], shaped)
+            rebuild(&pinned.as_slice()[..n], &shaped)
         })?
     }
 
@@ -445,10 +441,7 @@ impl<'a> Run<'a> {
         let outputs = held
             .later
             .iter()
-            .map(|l| {
-                tensor_from_bytes(l.what.dtype, &l.what.shape, &l.pinned.as_slice()[..l.bytes])
-                    .ok_or_else(|| KError::Op(OpError::Invalid("cannot rebuild an output".into())))
-            })
+            .map(|l| rebuild(&l.pinned.as_slice()[..l.bytes], &l.what))
             .collect::<KResult<Vec<_>>>()?;
         let mut events = log.events;
         events.extend(held.events);
@@ -486,7 +479,7 @@ impl<'a> Run<'a> {
     /// Waits for every stream once, then returns the copies started by [`Run::download_later`].
     pub fn finish(&self) -> KResult<Vec<Tensor>> {
         self.proto
-            .finish(|pinned, n, what| rebuild(&pinned.as_slice()[..n], what))
+            .finish(|pinned, n, what| rebuild(&pinned.as_slice()[..n], &what))
     }
 
     /// Launches a generated kernel (compiled on first use, then from the module cache).

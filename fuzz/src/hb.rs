@@ -221,7 +221,6 @@ fn check_tagged(log: &[(u64, &Command)], max_races: usize) -> Report {
         // A return to a shared pool is the host taking the bytes back: a host write, which every
         // access to them must happen before.
         let returned;
-        let is_return = matches!(c, Command::Return { .. });
         let c = match c {
             Command::Return { range } => {
                 // Released bytes go back to the pool here: no longer the run's to touch.
@@ -258,7 +257,6 @@ fn check_tagged(log: &[(u64, &Command)], max_races: usize) -> Report {
                 for (range, write) in mine {
                     report.accesses += 1;
                     if let Some((r, release)) = released.iter().find(|(r, _)| r.overlaps(range))
-                        && !is_return
                         && report.after_release.len() < max_races
                     {
                         let start = r.start.max(range.start);
