@@ -152,6 +152,12 @@ pub trait DeviceRun {
     /// Times each launch's work on the device from now on, into `Counters::device_time` (wgpu:
     /// timestamp queries, where the adapter has them); a backend that cannot ignores it.
     fn time_kernels(&self) {}
+    /// Checks every kernel launch from now on against the accesses it declares: the bytes it
+    /// changed must lie in its declared writes, and its results must not move when every byte it
+    /// did not declare is poisoned (CUDA; slow, for tests and the corpus run, and not while
+    /// capturing). A launch that breaks its declaration fails the run with an error naming it. A
+    /// backend without declared launches ignores it.
+    fn audit_launches(&self) {}
 }
 
 /// The memory a captured graph touches at its fixed addresses, for a replay's command log: the

@@ -820,9 +820,17 @@ impl Drop for Module {
 }
 
 /// A kernel argument, passed by address to `cuLaunchKernel`.
+///
+/// A pointer argument states what the kernel does with the memory behind it, as an address and an
+/// extent in bytes: the run's command log records these ranges as the launch's reads and writes
+/// (`quorum_core::cmdlog`), and an audited run checks them against what the kernel really touched
+/// (`Run::audit_launches`). There is no bare pointer: every launch site declares its accesses.
 #[derive(Clone, Copy, Debug)]
 pub enum Arg {
-    Ptr(CuDevicePtr),
+    /// Memory the kernel reads and never writes.
+    In(CuDevicePtr, usize),
+    /// Memory the kernel writes (and may read too): outputs, scratch, fault words.
+    Out(CuDevicePtr, usize),
     U32(u32),
     I32(i32),
     U64(u64),
@@ -856,7 +864,7 @@ impl Function {
         let mut storage: Vec<u64> = args
             .iter()
             .map(|a| match *a {
-                Arg::Ptr(p) => p,
+                Arg::In(p, _) | Arg::Out(p, _) => p,
                 Arg::U64(v) => v,
                 Arg::U32(v) => v as u64,
                 Arg::I32(v) => v as u32 as u64,

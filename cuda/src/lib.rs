@@ -14,6 +14,7 @@
 //! [`Run::check_fault`]) and reads in bounds instead; the word comes back with the outputs (in
 //! every graph replay too) and a raised one is the node's error (`backend::Fault`), so the check
 //! neither stalls the stream nor stops a capture.
+mod audit;
 mod capture;
 pub mod driver;
 pub mod memory;

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use ndarray::{ArrayD, IxDyn};
 
-use super::driver::{Context, CudaError, DeviceMemory, PinnedMemory, Result};
+use super::driver::{Arg, Context, CudaError, DeviceMemory, PinnedMemory, Result};
 pub use quorum_core::counters::{CounterSnapshot, Counters};
 use quorum_core::freelist::{Block, FreeLists, TakeError};
 use quorum_core::tensor::{DType, Tensor};
@@ -279,6 +279,21 @@ impl DevTensor {
 
     pub fn bytes(&self) -> usize {
         self.len() * device_elem_size(self.dtype).unwrap_or(0)
+    }
+
+    /// This tensor as a kernel argument the kernel only reads (its elements' bytes).
+    pub fn arg_in(&self) -> Arg {
+        Arg::In(self.ptr(), self.bytes())
+    }
+
+    /// This tensor as a kernel argument the kernel writes (its elements' bytes).
+    pub fn arg_out(&self) -> Arg {
+        Arg::Out(self.ptr(), self.bytes())
+    }
+
+    /// An optional input: absent, a null pointer that declares nothing.
+    pub fn arg_in_opt(t: Option<&DevTensor>) -> Arg {
+        t.map_or(Arg::In(0, 0), DevTensor::arg_in)
     }
 
     /// The same data under another shape (same element count, checked by the caller).

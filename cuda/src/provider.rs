@@ -251,6 +251,10 @@ impl DeviceRun for CudaRun<'_> {
     fn attach_log(&self, log: Arc<quorum_core::cmdlog::CommandLog>) {
         self.run.attach_log(log);
     }
+
+    fn audit_launches(&self) {
+        self.run.audit_launches();
+    }
 }
 
 /// A CUDA graph of a captured run, replayed on the device's streams.

@@ -155,6 +155,8 @@ pub struct Run<'a> {
     pub device: &'a Device,
     pub counters: &'a Counters,
     proto: RunProtocol<'a, CudaDriver<'a>>,
+    /// Audit every launch against its declared accesses ([`crate::audit`]).
+    audit: std::cell::Cell<bool>,
 }
 
 fn rebuild(bytes: &[u8], what: &Shaped) -> KResult<Tensor> {
@@ -198,6 +200,7 @@ impl<'a> Run<'a> {
             device,
             counters,
             proto: RunProtocol::new(CudaDriver { device }, taken, counters, poison),
+            audit: std::cell::Cell::new(false),
         })
     }
 
@@ -227,6 +230,23 @@ impl<'a> Run<'a> {
     /// Records this run's commands into `log` from now on.
     pub fn attach_log(&self, log: Arc<quorum_core::cmdlog::CommandLog>) {
         self.proto.attach_log(log);
+    }
+
+    /// Checks every later launch against the accesses it declares ([`crate::audit`]; launches
+    /// while capturing are not audited).
+    pub fn audit_launches(&self) {
+        self.audit.set(true);
+        self.proto.name_nodes();
+    }
+
+    /// Every device range the run can reach now, as `(address, bytes)`.
+    pub(crate) fn reachable(&self) -> Vec<(u64, u64)> {
+        self.proto.reachable()
+    }
+
+    /// The node whose work is being issued (named when logging or auditing).
+    pub(crate) fn node_name(&self) -> String {
+        self.proto.node_name()
     }
 
     /// Names the node whose work follows (for the command log): the buffers allocated from here
@@ -527,15 +547,23 @@ impl<'a> Run<'a> {
         if shared > 48 << 10 {
             f.set_max_dynamic_shared(shared)?;
         }
-        f.launch(self.stream(), grid, block, shared, args)?;
+        if self.audit.get() && !self.proto.capturing() {
+            self.audited_launch(f, grid, block, shared, args)?;
+        } else {
+            f.launch(self.stream(), grid, block, shared, args)?;
+        }
         Counters::bump(&self.counters.kernel_launches, 1);
-        self.proto.log_launch(
-            "kernel",
-            args.iter().filter_map(|a| match a {
-                Arg::Ptr(p) => Some(*p),
-                _ => None,
-            }),
-        );
+        if self.proto.logging() {
+            let (mut reads, mut writes) = (Vec::new(), Vec::new());
+            for a in args {
+                match *a {
+                    Arg::In(p, n) if n > 0 => reads.push(Range::device(p, n as u64)),
+                    Arg::Out(p, n) if n > 0 => writes.push(Range::device(p, n as u64)),
+                    _ => {}
+                }
+            }
+            self.proto.log_work("kernel", reads, writes);
+        }
         Ok(())
     }
 

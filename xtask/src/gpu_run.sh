@@ -2,8 +2,10 @@
 # Runs Quorum's on-device checks on a GPU machine without a Rust toolchain, from the project root that
 # holds target/gpu-bundle (see shared/gpu/README.md): the gpu-tests suite, the device benchmarks, and
 # the `cuda` conformance engine over the corpus (generated here with this machine's onnx).
-#   run.sh [all|tests|bench|models|wgpu-models|conformance|pytorch|fuzz|mutants|sanitizer|wgpu|strict|nightly]...
-#   (default: all but nightly and strict)
+#   run.sh [all|tests|bench|models|wgpu-models|conformance|audit|pytorch|fuzz|mutants|sanitizer|wgpu|strict|nightly]...
+#   (default: all but nightly, strict and audit)
+# `audit` runs the corpus's node tests on cuda with every kernel launch audited against the byte
+# ranges it declares (QUORUM_AUDIT_LAUNCHES=1; a launch that breaks its declaration fails its case).
 # `strict` times one strictly verified run of GPT-2-small, bert-base b8 and ResNet-50 (exported here).
 # `nightly` measures what `cargo xtask nightly --from` renders on a machine with a toolchain: the
 # benchmark matrix, thresholds, graph-capture outcomes and the auto validation (quorum-matrix), with
@@ -21,7 +23,7 @@ for f in gpu-tests quorum conformance quorum-matrix; do
   [ -f "$B/$f.gz" ] && gunzip -c "$B/$f.gz" > "$B/$f" && chmod +x "$B/$f"
 done
 what="${*:-all}"
-want() { [[ ( " $what " == *" all "* && $1 != nightly && $1 != strict ) || " $what " == *" $1 "* ]]; }
+want() { [[ ( " $what " == *" all "* && $1 != nightly && $1 != strict && $1 != audit ) || " $what " == *" $1 "* ]]; }
 export QUORUM_COMMIT="$(cat "$B/commit.txt" 2>/dev/null)"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$LOGS/device.txt" 2>&1
 
@@ -108,6 +110,10 @@ if want conformance; then
   echo "rc=$?" >> "$LOGS/conformance-cuda.log"
   cp -f reports/conformance/cuda.json "$LOGS/" 2>/dev/null
 fi
+if want audit; then
+  QUORUM_AUDIT_LAUNCHES=1 timeout "${AUDIT_TIMEOUT:-300}" "$B/conformance" --engine cuda --jobs 8 --no-report --filter "${AUDIT_FILTER:-^node/}" > "$LOGS/audit.log" 2>&1
+  echo "rc=$?" >> "$LOGS/audit.log"
+fi
 if want strict; then
   # One strictly verified run per model, wall clock, beside one unverified run (issue 38's goal).
   timeout "${STRICT_TIMEOUT:-560}" python3 benches/gpu/strict_timings.py --quorum "$B/quorum" --out "$LOGS/strict" > "$LOGS/strict.log" 2>&1
@@ -153,6 +159,11 @@ if [ -f "$LOGS/conformance-cuda.log" ]; then
   grep -E '^WARNING' "$LOGS/conformance-cuda.log" | head -3
   grep -E '\*\*all\*\*|^rc=' "$LOGS/conformance-cuda.log" | head -5
   tail -4 "$LOGS/conformance-cuda.log"
+fi
+if [ -f "$LOGS/audit.log" ]; then
+  echo "launch audit (cuda, corpus node tests):"
+  grep -E '\*\*all\*\*|^rc=|launch audit' "$LOGS/audit.log" | cut -c1-400 | head -20
+  tail -4 "$LOGS/audit.log"
 fi
 if [ -f "$LOGS/light-models-wgpu.jsonl" ]; then
   echo "light models, wgpu / cuda median ms; wgpu's top device ops (ms per run):"

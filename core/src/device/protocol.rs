@@ -197,11 +197,10 @@ pub struct RunProtocol<'a, D: Driver> {
     /// While the run is captured into a graph.
     capture: RefCell<Option<CaptureLog<D::Event>>>,
     log: RefCell<Option<Arc<CommandLog>>>,
-    /// The node whose work is being issued, and the buffers allocated for it so far (its
-    /// kernels write them).
-    node: RefCell<(String, Vec<u64>)>,
-    /// With a command log: ranges this run released and has not allocated again.
-    released: RefCell<Vec<Range>>,
+    /// The node whose work is being issued (named in the log).
+    node: RefCell<String>,
+    /// Keep the node's name without a log (for errors that name it).
+    named: Cell<bool>,
 }
 
 impl<'a, D: Driver> RunProtocol<'a, D> {
@@ -230,8 +229,8 @@ impl<'a, D: Driver> RunProtocol<'a, D> {
             spent: RefCell::new(Vec::new()),
             capture: RefCell::new(None),
             log: RefCell::new(None),
-            node: RefCell::new((String::new(), Vec::new())),
-            released: RefCell::new(Vec::new()),
+            node: RefCell::new(String::new()),
+            named: Cell::new(false),
         }
     }
 
@@ -272,14 +271,21 @@ impl<'a, D: Driver> RunProtocol<'a, D> {
         self.log.borrow().is_some()
     }
 
-    /// Names the node whose work follows: the buffers allocated from here until the next node are
-    /// the ones its kernels write.
+    /// The node named by the last [`RunProtocol::begin_node`] (while logging; else empty).
+    pub fn name_nodes(&self) {
+        self.named.set(true);
+    }
+
+    pub fn node_name(&self) -> String {
+        self.node.borrow().clone()
+    }
+
+    /// Names the node whose work follows (for the log).
     pub fn begin_node(&self, name: &str) {
-        if self.logging() {
+        if self.logging() || self.named.get() {
             let mut n = self.node.borrow_mut();
-            n.0.clear();
-            n.0.push_str(name);
-            n.1.clear();
+            n.clear();
+            n.push_str(name);
         }
     }
 
@@ -305,49 +311,11 @@ impl<'a, D: Driver> RunProtocol<'a, D> {
             log.push(Command::Access {
                 by,
                 what: what.to_string(),
-                node: self.node.borrow().0.clone(),
+                node: self.node.borrow().clone(),
                 reads,
                 writes,
             });
         }
-    }
-
-    /// Logs a launch on the current stream given only the addresses it was passed: a buffer
-    /// allocated for this node is written (its output, its scratch), any other buffer of the run
-    /// read; an address inside a buffer counts as that buffer, and one inside a range the run
-    /// released counts as touching it (the checker reports that). Memory outside the run (a
-    /// resident weight) is left out.
-    pub fn log_launch(&self, what: &str, ptrs: impl IntoIterator<Item = u64>) {
-        if !self.logging() {
-            return;
-        }
-        let (mut reads, mut writes) = (Vec::new(), Vec::new());
-        for p in ptrs {
-            let Some(range) = self.range_of(p) else {
-                continue;
-            };
-            if self.node.borrow().1.contains(&range.start) {
-                writes.push(range);
-            } else {
-                reads.push(range);
-            }
-        }
-        self.log_work(what, reads, writes);
-    }
-
-    /// The range of the run's buffer that `ptr` points into: at its start or inside it, live or
-    /// released by this run and not allocated again. `None` for memory outside the run.
-    pub fn range_of(&self, ptr: u64) -> Option<Range> {
-        let alive = self.alive.borrow();
-        if let Some(b) = alive.get(&ptr) {
-            return Some(Range::device(ptr, b.bytes()));
-        }
-        let inside = |r: &Range| r.start <= ptr && ptr < r.start + r.len;
-        alive
-            .iter()
-            .map(|(&p, b)| Range::device(p, b.bytes()))
-            .find(inside)
-            .or_else(|| self.released.borrow().iter().copied().find(inside))
     }
 
     // ---- buffers ----------------------------------------------------------------------------
@@ -409,8 +377,6 @@ impl<'a, D: Driver> RunProtocol<'a, D> {
         if self.logging() {
             let stream = self.current_id();
             self.push(Command::Alloc { range, stream });
-            self.released.borrow_mut().retain(|r| !r.overlaps(&range));
-            self.node.borrow_mut().1.push(ptr);
         }
         let buf = Arc::new(self.driver.wrap(mem));
         self.alive.borrow_mut().insert(ptr, buf.clone());
@@ -447,6 +413,25 @@ impl<'a, D: Driver> RunProtocol<'a, D> {
     /// Keeps `buf` (a resident weight from the session's cache, which the run did not allocate)
     /// until the run's streams have finished, or, captured, until its graph is dropped; taking it
     /// from the cache orders the run after the weight's publication.
+    /// Every device range the run can reach now: its live buffers, the memory it parked for reuse
+    /// and the buffers it holds (weights), as `(address, bytes)` (for an audit of launches).
+    pub fn reachable(&self) -> Vec<(u64, u64)> {
+        let mut v: Vec<(u64, u64)> = self
+            .alive
+            .borrow()
+            .values()
+            .chain(self.held.borrow().iter())
+            .map(|b| (b.ptr(), b.bytes()))
+            .collect();
+        v.extend(
+            self.parked
+                .borrow()
+                .iter()
+                .map(|m| self.driver.mem_range(&m.mem)),
+        );
+        v
+    }
+
     pub fn hold(&self, buf: &Arc<D::Buf>) {
         self.push(Command::Take {
             range: Range::device(buf.ptr(), buf.bytes()),
@@ -499,9 +484,6 @@ impl<'a, D: Driver> RunProtocol<'a, D> {
         };
         let range = Range::device(ptr, buf.bytes());
         self.push(Command::Release { range });
-        if self.logging() {
-            self.released.borrow_mut().push(range);
-        }
         if let Ok(buf) = Arc::try_unwrap(buf)
             && let Some(mem) = buf.into_mem()
         {

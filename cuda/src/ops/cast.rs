@@ -134,7 +134,7 @@ fn k_cast(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>
         (blocks(n as usize, 256), 1, 1),
         (256, 1, 1),
         0,
-        &[Arg::Ptr(out.ptr()), Arg::Ptr(x.ptr()), Arg::U32(n)],
+        &[out.arg_out(), x.arg_in(), Arg::U32(n)],
     )?;
     Ok(vec![out])
 }

@@ -162,6 +162,7 @@ fn conv(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>> 
                 vec![0, mg],
                 vec![m * out_sp, mg * out_sp],
             ],
+            ends: super::matmul::ends(&w, &x, bias.as_ref(), &y),
         },
     )?;
     Ok(vec![y])
@@ -244,10 +245,10 @@ fn direct(
     let (text, name) = direct_ptx(run.cc(), kind, bias.is_some(), f16);
     let total = y.len();
     let mut args = vec![
-        Arg::Ptr(x.ptr()),
-        Arg::Ptr(w.ptr()),
-        Arg::Ptr(bias.map_or(0, |b| b.ptr())),
-        Arg::Ptr(y.ptr()),
+        x.arg_in(),
+        w.arg_in(),
+        DevTensor::arg_in_opt(bias),
+        y.arg_out(),
         Arg::U32(u32of(total)?),
         Arg::U32(u32of(mg * group)?),
         Arg::U32(u32of(mg)?),

@@ -97,7 +97,7 @@ enum Io {
 
 /// A parameter a map kernel takes after `n`; its register is handed to the expression.
 enum Param {
-    /// A device pointer (a flag word the kernel may set).
+    /// A device pointer the kernel writes (a flag word it may set).
     Ptr(&'static str, DevTensor),
     /// A scalar of a register type (a value with no plain PTX literal).
     Scalar(&'static str, Ty, Arg),
@@ -160,15 +160,15 @@ fn map_kernel_with(
         .collect();
     let n_r = k.param("n", Ty::U32);
     let i = thread_index(&mut k, n_r);
-    let mut args = vec![Arg::Ptr(out.ptr())];
-    args.extend(operands.iter().map(|t| Arg::Ptr(t.ptr())));
+    let mut args = vec![out.arg_out()];
+    args.extend(operands.iter().map(|t| t.arg_in()));
     args.push(Arg::U32(n));
     let mut extra_regs = Vec::with_capacity(extra.len());
     for p in extra {
         match p {
             Param::Ptr(name, t) => {
                 extra_regs.push(k.param_ptr(name));
-                args.push(Arg::Ptr(t.ptr()));
+                args.push(t.arg_out());
             }
             Param::Scalar(name, ty, v) => {
                 extra_regs.push(k.param(name, ty));
@@ -261,8 +261,8 @@ fn map_kernel_v4(
         ys[0], ys[1], ys[2], ys[3]
     ));
     let ptx = module(run.cc(), &[k]);
-    let mut args = vec![Arg::Ptr(out.ptr())];
-    args.extend(operands.iter().map(|t| Arg::Ptr(t.ptr())));
+    let mut args = vec![out.arg_out()];
+    args.extend(operands.iter().map(|t| t.arg_in()));
     args.push(Arg::U32(quads));
     run.launch(
         &ptx,
@@ -540,10 +540,10 @@ fn k_where(_: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>>
         (256, 1, 1),
         0,
         &[
-            Arg::Ptr(out.ptr()),
-            Arg::Ptr(c.ptr()),
-            Arg::Ptr(x.ptr()),
-            Arg::Ptr(y.ptr()),
+            out.arg_out(),
+            c.arg_in(),
+            x.arg_in(),
+            y.arg_in(),
             Arg::U32(n),
         ],
     )?;

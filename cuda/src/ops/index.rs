@@ -183,10 +183,10 @@ fn gather_elements_on_device(
         gather_elements_dev_kernel(ty, size, ity, &ind.shape, &xstrides, axis, dim as u64),
         n,
         &[
-            Arg::Ptr(out.ptr()),
-            Arg::Ptr(x.ptr()),
-            Arg::Ptr(ind.ptr()),
-            Arg::Ptr(word.ptr()),
+            out.arg_out(),
+            x.arg_in(),
+            ind.arg_in(),
+            word.arg_out(),
             Arg::U32(n),
         ],
     )?;
@@ -223,9 +223,9 @@ fn k_gather_elements(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec
         gather_elements_kernel(ty, size),
         n,
         &[
-            Arg::Ptr(out.ptr()),
-            Arg::Ptr(x.ptr()),
-            Arg::Ptr(offs.ptr()),
+            out.arg_out(),
+            x.arg_in(),
+            offs.arg_in(),
             Arg::U32(n),
         ],
     )?;
@@ -383,9 +383,9 @@ fn scatter_lines(
         scatter_kernel(red, st, c, size, len, inner as u32),
         lines,
         &[
-            Arg::Ptr(out.ptr()),
-            Arg::Ptr(upd.ptr()),
-            Arg::Ptr(offs.ptr()),
+            out.arg_out(),
+            upd.arg_in(),
+            offs.arg_in(),
             Arg::U32(lines),
         ],
     )?;
@@ -443,9 +443,9 @@ fn k_one_hot(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTens
         one_hot_kernel(ty, size, plan.depth as u32, plan.inner as u32),
         n,
         &[
-            Arg::Ptr(out.ptr()),
-            Arg::Ptr(values.ptr()),
-            Arg::Ptr(pos.ptr()),
+            out.arg_out(),
+            values.arg_in(),
+            pos.arg_in(),
             Arg::U32(n),
         ],
     )?;
@@ -501,8 +501,8 @@ fn k_trilu(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor
         trilu_kernel(ty, size, upper, rows as u32, cols as u32),
         n,
         &[
-            Arg::Ptr(out.ptr()),
-            Arg::Ptr(x.ptr()),
+            out.arg_out(),
+            x.arg_in(),
             Arg::U32(n),
             Arg::I32(kc),
         ],
@@ -580,7 +580,7 @@ fn k_range(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor
         k,
         n,
         &[
-            Arg::Ptr(out.ptr()),
+            out.arg_out(),
             Arg::U64(start),
             Arg::U64(delta),
             Arg::U32(n),
@@ -694,7 +694,7 @@ fn k_cumsum(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTenso
         run,
         k,
         lines,
-        &[Arg::Ptr(out.ptr()), Arg::Ptr(x.ptr()), Arg::U32(lines)],
+        &[out.arg_out(), x.arg_in(), Arg::U32(lines)],
     )?;
     Ok(vec![out])
 }

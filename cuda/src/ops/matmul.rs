@@ -98,6 +98,15 @@ pub(crate) struct Problem {
     /// Batch dims and, per dim, the element strides of A, B, C and Y (0 where broadcast).
     pub batch: Vec<usize>,
     pub strides: [Vec<usize>; 4],
+    /// Where the tensors A, B, C and Y point into end (exclusive addresses; see [`ends`]): a launch
+    /// declares each operand from its own (batch-offset) pointer to there.
+    pub ends: [u64; 4],
+}
+
+/// The `ends` of a [`Problem`] over these tensors (C absent: 0).
+pub(crate) fn ends(a: &DevTensor, b: &DevTensor, c: Option<&DevTensor>, y: &DevTensor) -> [u64; 4] {
+    let end = |t: &DevTensor| t.ptr() + t.bytes() as u64;
+    [end(a), end(b), c.map_or(0, end), end(y)]
 }
 
 type PtxCache = Mutex<HashMap<(TileCfg, (i32, i32)), Arc<String>>>;
@@ -258,9 +267,9 @@ pub(crate) fn run_gemm_with(run: &Run, p: &Problem, forced: Option<plan::Plan>) 
     } else {
         None
     };
-    let (y, ldy, ssy) = match &ws {
-        Some(w) => (w.ptr(), p.n, nb * p.m * p.n),
-        None => (p.y, p.ldy, 0),
+    let (y, y_end, ldy, ssy) = match &ws {
+        Some(w) => (w.ptr(), w.ptr() + w.bytes() as u64, p.n, nb * p.m * p.n),
+        None => (p.y, p.ends[3], p.ldy, 0),
     };
     if ws.is_some() {
         u32of(nsplit * ssy)?;
@@ -288,6 +297,7 @@ pub(crate) fn run_gemm_with(run: &Run, p: &Problem, forced: Option<plan::Plan>) 
             BOperand::Im2col(g) => Some(g),
             _ => None,
         },
+        ends: [p.ends[0], p.ends[1], p.ends[2], y_end],
         ..Default::default()
     };
 
@@ -376,7 +386,7 @@ pub(crate) fn run_gemm_with(run: &Run, p: &Problem, forced: Option<plan::Plan>) 
             && p.y.is_multiple_of(16)
             && w.ptr() % 16 == 0
             && y_batch.iter().all(|s| s % 4 == 0);
-        let w_ptr = w.ptr();
+        let w_arg = w.arg_in();
         let w = run.scratch_before_last_read(w);
         let text = reduce_ptx(run.cc(), has_c, f16, lanes, vec4);
         let name = if vec4 {
@@ -396,9 +406,9 @@ pub(crate) fn run_gemm_with(run: &Run, p: &Problem, forced: Option<plan::Plan>) 
             (256, 1, 1),
             0,
             &[
-                crate::driver::Arg::Ptr(w_ptr),
-                crate::driver::Arg::Ptr(c_ptr),
-                crate::driver::Arg::Ptr(p.y),
+                w_arg,
+                crate::driver::Arg::In(c_ptr, tile::span(c_ptr, p.ends[2])),
+                crate::driver::Arg::Out(p.y, tile::span(p.y, p.ends[3])),
                 crate::driver::Arg::U32(u32of(p.m)?),
                 crate::driver::Arg::U32(u32of(p.n)?),
                 crate::driver::Arg::U32(u32of(p.ldy)?),
@@ -539,6 +549,7 @@ pub fn sgemm_plan(
             beta,
             batch: vec![batch],
             strides: [vec![sa], vec![sb], vec![0], vec![m * n]],
+            ends: ends(a, b, c, &y),
         },
         plan,
     )?;
@@ -672,6 +683,7 @@ pub(crate) fn matmul_tensors(
             beta: if bias.is_some() { 1.0 } else { 0.0 },
             batch: bdims,
             strides: strides4,
+            ends: ends(&a, &b, bias, &y),
         },
     )?;
     Ok(y)
@@ -729,6 +741,7 @@ fn gemm(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>> 
             beta,
             batch: vec![],
             strides: [vec![], vec![], vec![], vec![]],
+            ends: ends(&a, &b, c.as_ref().map(|(c, _, _)| c), &y),
         },
     )?;
     Ok(vec![y])

@@ -119,7 +119,7 @@ impl Primitives for Run<'_> {
             (blocks(n as usize, 256), 1, 1),
             (256, 1, 1),
             0,
-            &[Arg::Ptr(dst.ptr()), Arg::Ptr(src.ptr()), Arg::U32(n)],
+            &[dst.arg_out(), src.arg_in(), Arg::U32(n)],
         )
     }
 
@@ -295,7 +295,7 @@ fn k_pad(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>>
         (blocks(n as usize, 256), 1, 1),
         (256, 1, 1),
         0,
-        &[Arg::Ptr(out.ptr()), Arg::Ptr(x.ptr()), Arg::U32(n)],
+        &[out.arg_out(), x.arg_in(), Arg::U32(n)],
     )?;
     Ok(vec![out])
 }
@@ -380,10 +380,10 @@ fn k_gather(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTenso
         (256, 1, 1),
         0,
         &[
-            Arg::Ptr(out.ptr()),
-            Arg::Ptr(x.ptr()),
-            Arg::Ptr(itensor.ptr()),
-            Arg::Ptr(word.as_ref().map_or(0, |w| w.ptr())),
+            out.arg_out(),
+            x.arg_in(),
+            itensor.arg_in(),
+            word.as_ref().map_or(Arg::Out(0, 0), DevTensor::arg_out),
             Arg::U32(n),
         ],
     )?;

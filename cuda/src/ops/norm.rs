@@ -194,9 +194,9 @@ fn k_batch_norm(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevT
         return Ok(vec![y]);
     }
     let ptx = module(run.cc(), &[bn_kernel(ex, ep, c, inner, per_elem, eps)]);
-    let mut args = vec![Arg::Ptr(x.ptr())];
-    args.extend(params.iter().map(|p| Arg::Ptr(p.ptr())));
-    args.push(Arg::Ptr(y.ptr()));
+    let mut args = vec![x.arg_in()];
+    args.extend(params.iter().map(|p| p.arg_in()));
+    args.push(y.arg_out());
     args.push(Arg::U32(n));
     run.launch(
         &ptx,
@@ -370,7 +370,7 @@ fn k_lrn(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>>
         (blocks(n as usize, BLOCK), 1, 1),
         (BLOCK, 1, 1),
         0,
-        &[Arg::Ptr(x.ptr()), Arg::Ptr(y.ptr()), Arg::U32(n)],
+        &[x.arg_in(), y.arg_out(), Arg::U32(n)],
     )?;
     Ok(vec![y])
 }

@@ -293,9 +293,9 @@ fn k_pool(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>
     if n > 0 {
         let dims = dims_of(&g, col_major);
         let ptx = module(run.cc(), &[pool_kernel(kind, e, &dims)]);
-        let mut args = vec![Arg::Ptr(x.ptr()), Arg::Ptr(y.ptr())];
+        let mut args = vec![x.arg_in(), y.arg_out()];
         if let Some(i) = &idx {
-            args.push(Arg::Ptr(i.ptr()));
+            args.push(i.arg_out());
         }
         args.push(Arg::U32(n));
         run.launch(

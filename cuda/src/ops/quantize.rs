@@ -111,10 +111,11 @@ fn launch(
         (256, 1, 1),
         0,
         &[
-            Arg::Ptr(y.ptr()),
-            Arg::Ptr(x.ptr()),
-            Arg::Ptr(scale.ptr()),
-            Arg::Ptr(zp.map_or(scale.ptr(), |z| z.ptr())),
+            y.arg_out(),
+            x.arg_in(),
+            scale.arg_in(),
+            // Without a zero point the kernel never dereferences the (then unused) pointer.
+            zp.map_or(Arg::In(scale.ptr(), 0), DevTensor::arg_in),
             Arg::U32(n),
             inner,
             dim,

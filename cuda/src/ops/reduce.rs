@@ -424,7 +424,7 @@ fn launch_fold(
             (grid, 1, 1),
             (BLOCK, 1, 1),
             0,
-            &[Arg::Ptr(x.ptr()), Arg::Ptr(y.ptr()), n],
+            &[x.arg_in(), y.arg_out(), n],
         );
     }
     let len = w.r.div_ceil(chunks);
@@ -437,10 +437,10 @@ fn launch_fold(
         (grid, chunks as u32, 1),
         (BLOCK, 1, 1),
         0,
-        &[Arg::Ptr(x.ptr()), Arg::Ptr(part.ptr()), n],
+        &[x.arg_in(), part.arg_out(), n],
     )?;
     let ptx = module(run.cc(), &[merge_kernel(fold, e, chunks, w.r)]);
-    let part_ptr = part.ptr();
+    let part_arg = part.arg_in();
     let part = run.scratch_before_last_read(part);
     run.launch(
         &ptx,
@@ -448,7 +448,7 @@ fn launch_fold(
         (Rows::Lanes(32).grid(rows), 1, 1),
         (BLOCK, 1, 1),
         0,
-        &[Arg::Ptr(part_ptr), Arg::Ptr(y.ptr()), n],
+        &[part_arg, y.arg_out(), n],
     )?;
     if let Some(part) = part {
         run.release(part, &[]);
@@ -502,8 +502,8 @@ pub(crate) fn reduce_dev(
             (BLOCK, 1, 1),
             0,
             &[
-                Arg::Ptr(x.ptr()),
-                Arg::Ptr(y.ptr()),
+                x.arg_in(),
+                y.arg_out(),
                 Arg::U32(w.outputs as u32),
             ],
         )?;
@@ -653,7 +653,7 @@ fn k_arg(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>>
             (blocks(w.outputs, BLOCK), 1, 1),
             (BLOCK, 1, 1),
             0,
-            &[Arg::Ptr(y.ptr()), Arg::Ptr(x.ptr()), Arg::U32(outputs)],
+            &[y.arg_out(), x.arg_in(), Arg::U32(outputs)],
         )?;
         return Ok(vec![y]);
     }

@@ -303,9 +303,9 @@ fn k_resize(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTenso
         (BLOCK, 1, 1),
         0,
         &[
-            Arg::Ptr(y.ptr()),
-            Arg::Ptr(x.ptr()),
-            Arg::Ptr(table.ptr()),
+            y.arg_out(),
+            x.arg_in(),
+            table.arg_in(),
             Arg::U32(n),
         ],
     )?;

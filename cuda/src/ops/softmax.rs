@@ -150,7 +150,7 @@ pub(crate) fn softmax_dev(
         (layout.grid(rows), 1, 1),
         (BLOCK, 1, 1),
         0,
-        &[Arg::Ptr(x.ptr()), Arg::Ptr(y.ptr()), Arg::U32(rows as u32)],
+        &[x.arg_in(), y.arg_out(), Arg::U32(rows as u32)],
     )?;
     Ok(y)
 }

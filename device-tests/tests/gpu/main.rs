@@ -11,6 +11,7 @@
 mod harness;
 mod models;
 
+mod audit;
 mod bench;
 mod bench_wgpu;
 mod bench_wgpu_shapes;

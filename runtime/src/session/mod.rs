@@ -165,8 +165,11 @@ impl Session {
         Session::from_model(model, options)
     }
 
-    pub fn from_model(model: Model, options: SessionOptions) -> Result<Session> {
+    pub fn from_model(model: Model, mut options: SessionOptions) -> Result<Session> {
         crate::heap::retain_freed_buffers();
+        if std::env::var("QUORUM_AUDIT_LAUNCHES").is_ok_and(|v| v == "1") {
+            options.audit_launches = true;
+        }
         let mut plan = Plan::compile(
             Arc::new(model.graph.clone()),
             Registry::cpu(),
@@ -633,6 +636,11 @@ impl Session {
         if self.options.profile {
             for d in &devices {
                 d.time_kernels();
+            }
+        }
+        if self.options.audit_launches {
+            for d in &devices {
+                d.audit_launches();
             }
         }
         let whole = ticket.whole;

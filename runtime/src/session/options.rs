@@ -55,6 +55,10 @@ pub struct SessionOptions {
     /// Record every device run's commands (`crate::cmdlog`), kept for
     /// `Session::take_command_logs`; off by default (then nothing is recorded).
     pub command_log: bool,
+    /// Check every kernel launch against the byte ranges it declares (see
+    /// `DeviceRun::audit_launches`); off by default, and `QUORUM_AUDIT_LAUNCHES=1` turns it on. It
+    /// synchronises and copies the run's memory around each launch: for tests, not for speed.
+    pub audit_launches: bool,
     /// Where `auto` keeps its whole-model choice per model, adapter and input shapes, so that later
     /// sessions of the same key skip the trial and place the model the same way (see
     /// `session::trial`); `None` (the default) keeps nothing. The CLI uses the user's cache folder.
@@ -88,6 +92,7 @@ impl Default for SessionOptions {
             streams: 1,
             graph_capture: GraphCapture::Off,
             command_log: false,
+            audit_launches: false,
             profile: false,
             auto_choices: None,
             auto_check: true,

@@ -138,16 +138,24 @@ pub struct GemmArgs {
     pub sc: [u32; 3],
     pub sy: [u32; 3],
     pub im2col: Option<Im2col>,
+    /// The exclusive end addresses of the tensors `a`, `b`, `c` and `y` point into: each pointer is
+    /// declared (`Arg::In`/`Arg::Out`) from itself to its end.
+    pub ends: [u64; 4],
+}
+
+/// The bytes from `p` to `end` (a null pointer: none).
+pub(crate) fn span(p: u64, end: u64) -> usize {
+    if p == 0 { 0 } else { end.saturating_sub(p) as usize }
 }
 
 impl GemmArgs {
     /// The kernel arguments, in the order `build` declares them.
     pub fn args(&self) -> Vec<Arg> {
         let mut v = vec![
-            Arg::Ptr(self.a),
-            Arg::Ptr(self.b),
-            Arg::Ptr(self.c),
-            Arg::Ptr(self.y),
+            Arg::In(self.a, span(self.a, self.ends[0])),
+            Arg::In(self.b, span(self.b, self.ends[1])),
+            Arg::In(self.c, span(self.c, self.ends[2])),
+            Arg::Out(self.y, span(self.y, self.ends[3])),
         ];
         for x in [
             self.m, self.n, self.k, self.lda, self.ldb, self.ldy, self.c_rs, self.c_cs,

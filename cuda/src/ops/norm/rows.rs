@@ -429,13 +429,13 @@ pub(super) fn rownorm_run_stats(
     if rows == 0 || (total == 0 && !s.stats) {
         return Ok((y, st));
     }
-    let mut params = vec![Arg::Ptr(x.ptr()), Arg::Ptr(w.ptr())];
+    let mut params = vec![x.arg_in(), w.arg_in()];
     if let Some(b) = &b {
-        params.push(Arg::Ptr(b.ptr()));
+        params.push(b.arg_in());
     }
     let outs: Vec<Arg> = st
         .iter()
-        .flat_map(|(m, i)| [Arg::Ptr(m.ptr()), Arg::Ptr(i.ptr())])
+        .flat_map(|(m, i)| [m.arg_out(), i.arg_out()])
         .collect();
     let sms = run.device.ctx.info.multiprocessors.max(1) as usize;
     let layout = norm_layout(rows, s.cols, sms);
@@ -446,7 +446,7 @@ pub(super) fn rownorm_run_stats(
     };
     if chunks <= 1 {
         let mut args = params;
-        args.push(Arg::Ptr(y.ptr()));
+        args.push(y.arg_out());
         args.extend(outs);
         args.push(Arg::U32(rows as u32));
         let ptx = module(run.cc(), &[rownorm_kernel(s, layout)]);
@@ -467,7 +467,7 @@ pub(super) fn rownorm_run_stats(
     let stat = run.alloc(DType::F64, &[rows * 2])?;
     let n = Arg::U32(rows as u32);
     let ptx = module(run.cc(), &[norm_part_kernel(s, len, chunks)]);
-    let args = [Arg::Ptr(x.ptr()), Arg::Ptr(part.ptr()), n];
+    let args = [x.arg_in(), part.arg_out(), n];
     run.launch(
         &ptx,
         "norm_part",
@@ -477,7 +477,7 @@ pub(super) fn rownorm_run_stats(
         &args,
     )?;
     let ptx = module(run.cc(), &[norm_merge_kernel(s, len, chunks)]);
-    let mut args = vec![Arg::Ptr(part.ptr()), Arg::Ptr(stat.ptr())];
+    let mut args = vec![part.arg_in(), stat.arg_out()];
     args.extend(outs);
     args.push(n);
     let grid = Rows::Lanes(32).grid(rows);
@@ -485,8 +485,8 @@ pub(super) fn rownorm_run_stats(
     run.release(part, &[]);
     let ptx = module(run.cc(), &[norm_apply_kernel(s)]);
     let mut args = params;
-    args.push(Arg::Ptr(stat.ptr()));
-    args.push(Arg::Ptr(y.ptr()));
+    args.push(stat.arg_in());
+    args.push(y.arg_out());
     args.push(Arg::U32(total));
     let grid = blocks(total as usize, BLOCK);
     let stat = run.scratch_before_last_read(stat);
