@@ -36,10 +36,13 @@ pub enum Mutant {
     /// Two runs replay one captured graph at once (the replay takes no lock), sharing its fixed
     /// buffers, staging and output copies.
     ConcurrentReplays,
+    /// wgpu: a weight is written (`Queue::write_buffer`) into a buffer the run parked, which a
+    /// command collected but not yet submitted still reads; the write lands ahead of that command.
+    WriteBufferIntoCollected,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 12] = [
+    pub const ALL: [Mutant; 13] = [
         Mutant::DropWait,
         Mutant::EarlyRelease,
         Mutant::DownloadWrongStream,
@@ -52,6 +55,7 @@ impl Mutant {
         Mutant::StagingAfterFailedSync,
         Mutant::WeightUnsynced,
         Mutant::ConcurrentReplays,
+        Mutant::WriteBufferIntoCollected,
     ];
 
     /// Why a GPU cannot express this bug, where it cannot: the device hunt skips it, and the hunt
@@ -62,6 +66,10 @@ impl Mutant {
                 "it needs a failed stream synchronisation, which leaves a GPU's context unusable; \
                  the simulated device injects the failure into the same run protocol",
             ),
+            Mutant::WriteBufferIntoCollected => Some(
+                "it is the wgpu backend's (one queue, writes ahead of collected commands); \
+                 `cargo test`'s wgpu hunt catches it on the adapter present (lavapipe in CI)",
+            ),
             _ => None,
         }
     }
@@ -71,6 +79,12 @@ impl Mutant {
     /// them.
     pub fn needs_capture(self) -> bool {
         matches!(self, Mutant::StaleReplayInput | Mutant::ConcurrentReplays)
+    }
+
+    /// Whether the bug lives in the wgpu backend, not in the run protocol that CUDA and the
+    /// simulated device share: only a hunt over wgpu runs can catch it.
+    pub fn wgpu_only(self) -> bool {
+        matches!(self, Mutant::WriteBufferIntoCollected)
     }
 }
 

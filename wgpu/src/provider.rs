@@ -164,4 +164,8 @@ impl DeviceRun for WgpuRun<'_> {
     fn time_kernels(&self) {
         self.run.time_kernels();
     }
+
+    fn attach_log(&self, log: Arc<quorum_core::cmdlog::CommandLog>) {
+        self.run.attach_log(log);
+    }
 }

@@ -23,11 +23,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::device::{Device, Pipeline};
+use super::log::RunLog;
 use super::memory::{WBuf, WTensor, as_device_bytes, decode, encode, size_class, words};
 use super::timing;
 use quorum_core::backend::DeviceError;
 use quorum_core::counters::Counters;
 use quorum_core::error::OpError;
+use quorum_core::mutants::{self, Mutant};
 use quorum_core::tensor::{DType, Tensor};
 
 pub type KResult<T> = Result<T, DeviceError>;
@@ -104,6 +106,8 @@ pub struct Run<'a> {
     launches: Cell<u64>,
     /// Timestamps of submitted work, read at the next wait.
     stamps: RefCell<Vec<timing::Pending>>,
+    /// The command log, when the session keeps one (`super::log`).
+    log: RunLog,
 }
 
 /// A host tensor's bytes in the device layout: borrowed where that is its own memory, encoded
@@ -152,7 +156,14 @@ impl<'a> Run<'a> {
             label: RefCell::new(None),
             launches: Cell::new(0),
             stamps: RefCell::new(Vec::new()),
+            log: RunLog::default(),
         }
+    }
+
+    /// Records this run's commands into `log` from now on, in the one-queue model of
+    /// [`super::log`].
+    pub fn attach_log(&self, log: Arc<quorum_core::cmdlog::CommandLog>) {
+        self.log.attach(log);
     }
 
     /// Times every dispatch queued from now on into `Counters::device_time` (see `super::timing`),
@@ -164,6 +175,7 @@ impl<'a> Run<'a> {
 
     /// Names the op whose kernels the following dispatches are (for their device time).
     pub fn label(&self, op: &str) {
+        self.log.node(op);
         if self.timing.get() {
             self.launches.set(self.launches.get() + 1);
             *self.label.borrow_mut() = Some((Arc::from(op), self.launches.get()));
@@ -200,6 +212,7 @@ impl<'a> Run<'a> {
             }
             None => self.fresh(bytes)?,
         };
+        self.log.alloc(&buf);
         self.alive.borrow_mut().insert(buf.id, buf.clone());
         let t = WTensor {
             buf,
@@ -238,16 +251,33 @@ impl<'a> Run<'a> {
             .is_some_and(|b| Arc::strong_count(b) == 1 + pending + submitted)
             && let Some(b) = alive.remove(&id)
         {
+            self.log.release(&b);
             self.parked.borrow_mut().push(b);
         }
+    }
+
+    /// A buffer for a weight's `write_buffer`: fresh from the shared pool, which no collected
+    /// command can name. With [`Mutant::WriteBufferIntoCollected`] injected, a buffer this run
+    /// parked instead, which a collected command may still read (the write lands ahead of it).
+    fn weight_buffer(&self, bytes: u64) -> KResult<Arc<WBuf>> {
+        if mutants::active(Mutant::WriteBufferIntoCollected) {
+            let class = size_class(bytes.max(4));
+            let mut p = self.parked.borrow_mut();
+            if let Some(i) = p.iter().position(|b| b.size() == class) {
+                return Ok(p.swap_remove(i));
+            }
+        }
+        self.fresh(bytes)
     }
 
     /// Copies a host tensor to a fresh buffer (see the module doc for why fresh).
     pub fn upload(&self, t: &Tensor) -> KResult<WTensor> {
         let bytes = device_bytes(t)?;
         let buf = self.fresh(bytes.len() as u64)?;
+        self.log.alloc(&buf);
         if !bytes.is_empty() {
             self.device.queue.write_buffer(buf.buffer(), 0, &bytes);
+            self.log.write_buffer(&buf);
             Counters::bump(&self.counters.h2d_bytes, bytes.len() as u64);
             Counters::bump(&self.counters.h2d_calls, 1);
         }
@@ -262,9 +292,10 @@ impl<'a> Run<'a> {
     /// Uploads a weight outside the run's own buffers (it lives in the session's cache).
     pub fn upload_weight(&self, t: &Tensor) -> KResult<WTensor> {
         let bytes = device_bytes(t)?;
-        let buf = self.fresh(bytes.len() as u64)?;
+        let buf = self.weight_buffer(bytes.len() as u64)?;
         if !bytes.is_empty() {
             self.device.queue.write_buffer(buf.buffer(), 0, &bytes);
+            self.log.write_buffer(&buf);
         }
         Counters::bump(&self.counters.h2d_bytes, bytes.len() as u64);
         Counters::bump(&self.counters.h2d_calls, 1);
@@ -334,6 +365,11 @@ impl<'a> Run<'a> {
             }
         }
         .map_err(DeviceError::Device)?;
+        if self.log.on() {
+            let r: Vec<&WBuf> = ins.iter().map(|t| &*t.buf).collect();
+            let w: Vec<&WBuf> = outs.iter().map(|t| &*t.buf).collect();
+            self.log.queued(name, &r, &w);
+        }
         let buffers = outs.iter().chain(ins).map(|t| t.buf.clone()).collect();
         let label = if self.timing.get() {
             let l = self.label.borrow().clone();
@@ -406,6 +442,9 @@ impl<'a> Run<'a> {
         } else {
             let b = self.fresh(bytes.len() as u64)?;
             self.device.queue.write_buffer(b.buffer(), 0, &bytes);
+            // Every dispatch of the submission reads its words, after the write.
+            self.log.write_buffer(&b);
+            self.log.queued("parameters", &[&b], &[]);
             self.hold(&b);
             Some(b)
         };
@@ -516,6 +555,7 @@ impl<'a> Run<'a> {
             }
             let staging = self.staging(bytes)?;
             enc.copy_buffer_to_buffer(&resolve, 0, staging.buffer(), 0, bytes);
+            self.log.queued("timestamps", &[], &[&staging]);
             self.stamps.borrow_mut().push(timing::Pending {
                 staging,
                 bytes,
@@ -523,6 +563,7 @@ impl<'a> Run<'a> {
             });
         }
         let idx = self.device.queue.submit([enc.finish()]);
+        self.log.submit();
         *self.last.borrow_mut() = Some(idx);
         for c in cmds {
             match c {
@@ -550,6 +591,7 @@ impl<'a> Run<'a> {
             self.failed.set(true);
             return Err(dev_err(errors.join("; ")));
         }
+        self.log.waited();
         let stamps = std::mem::take(&mut *self.stamps.borrow_mut());
         let period = self.device.queue.get_timestamp_period();
         for p in stamps {
@@ -599,6 +641,8 @@ impl<'a> Run<'a> {
                 ));
             }
         }
+        self.log
+            .access(quorum_core::cmdlog::Agent::Host, "map", &[staging], &[]);
         let out = {
             let view = b
                 .get_mapped_range(0..bytes)
@@ -624,6 +668,7 @@ impl<'a> Run<'a> {
         let n = t.bytes();
         let staging = self.staging(n)?;
         if n > 0 {
+            self.log.queued("download", &[&t.buf], &[&staging]);
             self.cmds.borrow_mut().push(Cmd::Copy {
                 src: t.buf.clone(),
                 dst: staging.clone(),
@@ -643,6 +688,7 @@ impl<'a> Run<'a> {
         let n = t.bytes();
         let staging = self.staging(n)?;
         if n > 0 {
+            self.log.queued("download", &[&t.buf], &[&staging]);
             self.cmds.borrow_mut().push(Cmd::Copy {
                 src: t.buf.clone(),
                 dst: staging.clone(),
