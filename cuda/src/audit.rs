@@ -44,6 +44,42 @@ fn covered(set: &[(u64, u64)], addr: u64) -> bool {
     set.get(i).is_some_and(|r| r.0 <= addr)
 }
 
+/// The `(start, end)` areas an audit copies: each allocation the run reaches once (copies may not
+/// cross from one allocation into the next, however close their addresses), then each declared
+/// interval that lies in none of them (memory outside the run), sorted by address.
+fn areas(reachable: Vec<(u64, u64)>, reads: &[(u64, u64)], writes: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut by_start: std::collections::BTreeMap<u64, u64> = std::collections::BTreeMap::new();
+    for (p, n) in reachable {
+        let e = by_start.entry(p).or_insert(p + n);
+        *e = (*e).max(p + n);
+    }
+    let mut out: Vec<(u64, u64)> = by_start.into_iter().filter(|r| r.1 > r.0).collect();
+    let inside = |out: &[(u64, u64)], r: &(u64, u64)| out.iter().any(|a| a.0 <= r.0 && r.1 <= a.1);
+    let outside: Vec<(u64, u64)> = reads
+        .iter()
+        .chain(writes)
+        .filter(|r| !inside(&out, r))
+        .copied()
+        .collect();
+    out.extend(merged(outside));
+    out.sort_unstable();
+    out
+}
+
+/// A declared interval that starts in one area and ends beyond it, with that area.
+fn past_its_area(
+    areas: &[(u64, u64)],
+    reads: &[(u64, u64)],
+    writes: &[(u64, u64)],
+) -> Option<((u64, u64), (u64, u64))> {
+    reads.iter().chain(writes).find_map(|r| {
+        areas
+            .iter()
+            .find(|a| a.0 < r.1 && r.0 < a.1 && !(a.0 <= r.0 && r.1 <= a.1))
+            .map(|a| (*r, *a))
+    })
+}
+
 /// The declared reads and writes of `args`, as merged intervals.
 pub(crate) fn declared(args: &[Arg]) -> (Vec<(u64, u64)>, Vec<(u64, u64)>) {
     let (mut reads, mut writes) = (Vec::new(), Vec::new());
@@ -99,14 +135,16 @@ impl Run<'_> {
     ) -> KResult<()> {
         self.synchronize()?;
         let (reads, writes) = declared(args);
-        let mut all: Vec<(u64, u64)> = self
-            .reachable()
-            .into_iter()
-            .map(|(p, n)| (p, p + n))
-            .collect();
-        all.extend(&reads);
-        all.extend(&writes);
-        let areas = merged(all);
+        let areas = areas(self.reachable(), &reads, &writes);
+        if let Some((r, a)) = past_its_area(&areas, &reads, &writes) {
+            return Err(KError::Op(OpError::Invalid(format!(
+                "launch audit: kernel {} (node {}) declares {} which runs past the allocation {}",
+                f.name,
+                self.node_name(),
+                show(&[r]),
+                show(&[a])
+            ))));
+        }
         let stream = self.stream();
         let before = self.snapshot(&areas)?;
         f.launch(stream, grid, block, shared, args)?;
@@ -192,6 +230,22 @@ mod tests {
         assert_eq!(m, vec![(0, 6), (10, 30)]);
         assert!(covered(&m, 0) && covered(&m, 5) && covered(&m, 29));
         assert!(!covered(&m, 6) && !covered(&m, 9) && !covered(&m, 30));
+    }
+
+    #[test]
+    fn areas_are_whole_allocations_never_joined() {
+        // Two allocations back to back, the first reached twice (a view), and a declared read
+        // inside the second and one outside both.
+        let a = areas(
+            vec![(0, 256), (256, 256), (0, 256)],
+            &[(300, 400), (1000, 1010)],
+            &[(10, 20)],
+        );
+        assert_eq!(a, vec![(0, 256), (256, 512), (1000, 1010)]);
+        assert_eq!(past_its_area(&a, &[(300, 400)], &[(10, 20)]), None);
+        // A write declared from inside the first allocation into the second.
+        let a = areas(vec![(0, 256), (256, 256)], &[], &[(200, 300)]);
+        assert_eq!(past_its_area(&a, &[], &[(200, 300)]), Some(((200, 300), (0, 256))));
     }
 
     #[test]
