@@ -25,6 +25,9 @@ use quorum_core::error::OpError;
 /// every signed integer).
 const POISON: u8 = 0xFF;
 
+/// Sorted, disjoint `(start, end)` byte intervals.
+type Intervals = Vec<(u64, u64)>;
+
 /// Disjoint, sorted `(start, end)` intervals covering `ranges`.
 fn merged(mut ranges: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
     ranges.retain(|r| r.1 > r.0);
@@ -47,7 +50,11 @@ fn covered(set: &[(u64, u64)], addr: u64) -> bool {
 /// The `(start, end)` areas an audit copies: each allocation the run reaches once (copies may not
 /// cross from one allocation into the next, however close their addresses), then each declared
 /// interval that lies in none of them (memory outside the run), sorted by address.
-fn areas(reachable: Vec<(u64, u64)>, reads: &[(u64, u64)], writes: &[(u64, u64)]) -> Vec<(u64, u64)> {
+fn areas(
+    reachable: Vec<(u64, u64)>,
+    reads: &[(u64, u64)],
+    writes: &[(u64, u64)],
+) -> Vec<(u64, u64)> {
     let mut by_start: std::collections::BTreeMap<u64, u64> = std::collections::BTreeMap::new();
     for (p, n) in reachable {
         let e = by_start.entry(p).or_insert(p + n);
@@ -81,7 +88,7 @@ fn past_its_area(
 }
 
 /// The declared reads and writes of `args`, as merged intervals.
-pub(crate) fn declared(args: &[Arg]) -> (Vec<(u64, u64)>, Vec<(u64, u64)>) {
+pub(crate) fn declared(args: &[Arg]) -> (Intervals, Intervals) {
     let (mut reads, mut writes) = (Vec::new(), Vec::new());
     for a in args {
         match *a {
@@ -245,7 +252,10 @@ mod tests {
         assert_eq!(past_its_area(&a, &[(300, 400)], &[(10, 20)]), None);
         // A write declared from inside the first allocation into the second.
         let a = areas(vec![(0, 256), (256, 256)], &[], &[(200, 300)]);
-        assert_eq!(past_its_area(&a, &[], &[(200, 300)]), Some(((200, 300), (0, 256))));
+        assert_eq!(
+            past_its_area(&a, &[], &[(200, 300)]),
+            Some(((200, 300), (0, 256)))
+        );
     }
 
     #[test]

@@ -222,12 +222,7 @@ fn k_gather_elements(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec
         run,
         gather_elements_kernel(ty, size),
         n,
-        &[
-            out.arg_out(),
-            x.arg_in(),
-            offs.arg_in(),
-            Arg::U32(n),
-        ],
+        &[out.arg_out(), x.arg_in(), offs.arg_in(), Arg::U32(n)],
     )?;
     Ok(vec![out])
 }
@@ -382,12 +377,7 @@ fn scatter_lines(
         run,
         scatter_kernel(red, st, c, size, len, inner as u32),
         lines,
-        &[
-            out.arg_out(),
-            upd.arg_in(),
-            offs.arg_in(),
-            Arg::U32(lines),
-        ],
+        &[out.arg_out(), upd.arg_in(), offs.arg_in(), Arg::U32(lines)],
     )?;
     Ok(out)
 }
@@ -442,12 +432,7 @@ fn k_one_hot(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTens
         run,
         one_hot_kernel(ty, size, plan.depth as u32, plan.inner as u32),
         n,
-        &[
-            out.arg_out(),
-            values.arg_in(),
-            pos.arg_in(),
-            Arg::U32(n),
-        ],
+        &[out.arg_out(), values.arg_in(), pos.arg_in(), Arg::U32(n)],
     )?;
     Ok(vec![out])
 }
@@ -500,12 +485,7 @@ fn k_trilu(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor
         run,
         trilu_kernel(ty, size, upper, rows as u32, cols as u32),
         n,
-        &[
-            out.arg_out(),
-            x.arg_in(),
-            Arg::U32(n),
-            Arg::I32(kc),
-        ],
+        &[out.arg_out(), x.arg_in(), Arg::U32(n), Arg::I32(kc)],
     )?;
     Ok(vec![out])
 }
@@ -579,12 +559,7 @@ fn k_range(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor
         run,
         k,
         n,
-        &[
-            out.arg_out(),
-            Arg::U64(start),
-            Arg::U64(delta),
-            Arg::U32(n),
-        ],
+        &[out.arg_out(), Arg::U64(start), Arg::U64(delta), Arg::U32(n)],
     )?;
     Ok(vec![out])
 }
@@ -690,12 +665,7 @@ fn k_cumsum(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTenso
         );
     }
     let lines = (plan.outer * plan.inner) as u32;
-    launch_1d(
-        run,
-        k,
-        lines,
-        &[out.arg_out(), x.arg_in(), Arg::U32(lines)],
-    )?;
+    launch_1d(run, k, lines, &[out.arg_out(), x.arg_in(), Arg::U32(lines)])?;
     Ok(vec![out])
 }
 

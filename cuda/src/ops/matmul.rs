@@ -683,7 +683,7 @@ pub(crate) fn matmul_tensors(
             beta: if bias.is_some() { 1.0 } else { 0.0 },
             batch: bdims,
             strides: strides4,
-            ends: ends(&a, &b, bias, &y),
+            ends: ends(a, b, bias, &y),
         },
     )?;
     Ok(y)

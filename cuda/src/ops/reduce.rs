@@ -501,11 +501,7 @@ pub(crate) fn reduce_dev(
             (layout.grid(w.outputs), 1, 1),
             (BLOCK, 1, 1),
             0,
-            &[
-                x.arg_in(),
-                y.arg_out(),
-                Arg::U32(w.outputs as u32),
-            ],
+            &[x.arg_in(), y.arg_out(), Arg::U32(w.outputs as u32)],
         )?;
     } else {
         launch_fold(run, Fold::Red(red), e, &w, w.contiguous(), x, &y)?;

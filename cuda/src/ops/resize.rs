@@ -302,12 +302,7 @@ fn k_resize(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTenso
         (blocks(n as usize, BLOCK), 1, 1),
         (BLOCK, 1, 1),
         0,
-        &[
-            y.arg_out(),
-            x.arg_in(),
-            table.arg_in(),
-            Arg::U32(n),
-        ],
+        &[y.arg_out(), x.arg_in(), table.arg_in(), Arg::U32(n)],
     )?;
     Ok(vec![y])
 }

@@ -80,7 +80,10 @@ fn the_audit_catches_a_write_left_out_of_the_declaration() {
     let n = 1000;
     let (r, _, _) = audited_pair_sum(|x, y| [Arg::In(x, (n + 1) * 4), Arg::Out(y, (n - 1) * 4)]);
     let e = r.unwrap_err();
-    assert!(e.contains("pair_sum") && e.contains("outside its declared writes"), "{e}");
+    assert!(
+        e.contains("pair_sum") && e.contains("outside its declared writes"),
+        "{e}"
+    );
     // Declared as a read: the write is undeclared too.
     let (r, _, _) = audited_pair_sum(|x, y| [Arg::In(x, (n + 1) * 4), Arg::In(y, n * 4)]);
     assert!(r.unwrap_err().contains("outside its declared writes"));
@@ -97,7 +100,10 @@ fn the_audit_catches_a_read_left_out_of_the_declaration() {
     let e = r.unwrap_err();
     assert!(e.contains("reads memory it does not declare"), "{e}");
     // The memory is as the first launch left it, poison gone.
-    assert!(y.iter().all(|v| v.is_finite()), "the audit left poison behind");
+    assert!(
+        y.iter().all(|v| v.is_finite()),
+        "the audit left poison behind"
+    );
 }
 
 /// x [4, 8192] → MatMul (a split-K GEMM: four rows, long K), LayerNormalization of few long rows

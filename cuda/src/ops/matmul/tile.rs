@@ -145,7 +145,11 @@ pub struct GemmArgs {
 
 /// The bytes from `p` to `end` (a null pointer: none).
 pub(crate) fn span(p: u64, end: u64) -> usize {
-    if p == 0 { 0 } else { end.saturating_sub(p) as usize }
+    if p == 0 {
+        0
+    } else {
+        end.saturating_sub(p) as usize
+    }
 }
 
 impl GemmArgs {
