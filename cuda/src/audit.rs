@@ -68,7 +68,14 @@ fn areas(
         .filter(|r| !inside(&out, r))
         .copied()
         .collect();
-    out.extend(merged(outside));
+    // Not merged: two weights side by side are two allocations. One inside another is dropped.
+    let mut outside = outside;
+    outside.sort_unstable_by_key(|r| (r.0, std::cmp::Reverse(r.1)));
+    for r in outside {
+        if r.1 > r.0 && !inside(&out, &r) {
+            out.push(r);
+        }
+    }
     out.sort_unstable();
     out
 }
@@ -87,17 +94,19 @@ fn past_its_area(
     })
 }
 
-/// The declared reads and writes of `args`, as merged intervals.
+/// The declared reads and writes of `args`, as given (empty ones left out). Merge them
+/// ([`merged`]) only to ask whether a byte is covered: adjacent declarations may be two
+/// allocations.
 pub(crate) fn declared(args: &[Arg]) -> (Intervals, Intervals) {
     let (mut reads, mut writes) = (Vec::new(), Vec::new());
     for a in args {
         match *a {
-            Arg::In(p, n) => reads.push((p, p + n as u64)),
-            Arg::Out(p, n) => writes.push((p, p + n as u64)),
+            Arg::In(p, n) if n > 0 => reads.push((p, p + n as u64)),
+            Arg::Out(p, n) if n > 0 => writes.push((p, p + n as u64)),
             _ => {}
         }
     }
-    (merged(reads), merged(writes))
+    (reads, writes)
 }
 
 /// The first address in `[start, ..)` where `a` and `b` differ and `keep` says so.
@@ -152,6 +161,7 @@ impl Run<'_> {
                 show(&[a])
             ))));
         }
+        let (reads, writes) = (merged(reads), merged(writes));
         let stream = self.stream();
         let before = self.snapshot(&areas)?;
         f.launch(stream, grid, block, shared, args)?;
@@ -245,10 +255,10 @@ mod tests {
         // inside the second and one outside both.
         let a = areas(
             vec![(0, 256), (256, 256), (0, 256)],
-            &[(300, 400), (1000, 1010)],
+            &[(300, 400), (1000, 1010), (1010, 1020), (1000, 1005)],
             &[(10, 20)],
         );
-        assert_eq!(a, vec![(0, 256), (256, 512), (1000, 1010)]);
+        assert_eq!(a, vec![(0, 256), (256, 512), (1000, 1010), (1010, 1020)]);
         assert_eq!(past_its_area(&a, &[(300, 400)], &[(10, 20)]), None);
         // A write declared from inside the first allocation into the second.
         let a = areas(vec![(0, 256), (256, 256)], &[], &[(200, 300)]);
@@ -264,11 +274,16 @@ mod tests {
             Arg::In(100, 8),
             Arg::U32(7),
             Arg::Out(200, 4),
-            Arg::In(104, 8),
+            Arg::In(108, 8),
             Arg::In(0, 0),
         ]);
-        assert_eq!(r, vec![(100, 112)]);
+        assert_eq!(r, vec![(100, 108), (108, 116)]);
         assert_eq!(w, vec![(200, 204)]);
+        // Two adjacent allocations, each read whole: no declaration runs past its own (the
+        // H100 run once merged them first and reported a LayerNormalization's scale and bias).
+        let a = areas(vec![(100, 8), (108, 8)], &r, &w);
+        assert_eq!(past_its_area(&a, &r, &w), None);
+        assert_eq!(merged(r), vec![(100, 116)]);
     }
 
     #[test]
