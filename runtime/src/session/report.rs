@@ -22,7 +22,7 @@ impl Session {
 
     /// The compiled plan of the top-level graph (as rewritten and folded).
     #[cfg(test)]
-    pub(crate) fn plan(&self) -> &Plan {
+    pub(crate) fn plan(&self) -> &crate::plan::Plan {
         &self.plan
     }
 
