@@ -554,15 +554,14 @@ impl<'a> Run<'a> {
         }
         Counters::bump(&self.counters.kernel_launches, 1);
         if self.proto.logging() {
-            let (mut reads, mut writes) = (Vec::new(), Vec::new());
-            for a in args {
-                match *a {
-                    Arg::In(p, n) if n > 0 => reads.push(Range::device(p, n as u64)),
-                    Arg::Out(p, n) if n > 0 => writes.push(Range::device(p, n as u64)),
-                    _ => {}
-                }
-            }
-            self.proto.log_work("kernel", reads, writes);
+            // The launch's accesses are its declarations.
+            let (reads, writes) = crate::audit::declared(args);
+            let ranges = |v: Vec<(u64, u64)>| {
+                v.into_iter()
+                    .map(|(s, e)| Range::device(s, e - s))
+                    .collect()
+            };
+            self.proto.log_work("kernel", ranges(reads), ranges(writes));
         }
         Ok(())
     }
