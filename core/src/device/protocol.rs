@@ -271,11 +271,14 @@ impl<'a, D: Driver> RunProtocol<'a, D> {
         self.log.borrow().is_some()
     }
 
-    /// The node named by the last [`RunProtocol::begin_node`] (while logging; else empty).
+    /// Keeps the names [`RunProtocol::begin_node`] gives even without a log (an audited run's
+    /// errors name the node).
     pub fn name_nodes(&self) {
         self.named.set(true);
     }
 
+    /// The node named by the last [`RunProtocol::begin_node`] (while logging or naming; else
+    /// empty).
     pub fn node_name(&self) -> String {
         self.node.borrow().clone()
     }
