@@ -25,7 +25,7 @@ use quorum_core::error::OpError;
 /// every signed integer).
 const POISON: u8 = 0xFF;
 
-/// Sorted, disjoint `(start, end)` byte intervals.
+/// `(start, end)` byte intervals.
 type Intervals = Vec<(u64, u64)>;
 
 /// Disjoint, sorted `(start, end)` intervals covering `ranges`.
@@ -62,14 +62,9 @@ fn areas(
     }
     let mut out: Vec<(u64, u64)> = by_start.into_iter().filter(|r| r.1 > r.0).collect();
     let inside = |out: &[(u64, u64)], r: &(u64, u64)| out.iter().any(|a| a.0 <= r.0 && r.1 <= a.1);
-    let outside: Vec<(u64, u64)> = reads
-        .iter()
-        .chain(writes)
-        .filter(|r| !inside(&out, r))
-        .copied()
-        .collect();
-    // Not merged: two weights side by side are two allocations. One inside another is dropped.
-    let mut outside = outside;
+    // Declarations outside every allocation, not merged (two weights side by side are two
+    // allocations); one inside another is dropped.
+    let mut outside: Vec<(u64, u64)> = reads.iter().chain(writes).copied().collect();
     outside.sort_unstable_by_key(|r| (r.0, std::cmp::Reverse(r.1)));
     for r in outside {
         if r.1 > r.0 && !inside(&out, &r) {

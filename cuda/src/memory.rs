@@ -281,6 +281,11 @@ impl DevTensor {
         self.len() * device_elem_size(self.dtype).unwrap_or(0)
     }
 
+    /// The address just past its elements.
+    pub fn end(&self) -> u64 {
+        self.ptr() + self.bytes() as u64
+    }
+
     /// This tensor as a kernel argument the kernel only reads (its elements' bytes).
     pub fn arg_in(&self) -> Arg {
         Arg::In(self.ptr(), self.bytes())

@@ -249,8 +249,7 @@ impl<'a> Run<'a> {
         self.proto.node_name()
     }
 
-    /// Names the node whose work follows (for the command log): the buffers allocated from here
-    /// until the next node are the ones its kernels write.
+    /// Names the node whose work follows (for the command log and the audit's errors).
     pub fn begin_node(&self, name: &str) {
         self.proto.begin_node(name);
     }

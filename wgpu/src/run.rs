@@ -199,13 +199,7 @@ impl<'a> Run<'a> {
                 DeviceError::Op(OpError::Invalid(format!("shape {shape:?} overflows")))
             })? as u64;
         let class = size_class(bytes.max(4));
-        let parked = {
-            let mut p = self.parked.borrow_mut();
-            p.iter()
-                .position(|b| b.size() == class)
-                .map(|i| p.swap_remove(i))
-        };
-        let buf = match parked {
+        let buf = match self.take_parked(class) {
             Some(b) => {
                 Counters::bump(&self.counters.pool_hits, 1);
                 b
@@ -260,14 +254,20 @@ impl<'a> Run<'a> {
     /// command can name. With [`Mutant::WriteBufferIntoCollected`] injected, a buffer this run
     /// parked instead, which a collected command may still read (the write lands ahead of it).
     fn weight_buffer(&self, bytes: u64) -> KResult<Arc<WBuf>> {
-        if mutants::active(Mutant::WriteBufferIntoCollected) {
-            let class = size_class(bytes.max(4));
-            let mut p = self.parked.borrow_mut();
-            if let Some(i) = p.iter().position(|b| b.size() == class) {
-                return Ok(p.swap_remove(i));
-            }
+        if mutants::active(Mutant::WriteBufferIntoCollected)
+            && let Some(b) = self.take_parked(size_class(bytes.max(4)))
+        {
+            return Ok(b);
         }
         self.fresh(bytes)
+    }
+
+    /// A buffer of size class `class` this run handed back, if it has one.
+    fn take_parked(&self, class: u64) -> Option<Arc<WBuf>> {
+        let mut p = self.parked.borrow_mut();
+        p.iter()
+            .position(|b| b.size() == class)
+            .map(|i| p.swap_remove(i))
     }
 
     /// Copies a host tensor to a fresh buffer (see the module doc for why fresh).

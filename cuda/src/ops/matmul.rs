@@ -105,8 +105,7 @@ pub(crate) struct Problem {
 
 /// The `ends` of a [`Problem`] over these tensors (C absent: 0).
 pub(crate) fn ends(a: &DevTensor, b: &DevTensor, c: Option<&DevTensor>, y: &DevTensor) -> [u64; 4] {
-    let end = |t: &DevTensor| t.ptr() + t.bytes() as u64;
-    [end(a), end(b), c.map_or(0, end), end(y)]
+    [a.end(), b.end(), c.map_or(0, DevTensor::end), y.end()]
 }
 
 type PtxCache = Mutex<HashMap<(TileCfg, (i32, i32)), Arc<String>>>;
@@ -268,7 +267,7 @@ pub(crate) fn run_gemm_with(run: &Run, p: &Problem, forced: Option<plan::Plan>) 
         None
     };
     let (y, y_end, ldy, ssy) = match &ws {
-        Some(w) => (w.ptr(), w.ptr() + w.bytes() as u64, p.n, nb * p.m * p.n),
+        Some(w) => (w.ptr(), w.end(), p.n, nb * p.m * p.n),
         None => (p.y, p.ends[3], p.ldy, 0),
     };
     if ws.is_some() {
