@@ -172,6 +172,20 @@ pub struct Footprint {
     pub weights: Vec<crate::cmdlog::Range>,
 }
 
+impl Footprint {
+    /// Every range the graph owns while it lives (all but the weights it only reads): what a
+    /// replay takes and publishes again.
+    pub fn owned(&self) -> Vec<crate::cmdlog::Range> {
+        self.inputs
+            .iter()
+            .flatten()
+            .chain(&self.outputs)
+            .chain(&self.device)
+            .copied()
+            .collect()
+    }
+}
+
 /// A run captured by a device: replays it on new inputs of the same shapes and dtypes.
 pub trait Replay: Send + Sync {
     /// What the graph touches, for the command log (empty where the device does not say).
@@ -186,12 +200,16 @@ pub trait Replay: Send + Sync {
     /// left staged; after the run, each [`Carry`] copies an output into an input's staging for the
     /// next replay, and that output comes back as `None` (no host tensor is built for it). A device
     /// that cannot carry replays plainly when there is nothing to carry, and declines otherwise.
+    /// With `log`, the device logs the host's writes of the inputs into the graph's staging, where
+    /// it made them (`crate::device::protocol::stage_replay_inputs`); the caller logs the rest.
     fn replay_carrying(
         &self,
         inputs: &[Option<&Tensor>],
         carry: &[Carry],
         counters: &Counters,
+        log: Option<&crate::cmdlog::CommandLog>,
     ) -> Result<Vec<Option<Tensor>>, DeviceError> {
+        let _ = log;
         let given: Option<Vec<&Tensor>> = inputs.iter().copied().collect();
         match given {
             Some(given) if carry.is_empty() => Ok(self

@@ -94,6 +94,11 @@ pub enum Command {
     /// comes after every return or publication of those bytes (the pool's or cache's lock orders
     /// the two hosts).
     Take { range: Range },
+    /// The work that follows relies on `range` holding bytes written by this run (a graph
+    /// replay's staged input, which must be this replay's input, not the one before): some access
+    /// of this run earlier in the log must have written every byte of it. `what` names the
+    /// expectation (which input).
+    Fresh { range: Range, what: String },
 }
 
 /// A run's commands as the backend issues them.

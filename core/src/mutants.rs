@@ -19,7 +19,8 @@ pub enum Mutant {
     StagingReuse,
     /// A step's event is recorded before its launch instead of after.
     RecordBeforeLaunch,
-    /// A graph replay writes its inputs where the graph does not read them (a stale address).
+    /// A graph replay does not stage the inputs it was given: the graph reads what its staging
+    /// held from the replay before.
     StaleReplayInput,
     /// The host reads a downloaded value without waiting for the copy.
     UnsyncedHostRead,
@@ -74,9 +75,8 @@ impl Mutant {
         }
     }
 
-    /// Whether the bug lives in graph replay, which the simulated device does not capture: the
-    /// device hunt's replay-against-eager comparison catches these, and `cargo test`'s hunt skips
-    /// them.
+    /// Whether the bug lives in graph replay: a hunt must capture graphs and replay them to see it
+    /// (`cargo test`'s on the simulated device, which captures as CUDA does).
     pub fn needs_capture(self) -> bool {
         matches!(self, Mutant::StaleReplayInput | Mutant::ConcurrentReplays)
     }

@@ -7,11 +7,10 @@ use super::memory::{self, DevBuf, tensor_bytes, tensor_from_bytes};
 use super::run::{Check, CudaDriver, Later};
 use super::{Device, Fault, KError, KResult};
 use quorum_core::backend::{Carry, Footprint};
-use quorum_core::cmdlog::Range;
+use quorum_core::cmdlog::{CommandLog, Range};
 use quorum_core::counters::Counters;
 use quorum_core::device::protocol;
 use quorum_core::error::OpError;
-use quorum_core::mutants::{self, Mutant};
 use quorum_core::tensor::Tensor;
 
 /// A run's device work captured as a graph, with the buffers, staging and output copies it uses at
@@ -86,7 +85,7 @@ impl Captured {
         counters: &Counters,
     ) -> KResult<Vec<Tensor>> {
         let inputs: Vec<Option<&Tensor>> = inputs.iter().map(|t| Some(*t)).collect();
-        self.replay_carrying(device, &inputs, &[], counters)?
+        self.replay_carrying(device, &inputs, &[], counters, None)?
             .into_iter()
             .map(|t| t.ok_or_else(|| KError::Op(OpError::Invalid("an output was not read".into()))))
             .collect()
@@ -103,44 +102,23 @@ impl Captured {
         inputs: &[Option<&Tensor>],
         carry: &[Carry],
         counters: &Counters,
+        log: Option<&CommandLog>,
     ) -> KResult<Vec<Option<Tensor>>> {
         let mut staging = self.staging.lock().unwrap_or_else(|e| e.into_inner());
-        for (i, t) in inputs.iter().enumerate() {
-            // Not given: its staging buffer holds what the previous replay carried into it, and
-            // the graph uploads that.
-            let Some(t) = t else {
-                if let Some(Some((_, n))) = self.uploads.get(i) {
-                    Counters::bump(&counters.h2d_bytes, *n as u64);
-                    Counters::bump(&counters.h2d_calls, 1);
-                }
-                continue;
-            };
+        let invalid = |msg: String| KError::Op(OpError::Invalid(msg));
+        protocol::stage_replay_inputs(inputs, &self.uploads, counters, log, invalid, |k, n, t| {
             let bytes = tensor_bytes(t)
                 .ok_or_else(|| KError::Decline(format!("{} values stay on the host", t.dtype())))?;
-            match self.uploads.get(i) {
-                Some(Some(_)) if mutants::active(Mutant::StaleReplayInput) => {
-                    // Written where the graph does not read: it replays the captured inputs.
-                }
-                Some(Some((k, n))) => {
-                    let pinned = &mut staging[*k];
-                    if *n != bytes.len() {
-                        return Err(KError::Op(OpError::Invalid(format!(
-                            "replay input {i} has {} bytes, the graph {n}",
-                            bytes.len()
-                        ))));
-                    }
-                    memory::stage(&mut pinned.as_mut_slice()[..bytes.len()], &bytes);
-                    Counters::bump(&counters.h2d_bytes, bytes.len() as u64);
-                    Counters::bump(&counters.h2d_calls, 1);
-                }
-                Some(None) if bytes.is_empty() => {}
-                _ => {
-                    return Err(KError::Op(OpError::Invalid(format!(
-                        "replay input {i} does not match the captured run"
-                    ))));
-                }
+            if n != bytes.len() {
+                return Err(invalid(format!(
+                    "a replay input has {} bytes, the graph's staging {n}",
+                    bytes.len()
+                )));
             }
-        }
+            let pinned = &mut staging[k];
+            memory::stage(&mut pinned.as_mut_slice()[..n], &bytes);
+            Ok(pinned.ptr as u64)
+        })?;
         let stream = device.take_stream()?;
         let ran = self
             .graph

@@ -279,9 +279,10 @@ impl Replay for CudaReplay {
         inputs: &[Option<&Tensor>],
         carry: &[quorum_core::backend::Carry],
         counters: &Counters,
+        log: Option<&quorum_core::cmdlog::CommandLog>,
     ) -> Result<Vec<Option<Tensor>>, DeviceError> {
         self.captured
-            .replay_carrying(&self.device, inputs, carry, counters)
+            .replay_carrying(&self.device, inputs, carry, counters, log)
             .map_err(device_error)
     }
 }

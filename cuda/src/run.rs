@@ -62,6 +62,10 @@ impl Driver for CudaDriver<'_> {
         KError::Fault(f)
     }
 
+    fn decline(msg: String) -> KError {
+        KError::Decline(msg)
+    }
+
     fn stream_id(&self, s: &Stream) -> u64 {
         s.raw as u64
     }
@@ -320,7 +324,8 @@ impl<'a> Run<'a> {
     /// Uploads a weight outside the run's own buffers (it lives in the session's cache) and waits for
     /// the copy, so that other runs may read it at once.
     pub fn upload_weight(&self, t: &Tensor) -> KResult<DevTensor> {
-        self.not_capturing("a weight that is not resident yet")?;
+        self.proto
+            .not_capturing("a weight that is not resident yet")?;
         let bytes = tensor_bytes(t)
             .ok_or_else(|| KError::Decline(format!("{} values stay on the host", t.dtype())))?;
         let buf = self
@@ -336,7 +341,6 @@ impl<'a> Run<'a> {
     /// Copies a device tensor back: the copy follows the work before it on the current stream, and
     /// the host waits for that copy alone.
     pub fn download(&self, d: &DevTensor) -> KResult<Tensor> {
-        self.not_capturing("a host read of a device value")?;
         let n = d.bytes();
         let shaped = Shaped {
             dtype: d.dtype,
@@ -371,14 +375,6 @@ impl<'a> Run<'a> {
             shape: d.shape.clone(),
         };
         self.proto.download_later(d.ptr(), d.bytes(), what)
-    }
-
-    /// A capture cannot hold `what` (it would wait for the device mid-run).
-    fn not_capturing(&self, what: &str) -> KResult<()> {
-        if self.proto.capturing() {
-            return Err(KError::Decline(format!("graph capture: {what}")));
-        }
-        Ok(())
     }
 
     /// Starts capturing the run's device work: the first stream captures, the others join it
@@ -480,17 +476,7 @@ impl<'a> Run<'a> {
             return Err(KError::Fault(f));
         }
         if self.proto.logging() {
-            // The graph's memory is the replays' from here: each replay takes it after this.
-            let fp = captured.footprint();
-            for range in fp
-                .inputs
-                .iter()
-                .flatten()
-                .chain(&fp.outputs)
-                .chain(&fp.device)
-            {
-                self.proto.push(Command::Publish { range: *range });
-            }
+            self.proto.publish_footprint(&captured.footprint());
         }
         Ok((outputs, captured))
     }
@@ -613,7 +599,6 @@ impl<'a> Run<'a> {
 
     /// Waits for every stream of the run.
     pub fn synchronize(&self) -> KResult<()> {
-        self.not_capturing("a synchronisation")?;
         self.proto.synchronize()
     }
 }

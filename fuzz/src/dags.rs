@@ -95,6 +95,26 @@ fn rand(rng: &mut Rng, shape: &[usize]) -> Tensor {
     Tensor::from_f32(shape, (0..n).map(|_| rng.uniform() as f32).collect()).unwrap()
 }
 
+/// The `v`-th variant of a DAG's inputs: the same names and shapes, each element `x` as
+/// `x·(1 + v/4) − v/8` (variant 0 is the inputs themselves), so that runs of one shape key on
+/// different variants give different results (a replay that read the inputs before shows).
+pub fn variant(inputs: &[(String, Value)], v: u64) -> Vec<(String, Value)> {
+    inputs
+        .iter()
+        .map(|(n, x)| {
+            let t = x.as_tensor().expect("a DAG's inputs are tensors");
+            let shifted: Vec<f32> = t
+                .to_f64_vec()
+                .expect("f32 inputs")
+                .iter()
+                .map(|&e| (e as f32) * (1.0 + v as f32 * 0.25) - v as f32 * 0.125)
+                .collect();
+            let t = Tensor::from_f32(t.shape(), shifted).expect("the same shape");
+            (n.clone(), Value::Tensor(t))
+        })
+        .collect()
+}
+
 /// A random DAG of `size` nodes over `rows` rows; widths drawn from a few values so shapes repeat.
 pub fn generate(seed: u64, size: usize) -> Dag {
     let mut rng = Rng::new(seed);

@@ -111,10 +111,64 @@ impl fmt::Display for AfterRelease {
     }
 }
 
+/// A [`Command::Fresh`] expectation that the run's own writes do not meet: the bytes the work
+/// after it reads were last written by someone else (a replay's input staged by the replay before,
+/// say), whatever the timing.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stale {
+    /// The expectation's command and what it names.
+    pub index: usize,
+    pub what: String,
+    /// The first bytes of the range that no write of the run covers.
+    pub range: Range,
+}
+
+impl fmt::Display for Stale {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "stale read of {:?} bytes {:#x}..{:#x}: command {} expects {} written by this run, and \
+             nothing of the run wrote them",
+            self.range.space,
+            self.range.start,
+            self.range.start + self.range.len,
+            self.index,
+            self.what
+        )
+    }
+}
+
+/// The first part of `want` that `writes` (in any order, overlapping or not) leave uncovered.
+fn uncovered(want: &Range, writes: &[Range]) -> Option<Range> {
+    let mut parts: Vec<(u64, u64)> = writes
+        .iter()
+        .filter(|w| w.overlaps(want))
+        .map(|w| (w.start, w.start.saturating_add(w.len)))
+        .collect();
+    parts.sort_unstable();
+    let end = want.start.saturating_add(want.len);
+    let mut at = want.start;
+    let mut hole_end = end;
+    for (s, e) in parts {
+        if s > at {
+            hole_end = s.min(end);
+            break;
+        }
+        at = at.max(e);
+    }
+    (at < end).then(|| Range {
+        space: want.space,
+        start: at,
+        len: hole_end - at,
+    })
+}
+
 /// What the checker found in one log.
 #[derive(Debug, Clone, Default)]
 pub struct Report {
     pub races: Vec<Race>,
+    /// Expectations of bytes written by the run itself that its writes do not meet.
+    pub stale: Vec<Stale>,
     /// Accesses to released bytes (at most `max_races` of them listed, like races).
     pub after_release: Vec<AfterRelease>,
     /// Waits on events never recorded (a no-op on the device, almost surely a bug).
@@ -129,6 +183,7 @@ impl Report {
             .first()
             .map(|r| r.to_string())
             .or_else(|| self.after_release.first().map(|a| a.to_string()))
+            .or_else(|| self.stale.first().map(|a| a.to_string()))
             .or_else(|| {
                 self.unrecorded_waits
                     .first()
@@ -137,7 +192,10 @@ impl Report {
     }
 
     pub fn is_clean(&self) -> bool {
-        self.races.is_empty() && self.unrecorded_waits.is_empty() && self.after_release.is_empty()
+        self.races.is_empty()
+            && self.unrecorded_waits.is_empty()
+            && self.after_release.is_empty()
+            && self.stale.is_empty()
     }
 }
 
@@ -194,6 +252,8 @@ fn check_tagged(log: &[(u64, &Command)], max_races: usize) -> Report {
     // What a host had seen when it returned or published bytes: a host that takes any of them
     // later joins it.
     let mut shared: HashMap<Range, Clock> = HashMap::new();
+    // Every range each run's own work wrote so far (for `Fresh`).
+    let mut written: HashMap<u64, Vec<Range>> = HashMap::new();
     let mut report = Report::default();
     for (index, &(run, c)) in log.iter().enumerate() {
         let host = Who::Host(run);
@@ -240,6 +300,12 @@ fn check_tagged(log: &[(u64, &Command)], max_races: usize) -> Report {
             Command::Access {
                 by, reads, writes, ..
             } => {
+                if matches!(log[index].1, Command::Access { .. }) {
+                    written
+                        .entry(run)
+                        .or_default()
+                        .extend(writes.iter().copied());
+                }
                 let by = match by {
                     Agent::Stream(s) => Who::Stream(*s),
                     Agent::Host => host,
@@ -340,6 +406,18 @@ fn check_tagged(log: &[(u64, &Command)], max_races: usize) -> Report {
             // whatever the order.
             Command::Release { range } => released.push((*range, index)),
             Command::Alloc { range, .. } => released.retain(|(r, _)| !r.overlaps(range)),
+            Command::Fresh { range, what } => {
+                let mine = written.get(&run).map_or(&[][..], Vec::as_slice);
+                if let Some(hole) = uncovered(range, mine)
+                    && report.stale.len() < max_races
+                {
+                    report.stale.push(Stale {
+                        index,
+                        what: what.clone(),
+                        range: hole,
+                    });
+                }
+            }
             // Handled above.
             Command::Return { .. } | Command::Publish { .. } | Command::Take { .. } => {}
         }
@@ -634,5 +712,37 @@ mod tests {
             event: 77,
         }];
         assert_eq!(check(&log, 10).unrecorded_waits, vec![0]);
+    }
+
+    #[test]
+    fn fresh_bytes_must_be_written_by_the_run_itself() {
+        let staging = Range::pinned(0x1000, 64);
+        let stage = |start: u64, len: u64| Command::Access {
+            by: Agent::Host,
+            what: "stage".into(),
+            node: String::new(),
+            reads: vec![],
+            writes: vec![Range::pinned(start, len)],
+        };
+        let fresh = Command::Fresh {
+            range: staging,
+            what: "input 0".into(),
+        };
+        // Written in two pieces by this run: met.
+        let ok = vec![stage(0x1020, 32), stage(0x1000, 32), fresh.clone()];
+        assert!(check(&ok, 10).is_clean());
+        // Half written: the hole is named.
+        let half = check(&[stage(0x1000, 32), fresh.clone()], 10);
+        assert_eq!(half.stale.len(), 1);
+        assert_eq!(half.stale[0].range, Range::pinned(0x1020, 32));
+        assert!(half.first().unwrap().contains("input 0"), "{half:?}");
+        // A gap in the middle is the first hole.
+        let gap = check(&[stage(0x1000, 16), stage(0x1030, 16), fresh.clone()], 10);
+        assert_eq!(gap.stale[0].range, Range::pinned(0x1010, 32));
+        // Written by an earlier run (the replay before): stale, however ordered.
+        let runs = vec![vec![stage(0x1000, 64)], vec![fresh.clone()]];
+        assert_eq!(check_runs(&runs, 10).stale.len(), 1);
+        // Written after the expectation: stale too.
+        assert_eq!(check(&[fresh, stage(0x1000, 64)], 10).stale.len(), 1);
     }
 }

@@ -92,6 +92,10 @@ impl Driver for Fake {
         DeviceError::Fault(f)
     }
 
+    fn decline(msg: String) -> DeviceError {
+        DeviceError::Decline(msg)
+    }
+
     fn stream_id(&self, s: &u64) -> u64 {
         *s
     }

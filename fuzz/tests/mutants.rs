@@ -3,14 +3,15 @@
 //! several streams, and the unmutated build must give no report over the same cases. One test, so
 //! that the process-wide switch is never flipped under another test's feet. The simulated device
 //! runs the run protocol CUDA runs (`quorum::device::protocol`), so a bug injected there is the
-//! same bug on both. The replay mutants (`Mutant::needs_capture`) are the exception: the simulated
-//! device captures no graph, and the device fuzzer's replay-against-eager comparison catches them
-//! (`device-tests/tests/gpu/fuzz_streams.rs`). What a run does after a failed synchronisation is
-//! hunted with failures injected into the simulated device's synchronisations.
+//! same bug on both; it captures graphs as CUDA does, and the replay mutants
+//! (`Mutant::needs_capture`) are hunted with capture on. What a run does after a failed
+//! synchronisation is hunted with failures injected into the simulated device's
+//! synchronisations.
 #![forbid(unsafe_code)]
 use std::time::Instant;
 
 use quorum::mutants::{Mutant, fail_syncs_from, inject};
+use quorum::session::GraphCapture;
 use quorum::{Provider, Session, SessionOptions};
 use quorum_fuzz::{dags, hb};
 
@@ -27,6 +28,9 @@ enum Hunt {
     FailingSyncs,
     /// Three threads running two runs each at once; the session's log checked as issued.
     Concurrent,
+    /// Graph capture on: warm-up runs, a capture, then replays on other inputs, one after the
+    /// other; each log checked, and all together.
+    Replays,
 }
 
 /// Runs cases until the checker reports something; returns (cases run, commands checked, the
@@ -42,6 +46,11 @@ fn hunt(how: Hunt) -> (usize, usize, Option<String>) {
             streams,
             command_log: true,
             poison_device_buffers: Some(0xff),
+            graph_capture: if how == Hunt::Replays {
+                GraphCapture::On
+            } else {
+                GraphCapture::Off
+            },
             ..Default::default()
         };
         let s = Session::from_bytes(&dag.bytes, options).unwrap();
@@ -65,8 +74,9 @@ fn hunt(how: Hunt) -> (usize, usize, Option<String>) {
             }
             continue;
         }
-        for _ in 0..2 {
-            let ran = s.run(dag.inputs.clone());
+        let runs = if how == Hunt::Replays { 6 } else { 2 };
+        for r in 0..runs {
+            let ran = s.run(dags::variant(&dag.inputs, r % 2));
             assert!(failing || ran.is_ok(), "{:?}", ran.err());
         }
         fail_syncs_from(0);
@@ -89,7 +99,12 @@ fn hunt(how: Hunt) -> (usize, usize, Option<String>) {
 #[test]
 fn every_injected_race_is_caught_and_the_clean_build_reports_nothing() {
     inject(None);
-    for how in [Hunt::Sequential, Hunt::FailingSyncs, Hunt::Concurrent] {
+    for how in [
+        Hunt::Sequential,
+        Hunt::FailingSyncs,
+        Hunt::Concurrent,
+        Hunt::Replays,
+    ] {
         let (cases, commands, found) = hunt(how);
         assert_eq!(
             found, None,
@@ -99,13 +114,12 @@ fn every_injected_race_is_caught_and_the_clean_build_reports_nothing() {
     }
     let mut missed = Vec::new();
     for m in Mutant::ALL {
-        if m.needs_capture() || m.wgpu_only() {
-            // Inside a graph replay, which the simulated device does not capture: the device
-            // fuzzer's replay-against-eager comparison is what catches it. A wgpu bug: the wgpu
-            // hunt (`wgpu_log.rs`) catches it.
+        if m.wgpu_only() {
+            // A wgpu bug: the wgpu hunt (`wgpu_log.rs`) catches it.
             continue;
         }
         let how = match m {
+            _ if m.needs_capture() => Hunt::Replays,
             Mutant::StagingAfterFailedSync => Hunt::FailingSyncs,
             // Within a run the executor orders a weight's readers after its upload; another run
             // at the same time has only the weight cache to order it.

@@ -8,23 +8,27 @@
 //! schedule are CUDA's. `--provider sim` (never chosen by `auto`).
 #![forbid(unsafe_code)]
 use std::any::Any;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use quorum_core::backend::{
     Backend, Claim, DeviceError, DeviceRun, DeviceSession, DeviceTensor, Fault, NodeInputs,
-    Provider,
+    Provider, Replay,
 };
-use quorum_core::cmdlog::{CommandLog, Range};
+use quorum_core::cmdlog::{Agent, CommandLog, Range};
 use quorum_core::counters::Counters;
-use quorum_core::device::protocol::{Buffer, Driver, RunProtocol};
+use quorum_core::device::protocol::{Buffer, CaptureLog, Driver, RunProtocol};
 use quorum_core::freelist::size_class;
 use quorum_core::ir::{Attr, Node};
 use quorum_core::mutants;
 use quorum_core::ops::{Kernel, OpCtx, Registry};
 use quorum_core::tensor::{Tensor, Value};
+
+mod capture;
+
+use capture::{Launch, Recording, SimReplay, Step};
 
 /// The simulated device (registered in `quorum::providers::backend`).
 pub struct SimBackend;
@@ -136,11 +140,45 @@ struct SimMem {
     bytes: u64,
 }
 
+/// The value a simulated buffer holds (shared with a captured graph's steps, which write and read
+/// it again on each replay).
+type Slot = Arc<Mutex<Option<Arc<Value>>>>;
+
+/// The value in `slot`, under `shape` (a view's buffer holds its source's value).
+fn read(slot: &Slot, shape: &[usize]) -> Result<Arc<Value>, DeviceError> {
+    let v = slot
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone()
+        .ok_or_else(|| {
+            DeviceError::Device("a simulated buffer read before it was written".into())
+        })?;
+    match &*v {
+        Value::Tensor(t) if t.shape() != shape => Ok(Arc::new(Value::Tensor(t.reshape(shape)?))),
+        _ => Ok(v),
+    }
+}
+
+/// Runs a kernel as the simulated device does, with [`BREAK_VAR`]'s error where `broken`.
+fn run_kernel(
+    kernel: Kernel,
+    ctx: &OpCtx,
+    inputs: &[Option<&Value>],
+    broken_op: bool,
+) -> Result<Vec<Value>, DeviceError> {
+    let mut outs = kernel(ctx, inputs)?;
+    if broken_op && !outs.is_empty() {
+        let first = outs.remove(0);
+        outs.insert(0, broken(first)?);
+    }
+    Ok(outs)
+}
+
 /// A simulated buffer: its memory and the value it holds; the memory goes back to the device's
 /// pool when the last handle drops, as a CUDA buffer's does.
 struct SimBuf {
     mem: Option<SimMem>,
-    value: Mutex<Option<Arc<Value>>>,
+    value: Slot,
     pool: Arc<Shared>,
 }
 
@@ -229,6 +267,10 @@ impl Driver for SimDriver {
         DeviceError::Fault(f)
     }
 
+    fn decline(msg: String) -> DeviceError {
+        DeviceError::Decline(msg)
+    }
+
     fn stream_id(&self, s: &u64) -> u64 {
         *s
     }
@@ -298,7 +340,7 @@ impl Driver for SimDriver {
     fn wrap(&self, m: SimMem) -> SimBuf {
         SimBuf {
             mem: Some(m),
-            value: Mutex::new(None),
+            value: Slot::default(),
             pool: self.shared.clone(),
         }
     }
@@ -351,6 +393,7 @@ impl DeviceSession for SimSession {
             session: self,
             index,
             proto: RunProtocol::new(driver, streams, counters, poison),
+            capture: RefCell::new(None),
         }))
     }
 }
@@ -359,6 +402,8 @@ struct SimRun<'s> {
     session: &'s SimSession,
     index: usize,
     proto: RunProtocol<'s, SimDriver>,
+    /// The steps of a capture in progress.
+    capture: RefCell<Option<Recording>>,
 }
 
 /// The scratch a CUDA kernel of this node may use, in bytes (`None` for kernels without): a split-K
@@ -410,20 +455,7 @@ impl SimRun<'_> {
 
     /// The value `d` holds, under `d`'s shape (a view's buffer holds its source's value).
     fn value(d: &DeviceTensor, buf: &SimBuf) -> Result<Arc<Value>, DeviceError> {
-        let v = buf
-            .value
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-            .ok_or_else(|| {
-                DeviceError::Device("a simulated buffer read before it was written".into())
-            })?;
-        match &*v {
-            Value::Tensor(t) if t.shape() != d.shape.as_slice() => {
-                Ok(Arc::new(Value::Tensor(t.reshape(&d.shape)?)))
-            }
-            _ => Ok(v),
-        }
+        read(&buf.value, &d.shape)
     }
 
     fn tensor(d: &DeviceTensor, buf: &SimBuf) -> Result<Tensor, DeviceError> {
@@ -449,15 +481,20 @@ impl DeviceRun for SimRun<'_> {
         self.proto.set_stream(stream);
         self.proto.begin_node(&ctx.node.name);
         let mut values = Vec::with_capacity(inputs.len());
+        let mut read_slots = Vec::with_capacity(inputs.len());
         let mut reads = Vec::new();
         let mut first = None;
         for i in 0..inputs.len() {
             match inputs.device(i)? {
-                None => values.push(None),
+                None => {
+                    values.push(None);
+                    read_slots.push(None);
+                }
                 Some(d) => {
                     let buf = Self::unwrap(&d)?;
                     reads.push(buf.range());
                     values.push(Some(Self::value(&d, &buf)?));
+                    read_slots.push(Some((buf.value.clone(), d.shape.clone())));
                     if i == 0 {
                         first = Some(buf);
                     }
@@ -465,11 +502,8 @@ impl DeviceRun for SimRun<'_> {
             }
         }
         let refs: Vec<Option<&Value>> = values.iter().map(|v| v.as_deref()).collect();
-        let mut outs = kernel(ctx, &refs)?;
-        if self.session.broken.as_deref() == Some(ctx.node.op_type.as_str()) && !outs.is_empty() {
-            let first = outs.remove(0);
-            outs.insert(0, broken(first)?);
-        }
+        let broken_op = self.session.broken.as_deref() == Some(ctx.node.op_type.as_str());
+        let outs = run_kernel(*kernel, ctx, &refs, broken_op)?;
         // A view, as CUDA makes it: the output is the input's buffer, nothing runs.
         if let (true, Some(buf), [Value::Tensor(t)]) = (is_view(ctx.node), first, outs.as_slice()) {
             return Ok(vec![self.wrap(buf, t)]);
@@ -485,6 +519,20 @@ impl DeviceRun for SimRun<'_> {
             let d = self.wrap(buf.clone(), t);
             buf.set(Arc::new(v));
             devs.push(d);
+        }
+        if let Some(rec) = self.capture.borrow_mut().as_mut() {
+            let outputs = devs
+                .iter()
+                .map(|d| Self::unwrap(d).map(|b| b.value.clone()))
+                .collect::<Result<_, _>>()?;
+            rec.steps.push(Step::Launch(Box::new(Launch {
+                kernel: *kernel,
+                node: ctx.node.clone(),
+                max_tensor_bytes: ctx.max_tensor_bytes,
+                broken: broken_op,
+                inputs: read_slots,
+                outputs,
+            })));
         }
         match scratch_bytes(ctx.node, &writes) {
             // As CUDA's split-K GEMM, reductions and norms do: outputs first, then a scratch
@@ -511,6 +559,13 @@ impl DeviceRun for SimRun<'_> {
         let buf = self.proto.alloc(bytes)?;
         self.proto.upload(buf.start(), bytes, |_| {})?;
         buf.set(Arc::new(Value::Tensor(t.clone())));
+        if let Some(rec) = self.capture.borrow_mut().as_mut() {
+            rec.steps.push(Step::Upload {
+                upload: rec.uploaded.len(),
+                slot: buf.value.clone(),
+            });
+            rec.uploaded.push(t.clone());
+        }
         Ok(self.wrap(buf, t))
     }
 
@@ -554,7 +609,11 @@ impl DeviceRun for SimRun<'_> {
         let buf = Self::unwrap(d)?;
         self.proto.set_stream(d.stream);
         let t = Self::tensor(d, &buf)?;
-        self.proto.download_later(buf.start(), bytes_of_dev(d), t)
+        let at = self.proto.download_later(buf.start(), bytes_of_dev(d), t)?;
+        if let Some(rec) = self.capture.borrow_mut().as_mut() {
+            rec.later.push((buf.value.clone(), d.shape.clone()));
+        }
+        Ok(at)
     }
 
     fn record(&self, stream: usize, event: usize) -> Result<(), DeviceError> {
@@ -579,5 +638,69 @@ impl DeviceRun for SimRun<'_> {
 
     fn attach_log(&self, log: Arc<CommandLog>) {
         self.proto.attach_log(log);
+    }
+
+    fn begin_capture(&self) -> Result<(), DeviceError> {
+        self.proto.set_stream(0);
+        self.proto.set_capture(Some(CaptureLog::default()));
+        *self.capture.borrow_mut() = Some(Recording::default());
+        Ok(())
+    }
+
+    fn abort_capture(&self) {
+        self.proto.set_capture(None);
+        self.capture.borrow_mut().take();
+    }
+
+    fn end_capture(&self) -> Result<(Vec<Tensor>, Box<dyn Replay>), DeviceError> {
+        let (Some(log), Some(rec)) = (
+            self.proto.set_capture(None),
+            self.capture.borrow_mut().take(),
+        ) else {
+            return Err(DeviceError::Device("no capture in progress".into()));
+        };
+        // The captured work runs once (here it already has): the host waits for it and reads
+        // the outputs.
+        self.proto.synchronize()?;
+        let held = self.proto.take_held();
+        let mut outputs = Vec::with_capacity(held.later.len());
+        let (mut copies, mut copy_bytes) = (Vec::new(), Vec::new());
+        for l in held.later {
+            if l.bytes > 0 {
+                self.proto.log_access(
+                    Agent::Host,
+                    "read",
+                    vec![Range::pinned(l.pinned.start, l.bytes as u64)],
+                    vec![],
+                );
+            }
+            outputs.push(l.what);
+            copies.push(l.pinned);
+            copy_bytes.push(l.bytes);
+        }
+        // What each staging buffer holds after the captured run: its upload's tensor.
+        let mut staged = vec![None; held.staging.len()];
+        for (u, t) in log.uploads.iter().zip(rec.uploaded) {
+            if let Some((k, _)) = u {
+                staged[*k] = Some(t);
+            }
+        }
+        let replay = SimReplay {
+            steps: rec.steps,
+            later: rec.later,
+            uploads: log.uploads,
+            staged: Mutex::new(staged),
+            staging: held.staging,
+            copies,
+            copy_bytes,
+            buffers: held.buffers,
+            resident: held.resident,
+            parked: held.parked,
+            shared: self.session.shared.clone(),
+        };
+        if self.proto.logging() {
+            self.proto.publish_footprint(&replay.footprint());
+        }
+        Ok((outputs, Box::new(replay)))
     }
 }

@@ -23,6 +23,8 @@ use std::sync::Arc;
 mod copies;
 mod end;
 
+pub use end::stage_replay_inputs;
+
 use crate::backend::Fault;
 use crate::cmdlog::{Agent, Command, CommandLog, Range};
 use crate::counters::Counters;
@@ -55,6 +57,8 @@ pub trait Driver {
     fn invalid(msg: String) -> Self::Error;
     /// A raised device check as the run's error.
     fn fault(f: Fault) -> Self::Error;
+    /// Work the device declines (the caller falls back or refuses a capture), in the driver's type.
+    fn decline(msg: String) -> Self::Error;
 
     /// Names for the command log.
     fn stream_id(&self, s: &Self::Stream) -> u64;
@@ -517,6 +521,7 @@ impl<'a, D: Driver> RunProtocol<'a, D> {
         n: usize,
         copy: impl FnOnce(&D::Stream, u64) -> Result<(), D::Error>,
     ) -> Result<Arc<D::Buf>, D::Error> {
+        self.not_capturing("a weight that is not resident yet")?;
         let mem = self.driver.take_mem(n, self.counters)?;
         let (ptr, len) = self.driver.mem_range(&mem);
         let whole = Range::device(ptr, len);

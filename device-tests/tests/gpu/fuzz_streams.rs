@@ -122,23 +122,7 @@ fn case(seed: u64) -> Found {
     type Inputs = Vec<(String, Value)>;
     let variants: Vec<(Inputs, Vec<Vec<u64>>)> = (0..4u64)
         .map(|v| {
-            let inputs: Inputs = dag
-                .inputs
-                .iter()
-                .map(|(n, x)| {
-                    let t = x.as_tensor().unwrap();
-                    let shifted: Vec<f32> = t
-                        .to_f64_vec()
-                        .unwrap()
-                        .iter()
-                        .map(|&e| (e as f32) * (1.0 + v as f32 * 0.25) - v as f32 * 0.125)
-                        .collect();
-                    (
-                        n.clone(),
-                        Value::Tensor(quorum::Tensor::from_f32(t.shape(), shifted).unwrap()),
-                    )
-                })
-                .collect();
+            let inputs: Inputs = dags::variant(&dag.inputs, v);
             let want = match one.run(inputs.clone()) {
                 Ok(o) => bits(&o),
                 Err(e) => {

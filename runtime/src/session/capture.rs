@@ -395,11 +395,16 @@ impl Captured {
         if let Some((_, log, _, fp)) = &logged
             && locked
         {
-            for range in footprint_ranges(fp) {
+            for range in fp.owned() {
                 log.push(Command::Take { range });
             }
         }
-        let outs = replay.replay_carrying(&ordered, &carries, counters);
+        let outs = replay.replay_carrying(
+            &ordered,
+            &carries,
+            counters,
+            logged.as_ref().map(|(_, log, _, _)| &**log),
+        );
         if let Some((sink, log, run, fp)) = &logged {
             log_replay(log, *run, fp, &ordered, &carries, locked);
             sink.end(log);
@@ -432,21 +437,12 @@ impl Captured {
     }
 }
 
-/// Every range of a graph's footprint but the weights it only reads.
-fn footprint_ranges(fp: &Footprint) -> Vec<Range> {
-    fp.inputs
-        .iter()
-        .flatten()
-        .chain(&fp.outputs)
-        .chain(&fp.device)
-        .copied()
-        .collect()
-}
-
-/// A replay as the command log sees it: the host stages the inputs it was given, the graph runs
-/// on a stream of its own (reading its inputs' staging and the weights, writing its buffers and
-/// output copies), the host waits for it, carries outputs into staging and reads the outputs; then
-/// (under the replay's locks) it publishes the graph's memory for the next replay.
+/// A replay as the command log sees it, after the device logged its staging of the inputs it was
+/// given: those inputs' staging must hold this replay's bytes (`Fresh`: a device that staged them
+/// elsewhere, or not at all, replays the inputs before); the graph runs on a stream of its own
+/// (reading its inputs' staging and the weights, writing its buffers and output copies), the host
+/// waits for it, carries outputs into staging and reads the outputs; then (under the replay's
+/// locks) it publishes the graph's memory for the next replay.
 fn log_replay(
     log: &CommandLog,
     run: u64,
@@ -462,12 +458,14 @@ fn log_replay(
         reads,
         writes,
     };
-    let staged: Vec<Range> = given
-        .iter()
-        .zip(&fp.inputs)
-        .filter_map(|(t, r)| t.and(*r))
-        .collect();
-    log.push(host("stage", vec![], staged));
+    for (i, (t, r)) in given.iter().zip(&fp.inputs).enumerate() {
+        if let (Some(_), Some(range)) = (t, r) {
+            log.push(Command::Fresh {
+                range: *range,
+                what: format!("replay input {i}"),
+            });
+        }
+    }
     let stream = 1 << 63 | run;
     log.push(Command::Access {
         by: Agent::Stream(stream),
@@ -490,7 +488,7 @@ fn log_replay(
     }
     log.push(host("read", fp.outputs.clone(), vec![]));
     if locked {
-        for range in footprint_ranges(fp) {
+        for range in fp.owned() {
             log.push(Command::Publish { range });
         }
     }

@@ -56,6 +56,7 @@ impl<D: Driver> RunProtocol<'_, D> {
         n: usize,
         read: impl FnOnce(&D::Pinned) -> T,
     ) -> Result<T, D::Error> {
+        self.not_capturing("a host read of a device value")?;
         let pinned = self.copy_back(src, n)?;
         if n > 0 {
             let staged = Range::pinned(self.driver.pinned_range(&pinned).0, n as u64);
@@ -148,6 +149,7 @@ impl<D: Driver> RunProtocol<'_, D> {
 
     /// Waits for every stream of the run.
     pub fn synchronize(&self) -> Result<(), D::Error> {
+        self.not_capturing("a synchronisation")?;
         for s in &self.streams {
             self.driver.sync_stream(s)?;
             self.push(Command::SyncStream {

@@ -1,8 +1,11 @@
 //! The end of a run in the run protocol: everything it holds handed to a captured graph, or, when
 //! the run is dropped, its streams synchronised and what it held returned to the shared pools (or
 //! leaked after a failed synchronisation).
-use crate::cmdlog::{Command, Range};
+use crate::backend::Footprint;
+use crate::cmdlog::{Agent, Command, CommandLog, Range};
+use crate::counters::Counters;
 use crate::mutants::{self, Mutant};
+use crate::tensor::Tensor;
 
 use super::{Buffer, CaptureLog, Driver, Held, RunProtocol};
 
@@ -15,6 +18,23 @@ impl<D: Driver> RunProtocol<'_, D> {
 
     pub fn set_capture(&self, c: Option<CaptureLog<D::Event>>) -> Option<CaptureLog<D::Event>> {
         std::mem::replace(&mut *self.capture.borrow_mut(), c)
+    }
+
+    /// A capture cannot hold `what`: it would wait for the device mid-run (declined, which
+    /// refuses the capture).
+    pub fn not_capturing(&self, what: &str) -> Result<(), D::Error> {
+        if self.capturing() {
+            return Err(D::decline(format!("graph capture: {what}")));
+        }
+        Ok(())
+    }
+
+    /// Logs the end of a capture: the graph's memory is the replays' from here (each replay takes
+    /// it after this point).
+    pub fn publish_footprint(&self, fp: &Footprint) {
+        for range in fp.owned() {
+            self.push(Command::Publish { range });
+        }
     }
 
     /// Everything the run holds, for a captured graph to keep (it owns them from here).
@@ -46,6 +66,62 @@ impl<D: Driver> RunProtocol<'_, D> {
             events,
         }
     }
+}
+
+/// The host's side of a replay's inputs, for every device that captures graphs: each given input
+/// (`inputs[i]`, the captured run's `i`-th upload) is written into its staging by `write`, which
+/// gets the staging's index and length from `uploads` (the capture's
+/// [`CaptureLog::uploads`](super::CaptureLog)) and returns the address it wrote at; that write is
+/// logged as the host's. An input not given keeps what its staging holds (the previous replay's
+/// carry), and is counted as moved all the same (the graph copies it). The
+/// [`Mutant::StaleReplayInput`] bug writes nothing, so that the graph reads the inputs of the
+/// replay before.
+pub fn stage_replay_inputs<E>(
+    inputs: &[Option<&Tensor>],
+    uploads: &[Option<(usize, usize)>],
+    counters: &Counters,
+    log: Option<&CommandLog>,
+    invalid: impl Fn(String) -> E,
+    mut write: impl FnMut(usize, usize, &Tensor) -> Result<u64, E>,
+) -> Result<(), E> {
+    if inputs.len() > uploads.len() {
+        return Err(invalid(format!(
+            "{} replay inputs, the captured run uploaded {}",
+            inputs.len(),
+            uploads.len()
+        )));
+    }
+    for (i, (t, up)) in inputs.iter().zip(uploads).enumerate() {
+        let (t, Some((k, n))) = (t, up) else {
+            match t {
+                Some(t) if !t.is_empty() => {
+                    return Err(invalid(format!(
+                        "replay input {i} has elements, the captured run's had none"
+                    )));
+                }
+                _ => continue,
+            }
+        };
+        Counters::bump(&counters.h2d_bytes, *n as u64);
+        Counters::bump(&counters.h2d_calls, 1);
+        let Some(t) = t else {
+            continue;
+        };
+        if mutants::active(Mutant::StaleReplayInput) {
+            continue;
+        }
+        let at = write(*k, *n, t)?;
+        if let Some(log) = log {
+            log.push(Command::Access {
+                by: Agent::Host,
+                what: "stage".into(),
+                node: String::new(),
+                reads: vec![],
+                writes: vec![Range::pinned(at, *n as u64)],
+            });
+        }
+    }
+    Ok(())
 }
 
 impl<D: Driver> RunProtocol<'_, D> {
