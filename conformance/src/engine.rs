@@ -320,7 +320,7 @@ pub fn cuda_device() -> Option<String> {
 pub fn device_name(p: quorum::Provider) -> Option<String> {
     let backend = quorum::providers::backend(p)?;
     backend.available().ok()?;
-    Some(backend.open().ok()?.device_name())
+    Some(backend.open(&Default::default()).ok()?.device_name())
 }
 
 /// Every engine this build knows, available or not.

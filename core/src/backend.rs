@@ -57,6 +57,47 @@ impl std::fmt::Debug for Claim {
 }
 
 /// A kind of accelerator.
+pub use quorum_oracle::arbitrate::Operands;
+
+/// The arithmetic a session lets its accelerators use for the products of f32 operands (matrix
+/// products and the convolutions done as them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Precision {
+    /// Every product of exact f32 operands (the default).
+    #[default]
+    F32,
+    /// Products may round their operands to TF32 (10 explicit mantissa bits) on tensor cores, as
+    /// onnxruntime's CUDA provider and PyTorch allow; sums stay f32. A node whose kernel did is
+    /// verified under that declaration (`DeviceRun::operands`).
+    Tf32,
+}
+
+impl std::str::FromStr for Precision {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "f32" | "fp32" | "exact" => Ok(Precision::F32),
+            "tf32" => Ok(Precision::Tf32),
+            other => Err(format!("precision '{other}' is not one of f32, tf32")),
+        }
+    }
+}
+
+impl Precision {
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::F32 => "f32",
+            Precision::Tf32 => "tf32",
+        }
+    }
+}
+
+/// What a session asks of an accelerator when it opens it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DeviceOptions {
+    pub precision: Precision,
+}
+
 pub trait Backend: Send + Sync {
     fn provider(&self) -> Provider;
     /// Whether a device is present and usable here (`Err` says why not).
@@ -69,7 +110,7 @@ pub trait Backend: Send + Sync {
     /// declines it (shown by `quorum info`).
     fn claim(&self, node: &Node) -> Result<Claim, String>;
     /// The device side of one session.
-    fn open(&self) -> Result<Arc<dyn DeviceSession>, String>;
+    fn open(&self, options: &DeviceOptions) -> Result<Arc<dyn DeviceSession>, String>;
 }
 
 /// What an accelerator keeps for the life of a session: the device and the session's resident
@@ -146,6 +187,12 @@ pub trait DeviceRun {
     }
     /// Abandons a capture begun with [`DeviceRun::begin_capture`]: nothing captured runs.
     fn abort_capture(&self) {}
+    /// How the products of the last [`DeviceRun::launch`] took their operands: exact, or rounded
+    /// (TF32 on tensor cores, where the session allows it). Verification judges the node's
+    /// outputs under this declaration; a kernel that rounds without declaring it is wrong.
+    fn operands(&self) -> Operands {
+        Operands::Exact
+    }
     /// Records this run's commands into `log` from now on (`crate::cmdlog`); a backend that keeps
     /// no log ignores it.
     fn attach_log(&self, _log: Arc<crate::cmdlog::CommandLog>) {}

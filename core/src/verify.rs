@@ -221,8 +221,21 @@ pub fn node_spec(n: &Node) -> Result<oracle::NodeSpec, String> {
 /// output under the error bound of the node's class (`quorum_oracle::arbitrate::class_of`) for kernels
 /// that compute f16 and bf16 in f32.
 pub fn check(node: &Node, inputs: &[Option<&Value>], outputs: &[Value]) -> Check {
+    check_declared(node, inputs, outputs, Operands::Exact)
+}
+
+/// [`check`] for a kernel that declares how its products took their operands
+/// (`DeviceRun::operands`): rounded operands widen each product's bound by their rounding, and the
+/// spread judge's model kernel rounds them the same way. A kernel that rounds without declaring it
+/// is judged as exact, and a systematic rounding shows (`Wrong::Spread`).
+pub fn check_declared(
+    node: &Node,
+    inputs: &[Option<&Value>],
+    outputs: &[Value],
+    operands: Operands,
+) -> Check {
     if node.domain == crate::ops::QUORUM_DOMAIN && node.op_type == "MatMulBias" {
-        return check_matmul_bias(node, inputs, outputs);
+        return check_matmul_bias(node, inputs, outputs, operands);
     }
     let spec = match node_spec(node) {
         Ok(s) => s,
@@ -342,10 +355,11 @@ pub fn check(node: &Node, inputs: &[Option<&Value>], outputs: &[Value]) -> Check
             shape: t.shape(),
             data: &data,
         };
-        let verdict = match arbitrate(engine, Bound::for_call(&spec, dtype, &arg_refs), ro, io) {
+        let bound = Bound::for_call(&spec, dtype, &arg_refs).with_operands(operands);
+        let verdict = match arbitrate(engine, bound, ro, io) {
             // Every element within its bound: the node's errors as a whole, where a long sum's
             // per-element bound has lost its power (`quorum_oracle::arbitrate::spread`).
-            Verdict::Agree if k == 0 => match sequential_f32(&spec, &arg_refs, Operands::Exact) {
+            Verdict::Agree if k == 0 => match sequential_f32(&spec, &arg_refs, operands) {
                 Some(model) => spread(engine, ro, &model),
                 None => Verdict::Agree,
             },
@@ -423,7 +437,12 @@ fn far_inputs(op: &str, t: &Tensor, inputs: &[Option<&Value>]) -> Option<String>
 /// with A' = A's rows (`[∏ leading dims, K]`), its result compared with the device's output taken
 /// as `[rows, N]` (the same elements in the same order). The Gemm's bound is the MatMul's plus the
 /// bias's magnitude, which is what adding the bias in the GEMM's epilogue can cost.
-fn check_matmul_bias(node: &Node, inputs: &[Option<&Value>], outputs: &[Value]) -> Check {
+fn check_matmul_bias(
+    node: &Node,
+    inputs: &[Option<&Value>],
+    outputs: &[Value],
+    operands: Operands,
+) -> Check {
     let tensor = |i: usize| match inputs.get(i).copied().flatten() {
         Some(Value::Tensor(t)) => Some(t),
         _ => None,
@@ -475,7 +494,7 @@ fn check_matmul_bias(node: &Node, inputs: &[Option<&Value>], outputs: &[Value]) 
     };
     let a2 = Value::Tensor(a2);
     let posed = [Some(&a2), inputs[1], inputs[2]];
-    check(&gemm, &posed, &[Value::Tensor(y2)])
+    check_declared(&gemm, &posed, &[Value::Tensor(y2)], operands)
 }
 
 /// Which result a run goes on with after a check.

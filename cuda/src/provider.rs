@@ -6,8 +6,8 @@ use std::sync::Arc;
 use super::memory::{DevBuf, DevTensor, WeightCache};
 use super::{Captured, CudaKernel, Device, Inputs, KError, KResult, Run};
 use quorum_core::backend::{
-    Backend, Claim, DeviceError, DeviceRun, DeviceSession, DeviceTensor, NodeInputs, Provider,
-    Replay,
+    Backend, Claim, DeviceError, DeviceOptions, DeviceRun, DeviceSession, DeviceTensor, NodeInputs,
+    Operands, Precision, Provider, Replay,
 };
 use quorum_core::counters::Counters;
 use quorum_core::ir::Node;
@@ -30,11 +30,12 @@ impl Backend for CudaBackend {
         super::ops::claim(node).map(|k| Claim(Box::new(k)))
     }
 
-    fn open(&self) -> Result<Arc<dyn DeviceSession>, String> {
+    fn open(&self, options: &DeviceOptions) -> Result<Arc<dyn DeviceSession>, String> {
         let device = Device::get().map_err(|e| e.to_string())?;
         Ok(Arc::new(CudaSession {
             device,
             weights: WeightCache::default(),
+            precision: options.precision,
         }))
     }
 }
@@ -43,6 +44,7 @@ impl Backend for CudaBackend {
 struct CudaSession {
     device: Arc<Device>,
     weights: WeightCache,
+    precision: Precision,
 }
 
 impl DeviceSession for CudaSession {
@@ -70,6 +72,7 @@ impl DeviceSession for CudaSession {
     ) -> Result<Box<dyn DeviceRun + 's>, DeviceError> {
         let run = Run::with_streams(&self.device, counters, poison, streams)
             .map_err(|e| DeviceError::Device(e.to_string()))?;
+        run.allow_tf32(self.precision == Precision::Tf32);
         Ok(Box::new(CudaRun {
             run,
             device: self.device.clone(),
@@ -254,6 +257,10 @@ impl DeviceRun for CudaRun<'_> {
 
     fn audit_launches(&self) {
         self.run.audit_launches();
+    }
+
+    fn operands(&self) -> Operands {
+        self.run.operands()
     }
 }
 

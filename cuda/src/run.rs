@@ -7,6 +7,7 @@ use crate::capture::Captured;
 use crate::driver::{Arg, DeviceMemory, Event, Function, PinnedMemory, Stream};
 use crate::memory::{self, DevBuf, device_elem_size, tensor_bytes, tensor_from_bytes};
 use crate::{DevTensor, Device, Fault, KError, KResult, ptx};
+use quorum_core::backend::Operands;
 use quorum_core::cmdlog::{Agent, Command, Range};
 use quorum_core::counters::Counters;
 use quorum_core::device::protocol::{self, Buffer, CaptureLog, Driver, RunProtocol};
@@ -161,6 +162,10 @@ pub struct Run<'a> {
     proto: RunProtocol<'a, CudaDriver<'a>>,
     /// Audit every launch against its declared accesses ([`crate::audit`]).
     audit: std::cell::Cell<bool>,
+    /// Whether f32 products may run on the tensor cores in TF32 (`Precision::Tf32`).
+    tf32: std::cell::Cell<bool>,
+    /// Whether a launch of the current node rounded its operands to TF32.
+    rounded: std::cell::Cell<bool>,
 }
 
 fn rebuild(bytes: &[u8], what: &Shaped) -> KResult<Tensor> {
@@ -205,7 +210,34 @@ impl<'a> Run<'a> {
             counters,
             proto: RunProtocol::new(CudaDriver { device }, taken, counters, poison),
             audit: std::cell::Cell::new(false),
+            tf32: std::cell::Cell::new(false),
+            rounded: std::cell::Cell::new(false),
         })
+    }
+
+    /// Lets f32 products of this run's later launches round their operands to TF32 on the tensor
+    /// cores (compute capability 8.0 and later; elsewhere nothing changes).
+    pub fn allow_tf32(&self, on: bool) {
+        self.tf32.set(on && self.cc() >= (8, 0));
+    }
+
+    /// Whether f32 products may use TF32 (the GEMM's choice).
+    pub fn tf32_allowed(&self) -> bool {
+        self.tf32.get()
+    }
+
+    /// Declares that a launch of the current node rounded its operands to TF32.
+    pub fn mark_tf32(&self) {
+        self.rounded.set(true);
+    }
+
+    /// How the current node's products took their operands (see `DeviceRun::operands`).
+    pub fn operands(&self) -> Operands {
+        if self.rounded.get() {
+            Operands::TF32
+        } else {
+            Operands::Exact
+        }
     }
 
     /// The current stream: where kernels launch and copies go.
@@ -255,6 +287,7 @@ impl<'a> Run<'a> {
 
     /// Names the node whose work follows (for the command log and the audit's errors).
     pub fn begin_node(&self, name: &str) {
+        self.rounded.set(false);
         self.proto.begin_node(name);
     }
 

@@ -26,7 +26,7 @@ pub mod optimize;
 pub mod providers;
 pub mod session;
 
-pub use backend::Provider;
+pub use backend::{Precision, Provider};
 pub use counters::CounterSnapshot;
 pub use error::{Error, OpError, Result};
 pub use providers::{Availability, parse_providers};

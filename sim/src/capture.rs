@@ -23,6 +23,8 @@ pub(super) struct Launch {
     pub node: Node,
     pub max_tensor_bytes: u64,
     pub broken: bool,
+    /// Whether its products take TF32 operands.
+    pub tf32: bool,
     pub inputs: Vec<Option<(Slot, Vec<usize>)>>,
     pub outputs: Vec<Slot>,
 }
@@ -86,13 +88,12 @@ impl SimReplay {
                         .iter()
                         .map(|i| i.as_ref().map(|(s, shape)| read(s, shape)).transpose())
                         .collect::<Result<Vec<_>, _>>()?;
-                    let refs: Vec<Option<&Value>> = values.iter().map(|v| v.as_deref()).collect();
                     let ctx = OpCtx {
                         node: &l.node,
                         runner: &NoSubgraphs,
                         max_tensor_bytes: l.max_tensor_bytes,
                     };
-                    let outs = run_kernel(l.kernel, &ctx, &refs, l.broken)?;
+                    let outs = run_kernel(l.kernel, &ctx, &values, l.tf32, l.broken)?;
                     if outs.len() != l.outputs.len() {
                         return Err(DeviceError::Device(format!(
                             "node '{}' made {} outputs on replay, {} when captured",

@@ -14,8 +14,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use quorum_core::backend::{
-    Backend, Claim, DeviceError, DeviceRun, DeviceSession, DeviceTensor, Fault, NodeInputs,
-    Provider, Replay,
+    Backend, Claim, DeviceError, DeviceOptions, DeviceRun, DeviceSession, DeviceTensor, Fault,
+    NodeInputs, Operands, Precision, Provider, Replay,
 };
 use quorum_core::cmdlog::{Agent, CommandLog, Range};
 use quorum_core::counters::Counters;
@@ -59,9 +59,10 @@ impl Backend for SimBackend {
         Ok(Claim(Box::new(kernel)))
     }
 
-    fn open(&self) -> Result<Arc<dyn DeviceSession>, String> {
+    fn open(&self, options: &DeviceOptions) -> Result<Arc<dyn DeviceSession>, String> {
         Ok(Arc::new(SimSession {
             broken: std::env::var(BREAK_VAR).ok().filter(|op| !op.is_empty()),
+            precision: options.precision,
             shared: Arc::default(),
             weights: Mutex::default(),
         }))
@@ -71,8 +72,43 @@ impl Backend for SimBackend {
 /// Names an op whose simulated kernel is made wrong on purpose, for the harnesses that must find a
 /// wrong kernel (`quorum compare`'s bisect, strict verification): the middle element of the op's
 /// first f32 output is moved by 2⁻⁷ of its magnitude plus 2⁻⁷ (0.8%, far outside any bound, small
-/// enough to look plausible). Read when a session opens the device; unset, every kernel is right.
+/// enough to look plausible). The value [`UNDECLARED_TF32`] instead makes MatMul and Gemm round
+/// their operands to TF32 without declaring it. Read when a session opens the device; unset,
+/// every kernel is right.
 pub const BREAK_VAR: &str = "QUORUM_SIM_BREAK";
+
+/// [`BREAK_VAR`]'s value for a TF32 path that claims f32: every element within its bound, the
+/// rounding systematic (what the spread judge exists for).
+pub const UNDECLARED_TF32: &str = "undeclared-tf32";
+
+/// Whether the simulated kernel of `node` takes TF32 operands when the session allows it: the
+/// ops whose CUDA kernels are the tiled GEMM (convolutions aside: the simulated device keeps them
+/// exact, and declares so).
+fn rounds_to_tf32(node: &Node) -> bool {
+    node.domain.is_empty() && matches!(node.op_type.as_str(), "MatMul" | "Gemm")
+}
+
+/// `values` with the f32 products' operands (the first two) rounded to TF32.
+fn tf32_operands(values: &[Option<Arc<Value>>]) -> Result<Vec<Option<Arc<Value>>>, DeviceError> {
+    values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| match v.as_deref() {
+            Some(Value::Tensor(t)) if i < 2 && t.dtype() == quorum_core::tensor::DType::F32 => {
+                let r: Vec<f32> = t
+                    .to_f64_vec()?
+                    .into_iter()
+                    .map(|x| Operands::TF32.round(x as f32))
+                    .collect();
+                Ok(Some(Arc::new(Value::Tensor(Tensor::from_f32(
+                    t.shape(),
+                    r,
+                )?))))
+            }
+            _ => Ok(v.clone()),
+        })
+        .collect()
+}
 
 /// `v` with the deliberate error of [`BREAK_VAR`] where it is an f32 tensor with elements.
 fn broken(v: Value) -> Result<Value, DeviceError> {
@@ -131,6 +167,7 @@ struct SimSession {
     weights: Mutex<HashMap<usize, (Weak<Value>, DeviceTensor)>>,
     /// The op made wrong on purpose ([`BREAK_VAR`]).
     broken: Option<String>,
+    precision: Precision,
 }
 
 /// Simulated device memory: an address range.
@@ -159,14 +196,24 @@ fn read(slot: &Slot, shape: &[usize]) -> Result<Arc<Value>, DeviceError> {
     }
 }
 
-/// Runs a kernel as the simulated device does, with [`BREAK_VAR`]'s error where `broken`.
+/// Runs a kernel as the simulated device does: on TF32 operands where `tf32`, with [`BREAK_VAR`]'s
+/// error where `broken_op`.
 fn run_kernel(
     kernel: Kernel,
     ctx: &OpCtx,
-    inputs: &[Option<&Value>],
+    inputs: &[Option<Arc<Value>>],
+    tf32: bool,
     broken_op: bool,
 ) -> Result<Vec<Value>, DeviceError> {
-    let mut outs = kernel(ctx, inputs)?;
+    let rounded;
+    let inputs = if tf32 {
+        rounded = tf32_operands(inputs)?;
+        &rounded
+    } else {
+        inputs
+    };
+    let refs: Vec<Option<&Value>> = inputs.iter().map(|v| v.as_deref()).collect();
+    let mut outs = kernel(ctx, &refs)?;
     if broken_op && !outs.is_empty() {
         let first = outs.remove(0);
         outs.insert(0, broken(first)?);
@@ -394,6 +441,7 @@ impl DeviceSession for SimSession {
             index,
             proto: RunProtocol::new(driver, streams, counters, poison),
             capture: RefCell::new(None),
+            rounded: Cell::new(false),
         }))
     }
 }
@@ -404,6 +452,8 @@ struct SimRun<'s> {
     proto: RunProtocol<'s, SimDriver>,
     /// The steps of a capture in progress.
     capture: RefCell<Option<Recording>>,
+    /// Whether the last launch rounded its operands to TF32 and declared it.
+    rounded: Cell<bool>,
 }
 
 /// The scratch a CUDA kernel of this node may use, in bytes (`None` for kernels without): a split-K
@@ -501,9 +551,12 @@ impl DeviceRun for SimRun<'_> {
                 }
             }
         }
-        let refs: Vec<Option<&Value>> = values.iter().map(|v| v.as_deref()).collect();
         let broken_op = self.session.broken.as_deref() == Some(ctx.node.op_type.as_str());
-        let outs = run_kernel(*kernel, ctx, &refs, broken_op)?;
+        let undeclared = self.session.broken.as_deref() == Some(UNDECLARED_TF32);
+        let declared = self.session.precision == Precision::Tf32;
+        let tf32 = rounds_to_tf32(ctx.node) && (declared || undeclared);
+        self.rounded.set(tf32 && declared && !undeclared);
+        let outs = run_kernel(*kernel, ctx, &values, tf32, broken_op)?;
         // A view, as CUDA makes it: the output is the input's buffer, nothing runs.
         if let (true, Some(buf), [Value::Tensor(t)]) = (is_view(ctx.node), first, outs.as_slice()) {
             return Ok(vec![self.wrap(buf, t)]);
@@ -530,6 +583,7 @@ impl DeviceRun for SimRun<'_> {
                 node: ctx.node.clone(),
                 max_tensor_bytes: ctx.max_tensor_bytes,
                 broken: broken_op,
+                tf32,
                 inputs: read_slots,
                 outputs,
             })));
@@ -638,6 +692,14 @@ impl DeviceRun for SimRun<'_> {
 
     fn attach_log(&self, log: Arc<CommandLog>) {
         self.proto.attach_log(log);
+    }
+
+    fn operands(&self) -> Operands {
+        if self.rounded.get() {
+            Operands::TF32
+        } else {
+            Operands::Exact
+        }
     }
 
     fn begin_capture(&self) -> Result<(), DeviceError> {

@@ -8,7 +8,8 @@ use super::memory::{WTensor, WeightCache};
 use super::ops::{WgpuKernel, unwrap};
 use super::run::Run;
 use quorum_core::backend::{
-    Backend, Claim, DeviceError, DeviceRun, DeviceSession, DeviceTensor, NodeInputs, Provider,
+    Backend, Claim, DeviceError, DeviceOptions, DeviceRun, DeviceSession, DeviceTensor, NodeInputs,
+    Provider,
 };
 use quorum_core::counters::Counters;
 use quorum_core::ir::Node;
@@ -35,7 +36,7 @@ impl Backend for WgpuBackend {
         super::ops::claim(node).map(|k| Claim(Box::new(k)))
     }
 
-    fn open(&self) -> Result<Arc<dyn DeviceSession>, String> {
+    fn open(&self, _: &DeviceOptions) -> Result<Arc<dyn DeviceSession>, String> {
         Ok(Arc::new(WgpuSession {
             device: Device::get()?,
             weights: WeightCache::default(),

@@ -84,7 +84,7 @@ pub fn providers() -> Vec<ProviderInfo> {
         match p.available().and_then(|_| {
             quorum::providers::backend(p)
                 .ok_or_else(|| "not in this build".to_string())?
-                .open()
+                .open(&Default::default())
         }) {
             Ok(session) => {
                 let name = session.device_name();

@@ -12,6 +12,7 @@
 //! `sgemm_plan` the same with the tiled kernels' plan forced.
 pub mod plan;
 pub mod skinny;
+pub mod tc;
 pub mod tile;
 
 use std::collections::HashMap;
@@ -221,6 +222,16 @@ pub(crate) fn run_gemm_with(run: &Run, p: &Problem, forced: Option<plan::Plan>) 
         });
         (plan.variant, plan.nsplit, plan.kc)
     };
+    // With TF32 allowed, f32 products of the tiled kernels go to the tensor cores (the same tiles
+    // and splits: their K steps divide the plan's chunks); the run declares the rounding.
+    let variant = match variant {
+        Variant::Big if run.tf32_allowed() && p.dtype == DType::F32 => Variant::Tf32Big,
+        Variant::Small if run.tf32_allowed() && p.dtype == DType::F32 => Variant::Tf32Small,
+        v => v,
+    };
+    if matches!(variant, Variant::Tf32Big | Variant::Tf32Small) {
+        run.mark_tf32();
+    }
     // A split launch covers the batch in one grid (its workspace offsets start at batch 0).
     if nsplit <= 1 || !splittable || nb * nsplit > 65535 {
         nsplit = 1;

@@ -689,25 +689,27 @@ impl Exec<'_> {
                     .map_err(|e| device_error(node, e))
             })
             .collect::<Result<_>>()?;
+        // How the node's products took their operands, as its kernel declares it.
+        let operands = run.operands();
         let cpu = match (sampled, self.sample) {
             // Sampled: judged later, on the sampler's thread; this run goes on with the device's
             // values.
             (true, Some(w)) => {
-                w.send(index, node, host_in, host_out.clone());
+                w.send(index, node, operands, host_in, host_out.clone());
                 false
             }
             // Strict with judges: judged beside the run, which returns only once every node is.
             _ if self.policy.mode == VerifyMode::Strict
                 && self
                     .judges
-                    .is_some_and(|j| j.send(node, host_in.clone(), host_out.clone())) =>
+                    .is_some_and(|j| j.send(node, operands, host_in.clone(), host_out.clone())) =>
             {
                 false
             }
             _ => {
                 let refs: Vec<Option<&Value>> = host_in.iter().map(|a| a.as_deref()).collect();
                 let out_vals: Vec<Value> = host_out.iter().map(|v| (**v).clone()).collect();
-                let check = crate::verify::check(node, &refs, &out_vals);
+                let check = crate::verify::check_declared(node, &refs, &out_vals, operands);
                 self.policy.apply(node, &check, self.counters)? == Use::Cpu
             }
         };

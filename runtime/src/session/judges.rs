@@ -16,14 +16,16 @@ use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
+use crate::backend::Operands;
 use crate::ir::Node;
 use crate::tensor::Value;
-use crate::verify::{Check, check};
+use crate::verify::{Check, check_declared};
 
 /// One node to judge: its place in the run, the node, its inputs and outputs.
 struct Job {
     seq: usize,
     node: Node,
+    operands: Operands,
     inputs: Vec<Option<Arc<Value>>>,
     outputs: Vec<Arc<Value>>,
 }
@@ -67,6 +69,7 @@ impl Judges {
     pub fn send(
         &self,
         node: &Node,
+        operands: Operands,
         inputs: Vec<Option<Arc<Value>>>,
         outputs: Vec<Arc<Value>>,
     ) -> bool {
@@ -77,6 +80,7 @@ impl Judges {
         let job = Job {
             seq: self.next.fetch_add(1, Ordering::Relaxed),
             node: node.clone(),
+            operands,
             inputs,
             outputs,
         };
@@ -114,7 +118,7 @@ fn judge(rx: &Mutex<Receiver<Job>>, verdicts: &Mutex<Vec<(usize, Node, Check)>>)
         };
         let refs: Vec<Option<&Value>> = job.inputs.iter().map(|v| v.as_deref()).collect();
         let outs: Vec<Value> = job.outputs.iter().map(|v| (**v).clone()).collect();
-        let c = check(&job.node, &refs, &outs);
+        let c = check_declared(&job.node, &refs, &outs, job.operands);
         verdicts
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -156,6 +160,7 @@ mod tests {
             }
             assert!(judges.send(
                 &add(&format!("n{k}")),
+                Operands::Exact,
                 vec![Some(f32s(a)), Some(f32s(b))],
                 vec![f32s(sum)]
             ));

@@ -191,7 +191,12 @@ impl Session {
             .verify
             .with_env_override()
             .map_err(Error::Provider)?;
-        let devices = placement::open_devices(&options.providers)?;
+        let devices = placement::open_devices(
+            &options.providers,
+            &crate::backend::DeviceOptions {
+                precision: options.precision,
+            },
+        )?;
         let mut rewrites = Vec::new();
         if options.optimize {
             let constants =

@@ -49,6 +49,10 @@ pub struct SessionOptions {
     pub streams: usize,
     /// Whether runs are captured into device graphs and replayed (see `session::capture`).
     pub graph_capture: GraphCapture,
+    /// The arithmetic accelerators may use for f32 matrix products (`Precision::F32`, the default:
+    /// exact f32; `Tf32`: CUDA rounds the operands to TF32 on the tensor cores, where the device
+    /// has them). Verification judges each node under what its kernel declares it did.
+    pub precision: crate::backend::Precision,
     /// Time every top-level node and add it to its op type's total (`Session::op_profile`); off by
     /// default (then nothing is timed).
     pub profile: bool,
@@ -91,6 +95,7 @@ impl Default for SessionOptions {
             arena: true,
             streams: 1,
             graph_capture: GraphCapture::Off,
+            precision: crate::backend::Precision::F32,
             command_log: false,
             audit_launches: false,
             profile: false,

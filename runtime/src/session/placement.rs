@@ -39,7 +39,10 @@ pub(super) struct SessionDevice {
 }
 
 /// Opens the device side of every accelerator in `providers` (in order, the CPU skipped).
-pub(super) fn open_devices(providers: &[Provider]) -> Result<Vec<SessionDevice>> {
+pub(super) fn open_devices(
+    providers: &[Provider],
+    options: &crate::backend::DeviceOptions,
+) -> Result<Vec<SessionDevice>> {
     let mut devices = Vec::new();
     for &p in providers {
         p.available()
@@ -50,7 +53,7 @@ pub(super) fn open_devices(providers: &[Provider]) -> Result<Vec<SessionDevice>>
         let b = backend(p)
             .ok_or_else(|| Error::Provider(format!("this build has no {} support", p.name())))?;
         let session = b
-            .open()
+            .open(options)
             .map_err(|why| Error::Provider(format!("provider '{}': {why}", p.name())))?;
         devices.push(SessionDevice {
             provider: p,

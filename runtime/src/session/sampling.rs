@@ -31,12 +31,13 @@ use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
+use crate::backend::Operands;
 use crate::counters::Counters;
 use crate::error::Error;
 use crate::ir::Node;
 use crate::plan::Plan;
 use crate::tensor::Value;
-use crate::verify::{Check, check, describe};
+use crate::verify::{Check, check_declared, describe};
 
 /// Which runs a session samples (the first run always is).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -144,6 +145,7 @@ pub struct SampleReport {
 struct Sample {
     step: usize,
     node: Node,
+    operands: Operands,
     inputs: Vec<Option<Arc<Value>>>,
     outputs: Vec<Arc<Value>>,
 }
@@ -191,12 +193,14 @@ impl Window<'_> {
         &self,
         index: usize,
         node: &Node,
+        operands: Operands,
         inputs: Vec<Option<Arc<Value>>>,
         outputs: Vec<Arc<Value>>,
     ) {
         self.sampler.send(Sample {
             step: index,
             node: node.clone(),
+            operands,
             inputs,
             outputs,
         });
@@ -349,7 +353,7 @@ fn judge_all(
     for s in rx {
         let refs: Vec<Option<&Value>> = s.inputs.iter().map(|v| v.as_deref()).collect();
         let outs: Vec<Value> = s.outputs.iter().map(|v| (**v).clone()).collect();
-        let verdict = check(&s.node, &refs, &outs);
+        let verdict = check_declared(&s.node, &refs, &outs, s.operands);
         // Counted per op with its reason, as verification counts a check.
         let op = s.node.qualified_op();
         match &verdict {

@@ -37,6 +37,11 @@ pub enum Variant {
     Small,
     /// One thread per output (16×16 threads per block), no shared memory.
     Naive,
+    /// `Big`'s tiles on the tensor cores: operands rounded to TF32 (`cvt.rna`) as they enter
+    /// shared memory, `mma.sync.m16n8k8` with f32 accumulators (`tc.rs`).
+    Tf32Big,
+    /// `Small`'s tiles on the tensor cores, likewise.
+    Tf32Small,
     /// At most this many rows (1, 2 or 4; GEMV-like): B streamed once with 16-byte loads, the
     /// rows kept in registers; a warp per column when B is contiguous along k, else a block per 128
     /// columns.
@@ -62,8 +67,8 @@ impl TileCfg {
     /// (BM, BN, BK, outputs per thread along m and n).
     pub fn dims(&self) -> (usize, usize, usize, usize) {
         match self.variant {
-            Variant::Big => (128, 128, 8, 8),
-            Variant::Small => (64, 64, 16, 4),
+            Variant::Big | Variant::Tf32Big => (128, 128, 8, 8),
+            Variant::Small | Variant::Tf32Small => (64, 64, 16, 4),
             Variant::Naive => (16, 16, 1, 1),
             Variant::Skinny(r) => match self.b {
                 BSrc::Strided { trans: true, .. } => (r as usize, 8, 128, 1),
@@ -77,6 +82,8 @@ impl TileCfg {
             Variant::Big => "big".to_string(),
             Variant::Small => "small".to_string(),
             Variant::Naive => "naive".to_string(),
+            Variant::Tf32Big => "tf32big".to_string(),
+            Variant::Tf32Small => "tf32small".to_string(),
             Variant::Skinny(r) => format!("skinny{r}"),
         };
         let b = match self.b {
@@ -95,6 +102,18 @@ impl TileCfg {
 
     pub(crate) fn es(&self) -> usize {
         if self.f16 { 2 } else { 4 }
+    }
+
+    /// Whether the products run on the tensor cores with operands rounded to TF32.
+    pub fn tf32(&self) -> bool {
+        matches!(self.variant, Variant::Tf32Big | Variant::Tf32Small)
+    }
+
+    /// Floats of padding after each row of a shared tile: 4 keeps the rows 16-byte aligned for the
+    /// CUDA-core kernels' vector reads; 8 also spreads a tensor-core fragment's reads (rows `t`
+    /// and `t + 4` of a group, eight columns) over all 32 banks.
+    pub(crate) fn pad(&self) -> usize {
+        if self.tf32() { 8 } else { 4 }
     }
 }
 
@@ -401,14 +420,14 @@ enum Loader {
     },
 }
 
-struct Operand {
+pub(super) struct Operand {
     ld: Loader,
     vec: bool,
     vals: [Reg; 4],
     /// Byte offset of this thread's store position within the operand's shared buffer.
     soff: Reg,
-    /// Tile length along m|n (shared rows hold `tile + 4` floats).
-    tile: usize,
+    /// Floats per shared row (the tile length along m|n and the padding).
+    row: usize,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -439,14 +458,14 @@ fn strided_operand(
         let idx = k.fma(Ty::U32, mn, ld, kk);
         let ptr = k.addr(base, idx, es);
         // Shared position: rows k_off.., column mn_off.
-        let so = k.mul(Ty::U32, k_off, ((tile + 4) * 4) as u32);
+        let so = k.mul(Ty::U32, k_off, ((tile + cfg.pad()) * 4) as u32);
         let soff = k.fma(Ty::U32, mn_off, 4u32, so);
         Operand {
             ld: Loader::KContig { ptr, mn_ok, k_off },
             vec,
             vals,
             soff,
-            tile,
+            row: tile + cfg.pad(),
         }
     } else {
         let lanes = (tile / 4) as u32;
@@ -462,7 +481,7 @@ fn strided_operand(
         let idx = k.fma(Ty::U32, kk, ld, mn);
         let ptr = k.addr(base, idx, es);
         let step = k.mul_wide(false, ld, (bk * es) as u32);
-        let so = k.mul(Ty::U32, k_off, ((tile + 4) * 4) as u32);
+        let so = k.mul(Ty::U32, k_off, ((tile + cfg.pad()) * 4) as u32);
         let soff = k.fma(Ty::U32, mn_off, 4u32, so);
         Operand {
             ld: Loader::MnContig {
@@ -474,7 +493,7 @@ fn strided_operand(
             vec,
             vals,
             soff,
-            tile,
+            row: tile + cfg.pad(),
         }
     }
 }
@@ -578,13 +597,21 @@ fn advance(k: &mut Kernel, cfg: &TileCfg, op: &Operand) {
     }
 }
 
-/// Stores the operand's registers into the shared buffer at `buf` (u32 address of the buffer).
-fn store_tile(k: &mut Kernel, op: &Operand, buf: Reg) {
+/// Stores the operand's registers into the shared buffer at `buf` (u32 address of the buffer);
+/// for the tensor cores, each rounded to TF32 first (round to nearest, ties away from zero).
+fn store_tile(k: &mut Kernel, cfg: &TileCfg, op: &Operand, buf: Reg) {
+    if cfg.tf32() {
+        for v in op.vals {
+            let r = k.reg(Ty::U32);
+            k.raw(format_args!("cvt.rna.tf32.f32 {r}, {v}"));
+            k.raw(format_args!("mov.b32 {v}, {r}"));
+        }
+    }
     let a = k.add(Ty::U32, buf, op.soff);
     match op.ld {
         Loader::KContig { .. } => {
             for i in 0..4 {
-                k.st(Space::Shared, a, (i * (op.tile + 4) * 4) as i64, op.vals[i]);
+                k.st(Space::Shared, a, (i * op.row * 4) as i64, op.vals[i]);
             }
         }
         _ => {
@@ -630,13 +657,28 @@ pub(crate) fn store_out(
     }
 }
 
-/// The tiled kernel for `cfg` (variant Big or Small).
-pub fn build_tiled(cfg: &TileCfg) -> Kernel {
-    let (bm, bn, bk, tt) = cfg.dims();
-    let es = cfg.es();
-    let yes = if cfg.split { 4 } else { es };
-    let mut k = Kernel::new(&cfg.name());
-    let p = params(&mut k, cfg);
+/// What every block-tiled kernel shares: its parameters, block position, double-buffered shared
+/// tiles (A stored k-major, then B, per stage) and the two operands' loaders.
+pub(super) struct Tiled {
+    pub(super) p: Params,
+    pub(super) t: Reg,
+    pub(super) tx: Reg,
+    pub(super) ty: Reg,
+    pub(super) mblk: Reg,
+    pub(super) nblk: Reg,
+    pub(super) sbase: Reg,
+    opa: Operand,
+    opb: Operand,
+    /// Bytes of A's tile in a stage, and of a whole stage.
+    pub(super) asz: usize,
+    stage: usize,
+}
+
+/// Declares the parameters, shared memory and the operands' loaders of a tiled kernel.
+pub(super) fn setup(k: &mut Kernel, cfg: &TileCfg) -> Tiled {
+    let (bm, bn, bk, _) = cfg.dims();
+    let pad = cfg.pad();
+    let p = params(k, cfg);
     let t = k.special("tid.x");
     let tx = k.and(Ty::U32, t, 15u32);
     let ty = k.shr(Ty::U32, t, 4u32);
@@ -645,14 +687,14 @@ pub fn build_tiled(cfg: &TileCfg) -> Kernel {
     let bx = k.special("ctaid.x");
     let nblk = k.mul(Ty::U32, bx, bn as u32);
 
-    let asz = bk * (bm + 4) * 4;
-    let bsz = bk * (bn + 4) * 4;
+    let asz = bk * (bm + pad) * 4;
+    let bsz = bk * (bn + pad) * 4;
     let stage = asz + bsz;
     k.shared_array("smem", 2 * stage);
     let sbase = k.shared_addr("smem");
 
     let opa = strided_operand(
-        &mut k,
+        k,
         cfg,
         t,
         p.a,
@@ -665,7 +707,7 @@ pub fn build_tiled(cfg: &TileCfg) -> Kernel {
     );
     let opb = match cfg.b {
         BSrc::Strided { trans, vec } => {
-            strided_operand(&mut k, cfg, t, p.b, p.ldb, nblk, p.n, p.kbeg, trans, vec)
+            strided_operand(k, cfg, t, p.b, p.ldb, nblk, p.n, p.kbeg, trans, vec)
         }
         BSrc::Im2col => {
             let g = p.g.as_ref().expect("im2col geometry");
@@ -679,9 +721,9 @@ pub fn build_tiled(cfg: &TileCfg) -> Kernel {
             for i in 0..4 {
                 let c = k.add(Ty::U32, col, i as u32);
                 q[i] = k.setp(Cmp::Lt, Ty::U32, c, p.n);
-                base[i] = gather_base(&mut k, g, c);
+                base[i] = gather_base(k, g, c);
             }
-            let so = k.mul(Ty::U32, k_off, ((bn + 4) * 4) as u32);
+            let so = k.mul(Ty::U32, k_off, ((bn + pad) * 4) as u32);
             let soff = k.fma(Ty::U32, mn_off, 4u32, so);
             let vals = [0; 4].map(|_| k.mov(Ty::F32, 0.0f32));
             Operand {
@@ -689,42 +731,63 @@ pub fn build_tiled(cfg: &TileCfg) -> Kernel {
                 vec: false,
                 vals,
                 soff,
-                tile: bn,
+                row: bn + pad,
             }
         }
     };
+    Tiled {
+        p,
+        t,
+        tx,
+        ty,
+        mblk,
+        nblk,
+        sbase,
+        opa,
+        opb,
+        asz,
+        stage,
+    }
+}
 
-    let acc: Vec<Vec<Reg>> = (0..tt)
-        .map(|_| (0..tt).map(|_| k.mov(Ty::F32, 0.0f32)).collect())
-        .collect();
+/// The k-tile offsets of the main loop: the next tile's first k, and the stages read and written.
+#[derive(Clone, Copy)]
+pub(super) struct Stages {
+    kbase: Reg,
+    rd: Reg,
+    wr: Reg,
+}
 
-    // Prologue: tile 0 into stage 0.
-    let kbase = k.mov(Ty::U32, p.kbeg);
-    load_tile(&mut k, cfg, &opa, &p, kbase);
-    load_tile(&mut k, cfg, &opb, &p, kbase);
+/// Loads tile 0 into stage 0 and waits for the block.
+pub(super) fn prologue(k: &mut Kernel, cfg: &TileCfg, s: &Tiled) -> Stages {
+    let kbase = k.mov(Ty::U32, s.p.kbeg);
+    load_tile(k, cfg, &s.opa, &s.p, kbase);
+    load_tile(k, cfg, &s.opb, &s.p, kbase);
     let rd = k.mov(Ty::U32, 0u32);
-    let wr = k.mov(Ty::U32, stage as u32);
+    let wr = k.mov(Ty::U32, s.stage as u32);
     {
-        let ab = k.add(Ty::U32, sbase, rd);
-        store_tile(&mut k, &opa, ab);
-        let bb = k.add(Ty::U32, ab, asz as u32);
-        store_tile(&mut k, &opb, bb);
+        let ab = k.add(Ty::U32, s.sbase, rd);
+        store_tile(k, cfg, &s.opa, ab);
+        let bb = k.add(Ty::U32, ab, s.asz as u32);
+        store_tile(k, cfg, &s.opb, bb);
     }
     k.bar_sync();
+    Stages { kbase, rd, wr }
+}
 
-    // Per-thread read bases: A rows ty·4 (+64), B columns tx·4 (+64).
-    let a_rd = {
-        let o = k.shl(Ty::U32, ty, 4u32);
-        k.add(Ty::U32, sbase, o)
-    };
-    let b_rd = {
-        let o = k.shl(Ty::U32, tx, 4u32);
-        let o = k.add(Ty::U32, o, asz as u32);
-        k.add(Ty::U32, sbase, o)
-    };
-
-    // The k-tile loop: prefetch the next tile into registers, compute on the current stage, store
-    // the prefetched tile into the other stage, one barrier. A prefetch past kend loads zeros.
+/// The k-tile loop: prefetch the next tile into registers, `compute` on the current stage (given
+/// the stage's byte offset), store the prefetched tile into the other stage, one barrier. A
+/// prefetch past kend loads zeros.
+pub(super) fn ktile_loop(
+    k: &mut Kernel,
+    cfg: &TileCfg,
+    s: &Tiled,
+    st: &Stages,
+    mut compute: impl FnMut(&mut Kernel, Reg),
+) {
+    let (_, _, bk, _) = cfg.dims();
+    let Stages { kbase, rd, wr } = *st;
+    let p = &s.p;
     let ntiles = {
         let span = k.sub(Ty::U32, p.kend, p.kbeg);
         let x = k.add(Ty::U32, span, (bk - 1) as u32);
@@ -738,40 +801,73 @@ pub fn build_tiled(cfg: &TileCfg) -> Kernel {
     let fin = k.setp(Cmp::Ge, Ty::U32, kt, ntiles);
     k.bra_if(fin, false, &done);
     k.raw(format_args!("add.u32 {kbase}, {kbase}, {bk}"));
-    advance(&mut k, cfg, &opa);
-    advance(&mut k, cfg, &opb);
-    load_tile(&mut k, cfg, &opa, &p, kbase);
-    load_tile(&mut k, cfg, &opb, &p, kbase);
-    let ar = k.add(Ty::U32, a_rd, rd);
-    let br = k.add(Ty::U32, b_rd, rd);
-    let groups = tt / 4;
-    for kk in 0..bk {
-        let mut av = Vec::with_capacity(tt);
-        let mut bv = Vec::with_capacity(tt);
-        for g in 0..groups {
-            av.extend(k.ld_v4(Space::Shared, ar, ((kk * (bm + 4) + g * 64) * 4) as i64));
-        }
-        for g in 0..groups {
-            bv.extend(k.ld_v4(Space::Shared, br, ((kk * (bn + 4) + g * 64) * 4) as i64));
-        }
-        for i in 0..tt {
-            for j in 0..tt {
-                k.fma_acc(acc[i][j], av[i], bv[j]);
-            }
-        }
-    }
+    advance(k, cfg, &s.opa);
+    advance(k, cfg, &s.opb);
+    load_tile(k, cfg, &s.opa, p, kbase);
+    load_tile(k, cfg, &s.opb, p, kbase);
+    compute(k, rd);
     {
-        let ab = k.add(Ty::U32, sbase, wr);
-        store_tile(&mut k, &opa, ab);
-        let bb = k.add(Ty::U32, ab, asz as u32);
-        store_tile(&mut k, &opb, bb);
+        let ab = k.add(Ty::U32, s.sbase, wr);
+        store_tile(k, cfg, &s.opa, ab);
+        let bb = k.add(Ty::U32, ab, s.asz as u32);
+        store_tile(k, cfg, &s.opb, bb);
     }
     k.bar_sync();
+    let stage = s.stage;
     k.raw(format_args!("xor.b32 {rd}, {rd}, {stage}"));
     k.raw(format_args!("xor.b32 {wr}, {wr}, {stage}"));
     k.raw(format_args!("add.u32 {kt}, {kt}, 1"));
     k.bra(&top);
     k.label(&done);
+}
+
+/// The tiled kernel for `cfg` (variant Big or Small): 16×16 threads, each accumulating a
+/// `tt`×`tt` micro-tile with `fma.rn.f32`.
+pub fn build_tiled(cfg: &TileCfg) -> Kernel {
+    let (bm, bn, bk, tt) = cfg.dims();
+    let es = cfg.es();
+    let yes = if cfg.split { 4 } else { es };
+    let mut k = Kernel::new(&cfg.name());
+    let s = setup(&mut k, cfg);
+    let (p, tx, ty, mblk, nblk, sbase, asz) = (&s.p, s.tx, s.ty, s.mblk, s.nblk, s.sbase, s.asz);
+
+    let acc: Vec<Vec<Reg>> = (0..tt)
+        .map(|_| (0..tt).map(|_| k.mov(Ty::F32, 0.0f32)).collect())
+        .collect();
+
+    let st = prologue(&mut k, cfg, &s);
+
+    // Per-thread read bases: A rows ty·4 (+64), B columns tx·4 (+64).
+    let a_rd = {
+        let o = k.shl(Ty::U32, ty, 4u32);
+        k.add(Ty::U32, sbase, o)
+    };
+    let b_rd = {
+        let o = k.shl(Ty::U32, tx, 4u32);
+        let o = k.add(Ty::U32, o, asz as u32);
+        k.add(Ty::U32, sbase, o)
+    };
+
+    ktile_loop(&mut k, cfg, &s, &st, |k, rd| {
+        let ar = k.add(Ty::U32, a_rd, rd);
+        let br = k.add(Ty::U32, b_rd, rd);
+        let groups = tt / 4;
+        for kk in 0..bk {
+            let mut av = Vec::with_capacity(tt);
+            let mut bv = Vec::with_capacity(tt);
+            for g in 0..groups {
+                av.extend(k.ld_v4(Space::Shared, ar, ((kk * (bm + 4) + g * 64) * 4) as i64));
+            }
+            for g in 0..groups {
+                bv.extend(k.ld_v4(Space::Shared, br, ((kk * (bn + 4) + g * 64) * 4) as i64));
+            }
+            for i in 0..tt {
+                for j in 0..tt {
+                    k.fma_acc(acc[i][j], av[i], bv[j]);
+                }
+            }
+        }
+    });
 
     // Epilogue: output (row, col) of micro-tile entry (i, j).
     let rows: Vec<Reg> = (0..tt)
@@ -797,7 +893,7 @@ pub fn build_tiled(cfg: &TileCfg) -> Kernel {
             let pij = k.pred_and(prow, pcol[j]);
             let yi = k.add(Ty::U32, yrow, cols[j]);
             let ya = k.addr(p.y, yi, yes);
-            store_out(&mut k, cfg, &p, pij, acc[i][j], ya, rows[i], cols[j]);
+            store_out(&mut k, cfg, p, pij, acc[i][j], ya, rows[i], cols[j]);
         }
     }
     k
@@ -808,6 +904,7 @@ pub fn build(cfg: &TileCfg) -> Kernel {
     match cfg.variant {
         Variant::Naive => super::skinny::build_naive(cfg),
         Variant::Skinny(_) => super::skinny::build_skinny(cfg),
+        Variant::Tf32Big | Variant::Tf32Small => super::tc::build_tc(cfg),
         _ => build_tiled(cfg),
     }
 }

@@ -135,6 +135,7 @@ pub fn main(a: Args) -> CliResult<()> {
             "sampling": session.sample_report(true),
             "streams": session.schedule().streams,
             "graph_capture": session.options().graph_capture != quorum::session::GraphCapture::Off,
+            "precision": session.options().precision.name(),
             "capture_blocker": session.capture_blocker(),
             "graphs": session.graph_report(),
             "auto_trial": session.auto_trial(),

@@ -93,6 +93,11 @@ pub struct ModelArgs {
     /// auto (keep a graph only where replay measured faster than eager runs).
     #[arg(long, default_value = "off")]
     pub graph: String,
+    /// Arithmetic for f32 matrix products on the device: f32 (exact f32 products) or tf32 (CUDA
+    /// rounds the operands to TF32 on the tensor cores, as onnxruntime and PyTorch allow; sums stay
+    /// f32). Verification judges each node under what its kernel declares.
+    #[arg(long, default_value = "f32")]
+    pub precision: String,
     /// Where `auto` keeps its whole-model choice per model, adapter and input shapes, so that later
     /// runs place the model the same way without a trial: a JSON file ("off": keep nothing).
     /// Default: $QUORUM_AUTO_CHOICES, else quorum/auto-choices.json in $XDG_CACHE_HOME or ~/.cache.
@@ -176,6 +181,10 @@ impl ModelArgs {
                 .graph
                 .parse()
                 .map_err(|e: String| fail(2, format!("--graph: {e}")))?,
+            precision: self
+                .precision
+                .parse()
+                .map_err(|e: String| fail(2, format!("--precision: {e}")))?,
             auto_choices: auto_choices(self.auto_choices.as_deref()),
             auto_check: !self.no_auto_check,
             verify_sample,

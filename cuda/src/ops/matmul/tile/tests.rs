@@ -10,6 +10,8 @@ pub(crate) fn all_cfgs() -> Vec<TileCfg> {
         Variant::Naive,
         Variant::Skinny(1),
         Variant::Skinny(4),
+        Variant::Tf32Big,
+        Variant::Tf32Small,
     ] {
         for (trans_a, vec_a) in [(false, false), (false, true), (true, true)] {
             for b in [
@@ -32,6 +34,10 @@ pub(crate) fn all_cfgs() -> Vec<TileCfg> {
                     (true, true, false),
                     (false, false, true),
                 ] {
+                    let tf32 = matches!(variant, Variant::Tf32Big | Variant::Tf32Small);
+                    if tf32 && f16 {
+                        continue;
+                    }
                     v.push(TileCfg {
                         variant,
                         trans_a,
@@ -71,8 +77,26 @@ fn every_variant_generates_declared_ptx() {
         } else if cfg.variant != Variant::Naive {
             assert!(text.contains("bar.sync 0"), "{name}");
             assert!(text.contains(".shared .align 16 .b8 smem["), "{name}");
-            assert!(text.contains("ld.shared.v4.f32"), "{name}");
             assert!(text.contains("L_ktile_"), "{name}");
+            if cfg.tf32() {
+                // Operands rounded as they enter shared memory (4 of A and 4 of B per thread, in
+                // the prologue and the loop); per k-tile a warp's 64×32 (or 32×16 over two k
+                // steps) outputs in m16n8k8 products.
+                assert_eq!(text.matches("cvt.rna.tf32.f32").count(), 16, "{name}");
+                let mmas = text
+                    .matches("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32")
+                    .count();
+                assert_eq!(
+                    mmas,
+                    if cfg.variant == Variant::Tf32Big {
+                        16
+                    } else {
+                        8
+                    }
+                );
+            } else {
+                assert!(text.contains("ld.shared.v4.f32"), "{name}");
+            }
         } else {
             assert!(text.contains("L_loop_"), "{name}");
         }
@@ -214,4 +238,22 @@ fn small_kernel_and_hash_cost() {
     }
     let per = t.elapsed().as_secs_f64() / 2000.0 * 1e6;
     println!("SipHash of {} bytes: {per:.2} us ({h:x})", text.len());
+}
+
+#[test]
+#[ignore = "prints a tensor-core kernel for reading"]
+fn print_tf32() {
+    let cfg = TileCfg {
+        variant: Variant::Tf32Small,
+        trans_a: false,
+        vec_a: true,
+        b: BSrc::Strided {
+            trans: false,
+            vec: true,
+        },
+        has_c: false,
+        f16: false,
+        split: false,
+    };
+    println!("{}", module((9, 0), &[build(&cfg)]));
 }

@@ -1,0 +1,147 @@
+//! The tiled GEMM on the tensor cores (TF32), for f32 operands when the session allows TF32
+//! (`Precision::Tf32`): the CUDA-core kernel's loaders, double-buffered shared tiles and epilogue
+//! (`tile.rs`), with the products done by `mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32`.
+//!
+//! Every operand is rounded to TF32 (`cvt.rna.tf32.f32`: 10 explicit mantissa bits, to nearest,
+//! ties away from zero) as it enters shared memory, once per element; the products of two TF32
+//! values are exact in f32 and the accumulators are f32. That is the declaration the verification
+//! bound takes (`Operands::TF32`): the kernel is judged as a sum of rounded operands, and the same
+//! numbers declared as exact f32 products are caught (the spread judge).
+//!
+//! The block's 8 warps tile its output 2 × 4: a warp owns `BM/2 × BN/4` outputs (64×32 in the
+//! 128×128 tile, 32×16 in the 64×64 one) as m16n8 fragments, and each k-step of 8 loads one A
+//! fragment per 16 rows and one B fragment per 8 columns from shared memory. Shared rows are
+//! padded by 8 floats so that a fragment's 32 reads (rows `t` and `t + 4`, 8 columns) fall in 32
+//! different banks.
+use super::tile::{TileCfg, ktile_loop, prologue, setup, store_out};
+use crate::ptx::{Cmp, Kernel, Reg, Space, Ty};
+
+/// The kernel for a `Tf32Big` or `Tf32Small` configuration (f32 operands).
+pub fn build_tc(cfg: &TileCfg) -> Kernel {
+    assert!(
+        cfg.tf32() && !cfg.f16,
+        "tensor-core GEMM of f32 operands only"
+    );
+    let (bm, bn, bk, _) = cfg.dims();
+    let pad = cfg.pad();
+    let (ra, rb) = (bm + pad, bn + pad);
+    let (mts, nts, ksteps) = (bm / 2 / 16, bn / 4 / 8, bk / 8);
+    let yes = if cfg.split { 4 } else { cfg.es() };
+    let mut k = Kernel::new(&cfg.name());
+    let s = setup(&mut k, cfg);
+    let (p, t, mblk, nblk, sbase, asz) = (&s.p, s.t, s.mblk, s.nblk, s.sbase, s.asz);
+
+    // Warp w of 8 owns rows wm.. and columns wn.. of the block's tile; within a fragment, lane
+    // `4·g + q` holds rows g and g + 8, k columns q and q + 4 (A), k rows q and q + 4 (B), and
+    // output columns 2q and 2q + 1.
+    let warp = k.shr(Ty::U32, t, 5u32);
+    let lane = k.and(Ty::U32, t, 31u32);
+    let g = k.shr(Ty::U32, lane, 2u32);
+    let q = k.and(Ty::U32, lane, 3u32);
+    let wrow = k.shr(Ty::U32, warp, 2u32);
+    let wm = k.mul(Ty::U32, wrow, (bm / 2) as u32);
+    let wcol = k.and(Ty::U32, warp, 3u32);
+    let wn = k.mul(Ty::U32, wcol, (bn / 4) as u32);
+
+    let acc: Vec<Vec<[Reg; 4]>> = (0..mts)
+        .map(|_| {
+            (0..nts)
+                .map(|_| [0; 4].map(|_| k.mov(Ty::F32, 0.0f32)))
+                .collect()
+        })
+        .collect();
+
+    let st = prologue(&mut k, cfg, &s);
+
+    // Per-thread read bases in bytes: A at (k = q, m = wm + g), B at (k = q, n = wn + g).
+    let a_rd = {
+        let o = k.fma(Ty::U32, q, ra as u32, wm);
+        let o = k.add(Ty::U32, o, g);
+        let o = k.shl(Ty::U32, o, 2u32);
+        k.add(Ty::U32, sbase, o)
+    };
+    let b_rd = {
+        let o = k.fma(Ty::U32, q, rb as u32, wn);
+        let o = k.add(Ty::U32, o, g);
+        let o = k.shl(Ty::U32, o, 2u32);
+        let o = k.add(Ty::U32, o, asz as u32);
+        k.add(Ty::U32, sbase, o)
+    };
+
+    ktile_loop(&mut k, cfg, &s, &st, |k, rd| {
+        let ar = k.add(Ty::U32, a_rd, rd);
+        let br = k.add(Ty::U32, b_rd, rd);
+        for ks in 0..ksteps {
+            let k0 = ks * 8;
+            let a: Vec<[Reg; 4]> = (0..mts)
+                .map(|mt| {
+                    let base = (k0 * ra + mt * 16) * 4;
+                    [0, 8 * 4, 4 * ra * 4, 4 * ra * 4 + 8 * 4]
+                        .map(|o| k.ld(Space::Shared, Ty::U32, ar, (base + o) as i64))
+                })
+                .collect();
+            let b: Vec<[Reg; 2]> = (0..nts)
+                .map(|nt| {
+                    let base = (k0 * rb + nt * 8) * 4;
+                    [0, 4 * rb * 4].map(|o| k.ld(Space::Shared, Ty::U32, br, (base + o) as i64))
+                })
+                .collect();
+            for (mt, a) in a.iter().enumerate() {
+                for (nt, b) in b.iter().enumerate() {
+                    let d = acc[mt][nt];
+                    k.raw(format_args!(
+                        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 \
+                         {{{}, {}, {}, {}}}, {{{}, {}, {}, {}}}, {{{}, {}}}, {{{}, {}, {}, {}}}",
+                        d[0],
+                        d[1],
+                        d[2],
+                        d[3],
+                        a[0],
+                        a[1],
+                        a[2],
+                        a[3],
+                        b[0],
+                        b[1],
+                        d[0],
+                        d[1],
+                        d[2],
+                        d[3]
+                    ));
+                }
+            }
+        }
+    });
+
+    // Epilogue: accumulator i of fragment (mt, nt) is output (g + 8·(i / 2), 2q + i % 2) of it.
+    let row0 = {
+        let r = k.add(Ty::U32, mblk, wm);
+        k.add(Ty::U32, r, g)
+    };
+    let col0 = {
+        let c = k.add(Ty::U32, nblk, wn);
+        k.fma(Ty::U32, q, 2u32, c)
+    };
+    let cols: Vec<(Reg, Reg)> = (0..nts * 2)
+        .map(|j| {
+            let c = k.add(Ty::U32, col0, ((j / 2) * 8 + j % 2) as u32);
+            (c, k.setp(Cmp::Lt, Ty::U32, c, p.n))
+        })
+        .collect();
+    for (mt, frags) in acc.iter().enumerate() {
+        for half in 0..2 {
+            let row = k.add(Ty::U32, row0, (mt * 16 + half * 8) as u32);
+            let prow = k.setp(Cmp::Lt, Ty::U32, row, p.m);
+            let yrow = k.mul(Ty::U32, row, p.ldy);
+            for (nt, d) in frags.iter().enumerate() {
+                for e in 0..2 {
+                    let (col, pcol) = cols[nt * 2 + e];
+                    let pij = k.pred_and(prow, pcol);
+                    let yi = k.add(Ty::U32, yrow, col);
+                    let ya = k.addr(p.y, yi, yes);
+                    store_out(&mut k, cfg, p, pij, d[half * 2 + e], ya, row, col);
+                }
+            }
+        }
+    }
+    k
+}

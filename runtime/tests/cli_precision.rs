@@ -1,0 +1,96 @@
+//! `--precision tf32` end to end on the simulated device, whose MatMul then rounds its operands to
+//! TF32 as CUDA's tensor-core GEMM does and declares it: strict verification judges the node under
+//! that declaration and passes it. The same rounding left undeclared (a TF32 path that claims f32,
+//! `QUORUM_SIM_BREAK=undeclared-tf32`) has every element within its bound and must still fail
+//! strict verification, on the spread of its errors.
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use common::*;
+use quorum::inputs::Rng;
+
+/// x [8, 4096] → MatMul W [4096, 8] → y: sums of 4,096 products of zero-mean operands, long enough
+/// that a systematic rounding of the operands shows in the errors as a whole.
+fn write_matmul(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("quorum-precision-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut rng = Rng::new(4096);
+    let w: Vec<f32> = (0..4096 * 8).map(|_| rng.uniform() as f32).collect();
+    let m = model(
+        vec![node("MatMul", &["x", "w"], &["y"])],
+        vec![value_info("x", tensor_type(1, &[8, 4096]))],
+        vec![value_info("y", tensor_type(1, &[8, 8]))],
+        vec![f32_tensor("w", &[4096, 8], &w)],
+        17,
+    );
+    let path = dir.join("model.onnx");
+    std::fs::write(&path, bytes(&m)).unwrap();
+    path
+}
+
+fn bench(model: &PathBuf, precision: &str, broken: Option<&str>) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_quorum"));
+    c.env_remove("RUST_BACKTRACE")
+        .env_remove("QUORUM_VERIFY")
+        .args([
+            "bench",
+            "--provider",
+            "sim",
+            "--iters",
+            "2",
+            "--warmup",
+            "0",
+        ])
+        .args(["--json", "--verify", "strict", "--precision", precision])
+        .arg(model);
+    match broken {
+        Some(b) => c.env(quorum::sim::BREAK_VAR, b),
+        None => c.env_remove(quorum::sim::BREAK_VAR),
+    };
+    c.output().unwrap()
+}
+
+#[test]
+fn a_declared_tf32_matmul_passes_strict_verification() {
+    let model = write_matmul("declared");
+    let out = bench(&model, "tf32", None);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let j: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    assert_eq!(j["precision"], "tf32", "{j}");
+    assert!(
+        j["verification"].to_string().contains("MatMul"),
+        "the MatMul was judged: {j}"
+    );
+}
+
+#[test]
+fn tf32_rounding_that_claims_f32_fails_strict_verification() {
+    let model = write_matmul("undeclared");
+    for precision in ["f32", "tf32"] {
+        let out = bench(&model, precision, Some(quorum::sim::UNDECLARED_TF32));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(6), "{precision}: {stderr}");
+        assert!(
+            stderr.contains("MatMul") && stderr.contains("root mean square"),
+            "{precision}: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn an_unknown_precision_is_a_usage_error() {
+    let model = write_matmul("unknown");
+    let out = bench(&model, "fp8", None);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--precision") && stderr.contains("fp8"),
+        "{stderr}"
+    );
+}
