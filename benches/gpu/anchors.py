@@ -1,5 +1,6 @@
 """PyTorch anchors for the device kernel benchmarks (`device-tests/tests/gpu/bench*.rs`), printed as
-`ANCHOR name value unit` lines: SGEMM 1024^3 and 4096^3 (TF32 off), the 64 MiB elementwise Add and
+`ANCHOR name value unit` lines: SGEMM 1024^3 and 4096^3 (TF32 off), the same and 2048^3 and 8192^3
+with TF32 on (beside Quorum's `--precision tf32` GEMM), the 64 MiB elementwise Add and
 the batched MatMul [16,64,128] x [16,128,64], timed with CUDA events around batches after a warm-up
 (medians of the batches), in the same device call as Quorum's figures. Run on the GPU machine:
 `python3 benches/gpu/anchors.py`."""
@@ -41,6 +42,15 @@ def main():
         reps, batch = (5, 4) if size >= 4096 else (20, 10)
         ms = per_call_ms(lambda: torch.mm(x, y), batch, reps)
         print(f"ANCHOR torch_sgemm_{size} {2 * size**3 / (ms * 1e-3) / 1e12:.2f} TFLOP/s ({ms:.3f} ms)")
+    # TF32 on: what PyTorch users get with allow_tf32 (cuBLAS on the tensor cores).
+    torch.backends.cuda.matmul.allow_tf32 = True
+    for size in (1024, 2048, 4096, 8192):
+        x = torch.rand(size, size, device=dev, generator=g)
+        y = torch.rand(size, size, device=dev, generator=g)
+        reps, batch = (5, 4) if size >= 4096 else (20, 10)
+        ms = per_call_ms(lambda: torch.mm(x, y), batch, reps)
+        print(f"ANCHOR torch_tf32_gemm_{size} {2 * size**3 / (ms * 1e-3) / 1e12:.2f} TFLOP/s ({ms:.3f} ms)")
+    torch.backends.cuda.matmul.allow_tf32 = False
     x = torch.rand(16, 64, 128, device=dev, generator=g)
     y = torch.rand(16, 128, 64, device=dev, generator=g)
     ms = per_call_ms(lambda: torch.bmm(x, y), 100, 20)

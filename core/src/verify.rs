@@ -12,8 +12,10 @@ use std::collections::BTreeMap;
 
 use quorum_oracle as oracle;
 use quorum_oracle::Oracle;
+/// What a mismatch found (the oracles' own type).
+pub use quorum_oracle::arbitrate::Wrong;
 use quorum_oracle::arbitrate::{
-    Bound, EngineOutput, Operands, Verdict, Wrong, arbitrate, sequential_f32, spread,
+    Bound, EngineOutput, Operands, Verdict, arbitrate, sequential_f32, spread,
 };
 
 use crate::counters::Counters;

@@ -78,6 +78,27 @@ fn bench_kernels() {
         run.release(b, &[]);
     }
 
+    // The same on the tensor cores (TF32 operands, f32 sums), square.
+    let tc = Run::new(&device, &counters, None).unwrap();
+    tc.allow_tf32(true);
+    for size in [1024usize, 2048, 4096, 8192] {
+        let a = tc.upload(&rand_f32(3, &[size, size])).unwrap();
+        let b = tc.upload(&rand_f32(4, &[size, size])).unwrap();
+        let reps = if size >= 4096 { 20 } else { 50 };
+        let ms = time_ms(&tc, 3, reps, &mut || {
+            let y = quorum::cuda::ops::matmul::sgemm(
+                &tc, &a, &b, None, size, size, size, false, false, 1.0, 0.0, 1,
+            )
+            .unwrap();
+            tc.release(y, &[]);
+        });
+        let tflops = 2.0 * (size as f64).powi(3) / (ms * 1e-3) / 1e12;
+        println!("BENCH tf32_gemm_{size} {tflops:.2} TFLOP/s ({ms:.3} ms)");
+        tc.release(a, &[]);
+        tc.release(b, &[]);
+    }
+    drop(tc);
+
     // Batched MatMul [16,64,128] x [16,128,64].
     let a = run.upload(&rand_f32(5, &[16, 64, 128])).unwrap();
     let b = run.upload(&rand_f32(6, &[16, 128, 64])).unwrap();

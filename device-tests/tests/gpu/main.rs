@@ -36,5 +36,6 @@ mod resize;
 mod softmax;
 mod streams;
 mod system;
+mod tf32;
 mod wgpu;
 mod wgpu_more;

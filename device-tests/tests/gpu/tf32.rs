@@ -1,0 +1,198 @@
+//! TF32 on the tensor cores (`Precision::Tf32`, CUDA): every tiled GEMM plan in its tensor-core
+//! form gives the product within the bound of TF32 operands, as the run declares; the same numbers
+//! declared as exact f32 are caught (the wrong kernel "a TF32 path that claims f32"); and sessions
+//! of MatMul, Gemm and Conv nodes with `precision: Tf32` pass strict verification node by node,
+//! each judged under what its kernel declared.
+use quorum::backend::{Operands, Precision};
+use quorum::cuda::ops::matmul::plan::{Dims, Plan, candidates};
+use quorum::cuda::ops::matmul::tile::Variant;
+use quorum::ir::Node;
+use quorum::verify::{Check, Wrong, check_declared};
+use quorum::{Provider, SessionOptions, Tensor, Value, VerifyMode};
+
+use crate::harness::{Case, accelerators, rand_f32};
+
+fn cuda() -> bool {
+    accelerators().contains(&Provider::Cuda)
+}
+
+fn matmul_node() -> Node {
+    Node {
+        name: "mm".into(),
+        op_type: "MatMul".into(),
+        domain: String::new(),
+        opset: 13,
+        inputs: vec!["a".into(), "b".into()],
+        outputs: vec!["y".into()],
+        attrs: Default::default(),
+    }
+}
+
+/// Runs `plan` (a CUDA-core plan; the run turns it into its tensor-core form) on `nb` products
+/// A `[m, k]` · B `[k, n]` with TF32 allowed; returns the inputs, the output and the run's
+/// declaration.
+fn tf32_product(
+    shape: (usize, usize, usize, usize),
+    plan: Option<Plan>,
+    seed: u64,
+) -> (Tensor, Tensor, Tensor, Operands) {
+    let (m, n, k, nb) = shape;
+    let device = quorum::cuda::Device::get().unwrap();
+    let counters = quorum::cuda::Counters::default();
+    let run = quorum::cuda::Run::new(&device, &counters, Some(0xFF)).unwrap();
+    run.allow_tf32(true);
+    run.begin_node("mm");
+    let at = rand_f32(seed, &[nb, m, k]);
+    let bt = rand_f32(seed + 1, &[nb, k, n]);
+    let (a, b) = (run.upload(&at).unwrap(), run.upload(&bt).unwrap());
+    let y = quorum::cuda::ops::matmul::sgemm_plan(
+        &run, &a, &b, None, m, n, k, false, false, 1.0, 0.0, nb, plan,
+    )
+    .unwrap();
+    let out = run.download(&y).unwrap();
+    (at, bt, out, run.operands())
+}
+
+fn judge(a: &Tensor, b: &Tensor, y: &Tensor, operands: Operands) -> Check {
+    let (a, b) = (Value::Tensor(a.clone()), Value::Tensor(b.clone()));
+    check_declared(
+        &matmul_node(),
+        &[Some(&a), Some(&b)],
+        &[Value::Tensor(y.clone())],
+        operands,
+    )
+}
+
+#[test]
+fn every_tf32_plan_agrees_under_its_declaration() {
+    if !cuda() {
+        println!("no CUDA device: the tensor-core GEMM is not run");
+        return;
+    }
+    for (s, shape) in [
+        (130, 70, 300, 1),
+        (65, 200, 513, 3),
+        (257, 129, 1000, 1),
+        (33, 260, 300, 2),
+        (128, 128, 8, 1),
+        (1, 1, 1, 1),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (m, n, k, nb) = shape;
+        let d = Dims {
+            m,
+            n,
+            k,
+            nb,
+            es: 4,
+            splittable: true,
+        };
+        let mut plans: Vec<Option<Plan>> = candidates(&d).into_iter().map(Some).collect();
+        plans.push(None);
+        for p in plans {
+            let (a, b, y, declared) = tf32_product(shape, p, 700 + s as u64);
+            let what = format!("{p:?} on {shape:?}");
+            if m > 4 {
+                // The tiled kernels ran (the skinny kernel keeps exact products).
+                assert_eq!(declared, Operands::TF32, "{what}: not declared");
+            }
+            // The oracles judge one product at a time: batch 0's.
+            let (a0, b0, y0) = (first(&a, m, k), first(&b, k, n), first(&y, m, n));
+            assert_eq!(judge(&a0, &b0, &y0, declared), Check::Agree, "{what}");
+        }
+    }
+}
+
+/// The first `[rows, cols]` matrix of a stack of them (or the matrix itself).
+fn first(t: &Tensor, rows: usize, cols: usize) -> Tensor {
+    let v: Vec<f32> = t.to_f64_vec().unwrap()[..rows * cols]
+        .iter()
+        .map(|&x| x as f32)
+        .collect();
+    Tensor::from_f32(&[rows, cols], v).unwrap()
+}
+
+#[test]
+fn the_tensor_core_product_claimed_as_f32_is_caught() {
+    if !cuda() {
+        println!("no CUDA device: the tensor-core GEMM is not run");
+        return;
+    }
+    // Long sums of zero-mean terms: every element within an f32 product's worst-case bound, but
+    // the rounding of 4,096 operands per sum shows in the errors as a whole.
+    let plan = Plan::new(Variant::Big, 4096, 1);
+    let (a, b, y, declared) = tf32_product((64, 64, 4096, 1), Some(plan), 900);
+    let (a, b, y) = (first(&a, 64, 4096), first(&b, 4096, 64), first(&y, 64, 64));
+    assert_eq!(declared, Operands::TF32);
+    assert_eq!(judge(&a, &b, &y, Operands::TF32), Check::Agree);
+    let claimed = judge(&a, &b, &y, Operands::Exact);
+    assert!(
+        matches!(
+            claimed,
+            Check::Mismatch {
+                wrong: Wrong::Spread { .. },
+                ..
+            }
+        ),
+        "TF32 products judged as exact f32 were not caught: {claimed:?}"
+    );
+}
+
+/// A node's case run with TF32 allowed and strict verification (each node judged under its
+/// kernel's declaration, the run failing on any mismatch).
+fn strict_tf32(case: Case) {
+    let what = case.describe();
+    let (session, feeds) = case.session(SessionOptions {
+        providers: vec![Provider::Cuda, Provider::Cpu],
+        precision: Precision::Tf32,
+        verify: VerifyMode::Strict,
+        poison_device_buffers: Some(0xFF),
+        fold_constants: false,
+        ..Default::default()
+    });
+    session.run(feeds).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let c = session.counters();
+    assert!(c.verify_checks > 0, "{what}: nothing was judged");
+}
+
+#[test]
+fn tf32_sessions_pass_strict_verification() {
+    if !cuda() {
+        println!("no CUDA device: the tensor-core GEMM is not run");
+        return;
+    }
+    for (a, b, seed) in [
+        (vec![2, 129, 300], vec![300, 67], 1),
+        (vec![3, 4, 70, 513], vec![3, 4, 513, 65], 2),
+        (vec![256, 1024], vec![1024, 768], 3),
+    ] {
+        strict_tf32(
+            Case::new("MatMul")
+                .opset(13)
+                .input(rand_f32(seed, &a))
+                .input(rand_f32(seed + 1, &b)),
+        );
+    }
+    strict_tf32(
+        Case::new("Gemm")
+            .opset(13)
+            .attr_i("transA", 1)
+            .attr_i("transB", 1)
+            .attr_f("alpha", 0.5)
+            .attr_f("beta", 2.0)
+            .input(rand_f32(10, &[300, 130]))
+            .constant(rand_f32(11, &[90, 300]))
+            .constant(rand_f32(12, &[90])),
+    );
+    // A 3×3 convolution as an implicit GEMM (K = 64·9).
+    strict_tf32(
+        Case::new("Conv")
+            .opset(11)
+            .attr_ints("pads", &[1, 1, 1, 1])
+            .input(rand_f32(20, &[2, 64, 28, 28]))
+            .constant(rand_f32(21, &[96, 64, 3, 3]))
+            .constant(rand_f32(22, &[96])),
+    );
+}
