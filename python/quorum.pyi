@@ -75,6 +75,8 @@ class SessionOptions:
     """Device streams a run may use."""
     graph_capture: str
     """Device graph capture: off, on or auto."""
+    precision: str
+    """Arithmetic for f32 matrix products on the device: f32 (exact) or tf32 (tensor cores)."""
     dims: dict[str, int]
     """Values of symbolic dimensions."""
     max_tensor_bytes: int

@@ -43,7 +43,7 @@ impl RunOptions {
 }
 
 /// Session options with onnxruntime's names, and Quorum's own (`verify`, `allow_unchecked`,
-/// `streams`, `graph_capture`, `dims`, `max_tensor_bytes`).
+/// `streams`, `graph_capture`, `precision`, `dims`, `max_tensor_bytes`).
 ///
 /// Accepted for compatibility and without effect: `intra_op_num_threads` and
 /// `inter_op_num_threads` (the CPU's threads are rayon's one pool per process, sized by
@@ -70,6 +70,8 @@ pub struct SessionOptions {
     streams: usize,
     /// Device graph capture: off, on or auto.
     graph_capture: String,
+    /// Arithmetic for f32 matrix products on the device: f32 (exact) or tf32 (tensor cores).
+    precision: String,
     /// Values of symbolic dimensions.
     dims: HashMap<String, i64>,
     max_tensor_bytes: u64,
@@ -94,6 +96,7 @@ impl SessionOptions {
             allow_unchecked: Vec::new(),
             streams: 1,
             graph_capture: "off".into(),
+            precision: "f32".into(),
             dims: HashMap::new(),
             max_tensor_bytes: quorum::DEFAULT_MAX_TENSOR_BYTES,
         }
@@ -138,6 +141,10 @@ pub(crate) fn session_options(
             .graph_capture
             .parse()
             .map_err(|e: String| PyValueError::new_err(format!("graph_capture: {e}")))?,
+        precision: so
+            .precision
+            .parse()
+            .map_err(|e: String| PyValueError::new_err(format!("precision: {e}")))?,
         dims: so.dims.clone(),
         max_tensor_bytes: so.max_tensor_bytes,
         ..Default::default()

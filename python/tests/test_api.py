@@ -208,5 +208,9 @@ def test_session_options_map_to_ours(tmp_path):
     with pytest.raises(ValueError, match="graph_capture"):
         quorum.InferenceSession(str(chain_model(tmp_path)), so)
     so.graph_capture = "off"
+    so.precision = "fp8"
+    with pytest.raises(ValueError, match="precision"):
+        quorum.InferenceSession(str(chain_model(tmp_path)), so)
+    so.precision = "tf32"
     s = quorum.InferenceSession(str(chain_model(tmp_path)), so, providers=["sim"])
     assert s.run(None, {"x": x64()}, quorum.RunOptions())[0].shape == (4, 32)

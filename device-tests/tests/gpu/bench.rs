@@ -97,6 +97,45 @@ fn bench_kernels() {
         tc.release(a, &[]);
         tc.release(b, &[]);
     }
+    // Each tensor-core tile forced, at transformer shapes (bert-base's projections at batch 8,
+    // sequence 128) and the square one: which tile the cost model should pick under TF32.
+    use quorum::cuda::ops::matmul::plan::Plan;
+    use quorum::cuda::ops::matmul::tile::Variant;
+    for (m, n, k) in [
+        (1024usize, 768usize, 768usize),
+        (1024, 3072, 768),
+        (1024, 768, 3072),
+        (4096, 4096, 4096),
+    ] {
+        let a = tc.upload(&rand_f32(7, &[m, k])).unwrap();
+        let b = tc.upload(&rand_f32(8, &[k, n])).unwrap();
+        for v in [Variant::Big, Variant::Small] {
+            let plan = Plan::new(v, k, 1);
+            let ms = time_ms(&tc, 3, 20, &mut || {
+                let y = quorum::cuda::ops::matmul::sgemm_plan(
+                    &tc,
+                    &a,
+                    &b,
+                    None,
+                    m,
+                    n,
+                    k,
+                    false,
+                    false,
+                    1.0,
+                    0.0,
+                    1,
+                    Some(plan),
+                )
+                .unwrap();
+                tc.release(y, &[]);
+            });
+            let tflops = 2.0 * (m * n * k) as f64 / (ms * 1e-3) / 1e12;
+            println!("BENCH tf32_tile_{v:?}_{m}x{n}x{k} {tflops:.2} TFLOP/s ({ms:.3} ms)");
+        }
+        tc.release(a, &[]);
+        tc.release(b, &[]);
+    }
     drop(tc);
 
     // Batched MatMul [16,64,128] x [16,128,64].
