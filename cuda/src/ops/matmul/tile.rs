@@ -67,8 +67,12 @@ impl TileCfg {
     /// (BM, BN, BK, outputs per thread along m and n).
     pub fn dims(&self) -> (usize, usize, usize, usize) {
         match self.variant {
-            Variant::Big | Variant::Tf32Big => (128, 128, 8, 8),
-            Variant::Small | Variant::Tf32Small => (64, 64, 16, 4),
+            Variant::Big => (128, 128, 8, 8),
+            Variant::Small => (64, 64, 16, 4),
+            // Twice the CUDA-core tiles' depth: the tensor cores finish a k-tile of 8 so fast that
+            // one global load's latency per barrier would leave them idle.
+            Variant::Tf32Big => (128, 128, 16, 8),
+            Variant::Tf32Small => (64, 64, 32, 4),
             Variant::Naive => (16, 16, 1, 1),
             Variant::Skinny(r) => match self.b {
                 BSrc::Strided { trans: true, .. } => (r as usize, 8, 128, 1),
@@ -102,6 +106,16 @@ impl TileCfg {
 
     pub(crate) fn es(&self) -> usize {
         if self.f16 { 2 } else { 4 }
+    }
+
+    /// The k-depth one pass of the loaders covers (each thread loads 4 elements of each operand
+    /// per pass): the CUDA-core tile's. A k-tile is `BK / load_bk` passes (slices).
+    pub(crate) fn load_bk(&self) -> usize {
+        match self.variant {
+            Variant::Tf32Big => 8,
+            Variant::Tf32Small => 16,
+            _ => self.dims().2,
+        }
     }
 
     /// Whether the products run on the tensor cores with operands rounded to TF32.
@@ -442,16 +456,19 @@ fn strided_operand(
     kbeg: Reg,
     kcontig: bool,
     vec: bool,
+    slice: usize,
 ) -> Operand {
     let (bm, _, bk, _) = cfg.dims();
+    let lbk = cfg.load_bk();
     let tile = bm; // BM == BN in both tiled variants
     let es = cfg.es();
     let vals = [0; 4].map(|_| k.mov(Ty::F32, 0.0f32));
     if kcontig {
-        let lanes = (bk / 4) as u32;
+        let lanes = (lbk / 4) as u32;
         let mn_off = k.shr(Ty::U32, t, lanes.trailing_zeros());
         let lane = k.and(Ty::U32, t, lanes - 1);
         let k_off = k.shl(Ty::U32, lane, 2u32);
+        let k_off = sliced(k, k_off, slice * lbk);
         let mn = k.add(Ty::U32, blk, mn_off);
         let mn_ok = k.setp(Cmp::Lt, Ty::U32, mn, lim);
         let kk = k.add(Ty::U32, kbeg, k_off);
@@ -470,6 +487,7 @@ fn strided_operand(
     } else {
         let lanes = (tile / 4) as u32;
         let k_off = k.shr(Ty::U32, t, lanes.trailing_zeros());
+        let k_off = sliced(k, k_off, slice * lbk);
         let lane = k.and(Ty::U32, t, lanes - 1);
         let mn_off = k.shl(Ty::U32, lane, 2u32);
         let mn = k.add(Ty::U32, blk, mn_off);
@@ -495,6 +513,16 @@ fn strided_operand(
             soff,
             row: tile + cfg.pad(),
         }
+    }
+}
+
+/// `k_off` moved to the loader pass `slice` covers (`by` = its first k within the tile): nothing
+/// emitted for the first pass.
+fn sliced(k: &mut Kernel, k_off: Reg, by: usize) -> Reg {
+    if by == 0 {
+        k_off
+    } else {
+        k.add(Ty::U32, k_off, by as u32)
     }
 }
 
@@ -667,8 +695,9 @@ pub(super) struct Tiled {
     pub(super) mblk: Reg,
     pub(super) nblk: Reg,
     pub(super) sbase: Reg,
-    opa: Operand,
-    opb: Operand,
+    /// The operands' loaders, one per pass of the k-tile.
+    opa: Vec<Operand>,
+    opb: Vec<Operand>,
     /// Bytes of A's tile in a stage, and of a whole stage.
     pub(super) asz: usize,
     stage: usize,
@@ -693,48 +722,59 @@ pub(super) fn setup(k: &mut Kernel, cfg: &TileCfg) -> Tiled {
     k.shared_array("smem", 2 * stage);
     let sbase = k.shared_addr("smem");
 
-    let opa = strided_operand(
-        k,
-        cfg,
-        t,
-        p.a,
-        p.lda,
-        mblk,
-        p.m,
-        p.kbeg,
-        !cfg.trans_a,
-        cfg.vec_a,
-    );
-    let opb = match cfg.b {
-        BSrc::Strided { trans, vec } => {
-            strided_operand(k, cfg, t, p.b, p.ldb, nblk, p.n, p.kbeg, trans, vec)
-        }
-        BSrc::Im2col => {
-            let g = p.g.as_ref().expect("im2col geometry");
-            let lanes = (bn / 4) as u32;
-            let k_off = k.shr(Ty::U32, t, lanes.trailing_zeros());
-            let lane = k.and(Ty::U32, t, lanes - 1);
-            let mn_off = k.shl(Ty::U32, lane, 2u32);
-            let col = k.add(Ty::U32, nblk, mn_off);
-            let mut q = [t; 4];
-            let mut base = [[t; 3]; 4];
-            for i in 0..4 {
-                let c = k.add(Ty::U32, col, i as u32);
-                q[i] = k.setp(Cmp::Lt, Ty::U32, c, p.n);
-                base[i] = gather_base(k, g, c);
+    // One loader per pass of `load_bk` rows of the k-tile (one, but for the tensor cores' deeper
+    // tiles).
+    let slices = bk / cfg.load_bk();
+    let opa: Vec<Operand> = (0..slices)
+        .map(|sl| {
+            strided_operand(
+                k,
+                cfg,
+                t,
+                p.a,
+                p.lda,
+                mblk,
+                p.m,
+                p.kbeg,
+                !cfg.trans_a,
+                cfg.vec_a,
+                sl,
+            )
+        })
+        .collect();
+    let opb: Vec<Operand> = (0..slices)
+        .map(|sl| match cfg.b {
+            BSrc::Strided { trans, vec } => {
+                strided_operand(k, cfg, t, p.b, p.ldb, nblk, p.n, p.kbeg, trans, vec, sl)
             }
-            let so = k.mul(Ty::U32, k_off, ((bn + pad) * 4) as u32);
-            let soff = k.fma(Ty::U32, mn_off, 4u32, so);
-            let vals = [0; 4].map(|_| k.mov(Ty::F32, 0.0f32));
-            Operand {
-                ld: Loader::Gather { q, base, k_off },
-                vec: false,
-                vals,
-                soff,
-                row: bn + pad,
+            BSrc::Im2col => {
+                let g = p.g.as_ref().expect("im2col geometry");
+                let lanes = (bn / 4) as u32;
+                let k_off = k.shr(Ty::U32, t, lanes.trailing_zeros());
+                let k_off = sliced(k, k_off, sl * cfg.load_bk());
+                let lane = k.and(Ty::U32, t, lanes - 1);
+                let mn_off = k.shl(Ty::U32, lane, 2u32);
+                let col = k.add(Ty::U32, nblk, mn_off);
+                let mut q = [t; 4];
+                let mut base = [[t; 3]; 4];
+                for i in 0..4 {
+                    let c = k.add(Ty::U32, col, i as u32);
+                    q[i] = k.setp(Cmp::Lt, Ty::U32, c, p.n);
+                    base[i] = gather_base(k, g, c);
+                }
+                let so = k.mul(Ty::U32, k_off, ((bn + pad) * 4) as u32);
+                let soff = k.fma(Ty::U32, mn_off, 4u32, so);
+                let vals = [0; 4].map(|_| k.mov(Ty::F32, 0.0f32));
+                Operand {
+                    ld: Loader::Gather { q, base, k_off },
+                    vec: false,
+                    vals,
+                    soff,
+                    row: bn + pad,
+                }
             }
-        }
-    };
+        })
+        .collect();
     Tiled {
         p,
         t,
@@ -758,19 +798,32 @@ pub(super) struct Stages {
     wr: Reg,
 }
 
+/// Loads the k-tile at `kbase` into the loaders' registers.
+fn load_all(k: &mut Kernel, cfg: &TileCfg, s: &Tiled, kbase: Reg) {
+    for op in s.opa.iter().chain(&s.opb) {
+        load_tile(k, cfg, op, &s.p, kbase);
+    }
+}
+
+/// Stores the loaders' registers into the stage at byte offset `at`.
+fn store_all(k: &mut Kernel, cfg: &TileCfg, s: &Tiled, at: Reg) {
+    let ab = k.add(Ty::U32, s.sbase, at);
+    for op in &s.opa {
+        store_tile(k, cfg, op, ab);
+    }
+    let bb = k.add(Ty::U32, ab, s.asz as u32);
+    for op in &s.opb {
+        store_tile(k, cfg, op, bb);
+    }
+}
+
 /// Loads tile 0 into stage 0 and waits for the block.
 pub(super) fn prologue(k: &mut Kernel, cfg: &TileCfg, s: &Tiled) -> Stages {
     let kbase = k.mov(Ty::U32, s.p.kbeg);
-    load_tile(k, cfg, &s.opa, &s.p, kbase);
-    load_tile(k, cfg, &s.opb, &s.p, kbase);
+    load_all(k, cfg, s, kbase);
     let rd = k.mov(Ty::U32, 0u32);
     let wr = k.mov(Ty::U32, s.stage as u32);
-    {
-        let ab = k.add(Ty::U32, s.sbase, rd);
-        store_tile(k, cfg, &s.opa, ab);
-        let bb = k.add(Ty::U32, ab, s.asz as u32);
-        store_tile(k, cfg, &s.opb, bb);
-    }
+    store_all(k, cfg, s, rd);
     k.bar_sync();
     Stages { kbase, rd, wr }
 }
@@ -801,17 +854,12 @@ pub(super) fn ktile_loop(
     let fin = k.setp(Cmp::Ge, Ty::U32, kt, ntiles);
     k.bra_if(fin, false, &done);
     k.raw(format_args!("add.u32 {kbase}, {kbase}, {bk}"));
-    advance(k, cfg, &s.opa);
-    advance(k, cfg, &s.opb);
-    load_tile(k, cfg, &s.opa, p, kbase);
-    load_tile(k, cfg, &s.opb, p, kbase);
-    compute(k, rd);
-    {
-        let ab = k.add(Ty::U32, s.sbase, wr);
-        store_tile(k, cfg, &s.opa, ab);
-        let bb = k.add(Ty::U32, ab, s.asz as u32);
-        store_tile(k, cfg, &s.opb, bb);
+    for op in s.opa.iter().chain(&s.opb) {
+        advance(k, cfg, op);
     }
+    load_all(k, cfg, s, kbase);
+    compute(k, rd);
+    store_all(k, cfg, s, wr);
     k.bar_sync();
     let stage = s.stage;
     k.raw(format_args!("xor.b32 {rd}, {rd}, {stage}"));

@@ -79,21 +79,19 @@ fn every_variant_generates_declared_ptx() {
             assert!(text.contains(".shared .align 16 .b8 smem["), "{name}");
             assert!(text.contains("L_ktile_"), "{name}");
             if cfg.tf32() {
-                // Operands rounded as they enter shared memory (4 of A and 4 of B per thread, in
-                // the prologue and the loop); per k-tile a warp's 64×32 (or 32×16 over two k
-                // steps) outputs in m16n8k8 products.
-                assert_eq!(text.matches("cvt.rna.tf32.f32").count(), 16, "{name}");
+                // Operands rounded as they enter shared memory (4 of A and 4 of B per thread and
+                // loader pass, two passes, in the prologue and the loop); per k-tile a warp's
+                // 64×32 outputs over two k steps of 8 (or 32×16 over four) in m16n8k8 products.
+                assert_eq!(text.matches("cvt.rna.tf32.f32").count(), 32, "{name}");
                 let mmas = text
                     .matches("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32")
                     .count();
-                assert_eq!(
-                    mmas,
-                    if cfg.variant == Variant::Tf32Big {
-                        16
-                    } else {
-                        8
-                    }
-                );
+                let want = if cfg.variant == Variant::Tf32Big {
+                    32
+                } else {
+                    16
+                };
+                assert_eq!(mmas, want, "{name}");
             } else {
                 assert!(text.contains("ld.shared.v4.f32"), "{name}");
             }
