@@ -13,6 +13,7 @@
 pub mod plan;
 pub mod skinny;
 pub mod tc;
+pub mod tc_async;
 pub mod tile;
 
 use std::collections::HashMap;
@@ -149,6 +150,13 @@ fn vec_ok(dtype: DType, ptr: u64, ld: usize, strides: &[usize]) -> bool {
         && strides.iter().all(|s| s.is_multiple_of(4))
 }
 
+/// `QUORUM_CUDA_TF32=registers`: the register-staged tensor-core kernel everywhere (to compare
+/// the two, and to bisect).
+fn tc_async_off() -> bool {
+    static OFF: OnceLock<bool> = OnceLock::new();
+    *OFF.get_or_init(|| std::env::var("QUORUM_CUDA_TF32").is_ok_and(|v| v == "registers"))
+}
+
 fn naive_requested() -> bool {
     static NAIVE: OnceLock<bool> = OnceLock::new();
     *NAIVE.get_or_init(|| std::env::var("QUORUM_CUDA_GEMM").is_ok_and(|v| v == "naive"))
@@ -224,12 +232,16 @@ pub(crate) fn run_gemm_with(run: &Run, p: &Problem, forced: Option<plan::Plan>) 
     };
     // With TF32 allowed, f32 products of the tiled kernels go to the tensor cores (the same tiles
     // and splits: their K steps divide the plan's chunks); the run declares the rounding.
-    let variant = match variant {
-        Variant::Big if run.tf32_allowed() && p.dtype == DType::F32 => Variant::Tf32Big,
-        Variant::Small if run.tf32_allowed() && p.dtype == DType::F32 => Variant::Tf32Small,
-        v => v,
+    let tf32 = run.tf32_allowed() && p.dtype == DType::F32;
+    let (variant, promote) = match variant {
+        Variant::Big if tf32 => (Variant::Tf32Big, true),
+        Variant::Small if tf32 => (Variant::Tf32Small, false),
+        v => (v, false),
     };
-    if matches!(variant, Variant::Tf32Big | Variant::Tf32Small) {
+    if matches!(
+        variant,
+        Variant::Tf32Big | Variant::Tf32Small | Variant::Tf32Async
+    ) {
         run.mark_tf32();
     }
     // A split launch covers the batch in one grid (its workspace offsets start at batch 0).
@@ -253,7 +265,7 @@ pub(crate) fn run_gemm_with(run: &Run, p: &Problem, forced: Option<plan::Plan>) 
         },
         BOperand::Im2col(_) => BSrc::Im2col,
     };
-    let cfg = TileCfg {
+    let mut cfg = TileCfg {
         variant,
         trans_a: p.trans_a,
         vec_a,
@@ -262,6 +274,12 @@ pub(crate) fn run_gemm_with(run: &Run, p: &Problem, forced: Option<plan::Plan>) 
         f16,
         split: nsplit > 1,
     };
+    // The 128×128 tensor-core tile copies its operands asynchronously where their rows allow
+    // 16-byte copies.
+    // (A plan that names the register-staged tile keeps it: the benchmark compares the two.)
+    if promote && tc_async::fits(&cfg) && !tc_async_off() {
+        cfg.variant = Variant::Tf32Async;
+    }
     let (bm, bn, _, _) = cfg.dims();
     let gx = blocks(p.n, bn as u32);
     let gy = blocks(p.m, bm as u32);

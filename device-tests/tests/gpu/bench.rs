@@ -109,7 +109,9 @@ fn bench_kernels() {
     ] {
         let a = tc.upload(&rand_f32(7, &[m, k])).unwrap();
         let b = tc.upload(&rand_f32(8, &[k, n])).unwrap();
-        for v in [Variant::Big, Variant::Small] {
+        // Big: the asynchronous copies where the rows allow them; Tf32Big: the register-staged
+        // 128×128 tile, forced; Small: the 64×64 one.
+        for v in [Variant::Big, Variant::Tf32Big, Variant::Small] {
             let plan = Plan::new(v, k, 1);
             let ms = time_ms(&tc, 3, 20, &mut || {
                 let y = quorum::cuda::ops::matmul::sgemm_plan(

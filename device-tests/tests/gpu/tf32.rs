@@ -186,6 +186,16 @@ fn tf32_sessions_pass_strict_verification() {
             .constant(rand_f32(11, &[90, 300]))
             .constant(rand_f32(12, &[90])),
     );
+    // Both operands transposed, rows 16-byte aligned: the asynchronous copies along k.
+    strict_tf32(
+        Case::new("Gemm")
+            .opset(13)
+            .attr_i("transA", 1)
+            .attr_i("transB", 1)
+            .input(rand_f32(13, &[520, 260]))
+            .constant(rand_f32(14, &[132, 520]))
+            .constant(rand_f32(15, &[132])),
+    );
     // A 3×3 convolution as an implicit GEMM (K = 64·9).
     strict_tf32(
         Case::new("Conv")

@@ -42,6 +42,9 @@ pub enum Variant {
     Tf32Big,
     /// `Small`'s tiles on the tensor cores, likewise.
     Tf32Small,
+    /// 128×128×8 tiles on the tensor cores, the operands copied by `cp.async` through four stages
+    /// (`tc_async.rs`; f32 operands with 16-byte aligned rows).
+    Tf32Async,
     /// At most this many rows (1, 2 or 4; GEMV-like): B streamed once with 16-byte loads, the
     /// rows kept in registers; a warp per column when B is contiguous along k, else a block per 128
     /// columns.
@@ -73,6 +76,7 @@ impl TileCfg {
             // one global load's latency per barrier would leave them idle.
             Variant::Tf32Big => (128, 128, 16, 8),
             Variant::Tf32Small => (64, 64, 32, 4),
+            Variant::Tf32Async => (128, 128, 8, 8),
             Variant::Naive => (16, 16, 1, 1),
             Variant::Skinny(r) => match self.b {
                 BSrc::Strided { trans: true, .. } => (r as usize, 8, 128, 1),
@@ -88,6 +92,7 @@ impl TileCfg {
             Variant::Naive => "naive".to_string(),
             Variant::Tf32Big => "tf32big".to_string(),
             Variant::Tf32Small => "tf32small".to_string(),
+            Variant::Tf32Async => "tf32async".to_string(),
             Variant::Skinny(r) => format!("skinny{r}"),
         };
         let b = match self.b {
@@ -120,7 +125,10 @@ impl TileCfg {
 
     /// Whether the products run on the tensor cores with operands rounded to TF32.
     pub fn tf32(&self) -> bool {
-        matches!(self.variant, Variant::Tf32Big | Variant::Tf32Small)
+        matches!(
+            self.variant,
+            Variant::Tf32Big | Variant::Tf32Small | Variant::Tf32Async
+        )
     }
 
     /// Floats of padding after each row of a shared tile: 4 keeps the rows 16-byte aligned for the
@@ -953,6 +961,7 @@ pub fn build(cfg: &TileCfg) -> Kernel {
         Variant::Naive => super::skinny::build_naive(cfg),
         Variant::Skinny(_) => super::skinny::build_skinny(cfg),
         Variant::Tf32Big | Variant::Tf32Small => super::tc::build_tc(cfg),
+        Variant::Tf32Async => super::tc_async::build_tc_async(cfg),
         _ => build_tiled(cfg),
     }
 }

@@ -12,6 +12,7 @@ pub(crate) fn all_cfgs() -> Vec<TileCfg> {
         Variant::Skinny(4),
         Variant::Tf32Big,
         Variant::Tf32Small,
+        Variant::Tf32Async,
     ] {
         for (trans_a, vec_a) in [(false, false), (false, true), (true, true)] {
             for b in [
@@ -34,11 +35,14 @@ pub(crate) fn all_cfgs() -> Vec<TileCfg> {
                     (true, true, false),
                     (false, false, true),
                 ] {
-                    let tf32 = matches!(variant, Variant::Tf32Big | Variant::Tf32Small);
+                    let tf32 = matches!(
+                        variant,
+                        Variant::Tf32Big | Variant::Tf32Small | Variant::Tf32Async
+                    );
                     if tf32 && f16 {
                         continue;
                     }
-                    v.push(TileCfg {
+                    let cfg = TileCfg {
                         variant,
                         trans_a,
                         vec_a: vec_a && !f16,
@@ -46,7 +50,11 @@ pub(crate) fn all_cfgs() -> Vec<TileCfg> {
                         has_c,
                         f16,
                         split,
-                    });
+                    };
+                    if variant == Variant::Tf32Async && !super::super::tc_async::fits(&cfg) {
+                        continue;
+                    }
+                    v.push(cfg);
                 }
             }
         }
@@ -78,7 +86,19 @@ fn every_variant_generates_declared_ptx() {
             assert!(text.contains("bar.sync 0"), "{name}");
             assert!(text.contains(".shared .align 16 .b8 smem["), "{name}");
             assert!(text.contains("L_ktile_"), "{name}");
-            if cfg.tf32() {
+            if cfg.variant == Variant::Tf32Async {
+                // Per thread: one 16-byte copy of A and one of B per k-tile, three tiles issued
+                // ahead of the loop and one in it; every fragment value rounded as it is loaded
+                // (16 of A, 8 of B); 16 products per warp and k-tile.
+                let copies = text.matches("cp.async.cg.shared.global").count();
+                assert_eq!(copies, 2 * super::super::tc_async::STAGES, "{name}");
+                assert_eq!(text.matches("cvt.rna.tf32.f32").count(), 24, "{name}");
+                let mmas = text
+                    .matches("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32")
+                    .count();
+                assert_eq!(mmas, 16, "{name}");
+                assert!(text.contains("cp.async.wait_group 2"), "{name}");
+            } else if cfg.tf32() {
                 // Operands rounded as they enter shared memory (4 of A and 4 of B per thread and
                 // loader pass, two passes, in the prologue and the loop); per k-tile a warp's
                 // 64×32 outputs over two k steps of 8 (or 32×16 over four) in m16n8k8 products.
@@ -242,7 +262,7 @@ fn small_kernel_and_hash_cost() {
 #[ignore = "prints a tensor-core kernel for reading"]
 fn print_tf32() {
     let cfg = TileCfg {
-        variant: Variant::Tf32Small,
+        variant: Variant::Tf32Async,
         trans_a: false,
         vec_a: true,
         b: BSrc::Strided {
