@@ -46,23 +46,13 @@ enum Valid {
     AlongMn { krow: Reg, cols: Reg },
 }
 
-/// This thread's chunk `pass` of an operand stored contiguous along k (128 rows of `BK` values:
-/// 4 chunks of 4 per row, rows `t / 4` and `t / 4 + 64`).
+/// A chunk of an operand stored contiguous along k (`rows` = the tile's m|n extent; 2 chunks of 4
+/// k values per row).
 #[allow(clippy::too_many_arguments)]
-fn along_k(
-    k: &mut Kernel,
-    t: Reg,
-    base: Reg,
-    ld: Reg,
-    blk: Reg,
-    lim: Reg,
-    kbeg: Reg,
-    pass: usize,
-) -> Copier {
-    let row = k.shr(Ty::U32, t, 2u32);
-    let row = k.add(Ty::U32, row, (pass * 64) as u32);
-    let quarter = k.and(Ty::U32, t, 3u32);
-    let k4 = k.shl(Ty::U32, quarter, 2u32);
+fn along_k(k: &mut Kernel, t: Reg, base: Reg, ld: Reg, blk: Reg, lim: Reg, kbeg: Reg) -> Copier {
+    let row = k.shr(Ty::U32, t, 1u32);
+    let half = k.and(Ty::U32, t, 1u32);
+    let k4 = k.shl(Ty::U32, half, 2u32);
     let r = k.add(Ty::U32, blk, row);
     let row_ok = k.setp(Cmp::Lt, Ty::U32, r, lim);
     let kk = k.add(Ty::U32, kbeg, k4);
@@ -78,21 +68,9 @@ fn along_k(
     }
 }
 
-/// This thread's chunk `pass` of an operand stored contiguous along m|n (`BK` rows of 128
-/// values, 32 chunks each: rows `t / 32` and `t / 32 + 8`).
-#[allow(clippy::too_many_arguments)]
-fn along_mn(
-    k: &mut Kernel,
-    t: Reg,
-    base: Reg,
-    ld: Reg,
-    blk: Reg,
-    lim: Reg,
-    kbeg: Reg,
-    pass: usize,
-) -> Copier {
+/// A chunk of an operand stored contiguous along m|n (`BK` rows of 128 values, 32 chunks each).
+fn along_mn(k: &mut Kernel, t: Reg, base: Reg, ld: Reg, blk: Reg, lim: Reg, kbeg: Reg) -> Copier {
     let krow = k.shr(Ty::U32, t, 5u32);
-    let krow = k.add(Ty::U32, krow, (pass * 8) as u32);
     let lane = k.and(Ty::U32, t, 31u32);
     let c4 = k.shl(Ty::U32, lane, 2u32);
     let col = k.add(Ty::U32, blk, c4);
@@ -115,11 +93,8 @@ fn along_mn(
     }
 }
 
-/// The k-depth of a tile (two k-steps of the `mma` per barrier), the copies each thread issues
-/// per operand and tile, and the padded row lengths of the two shared layouts (floats: 20 keeps a
-/// fragment's reads of rows `g`, columns `q` in 32 banks and rows 16-byte aligned).
-const BK: usize = 16;
-const PASSES: usize = 2;
+/// The k-depth of a tile, and the padded row lengths of the two shared layouts (floats).
+const BK: usize = 8;
 const ROW_K: usize = BK + 4;
 const ROW_MN: usize = 128 + 8;
 
@@ -170,19 +145,6 @@ fn ld_tf32(k: &mut Kernel, addr: Reg, off: usize) -> Reg {
     r
 }
 
-/// The dynamic shared memory a launch of `cfg` needs: the ring of stages.
-pub fn shared_bytes(cfg: &TileCfg) -> usize {
-    let part = |along_k: bool| {
-        if along_k {
-            128 * ROW_K * 4
-        } else {
-            BK * ROW_MN * 4
-        }
-    };
-    let b_along_k = matches!(cfg.b, BSrc::Strided { trans: true, .. });
-    STAGES * (part(!cfg.trans_a) + part(b_along_k))
-}
-
 /// Whether `cfg` can take this kernel: f32, rows of both operands 16-byte aligned, B strided.
 pub fn fits(cfg: &TileCfg) -> bool {
     !cfg.f16 && cfg.vec_a && matches!(cfg.b, BSrc::Strided { vec: true, .. })
@@ -207,7 +169,6 @@ pub fn build_tc_async(cfg: &TileCfg) -> Kernel {
     let asz = part(a_along_k, bm);
     let stage = asz + part(b_along_k, bn);
     let ring = STAGES * stage;
-    assert_eq!(ring, shared_bytes(cfg), "{cfg:?}");
     let yes = if cfg.split { 4 } else { cfg.es() };
 
     let mut k = Kernel::new(&cfg.name());
@@ -217,28 +178,19 @@ pub fn build_tc_async(cfg: &TileCfg) -> Kernel {
     let mblk = k.mul(Ty::U32, by, bm as u32);
     let bx = k.special("ctaid.x");
     let nblk = k.mul(Ty::U32, bx, bn as u32);
-    // The ring is larger than a static array may be: the launch sizes it (`shared_bytes`).
-    let smem = k.extern_shared();
-    let sbase = k.shared_addr(&smem);
+    k.shared_array("smem", ring);
+    let sbase = k.shared_addr("smem");
 
-    let ca: Vec<Copier> = (0..PASSES)
-        .map(|pass| {
-            if a_along_k {
-                along_k(&mut k, t, p.a, p.lda, mblk, p.m, p.kbeg, pass)
-            } else {
-                along_mn(&mut k, t, p.a, p.lda, mblk, p.m, p.kbeg, pass)
-            }
-        })
-        .collect();
-    let cb: Vec<Copier> = (0..PASSES)
-        .map(|pass| {
-            if b_along_k {
-                along_k(&mut k, t, p.b, p.ldb, nblk, p.n, p.kbeg, pass)
-            } else {
-                along_mn(&mut k, t, p.b, p.ldb, nblk, p.n, p.kbeg, pass)
-            }
-        })
-        .collect();
+    let ca = if a_along_k {
+        along_k(&mut k, t, p.a, p.lda, mblk, p.m, p.kbeg)
+    } else {
+        along_mn(&mut k, t, p.a, p.lda, mblk, p.m, p.kbeg)
+    };
+    let cb = if b_along_k {
+        along_k(&mut k, t, p.b, p.ldb, nblk, p.n, p.kbeg)
+    } else {
+        along_mn(&mut k, t, p.b, p.ldb, nblk, p.n, p.kbeg)
+    };
 
     // Warps tile the block 2 × 4 (64×32 outputs each); lane 4g + q of an m16n8k8 fragment.
     let warp = k.shr(Ty::U32, t, 5u32);
@@ -309,13 +261,9 @@ pub fn build_tc_async(cfg: &TileCfg) -> Kernel {
     let safe_b = p.b;
     for _ in 0..STAGES - 1 {
         let dst = k.add(Ty::U32, sbase, ws);
-        for c in &ca {
-            issue(&mut k, c, kissue, p.kend, dst, safe_a);
-        }
+        issue(&mut k, &ca, kissue, p.kend, dst, safe_a);
         let dstb = k.add(Ty::U32, dst, asz as u32);
-        for c in &cb {
-            issue(&mut k, c, kissue, p.kend, dstb, safe_b);
-        }
+        issue(&mut k, &cb, kissue, p.kend, dstb, safe_b);
         k.raw("cp.async.commit_group");
         k.raw(format_args!("add.u32 {kissue}, {kissue}, {BK}"));
         ring_add(&mut k, ws, stage, ring);
@@ -334,13 +282,9 @@ pub fn build_tc_async(cfg: &TileCfg) -> Kernel {
     k.bar_sync();
     {
         let dst = k.add(Ty::U32, sbase, ws);
-        for c in &ca {
-            issue(&mut k, c, kissue, p.kend, dst, safe_a);
-        }
+        issue(&mut k, &ca, kissue, p.kend, dst, safe_a);
         let dstb = k.add(Ty::U32, dst, asz as u32);
-        for c in &cb {
-            issue(&mut k, c, kissue, p.kend, dstb, safe_b);
-        }
+        issue(&mut k, &cb, kissue, p.kend, dstb, safe_b);
         k.raw("cp.async.commit_group");
         k.raw(format_args!("add.u32 {kissue}, {kissue}, {BK}"));
         ring_add(&mut k, ws, stage, ring);
@@ -348,40 +292,23 @@ pub fn build_tc_async(cfg: &TileCfg) -> Kernel {
     let st = k.add(Ty::U32, sbase, rs);
     let ar = k.add(Ty::U32, st, a_rd);
     let br = k.add(Ty::U32, st, b_rd);
-    for ks in 0..BK / 8 {
-        let k0 = ks * 8;
-        let a: Vec<[Reg; 4]> = (0..mts)
-            .map(|mt| {
-                let m0 = mt * 16;
-                [(0, 0), (8, 0), (0, 4), (8, 4)]
-                    .map(|(dm, dk)| ld_tf32(&mut k, ar, a_off(m0 + dm, k0 + dk)))
-            })
-            .collect();
-        let b: Vec<[Reg; 2]> = (0..nts)
-            .map(|nt| [0, 4].map(|dk| ld_tf32(&mut k, br, b_off(nt * 8, k0 + dk))))
-            .collect();
-        for (mt, a) in a.iter().enumerate() {
-            for (nt, b) in b.iter().enumerate() {
-                let d = acc[mt][nt];
-                k.raw(format_args!(
-                    "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 \
-                     {{{}, {}, {}, {}}}, {{{}, {}, {}, {}}}, {{{}, {}}}, {{{}, {}, {}, {}}}",
-                    d[0],
-                    d[1],
-                    d[2],
-                    d[3],
-                    a[0],
-                    a[1],
-                    a[2],
-                    a[3],
-                    b[0],
-                    b[1],
-                    d[0],
-                    d[1],
-                    d[2],
-                    d[3]
-                ));
-            }
+    let a: Vec<[Reg; 4]> = (0..mts)
+        .map(|mt| {
+            let m0 = mt * 16;
+            [(0, 0), (8, 0), (0, 4), (8, 4)].map(|(dm, dk)| ld_tf32(&mut k, ar, a_off(m0 + dm, dk)))
+        })
+        .collect();
+    let b: Vec<[Reg; 2]> = (0..nts)
+        .map(|nt| [0, 4].map(|dk| ld_tf32(&mut k, br, b_off(nt * 8, dk))))
+        .collect();
+    for (mt, a) in a.iter().enumerate() {
+        for (nt, b) in b.iter().enumerate() {
+            let d = acc[mt][nt];
+            k.raw(format_args!(
+                "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 \
+                 {{{}, {}, {}, {}}}, {{{}, {}, {}, {}}}, {{{}, {}}}, {{{}, {}, {}, {}}}",
+                d[0], d[1], d[2], d[3], a[0], a[1], a[2], a[3], b[0], b[1], d[0], d[1], d[2], d[3]
+            ));
         }
     }
     ring_add(&mut k, rs, stage, ring);
