@@ -13,7 +13,7 @@
 //! fragment per 16 rows and one B fragment per 8 columns from shared memory. Shared rows are
 //! padded by 8 floats so that a fragment's 32 reads (rows `t` and `t + 4`, 8 columns) fall in 32
 //! different banks.
-use super::tile::{TileCfg, ktile_loop, prologue, setup, store_out};
+use super::tile::{Params, TileCfg, ktile_loop, prologue, setup, store_out};
 use crate::ptx::{Cmp, Kernel, Reg, Space, Ty};
 
 /// The kernel for a `Tf32Big` or `Tf32Small` configuration (f32 operands).
@@ -25,31 +25,14 @@ pub fn build_tc(cfg: &TileCfg) -> Kernel {
     let (bm, bn, bk, _) = cfg.dims();
     let pad = cfg.pad();
     let (ra, rb) = (bm + pad, bn + pad);
-    let (mts, nts, ksteps) = (bm / 2 / 16, bn / 4 / 8, bk / 8);
+    let ksteps = bk / 8;
     let yes = if cfg.split { 4 } else { cfg.es() };
     let mut k = Kernel::new(&cfg.name());
     let s = setup(&mut k, cfg);
     let (p, t, mblk, nblk, sbase, asz) = (&s.p, s.t, s.mblk, s.nblk, s.sbase, s.asz);
 
-    // Warp w of 8 owns rows wm.. and columns wn.. of the block's tile; within a fragment, lane
-    // `4·g + q` holds rows g and g + 8, k columns q and q + 4 (A), k rows q and q + 4 (B), and
-    // output columns 2q and 2q + 1.
-    let warp = k.shr(Ty::U32, t, 5u32);
-    let lane = k.and(Ty::U32, t, 31u32);
-    let g = k.shr(Ty::U32, lane, 2u32);
-    let q = k.and(Ty::U32, lane, 3u32);
-    let wrow = k.shr(Ty::U32, warp, 2u32);
-    let wm = k.mul(Ty::U32, wrow, (bm / 2) as u32);
-    let wcol = k.and(Ty::U32, warp, 3u32);
-    let wn = k.mul(Ty::U32, wcol, (bn / 4) as u32);
-
-    let acc: Vec<Vec<[Reg; 4]>> = (0..mts)
-        .map(|_| {
-            (0..nts)
-                .map(|_| [0; 4].map(|_| k.mov(Ty::F32, 0.0f32)))
-                .collect()
-        })
-        .collect();
+    let w = Warps::new(&mut k, t, bm, bn);
+    let (g, q, wm, wn) = (w.g, w.q, w.wm, w.wn);
 
     let st = prologue(&mut k, cfg, &s);
 
@@ -73,14 +56,14 @@ pub fn build_tc(cfg: &TileCfg) -> Kernel {
         let br = k.add(Ty::U32, b_rd, rd);
         for ks in 0..ksteps {
             let k0 = ks * 8;
-            let a: Vec<[Reg; 4]> = (0..mts)
+            let a: Vec<[Reg; 4]> = (0..w.mts)
                 .map(|mt| {
                     let base = (k0 * ra + mt * 16) * 4;
                     [0, 8 * 4, 4 * ra * 4, 4 * ra * 4 + 8 * 4]
                         .map(|o| k.ld(Space::Shared, Ty::U32, ar, (base + o) as i64))
                 })
                 .collect();
-            let b: Vec<[Reg; 2]> = (0..nts)
+            let b: Vec<[Reg; 2]> = (0..w.nts)
                 .map(|nt| {
                     let base = (k0 * rb + nt * 8) * 4;
                     [0, 4 * rb * 4].map(|o| k.ld(Space::Shared, Ty::U32, br, (base + o) as i64))
@@ -88,60 +71,109 @@ pub fn build_tc(cfg: &TileCfg) -> Kernel {
                 .collect();
             for (mt, a) in a.iter().enumerate() {
                 for (nt, b) in b.iter().enumerate() {
-                    let d = acc[mt][nt];
-                    k.raw(format_args!(
-                        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 \
-                         {{{}, {}, {}, {}}}, {{{}, {}, {}, {}}}, {{{}, {}}}, {{{}, {}, {}, {}}}",
-                        d[0],
-                        d[1],
-                        d[2],
-                        d[3],
-                        a[0],
-                        a[1],
-                        a[2],
-                        a[3],
-                        b[0],
-                        b[1],
-                        d[0],
-                        d[1],
-                        d[2],
-                        d[3]
-                    ));
+                    mma_tf32(k, w.acc[mt][nt], a, b);
                 }
             }
         }
     });
 
-    // Epilogue: accumulator i of fragment (mt, nt) is output (g + 8·(i / 2), 2q + i % 2) of it.
-    let row0 = {
-        let r = k.add(Ty::U32, mblk, wm);
-        k.add(Ty::U32, r, g)
-    };
-    let col0 = {
-        let c = k.add(Ty::U32, nblk, wn);
-        k.fma(Ty::U32, q, 2u32, c)
-    };
-    let cols: Vec<(Reg, Reg)> = (0..nts * 2)
-        .map(|j| {
-            let c = k.add(Ty::U32, col0, ((j / 2) * 8 + j % 2) as u32);
-            (c, k.setp(Cmp::Lt, Ty::U32, c, p.n))
-        })
-        .collect();
-    for (mt, frags) in acc.iter().enumerate() {
-        for half in 0..2 {
-            let row = k.add(Ty::U32, row0, (mt * 16 + half * 8) as u32);
-            let prow = k.setp(Cmp::Lt, Ty::U32, row, p.m);
-            let yrow = k.mul(Ty::U32, row, p.ldy);
-            for (nt, d) in frags.iter().enumerate() {
-                for e in 0..2 {
-                    let (col, pcol) = cols[nt * 2 + e];
-                    let pij = k.pred_and(prow, pcol);
-                    let yi = k.add(Ty::U32, yrow, col);
-                    let ya = k.addr(p.y, yi, yes);
-                    store_out(&mut k, cfg, p, pij, d[half * 2 + e], ya, row, col);
+    w.epilogue(&mut k, cfg, p, mblk, nblk, yes);
+    k
+}
+
+/// The warps of a 256-thread block on its BM × BN output tile: warp `w` of 8 owns rows `wm..` and
+/// columns `wn..` (a 2 × 4 grid of `BM/2 × BN/4` pieces) as m16n8 fragments; within a fragment,
+/// lane `4·g + q` holds rows `g` and `g + 8`, k columns `q` and `q + 4` (A), k rows `q` and
+/// `q + 4` (B), and output columns `2q` and `2q + 1`. `acc[mt][nt]`: the f32 accumulators of
+/// fragment (mt, nt), zeroed.
+pub(super) struct Warps {
+    pub g: Reg,
+    pub q: Reg,
+    pub wm: Reg,
+    pub wn: Reg,
+    pub mts: usize,
+    pub nts: usize,
+    pub acc: Vec<Vec<[Reg; 4]>>,
+}
+
+impl Warps {
+    pub fn new(k: &mut Kernel, t: Reg, bm: usize, bn: usize) -> Warps {
+        let warp = k.shr(Ty::U32, t, 5u32);
+        let lane = k.and(Ty::U32, t, 31u32);
+        let g = k.shr(Ty::U32, lane, 2u32);
+        let q = k.and(Ty::U32, lane, 3u32);
+        let wrow = k.shr(Ty::U32, warp, 2u32);
+        let wm = k.mul(Ty::U32, wrow, (bm / 2) as u32);
+        let wcol = k.and(Ty::U32, warp, 3u32);
+        let wn = k.mul(Ty::U32, wcol, (bn / 4) as u32);
+        let (mts, nts) = (bm / 2 / 16, bn / 4 / 8);
+        let acc = (0..mts)
+            .map(|_| {
+                (0..nts)
+                    .map(|_| [0; 4].map(|_| k.mov(Ty::F32, 0.0f32)))
+                    .collect()
+            })
+            .collect();
+        Warps {
+            g,
+            q,
+            wm,
+            wn,
+            mts,
+            nts,
+            acc,
+        }
+    }
+
+    /// Writes every accumulator: accumulator i of fragment (mt, nt) is output
+    /// (g + 8·(i / 2), 2q + i % 2) of it (`yes`: the output's element size).
+    pub fn epilogue(
+        &self,
+        k: &mut Kernel,
+        cfg: &TileCfg,
+        p: &Params,
+        mblk: Reg,
+        nblk: Reg,
+        yes: usize,
+    ) {
+        let row0 = {
+            let r = k.add(Ty::U32, mblk, self.wm);
+            k.add(Ty::U32, r, self.g)
+        };
+        let col0 = {
+            let c = k.add(Ty::U32, nblk, self.wn);
+            k.fma(Ty::U32, self.q, 2u32, c)
+        };
+        let cols: Vec<(Reg, Reg)> = (0..self.nts * 2)
+            .map(|j| {
+                let c = k.add(Ty::U32, col0, ((j / 2) * 8 + j % 2) as u32);
+                (c, k.setp(Cmp::Lt, Ty::U32, c, p.n))
+            })
+            .collect();
+        for (mt, frags) in self.acc.iter().enumerate() {
+            for half in 0..2 {
+                let row = k.add(Ty::U32, row0, (mt * 16 + half * 8) as u32);
+                let prow = k.setp(Cmp::Lt, Ty::U32, row, p.m);
+                let yrow = k.mul(Ty::U32, row, p.ldy);
+                for (nt, d) in frags.iter().enumerate() {
+                    for e in 0..2 {
+                        let (col, pcol) = cols[nt * 2 + e];
+                        let pij = k.pred_and(prow, pcol);
+                        let yi = k.add(Ty::U32, yrow, col);
+                        let ya = k.addr(p.y, yi, yes);
+                        store_out(k, cfg, p, pij, d[half * 2 + e], ya, row, col);
+                    }
                 }
             }
         }
     }
-    k
+}
+
+/// `d += a · b` on the tensor cores: one m16n8k8 product of TF32 fragments, f32 accumulators.
+pub(super) fn mma_tf32(k: &mut Kernel, d: [Reg; 4], a: &[Reg; 4], b: &[Reg; 2]) {
+    k.raw(format_args!(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 \
+         {{{}, {}, {}, {}}}, {{{}, {}, {}, {}}}, {{{}, {}}}, {{{}, {}, {}, {}}}",
+        d[0], d[1], d[2], d[3], a[0], a[1], a[2], a[3], b[0], b[1], d[0], d[1], d[2], d[3]
+    ));
 }

@@ -14,7 +14,8 @@
 //! `q` fall in 32 banks), one contiguous along m|n keeps rows of 128 values (padded to 136). Each
 //! fragment value is rounded to TF32 (`cvt.rna.tf32.f32`) as it is loaded from shared memory: the
 //! declaration is the same as `tc.rs`'s (`Operands::TF32`).
-use super::tile::{BSrc, Params, TileCfg, Variant, params, store_out};
+use super::tc::{Warps, mma_tf32};
+use super::tile::{BSrc, Params, TileCfg, Variant, params};
 use crate::ptx::{Cmp, Kernel, Reg, Space, Ty};
 
 /// Stages of the shared ring: three k-tiles in flight behind the one being multiplied.
@@ -130,6 +131,28 @@ fn issue(k: &mut Kernel, c: &Copier, k0: Reg, kend: Reg, dst: Reg, safe: Reg) {
     }
 }
 
+/// The shared ring: its base address, the byte offset of the stage the next copies write, the
+/// bytes of A's part of a stage, of a stage and of the ring.
+struct Ring {
+    base: Reg,
+    write: Reg,
+    asz: usize,
+    stage: usize,
+    bytes: usize,
+}
+
+/// Issues both operands' copies of the k-tile starting at `k0` into the ring's write stage as one
+/// group, and moves `k0` and the write stage on.
+fn issue_tile(k: &mut Kernel, ops: [&Copier; 2], safe: [Reg; 2], k0: Reg, kend: Reg, r: &Ring) {
+    let dst = k.add(Ty::U32, r.base, r.write);
+    issue(k, ops[0], k0, kend, dst, safe[0]);
+    let dstb = k.add(Ty::U32, dst, r.asz as u32);
+    issue(k, ops[1], k0, kend, dstb, safe[1]);
+    k.raw("cp.async.commit_group");
+    k.raw(format_args!("add.u32 {k0}, {k0}, {BK}"));
+    ring_add(k, r.write, r.stage, r.bytes);
+}
+
 /// `x = x + by`, wrapped to `[0, modulo)` (a stage offset going round the ring).
 fn ring_add(k: &mut Kernel, x: Reg, by: usize, modulo: usize) {
     k.raw(format_args!("add.u32 {x}, {x}, {by}"));
@@ -192,23 +215,9 @@ pub fn build_tc_async(cfg: &TileCfg) -> Kernel {
         along_mn(&mut k, t, p.b, p.ldb, nblk, p.n, p.kbeg)
     };
 
-    // Warps tile the block 2 × 4 (64×32 outputs each); lane 4g + q of an m16n8k8 fragment.
-    let warp = k.shr(Ty::U32, t, 5u32);
-    let lane = k.and(Ty::U32, t, 31u32);
-    let g = k.shr(Ty::U32, lane, 2u32);
-    let q = k.and(Ty::U32, lane, 3u32);
-    let wrow = k.shr(Ty::U32, warp, 2u32);
-    let wm = k.mul(Ty::U32, wrow, 64u32);
-    let wcol = k.and(Ty::U32, warp, 3u32);
-    let wn = k.mul(Ty::U32, wcol, 32u32);
-    let (mts, nts) = (4usize, 4usize);
-    let acc: Vec<Vec<[Reg; 4]>> = (0..mts)
-        .map(|_| {
-            (0..nts)
-                .map(|_| [0; 4].map(|_| k.mov(Ty::F32, 0.0f32)))
-                .collect()
-        })
-        .collect();
+    // Warps tile the block 2 × 4 (64×32 outputs each), as `tc.rs`'s do.
+    let w = Warps::new(&mut k, t, bm, bn);
+    let (g, q, wm, wn, mts, nts) = (w.g, w.q, w.wm, w.wn, w.mts, w.nts);
 
     // Fragment read bases (bytes within a stage) and each fragment register's offset from them.
     // A (m, k): along k at (m·12 + k), along m at (k·136 + m); B (k, n): along k at (n·12 + k),
@@ -259,14 +268,22 @@ pub fn build_tc_async(cfg: &TileCfg) -> Kernel {
     let ws = k.mov(Ty::U32, 0u32);
     let safe_a = p.a;
     let safe_b = p.b;
+    let ring_at = Ring {
+        base: sbase,
+        write: ws,
+        asz,
+        stage,
+        bytes: ring,
+    };
     for _ in 0..STAGES - 1 {
-        let dst = k.add(Ty::U32, sbase, ws);
-        issue(&mut k, &ca, kissue, p.kend, dst, safe_a);
-        let dstb = k.add(Ty::U32, dst, asz as u32);
-        issue(&mut k, &cb, kissue, p.kend, dstb, safe_b);
-        k.raw("cp.async.commit_group");
-        k.raw(format_args!("add.u32 {kissue}, {kissue}, {BK}"));
-        ring_add(&mut k, ws, stage, ring);
+        issue_tile(
+            &mut k,
+            [&ca, &cb],
+            [safe_a, safe_b],
+            kissue,
+            p.kend,
+            &ring_at,
+        );
     }
 
     let rs = k.mov(Ty::U32, 0u32);
@@ -280,15 +297,14 @@ pub fn build_tc_async(cfg: &TileCfg) -> Kernel {
     // stage the next copy overwrites.
     k.raw(format_args!("cp.async.wait_group {}", STAGES - 2));
     k.bar_sync();
-    {
-        let dst = k.add(Ty::U32, sbase, ws);
-        issue(&mut k, &ca, kissue, p.kend, dst, safe_a);
-        let dstb = k.add(Ty::U32, dst, asz as u32);
-        issue(&mut k, &cb, kissue, p.kend, dstb, safe_b);
-        k.raw("cp.async.commit_group");
-        k.raw(format_args!("add.u32 {kissue}, {kissue}, {BK}"));
-        ring_add(&mut k, ws, stage, ring);
-    }
+    issue_tile(
+        &mut k,
+        [&ca, &cb],
+        [safe_a, safe_b],
+        kissue,
+        p.kend,
+        &ring_at,
+    );
     let st = k.add(Ty::U32, sbase, rs);
     let ar = k.add(Ty::U32, st, a_rd);
     let br = k.add(Ty::U32, st, b_rd);
@@ -303,12 +319,7 @@ pub fn build_tc_async(cfg: &TileCfg) -> Kernel {
         .collect();
     for (mt, a) in a.iter().enumerate() {
         for (nt, b) in b.iter().enumerate() {
-            let d = acc[mt][nt];
-            k.raw(format_args!(
-                "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 \
-                 {{{}, {}, {}, {}}}, {{{}, {}, {}, {}}}, {{{}, {}}}, {{{}, {}, {}, {}}}",
-                d[0], d[1], d[2], d[3], a[0], a[1], a[2], a[3], b[0], b[1], d[0], d[1], d[2], d[3]
-            ));
+            mma_tf32(&mut k, w.acc[mt][nt], a, b);
         }
     }
     ring_add(&mut k, rs, stage, ring);
@@ -318,36 +329,6 @@ pub fn build_tc_async(cfg: &TileCfg) -> Kernel {
     // No copy may still be writing shared memory when the block exits.
     k.raw("cp.async.wait_group 0");
 
-    // Epilogue: accumulator i of fragment (mt, nt) is output (g + 8·(i / 2), 2q + i % 2) of it.
-    let row0 = {
-        let r = k.add(Ty::U32, mblk, wm);
-        k.add(Ty::U32, r, g)
-    };
-    let col0 = {
-        let c = k.add(Ty::U32, nblk, wn);
-        k.fma(Ty::U32, q, 2u32, c)
-    };
-    let cols: Vec<(Reg, Reg)> = (0..nts * 2)
-        .map(|j| {
-            let c = k.add(Ty::U32, col0, ((j / 2) * 8 + j % 2) as u32);
-            (c, k.setp(Cmp::Lt, Ty::U32, c, p.n))
-        })
-        .collect();
-    for (mt, frags) in acc.iter().enumerate() {
-        for half in 0..2 {
-            let row = k.add(Ty::U32, row0, (mt * 16 + half * 8) as u32);
-            let prow = k.setp(Cmp::Lt, Ty::U32, row, p.m);
-            let yrow = k.mul(Ty::U32, row, p.ldy);
-            for (nt, d) in frags.iter().enumerate() {
-                for e in 0..2 {
-                    let (col, pcol) = cols[nt * 2 + e];
-                    let pij = k.pred_and(prow, pcol);
-                    let yi = k.add(Ty::U32, yrow, col);
-                    let ya = k.addr(p.y, yi, yes);
-                    store_out(&mut k, cfg, &p, pij, d[half * 2 + e], ya, row, col);
-                }
-            }
-        }
-    }
+    w.epilogue(&mut k, cfg, &p, mblk, nblk, yes);
     k
 }
