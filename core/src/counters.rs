@@ -43,6 +43,10 @@ pub struct Counters {
     pub in_place_outputs: AtomicU64,
     /// The names of the nodes behind `cuda_fallbacks` (locked only when a kernel declines).
     pub fallback_nodes: Mutex<BTreeSet<String>>,
+    /// The top-level nodes whose device kernel rounded its products' operands to TF32 in some run
+    /// (`Precision::Tf32`; locked only for those nodes), so that a later judge of their outputs
+    /// (`quorum compare`) takes the kernel's declaration.
+    pub tf32_nodes: Mutex<BTreeSet<String>>,
     /// Why each of them declined: node name → (op type, the kernel's reason, times).
     pub fallback_reasons: Mutex<BTreeMap<String, (String, String, u64)>>,
     /// What verification found, per op type (written only while verification is on).
@@ -118,6 +122,15 @@ pub struct CounterSnapshot {
 impl Counters {
     pub fn bump(c: &AtomicU64, by: u64) {
         c.fetch_add(by, Ordering::Relaxed);
+    }
+
+    /// Records that `node`'s kernel declared TF32 operands.
+    pub fn rounded_to_tf32(&self, node: &str) {
+        if let Ok(mut names) = self.tf32_nodes.lock()
+            && !names.contains(node)
+        {
+            names.insert(node.to_string());
+        }
     }
 
     /// Records that `node` (of `op`), placed on an accelerator, declined its inputs at run time

@@ -19,13 +19,14 @@
 //!    with its largest difference reported; it neither stops nor convicts.
 //!
 //! What it does not do: compare inside subgraphs (If, Loop, Scan bodies are judged as their node).
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
+use crate::backend::Operands;
 use crate::error::Result;
 use crate::ir::{Model, ValueInfo, ValueType};
 use crate::session::{Session, SessionOptions};
 use crate::tensor::Value;
-use crate::verify::{Check, check, describe};
+use crate::verify::{Check, check_declared, describe};
 use crate::{Error, Provider};
 
 /// How one node compared.
@@ -159,12 +160,14 @@ fn plain(mut o: SessionOptions) -> SessionOptions {
 }
 
 /// Every value of one run of `model` on `options`: feeds, initializers and node outputs by name,
-/// and where each node ran.
-fn run_all(
-    model: &Model,
-    options: SessionOptions,
-    feeds: &[(String, Value)],
-) -> Result<(HashMap<String, Value>, HashMap<String, Provider>)> {
+/// where each node ran, and the nodes whose kernels declared TF32 operands.
+type Ran = (
+    HashMap<String, Value>,
+    HashMap<String, Provider>,
+    HashSet<String>,
+);
+
+fn run_all(model: &Model, options: SessionOptions, feeds: &[(String, Value)]) -> Result<Ran> {
     let session = Session::from_model(model.clone(), options)?;
     let mut values: HashMap<String, Value> = model
         .graph
@@ -179,7 +182,7 @@ fn run_all(
         .iter()
         .map(|p| (p.node.clone(), p.provider))
         .collect();
-    Ok((values, placed))
+    Ok((values, placed, session.tf32_nodes().into_iter().collect()))
 }
 
 fn same_value(a: &Value, b: &Value) -> bool {
@@ -228,8 +231,8 @@ pub fn compare(
     feeds: &[(String, Value)],
 ) -> Result<Comparison> {
     let exposed = expose_intermediates(model);
-    let (va, placed_a) = run_all(&exposed, plain(a), feeds)?;
-    let (vb, placed_b) = run_all(&exposed, plain(b), feeds)?;
+    let (va, placed_a, tf32_a) = run_all(&exposed, plain(a), feeds)?;
+    let (vb, placed_b, _) = run_all(&exposed, plain(b), feeds)?;
     let mut nodes = Vec::new();
     for node in &exposed.graph.nodes {
         let placed = (
@@ -260,7 +263,13 @@ pub fn compare(
                 .iter()
                 .filter_map(|n| va.get(n).cloned())
                 .collect();
-            match check(node, &inputs, &outputs) {
+            // A's outputs are judged under what A's kernel declared (TF32 operands or exact).
+            let operands = if tf32_a.contains(&node.name) {
+                Operands::TF32
+            } else {
+                Operands::Exact
+            };
+            match check_declared(node, &inputs, &outputs, operands) {
                 Check::Agree => NodeVerdict::Agrees,
                 Check::Mismatch { output, wrong } => {
                     let own_inputs: Vec<Option<&Value>> = node
@@ -268,7 +277,7 @@ pub fn compare(
                         .iter()
                         .map(|n| if n.is_empty() { None } else { va.get(n) })
                         .collect();
-                    let own = match check(node, &own_inputs, &outputs) {
+                    let own = match check_declared(node, &own_inputs, &outputs, operands) {
                         Check::Agree => Own::Right,
                         Check::Mismatch { output, wrong } => {
                             Own::Wrong(format!("output {output}: {}", describe(&wrong)))

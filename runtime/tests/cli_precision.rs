@@ -94,3 +94,40 @@ fn an_unknown_precision_is_a_usage_error() {
         "{stderr}"
     );
 }
+
+fn compare(model: &PathBuf, precision: &str, broken: Option<&str>) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_quorum"));
+    c.env_remove("RUST_BACKTRACE")
+        .env_remove("QUORUM_VERIFY")
+        .args(["compare", "--provider", "sim", "--against", "cpu"])
+        .args(["--seed", "3", "--precision", precision])
+        .arg(model);
+    match broken {
+        Some(b) => c.env(quorum::sim::BREAK_VAR, b),
+        None => c.env_remove(quorum::sim::BREAK_VAR),
+    };
+    c.output().unwrap()
+}
+
+/// `quorum compare` judges a node's outputs under what its kernel declared in that run: the TF32
+/// MatMul differs from the CPU's bits but is right for TF32 operands; the same rounding claimed
+/// as exact f32 is the first wrong node.
+#[test]
+fn compare_judges_a_tf32_node_under_its_declaration() {
+    let model = write_matmul("compare");
+    let out = compare(&model, "tf32", None);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("no node is wrong on its own"), "{stdout}");
+    let out = compare(&model, "f32", Some(quorum::sim::UNDECLARED_TF32));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(6), "{stdout}");
+    assert!(
+        stdout.contains("first wrong node") && stdout.contains("MatMul"),
+        "{stdout}"
+    );
+}

@@ -661,6 +661,12 @@ impl Exec<'_> {
             }
             Err(e) => return Err(device_error(node, e)),
         };
+        // How the node's products took their operands, as its kernel declares it: kept for any
+        // later judge of this output, and judged under below.
+        let operands = run.operands();
+        if operands != crate::backend::Operands::Exact {
+            self.counters.rounded_to_tf32(&node.name);
+        }
         if sched.record {
             if !early {
                 self.record(ds.device, stream, index)
@@ -689,8 +695,6 @@ impl Exec<'_> {
                     .map_err(|e| device_error(node, e))
             })
             .collect::<Result<_>>()?;
-        // How the node's products took their operands, as its kernel declares it.
-        let operands = run.operands();
         let cpu = match (sampled, self.sample) {
             // Sampled: judged later, on the sampler's thread; this run goes on with the device's
             // values.

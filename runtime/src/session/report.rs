@@ -89,6 +89,16 @@ impl Session {
         self.counters.snapshot()
     }
 
+    /// The top-level nodes whose device kernel rounded its operands to TF32 in some run so far
+    /// (`Precision::Tf32`): their outputs are judged under that declaration.
+    pub fn tf32_nodes(&self) -> Vec<String> {
+        self.counters
+            .tf32_nodes
+            .lock()
+            .map(|n| n.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
     /// The top-level nodes placed on an accelerator whose kernel declined their inputs at run time
     /// (so they ran on the CPU) in some run so far.
     pub fn fallback_nodes(&self) -> Vec<String> {

@@ -15,7 +15,7 @@
 //! fragment value is rounded to TF32 (`cvt.rna.tf32.f32`) as it is loaded from shared memory: the
 //! declaration is the same as `tc.rs`'s (`Operands::TF32`).
 use super::tc::{Warps, mma_tf32};
-use super::tile::{BSrc, Params, TileCfg, Variant, params};
+use super::tile::{BSrc, Params, TileCfg, Variant, k_tiles, params};
 use crate::ptx::{Cmp, Kernel, Reg, Space, Ty};
 
 /// Stages of the shared ring: three k-tiles in flight behind the one being multiplied.
@@ -259,11 +259,7 @@ pub fn build_tc_async(cfg: &TileCfg) -> Kernel {
     };
 
     // Prologue: the first STAGES − 1 k-tiles in flight (past the end they are all zeros).
-    let ntiles = {
-        let span = k.sub(Ty::U32, p.kend, p.kbeg);
-        let x = k.add(Ty::U32, span, (BK - 1) as u32);
-        k.div(Ty::U32, x, BK as u32)
-    };
+    let ntiles = k_tiles(&mut k, &p, BK);
     let kissue = k.mov(Ty::U32, p.kbeg);
     let ws = k.mov(Ty::U32, 0u32);
     let safe_a = p.a;

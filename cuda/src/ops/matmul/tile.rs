@@ -376,6 +376,14 @@ pub(crate) fn params(k: &mut Kernel, cfg: &TileCfg) -> Params {
     }
 }
 
+/// The k-tiles of `bk` in this block's k range (a partial last one included; 0 for an empty K,
+/// where `kend = kbeg = 0`).
+pub(crate) fn k_tiles(k: &mut Kernel, p: &Params, bk: usize) -> Reg {
+    let span = k.sub(Ty::U32, p.kend, p.kbeg);
+    let x = k.add(Ty::U32, span, (bk - 1) as u32);
+    k.div(Ty::U32, x, bk as u32)
+}
+
 /// `@p ld` of one element (f32, or f16 widened) into the existing f32 register `v`.
 pub(crate) fn load1(k: &mut Kernel, f16: bool, v: Reg, p: Reg, addr: Reg, off: i64) {
     if f16 {

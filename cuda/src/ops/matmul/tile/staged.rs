@@ -4,7 +4,7 @@
 //! one pass covers), the double-buffered shared tiles, the prologue and the k-tile loop that
 //! prefetches the next tile into registers while the current one is multiplied.
 use super::{
-    BSrc, Params, TileCfg, gather_addr, gather_base, gather_k, load1, load4, params, zero,
+    BSrc, Params, TileCfg, gather_addr, gather_base, gather_k, k_tiles, load1, load4, params, zero,
 };
 use crate::ptx::{Cmp, Kernel, Reg, Space, Ty};
 
@@ -348,11 +348,7 @@ pub(crate) fn ktile_loop(
     let (_, _, bk, _) = cfg.dims();
     let Stages { kbase, rd, wr } = *st;
     let p = &s.p;
-    let ntiles = {
-        let span = k.sub(Ty::U32, p.kend, p.kbeg);
-        let x = k.add(Ty::U32, span, (bk - 1) as u32);
-        k.div(Ty::U32, x, bk as u32)
-    };
+    let ntiles = k_tiles(k, p, bk);
     let kt = k.mov(Ty::U32, 0u32);
     let top = k.new_label("ktile");
     let done = k.new_label("kdone");
