@@ -2,7 +2,9 @@
 //! TF32 as CUDA's tensor-core GEMM does and declares it: strict verification judges the node under
 //! that declaration and passes it. The same rounding left undeclared (a TF32 path that claims f32,
 //! `QUORUM_SIM_BREAK=undeclared-tf32`) has every element within its bound and must still fail
-//! strict verification, on the spread of its errors.
+//! strict verification, on the spread of its errors. Likewise an f16 MatMul: summed in f32, as
+//! CUDA's tensor cores sum f16 products, it passes; summed in f16 (an f16 path that accumulates in
+//! f16, `QUORUM_SIM_BREAK=f16-accumulate`) it fails.
 mod common;
 
 use std::path::PathBuf;
@@ -130,4 +132,45 @@ fn compare_judges_a_tf32_node_under_its_declaration() {
         stdout.contains("first wrong node") && stdout.contains("MatMul"),
         "{stdout}"
     );
+}
+
+/// x [8, 4096] → MatMul W [4096, 8] → y, all f16: sums of 4,096 products of zero-mean f16
+/// operands.
+fn write_f16_matmul(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("quorum-precision-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut rng = Rng::new(4097);
+    let w: Vec<u8> = (0..4096 * 8)
+        .flat_map(|_| half::f16::from_f64(rng.uniform()).to_le_bytes())
+        .collect();
+    let w = quorum::proto::TensorProto {
+        name: Some("w".into()),
+        dims: vec![4096, 8],
+        data_type: Some(10),
+        raw_data: Some(w),
+        ..Default::default()
+    };
+    let m = model(
+        vec![node("MatMul", &["x", "w"], &["y"])],
+        vec![value_info("x", tensor_type(10, &[8, 4096]))],
+        vec![value_info("y", tensor_type(10, &[8, 8]))],
+        vec![w],
+        17,
+    );
+    let path = dir.join("model.onnx");
+    std::fs::write(&path, bytes(&m)).unwrap();
+    path
+}
+
+#[test]
+fn an_f16_matmul_that_accumulates_in_f16_fails_strict_verification() {
+    let model = write_f16_matmul("f16acc");
+    let out = bench(&model, "f32", None);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "summed in f32: {stderr}");
+    let out = bench(&model, "f32", Some(quorum::sim::F16_ACCUMULATOR));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(6), "summed in f16: {stderr}");
+    assert!(stderr.contains("MatMul"), "{stderr}");
 }

@@ -81,6 +81,43 @@ pub const BREAK_VAR: &str = "QUORUM_SIM_BREAK";
 /// rounding systematic (what the spread judge exists for).
 pub const UNDECLARED_TF32: &str = "undeclared-tf32";
 
+/// [`BREAK_VAR`]'s value for an f16 path that accumulates in f16: a MatMul of two f16 matrices
+/// rounds its running sum to f16 after every product (what an `mma` with an f16 accumulator does,
+/// and what the standard promise of f32 accumulation forbids). Other MatMuls stay right.
+pub const F16_ACCUMULATOR: &str = "f16-accumulate";
+
+/// The product of two f16 matrices `[m, k]` · `[k, n]` summed in f16, for [`F16_ACCUMULATOR`];
+/// `None` for any other MatMul.
+fn f16_accumulated(inputs: &[Option<Arc<Value>>]) -> Result<Option<Value>, DeviceError> {
+    use half::f16;
+    use quorum_core::tensor::DType;
+    let [Some(a), Some(b)] = inputs else {
+        return Ok(None);
+    };
+    let (Value::Tensor(a), Value::Tensor(b)) = (a.as_ref(), b.as_ref()) else {
+        return Ok(None);
+    };
+    let (&[m, k], &[k2, n]) = (a.shape(), b.shape()) else {
+        return Ok(None);
+    };
+    if a.dtype() != DType::F16 || b.dtype() != DType::F16 || k != k2 {
+        return Ok(None);
+    }
+    let (av, bv) = (a.to_f64_vec()?, b.to_f64_vec()?);
+    let mut y = Vec::with_capacity(m * n);
+    for i in 0..m {
+        for j in 0..n {
+            let mut s = f16::ZERO;
+            for l in 0..k {
+                let p = av[i * k + l] as f32 * bv[l * n + j] as f32;
+                s = f16::from_f32(s.to_f32() + p);
+            }
+            y.push(s.to_f64());
+        }
+    }
+    Ok(Some(Value::Tensor(Tensor::from_f64s(DType::F16, &[m, n], y)?)))
+}
+
 /// Whether the simulated kernel of `node` takes TF32 operands when the session allows it: the
 /// ops whose CUDA kernels are the tiled GEMM (convolutions aside: the simulated device keeps them
 /// exact, and declares so).
@@ -204,7 +241,13 @@ fn run_kernel(
     inputs: &[Option<Arc<Value>>],
     tf32: bool,
     broken_op: bool,
+    f16_accumulator: bool,
 ) -> Result<Vec<Value>, DeviceError> {
+    if f16_accumulator && ctx.node.domain.is_empty() && ctx.node.op_type == "MatMul" {
+        if let Some(y) = f16_accumulated(inputs)? {
+            return Ok(vec![y]);
+        }
+    }
     let rounded;
     let inputs = if tf32 {
         rounded = tf32_operands(inputs)?;
@@ -556,7 +599,8 @@ impl DeviceRun for SimRun<'_> {
         let declared = self.session.precision == Precision::Tf32;
         let tf32 = rounds_to_tf32(ctx.node) && (declared || undeclared);
         self.rounded.set(tf32 && declared && !undeclared);
-        let outs = run_kernel(*kernel, ctx, &values, tf32, broken_op)?;
+        let f16_acc = self.session.broken.as_deref() == Some(F16_ACCUMULATOR);
+        let outs = run_kernel(*kernel, ctx, &values, tf32, broken_op, f16_acc)?;
         // A view, as CUDA makes it: the output is the input's buffer, nothing runs.
         if let (true, Some(buf), [Value::Tensor(t)]) = (is_view(ctx.node), first, outs.as_slice()) {
             return Ok(vec![self.wrap(buf, t)]);
@@ -584,6 +628,7 @@ impl DeviceRun for SimRun<'_> {
                 max_tensor_bytes: ctx.max_tensor_bytes,
                 broken: broken_op,
                 tf32,
+                f16_acc,
                 inputs: read_slots,
                 outputs,
             })));

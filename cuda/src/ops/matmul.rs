@@ -141,11 +141,12 @@ fn reduce_ptx(cc: (i32, i32), has_c: bool, f16: bool, lanes: u32, vec4: bool) ->
         .clone()
 }
 
-/// Whether 16-byte loads of an operand are safe: f32, leading dim and every batch stride a multiple
-/// of 4 elements, base aligned to 16 bytes.
+/// Whether vector loads of four elements are safe (16 bytes of f32, 8 of f16): leading dim and
+/// every batch stride a multiple of 4 elements, base aligned to the load's size.
 fn vec_ok(dtype: DType, ptr: u64, ld: usize, strides: &[usize]) -> bool {
-    dtype == DType::F32
-        && ptr.is_multiple_of(16)
+    let bytes = 4 * dtype.size_in_memory() as u64;
+    matches!(dtype, DType::F32 | DType::F16)
+        && ptr.is_multiple_of(bytes)
         && ld.is_multiple_of(4)
         && strides.iter().all(|s| s.is_multiple_of(4))
 }
@@ -155,6 +156,13 @@ fn vec_ok(dtype: DType, ptr: u64, ld: usize, strides: &[usize]) -> bool {
 fn tc_async_off() -> bool {
     static OFF: OnceLock<bool> = OnceLock::new();
     *OFF.get_or_init(|| std::env::var("QUORUM_CUDA_TF32").is_ok_and(|v| v == "registers"))
+}
+
+/// `QUORUM_CUDA_F16=cores`: f16 products on the CUDA cores (the tensor cores are the default on
+/// sm_80 and later), to compare the two and to bisect.
+fn f16_tc_off() -> bool {
+    static OFF: OnceLock<bool> = OnceLock::new();
+    *OFF.get_or_init(|| std::env::var("QUORUM_CUDA_F16").is_ok_and(|v| v == "cores"))
 }
 
 fn naive_requested() -> bool {
@@ -231,17 +239,23 @@ pub(crate) fn run_gemm_with(run: &Run, p: &Problem, forced: Option<plan::Plan>) 
         (plan.variant, plan.nsplit, plan.kc)
     };
     // With TF32 allowed, f32 products of the tiled kernels go to the tensor cores (the same tiles
-    // and splits: their K steps divide the plan's chunks); the run declares the rounding.
+    // and splits: their K steps divide the plan's chunks); the run declares the rounding. f16
+    // products go there whatever the precision: an f16 value is a TF32 value (10 mantissa bits,
+    // a narrower exponent), so the TF32 `mma` multiplies f16 operands exactly, with the f32
+    // accumulation the standard promise names, and there is no rounding to declare.
     let tf32 = run.tf32_allowed() && p.dtype == DType::F32;
+    let tc = tf32 || (f16 && run.cc() >= (8, 0) && !f16_tc_off());
     let (variant, promote) = match variant {
-        Variant::Big if tf32 => (Variant::Tf32Big, true),
-        Variant::Small if tf32 => (Variant::Tf32Small, false),
+        Variant::Big if tc => (Variant::Tf32Big, tf32),
+        Variant::Small if tc => (Variant::Tf32Small, false),
         v => (v, false),
     };
-    if matches!(
-        variant,
-        Variant::Tf32Big | Variant::Tf32Small | Variant::Tf32Async
-    ) {
+    if tf32
+        && matches!(
+            variant,
+            Variant::Tf32Big | Variant::Tf32Small | Variant::Tf32Async
+        )
+    {
         run.mark_tf32();
     }
     // A split launch covers the batch in one grid (its workspace offsets start at batch 0).
@@ -815,6 +829,10 @@ mod tests {
         assert!(!vec_ok(DType::F32, 260, 8, &[]));
         assert!(!vec_ok(DType::F32, 256, 6, &[]));
         assert!(!vec_ok(DType::F32, 256, 8, &[6]));
-        assert!(!vec_ok(DType::F16, 256, 8, &[]));
+        // f16: 8-byte loads of four elements.
+        assert!(vec_ok(DType::F16, 264, 8, &[4]));
+        assert!(!vec_ok(DType::F16, 260, 8, &[]));
+        assert!(!vec_ok(DType::F16, 256, 6, &[]));
+        assert!(!vec_ok(DType::BF16, 256, 8, &[]));
     }
 }

@@ -21,6 +21,7 @@ mod einsum;
 mod elementwise;
 mod elementwise_f16;
 mod elementwise_int;
+mod f16_cores;
 mod fused;
 mod fuzz_streams;
 mod graphs;

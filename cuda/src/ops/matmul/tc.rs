@@ -8,6 +8,10 @@
 //! bound takes (`Operands::TF32`): the kernel is judged as a sum of rounded operands, and the same
 //! numbers declared as exact f32 products are caught (the spread judge).
 //!
+//! f16 operands take the same kernel at any precision: an f16 value (10 mantissa bits, exponents
+//! within TF32's) is a TF32 value, so the loaders widen it exactly, no rounding is applied and
+//! none is declared; the products are exact and the sums f32, as for the CUDA-core kernels.
+//!
 //! The block's 8 warps tile its output 2 × 4: a warp owns `BM/2 × BN/4` outputs (64×32 in the
 //! 128×128 tile, 32×16 in the 64×64 one) as m16n8 fragments, and each k-step of 8 loads one A
 //! fragment per 16 rows and one B fragment per 8 columns from shared memory. Shared rows are
@@ -16,12 +20,10 @@
 use super::tile::{Params, TileCfg, ktile_loop, prologue, setup, store_out};
 use crate::ptx::{Cmp, Kernel, Reg, Space, Ty};
 
-/// The kernel for a `Tf32Big` or `Tf32Small` configuration (f32 operands).
+/// The kernel for a `Tf32Big` or `Tf32Small` configuration: f32 operands rounded to TF32, or f16
+/// operands widened (exactly: an f16 value is a TF32 value).
 pub fn build_tc(cfg: &TileCfg) -> Kernel {
-    assert!(
-        cfg.tf32() && !cfg.f16,
-        "tensor-core GEMM of f32 operands only"
-    );
+    assert!(cfg.tf32(), "tensor-core GEMM configuration expected");
     let (bm, bn, bk, _) = cfg.dims();
     let pad = cfg.pad();
     let (ra, rb) = (bm + pad, bn + pad);

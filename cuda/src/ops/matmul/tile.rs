@@ -400,7 +400,8 @@ pub(crate) fn zero(k: &mut Kernel, v: Reg) {
 }
 
 /// Loads 4 consecutive elements at `addr` into `vals` (0 where the predicate is false). With `vec`,
-/// a 16-byte load when all four are in range (`preds[3]` implies the others).
+/// one vector load when all four are in range (`preds[3]` implies the others): 16 bytes of f32, or
+/// 8 bytes of f16 widened.
 pub(crate) fn load4(
     k: &mut Kernel,
     f16: bool,
@@ -413,16 +414,27 @@ pub(crate) fn load4(
         zero(k, v);
     }
     let es = if f16 { 2 } else { 4 };
-    if vec && !f16 {
+    if vec {
         let p3 = preds[3];
-        k.raw(format_args!(
-            "@{p3} ld.global.nc.v4.f32 {{{}, {}, {}, {}}}, [{addr}+0]",
-            vals[0], vals[1], vals[2], vals[3]
-        ));
+        if f16 {
+            let h = [0; 4].map(|_| k.reg(Ty::F16));
+            k.raw(format_args!(
+                "@{p3} ld.global.nc.v4.b16 {{{}, {}, {}, {}}}, [{addr}+0]",
+                h[0], h[1], h[2], h[3]
+            ));
+            for i in 0..4 {
+                k.raw(format_args!("@{p3} cvt.f32.f16 {}, {}", vals[i], h[i]));
+            }
+        } else {
+            k.raw(format_args!(
+                "@{p3} ld.global.nc.v4.f32 {{{}, {}, {}, {}}}, [{addr}+0]",
+                vals[0], vals[1], vals[2], vals[3]
+            ));
+        }
         let np3 = k.pred_not(p3);
         for i in 0..3 {
             let q = k.pred_and(preds[i], np3);
-            load1(k, false, vals[i], q, addr, (i * es) as i64);
+            load1(k, f16, vals[i], q, addr, (i * es) as i64);
         }
     } else {
         for i in 0..4 {

@@ -1,0 +1,213 @@
+//! f16 products on the tensor cores (CUDA, sm_80 and later, at any precision): an f16 value is a
+//! TF32 value, so the TF32 `mma` multiplies f16 operands exactly and sums in f32 — the standard
+//! promise, with nothing to declare. Every tiled plan of f16 operands agrees with both oracles
+//! judged as exact products; the tensor cores' f32 sums keep that promise on long sums of
+//! positive terms too (where a truncating accumulator would drift one way), tested with f32
+//! operands that TF32 leaves unchanged; and f16 sessions of MatMul, Gemm and Conv pass strict
+//! verification. (The wrong kernel "an f16 path that accumulates in f16" is caught in `cargo
+//! test` on the simulated device: `runtime/tests/cli_precision.rs`.)
+use quorum::backend::{Operands, Precision};
+use quorum::cuda::ops::matmul::plan::{Dims, Plan, candidates};
+use quorum::cuda::ops::matmul::tile::Variant;
+use quorum::ir::Node;
+use quorum::tensor::DType;
+use quorum::verify::{Check, check_declared};
+use quorum::{Provider, SessionOptions, Tensor, Value, VerifyMode};
+
+use crate::harness::{Case, accelerators, rand_f32, rand_range};
+use crate::matmul::f16;
+
+fn cuda() -> bool {
+    accelerators().contains(&Provider::Cuda)
+}
+
+fn matmul_node() -> Node {
+    Node {
+        name: "mm".into(),
+        op_type: "MatMul".into(),
+        domain: String::new(),
+        opset: 13,
+        inputs: vec!["a".into(), "b".into()],
+        outputs: vec!["y".into()],
+        attrs: Default::default(),
+    }
+}
+
+/// Runs `plan` on `nb` products A `[m, k]` · B `[k, n]` of the given tensors (f16 or f32; TF32
+/// allowed or not); returns the output and the run's declaration.
+fn product(
+    at: &Tensor,
+    bt: &Tensor,
+    shape: (usize, usize, usize, usize),
+    plan: Option<Plan>,
+    tf32: bool,
+) -> (Tensor, Operands) {
+    let (m, n, k, nb) = shape;
+    let device = quorum::cuda::Device::get().unwrap();
+    let counters = quorum::cuda::Counters::default();
+    let run = quorum::cuda::Run::new(&device, &counters, Some(0xFF)).unwrap();
+    run.allow_tf32(tf32);
+    run.begin_node("mm");
+    let (a, b) = (run.upload(at).unwrap(), run.upload(bt).unwrap());
+    let y = quorum::cuda::ops::matmul::sgemm_plan(
+        &run, &a, &b, None, m, n, k, false, false, 1.0, 0.0, nb, plan,
+    )
+    .unwrap();
+    (run.download(&y).unwrap(), run.operands())
+}
+
+/// The first `[rows, cols]` matrix of a stack of them, in the stack's type.
+fn first(t: &Tensor, rows: usize, cols: usize) -> Tensor {
+    let v = t.to_f64_vec().unwrap()[..rows * cols].to_vec();
+    Tensor::from_f64s(t.dtype(), &[rows, cols], v).unwrap()
+}
+
+fn judge(a: &Tensor, b: &Tensor, y: &Tensor, operands: Operands) -> Check {
+    let (a, b) = (Value::Tensor(a.clone()), Value::Tensor(b.clone()));
+    check_declared(
+        &matmul_node(),
+        &[Some(&a), Some(&b)],
+        &[Value::Tensor(y.clone())],
+        operands,
+    )
+}
+
+#[test]
+fn every_f16_plan_agrees_as_exact_products() {
+    if !cuda() {
+        println!("no CUDA device: the tensor-core GEMM is not run");
+        return;
+    }
+    // Rows of a multiple of 4 elements (8-byte loads) and odd ones (scalar loads), partial
+    // tiles, batches, and K long enough to split.
+    for (s, shape) in [
+        (130, 72, 300, 1),
+        (65, 200, 513, 3),
+        (257, 129, 1000, 1),
+        (64, 64, 4096, 1),
+        (33, 260, 300, 2),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (m, n, k, nb) = shape;
+        let at = f16(&rand_f32(800 + s as u64, &[nb, m, k]));
+        let bt = f16(&rand_f32(850 + s as u64, &[nb, k, n]));
+        let d = Dims {
+            m,
+            n,
+            k,
+            nb,
+            es: 2,
+            splittable: true,
+        };
+        let mut plans: Vec<Option<Plan>> = candidates(&d).into_iter().map(Some).collect();
+        plans.push(None);
+        for p in plans {
+            let (y, declared) = product(&at, &bt, shape, p, false);
+            let what = format!("{p:?} on {shape:?}");
+            assert_eq!(y.dtype(), DType::F16, "{what}");
+            assert_eq!(declared, Operands::Exact, "{what}: f16 operands are not rounded");
+            let (a0, b0, y0) = (first(&at, m, k), first(&bt, k, n), first(&y, m, n));
+            assert_eq!(judge(&a0, &b0, &y0, Operands::Exact), Check::Agree, "{what}");
+        }
+    }
+}
+
+/// `t` with every element rounded to f16 and held as f32: values TF32 leaves unchanged.
+fn f16_valued(t: &Tensor) -> Tensor {
+    let v: Vec<f32> = f16(t)
+        .to_f64_vec()
+        .unwrap()
+        .into_iter()
+        .map(|x| x as f32)
+        .collect();
+    Tensor::from_f32(t.shape(), v).unwrap()
+}
+
+#[test]
+fn tensor_core_sums_keep_the_f32_promise() {
+    if !cuda() {
+        println!("no CUDA device: the tensor-core GEMM is not run");
+        return;
+    }
+    // Long sums, zero-mean and all-positive, on the tensor cores with operands that TF32 rounding
+    // leaves unchanged: judged as exact f32 products summed in f32, as the f16 path claims.
+    let shape = (64, 64, 4096, 1);
+    for (positive, seed) in [(false, 900u64), (true, 910)] {
+        let draw = |seed: u64, sh: &[usize]| {
+            if positive {
+                rand_range(seed, sh, 0.25, 1.0)
+            } else {
+                rand_f32(seed, sh)
+            }
+        };
+        let at = f16_valued(&draw(seed, &[64, 4096]));
+        let bt = f16_valued(&draw(seed + 1, &[4096, 64]));
+        for plan in [
+            Plan::new(Variant::Big, 4096, 1),
+            Plan::new(Variant::Small, 4096, 1),
+            Plan::new(Variant::Small, 512, 8),
+        ] {
+            let (y, declared) = product(&at, &bt, shape, Some(plan), true);
+            let what = format!("{plan:?}, positive {positive}");
+            assert_eq!(declared, Operands::TF32, "{what}: ran on the tensor cores");
+            assert_eq!(judge(&at, &bt, &y, Operands::Exact), Check::Agree, "{what}");
+        }
+    }
+}
+
+/// A node's case run at the default precision with strict verification.
+fn strict(case: Case) {
+    let what = case.describe();
+    let (session, feeds) = case.session(SessionOptions {
+        providers: vec![Provider::Cuda, Provider::Cpu],
+        precision: Precision::F32,
+        verify: VerifyMode::Strict,
+        poison_device_buffers: Some(0xFF),
+        fold_constants: false,
+        ..Default::default()
+    });
+    session.run(feeds).unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(session.counters().verify_checks > 0, "{what}: nothing was judged");
+}
+
+#[test]
+fn f16_sessions_pass_strict_verification() {
+    if !cuda() {
+        println!("no CUDA device: the tensor-core GEMM is not run");
+        return;
+    }
+    for (a, b, seed) in [
+        (vec![2, 129, 300], vec![300, 68], 1),
+        (vec![3, 4, 70, 513], vec![3, 4, 513, 65], 2),
+        (vec![256, 1024], vec![1024, 768], 3),
+    ] {
+        strict(
+            Case::new("MatMul")
+                .opset(13)
+                .input(f16(&rand_f32(seed, &a)))
+                .input(f16(&rand_f32(seed + 1, &b))),
+        );
+    }
+    strict(
+        Case::new("Gemm")
+            .opset(13)
+            .attr_i("transA", 1)
+            .attr_i("transB", 1)
+            .attr_f("alpha", 0.5)
+            .attr_f("beta", 2.0)
+            .input(f16(&rand_f32(10, &[300, 132])))
+            .constant(f16(&rand_f32(11, &[92, 300])))
+            .constant(f16(&rand_f32(12, &[92]))),
+    );
+    // A 3×3 convolution as an implicit GEMM (K = 64·9).
+    strict(
+        Case::new("Conv")
+            .opset(11)
+            .attr_ints("pads", &[1, 1, 1, 1])
+            .input(f16(&rand_f32(20, &[2, 64, 28, 28])))
+            .constant(f16(&rand_f32(21, &[96, 64, 3, 3])))
+            .constant(f16(&rand_f32(22, &[96]))),
+    );
+}
