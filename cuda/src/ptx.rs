@@ -342,6 +342,8 @@ pub struct Kernel {
     params: String,
     /// The shared array declarations, one `\t.shared ...;\n` line each.
     shared: String,
+    /// Module-scope declarations printed before the entry (dynamic shared memory).
+    decls: String,
     body: String,
     counters: [u32; 7],
     labels: u32,
@@ -353,6 +355,7 @@ impl Kernel {
             name: name.to_string(),
             params: String::new(),
             shared: String::new(),
+            decls: String::new(),
             // Most kernels print a few KB; start there rather than growing from nothing.
             body: String::with_capacity(4096),
             counters: [0; 7],
@@ -443,6 +446,17 @@ impl Kernel {
         let _ = bytes.max(16).put(s);
         s.push_str("];\n");
         name.to_string()
+    }
+
+    /// Declares the launch's dynamic shared memory (sized by the launch, which may exceed the
+    /// 48 KiB a static array can have) under a name of this kernel's own (module scope: one
+    /// module may hold several kernels); returns the name.
+    pub fn extern_shared(&mut self) -> String {
+        let name = format!("dsmem_{}", self.name);
+        self.decls.push_str(".extern .shared .align 16 .b8 ");
+        self.decls.push_str(&name);
+        self.decls.push_str("[];\n");
+        name
     }
 
     /// The address of a shared array as a u32 register.
@@ -723,10 +737,16 @@ impl Kernel {
     /// An upper bound on the length of the text `emit` prints.
     fn emit_len(&self) -> usize {
         // The entry line, the braces and `ret`, and seven register declarations.
-        self.name.len() + self.params.len() + self.shared.len() + self.body.len() + 256
+        self.decls.len()
+            + self.name.len()
+            + self.params.len()
+            + self.shared.len()
+            + self.body.len()
+            + 256
     }
 
     fn emit(&self, out: &mut String) {
+        out.push_str(&self.decls);
         out.push_str(".visible .entry ");
         out.push_str(&self.name);
         out.push_str("(\n");

@@ -302,6 +302,11 @@ pub(crate) fn run_gemm_with(run: &Run, p: &Problem, forced: Option<plan::Plan>) 
     }
     let text = tile_ptx(run.cc(), &cfg);
     let name = cfg.name();
+    let dynamic_shared = if cfg.variant == Variant::Tf32Async {
+        tc_async::shared_bytes(&cfg) as u32
+    } else {
+        0
+    };
 
     // The workspace holds split s of batch b (batch dims flattened) at s · nb·m·n + b · m·n.
     let ws = if nsplit > 1 {
@@ -410,7 +415,7 @@ pub(crate) fn run_gemm_with(run: &Run, p: &Problem, forced: Option<plan::Plan>) 
                 &name,
                 (gx, gy, (zn * per_z) as u32),
                 (256, 1, 1),
-                0,
+                dynamic_shared,
                 &a.args(),
             )?;
             z0 += zn;

@@ -47,13 +47,23 @@ enum Valid {
     AlongMn { krow: Reg, cols: Reg },
 }
 
-/// A chunk of an operand stored contiguous along k (`rows` = the tile's m|n extent; 2 chunks of 4
-/// k values per row).
+/// This thread's chunk `pass` of an operand stored contiguous along k (128 rows of `BK` values:
+/// 4 chunks of 4 per row, rows `t / 4` and `t / 4 + 64`).
 #[allow(clippy::too_many_arguments)]
-fn along_k(k: &mut Kernel, t: Reg, base: Reg, ld: Reg, blk: Reg, lim: Reg, kbeg: Reg) -> Copier {
-    let row = k.shr(Ty::U32, t, 1u32);
-    let half = k.and(Ty::U32, t, 1u32);
-    let k4 = k.shl(Ty::U32, half, 2u32);
+fn along_k(
+    k: &mut Kernel,
+    t: Reg,
+    base: Reg,
+    ld: Reg,
+    blk: Reg,
+    lim: Reg,
+    kbeg: Reg,
+    pass: usize,
+) -> Copier {
+    let row = k.shr(Ty::U32, t, 2u32);
+    let row = k.add(Ty::U32, row, (pass * 64) as u32);
+    let quarter = k.and(Ty::U32, t, 3u32);
+    let k4 = k.shl(Ty::U32, quarter, 2u32);
     let r = k.add(Ty::U32, blk, row);
     let row_ok = k.setp(Cmp::Lt, Ty::U32, r, lim);
     let kk = k.add(Ty::U32, kbeg, k4);
@@ -69,9 +79,21 @@ fn along_k(k: &mut Kernel, t: Reg, base: Reg, ld: Reg, blk: Reg, lim: Reg, kbeg:
     }
 }
 
-/// A chunk of an operand stored contiguous along m|n (`BK` rows of 128 values, 32 chunks each).
-fn along_mn(k: &mut Kernel, t: Reg, base: Reg, ld: Reg, blk: Reg, lim: Reg, kbeg: Reg) -> Copier {
+/// This thread's chunk `pass` of an operand stored contiguous along m|n (`BK` rows of 128
+/// values, 32 chunks each: rows `t / 32` and `t / 32 + 8`).
+#[allow(clippy::too_many_arguments)]
+fn along_mn(
+    k: &mut Kernel,
+    t: Reg,
+    base: Reg,
+    ld: Reg,
+    blk: Reg,
+    lim: Reg,
+    kbeg: Reg,
+    pass: usize,
+) -> Copier {
     let krow = k.shr(Ty::U32, t, 5u32);
+    let krow = k.add(Ty::U32, krow, (pass * 8) as u32);
     let lane = k.and(Ty::U32, t, 31u32);
     let c4 = k.shl(Ty::U32, lane, 2u32);
     let col = k.add(Ty::U32, blk, c4);
@@ -94,8 +116,11 @@ fn along_mn(k: &mut Kernel, t: Reg, base: Reg, ld: Reg, blk: Reg, lim: Reg, kbeg
     }
 }
 
-/// The k-depth of a tile, and the padded row lengths of the two shared layouts (floats).
-const BK: usize = 8;
+/// The k-depth of a tile (two k-steps of the `mma` per barrier), the copies each thread issues
+/// per operand and tile, and the padded row lengths of the two shared layouts (floats: 20 keeps a
+/// fragment's reads of rows `g`, columns `q` in 32 banks and rows 16-byte aligned).
+const BK: usize = 16;
+const PASSES: usize = 2;
 const ROW_K: usize = BK + 4;
 const ROW_MN: usize = 128 + 8;
 
@@ -143,11 +168,15 @@ struct Ring {
 
 /// Issues both operands' copies of the k-tile starting at `k0` into the ring's write stage as one
 /// group, and moves `k0` and the write stage on.
-fn issue_tile(k: &mut Kernel, ops: [&Copier; 2], safe: [Reg; 2], k0: Reg, kend: Reg, r: &Ring) {
+fn issue_tile(k: &mut Kernel, ops: [&[Copier]; 2], safe: [Reg; 2], k0: Reg, kend: Reg, r: &Ring) {
     let dst = k.add(Ty::U32, r.base, r.write);
-    issue(k, ops[0], k0, kend, dst, safe[0]);
+    for c in ops[0] {
+        issue(k, c, k0, kend, dst, safe[0]);
+    }
     let dstb = k.add(Ty::U32, dst, r.asz as u32);
-    issue(k, ops[1], k0, kend, dstb, safe[1]);
+    for c in ops[1] {
+        issue(k, c, k0, kend, dstb, safe[1]);
+    }
     k.raw("cp.async.commit_group");
     k.raw(format_args!("add.u32 {k0}, {k0}, {BK}"));
     ring_add(k, r.write, r.stage, r.bytes);
@@ -166,6 +195,19 @@ fn ld_tf32(k: &mut Kernel, addr: Reg, off: usize) -> Reg {
     let r = k.reg(Ty::U32);
     k.raw(format_args!("cvt.rna.tf32.f32 {r}, {f}"));
     r
+}
+
+/// The dynamic shared memory a launch of `cfg` needs: the ring of stages.
+pub fn shared_bytes(cfg: &TileCfg) -> usize {
+    let part = |along_k: bool| {
+        if along_k {
+            128 * ROW_K * 4
+        } else {
+            BK * ROW_MN * 4
+        }
+    };
+    let b_along_k = matches!(cfg.b, BSrc::Strided { trans: true, .. });
+    STAGES * (part(!cfg.trans_a) + part(b_along_k))
 }
 
 /// Whether `cfg` can take this kernel: f32, rows of both operands 16-byte aligned, B strided.
@@ -192,6 +234,7 @@ pub fn build_tc_async(cfg: &TileCfg) -> Kernel {
     let asz = part(a_along_k, bm);
     let stage = asz + part(b_along_k, bn);
     let ring = STAGES * stage;
+    assert_eq!(ring, shared_bytes(cfg), "{cfg:?}");
     let yes = if cfg.split { 4 } else { cfg.es() };
 
     let mut k = Kernel::new(&cfg.name());
@@ -201,19 +244,28 @@ pub fn build_tc_async(cfg: &TileCfg) -> Kernel {
     let mblk = k.mul(Ty::U32, by, bm as u32);
     let bx = k.special("ctaid.x");
     let nblk = k.mul(Ty::U32, bx, bn as u32);
-    k.shared_array("smem", ring);
-    let sbase = k.shared_addr("smem");
+    // The ring is larger than a static array may be: the launch sizes it (`shared_bytes`).
+    let smem = k.extern_shared();
+    let sbase = k.shared_addr(&smem);
 
-    let ca = if a_along_k {
-        along_k(&mut k, t, p.a, p.lda, mblk, p.m, p.kbeg)
-    } else {
-        along_mn(&mut k, t, p.a, p.lda, mblk, p.m, p.kbeg)
-    };
-    let cb = if b_along_k {
-        along_k(&mut k, t, p.b, p.ldb, nblk, p.n, p.kbeg)
-    } else {
-        along_mn(&mut k, t, p.b, p.ldb, nblk, p.n, p.kbeg)
-    };
+    let ca: Vec<Copier> = (0..PASSES)
+        .map(|pass| {
+            if a_along_k {
+                along_k(&mut k, t, p.a, p.lda, mblk, p.m, p.kbeg, pass)
+            } else {
+                along_mn(&mut k, t, p.a, p.lda, mblk, p.m, p.kbeg, pass)
+            }
+        })
+        .collect();
+    let cb: Vec<Copier> = (0..PASSES)
+        .map(|pass| {
+            if b_along_k {
+                along_k(&mut k, t, p.b, p.ldb, nblk, p.n, p.kbeg, pass)
+            } else {
+                along_mn(&mut k, t, p.b, p.ldb, nblk, p.n, p.kbeg, pass)
+            }
+        })
+        .collect();
 
     // Warps tile the block 2 × 4 (64×32 outputs each), as `tc.rs`'s do.
     let w = Warps::new(&mut k, t, bm, bn);
@@ -304,18 +356,22 @@ pub fn build_tc_async(cfg: &TileCfg) -> Kernel {
     let st = k.add(Ty::U32, sbase, rs);
     let ar = k.add(Ty::U32, st, a_rd);
     let br = k.add(Ty::U32, st, b_rd);
-    let a: Vec<[Reg; 4]> = (0..mts)
-        .map(|mt| {
-            let m0 = mt * 16;
-            [(0, 0), (8, 0), (0, 4), (8, 4)].map(|(dm, dk)| ld_tf32(&mut k, ar, a_off(m0 + dm, dk)))
-        })
-        .collect();
-    let b: Vec<[Reg; 2]> = (0..nts)
-        .map(|nt| [0, 4].map(|dk| ld_tf32(&mut k, br, b_off(nt * 8, dk))))
-        .collect();
-    for (mt, a) in a.iter().enumerate() {
-        for (nt, b) in b.iter().enumerate() {
-            mma_tf32(&mut k, w.acc[mt][nt], a, b);
+    for ks in 0..BK / 8 {
+        let k0 = ks * 8;
+        let a: Vec<[Reg; 4]> = (0..mts)
+            .map(|mt| {
+                let m0 = mt * 16;
+                [(0, 0), (8, 0), (0, 4), (8, 4)]
+                    .map(|(dm, dk)| ld_tf32(&mut k, ar, a_off(m0 + dm, k0 + dk)))
+            })
+            .collect();
+        let b: Vec<[Reg; 2]> = (0..nts)
+            .map(|nt| [0, 4].map(|dk| ld_tf32(&mut k, br, b_off(nt * 8, k0 + dk))))
+            .collect();
+        for (mt, a) in a.iter().enumerate() {
+            for (nt, b) in b.iter().enumerate() {
+                mma_tf32(&mut k, w.acc[mt][nt], a, b);
+            }
         }
     }
     ring_add(&mut k, rs, stage, ring);

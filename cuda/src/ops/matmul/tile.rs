@@ -42,7 +42,7 @@ pub enum Variant {
     Tf32Big,
     /// `Small`'s tiles on the tensor cores, likewise.
     Tf32Small,
-    /// 128×128×8 tiles on the tensor cores, the operands copied by `cp.async` through four stages
+    /// 128×128×16 tiles on the tensor cores, the operands copied by `cp.async` through four stages
     /// (`tc_async.rs`; f32 operands with 16-byte aligned rows).
     Tf32Async,
     /// At most this many rows (1, 2 or 4; GEMV-like): B streamed once with 16-byte loads, the
@@ -76,7 +76,7 @@ impl TileCfg {
             // one global load's latency per barrier would leave them idle.
             Variant::Tf32Big => (128, 128, 16, 8),
             Variant::Tf32Small => (64, 64, 32, 4),
-            Variant::Tf32Async => (128, 128, 8, 8),
+            Variant::Tf32Async => (128, 128, 16, 8),
             Variant::Naive => (16, 16, 1, 1),
             Variant::Skinny(r) => match self.b {
                 BSrc::Strided { trans: true, .. } => (r as usize, 8, 128, 1),
