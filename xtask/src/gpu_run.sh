@@ -34,6 +34,8 @@ fi
 if want bench; then
   timeout "${BENCH_TIMEOUT:-90}" "$B/gpu-tests" --ignored bench_ --nocapture --test-threads=1 > "$LOGS/bench.log" 2>&1
   echo "rc=$?" >> "$LOGS/bench.log"
+  # The f16 GEMM again on the CUDA cores, beside its tensor-core figures above.
+  QUORUM_CUDA_F16=cores timeout 60 "$B/gpu-tests" --ignored --exact bench::bench_f16_gemm --nocapture >> "$LOGS/bench.log" 2>&1
 fi
 if want models; then
   # Generates the corpus (first use) and runs the two light models through the cuda engine.

@@ -171,6 +171,43 @@ fn bench_kernels() {
     println!("BENCH counters {:?}", counters.snapshot());
 }
 
+/// f16 GEMM: square and at bert-base's projection shapes (batch 8, sequence 128), f16 operands and
+/// outputs, f32 sums. On the tensor cores by default; `QUORUM_CUDA_F16=cores` runs the same on the
+/// CUDA cores (run.sh runs this test both ways).
+#[test]
+#[ignore = "benchmark: run with --ignored on a GPU machine"]
+fn bench_f16_gemm() {
+    let device = Device::get().expect("a CUDA device");
+    let counters = Counters::default();
+    let run = Run::new(&device, &counters, None).unwrap();
+    let cores = std::env::var("QUORUM_CUDA_F16").is_ok_and(|v| v == "cores");
+    let on = if cores { "cuda_cores" } else { "tensor_cores" };
+    for (m, n, k) in [
+        (1024usize, 1024usize, 1024usize),
+        (2048, 2048, 2048),
+        (4096, 4096, 4096),
+        (8192, 8192, 8192),
+        (1024, 768, 768),
+        (1024, 3072, 768),
+        (1024, 768, 3072),
+    ] {
+        let a = run.upload(&crate::matmul::f16(&rand_f32(3, &[m, k]))).unwrap();
+        let b = run.upload(&crate::matmul::f16(&rand_f32(4, &[k, n]))).unwrap();
+        let reps = if m * n * k >= 1 << 36 { 10 } else { 30 };
+        let ms = time_ms(&run, 3, reps, &mut || {
+            let y = quorum::cuda::ops::matmul::sgemm(
+                &run, &a, &b, None, m, n, k, false, false, 1.0, 0.0, 1,
+            )
+            .unwrap();
+            run.release(y, &[]);
+        });
+        let tflops = 2.0 * (m * n * k) as f64 / (ms * 1e-3) / 1e12;
+        println!("BENCH f16_gemm_{on}_{m}x{n}x{k} {tflops:.2} TFLOP/s ({ms:.3} ms)");
+        run.release(a, &[]);
+        run.release(b, &[]);
+    }
+}
+
 /// Median wall milliseconds of whole `Session::run` calls (inputs uploaded, outputs downloaded).
 fn session_ms(case: crate::harness::Case, iters: usize) -> (f64, quorum::CounterSnapshot) {
     let options = quorum::SessionOptions {
