@@ -115,7 +115,11 @@ fn f16_accumulated(inputs: &[Option<Arc<Value>>]) -> Result<Option<Value>, Devic
             y.push(s.to_f64());
         }
     }
-    Ok(Some(Value::Tensor(Tensor::from_f64s(DType::F16, &[m, n], y)?)))
+    Ok(Some(Value::Tensor(Tensor::from_f64s(
+        DType::F16,
+        &[m, n],
+        y,
+    )?)))
 }
 
 /// Whether the simulated kernel of `node` takes TF32 operands when the session allows it: the
@@ -243,10 +247,12 @@ fn run_kernel(
     broken_op: bool,
     f16_accumulator: bool,
 ) -> Result<Vec<Value>, DeviceError> {
-    if f16_accumulator && ctx.node.domain.is_empty() && ctx.node.op_type == "MatMul" {
-        if let Some(y) = f16_accumulated(inputs)? {
-            return Ok(vec![y]);
-        }
+    if f16_accumulator
+        && ctx.node.domain.is_empty()
+        && ctx.node.op_type == "MatMul"
+        && let Some(y) = f16_accumulated(inputs)?
+    {
+        return Ok(vec![y]);
     }
     let rounded;
     let inputs = if tf32 {

@@ -191,8 +191,12 @@ fn bench_f16_gemm() {
         (1024, 3072, 768),
         (1024, 768, 3072),
     ] {
-        let a = run.upload(&crate::matmul::f16(&rand_f32(3, &[m, k]))).unwrap();
-        let b = run.upload(&crate::matmul::f16(&rand_f32(4, &[k, n]))).unwrap();
+        let a = run
+            .upload(&crate::matmul::f16(&rand_f32(3, &[m, k])))
+            .unwrap();
+        let b = run
+            .upload(&crate::matmul::f16(&rand_f32(4, &[k, n])))
+            .unwrap();
         let reps = if m * n * k >= 1 << 36 { 10 } else { 30 };
         let ms = time_ms(&run, 3, reps, &mut || {
             let y = quorum::cuda::ops::matmul::sgemm(

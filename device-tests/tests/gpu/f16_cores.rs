@@ -107,9 +107,17 @@ fn every_f16_plan_agrees_as_exact_products() {
             let (y, declared) = product(&at, &bt, shape, p, false);
             let what = format!("{p:?} on {shape:?}");
             assert_eq!(y.dtype(), DType::F16, "{what}");
-            assert_eq!(declared, Operands::Exact, "{what}: f16 operands are not rounded");
+            assert_eq!(
+                declared,
+                Operands::Exact,
+                "{what}: f16 operands are not rounded"
+            );
             let (a0, b0, y0) = (first(&at, m, k), first(&bt, k, n), first(&y, m, n));
-            assert_eq!(judge(&a0, &b0, &y0, Operands::Exact), Check::Agree, "{what}");
+            assert_eq!(
+                judge(&a0, &b0, &y0, Operands::Exact),
+                Check::Agree,
+                "{what}"
+            );
         }
     }
 }
@@ -169,7 +177,10 @@ fn strict(case: Case) {
         ..Default::default()
     });
     session.run(feeds).unwrap_or_else(|e| panic!("{what}: {e}"));
-    assert!(session.counters().verify_checks > 0, "{what}: nothing was judged");
+    assert!(
+        session.counters().verify_checks > 0,
+        "{what}: nothing was judged"
+    );
 }
 
 #[test]
