@@ -151,8 +151,8 @@ fn vec_ok(dtype: DType, ptr: u64, ld: usize, strides: &[usize]) -> bool {
         && strides.iter().all(|s| s.is_multiple_of(4))
 }
 
-/// `QUORUM_CUDA_TF32=registers`: the register-staged tensor-core kernel everywhere (to compare
-/// the two, and to bisect).
+/// `QUORUM_CUDA_TF32=registers`: the register-staged tensor-core kernel everywhere, for f32 and f16
+/// operands (to compare the two, and to bisect).
 fn tc_async_off() -> bool {
     static OFF: OnceLock<bool> = OnceLock::new();
     *OFF.get_or_init(|| std::env::var("QUORUM_CUDA_TF32").is_ok_and(|v| v == "registers"))
@@ -246,18 +246,24 @@ pub(crate) fn run_gemm_with(run: &Run, p: &Problem, forced: Option<plan::Plan>) 
     let tf32 = run.tf32_allowed() && p.dtype == DType::F32;
     let tc = tf32 || (f16 && run.cc() >= (8, 0) && !f16_tc_off());
     let (variant, promote) = match variant {
-        Variant::Big if tc => (Variant::Tf32Big, tf32),
+        Variant::Big if tc => (Variant::Tf32Big, true),
         Variant::Small if tc => (Variant::Tf32Small, false),
         v => (v, false),
     };
     if tf32
         && matches!(
             variant,
-            Variant::Tf32Big | Variant::Tf32Small | Variant::Tf32Async
+            Variant::Tf32Big | Variant::Tf32Small | Variant::TcAsync
         )
     {
         run.mark_tf32();
     }
+    // f16 copies of 16 bytes need rows of 8 halves (the vector loads' flags promise 4).
+    let rows16 = |ptr: u64, ld: usize, strides: &[usize]| {
+        !f16 || (ptr.is_multiple_of(16)
+            && ld.is_multiple_of(8)
+            && strides.iter().all(|s| s % 8 == 0))
+    };
     // A split launch covers the batch in one grid (its workspace offsets start at batch 0).
     if nsplit <= 1 || !splittable || nb * nsplit > 65535 {
         nsplit = 1;
@@ -291,8 +297,13 @@ pub(crate) fn run_gemm_with(run: &Run, p: &Problem, forced: Option<plan::Plan>) 
     // The 128×128 tensor-core tile copies its operands asynchronously where their rows allow
     // 16-byte copies.
     // (A plan that names the register-staged tile keeps it: the benchmark compares the two.)
-    if promote && tc_async::fits(&cfg) && !tc_async_off() {
-        cfg.variant = Variant::Tf32Async;
+    if promote
+        && tc_async::fits(&cfg)
+        && !tc_async_off()
+        && rows16(p.a, p.lda, &sa)
+        && rows16(p.b, ldb, &bstr[1])
+    {
+        cfg.variant = Variant::TcAsync;
     }
     let (bm, bn, _, _) = cfg.dims();
     let gx = blocks(p.n, bn as u32);
@@ -302,7 +313,7 @@ pub(crate) fn run_gemm_with(run: &Run, p: &Problem, forced: Option<plan::Plan>) 
     }
     let text = tile_ptx(run.cc(), &cfg);
     let name = cfg.name();
-    let dynamic_shared = if cfg.variant == Variant::Tf32Async {
+    let dynamic_shared = if cfg.variant == Variant::TcAsync {
         tc_async::shared_bytes(&cfg) as u32
     } else {
         0

@@ -4,7 +4,8 @@
 //! judged as exact products; the tensor cores' f32 sums keep that promise on long sums of
 //! positive terms too (where a truncating accumulator would drift one way), tested with f32
 //! operands that TF32 leaves unchanged; and f16 sessions of MatMul, Gemm and Conv pass strict
-//! verification. (The wrong kernel "an f16 path that accumulates in f16" is caught in `cargo
+//! verification — the register-staged tiles (f16 widened into the TF32 `mma`) and, where rows
+//! are 16-byte aligned, the asynchronous one (`ldmatrix`, `mma.m16n8k16`). (The wrong kernel "an f16 path that accumulates in f16" is caught in `cargo
 //! test` on the simulated device: `runtime/tests/cli_precision.rs`.)
 use quorum::backend::{Operands, Precision};
 use quorum::cuda::ops::matmul::plan::{Dims, Plan, candidates};
@@ -86,6 +87,10 @@ fn every_f16_plan_agrees_as_exact_products() {
         (257, 129, 1000, 1),
         (64, 64, 4096, 1),
         (33, 260, 300, 2),
+        // Rows of a multiple of 8 halves: the asynchronous copies (a partial k-tile of 32 in
+        // the second, partial row and column tiles in both).
+        (128, 200, 520, 2),
+        (100, 136, 72, 1),
     ]
     .into_iter()
     .enumerate()
@@ -211,6 +216,17 @@ fn f16_sessions_pass_strict_verification() {
             .input(f16(&rand_f32(10, &[300, 132])))
             .constant(f16(&rand_f32(11, &[92, 300])))
             .constant(f16(&rand_f32(12, &[92]))),
+    );
+    // Both transposed, rows of a multiple of 8 halves: the asynchronous copies, A and B along
+    // k (`ldmatrix` untransposed) and along m (transposed).
+    strict(
+        Case::new("Gemm")
+            .opset(13)
+            .attr_i("transA", 1)
+            .attr_i("transB", 1)
+            .input(f16(&rand_f32(13, &[520, 264])))
+            .constant(f16(&rand_f32(14, &[136, 520])))
+            .constant(f16(&rand_f32(15, &[136]))),
     );
     // A 3×3 convolution as an implicit GEMM (K = 64·9).
     strict(

@@ -23,7 +23,10 @@ use crate::ptx::{Cmp, Kernel, Reg, Space, Ty};
 /// The kernel for a `Tf32Big` or `Tf32Small` configuration: f32 operands rounded to TF32, or f16
 /// operands widened (exactly: an f16 value is a TF32 value).
 pub fn build_tc(cfg: &TileCfg) -> Kernel {
-    assert!(cfg.tf32(), "tensor-core GEMM configuration expected");
+    assert!(
+        cfg.tensor_cores(),
+        "tensor-core GEMM configuration expected"
+    );
     let (bm, bn, bk, _) = cfg.dims();
     let pad = cfg.pad();
     let (ra, rb) = (bm + pad, bn + pad);
@@ -175,6 +178,17 @@ impl Warps {
 pub(super) fn mma_tf32(k: &mut Kernel, d: [Reg; 4], a: &[Reg; 4], b: &[Reg; 2]) {
     k.raw(format_args!(
         "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 \
+         {{{}, {}, {}, {}}}, {{{}, {}, {}, {}}}, {{{}, {}}}, {{{}, {}, {}, {}}}",
+        d[0], d[1], d[2], d[3], a[0], a[1], a[2], a[3], b[0], b[1], d[0], d[1], d[2], d[3]
+    ));
+}
+
+/// `d += a · b` on the tensor cores: one m16n8k16 product of f16 fragments (`a`: four `.f16x2`
+/// registers, rows `g` and `g + 8` at k `2q, 2q + 1` and `2q + 8, 2q + 9`; `b`: two, k `2q, 2q + 1`
+/// and `2q + 8, 2q + 9` at column `g`), f32 accumulators laid out as `mma_tf32`'s.
+pub(super) fn mma_f16(k: &mut Kernel, d: [Reg; 4], a: &[Reg; 4], b: &[Reg; 2]) {
+    k.raw(format_args!(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 \
          {{{}, {}, {}, {}}}, {{{}, {}, {}, {}}}, {{{}, {}}}, {{{}, {}, {}, {}}}",
         d[0], d[1], d[2], d[3], a[0], a[1], a[2], a[3], b[0], b[1], d[0], d[1], d[2], d[3]
     ));

@@ -1,20 +1,25 @@
-//! The TF32 tensor-core GEMM with its operands copied global → shared by `cp.async` through a
-//! ring of four stages, for f32 operands whose rows are 16-byte aligned (the common case: the
-//! layout checks of the CUDA-core kernels' 16-byte loads, `vec_a` and B's `vec`).
+//! The tensor-core GEMM with its operands copied global → shared by `cp.async` through a ring of
+//! four stages, for operands whose rows are 16-byte aligned (the common case: for f32 the layout
+//! checks of the CUDA-core kernels' 16-byte loads, `vec_a` and B's `vec`; for f16 the caller checks
+//! 16 bytes, since those flags promise 8).
 //!
 //! Why: the register-staged kernel (`tc.rs`) waits for each k-tile's global loads before it can
 //! store them and pass the barrier; on the H100 (`ncu`, 1024×768×768 split in four) warps spent 56%
 //! of their cycles on that wait, and the tensor cores finished each k-tile long before the next
-//! arrived. Here tile `t + 3` is in flight while tile `t` is multiplied: each thread copies one
-//! 16-byte chunk of A and one of B per k-tile (`cp.async.cg`, zero-filled past the matrix's edge
-//! by its source size), commits it as a group, and waits only for the group three tiles back.
+//! arrived. Here tile `t + 3` is in flight while tile `t` is multiplied: each thread copies two
+//! 16-byte chunks of A and two of B per k-tile (`cp.async.cg`, zero-filled past the matrix's edge
+//! by its source size), commits them as a group, and waits only for the group three tiles back.
 //!
 //! The operands land in shared memory as they lie in global memory: an operand contiguous along k
-//! keeps rows of 8 k values (padded to 12 floats: a fragment's 32 reads of rows `g` and k columns
-//! `q` fall in 32 banks), one contiguous along m|n keeps rows of 128 values (padded to 136). Each
-//! fragment value is rounded to TF32 (`cvt.rna.tf32.f32`) as it is loaded from shared memory: the
-//! declaration is the same as `tc.rs`'s (`Operands::TF32`).
-use super::tc::{Warps, mma_tf32};
+//! keeps rows of `BK` k values, one contiguous along m|n rows of 128 values, each row padded so
+//! that a fragment's reads fall in distinct banks. Two element types:
+//! - **f32** (k-tiles of 16): each fragment value is rounded to TF32 (`cvt.rna.tf32.f32`) as it is
+//!   loaded from shared memory and multiplied by `mma.m16n8k8` (TF32): the declaration is
+//!   `tc.rs`'s (`Operands::TF32`).
+//! - **f16** (k-tiles of 32): fragments are read with `ldmatrix` (transposed where the operand is
+//!   contiguous along m|n) and multiplied as they are by `mma.m16n8k16` with f32 accumulators:
+//!   exact products summed in f32, nothing to declare.
+use super::tc::{Warps, mma_f16, mma_tf32};
 use super::tile::{BSrc, Params, TileCfg, Variant, k_tiles, params};
 use crate::ptx::{Cmp, Kernel, Reg, Space, Ty};
 
@@ -31,6 +36,55 @@ struct Copier {
     soff: Reg,
     /// How many of the chunk's 16 bytes lie in the matrix, and for which k (see `bytes`).
     valid: Valid,
+    /// The operands' layout in the ring.
+    geom: Geom,
+}
+
+/// The ring's layout for one element type: element size, k-tile depth, and the padded row lengths
+/// (elements) of the two shared layouts. f32: rows of 20 along k keep a TF32 fragment's reads
+/// (rows `g`, columns `q`) in 32 banks; f16: rows of 40 halves (80 bytes) along k and 136 (272
+/// bytes) along m|n put the eight 16-byte rows an `ldmatrix` phase reads in eight distinct bank
+/// groups. Every row stays 16-byte aligned for the copies.
+#[derive(Clone, Copy)]
+struct Geom {
+    es: usize,
+    bk: usize,
+    row_k: usize,
+    row_mn: usize,
+}
+
+impl Geom {
+    fn of(f16: bool) -> Geom {
+        if f16 {
+            Geom {
+                es: 2,
+                bk: 32,
+                row_k: 40,
+                row_mn: 136,
+            }
+        } else {
+            Geom {
+                es: 4,
+                bk: 16,
+                row_k: 20,
+                row_mn: 136,
+            }
+        }
+    }
+
+    /// Elements in one 16-byte chunk.
+    fn per(&self) -> usize {
+        16 / self.es
+    }
+
+    /// Bytes of one operand's part of a stage (`extent` rows of m|n).
+    fn part(&self, along_k: bool, extent: usize) -> usize {
+        if along_k {
+            extent * self.row_k * self.es
+        } else {
+            self.bk * self.row_mn * self.es
+        }
+    }
 }
 
 enum Step {
@@ -40,7 +94,7 @@ enum Step {
 
 enum Valid {
     /// Contiguous along k: the chunk's row is in range (`row_ok`), and its first k is `k4` within
-    /// the tile: bytes = clamp(kend − (k0 + k4), 0, 4) · 4.
+    /// the tile: bytes = clamp(kend − (k0 + k4), 0, per chunk) · element size.
     AlongK { row_ok: Reg, k4: Reg },
     /// Contiguous along m|n: the chunk's k row is `krow` within the tile, and `cols` bytes of it
     /// lie within the matrix (fixed for the whole loop).
@@ -48,10 +102,11 @@ enum Valid {
 }
 
 /// This thread's chunk `pass` of an operand stored contiguous along k (128 rows of `BK` values:
-/// 4 chunks of 4 per row, rows `t / 4` and `t / 4 + 64`).
+/// 4 chunks per row, rows `t / 4` and `t / 4 + 64`).
 #[allow(clippy::too_many_arguments)]
 fn along_k(
     k: &mut Kernel,
+    geom: Geom,
     t: Reg,
     base: Reg,
     ld: Reg,
@@ -60,30 +115,33 @@ fn along_k(
     kbeg: Reg,
     pass: usize,
 ) -> Copier {
+    let es = geom.es;
     let row = k.shr(Ty::U32, t, 2u32);
     let row = k.add(Ty::U32, row, (pass * 64) as u32);
     let quarter = k.and(Ty::U32, t, 3u32);
-    let k4 = k.shl(Ty::U32, quarter, 2u32);
+    let k4 = k.shl(Ty::U32, quarter, log2(geom.per()));
     let r = k.add(Ty::U32, blk, row);
     let row_ok = k.setp(Cmp::Lt, Ty::U32, r, lim);
     let kk = k.add(Ty::U32, kbeg, k4);
     let idx = k.fma(Ty::U32, r, ld, kk);
-    let ptr = k.addr(base, idx, 4);
-    let so = k.mul(Ty::U32, row, (ROW_K * 4) as u32);
-    let soff = k.fma(Ty::U32, k4, 4u32, so);
+    let ptr = k.addr(base, idx, es);
+    let so = k.mul(Ty::U32, row, (geom.row_k * es) as u32);
+    let soff = k.fma(Ty::U32, k4, es as u32, so);
     Copier {
         ptr,
-        step: Step::Imm((BK * 4) as u32),
+        step: Step::Imm((geom.bk * es) as u32),
         soff,
         valid: Valid::AlongK { row_ok, k4 },
+        geom,
     }
 }
 
 /// This thread's chunk `pass` of an operand stored contiguous along m|n (`BK` rows of 128
-/// values, 32 chunks each: rows `t / 32` and `t / 32 + 8`).
+/// values: `128 / per` chunks a row, so `256 · per / 128` rows a pass).
 #[allow(clippy::too_many_arguments)]
 fn along_mn(
     k: &mut Kernel,
+    geom: Geom,
     t: Reg,
     base: Reg,
     ld: Reg,
@@ -92,37 +150,40 @@ fn along_mn(
     kbeg: Reg,
     pass: usize,
 ) -> Copier {
-    let krow = k.shr(Ty::U32, t, 5u32);
-    let krow = k.add(Ty::U32, krow, (pass * 8) as u32);
-    let lane = k.and(Ty::U32, t, 31u32);
-    let c4 = k.shl(Ty::U32, lane, 2u32);
+    let (es, per) = (geom.es, geom.per());
+    let chunks = 128 / per;
+    let krow = k.shr(Ty::U32, t, log2(chunks));
+    let krow = k.add(Ty::U32, krow, (pass * 256 / chunks) as u32);
+    let lane = k.and(Ty::U32, t, (chunks - 1) as u32);
+    let c4 = k.shl(Ty::U32, lane, log2(per));
     let col = k.add(Ty::U32, blk, c4);
-    // Columns of the chunk inside the matrix: clamp(lim − col, 0, 4), as bytes.
+    // Columns of the chunk inside the matrix: clamp(lim − col, 0, per chunk), as bytes.
     let left = k.sub(Ty::S32, lim, col);
     let left = k.max(Ty::S32, left, 0i32);
-    let left = k.min(Ty::S32, left, 4i32);
-    let cols = k.shl(Ty::U32, left, 2u32);
+    let left = k.min(Ty::S32, left, per as i32);
+    let cols = k.shl(Ty::U32, left, log2(es));
     let kk = k.add(Ty::U32, kbeg, krow);
     let idx = k.fma(Ty::U32, kk, ld, col);
-    let ptr = k.addr(base, idx, 4);
-    let step = k.mul_wide(false, ld, (BK * 4) as u32);
-    let so = k.mul(Ty::U32, krow, (ROW_MN * 4) as u32);
-    let soff = k.fma(Ty::U32, c4, 4u32, so);
+    let ptr = k.addr(base, idx, es);
+    let step = k.mul_wide(false, ld, (geom.bk * es) as u32);
+    let so = k.mul(Ty::U32, krow, (geom.row_mn * es) as u32);
+    let soff = k.fma(Ty::U32, c4, es as u32, so);
     Copier {
         ptr,
         step: Step::Reg(step),
         soff,
         valid: Valid::AlongMn { krow, cols },
+        geom,
     }
 }
 
-/// The k-depth of a tile (two k-steps of the `mma` per barrier), the copies each thread issues
-/// per operand and tile, and the padded row lengths of the two shared layouts (floats: 20 keeps a
-/// fragment's reads of rows `g`, columns `q` in 32 banks and rows 16-byte aligned).
-const BK: usize = 16;
+/// The copies each thread issues per operand and k-tile.
 const PASSES: usize = 2;
-const ROW_K: usize = BK + 4;
-const ROW_MN: usize = 128 + 8;
+
+fn log2(x: usize) -> u32 {
+    debug_assert!(x.is_power_of_two());
+    x.trailing_zeros()
+}
 
 /// Issues the copy of `c`'s chunk of the k-tile starting at `k0` into the stage part at `dst`,
 /// and moves `c` on to the next k-tile. `safe`: an address inside the operand, copied from (0
@@ -133,8 +194,8 @@ fn issue(k: &mut Kernel, c: &Copier, k0: Reg, kend: Reg, dst: Reg, safe: Reg) {
             let kk = k.add(Ty::U32, k0, *k4);
             let left = k.sub(Ty::S32, kend, kk);
             let left = k.max(Ty::S32, left, 0i32);
-            let left = k.min(Ty::S32, left, 4i32);
-            let b = k.shl(Ty::U32, left, 2u32);
+            let left = k.min(Ty::S32, left, c.geom.per() as i32);
+            let b = k.shl(Ty::U32, left, log2(c.geom.es));
             k.selp(Ty::U32, b, 0u32, *row_ok)
         }
         Valid::AlongMn { krow, cols } => {
@@ -164,6 +225,8 @@ struct Ring {
     asz: usize,
     stage: usize,
     bytes: usize,
+    /// The k-tile's depth.
+    bk: usize,
 }
 
 /// Issues both operands' copies of the k-tile starting at `k0` into the ring's write stage as one
@@ -178,7 +241,7 @@ fn issue_tile(k: &mut Kernel, ops: [&[Copier]; 2], safe: [Reg; 2], k0: Reg, kend
         issue(k, c, k0, kend, dstb, safe[1]);
     }
     k.raw("cp.async.commit_group");
-    k.raw(format_args!("add.u32 {k0}, {k0}, {BK}"));
+    k.raw(format_args!("add.u32 {k0}, {k0}, {}", r.bk));
     ring_add(k, r.write, r.stage, r.bytes);
 }
 
@@ -199,40 +262,30 @@ fn ld_tf32(k: &mut Kernel, addr: Reg, off: usize) -> Reg {
 
 /// The dynamic shared memory a launch of `cfg` needs: the ring of stages.
 pub fn shared_bytes(cfg: &TileCfg) -> usize {
-    let part = |along_k: bool| {
-        if along_k {
-            128 * ROW_K * 4
-        } else {
-            BK * ROW_MN * 4
-        }
-    };
+    let geom = Geom::of(cfg.f16);
     let b_along_k = matches!(cfg.b, BSrc::Strided { trans: true, .. });
-    STAGES * (part(!cfg.trans_a) + part(b_along_k))
+    STAGES * (geom.part(!cfg.trans_a, 128) + geom.part(b_along_k, 128))
 }
 
-/// Whether `cfg` can take this kernel: f32, rows of both operands 16-byte aligned, B strided.
+/// Whether `cfg` can take this kernel: both operands' rows aligned for vector loads, B strided.
+/// (For f16 those flags promise 8-byte rows; the caller also checks 16.)
 pub fn fits(cfg: &TileCfg) -> bool {
-    !cfg.f16 && cfg.vec_a && matches!(cfg.b, BSrc::Strided { vec: true, .. })
+    cfg.vec_a && matches!(cfg.b, BSrc::Strided { vec: true, .. })
 }
 
-/// The kernel for a `Tf32Async` configuration.
+/// The kernel for a `TcAsync` configuration.
 pub fn build_tc_async(cfg: &TileCfg) -> Kernel {
-    assert!(cfg.variant == Variant::Tf32Async && fits(cfg), "{cfg:?}");
+    assert!(cfg.variant == Variant::TcAsync && fits(cfg), "{cfg:?}");
     let BSrc::Strided { trans: trans_b, .. } = cfg.b else {
         unreachable!("fits() takes strided B only")
     };
     let (bm, bn) = (128usize, 128usize);
+    let geom = Geom::of(cfg.f16);
+    let bk = geom.bk;
     let a_along_k = !cfg.trans_a;
     let b_along_k = trans_b;
-    let part = |along_k: bool, extent: usize| {
-        if along_k {
-            extent * ROW_K * 4
-        } else {
-            BK * ROW_MN * 4
-        }
-    };
-    let asz = part(a_along_k, bm);
-    let stage = asz + part(b_along_k, bn);
+    let asz = geom.part(a_along_k, bm);
+    let stage = asz + geom.part(b_along_k, bn);
     let ring = STAGES * stage;
     assert_eq!(ring, shared_bytes(cfg), "{cfg:?}");
     let yes = if cfg.split { 4 } else { cfg.es() };
@@ -251,67 +304,34 @@ pub fn build_tc_async(cfg: &TileCfg) -> Kernel {
     let ca: Vec<Copier> = (0..PASSES)
         .map(|pass| {
             if a_along_k {
-                along_k(&mut k, t, p.a, p.lda, mblk, p.m, p.kbeg, pass)
+                along_k(&mut k, geom, t, p.a, p.lda, mblk, p.m, p.kbeg, pass)
             } else {
-                along_mn(&mut k, t, p.a, p.lda, mblk, p.m, p.kbeg, pass)
+                along_mn(&mut k, geom, t, p.a, p.lda, mblk, p.m, p.kbeg, pass)
             }
         })
         .collect();
     let cb: Vec<Copier> = (0..PASSES)
         .map(|pass| {
             if b_along_k {
-                along_k(&mut k, t, p.b, p.ldb, nblk, p.n, p.kbeg, pass)
+                along_k(&mut k, geom, t, p.b, p.ldb, nblk, p.n, p.kbeg, pass)
             } else {
-                along_mn(&mut k, t, p.b, p.ldb, nblk, p.n, p.kbeg, pass)
+                along_mn(&mut k, geom, t, p.b, p.ldb, nblk, p.n, p.kbeg, pass)
             }
         })
         .collect();
 
     // Warps tile the block 2 × 4 (64×32 outputs each), as `tc.rs`'s do.
     let w = Warps::new(&mut k, t, bm, bn);
-    let (g, q, wm, wn, mts, nts) = (w.g, w.q, w.wm, w.wn, w.mts, w.nts);
-
-    // Fragment read bases (bytes within a stage) and each fragment register's offset from them.
-    // A (m, k): along k at (m·12 + k), along m at (k·136 + m); B (k, n): along k at (n·12 + k),
-    // along n at (k·136 + n).
-    let a_rd = if a_along_k {
-        let r = k.add(Ty::U32, wm, g);
-        let o = k.fma(Ty::U32, r, ROW_K as u32, q);
-        k.shl(Ty::U32, o, 2u32)
+    let reads = if cfg.f16 {
+        Reads::F16(F16Reads::new(
+            &mut k, geom, t, &w, a_along_k, b_along_k, asz,
+        ))
     } else {
-        let o = k.fma(Ty::U32, q, ROW_MN as u32, wm);
-        let o = k.add(Ty::U32, o, g);
-        k.shl(Ty::U32, o, 2u32)
-    };
-    let b_rd = {
-        let o = if b_along_k {
-            let r = k.add(Ty::U32, wn, g);
-            k.fma(Ty::U32, r, ROW_K as u32, q)
-        } else {
-            let o = k.fma(Ty::U32, q, ROW_MN as u32, wn);
-            k.add(Ty::U32, o, g)
-        };
-        let o = k.shl(Ty::U32, o, 2u32);
-        k.add(Ty::U32, o, asz as u32)
-    };
-    // (m + dm, k + dk) → byte offset, per layout.
-    let a_off = |dm: usize, dk: usize| {
-        if a_along_k {
-            (dm * ROW_K + dk) * 4
-        } else {
-            (dk * ROW_MN + dm) * 4
-        }
-    };
-    let b_off = |dn: usize, dk: usize| {
-        if b_along_k {
-            (dn * ROW_K + dk) * 4
-        } else {
-            (dk * ROW_MN + dn) * 4
-        }
+        Reads::Tf32(Tf32Reads::new(&mut k, geom, &w, a_along_k, b_along_k, asz))
     };
 
     // Prologue: the first STAGES − 1 k-tiles in flight (past the end they are all zeros).
-    let ntiles = k_tiles(&mut k, &p, BK);
+    let ntiles = k_tiles(&mut k, &p, bk);
     let kissue = k.mov(Ty::U32, p.kbeg);
     let ws = k.mov(Ty::U32, 0u32);
     let safe_a = p.a;
@@ -322,6 +342,7 @@ pub fn build_tc_async(cfg: &TileCfg) -> Kernel {
         asz,
         stage,
         bytes: ring,
+        bk,
     };
     for _ in 0..STAGES - 1 {
         issue_tile(
@@ -354,25 +375,9 @@ pub fn build_tc_async(cfg: &TileCfg) -> Kernel {
         &ring_at,
     );
     let st = k.add(Ty::U32, sbase, rs);
-    let ar = k.add(Ty::U32, st, a_rd);
-    let br = k.add(Ty::U32, st, b_rd);
-    for ks in 0..BK / 8 {
-        let k0 = ks * 8;
-        let a: Vec<[Reg; 4]> = (0..mts)
-            .map(|mt| {
-                let m0 = mt * 16;
-                [(0, 0), (8, 0), (0, 4), (8, 4)]
-                    .map(|(dm, dk)| ld_tf32(&mut k, ar, a_off(m0 + dm, k0 + dk)))
-            })
-            .collect();
-        let b: Vec<[Reg; 2]> = (0..nts)
-            .map(|nt| [0, 4].map(|dk| ld_tf32(&mut k, br, b_off(nt * 8, k0 + dk))))
-            .collect();
-        for (mt, a) in a.iter().enumerate() {
-            for (nt, b) in b.iter().enumerate() {
-                mma_tf32(&mut k, w.acc[mt][nt], a, b);
-            }
-        }
+    match &reads {
+        Reads::Tf32(r) => r.multiply(&mut k, &w, st),
+        Reads::F16(r) => r.multiply(&mut k, &w, st),
     }
     ring_add(&mut k, rs, stage, ring);
     k.raw(format_args!("add.u32 {kt}, {kt}, 1"));
@@ -383,4 +388,215 @@ pub fn build_tc_async(cfg: &TileCfg) -> Kernel {
 
     w.epilogue(&mut k, cfg, &p, mblk, nblk, yes);
     k
+}
+
+/// How a k-tile's fragments are read from a stage and multiplied.
+enum Reads {
+    Tf32(Tf32Reads),
+    F16(F16Reads),
+}
+
+/// f32 stages: each fragment value loaded alone and rounded to TF32; `m16n8k8`.
+struct Tf32Reads {
+    geom: Geom,
+    a_along_k: bool,
+    b_along_k: bool,
+    /// This thread's read bases (bytes within a stage; B's past A's part).
+    a_rd: Reg,
+    b_rd: Reg,
+}
+
+impl Tf32Reads {
+    fn new(
+        k: &mut Kernel,
+        geom: Geom,
+        w: &Warps,
+        a_along_k: bool,
+        b_along_k: bool,
+        asz: usize,
+    ) -> Tf32Reads {
+        let (g, q, wm, wn) = (w.g, w.q, w.wm, w.wn);
+        let (row_k, row_mn) = (geom.row_k as u32, geom.row_mn as u32);
+        // A (m, k): along k at (m·ROW_K + k), along m at (k·ROW_MN + m); B (k, n) likewise.
+        let a_rd = if a_along_k {
+            let r = k.add(Ty::U32, wm, g);
+            let o = k.fma(Ty::U32, r, row_k, q);
+            k.shl(Ty::U32, o, 2u32)
+        } else {
+            let o = k.fma(Ty::U32, q, row_mn, wm);
+            let o = k.add(Ty::U32, o, g);
+            k.shl(Ty::U32, o, 2u32)
+        };
+        let b_rd = {
+            let o = if b_along_k {
+                let r = k.add(Ty::U32, wn, g);
+                k.fma(Ty::U32, r, row_k, q)
+            } else {
+                let o = k.fma(Ty::U32, q, row_mn, wn);
+                k.add(Ty::U32, o, g)
+            };
+            let o = k.shl(Ty::U32, o, 2u32);
+            k.add(Ty::U32, o, asz as u32)
+        };
+        Tf32Reads {
+            geom,
+            a_along_k,
+            b_along_k,
+            a_rd,
+            b_rd,
+        }
+    }
+
+    /// (m|n + d, k + dk) → byte offset, in an operand's layout.
+    fn off(&self, along_k: bool, d: usize, dk: usize) -> usize {
+        if along_k {
+            (d * self.geom.row_k + dk) * 4
+        } else {
+            (dk * self.geom.row_mn + d) * 4
+        }
+    }
+
+    fn multiply(&self, k: &mut Kernel, w: &Warps, st: Reg) {
+        let ar = k.add(Ty::U32, st, self.a_rd);
+        let br = k.add(Ty::U32, st, self.b_rd);
+        for ks in 0..self.geom.bk / 8 {
+            let k0 = ks * 8;
+            let a: Vec<[Reg; 4]> = (0..w.mts)
+                .map(|mt| {
+                    let m0 = mt * 16;
+                    [(0, 0), (8, 0), (0, 4), (8, 4)]
+                        .map(|(dm, dk)| ld_tf32(k, ar, self.off(self.a_along_k, m0 + dm, k0 + dk)))
+                })
+                .collect();
+            let b: Vec<[Reg; 2]> = (0..w.nts)
+                .map(|nt| {
+                    [0, 4].map(|dk| ld_tf32(k, br, self.off(self.b_along_k, nt * 8, k0 + dk)))
+                })
+                .collect();
+            for (mt, a) in a.iter().enumerate() {
+                for (nt, b) in b.iter().enumerate() {
+                    mma_tf32(k, w.acc[mt][nt], a, b);
+                }
+            }
+        }
+    }
+}
+
+/// f16 stages: fragments read by `ldmatrix` (four 8×8 matrices of halves per instruction, each
+/// lane giving one 16-byte row's address; `.trans` where the operand is stored along m|n, so that
+/// each register holds two consecutive k of one row or column, as `mma.m16n8k16` takes them).
+struct F16Reads {
+    geom: Geom,
+    a_along_k: bool,
+    b_along_k: bool,
+    /// This lane's row address for A's and B's `ldmatrix` (bytes within a stage).
+    a_rd: Reg,
+    b_rd: Reg,
+}
+
+impl F16Reads {
+    fn new(
+        k: &mut Kernel,
+        geom: Geom,
+        t: Reg,
+        w: &Warps,
+        a_along_k: bool,
+        b_along_k: bool,
+        asz: usize,
+    ) -> F16Reads {
+        let lane = k.and(Ty::U32, t, 31u32);
+        let l7 = k.and(Ty::U32, lane, 7u32);
+        let l16 = k.and(Ty::U32, lane, 15u32);
+        let bit3 = k.shr(Ty::U32, lane, 3u32);
+        let bit3 = k.and(Ty::U32, bit3, 1u32);
+        let bit4 = k.shr(Ty::U32, lane, 4u32);
+        let (row_k, row_mn) = (geom.row_k as u32, geom.row_mn as u32);
+        // A's four matrices: rows 0–7 | 8–15 of the fragment at k 0–7, then at k 8–15.
+        let a_rd = if a_along_k {
+            // Stored [m][k]: lane l gives row m = wm + l%8 + 8·(l/8 % 2), at k = 8·(l/16).
+            let m = k.fma(Ty::U32, bit3, 8u32, l7);
+            let m = k.add(Ty::U32, m, w.wm);
+            let kk = k.shl(Ty::U32, bit4, 3u32);
+            let o = k.fma(Ty::U32, m, row_k, kk);
+            k.shl(Ty::U32, o, 1u32)
+        } else {
+            // Stored [k][m] (read transposed): lane l gives k row l%8 + 8·(l/16), at
+            // m = wm + 8·(l/8 % 2).
+            let kk = k.fma(Ty::U32, bit4, 8u32, l7);
+            let m = k.fma(Ty::U32, bit3, 8u32, w.wm);
+            let o = k.fma(Ty::U32, kk, row_mn, m);
+            k.shl(Ty::U32, o, 1u32)
+        };
+        // B's four matrices: the fragments of two adjacent n8 tiles, each at k 0–7 then 8–15.
+        let b_rd = {
+            let o = if b_along_k {
+                // Stored [n][k]: lane l gives row n = wn + l%8 + 8·(l/16), at k = 8·(l/8 % 2).
+                let n = k.fma(Ty::U32, bit4, 8u32, l7);
+                let n = k.add(Ty::U32, n, w.wn);
+                let kk = k.shl(Ty::U32, bit3, 3u32);
+                k.fma(Ty::U32, n, row_k, kk)
+            } else {
+                // Stored [k][n] (read transposed): lane l gives k row l%16, at n = wn + 8·(l/16).
+                let n = k.fma(Ty::U32, bit4, 8u32, w.wn);
+                k.fma(Ty::U32, l16, row_mn, n)
+            };
+            let o = k.shl(Ty::U32, o, 1u32);
+            k.add(Ty::U32, o, asz as u32)
+        };
+        F16Reads {
+            geom,
+            a_along_k,
+            b_along_k,
+            a_rd,
+            b_rd,
+        }
+    }
+
+    /// Byte offset of the block at (m|n + d, k + dk) from a lane's row address, in an operand's
+    /// layout.
+    fn off(&self, along_k: bool, d: usize, dk: usize) -> usize {
+        if along_k {
+            (d * self.geom.row_k + dk) * 2
+        } else {
+            (dk * self.geom.row_mn + d) * 2
+        }
+    }
+
+    fn multiply(&self, k: &mut Kernel, w: &Warps, st: Reg) {
+        let ar = k.add(Ty::U32, st, self.a_rd);
+        let br = k.add(Ty::U32, st, self.b_rd);
+        for ks in 0..self.geom.bk / 16 {
+            let k0 = ks * 16;
+            let a: Vec<[Reg; 4]> = (0..w.mts)
+                .map(|mt| {
+                    let off = self.off(self.a_along_k, mt * 16, k0);
+                    ldmatrix4(k, !self.a_along_k, ar, off)
+                })
+                .collect();
+            let b: Vec<[Reg; 2]> = (0..w.nts / 2)
+                .flat_map(|pair| {
+                    let off = self.off(self.b_along_k, pair * 16, k0);
+                    let r = ldmatrix4(k, !self.b_along_k, br, off);
+                    [[r[0], r[1]], [r[2], r[3]]]
+                })
+                .collect();
+            for (mt, a) in a.iter().enumerate() {
+                for (nt, b) in b.iter().enumerate() {
+                    mma_f16(k, w.acc[mt][nt], a, b);
+                }
+            }
+        }
+    }
+}
+
+/// `ldmatrix.x4` (transposed or not) at this lane's row address `addr + off`: four `.b16x2`
+/// registers, one per 8×8 matrix.
+fn ldmatrix4(k: &mut Kernel, trans: bool, addr: Reg, off: usize) -> [Reg; 4] {
+    let r = [0; 4].map(|_| k.reg(Ty::U32));
+    let tr = if trans { ".trans" } else { "" };
+    k.raw(format_args!(
+        "ldmatrix.sync.aligned.m8n8.x4{tr}.shared.b16 {{{}, {}, {}, {}}}, [{addr}+{off}]",
+        r[0], r[1], r[2], r[3]
+    ));
+    r
 }

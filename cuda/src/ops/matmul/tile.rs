@@ -42,9 +42,10 @@ pub enum Variant {
     Tf32Big,
     /// `Small`'s tiles on the tensor cores, likewise.
     Tf32Small,
-    /// 128×128×16 tiles on the tensor cores, the operands copied by `cp.async` through four stages
-    /// (`tc_async.rs`; f32 operands with 16-byte aligned rows).
-    Tf32Async,
+    /// 128×128 tiles on the tensor cores, the operands copied by `cp.async` through four stages
+    /// (`tc_async.rs`; operands with 16-byte aligned rows): f32 operands as TF32 in k-tiles of 16
+    /// (`m16n8k8`), f16 operands as they are in k-tiles of 32 (`m16n8k16`, f32 accumulators).
+    TcAsync,
     /// At most this many rows (1, 2 or 4; GEMV-like): B streamed once with 16-byte loads, the
     /// rows kept in registers; a warp per column when B is contiguous along k, else a block per 128
     /// columns.
@@ -76,7 +77,8 @@ impl TileCfg {
             // one global load's latency per barrier would leave them idle.
             Variant::Tf32Big => (128, 128, 16, 8),
             Variant::Tf32Small => (64, 64, 32, 4),
-            Variant::Tf32Async => (128, 128, 16, 8),
+            Variant::TcAsync if self.f16 => (128, 128, 32, 8),
+            Variant::TcAsync => (128, 128, 16, 8),
             Variant::Naive => (16, 16, 1, 1),
             Variant::Skinny(r) => match self.b {
                 BSrc::Strided { trans: true, .. } => (r as usize, 8, 128, 1),
@@ -92,7 +94,8 @@ impl TileCfg {
             Variant::Naive => "naive".to_string(),
             Variant::Tf32Big => "tf32big".to_string(),
             Variant::Tf32Small => "tf32small".to_string(),
-            Variant::Tf32Async => "tf32async".to_string(),
+            Variant::TcAsync if self.f16 => "f16async".to_string(),
+            Variant::TcAsync => "tf32async".to_string(),
             Variant::Skinny(r) => format!("skinny{r}"),
         };
         let b = match self.b {
@@ -123,11 +126,12 @@ impl TileCfg {
         }
     }
 
-    /// Whether the products run on the tensor cores with operands rounded to TF32.
-    pub fn tf32(&self) -> bool {
+    /// Whether the products run on the tensor cores (f32 operands rounded to TF32; f16 operands
+    /// as they are).
+    pub fn tensor_cores(&self) -> bool {
         matches!(
             self.variant,
-            Variant::Tf32Big | Variant::Tf32Small | Variant::Tf32Async
+            Variant::Tf32Big | Variant::Tf32Small | Variant::TcAsync
         )
     }
 
@@ -135,7 +139,7 @@ impl TileCfg {
     /// CUDA-core kernels' vector reads; 8 also spreads a tensor-core fragment's reads (rows `t`
     /// and `t + 4` of a group, eight columns) over all 32 banks.
     pub(crate) fn pad(&self) -> usize {
-        if self.tf32() { 8 } else { 4 }
+        if self.tensor_cores() { 8 } else { 4 }
     }
 }
 
@@ -613,7 +617,7 @@ pub fn build(cfg: &TileCfg) -> Kernel {
         Variant::Naive => super::skinny::build_naive(cfg),
         Variant::Skinny(_) => super::skinny::build_skinny(cfg),
         Variant::Tf32Big | Variant::Tf32Small => super::tc::build_tc(cfg),
-        Variant::Tf32Async => super::tc_async::build_tc_async(cfg),
+        Variant::TcAsync => super::tc_async::build_tc_async(cfg),
         _ => build_tiled(cfg),
     }
 }

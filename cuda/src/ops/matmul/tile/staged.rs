@@ -169,7 +169,7 @@ fn advance(k: &mut Kernel, cfg: &TileCfg, op: &Operand) {
 /// for the tensor cores, each f32 operand rounded to TF32 first (round to nearest, ties away from
 /// zero; a widened f16 value is a TF32 value already).
 fn store_tile(k: &mut Kernel, cfg: &TileCfg, op: &Operand, buf: Reg) {
-    if cfg.tf32() && !cfg.f16 {
+    if cfg.tensor_cores() && !cfg.f16 {
         for v in op.vals {
             let r = k.reg(Ty::U32);
             k.raw(format_args!("cvt.rna.tf32.f32 {r}, {v}"));

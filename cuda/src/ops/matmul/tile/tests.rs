@@ -12,7 +12,7 @@ pub(crate) fn all_cfgs() -> Vec<TileCfg> {
         Variant::Skinny(4),
         Variant::Tf32Big,
         Variant::Tf32Small,
-        Variant::Tf32Async,
+        Variant::TcAsync,
     ] {
         for (trans_a, vec_a) in [(false, false), (false, true), (true, true)] {
             for b in [
@@ -23,6 +23,10 @@ pub(crate) fn all_cfgs() -> Vec<TileCfg> {
                 BSrc::Strided {
                     trans: true,
                     vec: false,
+                },
+                BSrc::Strided {
+                    trans: true,
+                    vec: true,
                 },
                 BSrc::Im2col,
             ] {
@@ -46,7 +50,7 @@ pub(crate) fn all_cfgs() -> Vec<TileCfg> {
                         f16,
                         split,
                     };
-                    if variant == Variant::Tf32Async && !super::super::tc_async::fits(&cfg) {
+                    if variant == Variant::TcAsync && !super::super::tc_async::fits(&cfg) {
                         continue;
                     }
                     v.push(cfg);
@@ -79,7 +83,31 @@ fn every_variant_generates_declared_ptx() {
             assert!(text.contains("L_loop_"), "{name}");
         } else if cfg.variant != Variant::Naive {
             assert!(text.contains("bar.sync 0"), "{name}");
-            if cfg.variant == Variant::Tf32Async {
+            if cfg.variant == Variant::TcAsync && cfg.f16 {
+                // As below, with k-tiles of 32 halves: per k-step of 16, one `ldmatrix.x4` per
+                // 16 rows of A and per two n8 tiles of B, 16 m16n8k16 products per warp; no
+                // rounding.
+                let copies = text.matches("cp.async.cg.shared.global").count();
+                assert_eq!(copies, 4 * super::super::tc_async::STAGES, "{name}");
+                assert_eq!(text.matches("cvt.rna.tf32.f32").count(), 0, "{name}");
+                assert_eq!(
+                    text.matches("ldmatrix.sync.aligned.m8n8.x4").count(),
+                    12,
+                    "{name}"
+                );
+                let trans = text.matches("ldmatrix.sync.aligned.m8n8.x4.trans").count();
+                let b_along_n = matches!(cfg.b, BSrc::Strided { trans: false, .. });
+                assert_eq!(
+                    trans,
+                    8 * cfg.trans_a as usize + 4 * b_along_n as usize,
+                    "{name}"
+                );
+                let mmas = text
+                    .matches("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32")
+                    .count();
+                assert_eq!(mmas, 32, "{name}");
+                assert!(text.contains("cp.async.wait_group 2"), "{name}");
+            } else if cfg.variant == Variant::TcAsync {
                 // Its ring of stages is sized by the launch (over a static array's 48 KiB).
                 let decl = format!(".extern .shared .align 16 .b8 dsmem_{name}[];");
                 assert!(
@@ -90,7 +118,31 @@ fn every_variant_generates_declared_ptx() {
                 assert!(text.contains(".shared .align 16 .b8 smem["), "{name}");
             }
             assert!(text.contains("L_ktile_"), "{name}");
-            if cfg.variant == Variant::Tf32Async {
+            if cfg.variant == Variant::TcAsync && cfg.f16 {
+                // As below, with k-tiles of 32 halves: per k-step of 16, one `ldmatrix.x4` per
+                // 16 rows of A and per two n8 tiles of B, 16 m16n8k16 products per warp; no
+                // rounding.
+                let copies = text.matches("cp.async.cg.shared.global").count();
+                assert_eq!(copies, 4 * super::super::tc_async::STAGES, "{name}");
+                assert_eq!(text.matches("cvt.rna.tf32.f32").count(), 0, "{name}");
+                assert_eq!(
+                    text.matches("ldmatrix.sync.aligned.m8n8.x4").count(),
+                    12,
+                    "{name}"
+                );
+                let trans = text.matches("ldmatrix.sync.aligned.m8n8.x4.trans").count();
+                let b_along_n = matches!(cfg.b, BSrc::Strided { trans: false, .. });
+                assert_eq!(
+                    trans,
+                    8 * cfg.trans_a as usize + 4 * b_along_n as usize,
+                    "{name}"
+                );
+                let mmas = text
+                    .matches("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32")
+                    .count();
+                assert_eq!(mmas, 32, "{name}");
+                assert!(text.contains("cp.async.wait_group 2"), "{name}");
+            } else if cfg.variant == Variant::TcAsync {
                 // Per thread: two 16-byte copies of A and two of B per k-tile, three tiles
                 // issued ahead of the loop and one in it; every fragment value rounded as it is
                 // loaded (16 of A, 8 of B per k-step, two k-steps); 32 products per warp and
@@ -103,7 +155,7 @@ fn every_variant_generates_declared_ptx() {
                     .count();
                 assert_eq!(mmas, 32, "{name}");
                 assert!(text.contains("cp.async.wait_group 2"), "{name}");
-            } else if cfg.tf32() {
+            } else if cfg.tensor_cores() {
                 // f32 operands rounded as they enter shared memory (4 of A and 4 of B per thread
                 // and loader pass, two passes, in the prologue and the loop; f16 operands are
                 // TF32 values already); per k-tile a warp's 64×32 outputs over two k steps of 8
@@ -274,7 +326,7 @@ fn small_kernel_and_hash_cost() {
 #[ignore = "prints a tensor-core kernel for reading"]
 fn print_tf32() {
     let cfg = TileCfg {
-        variant: Variant::Tf32Async,
+        variant: Variant::TcAsync,
         trans_a: false,
         vec_a: true,
         b: BSrc::Strided {
