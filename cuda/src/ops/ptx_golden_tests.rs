@@ -39,7 +39,7 @@ use quorum_optable::Family;
 
 /// The digest of every module `golden_modules` prints, from the generator as of its last intended
 /// change.
-const GOLDEN: u64 = 0xf1ea_4329_0b31_7a40;
+const GOLDEN: u64 = 0x0498_427f_cba9_d251;
 
 /// FNV-1a, 64-bit: stable across runs and toolchains (unlike `RandomState`).
 struct Fnv(u64);

@@ -207,6 +207,45 @@ fn bench_f16_gemm() {
         });
         let tflops = 2.0 * (m * n * k) as f64 / (ms * 1e-3) / 1e12;
         println!("BENCH f16_gemm_{on}_{m}x{n}x{k} {tflops:.2} TFLOP/s ({ms:.3} ms)");
+        // Each plan forced at the transformer shapes: what a tensor-core refit of the cost
+        // model needs (Big becomes the asynchronous tile, Small the register-staged one).
+        if m == 1024 && !cores {
+            use quorum::cuda::ops::matmul::plan::Plan;
+            use quorum::cuda::ops::matmul::tile::Variant;
+            for (v, want) in [
+                (Variant::Big, 1),
+                (Variant::Big, 2),
+                (Variant::Big, 4),
+                (Variant::Small, 1),
+                (Variant::Small, 2),
+            ] {
+                let plan = Plan::new(v, k, want);
+                let ms = time_ms(&run, 3, reps, &mut || {
+                    let y = quorum::cuda::ops::matmul::sgemm_plan(
+                        &run,
+                        &a,
+                        &b,
+                        None,
+                        m,
+                        n,
+                        k,
+                        false,
+                        false,
+                        1.0,
+                        0.0,
+                        1,
+                        Some(plan),
+                    )
+                    .unwrap();
+                    run.release(y, &[]);
+                });
+                let tflops = 2.0 * (m * n * k) as f64 / (ms * 1e-3) / 1e12;
+                println!(
+                    "BENCH f16_plan_{v:?}x{}_{m}x{n}x{k} {tflops:.2} TFLOP/s ({ms:.3} ms)",
+                    plan.nsplit
+                );
+            }
+        }
         run.release(a, &[]);
         run.release(b, &[]);
     }

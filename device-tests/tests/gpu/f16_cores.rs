@@ -160,7 +160,7 @@ fn tensor_core_sums_keep_the_f32_promise() {
         for plan in [
             Plan::new(Variant::Big, 4096, 1),
             Plan::new(Variant::Small, 4096, 1),
-            Plan::new(Variant::Small, 512, 8),
+            Plan::new(Variant::Small, 4096, 8),
         ] {
             let (y, declared) = product(&at, &bt, shape, Some(plan), true);
             let what = format!("{plan:?}, positive {positive}");

@@ -70,7 +70,7 @@ pub struct Dims {
 /// K step of a tile variant (a chunk is a multiple of it).
 fn step(v: Variant) -> usize {
     match v {
-        Variant::Big | Variant::Tf32Big => 8,
+        Variant::Big | Variant::Tf32Big | Variant::TcAsync => 8,
         _ => 16,
     }
 }

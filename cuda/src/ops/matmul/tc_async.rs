@@ -6,14 +6,14 @@
 //! Why: the register-staged kernel (`tc.rs`) waits for each k-tile's global loads before it can
 //! store them and pass the barrier; on the H100 (`ncu`, 1024×768×768 split in four) warps spent 56%
 //! of their cycles on that wait, and the tensor cores finished each k-tile long before the next
-//! arrived. Here tile `t + 3` is in flight while tile `t` is multiplied: each thread copies two
-//! 16-byte chunks of A and two of B per k-tile (`cp.async.cg`, zero-filled past the matrix's edge
+//! arrived. Here tile `t + 3` is in flight while tile `t` is multiplied: each thread copies one
+//! (f32) or two (f16) 16-byte chunks of A and as many of B per k-tile (`cp.async.cg`, zero-filled past the matrix's edge
 //! by its source size), commits them as a group, and waits only for the group three tiles back.
 //!
 //! The operands land in shared memory as they lie in global memory: an operand contiguous along k
 //! keeps rows of `BK` k values, one contiguous along m|n rows of 128 values, each row padded so
 //! that a fragment's reads fall in distinct banks. Two element types:
-//! - **f32** (k-tiles of 16): each fragment value is rounded to TF32 (`cvt.rna.tf32.f32`) as it is
+//! - **f32** (k-tiles of 8): each fragment value is rounded to TF32 (`cvt.rna.tf32.f32`) as it is
 //!   loaded from shared memory and multiplied by `mma.m16n8k8` (TF32): the declaration is
 //!   `tc.rs`'s (`Operands::TF32`).
 //! - **f16** (k-tiles of 32): fragments are read with `ldmatrix` (transposed where the operand is
@@ -41,8 +41,9 @@ struct Copier {
 }
 
 /// The ring's layout for one element type: element size, k-tile depth, and the padded row lengths
-/// (elements) of the two shared layouts. f32: rows of 20 along k keep a TF32 fragment's reads
-/// (rows `g`, columns `q`) in 32 banks; f16: rows of 40 halves (80 bytes) along k and 136 (272
+/// (elements) of the two shared layouts. f32: k-tiles of 8 (one `m16n8k8` step per barrier; k 16
+/// measured slower on the H100, 107.6 against 123 TFLOP/s at 4096³), rows of 12 along k keep a
+/// TF32 fragment's reads (rows `g`, columns `q`) in 32 banks; f16: rows of 40 halves (80 bytes) along k and 136 (272
 /// bytes) along m|n put the eight 16-byte rows an `ldmatrix` phase reads in eight distinct bank
 /// groups. Every row stays 16-byte aligned for the copies.
 #[derive(Clone, Copy)]
@@ -65,8 +66,8 @@ impl Geom {
         } else {
             Geom {
                 es: 4,
-                bk: 16,
-                row_k: 20,
+                bk: 8,
+                row_k: 12,
                 row_mn: 136,
             }
         }
@@ -75,6 +76,11 @@ impl Geom {
     /// Elements in one 16-byte chunk.
     fn per(&self) -> usize {
         16 / self.es
+    }
+
+    /// The copies each of the 256 threads issues per operand and k-tile (128 × `bk` elements).
+    fn passes(&self) -> usize {
+        128 * self.bk / self.per() / 256
     }
 
     /// Bytes of one operand's part of a stage (`extent` rows of m|n).
@@ -101,8 +107,8 @@ enum Valid {
     AlongMn { krow: Reg, cols: Reg },
 }
 
-/// This thread's chunk `pass` of an operand stored contiguous along k (128 rows of `BK` values:
-/// 4 chunks per row, rows `t / 4` and `t / 4 + 64`).
+/// This thread's chunk `pass` of an operand stored contiguous along k (128 rows of `BK` values,
+/// `BK / per` chunks a row: rows `t / chunks + pass · 256 / chunks`).
 #[allow(clippy::too_many_arguments)]
 fn along_k(
     k: &mut Kernel,
@@ -116,9 +122,10 @@ fn along_k(
     pass: usize,
 ) -> Copier {
     let es = geom.es;
-    let row = k.shr(Ty::U32, t, 2u32);
-    let row = k.add(Ty::U32, row, (pass * 64) as u32);
-    let quarter = k.and(Ty::U32, t, 3u32);
+    let chunks = geom.bk / geom.per();
+    let row = k.shr(Ty::U32, t, log2(chunks));
+    let row = k.add(Ty::U32, row, (pass * 256 / chunks) as u32);
+    let quarter = k.and(Ty::U32, t, (chunks - 1) as u32);
     let k4 = k.shl(Ty::U32, quarter, log2(geom.per()));
     let r = k.add(Ty::U32, blk, row);
     let row_ok = k.setp(Cmp::Lt, Ty::U32, r, lim);
@@ -176,9 +183,6 @@ fn along_mn(
         geom,
     }
 }
-
-/// The copies each thread issues per operand and k-tile.
-const PASSES: usize = 2;
 
 fn log2(x: usize) -> u32 {
     debug_assert!(x.is_power_of_two());
@@ -301,7 +305,7 @@ pub fn build_tc_async(cfg: &TileCfg) -> Kernel {
     let smem = k.extern_shared();
     let sbase = k.shared_addr(&smem);
 
-    let ca: Vec<Copier> = (0..PASSES)
+    let ca: Vec<Copier> = (0..geom.passes())
         .map(|pass| {
             if a_along_k {
                 along_k(&mut k, geom, t, p.a, p.lda, mblk, p.m, p.kbeg, pass)
@@ -310,7 +314,7 @@ pub fn build_tc_async(cfg: &TileCfg) -> Kernel {
             }
         })
         .collect();
-    let cb: Vec<Copier> = (0..PASSES)
+    let cb: Vec<Copier> = (0..geom.passes())
         .map(|pass| {
             if b_along_k {
                 along_k(&mut k, geom, t, p.b, p.ldb, nblk, p.n, p.kbeg, pass)

@@ -78,7 +78,7 @@ impl TileCfg {
             Variant::Tf32Big => (128, 128, 16, 8),
             Variant::Tf32Small => (64, 64, 32, 4),
             Variant::TcAsync if self.f16 => (128, 128, 32, 8),
-            Variant::TcAsync => (128, 128, 16, 8),
+            Variant::TcAsync => (128, 128, 8, 8),
             Variant::Naive => (16, 16, 1, 1),
             Variant::Skinny(r) => match self.b {
                 BSrc::Strided { trans: true, .. } => (r as usize, 8, 128, 1),
