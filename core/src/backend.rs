@@ -57,7 +57,7 @@ impl std::fmt::Debug for Claim {
 }
 
 /// A kind of accelerator.
-pub use quorum_oracle::arbitrate::Operands;
+pub use quorum_oracle::arbitrate::Arithmetic;
 
 /// The arithmetic a session lets its accelerators use for the products of f32 operands (matrix
 /// products and the convolutions done as them).
@@ -68,7 +68,7 @@ pub enum Precision {
     F32,
     /// Products may round their operands to TF32 (10 explicit mantissa bits) on tensor cores, as
     /// onnxruntime's CUDA provider and PyTorch allow; sums stay f32. A node whose kernel did is
-    /// verified under that declaration (`DeviceRun::operands`).
+    /// verified under that declaration (`DeviceRun::arithmetic`).
     Tf32,
 }
 
@@ -187,11 +187,12 @@ pub trait DeviceRun {
     }
     /// Abandons a capture begun with [`DeviceRun::begin_capture`]: nothing captured runs.
     fn abort_capture(&self) {}
-    /// How the products of the last [`DeviceRun::launch`] took their operands: exact, or rounded
-    /// (TF32 on tensor cores, where the session allows it). Verification judges the node's
-    /// outputs under this declaration; a kernel that rounds without declaring it is wrong.
-    fn operands(&self) -> Operands {
-        Operands::Exact
+    /// The arithmetic of the last [`DeviceRun::launch`]'s long sums: the standard promise, or
+    /// operands rounded (TF32, where the session allows it) and sums truncated (the tensor
+    /// cores). Verification judges the node's outputs under this declaration; a kernel that
+    /// rounds without declaring it is wrong.
+    fn arithmetic(&self) -> Arithmetic {
+        Arithmetic::EXACT
     }
     /// Records this run's commands into `log` from now on (`crate::cmdlog`); a backend that keeps
     /// no log ignores it.

@@ -7,6 +7,8 @@
 //! `quorum bench --profile=nodes`, the form to lay beside onnxruntime's own profiler).
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
+
+use crate::backend::Arithmetic;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Counters a session exposes (`Session::counters`). Every field only grows.
@@ -43,10 +45,11 @@ pub struct Counters {
     pub in_place_outputs: AtomicU64,
     /// The names of the nodes behind `cuda_fallbacks` (locked only when a kernel declines).
     pub fallback_nodes: Mutex<BTreeSet<String>>,
-    /// The top-level nodes whose device kernel rounded its products' operands to TF32 in some run
-    /// (`Precision::Tf32`; locked only for those nodes), so that a later judge of their outputs
-    /// (`quorum compare`) takes the kernel's declaration.
-    pub tf32_nodes: Mutex<BTreeSet<String>>,
+    /// The top-level nodes whose device kernel declared an arithmetic other than the standard
+    /// promise in some run (TF32 operands, the tensor cores' truncated sums; locked only for those
+    /// nodes), with what it declared, so that a later judge of their outputs (`quorum compare`)
+    /// takes the kernel's declaration.
+    pub declared_nodes: Mutex<BTreeMap<String, Arithmetic>>,
     /// Why each of them declined: node name → (op type, the kernel's reason, times).
     pub fallback_reasons: Mutex<BTreeMap<String, (String, String, u64)>>,
     /// What verification found, per op type (written only while verification is on).
@@ -124,12 +127,11 @@ impl Counters {
         c.fetch_add(by, Ordering::Relaxed);
     }
 
-    /// Records that `node`'s kernel declared TF32 operands.
-    pub fn rounded_to_tf32(&self, node: &str) {
-        if let Ok(mut names) = self.tf32_nodes.lock()
-            && !names.contains(node)
-        {
-            names.insert(node.to_string());
+    /// Records that `node`'s kernel declared `a` (joined with what it declared before).
+    pub fn declared(&self, node: &str, a: Arithmetic) {
+        if let Ok(mut names) = self.declared_nodes.lock() {
+            let e = names.entry(node.to_string()).or_insert(a);
+            *e = e.join(a);
         }
     }
 

@@ -15,7 +15,7 @@ use quorum_oracle::Oracle;
 /// What a mismatch found (the oracles' own type).
 pub use quorum_oracle::arbitrate::Wrong;
 use quorum_oracle::arbitrate::{
-    Bound, EngineOutput, Operands, Verdict, arbitrate, sequential_f32, spread,
+    Arithmetic, Bound, EngineOutput, Verdict, arbitrate, sequential_f32, spread,
 };
 
 use crate::counters::Counters;
@@ -223,18 +223,18 @@ pub fn node_spec(n: &Node) -> Result<oracle::NodeSpec, String> {
 /// output under the error bound of the node's class (`quorum_oracle::arbitrate::class_of`) for kernels
 /// that compute f16 and bf16 in f32.
 pub fn check(node: &Node, inputs: &[Option<&Value>], outputs: &[Value]) -> Check {
-    check_declared(node, inputs, outputs, Operands::Exact)
+    check_declared(node, inputs, outputs, Arithmetic::EXACT)
 }
 
-/// [`check`] for a kernel that declares how its products took their operands
-/// (`DeviceRun::operands`): rounded operands widen each product's bound by their rounding, and the
-/// spread judge's model kernel rounds them the same way. A kernel that rounds without declaring it
-/// is judged as exact, and a systematic rounding shows (`Wrong::Spread`).
+/// [`check`] for a kernel that declares the arithmetic of its long sums
+/// (`DeviceRun::arithmetic`): rounded operands widen each product's bound by their rounding, and the
+/// spread judge's model kernel rounds its operands and its sums as declared. A kernel that rounds
+/// without declaring it is judged as exact, and a systematic rounding shows (`Wrong::Spread`).
 pub fn check_declared(
     node: &Node,
     inputs: &[Option<&Value>],
     outputs: &[Value],
-    operands: Operands,
+    operands: Arithmetic,
 ) -> Check {
     if node.domain == crate::ops::QUORUM_DOMAIN && node.op_type == "MatMulBias" {
         return check_matmul_bias(node, inputs, outputs, operands);
@@ -357,7 +357,7 @@ pub fn check_declared(
             shape: t.shape(),
             data: &data,
         };
-        let bound = Bound::for_call(&spec, dtype, &arg_refs).with_operands(operands);
+        let bound = Bound::for_call(&spec, dtype, &arg_refs).with_arithmetic(operands);
         let verdict = match arbitrate(engine, bound, ro, io) {
             // Every element within its bound: the node's errors as a whole, where a long sum's
             // per-element bound has lost its power (`quorum_oracle::arbitrate::spread`).
@@ -443,7 +443,7 @@ fn check_matmul_bias(
     node: &Node,
     inputs: &[Option<&Value>],
     outputs: &[Value],
-    operands: Operands,
+    operands: Arithmetic,
 ) -> Check {
     let tensor = |i: usize| match inputs.get(i).copied().flatten() {
         Some(Value::Tensor(t)) => Some(t),

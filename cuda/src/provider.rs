@@ -6,8 +6,8 @@ use std::sync::Arc;
 use super::memory::{DevBuf, DevTensor, WeightCache};
 use super::{Captured, CudaKernel, Device, Inputs, KError, KResult, Run};
 use quorum_core::backend::{
-    Backend, Claim, DeviceError, DeviceOptions, DeviceRun, DeviceSession, DeviceTensor, NodeInputs,
-    Operands, Precision, Provider, Replay,
+    Arithmetic, Backend, Claim, DeviceError, DeviceOptions, DeviceRun, DeviceSession, DeviceTensor,
+    NodeInputs, Precision, Provider, Replay,
 };
 use quorum_core::counters::Counters;
 use quorum_core::ir::Node;
@@ -259,8 +259,8 @@ impl DeviceRun for CudaRun<'_> {
         self.run.audit_launches();
     }
 
-    fn operands(&self) -> Operands {
-        self.run.operands()
+    fn arithmetic(&self) -> Arithmetic {
+        self.run.arithmetic()
     }
 }
 

@@ -7,7 +7,7 @@ use crate::capture::Captured;
 use crate::driver::{Arg, DeviceMemory, Event, Function, PinnedMemory, Stream};
 use crate::memory::{self, DevBuf, device_elem_size, tensor_bytes, tensor_from_bytes};
 use crate::{DevTensor, Device, Fault, KError, KResult, ptx};
-use quorum_core::backend::Operands;
+use quorum_core::backend::Arithmetic;
 use quorum_core::cmdlog::{Agent, Command, Range};
 use quorum_core::counters::Counters;
 use quorum_core::device::protocol::{self, Buffer, CaptureLog, Driver, RunProtocol};
@@ -164,8 +164,9 @@ pub struct Run<'a> {
     audit: std::cell::Cell<bool>,
     /// Whether f32 products may run on the tensor cores in TF32 (`Precision::Tf32`).
     tf32: std::cell::Cell<bool>,
-    /// Whether a launch of the current node rounded its operands to TF32.
-    rounded: std::cell::Cell<bool>,
+    /// The arithmetic the current node's launches declared (`Arithmetic::EXACT` unless one ran
+    /// on the tensor cores).
+    declared: std::cell::Cell<Arithmetic>,
 }
 
 fn rebuild(bytes: &[u8], what: &Shaped) -> KResult<Tensor> {
@@ -211,7 +212,7 @@ impl<'a> Run<'a> {
             proto: RunProtocol::new(CudaDriver { device }, taken, counters, poison),
             audit: std::cell::Cell::new(false),
             tf32: std::cell::Cell::new(false),
-            rounded: std::cell::Cell::new(false),
+            declared: std::cell::Cell::new(Arithmetic::EXACT),
         })
     }
 
@@ -226,18 +227,15 @@ impl<'a> Run<'a> {
         self.tf32.get()
     }
 
-    /// Declares that a launch of the current node rounded its operands to TF32.
-    pub fn mark_tf32(&self) {
-        self.rounded.set(true);
+    /// Declares the arithmetic of a launch of the current node (joined with its other launches').
+    pub fn declare(&self, a: Arithmetic) {
+        self.declared.set(self.declared.get().join(a));
     }
 
-    /// How the current node's products took their operands (see `DeviceRun::operands`).
-    pub fn operands(&self) -> Operands {
-        if self.rounded.get() {
-            Operands::TF32
-        } else {
-            Operands::Exact
-        }
+    /// How the current node's products took their operands and summed (see
+    /// `DeviceRun::arithmetic`).
+    pub fn arithmetic(&self) -> Arithmetic {
+        self.declared.get()
     }
 
     /// The current stream: where kernels launch and copies go.
@@ -287,7 +285,7 @@ impl<'a> Run<'a> {
 
     /// Names the node whose work follows (for the command log and the audit's errors).
     pub fn begin_node(&self, name: &str) {
-        self.rounded.set(false);
+        self.declared.set(Arithmetic::EXACT);
         self.proto.begin_node(name);
     }
 

@@ -19,9 +19,9 @@
 //!    with its largest difference reported; it neither stops nor convicts.
 //!
 //! What it does not do: compare inside subgraphs (If, Loop, Scan bodies are judged as their node).
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 
-use crate::backend::Operands;
+use crate::backend::Arithmetic;
 use crate::error::Result;
 use crate::ir::{Model, ValueInfo, ValueType};
 use crate::session::{Session, SessionOptions};
@@ -160,11 +160,12 @@ fn plain(mut o: SessionOptions) -> SessionOptions {
 }
 
 /// Every value of one run of `model` on `options`: feeds, initializers and node outputs by name,
-/// where each node ran, and the nodes whose kernels declared TF32 operands.
+/// where each node ran, and what the nodes whose kernels declared an arithmetic of their own
+/// (TF32 operands, the tensor cores' sums) declared.
 type Ran = (
     HashMap<String, Value>,
     HashMap<String, Provider>,
-    HashSet<String>,
+    BTreeMap<String, Arithmetic>,
 );
 
 fn run_all(model: &Model, options: SessionOptions, feeds: &[(String, Value)]) -> Result<Ran> {
@@ -182,7 +183,7 @@ fn run_all(model: &Model, options: SessionOptions, feeds: &[(String, Value)]) ->
         .iter()
         .map(|p| (p.node.clone(), p.provider))
         .collect();
-    Ok((values, placed, session.tf32_nodes().into_iter().collect()))
+    Ok((values, placed, session.declared_nodes()))
 }
 
 fn same_value(a: &Value, b: &Value) -> bool {
@@ -231,7 +232,7 @@ pub fn compare(
     feeds: &[(String, Value)],
 ) -> Result<Comparison> {
     let exposed = expose_intermediates(model);
-    let (va, placed_a, tf32_a) = run_all(&exposed, plain(a), feeds)?;
+    let (va, placed_a, declared_a) = run_all(&exposed, plain(a), feeds)?;
     let (vb, placed_b, _) = run_all(&exposed, plain(b), feeds)?;
     let mut nodes = Vec::new();
     for node in &exposed.graph.nodes {
@@ -263,12 +264,11 @@ pub fn compare(
                 .iter()
                 .filter_map(|n| va.get(n).cloned())
                 .collect();
-            // A's outputs are judged under what A's kernel declared (TF32 operands or exact).
-            let operands = if tf32_a.contains(&node.name) {
-                Operands::TF32
-            } else {
-                Operands::Exact
-            };
+            // A's outputs are judged under what A's kernel declared.
+            let operands = declared_a
+                .get(&node.name)
+                .copied()
+                .unwrap_or(Arithmetic::EXACT);
             match check_declared(node, &inputs, &outputs, operands) {
                 Check::Agree => NodeVerdict::Agrees,
                 Check::Mismatch { output, wrong } => {

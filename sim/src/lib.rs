@@ -14,8 +14,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use quorum_core::backend::{
-    Backend, Claim, DeviceError, DeviceOptions, DeviceRun, DeviceSession, DeviceTensor, Fault,
-    NodeInputs, Operands, Precision, Provider, Replay,
+    Arithmetic, Backend, Claim, DeviceError, DeviceOptions, DeviceRun, DeviceSession, DeviceTensor,
+    Fault, NodeInputs, Precision, Provider, Replay,
 };
 use quorum_core::cmdlog::{Agent, CommandLog, Range};
 use quorum_core::counters::Counters;
@@ -139,7 +139,7 @@ fn tf32_operands(values: &[Option<Arc<Value>>]) -> Result<Vec<Option<Arc<Value>>
                 let r: Vec<f32> = t
                     .to_f64_vec()?
                     .into_iter()
-                    .map(|x| Operands::TF32.round(x as f32))
+                    .map(|x| Arithmetic::TF32.round(x as f32))
                     .collect();
                 Ok(Some(Arc::new(Value::Tensor(Tensor::from_f32(
                     t.shape(),
@@ -745,11 +745,11 @@ impl DeviceRun for SimRun<'_> {
         self.proto.attach_log(log);
     }
 
-    fn operands(&self) -> Operands {
+    fn arithmetic(&self) -> Arithmetic {
         if self.rounded.get() {
-            Operands::TF32
+            Arithmetic::TF32
         } else {
-            Operands::Exact
+            Arithmetic::EXACT
         }
     }
 

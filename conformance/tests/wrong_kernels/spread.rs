@@ -1,10 +1,11 @@
 //! Long sums judged as a whole (`quorum_oracle::arbitrate::spread`): a GEMM on TF32-rounded
 //! operands passes the per-element worst-case bound at large K, and must fail the node's spread
 //! judge; correct f32 kernels in the orders kernels use (in order, blocked with 8 and 32
-//! accumulators, pairwise), on random and on constant data, must pass both.
+//! accumulators, pairwise), on random and on constant data, must pass both. The tensor cores'
+//! truncated sums pass where declared and fail where they claim round-to-nearest.
 use quorum_conformance::arbitrate::{
-    Bound, EngineOutput, Operands, SPREAD_LIMIT, Verdict, Wrong, arbitrate, sequential_f32, spread,
-    spread_of,
+    Arithmetic, Bound, EngineOutput, SPREAD_LIMIT, Verdict, Wrong, arbitrate, sequential_f32,
+    spread, spread_of,
 };
 use quorum_oracle::Value;
 
@@ -12,7 +13,7 @@ use crate::common::*;
 
 /// TF32's rounding of an f32 operand, as the bound's declaration models it.
 fn tf32(x: f32) -> f32 {
-    Operands::TF32.round(x)
+    Arithmetic::TF32.round(x)
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -25,6 +26,20 @@ enum Kernel {
     Blocked(usize),
     /// Correct: pairwise halves down to 8 terms.
     Pairwise,
+    /// The tensor cores' sums: `block` exact products at a time added to an f32 accumulator, the
+    /// result truncated toward zero. Correct where declared (`Arithmetic::TENSOR_CORES`); wrong
+    /// where it claims round-to-nearest sums.
+    Truncated(usize),
+}
+
+/// `x` rounded to f32 toward zero (the accumulator of `Kernel::Truncated`).
+fn truncate(x: f64) -> f32 {
+    let r = x as f32;
+    if (r as f64).abs() > x.abs() {
+        f32::from_bits(r.to_bits() - 1)
+    } else {
+        r
+    }
 }
 
 fn pairwise(t: &[f32]) -> f32 {
@@ -63,6 +78,16 @@ fn gemm(kernel: Kernel, a: &[f32], b: &[f32], (m, k, n): (usize, usize, usize)) 
                     acc.iter().fold(0.0, |s, &x| s + x)
                 }
                 Kernel::Pairwise => pairwise(&terms),
+                Kernel::Truncated(block) => {
+                    let mut acc = 0.0f32;
+                    for p0 in (0..k).step_by(block) {
+                        let exact: f64 = (p0..(p0 + block).min(k))
+                            .map(|p| row[p] as f64 * col[p] as f64)
+                            .sum();
+                        acc = truncate(acc as f64 + exact);
+                    }
+                    acc
+                }
             };
         }
     }
@@ -77,12 +102,23 @@ fn judge_node(
     o: &Oracles,
     y: &[f32],
 ) -> (Verdict, Verdict, f64) {
+    judge_declared(spec, inputs, o, y, Arithmetic::EXACT)
+}
+
+/// [`judge_node`] for a kernel that declares `declared` (the model sums as it does).
+fn judge_declared(
+    spec: &Spec,
+    inputs: &[Option<T>],
+    o: &Oracles,
+    y: &[f32],
+    declared: Arithmetic,
+) -> (Verdict, Verdict, f64) {
     let engine = f32_out(o, y);
     let element = judge(spec, &engine, o);
     let vals: Vec<Option<Value>> = inputs.iter().map(|i| i.as_ref().map(T::oracle)).collect();
     let refs: Vec<Option<&Value>> = vals.iter().map(Option::as_ref).collect();
-    let model = sequential_f32(&spec.node_spec(), &refs, Operands::Exact)
-        .expect("the judge applies to this Gemm");
+    let model =
+        sequential_f32(&spec.node_spec(), &refs, declared).expect("the judge applies to this Gemm");
     let view = EngineOutput {
         dtype: engine.dtype,
         shape: &engine.shape,
@@ -191,8 +227,8 @@ fn a_declared_tf32_kernel_is_judged_by_its_declaration() {
             terms: o.2,
             ..Bound::for_node(&spec.node_spec(), quorum_oracle::DType::F32)
         }
-        .with_operands(Operands::TF32);
-        let model = sequential_f32(&spec.node_spec(), &refs, Operands::TF32);
+        .with_arithmetic(Arithmetic::TF32);
+        let model = sequential_f32(&spec.node_spec(), &refs, Arithmetic::TF32);
         let judge_as_tf32 = |y: &[f32]| {
             let engine = f32_out(&o, y);
             let view = EngineOutput {
@@ -214,7 +250,7 @@ fn a_declared_tf32_kernel_is_judged_by_its_declaration() {
         );
         // Declared TF32, rounded coarser: wrong.
         let bits = if k <= 64 { 7 } else { 3 };
-        let coarser = |x: f32| Operands::Rounded { mantissa: bits }.round(x);
+        let coarser = |x: f32| Arithmetic::rounded(bits).round(x);
         let (ab, bb): (Vec<f32>, Vec<f32>) = (
             a.iter().map(|&x| coarser(x)).collect(),
             b.iter().map(|&x| coarser(x)).collect(),
@@ -225,5 +261,51 @@ fn a_declared_tf32_kernel_is_judged_by_its_declaration() {
             element != Verdict::Agree || whole != Verdict::Agree,
             "K = {k}: operands of {bits} mantissa bits passed as TF32"
         );
+    }
+}
+
+/// The tensor cores' sums (`Kernel::Truncated`: blocks of exact products added to an f32
+/// accumulator and truncated) on terms of one sign, where every truncation leans the same way: at
+/// K = 4,096 with blocks of four (what the H100 measured: 32× the round-to-nearest model's spread
+/// on a correct tensor-core GEMM) the kernel fails when it claims round-to-nearest sums, and
+/// passes declared (`Arithmetic::TENSOR_CORES`), as do blocks of 8 and 16 and terms of either sign,
+/// well inside the limit.
+#[test]
+fn truncated_sums_are_judged_by_their_declaration() {
+    let (m, k, n) = (32, 4_096, 32);
+    let spec = Spec::new("Gemm", 13, vec![]);
+    for positive in [true, false] {
+        let mut rng = Rng(0x7c00 + positive as u64);
+        let mut draw = |len: usize| -> Vec<f32> {
+            let v = rng.vec(len, 1.0);
+            if positive {
+                v.iter().map(|x| 0.25 + 0.75 * x.abs()).collect()
+            } else {
+                v
+            }
+        };
+        let (a, b) = (draw(m * k), draw(k * n));
+        let inputs = [Some(T::f32(&[m, k], &a)), Some(T::f32(&[k, n], &b))];
+        let o = setup(&spec, &inputs);
+        for block in [4, 8, 16] {
+            let y = gemm(Kernel::Truncated(block), &a, &b, (m, k, n));
+            let what = format!("blocks of {block}, positive {positive}");
+            let (element, whole, ratio) =
+                judge_declared(&spec, &inputs, &o, &y, Arithmetic::TENSOR_CORES);
+            println!("{what}: {ratio:.2}× the truncating model's spread");
+            assert_eq!(element, Verdict::Agree, "{what}: per element");
+            assert_eq!(whole, Verdict::Agree, "{what}: declared");
+            assert!(ratio < SPREAD_LIMIT / 4.0, "{what}: {ratio:.2}×");
+            if positive && block == 4 {
+                let (element, whole, ratio) = judge_node(&spec, &inputs, &o, &y);
+                println!("{what}, claimed round-to-nearest: {ratio:.1}× the model's spread");
+                assert_eq!(
+                    element,
+                    Verdict::Agree,
+                    "{what}: the per-element bound holds"
+                );
+                assert!(is_spread(&whole), "{what}: undeclared, {ratio:.1}× passed");
+            }
+        }
     }
 }

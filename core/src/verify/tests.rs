@@ -272,7 +272,7 @@ fn a_matmul_on_tf32_operands_is_caught_as_a_whole() {
     let mut rng = Rng::new(11);
     let mut draw = |len: usize| -> Vec<f32> { (0..len).map(|_| rng.uniform() as f32).collect() };
     let (a, b) = (draw(m * k), draw(k * n));
-    let tf32 = |x: f32| quorum_oracle::arbitrate::Operands::TF32.round(x);
+    let tf32 = |x: f32| quorum_oracle::arbitrate::Arithmetic::TF32.round(x);
     let product = |round: &dyn Fn(f32) -> f32, lanes: usize| -> Vec<f32> {
         let mut y = vec![0.0f32; m * n];
         for i in 0..m {

@@ -24,6 +24,7 @@ use super::{broadcast_strides, require_u32_len, simplify, strides};
 use crate::memory::DevTensor;
 use crate::ptx;
 use crate::{CudaKernel, Inputs, KError, KResult, Run, blocks, dev_input};
+use quorum_core::backend::Arithmetic;
 use quorum_core::error::OpError;
 use quorum_core::ir::Node;
 use quorum_core::ops::OpCtx;
@@ -241,8 +242,8 @@ pub(crate) fn run_gemm_with(run: &Run, p: &Problem, forced: Option<plan::Plan>) 
     // With TF32 allowed, f32 products of the tiled kernels go to the tensor cores (the same tiles
     // and splits: their K steps divide the plan's chunks); the run declares the rounding. f16
     // products go there whatever the precision: an f16 value is a TF32 value (10 mantissa bits,
-    // a narrower exponent), so the TF32 `mma` multiplies f16 operands exactly, with the f32
-    // accumulation the standard promise names, and there is no rounding to declare.
+    // a narrower exponent), so the TF32 `mma` multiplies f16 operands exactly, and sums in f32
+    // (truncated, as the tensor cores do: declared, and within the standard bound).
     let tf32 = run.tf32_allowed() && p.dtype == DType::F32;
     let tc = tf32 || (f16 && run.cc() >= (8, 0) && !f16_tc_off());
     let (variant, promote) = match variant {
@@ -250,13 +251,16 @@ pub(crate) fn run_gemm_with(run: &Run, p: &Problem, forced: Option<plan::Plan>) 
         Variant::Small if tc => (Variant::Tf32Small, false),
         v => (v, false),
     };
-    if tf32
-        && matches!(
-            variant,
-            Variant::Tf32Big | Variant::Tf32Small | Variant::TcAsync
-        )
-    {
-        run.mark_tf32();
+    // The tensor cores' sums are truncated, and f32 operands rounded to TF32: the run declares it.
+    if matches!(
+        variant,
+        Variant::Tf32Big | Variant::Tf32Small | Variant::TcAsync
+    ) {
+        run.declare(if tf32 {
+            Arithmetic::TF32
+        } else {
+            Arithmetic::TENSOR_CORES
+        });
     }
     // f16 copies of 16 bytes need rows of 8 halves (the vector loads' flags promise 4).
     let rows16 = |ptr: u64, ld: usize, strides: &[usize]| {

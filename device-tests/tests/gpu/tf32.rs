@@ -3,7 +3,7 @@
 //! declared as exact f32 are caught (the wrong kernel "a TF32 path that claims f32"); and sessions
 //! of MatMul, Gemm and Conv nodes with `precision: Tf32` pass strict verification node by node,
 //! each judged under what its kernel declared.
-use quorum::backend::{Operands, Precision};
+use quorum::backend::{Arithmetic, Precision};
 use quorum::cuda::ops::matmul::plan::{Dims, Plan, candidates};
 use quorum::cuda::ops::matmul::tile::Variant;
 use quorum::ir::Node;
@@ -35,7 +35,7 @@ fn tf32_product(
     shape: (usize, usize, usize, usize),
     plan: Option<Plan>,
     seed: u64,
-) -> (Tensor, Tensor, Tensor, Operands) {
+) -> (Tensor, Tensor, Tensor, Arithmetic) {
     let (m, n, k, nb) = shape;
     let device = quorum::cuda::Device::get().unwrap();
     let counters = quorum::cuda::Counters::default();
@@ -50,10 +50,10 @@ fn tf32_product(
     )
     .unwrap();
     let out = run.download(&y).unwrap();
-    (at, bt, out, run.operands())
+    (at, bt, out, run.arithmetic())
 }
 
-fn judge(a: &Tensor, b: &Tensor, y: &Tensor, operands: Operands) -> Check {
+fn judge(a: &Tensor, b: &Tensor, y: &Tensor, operands: Arithmetic) -> Check {
     let (a, b) = (Value::Tensor(a.clone()), Value::Tensor(b.clone()));
     check_declared(
         &matmul_node(),
@@ -96,7 +96,7 @@ fn every_tf32_plan_agrees_under_its_declaration() {
             let what = format!("{p:?} on {shape:?}");
             if m > 4 {
                 // The tiled kernels ran (the skinny kernel keeps exact products).
-                assert_eq!(declared, Operands::TF32, "{what}: not declared");
+                assert_eq!(declared, Arithmetic::TF32, "{what}: not declared");
             }
             // The oracles judge one product at a time: batch 0's.
             let (a0, b0, y0) = (first(&a, m, k), first(&b, k, n), first(&y, m, n));
@@ -125,9 +125,9 @@ fn the_tensor_core_product_claimed_as_f32_is_caught() {
     let plan = Plan::new(Variant::Big, 4096, 1);
     let (a, b, y, declared) = tf32_product((64, 64, 4096, 1), Some(plan), 900);
     let (a, b, y) = (first(&a, 64, 4096), first(&b, 4096, 64), first(&y, 64, 64));
-    assert_eq!(declared, Operands::TF32);
-    assert_eq!(judge(&a, &b, &y, Operands::TF32), Check::Agree);
-    let claimed = judge(&a, &b, &y, Operands::Exact);
+    assert_eq!(declared, Arithmetic::TF32);
+    assert_eq!(judge(&a, &b, &y, Arithmetic::TF32), Check::Agree);
+    let claimed = judge(&a, &b, &y, Arithmetic::EXACT);
     assert!(
         matches!(
             claimed,

@@ -37,9 +37,16 @@
 //! It applies to MatMul and Gemm with f32 outputs and at least [`SPREAD_MIN_TERMS`] terms (below
 //! that the per-element bound keeps its power: a TF32 GEMM at K = 64 fails it). Its resolution is
 //! the limit: an error spread less than 16× the model's passes, so a kernel that declares TF32
-//! operands (`Operands`, the model then rounding its operands too) but rounds them to bf16 (8× the
+//! operands (`Arithmetic`, the model then rounding its operands too) but rounds them to bf16 (8× the
 //! TF32 error) is caught per element at small K and not by this judge at large K.
-use super::{EngineOutput, Operands, Verdict, Wrong};
+//!
+//! The model sums as the kernel declares (`Arithmetic::sums`): a tensor-core kernel declares the
+//! `mma`'s f32 accumulation (a few exact products added at a time, the result truncated toward
+//! zero), and the model truncates the same way. That matters where the terms share a sign: every
+//! truncation then leans the same way, and on the H100 a correct tensor-core GEMM's errors at
+//! K = 4,096 were 32× the round-to-nearest model's spread — a false alarm against a model of the
+//! wrong arithmetic, and the right verdict for a kernel that claimed round-to-nearest sums.
+use super::{Arithmetic, EngineOutput, Sums, Verdict, Wrong};
 use crate::{DType, NodeSpec, Output, Value};
 
 /// The factor by which the root mean square of an engine's errors may exceed the sequential f32
@@ -56,14 +63,14 @@ pub const SPREAD_MIN_TERMS: usize = 128;
 pub const SPREAD_OUTPUTS: usize = 4096;
 
 /// The leading outputs (whole rows, [`SPREAD_OUTPUTS`] at most) of the model correct f32 kernel
-/// for `node` on `inputs`, its operands taken as `operands` declares, where the judge applies:
-/// MatMul and Gemm with f32 operands, sums of at least [`SPREAD_MIN_TERMS`] terms.
+/// for `node` on `inputs`, its operands and sums taken as `arithmetic` declares, where the judge
+/// applies: MatMul and Gemm with f32 operands, sums of at least [`SPREAD_MIN_TERMS`] terms.
 pub fn sequential_f32(
     node: &NodeSpec,
     inputs: &[Option<&Value>],
-    operands: Operands,
+    arithmetic: Arithmetic,
 ) -> Option<Vec<f64>> {
-    let r = |x: f64| f64::from(operands.round(x as f32));
+    let r = |x: f64| f64::from(arithmetic.round(x as f32));
     if !node.domain.is_empty() && node.domain != "ai.onnx" {
         return None;
     }
@@ -83,6 +90,7 @@ pub fn sequential_f32(
                     m,
                     k,
                     n,
+                    arithmetic.sums,
                     |i, p| r(a.data[i * k + p]),
                     |p, j| r(b.data[p * n + j]),
                 )
@@ -121,7 +129,7 @@ pub fn sequential_f32(
                     b.data[p * bc + j]
                 })
             };
-            let mut y = product(m, k, n, at, bt);
+            let mut y = product(m, k, n, arithmetic.sums, at, bt);
             let c = inputs.get(2).copied().flatten();
             for (idx, v) in y.iter_mut().enumerate() {
                 let mut r = alpha * *v as f32;
@@ -138,12 +146,14 @@ pub fn sequential_f32(
     }
 }
 
-/// `Σ_p a(i, p)·b(p, j)` for the leading rows' outputs ([`SPREAD_OUTPUTS`]), each product
-/// rounded to f32 and added in f32 in order.
+/// `Σ_p a(i, p)·b(p, j)` for the leading rows' outputs ([`SPREAD_OUTPUTS`]), summed in order as
+/// `sums` declares: each product rounded to f32 and added in f32 (to nearest), or `block` exact
+/// products at a time added to the f32 accumulator and the result truncated toward zero.
 fn product(
     m: usize,
     k: usize,
     n: usize,
+    sums: Sums,
     a: impl Fn(usize, usize) -> f64,
     b: impl Fn(usize, usize) -> f64,
 ) -> Vec<f64> {
@@ -151,17 +161,48 @@ fn product(
     let rows = m.min((SPREAD_OUTPUTS / n.max(1)).max(1));
     let mut y = Vec::with_capacity(rows * n);
     let mut s = vec![0.0f32; n];
+    let mut part = vec![0.0f64; n];
     for i in 0..rows {
         s.fill(0.0);
-        for p in 0..k {
-            let ap = a(i, p) as f32;
-            for (j, acc) in s.iter_mut().enumerate() {
-                *acc += ap * b(p, j) as f32;
+        match sums {
+            Sums::Nearest => {
+                for p in 0..k {
+                    let ap = a(i, p) as f32;
+                    for (j, acc) in s.iter_mut().enumerate() {
+                        *acc += ap * b(p, j) as f32;
+                    }
+                }
+            }
+            Sums::Truncated { block } => {
+                for p0 in (0..k).step_by(block.max(1)) {
+                    part.fill(0.0);
+                    for p in p0..(p0 + block.max(1)).min(k) {
+                        // Products of f32 values are exact in f64.
+                        let ap = a(i, p) as f32 as f64;
+                        for (j, t) in part.iter_mut().enumerate() {
+                            *t += ap * (b(p, j) as f32 as f64);
+                        }
+                    }
+                    for (acc, t) in s.iter_mut().zip(&part) {
+                        *acc = toward_zero(*acc as f64 + t);
+                    }
+                }
             }
         }
         y.extend(s.iter().map(|&v| v as f64));
     }
     y
+}
+
+/// `x` rounded to f32 toward zero.
+fn toward_zero(x: f64) -> f32 {
+    let r = x as f32;
+    if r.is_finite() && (r as f64).abs() > x.abs() {
+        // One step toward zero: the bits of |r| less one, the sign kept.
+        f32::from_bits(r.to_bits() - 1)
+    } else {
+        r
+    }
 }
 
 /// Gemm's C at output `(i, j)`, broadcast unidirectionally to `[m, n]`; `None` when it does not
@@ -257,6 +298,25 @@ mod tests {
     use super::*;
     use crate::Attr;
 
+    /// Truncation steps toward zero by at most one ulp, for either sign, and keeps what f32
+    /// holds exactly.
+    #[test]
+    fn toward_zero_truncates() {
+        let third = 1.0f64 / 3.0;
+        for x in [third, -third, 1e-40, -1e-40, 1.0 + 1e-9, -(1.0 + 1e-9)] {
+            let t = toward_zero(x) as f64;
+            assert!(t.abs() <= x.abs(), "{x}: {t}");
+            let next = f32::from_bits(toward_zero(x).to_bits() + 1) as f64;
+            assert!(
+                next.abs() > x.abs(),
+                "{x}: {t} is not the nearest toward zero"
+            );
+        }
+        assert_eq!(toward_zero(0.5), 0.5);
+        assert_eq!(toward_zero(-2.0), -2.0);
+        assert_eq!(toward_zero(0.0), 0.0);
+    }
+
     fn spec(op: &str, attrs: &[(&str, Attr)]) -> NodeSpec {
         NodeSpec {
             domain: String::new(),
@@ -286,7 +346,7 @@ mod tests {
             "Gemm",
             &[("alpha", Attr::Float(2.0)), ("beta", Attr::Float(3.0))],
         );
-        let y = sequential_f32(&gemm, &[Some(&a), Some(&b), Some(&c)], Operands::Exact).unwrap();
+        let y = sequential_f32(&gemm, &[Some(&a), Some(&b), Some(&c)], Arithmetic::EXACT).unwrap();
         let dot = (0..k).fold(0.0f32, |s, _| s + 0.1f32 * 0.5f32);
         assert_eq!(y, vec![(2.0 * dot + 3.0) as f64, (2.0 * dot - 3.0) as f64]);
         let short = f32s(&[1, k - 1], vec![0.1; k - 1]);
@@ -295,7 +355,7 @@ mod tests {
             sequential_f32(
                 &spec("MatMul", &[]),
                 &[Some(&short), Some(&b_short)],
-                Operands::Exact
+                Arithmetic::EXACT
             )
             .is_none()
         );
@@ -304,12 +364,12 @@ mod tests {
             sequential_f32(
                 &spec("MatMul", &[]),
                 &[Some(&f64a), Some(&b)],
-                Operands::Exact
+                Arithmetic::EXACT
             )
             .is_none()
         );
         assert!(
-            sequential_f32(&spec("Conv", &[]), &[Some(&a), Some(&b)], Operands::Exact).is_none()
+            sequential_f32(&spec("Conv", &[]), &[Some(&a), Some(&b)], Arithmetic::EXACT).is_none()
         );
         // A wide output: only the leading rows holding SPREAD_OUTPUTS outputs are modelled.
         let wide = f32s(&[k, 1024], vec![0.5; k * 1024]);
@@ -317,7 +377,7 @@ mod tests {
         let y = sequential_f32(
             &spec("MatMul", &[]),
             &[Some(&many), Some(&wide)],
-            Operands::Exact,
+            Arithmetic::EXACT,
         );
         assert_eq!(y.map(|y| y.len()), Some(SPREAD_OUTPUTS));
     }

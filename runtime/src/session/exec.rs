@@ -663,9 +663,9 @@ impl Exec<'_> {
         };
         // How the node's products took their operands, as its kernel declares it: kept for any
         // later judge of this output, and judged under below.
-        let operands = run.operands();
-        if operands != crate::backend::Operands::Exact {
-            self.counters.rounded_to_tf32(&node.name);
+        let operands = run.arithmetic();
+        if operands != crate::backend::Arithmetic::EXACT {
+            self.counters.declared(&node.name, operands);
         }
         if sched.record {
             if !early {

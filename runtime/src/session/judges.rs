@@ -16,7 +16,7 @@ use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use crate::backend::Operands;
+use crate::backend::Arithmetic;
 use crate::ir::Node;
 use crate::tensor::Value;
 use crate::verify::{Check, check_declared};
@@ -25,7 +25,7 @@ use crate::verify::{Check, check_declared};
 struct Job {
     seq: usize,
     node: Node,
-    operands: Operands,
+    operands: Arithmetic,
     inputs: Vec<Option<Arc<Value>>>,
     outputs: Vec<Arc<Value>>,
 }
@@ -69,7 +69,7 @@ impl Judges {
     pub fn send(
         &self,
         node: &Node,
-        operands: Operands,
+        operands: Arithmetic,
         inputs: Vec<Option<Arc<Value>>>,
         outputs: Vec<Arc<Value>>,
     ) -> bool {
@@ -160,7 +160,7 @@ mod tests {
             }
             assert!(judges.send(
                 &add(&format!("n{k}")),
-                Operands::Exact,
+                Arithmetic::EXACT,
                 vec![Some(f32s(a)), Some(f32s(b))],
                 vec![f32s(sum)]
             ));

@@ -89,13 +89,14 @@ impl Session {
         self.counters.snapshot()
     }
 
-    /// The top-level nodes whose device kernel rounded its operands to TF32 in some run so far
-    /// (`Precision::Tf32`): their outputs are judged under that declaration.
-    pub fn tf32_nodes(&self) -> Vec<String> {
+    /// The top-level nodes whose device kernel declared an arithmetic other than the standard
+    /// promise in some run so far (TF32 operands, the tensor cores' sums), with what it declared:
+    /// their outputs are judged under that declaration.
+    pub fn declared_nodes(&self) -> std::collections::BTreeMap<String, crate::backend::Arithmetic> {
         self.counters
-            .tf32_nodes
+            .declared_nodes
             .lock()
-            .map(|n| n.iter().cloned().collect())
+            .map(|n| n.clone())
             .unwrap_or_default()
     }
 

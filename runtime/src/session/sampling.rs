@@ -31,7 +31,7 @@ use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
-use crate::backend::Operands;
+use crate::backend::Arithmetic;
 use crate::counters::Counters;
 use crate::error::Error;
 use crate::ir::Node;
@@ -145,7 +145,7 @@ pub struct SampleReport {
 struct Sample {
     step: usize,
     node: Node,
-    operands: Operands,
+    operands: Arithmetic,
     inputs: Vec<Option<Arc<Value>>>,
     outputs: Vec<Arc<Value>>,
 }
@@ -193,7 +193,7 @@ impl Window<'_> {
         &self,
         index: usize,
         node: &Node,
-        operands: Operands,
+        operands: Arithmetic,
         inputs: Vec<Option<Arc<Value>>>,
         outputs: Vec<Arc<Value>>,
     ) {

@@ -5,7 +5,7 @@
 //! Every operand is rounded to TF32 (`cvt.rna.tf32.f32`: 10 explicit mantissa bits, to nearest,
 //! ties away from zero) as it enters shared memory, once per element; the products of two TF32
 //! values are exact in f32 and the accumulators are f32. That is the declaration the verification
-//! bound takes (`Operands::TF32`): the kernel is judged as a sum of rounded operands, and the same
+//! bound takes (`Arithmetic::TF32`): the kernel is judged as a sum of rounded operands, and the same
 //! numbers declared as exact f32 products are caught (the spread judge).
 //!
 //! f16 operands take the same kernel at any precision: an f16 value (10 mantissa bits, exponents

@@ -15,7 +15,7 @@
 //! that a fragment's reads fall in distinct banks. Two element types:
 //! - **f32** (k-tiles of 8): each fragment value is rounded to TF32 (`cvt.rna.tf32.f32`) as it is
 //!   loaded from shared memory and multiplied by `mma.m16n8k8` (TF32): the declaration is
-//!   `tc.rs`'s (`Operands::TF32`).
+//!   `tc.rs`'s (`Arithmetic::TF32`).
 //! - **f16** (k-tiles of 32): fragments are read with `ldmatrix` (transposed where the operand is
 //!   contiguous along m|n) and multiplied as they are by `mma.m16n8k16` with f32 accumulators:
 //!   exact products summed in f32, nothing to declare.
