@@ -204,6 +204,36 @@ pub(crate) fn run_gemm_with(run: &Run, p: &Problem, forced: Option<plan::Plan>) 
     // after simplifying, which drops dims of 1): the convolutions of a batch of small images and
     // the projections of a transformer are such GEMMs.
     let splittable = bdims.len() <= 3 && nb <= 65535;
+    // With TF32 allowed, f32 products of the tiled kernels go to the tensor cores (the same tiles
+    // and splits: their K steps divide the plan's chunks); the run declares the rounding. f16
+    // products go there whatever the precision: an f16 value is a TF32 value (10 mantissa bits,
+    // a narrower exponent), so the TF32 `mma` multiplies f16 operands exactly, and sums in f32
+    // (truncated, as the tensor cores do: declared, and within the standard bound).
+    let tf32 = run.tf32_allowed() && p.dtype == DType::F32;
+    let tc = tf32 || (f16 && run.cc() >= (8, 0) && !f16_tc_off());
+    let (trans_b, ldb) = match p.bop {
+        BOperand::Strided { ldb, trans } => (trans, ldb),
+        BOperand::Im2col(_) => (false, 0),
+    };
+    let tiled = !naive_requested();
+    // The skinny kernel uses 16-byte loads of A only when A is not transposed.
+    let sa: Vec<usize> = bstr[0].clone();
+    let vec_a = tiled && vec_ok(p.dtype, p.a, p.lda, &sa);
+    let vec_b = tiled && strided && vec_ok(p.dtype, p.b, ldb, &bstr[1]);
+    // f16 copies of 16 bytes need rows of 8 halves (the vector loads' flags promise 4).
+    let rows16 = |ptr: u64, ld: usize, strides: &[usize]| {
+        !f16 || (ptr.is_multiple_of(16)
+            && ld.is_multiple_of(8)
+            && strides.iter().all(|s| s % 8 == 0))
+    };
+    // The 128×128 tensor-core tile copies its operands asynchronously where their rows allow
+    // 16-byte copies; the cost model then weighs it at its own rates.
+    let tc_async = tc
+        && vec_a
+        && vec_b
+        && !tc_async_off()
+        && rows16(p.a, p.lda, &sa)
+        && rows16(p.b, ldb, &bstr[1]);
     let (variant, mut nsplit, mut kc) = if naive_requested() {
         (Variant::Naive, 1, p.k)
     } else if strided && p.m <= SKINNY_ROWS {
@@ -233,19 +263,13 @@ pub(crate) fn run_gemm_with(run: &Run, p: &Problem, forced: Option<plan::Plan>) 
                     nb,
                     es: es as usize,
                     splittable,
+                    tc_async,
                 },
                 sms,
             )
         });
         (plan.variant, plan.nsplit, plan.kc)
     };
-    // With TF32 allowed, f32 products of the tiled kernels go to the tensor cores (the same tiles
-    // and splits: their K steps divide the plan's chunks); the run declares the rounding. f16
-    // products go there whatever the precision: an f16 value is a TF32 value (10 mantissa bits,
-    // a narrower exponent), so the TF32 `mma` multiplies f16 operands exactly, and sums in f32
-    // (truncated, as the tensor cores do: declared, and within the standard bound).
-    let tf32 = run.tf32_allowed() && p.dtype == DType::F32;
-    let tc = tf32 || (f16 && run.cc() >= (8, 0) && !f16_tc_off());
     let (variant, promote) = match variant {
         Variant::Big if tc => (Variant::Tf32Big, true),
         Variant::Small if tc => (Variant::Tf32Small, false),
@@ -262,30 +286,16 @@ pub(crate) fn run_gemm_with(run: &Run, p: &Problem, forced: Option<plan::Plan>) 
             Arithmetic::TENSOR_CORES
         });
     }
-    // f16 copies of 16 bytes need rows of 8 halves (the vector loads' flags promise 4).
-    let rows16 = |ptr: u64, ld: usize, strides: &[usize]| {
-        !f16 || (ptr.is_multiple_of(16)
-            && ld.is_multiple_of(8)
-            && strides.iter().all(|s| s % 8 == 0))
-    };
     // A split launch covers the batch in one grid (its workspace offsets start at batch 0).
     if nsplit <= 1 || !splittable || nb * nsplit > 65535 {
         nsplit = 1;
         kc = p.k;
     }
 
-    let (trans_b, ldb) = match p.bop {
-        BOperand::Strided { ldb, trans } => (trans, ldb),
-        BOperand::Im2col(_) => (false, 0),
-    };
-    let tiled = variant != Variant::Naive;
-    // The skinny kernel uses 16-byte loads of A only when A is not transposed.
-    let sa: Vec<usize> = bstr[0].clone();
-    let vec_a = tiled && vec_ok(p.dtype, p.a, p.lda, &sa);
     let bsrc = match p.bop {
         BOperand::Strided { .. } => BSrc::Strided {
             trans: trans_b,
-            vec: tiled && vec_ok(p.dtype, p.b, ldb, &bstr[1]),
+            vec: vec_b,
         },
         BOperand::Im2col(_) => BSrc::Im2col,
     };
@@ -298,15 +308,8 @@ pub(crate) fn run_gemm_with(run: &Run, p: &Problem, forced: Option<plan::Plan>) 
         f16,
         split: nsplit > 1,
     };
-    // The 128×128 tensor-core tile copies its operands asynchronously where their rows allow
-    // 16-byte copies.
     // (A plan that names the register-staged tile keeps it: the benchmark compares the two.)
-    if promote
-        && tc_async::fits(&cfg)
-        && !tc_async_off()
-        && rows16(p.a, p.lda, &sa)
-        && rows16(p.b, ldb, &bstr[1])
-    {
+    if promote && tc_async && tc_async::fits(&cfg) {
         cfg.variant = Variant::TcAsync;
     }
     let (bm, bn, _, _) = cfg.dims();

@@ -350,6 +350,7 @@ fn bench_gemm_plans() {
             nb,
             es: 4,
             splittable: true,
+            tc_async: false,
         };
         let a = run.upload(&rand_f32(11, &[m, k])).unwrap();
         let b = run.upload(&rand_f32(12, &[nb, k, n])).unwrap();

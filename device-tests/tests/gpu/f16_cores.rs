@@ -108,6 +108,7 @@ fn every_f16_plan_agrees_as_exact_products() {
             nb,
             es: 2,
             splittable: true,
+            tc_async: false,
         };
         let mut plans: Vec<Option<Plan>> = candidates(&d).into_iter().map(Some).collect();
         plans.push(None);

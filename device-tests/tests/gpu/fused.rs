@@ -81,6 +81,7 @@ fn linear_layers_run_as_matmul_bias_judged_by_the_oracles() {
             nb: 1,
             es: 4,
             splittable: true,
+            tc_async: false,
         };
         choose(&d, 132).nsplit
     };

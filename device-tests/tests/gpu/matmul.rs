@@ -340,6 +340,7 @@ fn every_gemm_plan_agrees_with_the_reference() {
             nb,
             es: 4,
             splittable: true,
+            tc_async: false,
         };
         let plans: Vec<Plan> = candidates(&d);
         assert!(plans.iter().any(|p| p.nsplit > 2), "{shape:?}: {plans:?}");

@@ -88,6 +88,7 @@ fn every_tf32_plan_agrees_under_its_declaration() {
             nb,
             es: 4,
             splittable: true,
+            tc_async: false,
         };
         let mut plans: Vec<Option<Plan>> = candidates(&d).into_iter().map(Some).collect();
         plans.push(None);

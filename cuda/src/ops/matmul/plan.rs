@@ -65,6 +65,10 @@ pub struct Dims {
     /// Whether the launch may split K (the batch fits the grid with the splits; at most three batch
     /// dims).
     pub splittable: bool,
+    /// The 128×128 tile runs as the asynchronous tensor-core kernel (`TcAsync`: f32 as TF32 where
+    /// the session allows it, f16 always; rows 16-byte aligned). Its rates are then the tensor
+    /// cores', several times the 64×64 register-staged tile's, and it is the only tile weighed.
+    pub tc_async: bool,
 }
 
 /// K step of a tile variant (a chunk is a multiple of it).
@@ -108,6 +112,26 @@ const SMALL: TileModel = TileModel {
     round_us: 2.6,
 };
 
+// The asynchronous tensor-core tile, fitted by hand on the H100 (132 SMs) to the forced plans of
+// `bench_f16_gemm` and `bench_kernels` (square 1024–4096, bert-base's 1024×768|3072 projections,
+// split 1, 2 and 4; `reports/cuda/tf32.md`): within 1.25× of every measured time. One block alone
+// on an SM hides less of the copies' latency than two.
+const TC_ASYNC_F16: TileModel = TileModel {
+    bm: 128,
+    bn: 128,
+    slots: 2,
+    rate: &[2.0e6, 2.35e6],
+    round_us: 8.0,
+};
+
+const TC_ASYNC_TF32: TileModel = TileModel {
+    bm: 128,
+    bn: 128,
+    slots: 2,
+    rate: &[0.64e6, 0.96e6],
+    round_us: 8.0,
+};
+
 /// Launch latency of one kernel as it shows in a stream of launches, µs.
 const LAUNCH_US: f64 = 4.4;
 /// Bandwidth the split reduction reaches, bytes per µs.
@@ -117,8 +141,10 @@ const MAX_SPLITS: usize = 32;
 /// Shortest K chunk considered.
 const MIN_CHUNK: usize = 32;
 
-fn model(v: Variant) -> &'static TileModel {
+fn model(v: Variant, d: &Dims) -> &'static TileModel {
     match v {
+        Variant::Big if d.tc_async && d.es == 2 => &TC_ASYNC_F16,
+        Variant::Big if d.tc_async => &TC_ASYNC_TF32,
         Variant::Big => &BIG,
         _ => &SMALL,
     }
@@ -126,7 +152,7 @@ fn model(v: Variant) -> &'static TileModel {
 
 /// Modelled time of `plan` for `d` on `sms` SMs, in µs.
 pub fn cost(plan: &Plan, d: &Dims, sms: usize) -> f64 {
-    let t = model(plan.variant);
+    let t = model(plan.variant, d);
     let tiles = d.m.div_ceil(t.bm) * d.n.div_ceil(t.bn) * d.nb;
     let blocks = tiles * plan.nsplit;
     let per_sm = blocks.div_ceil(sms.max(1));
@@ -143,10 +169,16 @@ pub fn cost(plan: &Plan, d: &Dims, sms: usize) -> f64 {
     us
 }
 
-/// Every plan the model weighs for `d` (both tiles, every distinct split count), no split first.
+/// Every plan the model weighs for `d` (both tiles, or the big one alone where it runs on the
+/// asynchronous tensor-core kernel; every distinct split count), no split first.
 pub fn candidates(d: &Dims) -> Vec<Plan> {
     let mut out = Vec::new();
-    for v in [Variant::Big, Variant::Small] {
+    let tiles: &[Variant] = if d.tc_async {
+        &[Variant::Big]
+    } else {
+        &[Variant::Big, Variant::Small]
+    };
+    for &v in tiles {
         out.push(Plan::new(v, d.k, 1));
         if !d.splittable {
             continue;
@@ -192,6 +224,7 @@ mod tests {
             nb,
             es: 4,
             splittable: true,
+            tc_async: false,
         }
     }
 
@@ -257,5 +290,33 @@ mod tests {
         let p = Plan::new(Variant::Big, 1024, 1);
         let q = Plan::new(Variant::Big, 2048, 1);
         assert!(cost(&q, &dims(512, 512, 2048, 2), 132) > cost(&p, &d, 132));
+    }
+
+    #[test]
+    fn the_asynchronous_tensor_core_tile_is_weighed_alone_at_its_rates() {
+        // bert-base's projections at batch 8 in f16: the async 128×128 tile beat the 64×64
+        // register-staged one at every split on the H100 (43.6 against 27.5 TFLOP/s at best for
+        // 1024×768×768), so it is the only candidate; a long K still splits.
+        for (k, es) in [(768, 2), (3072, 2), (768, 4)] {
+            let d = Dims {
+                es,
+                tc_async: true,
+                ..dims(1024, 768, k, 1)
+            };
+            assert!(candidates(&d).iter().all(|p| p.variant == Variant::Big));
+            let p = choose(&d, 132);
+            if k == 3072 && es == 2 {
+                assert!(p.nsplit > 1, "{p:?}");
+            }
+        }
+        // The tensor cores' rates make the same plan cheaper than on the CUDA cores.
+        let cuda = dims(4096, 4096, 4096, 1);
+        let tc = Dims {
+            es: 2,
+            tc_async: true,
+            ..cuda
+        };
+        let p = Plan::new(Variant::Big, 4096, 1);
+        assert!(cost(&p, &tc, 132) * 4.0 < cost(&p, &cuda, 132));
     }
 }
