@@ -145,11 +145,27 @@ fn map_kernel_with(
     if n == 0 {
         return Ok(out);
     }
-    let same_f32 = operands
-        .iter()
-        .all(|t| t.shape == out_shape && t.dtype == DType::F32);
-    if io == Io::Float && extra.is_empty() && same_f32 && out_dtype == DType::F32 && n % 4 == 0 {
-        return map_kernel_v4(run, operands, out, n, expr);
+    if io == Io::Float && extra.is_empty() && n % 4 == 0 && !ew4_off() {
+        // Four elements a thread where every operand is the output's shape (or one element) and
+        // type, f32 or f16, and lies aligned for the vector loads.
+        let lanes: Option<Vec<bool>> = matches!(out_dtype, DType::F32 | DType::F16)
+            .then(|| {
+                operands
+                    .iter()
+                    .map(|t| {
+                        let full = t.shape == out_shape;
+                        let aligned = t.ptr() % (4 * t.dtype.size_in_memory() as u64) == 0;
+                        (t.dtype == out_dtype && (t.len() == 1 || (full && aligned)))
+                            .then_some(full)
+                    })
+                    .collect()
+            })
+            .flatten();
+        if let Some(full) = lanes
+            && full.iter().any(|&f| f)
+        {
+            return map_kernel_v4(run, operands, &full, out, n, expr);
+        }
     }
     let shapes: Vec<&[usize]> = operands.iter().map(|t| t.shape.as_slice()).collect();
     let (shape, st) = quorum_core::device::forms::broadcast_walk(&shapes, &out_shape);
@@ -218,17 +234,29 @@ fn arith(k: &mut Kernel, op: Arith, a: Reg, b: Reg) -> Reg {
     }
 }
 
-/// The same-shape f32 case: each thread moves four consecutive elements with 16-byte loads and
-/// stores (buffers are 256-byte aligned), a quarter of the memory instructions of the general kernel.
+/// `QUORUM_CUDA_EW4=off`: every elementwise map through the general kernel (to compare, to bisect).
+fn ew4_off() -> bool {
+    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *OFF.get_or_init(|| std::env::var("QUORUM_CUDA_EW4").is_ok_and(|v| v == "off"))
+}
+
+/// The same-shape case, f32 or f16: each thread moves four consecutive elements with one vector
+/// load per operand (16 bytes of f32, 8 of f16) and one vector store, a quarter of the memory
+/// instructions of the general kernel; an operand of one element (`full[j]` false: a scalar
+/// constant, such as a GELU's 0.5) is loaded once and used for all four.
 fn map_kernel_v4(
     run: &Run,
     operands: &[DevTensor],
+    full: &[bool],
     out: DevTensor,
     n: u32,
     expr: Expr,
 ) -> KResult<DevTensor> {
     let quads = n / 4;
-    let mut k = Kernel::new("ew4");
+    let f16 = out.dtype == DType::F16;
+    let name = if f16 { "ew4h" } else { "ew4" };
+    let es = if f16 { 8 } else { 16 };
+    let mut k = Kernel::new(name);
     let out_p = k.param_ptr("out");
     let ptrs: Vec<Reg> = (0..operands.len())
         .map(|j| k.param_ptr(&format!("in{j}")))
@@ -236,18 +264,30 @@ fn map_kernel_v4(
     let n_r = k.param("n", Ty::U32);
     let i = thread_index(&mut k, n_r);
     let mut lanes: Vec<[Reg; 4]> = Vec::with_capacity(operands.len());
-    for &p in &ptrs {
-        let a = k.addr(p, i, 16);
-        let r = [
-            k.reg(Ty::F32),
-            k.reg(Ty::F32),
-            k.reg(Ty::F32),
-            k.reg(Ty::F32),
-        ];
-        k.raw(format_args!(
-            "ld.global.nc.v4.f32 {{{}, {}, {}, {}}}, [{a}]",
-            r[0], r[1], r[2], r[3]
-        ));
+    for (j, &p) in ptrs.iter().enumerate() {
+        if !full[j] {
+            let zero = k.mov(Ty::U32, 0u32);
+            let v = load(&mut k, p, zero, out.dtype)?;
+            lanes.push([v; 4]);
+            continue;
+        }
+        let a = k.addr(p, i, es);
+        let r = [0; 4].map(|_| k.reg(Ty::F32));
+        if f16 {
+            let h = [0; 4].map(|_| k.reg(Ty::F16));
+            k.raw(format_args!(
+                "ld.global.nc.v4.b16 {{{}, {}, {}, {}}}, [{a}]",
+                h[0], h[1], h[2], h[3]
+            ));
+            for l in 0..4 {
+                k.raw(format_args!("cvt.f32.f16 {}, {}", r[l], h[l]));
+            }
+        } else {
+            k.raw(format_args!(
+                "ld.global.nc.v4.f32 {{{}, {}, {}, {}}}, [{a}]",
+                r[0], r[1], r[2], r[3]
+            ));
+        }
         lanes.push(r);
     }
     let mut ys = Vec::with_capacity(4);
@@ -255,18 +295,29 @@ fn map_kernel_v4(
         let vals: Vec<Reg> = lanes.iter().map(|r| r[lane]).collect();
         ys.push(expr(&mut k, &vals, &[])?);
     }
-    let oa = k.addr(out_p, i, 16);
-    k.raw(format_args!(
-        "st.global.v4.f32 [{oa}], {{{}, {}, {}, {}}}",
-        ys[0], ys[1], ys[2], ys[3]
-    ));
+    let oa = k.addr(out_p, i, es);
+    if f16 {
+        let h: Vec<Reg> = ys
+            .iter()
+            .map(|&y| k.cvt(Ty::F16, Ty::F32, ".rn", y))
+            .collect();
+        k.raw(format_args!(
+            "st.global.v4.b16 [{oa}], {{{}, {}, {}, {}}}",
+            h[0], h[1], h[2], h[3]
+        ));
+    } else {
+        k.raw(format_args!(
+            "st.global.v4.f32 [{oa}], {{{}, {}, {}, {}}}",
+            ys[0], ys[1], ys[2], ys[3]
+        ));
+    }
     let ptx = module(run.cc(), &[k]);
     let mut args = vec![out.arg_out()];
     args.extend(operands.iter().map(|t| t.arg_in()));
     args.push(Arg::U32(quads));
     run.launch(
         &ptx,
-        "ew4",
+        name,
         (blocks(quads as usize, 256), 1, 1),
         (256, 1, 1),
         0,

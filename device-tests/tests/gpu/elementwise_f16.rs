@@ -6,7 +6,8 @@ use quorum::{DType, Tensor};
 use crate::elementwise::{PAIRS, as_dtype, unary};
 use crate::harness::*;
 
-const SHAPES: &[&[usize]] = &[&[1], &[7], &[3, 5], &[2, 3, 257]];
+// [4, 36] and [2, 3, 256] hold a multiple of 4 elements: the kernel that moves four a thread.
+const SHAPES: &[&[usize]] = &[&[1], &[7], &[3, 5], &[2, 3, 257], &[4, 36], &[2, 3, 256]];
 
 fn h(t: Tensor) -> Tensor {
     as_dtype(&t, DType::F16)
@@ -140,4 +141,24 @@ fn f16_variadic_clip_and_where() {
         .input(x)
         .input(h(rand_f32(6205, &[7])))
         .check();
+}
+
+/// Four elements a thread (`ew4h`, and `ew4` for f32): same-shape operands with operands of one
+/// element (a scalar constant, as GELU's decomposition and attention's scale have), in either
+/// position, for the four arithmetic ops; the general kernel's results are the oracles' too.
+#[test]
+fn four_a_thread_with_scalar_operands() {
+    for dtype in [DType::F16, DType::F32] {
+        for (o, op) in ["Add", "Sub", "Mul", "Div"].iter().enumerate() {
+            for (s, scalar) in [&[][..], &[1][..]].iter().enumerate() {
+                let seed = (o * 10 + s) as u64 + 6500;
+                let x = as_dtype(&rand_range(seed, &[8, 12], 0.5, 3.0), dtype);
+                let c = as_dtype(&rand_range(seed + 1, scalar, 0.5, 2.0), dtype);
+                Case::new(op).input(x.clone()).constant(c.clone()).check();
+                Case::new(op).constant(c).input(x.clone()).check();
+                let y = as_dtype(&rand_range(seed + 2, &[8, 12], 0.5, 3.0), dtype);
+                Case::new(op).input(x).input(y).check();
+            }
+        }
+    }
 }
