@@ -21,11 +21,11 @@ use quorum::{Provider, SessionOptions, Tensor, Value, VerifyMode};
 use crate::harness::{Case, accelerators, rand_f32, rand_range};
 use crate::matmul::f16;
 
-fn cuda() -> bool {
+pub(crate) fn cuda() -> bool {
     accelerators().contains(&Provider::Cuda)
 }
 
-fn matmul_node() -> Node {
+pub(crate) fn matmul_node() -> Node {
     Node {
         name: "mm".into(),
         op_type: "MatMul".into(),
@@ -39,7 +39,7 @@ fn matmul_node() -> Node {
 
 /// Runs `plan` on `nb` products A `[m, k]` · B `[k, n]` of the given tensors (f16 or f32; TF32
 /// allowed or not); returns the output and the run's declaration.
-fn product(
+pub(crate) fn product(
     at: &Tensor,
     bt: &Tensor,
     shape: (usize, usize, usize, usize),
@@ -61,12 +61,12 @@ fn product(
 }
 
 /// The first `[rows, cols]` matrix of a stack of them, in the stack's type.
-fn first(t: &Tensor, rows: usize, cols: usize) -> Tensor {
+pub(crate) fn first(t: &Tensor, rows: usize, cols: usize) -> Tensor {
     let v = t.to_f64_vec().unwrap()[..rows * cols].to_vec();
     Tensor::from_f64s(t.dtype(), &[rows, cols], v).unwrap()
 }
 
-fn judge(a: &Tensor, b: &Tensor, y: &Tensor, operands: Arithmetic) -> Check {
+pub(crate) fn judge(a: &Tensor, b: &Tensor, y: &Tensor, operands: Arithmetic) -> Check {
     let (a, b) = (Value::Tensor(a.clone()), Value::Tensor(b.clone()));
     check_declared(
         &matmul_node(),

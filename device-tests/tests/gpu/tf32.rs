@@ -6,61 +6,25 @@
 use quorum::backend::{Arithmetic, Precision};
 use quorum::cuda::ops::matmul::plan::{Dims, Plan, candidates};
 use quorum::cuda::ops::matmul::tile::Variant;
-use quorum::ir::Node;
-use quorum::verify::{Check, Wrong, check_declared};
-use quorum::{Provider, SessionOptions, Tensor, Value, VerifyMode};
+use quorum::verify::{Check, Wrong};
+use quorum::{Provider, SessionOptions, Tensor, VerifyMode};
 
-use crate::harness::{Case, accelerators, rand_f32};
-
-fn cuda() -> bool {
-    accelerators().contains(&Provider::Cuda)
-}
-
-fn matmul_node() -> Node {
-    Node {
-        name: "mm".into(),
-        op_type: "MatMul".into(),
-        domain: String::new(),
-        opset: 13,
-        inputs: vec!["a".into(), "b".into()],
-        outputs: vec!["y".into()],
-        attrs: Default::default(),
-    }
-}
+use crate::f16_cores::{cuda, first, judge, product};
+use crate::harness::{Case, rand_f32};
 
 /// Runs `plan` (a CUDA-core plan; the run turns it into its tensor-core form) on `nb` products
-/// A `[m, k]` · B `[k, n]` with TF32 allowed; returns the inputs, the output and the run's
-/// declaration.
+/// A `[m, k]` · B `[k, n]` of seeded random f32 operands with TF32 allowed; returns the inputs, the
+/// output and the run's declaration.
 fn tf32_product(
     shape: (usize, usize, usize, usize),
     plan: Option<Plan>,
     seed: u64,
 ) -> (Tensor, Tensor, Tensor, Arithmetic) {
     let (m, n, k, nb) = shape;
-    let device = quorum::cuda::Device::get().unwrap();
-    let counters = quorum::cuda::Counters::default();
-    let run = quorum::cuda::Run::new(&device, &counters, Some(0xFF)).unwrap();
-    run.allow_tf32(true);
-    run.begin_node("mm");
     let at = rand_f32(seed, &[nb, m, k]);
     let bt = rand_f32(seed + 1, &[nb, k, n]);
-    let (a, b) = (run.upload(&at).unwrap(), run.upload(&bt).unwrap());
-    let y = quorum::cuda::ops::matmul::sgemm_plan(
-        &run, &a, &b, None, m, n, k, false, false, 1.0, 0.0, nb, plan,
-    )
-    .unwrap();
-    let out = run.download(&y).unwrap();
-    (at, bt, out, run.arithmetic())
-}
-
-fn judge(a: &Tensor, b: &Tensor, y: &Tensor, operands: Arithmetic) -> Check {
-    let (a, b) = (Value::Tensor(a.clone()), Value::Tensor(b.clone()));
-    check_declared(
-        &matmul_node(),
-        &[Some(&a), Some(&b)],
-        &[Value::Tensor(y.clone())],
-        operands,
-    )
+    let (y, declared) = product(&at, &bt, shape, plan, true);
+    (at, bt, y, declared)
 }
 
 #[test]
@@ -104,15 +68,6 @@ fn every_tf32_plan_agrees_under_its_declaration() {
             assert_eq!(judge(&a0, &b0, &y0, declared), Check::Agree, "{what}");
         }
     }
-}
-
-/// The first `[rows, cols]` matrix of a stack of them (or the matrix itself).
-fn first(t: &Tensor, rows: usize, cols: usize) -> Tensor {
-    let v: Vec<f32> = t.to_f64_vec().unwrap()[..rows * cols]
-        .iter()
-        .map(|&x| x as f32)
-        .collect();
-    Tensor::from_f32(&[rows, cols], v).unwrap()
 }
 
 #[test]
