@@ -191,12 +191,13 @@ fn tensor_core_sums_are_truncated_as_declared() {
     }
 }
 
-/// A node's case run at the default precision with strict verification.
-fn strict(case: Case) {
+/// A node's case run at `precision` with strict verification (each node judged under its
+/// kernel's declaration, the run failing on any mismatch).
+pub(crate) fn strict(case: Case, precision: Precision) {
     let what = case.describe();
     let (session, feeds) = case.session(SessionOptions {
         providers: vec![Provider::Cuda, Provider::Cpu],
-        precision: Precision::F32,
+        precision,
         verify: VerifyMode::Strict,
         poison_device_buffers: Some(0xFF),
         fold_constants: false,
@@ -225,6 +226,7 @@ fn f16_sessions_pass_strict_verification() {
                 .opset(13)
                 .input(f16(&rand_f32(seed, &a)))
                 .input(f16(&rand_f32(seed + 1, &b))),
+            Precision::F32,
         );
     }
     strict(
@@ -237,6 +239,7 @@ fn f16_sessions_pass_strict_verification() {
             .input(f16(&rand_f32(10, &[300, 132])))
             .constant(f16(&rand_f32(11, &[92, 300])))
             .constant(f16(&rand_f32(12, &[92]))),
+        Precision::F32,
     );
     // Both transposed, rows of a multiple of 8 halves: the asynchronous copies, A and B along
     // k (`ldmatrix` untransposed) and along m (transposed).
@@ -248,6 +251,7 @@ fn f16_sessions_pass_strict_verification() {
             .input(f16(&rand_f32(13, &[520, 264])))
             .constant(f16(&rand_f32(14, &[136, 520])))
             .constant(f16(&rand_f32(15, &[136]))),
+        Precision::F32,
     );
     // A 3×3 convolution as an implicit GEMM (K = 64·9).
     strict(
@@ -257,5 +261,6 @@ fn f16_sessions_pass_strict_verification() {
             .input(f16(&rand_f32(20, &[2, 64, 28, 28])))
             .constant(f16(&rand_f32(21, &[96, 64, 3, 3])))
             .constant(f16(&rand_f32(22, &[96]))),
+        Precision::F32,
     );
 }

@@ -3,13 +3,13 @@
 //! declared as exact f32 are caught (the wrong kernel "a TF32 path that claims f32"); and sessions
 //! of MatMul, Gemm and Conv nodes with `precision: Tf32` pass strict verification node by node,
 //! each judged under what its kernel declared.
+use quorum::Tensor;
 use quorum::backend::{Arithmetic, Precision};
 use quorum::cuda::ops::matmul::plan::{Dims, Plan, candidates};
 use quorum::cuda::ops::matmul::tile::Variant;
 use quorum::verify::{Check, Wrong};
-use quorum::{Provider, SessionOptions, Tensor, VerifyMode};
 
-use crate::f16_cores::{cuda, first, judge, product};
+use crate::f16_cores::{cuda, first, judge, product, strict};
 use crate::harness::{Case, rand_f32};
 
 /// Runs `plan` (a CUDA-core plan; the run turns it into its tensor-core form) on `nb` products
@@ -96,23 +96,6 @@ fn the_tensor_core_product_claimed_as_f32_is_caught() {
     );
 }
 
-/// A node's case run with TF32 allowed and strict verification (each node judged under its
-/// kernel's declaration, the run failing on any mismatch).
-fn strict_tf32(case: Case) {
-    let what = case.describe();
-    let (session, feeds) = case.session(SessionOptions {
-        providers: vec![Provider::Cuda, Provider::Cpu],
-        precision: Precision::Tf32,
-        verify: VerifyMode::Strict,
-        poison_device_buffers: Some(0xFF),
-        fold_constants: false,
-        ..Default::default()
-    });
-    session.run(feeds).unwrap_or_else(|e| panic!("{what}: {e}"));
-    let c = session.counters();
-    assert!(c.verify_checks > 0, "{what}: nothing was judged");
-}
-
 #[test]
 fn tf32_sessions_pass_strict_verification() {
     if !cuda() {
@@ -124,14 +107,15 @@ fn tf32_sessions_pass_strict_verification() {
         (vec![3, 4, 70, 513], vec![3, 4, 513, 65], 2),
         (vec![256, 1024], vec![1024, 768], 3),
     ] {
-        strict_tf32(
+        strict(
             Case::new("MatMul")
                 .opset(13)
                 .input(rand_f32(seed, &a))
                 .input(rand_f32(seed + 1, &b)),
+            Precision::Tf32,
         );
     }
-    strict_tf32(
+    strict(
         Case::new("Gemm")
             .opset(13)
             .attr_i("transA", 1)
@@ -141,9 +125,10 @@ fn tf32_sessions_pass_strict_verification() {
             .input(rand_f32(10, &[300, 130]))
             .constant(rand_f32(11, &[90, 300]))
             .constant(rand_f32(12, &[90])),
+        Precision::Tf32,
     );
     // Both operands transposed, rows 16-byte aligned: the asynchronous copies along k.
-    strict_tf32(
+    strict(
         Case::new("Gemm")
             .opset(13)
             .attr_i("transA", 1)
@@ -151,14 +136,16 @@ fn tf32_sessions_pass_strict_verification() {
             .input(rand_f32(13, &[520, 260]))
             .constant(rand_f32(14, &[132, 520]))
             .constant(rand_f32(15, &[132])),
+        Precision::Tf32,
     );
     // A 3×3 convolution as an implicit GEMM (K = 64·9).
-    strict_tf32(
+    strict(
         Case::new("Conv")
             .opset(11)
             .attr_ints("pads", &[1, 1, 1, 1])
             .input(rand_f32(20, &[2, 64, 28, 28]))
             .constant(rand_f32(21, &[96, 64, 3, 3]))
             .constant(rand_f32(22, &[96])),
+        Precision::Tf32,
     );
 }
