@@ -4,7 +4,8 @@
 //! `QUORUM_SIM_BREAK=undeclared-tf32`) has every element within its bound and must still fail
 //! strict verification, on the spread of its errors. Likewise an f16 MatMul: summed in f32, as
 //! CUDA's tensor cores sum f16 products, it passes; summed in f16 (an f16 path that accumulates in
-//! f16, `QUORUM_SIM_BREAK=f16-accumulate`) it fails.
+//! f16, `QUORUM_SIM_BREAK=f16-accumulate`) it fails, and so does a bf16 MatMul whose running sum
+//! is rounded to bf16 between K-blocks (`QUORUM_SIM_BREAK=bf16-block-accumulate`).
 mod common;
 
 use std::path::PathBuf;
@@ -134,27 +135,30 @@ fn compare_judges_a_tf32_node_under_its_declaration() {
     );
 }
 
-/// x [8, 4096] → MatMul W [4096, 8] → y, all f16: sums of 4,096 products of zero-mean f16
-/// operands.
-fn write_f16_matmul(tag: &str) -> PathBuf {
+/// x [8, 4096] → MatMul W [4096, 8] → y, all f16 (`data_type` 10) or all bf16 (16): sums of
+/// 4,096 products of zero-mean half operands.
+fn write_half_matmul(tag: &str, data_type: i32) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("quorum-precision-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let mut rng = Rng::new(4097);
     let w: Vec<u8> = (0..4096 * 8)
-        .flat_map(|_| half::f16::from_f64(rng.uniform()).to_le_bytes())
+        .flat_map(|_| match data_type {
+            16 => half::bf16::from_f64(rng.uniform()).to_le_bytes(),
+            _ => half::f16::from_f64(rng.uniform()).to_le_bytes(),
+        })
         .collect();
     let w = quorum::proto::TensorProto {
         name: Some("w".into()),
         dims: vec![4096, 8],
-        data_type: Some(10),
+        data_type: Some(data_type),
         raw_data: Some(w),
         ..Default::default()
     };
     let m = model(
         vec![node("MatMul", &["x", "w"], &["y"])],
-        vec![value_info("x", tensor_type(10, &[8, 4096]))],
-        vec![value_info("y", tensor_type(10, &[8, 8]))],
+        vec![value_info("x", tensor_type(data_type, &[8, 4096]))],
+        vec![value_info("y", tensor_type(data_type, &[8, 8]))],
         vec![w],
         17,
     );
@@ -165,12 +169,29 @@ fn write_f16_matmul(tag: &str) -> PathBuf {
 
 #[test]
 fn an_f16_matmul_that_accumulates_in_f16_fails_strict_verification() {
-    let model = write_f16_matmul("f16acc");
+    let model = write_half_matmul("f16acc", 10);
     let out = bench(&model, "f32", None);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "summed in f32: {stderr}");
     let out = bench(&model, "f32", Some(quorum::sim::F16_ACCUMULATOR));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(6), "summed in f16: {stderr}");
+    assert!(stderr.contains("MatMul"), "{stderr}");
+}
+
+#[test]
+fn a_bf16_matmul_that_rounds_its_sum_between_k_blocks_fails_strict_verification() {
+    let model = write_half_matmul("bf16acc", 16);
+    let out = bench(&model, "f32", None);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "summed in f32: {stderr}");
+    let out = bench(&model, "f32", Some(quorum::sim::BF16_BLOCK_ACCUMULATOR));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(6),
+        "rounded to bf16 every {} products: {stderr}",
+        quorum::sim::BF16_BLOCK
+    );
     assert!(stderr.contains("MatMul"), "{stderr}");
 }

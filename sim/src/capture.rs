@@ -25,8 +25,8 @@ pub(super) struct Launch {
     pub broken: bool,
     /// Whether its products take TF32 operands.
     pub tf32: bool,
-    /// Whether an f16 MatMul sums in f16 (`F16_ACCUMULATOR`).
-    pub f16_acc: bool,
+    /// The wrong accumulator of a half MatMul (`F16_ACCUMULATOR`, `BF16_BLOCK_ACCUMULATOR`).
+    pub half_acc: Option<super::HalfAccumulator>,
     pub inputs: Vec<Option<(Slot, Vec<usize>)>>,
     pub outputs: Vec<Slot>,
 }
@@ -95,7 +95,7 @@ impl SimReplay {
                         runner: &NoSubgraphs,
                         max_tensor_bytes: l.max_tensor_bytes,
                     };
-                    let outs = run_kernel(l.kernel, &ctx, &values, l.tf32, l.broken, l.f16_acc)?;
+                    let outs = run_kernel(l.kernel, &ctx, &values, l.tf32, l.broken, l.half_acc)?;
                     if outs.len() != l.outputs.len() {
                         return Err(DeviceError::Device(format!(
                             "node '{}' made {} outputs on replay, {} when captured",

@@ -86,11 +86,56 @@ pub const UNDECLARED_TF32: &str = "undeclared-tf32";
 /// and what the standard promise of f32 accumulation forbids). Other MatMuls stay right.
 pub const F16_ACCUMULATOR: &str = "f16-accumulate";
 
-/// The product of two f16 matrices `[m, k]` · `[k, n]` summed in f16, for [`F16_ACCUMULATOR`];
-/// `None` for any other MatMul.
-fn f16_accumulated(inputs: &[Option<Arc<Value>>]) -> Result<Option<Value>, DeviceError> {
-    use half::f16;
-    use quorum_core::tensor::DType;
+/// [`BREAK_VAR`]'s value for a bf16 path that rounds its accumulator to bf16 between K-blocks: a
+/// MatMul of two bf16 matrices sums each block of [`BF16_BLOCK`] products in f32, then rounds the
+/// running sum to bf16 (what a kernel that keeps its partial sums in a bf16 tile between k-tiles
+/// does). Other MatMuls stay right.
+pub const BF16_BLOCK_ACCUMULATOR: &str = "bf16-block-accumulate";
+
+/// The K-block after which [`BF16_BLOCK_ACCUMULATOR`] rounds its sum (the asynchronous tile's
+/// k-tile of halves).
+pub const BF16_BLOCK: usize = 32;
+
+/// A wrong accumulator of a broken half MatMul: the dtype it breaks and after how many products
+/// it rounds the running sum to that dtype.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct HalfAccumulator {
+    dtype: quorum_core::tensor::DType,
+    block: usize,
+}
+
+impl HalfAccumulator {
+    /// The accumulator [`BREAK_VAR`]'s value `broken` names, if it names one.
+    fn named(broken: Option<&str>) -> Option<HalfAccumulator> {
+        use quorum_core::tensor::DType;
+        match broken {
+            Some(F16_ACCUMULATOR) => Some(HalfAccumulator {
+                dtype: DType::F16,
+                block: 1,
+            }),
+            Some(BF16_BLOCK_ACCUMULATOR) => Some(HalfAccumulator {
+                dtype: DType::BF16,
+                block: BF16_BLOCK,
+            }),
+            _ => None,
+        }
+    }
+
+    fn round(self, v: f32) -> f32 {
+        use quorum_core::tensor::DType;
+        match self.dtype {
+            DType::BF16 => half::bf16::from_f32(v).to_f32(),
+            _ => half::f16::from_f32(v).to_f32(),
+        }
+    }
+}
+
+/// The product of two half matrices `[m, k]` · `[k, n]` of `acc`'s dtype with the running sum
+/// rounded to that dtype every `acc.block` products; `None` for any other MatMul.
+fn half_accumulated(
+    inputs: &[Option<Arc<Value>>],
+    acc: HalfAccumulator,
+) -> Result<Option<Value>, DeviceError> {
     let [Some(a), Some(b)] = inputs else {
         return Ok(None);
     };
@@ -100,23 +145,25 @@ fn f16_accumulated(inputs: &[Option<Arc<Value>>]) -> Result<Option<Value>, Devic
     let (&[m, k], &[k2, n]) = (a.shape(), b.shape()) else {
         return Ok(None);
     };
-    if a.dtype() != DType::F16 || b.dtype() != DType::F16 || k != k2 {
+    if a.dtype() != acc.dtype || b.dtype() != acc.dtype || k != k2 {
         return Ok(None);
     }
     let (av, bv) = (a.to_f64_vec()?, b.to_f64_vec()?);
     let mut y = Vec::with_capacity(m * n);
     for i in 0..m {
         for j in 0..n {
-            let mut s = f16::ZERO;
+            let mut s = 0f32;
             for l in 0..k {
-                let p = av[i * k + l] as f32 * bv[l * n + j] as f32;
-                s = f16::from_f32(s.to_f32() + p);
+                s += av[i * k + l] as f32 * bv[l * n + j] as f32;
+                if (l + 1) % acc.block == 0 {
+                    s = acc.round(s);
+                }
             }
-            y.push(s.to_f64());
+            y.push(s as f64);
         }
     }
     Ok(Some(Value::Tensor(Tensor::from_f64s(
-        DType::F16,
+        acc.dtype,
         &[m, n],
         y,
     )?)))
@@ -245,12 +292,12 @@ fn run_kernel(
     inputs: &[Option<Arc<Value>>],
     tf32: bool,
     broken_op: bool,
-    f16_accumulator: bool,
+    half_accumulator: Option<HalfAccumulator>,
 ) -> Result<Vec<Value>, DeviceError> {
-    if f16_accumulator
+    if let Some(acc) = half_accumulator
         && ctx.node.domain.is_empty()
         && ctx.node.op_type == "MatMul"
-        && let Some(y) = f16_accumulated(inputs)?
+        && let Some(y) = half_accumulated(inputs, acc)?
     {
         return Ok(vec![y]);
     }
@@ -605,8 +652,8 @@ impl DeviceRun for SimRun<'_> {
         let declared = self.session.precision == Precision::Tf32;
         let tf32 = rounds_to_tf32(ctx.node) && (declared || undeclared);
         self.rounded.set(tf32 && declared && !undeclared);
-        let f16_acc = self.session.broken.as_deref() == Some(F16_ACCUMULATOR);
-        let outs = run_kernel(*kernel, ctx, &values, tf32, broken_op, f16_acc)?;
+        let half_acc = HalfAccumulator::named(self.session.broken.as_deref());
+        let outs = run_kernel(*kernel, ctx, &values, tf32, broken_op, half_acc)?;
         // A view, as CUDA makes it: the output is the input's buffer, nothing runs.
         if let (true, Some(buf), [Value::Tensor(t)]) = (is_view(ctx.node), first, outs.as_slice()) {
             return Ok(vec![self.wrap(buf, t)]);
@@ -634,7 +681,7 @@ impl DeviceRun for SimRun<'_> {
                 max_tensor_bytes: ctx.max_tensor_bytes,
                 broken: broken_op,
                 tf32,
-                f16_acc,
+                half_acc,
                 inputs: read_slots,
                 outputs,
             })));

@@ -13,6 +13,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use super::elem::Elem;
 use super::matmul::tile::Im2col;
 use super::matmul::{BOperand, Problem, float_dtype, run_gemm};
 use super::{require_u32_len, thread_index};
@@ -94,7 +95,7 @@ fn conv(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>> 
     let p = conv_plan(ctx, &xs, &ws, bias.as_ref().map(|b| b.len()))?;
     let (group, n, c, m, cg, mg) = (p.group, p.n, p.c, p.m, p.cg, p.mg);
     let (g, oshape) = (p.g, p.out_shape);
-    let es = if dtype == DType::F16 { 2 } else { 4 };
+    let es = dtype.size_in_memory();
     ctx.check_alloc(&oshape, es)?;
     require_u32_len(&xs)?;
     require_u32_len(&ws)?;
@@ -174,7 +175,7 @@ fn conv_transpose(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<De
     let p = convt_plan(ctx, &xs, &ws, bias.as_ref().map(|b| b.len()))?;
     let (group, cg, mg) = (p.group, p.cg, p.mg);
     let (g, oshape) = (p.g, p.out_shape);
-    let es = if dtype == DType::F16 { 2 } else { 4 };
+    let es = dtype.size_in_memory();
     ctx.check_alloc(&oshape, es)?;
     require_u32_len(&xs)?;
     require_u32_len(&ws)?;
@@ -207,25 +208,25 @@ pub(super) enum Direct {
     Transpose,
 }
 
-fn direct_ptx(cc: (i32, i32), kind: Direct, has_bias: bool, f16: bool) -> (Arc<String>, String) {
-    type Cache = Mutex<HashMap<(Direct, bool, bool, (i32, i32)), Arc<String>>>;
+fn direct_ptx(cc: (i32, i32), kind: Direct, has_bias: bool, elem: Elem) -> (Arc<String>, String) {
+    type Cache = Mutex<HashMap<(Direct, bool, Elem, (i32, i32)), Arc<String>>>;
     static CACHE: OnceLock<Cache> = OnceLock::new();
-    let name = direct_name(kind, has_bias, f16);
+    let name = direct_name(kind, has_bias, elem);
     let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
     let mut c = cache.lock().unwrap_or_else(|e| e.into_inner());
     let text = c
-        .entry((kind, has_bias, f16, cc))
-        .or_insert_with(|| Arc::new(ptx::module(cc, &[direct_kernel(kind, has_bias, f16)])))
+        .entry((kind, has_bias, elem, cc))
+        .or_insert_with(|| Arc::new(ptx::module(cc, &[direct_kernel(kind, has_bias, elem)])))
         .clone();
     (text, name)
 }
 
-fn direct_name(kind: Direct, has_bias: bool, f16: bool) -> String {
+fn direct_name(kind: Direct, has_bias: bool, elem: Elem) -> String {
     let k = match kind {
         Direct::Conv => "conv",
         Direct::Transpose => "convt",
     };
-    format!("quorum_{k}_direct_b{}_h{}", has_bias as u8, f16 as u8)
+    format!("quorum_{k}_direct_b{}_h{}", has_bias as u8, elem.tag())
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -241,8 +242,8 @@ fn direct(
     cg: usize,
     mg: usize,
 ) -> KResult<()> {
-    let f16 = x.dtype == DType::F16;
-    let (text, name) = direct_ptx(run.cc(), kind, bias.is_some(), f16);
+    let elem = Elem::operand("X", Some(x.dtype))?;
+    let (text, name) = direct_ptx(run.cc(), kind, bias.is_some(), elem);
     let total = y.len();
     let mut args = vec![
         x.arg_in(),
@@ -269,21 +270,11 @@ fn direct(
     )
 }
 
-/// Loads one element (f32, or f16 widened) at `addr`.
-fn load(k: &mut Kernel, f16: bool, addr: Reg) -> Reg {
-    if f16 {
-        let h = k.ld_nc(Ty::F16, addr, 0);
-        k.cvt(Ty::F32, Ty::F16, "", h)
-    } else {
-        k.ld_nc(Ty::F32, addr, 0)
-    }
-}
-
 /// One thread per output element `(n, oc, od, oh, ow)`; loops over the group's input channels and
 /// the kernel taps, skipping taps that fall outside the input.
-pub(super) fn direct_kernel(kind: Direct, has_bias: bool, f16: bool) -> Kernel {
-    let es = if f16 { 2 } else { 4 };
-    let mut k = Kernel::new(&direct_name(kind, has_bias, f16));
+pub(super) fn direct_kernel(kind: Direct, has_bias: bool, elem: Elem) -> Kernel {
+    let es = elem.size();
+    let mut k = Kernel::new(&direct_name(kind, has_bias, elem));
     let x = k.param_ptr("x");
     let w = k.param_ptr("w");
     let bias = k.param_ptr("bias");
@@ -320,7 +311,7 @@ pub(super) fn direct_kernel(kind: Direct, has_bias: bool, f16: bool) -> Kernel {
     };
     let acc = if has_bias {
         let ba = k.addr(bias, oc, es);
-        let v = load(&mut k, f16, ba);
+        let v = elem.load_nc(&mut k, ba, 0);
         k.mov(Ty::F32, v)
     } else {
         k.mov(Ty::F32, 0.0f32)
@@ -367,21 +358,17 @@ pub(super) fn direct_kernel(kind: Direct, has_bias: bool, f16: bool) -> Kernel {
             &mut |k, xs, ws| {
                 let xi = k.add(Ty::U32, plane, xs);
                 let xa = k.addr(x, xi, es);
-                let xv = load(k, f16, xa);
+                let xv = elem.load_nc(k, xa, 0);
                 let wi = k.add(Ty::U32, wrow, ws);
                 let wa = k.addr(w, wi, es);
-                let wv = load(k, f16, wa);
+                let wv = elem.load_nc(k, wa, 0);
                 k.fma_acc(acc, xv, wv);
             },
         );
     });
     let ya = k.addr(y, e, es);
-    if f16 {
-        let h = k.cvt(Ty::F16, Ty::F32, ".rn", acc);
-        k.st(Space::Global, ya, 0, h);
-    } else {
-        k.st(Space::Global, ya, 0, acc);
-    }
+    let h = elem.narrow(&mut k, acc);
+    k.st(Space::Global, ya, 0, h);
     k
 }
 
@@ -443,7 +430,12 @@ mod tests {
     #[test]
     fn direct_kernels_generate() {
         for kind in [Direct::Conv, Direct::Transpose] {
-            for (b, h) in [(false, false), (true, false), (true, true)] {
+            for (b, h) in [
+                (false, Elem::F32),
+                (true, Elem::F32),
+                (true, Elem::F16),
+                (true, Elem::Bf16),
+            ] {
                 let text = ptx::module((9, 0), &[direct_kernel(kind, b, h)]);
                 let name = direct_name(kind, b, h);
                 assert!(text.contains(&format!(".visible .entry {name}(")), "{text}");

@@ -2,9 +2,10 @@
 //!
 //! One generator covers them all: a kernel over the broadcast output shape that loads each operand at
 //! its broadcast offset (constants baked into the PTX), converts it to the compute type, applies the
-//! op's expression and stores the result. Float ops compute in f32 (f16 operands are widened and the
+//! op's expression and stores the result. Float ops compute in f32 (f16 and bf16 operands are widened and the
 //! result rounded once; the expressions are in `elementwise/float.rs`); transcendental functions go
 //! through `math` in f64. Integer and bool operands keep their own type (`elementwise/int.rs`).
+use super::elem::Elem;
 use super::{offsets, require_u32_len, thread_index};
 use crate::decline;
 use crate::driver::Arg;
@@ -39,14 +40,10 @@ pub fn claim(node: &Node) -> Option<Result<CudaKernel, String>> {
 /// How an operand is read into a register.
 pub(super) fn load(k: &mut Kernel, base: Reg, off: Reg, dtype: DType) -> KResult<Reg> {
     Ok(match dtype {
-        DType::F32 => {
-            let a = k.addr(base, off, 4);
-            k.ld_nc(Ty::F32, a, 0)
-        }
-        DType::F16 => {
-            let a = k.addr(base, off, 2);
-            let h = k.ld_nc(Ty::F16, a, 0);
-            k.cvt(Ty::F32, Ty::F16, "", h)
+        DType::F32 | DType::F16 | DType::BF16 => {
+            let e = Elem::of(dtype).expect("a float storage type");
+            let a = k.addr(base, off, e.size());
+            e.load_nc(k, a, 0)
         }
         DType::Bool => {
             let a = k.addr(base, off, 1);
@@ -68,13 +65,10 @@ pub(super) fn load(k: &mut Kernel, base: Reg, off: Reg, dtype: DType) -> KResult
 
 pub(super) fn store(k: &mut Kernel, base: Reg, i: Reg, dtype: DType, v: Reg) -> KResult<()> {
     match dtype {
-        DType::F32 => {
-            let a = k.addr(base, i, 4);
-            k.st(Space::Global, a, 0, v);
-        }
-        DType::F16 => {
-            let a = k.addr(base, i, 2);
-            let h = k.cvt(Ty::F16, Ty::F32, ".rn", v);
+        DType::F32 | DType::F16 | DType::BF16 => {
+            let e = Elem::of(dtype).expect("a float storage type");
+            let a = k.addr(base, i, e.size());
+            let h = e.narrow(k, v);
             k.st(Space::Global, a, 0, h);
         }
         DType::Bool => {
@@ -147,8 +141,9 @@ fn map_kernel_with(
     }
     if io == Io::Float && extra.is_empty() && n % 4 == 0 && !ew4_off() {
         // Four elements a thread where every operand is the output's shape (or one element) and
-        // type, f32 or f16, and lies aligned for the vector loads.
-        let lanes: Option<Vec<bool>> = matches!(out_dtype, DType::F32 | DType::F16)
+        // type, f32 or a half, and lies aligned for the vector loads.
+        let lanes: Option<Vec<bool>> = Elem::of(out_dtype)
+            .is_some()
             .then(|| {
                 operands
                     .iter()
@@ -240,8 +235,8 @@ fn ew4_off() -> bool {
     *OFF.get_or_init(|| std::env::var("QUORUM_CUDA_EW4").is_ok_and(|v| v == "off"))
 }
 
-/// The same-shape case, f32 or f16: each thread moves four consecutive elements with one vector
-/// load per operand (16 bytes of f32, 8 of f16) and one vector store, a quarter of the memory
+/// The same-shape case, f32 or a half: each thread moves four consecutive elements with one vector
+/// load per operand (16 bytes of f32, 8 of halves) and one vector store, a quarter of the memory
 /// instructions of the general kernel; an operand of one element (`full[j]` false: a scalar
 /// constant, such as a GELU's 0.5) is loaded once and used for all four.
 fn map_kernel_v4(
@@ -253,9 +248,13 @@ fn map_kernel_v4(
     expr: Expr,
 ) -> KResult<DevTensor> {
     let quads = n / 4;
-    let f16 = out.dtype == DType::F16;
-    let name = if f16 { "ew4h" } else { "ew4" };
-    let es = if f16 { 8 } else { 16 };
+    let elem = Elem::of(out.dtype).expect("checked by the caller");
+    let name = match elem {
+        Elem::F32 => "ew4",
+        Elem::F16 => "ew4h",
+        Elem::Bf16 => "ew4b",
+    };
+    let es = 4 * elem.size();
     let mut k = Kernel::new(name);
     let out_p = k.param_ptr("out");
     let ptrs: Vec<Reg> = (0..operands.len())
@@ -273,14 +272,14 @@ fn map_kernel_v4(
         }
         let a = k.addr(p, i, es);
         let r = [0; 4].map(|_| k.reg(Ty::F32));
-        if f16 {
-            let h = [0; 4].map(|_| k.reg(Ty::F16));
+        if elem.is_half() {
+            let h = [0; 4].map(|_| k.reg(elem.raw()));
             k.raw(format_args!(
                 "ld.global.nc.v4.b16 {{{}, {}, {}, {}}}, [{a}]",
                 h[0], h[1], h[2], h[3]
             ));
             for l in 0..4 {
-                k.raw(format_args!("cvt.f32.f16 {}, {}", r[l], h[l]));
+                elem.widen_into(&mut k, r[l], h[l], None);
             }
         } else {
             k.raw(format_args!(
@@ -296,11 +295,8 @@ fn map_kernel_v4(
         ys.push(expr(&mut k, &vals, &[])?);
     }
     let oa = k.addr(out_p, i, es);
-    if f16 {
-        let h: Vec<Reg> = ys
-            .iter()
-            .map(|&y| k.cvt(Ty::F16, Ty::F32, ".rn", y))
-            .collect();
+    if elem.is_half() {
+        let h: Vec<Reg> = ys.iter().map(|&y| elem.narrow(&mut k, y)).collect();
         k.raw(format_args!(
             "st.global.v4.b16 [{oa}], {{{}, {}, {}, {}}}",
             h[0], h[1], h[2], h[3]
@@ -326,12 +322,12 @@ fn map_kernel_v4(
     Ok(out)
 }
 
-/// The float type of `op`'s operands `ts`: f32 or f16, every operand of it, but Pow's exponent
-/// (`pow`), which may also be f32, i32 or i64.
+/// The float type of `op`'s operands `ts`: f32, f16 or bf16, every operand of it, but Pow's
+/// exponent (`pow`), which may also be f32, i32 or i64.
 fn float_dtypes(op: &str, ts: &[DevTensor], pow: bool) -> KResult<DType> {
     let d = ts[0].dtype;
-    if !matches!(d, DType::F32 | DType::F16) {
-        decline!("{op} on {d}: the CUDA kernels take float32 and float16");
+    if Elem::of(d).is_none() {
+        decline!("{op} on {d}: the CUDA kernels take float32, float16 and bfloat16");
     }
     for t in &ts[1..] {
         let exponent = pow && matches!(t.dtype, DType::F32 | DType::I32 | DType::I64);

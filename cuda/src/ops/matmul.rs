@@ -20,6 +20,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use self::tile::{BSrc, GemmArgs, Im2col, SKINNY_ROWS, TileCfg, Variant};
+use super::elem::Elem;
 use super::{broadcast_strides, require_u32_len, simplify, strides};
 use crate::memory::DevTensor;
 use crate::ptx;
@@ -49,7 +50,7 @@ fn invalid(msg: String) -> KError {
     KError::Op(OpError::Invalid(msg))
 }
 
-/// The common float dtype of `ts` (f32 or f16), or a decline.
+/// The common float dtype of `ts` (f32, f16 or bf16), or a decline.
 pub(crate) fn float_dtype(what: &str, ts: &[&DevTensor]) -> KResult<DType> {
     let d = ts[0].dtype;
     if let Some(o) = ts.iter().find(|t| t.dtype != d) {
@@ -58,8 +59,8 @@ pub(crate) fn float_dtype(what: &str, ts: &[&DevTensor]) -> KResult<DType> {
             d, o.dtype
         )));
     }
-    if d != DType::F32 && d != DType::F16 {
-        crate::decline!("{what} of {d} (the CUDA kernels take f32 and f16)");
+    if Elem::of(d).is_none() {
+        crate::decline!("{what} of {d} (the CUDA kernels take f32, f16 and bf16)");
     }
     Ok(d)
 }
@@ -125,41 +126,41 @@ fn tile_ptx(cc: (i32, i32), cfg: &TileCfg) -> Arc<String> {
 
 /// The split-K reduction's module: [`skinny::reduce4_kernel`] with `vec4`, else
 /// [`skinny::reduce_kernel`] with `lanes` lanes per output.
-fn reduce_ptx(cc: (i32, i32), has_c: bool, f16: bool, lanes: u32, vec4: bool) -> Arc<String> {
-    type Cache = Mutex<HashMap<(bool, bool, u32, bool, (i32, i32)), Arc<String>>>;
+fn reduce_ptx(cc: (i32, i32), has_c: bool, elem: Elem, lanes: u32, vec4: bool) -> Arc<String> {
+    type Cache = Mutex<HashMap<(bool, Elem, u32, bool, (i32, i32)), Arc<String>>>;
     static CACHE: OnceLock<Cache> = OnceLock::new();
     let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
     let mut c = cache.lock().unwrap_or_else(|e| e.into_inner());
-    c.entry((has_c, f16, lanes, vec4, cc))
+    c.entry((has_c, elem, lanes, vec4, cc))
         .or_insert_with(|| {
             let k = if vec4 {
                 skinny::reduce4_kernel(has_c)
             } else {
-                skinny::reduce_kernel(has_c, f16, lanes)
+                skinny::reduce_kernel(has_c, elem, lanes)
             };
             Arc::new(ptx::module(cc, &[k]))
         })
         .clone()
 }
 
-/// Whether vector loads of four elements are safe (16 bytes of f32, 8 of f16): leading dim and
+/// Whether vector loads of four elements are safe (16 bytes of f32, 8 of halves): leading dim and
 /// every batch stride a multiple of 4 elements, base aligned to the load's size.
 fn vec_ok(dtype: DType, ptr: u64, ld: usize, strides: &[usize]) -> bool {
     let bytes = 4 * dtype.size_in_memory() as u64;
-    matches!(dtype, DType::F32 | DType::F16)
+    Elem::of(dtype).is_some()
         && ptr.is_multiple_of(bytes)
         && ld.is_multiple_of(4)
         && strides.iter().all(|s| s.is_multiple_of(4))
 }
 
-/// `QUORUM_CUDA_TF32=registers`: the register-staged tensor-core kernel everywhere, for f32 and f16
+/// `QUORUM_CUDA_TF32=registers`: the register-staged tensor-core kernel everywhere, for f32 and halves
 /// operands (to compare the two, and to bisect).
 fn tc_async_off() -> bool {
     static OFF: OnceLock<bool> = OnceLock::new();
     *OFF.get_or_init(|| std::env::var("QUORUM_CUDA_TF32").is_ok_and(|v| v == "registers"))
 }
 
-/// `QUORUM_CUDA_F16=cores`: f16 products on the CUDA cores (the tensor cores are the default on
+/// `QUORUM_CUDA_F16=cores`: f16 and bf16 products on the CUDA cores (the tensor cores are the default on
 /// sm_80 and later), to compare the two and to bisect.
 fn f16_tc_off() -> bool {
     static OFF: OnceLock<bool> = OnceLock::new();
@@ -185,8 +186,9 @@ pub(crate) fn run_gemm_with(run: &Run, p: &Problem, forced: Option<plan::Plan>) 
     if p.m == 0 || p.n == 0 || nb == 0 {
         return Ok(());
     }
-    let es = if p.dtype == DType::F16 { 2u64 } else { 4 };
-    let f16 = p.dtype == DType::F16;
+    let elem = Elem::of(p.dtype).ok_or_else(|| invalid(format!("a GEMM of {}", p.dtype)))?;
+    let es = elem.size() as u64;
+    let half = elem.is_half();
     let i64s = |v: &Vec<usize>| v.iter().map(|&x| x as i64).collect::<Vec<i64>>();
     let (bdims, bstr) = simplify(&p.batch, &p.strides.clone().map(|s| i64s(&s)));
     let bstr: Vec<Vec<usize>> = bstr
@@ -205,12 +207,13 @@ pub(crate) fn run_gemm_with(run: &Run, p: &Problem, forced: Option<plan::Plan>) 
     // the projections of a transformer are such GEMMs.
     let splittable = bdims.len() <= 3 && nb <= 65535;
     // With TF32 allowed, f32 products of the tiled kernels go to the tensor cores (the same tiles
-    // and splits: their K steps divide the plan's chunks); the run declares the rounding. f16
-    // products go there whatever the precision: an f16 value is a TF32 value (10 mantissa bits,
-    // a narrower exponent), so the TF32 `mma` multiplies f16 operands exactly, and sums in f32
-    // (truncated, as the tensor cores do: declared, and within the standard bound).
+    // and splits: their K steps divide the plan's chunks); the run declares the rounding. f16 and
+    // bf16 products go there whatever the precision: both are TF32 values (f16: 10 mantissa bits,
+    // a narrower exponent; bf16: 7 bits, the same exponent), so the tensor cores multiply them
+    // exactly, and sum in f32 (truncated, as the tensor cores do: declared, and within the
+    // standard bound).
     let tf32 = run.tf32_allowed() && p.dtype == DType::F32;
-    let tc = tf32 || (f16 && run.cc() >= (8, 0) && !f16_tc_off());
+    let tc = tf32 || (half && run.cc() >= (8, 0) && !f16_tc_off());
     let (trans_b, ldb) = match p.bop {
         BOperand::Strided { ldb, trans } => (trans, ldb),
         BOperand::Im2col(_) => (false, 0),
@@ -220,11 +223,12 @@ pub(crate) fn run_gemm_with(run: &Run, p: &Problem, forced: Option<plan::Plan>) 
     let sa: Vec<usize> = bstr[0].clone();
     let vec_a = tiled && vec_ok(p.dtype, p.a, p.lda, &sa);
     let vec_b = tiled && strided && vec_ok(p.dtype, p.b, ldb, &bstr[1]);
-    // f16 copies of 16 bytes need rows of 8 halves (the vector loads' flags promise 4).
+    // Copies of 16 bytes of halves need rows of 8 (the vector loads' flags promise 4).
     let rows16 = |ptr: u64, ld: usize, strides: &[usize]| {
-        !f16 || (ptr.is_multiple_of(16)
-            && ld.is_multiple_of(8)
-            && strides.iter().all(|s| s % 8 == 0))
+        !half
+            || (ptr.is_multiple_of(16)
+                && ld.is_multiple_of(8)
+                && strides.iter().all(|s| s % 8 == 0))
     };
     // The 128×128 tensor-core tile copies its operands asynchronously where their rows allow
     // 16-byte copies; the cost model then weighs it at its own rates.
@@ -305,7 +309,7 @@ pub(crate) fn run_gemm_with(run: &Run, p: &Problem, forced: Option<plan::Plan>) 
         vec_a,
         b: bsrc,
         has_c: has_c && nsplit == 1,
-        f16,
+        elem,
         split: nsplit > 1,
     };
     // (A plan that names the register-staged tile keeps it: the benchmark compares the two.)
@@ -445,7 +449,7 @@ pub(crate) fn run_gemm_with(run: &Run, p: &Problem, forced: Option<plan::Plan>) 
         // adjacent outputs where f32 rows are whole 16-byte vectors.
         let lanes = if nsplit >= 16 { 8u32 } else { 1 };
         let vec4 = lanes == 1
-            && !f16
+            && !half
             && p.n.is_multiple_of(4)
             && p.ldy.is_multiple_of(4)
             && p.y.is_multiple_of(16)
@@ -453,13 +457,14 @@ pub(crate) fn run_gemm_with(run: &Run, p: &Problem, forced: Option<plan::Plan>) 
             && y_batch.iter().all(|s| s % 4 == 0);
         let w_arg = w.arg_in();
         let w = run.scratch_before_last_read(w);
-        let text = reduce_ptx(run.cc(), has_c, f16, lanes, vec4);
+        let text = reduce_ptx(run.cc(), has_c, elem, lanes, vec4);
         let name = if vec4 {
             format!("quorum_gemm_splitk_reduce_c{}_h0_v4", has_c as u8)
         } else {
             format!(
                 "quorum_gemm_splitk_reduce_c{}_h{}_l{lanes}",
-                has_c as u8, f16 as u8
+                has_c as u8,
+                elem.tag()
             )
         };
         let total = p.m * p.n;
@@ -682,7 +687,7 @@ pub(crate) fn matmul_tensors(
     } = quorum_core::ops::matmul::matmul_shape(&ash, &bsh)?;
     let (a_batch, b_batch) = (a_batch.as_slice(), b_batch.as_slice());
     if let Some(ctx) = ctx {
-        ctx.check_alloc(&out_shape, if dtype == DType::F16 { 2 } else { 4 })?;
+        ctx.check_alloc(&out_shape, dtype.size_in_memory())?;
     }
     require_u32_len(&ash)?;
     require_u32_len(&bsh)?;
@@ -769,7 +774,7 @@ fn gemm(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>> 
     {
         return Err(invalid(format!("Gemm: C has dtype {cd} but A has {dtype}")));
     }
-    ctx.check_alloc(&[m, n], if dtype == DType::F16 { 2 } else { 4 })?;
+    ctx.check_alloc(&[m, n], dtype.size_in_memory())?;
     require_u32_len(&a.shape)?;
     require_u32_len(&b.shape)?;
     require_u32_len(&[m, n])?;
@@ -856,6 +861,7 @@ mod tests {
         assert!(vec_ok(DType::F16, 264, 8, &[4]));
         assert!(!vec_ok(DType::F16, 260, 8, &[]));
         assert!(!vec_ok(DType::F16, 256, 6, &[]));
-        assert!(!vec_ok(DType::BF16, 256, 8, &[]));
+        assert!(vec_ok(DType::BF16, 256, 8, &[]));
+        assert!(!vec_ok(DType::F64, 256, 8, &[]));
     }
 }

@@ -16,6 +16,7 @@ pub use quorum_core::device::layout::{broadcast_strides, simplify, strides};
 
 pub mod cast;
 pub mod conv;
+pub mod elem;
 pub mod elementwise;
 pub mod index;
 pub mod math;

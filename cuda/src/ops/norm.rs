@@ -166,10 +166,10 @@ fn k_batch_norm(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevT
     if bn_training(ctx.node) {
         return Err(KError::Decline("BatchNormalization training mode".into()));
     }
-    let ex = Elem::of("X", inputs.dtype(0))?;
+    let ex = Elem::operand("X", inputs.dtype(0))?;
     let mut ep = [Elem::F32; 4];
     for (j, e) in ep.iter_mut().enumerate() {
-        *e = Elem::of("a BatchNormalization parameter", inputs.dtype(j + 1))?;
+        *e = Elem::operand("a BatchNormalization parameter", inputs.dtype(j + 1))?;
     }
     let shape = shape_of(inputs, 0)?;
     let (_, c, inner) = nc_inner(&shape, "BatchNormalization")?;
@@ -210,9 +210,9 @@ fn k_batch_norm(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevT
 }
 
 fn k_instance_norm(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>> {
-    let ex = Elem::of("the input", inputs.dtype(0))?;
-    let ew = Elem::of("scale", inputs.dtype(1))?;
-    let eb = Elem::of("B", inputs.dtype(2))?;
+    let ex = Elem::operand("the input", inputs.dtype(0))?;
+    let ew = Elem::operand("scale", inputs.dtype(1))?;
+    let eb = Elem::operand("B", inputs.dtype(2))?;
     let shape = shape_of(inputs, 0)?;
     let (n, c, inner) = nc_inner(&shape, "InstanceNormalization")?;
     for j in [1, 2] {
@@ -236,9 +236,9 @@ fn k_instance_norm(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<D
 }
 
 fn k_group_norm(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>> {
-    let ex = Elem::of("the input", inputs.dtype(0))?;
-    let ew = Elem::of("scale", inputs.dtype(1))?;
-    let eb = Elem::of("bias", inputs.dtype(2))?;
+    let ex = Elem::operand("the input", inputs.dtype(0))?;
+    let ew = Elem::operand("scale", inputs.dtype(1))?;
+    let eb = Elem::operand("bias", inputs.dtype(2))?;
     let shape = shape_of(inputs, 0)?;
     let (n, c, inner) = nc_inner(&shape, "GroupNormalization")?;
     let g = ctx.req_i("num_groups")?;
@@ -285,11 +285,11 @@ fn broadcasts_to(p: &[usize], target: &[usize]) -> bool {
 }
 
 fn k_layer_norm(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>> {
-    let ex = Elem::of("X", inputs.dtype(0))?;
-    let ew = Elem::of("Scale", inputs.dtype(1))?;
+    let ex = Elem::operand("X", inputs.dtype(0))?;
+    let ew = Elem::operand("Scale", inputs.dtype(1))?;
     let has_bias = inputs.len() > 2 && inputs.present(2);
     let eb = if has_bias {
-        Some(Elem::of("B", inputs.dtype(2))?)
+        Some(Elem::operand("B", inputs.dtype(2))?)
     } else {
         None
     };
@@ -348,7 +348,7 @@ fn k_layer_norm(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevT
 }
 
 fn k_lrn(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>> {
-    let e = Elem::of("the input", inputs.dtype(0))?;
+    let e = Elem::operand("the input", inputs.dtype(0))?;
     let lrn = quorum_core::device::forms::Lrn::parse(ctx)?;
     let (size, alpha, beta, bias) = (lrn.size, lrn.alpha, lrn.beta, lrn.bias);
     let shape = shape_of(inputs, 0)?;

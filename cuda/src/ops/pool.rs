@@ -262,7 +262,7 @@ fn invalid(msg: String) -> KError {
 
 fn k_pool(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>> {
     let op = ctx.node.op_type.as_str();
-    let e = Elem::of("the input", inputs.dtype(0))?;
+    let e = Elem::operand("the input", inputs.dtype(0))?;
     let shape = inputs
         .shape(0)
         .ok_or_else(|| invalid("input 0 is required".into()))?;
@@ -313,7 +313,7 @@ fn k_pool(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>
 }
 
 fn k_global(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>> {
-    Elem::of("the input", inputs.dtype(0))?;
+    Elem::operand("the input", inputs.dtype(0))?;
     let shape = inputs
         .shape(0)
         .ok_or_else(|| invalid("input 0 is required".into()))?;

@@ -61,10 +61,10 @@ fn gemm_modules(out: &mut Vec<String>) {
         out.push(module((9, 0), &[build(&cfg)]));
     }
     for trans in [false, true] {
-        for (vec, f16, split) in [
-            (true, false, false),
-            (false, true, false),
-            (true, false, true),
+        for (vec, elem, split) in [
+            (true, Elem::F32, false),
+            (false, Elem::F16, false),
+            (true, Elem::F32, true),
         ] {
             let cfg = TileCfg {
                 variant: Variant::Skinny(4),
@@ -72,13 +72,13 @@ fn gemm_modules(out: &mut Vec<String>) {
                 vec_a: vec,
                 b: BSrc::Strided { trans, vec },
                 has_c: !split,
-                f16,
+                elem,
                 split,
             };
             out.push(module((9, 0), &[build_skinny(&cfg)]));
         }
     }
-    for (c, h) in [(false, false), (true, false), (true, true)] {
+    for (c, h) in [(false, Elem::F32), (true, Elem::F32), (true, Elem::F16)] {
         out.push(module(
             (9, 0),
             &[reduce_kernel(c, h, if c { 8 } else { 1 })],
@@ -89,7 +89,7 @@ fn gemm_modules(out: &mut Vec<String>) {
     }
     // Older targets print a different header.
     out.push(module((8, 6), &[build(&all_cfgs()[0])]));
-    out.push(module((7, 5), &[reduce_kernel(true, false, 8)]));
+    out.push(module((7, 5), &[reduce_kernel(true, Elem::F32, 8)]));
 }
 
 fn cast_modules(out: &mut Vec<String>) {
@@ -121,7 +121,7 @@ fn cast_modules(out: &mut Vec<String>) {
 
 fn conv_modules(out: &mut Vec<String>) {
     for kind in [Direct::Conv, Direct::Transpose] {
-        for (b, h) in [(false, false), (true, false), (true, true)] {
+        for (b, h) in [(false, Elem::F32), (true, Elem::F32), (true, Elem::F16)] {
             out.push(module((9, 0), &[direct_kernel(kind, b, h)]));
         }
     }
@@ -478,7 +478,7 @@ fn golden_modules() -> Vec<String> {
     out.push(module(
         (9, 0),
         &[
-            reduce_kernel(false, false, 1),
+            reduce_kernel(false, Elem::F32, 1),
             gather_elements_kernel(Ty::U32, 4),
         ],
     ));

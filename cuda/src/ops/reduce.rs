@@ -483,7 +483,7 @@ pub(crate) fn reduce_dev(
     axes: &[usize],
     keepdims: bool,
 ) -> KResult<DevTensor> {
-    let e = Elem::of("the input", Some(x.dtype))?;
+    let e = Elem::operand("the input", Some(x.dtype))?;
     require_u32_len(&x.shape)?;
     let g = geometry(&x.shape, axes);
     let out_shape = if keepdims { g.keep_shape } else { g.drop_shape };
@@ -512,7 +512,7 @@ pub(crate) fn reduce_dev(
 fn k_reduce(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>> {
     let op = ctx.node.op_type.as_str();
     let red = Red::of(op).ok_or_else(|| KError::Decline(format!("{op} is not a reduction")))?;
-    Elem::of("the input", inputs.dtype(0))?;
+    Elem::operand("the input", inputs.dtype(0))?;
     let rank = input_shape(inputs, 0)?.len();
     let keepdims = ctx.attr_i("keepdims", 1)? != 0;
     let axes = reduced_axes(ctx, inputs, rank, red.axes_input_since())?;
@@ -595,7 +595,7 @@ fn k_arg(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>>
     };
     let e = match int {
         Some(_) => Elem::F32,
-        None => Elem::of("the input", inputs.dtype(0))?,
+        None => Elem::operand("the input", inputs.dtype(0))?,
     };
     let shape = input_shape(inputs, 0)?;
     let rank = shape.len();

@@ -135,7 +135,7 @@ pub(crate) fn softmax_dev(
     kind: Kind,
     (outer, n, inner): (usize, usize, usize),
 ) -> KResult<DevTensor> {
-    let e = Elem::of("the input", Some(x.dtype))?;
+    let e = Elem::operand("the input", Some(x.dtype))?;
     require_u32_len(&x.shape)?;
     let y = run.alloc(e.dtype(), &x.shape)?;
     let rows = outer * inner;
@@ -161,7 +161,7 @@ fn k_softmax(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTens
         "LogSoftmax" => Kind::LogSoft,
         _ => Kind::Hard,
     };
-    Elem::of("the input", inputs.dtype(0))?;
+    Elem::operand("the input", inputs.dtype(0))?;
     let shape = inputs
         .shape(0)
         .ok_or_else(|| KError::Op(OpError::Invalid("input 0 is required".into())))?;

@@ -1,11 +1,11 @@
-//! f16 products on the tensor cores (CUDA, sm_80 and later, at any precision): an f16 value is a
-//! TF32 value, so the TF32 `mma` multiplies f16 operands exactly, and the f16 `mma` does too; both
+//! f16 and bf16 products on the tensor cores (CUDA, sm_80 and later, at any precision): both are
+//! TF32 values, so the TF32 `mma` multiplies them exactly, and the f16 and bf16 `mma`s do too; all
 //! sum in f32 the tensor cores' way (a few exact products at a time added to the accumulator and
 //! truncated), which the run declares (`Arithmetic::TENSOR_CORES`) and which stays within the
-//! standard bound. Every tiled plan of f16 operands agrees with both oracles under that
+//! standard bound. Every tiled plan of f16 and bf16 operands agrees with both oracles under that
 //! declaration; the truncation itself is measured on the device (long sums of positive terms,
 //! f32 operands that TF32 leaves unchanged): the model that truncates as declared agrees, and the
-//! same outputs claimed as round-to-nearest sums are caught by the spread judge; f16 sessions of
+//! same outputs claimed as round-to-nearest sums are caught by the spread judge; f16 and bf16 sessions of
 //! MatMul, Gemm and Conv pass strict verification — the register-staged tiles (f16 widened into
 //! the TF32 `mma`) and, where rows are 16-byte aligned, the asynchronous one (`ldmatrix`,
 //! `mma.m16n8k16`). (The wrong kernel "an f16 path that accumulates in f16" is caught in `cargo
@@ -76,8 +76,9 @@ pub(crate) fn judge(a: &Tensor, b: &Tensor, y: &Tensor, operands: Arithmetic) ->
     )
 }
 
-#[test]
-fn every_f16_plan_agrees_as_exact_products() {
+#[rstest::rstest]
+fn every_half_plan_agrees_as_exact_products(#[values(DType::F16, DType::BF16)] half: DType) {
+    let h = |t: &Tensor| crate::elementwise::as_dtype(t, half);
     if !cuda() {
         println!("no CUDA device: the tensor-core GEMM is not run");
         return;
@@ -99,8 +100,8 @@ fn every_f16_plan_agrees_as_exact_products() {
     .enumerate()
     {
         let (m, n, k, nb) = shape;
-        let at = f16(&rand_f32(800 + s as u64, &[nb, m, k]));
-        let bt = f16(&rand_f32(850 + s as u64, &[nb, k, n]));
+        let at = h(&rand_f32(800 + s as u64, &[nb, m, k]));
+        let bt = h(&rand_f32(850 + s as u64, &[nb, k, n]));
         let d = Dims {
             m,
             n,
@@ -115,7 +116,7 @@ fn every_f16_plan_agrees_as_exact_products() {
         for p in plans {
             let (y, declared) = product(&at, &bt, shape, p, false);
             let what = format!("{p:?} on {shape:?}");
-            assert_eq!(y.dtype(), DType::F16, "{what}");
+            assert_eq!(y.dtype(), half, "{what}");
             if m > 4 {
                 assert_eq!(declared, Arithmetic::TENSOR_CORES, "{what}: not declared");
             }
@@ -210,12 +211,13 @@ pub(crate) fn strict(case: Case, precision: Precision) {
     );
 }
 
-#[test]
-fn f16_sessions_pass_strict_verification() {
+#[rstest::rstest]
+fn half_sessions_pass_strict_verification(#[values(DType::F16, DType::BF16)] half: DType) {
     if !cuda() {
         println!("no CUDA device: the tensor-core GEMM is not run");
         return;
     }
+    let f16 = |t: &Tensor| crate::elementwise::as_dtype(t, half);
     for (a, b, seed) in [
         (vec![2, 129, 300], vec![300, 68], 1),
         (vec![3, 4, 70, 513], vec![3, 4, 513, 65], 2),

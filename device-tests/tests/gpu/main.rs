@@ -19,7 +19,7 @@ mod cast;
 mod conv;
 mod einsum;
 mod elementwise;
-mod elementwise_f16;
+mod elementwise_half;
 mod elementwise_int;
 mod f16_cores;
 mod fused;

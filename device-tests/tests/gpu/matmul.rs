@@ -107,18 +107,21 @@ fn matmul_big_tiles() {
     matmul(&[2, 1100, 36], &[36, 1200], 51);
 }
 
-#[test]
-fn matmul_f16() {
+/// Both halves, on the tensor cores (sm_80 on) or the CUDA cores: widened exactly, summed in f32.
+#[rstest::rstest]
+fn matmul_half(#[values(DType::F16, DType::BF16)] dtype: DType) {
+    let h = |t: &Tensor| crate::elementwise::as_dtype(t, dtype);
     for (a, b) in [
         (vec![3usize, 17], vec![17usize, 5]),
         (vec![2, 4, 33], vec![2, 33, 8]),
         (vec![1, 2000], vec![2000, 24]),
     ] {
-        Case::new("MatMul")
+        let r = Case::new("MatMul")
             .opset(13)
-            .input(f16(&rand_f32(60, &a)))
-            .input(f16(&rand_f32(61, &b)))
+            .input(h(&rand_f32(60, &a)))
+            .input(h(&rand_f32(61, &b)))
             .check();
+        assert_eq!(crate::harness::dtype(&r.outputs[0]), dtype);
     }
 }
 

@@ -142,15 +142,18 @@ fn layer_norm_every_axis_and_stats() {
         .constant(rand_f32(5, &[4, 1]))
         .constant(rand_f32(6, &[5]))
         .check();
-    let r = Case::new("LayerNormalization")
-        .opset(17)
-        .outputs(3)
-        .input(to_f16(&rand_f32(7, &[6, 50])))
-        .constant(to_f16(&rand_f32(8, &[50])))
-        .constant(to_f16(&rand_f32(9, &[50])))
-        .check();
-    assert_eq!(dtype(&r.outputs[0]), DType::F16);
-    assert_eq!(dtype(&r.outputs[1]), DType::F32);
+    for half in [DType::F16, DType::BF16] {
+        let h = |t: Tensor| Tensor::from_f64s(half, t.shape(), t.to_f64_vec().unwrap()).unwrap();
+        let r = Case::new("LayerNormalization")
+            .opset(17)
+            .outputs(3)
+            .input(h(rand_f32(7, &[6, 50])))
+            .constant(h(rand_f32(8, &[50])))
+            .constant(h(rand_f32(9, &[50])))
+            .check();
+        assert_eq!(dtype(&r.outputs[0]), half);
+        assert_eq!(dtype(&r.outputs[1]), DType::F32);
+    }
 }
 
 #[test]

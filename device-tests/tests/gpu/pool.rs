@@ -172,10 +172,10 @@ fn global_pools() {
     Case::new("GlobalAveragePool").input(x).check();
 }
 
-#[test]
-fn pools_on_f16() {
+#[rstest::rstest]
+fn pools_on_halves(#[values(DType::F16, DType::BF16)] half: DType) {
     let x = Tensor::from_f64s(
-        DType::F16,
+        half,
         &[2, 3, 9, 11],
         rand_f32(7, &[2, 3, 9, 11]).to_f64_vec().unwrap(),
     )
@@ -187,7 +187,7 @@ fn pools_on_f16() {
             .attr_ints("pads", &[1, 1, 1, 1])
             .input(x.clone())
             .check();
-        assert_eq!(dtype(&r.outputs[0]), DType::F16);
+        assert_eq!(dtype(&r.outputs[0]), half);
     }
 }
 

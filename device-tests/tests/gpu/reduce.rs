@@ -219,14 +219,14 @@ fn reduce_large_magnitudes_and_infinities() {
     }
 }
 
-#[test]
-fn reduce_f16() {
+#[rstest::rstest]
+fn reduce_halves(#[values(DType::F16, DType::BF16)] half: DType) {
     for (shape, axes) in [
         (&[4usize, 5000][..], &[1i64][..]),
         (&[3, 5], &[0]),
         (&[2, 3, 40], &[0, 2]),
     ] {
-        let x = to_f16(&rand_f32(9, shape));
+        let x = Tensor::from_f64s(half, shape, rand_f32(9, shape).to_f64_vec().unwrap()).unwrap();
         for op in [
             "ReduceMax",
             "ReduceMin",
@@ -235,7 +235,7 @@ fn reduce_f16() {
             "ReduceLogSumExp",
         ] {
             let r = reduce(op, 18, x.clone(), Some(axes), 1).check();
-            assert_eq!(dtype(&r.outputs[0]), DType::F16);
+            assert_eq!(dtype(&r.outputs[0]), half);
         }
     }
 }

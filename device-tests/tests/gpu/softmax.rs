@@ -118,14 +118,14 @@ fn hardmax_ties_take_the_first() {
     }
 }
 
-#[test]
-fn f16_and_empty() {
+#[rstest::rstest]
+fn halves_and_empty(#[values(DType::F16, DType::BF16)] half: DType) {
     for shape in [&[4usize, 300][..], &[2, 3000], &[3, 5, 7]] {
         let x = rand_range(16, shape, -8.0, 8.0);
-        let x = Tensor::from_f64s(DType::F16, shape, x.to_f64_vec().unwrap()).unwrap();
+        let x = Tensor::from_f64s(half, shape, x.to_f64_vec().unwrap()).unwrap();
         for op in OPS {
             let r = case(op, 13, None, x.clone()).check();
-            assert_eq!(dtype(&r.outputs[0]), DType::F16);
+            assert_eq!(dtype(&r.outputs[0]), half);
         }
     }
     for shape in [&[0usize, 5][..], &[3, 0], &[2, 0, 4]] {

@@ -6,6 +6,7 @@ use super::tile::{
     BSrc, SKINNY_ROWS, TileCfg, gather_addr, gather_base, gather_k, load1, load4, params,
     store_out, zero,
 };
+use crate::ops::elem::Elem;
 use crate::ptx::{Cmp, Kernel, Reg, Space, Ty};
 
 /// The skinny kernel: `m <= SKINNY_ROWS`, B strided (block 256).
@@ -40,7 +41,7 @@ pub fn build_skinny(cfg: &TileCfg) -> Kernel {
         .iter()
         .map(|&r| k.setp(Cmp::Lt, Ty::U32, r, p.m))
         .collect();
-    let f16 = cfg.f16;
+    let elem = cfg.elem;
     let (vec_a, trans_a) = (cfg.vec_a, cfg.trans_a);
     if trans_b {
         let col = k.fma(Ty::U32, bx, 8u32, warp);
@@ -79,12 +80,12 @@ pub fn build_skinny(cfg: &TileCfg) -> Kernel {
                 .collect();
             let bv = [0; 4].map(|_| k.reg(Ty::F32));
             let pb = [0, 1, 2, 3].map(|i| k.pred_and(pn, inr[i]));
-            load4(k, f16, vec_b, bv, pb, bptr);
+            load4(k, elem, vec_b, bv, pb, bptr);
             for r in 0..nrows {
                 let av = [0; 4].map(|_| k.reg(Ty::F32));
                 let pa = [0, 1, 2, 3].map(|i| k.pred_and(prow[r], inr[i]));
                 match a_kstep {
-                    None => load4(k, f16, vec_a, av, pa, aptr[r]),
+                    None => load4(k, elem, vec_a, av, pa, aptr[r]),
                     Some(step) => {
                         let mut ad = aptr[r];
                         for i in 0..4 {
@@ -92,7 +93,7 @@ pub fn build_skinny(cfg: &TileCfg) -> Kernel {
                             if i > 0 {
                                 ad = k.add(Ty::U64, ad, step);
                             }
-                            load1(k, f16, av[i], pa[i], ad, 0);
+                            load1(k, elem, av[i], pa[i], ad, 0);
                         }
                     }
                 }
@@ -156,10 +157,10 @@ pub fn build_skinny(cfg: &TileCfg) -> Kernel {
             .collect();
         k.for_range(Ty::U32, kw, p.kend, 8u32, |k, _| {
             let bv = [0; 4].map(|_| k.reg(Ty::F32));
-            load4(k, f16, vec_b, bv, q, bptr);
+            load4(k, elem, vec_b, bv, q, bptr);
             for r in 0..nrows {
                 let av = k.mov(Ty::F32, 0.0f32);
-                load1(k, f16, av, prow[r], aptr[r], 0);
+                load1(k, elem, av, prow[r], aptr[r], 0);
                 for j in 0..4 {
                     k.fma_acc(acc[r][j], av, bv[j]);
                 }
@@ -241,7 +242,7 @@ pub fn build_naive(cfg: &TileCfg) -> Kernel {
     let (pa, pb) = (p.a, p.b);
     let trans_a = cfg.trans_a;
     let bsrc = cfg.b;
-    let f16 = cfg.f16;
+    let elem = cfg.elem;
     let geom = p.g;
     k.for_range(Ty::U32, p.kbeg, p.kend, 1u32, |k, kk| {
         let ai = if trans_a {
@@ -251,7 +252,7 @@ pub fn build_naive(cfg: &TileCfg) -> Kernel {
         };
         let aa = k.addr(pa, ai, es);
         let av = k.mov(Ty::F32, 0.0f32);
-        load1(k, f16, av, always, aa, 0);
+        load1(k, elem, av, always, aa, 0);
         let bv = k.mov(Ty::F32, 0.0f32);
         match bsrc {
             BSrc::Strided { trans, .. } => {
@@ -261,14 +262,14 @@ pub fn build_naive(cfg: &TileCfg) -> Kernel {
                     k.fma(Ty::U32, kk, ldb, col)
                 };
                 let ba = k.addr(pb, bi, es);
-                load1(k, f16, bv, always, ba, 0);
+                load1(k, elem, bv, always, ba, 0);
             }
             BSrc::Im2col => {
                 let g = geom.as_ref().expect("im2col geometry");
                 let (coff, off) = gather_k(k, g, kk);
                 let base = gbase.expect("im2col base");
                 let (ba, ok) = gather_addr(k, g, pb, es, always, base, coff, off);
-                load1(k, f16, bv, ok, ba, 0);
+                load1(k, elem, bv, ok, ba, 0);
             }
         }
         k.fma_acc(acc, av, bv);
@@ -351,13 +352,14 @@ fn reduce_params(k: &mut Kernel) -> ReduceParams {
 /// nsplit. Block 256 = (256 / lanes) outputs × `lanes` (1 or 8): lane `l` sums splits l, l+lanes,
 /// ... in order (four loads in flight), then the lane sums meet in shared memory, added in lane order
 /// (deterministic). Grid: ⌈m·n · lanes / 256⌉ blocks.
-pub fn reduce_kernel(has_c: bool, f16: bool, lanes: u32) -> Kernel {
+pub fn reduce_kernel(has_c: bool, elem: Elem, lanes: u32) -> Kernel {
     assert!(lanes == 1 || lanes == 8);
     let opb = 256 / lanes;
-    let es = if f16 { 2 } else { 4 };
+    let es = elem.size();
     let mut k = Kernel::new(&format!(
         "quorum_gemm_splitk_reduce_c{}_h{}_l{lanes}",
-        has_c as u8, f16 as u8
+        has_c as u8,
+        elem.tag()
     ));
     let rp = reduce_params(&mut k);
     let t = k.special("tid.x");
@@ -411,23 +413,15 @@ pub fn reduce_kernel(has_c: bool, f16: bool, lanes: u32) -> Kernel {
             let co = k.fma(Ty::U32, row, rp.c_rs, rp.c_off);
             let co = k.fma(Ty::U32, col, rp.c_cs, co);
             let ca = k.addr(rp.c, co, es);
-            let cv = if f16 {
-                let h = k.ld(Space::Global, Ty::F16, ca, 0);
-                k.cvt(Ty::F32, Ty::F16, "", h)
-            } else {
-                k.ld(Space::Global, Ty::F32, ca, 0)
-            };
+            let h = k.ld(Space::Global, elem.raw(), ca, 0);
+            let cv = elem.widen(k, h);
             v = k.fma(Ty::F32, rp.beta, cv, v);
         }
         let yi = k.fma(Ty::U32, row, rp.ldy, col);
         let yi = k.add(Ty::U32, yi, rp.y_off);
         let ya = k.addr(rp.y, yi, es);
-        if f16 {
-            let h = k.cvt(Ty::F16, Ty::F32, ".rn", v);
-            k.st(Space::Global, ya, 0, h);
-        } else {
-            k.st(Space::Global, ya, 0, v);
-        }
+        let h = elem.narrow(k, v);
+        k.st(Space::Global, ya, 0, h);
     });
     k
 }
@@ -518,7 +512,12 @@ mod tests {
 
     #[test]
     fn reduce_kernel_generates() {
-        for (c, h) in [(false, false), (true, false), (true, true)] {
+        for (c, h) in [
+            (false, Elem::F32),
+            (true, Elem::F32),
+            (true, Elem::F16),
+            (true, Elem::Bf16),
+        ] {
             let text = module((9, 0), &[reduce_kernel(c, h, if c { 8 } else { 1 })]);
             assert!(text.contains("quorum_gemm_splitk_reduce"));
             assert!(!text.contains(".approx"));
@@ -528,10 +527,11 @@ mod tests {
     #[test]
     fn skinny_kernels_stream_b() {
         for trans in [false, true] {
-            for (vec, f16, split) in [
-                (true, false, false),
-                (false, true, false),
-                (true, false, true),
+            for (vec, elem, split) in [
+                (true, Elem::F32, false),
+                (false, Elem::F16, false),
+                (false, Elem::Bf16, false),
+                (true, Elem::F32, true),
             ] {
                 let cfg = TileCfg {
                     variant: Variant::Skinny(4),
@@ -539,7 +539,7 @@ mod tests {
                     vec_a: vec,
                     b: BSrc::Strided { trans, vec },
                     has_c: !split,
-                    f16,
+                    elem,
                     split,
                 };
                 let text = module((9, 0), &[build_skinny(&cfg)]);

@@ -18,10 +18,11 @@
 //! padded by 8 floats so that a fragment's 32 reads (rows `t` and `t + 4`, 8 columns) fall in 32
 //! different banks.
 use super::tile::{Params, TileCfg, ktile_loop, prologue, setup, store_out};
+use crate::ops::elem::Elem;
 use crate::ptx::{Cmp, Kernel, Reg, Space, Ty};
 
 /// The kernel for a `Tf32Big` or `Tf32Small` configuration: f32 operands rounded to TF32, or f16
-/// operands widened (exactly: an f16 value is a TF32 value).
+/// and bf16 operands widened (exactly: both are TF32 values).
 pub fn build_tc(cfg: &TileCfg) -> Kernel {
     assert!(
         cfg.tensor_cores(),
@@ -183,12 +184,17 @@ pub(super) fn mma_tf32(k: &mut Kernel, d: [Reg; 4], a: &[Reg; 4], b: &[Reg; 2]) 
     ));
 }
 
-/// `d += a · b` on the tensor cores: one m16n8k16 product of f16 fragments (`a`: four `.f16x2`
-/// registers, rows `g` and `g + 8` at k `2q, 2q + 1` and `2q + 8, 2q + 9`; `b`: two, k `2q, 2q + 1`
-/// and `2q + 8, 2q + 9` at column `g`), f32 accumulators laid out as `mma_tf32`'s.
-pub(super) fn mma_f16(k: &mut Kernel, d: [Reg; 4], a: &[Reg; 4], b: &[Reg; 2]) {
+/// `d += a · b` on the tensor cores: one m16n8k16 product of 16-bit fragments, f16 or bf16 as
+/// `elem` says (`a`: four registers of two halves, rows `g` and `g + 8` at k `2q, 2q + 1` and
+/// `2q + 8, 2q + 9`; `b`: two, k `2q, 2q + 1` and `2q + 8, 2q + 9` at column `g`), f32
+/// accumulators laid out as `mma_tf32`'s. Both halves share the fragment layout.
+pub(super) fn mma_half(k: &mut Kernel, elem: Elem, d: [Reg; 4], a: &[Reg; 4], b: &[Reg; 2]) {
+    let t = match elem {
+        Elem::Bf16 => "bf16",
+        _ => "f16",
+    };
     k.raw(format_args!(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 \
+        "mma.sync.aligned.m16n8k16.row.col.f32.{t}.{t}.f32 \
          {{{}, {}, {}, {}}}, {{{}, {}, {}, {}}}, {{{}, {}}}, {{{}, {}, {}, {}}}",
         d[0], d[1], d[2], d[3], a[0], a[1], a[2], a[3], b[0], b[1], d[0], d[1], d[2], d[3]
     ));

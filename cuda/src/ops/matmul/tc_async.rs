@@ -1,6 +1,6 @@
 //! The tensor-core GEMM with its operands copied global → shared by `cp.async` through a ring of
 //! four stages, for operands whose rows are 16-byte aligned (the common case: for f32 the layout
-//! checks of the CUDA-core kernels' 16-byte loads, `vec_a` and B's `vec`; for f16 the caller checks
+//! checks of the CUDA-core kernels' 16-byte loads, `vec_a` and B's `vec`; for halves the caller checks
 //! 16 bytes, since those flags promise 8).
 //!
 //! Why: the register-staged kernel (`tc.rs`) waits for each k-tile's global loads before it can
@@ -16,11 +16,13 @@
 //! - **f32** (k-tiles of 8): each fragment value is rounded to TF32 (`cvt.rna.tf32.f32`) as it is
 //!   loaded from shared memory and multiplied by `mma.m16n8k8` (TF32): the declaration is
 //!   `tc.rs`'s (`Arithmetic::TF32`).
-//! - **f16** (k-tiles of 32): fragments are read with `ldmatrix` (transposed where the operand is
-//!   contiguous along m|n) and multiplied as they are by `mma.m16n8k16` with f32 accumulators:
-//!   exact products summed in f32, nothing to declare.
-use super::tc::{Warps, mma_f16, mma_tf32};
+//! - **f16 and bf16** (k-tiles of 32): fragments are read with `ldmatrix` (transposed where the
+//!   operand is contiguous along m|n) and multiplied as they are by `mma.m16n8k16` (`.f16` or
+//!   `.bf16`) with f32 accumulators: exact products, summed in f32 as the tensor cores sum
+//!   (truncated; `Arithmetic::TENSOR_CORES`).
+use super::tc::{Warps, mma_half, mma_tf32};
 use super::tile::{BSrc, Params, TileCfg, Variant, k_tiles, params};
+use crate::ops::elem::Elem;
 use crate::ptx::{Cmp, Kernel, Reg, Space, Ty};
 
 /// Stages of the shared ring: three k-tiles in flight behind the one being multiplied.
@@ -55,8 +57,8 @@ struct Geom {
 }
 
 impl Geom {
-    fn of(f16: bool) -> Geom {
-        if f16 {
+    fn of(elem: Elem) -> Geom {
+        if elem.is_half() {
             Geom {
                 es: 2,
                 bk: 32,
@@ -266,13 +268,13 @@ fn ld_tf32(k: &mut Kernel, addr: Reg, off: usize) -> Reg {
 
 /// The dynamic shared memory a launch of `cfg` needs: the ring of stages.
 pub fn shared_bytes(cfg: &TileCfg) -> usize {
-    let geom = Geom::of(cfg.f16);
+    let geom = Geom::of(cfg.elem);
     let b_along_k = matches!(cfg.b, BSrc::Strided { trans: true, .. });
     STAGES * (geom.part(!cfg.trans_a, 128) + geom.part(b_along_k, 128))
 }
 
 /// Whether `cfg` can take this kernel: both operands' rows aligned for vector loads, B strided.
-/// (For f16 those flags promise 8-byte rows; the caller also checks 16.)
+/// (For halves those flags promise 8-byte rows; the caller also checks 16.)
 pub fn fits(cfg: &TileCfg) -> bool {
     cfg.vec_a && matches!(cfg.b, BSrc::Strided { vec: true, .. })
 }
@@ -284,7 +286,7 @@ pub fn build_tc_async(cfg: &TileCfg) -> Kernel {
         unreachable!("fits() takes strided B only")
     };
     let (bm, bn) = (128usize, 128usize);
-    let geom = Geom::of(cfg.f16);
+    let geom = Geom::of(cfg.elem);
     let bk = geom.bk;
     let a_along_k = !cfg.trans_a;
     let b_along_k = trans_b;
@@ -326,9 +328,9 @@ pub fn build_tc_async(cfg: &TileCfg) -> Kernel {
 
     // Warps tile the block 2 × 4 (64×32 outputs each), as `tc.rs`'s do.
     let w = Warps::new(&mut k, t, bm, bn);
-    let reads = if cfg.f16 {
-        Reads::F16(F16Reads::new(
-            &mut k, geom, t, &w, a_along_k, b_along_k, asz,
+    let reads = if cfg.elem.is_half() {
+        Reads::Half(HalfReads::new(
+            &mut k, cfg.elem, geom, t, &w, a_along_k, b_along_k, asz,
         ))
     } else {
         Reads::Tf32(Tf32Reads::new(&mut k, geom, &w, a_along_k, b_along_k, asz))
@@ -381,7 +383,7 @@ pub fn build_tc_async(cfg: &TileCfg) -> Kernel {
     let st = k.add(Ty::U32, sbase, rs);
     match &reads {
         Reads::Tf32(r) => r.multiply(&mut k, &w, st),
-        Reads::F16(r) => r.multiply(&mut k, &w, st),
+        Reads::Half(r) => r.multiply(&mut k, &w, st),
     }
     ring_add(&mut k, rs, stage, ring);
     k.raw(format_args!("add.u32 {kt}, {kt}, 1"));
@@ -397,7 +399,7 @@ pub fn build_tc_async(cfg: &TileCfg) -> Kernel {
 /// How a k-tile's fragments are read from a stage and multiplied.
 enum Reads {
     Tf32(Tf32Reads),
-    F16(F16Reads),
+    Half(HalfReads),
 }
 
 /// f32 stages: each fragment value loaded alone and rounded to TF32; `m16n8k8`.
@@ -486,10 +488,11 @@ impl Tf32Reads {
     }
 }
 
-/// f16 stages: fragments read by `ldmatrix` (four 8×8 matrices of halves per instruction, each
+/// f16 and bf16 stages: fragments read by `ldmatrix` (four 8×8 matrices of halves per instruction, each
 /// lane giving one 16-byte row's address; `.trans` where the operand is stored along m|n, so that
 /// each register holds two consecutive k of one row or column, as `mma.m16n8k16` takes them).
-struct F16Reads {
+struct HalfReads {
+    elem: Elem,
     geom: Geom,
     a_along_k: bool,
     b_along_k: bool,
@@ -498,16 +501,18 @@ struct F16Reads {
     b_rd: Reg,
 }
 
-impl F16Reads {
+impl HalfReads {
+    #[allow(clippy::too_many_arguments)]
     fn new(
         k: &mut Kernel,
+        elem: Elem,
         geom: Geom,
         t: Reg,
         w: &Warps,
         a_along_k: bool,
         b_along_k: bool,
         asz: usize,
-    ) -> F16Reads {
+    ) -> HalfReads {
         let lane = k.and(Ty::U32, t, 31u32);
         let l7 = k.and(Ty::U32, lane, 7u32);
         let l16 = k.and(Ty::U32, lane, 15u32);
@@ -547,7 +552,8 @@ impl F16Reads {
             let o = k.shl(Ty::U32, o, 1u32);
             k.add(Ty::U32, o, asz as u32)
         };
-        F16Reads {
+        HalfReads {
+            elem,
             geom,
             a_along_k,
             b_along_k,
@@ -586,7 +592,7 @@ impl F16Reads {
                 .collect();
             for (mt, a) in a.iter().enumerate() {
                 for (nt, b) in b.iter().enumerate() {
-                    mma_f16(k, w.acc[mt][nt], a, b);
+                    mma_half(k, self.elem, w.acc[mt][nt], a, b);
                 }
             }
         }

@@ -15,6 +15,7 @@
 //! micro-tile with `fma.rn.f32`. Every global load is predicated on its (m|n, k) being in range and
 //! loads 0 otherwise, so partial tiles need no other care; every store is predicated likewise.
 use crate::driver::Arg;
+use crate::ops::elem::Elem;
 use crate::ptx::{Cmp, Kernel, Reg, Space, Ty};
 
 /// How the B operand is read.
@@ -44,7 +45,7 @@ pub enum Variant {
     Tf32Small,
     /// 128×128 tiles on the tensor cores, the operands copied by `cp.async` through four stages
     /// (`tc_async.rs`; operands with 16-byte aligned rows): f32 operands as TF32 in k-tiles of 16
-    /// (`m16n8k8`), f16 operands as they are in k-tiles of 32 (`m16n8k16`, f32 accumulators).
+    /// (`m16n8k8`), f16 and bf16 operands as they are in k-tiles of 32 (`m16n8k16`, f32 accumulators).
     TcAsync,
     /// At most this many rows (1, 2 or 4; GEMV-like): B streamed once with 16-byte loads, the
     /// rows kept in registers; a warp per column when B is contiguous along k, else a block per 128
@@ -61,8 +62,8 @@ pub struct TileCfg {
     pub b: BSrc,
     /// C is read (present and beta != 0).
     pub has_c: bool,
-    /// A, B, C and Y are f16 (computed in f32).
-    pub f16: bool,
+    /// How A, B, C and Y are stored (computed in f32).
+    pub elem: Elem,
     /// Split-K partial: raw f32 sums into a workspace (no alpha, no C); `reduce_kernel` finishes.
     pub split: bool,
 }
@@ -77,7 +78,7 @@ impl TileCfg {
             // one global load's latency per barrier would leave them idle.
             Variant::Tf32Big => (128, 128, 16, 8),
             Variant::Tf32Small => (64, 64, 32, 4),
-            Variant::TcAsync if self.f16 => (128, 128, 32, 8),
+            Variant::TcAsync if self.elem.is_half() => (128, 128, 32, 8),
             Variant::TcAsync => (128, 128, 8, 8),
             Variant::Naive => (16, 16, 1, 1),
             Variant::Skinny(r) => match self.b {
@@ -94,7 +95,8 @@ impl TileCfg {
             Variant::Naive => "naive".to_string(),
             Variant::Tf32Big => "tf32big".to_string(),
             Variant::Tf32Small => "tf32small".to_string(),
-            Variant::TcAsync if self.f16 => "f16async".to_string(),
+            Variant::TcAsync if self.elem == Elem::F16 => "f16async".to_string(),
+            Variant::TcAsync if self.elem == Elem::Bf16 => "bf16async".to_string(),
             Variant::TcAsync => "tf32async".to_string(),
             Variant::Skinny(r) => format!("skinny{r}"),
         };
@@ -107,13 +109,13 @@ impl TileCfg {
             self.trans_a as u8,
             self.vec_a as u8,
             self.has_c as u8,
-            self.f16 as u8,
+            self.elem.tag(),
             self.split as u8
         )
     }
 
     pub(crate) fn es(&self) -> usize {
-        if self.f16 { 2 } else { 4 }
+        self.elem.size()
     }
 
     /// The k-depth one pass of the loaders covers (each thread loads 4 elements of each operand
@@ -126,8 +128,8 @@ impl TileCfg {
         }
     }
 
-    /// Whether the products run on the tensor cores (f32 operands rounded to TF32; f16 operands
-    /// as they are).
+    /// Whether the products run on the tensor cores (f32 operands rounded to TF32; f16 and bf16
+    /// operands as they are).
     pub fn tensor_cores(&self) -> bool {
         matches!(
             self.variant,
@@ -388,12 +390,12 @@ pub(crate) fn k_tiles(k: &mut Kernel, p: &Params, bk: usize) -> Reg {
     k.div(Ty::U32, x, bk as u32)
 }
 
-/// `@p ld` of one element (f32, or f16 widened) into the existing f32 register `v`.
-pub(crate) fn load1(k: &mut Kernel, f16: bool, v: Reg, p: Reg, addr: Reg, off: i64) {
-    if f16 {
-        let h = k.reg(Ty::F16);
+/// `@p ld` of one element (f32, or a half widened) into the existing f32 register `v`.
+pub(crate) fn load1(k: &mut Kernel, elem: Elem, v: Reg, p: Reg, addr: Reg, off: i64) {
+    if elem.is_half() {
+        let h = k.reg(elem.raw());
         k.raw(format_args!("@{p} ld.global.nc.b16 {h}, [{addr}+{off}]"));
-        k.raw(format_args!("@{p} cvt.f32.f16 {v}, {h}"));
+        elem.widen_into(k, v, h, Some(p));
     } else {
         k.raw(format_args!("@{p} ld.global.nc.f32 {v}, [{addr}+{off}]"));
     }
@@ -405,10 +407,10 @@ pub(crate) fn zero(k: &mut Kernel, v: Reg) {
 
 /// Loads 4 consecutive elements at `addr` into `vals` (0 where the predicate is false). With `vec`,
 /// one vector load when all four are in range (`preds[3]` implies the others): 16 bytes of f32, or
-/// 8 bytes of f16 widened.
+/// 8 bytes of halves widened.
 pub(crate) fn load4(
     k: &mut Kernel,
-    f16: bool,
+    elem: Elem,
     vec: bool,
     vals: [Reg; 4],
     preds: [Reg; 4],
@@ -417,17 +419,17 @@ pub(crate) fn load4(
     for v in vals {
         zero(k, v);
     }
-    let es = if f16 { 2 } else { 4 };
+    let es = elem.size();
     if vec {
         let p3 = preds[3];
-        if f16 {
-            let h = [0; 4].map(|_| k.reg(Ty::F16));
+        if elem.is_half() {
+            let h = [0; 4].map(|_| k.reg(elem.raw()));
             k.raw(format_args!(
                 "@{p3} ld.global.nc.v4.b16 {{{}, {}, {}, {}}}, [{addr}+0]",
                 h[0], h[1], h[2], h[3]
             ));
             for i in 0..4 {
-                k.raw(format_args!("@{p3} cvt.f32.f16 {}, {}", vals[i], h[i]));
+                elem.widen_into(k, vals[i], h[i], Some(p3));
             }
         } else {
             k.raw(format_args!(
@@ -438,11 +440,11 @@ pub(crate) fn load4(
         let np3 = k.pred_not(p3);
         for i in 0..3 {
             let q = k.pred_and(preds[i], np3);
-            load1(k, f16, vals[i], q, addr, (i * es) as i64);
+            load1(k, elem, vals[i], q, addr, (i * es) as i64);
         }
     } else {
         for i in 0..4 {
-            load1(k, f16, vals[i], preds[i], addr, (i * es) as i64);
+            load1(k, elem, vals[i], preds[i], addr, (i * es) as i64);
         }
     }
 }
@@ -522,11 +524,11 @@ pub(crate) fn store_out(
         let co = k.fma(Ty::U32, col, pr.c_cs, co);
         let ca = k.addr(pr.c, co, cfg.es());
         let cv = k.mov(Ty::F32, 0.0f32);
-        load1(k, cfg.f16, cv, p, ca, 0);
+        load1(k, cfg.elem, cv, p, ca, 0);
         v = k.fma(Ty::F32, pr.beta, cv, v);
     }
-    if cfg.f16 {
-        let h = k.cvt(Ty::F16, Ty::F32, ".rn", v);
+    if cfg.elem.is_half() {
+        let h = cfg.elem.narrow(k, v);
         k.raw(format_args!("@{p} st.global.b16 [{yaddr}+0], {h}"));
     } else {
         k.raw(format_args!("@{p} st.global.f32 [{yaddr}+0], {v}"));

@@ -277,10 +277,10 @@ fn cached_row(
                 k.raw(format_args!("@{here} ld.global.nc.f32 {v}, [{a}]"));
                 v
             }
-            Elem::F16 => {
-                let h = k.mov(Ty::F16, Op::I(0));
+            e => {
+                let h = k.mov(e.raw(), Op::I(0));
                 k.raw(format_args!("@{here} ld.global.nc.b16 {h}, [{a}]"));
-                k.cvt(Ty::F32, Ty::F16, "", h)
+                e.widen(k, h)
             }
         };
         elems.push((j, i, here, v));

@@ -2,9 +2,8 @@
 //! element loads and stores, NaN-propagating max/min, and the row layouts: a "row" is the set of
 //! elements that one output (or one normalized group) depends on, handled by one thread, one warp or
 //! one block. Row reductions leave the result in every thread of the row.
+use crate::blocks;
 use crate::ptx::{Cmp, Kernel, Op, Reg, Space, Ty};
-use crate::{KError, KResult, blocks};
-use quorum_core::tensor::DType;
 
 /// Threads per block of every kernel built on these rows.
 pub(crate) const BLOCK: u32 = 256;
@@ -12,53 +11,12 @@ pub(crate) const BLOCK: u32 = 256;
 /// Sentinel index of an argmax/argmin state that has seen no element.
 pub(crate) const NONE: u32 = u32::MAX;
 
-/// Storage type of a float tensor; values are computed in f32 or f64 and rounded once on store.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Elem {
-    F32,
-    F16,
-}
-
-impl Elem {
-    /// The element type for dtype `d`; declines other dtypes (`what` names the operand).
-    pub(crate) fn of(what: &str, d: Option<DType>) -> KResult<Elem> {
-        match d {
-            Some(DType::F32) => Ok(Elem::F32),
-            Some(DType::F16) => Ok(Elem::F16),
-            Some(d) => Err(KError::Decline(format!(
-                "{what} is {d}; the CUDA kernel takes f32, f16"
-            ))),
-            None => Err(KError::Op(quorum_core::error::OpError::Invalid(format!(
-                "{what} is missing"
-            )))),
-        }
-    }
-
-    pub(crate) fn dtype(self) -> DType {
-        match self {
-            Elem::F32 => DType::F32,
-            Elem::F16 => DType::F16,
-        }
-    }
-
-    pub(crate) fn size(self) -> usize {
-        match self {
-            Elem::F32 => 4,
-            Elem::F16 => 2,
-        }
-    }
-}
+pub(crate) use crate::ops::elem::Elem;
 
 /// Element `index` (u32) of `base`, as f32.
 pub(crate) fn load(k: &mut Kernel, e: Elem, base: Reg, index: Reg) -> Reg {
     let a = k.addr(base, index, e.size());
-    match e {
-        Elem::F32 => k.ld_nc(Ty::F32, a, 0),
-        Elem::F16 => {
-            let h = k.ld_nc(Ty::F16, a, 0);
-            k.cvt(Ty::F32, Ty::F16, "", h)
-        }
-    }
+    e.load_nc(k, a, 0)
 }
 
 /// Element `index` (u32) of `base`, as f64.
@@ -67,20 +25,15 @@ pub(crate) fn load_f64(k: &mut Kernel, e: Elem, base: Reg, index: Reg) -> Reg {
     f64_of(k, v)
 }
 
-/// Stores the f32 value `v` as element `index` of `base` (rounded once for f16).
+/// Stores the f32 value `v` as element `index` of `base` (rounded once for halves).
 pub(crate) fn store(k: &mut Kernel, e: Elem, base: Reg, index: Reg, v: Reg) {
     let a = k.addr(base, index, e.size());
-    match e {
-        Elem::F32 => k.st(Space::Global, a, 0, v),
-        Elem::F16 => {
-            let h = k.cvt(Ty::F16, Ty::F32, ".rn", v);
-            k.st(Space::Global, a, 0, h);
-        }
-    }
+    let h = e.narrow(k, v);
+    k.st(Space::Global, a, 0, h);
 }
 
-/// Stores the f64 value `v` as element `index` of `base`, rounded to the storage type. f16 goes
-/// through f32 (double rounding, at most a tie-breaking difference in the last f16 bit).
+/// Stores the f64 value `v` as element `index` of `base`, rounded to the storage type. Halves go
+/// through f32 (double rounding, at most a tie-breaking difference in the last bit).
 pub(crate) fn store_f64(k: &mut Kernel, e: Elem, base: Reg, index: Reg, v: Reg) {
     let f = f32_of(k, v);
     store(k, e, base, index, f);

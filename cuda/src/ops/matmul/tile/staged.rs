@@ -121,7 +121,7 @@ fn sliced(k: &mut Kernel, k_off: Reg, by: usize) -> Reg {
 
 /// Loads the operand's elements of the k-tile starting at `kbase` into its registers.
 fn load_tile(k: &mut Kernel, cfg: &TileCfg, op: &Operand, p: &Params, kbase: Reg) {
-    let f16 = cfg.f16;
+    let elem = cfg.elem;
     match &op.ld {
         Loader::KContig { ptr, mn_ok, k_off } => {
             let kk = k.add(Ty::U32, kbase, *k_off);
@@ -130,13 +130,13 @@ fn load_tile(k: &mut Kernel, cfg: &TileCfg, op: &Operand, p: &Params, kbase: Reg
                 let lt = k.setp(Cmp::Lt, Ty::U32, x, p.kend);
                 k.pred_and(*mn_ok, lt)
             });
-            load4(k, f16, op.vec, op.vals, preds, *ptr);
+            load4(k, elem, op.vec, op.vals, preds, *ptr);
         }
         Loader::MnContig { ptr, q, k_off, .. } => {
             let kk = k.add(Ty::U32, kbase, *k_off);
             let pk = k.setp(Cmp::Lt, Ty::U32, kk, p.kend);
             let preds = q.map(|qi| k.pred_and(pk, qi));
-            load4(k, f16, op.vec, op.vals, preds, *ptr);
+            load4(k, elem, op.vec, op.vals, preds, *ptr);
         }
         Loader::Gather { q, base, k_off } => {
             let g = p.g.as_ref().expect("im2col geometry");
@@ -147,7 +147,7 @@ fn load_tile(k: &mut Kernel, cfg: &TileCfg, op: &Operand, p: &Params, kbase: Reg
                 zero(k, op.vals[i]);
                 let ok = k.pred_and(pk, q[i]);
                 let (addr, ok) = gather_addr(k, g, p.b, cfg.es(), ok, base[i], coff, off);
-                load1(k, f16, op.vals[i], ok, addr, 0);
+                load1(k, elem, op.vals[i], ok, addr, 0);
             }
         }
     }
@@ -167,9 +167,9 @@ fn advance(k: &mut Kernel, cfg: &TileCfg, op: &Operand) {
 
 /// Stores the operand's registers into the shared buffer at `buf` (u32 address of the buffer);
 /// for the tensor cores, each f32 operand rounded to TF32 first (round to nearest, ties away from
-/// zero; a widened f16 value is a TF32 value already).
+/// zero; a widened f16 or bf16 value is a TF32 value already).
 fn store_tile(k: &mut Kernel, cfg: &TileCfg, op: &Operand, buf: Reg) {
-    if cfg.tensor_cores() && !cfg.f16 {
+    if cfg.tensor_cores() && !cfg.elem.is_half() {
         for v in op.vals {
             let r = k.reg(Ty::U32);
             k.raw(format_args!("cvt.rna.tf32.f32 {r}, {v}"));

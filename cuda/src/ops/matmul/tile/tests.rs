@@ -33,21 +33,19 @@ pub(crate) fn all_cfgs() -> Vec<TileCfg> {
                 if matches!(variant, Variant::Skinny(_)) && b == BSrc::Im2col {
                     continue;
                 }
-                for (has_c, f16, split) in [
-                    (false, false, false),
-                    (true, false, false),
-                    (true, true, false),
-                    (false, false, true),
+                for (has_c, elem, split) in [
+                    (false, Elem::F32, false),
+                    (true, Elem::F32, false),
+                    (true, Elem::F16, false),
+                    (false, Elem::F32, true),
                 ] {
-                    // (f16 operands take the register-staged tensor-core tiles, not the
-                    // asynchronous copies; `fits` declines them.)
                     let cfg = TileCfg {
                         variant,
                         trans_a,
                         vec_a,
                         b,
                         has_c,
-                        f16,
+                        elem,
                         split,
                     };
                     if variant == Variant::TcAsync && !super::super::tc_async::fits(&cfg) {
@@ -83,7 +81,7 @@ fn every_variant_generates_declared_ptx() {
             assert!(text.contains("L_loop_"), "{name}");
         } else if cfg.variant != Variant::Naive {
             assert!(text.contains("bar.sync 0"), "{name}");
-            if cfg.variant == Variant::TcAsync && cfg.f16 {
+            if cfg.variant == Variant::TcAsync && cfg.elem.is_half() {
                 // As below, with k-tiles of 32 halves: per k-step of 16, one `ldmatrix.x4` per
                 // 16 rows of A and per two n8 tiles of B, 16 m16n8k16 products per warp; no
                 // rounding.
@@ -102,10 +100,13 @@ fn every_variant_generates_declared_ptx() {
                     8 * cfg.trans_a as usize + 4 * b_along_n as usize,
                     "{name}"
                 );
-                let mmas = text
-                    .matches("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32")
-                    .count();
-                assert_eq!(mmas, 32, "{name}");
+                let t = if cfg.elem == Elem::Bf16 {
+                    "bf16"
+                } else {
+                    "f16"
+                };
+                let mma = format!("mma.sync.aligned.m16n8k16.row.col.f32.{t}.{t}.f32");
+                assert_eq!(text.matches(&mma).count(), 32, "{name}");
                 assert!(text.contains("cp.async.wait_group 2"), "{name}");
             } else if cfg.variant == Variant::TcAsync {
                 // Per thread: one 16-byte copy of A and one of B per k-tile, three tiles issued
@@ -124,7 +125,7 @@ fn every_variant_generates_declared_ptx() {
                 // and loader pass, two passes, in the prologue and the loop; f16 operands are
                 // TF32 values already); per k-tile a warp's 64×32 outputs over two k steps of 8
                 // (or 32×16 over four) in m16n8k8 products.
-                let rounded = if cfg.f16 { 0 } else { 32 };
+                let rounded = if cfg.elem.is_half() { 0 } else { 32 };
                 assert_eq!(text.matches("cvt.rna.tf32.f32").count(), rounded, "{name}");
                 let mmas = text
                     .matches("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32")
@@ -141,11 +142,13 @@ fn every_variant_generates_declared_ptx() {
         } else {
             assert!(text.contains("L_loop_"), "{name}");
         }
-        if cfg.f16 {
-            assert!(text.contains("cvt.f32.f16") && text.contains("cvt.rn.f16.f32"));
+        match cfg.elem {
+            Elem::F16 => assert!(text.contains("cvt.f32.f16") && text.contains("cvt.rn.f16.f32")),
+            Elem::Bf16 => assert!(text.contains("shl.b32") && text.contains("cvt.rn.bf16.f32")),
+            Elem::F32 => assert!(!text.contains(".f16") && !text.contains("bf16"), "{name}"),
         }
         if cfg.vec_a && matches!(cfg.variant, Variant::Big | Variant::Small) {
-            let vector = if cfg.f16 {
+            let vector = if cfg.elem.is_half() {
                 "ld.global.nc.v4.b16"
             } else {
                 "ld.global.nc.v4.f32"
@@ -166,7 +169,7 @@ fn big_tile_has_64_accumulating_fmas_per_k_step() {
             vec: true,
         },
         has_c: true,
-        f16: false,
+        elem: Elem::F32,
         split: false,
     };
     let text = module((9, 0), &[build(&cfg)]);
@@ -298,7 +301,7 @@ fn print_tf32() {
             vec: true,
         },
         has_c: false,
-        f16: false,
+        elem: Elem::F32,
         split: false,
     };
     println!("{}", module((9, 0), &[build(&cfg)]));

@@ -1,7 +1,8 @@
-//! The elementwise families on float16 operands: unary math, binary arithmetic, variadic ops, Clip
-//! and Where against both oracles (comparisons, ties and special values are in `elementwise.rs`).
-//! The kernels widen f16 to f32, compute there and round the result once.
+//! The elementwise families on float16 and bfloat16 operands: unary math, binary arithmetic,
+//! variadic ops, Clip and Where against both oracles (comparisons, ties and special values are in
+//! `elementwise.rs`). The kernels widen either half to f32, compute there and round the result once.
 use quorum::{DType, Tensor};
+use rstest::rstest;
 
 use crate::elementwise::{PAIRS, as_dtype, unary};
 use crate::harness::*;
@@ -9,12 +10,9 @@ use crate::harness::*;
 // [4, 36] and [2, 3, 256] hold a multiple of 4 elements: the kernel that moves four a thread.
 const SHAPES: &[&[usize]] = &[&[1], &[7], &[3, 5], &[2, 3, 257], &[4, 36], &[2, 3, 256]];
 
-fn h(t: Tensor) -> Tensor {
-    as_dtype(&t, DType::F16)
-}
-
-#[test]
-fn f16_unary_ops() {
+#[rstest]
+fn unary_ops(#[values(DType::F16, DType::BF16)] dtype: DType) {
+    let h = |t: Tensor| as_dtype(&t, dtype);
     for (s, shape) in SHAPES.iter().enumerate() {
         for (o, op) in unary().enumerate() {
             let x = h(rand_range((s * 100 + o) as u64 + 5000, shape, -6.0, 6.0));
@@ -46,7 +44,7 @@ fn f16_unary_ops() {
         11.0,
         -17.0,
     ];
-    let x = Tensor::from_f64s(DType::F16, &[v.len()], v).unwrap();
+    let x = Tensor::from_f64s(dtype, &[v.len()], v).unwrap();
     for op in [
         "Exp", "Tanh", "Sigmoid", "Relu", "Abs", "Neg", "Sign", "Softplus", "Gelu",
     ] {
@@ -56,8 +54,9 @@ fn f16_unary_ops() {
     Case::new("IsInf").input(x).check();
 }
 
-#[test]
-fn f16_binary_ops_broadcast() {
+#[rstest]
+fn binary_ops_broadcast(#[values(DType::F16, DType::BF16)] dtype: DType) {
+    let h = |t: Tensor| as_dtype(&t, dtype);
     for (p, (a, b)) in PAIRS.iter().enumerate() {
         for (o, op) in ["Add", "Sub", "Mul", "Div", "Min", "Max", "PRelu"]
             .iter()
@@ -90,9 +89,10 @@ fn f16_binary_ops_broadcast() {
     }
 }
 
-#[test]
-fn f16_variadic_clip_and_where() {
-    // One, two and three operands, broadcast: every kernel sums f16 in f32 and rounds once.
+#[rstest]
+fn variadic_clip_and_where(#[values(DType::F16, DType::BF16)] dtype: DType) {
+    let h = |t: Tensor| as_dtype(&t, dtype);
+    // One, two and three operands, broadcast: every kernel sums halves in f32 and rounds once.
     let a = h(rand_f32(6201, &[4, 5]));
     let b = h(rand_f32(6202, &[4, 1]));
     let c = h(rand_f32(6203, &[5]));
@@ -114,7 +114,7 @@ fn f16_variadic_clip_and_where() {
             .check();
     }
     let x = h(rand_range(6204, &[3, 7], -3.0, 3.0));
-    let bound = |v: f64| Tensor::from_f64s(DType::F16, &[], vec![v]).unwrap();
+    let bound = |v: f64| Tensor::from_f64s(dtype, &[], vec![v]).unwrap();
     Case::new("Clip")
         .opset(13)
         .input(x.clone())
@@ -143,12 +143,12 @@ fn f16_variadic_clip_and_where() {
         .check();
 }
 
-/// Four elements a thread (`ew4h`, and `ew4` for f32): same-shape operands with operands of one
+/// Four elements a thread (`ew4h`, `ew4b`, and `ew4` for f32): same-shape operands with operands of one
 /// element (a scalar constant, as GELU's decomposition and attention's scale have), in either
 /// position, for the four arithmetic ops; the general kernel's results are the oracles' too.
 #[test]
 fn four_a_thread_with_scalar_operands() {
-    for dtype in [DType::F16, DType::F32] {
+    for dtype in [DType::F16, DType::BF16, DType::F32] {
         for (o, op) in ["Add", "Sub", "Mul", "Div"].iter().enumerate() {
             for (s, scalar) in [&[][..], &[1][..]].iter().enumerate() {
                 let seed = (o * 10 + s) as u64 + 6500;
