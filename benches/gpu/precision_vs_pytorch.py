@@ -1,19 +1,21 @@
 #!/usr/bin/env python3
 """Quorum against PyTorch at reduced precision on the GPU machine, side by side in one run: issue 40's
-table (f16 models, and f32 models with TF32 on, against PyTorch at the same precision).
+table (f16 and bf16 models, and f32 models with TF32 on, against PyTorch at the same precision).
 
 What: for each model (torchvision ResNet-50 and ViT-B/16, transformers' bert-base encoder; random
 seeded weights, eval mode) and each precision:
   - f16:  the model exported in f16 (`model.half()`, traced on the GPU); PyTorch f16 graph replay
           (CNNs channels-last with `cudnn.benchmark`), Quorum `bench --graph on` on the f16 file;
+  - bf16: likewise with `model.to(torch.bfloat16)` (inputs handed to Quorum as ONNX TensorProto
+          files, outputs read back from theirs: numpy has no bfloat16);
   - tf32: the model exported in f32; PyTorch with `allow_tf32` (matmul and cuDNN), Quorum
           `--precision tf32`;
   - f32:  both exact (TF32 off), the baseline.
 Both sides host to host (input copied in, output copied out), medians. Each Quorum output is
 compared with PyTorch's f32 output on the same input (largest difference over the largest
 magnitude), beside PyTorch's own deviation at that precision. With `--strict MODEL,...`, Quorum
-also runs those models' f16 files once under strict verification (every device node judged by
-both CPU oracles) and the table gives the verdict.
+also runs those models' f16 and bf16 files once under strict verification (every device node
+judged by both CPU oracles) and the table gives the verdict.
 
     python3 precision_vs_pytorch.py --quorum B/quorum --out DIR [--models ...] [--precisions ...]
         [--strict resnet50,vit_b_16]
@@ -160,7 +162,40 @@ def quorum_output(q: str, model: str, xfile: str, work: str, extra: list[str]):
                        timeout=300)
     if r.returncode != 0:
         return None, (r.stderr or r.stdout).strip()[-200:]
-    return np.load(sorted(glob.glob(os.path.join(outdir, "*.npy")))[0]).astype(np.float32), ""
+    path = sorted(glob.glob(os.path.join(outdir, "*.npy")) + glob.glob(os.path.join(outdir, "*.pb")))[0]
+    if path.endswith(".npy"):
+        return np.load(path).astype(np.float32), ""
+    # A bfloat16 output comes as an ONNX TensorProto: its 16 bits are the high half of an f32.
+    from onnx import TensorProto
+
+    t = TensorProto()
+    with open(path, "rb") as fh:
+        t.ParseFromString(fh.read())
+    if t.data_type != TensorProto.BFLOAT16:
+        return None, f"output of ONNX type {t.data_type}"
+    bits = (np.frombuffer(t.raw_data, dtype="<u2") if t.raw_data
+            else np.array(t.int32_data, dtype=np.uint32).astype(np.uint16))
+    return (bits.astype(np.uint32) << 16).view(np.float32).reshape(tuple(t.dims)), ""
+
+
+def save_input(x, path: str) -> str:
+    """Writes `x` where `quorum --input` reads it: `.npy`, or an ONNX TensorProto for bfloat16."""
+    import numpy as np
+    import torch
+
+    if x.dtype != torch.bfloat16:
+        np.save(path, x.numpy())
+        return path
+    from onnx import TensorProto
+
+    t = TensorProto()
+    t.data_type = TensorProto.BFLOAT16
+    t.dims.extend(x.shape)
+    t.raw_data = x.contiguous().view(torch.int16).numpy().tobytes()
+    path = path.removesuffix(".npy") + ".pb"
+    with open(path, "wb") as fh:
+        fh.write(t.SerializeToString())
+    return path
 
 
 def deviation(got, want) -> str:
@@ -179,7 +214,7 @@ def main() -> int:
     ap.add_argument("--models", default="resnet50,vit_b_16,bert_base,bert_base_b8,resnet50_b32")
     ap.add_argument("--precisions", default="f16,tf32,f32")
     ap.add_argument("--iters", type=int, default=30)
-    ap.add_argument("--strict", default="", help="models whose f16 files run once strictly")
+    ap.add_argument("--strict", default="", help="models whose f16/bf16 files run once strictly")
     ap.add_argument("--ncu", default="", help="models whose f16 files Nsight Compute profiles")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -200,21 +235,21 @@ def main() -> int:
             torch.backends.cudnn.allow_tf32 = prec == "tf32"
             torch.backends.cudnn.benchmark = cnn(name)
             m, xx = model, x
-            if prec == "f16":
+            half = {"f16": torch.float16, "bf16": torch.bfloat16}.get(prec)
+            if half is not None:
                 import copy
 
-                m = copy.deepcopy(model).half()
+                m = copy.deepcopy(model).to(half)
                 if x.dtype.is_floating_point:
-                    xx = x.half()
-            path = os.path.join(args.out, f"{name}-{'f16' if prec == 'f16' else 'f32'}.onnx")
+                    xx = x.to(half)
+            path = os.path.join(args.out, f"{name}-{prec if half is not None else 'f32'}.onnx")
             try:
                 export(m.cuda(), xx.cuda(), path)
             except Exception as e:
                 print(json.dumps({"model": name, "precision": prec, "export_error": str(e)[-300:]}),
                       flush=True)
                 continue
-            xfile = os.path.join(args.out, f"{name}-{prec}-x.npy")
-            np.save(xfile, xx.numpy())
+            xfile = save_input(xx, os.path.join(args.out, f"{name}-{prec}-x.npy"))
             try:
                 t_ms, t_out = torch_graph_host(m, xx, args.iters, cnn(name))
             except RuntimeError as e:
@@ -236,7 +271,7 @@ def main() -> int:
                                                    if k not in ("kernels", "grids")},
                                   "top": prof.get("kernels", [])[:12]}), flush=True)
             verdict = ""
-            if prec == "f16" and name in strict:
+            if half is not None and name in strict:
                 s = quorum(args.quorum, path, ["--iters", "1", "--warmup", "0", "--verify",
                                                "strict", *inp], timeout=900)
                 verdict = "strict: " + ("pass" if "error" not in s else s["error"][-160:])
@@ -250,8 +285,8 @@ def main() -> int:
     lines = [
         f"Same run on {torch.cuda.get_device_name(0)}, torch {torch.__version__}; medians of "
         f"{args.iters} runs in ms, host to host on both sides (PyTorch: copy in, CUDA-graph replay, "
-        "copy out; Quorum: `quorum bench --provider cuda`, graph replay and eager). f16: the model "
-        "exported in f16; tf32: the f32 file with TF32 on both sides (`--precision tf32`, "
+        "copy out; Quorum: `quorum bench --provider cuda`, graph replay and eager). f16, bf16: the "
+        "model exported in that type; tf32: the f32 file with TF32 on both sides (`--precision tf32`, "
         "`allow_tf32`); f32: TF32 off on both. PyTorch's CNNs run channels-last with "
         "`cudnn.benchmark`. Deviation: largest difference from PyTorch's f32 output over its "
         "largest magnitude.",

@@ -70,6 +70,12 @@ pub enum Precision {
     /// onnxruntime's CUDA provider and PyTorch allow; sums stay f32. A node whose kernel did is
     /// verified under that declaration (`DeviceRun::arithmetic`).
     Tf32,
+    /// The model's f32 values converted to f16 when the session is built (mixed precision: ops
+    /// kept in f32 where f16 would lose what they compute; the runtime's `mixed` module). The
+    /// converted model is the one that runs and is verified; f32 products left stay exact.
+    F16,
+    /// As `F16`, to bfloat16 (f32's range, 8 significant bits).
+    Bf16,
 }
 
 impl std::str::FromStr for Precision {
@@ -78,7 +84,11 @@ impl std::str::FromStr for Precision {
         match s.to_ascii_lowercase().as_str() {
             "f32" | "fp32" | "exact" => Ok(Precision::F32),
             "tf32" => Ok(Precision::Tf32),
-            other => Err(format!("precision '{other}' is not one of f32, tf32")),
+            "f16" | "fp16" | "half" => Ok(Precision::F16),
+            "bf16" | "bfloat16" => Ok(Precision::Bf16),
+            other => Err(format!(
+                "precision '{other}' is not one of f32, tf32, f16, bf16"
+            )),
         }
     }
 }
@@ -88,6 +98,17 @@ impl Precision {
         match self {
             Precision::F32 => "f32",
             Precision::Tf32 => "tf32",
+            Precision::F16 => "f16",
+            Precision::Bf16 => "bf16",
+        }
+    }
+
+    /// The half type an f32 model is converted to, for `F16` and `Bf16`.
+    pub fn half(self) -> Option<crate::tensor::DType> {
+        match self {
+            Precision::F16 => Some(crate::tensor::DType::F16),
+            Precision::Bf16 => Some(crate::tensor::DType::BF16),
+            _ => None,
         }
     }
 }

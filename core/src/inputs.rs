@@ -76,6 +76,27 @@ pub fn random_tensor(dtype: DType, shape: &[usize], rng: &mut Rng) -> Result<Ten
             )
             .map_err(err)?,
         ),
+        DType::BF16 => Tensor::BF16(
+            ArrayD::from_shape_vec(
+                s,
+                (0..n)
+                    .map(|_| half::bf16::from_f64(rng.uniform()))
+                    .collect(),
+            )
+            .map_err(err)?,
+        ),
+        DType::I16 => Tensor::I16(
+            ArrayD::from_shape_vec(s, (0..n).map(|_| ints(rng) as i16).collect()).map_err(err)?,
+        ),
+        DType::U16 => Tensor::U16(
+            ArrayD::from_shape_vec(s, (0..n).map(|_| ints(rng) as u16).collect()).map_err(err)?,
+        ),
+        DType::U32 => Tensor::U32(
+            ArrayD::from_shape_vec(s, (0..n).map(|_| ints(rng) as u32).collect()).map_err(err)?,
+        ),
+        DType::U64 => Tensor::U64(
+            ArrayD::from_shape_vec(s, (0..n).map(|_| ints(rng) as u64).collect()).map_err(err)?,
+        ),
         DType::Bool => Tensor::Bool(
             ArrayD::from_shape_vec(s, (0..n).map(|_| rng.next_u64() & 1 == 1).collect())
                 .map_err(err)?,
@@ -168,4 +189,28 @@ pub fn generate_within(
         ));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_numeric_dtype_is_generated_in_its_own_type() {
+        use DType::*;
+        for d in [
+            F32, F64, F16, BF16, I8, I16, I32, I64, U8, U16, U32, U64, Bool,
+        ] {
+            let mut rng = Rng::new(7);
+            let t = random_tensor(d, &[4, 16], &mut rng).unwrap();
+            assert_eq!((t.dtype(), t.shape()), (d, &[4usize, 16][..]), "{d}");
+            let v = t.to_f64_vec().unwrap();
+            assert!(v.iter().any(|&x| x != 0.0), "{d}: all zeros");
+            if d.is_float() {
+                assert!(v.iter().all(|x| x.abs() <= 1.0), "{d}: outside [-1, 1]");
+            }
+        }
+        // A packed format has no generator: a typed error, not a panic.
+        assert!(random_tensor(C64, &[2], &mut Rng::new(7)).is_err());
+    }
 }

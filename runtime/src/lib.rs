@@ -22,6 +22,7 @@ pub use quorum_wgpu as wgpu;
 pub mod compare;
 mod fold;
 pub mod generate;
+pub mod mixed;
 pub mod optimize;
 pub mod providers;
 pub mod session;

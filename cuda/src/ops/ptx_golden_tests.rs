@@ -39,7 +39,7 @@ use quorum_optable::Family;
 
 /// The digest of every module `golden_modules` prints, from the generator as of its last intended
 /// change.
-const GOLDEN: u64 = 0x0498_427f_cba9_d251;
+const GOLDEN: u64 = 0x89c0_1ae4_58ad_8bdd;
 
 /// FNV-1a, 64-bit: stable across runs and toolchains (unlike `RandomState`).
 struct Fnv(u64);
@@ -64,6 +64,7 @@ fn gemm_modules(out: &mut Vec<String>) {
         for (vec, elem, split) in [
             (true, Elem::F32, false),
             (false, Elem::F16, false),
+            (false, Elem::Bf16, false),
             (true, Elem::F32, true),
         ] {
             let cfg = TileCfg {
@@ -78,7 +79,12 @@ fn gemm_modules(out: &mut Vec<String>) {
             out.push(module((9, 0), &[build_skinny(&cfg)]));
         }
     }
-    for (c, h) in [(false, Elem::F32), (true, Elem::F32), (true, Elem::F16)] {
+    for (c, h) in [
+        (false, Elem::F32),
+        (true, Elem::F32),
+        (true, Elem::F16),
+        (true, Elem::Bf16),
+    ] {
         out.push(module(
             (9, 0),
             &[reduce_kernel(c, h, if c { 8 } else { 1 })],
@@ -121,14 +127,19 @@ fn cast_modules(out: &mut Vec<String>) {
 
 fn conv_modules(out: &mut Vec<String>) {
     for kind in [Direct::Conv, Direct::Transpose] {
-        for (b, h) in [(false, Elem::F32), (true, Elem::F32), (true, Elem::F16)] {
+        for (b, h) in [
+            (false, Elem::F32),
+            (true, Elem::F32),
+            (true, Elem::F16),
+            (true, Elem::Bf16),
+        ] {
             out.push(module((9, 0), &[direct_kernel(kind, b, h)]));
         }
     }
 }
 
 fn elementwise_modules(out: &mut Vec<String>) {
-    // Every unary expression with default attributes, between an f16 load and an f16 store.
+    // Every unary expression with default attributes, between a half load and a half store.
     let elementwise = [Family::Unary, Family::Binary].into_iter();
     for op in elementwise
         .flat_map(quorum_optable::rows_of)
@@ -153,10 +164,12 @@ fn elementwise_modules(out: &mut Vec<String>) {
         let x = k.param_ptr("in0");
         let n = k.param("n", Ty::U32);
         let i = super::thread_index(&mut k, n);
-        let v = ew::load(&mut k, x, i, DType::F16).unwrap();
+        // bf16 for the ops whose names sort first (the loads and stores differ, not the math).
+        let half = if op < "B" { DType::BF16 } else { DType::F16 };
+        let v = ew::load(&mut k, x, i, half).unwrap();
         if let Ok(Some(u)) = quorum_core::ops::unary_op::UnaryOp::parse(&ctx) {
             let r = ew::unary_expr(&mut k, u, v);
-            ew::store(&mut k, y, i, DType::F16, r).unwrap();
+            ew::store(&mut k, y, i, half, r).unwrap();
             out.push(module((9, 0), &[k]));
         }
     }
@@ -352,12 +365,18 @@ fn norm_modules(out: &mut Vec<String>) {
     out.push(module((9, 0), &[norm_part_kernel(&s, 2048, 20)]));
     out.push(module((9, 0), &[norm_merge_kernel(&s, 2048, 20)]));
     out.push(module((9, 0), &[norm_apply_kernel(&s)]));
+    let s = RowNorm {
+        x: Elem::Bf16,
+        scale: Elem::Bf16,
+        ..s
+    };
+    out.push(module((9, 0), &[norm_apply_kernel(&s)]));
 }
 
 fn pool_modules(out: &mut Vec<String>) {
     for dims in sample_walks() {
         for kind in SAMPLE_KINDS {
-            for e in [Elem::F32, Elem::F16] {
+            for e in [Elem::F32, Elem::F16, Elem::Bf16] {
                 out.push(module((9, 0), &[pool_kernel(kind, e, &dims)]));
             }
         }
@@ -392,10 +411,9 @@ fn reduce_modules(out: &mut Vec<String>) {
     for &fold in FOLDS {
         out.push(module((9, 0), &[merge_kernel(fold, Elem::F32, 50, 5000)]));
         let w = Walk::new(&[4, 6], &[1]);
-        out.push(module(
-            (9, 0),
-            &[fold_kernel(fold, Elem::F16, &w, Rows::Lanes(32))],
-        ));
+        for e in [Elem::F16, Elem::Bf16] {
+            out.push(module((9, 0), &[fold_kernel(fold, e, &w, Rows::Lanes(32))]));
+        }
     }
     let mut k = Kernel::new("t");
     let n = k.param("n", Ty::U32);
@@ -449,16 +467,12 @@ fn softmax_modules(out: &mut Vec<String>) {
             }
         }
     }
-    out.push(module(
-        (9, 0),
-        &[softmax_kernel(
-            SoftKind::Soft,
-            Elem::F16,
-            64,
-            1,
-            Rows::Lanes(32),
-        )],
-    ));
+    for e in [Elem::F16, Elem::Bf16] {
+        out.push(module(
+            (9, 0),
+            &[softmax_kernel(SoftKind::Soft, e, 64, 1, Rows::Lanes(32))],
+        ));
+    }
 }
 
 /// Every sample module, in a fixed order. One module holding two kernels checks `module`'s joins.

@@ -171,7 +171,7 @@ fn bench_kernels() {
     println!("BENCH counters {:?}", counters.snapshot());
 }
 
-/// f16 GEMM: square and at bert-base's projection shapes (batch 8, sequence 128), f16 operands and
+/// f16 and bf16 GEMM: square and at bert-base's projection shapes (batch 8, sequence 128), half operands and
 /// outputs, f32 sums. On the tensor cores by default; `QUORUM_CUDA_F16=cores` runs the same on the
 /// CUDA cores (run.sh runs this test both ways).
 #[test]
@@ -182,72 +182,74 @@ fn bench_f16_gemm() {
     let run = Run::new(&device, &counters, None).unwrap();
     let cores = std::env::var("QUORUM_CUDA_F16").is_ok_and(|v| v == "cores");
     let on = if cores { "cuda_cores" } else { "tensor_cores" };
-    for (m, n, k) in [
-        (1024usize, 1024usize, 1024usize),
-        (2048, 2048, 2048),
-        (4096, 4096, 4096),
-        (8192, 8192, 8192),
-        (1024, 768, 768),
-        (1024, 3072, 768),
-        (1024, 768, 3072),
-    ] {
-        let a = run
-            .upload(&crate::matmul::f16(&rand_f32(3, &[m, k])))
-            .unwrap();
-        let b = run
-            .upload(&crate::matmul::f16(&rand_f32(4, &[k, n])))
-            .unwrap();
-        let reps = if m * n * k >= 1 << 36 { 10 } else { 30 };
-        let ms = time_ms(&run, 3, reps, &mut || {
-            let y = quorum::cuda::ops::matmul::sgemm(
-                &run, &a, &b, None, m, n, k, false, false, 1.0, 0.0, 1,
-            )
-            .unwrap();
-            run.release(y, &[]);
-        });
-        let tflops = 2.0 * (m * n * k) as f64 / (ms * 1e-3) / 1e12;
-        println!("BENCH f16_gemm_{on}_{m}x{n}x{k} {tflops:.2} TFLOP/s ({ms:.3} ms)");
-        // Each plan forced at the transformer shapes: what a tensor-core refit of the cost
-        // model needs (Big becomes the asynchronous tile, Small the register-staged one).
-        if m == 1024 && !cores {
-            use quorum::cuda::ops::matmul::plan::Plan;
-            use quorum::cuda::ops::matmul::tile::Variant;
-            for (v, want) in [
-                (Variant::Big, 1),
-                (Variant::Big, 2),
-                (Variant::Big, 4),
-                (Variant::Small, 1),
-                (Variant::Small, 2),
-            ] {
-                let plan = Plan::new(v, k, want);
-                let ms = time_ms(&run, 3, reps, &mut || {
-                    let y = quorum::cuda::ops::matmul::sgemm_plan(
-                        &run,
-                        &a,
-                        &b,
-                        None,
-                        m,
-                        n,
-                        k,
-                        false,
-                        false,
-                        1.0,
-                        0.0,
-                        1,
-                        Some(plan),
-                    )
-                    .unwrap();
-                    run.release(y, &[]);
-                });
-                let tflops = 2.0 * (m * n * k) as f64 / (ms * 1e-3) / 1e12;
-                println!(
-                    "BENCH f16_plan_{v:?}x{}_{m}x{n}x{k} {tflops:.2} TFLOP/s ({ms:.3} ms)",
-                    plan.nsplit
-                );
+    for (half, label) in [(quorum::DType::F16, "f16"), (quorum::DType::BF16, "bf16")] {
+        for (m, n, k) in [
+            (1024usize, 1024usize, 1024usize),
+            (2048, 2048, 2048),
+            (4096, 4096, 4096),
+            (8192, 8192, 8192),
+            (1024, 768, 768),
+            (1024, 3072, 768),
+            (1024, 768, 3072),
+        ] {
+            let a = run
+                .upload(&crate::elementwise::as_dtype(&rand_f32(3, &[m, k]), half))
+                .unwrap();
+            let b = run
+                .upload(&crate::elementwise::as_dtype(&rand_f32(4, &[k, n]), half))
+                .unwrap();
+            let reps = if m * n * k >= 1 << 36 { 10 } else { 30 };
+            let ms = time_ms(&run, 3, reps, &mut || {
+                let y = quorum::cuda::ops::matmul::sgemm(
+                    &run, &a, &b, None, m, n, k, false, false, 1.0, 0.0, 1,
+                )
+                .unwrap();
+                run.release(y, &[]);
+            });
+            let tflops = 2.0 * (m * n * k) as f64 / (ms * 1e-3) / 1e12;
+            println!("BENCH {label}_gemm_{on}_{m}x{n}x{k} {tflops:.2} TFLOP/s ({ms:.3} ms)");
+            // Each plan forced at the transformer shapes: what a tensor-core refit of the cost
+            // model needs (Big becomes the asynchronous tile, Small the register-staged one).
+            if m == 1024 && !cores && label == "f16" {
+                use quorum::cuda::ops::matmul::plan::Plan;
+                use quorum::cuda::ops::matmul::tile::Variant;
+                for (v, want) in [
+                    (Variant::Big, 1),
+                    (Variant::Big, 2),
+                    (Variant::Big, 4),
+                    (Variant::Small, 1),
+                    (Variant::Small, 2),
+                ] {
+                    let plan = Plan::new(v, k, want);
+                    let ms = time_ms(&run, 3, reps, &mut || {
+                        let y = quorum::cuda::ops::matmul::sgemm_plan(
+                            &run,
+                            &a,
+                            &b,
+                            None,
+                            m,
+                            n,
+                            k,
+                            false,
+                            false,
+                            1.0,
+                            0.0,
+                            1,
+                            Some(plan),
+                        )
+                        .unwrap();
+                        run.release(y, &[]);
+                    });
+                    let tflops = 2.0 * (m * n * k) as f64 / (ms * 1e-3) / 1e12;
+                    println!(
+                        "BENCH f16_plan_{v:?}x{}_{m}x{n}x{k} {tflops:.2} TFLOP/s ({ms:.3} ms)",
+                        plan.nsplit
+                    );
+                }
             }
+            run.release(a, &[]);
+            run.release(b, &[]);
         }
-        run.release(a, &[]);
-        run.release(b, &[]);
     }
 }
 

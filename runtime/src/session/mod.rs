@@ -59,6 +59,8 @@ pub struct Session {
     folded: Vec<String>,
     /// The graph rewrites applied at build time (`crate::optimize`).
     rewrites: Vec<crate::optimize::Rewrite>,
+    /// What the mixed-precision conversion did (`SessionOptions::precision` f16 or bf16).
+    conversion: Option<crate::mixed::Conversion>,
     counters: Arc<Counters>,
     /// The host storage of dead activations, for the next outputs (the memory plan, `arena`).
     arena: crate::arena::Arena,
@@ -166,10 +168,19 @@ impl Session {
         Session::from_model(model, options)
     }
 
-    pub fn from_model(model: Model, mut options: SessionOptions) -> Result<Session> {
+    pub fn from_model(mut model: Model, mut options: SessionOptions) -> Result<Session> {
         crate::heap::retain_freed_buffers();
         if std::env::var("QUORUM_AUDIT_LAUNCHES").is_ok_and(|v| v == "1") {
             options.audit_launches = true;
+        }
+        // Mixed precision: the converted model is the one that runs (and is verified).
+        let mut conversion = None;
+        if let Some(half) = options.precision.half()
+            && let Some((graph, done)) =
+                crate::mixed::convert(&model.graph, half, &options.keep_f32)?
+        {
+            model.graph = graph;
+            conversion = Some(done);
         }
         let mut plan = Plan::compile(
             Arc::new(model.graph.clone()),
@@ -253,6 +264,7 @@ impl Session {
             placement,
             folded,
             rewrites,
+            conversion,
             counters,
             arena,
             last_host_run_ns: std::sync::atomic::AtomicU64::new(u64::MAX),

@@ -53,6 +53,9 @@ pub struct SessionOptions {
     /// exact f32; `Tf32`: CUDA rounds the operands to TF32 on the tensor cores, where the device
     /// has them). Verification judges each node under what its kernel declares it did.
     pub precision: crate::backend::Precision,
+    /// Op types kept in f32 when `precision` converts the model to a half, beside the default list
+    /// (`quorum::mixed::DEFAULT_KEEP`).
+    pub keep_f32: Vec<String>,
     /// Time every top-level node and add it to its op type's total (`Session::op_profile`); off by
     /// default (then nothing is timed).
     pub profile: bool,
@@ -96,6 +99,7 @@ impl Default for SessionOptions {
             streams: 1,
             graph_capture: GraphCapture::Off,
             precision: crate::backend::Precision::F32,
+            keep_f32: Vec::new(),
             command_log: false,
             audit_launches: false,
             profile: false,

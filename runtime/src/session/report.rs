@@ -147,6 +147,12 @@ impl Session {
         &self.model
     }
 
+    /// What the mixed-precision conversion did, where `SessionOptions::precision` asked for one
+    /// and the model had f32 values to convert.
+    pub fn conversion(&self) -> Option<&crate::mixed::Conversion> {
+        self.conversion.as_ref()
+    }
+
     pub fn options(&self) -> &SessionOptions {
         &self.options
     }

@@ -37,6 +37,7 @@ pub(crate) fn all_cfgs() -> Vec<TileCfg> {
                     (false, Elem::F32, false),
                     (true, Elem::F32, false),
                     (true, Elem::F16, false),
+                    (true, Elem::Bf16, false),
                     (false, Elem::F32, true),
                 ] {
                     let cfg = TileCfg {
