@@ -10,6 +10,8 @@ seeded weights, eval mode) and each precision:
           files, outputs read back from theirs: numpy has no bfloat16);
   - tf32: the model exported in f32; PyTorch with `allow_tf32` (matmul and cuDNN), Quorum
           `--precision tf32`;
+  - f16c, bf16c: the f32 file converted by Quorum at session build (`--precision f16|bf16`, the
+          interface staying f32), beside PyTorch running the model in that type;
   - f32:  both exact (TF32 off), the baseline.
 Both sides host to host (input copied in, output copied out), medians. Each Quorum output is
 compared with PyTorch's f32 output on the same input (largest difference over the largest
@@ -235,27 +237,31 @@ def main() -> int:
             torch.backends.cudnn.allow_tf32 = prec == "tf32"
             torch.backends.cudnn.benchmark = cnn(name)
             m, xx = model, x
-            half = {"f16": torch.float16, "bf16": torch.bfloat16}.get(prec)
+            converted = prec in ("f16c", "bf16c")
+            half = {"f16": torch.float16, "bf16": torch.bfloat16}.get(prec.removesuffix("c"))
             if half is not None:
                 import copy
 
                 m = copy.deepcopy(model).to(half)
                 if x.dtype.is_floating_point:
                     xx = x.to(half)
-            path = os.path.join(args.out, f"{name}-{prec if half is not None else 'f32'}.onnx")
+            exported = prec if half is not None and not converted else "f32"
+            path = os.path.join(args.out, f"{name}-{exported}.onnx")
             try:
-                export(m.cuda(), xx.cuda(), path)
+                export((model if converted else m).cuda(), (x if converted else xx).cuda(), path)
             except Exception as e:
                 print(json.dumps({"model": name, "precision": prec, "export_error": str(e)[-300:]}),
                       flush=True)
                 continue
-            xfile = save_input(xx, os.path.join(args.out, f"{name}-{prec}-x.npy"))
+            # A converted model keeps its f32 interface: it takes the f32 input.
+            xfile = save_input(x if converted else xx, os.path.join(args.out, f"{name}-{prec}-x.npy"))
             try:
                 t_ms, t_out = torch_graph_host(m, xx, args.iters, cnn(name))
             except RuntimeError as e:
                 t_ms, t_out = float("nan"), None
                 print(json.dumps({"model": name, "torch_error": str(e)[-300:]}), flush=True)
-            qx = ["--precision", "tf32"] if prec == "tf32" else []
+            qx = (["--precision", "tf32"] if prec == "tf32" else
+                  ["--precision", prec.removesuffix("c")] if converted else [])
             inp = ["--input", f"x={xfile}"]
             qg = quorum(args.quorum, path, ["--graph", "on", "--iters", str(args.iters),
                                             "--warmup", "5", *inp, *qx])
@@ -273,7 +279,7 @@ def main() -> int:
             verdict = ""
             if half is not None and name in strict:
                 s = quorum(args.quorum, path, ["--iters", "1", "--warmup", "0", "--verify",
-                                               "strict", *inp], timeout=900)
+                                               "strict", *inp, *qx], timeout=900)
                 verdict = "strict: " + ("pass" if "error" not in s else s["error"][-160:])
             row = {"model": name, "precision": prec, "torch_graph_host_ms": t_ms,
                    "quorum_graph_ms": qg.get("median_ms"), "quorum_eager_ms": q1.get("median_ms"),

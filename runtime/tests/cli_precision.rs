@@ -195,3 +195,45 @@ fn a_bf16_matmul_that_rounds_its_sum_between_k_blocks_fails_strict_verification(
     );
     assert!(stderr.contains("MatMul"), "{stderr}");
 }
+
+/// `quorum run --precision f16|bf16` on an f32 model: converted at session build (the MatMul in the
+/// half, the interface f32), the outputs compared with the f32 model's; `--keep-f32 MatMul` leaves
+/// nothing to convert.
+#[test]
+fn run_converts_an_f32_model_and_reports_its_deviation() {
+    let model = write_matmul("mixed");
+    let out_dir = model.parent().unwrap().join("out");
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_quorum"))
+            .env_remove("QUORUM_VERIFY")
+            .args(["run", "--provider", "cpu", "--output-dir"])
+            .arg(&out_dir)
+            .args(args)
+            .arg(&model)
+            .output()
+            .unwrap()
+    };
+    for (precision, name, at_most) in [("f16", "float16", 1e-2), ("bf16", "bfloat16", 5e-2)] {
+        let out = run(&["--precision", precision]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        assert!(
+            stderr.contains(&format!("mixed precision ({name}): 1 nodes converted")),
+            "{stderr}"
+        );
+        let d: f64 = stderr
+            .lines()
+            .find_map(|l| l.strip_prefix("deviation from the f32 model (CPU) of 'y': "))
+            .and_then(|l| l.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no deviation printed: {stderr}"));
+        // Operands rounded to the half, sums of 4,096 products in f32: a few of the half's units.
+        assert!(d > 0.0 && d < at_most, "{precision}: {d:e}");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(stdout.contains("y: float32[8, 8]"), "{stdout}");
+    }
+    let out = run(&["--precision", "f16", "--keep-f32", "MatMul"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("mixed precision"), "{stderr}");
+}

@@ -1,7 +1,7 @@
 //! `quorum bench`: repeated runs of one model; median, p10 and p90 latency.
 use std::time::Instant;
 
-use crate::common::{CliResult, ModelArgs, from_quorum, print_verification};
+use crate::common::{CliResult, ModelArgs, from_quorum, print_conversion, print_verification};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -58,6 +58,7 @@ pub fn main(a: Args) -> CliResult<()> {
     let mut options = a.model.options()?;
     options.profile = a.profile.is_some();
     let session = a.model.session_with(options)?;
+    print_conversion(&session);
     let provider = match session.device_name() {
         Some(d) => format!("{} ({d})", a.model.provider),
         None => a.model.provider.clone(),
@@ -136,6 +137,14 @@ pub fn main(a: Args) -> CliResult<()> {
             "streams": session.schedule().streams,
             "graph_capture": session.options().graph_capture != quorum::session::GraphCapture::Off,
             "precision": session.options().precision.name(),
+            "conversion": session.conversion().map(|c| serde_json::json!({
+                "dtype": c.dtype.map(|d| d.name()),
+                "converted": c.converted,
+                "kept": c.kept,
+                "casts": c.casts,
+                "initializers": c.initializers,
+                "clamped": c.clamped,
+            })),
             "capture_blocker": session.capture_blocker(),
             "graphs": session.graph_report(),
             "auto_trial": session.auto_trial(),

@@ -93,11 +93,18 @@ pub struct ModelArgs {
     /// auto (keep a graph only where replay measured faster than eager runs).
     #[arg(long, default_value = "off")]
     pub graph: String,
-    /// Arithmetic for f32 matrix products on the device: f32 (exact f32 products) or tf32 (CUDA
-    /// rounds the operands to TF32 on the tensor cores, as onnxruntime and PyTorch allow; sums stay
-    /// f32). Verification judges each node under what its kernel declares.
+    /// Arithmetic of the model's f32 values: f32 (exact f32 products), tf32 (CUDA rounds the
+    /// operands of matrix products to TF32 on the tensor cores, as onnxruntime and PyTorch allow;
+    /// sums stay f32), or f16 / bf16 (the model is converted to that type when the session is
+    /// built, the interface staying f32 and the ops of the keep list in f32; `run` then prints how
+    /// far the outputs are from the f32 model's). Verification judges each node as it runs.
     #[arg(long, default_value = "f32")]
     pub precision: String,
+    /// Op types kept in f32 by --precision f16|bf16, beside the default list (Pow, the squaring
+    /// reductions, Range, CumSum, Resize, detection, quantization and generator ops),
+    /// comma-separated: e.g. Softmax,LayerNormalization.
+    #[arg(long, value_name = "OPS", value_delimiter = ',')]
+    pub keep_f32: Vec<String>,
     /// Where `auto` keeps its whole-model choice per model, adapter and input shapes, so that later
     /// runs place the model the same way without a trial: a JSON file ("off": keep nothing).
     /// Default: $QUORUM_AUTO_CHOICES, else quorum/auto-choices.json in $XDG_CACHE_HOME or ~/.cache.
@@ -185,6 +192,12 @@ impl ModelArgs {
                 .precision
                 .parse()
                 .map_err(|e: String| fail(2, format!("--precision: {e}")))?,
+            keep_f32: self
+                .keep_f32
+                .iter()
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect(),
             auto_choices: auto_choices(self.auto_choices.as_deref()),
             auto_check: !self.no_auto_check,
             verify_sample,
@@ -250,6 +263,33 @@ fn read_value(path: &Path, ty: &quorum::ir::ValueType) -> CliResult<Value> {
 pub fn print_warnings(model: &quorum::ir::Model) {
     for w in &model.warnings {
         eprintln!("warning: {w}");
+    }
+}
+
+/// Prints what a mixed-precision conversion did (to stderr): nodes converted, kept (by op), casts
+/// and initializers.
+pub fn print_conversion(session: &Session) {
+    if let Some(c) = session.conversion() {
+        let kept: Vec<String> = c.kept.iter().map(|(op, n)| format!("{op} ×{n}")).collect();
+        eprintln!(
+            "mixed precision ({}): {} nodes converted, {} kept in f32{}, {} casts, {} initializers \
+             converted{}",
+            c.dtype.map_or("?", |d| d.name()),
+            c.converted,
+            c.kept.iter().map(|(_, n)| n).sum::<usize>(),
+            if kept.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", kept.join(", "))
+            },
+            c.casts,
+            c.initializers,
+            if c.clamped > 0 {
+                format!(" ({} values clamped to f16's range)", c.clamped)
+            } else {
+                String::new()
+            }
+        );
     }
 }
 

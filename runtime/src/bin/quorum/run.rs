@@ -6,7 +6,9 @@ use std::path::PathBuf;
 use quorum::output_files::{self, Format};
 use quorum::{Tensor, Value};
 
-use crate::common::{CliResult, ModelArgs, fail, from_quorum, print_verification};
+use crate::common::{
+    CliResult, ModelArgs, fail, from_quorum, print_conversion, print_verification,
+};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -43,6 +45,7 @@ fn stats(t: &Tensor) -> String {
 
 pub fn main(a: Args) -> CliResult<()> {
     let session = a.model.session()?;
+    print_conversion(&session);
     let (inputs, generated) = a.model.inputs(&session, a.seed)?;
     if !generated.is_empty() {
         eprintln!(
@@ -51,9 +54,28 @@ pub fn main(a: Args) -> CliResult<()> {
             generated.join(", ")
         );
     }
+    // A converted model is compared with the f32 model on the CPU, on the same inputs.
+    let reference_inputs = session.conversion().map(|_| inputs.clone());
     let result = session.run(inputs);
     print_verification(&session);
     let outputs = result.map_err(from_quorum)?;
+    if let Some(inputs) = reference_inputs {
+        let mut options = a.model.options()?;
+        options.precision = quorum::Precision::F32;
+        options.providers = vec![quorum::Provider::Cpu];
+        options.verify = quorum::VerifyMode::Off;
+        let f32_session = a.model.session_with(options)?;
+        let want = f32_session.run(inputs).map_err(from_quorum)?;
+        for (name, d) in quorum::mixed::deviation(&want, &outputs) {
+            let why = if d.is_finite() {
+                "largest difference over the largest magnitude"
+            } else {
+                "non-finite values where the f32 model has finite ones: past the half's range? \
+                 --keep-f32 keeps ops in f32"
+            };
+            eprintln!("deviation from the f32 model (CPU) of '{name}': {d:.2e} ({why})");
+        }
+    }
     std::fs::create_dir_all(&a.output_dir)
         .map_err(|e| fail(5, format!("cannot create {}: {e}", a.output_dir.display())))?;
     let names: Vec<&str> = outputs.iter().map(|(n, _)| n.as_str()).collect();
