@@ -76,7 +76,10 @@ class SessionOptions:
     graph_capture: str
     """Device graph capture: off, on or auto."""
     precision: str
-    """Arithmetic for f32 matrix products on the device: f32 (exact) or tf32 (tensor cores)."""
+    """Arithmetic of the model's f32 values: f32 (exact), tf32 (tensor cores for f32 products), or
+    f16 / bf16 (the model converted to that type when the session is built)."""
+    keep_f32: list[str]
+    """Op types kept in f32 when precision is f16 or bf16, beside the default list."""
     dims: dict[str, int]
     """Values of symbolic dimensions."""
     max_tensor_bytes: int

@@ -43,7 +43,7 @@ impl RunOptions {
 }
 
 /// Session options with onnxruntime's names, and Quorum's own (`verify`, `allow_unchecked`,
-/// `streams`, `graph_capture`, `precision`, `dims`, `max_tensor_bytes`).
+/// `streams`, `graph_capture`, `precision`, `keep_f32`, `dims`, `max_tensor_bytes`).
 ///
 /// Accepted for compatibility and without effect: `intra_op_num_threads` and
 /// `inter_op_num_threads` (the CPU's threads are rayon's one pool per process, sized by
@@ -70,8 +70,11 @@ pub struct SessionOptions {
     streams: usize,
     /// Device graph capture: off, on or auto.
     graph_capture: String,
-    /// Arithmetic for f32 matrix products on the device: f32 (exact) or tf32 (tensor cores).
+    /// Arithmetic of the model's f32 values: f32 (exact), tf32 (tensor cores for f32 products), or
+    /// f16 / bf16 (the model converted to that type at session build; see `keep_f32`).
     precision: String,
+    /// Op types kept in f32 when `precision` is f16 or bf16, beside the default list.
+    keep_f32: Vec<String>,
     /// Values of symbolic dimensions.
     dims: HashMap<String, i64>,
     max_tensor_bytes: u64,
@@ -97,6 +100,7 @@ impl SessionOptions {
             streams: 1,
             graph_capture: "off".into(),
             precision: "f32".into(),
+            keep_f32: Vec::new(),
             dims: HashMap::new(),
             max_tensor_bytes: quorum::DEFAULT_MAX_TENSOR_BYTES,
         }
@@ -145,6 +149,7 @@ pub(crate) fn session_options(
             .precision
             .parse()
             .map_err(|e: String| PyValueError::new_err(format!("precision: {e}")))?,
+        keep_f32: so.keep_f32.clone(),
         dims: so.dims.clone(),
         max_tensor_bytes: so.max_tensor_bytes,
         ..Default::default()

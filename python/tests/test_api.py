@@ -214,3 +214,19 @@ def test_session_options_map_to_ours(tmp_path):
     so.precision = "tf32"
     s = quorum.InferenceSession(str(chain_model(tmp_path)), so, providers=["sim"])
     assert s.run(None, {"x": x64()}, quorum.RunOptions())[0].shape == (4, 32)
+
+
+def test_precision_f16_converts_the_model_and_keeps_its_interface(tmp_path):
+    path = str(chain_model(tmp_path))
+    (want,) = quorum.InferenceSession(path).run(None, {"x": x64()})
+    so = quorum.SessionOptions()
+    so.precision = "f16"
+    (got,) = quorum.InferenceSession(path, so).run(None, {"x": x64()})
+    # The interface stays f32; the values are the f16 model's: near the f32 ones, not equal.
+    assert got.dtype == np.float32
+    d = np.abs(got - want).max() / np.abs(want).max()
+    assert 0 < d < 2e-2, d
+    # Every f32 op kept: nothing left to convert, the f32 result bit for bit.
+    so.keep_f32 = ["MatMul", "Relu", "Add", "Softmax"]
+    (same,) = quorum.InferenceSession(path, so).run(None, {"x": x64()})
+    assert np.array_equal(same, want)
