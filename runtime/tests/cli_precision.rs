@@ -167,32 +167,23 @@ fn write_half_matmul(tag: &str, data_type: i32) -> PathBuf {
     path
 }
 
-#[test]
-fn an_f16_matmul_that_accumulates_in_f16_fails_strict_verification() {
-    let model = write_half_matmul("f16acc", 10);
+/// A half MatMul whose running sum is rounded to the half (f16 after every product, bf16 after
+/// every K-block): summed in f32 it passes strict verification, so rounded it must fail.
+#[rstest::rstest]
+#[case::f16_every_product("f16acc", 10, quorum::sim::F16_ACCUMULATOR)]
+#[case::bf16_between_k_blocks("bf16acc", 16, quorum::sim::BF16_BLOCK_ACCUMULATOR)]
+fn a_half_matmul_that_rounds_its_sum_fails_strict_verification(
+    #[case] tag: &str,
+    #[case] data_type: i32,
+    #[case] broken: &str,
+) {
+    let model = write_half_matmul(tag, data_type);
     let out = bench(&model, "f32", None);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "summed in f32: {stderr}");
-    let out = bench(&model, "f32", Some(quorum::sim::F16_ACCUMULATOR));
+    let out = bench(&model, "f32", Some(broken));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(6), "summed in f16: {stderr}");
-    assert!(stderr.contains("MatMul"), "{stderr}");
-}
-
-#[test]
-fn a_bf16_matmul_that_rounds_its_sum_between_k_blocks_fails_strict_verification() {
-    let model = write_half_matmul("bf16acc", 16);
-    let out = bench(&model, "f32", None);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "summed in f32: {stderr}");
-    let out = bench(&model, "f32", Some(quorum::sim::BF16_BLOCK_ACCUMULATOR));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(
-        out.status.code(),
-        Some(6),
-        "rounded to bf16 every {} products: {stderr}",
-        quorum::sim::BF16_BLOCK
-    );
+    assert_eq!(out.status.code(), Some(6), "{broken}: {stderr}");
     assert!(stderr.contains("MatMul"), "{stderr}");
 }
 
