@@ -103,6 +103,20 @@ pub fn main(a: Args) -> CliResult<()> {
     // providers asked for.
     match a.model.session() {
         Ok(s) => {
+            if let Some(c) = s.conversion() {
+                let kept: Vec<String> = c.kept.iter().map(|(op, n)| format!("{op} ×{n}")).collect();
+                println!(
+                    "mixed precision (--precision {}): {} nodes converted, kept in f32: {}; {} casts",
+                    a.model.precision,
+                    c.converted,
+                    if kept.is_empty() {
+                        "none".to_string()
+                    } else {
+                        kept.join(", ")
+                    },
+                    c.casts
+                );
+            }
             let on_device = s.schedule().steps.iter().filter(|st| st.stream.is_some());
             println!(
                 "streams ({} asked, --provider {}): {} used by {} device nodes",
