@@ -14,7 +14,9 @@
 //! resolution loses what the op computes, plus the caller's), when it is outside the default
 //! domain, holds a subgraph, or when the element type of an input or output cannot be inferred from
 //! the rules here (`out_dtypes`); its half inputs are cast to f32 and its f32 outputs cast to the
-//! half where converted nodes read them. Each value is cast at most once per type.
+//! half where converted nodes read them. A node whose varying f32 inputs were all made by kept
+//! nodes stays f32 too, products aside (a hand-written layer norm's variance: the ReduceMean after a
+//! kept Pow would overflow f16 on the squares it sums). Each value is cast at most once per type.
 //!
 //! Verification is unchanged: the converted graph is the model that runs, and each node is judged
 //! at the types it has there (a converted node's bound is that of its half kernel). How far the
@@ -89,6 +91,20 @@ struct Values {
 /// Converts `graph`'s f32 values to `half` (f16 or bf16), keeping `keep`'s op types (beside
 /// [`DEFAULT_KEEP`]) in f32. `None` when the graph has nothing to convert.
 pub fn convert(graph: &Graph, half: DType, keep: &[String]) -> Result<Option<(Graph, Conversion)>> {
+    convert_with(graph, half, keep, true)
+}
+
+/// The products conversion exists for: never kept for continuing a kept computation.
+const PRODUCTS: &[&str] = &["MatMul", "Gemm", "Conv", "ConvTranspose", "Einsum"];
+
+/// [`convert`], with the rule that a kept computation continues in f32 (`continue_kept`) as an
+/// argument: the tests turn it off to show what it prevents.
+fn convert_with(
+    graph: &Graph,
+    half: DType,
+    keep: &[String],
+    continue_kept: bool,
+) -> Result<Option<(Graph, Conversion)>> {
     if !matches!(half, DType::F16 | DType::BF16) {
         return Err(Error::InvalidModel(format!(
             "mixed precision converts to f16 or bf16, not {half}"
@@ -145,6 +161,8 @@ pub fn convert(graph: &Graph, half: DType, keep: &[String]) -> Result<Option<(Gr
     };
     let mut inits: HashMap<String, Arc<Value>> = HashMap::new();
     let mut kept: HashMap<String, usize> = HashMap::new();
+    // f32 values made by nodes kept in f32.
+    let mut kept_made: HashSet<String> = HashSet::new();
     let mut touched = false;
     for node in &graph.nodes {
         let ins: Vec<Option<DType>> = node
@@ -183,9 +201,30 @@ pub fn convert(graph: &Graph, half: DType, keep: &[String]) -> Result<Option<(Gr
             .iter()
             .zip(&ins)
             .any(|(n, d)| *d == Some(DType::F32) && v.names.get(&(n.clone(), half)) == Some(n));
-        let to_half = eligible && (makes_f32 || (reads_f32 && reads_a_half));
-        if (makes_f32 || reads_f32) && !eligible {
+        // A node whose varying f32 inputs were all made by kept nodes continues their
+        // computation in f32 (a kept Pow's squares would overflow f16 in the ReduceMean that
+        // sums them as surely as in the Pow), products aside: they are what conversion is for.
+        let varying: Vec<&String> = node
+            .inputs
+            .iter()
+            .zip(&ins)
+            .filter(|(n, d)| **d == Some(DType::F32) && !constant(graph, n))
+            .map(|(n, _)| n)
+            .collect();
+        let continues = continue_kept
+            && !varying.is_empty()
+            && varying.iter().all(|n| kept_made.contains(*n))
+            && !PRODUCTS.contains(&node.op_type.as_str());
+        let to_half = eligible && !continues && (makes_f32 || (reads_f32 && reads_a_half));
+        if (makes_f32 || reads_f32) && (!eligible || continues) {
             *kept.entry(node.op_type.clone()).or_default() += 1;
+        }
+        if !to_half {
+            for (j, name) in node.outputs.iter().enumerate() {
+                if outs.as_ref().and_then(|o| o.get(j).copied().flatten()) == Some(DType::F32) {
+                    kept_made.insert(name.clone());
+                }
+            }
         }
         let mut n = node.clone();
         // Inputs: each in the type this node reads it in.
@@ -329,11 +368,11 @@ impl Values {
             )));
         };
         let new = format!("{name}::{}", want.name());
-        let constant = graph
+        let initializer = graph
             .initializers
             .get(name)
-            .filter(|_| !graph.inputs.iter().any(|i| i.name == name));
-        match constant.map(|c| &**c) {
+            .filter(|_| constant(graph, name));
+        match initializer.map(|c| &**c) {
             Some(Value::Tensor(t)) => {
                 let (t, clamped) = convert_tensor(t, want)?;
                 report.initializers += 1;
@@ -348,6 +387,11 @@ impl Values {
         self.names.insert(key, new.clone());
         Ok(new)
     }
+}
+
+/// Whether `name` is a constant of `graph` (an initializer no input overrides).
+fn constant(graph: &Graph, name: &str) -> bool {
+    graph.initializers.contains_key(name) && !graph.inputs.iter().any(|i| i.name == name)
 }
 
 /// Adds every name `g`'s nodes (and their subgraphs') read to `names`.

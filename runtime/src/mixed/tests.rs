@@ -125,10 +125,13 @@ fn f32_values_become_halves_except_kept_ops_and_the_interface() {
         // The outputs keep their names and f32 through a final Cast; Shape is untouched.
         let y = g.nodes.iter().find(|n| n.outputs[0] == "y").unwrap();
         assert_eq!(y.op_type, "Cast");
-        // MatMul, Add, Relu, LayerNorm, and ReduceMean (it makes f32, so it reads Pow's result
-        // cast to the half); Shape reads the f32 input as it is.
-        assert_eq!(c.converted, 5, "{c:?}");
-        assert_eq!(c.kept, vec![("Pow".to_string(), 1)]);
+        // MatMul, Add, Relu and LayerNorm; the ReduceMean after the kept Pow continues its
+        // computation in f32; Shape reads the f32 input as it is.
+        assert_eq!(c.converted, 4, "{c:?}");
+        assert_eq!(
+            c.kept,
+            vec![("Pow".to_string(), 1), ("ReduceMean".to_string(), 1)]
+        );
         let shape = find("Shape");
         assert_eq!(shape.inputs[0], "x");
         assert_eq!((c.initializers, c.clamped), (4, 0), "{c:?}");
@@ -215,8 +218,7 @@ fn f16_clamps_what_it_cannot_hold_and_bf16_does_not() {
 #[test]
 fn the_caller_keeps_ops_and_unknown_ops_stay_as_they_are() {
     let mut m = mlp();
-    // An op of another domain, between Relu and LayerNorm: not inferred, so kept, and what it
-    // reads is cast back to f32.
+    // An op of another domain between Relu and LayerNorm: not inferred, so kept.
     let relu = m
         .graph
         .nodes
@@ -227,18 +229,21 @@ fn the_caller_keeps_ops_and_unknown_ops_stay_as_they_are() {
     let mut custom = node("Identity", &["r"], &["h"]);
     custom.domain = "com.example".into();
     m.graph.nodes.insert(relu + 1, custom);
-    let (g, c) = convert(&m.graph, DType::F16, &["MatMul".to_string()])
+    let (g, c) = convert(&m.graph, DType::F16, &["Relu".to_string()])
         .unwrap()
         .unwrap();
-    assert!(c.kept.contains(&("MatMul".to_string(), 1)), "{c:?}");
-    assert!(c.kept.contains(&("Identity".to_string(), 1)), "{c:?}");
-    let mm = g.nodes.iter().find(|n| n.op_type == "MatMul").unwrap();
-    assert_eq!(mm.inputs, vec!["x".to_string(), "w".to_string()]);
-    let id = g.nodes.iter().find(|n| n.op_type == "Identity").unwrap();
-    assert_ne!(
-        id.inputs[0], "r",
-        "the half Relu output is cast back for the custom op"
-    );
+    let find = |op: &str| g.nodes.iter().find(|n| n.op_type == op).unwrap();
+    // The MatMul and Add convert; the kept Relu reads the Add's half output cast back to f32.
+    assert_eq!(c.converted, 2, "{c:?}");
+    assert_ne!(find("Relu").inputs[0], "a");
+    // The custom op reads the kept Relu's f32 as it is; what it makes has no inferred type, so
+    // the nodes after it stay as they are (the LayerNorm and Pow, which also read f32 constants,
+    // are counted as kept).
+    assert_eq!(find("Identity").inputs[0], "r");
+    for op in ["Relu", "Identity", "LayerNormalization", "Pow"] {
+        assert!(c.kept.contains(&(op.to_string(), 1)), "{op}: {c:?}");
+    }
+    assert_eq!(find("LayerNormalization").inputs[0], "h");
     // Nothing f32 to convert: no conversion.
     let ints = Model::for_test(
         vec![node("Shape", &["x"], &["s"])],
@@ -248,4 +253,78 @@ fn the_caller_keeps_ops_and_unknown_ops_stay_as_they_are() {
     );
     assert!(convert(&ints.graph, DType::F16, &[]).unwrap().is_none());
     assert!(convert(&mlp().graph, DType::F32, &[]).is_err());
+}
+
+/// A layer norm written out (ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul, Add) on
+/// activations of a few hundred, as older exporters write it: the squares pass f16's range.
+fn layer_norm_by_hand() -> Model {
+    let inits: HashMap<String, Arc<Value>> = [
+        ("two", Tensor::from_f32(&[], vec![2.0]).unwrap()),
+        ("eps", Tensor::from_f32(&[], vec![1e-5]).unwrap()),
+        ("gamma", tensor(&[64], 5)),
+    ]
+    .into_iter()
+    .map(|(k, t)| (k.to_string(), Arc::new(Value::Tensor(t))))
+    .collect();
+    let mean = |x: &str, y: &str| {
+        let mut n = node("ReduceMean", &[x], &[y]);
+        n.attrs.insert("axes".into(), Attr::Ints(vec![-1]));
+        n
+    };
+    Model::for_test(
+        vec![
+            mean("x", "mu"),
+            node("Sub", &["x", "mu"], &["d"]),
+            node("Pow", &["d", "two"], &["sq"]),
+            mean("sq", "var"),
+            node("Add", &["var", "eps"], &["ve"]),
+            node("Sqrt", &["ve"], &["sd"]),
+            node("Div", &["d", "sd"], &["nx"]),
+            node("Mul", &["nx", "gamma"], &["y"]),
+        ],
+        vec![info("x", &[4, 64])],
+        vec![info("y", &[4, 64])],
+        inits,
+    )
+}
+
+#[test]
+fn a_kept_computation_continues_in_f32_until_it_meets_a_half() {
+    let m = layer_norm_by_hand();
+    let x = tensor(&[4, 64], 11).to_f64_vec().unwrap();
+    let x = Tensor::from_f64s(DType::F32, &[4, 64], x.iter().map(|v| v * 900.0).collect()).unwrap();
+    let run_graph = |g: Graph| {
+        let model = Model {
+            graph: g,
+            ..m.clone()
+        };
+        Session::from_model(model, SessionOptions::default())
+            .unwrap()
+            .run(vec![("x".into(), Value::Tensor(x.clone()))])
+            .unwrap()
+    };
+    let want = run_graph(m.graph.clone());
+    let (g, c) = convert(&m.graph, DType::F16, &[]).unwrap().unwrap();
+    // Pow, then the ReduceMean, Add and Sqrt that continue it; Div reads a half (d) and converts.
+    assert_eq!(
+        c.kept,
+        vec![
+            ("Add".to_string(), 1),
+            ("Pow".to_string(), 1),
+            ("ReduceMean".to_string(), 1),
+            ("Sqrt".to_string(), 1)
+        ]
+    );
+    let d = deviation(&want, &run_graph(g))[0].1;
+    assert!(d < 1e-2, "{d:e}");
+    // Without the rule the variance's ReduceMean sums the squares in f16: they overflow, and the
+    // output is far off (the check the rule must pass is the one this broken variant fails).
+    let (g, _) = convert_with(&m.graph, DType::F16, &[], false)
+        .unwrap()
+        .unwrap();
+    let d = deviation(&want, &run_graph(g))[0].1;
+    assert!(
+        !(d < 0.1),
+        "f16 sums of squares past 65504 were not seen: {d:e}"
+    );
 }
