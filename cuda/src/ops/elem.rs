@@ -6,6 +6,18 @@ use crate::ptx::{Kernel, Reg, Ty};
 use crate::{KError, KResult};
 use quorum_core::tensor::DType;
 
+/// How a decline names the bf16 kernels while they are off.
+pub const BF16_OFF: &str = " (bf16: QUORUM_CUDA_BF16=on, until its kernels have run on a GPU)";
+
+/// `QUORUM_CUDA_BF16=on`: the float kernels take bf16 (loads widened exactly, stores rounded once,
+/// products on the tensor cores). Off by default until the GPU suite has judged them on a device:
+/// they were written, and checked here structurally (PTX) and on the CPU path, in a session whose
+/// GPU machine never started. The GPU bundle's `run.sh` turns it on.
+pub fn bf16_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("QUORUM_CUDA_BF16").is_ok_and(|v| v == "on"))
+}
+
 /// A float storage type of the device kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Elem {
@@ -25,12 +37,20 @@ impl Elem {
         }
     }
 
+    /// The storage type of a tensor of dtype `d` that the float kernels run on this build: as
+    /// [`Elem::of`], with bf16 only where [`bf16_enabled`] (its kernels have not yet run on a GPU
+    /// against the oracles; until they have, bf16 nodes stay on the CPU, as before).
+    pub fn device(d: DType) -> Option<Elem> {
+        Elem::of(d).filter(|e| *e != Elem::Bf16 || bf16_enabled())
+    }
+
     /// The storage type of operand `what` of dtype `d`: declines a dtype the kernels do not hold.
     pub fn operand(what: &str, d: Option<DType>) -> KResult<Elem> {
         match d {
-            Some(d) => Elem::of(d).ok_or_else(|| {
+            Some(d) => Elem::device(d).ok_or_else(|| {
                 KError::Decline(format!(
-                    "{what} is {d}; the CUDA kernel takes f32, f16, bf16"
+                    "{what} is {d}; the CUDA kernel takes f32, f16{}",
+                    if bf16_enabled() { ", bf16" } else { BF16_OFF }
                 ))
             }),
             None => Err(KError::Op(quorum_core::error::OpError::Invalid(format!(

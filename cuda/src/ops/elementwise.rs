@@ -326,8 +326,15 @@ fn map_kernel_v4(
 /// exponent (`pow`), which may also be f32, i32 or i64.
 fn float_dtypes(op: &str, ts: &[DevTensor], pow: bool) -> KResult<DType> {
     let d = ts[0].dtype;
-    if Elem::of(d).is_none() {
-        decline!("{op} on {d}: the CUDA kernels take float32, float16 and bfloat16");
+    if Elem::device(d).is_none() {
+        decline!(
+            "{op} on {d}: the CUDA kernels take float32, float16{}",
+            if super::elem::bf16_enabled() {
+                " and bfloat16"
+            } else {
+                super::elem::BF16_OFF
+            }
+        );
     }
     for t in &ts[1..] {
         let exponent = pow && matches!(t.dtype, DType::F32 | DType::I32 | DType::I64);

@@ -57,8 +57,15 @@ pub(crate) fn float_dtype(what: &str, ts: &[&DevTensor]) -> KResult<DType> {
             d, o.dtype
         )));
     }
-    if Elem::of(d).is_none() {
-        crate::decline!("{what} of {d} (the CUDA kernels take f32, f16 and bf16)");
+    if Elem::device(d).is_none() {
+        crate::decline!(
+            "{what} of {d} (the CUDA kernels take f32, f16{})",
+            if super::elem::bf16_enabled() {
+                " and bf16"
+            } else {
+                super::elem::BF16_OFF
+            }
+        );
     }
     Ok(d)
 }

@@ -183,6 +183,9 @@ fn bench_f16_gemm() {
     let cores = std::env::var("QUORUM_CUDA_F16").is_ok_and(|v| v == "cores");
     let on = if cores { "cuda_cores" } else { "tensor_cores" };
     for (half, label) in [(quorum::DType::F16, "f16"), (quorum::DType::BF16, "bf16")] {
+        if crate::harness::bf16_off(half) {
+            continue;
+        }
         for (m, n, k) in [
             (1024usize, 1024usize, 1024usize),
             (2048, 2048, 2048),

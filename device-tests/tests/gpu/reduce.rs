@@ -221,6 +221,9 @@ fn reduce_large_magnitudes_and_infinities() {
 
 #[rstest::rstest]
 fn reduce_halves(#[values(DType::F16, DType::BF16)] half: DType) {
+    if crate::harness::bf16_off(half) {
+        return;
+    }
     for (shape, axes) in [
         (&[4usize, 5000][..], &[1i64][..]),
         (&[3, 5], &[0]),

@@ -120,6 +120,9 @@ fn hardmax_ties_take_the_first() {
 
 #[rstest::rstest]
 fn halves_and_empty(#[values(DType::F16, DType::BF16)] half: DType) {
+    if crate::harness::bf16_off(half) {
+        return;
+    }
     for shape in [&[4usize, 300][..], &[2, 3000], &[3, 5, 7]] {
         let x = rand_range(16, shape, -8.0, 8.0);
         let x = Tensor::from_f64s(half, shape, x.to_f64_vec().unwrap()).unwrap();
