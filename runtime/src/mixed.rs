@@ -80,8 +80,9 @@ pub struct Conversion {
 
 /// Whether value `name` exists in the model as f32 or another type, and under which name each
 /// representation is available in the converted graph.
-#[derive(Default)]
 struct Values {
+    /// The half the model is converted to.
+    half: DType,
     /// The value's type in the original model (`None`: not inferred).
     dtype: HashMap<String, Option<DType>>,
     /// (value, type) → the name of that value in that type in the new graph.
@@ -115,7 +116,11 @@ fn convert_with(
         .copied()
         .chain(keep.iter().map(String::as_str))
         .collect();
-    let mut v = Values::default();
+    let mut v = Values {
+        half,
+        dtype: HashMap::new(),
+        names: HashMap::new(),
+    };
     let mut report = Conversion {
         dtype: Some(half),
         ..Default::default()
@@ -351,18 +356,10 @@ impl Values {
         if let Some(n) = self.names.get(&key) {
             return Ok(n.clone());
         }
-        // The representation the value has (the other of f32 and the half).
-        let other = if want == orig {
-            self.names
-                .iter()
-                .find(|((v, _), _)| v == name)
-                .map(|((_, d), n)| (*d, n.clone()))
-        } else {
-            self.names
-                .get(&(name.to_string(), orig))
-                .map(|n| (orig, n.clone()))
-        };
-        let Some((_, have)) = other else {
+        // The representation the value has: the other of f32 and the half (only f32 values have
+        // two).
+        let from = if want == orig { self.half } else { orig };
+        let Some(have) = self.names.get(&(name.to_string(), from)).cloned() else {
             return Err(Error::InvalidModel(format!(
                 "mixed precision: value '{name}' is read before it is made"
             )));

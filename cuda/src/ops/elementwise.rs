@@ -39,12 +39,11 @@ pub fn claim(node: &Node) -> Option<Result<CudaKernel, String>> {
 
 /// How an operand is read into a register.
 pub(super) fn load(k: &mut Kernel, base: Reg, off: Reg, dtype: DType) -> KResult<Reg> {
+    if let Some(e) = Elem::of(dtype) {
+        let a = k.addr(base, off, e.size());
+        return Ok(e.load_nc(k, a, 0));
+    }
     Ok(match dtype {
-        DType::F32 | DType::F16 | DType::BF16 => {
-            let e = Elem::of(dtype).expect("a float storage type");
-            let a = k.addr(base, off, e.size());
-            e.load_nc(k, a, 0)
-        }
         DType::Bool => {
             let a = k.addr(base, off, 1);
             k.ld_nc(Ty::U8, a, 0)
@@ -64,13 +63,13 @@ pub(super) fn load(k: &mut Kernel, base: Reg, off: Reg, dtype: DType) -> KResult
 }
 
 pub(super) fn store(k: &mut Kernel, base: Reg, i: Reg, dtype: DType, v: Reg) -> KResult<()> {
+    if let Some(e) = Elem::of(dtype) {
+        let a = k.addr(base, i, e.size());
+        let h = e.narrow(k, v);
+        k.st(Space::Global, a, 0, h);
+        return Ok(());
+    }
     match dtype {
-        DType::F32 | DType::F16 | DType::BF16 => {
-            let e = Elem::of(dtype).expect("a float storage type");
-            let a = k.addr(base, i, e.size());
-            let h = e.narrow(k, v);
-            k.st(Space::Global, a, 0, h);
-        }
         DType::Bool => {
             let a = k.addr(base, i, 1);
             k.st_u8(Space::Global, a, 0, v);
