@@ -220,8 +220,6 @@ def main() -> int:
     ap.add_argument("--ncu", default="", help="models whose f16 files Nsight Compute profiles")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    # The bf16 float kernels are off by default until the GPU suite has judged them on a device.
-    os.environ.setdefault("QUORUM_CUDA_BF16", "on")
     import numpy as np
     import torch
 

@@ -18,9 +18,6 @@ LOGS="${OUT:-$B/logs}"
 mkdir -p "$LOGS"
 export QUORUM_ROOT="$ROOT"
 export QUORUM_PYTHON="${QUORUM_PYTHON:-python3}"
-# The bf16 float kernels are off by default until the GPU suite has judged them on a device
-# (cuda/src/ops/elem.rs): here they run, so that it does.
-export QUORUM_CUDA_BF16="${QUORUM_CUDA_BF16:-on}"
 cd "$ROOT"
 for f in gpu-tests quorum conformance quorum-matrix; do
   [ -f "$B/$f.gz" ] && gunzip -c "$B/$f.gz" > "$B/$f" && chmod +x "$B/$f"
