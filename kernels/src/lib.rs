@@ -12,6 +12,8 @@
 //!   formulas as the runtime's standalone kernels (which call them), so that a fused node equals the
 //!   unfused pair bit for bit.
 //!
+//! - [`igemm`]: exact 8-bit integer products (`u8`/`i8` operands with zero points, `i32` sums) for the
+//!   quantized ops, on AVX-512 VNNI with a portable loop beside it.
 //! - [`depthwise`]: one plane of a direct (depthwise) convolution, tap by tap in kernel order; on
 //!   AVX-512 a row's outputs are held in registers over its taps, the edges masked.
 //! - [`recurrent`]: a recurrent layer's step: the recurrence weight (transposed) times the hidden state,
@@ -79,6 +81,7 @@ mod aligned;
 pub mod depthwise;
 pub mod direct;
 pub mod gemm;
+pub mod igemm;
 mod lanes;
 mod microkernel;
 pub mod pack;

@@ -14,6 +14,7 @@ use crate::tensor::{DType, Tensor, Value};
 use crate::{bail, unsupported};
 
 mod int;
+mod int8;
 
 pub fn register(r: &mut Registry) {
     r.add("", "QuantizeLinear", quantize_linear);
@@ -479,6 +480,37 @@ fn dequantize_8bit_per_tensor(
     )?)))
 }
 
+/// The least and greatest of 0 and the values, NaNs ignored (`f32::min`/`max`'s rule, which any
+/// order of comparison gives): sixteen lanes at a time (they vectorize), chunks across threads.
+fn min_max(xv: &[f32]) -> (f32, f32) {
+    fn lanes(c: &[f32]) -> (f32, f32) {
+        const L: usize = 16;
+        let (mut lo, mut hi) = ([0f32; L], [0f32; L]);
+        let mut it = c.chunks_exact(L);
+        for b in &mut it {
+            for i in 0..L {
+                lo[i] = lo[i].min(b[i]);
+                hi[i] = hi[i].max(b[i]);
+            }
+        }
+        let (mut l, mut h) = (0f32, 0f32);
+        for &v in it.remainder().iter().chain(&lo) {
+            l = l.min(v);
+        }
+        for &v in it.remainder().iter().chain(&hi) {
+            h = h.max(v);
+        }
+        (l, h)
+    }
+    const CHUNK: usize = 1 << 16;
+    if xv.len() < 2 * CHUNK {
+        return lanes(xv);
+    }
+    xv.par_chunks(CHUNK)
+        .map(lanes)
+        .reduce(|| (0.0, 0.0), |a, b| (a.0.min(b.0), a.1.max(b.1)))
+}
+
 fn dynamic_quantize_linear(_ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let x = input(inputs, 0)?;
     let xv: std::borrow::Cow<[f32]> = match x {
@@ -491,11 +523,7 @@ fn dynamic_quantize_linear(_ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<
             other.dtype()
         ),
     };
-    let (mut lo, mut hi) = (0f32, 0f32);
-    for &v in xv.iter() {
-        lo = lo.min(v);
-        hi = hi.max(v);
-    }
+    let (lo, hi) = min_max(&xv);
     let scale = if hi == lo { 1.0f32 } else { hi - lo } / 255.0;
     let zp = (0.0 - lo / scale).clamp(0.0, 255.0).round_ties_even();
     // Ties to even by adding and taking away 1.5·2²³, as QuantizeLinear's fast path does (exact

@@ -113,7 +113,7 @@ fn gemm_f64(m: usize, n: usize, k: usize, a: &[f64], b: &[f64], c: &mut [f64]) {
 }
 
 /// numpy `matmul` of `a` by `b` (f64, row-major), with 1-D operands and broadcast batch dims.
-fn matmul_f64(
+pub(super) fn matmul_f64(
     a: &[f64],
     ash: &[usize],
     b: &[f64],
@@ -199,7 +199,12 @@ fn expand(p: &Tensor, target: &[usize], per_row: bool) -> OpResult<Vec<f64>> {
 }
 
 /// `x - zero_point` as f64, checking the operand types.
-fn centered(x: &Tensor, zp: Option<&Tensor>, per_row: bool, what: &str) -> OpResult<Vec<f64>> {
+pub(super) fn centered(
+    x: &Tensor,
+    zp: Option<&Tensor>,
+    per_row: bool,
+    what: &str,
+) -> OpResult<Vec<f64>> {
     if !matches!(x.dtype(), DType::U8 | DType::I8) && !x.dtype().is_narrow_float() {
         unsupported!("{what} of type {} (expected int8 or uint8)", x.dtype());
     }
@@ -218,9 +223,14 @@ fn centered(x: &Tensor, zp: Option<&Tensor>, per_row: bool, what: &str) -> OpRes
     Ok(v)
 }
 
-pub(super) fn matmul_integer(_ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+pub(super) fn matmul_integer(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let a = input(inputs, 0)?;
     let b = input(inputs, 1)?;
+    if let Some((c, shape)) =
+        super::int8::matmul(ctx, a, opt_input(inputs, 2)?, b, opt_input(inputs, 3)?)?
+    {
+        return single(Tensor::I32(ArrayD::from_shape_vec(IxDyn(&shape), c)?));
+    }
     let av = centered(a, opt_input(inputs, 2)?, true, "A")?;
     let bv = centered(b, opt_input(inputs, 3)?, false, "B")?;
     let (c, shape) = matmul_f64(&av, a.shape(), &bv, b.shape())?;
@@ -248,7 +258,7 @@ fn requantize(
     float_tensor(out, shape, true, |i| acc(i) + zp(i))
 }
 
-pub(super) fn qlinear_matmul(_ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
+pub(super) fn qlinear_matmul(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let a = input(inputs, 0)?;
     let a_s = input(inputs, 1)?;
     let a_zp = opt_input(inputs, 2)?;
@@ -257,11 +267,40 @@ pub(super) fn qlinear_matmul(_ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResul
     let b_zp = opt_input(inputs, 5)?;
     let y_s = input(inputs, 6)?;
     let y_zp = opt_input(inputs, 7)?;
-    let av = centered(a, a_zp, true, "a")?;
-    let bv = centered(b, b_zp, false, "b")?;
-    let (c, shape) = matmul_f64(&av, a.shape(), &bv, b.shape())?;
-    // The multiplier a_scale * b_scale / y_scale, computed in the scales' type.
+    // The integer path's sums are exact where K keeps them inside i32 (requantization reads the
+    // exact sum, never a wrapped one).
+    let k = a.shape().last().copied().unwrap_or(0);
+    let fast = if k <= super::int8::EXACT_I32_K {
+        super::int8::matmul(ctx, a, a_zp, b, b_zp)?
+    } else {
+        None
+    };
     let p = a_s.dtype();
+    let scalar = |t: &Tensor| t.len() == 1;
+    if let Some((c, shape)) = &fast
+        && scalar(a_s)
+        && scalar(b_s)
+        && scalar(y_s)
+        && y_zp.is_none_or(scalar)
+    {
+        // Scalar scales: one multiplier, the integer path's requantization.
+        let v = |t: &Tensor| -> OpResult<f64> { Ok(to_f64_vec(t)?[0]) };
+        let mult = round_to(p, round_to(p, v(a_s)? * v(b_s)?) / v(y_s)?);
+        let zp = y_zp.map(v).transpose()?.unwrap_or(0.0);
+        let out = y_zp.map(|z| z.dtype()).unwrap_or(a.dtype());
+        if let Some(t) = super::int8::requantize_runs(c, c.len(), &[(0.0, mult)], zp, out, shape)? {
+            return single(t);
+        }
+    }
+    let (c, shape) = match fast {
+        Some((c, shape)) => (c.into_iter().map(f64::from).collect::<Vec<_>>(), shape),
+        None => {
+            let av = centered(a, a_zp, true, "a")?;
+            let bv = centered(b, b_zp, false, "b")?;
+            matmul_f64(&av, a.shape(), &bv, b.shape())?
+        }
+    };
+    // The multiplier a_scale * b_scale / y_scale, computed in the scales' type.
     let sa = expand(a_s, &shape, a.rank() >= 2 && b.rank() >= 2)?;
     let sb = expand(b_s, &shape, false)?;
     let sy = expand(y_s, &shape, false)?;
@@ -282,17 +321,17 @@ pub(super) fn qlinear_matmul(_ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResul
 }
 
 /// Convolution geometry from the Conv attributes.
-struct Geom {
-    n: usize,
-    c: usize,
-    m: usize,
-    group: usize,
-    ins: Vec<usize>,
-    k: Vec<usize>,
-    stride: Vec<usize>,
-    dil: Vec<usize>,
-    pad: Vec<usize>,
-    outs: Vec<usize>,
+pub(super) struct Geom {
+    pub(super) n: usize,
+    pub(super) c: usize,
+    pub(super) m: usize,
+    pub(super) group: usize,
+    pub(super) ins: Vec<usize>,
+    pub(super) k: Vec<usize>,
+    pub(super) stride: Vec<usize>,
+    pub(super) dil: Vec<usize>,
+    pub(super) pad: Vec<usize>,
+    pub(super) outs: Vec<usize>,
 }
 
 fn geom(ctx: &OpCtx, xs: &[usize], ws: &[usize]) -> OpResult<Geom> {
@@ -381,7 +420,7 @@ fn geom(ctx: &OpCtx, xs: &[usize], ws: &[usize]) -> OpResult<Geom> {
 /// The convolution of `x` by `w` (both centered on their zero points), in f64: by im2col and a
 /// GEMM per image and group; 8-bit operands (integers of magnitude at most 255) take f32 columns
 /// and the exact f32 GEMMs of [`gemm_ints`].
-fn conv_f64(g: &Geom, x: &[f64], w: &[f64]) -> Vec<f64> {
+pub(super) fn conv_f64(g: &Geom, x: &[f64], w: &[f64]) -> Vec<f64> {
     if let (Some(x32), Some(w32)) = (small_ints(x), small_ints(w)) {
         return conv_by_columns(g, &x32, &w32, &|m, n, k, a, b, c| {
             gemm_ints(m, n, k, a, b, c)
@@ -400,51 +439,16 @@ fn conv_by_columns<T: Copy + Default + Send + Sync>(
     w: &[T],
     gemm: ColumnGemm<'_, T>,
 ) -> Vec<f64> {
-    let nd = g.ins.len();
     let cg = g.c / g.group;
     let mg = g.m / g.group;
     let ksz: usize = g.k.iter().product();
     let osz: usize = g.outs.iter().product();
-    let isz: usize = g.ins.iter().product();
     let rows = cg * ksz;
     let mut out = vec![0.0; g.n * g.m * osz];
     let mut col = vec![T::default(); rows * osz];
     for ni in 0..g.n {
         for gi in 0..g.group {
-            col.par_chunks_mut(osz.max(1))
-                .enumerate()
-                .for_each(|(r, dst)| {
-                    let ci = gi * cg + r / ksz;
-                    let mut kr = r % ksz;
-                    let mut kidx = vec![0usize; nd];
-                    for d in (0..nd).rev() {
-                        kidx[d] = kr % g.k[d];
-                        kr /= g.k[d];
-                    }
-                    let src = &x[(ni * g.c + ci) * isz..][..isz];
-                    let mut oidx = vec![0usize; nd];
-                    for v in dst.iter_mut() {
-                        let mut off = 0usize;
-                        let mut inside = true;
-                        for d in 0..nd {
-                            let p = (oidx[d] * g.stride[d] + kidx[d] * g.dil[d]) as isize
-                                - g.pad[d] as isize;
-                            if p < 0 || p >= g.ins[d] as isize {
-                                inside = false;
-                                break;
-                            }
-                            off = off * g.ins[d] + p as usize;
-                        }
-                        *v = if inside { src[off] } else { T::default() };
-                        for d in (0..nd).rev() {
-                            oidx[d] += 1;
-                            if oidx[d] < g.outs[d] {
-                                break;
-                            }
-                            oidx[d] = 0;
-                        }
-                    }
-                });
+            im2col(g, x, ni, gi, &mut col, T::default());
             let wg = &w[gi * mg * rows..][..mg * rows];
             let og = &mut out[(ni * g.m + gi * mg) * osz..][..mg * osz];
             gemm(mg, osz, rows, wg, &col, og);
@@ -453,14 +457,81 @@ fn conv_by_columns<T: Copy + Default + Send + Sync>(
     out
 }
 
-/// x and w centered on their zero points (w's per output channel) and the conv geometry.
+/// The columns of image `ni`, group `gi`: row `r = (channel in group)·|kernel| + (kernel offset)`,
+/// one element per output position, `pad` where the kernel reads outside the input.
+pub(super) fn im2col<T: Copy + Send + Sync>(
+    g: &Geom,
+    x: &[T],
+    ni: usize,
+    gi: usize,
+    col: &mut [T],
+    pad: T,
+) {
+    let nd = g.ins.len();
+    let cg = g.c / g.group;
+    let ksz: usize = g.k.iter().product();
+    let osz: usize = g.outs.iter().product();
+    let isz: usize = g.ins.iter().product();
+    col.par_chunks_mut(osz.max(1))
+        .enumerate()
+        .for_each(|(r, dst)| {
+            let ci = gi * cg + r / ksz;
+            let mut kr = r % ksz;
+            let mut kidx = vec![0usize; nd];
+            for d in (0..nd).rev() {
+                kidx[d] = kr % g.k[d];
+                kr /= g.k[d];
+            }
+            let src = &x[(ni * g.c + ci) * isz..][..isz];
+            let mut oidx = vec![0usize; nd];
+            for v in dst.iter_mut() {
+                let mut off = 0usize;
+                let mut inside = true;
+                for d in 0..nd {
+                    let p =
+                        (oidx[d] * g.stride[d] + kidx[d] * g.dil[d]) as isize - g.pad[d] as isize;
+                    if p < 0 || p >= g.ins[d] as isize {
+                        inside = false;
+                        break;
+                    }
+                    off = off * g.ins[d] + p as usize;
+                }
+                *v = if inside { src[off] } else { pad };
+                for d in (0..nd).rev() {
+                    oidx[d] += 1;
+                    if oidx[d] < g.outs[d] {
+                        break;
+                    }
+                    oidx[d] = 0;
+                }
+            }
+        });
+}
+
+/// A convolution's sums: exact i32 from the 8-bit integer path, or exact f64.
+enum Sums {
+    I32(Vec<i32>),
+    F64(Vec<f64>),
+}
+
+impl Sums {
+    fn get(&self, i: usize) -> f64 {
+        match self {
+            Sums::I32(v) => v[i] as f64,
+            Sums::F64(v) => v[i],
+        }
+    }
+}
+
+/// The convolution of x by w, each centered on its zero point (w's per output channel), and the
+/// conv geometry.
 fn conv_operands(
     ctx: &OpCtx,
     x: &Tensor,
     xz: Option<&Tensor>,
     w: &Tensor,
     wz: Option<&Tensor>,
-) -> OpResult<(Geom, Vec<f64>)> {
+) -> OpResult<(Geom, Sums)> {
     let g = geom(ctx, x.shape(), w.shape())?;
     for (t, what) in [(x, "x"), (w, "w")] {
         if !matches!(t.dtype(), DType::U8 | DType::I8) {
@@ -479,16 +550,25 @@ fn conv_operands(
         .into_iter()
         .chain(g.outs.iter().copied())
         .collect();
+    if let Some(z) = wz
+        && z.len() != 1
+        && (z.len() != g.m || z.rank() != 1)
+    {
+        bail!(
+            "w zero point of shape {:?} must be a scalar or have {} elements",
+            z.shape(),
+            g.m
+        );
+    }
+    ctx.check_alloc(&out_shape, 8)?;
+    let rows = w.shape()[1..].iter().product::<usize>();
+    ctx.check_alloc(&[rows, g.outs.iter().product()], 8)?;
+    if let Some(y) = super::int8::conv(&g, x, xz, w, wz)? {
+        return Ok((g, Sums::I32(y)));
+    }
     let xv = centered(x, xz, false, "x")?;
     let wv = match wz {
         Some(z) if z.len() != 1 => {
-            if z.len() != g.m || z.rank() != 1 {
-                bail!(
-                    "w zero point of shape {:?} must be a scalar or have {} elements",
-                    z.shape(),
-                    g.m
-                );
-            }
             let per = w.len() / g.m.max(1);
             let zv = to_f64_vec(z)?;
             let mut v = to_f64_vec(w)?;
@@ -499,11 +579,8 @@ fn conv_operands(
         }
         z => centered(w, z, false, "w")?,
     };
-    ctx.check_alloc(&out_shape, 8)?;
-    let rows = w.shape()[1..].iter().product::<usize>();
-    ctx.check_alloc(&[rows, g.outs.iter().product()], 8)?;
     let y = conv_f64(&g, &xv, &wv);
-    Ok((g, y))
+    Ok((g, Sums::F64(y)))
 }
 
 pub(super) fn conv_integer(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
@@ -514,9 +591,12 @@ pub(super) fn conv_integer(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<V
         .into_iter()
         .chain(g.outs.iter().copied())
         .collect();
-    single(int_tensor(DType::I32, &shape, |i| {
-        y[i] as i64 as i32 as i64
-    })?)
+    match y {
+        Sums::I32(v) => single(Tensor::I32(ArrayD::from_shape_vec(IxDyn(&shape), v)?)),
+        Sums::F64(v) => single(int_tensor(DType::I32, &shape, |i| {
+            v[i] as i64 as i32 as i64
+        })?),
+    }
 }
 
 pub(super) fn qlinear_conv(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
@@ -572,10 +652,17 @@ pub(super) fn qlinear_conv(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<V
         Some(z) => bail!("y_zero_point must be a scalar, got {:?}", z.shape()),
         None => vec![0.0],
     };
+    if let Sums::I32(v) = &y {
+        let out = y_zp.map(|z| z.dtype()).unwrap_or(x.dtype());
+        let params: Vec<(f64, f64)> = b.iter().copied().zip(mult.iter().copied()).collect();
+        if let Some(t) = super::int8::requantize_runs(v, osz, &params, zpv[0], out, &shape)? {
+            return single(t);
+        }
+    }
     let ch = |i: usize| (i / osz.max(1)) % g.m.max(1);
     single(requantize(
         &shape,
-        |i| (y[i] + b[ch(i)]) * mult[ch(i)],
+        |i| (y.get(i) + b[ch(i)]) * mult[ch(i)],
         y_zp,
         x.dtype(),
         &zpv,
@@ -583,146 +670,4 @@ pub(super) fn qlinear_conv(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<V
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn lcg(seed: &mut u64) -> u64 {
-        *seed = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        *seed >> 33
-    }
-
-    /// Worst-case 8-bit products (±255 · ±255, odd, mostly one sign) over K = 1,000: four slices
-    /// of the exact f32 path, every output equal to the integer sum; and the same product as one
-    /// f32 GEMM over all of K (the slicing taken out: the broken variant) is caught, its sums past
-    /// 2²⁴ having lost their odd units.
-    #[test]
-    fn integer_products_are_exact_past_one_slice() {
-        let (m, n, k) = (3, 5, 1000);
-        let mut s = 11u64;
-        let a: Vec<f64> = (0..m * k)
-            .map(|i| {
-                if i % 7 == 0 {
-                    -255.0
-                } else {
-                    255.0 - (lcg(&mut s) % 3) as f64 * 2.0
-                }
-            })
-            .collect();
-        let b: Vec<f64> = (0..k * n)
-            .map(|_| 255.0 - (lcg(&mut s) % 2) as f64 * 2.0)
-            .collect();
-        let naive = |i: usize, j: usize| -> i64 {
-            (0..k)
-                .map(|p| a[i * k + p] as i64 * b[p * n + j] as i64)
-                .sum()
-        };
-        let mut c = vec![f64::NAN; m * n];
-        gemm_f64(m, n, k, &a, &b, &mut c);
-        for i in 0..m {
-            for j in 0..n {
-                assert_eq!(c[i * n + j], naive(i, j) as f64, "({i}, {j})");
-                assert!(naive(i, j).abs() > 1 << 24, "the sums must pass 2^24");
-            }
-        }
-        // One f32 GEMM over all of K: wrong somewhere.
-        let (a32, b32): (Vec<f32>, Vec<f32>) = (
-            a.iter().map(|&v| v as f32).collect(),
-            b.iter().map(|&v| v as f32).collect(),
-        );
-        let mut whole = vec![0f32; m * n];
-        crate::ops::matmul::gemm_into(
-            m, n, k, &a32, k, 1, &b32, n, 1, &mut whole, n, 1.0, false, false,
-        );
-        let wrong = (0..m * n)
-            .filter(|&i| whole[i] as f64 != naive(i / n, i % n) as f64)
-            .count();
-        assert!(
-            wrong > 0,
-            "an unsliced f32 GEMM was exact: the test data is too easy"
-        );
-        // Operands that are not small integers (float8 values) take the f64 kernels.
-        assert!(small_ints(&[0.5, 1.0]).is_none());
-        assert!(small_ints(&[256.0]).is_none());
-        assert!(small_ints(&[f64::NAN]).is_none());
-        assert_eq!(
-            small_ints(&[-255.0, 0.0, 7.0]),
-            Some(vec![-255.0, 0.0, 7.0])
-        );
-    }
-
-    #[test]
-    fn batched_matmul_matches_naive() {
-        let mut s = 3u64;
-        let (ash, bsh) = ([2, 1, 3, 4], [3, 4, 5]);
-        let a: Vec<f64> = (0..24)
-            .map(|_| (lcg(&mut s) % 255) as f64 - 128.0)
-            .collect();
-        let b: Vec<f64> = (0..60).map(|_| (lcg(&mut s) % 255) as f64).collect();
-        let (c, shape) = matmul_f64(&a, &ash, &b, &bsh).unwrap();
-        assert_eq!(shape, vec![2, 3, 3, 5]);
-        for i in 0..2 {
-            for j in 0..3 {
-                for m in 0..3 {
-                    for n in 0..5 {
-                        let want: f64 = (0..4)
-                            .map(|k| a[i * 12 + m * 4 + k] * b[j * 20 + k * 5 + n])
-                            .sum();
-                        assert_eq!(c[((i * 3 + j) * 3 + m) * 5 + n], want);
-                    }
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn conv_matches_direct_sum() {
-        // x [2, 4, 7, 6], w [6, 2, 3, 2], group 2, strides [2, 1], dilations [1, 2], pads [1, 0, 2, 1].
-        let g = Geom {
-            n: 2,
-            c: 4,
-            m: 6,
-            group: 2,
-            ins: vec![7, 6],
-            k: vec![3, 2],
-            stride: vec![2, 1],
-            dil: vec![1, 2],
-            pad: vec![1, 0],
-            outs: vec![(7 + 3 - 3) / 2 + 1, (6 + 1 - 3) + 1],
-        };
-        let mut s = 5u64;
-        let x: Vec<f64> = (0..2 * 4 * 42)
-            .map(|_| (lcg(&mut s) % 255) as f64 - 100.0)
-            .collect();
-        let w: Vec<f64> = (0..6 * 2 * 6)
-            .map(|_| (lcg(&mut s) % 255) as f64 - 128.0)
-            .collect();
-        let y = conv_f64(&g, &x, &w);
-        let (oh, ow) = (g.outs[0], g.outs[1]);
-        for n in 0..2 {
-            for m in 0..6 {
-                let gi = m / 3;
-                for oy in 0..oh {
-                    for ox in 0..ow {
-                        let mut want = 0.0;
-                        for c in 0..2 {
-                            for ky in 0..3 {
-                                for kx in 0..2 {
-                                    let iy = (oy * 2 + ky) as isize - 1;
-                                    let ix = (ox + kx * 2) as isize;
-                                    if (0..7).contains(&iy) && (0..6).contains(&ix) {
-                                        let xi = ((n * 4 + gi * 2 + c) * 7 + iy as usize) * 6
-                                            + ix as usize;
-                                        want += x[xi] * w[((m * 2 + c) * 3 + ky) * 2 + kx];
-                                    }
-                                }
-                            }
-                        }
-                        assert_eq!(y[((n * 6 + m) * oh + oy) * ow + ox], want);
-                    }
-                }
-            }
-        }
-    }
-}
+mod tests;

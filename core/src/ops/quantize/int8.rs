@@ -1,0 +1,352 @@
+//! The 8-bit integer path of MatMulInteger, QLinearMatMul, ConvInteger and QLinearConv: the raw
+//! `u8`/`i8` bytes go to the exact integer product of `quorum_kernels::igemm` (AVX-512 VNNI), with
+//! no centering into f64 and no f32 slices. Taken only where that kernel runs on this CPU and the
+//! operands are the common forms (zero points per tensor, per row of A or per column of B; B
+//! two-dimensional or batched like A); every other case returns `None` and the caller's exact
+//! f64/f32 path computes it, with the same results.
+use std::borrow::Cow;
+
+use ndarray::{ArrayD, IxDyn};
+
+use quorum_kernels::igemm::{self, Int8Matrix, IntKernel};
+
+use super::int::Geom;
+use crate::error::OpResult;
+use crate::ops::OpCtx;
+use crate::ops::cast::to_f64_vec;
+use crate::tensor::{DType, Tensor};
+
+/// The longest K whose centered 8-bit products (each at most 255² in magnitude) sum inside
+/// `i32` whatever their signs: 33,025 · 65,025 < 2³¹. Past it a 32-bit sum wraps, which
+/// MatMulInteger's i32 output does too, but QLinear* requantize the exact sum.
+pub(super) const EXACT_I32_K: usize = 33_025;
+
+/// A tensor's bytes in row-major order and whether they are `i8`; `None` for other types.
+fn bytes(t: &Tensor) -> Option<(Cow<'_, [u8]>, bool)> {
+    match t {
+        Tensor::U8(a) => Some((
+            match a.as_slice() {
+                Some(s) => Cow::Borrowed(s),
+                None => Cow::Owned(a.iter().copied().collect()),
+            },
+            false,
+        )),
+        Tensor::I8(a) => Some((
+            match a.as_slice() {
+                // SAFETY: i8 and u8 have the same size and alignment, and every bit pattern is a
+                // valid u8; the view lives as long as the borrowed array.
+                Some(s) => Cow::Borrowed(unsafe {
+                    std::slice::from_raw_parts(s.as_ptr().cast::<u8>(), s.len())
+                }),
+                None => Cow::Owned(a.iter().map(|&v| v as u8).collect()),
+            },
+            true,
+        )),
+        _ => None,
+    }
+}
+
+/// A zero point's values as i32, when it has the operand's type (else the caller's path reports
+/// the mismatch).
+fn zero_points(z: Option<&Tensor>, dtype: DType) -> OpResult<Option<Vec<i32>>> {
+    match z {
+        None => Ok(Some(vec![0])),
+        Some(z) if z.dtype() == dtype => {
+            Ok(Some(to_f64_vec(z)?.iter().map(|&v| v as i32).collect()))
+        }
+        Some(_) => Ok(None),
+    }
+}
+
+/// MatMulInteger's product, exact in wrapping i32, with the output shape; `None` where the integer
+/// path does not apply (see the module).
+pub(super) fn matmul(
+    ctx: &OpCtx,
+    a: &Tensor,
+    a_zp: Option<&Tensor>,
+    b: &Tensor,
+    b_zp: Option<&Tensor>,
+) -> OpResult<Option<(Vec<i32>, Vec<usize>)>> {
+    match kernel() {
+        Some(kern) => matmul_with(kern, ctx, a, a_zp, b, b_zp),
+        None => Ok(None),
+    }
+}
+
+/// The kernel the runtime takes: VNNI's, where this CPU has it (elsewhere the exact f32 path is
+/// quicker than the portable loop).
+fn kernel() -> Option<IntKernel> {
+    igemm::fast().then_some(IntKernel::Vnni)
+}
+
+/// [`matmul`] with a given kernel (the tests run the portable one everywhere).
+fn matmul_with(
+    kern: IntKernel,
+    ctx: &OpCtx,
+    a: &Tensor,
+    a_zp: Option<&Tensor>,
+    b: &Tensor,
+    b_zp: Option<&Tensor>,
+) -> OpResult<Option<(Vec<i32>, Vec<usize>)>> {
+    if a.rank() < 2 || b.rank() < 2 {
+        return Ok(None);
+    }
+    let (Some((ad, sa)), Some((bd, sb))) = (bytes(a), bytes(b)) else {
+        return Ok(None);
+    };
+    let (Some(za), Some(zb)) = (zero_points(a_zp, a.dtype())?, zero_points(b_zp, b.dtype())?)
+    else {
+        return Ok(None);
+    };
+    let (ash, bsh) = (a.shape(), b.shape());
+    let (m, k) = (ash[ash.len() - 2], ash[ash.len() - 1]);
+    let (kb, n) = (bsh[bsh.len() - 2], bsh[bsh.len() - 1]);
+    if k != kb {
+        return Ok(None);
+    }
+    // A's zero point per tensor or per row ([M]); B's per tensor or per column ([N]).
+    let per_row = za.len() != 1;
+    if (per_row && (a_zp.is_some_and(|z| z.rank() != 1) || za.len() != m))
+        || (zb.len() != 1 && (b_zp.is_some_and(|z| z.rank() != 1) || zb.len() != n))
+    {
+        return Ok(None);
+    }
+    let a_batch = &ash[..ash.len() - 2];
+    let b_batch = &bsh[..bsh.len() - 2];
+    let (shape, batches, rows) = if b_batch.is_empty() {
+        // B shared: A's batches are more rows of one product.
+        let batches: usize = a_batch.iter().product();
+        (ash[..ash.len() - 1].to_vec(), 1, batches * m)
+    } else if a_batch == b_batch {
+        (ash[..ash.len() - 1].to_vec(), a_batch.iter().product(), m)
+    } else {
+        return Ok(None);
+    };
+    let shape: Vec<usize> = shape.into_iter().chain([n]).collect();
+    ctx.check_alloc(&shape, 4)?;
+    let za: Vec<i32> = if per_row {
+        (0..rows).map(|r| za[r % m]).collect()
+    } else {
+        za
+    };
+    let mut c = vec![0i32; shape.iter().product()];
+    for bi in 0..batches {
+        let a_m = Int8Matrix {
+            data: &ad[bi * rows * k..],
+            rs: k,
+            cs: 1,
+            signed: sa,
+        };
+        let b_m = Int8Matrix {
+            data: &bd[bi * k * n..],
+            rs: n,
+            cs: 1,
+            signed: sb,
+        };
+        igemm::igemm(
+            kern,
+            (rows, n, k),
+            a_m,
+            &za,
+            b_m,
+            &zb,
+            &mut c[bi * rows * n..],
+            (n, 1),
+        );
+    }
+    Ok(Some((c, shape)))
+}
+
+/// The convolution of 8-bit `x` by `w` (zero points per tensor for x, per tensor or per output
+/// channel for w: the caller has checked their shapes), exact in wrapping i32, laid out as the
+/// output `[N, M, spatial...]`; `None` where the integer path does not apply.
+pub(super) fn conv(
+    g: &Geom,
+    x: &Tensor,
+    xz: Option<&Tensor>,
+    w: &Tensor,
+    wz: Option<&Tensor>,
+) -> OpResult<Option<Vec<i32>>> {
+    match kernel() {
+        Some(kern) => conv_with(kern, g, x, xz, w, wz),
+        None => Ok(None),
+    }
+}
+
+/// [`conv`] with a given kernel.
+fn conv_with(
+    kern: IntKernel,
+    g: &Geom,
+    x: &Tensor,
+    xz: Option<&Tensor>,
+    w: &Tensor,
+    wz: Option<&Tensor>,
+) -> OpResult<Option<Vec<i32>>> {
+    let (Some((xd, sx)), Some((wd, sw))) = (bytes(x), bytes(w)) else {
+        return Ok(None);
+    };
+    let (Some(zx), Some(zw)) = (zero_points(xz, x.dtype())?, zero_points(wz, w.dtype())?) else {
+        return Ok(None);
+    };
+    let cg = g.c / g.group;
+    let mg = g.m / g.group;
+    let ksz: usize = g.k.iter().product();
+    let osz: usize = g.outs.iter().product();
+    let isz: usize = g.ins.iter().product();
+    let rows = cg * ksz;
+    let mut out = vec![0i32; g.n * g.m * osz];
+    // A pointwise convolution reads its input as the columns themselves.
+    let pointwise = ksz == 1 && g.stride.iter().all(|&s| s == 1) && g.pad.iter().all(|&p| p == 0);
+    let mut col = if pointwise {
+        Vec::new()
+    } else {
+        vec![0u8; rows * osz]
+    };
+    // Padding is the zero point: a padded element is 0 once centered.
+    let pad = zx[0] as u8;
+    for ni in 0..g.n {
+        for gi in 0..g.group {
+            let cols: &[u8] = if pointwise {
+                &xd[(ni * g.c + gi * cg) * isz..][..rows * osz]
+            } else {
+                if g.ins.len() == 2 {
+                    im2col_2d(g, &xd, ni, gi, &mut col, pad);
+                } else {
+                    super::int::im2col(g, &xd, ni, gi, &mut col, pad);
+                }
+                &col
+            };
+            let zw_g: &[i32] = if zw.len() == 1 {
+                &zw
+            } else {
+                &zw[gi * mg..][..mg]
+            };
+            igemm::igemm(
+                kern,
+                (mg, osz, rows),
+                Int8Matrix {
+                    data: &wd[gi * mg * rows..],
+                    rs: rows,
+                    cs: 1,
+                    signed: sw,
+                },
+                zw_g,
+                Int8Matrix {
+                    data: cols,
+                    rs: osz,
+                    cs: 1,
+                    signed: sx,
+                },
+                &zx,
+                &mut out[(ni * g.m + gi * mg) * osz..],
+                (osz, 1),
+            );
+        }
+    }
+    Ok(Some(out))
+}
+
+/// `saturate(round_ties_even((sum + bias) · mult + zp))` of exact i32 sums into a u8 or i8 tensor
+/// of `shape`, the sums in runs of `run` elements, run `r` taking `params[r % params.len()]` as
+/// (bias, mult): a convolution's channel planes, or one run for a product with scalar scales.
+/// The same f64 operations in the same order as the general path's `requantize`, so the same
+/// integers; `None` for other output types (that path handles them).
+pub(super) fn requantize_runs(
+    sums: &[i32],
+    run: usize,
+    params: &[(f64, f64)],
+    zp: f64,
+    out: DType,
+    shape: &[usize],
+) -> OpResult<Option<Tensor>> {
+    let Some((lo, hi)) = super::int_range(out).filter(|_| matches!(out, DType::U8 | DType::I8))
+    else {
+        return Ok(None);
+    };
+    // Ties to even without libm: past ±2^50 every value saturates anyway, and below it adding and
+    // taking away 1.5·2^52 rounds to an integer in the default mode. NaN stays NaN (0 as an
+    // integer, as `round_ties_even(NaN) as i64` is).
+    const SHIFT: f64 = 6_755_399_441_055_744.0;
+    let quantize = |v: f64| -> i64 {
+        let v = v.clamp(-1.125_899_906_842_624e15, 1.125_899_906_842_624e15);
+        (((v + SHIFT) - SHIFT) as i64).clamp(lo, hi)
+    };
+    let mut q = vec![0u8; sums.len()];
+    let fill = |(r, (dst, src)): (usize, (&mut [u8], &[i32]))| {
+        let (bias, mult) = params[r % params.len()];
+        for (d, &v) in dst.iter_mut().zip(src) {
+            *d = quantize((v as f64 + bias) * mult + zp) as u8;
+        }
+    };
+    let run = run.max(1);
+    if sums.len() >= 1 << 15 {
+        use rayon::prelude::*;
+        q.par_chunks_mut(run)
+            .zip(sums.par_chunks(run))
+            .enumerate()
+            .for_each(fill);
+    } else {
+        q.chunks_mut(run)
+            .zip(sums.chunks(run))
+            .enumerate()
+            .for_each(fill);
+    }
+    Ok(Some(if out == DType::I8 {
+        Tensor::I8(ArrayD::from_shape_vec(
+            IxDyn(shape),
+            q.into_iter().map(|v| v as i8).collect(),
+        )?)
+    } else {
+        Tensor::U8(ArrayD::from_shape_vec(IxDyn(shape), q)?)
+    }))
+}
+
+/// [`super::int::im2col`] for two spatial dims, a row of the output at a time: a run of a row of
+/// the input copied where the stride is 1, the padding filled around it.
+fn im2col_2d(g: &Geom, x: &[u8], ni: usize, gi: usize, col: &mut [u8], pad: u8) {
+    let (h, w) = (g.ins[0], g.ins[1]);
+    let (kh, kw) = (g.k[0], g.k[1]);
+    let (oh, ow) = (g.outs[0], g.outs[1]);
+    let cg = g.c / g.group;
+    let fill = |(r, dst): (usize, &mut [u8])| {
+        let ci = gi * cg + r / (kh * kw);
+        let (ky, kx) = ((r / kw) % kh, r % kw);
+        let src = &x[(ni * g.c + ci) * h * w..][..h * w];
+        let x0 = (kx * g.dil[1]) as isize - g.pad[1] as isize;
+        for (oy, d) in dst.chunks_mut(ow.max(1)).enumerate().take(oh) {
+            let iy = (oy * g.stride[0] + ky * g.dil[0]) as isize - g.pad[0] as isize;
+            if iy < 0 || iy >= h as isize {
+                d.fill(pad);
+                continue;
+            }
+            let row = &src[iy as usize * w..][..w];
+            if g.stride[1] == 1 {
+                // Inside the input for ox in [lo, hi).
+                let lo = (-x0).clamp(0, ow as isize) as usize;
+                let hi = (w as isize - x0).clamp(lo as isize, ow as isize) as usize;
+                d[..lo].fill(pad);
+                d[lo..hi].copy_from_slice(&row[(lo as isize + x0) as usize..][..hi - lo]);
+                d[hi..].fill(pad);
+            } else {
+                for (ox, v) in d.iter_mut().enumerate() {
+                    let ix = (ox * g.stride[1]) as isize + x0;
+                    *v = if ix >= 0 && ix < w as isize {
+                        row[ix as usize]
+                    } else {
+                        pad
+                    };
+                }
+            }
+        }
+    };
+    let osz = (oh * ow).max(1);
+    if col.len() >= 1 << 16 {
+        use rayon::prelude::*;
+        col.par_chunks_mut(osz).enumerate().for_each(fill);
+    } else {
+        col.chunks_mut(osz).enumerate().for_each(fill);
+    }
+}
+
+#[cfg(test)]
+mod tests;
