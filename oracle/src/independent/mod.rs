@@ -17,6 +17,7 @@ mod convt;
 mod einsum;
 mod elementwise;
 mod fill;
+mod integer;
 mod matmul;
 mod movement;
 mod norm;
@@ -46,6 +47,7 @@ enum Family {
     Rnn,
     Fill,
     Quantize,
+    Integer,
 }
 
 fn family(op: &str) -> Option<Family> {
@@ -75,6 +77,8 @@ fn family(op: &str) -> Option<Family> {
         Some(Family::Fill)
     } else if quantize::OPS.contains(&op) {
         Some(Family::Quantize)
+    } else if integer::OPS.contains(&op) {
+        Some(Family::Integer)
     } else {
         None
     }
@@ -104,6 +108,7 @@ impl Oracle for Independent {
             Some(Family::Rnn) => rnn::check(node),
             Some(Family::Fill) => fill::check(node),
             Some(Family::Quantize) => quantize::check(node),
+            Some(Family::Integer) => integer::check(node),
         }
     }
 
@@ -131,6 +136,7 @@ impl Oracle for Independent {
             Some(Family::Rnn) => rnn::eval(node, inputs),
             Some(Family::Fill) => fill::eval(node, inputs),
             Some(Family::Quantize) => quantize::eval(node, inputs),
+            Some(Family::Integer) => integer::eval(node, inputs),
         }
     }
 }

@@ -78,7 +78,7 @@ fn dot_rows<'a>(
     }
 }
 
-fn matmul(a: &Value, b: &Value, threads: usize) -> Result<Output, OracleError> {
+pub(super) fn matmul(a: &Value, b: &Value, threads: usize) -> Result<Output, OracleError> {
     if a.shape.is_empty() || b.shape.is_empty() {
         return Err(OracleError::Invalid(
             "MatMul operands must have rank >= 1".into(),

@@ -9,6 +9,7 @@ mod data2;
 mod einsum;
 mod elementwise;
 mod fill;
+mod integer;
 mod matmul;
 mod norm;
 mod parallel;
@@ -81,6 +82,9 @@ fn family(node: &NodeSpec) -> Result<Family, String> {
     if quantize::covers(op) {
         return Ok(Family::Quantize);
     }
+    if integer::covers(op) {
+        return Ok(Family::Integer);
+    }
     Err(format!("{op} is not covered by the reference oracle"))
 }
 
@@ -98,6 +102,7 @@ enum Family {
     Resize,
     Rnn,
     Quantize,
+    Integer,
 }
 
 impl Oracle for Reference {
@@ -120,6 +125,7 @@ impl Oracle for Reference {
             Family::Resize => resize::supports(node),
             Family::Rnn => rnn::supports(node),
             Family::Quantize => quantize::supports(node),
+            Family::Integer => integer::supports(node),
         }
     }
 
@@ -143,6 +149,7 @@ impl Oracle for Reference {
             Family::Resize => resize::supports(node),
             Family::Rnn => rnn::supports(node),
             Family::Quantize => quantize::supports(node),
+            Family::Integer => integer::supports(node),
         };
         supported.map_err(OracleError::Unsupported)?;
         match fam {
@@ -162,6 +169,7 @@ impl Oracle for Reference {
             Family::Resize => resize::evaluate(node, inputs),
             Family::Rnn => rnn::evaluate(node, inputs),
             Family::Quantize => quantize::evaluate(node, inputs),
+            Family::Integer => integer::evaluate(node, inputs),
         }
     }
 }

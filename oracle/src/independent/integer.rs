@@ -1,0 +1,185 @@
+//! MatMulInteger and DynamicQuantizeLinear, computed another way than the reference's:
+//! - MatMulInteger in i64 arithmetic, each product's operands centered as they are read (the
+//!   zero point looked up per row or column at the product), the batch dims broadcast by their
+//!   own counters, the sum wrapped to i32 by its low 32 bits;
+//! - DynamicQuantizeLinear in Rust's `f32` (IEEE's f32 operations, not f64 rounded), the
+//!   extremes taken by a sort-free scan that starts from 0, ties to even by floor and parity.
+//!   Degenerate cases as the reference: a range of 0 gives the scale 1; NaN and infinite inputs
+//!   are not judged.
+use super::arith::round_half_even;
+use super::{broadcast_shape, input, invalid, make_output, opt_input, strides, unsupported};
+use crate::{DType, NodeSpec, OracleError, Output, Value};
+
+pub(super) const OPS: &[&str] = &["MatMulInteger", "DynamicQuantizeLinear"];
+
+pub(super) fn check(node: &NodeSpec) -> Result<(), String> {
+    let (first, outputs) = if node.op_type == "MatMulInteger" {
+        (10, 1)
+    } else {
+        (11, 3)
+    };
+    if node.opset < first {
+        return Err(format!("{} starts at opset {first}", node.op_type));
+    }
+    if node.num_outputs > outputs {
+        return Err(format!("{} has {outputs} output(s)", node.op_type));
+    }
+    Ok(())
+}
+
+pub(super) fn eval(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, OracleError> {
+    if node.op_type == "MatMulInteger" {
+        matmul_integer(node, inputs)
+    } else {
+        dynamic_quantize(node, inputs)
+    }
+}
+
+/// A zero point as a lookup over `lines` rows or columns: `None` for none.
+fn zero_points(
+    z: Option<&Value>,
+    x: &Value,
+    lines: usize,
+    what: &str,
+) -> Result<Option<Vec<i64>>, OracleError> {
+    let Some(z) = z else { return Ok(None) };
+    if z.dtype != x.dtype {
+        return invalid(format!(
+            "{what} zero point type {:?} against {:?}",
+            z.dtype, x.dtype
+        ));
+    }
+    let v: Vec<i64> = z.data.iter().map(|&d| d as i64).collect();
+    if v.len() == 1 {
+        return Ok(Some(vec![v[0]; lines]));
+    }
+    if z.shape.len() == 1 && v.len() == lines {
+        return Ok(Some(v));
+    }
+    unsupported(format!("{what} zero point of shape {:?}", z.shape))
+}
+
+fn matmul_integer(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, OracleError> {
+    let a = input(node, inputs, 0)?;
+    let b = input(node, inputs, 1)?;
+    for (v, what) in [(a, "A"), (b, "B")] {
+        if !matches!(v.dtype, DType::U8 | DType::I8) {
+            return unsupported(format!("{what} of {:?}", v.dtype));
+        }
+    }
+    if a.shape.is_empty() || b.shape.is_empty() {
+        return invalid("MatMulInteger needs operands of rank 1 or more");
+    }
+    // Both operands as stacks of matrices (a vector A is one row, a vector B one column).
+    let a_vec = a.shape.len() == 1;
+    let b_vec = b.shape.len() == 1;
+    let am: Vec<usize> = if a_vec {
+        vec![1, a.shape[0]]
+    } else {
+        a.shape.clone()
+    };
+    let bm: Vec<usize> = if b_vec {
+        vec![b.shape[0], 1]
+    } else {
+        b.shape.clone()
+    };
+    let (m, k) = (am[am.len() - 2], am[am.len() - 1]);
+    let (kb, n) = (bm[bm.len() - 2], bm[bm.len() - 1]);
+    if k != kb {
+        return invalid(format!("inner dims {k} and {kb} differ"));
+    }
+    if a_vec && opt_input(inputs, 2).is_some_and(|z| z.data.len() != 1) {
+        return unsupported("a per-row zero point of a vector A");
+    }
+    let za = zero_points(opt_input(inputs, 2), a, m, "A")?;
+    let zb = zero_points(opt_input(inputs, 3), b, n, "B")?;
+    let ab = &am[..am.len() - 2];
+    let bb = &bm[..bm.len() - 2];
+    let batch = broadcast_shape(&[ab, bb])?;
+    let count: usize = batch.iter().product();
+    let (sa, sb) = (strides(ab), strides(bb));
+    let mut out = Vec::with_capacity(count * m * n);
+    let mut idx = vec![0usize; batch.len()];
+    for _ in 0..count {
+        // Each operand's matrix: the batch index, its broadcast dims held at 0.
+        let offset = |dims: &[usize], st: &[usize]| -> usize {
+            let lead = batch.len() - dims.len();
+            (0..dims.len())
+                .map(|d| {
+                    if dims[d] == 1 {
+                        0
+                    } else {
+                        idx[lead + d] * st[d]
+                    }
+                })
+                .sum()
+        };
+        let (oa, ob) = (offset(ab, &sa) * m * k, offset(bb, &sb) * k * n);
+        for i in 0..m {
+            let zi = za.as_ref().map_or(0, |z| z[i]);
+            for j in 0..n {
+                let zj = zb.as_ref().map_or(0, |z| z[j]);
+                let mut s = 0i64;
+                for p in 0..k {
+                    let x = a.data[oa + i * k + p] as i64 - zi;
+                    let y = b.data[ob + p * n + j] as i64 - zj;
+                    s += x * y;
+                }
+                out.push(s as i32 as f64);
+            }
+        }
+        for d in (0..batch.len()).rev() {
+            idx[d] += 1;
+            if idx[d] < batch[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+    let mut shape = batch;
+    if !a_vec {
+        shape.push(m);
+    }
+    if !b_vec {
+        shape.push(n);
+    }
+    Ok(vec![make_output(DType::I32, shape, out, vec![])?])
+}
+
+fn dynamic_quantize(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, OracleError> {
+    let x = input(node, inputs, 0)?;
+    if x.dtype != DType::F32 {
+        return unsupported(format!("DynamicQuantizeLinear of {:?}", x.dtype));
+    }
+    let xs: Vec<f32> = x.data.iter().map(|&v| v as f32).collect();
+    if xs.iter().any(|v| !v.is_finite()) {
+        return unsupported("NaN or infinite inputs");
+    }
+    let (mut lo, mut hi) = (0f32, 0f32);
+    for &v in &xs {
+        if v < lo {
+            lo = v;
+        }
+        if v > hi {
+            hi = v;
+        }
+    }
+    let range = if hi == lo { 1.0f32 } else { hi - lo };
+    let scale = range / 255.0f32;
+    let zp = round_half_even(((0.0f32 - lo / scale) as f64).clamp(0.0, 255.0));
+    let y: Vec<f64> = xs
+        .iter()
+        .map(|&v| (round_half_even((v / scale) as f64) + zp).clamp(0.0, 255.0))
+        .collect();
+    let n = y.len();
+    Ok(vec![
+        make_output(DType::U8, x.shape.clone(), y, vec![0.0; n])?,
+        make_output(
+            DType::F32,
+            vec![],
+            vec![scale as f64],
+            vec![scale.abs() as f64],
+        )?,
+        make_output(DType::U8, vec![], vec![zp], vec![0.0])?,
+    ])
+}

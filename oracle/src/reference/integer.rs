@@ -1,0 +1,164 @@
+//! The dynamic-quantization pair, by the specification's formulas:
+//! - MatMulInteger: `Y = (A − a_zero_point) · (B − b_zero_point)`, numpy's matmul of the centered
+//!   operands (exact in f64: every product of 8-bit values and every sum of fewer than 2³⁷ of them
+//!   is an integer below 2⁵³), the output int32 wrapped as a 32-bit accumulator wraps (the
+//!   specification says nothing of overflow; every engine here wraps). A's zero point is a scalar
+//!   or per row (1-D of A's row count), B's a scalar or per column (1-D of B's column count).
+//! - DynamicQuantizeLinear: `x_min = min(0, min x)`, `x_max = max(0, max x)`, `y_scale = (x_max −
+//!   x_min) / 255`, `y_zero_point = saturate(round(0 − x_min / y_scale))`, `y = saturate(round(x /
+//!   y_scale) + y_zero_point)`, every operation in f32 (each result rounded to f32), rounding half
+//!   to even. Where x_max equals x_min (all zeros) the specification divides by zero; the scale is
+//!   1 here, as every engine of this project gives. NaN and infinite inputs are not judged (the
+//!   scale would not be finite).
+use super::scalar_ops::round_to_float;
+use super::{input, opt_input, output};
+use crate::{DType, NodeSpec, OracleError, Output, Value};
+
+pub(super) fn covers(op: &str) -> bool {
+    matches!(op, "MatMulInteger" | "DynamicQuantizeLinear")
+}
+
+pub(super) fn supports(node: &NodeSpec) -> Result<(), String> {
+    match node.op_type.as_str() {
+        "MatMulInteger" if node.num_outputs > 1 => Err("MatMulInteger has one output".into()),
+        "MatMulInteger" if node.opset < 10 => Err("MatMulInteger exists from opset 10".into()),
+        "DynamicQuantizeLinear" if node.num_outputs > 3 => {
+            Err("DynamicQuantizeLinear has three outputs".into())
+        }
+        "DynamicQuantizeLinear" if node.opset < 11 => {
+            Err("DynamicQuantizeLinear exists from opset 11".into())
+        }
+        _ => Ok(()),
+    }
+}
+
+pub(super) fn evaluate(
+    node: &NodeSpec,
+    inputs: &[Option<Value>],
+) -> Result<Vec<Output>, OracleError> {
+    match node.op_type.as_str() {
+        "MatMulInteger" => matmul_integer(node, inputs),
+        _ => dynamic_quantize(node, inputs),
+    }
+}
+
+fn eight_bit(v: &Value, what: &str) -> Result<(), OracleError> {
+    if matches!(v.dtype, DType::U8 | DType::I8) {
+        Ok(())
+    } else {
+        Err(OracleError::Unsupported(format!(
+            "{what} of type {:?} (u8 or i8 expected)",
+            v.dtype
+        )))
+    }
+}
+
+/// `x` minus its zero point: one for all, or `per`-th index `zp[idx(i)]` (a row or a column).
+fn centered(
+    x: &Value,
+    zp: Option<&Value>,
+    lines: usize,
+    line_of: impl Fn(usize) -> usize,
+    what: &str,
+) -> Result<Value, OracleError> {
+    eight_bit(x, what)?;
+    let data = match zp {
+        None => x.data.clone(),
+        Some(z) => {
+            if z.dtype != x.dtype {
+                return Err(OracleError::Invalid(format!(
+                    "{what}'s zero point is {:?}, {what} is {:?}",
+                    z.dtype, x.dtype
+                )));
+            }
+            if z.len() == 1 {
+                x.data.iter().map(|v| v - z.data[0]).collect()
+            } else if z.shape.len() == 1 && z.len() == lines {
+                x.data
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| v - z.data[line_of(i)])
+                    .collect()
+            } else {
+                return Err(OracleError::Unsupported(format!(
+                    "{what}'s zero point of shape {:?} (a scalar or 1-D of {lines} covered)",
+                    z.shape
+                )));
+            }
+        }
+    };
+    Value::new(DType::F64, x.shape.clone(), data)
+}
+
+fn matmul_integer(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, OracleError> {
+    let a = input(node, inputs, 0)?;
+    let b = input(node, inputs, 1)?;
+    if a.shape.len() < 2 && opt_input(inputs, 2).is_some_and(|z| z.len() != 1) {
+        return Err(OracleError::Unsupported(
+            "a per-row zero point of a 1-D A".into(),
+        ));
+    }
+    let (ar, ac) = match a.shape.len() {
+        0 => (1, 1),
+        1 => (1, a.shape[0]),
+        r => (a.shape[r - 2], a.shape[r - 1]),
+    };
+    let bc = *b.shape.last().unwrap_or(&1);
+    let ac_ = centered(
+        a,
+        opt_input(inputs, 2),
+        ar,
+        |i| (i / ac.max(1)) % ar.max(1),
+        "A",
+    )?;
+    let bc_ = centered(b, opt_input(inputs, 3), bc, |i| i % bc.max(1), "B")?;
+    let prod = super::matmul::matmul(&ac_, &bc_, crate::threads())?;
+    let data = prod
+        .value
+        .data
+        .iter()
+        .map(|&v| v as i64 as i32 as f64)
+        .collect();
+    Ok(vec![output(DType::I32, prod.value.shape, data, vec![])?])
+}
+
+fn dynamic_quantize(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, OracleError> {
+    let x = input(node, inputs, 0)?;
+    if x.dtype != DType::F32 {
+        return Err(OracleError::Unsupported(format!(
+            "DynamicQuantizeLinear of {:?} (f32 is defined)",
+            x.dtype
+        )));
+    }
+    if x.data.iter().any(|v| !v.is_finite()) {
+        return Err(OracleError::Unsupported(
+            "a NaN or infinite input (the scale would not be finite)".into(),
+        ));
+    }
+    let f = |v: f64| round_to_float(v, DType::F32);
+    let lo = x.data.iter().fold(0.0f64, |a, &v| a.min(v));
+    let hi = x.data.iter().fold(0.0f64, |a, &v| a.max(v));
+    let scale = if hi == lo { 1.0 } else { f(hi - lo) };
+    let scale = f(scale / 255.0);
+    let zp = f(0.0 - f(lo / scale));
+    let zp = if zp.is_nan() {
+        0.0
+    } else {
+        zp.clamp(0.0, 255.0).round_ties_even()
+    };
+    let y: Vec<f64> = x
+        .data
+        .iter()
+        .map(|&v| {
+            let q = f(v / scale);
+            let q = if q.is_nan() { 0.0 } else { q.round_ties_even() };
+            (q + zp).clamp(0.0, 255.0)
+        })
+        .collect();
+    let n = y.len();
+    Ok(vec![
+        output(DType::U8, x.shape.clone(), y, vec![0.0; n])?,
+        output(DType::F32, vec![], vec![scale], vec![scale.abs()])?,
+        output(DType::U8, vec![], vec![zp], vec![0.0])?,
+    ])
+}

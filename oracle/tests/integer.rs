@@ -1,0 +1,185 @@
+//! MatMulInteger and DynamicQuantizeLinear: both oracles against the specification's worked
+//! examples, against each other on seeded random operands (every signedness, zero points per
+//! tensor, row and column, broadcast batches), and on quotients that fall on ties, where the
+//! broken variant (ties away from zero) must differ.
+#![forbid(unsafe_code)]
+use std::collections::BTreeMap;
+
+use quorum_oracle::independent::Independent;
+use quorum_oracle::reference::Reference;
+use quorum_oracle::{DType, NodeSpec, Oracle, Value};
+
+const ORACLES: [&dyn Oracle; 2] = [&Reference, &Independent];
+
+fn spec(op: &str, opset: i64, outputs: usize) -> NodeSpec {
+    NodeSpec {
+        domain: String::new(),
+        op_type: op.into(),
+        opset,
+        attrs: BTreeMap::new(),
+        num_outputs: outputs,
+    }
+}
+
+fn value(dtype: DType, shape: &[usize], data: &[f64]) -> Option<Value> {
+    Some(Value::new(dtype, shape.to_vec(), data.to_vec()).unwrap())
+}
+
+fn lcg(s: &mut u64) -> u64 {
+    *s = s
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    *s >> 33
+}
+
+fn int8(shape: &[usize], signed: bool, s: &mut u64) -> Option<Value> {
+    let n: usize = shape.iter().product();
+    let data: Vec<f64> = (0..n)
+        .map(|_| {
+            let b = lcg(s) as u8;
+            if signed { b as i8 as f64 } else { b as f64 }
+        })
+        .collect();
+    value(if signed { DType::I8 } else { DType::U8 }, shape, &data)
+}
+
+/// The example of the specification's MatMulInteger page.
+#[test]
+fn matmul_integer_specification_example() {
+    let a = value(
+        DType::U8,
+        &[4, 3],
+        &[11., 7., 3., 10., 6., 2., 9., 5., 1., 8., 4., 0.],
+    );
+    let b = value(DType::U8, &[3, 2], &[1., 4., 2., 5., 3., 6.]);
+    let za = value(DType::U8, &[], &[12.]);
+    let zb = value(DType::U8, &[], &[0.]);
+    let want = [-38., -83., -44., -98., -50., -113., -56., -128.];
+    for o in ORACLES {
+        let out = o
+            .evaluate(
+                &spec("MatMulInteger", 10, 1),
+                &[a.clone(), b.clone(), za.clone(), zb.clone()],
+            )
+            .unwrap();
+        assert_eq!(out[0].value.shape, vec![4, 2], "{}", o.name());
+        assert_eq!(out[0].value.data, want, "{}", o.name());
+        assert_eq!(out[0].value.dtype, DType::I32);
+    }
+}
+
+/// The example of the specification's DynamicQuantizeLinear page, and values whose quotients are
+/// ties (the range 0..255 makes the scale 1): 2.5 → 2, 3.5 → 4, 100.5 → 100. Rounding ties away
+/// from zero (the broken variant) gives 3 and 101.
+#[test]
+fn dynamic_quantize_specification_example_and_ties() {
+    let x = value(DType::F32, &[6], &[0., 2., -3., -2.5, 1.34, 0.5]);
+    for o in ORACLES {
+        let out = o
+            .evaluate(
+                &spec("DynamicQuantizeLinear", 11, 3),
+                std::slice::from_ref(&x),
+            )
+            .unwrap();
+        assert_eq!(
+            out[0].value.data,
+            [153., 255., 0., 26., 221., 179.],
+            "{}",
+            o.name()
+        );
+        assert_eq!(out[1].value.data, [(5.0f32 / 255.0) as f64], "{}", o.name());
+        assert_eq!(out[2].value.data, [153.], "{}", o.name());
+    }
+    let x = value(DType::F32, &[5], &[0., 255., 2.5, 3.5, 100.5]);
+    let away: Vec<f64> = [0.0f64, 255., 2.5, 3.5, 100.5]
+        .iter()
+        .map(|v| v.round())
+        .collect();
+    for o in ORACLES {
+        let out = o
+            .evaluate(
+                &spec("DynamicQuantizeLinear", 11, 3),
+                std::slice::from_ref(&x),
+            )
+            .unwrap();
+        assert_eq!(out[0].value.data, [0., 255., 2., 4., 100.], "{}", o.name());
+        assert_ne!(out[0].value.data, away, "the data must hold ties");
+    }
+    // All zeros: the scale is 1 and everything quantizes to the zero point 0.
+    let x = value(DType::F32, &[3], &[0., 0., -0.]);
+    for o in ORACLES {
+        let out = o
+            .evaluate(
+                &spec("DynamicQuantizeLinear", 11, 3),
+                std::slice::from_ref(&x),
+            )
+            .unwrap();
+        assert_eq!(out[1].value.data, [(1.0f32 / 255.0) as f64], "{}", o.name());
+        assert_eq!(out[0].value.data, [0., 0., 0.]);
+    }
+}
+
+/// A MatMulInteger form: A's and B's shapes, their zero points' shapes (none where `None`).
+type Form = (
+    &'static [usize],
+    &'static [usize],
+    Option<&'static [usize]>,
+    Option<&'static [usize]>,
+);
+
+/// Both oracles agree on random operands of every form they cover.
+#[test]
+fn both_oracles_agree_on_random_operands() {
+    let mut s = 17u64;
+    // (A, B, A's zero point, B's zero point)
+    let forms: [Form; 6] = [
+        (&[5, 7], &[7, 3], Some(&[]), Some(&[])),
+        (&[2, 4, 9], &[9, 6], Some(&[4]), Some(&[6])),
+        (&[3, 1, 2, 5], &[2, 5, 4], None, Some(&[4])),
+        (&[6], &[6, 2], Some(&[]), None),
+        (&[3, 6], &[6], None, None),
+        (&[2, 40, 300], &[300, 17], Some(&[40]), Some(&[])),
+    ];
+    for (ash, bsh, za, zb) in forms {
+        for (sa, sb) in [(false, true), (true, false), (false, false), (true, true)] {
+            let inputs = vec![
+                int8(ash, sa, &mut s),
+                int8(bsh, sb, &mut s),
+                za.and_then(|z| int8(z, sa, &mut s)),
+                zb.and_then(|z| int8(z, sb, &mut s)),
+            ];
+            let outs: Vec<_> = ORACLES
+                .iter()
+                .map(|o| o.evaluate(&spec("MatMulInteger", 10, 1), &inputs).unwrap())
+                .collect();
+            assert_eq!(
+                outs[0][0].value.shape, outs[1][0].value.shape,
+                "{ash:?}×{bsh:?}"
+            );
+            assert_eq!(
+                outs[0][0].value.data, outs[1][0].value.data,
+                "{ash:?}×{bsh:?}"
+            );
+        }
+    }
+    for n in [1usize, 7, 1000] {
+        let data: Vec<f64> = (0..n)
+            .map(|_| ((lcg(&mut s) % 20_001) as f64 - 10_000.0) / 97.0)
+            .map(|v| v as f32 as f64)
+            .collect();
+        let x = value(DType::F32, &[n], &data);
+        let outs: Vec<_> = ORACLES
+            .iter()
+            .map(|o| {
+                o.evaluate(
+                    &spec("DynamicQuantizeLinear", 11, 3),
+                    std::slice::from_ref(&x),
+                )
+                .unwrap()
+            })
+            .collect();
+        for (k, (r, i)) in outs[0].iter().zip(&outs[1]).enumerate() {
+            assert_eq!(r.value.data, i.value.data, "n {n}, output {k}");
+        }
+    }
+}
