@@ -240,6 +240,7 @@ struct Out(*mut i32);
 // SAFETY: the tasks write disjoint elements through it (one tile each) and nothing reads them
 // until the product returns.
 unsafe impl Send for Out {}
+// SAFETY: as for Send: shared by the tasks, each writing only its own tile's elements.
 unsafe impl Sync for Out {}
 
 /// [`store`] compiled for AVX-512 (its loop over a row vectorizes 16 wide).

@@ -305,6 +305,16 @@ pub const CUDA_ONLY: &[(&str, &str)] = &[
         "it comes with QuantizeLinear: a QDQ model alternates the two, and one of them on the \
          device alone would only add copies",
     ),
+    (
+        "MatMulInteger",
+        "WGSL has no 8-bit dot product the kernel could rest on, and the dynamic-quantization \
+         pair is only worth a device when both halves are on it: written for CUDA (`dp4a`) first",
+    ),
+    (
+        "DynamicQuantizeLinear",
+        "it comes with MatMulInteger (its outputs are MatMulInteger's inputs), and needs the \
+         correctly rounded f32 division QuantizeLinear waits on in WGSL",
+    ),
 ];
 
 /// A device backend that claims ops from the table.

@@ -410,6 +410,19 @@ pub const ROWS: &[Row] = &[
         dtypes: Types::of(&[Ty::I8, Ty::U8, Ty::I16, Ty::U16, Ty::I32]),
         devices: Devices::CUDA,
     },
+    // Dynamic quantization: DynamicQuantizeLinear's u8 activations and their scale feed
+    // MatMulInteger's exact 32-bit integer product. Both outputs are determined exactly (the scale
+    // by IEEE f32 operations in the specification's order).
+    Row {
+        name: "DynamicQuantizeLinear",
+        family: Family::Reduction,
+        class: Class::Exact,
+        opsets: &[11],
+        nan: NanRule::Decides,
+        in_place: InPlace::None,
+        dtypes: Types::of(&[Ty::F32]),
+        devices: Devices::CUDA,
+    },
     Row {
         name: "Add",
         family: Family::Binary,
@@ -637,6 +650,16 @@ pub const ROWS: &[Row] = &[
             Ty::U64,
         ]),
         devices: Devices::ALL,
+    },
+    Row {
+        name: "MatMulInteger",
+        family: Family::Matrix,
+        class: Class::Exact,
+        opsets: &[10],
+        nan: NanRule::Ignores,
+        in_place: InPlace::None,
+        dtypes: Types::of(&[Ty::U8, Ty::I8]),
+        devices: Devices::CUDA,
     },
     Row {
         name: "MatMul",

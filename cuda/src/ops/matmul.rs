@@ -35,6 +35,7 @@ pub fn claim(node: &Node) -> Option<Result<CudaKernel, String>> {
         "MatMul" => Some(Ok(matmul as CudaKernel)),
         "Gemm" => Some(Ok(gemm as CudaKernel)),
         "Einsum" => Some(Ok(einsum as CudaKernel)),
+        "MatMulInteger" => Some(Ok(super::integer::k_matmul_integer as CudaKernel)),
         _ => None,
     }
 }

@@ -19,6 +19,7 @@ pub mod conv;
 pub mod elem;
 pub mod elementwise;
 pub mod index;
+pub mod integer;
 pub mod math;
 pub mod matmul;
 pub mod movement;

@@ -25,7 +25,9 @@ use quorum_core::tensor::DType;
 /// The kernel for `node` if this family owns its op type.
 pub fn claim(node: &Node) -> Option<Result<CudaKernel, String>> {
     let op = node.op_type.as_str();
-    Some(Ok(if op.starts_with("Arg") {
+    Some(Ok(if op == "DynamicQuantizeLinear" {
+        super::integer::k_dynamic_quantize as CudaKernel
+    } else if op.starts_with("Arg") {
         k_arg as CudaKernel
     } else {
         k_reduce as CudaKernel

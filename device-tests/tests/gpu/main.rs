@@ -26,6 +26,7 @@ mod fused;
 mod fuzz_streams;
 mod graphs;
 mod index;
+mod integer;
 mod matmul;
 mod movement;
 mod norm;

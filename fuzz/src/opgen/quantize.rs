@@ -1,6 +1,8 @@
 //! QuantizeLinear and DequantizeLinear: per tensor or per axis, with and without a zero point, the
 //! integer types of each opset; quotients on ties (power-of-two scales with half-step inputs),
-//! saturation (inputs beyond the range) and NaN.
+//! saturation (inputs beyond the range) and NaN. MatMulInteger: u8 and i8 operands (each), zero
+//! points none, per tensor, per row of A or per column of B, B shared or batched like A.
+//! DynamicQuantizeLinear: signed, one-signed and half-step inputs (quotients on ties).
 use quorum_oracle::{DType, Value};
 
 use super::{Case, Dist, Gen};
@@ -9,6 +11,8 @@ pub(super) fn generate(op: &'static str, g: &mut Gen) -> Option<Case> {
     Some(match op {
         "QuantizeLinear" => quantize(g),
         "DequantizeLinear" => dequantize(g),
+        "MatMulInteger" => matmul_integer(g),
+        "DynamicQuantizeLinear" => dynamic_quantize(g),
         _ => return None,
     })
 }
@@ -123,5 +127,54 @@ fn dequantize(g: &mut Gen) -> Case {
         let zp_shape = if axis.is_some() { vec![n] } else { vec![] };
         c.input(g.ints(ty, &zp_shape, lo.max(-100), hi.min(100)));
     }
+    c
+}
+
+fn matmul_integer(g: &mut Gen) -> Case {
+    let (m, k, n) = (g.dim(), g.size(1, 40), g.dim());
+    let batch: Vec<usize> = if g.chance(40) {
+        vec![g.size(1, 3)]
+    } else {
+        vec![]
+    };
+    let shared = batch.is_empty() || g.chance(50);
+    let eight = |g: &mut Gen| g.pick(&[(DType::U8, 0, 255), (DType::I8, -128, 127)]);
+    let ((ta, la, ha), (tb, lb, hb)) = (eight(g), eight(g));
+    let a_shape: Vec<usize> = batch.iter().copied().chain([m, k]).collect();
+    let b_shape: Vec<usize> = if shared {
+        vec![k, n]
+    } else {
+        batch.iter().copied().chain([k, n]).collect()
+    };
+    let mut c = Case::new("MatMulInteger", 10, g.seed);
+    let a = g.ints(ta, &a_shape, la, ha);
+    let b = g.ints(tb, &b_shape, lb, hb);
+    c.input(a).input(b);
+    // Zero points: A's none, scalar or per row; B's (only after A's, inputs being positional)
+    // none, scalar or per column.
+    let za = g.int(0, 2);
+    if za > 0 {
+        let shape = if za == 1 { vec![] } else { vec![m] };
+        c.input(g.ints(ta, &shape, la, ha));
+        let zb = g.int(0, 2);
+        if zb > 0 {
+            let shape = if zb == 1 { vec![] } else { vec![n] };
+            c.input(g.ints(tb, &shape, lb, hb));
+        }
+    }
+    c
+}
+
+fn dynamic_quantize(g: &mut Gen) -> Case {
+    let shape = g.shape(0, 4, true);
+    let x = match g.int(0, 3) {
+        0 => g.floats(&shape, Dist::Range(0.0, 9.0)),
+        1 => g.floats(&shape, Dist::Range(-9.0, 0.0)),
+        2 => g.floats(&shape, Dist::Halves(127.5)),
+        _ => g.floats(&shape, Dist::Signed(4.0)),
+    };
+    let mut c = Case::new("DynamicQuantizeLinear", 11, g.seed);
+    c.input(x);
+    c.outputs(3);
     c
 }

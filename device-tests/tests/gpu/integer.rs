@@ -1,0 +1,137 @@
+//! MatMulInteger and DynamicQuantizeLinear (dynamic quantization) on CUDA against both oracles,
+//! exactly: u8 and i8 operands (each), zero points none, per tensor, per row of A and per column
+//! of B, B a weight shared by A's batches or batched like A; shapes at and past the 64×64 tile and
+//! the 16-byte K stage, K not a multiple of 4, a K long enough that raw sums wrap past 2³¹
+//! while the centered result does not. DynamicQuantizeLinear over one element to more blocks than
+//! the extremes pass has (its partials then reduced in a grid-strided loop), one-signed inputs (a
+//! bound at 0) and half steps of the scale (ties). Broadcast batches decline to the CPU and stay
+//! right.
+use crate::harness::*;
+use quorum::{DType, Tensor};
+
+/// 8-bit values of `dtype` over its whole range, never all zeros.
+fn bytes(seed: u64, dtype: DType, shape: &[usize]) -> Tensor {
+    let n: usize = shape.iter().product();
+    let (lo, hi) = if dtype == DType::I8 {
+        (-128.0, 127.0)
+    } else {
+        (0.0, 255.0)
+    };
+    let u = rand_range(seed, &[n.max(1)], 0.0, 1.0)
+        .to_f64_vec()
+        .unwrap();
+    let mut v: Vec<f64> = (0..n)
+        .map(|i| (lo + (u[i] * (hi - lo + 1.0)).floor()).min(hi))
+        .collect();
+    if let Some(x) = v.first_mut()
+        && *x == 0.0
+    {
+        *x = 7.0;
+    }
+    Tensor::from_f64s(dtype, shape, v).unwrap()
+}
+
+#[test]
+fn matmul_integer_sweep() {
+    if int8_off() {
+        return;
+    }
+    let mut seed = 40u64;
+    // (A, B, A's zero point shape, B's zero point shape; None: no zero point)
+    #[allow(clippy::type_complexity)]
+    let forms: &[(&[usize], &[usize], Option<&[usize]>, Option<&[usize]>)] = &[
+        (&[1, 1], &[1, 1], None, None),
+        (&[5, 7], &[7, 3], Some(&[]), Some(&[])),
+        (&[64, 64], &[64, 64], Some(&[64]), Some(&[64])),
+        (&[65, 33], &[33, 130], Some(&[]), Some(&[130])),
+        (&[2, 3, 17, 40], &[40, 9], Some(&[17]), None),
+        (&[3, 20, 50], &[3, 50, 30], Some(&[]), Some(&[30])),
+        (&[128, 300], &[300, 96], Some(&[]), Some(&[])),
+        (&[0, 5], &[5, 4], None, None),
+    ];
+    for (ash, bsh, za, zb) in forms {
+        for (ta, tb) in [
+            (DType::U8, DType::I8),
+            (DType::I8, DType::U8),
+            (DType::U8, DType::U8),
+            (DType::I8, DType::I8),
+        ] {
+            seed += 3;
+            let mut c = Case::new("MatMulInteger")
+                .opset(10)
+                .input(bytes(seed, ta, ash))
+                .constant(bytes(seed + 1, tb, bsh));
+            if let Some(z) = za {
+                c = c.constant(bytes(seed + 2, ta, z));
+                if let Some(z) = zb {
+                    c = c.constant(bytes(seed + 3, tb, z));
+                }
+            }
+            c.check();
+        }
+    }
+    // K 70,000: A at its zero point (255) against B = 127: the raw sum 255·127·70,000 wraps past
+    // 2³¹, the centered result is 0; the corrections must bring it back exactly.
+    let (m, k, n) = (3usize, 70_000usize, 5usize);
+    let a = Tensor::from_f64s(DType::U8, &[m, k], vec![255.0; m * k]).unwrap();
+    let b = bytes(9, DType::I8, &[k, n]);
+    let za = Tensor::from_f64s(DType::U8, &[], vec![255.0]).unwrap();
+    Case::new("MatMulInteger")
+        .opset(10)
+        .input(a)
+        .constant(b)
+        .constant(za)
+        .check();
+}
+
+/// Broadcast batches are the CPU's: the node declines on CUDA and the answer stays right.
+#[test]
+fn matmul_integer_broadcast_batches_stay_right() {
+    Case::new("MatMulInteger")
+        .opset(10)
+        .input(bytes(1, DType::U8, &[1, 4, 7]))
+        .input(bytes(2, DType::I8, &[2, 7, 3]))
+        .allow_fallback()
+        .check();
+}
+
+#[test]
+fn dynamic_quantize_sweep() {
+    if int8_off() {
+        return;
+    }
+    let shapes: &[&[usize]] = &[&[], &[7], &[1000], &[3, 200_000], &[2, 64, 56, 56]];
+    let mut seed = 900u64;
+    for shape in shapes {
+        for form in 0..4 {
+            seed += 1;
+            let x = match form {
+                0 => rand_range(seed, shape, -3.0, 5.0),
+                1 => rand_range(seed, shape, 0.001, 9.0),
+                2 => rand_range(seed, shape, -9.0, -0.001),
+                _ => {
+                    // Half steps of the scale 2/255 (range [-1, 1]): quotients on ties.
+                    let n: usize = shape.iter().product();
+                    let u = rand_range(seed, &[n.max(1)], 0.0, 1.0)
+                        .to_f64_vec()
+                        .unwrap();
+                    let s = (2.0f32 / 255.0) as f64;
+                    let mut v: Vec<f64> = (0..n)
+                        .map(|i| ((u[i] * 254.0).floor() - 127.0 + 0.5) * s)
+                        .map(|v: f64| (v as f32) as f64)
+                        .collect();
+                    if n > 1 {
+                        v[0] = -1.0;
+                        v[1] = 1.0;
+                    }
+                    Tensor::from_f64s(DType::F32, shape, v).unwrap()
+                }
+            };
+            Case::new("DynamicQuantizeLinear")
+                .opset(11)
+                .input(x)
+                .outputs(3)
+                .check();
+        }
+    }
+}
