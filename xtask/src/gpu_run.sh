@@ -18,9 +18,6 @@ LOGS="${OUT:-$B/logs}"
 mkdir -p "$LOGS"
 export QUORUM_ROOT="$ROOT"
 export QUORUM_PYTHON="${QUORUM_PYTHON:-python3}"
-# CUDA's integer kernels (MatMulInteger, DynamicQuantizeLinear) are off by default until the GPU
-# suite has judged them on a device (cuda/src/ops/integer.rs): here they run, so that it does.
-export QUORUM_CUDA_INT8="${QUORUM_CUDA_INT8:-on}"
 cd "$ROOT"
 for f in gpu-tests quorum conformance quorum-matrix; do
   [ -f "$B/$f.gz" ] && gunzip -c "$B/$f.gz" > "$B/$f" && chmod +x "$B/$f"

@@ -64,13 +64,13 @@ pub fn bf16_off(dtype: quorum::DType) -> bool {
     off
 }
 
-/// Whether the integer kernels' cases are skipped here: a CUDA machine with them off
-/// (`QUORUM_CUDA_INT8`; off by default until they have run on a GPU). Prints why.
+/// Whether the integer kernels' cases are skipped here: a CUDA machine with them turned off
+/// (`QUORUM_CUDA_INT8=off`). Prints why.
 pub fn int8_off() -> bool {
     let off =
         accelerators().contains(&Provider::Cuda) && !quorum::cuda::ops::integer::int8_enabled();
     if off {
-        println!("integer kernels off (QUORUM_CUDA_INT8=on runs them): case skipped");
+        println!("integer kernels off (QUORUM_CUDA_INT8=off): case skipped");
     }
     off
 }
