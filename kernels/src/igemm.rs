@@ -11,8 +11,9 @@
 //!
 //! On AVX-512 VNNI (`vpdpbusd`: four `u8 × i8` products added into each `i32` lane, exactly) the
 //! register tile is 8 rows × 32 columns. A portable loop computes the same sums over the same
-//! packed panels; the runtime takes this module only where [`fast`] is true (elsewhere its exact
-//! f32 GEMMs over short slices of K are quicker than the portable loop), and the tests run both.
+//! packed panels (the tests run both); the runtime takes this module only where [`fast`] is true
+//! and keeps its exact f32 GEMMs over short slices of K elsewhere (they run on the AVX2/AVX-512
+//! f32 kernels; the portable loop has not been timed against them).
 use rayon::prelude::*;
 
 /// Bytes of `K` in one step of a packed panel (`vpdpbusd` sums four products a lane).
