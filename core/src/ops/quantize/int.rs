@@ -267,14 +267,7 @@ pub(super) fn qlinear_matmul(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult
     let b_zp = opt_input(inputs, 5)?;
     let y_s = input(inputs, 6)?;
     let y_zp = opt_input(inputs, 7)?;
-    // The integer path's sums are exact where K keeps them inside i32 (requantization reads the
-    // exact sum, never a wrapped one).
-    let k = a.shape().last().copied().unwrap_or(0);
-    let fast = if k <= super::int8::EXACT_I32_K {
-        super::int8::matmul(ctx, a, a_zp, b, b_zp)?
-    } else {
-        None
-    };
+    let fast = super::int8::matmul(ctx, a, a_zp, b, b_zp)?;
     let p = a_s.dtype();
     let scalar = |t: &Tensor| t.len() == 1;
     if let Some((c, shape)) = &fast

@@ -18,8 +18,9 @@ use crate::tensor::{DType, Tensor};
 
 /// The longest K whose centered 8-bit products (each at most 255² in magnitude) sum inside
 /// `i32` whatever their signs: 33,025 · 65,025 < 2³¹. Past it a 32-bit sum wraps, which
-/// MatMulInteger's i32 output does too, but QLinear* requantize the exact sum.
-pub(super) const EXACT_I32_K: usize = 33_025;
+/// MatMulInteger's i32 output does too, but QLinear* requantize the exact sum: past it both
+/// products return `None` and the exact path computes them.
+const EXACT_I32_K: usize = 33_025;
 
 /// A tensor's bytes in row-major order and whether they are `i8`; `None` for other types.
 fn bytes(t: &Tensor) -> Option<(Cow<'_, [u8]>, bool)> {
@@ -101,7 +102,7 @@ fn matmul_with(
     let (ash, bsh) = (a.shape(), b.shape());
     let (m, k) = (ash[ash.len() - 2], ash[ash.len() - 1]);
     let (kb, n) = (bsh[bsh.len() - 2], bsh[bsh.len() - 1]);
-    if k != kb {
+    if k != kb || k > EXACT_I32_K {
         return Ok(None);
     }
     // A's zero point per tensor or per row ([M]); B's per tensor or per column ([N]).
@@ -194,6 +195,9 @@ fn conv_with(
     let osz: usize = g.outs.iter().product();
     let isz: usize = g.ins.iter().product();
     let rows = cg * ksz;
+    if rows > EXACT_I32_K {
+        return Ok(None);
+    }
     let mut out = vec![0i32; g.n * g.m * osz];
     // A pointwise convolution reads its input as the columns themselves.
     let pointwise = ksz == 1 && g.stride.iter().all(|&s| s == 1) && g.pad.iter().all(|&p| p == 0);

@@ -283,3 +283,43 @@ fn requantization_rounds_ties_to_even_and_saturates() {
             .is_none()
     );
 }
+
+/// Past K = 33,025 a 32-bit sum of centered 8-bit products can wrap, which QLinear* must never
+/// requantize: both products leave such shapes to the exact path.
+#[test]
+fn sums_that_could_wrap_go_to_the_exact_path() {
+    let mut s = 4u64;
+    let k = EXACT_I32_K + 1;
+    for kern in kernels() {
+        let a = int8(&[1, k], false, &mut s);
+        let b = int8(&[k, 2], true, &mut s);
+        assert!(
+            with_ctx(|ctx| matmul_with(kern, ctx, &a, None, &b, None))
+                .unwrap()
+                .is_none()
+        );
+        let a = int8(&[1, EXACT_I32_K], false, &mut s);
+        let b = int8(&[EXACT_I32_K, 2], true, &mut s);
+        assert!(
+            with_ctx(|ctx| matmul_with(kern, ctx, &a, None, &b, None))
+                .unwrap()
+                .is_some()
+        );
+        // A 1-D convolution whose patch (channels × kernel) passes the bound.
+        let g = Geom {
+            n: 1,
+            c: k,
+            m: 1,
+            group: 1,
+            ins: vec![1],
+            k: vec![1],
+            stride: vec![1],
+            dil: vec![1],
+            pad: vec![0],
+            outs: vec![1],
+        };
+        let x = int8(&[1, k, 1], false, &mut s);
+        let w = int8(&[1, k, 1], true, &mut s);
+        assert!(conv_with(kern, &g, &x, None, &w, None).unwrap().is_none());
+    }
+}
