@@ -311,6 +311,11 @@ pub const CUDA_ONLY: &[(&str, &str)] = &[
          pair is only worth a device when both halves are on it: written for CUDA (`dp4a`) first",
     ),
     (
+        "ConvInteger",
+        "it is MatMulInteger's product over gathered columns, and WGSL has no 8-bit dot product \
+         to rest it on; written for CUDA (`dp4a`) first, as MatMulInteger was",
+    ),
+    (
         "DynamicQuantizeLinear",
         "it comes with MatMulInteger (its outputs are MatMulInteger's inputs), and needs the \
          correctly rounded f32 division QuantizeLinear waits on in WGSL",

@@ -662,6 +662,16 @@ pub const ROWS: &[Row] = &[
         devices: Devices::CUDA,
     },
     Row {
+        name: "ConvInteger",
+        family: Family::Convolution,
+        class: Class::Exact,
+        opsets: &[10],
+        nan: NanRule::Ignores,
+        in_place: InPlace::None,
+        dtypes: Types::of(&[Ty::U8, Ty::I8]),
+        devices: Devices::CUDA,
+    },
+    Row {
         name: "MatMul",
         family: Family::Matrix,
         class: Class::Sum(Accumulation::Reduction),

@@ -1,4 +1,4 @@
-//! MatMulInteger and DynamicQuantizeLinear: both oracles against the specification's worked
+//! MatMulInteger, ConvInteger and DynamicQuantizeLinear: both oracles against the specification's worked
 //! examples, against each other on seeded random operands (every signedness, zero points per
 //! tensor, row and column, broadcast batches), and on quotients that fall on ties, where the
 //! broken variant (ties away from zero) must differ.
@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use quorum_oracle::independent::Independent;
 use quorum_oracle::reference::Reference;
-use quorum_oracle::{DType, NodeSpec, Oracle, Value};
+use quorum_oracle::{Attr, DType, NodeSpec, Oracle, Value};
 
 const ORACLES: [&dyn Oracle; 2] = [&Reference, &Independent];
 
@@ -180,6 +180,151 @@ fn both_oracles_agree_on_random_operands() {
             .collect();
         for (k, (r, i)) in outs[0].iter().zip(&outs[1]).enumerate() {
             assert_eq!(r.value.data, i.value.data, "n {n}, output {k}");
+        }
+    }
+}
+
+fn conv_spec(attrs: &[(&str, Attr)]) -> NodeSpec {
+    let mut s = spec("ConvInteger", 10, 1);
+    for (k, v) in attrs {
+        s.attrs.insert((*k).into(), v.clone());
+    }
+    s
+}
+
+/// The specification's two ConvInteger examples: x of 2..10 at zero point 1, W of ones, without
+/// pads and with pads of 1 and W's zero points per output channel (0 and 1, so the second channel
+/// is 0). Padding counts as the zero point; padding with raw zeros (the broken variant, computed
+/// here as the convolution of x padded by hand with 0) differs at every border.
+#[test]
+fn conv_integer_specification_examples() {
+    let x = value(
+        DType::U8,
+        &[1, 1, 3, 3],
+        &[2., 3., 4., 5., 6., 7., 8., 9., 10.],
+    );
+    let xz = value(DType::U8, &[], &[1.]);
+    let w1 = value(DType::U8, &[1, 1, 2, 2], &[1.; 4]);
+    for o in ORACLES {
+        let out = o
+            .evaluate(&conv_spec(&[]), &[x.clone(), w1.clone(), xz.clone()])
+            .unwrap();
+        assert_eq!(out[0].value.shape, vec![1, 1, 2, 2], "{}", o.name());
+        assert_eq!(out[0].value.data, [12., 16., 24., 28.], "{}", o.name());
+        assert_eq!(out[0].value.dtype, DType::I32);
+    }
+    let w2 = value(DType::U8, &[2, 1, 2, 2], &[1.; 8]);
+    let wz = value(DType::U8, &[2], &[0., 1.]);
+    let pads = ("pads", Attr::Ints(vec![1, 1, 1, 1]));
+    let mut want = vec![
+        1., 3., 5., 3., 5., 12., 16., 9., 11., 24., 28., 15., 7., 15., 17., 9.,
+    ];
+    want.extend([0.; 16]);
+    let mut padded = vec![0.; 25];
+    for r in 0..3 {
+        for c in 0..3 {
+            padded[(r + 1) * 5 + c + 1] = (2 + r * 3 + c) as f64;
+        }
+    }
+    let padded = value(DType::U8, &[1, 1, 5, 5], &padded);
+    for o in ORACLES {
+        let out = o
+            .evaluate(
+                &conv_spec(std::slice::from_ref(&pads)),
+                &[x.clone(), w2.clone(), xz.clone(), wz.clone()],
+            )
+            .unwrap();
+        assert_eq!(out[0].value.shape, vec![1, 2, 4, 4], "{}", o.name());
+        assert_eq!(out[0].value.data, want, "{}", o.name());
+        let raw_zeros = o
+            .evaluate(
+                &conv_spec(&[]),
+                &[padded.clone(), w2.clone(), xz.clone(), wz.clone()],
+            )
+            .unwrap();
+        assert_eq!(raw_zeros[0].value.data.len(), want.len());
+        assert_ne!(
+            raw_zeros[0].value.data[0], want[0],
+            "a corner reads padding"
+        );
+        assert_eq!(
+            raw_zeros[0].value.data[5], want[5],
+            "an inner output does not"
+        );
+    }
+}
+
+/// Both oracles agree on ConvInteger of every form they cover: signedness of each operand, zero
+/// points none, per tensor and per output channel, groups (depthwise too), strides, dilations,
+/// explicit and automatic pads, 1-D and 2-D, K long enough that raw sums pass 2³¹ is not needed
+/// (both wrap alike; the MatMulInteger test covers wrapping).
+#[test]
+fn both_oracles_agree_on_conv_integer() {
+    let mut s = 71u64;
+    type ConvForm = (
+        &'static [usize],
+        &'static [usize],
+        Vec<(&'static str, Attr)>,
+    );
+    let forms: Vec<ConvForm> = vec![
+        (&[1, 3, 7, 7], &[4, 3, 3, 3], vec![]),
+        (
+            &[2, 4, 9, 8],
+            &[6, 2, 3, 2],
+            vec![
+                ("group", Attr::Int(2)),
+                ("strides", Attr::Ints(vec![2, 1])),
+                ("pads", Attr::Ints(vec![1, 0, 2, 1])),
+            ],
+        ),
+        (
+            &[1, 5, 10, 10],
+            &[5, 1, 3, 3],
+            vec![
+                ("group", Attr::Int(5)),
+                ("dilations", Attr::Ints(vec![2, 2])),
+                ("auto_pad", Attr::String("SAME_UPPER".into())),
+            ],
+        ),
+        (
+            &[2, 3, 20],
+            &[4, 3, 5],
+            vec![
+                ("auto_pad", Attr::String("SAME_LOWER".into())),
+                ("strides", Attr::Ints(vec![3])),
+            ],
+        ),
+        (&[1, 8, 6, 6], &[16, 8, 1, 1], vec![]),
+    ];
+    for (xs, ws, attrs) in &forms {
+        let m = ws[0];
+        for (sx, sw) in [(false, true), (true, false), (false, false), (true, true)] {
+            for zp in 0..3 {
+                let inputs = vec![
+                    int8(xs, sx, &mut s),
+                    int8(ws, sw, &mut s),
+                    (zp > 0).then(|| int8(&[], sx, &mut s)).flatten(),
+                    match zp {
+                        1 => int8(&[], sw, &mut s),
+                        2 => int8(&[m], sw, &mut s),
+                        _ => None,
+                    },
+                ];
+                let node = conv_spec(attrs);
+                let outs: Vec<_> = ORACLES
+                    .iter()
+                    .map(|o| o.evaluate(&node, &inputs).unwrap())
+                    .collect();
+                assert_eq!(
+                    outs[0][0].value.shape, outs[1][0].value.shape,
+                    "{xs:?} {ws:?}"
+                );
+                assert_eq!(
+                    outs[0][0].value.data, outs[1][0].value.data,
+                    "{xs:?} {ws:?} zp {zp}"
+                );
+                assert!(outs[0][0].value.data.iter().any(|&v| v != 0.0));
+            }
         }
     }
 }

@@ -33,6 +33,7 @@ pub fn claim(node: &Node) -> Option<Result<CudaKernel, String>> {
     match node.op_type.as_str() {
         "Conv" => Some(Ok(conv as CudaKernel)),
         "ConvTranspose" => Some(Ok(conv_transpose as CudaKernel)),
+        "ConvInteger" => Some(Ok(super::integer_conv::k_conv_integer as CudaKernel)),
         _ => None,
     }
 }

@@ -18,17 +18,31 @@ use crate::{DevTensor, Inputs, KResult, Run, blocks, dev_input};
 use quorum_core::ops::OpCtx;
 use quorum_core::tensor::DType;
 
+/// `QUORUM_CUDA_INT8`: `Some(true)` for `on`, `Some(false)` for `off`, `None` when unset.
+fn int8_switch() -> Option<bool> {
+    static SWITCH: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
+    *SWITCH.get_or_init(|| match std::env::var("QUORUM_CUDA_INT8").as_deref() {
+        Ok("on") => Some(true),
+        Ok("off") => Some(false),
+        _ => None,
+    })
+}
+
 /// Whether CUDA runs MatMulInteger and DynamicQuantizeLinear (`QUORUM_CUDA_INT8`: `on` or `off`,
 /// the default being [`INT8_DEFAULT`]); off, their nodes decline to the CPU, as before these
 /// kernels existed.
 pub fn int8_enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| match std::env::var("QUORUM_CUDA_INT8").as_deref() {
-        Ok("on") => true,
-        Ok("off") => false,
-        _ => INT8_DEFAULT,
-    })
+    int8_switch().unwrap_or(INT8_DEFAULT)
 }
+
+/// Whether CUDA runs ConvInteger: `QUORUM_CUDA_INT8=on` or `off` decides it as for the other
+/// integer kernels; unset, [`CONV_INT8_DEFAULT`] does (off until a device has judged it).
+pub fn conv_int8_enabled() -> bool {
+    int8_switch().unwrap_or(CONV_INT8_DEFAULT)
+}
+
+/// Off: written while no device was at hand; `QUORUM_CUDA_INT8=on` runs it.
+pub const CONV_INT8_DEFAULT: bool = false;
 
 /// On: the GPU suite judged the kernels on a device (H100, 2026-12-07: the integer device tests,
 /// the generated cases of both rows and the whole suite, 158 tests, against both oracles; a
@@ -43,7 +57,7 @@ fn require_int8() -> KResult<()> {
 }
 
 /// Rows and columns of a block's tile; bytes of K per stage.
-const TILE: u32 = 64;
+pub(super) const TILE: u32 = 64;
 const KSTEP: u32 = 16;
 
 /// How a zero point is given: none, one for all, or one per row (A) / column (B).
@@ -54,15 +68,20 @@ pub enum Zp {
     Per,
 }
 
-fn eight_bit(d: DType, what: &str) -> KResult<bool> {
+pub(super) fn eight_bit(d: DType, what: &str) -> KResult<bool> {
     match d {
         DType::U8 => Ok(false),
         DType::I8 => Ok(true),
-        d => decline!("MatMulInteger's {what} is {d} (u8 or i8 run on the device)"),
+        d => decline!("{what} is {d} (u8 or i8 run on the device)"),
     }
 }
 
-fn zp_mode(zp: Option<&DevTensor>, x: &DevTensor, lines: usize, what: &str) -> KResult<Zp> {
+pub(super) fn zp_mode(
+    zp: Option<&DevTensor>,
+    x: &DevTensor,
+    lines: usize,
+    what: &str,
+) -> KResult<Zp> {
     let Some(z) = zp else { return Ok(Zp::None) };
     if z.dtype != x.dtype {
         decline!("{what}'s zero point is {}, {what} is {}", z.dtype, x.dtype);
@@ -77,7 +96,7 @@ fn zp_mode(zp: Option<&DevTensor>, x: &DevTensor, lines: usize, what: &str) -> K
     }
 }
 
-fn u32of(v: usize, what: &str) -> KResult<u32> {
+pub(super) fn u32of(v: usize, what: &str) -> KResult<u32> {
     u32::try_from(v).map_err(|_| crate::KError::Decline(format!("{what} {v} exceeds 32 bits")))
 }
 
@@ -99,7 +118,10 @@ pub(super) fn k_matmul_integer(
     } else {
         None
     };
-    let (sa, sb) = (eight_bit(a.dtype, "A")?, eight_bit(b.dtype, "B")?);
+    let (sa, sb) = (
+        eight_bit(a.dtype, "MatMulInteger's A")?,
+        eight_bit(b.dtype, "MatMulInteger's B")?,
+    );
     if a.shape.len() < 2 || b.shape.len() < 2 {
         decline!("MatMulInteger of a vector runs on the CPU");
     }
@@ -160,6 +182,8 @@ pub(super) fn k_matmul_integer(
             Arg::U32(u32of(m, "rows")?),
             Arg::U32(u32of(rows * k, "A's batch")?),
             Arg::U32(u32of(b_stride, "B's batch")?),
+            Arg::U32(u32of(batches, "batches")?),
+            Arg::U32(0),
         ],
     )?;
     Ok(vec![y])
@@ -199,8 +223,11 @@ fn zero_point(k: &mut Kernel, zp: Reg, mode: Zp, i: Reg, signed: bool, shift: i3
     }
 }
 
-/// The MatMulInteger tile kernel. Parameters: y, a, b, za, zb, rows, n, k, m (A's rows per batch,
-/// for a per-row zero point), A's and B's batch strides (elements). Grid: (column tiles, row
+/// The integer tile kernel (MatMulInteger's, and ConvInteger's over gathered columns). Parameters:
+/// y, a, b, za, zb, rows, n, k, m (A's rows per batch, for a per-row zero point), A's and B's
+/// batch strides (elements), A's groups (batch z reads A's matrix z mod groups: the batch count
+/// for a batched A, 1 for a shared one, the conv's groups for ConvInteger) and the per-row zero
+/// point's step per group (0, or the conv's output channels per group). Grid: (column tiles, row
 /// tiles, batches); 256 threads, thread (tx, ty) = (tid % 16, tid / 16) owning rows ty·4.. and
 /// columns tx·4.. of the tile.
 pub fn igemm_kernel(a_signed: bool, b_signed: bool, za: Zp, zb: Zp) -> Kernel {
@@ -216,6 +243,8 @@ pub fn igemm_kernel(a_signed: bool, b_signed: bool, za: Zp, zb: Zp) -> Kernel {
     let m = k.param("m", Ty::U32);
     let a_stride = k.param("a_stride", Ty::U32);
     let b_stride = k.param("b_stride", Ty::U32);
+    let a_groups = k.param("a_groups", Ty::U32);
+    let zp_group = k.param("zp_group", Ty::U32);
     let a_sh = k.shared_array("a_tile", (4 * TILE * 4) as usize);
     let b_sh = k.shared_array("b_tile", (4 * TILE * 4) as usize);
     let a_base = k.shared_addr(&a_sh);
@@ -229,7 +258,8 @@ pub fn igemm_kernel(a_signed: bool, b_signed: bool, za: Zp, zb: Zp) -> Kernel {
     let row0 = k.mul(Ty::U32, row0, TILE);
     let z = k.special("ctaid.z");
     // This batch's A, B and Y.
-    let ao = k.mul_wide(false, z, a_stride);
+    let zg = k.rem(Ty::U32, z, a_groups);
+    let ao = k.mul_wide(false, zg, a_stride);
     let ap = k.add(Ty::U64, ap, ao);
     let bo = k.mul_wide(false, z, b_stride);
     let bp = k.add(Ty::U64, bp, bo);
@@ -345,6 +375,7 @@ pub fn igemm_kernel(a_signed: bool, b_signed: bool, za: Zp, zb: Zp) -> Kernel {
         let r = k.add(Ty::U32, row0, r);
         let r_ok = k.setp(Cmp::Lt, Ty::U32, r, rows);
         let line = k.rem(Ty::U32, r, m);
+        let line = k.fma(Ty::U32, zg, zp_group, line);
         let zai = zero_point(&mut k, zap, za, line, a_signed, a_shift);
         let kza = k.mul(Ty::S32, kk, zai);
         for j in 0..4u32 {

@@ -20,6 +20,7 @@ pub mod elem;
 pub mod elementwise;
 pub mod index;
 pub mod integer;
+pub mod integer_conv;
 pub mod math;
 pub mod matmul;
 pub mod movement;

@@ -64,6 +64,17 @@ pub fn bf16_off(dtype: quorum::DType) -> bool {
     off
 }
 
+/// Whether CUDA's ConvInteger kernel is off (by default until judged, or by
+/// `QUORUM_CUDA_INT8=off`): its device cases then skip.
+pub fn conv_int8_off() -> bool {
+    let off = accelerators().contains(&Provider::Cuda)
+        && !quorum::cuda::ops::integer::conv_int8_enabled();
+    if off {
+        println!("the ConvInteger kernel is off (QUORUM_CUDA_INT8 unset or off): case skipped");
+    }
+    off
+}
+
 /// Whether the integer kernels' cases are skipped here: a CUDA machine with them turned off
 /// (`QUORUM_CUDA_INT8=off`). Prints why.
 pub fn int8_off() -> bool {

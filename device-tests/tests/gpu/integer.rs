@@ -5,7 +5,7 @@
 //! while the centered result does not. DynamicQuantizeLinear over one element to more blocks than
 //! the extremes pass has (its partials then reduced in a grid-strided loop), one-signed inputs (a
 //! bound at 0) and half steps of the scale (ties). Broadcast batches decline to the CPU and stay
-//! right.
+//! right. ConvInteger over the convolutions of quantized CNNs (its own sweep below).
 use crate::harness::*;
 use quorum::{DType, Tensor};
 
@@ -132,6 +132,97 @@ fn dynamic_quantize_sweep() {
                 .input(x)
                 .outputs(3)
                 .check();
+        }
+    }
+}
+
+/// ConvInteger against both oracles, exactly: every signedness of x and w, x's zero point none or
+/// per tensor, w's none, per tensor or per output channel; the convolutions of quantized CNNs (a
+/// 7×7 stride-2 stem, 3×3 with pads at strides 1 and 2, pointwise, depthwise, grouped), a 1-D and
+/// a dilated one with auto_pad, sizes past the 64×64 tile in channels and positions.
+#[test]
+fn conv_integer_sweep() {
+    if conv_int8_off() {
+        return;
+    }
+    let mut seed = 4000u64;
+    // (x, w, attributes)
+    #[allow(clippy::type_complexity)]
+    let forms: &[(&[usize], &[usize], &[(&str, &[i64])], Option<&str>)] = &[
+        (
+            &[1, 3, 32, 32],
+            &[16, 3, 7, 7],
+            &[("strides", &[2, 2]), ("pads", &[3, 3, 3, 3])],
+            None,
+        ),
+        (
+            &[2, 16, 14, 14],
+            &[70, 16, 3, 3],
+            &[("pads", &[1, 1, 1, 1])],
+            None,
+        ),
+        (
+            &[1, 24, 15, 15],
+            &[32, 24, 3, 3],
+            &[("strides", &[2, 2]), ("pads", &[1, 1, 1, 1])],
+            None,
+        ),
+        (&[2, 40, 9, 9], &[72, 40, 1, 1], &[], None),
+        (
+            &[1, 12, 10, 10],
+            &[12, 1, 3, 3],
+            &[("group", &[12]), ("pads", &[1, 1, 1, 1])],
+            None,
+        ),
+        (&[1, 8, 6, 6], &[12, 4, 3, 3], &[("group", &[2])], None),
+        (
+            &[2, 6, 50],
+            &[5, 6, 5],
+            &[("strides", &[3])],
+            Some("SAME_LOWER"),
+        ),
+        (
+            &[1, 4, 9, 9],
+            &[6, 4, 3, 3],
+            &[("dilations", &[2, 2])],
+            Some("SAME_UPPER"),
+        ),
+    ];
+    for (xs, ws, attrs, auto) in forms {
+        for (i, (tx, tw)) in [
+            (DType::U8, DType::I8),
+            (DType::I8, DType::U8),
+            (DType::U8, DType::U8),
+            (DType::I8, DType::I8),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            seed += 5;
+            let mut c = Case::new("ConvInteger")
+                .opset(10)
+                .input(bytes(seed, tx, xs))
+                .constant(bytes(seed + 1, tw, ws));
+            for (name, v) in attrs.iter() {
+                c = if *name == "group" {
+                    c.attr_i(name, v[0])
+                } else {
+                    c.attr_ints(name, v)
+                };
+            }
+            if let Some(a) = auto {
+                c = c.attr_s("auto_pad", a);
+            }
+            // Zero points: none (i = 0), x's alone (1), both per tensor (2), w's per channel (3).
+            if i > 0 {
+                c = c.constant(bytes(seed + 2, tx, &[]));
+            }
+            if i == 2 {
+                c = c.constant(bytes(seed + 3, tw, &[]));
+            } else if i == 3 {
+                c = c.constant(bytes(seed + 3, tw, &ws[..1]));
+            }
+            c.check();
         }
     }
 }

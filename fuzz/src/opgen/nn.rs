@@ -191,6 +191,22 @@ fn min_input(mode: &str, eff: usize, pb: usize, pe: usize) -> usize {
 
 fn conv(g: &mut Gen) -> Case {
     let opset = g.pick(&[22, 11, 1]);
+    let (mut c, x, w) = conv_layout(g, "Conv", opset);
+    c.input(g.floats_any(&x))
+        .input(g.floats(&w, Dist::Signed(1.0)));
+    if g.chance(60) {
+        c.input(g.floats_any(&[w[0]]));
+    }
+    c
+}
+
+/// A convolution's attributes (1-D to 3-D; groups, depthwise too; strides, dilations, pads or
+/// auto_pad) on a case of `op`, with X's and W's shapes to fill.
+pub(super) fn conv_layout(
+    g: &mut Gen,
+    op: &'static str,
+    opset: i64,
+) -> (Case, Vec<usize>, Vec<usize>) {
     let sp = g.pick(&[2, 1, 3]);
     let kmax = if sp == 3 { 2 } else { 3 };
     let nb = g.size(1, 2);
@@ -201,7 +217,7 @@ fn conv(g: &mut Gen) -> Case {
         _ => (g.size(2, 4), 1, g.size(1, 2)),
     };
     let kernel: Vec<usize> = (0..sp).map(|_| g.size(1, kmax)).collect();
-    let mut c = Case::new("Conv", opset, g.seed);
+    let mut c = Case::new(op, opset, g.seed);
     let strides: Vec<usize> = if g.chance(40) {
         (0..sp).map(|_| g.size(1, 3)).collect()
     } else {
@@ -234,12 +250,7 @@ fn conv(g: &mut Gen) -> Case {
     }
     let mut w = vec![group * m_g, cin_g];
     w.extend(&kernel);
-    c.input(g.floats_any(&x))
-        .input(g.floats(&w, Dist::Signed(1.0)));
-    if g.chance(60) {
-        c.input(g.floats_any(&[group * m_g]));
-    }
-    c
+    (c, x, w)
 }
 
 fn conv_transpose(g: &mut Gen) -> Case {

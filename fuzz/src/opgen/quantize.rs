@@ -2,7 +2,9 @@
 //! integer types of each opset; quotients on ties (power-of-two scales with half-step inputs),
 //! saturation (inputs beyond the range) and NaN. MatMulInteger: u8 and i8 operands (each), zero
 //! points none, per tensor, per row of A or per column of B, B shared or batched like A.
-//! DynamicQuantizeLinear: signed, one-signed and half-step inputs (quotients on ties).
+//! ConvInteger: Conv's geometries (1-D to 3-D, groups, depthwise, strides, dilations, pads,
+//! auto_pad) over u8 and i8 operands, X's zero point none or per tensor, W's none, per tensor or
+//! per output channel. DynamicQuantizeLinear: signed, one-signed and half-step inputs (quotients on ties).
 use quorum_oracle::{DType, Value};
 
 use super::{Case, Dist, Gen};
@@ -12,6 +14,7 @@ pub(super) fn generate(op: &'static str, g: &mut Gen) -> Option<Case> {
         "QuantizeLinear" => quantize(g),
         "DequantizeLinear" => dequantize(g),
         "MatMulInteger" => matmul_integer(g),
+        "ConvInteger" => conv_integer(g),
         "DynamicQuantizeLinear" => dynamic_quantize(g),
         _ => return None,
     })
@@ -160,6 +163,23 @@ fn matmul_integer(g: &mut Gen) -> Case {
         if zb > 0 {
             let shape = if zb == 1 { vec![] } else { vec![n] };
             c.input(g.ints(tb, &shape, lb, hb));
+        }
+    }
+    c
+}
+
+fn conv_integer(g: &mut Gen) -> Case {
+    let (mut c, x, w) = super::nn::conv_layout(g, "ConvInteger", 10);
+    let eight = |g: &mut Gen| g.pick(&[(DType::U8, 0, 255), (DType::I8, -128, 127)]);
+    let ((tx, lx, hx), (tw, lw, hw)) = (eight(g), eight(g));
+    c.input(g.ints(tx, &x, lx, hx))
+        .input(g.ints(tw, &w, lw, hw));
+    if g.chance(75) {
+        c.input(g.ints(tx, &[], lx, hx));
+        let zw = g.int(0, 2);
+        if zw > 0 {
+            let shape = if zw == 1 { vec![] } else { vec![w[0]] };
+            c.input(g.ints(tw, &shape, lw, hw));
         }
     }
     c

@@ -2,6 +2,9 @@
 //! - MatMulInteger in i64 arithmetic, each product's operands centered as they are read (the
 //!   zero point looked up per row or column at the product), the batch dims broadcast by their
 //!   own counters, the sum wrapped to i32 by its low 32 bits;
+//! - ConvInteger: each operand centered in i64 (W per output channel by its own index
+//!   arithmetic), then this oracle's Conv (im2col and the compensated product, exact on integers
+//!   of these sizes), each sum wrapped to i32 by its low 32 bits;
 //! - DynamicQuantizeLinear in Rust's `f32` (IEEE's f32 operations, not f64 rounded), the
 //!   extremes taken by a sort-free scan that starts from 0, ties to even by floor and parity.
 //!   Degenerate cases as the reference: a range of 0 gives the scale 1; NaN and infinite inputs
@@ -10,13 +13,16 @@ use super::arith::round_half_even;
 use super::{broadcast_shape, input, invalid, make_output, opt_input, strides, unsupported};
 use crate::{DType, NodeSpec, OracleError, Output, Value};
 
-pub(super) const OPS: &[&str] = &["MatMulInteger", "DynamicQuantizeLinear"];
+pub(super) const OPS: &[&str] = &["MatMulInteger", "ConvInteger", "DynamicQuantizeLinear"];
 
 pub(super) fn check(node: &NodeSpec) -> Result<(), String> {
-    let (first, outputs) = if node.op_type == "MatMulInteger" {
-        (10, 1)
-    } else {
-        (11, 3)
+    let (first, outputs) = match node.op_type.as_str() {
+        "MatMulInteger" => (10, 1),
+        "ConvInteger" => {
+            super::conv::check(node)?;
+            (10, 1)
+        }
+        _ => (11, 3),
     };
     if node.opset < first {
         return Err(format!("{} starts at opset {first}", node.op_type));
@@ -28,10 +34,10 @@ pub(super) fn check(node: &NodeSpec) -> Result<(), String> {
 }
 
 pub(super) fn eval(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, OracleError> {
-    if node.op_type == "MatMulInteger" {
-        matmul_integer(node, inputs)
-    } else {
-        dynamic_quantize(node, inputs)
+    match node.op_type.as_str() {
+        "MatMulInteger" => matmul_integer(node, inputs),
+        "ConvInteger" => conv_integer(node, inputs),
+        _ => dynamic_quantize(node, inputs),
     }
 }
 
@@ -144,6 +150,41 @@ fn matmul_integer(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Outpu
         shape.push(n);
     }
     Ok(vec![make_output(DType::I32, shape, out, vec![])?])
+}
+
+fn conv_integer(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, OracleError> {
+    let x = input(node, inputs, 0)?;
+    let w = input(node, inputs, 1)?;
+    for (v, what) in [(x, "x"), (w, "w")] {
+        if !matches!(v.dtype, DType::U8 | DType::I8) {
+            return unsupported(format!("{what} of {:?}", v.dtype));
+        }
+    }
+    if w.shape.is_empty() {
+        return invalid("ConvInteger's W has no output-channel dim");
+    }
+    let xz = zero_points(opt_input(inputs, 2), x, 1, "x")?.map_or(0, |z| z[0]);
+    let m = w.shape[0];
+    let wz = zero_points(opt_input(inputs, 3), w, m, "w")?;
+    let per: usize = w.shape[1..].iter().product();
+    let xc: Vec<f64> = x.data.iter().map(|&v| (v as i64 - xz) as f64).collect();
+    let mut wc = Vec::with_capacity(w.data.len());
+    for oc in 0..m {
+        let z = wz.as_ref().map_or(0, |z| z[oc]);
+        let row = &w.data[oc * per..(oc + 1) * per];
+        wc.extend(row.iter().map(|&v| (v as i64 - z) as f64));
+    }
+    let xc = Value::new(DType::F64, x.shape.clone(), xc)?;
+    let wc = Value::new(DType::F64, w.shape.clone(), wc)?;
+    let y = super::conv::eval(node, &[Some(xc), Some(wc), None])?;
+    let v = &y[0].value;
+    let data = v.data.iter().map(|&s| s as i64 as i32 as f64).collect();
+    Ok(vec![make_output(
+        DType::I32,
+        v.shape.clone(),
+        data,
+        vec![],
+    )?])
 }
 
 fn dynamic_quantize(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, OracleError> {

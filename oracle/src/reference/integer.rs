@@ -4,6 +4,10 @@
 //!   is an integer below 2⁵³), the output int32 wrapped as a 32-bit accumulator wraps (the
 //!   specification says nothing of overflow; every engine here wraps). A's zero point is a scalar
 //!   or per row (1-D of A's row count), B's a scalar or per column (1-D of B's column count).
+//! - ConvInteger: `Y = conv(X − x_zero_point, W − w_zero_point)`, this oracle's Conv (the direct
+//!   sum, exact in f64 like the product above) of the centered operands, padding being 0 after
+//!   centering (the padded input equals the zero point), wrapped to int32. X's zero point is per
+//!   tensor; W's per tensor or per output channel (1-D of M).
 //! - DynamicQuantizeLinear: `x_min = min(0, min x)`, `x_max = max(0, max x)`, `y_scale = (x_max −
 //!   x_min) / 255`, `y_zero_point = saturate(round(0 − x_min / y_scale))`, `y = saturate(round(x /
 //!   y_scale) + y_zero_point)`, every operation in f32 (each result rounded to f32), rounding half
@@ -15,13 +19,18 @@ use super::{input, opt_input, output};
 use crate::{DType, NodeSpec, OracleError, Output, Value};
 
 pub(super) fn covers(op: &str) -> bool {
-    matches!(op, "MatMulInteger" | "DynamicQuantizeLinear")
+    matches!(
+        op,
+        "MatMulInteger" | "ConvInteger" | "DynamicQuantizeLinear"
+    )
 }
 
 pub(super) fn supports(node: &NodeSpec) -> Result<(), String> {
     match node.op_type.as_str() {
         "MatMulInteger" if node.num_outputs > 1 => Err("MatMulInteger has one output".into()),
         "MatMulInteger" if node.opset < 10 => Err("MatMulInteger exists from opset 10".into()),
+        "ConvInteger" if node.opset < 10 => Err("ConvInteger exists from opset 10".into()),
+        "ConvInteger" => super::conv::supports(node),
         "DynamicQuantizeLinear" if node.num_outputs > 3 => {
             Err("DynamicQuantizeLinear has three outputs".into())
         }
@@ -38,6 +47,7 @@ pub(super) fn evaluate(
 ) -> Result<Vec<Output>, OracleError> {
     match node.op_type.as_str() {
         "MatMulInteger" => matmul_integer(node, inputs),
+        "ConvInteger" => conv_integer(node, inputs),
         _ => dynamic_quantize(node, inputs),
     }
 }
@@ -113,13 +123,30 @@ fn matmul_integer(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Outpu
     )?;
     let bc_ = centered(b, opt_input(inputs, 3), bc, |i| i % bc.max(1), "B")?;
     let prod = super::matmul::matmul(&ac_, &bc_, crate::threads())?;
-    let data = prod
-        .value
-        .data
-        .iter()
-        .map(|&v| v as i64 as i32 as f64)
-        .collect();
-    Ok(vec![output(DType::I32, prod.value.shape, data, vec![])?])
+    Ok(vec![wrapped_i32(&prod.value)?])
+}
+
+/// Wraps each (integral) sum to a 32-bit integer.
+fn wrapped_i32(v: &Value) -> Result<Output, OracleError> {
+    let data = v.data.iter().map(|&s| s as i64 as i32 as f64).collect();
+    output(DType::I32, v.shape.clone(), data, vec![])
+}
+
+fn conv_integer(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, OracleError> {
+    let x = input(node, inputs, 0)?;
+    let w = input(node, inputs, 1)?;
+    let xz = opt_input(inputs, 2);
+    if xz.is_some_and(|z| z.len() != 1) {
+        return Err(OracleError::Unsupported(
+            "an x zero point that is not per tensor (the specification has one)".into(),
+        ));
+    }
+    let m = *w.shape.first().unwrap_or(&0);
+    let per = w.len() / m.max(1);
+    let xc = centered(x, xz, 1, |_| 0, "x")?;
+    let wc = centered(w, opt_input(inputs, 3), m, |i| i / per.max(1), "w")?;
+    let y = super::conv::evaluate(node, &[Some(xc), Some(wc)])?;
+    Ok(vec![wrapped_i32(&y[0].value)?])
 }
 
 fn dynamic_quantize(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, OracleError> {

@@ -199,8 +199,12 @@ fn conv_with(
         return Ok(None);
     }
     let mut out = vec![0i32; g.n * g.m * osz];
-    // A pointwise convolution reads its input as the columns themselves.
-    let pointwise = ksz == 1 && g.stride.iter().all(|&s| s == 1) && g.pad.iter().all(|&p| p == 0);
+    // A pointwise convolution reads its input as the columns themselves (`outs == ins` too: an
+    // end pad alone grows the output past the input).
+    let pointwise = ksz == 1
+        && g.stride.iter().all(|&s| s == 1)
+        && g.pad.iter().all(|&p| p == 0)
+        && g.outs == g.ins;
     let mut col = if pointwise {
         Vec::new()
     } else {
@@ -328,8 +332,11 @@ fn im2col_2d(g: &Geom, x: &[u8], ni: usize, gi: usize, col: &mut [u8], pad: u8) 
                 // Inside the input for ox in [lo, hi).
                 let lo = (-x0).clamp(0, ow as isize) as usize;
                 let hi = (w as isize - x0).clamp(lo as isize, ow as isize) as usize;
+                // Where no output reads inside (hi == lo), lo + x0 may lie outside the row.
                 d[..lo].fill(pad);
-                d[lo..hi].copy_from_slice(&row[(lo as isize + x0) as usize..][..hi - lo]);
+                if hi > lo {
+                    d[lo..hi].copy_from_slice(&row[(lo as isize + x0) as usize..][..hi - lo]);
+                }
                 d[hi..].fill(pad);
             } else {
                 for (ox, v) in d.iter_mut().enumerate() {

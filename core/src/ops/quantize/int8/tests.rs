@@ -159,6 +159,46 @@ fn conv_matches_the_f64_path() {
             vec![2, 2],
             vec![10, 10],
         ),
+        // Dilated kernels whose taps all fall in padding for some kernel column: left of the
+        // row (begin pad 2, tap 0) and past its end (tap 2 reads column 4 of a row of 2); the
+        // ConvInteger property test found the first panicking the row copy.
+        (
+            1,
+            2,
+            2,
+            2,
+            vec![1, 3],
+            vec![1, 3],
+            vec![1, 1],
+            vec![1, 2],
+            vec![0, 2],
+            vec![1, 1],
+        ),
+        (
+            1,
+            2,
+            3,
+            1,
+            vec![1, 2],
+            vec![1, 3],
+            vec![1, 1],
+            vec![1, 4],
+            vec![0, 4],
+            vec![1, 1],
+        ),
+        // A 1×1 kernel with an end pad only: not pointwise (the output outgrows the input).
+        (
+            1,
+            2,
+            2,
+            2,
+            vec![1, 1],
+            vec![1, 1],
+            vec![1, 1],
+            vec![1, 1],
+            vec![0, 0],
+            vec![2, 1],
+        ),
         (
             3,
             5,
