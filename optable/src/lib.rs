@@ -316,6 +316,16 @@ pub const CUDA_ONLY: &[(&str, &str)] = &[
          to rest it on; written for CUDA (`dp4a`) first, as MatMulInteger was",
     ),
     (
+        "QLinearMatMul",
+        "MatMulInteger's product with a requantizing epilogue: it waits on the same 8-bit dot \
+         product, and on an f64 multiply WGSL does not have",
+    ),
+    (
+        "QLinearConv",
+        "ConvInteger's product with a requantizing epilogue: it waits on the same 8-bit dot \
+         product, and on an f64 multiply WGSL does not have",
+    ),
+    (
         "DynamicQuantizeLinear",
         "it comes with MatMulInteger (its outputs are MatMulInteger's inputs), and needs the \
          correctly rounded f32 division QuantizeLinear waits on in WGSL",

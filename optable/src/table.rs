@@ -671,6 +671,29 @@ pub const ROWS: &[Row] = &[
         dtypes: Types::of(&[Ty::U8, Ty::I8]),
         devices: Devices::CUDA,
     },
+    // The requantizing forms: the same exact sums, then `sum · (x_scale · w_scale / y_scale) +
+    // y_zero_point` (the multiplier in f32, the rest in f64, as the specification's numpy does)
+    // rounded half to even and saturated: one right answer.
+    Row {
+        name: "QLinearMatMul",
+        family: Family::Matrix,
+        class: Class::Exact,
+        opsets: &[10, 21],
+        nan: NanRule::Ignores,
+        in_place: InPlace::None,
+        dtypes: Types::of(&[Ty::U8, Ty::I8]),
+        devices: Devices::CUDA,
+    },
+    Row {
+        name: "QLinearConv",
+        family: Family::Convolution,
+        class: Class::Exact,
+        opsets: &[10],
+        nan: NanRule::Ignores,
+        in_place: InPlace::None,
+        dtypes: Types::of(&[Ty::U8, Ty::I8]),
+        devices: Devices::CUDA,
+    },
     Row {
         name: "MatMul",
         family: Family::Matrix,

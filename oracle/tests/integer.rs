@@ -328,3 +328,245 @@ fn both_oracles_agree_on_conv_integer() {
         }
     }
 }
+
+/// `QLinearMatMul`'s eight inputs (or `QLinearConv`'s nine) in their order.
+#[allow(clippy::too_many_arguments)]
+fn qlinear_inputs(
+    a: Option<Value>,
+    sa: f64,
+    za: Option<Value>,
+    b: Option<Value>,
+    sb: &[f64],
+    zb: Option<Value>,
+    sy: f64,
+    zy: Option<Value>,
+) -> Vec<Option<Value>> {
+    let scalar = |v: f64| value(DType::F32, &[], &[v as f32 as f64]);
+    let sb: Vec<f64> = sb.iter().map(|&v| v as f32 as f64).collect();
+    let sb_shape: &[usize] = if sb.len() == 1 { &[] } else { &[sb.len()] };
+    vec![
+        a,
+        scalar(sa),
+        za,
+        b,
+        value(DType::F32, sb_shape, &sb),
+        zb,
+        scalar(sy),
+        zy,
+    ]
+}
+
+/// The specification's QLinearMatMul (2-D, u8) and QLinearConv examples.
+#[test]
+fn qlinear_specification_examples() {
+    let inputs = qlinear_inputs(
+        value(
+            DType::U8,
+            &[2, 4],
+            &[208., 236., 0., 238., 3., 214., 255., 29.],
+        ),
+        0.0066,
+        value(DType::U8, &[1], &[113.]),
+        value(
+            DType::U8,
+            &[4, 3],
+            &[
+                152., 51., 244., 60., 26., 255., 0., 127., 246., 127., 254., 247.,
+            ],
+        ),
+        &[0.00705],
+        value(DType::U8, &[1], &[114.]),
+        0.0107,
+        value(DType::U8, &[1], &[118.]),
+    );
+    for o in ORACLES {
+        let out = o.evaluate(&spec("QLinearMatMul", 10, 1), &inputs).unwrap();
+        assert_eq!(out[0].value.dtype, DType::U8);
+        assert_eq!(
+            out[0].value.data,
+            [168., 115., 255., 1., 66., 151.],
+            "{}",
+            o.name()
+        );
+    }
+    let x = [
+        255., 174., 162., 25., 203., 168., 58., 15., 59., 237., 95., 129., 0., 64., 56., 242.,
+        153., 221., 168., 12., 166., 232., 178., 186., 195., 237., 162., 237., 188., 39., 124.,
+        77., 80., 102., 43., 127., 230., 21., 83., 41., 40., 134., 255., 154., 92., 141., 42.,
+        148., 247.,
+    ];
+    let want = [
+        0., 81., 93., 230., 52., 87., 197., 240., 196., 18., 160., 126., 255., 191., 199., 13.,
+        102., 34., 87., 243., 89., 23., 77., 69., 60., 18., 93., 18., 67., 216., 131., 178., 175.,
+        153., 212., 128., 25., 234., 172., 214., 215., 121., 0., 101., 163., 114., 213., 107., 8.,
+    ];
+    let inputs = qlinear_inputs(
+        value(DType::U8, &[1, 1, 7, 7], &x),
+        0.003_692_046_97,
+        value(DType::U8, &[], &[132.]),
+        value(DType::U8, &[1, 1, 1, 1], &[0.]),
+        &[0.001_727_945_75],
+        value(DType::U8, &[1], &[255.]),
+        0.001_626_812_62,
+        value(DType::U8, &[], &[123.]),
+    );
+    for o in ORACLES {
+        let out = o.evaluate(&spec("QLinearConv", 10, 1), &inputs).unwrap();
+        assert_eq!(out[0].value.data, want, "{}", o.name());
+    }
+}
+
+/// Requantization on ties: a multiplier of 1/2 on odd sums rounds half to even (1.5 → 2,
+/// 2.5 → 2, −0.5 → 0), saturates at both ends, and adds QLinearConv's bias before it; rounding
+/// ties away from zero (the broken variant) gives other values on the same data.
+#[test]
+fn qlinear_requantization_ties_saturation_and_bias() {
+    // A = [[3], [5], [-1], [255]] (i8 A centered on 0 except the last, u8), B = [[1]].
+    let inputs = qlinear_inputs(
+        value(DType::I8, &[4, 1], &[3., 5., -1., 127.]),
+        0.5,
+        None,
+        value(DType::I8, &[1, 1], &[1.]),
+        &[1.0],
+        None,
+        1.0,
+        value(DType::I8, &[], &[0.]),
+    );
+    let away = [2., 3., -1., 64.];
+    for o in ORACLES {
+        let out = o.evaluate(&spec("QLinearMatMul", 10, 1), &inputs).unwrap();
+        assert_eq!(out[0].value.data, [2., 2., 0., 64.], "{}", o.name());
+        assert_ne!(out[0].value.data, away, "the data must hold ties");
+    }
+    // Saturation: sums far past both ends with a u8 output and its zero point.
+    let inputs = qlinear_inputs(
+        value(DType::U8, &[2, 2], &[255., 255., 0., 0.]),
+        1.0,
+        value(DType::U8, &[], &[128.]),
+        value(DType::U8, &[2, 1], &[255., 255.]),
+        &[1.0],
+        value(DType::U8, &[], &[0.]),
+        1.0,
+        value(DType::U8, &[], &[100.]),
+    );
+    for o in ORACLES {
+        let out = o.evaluate(&spec("QLinearMatMul", 10, 1), &inputs).unwrap();
+        assert_eq!(out[0].value.data, [255., 0.], "{}", o.name());
+    }
+    // QLinearConv with a bias per channel: sums 1 and 3 (x = 1, w = 1 and 3) plus biases 2 and
+    // -4 give 3 and -1, at a multiplier of 1/2: 1.5 → 2 and -0.5 → 0 (with zero point 10: 12, 10).
+    let mut inputs = qlinear_inputs(
+        value(DType::U8, &[1, 1, 1, 1], &[1.]),
+        0.5,
+        None,
+        value(DType::U8, &[2, 1, 1, 1], &[1., 3.]),
+        &[1.0, 1.0],
+        None,
+        1.0,
+        value(DType::U8, &[], &[10.]),
+    );
+    inputs.push(value(DType::I32, &[2], &[2., -4.]));
+    for o in ORACLES {
+        let out = o.evaluate(&spec("QLinearConv", 10, 1), &inputs).unwrap();
+        assert_eq!(out[0].value.data, [12., 10.], "{}", o.name());
+    }
+}
+
+/// Both oracles agree on QLinearMatMul and QLinearConv of every form they cover: signedness,
+/// zero points present or not, per-column (per-channel) scales of B (W), biases, geometries.
+#[test]
+fn both_oracles_agree_on_qlinear_ops() {
+    let mut s = 313u64;
+    let unit = |s: &mut u64| (lcg(s) % 10_000) as f64 / 10_000.0;
+    for (ash, bsh) in [
+        (&[5usize, 7][..], &[7usize, 3][..]),
+        (&[2, 4, 9], &[9, 6]),
+        (&[3, 20, 40], &[3, 40, 17]),
+    ] {
+        for (sa, sb) in [(false, true), (true, false), (false, false), (true, true)] {
+            let n = bsh[bsh.len() - 1];
+            let per: Vec<f64> = (0..n).map(|_| 0.001 + unit(&mut s) * 0.01).collect();
+            let with_zp = lcg(&mut s).is_multiple_of(2);
+            let (a, za, b, zb) = (
+                int8(ash, sa, &mut s),
+                int8(&[], sa, &mut s),
+                int8(bsh, sb, &mut s),
+                int8(&[], sb, &mut s),
+            );
+            // y's scale from the sums' reach, so that the outputs are not all saturated.
+            let sums = Reference
+                .evaluate(
+                    &spec("MatMulInteger", 10, 1),
+                    &[a.clone(), b.clone(), za.clone(), zb.clone()],
+                )
+                .unwrap();
+            let reach = sums[0]
+                .value
+                .data
+                .iter()
+                .fold(1.0f64, |m, v| m.max(v.abs()));
+            let sa_ = 0.01 + unit(&mut s) * 0.1;
+            let sy = sa_ * per[0] * reach / (60.0 + unit(&mut s) * 60.0);
+            let inputs = qlinear_inputs(
+                a,
+                sa_,
+                za,
+                b,
+                if with_zp { &per } else { &per[..1] },
+                zb,
+                sy,
+                if with_zp { int8(&[], sa, &mut s) } else { None },
+            );
+            let outs: Vec<_> = ORACLES
+                .iter()
+                .map(|o| o.evaluate(&spec("QLinearMatMul", 10, 1), &inputs).unwrap())
+                .collect();
+            assert_eq!(
+                outs[0][0].value.data, outs[1][0].value.data,
+                "{ash:?}×{bsh:?}"
+            );
+            let distinct: std::collections::BTreeSet<i64> =
+                outs[0][0].value.data.iter().map(|&v| v as i64).collect();
+            // Not one value everywhere (a u8 output without a zero point saturates every
+            // negative sum at 0, so two values can be all a small product shows).
+            assert!(distinct.len() >= 2, "one output value: {distinct:?}");
+        }
+    }
+    for (xs, ws, group) in [
+        (&[1usize, 3, 7, 7][..], &[4usize, 3, 3, 3][..], 1i64),
+        (&[2, 4, 6, 5], &[6, 2, 3, 1], 2),
+        (&[1, 8, 5, 5], &[8, 1, 3, 3], 8),
+    ] {
+        for (sx, sw) in [(false, true), (true, false), (false, false), (true, true)] {
+            let m = ws[0];
+            let per: Vec<f64> = (0..m).map(|_| 0.001 + unit(&mut s) * 0.01).collect();
+            let mut inputs = qlinear_inputs(
+                int8(xs, sx, &mut s),
+                0.01 + unit(&mut s) * 0.1,
+                int8(&[], sx, &mut s),
+                int8(ws, sw, &mut s),
+                &per,
+                int8(&[m], sw, &mut s),
+                0.05 + unit(&mut s),
+                int8(&[], sx, &mut s),
+            );
+            let bias: Vec<f64> = (0..m)
+                .map(|_| (lcg(&mut s) % 2001) as f64 - 1000.0)
+                .collect();
+            inputs.push(value(DType::I32, &[m], &bias));
+            let mut node = spec("QLinearConv", 10, 1);
+            node.attrs.insert("group".into(), Attr::Int(group));
+            node.attrs
+                .insert("pads".into(), Attr::Ints(vec![1, 0, 1, 0]));
+            let outs: Vec<_> = ORACLES
+                .iter()
+                .map(|o| o.evaluate(&node, &inputs).unwrap())
+                .collect();
+            assert_eq!(outs[0][0].value.shape, outs[1][0].value.shape);
+            assert_eq!(
+                outs[0][0].value.data, outs[1][0].value.data,
+                "{xs:?} {ws:?}"
+            );
+        }
+    }
+}

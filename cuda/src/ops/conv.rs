@@ -34,6 +34,7 @@ pub fn claim(node: &Node) -> Option<Result<CudaKernel, String>> {
         "Conv" => Some(Ok(conv as CudaKernel)),
         "ConvTranspose" => Some(Ok(conv_transpose as CudaKernel)),
         "ConvInteger" => Some(Ok(super::integer_conv::k_conv_integer as CudaKernel)),
+        "QLinearConv" => Some(Ok(super::integer_conv::k_qlinear_conv as CudaKernel)),
         _ => None,
     }
 }

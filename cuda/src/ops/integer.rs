@@ -35,14 +35,15 @@ pub fn int8_enabled() -> bool {
     int8_switch().unwrap_or(INT8_DEFAULT)
 }
 
-/// Whether CUDA runs ConvInteger: `QUORUM_CUDA_INT8=on` or `off` decides it as for the other
-/// integer kernels; unset, [`CONV_INT8_DEFAULT`] does (off until a device has judged it).
-pub fn conv_int8_enabled() -> bool {
-    int8_switch().unwrap_or(CONV_INT8_DEFAULT)
+/// Whether CUDA runs ConvInteger, QLinearMatMul and QLinearConv: `QUORUM_CUDA_INT8=on` or `off`
+/// decides it as for the other integer kernels; unset, [`CONV_REQUANT_DEFAULT`] does (off until a
+/// device has judged them).
+pub fn conv_requant_enabled() -> bool {
+    int8_switch().unwrap_or(CONV_REQUANT_DEFAULT)
 }
 
-/// Off: written while no device was at hand; `QUORUM_CUDA_INT8=on` runs it.
-pub const CONV_INT8_DEFAULT: bool = false;
+/// Off: written while no device was at hand; `QUORUM_CUDA_INT8=on` runs them.
+pub const CONV_REQUANT_DEFAULT: bool = false;
 
 /// On: the GPU suite judged the kernels on a device (H100, 2026-12-07: the integer device tests,
 /// the generated cases of both rows and the whole suite, 158 tests, against both oracles; a
@@ -59,6 +60,31 @@ fn require_int8() -> KResult<()> {
 /// Rows and columns of a block's tile; bytes of K per stage.
 pub(super) const TILE: u32 = 64;
 const KSTEP: u32 = 16;
+
+/// What the tile writes: the wrapped 32-bit sums (MatMulInteger, ConvInteger), or the sums
+/// requantized into 8 bits (QLinearMatMul, QLinearConv).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Epilogue {
+    Sums,
+    /// `saturate(round_half_even((sum + bias[row]) · mult + y_zero_point))` into i8 (`signed`)
+    /// or u8, `mult = x_scale · w_scale[line] / y_scale` in f32 and the rest in f64, the CPU's
+    /// operations in its order; `per` says where w_scale varies (rows: W as A in a convolution;
+    /// columns: B in a matmul); `bias` and `zp` whether those inputs exist.
+    Requant {
+        signed: bool,
+        per: Per,
+        bias: bool,
+        zp: bool,
+    },
+}
+
+/// Where a requantization's w_scale varies: one for all, per row of A, or per column of B.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Per {
+    One,
+    Row,
+    Col,
+}
 
 /// How a zero point is given: none, one for all, or one per row (A) / column (B).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -100,6 +126,15 @@ pub(super) fn u32of(v: usize, what: &str) -> KResult<u32> {
     u32::try_from(v).map_err(|_| crate::KError::Decline(format!("{what} {v} exceeds 32 bits")))
 }
 
+/// Input `i` if the node gives it.
+pub(super) fn optional(inputs: &dyn Inputs, i: usize) -> KResult<Option<DevTensor>> {
+    Ok(if inputs.present(i) {
+        Some(dev_input(inputs, i)?)
+    } else {
+        None
+    })
+}
+
 pub(super) fn k_matmul_integer(
     _ctx: &OpCtx,
     run: &Run,
@@ -108,33 +143,131 @@ pub(super) fn k_matmul_integer(
     require_int8()?;
     let a = dev_input(inputs, 0)?;
     let b = dev_input(inputs, 1)?;
-    let za = if inputs.present(2) {
-        Some(dev_input(inputs, 2)?)
-    } else {
-        None
+    let (za, zb) = (optional(inputs, 2)?, optional(inputs, 3)?);
+    integer_matmul(run, [&a, &b], [za.as_ref(), zb.as_ref()], None)
+}
+
+/// Past this K a 32-bit sum of 8-bit products may wrap (127 · 128 · 33,025 < 2³¹ ≤ 255 · 255 ·
+/// 33,026): the requantizing ops then run on the CPU, whose exact path does not wrap.
+pub const REQUANT_MAX_K: usize = 33_025;
+
+/// A requantizing node's epilogue and its five operands (x_scale, w_scale, y_scale, y's zero
+/// point, bias), checked: f32 scales, x's and y's one value, w's one or `lines` (1-D), y's zero
+/// point one 8-bit value (its type the output's, else `first`'s), a bias of int32 per line.
+pub(super) struct Requant {
+    pub epi: Epilogue,
+    pub out: DType,
+    pub args: Vec<Arg>,
+}
+
+pub(super) fn requant(
+    op: &str,
+    inputs: &dyn Inputs,
+    at: [usize; 5],
+    lines: usize,
+    per: Per,
+    first: DType,
+) -> KResult<Requant> {
+    let scale = |i: usize, many: bool| -> KResult<DevTensor> {
+        let t = dev_input(inputs, i)?;
+        let n = t.len();
+        if t.dtype != DType::F32 || !(n == 1 || (many && t.shape.len() == 1 && n == lines)) {
+            decline!("{op}'s scale {} of {:?} runs on the CPU", t.dtype, t.shape);
+        }
+        Ok(t)
     };
-    let zb = if inputs.present(3) {
-        Some(dev_input(inputs, 3)?)
-    } else {
-        None
+    let (sx, sw, sy) = (
+        scale(at[0], false)?,
+        scale(at[1], true)?,
+        scale(at[2], false)?,
+    );
+    let zy = optional(inputs, at[3])?;
+    let out = match &zy {
+        Some(z) if z.len() != 1 => decline!("{op}'s y zero point of {:?} runs on the CPU", z.shape),
+        Some(z) => z.dtype,
+        None => first,
     };
+    let signed = eight_bit(out, &format!("{op}'s output"))?;
+    let bias = if at[4] == usize::MAX {
+        None
+    } else {
+        optional(inputs, at[4])?
+    };
+    if let Some(b) = &bias
+        && (b.dtype != DType::I32 || b.shape != [lines])
+    {
+        decline!("{op}'s bias {} of {:?} runs on the CPU", b.dtype, b.shape);
+    }
+    let per = if sw.len() == 1 { Per::One } else { per };
+    let dummy = || Arg::In(sx.ptr(), 0);
+    let epi = Epilogue::Requant {
+        signed,
+        per,
+        bias: bias.is_some(),
+        zp: zy.is_some(),
+    };
+    let args = vec![
+        sx.arg_in(),
+        sw.arg_in(),
+        sy.arg_in(),
+        zy.as_ref().map_or_else(dummy, DevTensor::arg_in),
+        bias.as_ref().map_or_else(dummy, DevTensor::arg_in),
+    ];
+    Ok(Requant { epi, out, args })
+}
+
+pub(super) fn k_qlinear_matmul(
+    _ctx: &OpCtx,
+    run: &Run,
+    inputs: &dyn Inputs,
+) -> KResult<Vec<DevTensor>> {
+    if !conv_requant_enabled() {
+        decline!("the requantizing integer kernels are off (QUORUM_CUDA_INT8)");
+    }
+    let a = dev_input(inputs, 0)?;
+    let b = dev_input(inputs, 3)?;
+    let (za, zb) = (optional(inputs, 2)?, optional(inputs, 5)?);
+    if a.shape.len() < 2 || b.shape.len() < 2 {
+        decline!("QLinearMatMul of a vector runs on the CPU");
+    }
+    let k = a.shape[a.shape.len() - 1];
+    if k > REQUANT_MAX_K {
+        decline!("QLinearMatMul over K = {k} (its sums could wrap) runs on the CPU");
+    }
+    let n = b.shape[b.shape.len() - 1];
+    let rq = requant(
+        "QLinearMatMul",
+        inputs,
+        [1, 4, 6, 7, usize::MAX],
+        n,
+        Per::Col,
+        a.dtype,
+    )?;
+    integer_matmul(run, [&a, &b], [za.as_ref(), zb.as_ref()], Some(rq))
+}
+
+/// MatMulInteger's product of `ab` centered on `z`, into wrapped sums or requantized.
+fn integer_matmul(
+    run: &Run,
+    ab: [&DevTensor; 2],
+    z: [Option<&DevTensor>; 2],
+    rq: Option<Requant>,
+) -> KResult<Vec<DevTensor>> {
+    let [a, b] = ab;
     let (sa, sb) = (
-        eight_bit(a.dtype, "MatMulInteger's A")?,
-        eight_bit(b.dtype, "MatMulInteger's B")?,
+        eight_bit(a.dtype, "the product's A")?,
+        eight_bit(b.dtype, "the product's B")?,
     );
     if a.shape.len() < 2 || b.shape.len() < 2 {
-        decline!("MatMulInteger of a vector runs on the CPU");
+        decline!("an integer product of a vector runs on the CPU");
     }
     let (ar, br) = (a.shape.len(), b.shape.len());
     let (m, k) = (a.shape[ar - 2], a.shape[ar - 1]);
     let (kb, n) = (b.shape[br - 2], b.shape[br - 1]);
     if k != kb {
-        decline!("MatMulInteger of {:?} by {:?}", a.shape, b.shape);
+        decline!("an integer product of {:?} by {:?}", a.shape, b.shape);
     }
-    let (zam, zbm) = (
-        zp_mode(za.as_ref(), &a, m, "A")?,
-        zp_mode(zb.as_ref(), &b, n, "B")?,
-    );
+    let (zam, zbm) = (zp_mode(z[0], a, m, "A")?, zp_mode(z[1], b, n, "B")?);
     let (a_batch, b_batch) = (&a.shape[..ar - 2], &b.shape[..br - 2]);
     // B shared: A's batches are more rows of one product; else both batched alike.
     let (batches, rows, b_stride) = if b_batch.is_empty() {
@@ -143,7 +276,7 @@ pub(super) fn k_matmul_integer(
         (a_batch.iter().product(), m, k * n)
     } else {
         decline!(
-            "MatMulInteger of {:?} by {:?} (broadcast batches) runs on the CPU",
+            "an integer product of {:?} by {:?} (broadcast batches) runs on the CPU",
             a.shape,
             b.shape
         );
@@ -153,13 +286,34 @@ pub(super) fn k_matmul_integer(
     require_u32_len(&shape)?;
     require_u32_len(&a.shape)?;
     require_u32_len(&b.shape)?;
-    let y = run.alloc(DType::I32, &shape)?;
+    let (epi, out) = rq
+        .as_ref()
+        .map_or((Epilogue::Sums, DType::I32), |r| (r.epi, r.out));
+    let y = run.alloc(out, &shape)?;
     if rows == 0 || n == 0 || batches == 0 {
         return Ok(vec![y]);
     }
-    let kern = igemm_kernel(sa, sb, zam, zbm);
+    let kern = igemm_kernel(sa, sb, zam, zbm, epi);
     let ptx = module(run.cc(), &[kern]);
     let dummy = || Arg::In(a.ptr(), 0);
+    let mut args = vec![
+        y.arg_out(),
+        a.arg_in(),
+        b.arg_in(),
+        z[0].map_or_else(dummy, DevTensor::arg_in),
+        z[1].map_or_else(dummy, DevTensor::arg_in),
+        Arg::U32(u32of(rows, "rows")?),
+        Arg::U32(u32of(n, "columns")?),
+        Arg::U32(u32of(k, "K")?),
+        Arg::U32(u32of(m, "rows")?),
+        Arg::U32(u32of(rows * k, "A's batch")?),
+        Arg::U32(u32of(b_stride, "B's batch")?),
+        Arg::U32(u32of(batches, "batches")?),
+        Arg::U32(0),
+    ];
+    if let Some(r) = rq {
+        args.extend(r.args);
+    }
     run.launch(
         &ptx,
         "igemm",
@@ -170,21 +324,7 @@ pub(super) fn k_matmul_integer(
         ),
         (256, 1, 1),
         0,
-        &[
-            y.arg_out(),
-            a.arg_in(),
-            b.arg_in(),
-            za.as_ref().map_or_else(dummy, DevTensor::arg_in),
-            zb.as_ref().map_or_else(dummy, DevTensor::arg_in),
-            Arg::U32(u32of(rows, "rows")?),
-            Arg::U32(u32of(n, "columns")?),
-            Arg::U32(u32of(k, "K")?),
-            Arg::U32(u32of(m, "rows")?),
-            Arg::U32(u32of(rows * k, "A's batch")?),
-            Arg::U32(u32of(b_stride, "B's batch")?),
-            Arg::U32(u32of(batches, "batches")?),
-            Arg::U32(0),
-        ],
+        &args,
     )?;
     Ok(vec![y])
 }
@@ -229,8 +369,10 @@ fn zero_point(k: &mut Kernel, zp: Reg, mode: Zp, i: Reg, signed: bool, shift: i3
 /// for a batched A, 1 for a shared one, the conv's groups for ConvInteger) and the per-row zero
 /// point's step per group (0, or the conv's output channels per group). Grid: (column tiles, row
 /// tiles, batches); 256 threads, thread (tx, ty) = (tid % 16, tid / 16) owning rows ty·4.. and
-/// columns tx·4.. of the tile.
-pub fn igemm_kernel(a_signed: bool, b_signed: bool, za: Zp, zb: Zp) -> Kernel {
+/// columns tx·4.. of the tile. A requantizing epilogue adds the parameters x_scale, w_scale,
+/// y_scale, y_zero_point and bias (f32, f32, f32, 8-bit, i32; each a pointer, unread where the
+/// epilogue has none) and writes bytes.
+pub fn igemm_kernel(a_signed: bool, b_signed: bool, za: Zp, zb: Zp, epi: Epilogue) -> Kernel {
     let mut k = Kernel::new("igemm");
     let yp = k.param_ptr("y");
     let ap = k.param_ptr("a");
@@ -245,6 +387,17 @@ pub fn igemm_kernel(a_signed: bool, b_signed: bool, za: Zp, zb: Zp) -> Kernel {
     let b_stride = k.param("b_stride", Ty::U32);
     let a_groups = k.param("a_groups", Ty::U32);
     let zp_group = k.param("zp_group", Ty::U32);
+    let requant = match epi {
+        Epilogue::Sums => None,
+        Epilogue::Requant { .. } => Some([
+            k.param_ptr("sx"),
+            k.param_ptr("sw"),
+            k.param_ptr("sy"),
+            k.param_ptr("zy"),
+            k.param_ptr("bias"),
+        ]),
+    };
+    let y_size = if requant.is_some() { 1 } else { 4 };
     let a_sh = k.shared_array("a_tile", (4 * TILE * 4) as usize);
     let b_sh = k.shared_array("b_tile", (4 * TILE * 4) as usize);
     let a_base = k.shared_addr(&a_sh);
@@ -265,7 +418,7 @@ pub fn igemm_kernel(a_signed: bool, b_signed: bool, za: Zp, zb: Zp) -> Kernel {
     let bp = k.add(Ty::U64, bp, bo);
     let rn = k.mul(Ty::U32, rows, n);
     let yo = k.mul_wide(false, z, rn);
-    let yo = k.mul(Ty::U64, yo, 4i64);
+    let yo = k.mul(Ty::U64, yo, y_size as i64);
     let yp = k.add(Ty::U64, yp, yo);
     // What each thread stages: A's row tid/4, quad tid%4; B's column tid%64, quad tid/64.
     let a_row = k.shr(Ty::U32, tid, 2u32);
@@ -378,6 +531,7 @@ pub fn igemm_kernel(a_signed: bool, b_signed: bool, za: Zp, zb: Zp) -> Kernel {
         let line = k.fma(Ty::U32, zg, zp_group, line);
         let zai = zero_point(&mut k, zap, za, line, a_signed, a_shift);
         let kza = k.mul(Ty::S32, kk, zai);
+        let row_terms = requant.map(|p| row_requant(&mut k, epi, p, line));
         for j in 0..4u32 {
             let c = k.mul(Ty::U32, tx, 4u32);
             let c = k.add(Ty::U32, c, j);
@@ -392,6 +546,18 @@ pub fn igemm_kernel(a_signed: bool, b_signed: bool, za: Zp, zb: Zp) -> Kernel {
             let v = k.sub(Ty::S32, v, t);
             let t = k.mul(Ty::S32, kza, zbj);
             let v = k.add(Ty::S32, v, t);
+            if let (Some(p), Some(rt)) = (requant, row_terms) {
+                let last = k.sub(Ty::U32, n, 1u32);
+                let cc = k.min(Ty::U32, c, last);
+                let q = requantize(&mut k, epi, p, rt, cc, v);
+                k.when(ok, |k| {
+                    let at = k.mul(Ty::U32, r, n);
+                    let at = k.add(Ty::U32, at, c);
+                    let addr = k.addr(yp, at, 1);
+                    k.st_u8(Space::Global, addr, 0, q);
+                });
+                continue;
+            }
             k.when(ok, |k| {
                 let at = k.mul(Ty::U32, r, n);
                 let at = k.add(Ty::U32, at, c);
@@ -401,6 +567,92 @@ pub fn igemm_kernel(a_signed: bool, b_signed: bool, za: Zp, zb: Zp) -> Kernel {
         }
     }
     k
+}
+
+/// A row's part of the requantization: its bias (f64, 0 without one), the multiplier where it is
+/// per row or one for all (f64), and y's zero point (f64).
+#[derive(Clone, Copy)]
+struct RowTerms {
+    bias: Option<Reg>,
+    mult: Option<Reg>,
+    zp: Reg,
+}
+
+/// `x_scale · w_scale[i] / y_scale` in f32 (IEEE, rounded to nearest), widened to f64.
+fn multiplier(k: &mut Kernel, p: [Reg; 5], i: Reg) -> Reg {
+    let sx = k.ld_nc(Ty::F32, p[0], 0);
+    let at = k.addr(p[1], i, 4);
+    let sw = k.ld_nc(Ty::F32, at, 0);
+    let sy = k.ld_nc(Ty::F32, p[2], 0);
+    let m = k.mul(Ty::F32, sx, sw);
+    let m = k.div(Ty::F32, m, sy);
+    k.cvt(Ty::F64, Ty::F32, "", m)
+}
+
+fn row_requant(k: &mut Kernel, epi: Epilogue, p: [Reg; 5], line: Reg) -> RowTerms {
+    let Epilogue::Requant {
+        signed,
+        per,
+        bias,
+        zp,
+    } = epi
+    else {
+        unreachable!("a requantizing epilogue")
+    };
+    let bias = bias.then(|| {
+        let at = k.addr(p[4], line, 4);
+        let b = k.ld_nc(Ty::S32, at, 0);
+        k.cvt(Ty::F64, Ty::S32, ".rn", b)
+    });
+    let mult = match per {
+        Per::Col => None,
+        Per::Row => Some(multiplier(k, p, line)),
+        Per::One => {
+            let zero = k.mov(Ty::U32, 0u32);
+            Some(multiplier(k, p, zero))
+        }
+    };
+    let zp = if zp {
+        let raw = k.ld_nc(Ty::U8, p[3], 0);
+        let r = k.reg(Ty::S32);
+        let t = if signed { "s8" } else { "u8" };
+        k.raw(format_args!("cvt.s32.{t} {r}, {raw}"));
+        k.cvt(Ty::F64, Ty::S32, ".rn", r)
+    } else {
+        k.mov(Ty::F64, 0.0f64)
+    };
+    RowTerms { bias, mult, zp }
+}
+
+/// One output's requantization from its wrapped sum `v` (exact: callers keep K where a sum
+/// cannot wrap), as a u16 register holding the byte to store.
+fn requantize(k: &mut Kernel, epi: Epilogue, p: [Reg; 5], rt: RowTerms, col: Reg, v: Reg) -> Reg {
+    let Epilogue::Requant { signed, .. } = epi else {
+        unreachable!("a requantizing epilogue")
+    };
+    let mult = match rt.mult {
+        Some(m) => m,
+        None => multiplier(k, p, col),
+    };
+    let f = k.cvt(Ty::F64, Ty::S32, ".rn", v);
+    let f = match rt.bias {
+        Some(b) => {
+            let r = k.reg(Ty::F64);
+            k.raw(format_args!("add.rn.f64 {r}, {f}, {b}"));
+            r
+        }
+        None => f,
+    };
+    let t = k.reg(Ty::F64);
+    k.raw(format_args!("mul.rn.f64 {t}, {f}, {mult}"));
+    let u = k.reg(Ty::F64);
+    k.raw(format_args!("add.rn.f64 {u}, {t}, {}", rt.zp));
+    // Rounded half to even, saturated to s32 by the conversion (NaN gives 0), then to the type.
+    let q = k.cvt(Ty::S32, Ty::F64, ".rni", u);
+    let (lo, hi) = if signed { (-128, 127) } else { (0, 255) };
+    let q = k.max(Ty::S32, q, lo);
+    let q = k.min(Ty::S32, q, hi);
+    k.cvt(Ty::U16, Ty::S32, "", q)
 }
 
 /// Blocks of the extremes pass (each then reduces all their partials: few enough to read at once).
@@ -598,7 +850,16 @@ mod tests {
     /// once each; DynamicQuantizeLinear divides with IEEE division and rounds to even.
     #[test]
     fn kernels_use_the_exact_instructions() {
-        let t = module((9, 0), &[igemm_kernel(false, true, Zp::Scalar, Zp::Per)]);
+        let t = module(
+            (9, 0),
+            &[igemm_kernel(
+                false,
+                true,
+                Zp::Scalar,
+                Zp::Per,
+                Epilogue::Sums,
+            )],
+        );
         assert_eq!(
             t.matches("dp4a.u32.s32").count(),
             64,
@@ -612,6 +873,31 @@ mod tests {
             16,
             "B's column sums\n{t}"
         );
+        // The requantizing epilogue: the multiplier by IEEE f32 multiply and divide, then f64
+        // operations each rounded (none fused), rounded half to even; bytes stored.
+        let epi = Epilogue::Requant {
+            signed: true,
+            per: Per::Row,
+            bias: true,
+            zp: true,
+        };
+        let t = module(
+            (9, 0),
+            &[igemm_kernel(true, false, Zp::Per, Zp::Scalar, epi)],
+        );
+        assert!(t.contains("mul.rn.f32") && t.contains("div.rn.f32"), "{t}");
+        assert_eq!(t.matches("mul.rn.f64").count(), 16, "one a output\n{t}");
+        assert_eq!(
+            t.matches("add.rn.f64").count(),
+            32,
+            "bias and zero point\n{t}"
+        );
+        assert_eq!(t.matches("cvt.rni.s32.f64").count(), 16, "{t}");
+        assert!(
+            !t.contains("fma.rn.f64") && !t.contains("st.global.s32"),
+            "{t}"
+        );
+        assert_eq!(t.matches("st.global.u8").count(), 16, "{t}");
         let t = module((9, 0), &[dq_extremes_kernel(), dq_apply_kernel()]);
         assert!(
             t.contains("div.rn.f32") && t.contains("cvt.rni.f32.f32"),

@@ -10,7 +10,10 @@
 //! into scratch of (images · groups) × (channels per group · kernel) × output positions bytes,
 //! writing the zero point where the kernel reads padding, so that padding counts as 0 once
 //! centered, as the specification's reference pads the centered input with zeros.
-use super::integer::{TILE, Zp, conv_int8_enabled, eight_bit, igemm_kernel, u32of, zp_mode};
+use super::integer::{
+    Epilogue, Per, REQUANT_MAX_K, Requant, TILE, Zp, conv_requant_enabled, eight_bit, igemm_kernel,
+    optional, requant, u32of, zp_mode,
+};
 use super::{require_u32_len, thread_index};
 use crate::decline;
 use crate::driver::Arg;
@@ -20,26 +23,50 @@ use quorum_core::device::conv::conv_plan;
 use quorum_core::ops::OpCtx;
 use quorum_core::tensor::DType;
 
-fn optional(inputs: &dyn Inputs, i: usize) -> KResult<Option<DevTensor>> {
-    Ok(if inputs.present(i) {
-        Some(dev_input(inputs, i)?)
-    } else {
-        None
-    })
-}
-
 pub(super) fn k_conv_integer(
     ctx: &OpCtx,
     run: &Run,
     inputs: &dyn Inputs,
 ) -> KResult<Vec<DevTensor>> {
-    if !conv_int8_enabled() {
+    if !conv_requant_enabled() {
         decline!("the ConvInteger kernel is off (QUORUM_CUDA_INT8)");
     }
     let x = dev_input(inputs, 0)?;
     let w = dev_input(inputs, 1)?;
-    let xz = optional(inputs, 2)?;
-    let wz = optional(inputs, 3)?;
+    let (xz, wz) = (optional(inputs, 2)?, optional(inputs, 3)?);
+    integer_conv(ctx, run, [&x, &w], [xz.as_ref(), wz.as_ref()], None)
+}
+
+pub(super) fn k_qlinear_conv(
+    ctx: &OpCtx,
+    run: &Run,
+    inputs: &dyn Inputs,
+) -> KResult<Vec<DevTensor>> {
+    if !conv_requant_enabled() {
+        decline!("the requantizing integer kernels are off (QUORUM_CUDA_INT8)");
+    }
+    let x = dev_input(inputs, 0)?;
+    let w = dev_input(inputs, 3)?;
+    let (xz, wz) = (optional(inputs, 2)?, optional(inputs, 5)?);
+    let m = *w.shape.first().unwrap_or(&0);
+    let k: usize = w.shape.iter().skip(1).product();
+    if k > REQUANT_MAX_K {
+        decline!("QLinearConv over K = {k} (its sums could wrap) runs on the CPU");
+    }
+    let rq = requant("QLinearConv", inputs, [1, 4, 6, 7, 8], m, Per::Row, x.dtype)?;
+    integer_conv(ctx, run, [&x, &w], [xz.as_ref(), wz.as_ref()], Some(rq))
+}
+
+/// The convolution of `xw` centered on `z`, into wrapped sums or requantized.
+fn integer_conv(
+    ctx: &OpCtx,
+    run: &Run,
+    xw: [&DevTensor; 2],
+    z: [Option<&DevTensor>; 2],
+    rq: Option<Requant>,
+) -> KResult<Vec<DevTensor>> {
+    let [x, w] = xw;
+    let [xz, wz] = z;
     let (sx, sw) = (
         eight_bit(x.dtype, "ConvInteger's x")?,
         eight_bit(w.dtype, "ConvInteger's w")?,
@@ -51,13 +78,16 @@ pub(super) fn k_conv_integer(
     let p = conv_plan(ctx, &xs, &ws, None)?;
     let (group, n, c, m, cg, mg, g) = (p.group, p.n, p.c, p.m, p.cg, p.mg, p.g);
     // x's zero point is per tensor (the specification's); w's per tensor or per output channel.
-    let zx = zp_mode(xz.as_ref(), &x, 1, "x")?;
-    let zw = zp_mode(wz.as_ref(), &w, m, "w")?;
-    ctx.check_alloc(&p.out_shape, 4)?;
+    let zx = zp_mode(xz, x, 1, "x")?;
+    let zw = zp_mode(wz, w, m, "w")?;
+    let (epi, out) = rq
+        .as_ref()
+        .map_or((Epilogue::Sums, DType::I32), |r| (r.epi, r.out));
+    ctx.check_alloc(&p.out_shape, out.size_in_memory())?;
     require_u32_len(&xs)?;
     require_u32_len(&ws)?;
     require_u32_len(&p.out_shape)?;
-    let y = run.alloc(DType::I32, &p.out_shape)?;
+    let y = run.alloc(out, &p.out_shape)?;
     if y.is_empty() {
         return Ok(vec![y]);
     }
@@ -68,7 +98,7 @@ pub(super) fn k_conv_integer(
     let images = n * group;
     let pointwise = ksz == 1 && g.s == [1, 1, 1] && g.pb == [0, 0, 0] && g.outs == g.ins;
     let kernels = [
-        igemm_kernel(sw, sx, zw, zx),
+        igemm_kernel(sw, sx, zw, zx, epi),
         im2col_u8_kernel(zx != Zp::None),
     ];
     let ptx = module(run.cc(), &kernels);
@@ -88,7 +118,7 @@ pub(super) fn k_conv_integer(
         let mut args = vec![
             col.arg_out(),
             x.arg_in(),
-            xz.as_ref().map_or_else(dummy, DevTensor::arg_in),
+            xz.map_or_else(dummy, DevTensor::arg_in),
             Arg::U32(total),
             Arg::U32(u32of(out_sp, "output positions")?),
             Arg::U32(u32of(kdim, "K")?),
@@ -123,6 +153,24 @@ pub(super) fn k_conv_integer(
         None => (x.arg_in(), cg * in_sp),
     };
     let col = col.and_then(|t| run.scratch_before_last_read(t));
+    let mut args = vec![
+        y.arg_out(),
+        w.arg_in(),
+        b_arg,
+        wz.map_or_else(dummy, DevTensor::arg_in),
+        xz.map_or_else(dummy, DevTensor::arg_in),
+        Arg::U32(u32of(mg, "rows")?),
+        Arg::U32(u32of(out_sp, "columns")?),
+        Arg::U32(u32of(kdim, "K")?),
+        Arg::U32(u32of(mg, "rows")?),
+        Arg::U32(u32of(mg * kdim, "a group's weights")?),
+        Arg::U32(u32of(b_stride, "an image's columns")?),
+        Arg::U32(u32of(group, "groups")?),
+        Arg::U32(u32of(mg, "rows")?),
+    ];
+    if let Some(r) = rq {
+        args.extend(r.args);
+    }
     run.launch(
         &ptx,
         "igemm",
@@ -133,21 +181,7 @@ pub(super) fn k_conv_integer(
         ),
         (256, 1, 1),
         0,
-        &[
-            y.arg_out(),
-            w.arg_in(),
-            b_arg,
-            wz.as_ref().map_or_else(dummy, DevTensor::arg_in),
-            xz.as_ref().map_or_else(dummy, DevTensor::arg_in),
-            Arg::U32(u32of(mg, "rows")?),
-            Arg::U32(u32of(out_sp, "columns")?),
-            Arg::U32(u32of(kdim, "K")?),
-            Arg::U32(u32of(mg, "rows")?),
-            Arg::U32(u32of(mg * kdim, "a group's weights")?),
-            Arg::U32(u32of(b_stride, "an image's columns")?),
-            Arg::U32(u32of(group, "groups")?),
-            Arg::U32(u32of(mg, "rows")?),
-        ],
+        &args,
     )?;
     if let Some(t) = col {
         run.release(t, &[]);

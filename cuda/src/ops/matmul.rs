@@ -36,6 +36,7 @@ pub fn claim(node: &Node) -> Option<Result<CudaKernel, String>> {
         "Gemm" => Some(Ok(gemm as CudaKernel)),
         "Einsum" => Some(Ok(einsum as CudaKernel)),
         "MatMulInteger" => Some(Ok(super::integer::k_matmul_integer as CudaKernel)),
+        "QLinearMatMul" => Some(Ok(super::integer::k_qlinear_matmul as CudaKernel)),
         _ => None,
     }
 }

@@ -64,13 +64,13 @@ pub fn bf16_off(dtype: quorum::DType) -> bool {
     off
 }
 
-/// Whether CUDA's ConvInteger kernel is off (by default until judged, or by
-/// `QUORUM_CUDA_INT8=off`): its device cases then skip.
-pub fn conv_int8_off() -> bool {
+/// Whether CUDA's ConvInteger, QLinearMatMul and QLinearConv kernels are off (by default until
+/// judged, or by `QUORUM_CUDA_INT8=off`): their device cases then skip.
+pub fn conv_requant_off() -> bool {
     let off = accelerators().contains(&Provider::Cuda)
-        && !quorum::cuda::ops::integer::conv_int8_enabled();
+        && !quorum::cuda::ops::integer::conv_requant_enabled();
     if off {
-        println!("the ConvInteger kernel is off (QUORUM_CUDA_INT8 unset or off): case skipped");
+        println!("ConvInteger and QLinear* kernels off (QUORUM_CUDA_INT8 unset or off): skipped");
     }
     off
 }

@@ -142,7 +142,7 @@ fn dynamic_quantize_sweep() {
 /// a dilated one with auto_pad, sizes past the 64×64 tile in channels and positions.
 #[test]
 fn conv_integer_sweep() {
-    if conv_int8_off() {
+    if conv_requant_off() {
         return;
     }
     let mut seed = 4000u64;
@@ -221,6 +221,164 @@ fn conv_integer_sweep() {
                 c = c.constant(bytes(seed + 3, tw, &[]));
             } else if i == 3 {
                 c = c.constant(bytes(seed + 3, tw, &ws[..1]));
+            }
+            c.check();
+        }
+    }
+}
+
+/// An f32 scalar, or a 1-D f32 of `v` where it has more than one value.
+fn scales(v: &[f64]) -> Tensor {
+    let shape: &[usize] = if v.len() == 1 { &[] } else { &[v.len()] };
+    Tensor::from_f64s(DType::F32, shape, v.to_vec()).unwrap()
+}
+
+/// The requantizing ops' scales for sums of `k` terms: x's, w's (`lines` of them when `per`)
+/// and y's, powers of two when `pow2` (requantized values on ties), y's near the sums' spread.
+fn qscales(seed: u64, lines: usize, per: bool, k: usize, pow2: bool) -> (f64, Vec<f64>, f64) {
+    let u = rand_range(seed, &[lines + 1], 0.0, 1.0)
+        .to_f64_vec()
+        .unwrap();
+    let one = |v: f64| {
+        if pow2 {
+            2f64.powi(-(2 + (v * 6.0) as i32))
+        } else {
+            (0.001 + v * 0.05) as f32 as f64
+        }
+    };
+    let sx = one(u[0]);
+    let sw: Vec<f64> = (0..if per { lines } else { 1 })
+        .map(|i| one(u[i + 1]))
+        .collect();
+    let mut sy = sx * sw[0] * (k as f64).sqrt() * 74.0 * 74.0 / 60.0;
+    if pow2 {
+        sy = 2f64.powi(sy.log2().round() as i32);
+    }
+    (sx, sw, sy)
+}
+
+/// QLinearMatMul and QLinearConv against both oracles, exactly: the same products as
+/// MatMulInteger's and ConvInteger's, requantized per tensor and per column (channel), with and
+/// without y's zero point and QLinearConv's bias, on ties (power-of-two scales) and saturating;
+/// a K past the bound where 32-bit sums could wrap declines to the CPU and stays right.
+#[test]
+fn qlinear_sweep() {
+    if conv_requant_off() {
+        return;
+    }
+    let mut seed = 7000u64;
+    let mm: &[(&[usize], &[usize])] = &[
+        (&[5, 7], &[7, 3]),
+        (&[64, 64], &[64, 64]),
+        (&[2, 65, 300], &[300, 130]),
+        (&[3, 20, 50], &[3, 50, 30]),
+    ];
+    for (i, (ash, bsh)) in mm.iter().enumerate() {
+        for (j, (ta, tb)) in [
+            (DType::U8, DType::I8),
+            (DType::I8, DType::U8),
+            (DType::U8, DType::U8),
+            (DType::I8, DType::I8),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            seed += 7;
+            let n = bsh[bsh.len() - 1];
+            let k = bsh[bsh.len() - 2];
+            let (sx, sw, sy) = qscales(seed, n, j % 2 == 0, k, (i + j) % 2 == 1);
+            let mut c = Case::new("QLinearMatMul")
+                .opset(10)
+                .input(bytes(seed, ta, ash))
+                .constant(scales(&[sx]))
+                .constant(bytes(seed + 1, ta, &[]))
+                .constant(bytes(seed + 2, tb, bsh))
+                .constant(scales(&sw))
+                .constant(bytes(seed + 3, tb, &[]))
+                .constant(scales(&[sy]));
+            if j != 3 {
+                c = c.constant(bytes(seed + 4, if j == 1 { DType::U8 } else { ta }, &[]));
+            }
+            c.check();
+        }
+    }
+    // K = 40,000: past the bound, the node runs on the CPU.
+    let (sx, sw, sy) = qscales(5, 1, false, 40_000, false);
+    Case::new("QLinearMatMul")
+        .opset(10)
+        .input(bytes(11, DType::U8, &[2, 40_000]))
+        .constant(scales(&[sx]))
+        .constant(bytes(12, DType::U8, &[]))
+        .constant(bytes(13, DType::I8, &[40_000, 3]))
+        .constant(scales(&sw))
+        .absent()
+        .constant(scales(&[sy]))
+        .allow_fallback()
+        .check();
+    #[allow(clippy::type_complexity)]
+    let convs: &[(&[usize], &[usize], &[(&str, &[i64])])] = &[
+        (
+            &[1, 3, 32, 32],
+            &[16, 3, 7, 7],
+            &[("strides", &[2, 2]), ("pads", &[3, 3, 3, 3])],
+        ),
+        (
+            &[2, 16, 14, 14],
+            &[70, 16, 3, 3],
+            &[("pads", &[1, 1, 1, 1])],
+        ),
+        (&[2, 40, 9, 9], &[72, 40, 1, 1], &[]),
+        (
+            &[1, 12, 10, 10],
+            &[12, 1, 3, 3],
+            &[("group", &[12]), ("pads", &[1, 1, 1, 1])],
+        ),
+        (&[1, 8, 6, 6], &[12, 4, 3, 3], &[("group", &[2])]),
+    ];
+    for (i, (xs, ws, attrs)) in convs.iter().enumerate() {
+        for (j, (tx, tw)) in [
+            (DType::U8, DType::I8),
+            (DType::I8, DType::U8),
+            (DType::U8, DType::U8),
+            (DType::I8, DType::I8),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            seed += 11;
+            let m = ws[0];
+            let k: usize = ws[1..].iter().product();
+            let (sx, sw, sy) = qscales(seed, m, j != 1, k, (i + j) % 3 == 0);
+            let mut c = Case::new("QLinearConv")
+                .opset(10)
+                .input(bytes(seed, tx, xs))
+                .constant(scales(&[sx]))
+                .constant(bytes(seed + 1, tx, &[]))
+                .constant(bytes(seed + 2, tw, ws))
+                .constant(scales(&sw));
+            c = if j == 2 {
+                c.absent()
+            } else {
+                c.constant(bytes(seed + 3, tw, if j == 0 { &ws[..1] } else { &[] }))
+            };
+            c = c.constant(scales(&[sy]));
+            for (name, v) in attrs.iter() {
+                c = if *name == "group" {
+                    c.attr_i(name, v[0])
+                } else {
+                    c.attr_ints(name, v)
+                };
+            }
+            // y's zero point and a bias on three of the four forms; the last has neither.
+            if j != 3 {
+                c = c.constant(bytes(seed + 4, tx, &[]));
+                let b = rand_range(seed + 5, &[m], -3000.0, 3000.0)
+                    .to_f64_vec()
+                    .unwrap()
+                    .into_iter()
+                    .map(f64::round)
+                    .collect();
+                c = c.constant(Tensor::from_f64s(DType::I32, &[m], b).unwrap());
             }
             c.check();
         }

@@ -4,7 +4,10 @@
 //! points none, per tensor, per row of A or per column of B, B shared or batched like A.
 //! ConvInteger: Conv's geometries (1-D to 3-D, groups, depthwise, strides, dilations, pads,
 //! auto_pad) over u8 and i8 operands, X's zero point none or per tensor, W's none, per tensor or
-//! per output channel. DynamicQuantizeLinear: signed, one-signed and half-step inputs (quotients on ties).
+//! per output channel. QLinearMatMul and QLinearConv: the same forms, f32 scales (B's and W's per
+//! column or output channel too; powers of two sometimes, so that the requantized values fall on
+//! ties), y's scale near the sums' reach or far inside it (saturation), biases of QLinearConv, y's
+//! zero point present or not. DynamicQuantizeLinear: signed, one-signed and half-step inputs (quotients on ties).
 use quorum_oracle::{DType, Value};
 
 use super::{Case, Dist, Gen};
@@ -15,6 +18,8 @@ pub(super) fn generate(op: &'static str, g: &mut Gen) -> Option<Case> {
         "DequantizeLinear" => dequantize(g),
         "MatMulInteger" => matmul_integer(g),
         "ConvInteger" => conv_integer(g),
+        "QLinearMatMul" => qlinear_matmul(g),
+        "QLinearConv" => qlinear_conv(g),
         "DynamicQuantizeLinear" => dynamic_quantize(g),
         _ => return None,
     })
@@ -183,6 +188,110 @@ fn conv_integer(g: &mut Gen) -> Case {
         }
     }
     c
+}
+
+/// An 8-bit type with its range.
+fn eight(g: &mut Gen) -> (DType, i64, i64) {
+    g.pick(&[(DType::U8, 0, 255), (DType::I8, -128, 127)])
+}
+
+/// The requantizing ops' scales: x's, w's (one, or `lines` of them) and y's, with the multiplier
+/// `x · w / y` putting `k`-term sums (about `√k · 74²` from their center) at about ±60: powers of
+/// two on every side half the time (ties), a y's scale 30 times smaller one time in eight
+/// (saturation).
+fn qlinear_scales(g: &mut Gen, lines: usize, k: usize) -> (Value, Value, Value) {
+    let pow2 = g.chance(50);
+    let one = |g: &mut Gen| {
+        if pow2 {
+            2f64.powi(-(g.value_int(2, 8) as i32))
+        } else {
+            (0.001 + g.uniform() * 0.05) as f32 as f64
+        }
+    };
+    let x = one(g);
+    let per = lines > 1 && g.chance(50);
+    let w: Vec<f64> = (0..if per { lines } else { 1 }).map(|_| one(g)).collect();
+    let reach = (k.max(1) as f64).sqrt() * 74.0 * 74.0 / 60.0;
+    let mut y = x * w[0] * reach;
+    if pow2 {
+        y = 2f64.powi(y.log2().round() as i32);
+    }
+    if g.chance(12) {
+        y /= 32.0;
+    }
+    let scalar = |v: f64| Value::new(DType::F32, vec![], vec![v as f32 as f64]).expect("scalar");
+    let w_shape = if per { vec![lines] } else { vec![] };
+    let wv = Value::new(DType::F32, w_shape, w).expect("shape matches");
+    (scalar(x), wv, scalar(y))
+}
+
+fn qlinear_matmul(g: &mut Gen) -> Case {
+    let opset = g.pick(&[10, 21]);
+    let (m, k, n) = (g.dim(), g.size(1, 40), g.dim());
+    let batch: Vec<usize> = if g.chance(40) {
+        vec![g.size(1, 3)]
+    } else {
+        vec![]
+    };
+    let shared = batch.is_empty() || g.chance(50);
+    let ((ta, la, ha), (tb, lb, hb)) = (eight(g), eight(g));
+    let a_shape: Vec<usize> = batch.iter().copied().chain([m, k]).collect();
+    let b_shape: Vec<usize> = if shared {
+        vec![k, n]
+    } else {
+        batch.iter().copied().chain([k, n]).collect()
+    };
+    let (sa, sb, sy) = qlinear_scales(g, n, k);
+    let mut c = Case::new("QLinearMatMul", opset, g.seed);
+    c.input(g.ints(ta, &a_shape, la, ha)).input(sa);
+    if g.chance(75) {
+        c.input(g.ints(ta, &[], la, ha));
+    } else {
+        c.omit();
+    }
+    c.input(g.ints(tb, &b_shape, lb, hb)).input(sb);
+    if g.chance(75) {
+        c.input(g.ints(tb, &[], lb, hb));
+    } else {
+        c.omit();
+    }
+    c.input(sy);
+    if g.chance(75) {
+        let (ty, ly, hy) = eight(g);
+        c.input(g.ints(ty, &[], ly.max(-100), hy.min(200)));
+    }
+    c.trim()
+}
+
+fn qlinear_conv(g: &mut Gen) -> Case {
+    let (mut c, x, w) = super::nn::conv_layout(g, "QLinearConv", 10);
+    let ((tx, lx, hx), (tw, lw, hw)) = (eight(g), eight(g));
+    let m = w[0];
+    let k: usize = w[1..].iter().product();
+    let (sx, sw, sy) = qlinear_scales(g, m, k);
+    c.input(g.ints(tx, &x, lx, hx)).input(sx);
+    if g.chance(75) {
+        c.input(g.ints(tx, &[], lx, hx));
+    } else {
+        c.omit();
+    }
+    c.input(g.ints(tw, &w, lw, hw)).input(sw);
+    match g.int(0, 2) {
+        0 => c.omit(),
+        1 => c.input(g.ints(tw, &[], lw, hw)),
+        _ => c.input(g.ints(tw, &[m], lw, hw)),
+    };
+    c.input(sy);
+    let bias = g.chance(60);
+    if g.chance(75) {
+        c.input(g.ints(tx, &[], lx.max(-100), hx.min(200)));
+    } else if bias {
+        c.omit();
+    }
+    if bias {
+        c.input(g.ints(DType::I32, &[m], -5000, 5000));
+    }
+    c.trim()
 }
 
 fn dynamic_quantize(g: &mut Gen) -> Case {

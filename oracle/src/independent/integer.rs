@@ -5,6 +5,9 @@
 //! - ConvInteger: each operand centered in i64 (W per output channel by its own index
 //!   arithmetic), then this oracle's Conv (im2col and the compensated product, exact on integers
 //!   of these sizes), each sum wrapped to i32 by its low 32 bits;
+//! - QLinearMatMul and QLinearConv: those sums in i64, not wrapped (QLinearConv's bias added
+//!   in i64), the multiplier in Rust's f32 (`x_scale · w_scale / y_scale`), the sum times it plus
+//!   the zero point in f64, rounded half to even by floor and parity, saturated by comparison;
 //! - DynamicQuantizeLinear in Rust's `f32` (IEEE's f32 operations, not f64 rounded), the
 //!   extremes taken by a sort-free scan that starts from 0, ties to even by floor and parity.
 //!   Degenerate cases as the reference: a range of 0 gives the scale 1; NaN and infinite inputs
@@ -13,12 +16,18 @@ use super::arith::round_half_even;
 use super::{broadcast_shape, input, invalid, make_output, opt_input, strides, unsupported};
 use crate::{DType, NodeSpec, OracleError, Output, Value};
 
-pub(super) const OPS: &[&str] = &["MatMulInteger", "ConvInteger", "DynamicQuantizeLinear"];
+pub(super) const OPS: &[&str] = &[
+    "MatMulInteger",
+    "ConvInteger",
+    "QLinearMatMul",
+    "QLinearConv",
+    "DynamicQuantizeLinear",
+];
 
 pub(super) fn check(node: &NodeSpec) -> Result<(), String> {
     let (first, outputs) = match node.op_type.as_str() {
-        "MatMulInteger" => (10, 1),
-        "ConvInteger" => {
+        "MatMulInteger" | "QLinearMatMul" => (10, 1),
+        "ConvInteger" | "QLinearConv" => {
             super::conv::check(node)?;
             (10, 1)
         }
@@ -37,6 +46,8 @@ pub(super) fn eval(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Outp
     match node.op_type.as_str() {
         "MatMulInteger" => matmul_integer(node, inputs),
         "ConvInteger" => conv_integer(node, inputs),
+        "QLinearMatMul" => qlinear_matmul(node, inputs),
+        "QLinearConv" => qlinear_conv(node, inputs),
         _ => dynamic_quantize(node, inputs),
     }
 }
@@ -66,8 +77,20 @@ fn zero_points(
 }
 
 fn matmul_integer(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, OracleError> {
-    let a = input(node, inputs, 0)?;
-    let b = input(node, inputs, 1)?;
+    let (shape, sums) = matmul_sums(node, inputs, [0, 2, 1, 3])?;
+    let data = sums.iter().map(|&s| s as i32 as f64).collect();
+    Ok(vec![make_output(DType::I32, shape, data, vec![])?])
+}
+
+/// The product's shape and sums (i64, exact) of inputs `at[0]` by `at[2]`, with the zero points
+/// at `at[1]` and `at[3]`.
+fn matmul_sums(
+    node: &NodeSpec,
+    inputs: &[Option<Value>],
+    at: [usize; 4],
+) -> Result<(Vec<usize>, Vec<i64>), OracleError> {
+    let a = input(node, inputs, at[0])?;
+    let b = input(node, inputs, at[2])?;
     for (v, what) in [(a, "A"), (b, "B")] {
         if !matches!(v.dtype, DType::U8 | DType::I8) {
             return unsupported(format!("{what} of {:?}", v.dtype));
@@ -94,11 +117,11 @@ fn matmul_integer(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Outpu
     if k != kb {
         return invalid(format!("inner dims {k} and {kb} differ"));
     }
-    if a_vec && opt_input(inputs, 2).is_some_and(|z| z.data.len() != 1) {
+    if a_vec && opt_input(inputs, at[1]).is_some_and(|z| z.data.len() != 1) {
         return unsupported("a per-row zero point of a vector A");
     }
-    let za = zero_points(opt_input(inputs, 2), a, m, "A")?;
-    let zb = zero_points(opt_input(inputs, 3), b, n, "B")?;
+    let za = zero_points(opt_input(inputs, at[1]), a, m, "A")?;
+    let zb = zero_points(opt_input(inputs, at[3]), b, n, "B")?;
     let ab = &am[..am.len() - 2];
     let bb = &bm[..bm.len() - 2];
     let batch = broadcast_shape(&[ab, bb])?;
@@ -131,7 +154,7 @@ fn matmul_integer(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Outpu
                     let y = b.data[ob + p * n + j] as i64 - zj;
                     s += x * y;
                 }
-                out.push(s as i32 as f64);
+                out.push(s);
             }
         }
         for d in (0..batch.len()).rev() {
@@ -149,12 +172,24 @@ fn matmul_integer(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Outpu
     if !b_vec {
         shape.push(n);
     }
-    Ok(vec![make_output(DType::I32, shape, out, vec![])?])
+    Ok((shape, out))
 }
 
 fn conv_integer(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, OracleError> {
-    let x = input(node, inputs, 0)?;
-    let w = input(node, inputs, 1)?;
+    let (shape, sums) = conv_sums(node, inputs, [0, 2, 1, 3])?;
+    let data = sums.iter().map(|&s| s as i32 as f64).collect();
+    Ok(vec![make_output(DType::I32, shape, data, vec![])?])
+}
+
+/// The convolution's shape and sums (i64, exact) of input `at[0]` by `at[2]`, with the zero
+/// points at `at[1]` and `at[3]`.
+fn conv_sums(
+    node: &NodeSpec,
+    inputs: &[Option<Value>],
+    at: [usize; 4],
+) -> Result<(Vec<usize>, Vec<i64>), OracleError> {
+    let x = input(node, inputs, at[0])?;
+    let w = input(node, inputs, at[2])?;
     for (v, what) in [(x, "x"), (w, "w")] {
         if !matches!(v.dtype, DType::U8 | DType::I8) {
             return unsupported(format!("{what} of {:?}", v.dtype));
@@ -163,9 +198,9 @@ fn conv_integer(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>
     if w.shape.is_empty() {
         return invalid("ConvInteger's W has no output-channel dim");
     }
-    let xz = zero_points(opt_input(inputs, 2), x, 1, "x")?.map_or(0, |z| z[0]);
+    let xz = zero_points(opt_input(inputs, at[1]), x, 1, "x")?.map_or(0, |z| z[0]);
     let m = w.shape[0];
-    let wz = zero_points(opt_input(inputs, 3), w, m, "w")?;
+    let wz = zero_points(opt_input(inputs, at[3]), w, m, "w")?;
     let per: usize = w.shape[1..].iter().product();
     let xc: Vec<f64> = x.data.iter().map(|&v| (v as i64 - xz) as f64).collect();
     let mut wc = Vec::with_capacity(w.data.len());
@@ -178,13 +213,93 @@ fn conv_integer(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>
     let wc = Value::new(DType::F64, w.shape.clone(), wc)?;
     let y = super::conv::eval(node, &[Some(xc), Some(wc), None])?;
     let v = &y[0].value;
-    let data = v.data.iter().map(|&s| s as i64 as i32 as f64).collect();
-    Ok(vec![make_output(
-        DType::I32,
-        v.shape.clone(),
-        data,
-        vec![],
-    )?])
+    Ok((v.shape.clone(), v.data.iter().map(|&s| s as i64).collect()))
+}
+
+/// Requantizes `sums` into `out` (u8 or i8): `mult[line(i)]` is `x_scale · w_scale[line] /
+/// y_scale` in f32, then `sum · mult + zp` in f64, rounded half to even and saturated.
+fn requantize(
+    sums: &[i64],
+    inputs: &[Option<Value>],
+    node: &NodeSpec,
+    lines: usize,
+    line: impl Fn(usize) -> usize,
+    out: DType,
+) -> Result<Vec<f64>, OracleError> {
+    let (lo, hi) = match out {
+        DType::U8 => (0.0, 255.0),
+        DType::I8 => (-128.0, 127.0),
+        d => return unsupported(format!("an output of {d:?}")),
+    };
+    let f32s = |i: usize, count: usize, what: &str| -> Result<Vec<f32>, OracleError> {
+        let v = input(node, inputs, i)?;
+        let ok = v.dtype == DType::F32
+            && v.data.iter().all(|s| s.is_finite())
+            && (v.data.len() == 1 || (v.shape.len() == 1 && v.data.len() == count));
+        if !ok {
+            return unsupported(format!("{what} {:?} of shape {:?}", v.dtype, v.shape));
+        }
+        Ok(v.data.iter().map(|&s| s as f32).collect())
+    };
+    let xs = f32s(1, 1, "x_scale")?[0];
+    let ws = f32s(4, lines, "w_scale")?;
+    let ys = f32s(6, 1, "y_scale")?[0];
+    let zp = match opt_input(inputs, 7) {
+        None => 0.0,
+        Some(z) if z.data.len() == 1 && z.dtype == out => z.data[0],
+        Some(z) => return unsupported(format!("y_zero_point of shape {:?}", z.shape)),
+    };
+    let mult: Vec<f64> = ws.iter().map(|&w| ((xs * w) / ys) as f64).collect();
+    Ok(sums
+        .iter()
+        .enumerate()
+        .map(|(i, &s)| {
+            let m = if mult.len() == 1 {
+                mult[0]
+            } else {
+                mult[line(i)]
+            };
+            let q = round_half_even(s as f64 * m + zp);
+            if q < lo {
+                lo
+            } else if q > hi {
+                hi
+            } else {
+                q
+            }
+        })
+        .collect())
+}
+
+fn qlinear_matmul(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, OracleError> {
+    let (shape, sums) = matmul_sums(node, inputs, [0, 2, 3, 5])?;
+    let b = input(node, inputs, 3)?;
+    let n = if b.shape.len() == 1 {
+        1
+    } else {
+        b.shape[b.shape.len() - 1]
+    };
+    let out = opt_input(inputs, 7).map_or(input(node, inputs, 0)?.dtype, |z| z.dtype);
+    let data = requantize(&sums, inputs, node, n, |i| i % n, out)?;
+    Ok(vec![make_output(out, shape, data, vec![])?])
+}
+
+fn qlinear_conv(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, OracleError> {
+    let (shape, mut sums) = conv_sums(node, inputs, [0, 2, 3, 5])?;
+    let m = shape[1];
+    let plane: usize = shape[2..].iter().product();
+    let channel = move |i: usize| (i / plane.max(1)) % m.max(1);
+    if let Some(b) = opt_input(inputs, 8) {
+        if b.dtype != DType::I32 || b.shape != [m] {
+            return invalid(format!("bias {:?} of shape {:?}", b.dtype, b.shape));
+        }
+        for (i, s) in sums.iter_mut().enumerate() {
+            *s += b.data[channel(i)] as i64;
+        }
+    }
+    let out = opt_input(inputs, 7).map_or(input(node, inputs, 0)?.dtype, |z| z.dtype);
+    let data = requantize(&sums, inputs, node, m, channel, out)?;
+    Ok(vec![make_output(out, shape, data, vec![])?])
 }
 
 fn dynamic_quantize(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, OracleError> {

@@ -1,4 +1,5 @@
-//! The dynamic-quantization pair, by the specification's formulas:
+//! The 8-bit integer products, by the specification's formulas (its reference implementation's
+//! numpy operations):
 //! - MatMulInteger: `Y = (A − a_zero_point) · (B − b_zero_point)`, numpy's matmul of the centered
 //!   operands (exact in f64: every product of 8-bit values and every sum of fewer than 2³⁷ of them
 //!   is an integer below 2⁵³), the output int32 wrapped as a 32-bit accumulator wraps (the
@@ -8,6 +9,12 @@
 //!   sum, exact in f64 like the product above) of the centered operands, padding being 0 after
 //!   centering (the padded input equals the zero point), wrapped to int32. X's zero point is per
 //!   tensor; W's per tensor or per output channel (1-D of M).
+//! - QLinearMatMul and QLinearConv: the same sums (exact, not wrapped: the runtimes keep them
+//!   where a 32-bit sum cannot wrap), requantized as numpy computes `sum · (x_scale · w_scale /
+//!   y_scale) + y_zero_point`: the multiplier in f32 (each operation rounded to f32), the rest in
+//!   f64, then rounded half to even and saturated to the output type (y_zero_point's, else the
+//!   first operand's: u8 or i8). QLinearConv adds its int32 bias to the sum first. Scales are f32;
+//!   x's (a's) and y's per tensor, w's (b's) per tensor or per output channel (b: per column).
 //! - DynamicQuantizeLinear: `x_min = min(0, min x)`, `x_max = max(0, max x)`, `y_scale = (x_max −
 //!   x_min) / 255`, `y_zero_point = saturate(round(0 − x_min / y_scale))`, `y = saturate(round(x /
 //!   y_scale) + y_zero_point)`, every operation in f32 (each result rounded to f32), rounding half
@@ -21,7 +28,7 @@ use crate::{DType, NodeSpec, OracleError, Output, Value};
 pub(super) fn covers(op: &str) -> bool {
     matches!(
         op,
-        "MatMulInteger" | "ConvInteger" | "DynamicQuantizeLinear"
+        "MatMulInteger" | "ConvInteger" | "QLinearMatMul" | "QLinearConv" | "DynamicQuantizeLinear"
     )
 }
 
@@ -29,8 +36,10 @@ pub(super) fn supports(node: &NodeSpec) -> Result<(), String> {
     match node.op_type.as_str() {
         "MatMulInteger" if node.num_outputs > 1 => Err("MatMulInteger has one output".into()),
         "MatMulInteger" if node.opset < 10 => Err("MatMulInteger exists from opset 10".into()),
-        "ConvInteger" if node.opset < 10 => Err("ConvInteger exists from opset 10".into()),
-        "ConvInteger" => super::conv::supports(node),
+        "ConvInteger" | "QLinearConv" | "QLinearMatMul" if node.opset < 10 => {
+            Err(format!("{} exists from opset 10", node.op_type))
+        }
+        "ConvInteger" | "QLinearConv" => super::conv::supports(node),
         "DynamicQuantizeLinear" if node.num_outputs > 3 => {
             Err("DynamicQuantizeLinear has three outputs".into())
         }
@@ -48,6 +57,8 @@ pub(super) fn evaluate(
     match node.op_type.as_str() {
         "MatMulInteger" => matmul_integer(node, inputs),
         "ConvInteger" => conv_integer(node, inputs),
+        "QLinearMatMul" => qlinear_matmul(node, inputs),
+        "QLinearConv" => qlinear_conv(node, inputs),
         _ => dynamic_quantize(node, inputs),
     }
 }
@@ -100,10 +111,16 @@ fn centered(
     Value::new(DType::F64, x.shape.clone(), data)
 }
 
-fn matmul_integer(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, OracleError> {
-    let a = input(node, inputs, 0)?;
-    let b = input(node, inputs, 1)?;
-    if a.shape.len() < 2 && opt_input(inputs, 2).is_some_and(|z| z.len() != 1) {
+/// The sums of the matrix product of inputs `at[0]` and `at[2]` centered on the zero points at
+/// `at[1]` and `at[3]` (each optional), exact.
+fn product_sums(
+    node: &NodeSpec,
+    inputs: &[Option<Value>],
+    at: [usize; 4],
+) -> Result<Value, OracleError> {
+    let a = input(node, inputs, at[0])?;
+    let b = input(node, inputs, at[2])?;
+    if a.shape.len() < 2 && opt_input(inputs, at[1]).is_some_and(|z| z.len() != 1) {
         return Err(OracleError::Unsupported(
             "a per-row zero point of a 1-D A".into(),
         ));
@@ -116,14 +133,18 @@ fn matmul_integer(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Outpu
     let bc = *b.shape.last().unwrap_or(&1);
     let ac_ = centered(
         a,
-        opt_input(inputs, 2),
+        opt_input(inputs, at[1]),
         ar,
         |i| (i / ac.max(1)) % ar.max(1),
         "A",
     )?;
-    let bc_ = centered(b, opt_input(inputs, 3), bc, |i| i % bc.max(1), "B")?;
-    let prod = super::matmul::matmul(&ac_, &bc_, crate::threads())?;
-    Ok(vec![wrapped_i32(&prod.value)?])
+    let bc_ = centered(b, opt_input(inputs, at[3]), bc, |i| i % bc.max(1), "B")?;
+    Ok(super::matmul::matmul(&ac_, &bc_, crate::threads())?.value)
+}
+
+fn matmul_integer(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, OracleError> {
+    let sums = product_sums(node, inputs, [0, 2, 1, 3])?;
+    Ok(vec![wrapped_i32(&sums)?])
 }
 
 /// Wraps each (integral) sum to a 32-bit integer.
@@ -132,10 +153,16 @@ fn wrapped_i32(v: &Value) -> Result<Output, OracleError> {
     output(DType::I32, v.shape.clone(), data, vec![])
 }
 
-fn conv_integer(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, OracleError> {
-    let x = input(node, inputs, 0)?;
-    let w = input(node, inputs, 1)?;
-    let xz = opt_input(inputs, 2);
+/// The sums of the convolution of input `at[0]` by `at[2]`, centered on the zero points at `at[1]`
+/// (per tensor) and `at[3]` (per tensor or output channel), exact.
+fn conv_sums(
+    node: &NodeSpec,
+    inputs: &[Option<Value>],
+    at: [usize; 4],
+) -> Result<Value, OracleError> {
+    let x = input(node, inputs, at[0])?;
+    let w = input(node, inputs, at[2])?;
+    let xz = opt_input(inputs, at[1]);
     if xz.is_some_and(|z| z.len() != 1) {
         return Err(OracleError::Unsupported(
             "an x zero point that is not per tensor (the specification has one)".into(),
@@ -144,9 +171,127 @@ fn conv_integer(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>
     let m = *w.shape.first().unwrap_or(&0);
     let per = w.len() / m.max(1);
     let xc = centered(x, xz, 1, |_| 0, "x")?;
-    let wc = centered(w, opt_input(inputs, 3), m, |i| i / per.max(1), "w")?;
-    let y = super::conv::evaluate(node, &[Some(xc), Some(wc)])?;
-    Ok(vec![wrapped_i32(&y[0].value)?])
+    let wc = centered(w, opt_input(inputs, at[3]), m, |i| i / per.max(1), "w")?;
+    let mut y = super::conv::evaluate(node, &[Some(xc), Some(wc)])?;
+    Ok(y.remove(0).value)
+}
+
+fn conv_integer(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, OracleError> {
+    let sums = conv_sums(node, inputs, [0, 2, 1, 3])?;
+    Ok(vec![wrapped_i32(&sums)?])
+}
+
+/// A scale's values, f32 and finite: one (`lines` = 1) or `lines` of them.
+fn scales(v: &Value, lines: usize, what: &str) -> Result<Vec<f64>, OracleError> {
+    if v.dtype != DType::F32 || v.data.iter().any(|s| !s.is_finite()) {
+        return Err(OracleError::Unsupported(format!(
+            "{what} of {:?} {:?} (finite f32 scales are covered)",
+            v.dtype, v.data
+        )));
+    }
+    if v.len() == 1 || (v.shape.len() == 1 && v.len() == lines) {
+        Ok(v.data.clone())
+    } else {
+        Err(OracleError::Unsupported(format!(
+            "{what} of shape {:?} (one, or 1-D of {lines})",
+            v.shape
+        )))
+    }
+}
+
+/// `saturate(round_half_even(sums[i] · multiplier[line(i)] + zp))`, the multiplier `x_scale ·
+/// w_scale[line] / y_scale` in f32, into `out` (u8 or i8).
+#[allow(clippy::too_many_arguments)]
+fn requantize(
+    sums: &Value,
+    x_scale: &Value,
+    w_scale: &Value,
+    lines: usize,
+    line: impl Fn(usize) -> usize,
+    y_scale: &Value,
+    y_zp: Option<&Value>,
+    out: DType,
+) -> Result<Output, OracleError> {
+    let (lo, hi) = match out {
+        DType::U8 => (0.0, 255.0),
+        DType::I8 => (-128.0, 127.0),
+        d => return Err(OracleError::Unsupported(format!("an output of {d:?}"))),
+    };
+    let f = |v: f64| round_to_float(v, DType::F32);
+    let xs = scales(x_scale, 1, "x's scale")?;
+    let ws = scales(w_scale, lines, "w's scale")?;
+    let ys = scales(y_scale, 1, "y's scale")?;
+    let zp = match y_zp {
+        None => 0.0,
+        Some(z) if z.len() == 1 && z.dtype == out => z.data[0],
+        Some(z) => {
+            return Err(OracleError::Unsupported(format!(
+                "y's zero point {:?} of shape {:?}",
+                z.dtype, z.shape
+            )));
+        }
+    };
+    let mult: Vec<f64> = ws.iter().map(|&w| f(f(xs[0] * w) / ys[0])).collect();
+    let data = sums
+        .data
+        .iter()
+        .enumerate()
+        .map(|(i, &s)| {
+            let m = mult[if mult.len() == 1 { 0 } else { line(i) }];
+            (s * m + zp).round_ties_even().clamp(lo, hi)
+        })
+        .collect();
+    output(out, sums.shape.clone(), data, vec![])
+}
+
+/// The output type: y's zero point's, else the first operand's.
+fn out_type(inputs: &[Option<Value>], first: &Value) -> DType {
+    opt_input(inputs, 7).map_or(first.dtype, |z| z.dtype)
+}
+
+fn qlinear_matmul(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, OracleError> {
+    let sums = product_sums(node, inputs, [0, 2, 3, 5])?;
+    let n = *input(node, inputs, 3)?.shape.last().unwrap_or(&1);
+    let out = out_type(inputs, input(node, inputs, 0)?);
+    Ok(vec![requantize(
+        &sums,
+        input(node, inputs, 1)?,
+        input(node, inputs, 4)?,
+        n,
+        |i| i % n.max(1),
+        input(node, inputs, 6)?,
+        opt_input(inputs, 7),
+        out,
+    )?])
+}
+
+fn qlinear_conv(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, OracleError> {
+    let mut sums = conv_sums(node, inputs, [0, 2, 3, 5])?;
+    let m = *sums.shape.get(1).unwrap_or(&1);
+    let plane: usize = sums.shape.iter().skip(2).product();
+    let channel = |i: usize| (i / plane.max(1)) % m.max(1);
+    if let Some(b) = opt_input(inputs, 8) {
+        if b.dtype != DType::I32 || b.shape.len() != 1 || b.len() != m {
+            return Err(OracleError::Invalid(format!(
+                "QLinearConv's bias {:?} of shape {:?} (int32 of M = {m})",
+                b.dtype, b.shape
+            )));
+        }
+        for (i, s) in sums.data.iter_mut().enumerate() {
+            *s += b.data[channel(i)];
+        }
+    }
+    let out = out_type(inputs, input(node, inputs, 0)?);
+    Ok(vec![requantize(
+        &sums,
+        input(node, inputs, 1)?,
+        input(node, inputs, 4)?,
+        m,
+        channel,
+        input(node, inputs, 6)?,
+        opt_input(inputs, 7),
+        out,
+    )?])
 }
 
 fn dynamic_quantize(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>, OracleError> {
