@@ -17,6 +17,7 @@ pub mod skinny;
 pub mod tc;
 pub mod tc_async;
 pub mod tile;
+pub mod wgmma;
 
 pub(crate) use self::launch::{run_gemm, run_gemm_with};
 use self::tile::Im2col;

@@ -39,5 +39,6 @@ mod softmax;
 mod streams;
 mod system;
 mod tf32;
+mod wgmma;
 mod wgpu;
 mod wgpu_more;
