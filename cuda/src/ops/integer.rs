@@ -36,14 +36,17 @@ pub fn int8_enabled() -> bool {
 }
 
 /// Whether CUDA runs ConvInteger, QLinearMatMul and QLinearConv: `QUORUM_CUDA_INT8=on` or `off`
-/// decides it as for the other integer kernels; unset, [`CONV_REQUANT_DEFAULT`] does (off until a
-/// device has judged them).
+/// decides it as for the other integer kernels; unset, [`CONV_REQUANT_DEFAULT`] does (a default of
+/// its own, off while the kernels waited to be judged on a device).
 pub fn conv_requant_enabled() -> bool {
     int8_switch().unwrap_or(CONV_REQUANT_DEFAULT)
 }
 
-/// Off: written while no device was at hand; `QUORUM_CUDA_INT8=on` runs them.
-pub const CONV_REQUANT_DEFAULT: bool = false;
+/// On: judged on a device (H100, 2026-12-07, call 13: the integer device tests, 60 generated
+/// cases of each integer row and the whole suite, 161 tests, against both oracles; quantized CNN
+/// and feed-forward models run strictly with every node on the device). `QUORUM_CUDA_INT8=off`
+/// keeps them on the CPU.
+pub const CONV_REQUANT_DEFAULT: bool = true;
 
 /// On: the GPU suite judged the kernels on a device (H100, 2026-12-07: the integer device tests,
 /// the generated cases of both rows and the whole suite, 158 tests, against both oracles; a
