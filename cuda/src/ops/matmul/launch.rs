@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::tile::{self, BSrc, GemmArgs, SKINNY_ROWS, TileCfg, Variant};
-use super::{BOperand, Problem, invalid, plan, skinny, tc_async, u32of};
+use super::{BOperand, Problem, invalid, plan, skinny, tc_async, u32of, wgmma};
 use crate::ops::elem::Elem;
 use crate::ops::simplify;
 use crate::ptx;
@@ -22,7 +22,15 @@ fn tile_ptx(cc: (i32, i32), cfg: &TileCfg) -> Arc<String> {
     let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
     let mut c = cache.lock().unwrap_or_else(|e| e.into_inner());
     c.entry((*cfg, cc))
-        .or_insert_with(|| Arc::new(ptx::module(cc, &[tile::build(cfg)])))
+        .or_insert_with(|| {
+            let text = ptx::module(cc, &[tile::build(cfg)]);
+            // `wgmma` exists only in the architecture-specific target.
+            Arc::new(if cfg.variant == Variant::Wgmma {
+                text.replacen(".target sm_90\n", ".target sm_90a\n", 1)
+            } else {
+                text
+            })
+        })
         .clone()
 }
 
@@ -176,6 +184,9 @@ pub(crate) fn run_gemm_with(run: &Run, p: &Problem, forced: Option<plan::Plan>) 
         });
         (plan.variant, plan.nsplit, plan.kc)
     };
+    // A plan naming the wgmma tile takes it where it fits, else what the big tile becomes.
+    let want_wgmma = variant == Variant::Wgmma;
+    let variant = if want_wgmma { Variant::Big } else { variant };
     let (variant, promote) = match variant {
         Variant::Big if tc => (Variant::Tf32Big, true),
         Variant::Small if tc => (Variant::Tf32Small, false),
@@ -218,6 +229,16 @@ pub(crate) fn run_gemm_with(run: &Run, p: &Problem, forced: Option<plan::Plan>) 
     if promote && tc_async && tc_async::fits(&cfg) {
         cfg.variant = Variant::TcAsync;
     }
+    // Hopper's wgmma tile where it fits: when a plan names it, or on grids of at least four
+    // blocks an SM with K of 256 or more (on an H100 it reached 2× the asynchronous tile at 4096³
+    // and fell behind it on grids of a wave or two: `reports/cuda/tf32-notes.md`, call 13).
+    if cfg.variant == Variant::TcAsync && wgmma::wgmma_enabled() && wgmma::fits(&cfg, run.cc()) {
+        let grid = p.m.div_ceil(128) * p.n.div_ceil(128) * nb;
+        if want_wgmma || (grid >= 4 * sms && p.k >= 256) {
+            cfg.variant = Variant::Wgmma;
+            wgmma::count_launch();
+        }
+    }
     let (bm, bn, _, _) = cfg.dims();
     let gx = blocks(p.n, bn as u32);
     let gy = blocks(p.m, bm as u32);
@@ -226,10 +247,10 @@ pub(crate) fn run_gemm_with(run: &Run, p: &Problem, forced: Option<plan::Plan>) 
     }
     let text = tile_ptx(run.cc(), &cfg);
     let name = cfg.name();
-    let dynamic_shared = if cfg.variant == Variant::TcAsync {
-        tc_async::shared_bytes(&cfg) as u32
-    } else {
-        0
+    let dynamic_shared = match cfg.variant {
+        Variant::TcAsync => tc_async::shared_bytes(&cfg) as u32,
+        Variant::Wgmma => wgmma::gemm_shared_bytes() as u32,
+        _ => 0,
     };
 
     // The workspace holds split s of batch b (batch dims flattened) at s · nb·m·n + b · m·n.

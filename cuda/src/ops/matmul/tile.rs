@@ -47,6 +47,10 @@ pub enum Variant {
     /// (`tc_async.rs`; operands with 16-byte aligned rows): f32 operands as TF32 in k-tiles of 16
     /// (`m16n8k8`), f16 and bf16 operands as they are in k-tiles of 32 (`m16n8k16`, f32 accumulators).
     TcAsync,
+    /// Hopper's warpgroup MMA (`wgmma`, sm_90a): 128×128 tiles of f16 or bf16, operands copied by
+    /// `cp.async` into the 128-byte swizzle in three stages of k 64 (`wgmma.rs`); taken instead
+    /// of `TcAsync` where it fits and the grid is large, or when a plan names it.
+    Wgmma,
     /// At most this many rows (1, 2 or 4; GEMV-like): B streamed once with 16-byte loads, the
     /// rows kept in registers; a warp per column when B is contiguous along k, else a block per 128
     /// columns.
@@ -80,6 +84,7 @@ impl TileCfg {
             Variant::Tf32Small => (64, 64, 32, 4),
             Variant::TcAsync if self.elem.is_half() => (128, 128, 32, 8),
             Variant::TcAsync => (128, 128, 8, 8),
+            Variant::Wgmma => (128, 128, 64, 8),
             Variant::Naive => (16, 16, 1, 1),
             Variant::Skinny(r) => match self.b {
                 BSrc::Strided { trans: true, .. } => (r as usize, 8, 128, 1),
@@ -98,6 +103,7 @@ impl TileCfg {
             Variant::TcAsync if self.elem == Elem::F16 => "f16async".to_string(),
             Variant::TcAsync if self.elem == Elem::Bf16 => "bf16async".to_string(),
             Variant::TcAsync => "tf32async".to_string(),
+            Variant::Wgmma => format!("wgmma{}", self.elem.tag()),
             Variant::Skinny(r) => format!("skinny{r}"),
         };
         let b = match self.b {
@@ -133,7 +139,7 @@ impl TileCfg {
     pub fn tensor_cores(&self) -> bool {
         matches!(
             self.variant,
-            Variant::Tf32Big | Variant::Tf32Small | Variant::TcAsync
+            Variant::Tf32Big | Variant::Tf32Small | Variant::TcAsync | Variant::Wgmma
         )
     }
 
@@ -620,6 +626,7 @@ pub fn build(cfg: &TileCfg) -> Kernel {
         Variant::Skinny(_) => super::skinny::build_skinny(cfg),
         Variant::Tf32Big | Variant::Tf32Small => super::tc::build_tc(cfg),
         Variant::TcAsync => super::tc_async::build_tc_async(cfg),
+        Variant::Wgmma => super::wgmma::build_wgmma(cfg),
         _ => build_tiled(cfg),
     }
 }

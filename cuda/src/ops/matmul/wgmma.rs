@@ -18,7 +18,10 @@
 //! (ordinary-proxy writes that the tensor cores read next), a barrier; `wgmma.fence`, four
 //! `wgmma`, commit, wait for them (so that the stage read by the previous k-tile is free for the
 //! copies issued next, behind the next barrier).
+use super::tc::Warps;
+use super::tile::{BSrc, Params, TileCfg, k_tiles, params};
 use crate::driver::Arg;
+use crate::ops::elem::Elem;
 use crate::ptx::{Cmp, Kernel, Reg, Ty};
 use crate::{DevTensor, KResult, Run, decline};
 use quorum_core::tensor::DType;
@@ -257,9 +260,335 @@ pub fn wgmma_tn(
     Ok(())
 }
 
+/// Whether CUDA's f16 and bf16 GEMMs may take the `wgmma` tile ([`build_wgmma`]) where it fits
+/// (`QUORUM_CUDA_WGMMA`: `on` or `off`, the default being [`WGMMA_DEFAULT`]).
+pub fn wgmma_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| match std::env::var("QUORUM_CUDA_WGMMA").as_deref() {
+        Ok("on") => true,
+        Ok("off") => false,
+        _ => WGMMA_DEFAULT,
+    })
+}
+
+/// Off: written while no device was at hand.
+pub const WGMMA_DEFAULT: bool = false;
+
+static LAUNCHES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// GEMM launches that took the `wgmma` tile in this process (for tests that must know it ran).
+pub fn launches() -> usize {
+    LAUNCHES.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+pub(super) fn count_launch() {
+    LAUNCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether a configuration can take the `wgmma` tile on a device of compute capability `cc`:
+/// sm_90, f16 or bf16, A contiguous along k, B strided, both with rows of 16 bytes (the caller's
+/// `tc_async` check), no split along K.
+pub fn fits(cfg: &TileCfg, cc: (i32, i32)) -> bool {
+    cc == (9, 0) && cfg.elem.is_half() && !cfg.trans_a && !cfg.split && super::tc_async::fits(cfg)
+}
+
+/// The descriptor bits of a K-major operand (rows of 64 halves, eight rows 1024 bytes apart), and of
+/// an MN-major one (k rows of 64 halves, eight k rows 1024 bytes apart; one 64-wide atom per
+/// instruction, so the leading offset, which would step between atoms, is never taken: it is set
+/// to 1024 too).
+const DESC_K: u64 = DESC_BITS;
+const DESC_MN: u64 = (64 << 16) | (64 << 32) | (1 << 62);
+
+/// `desc | (addr >> 4)` for a shared address.
+fn descriptor(k: &mut Kernel, addr: Reg, bits: u64) -> Reg {
+    let f = k.shr(Ty::U32, addr, 4u32);
+    let f = k.and(Ty::U32, f, 0x3fffu32);
+    let w = k.cvt(Ty::U64, Ty::U32, "", f);
+    let d = k.reg(Ty::U64);
+    k.raw(format_args!("or.b64 {d}, {w}, {bits}"));
+    d
+}
+
+/// One thread's 16-byte copy of an operand tile: the source element (row, k) or (k row, column)
+/// offsets, the swizzled slot, and what decides how many bytes are real.
+struct Chunk {
+    /// Element offset of the chunk at k-tile 0 (`row · ld + k` or `k · ld + column`).
+    at: Reg,
+    /// Byte offset within the operand's tile in shared memory.
+    slot: Reg,
+    /// Along k: the row is in range and the chunk's first k within the tile. Along m|n: the k row
+    /// within the tile and the chunk's real bytes (fixed for the whole loop).
+    valid: (Reg, Reg),
+    along_k: bool,
+}
+
+/// The four chunks of this thread for an operand stored along k (128 rows of 64 halves a tile) or
+/// along m|n (64 k rows of 128 halves, as two 64-wide atoms 8 KiB apart).
+fn chunks(k: &mut Kernel, tid: Reg, along_k: bool, blk: Reg, lim: Reg, ld: Reg) -> Vec<Chunk> {
+    (0..4u32)
+        .map(|i| {
+            let q = k.add(Ty::U32, tid, 256 * i);
+            if along_k {
+                let r = k.shr(Ty::U32, q, 3u32);
+                let c = k.and(Ty::U32, q, 7u32);
+                let row = k.add(Ty::U32, blk, r);
+                let ok = k.setp(Cmp::Lt, Ty::U32, row, lim);
+                let k8 = k.shl(Ty::U32, c, 3u32);
+                let at = k.fma(Ty::U32, row, ld, k8);
+                let r7 = k.and(Ty::U32, r, 7u32);
+                let sw = k.xor(Ty::U32, c, r7);
+                let sw = k.shl(Ty::U32, sw, 4u32);
+                let slot = k.shl(Ty::U32, r, 7u32);
+                let slot = k.add(Ty::U32, slot, sw);
+                let okr = k.selp(Ty::U32, 1u32, 0u32, ok);
+                Chunk {
+                    at,
+                    slot,
+                    valid: (okr, k8),
+                    along_k,
+                }
+            } else {
+                let kr = k.shr(Ty::U32, q, 4u32);
+                let cn = k.and(Ty::U32, q, 15u32);
+                let col = k.shl(Ty::U32, cn, 3u32);
+                let col = k.add(Ty::U32, blk, col);
+                let at = k.fma(Ty::U32, kr, ld, col);
+                // Real bytes of the chunk: the columns left before the matrix's edge, at most 8.
+                let left = k.sub(Ty::S32, lim, col);
+                let left = k.max(Ty::S32, left, 0i32);
+                let left = k.min(Ty::S32, left, 8i32);
+                let bytes = k.shl(Ty::U32, left, 1u32);
+                let atom = k.shr(Ty::U32, cn, 3u32);
+                let c = k.and(Ty::U32, cn, 7u32);
+                let r7 = k.and(Ty::U32, kr, 7u32);
+                let sw = k.xor(Ty::U32, c, r7);
+                let sw = k.shl(Ty::U32, sw, 4u32);
+                let slot = k.shl(Ty::U32, kr, 7u32);
+                let slot = k.add(Ty::U32, slot, sw);
+                let slot = k.fma(Ty::U32, atom, 8192u32, slot);
+                Chunk {
+                    at,
+                    slot,
+                    valid: (kr, bytes),
+                    along_k,
+                }
+            }
+        })
+        .collect()
+}
+
+/// Issues `c`'s copy of the k-tile starting at `k0` (absolute) into the tile at `dst`: the real
+/// bytes copied, the rest of the 16 zero-filled (from the operand's base `safe` where none is real).
+#[allow(clippy::too_many_arguments)]
+fn copy(k: &mut Kernel, c: &Chunk, base: Reg, safe: Reg, ld: Reg, k0: Reg, kend: Reg, dst: Reg) {
+    let (bytes, off) = if c.along_k {
+        let (okr, k8) = c.valid;
+        let kk = k.add(Ty::U32, k0, k8);
+        let left = k.sub(Ty::S32, kend, kk);
+        let left = k.max(Ty::S32, left, 0i32);
+        let left = k.min(Ty::S32, left, 8i32);
+        let b = k.shl(Ty::U32, left, 1u32);
+        let b = k.mul(Ty::U32, b, okr);
+        (b, k0)
+    } else {
+        let (kr, cols) = c.valid;
+        let kk = k.add(Ty::U32, k0, kr);
+        let in_k = k.setp(Cmp::Lt, Ty::U32, kk, kend);
+        let b = k.selp(Ty::U32, cols, 0u32, in_k);
+        (b, k.mul(Ty::U32, k0, ld))
+    };
+    let at = k.add(Ty::U32, c.at, off);
+    let src = k.addr(base, at, 2);
+    let any = k.setp(Cmp::Ne, Ty::U32, bytes, 0u32);
+    let src = k.selp(Ty::U64, src, safe, any);
+    let s = k.add(Ty::U32, dst, c.slot);
+    k.raw(format_args!(
+        "cp.async.cg.shared.global [{s}], [{src}], 16, {bytes}"
+    ));
+}
+
+/// Dynamic shared memory of the GEMM tile: [`STAGES`] stages of two 16 KiB tiles, and room to
+/// align them to 1024 bytes.
+pub fn gemm_shared_bytes() -> usize {
+    shared_bytes() as usize
+}
+
+/// The `wgmma` GEMM tile for a configuration that [`fits`]: the probe's pipeline (three `cp.async`
+/// stages of 128×64 halves per operand in the 128-byte swizzle, two warpgroups of `m64n128k16`
+/// or, for B stored along n, two `m64n64k16` a k-step, B read transposed) over the tiled kernels'
+/// parameters (`tile::params`: batches, C, alpha and beta) and their epilogue (`tc::Warps`), every
+/// copy predicated by the matrix's edges (zero-filled past them).
+pub fn build_wgmma(cfg: &TileCfg) -> Kernel {
+    let BSrc::Strided {
+        trans: b_along_k, ..
+    } = cfg.b
+    else {
+        unreachable!("fits() takes strided B only")
+    };
+    let ty = match cfg.elem {
+        Elem::F16 => "f16",
+        Elem::Bf16 => "bf16",
+        e => unreachable!("fits() takes halves only, not {e:?}"),
+    };
+    let mut k = Kernel::new(&cfg.name());
+    let p: Params = params(&mut k, cfg);
+    let sh = k.extern_shared();
+    let raw = k.shared_addr(&sh);
+    let base = k.add(Ty::U32, raw, 1023u32);
+    let base = k.and(Ty::U32, base, !1023u32);
+    let tid = k.special("tid.x");
+    let wg = k.shr(Ty::U32, tid, 7u32);
+    let warp = k.shr(Ty::U32, tid, 5u32);
+    let lane = k.and(Ty::U32, tid, 31u32);
+    let nblk = k.special("ctaid.x");
+    let nblk = k.mul(Ty::U32, nblk, BN);
+    let mblk = k.special("ctaid.y");
+    let mblk = k.mul(Ty::U32, mblk, BM);
+    let a_chunks = chunks(&mut k, tid, true, mblk, p.m, p.lda);
+    let b_chunks = if b_along_k {
+        chunks(&mut k, tid, true, nblk, p.n, p.ldb)
+    } else {
+        chunks(&mut k, tid, false, nblk, p.n, p.ldb)
+    };
+    let tiles = k_tiles(&mut k, &p, BK as usize);
+    let issue = |k: &mut Kernel, t: Reg| {
+        let live = k.setp(Cmp::Lt, Ty::U32, t, tiles);
+        k.when(live, |k| {
+            let stage = k.rem(Ty::U32, t, STAGES);
+            let sbase = k.mul(Ty::U32, stage, STAGE_BYTES);
+            let sbase = k.add(Ty::U32, base, sbase);
+            let k0 = k.fma(Ty::U32, t, BK, p.kbeg);
+            for c in &a_chunks {
+                copy(k, c, p.a, p.a, p.lda, k0, p.kend, sbase);
+            }
+            let bbase = k.add(Ty::U32, sbase, TILE_BYTES);
+            for c in &b_chunks {
+                copy(k, c, p.b, p.b, p.ldb, k0, p.kend, bbase);
+            }
+        });
+        k.raw("cp.async.commit_group");
+    };
+    for s in 0..STAGES - 1 {
+        let t = k.mov(Ty::U32, s);
+        issue(&mut k, t);
+    }
+    // The accumulators as `tc::Warps` fragments: warp w of the block (warpgroup w / 4) owns rows
+    // 16w.. of the tile, all 128 columns as sixteen m16n8 fragments.
+    let g = k.shr(Ty::U32, lane, 2u32);
+    let q = k.and(Ty::U32, lane, 3u32);
+    let wm = k.mul(Ty::U32, warp, 16u32);
+    let wn = k.mov(Ty::U32, 0u32);
+    let acc: Vec<[Reg; 4]> = (0..16)
+        .map(|_| [0; 4].map(|_| k.mov(Ty::F32, 0.0f32)))
+        .collect();
+    let list = |frags: &[[Reg; 4]]| {
+        frags
+            .iter()
+            .flatten()
+            .map(|r| r.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let (all, left, right) = (list(&acc), list(&acc[..8]), list(&acc[8..]));
+    let one = k.mov(Ty::U32, 1u32);
+    let scale_d = k.setp(Cmp::Ne, Ty::U32, one, 0u32);
+    k.for_range(Ty::U32, 0u32, tiles, 1u32, |k, t| {
+        k.raw(format_args!("cp.async.wait_group {}", STAGES - 2));
+        k.raw("fence.proxy.async.shared::cta");
+        k.bar_sync();
+        let stage = k.rem(Ty::U32, t, STAGES);
+        let sbase = k.mul(Ty::U32, stage, STAGE_BYTES);
+        let sbase = k.add(Ty::U32, base, sbase);
+        let a_addr = k.mul(Ty::U32, wg, 64 * 128);
+        let a_addr = k.add(Ty::U32, sbase, a_addr);
+        let b_addr = k.add(Ty::U32, sbase, TILE_BYTES);
+        let da = descriptor(k, a_addr, DESC_K);
+        let db = descriptor(k, b_addr, if b_along_k { DESC_K } else { DESC_MN });
+        k.raw("wgmma.fence.sync.aligned");
+        for s in 0..4i64 {
+            // A k-step of 16: 32 bytes along a K-major row, 16 rows (2048 bytes) of an MN-major tile.
+            let ea = k.add(Ty::U64, da, 2 * s);
+            let op = format!("wgmma.mma_async.sync.aligned.m64n{{}}k16.f32.{ty}.{ty}");
+            if b_along_k {
+                let eb = k.add(Ty::U64, db, 2 * s);
+                let op = op.replace("{}", "128");
+                k.raw(format_args!(
+                    "{op} {{{all}}}, {ea}, {eb}, {scale_d}, 1, 1, 0, 0"
+                ));
+            } else {
+                let op = op.replace("{}", "64");
+                let eb = k.add(Ty::U64, db, 128 * s);
+                k.raw(format_args!(
+                    "{op} {{{left}}}, {ea}, {eb}, {scale_d}, 1, 1, 0, 1"
+                ));
+                // The second 64 columns: the next atom, 8 KiB on.
+                let eb = k.add(Ty::U64, eb, 512i64);
+                k.raw(format_args!(
+                    "{op} {{{right}}}, {ea}, {eb}, {scale_d}, 1, 1, 0, 1"
+                ));
+            }
+        }
+        k.raw("wgmma.commit_group.sync.aligned");
+        k.raw("wgmma.wait_group.sync.aligned 0");
+        let next = k.add(Ty::U32, t, STAGES - 1);
+        issue(k, next);
+    });
+    k.raw("cp.async.wait_group 0");
+    let w = Warps {
+        g,
+        q,
+        wm,
+        wn,
+        mts: 1,
+        nts: 16,
+        acc: vec![acc],
+    };
+    w.epilogue(&mut k, cfg, &p, mblk, nblk, cfg.es());
+    k
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The GEMM tile in both of B's layouts and both halves: four `m64n128k16` a k-tile for B
+    /// along k, eight `m64n64k16` with B transposed for B along n; every copy zero-fills by its
+    /// source size; the epilogue stores halves.
+    #[test]
+    fn the_gemm_tile_is_well_formed() {
+        for (elem, ty) in [(Elem::F16, "f16"), (Elem::Bf16, "bf16")] {
+            for trans in [true, false] {
+                let cfg = TileCfg {
+                    variant: super::super::tile::Variant::Wgmma,
+                    trans_a: false,
+                    vec_a: true,
+                    b: BSrc::Strided { trans, vec: true },
+                    has_c: true,
+                    elem,
+                    split: false,
+                };
+                assert!(fits(&cfg, (9, 0)) && !fits(&cfg, (8, 0)));
+                let t = crate::ptx::module((9, 0), &[build_wgmma(&cfg)]);
+                if std::env::var_os("DUMP_PTX").is_some() && !trans && elem == Elem::Bf16 {
+                    println!("{t}");
+                }
+                let n = if trans { 128 } else { 64 };
+                let op = format!("wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ty}.{ty}");
+                assert_eq!(t.matches(&op).count(), if trans { 4 } else { 8 }, "{t}");
+                let tb = if trans { "0, 0;" } else { "0, 1;" };
+                assert!(
+                    t.lines()
+                        .filter(|l| l.contains(&op))
+                        .all(|l| l.ends_with(tb))
+                );
+                assert_eq!(t.matches("cp.async.cg.shared.global").count(), 8 * 3, "{t}");
+                assert!(
+                    t.contains("st.global.b16") || t.contains("st.global.u16"),
+                    "{t}"
+                );
+            }
+        }
+    }
 
     /// The module targets sm_90a and issues four `wgmma` per k-tile with the fences and the
     /// proxy fence in place; 64 accumulators a thread.
