@@ -356,7 +356,14 @@ fn qlinear_inputs(
     ]
 }
 
-/// The specification's QLinearMatMul (2-D, u8) and QLinearConv examples.
+/// `v` rounded to the nearest f16 (ties to even), for normal values: 11 significant bits.
+fn half_round(v: f64) -> f64 {
+    let e = v.abs().log2().floor() as i32;
+    let ulp = 2f64.powi(e - 10);
+    (v / ulp).round_ties_even() * ulp
+}
+
+/// The specification's QLinearMatMul (2-D, u8; f32 and f16 scales) and QLinearConv examples.
 #[test]
 fn qlinear_specification_examples() {
     let inputs = qlinear_inputs(
@@ -379,15 +386,26 @@ fn qlinear_specification_examples() {
         0.0107,
         value(DType::U8, &[1], &[118.]),
     );
+    // The specification's f16-scale form (opset 21) gives the same bytes: the scales as f16.
+    let mut halves = inputs.clone();
+    for i in [1, 4, 6] {
+        let v = halves[i].as_ref().unwrap();
+        let h = half_round(v.data[0]);
+        halves[i] = value(DType::F16, &v.shape, &[h]);
+    }
     for o in ORACLES {
-        let out = o.evaluate(&spec("QLinearMatMul", 10, 1), &inputs).unwrap();
-        assert_eq!(out[0].value.dtype, DType::U8);
-        assert_eq!(
-            out[0].value.data,
-            [168., 115., 255., 1., 66., 151.],
-            "{}",
-            o.name()
-        );
+        for (inputs, opset) in [(&inputs, 10), (&halves, 21)] {
+            let out = o
+                .evaluate(&spec("QLinearMatMul", opset, 1), inputs)
+                .unwrap();
+            assert_eq!(out[0].value.dtype, DType::U8);
+            assert_eq!(
+                out[0].value.data,
+                [168., 115., 255., 1., 66., 151.],
+                "{} opset {opset}",
+                o.name()
+            );
+        }
     }
     let x = [
         255., 174., 162., 25., 203., 168., 58., 15., 59., 237., 95., 129., 0., 64., 56., 242.,

@@ -6,13 +6,15 @@
 //!   arithmetic), then this oracle's Conv (im2col and the compensated product, exact on integers
 //!   of these sizes), each sum wrapped to i32 by its low 32 bits;
 //! - QLinearMatMul and QLinearConv: those sums in i64, not wrapped (QLinearConv's bias added
-//!   in i64), the multiplier in Rust's f32 (`x_scale · w_scale / y_scale`), the sum times it plus
+//!   in i64), the multiplier in Rust's f32 (`x_scale · w_scale / y_scale`; rounded to f16 or bf16
+//!   after each operation for scales of those types), the sum times it plus
 //!   the zero point in f64, rounded half to even by floor and parity, saturated by comparison;
 //! - DynamicQuantizeLinear in Rust's `f32` (IEEE's f32 operations, not f64 rounded), the
 //!   extremes taken by a sort-free scan that starts from 0, ties to even by floor and parity.
 //!   Degenerate cases as the reference: a range of 0 gives the scale 1; NaN and infinite inputs
 //!   are not judged.
 use super::arith::round_half_even;
+use super::elementwise::convert;
 use super::{broadcast_shape, input, invalid, make_output, opt_input, strides, unsupported};
 use crate::{DType, NodeSpec, OracleError, Output, Value};
 
@@ -231,9 +233,11 @@ fn requantize(
         DType::I8 => (-128.0, 127.0),
         d => return unsupported(format!("an output of {d:?}")),
     };
+    let st = input(node, inputs, 1)?.dtype;
     let f32s = |i: usize, count: usize, what: &str| -> Result<Vec<f32>, OracleError> {
         let v = input(node, inputs, i)?;
-        let ok = v.dtype == DType::F32
+        let ok = matches!(v.dtype, DType::F32 | DType::F16 | DType::BF16)
+            && v.dtype == st
             && v.data.iter().all(|s| s.is_finite())
             && (v.data.len() == 1 || (v.shape.len() == 1 && v.data.len() == count));
         if !ok {
@@ -249,7 +253,11 @@ fn requantize(
         Some(z) if z.data.len() == 1 && z.dtype == out => z.data[0],
         Some(z) => return unsupported(format!("y_zero_point of shape {:?}", z.shape)),
     };
-    let mult: Vec<f64> = ws.iter().map(|&w| ((xs * w) / ys) as f64).collect();
+    // Each operation in f32, then (for f16 and bf16 scales) rounded to the scales' type: f32 holds
+    // the exact product of two such values, and rounds a quotient finely enough that rounding it
+    // again to 11 or 8 bits gives the correctly rounded quotient.
+    let to = |v: f32| convert(v as f64, st) as f32;
+    let mult: Vec<f64> = ws.iter().map(|&w| to(to(xs * w) / ys) as f64).collect();
     Ok(sums
         .iter()
         .enumerate()

@@ -13,7 +13,8 @@
 //!   where a 32-bit sum cannot wrap), requantized as numpy computes `sum · (x_scale · w_scale /
 //!   y_scale) + y_zero_point`: the multiplier in f32 (each operation rounded to f32), the rest in
 //!   f64, then rounded half to even and saturated to the output type (y_zero_point's, else the
-//!   first operand's: u8 or i8). QLinearConv adds its int32 bias to the sum first. Scales are f32;
+//!   first operand's: u8 or i8). QLinearConv adds its int32 bias to the sum first. Scales are f32
+//!   (or f16, bf16: the multiplier then in that type);
 //!   x's (a's) and y's per tensor, w's (b's) per tensor or per output channel (b: per column).
 //! - DynamicQuantizeLinear: `x_min = min(0, min x)`, `x_max = max(0, max x)`, `y_scale = (x_max −
 //!   x_min) / 255`, `y_zero_point = saturate(round(0 − x_min / y_scale))`, `y = saturate(round(x /
@@ -181,11 +182,12 @@ fn conv_integer(node: &NodeSpec, inputs: &[Option<Value>]) -> Result<Vec<Output>
     Ok(vec![wrapped_i32(&sums)?])
 }
 
-/// A scale's values, f32 and finite: one (`lines` = 1) or `lines` of them.
+/// A scale's values, finite f32, f16 or bf16: one (`lines` = 1) or `lines` of them.
 fn scales(v: &Value, lines: usize, what: &str) -> Result<Vec<f64>, OracleError> {
-    if v.dtype != DType::F32 || v.data.iter().any(|s| !s.is_finite()) {
+    let float = matches!(v.dtype, DType::F32 | DType::F16 | DType::BF16);
+    if !float || v.data.iter().any(|s| !s.is_finite()) {
         return Err(OracleError::Unsupported(format!(
-            "{what} of {:?} {:?} (finite f32 scales are covered)",
+            "{what} of {:?} {:?} (finite f32, f16 and bf16 scales are covered)",
             v.dtype, v.data
         )));
     }
@@ -217,7 +219,15 @@ fn requantize(
         DType::I8 => (-128.0, 127.0),
         d => return Err(OracleError::Unsupported(format!("an output of {d:?}"))),
     };
-    let f = |v: f64| round_to_float(v, DType::F32);
+    // The multiplier in the scales' type (numpy's f16 arithmetic rounds each operation to f16).
+    let st = x_scale.dtype;
+    if w_scale.dtype != st || y_scale.dtype != st {
+        return Err(OracleError::Invalid(format!(
+            "scales of {st:?}, {:?} and {:?}",
+            w_scale.dtype, y_scale.dtype
+        )));
+    }
+    let f = |v: f64| round_to_float(v, st);
     let xs = scales(x_scale, 1, "x's scale")?;
     let ws = scales(w_scale, lines, "w's scale")?;
     let ys = scales(y_scale, 1, "y's scale")?;
