@@ -13,11 +13,6 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// [`time_ms`] for the other benchmark files.
-pub fn time_ms_pub(run: &Run, warm: usize, reps: usize, f: &mut dyn FnMut()) -> f64 {
-    time_ms(run, warm, reps, f)
-}
-
 /// Median milliseconds of `f` over `reps`, each timed with events (after `warm` untimed calls).
 fn time_ms(run: &Run, warm: usize, reps: usize, f: &mut dyn FnMut()) -> f64 {
     for _ in 0..warm {

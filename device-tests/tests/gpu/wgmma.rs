@@ -1,135 +1,73 @@
-//! The `wgmma` probe (`quorum::cuda::ops::matmul::wgmma`): Hopper's warpgroup MMA on operands in
-//! the 128-byte swizzle, not yet a path of any op. Judged here against an f64 product of the same
-//! f16 values, each output within `2⁻¹⁰ · Σ|a·b|` (tensor cores sum f32 products with truncation:
-//! far inside this; a wrong layout puts whole terms in the wrong place, far outside it), the output
-//! poisoned with NaN before the run; the variant whose descriptors drop the swizzle must fail the
-//! same check. The benchmark beside `mma.sync`'s f16 GEMM is `bench_wgmma` (ignored).
+//! The `wgmma` GEMM tile (`quorum::cuda::ops::matmul::wgmma`, `Variant::Wgmma`) against both
+//! oracles, and its deliberately wrong variant (descriptors without the swizzle) caught by the same
+//! judge. Rates beside the `mma.sync` tile: `bench_f16_gemm` with `QUORUM_CUDA_WGMMA` off and on.
 use quorum::{DType, Tensor};
 
-use crate::bench::time_ms_pub as time_ms;
 use crate::elementwise::as_dtype;
 use crate::f16_cores::cuda;
 use crate::harness::rand_f32;
 
-/// The probe's output for f16 `a` (m×k) and `bt` (n×k), and the worst excess over the bound.
-fn probe(m: usize, n: usize, k: usize, unswizzled: bool) -> (usize, f64) {
-    let a = as_dtype(&rand_f32(31, &[m, k]), DType::F16);
-    let bt = as_dtype(&rand_f32(32, &[n, k]), DType::F16);
-    let device = quorum::cuda::Device::get().unwrap();
-    let counters = quorum::cuda::Counters::default();
-    let run = quorum::cuda::Run::new(&device, &counters, Some(0xFF)).unwrap();
-    run.begin_node("wgmma");
-    let (da, db) = (run.upload(&a).unwrap(), run.upload(&bt).unwrap());
-    let poison = Tensor::from_f32(&[m, n], vec![f32::NAN; m * n]).unwrap();
-    let dc = run.upload(&poison).unwrap();
-    quorum::cuda::ops::matmul::wgmma::wgmma_tn(&run, &da, &db, &dc, m, n, k, unswizzled).unwrap();
-    let c = run.download(&dc).unwrap().to_f64_vec().unwrap();
-    let (av, bv) = (a.to_f64_vec().unwrap(), bt.to_f64_vec().unwrap());
-    let mut bad = 0;
-    let mut worst = 0.0f64;
-    for i in 0..m {
-        for j in 0..n {
-            let (mut s, mut mag) = (0.0f64, 0.0f64);
-            for p in 0..k {
-                let t = av[i * k + p] * bv[j * k + p];
-                s += t;
-                mag += t.abs();
-            }
-            let err = (c[i * n + j] - s).abs();
-            let bound = mag * 2f64.powi(-10) + 1e-6;
-            if err.is_nan() || err > bound {
-                bad += 1;
-                worst = worst.max(if err.is_nan() {
-                    f64::INFINITY
-                } else {
-                    err / bound
-                });
-            }
-        }
-    }
-    (bad, worst)
-}
-
-#[test]
-fn wgmma_probe_agrees_and_its_unswizzled_variant_is_caught() {
-    if !cuda()
-        || quorum::cuda::Device::get()
+/// Whether the tile can run here (a compute capability 9.0 device, `QUORUM_CUDA_WGMMA=on`).
+fn wgmma_here() -> bool {
+    let here = cuda()
+        && quorum::cuda::Device::get()
             .unwrap()
             .ctx
             .info
             .compute_capability
-            != (9, 0)
-    {
-        println!("no compute capability 9.0 device: the wgmma probe is not run");
-        return;
+            == (9, 0)
+        && quorum::cuda::ops::matmul::wgmma::wgmma_enabled();
+    if !here {
+        println!(
+            "the wgmma tile is off or the device is not sm_90 (QUORUM_CUDA_WGMMA=on): skipped"
+        );
     }
-    for (m, n, k) in [(128, 128, 64), (256, 384, 512), (384, 256, 1024)] {
-        let (bad, worst) = probe(m, n, k, false);
-        println!("wgmma probe {m}x{n}x{k}: {bad} outside the bound (worst {worst:.3e} of it)");
-        assert_eq!(bad, 0, "{m}x{n}x{k}: worst {worst:.3e} of the bound");
-    }
-    let (bad, _) = probe(256, 384, 512, true);
-    println!(
-        "unswizzled variant: {bad} of {} outside the bound",
-        256 * 384
-    );
-    assert!(
-        bad > 0,
-        "descriptors without the swizzle must give wrong products"
-    );
+    here
 }
 
+/// `t` (k×n, or n×k when `trans`) as a k×n matrix for the judge.
+fn as_kn(t: &Tensor, k: usize, n: usize, trans: bool) -> Tensor {
+    if !trans {
+        return t.clone();
+    }
+    let v = t.to_f64_vec().unwrap();
+    let kn: Vec<f64> = (0..k * n).map(|i| v[(i % n) * k + i / n]).collect();
+    Tensor::from_f64s(t.dtype(), &[k, n], kn).unwrap()
+}
+
+/// The unswizzled variant, on operands the tile gets right (the test below), disagrees with the
+/// oracles: a layout mistake of this kind cannot pass the judge.
 #[test]
-#[ignore = "benchmark: run with --ignored on a GPU machine"]
-fn bench_wgmma() {
-    if !cuda() {
+fn the_unswizzled_variant_is_caught() {
+    if !wgmma_here() {
         return;
     }
-    let device = quorum::cuda::Device::get().unwrap();
-    let counters = quorum::cuda::Counters::default();
-    let run = quorum::cuda::Run::new(&device, &counters, None).unwrap();
-    for (m, n, k) in [
-        (1024usize, 1024usize, 1024usize),
-        (2048, 2048, 2048),
-        (4096, 4096, 4096),
-        (8192, 8192, 8192),
-        (1024, 768, 768),
-        (1024, 3072, 768),
-        (1024, 768, 3072),
-    ] {
-        let a = run
-            .upload(&as_dtype(&rand_f32(3, &[m, k]), DType::F16))
+    let (m, n, k) = (256, 384, 512);
+    for trans_b in [false, true] {
+        let at = as_dtype(&rand_f32(31, &[m, k]), DType::F16);
+        let bshape = if trans_b { [n, k] } else { [k, n] };
+        let bt = as_dtype(&rand_f32(32, &bshape), DType::F16);
+        let device = quorum::cuda::Device::get().unwrap();
+        let counters = quorum::cuda::Counters::default();
+        let run = quorum::cuda::Run::new(&device, &counters, Some(0xFF)).unwrap();
+        run.begin_node("mm");
+        let (a, b) = (run.upload(&at).unwrap(), run.upload(&bt).unwrap());
+        let y = run.alloc(DType::F16, &[m, n]).unwrap();
+        quorum::cuda::ops::matmul::wgmma::run_unswizzled(&run, &a, &b, &y, (m, n, k), trans_b)
             .unwrap();
-        let bt = run
-            .upload(&as_dtype(&rand_f32(4, &[n, k]), DType::F16))
-            .unwrap();
-        let c = run
-            .upload(&Tensor::from_f32(&[m, n], vec![0.0; m * n]).unwrap())
-            .unwrap();
-        let reps = if m * n * k >= 1 << 36 { 10 } else { 30 };
-        let flop = 2.0 * (m * n * k) as f64;
-        let ms = time_ms(&run, 3, reps, &mut || {
-            quorum::cuda::ops::matmul::wgmma::wgmma_tn(&run, &a, &bt, &c, m, n, k, false).unwrap();
-        });
-        println!(
-            "BENCH wgmma_probe_f16_{m}x{n}x{k} {:.2} TFLOP/s ({ms:.3} ms)",
-            flop / (ms * 1e-3) / 1e12
+        let y = run.download(&y).unwrap();
+        let verdict = crate::f16_cores::judge(
+            &at,
+            &as_kn(&bt, k, n, trans_b),
+            &y,
+            quorum::backend::Arithmetic::TENSOR_CORES,
         );
-        // The mma.sync GEMM on the same operands (B transposed), in the same run.
-        let ms = time_ms(&run, 3, reps, &mut || {
-            let y = quorum::cuda::ops::matmul::sgemm(
-                &run, &a, &bt, None, m, n, k, false, true, 1.0, 0.0, 1,
-            )
-            .unwrap();
-            run.release(y, &[]);
-        });
-        println!(
-            "BENCH mma_sync_f16_nt_{m}x{n}x{k} {:.2} TFLOP/s ({ms:.3} ms)",
-            flop / (ms * 1e-3) / 1e12
+        println!("unswizzled variant, B along k {trans_b}: {verdict:?}");
+        assert_ne!(
+            verdict,
+            quorum::verify::Check::Agree,
+            "B along k: {trans_b}"
         );
-        for t in [a, bt, c] {
-            run.release(t, &[]);
-        }
     }
 }
 
@@ -208,9 +146,7 @@ fn wgmma_gemm_agrees_as_exact_products(#[values(DType::F16, DType::BF16)] half: 
             // The first product, with B as a [k, n] matrix for the judge.
             let a0 = crate::f16_cores::first(&at, m, k);
             let b0 = if trans_b {
-                let v = bt.to_f64_vec().unwrap();
-                let t: Vec<f64> = (0..k * n).map(|i| v[(i % n) * k + i / n]).collect();
-                Tensor::from_f64s(half, &[k, n], t).unwrap()
+                as_kn(&crate::f16_cores::first(&bt, n, k), k, n, true)
             } else {
                 crate::f16_cores::first(&bt, k, n)
             };
@@ -228,9 +164,7 @@ fn wgmma_gemm_agrees_as_exact_products(#[values(DType::F16, DType::BF16)] half: 
                     Tensor::from_f64s(t.dtype(), &[r, c], v[off..off + r * c].to_vec()).unwrap()
                 };
                 let b1 = if trans_b {
-                    let v = last(&bt, n, k).to_f64_vec().unwrap();
-                    let t: Vec<f64> = (0..k * n).map(|i| v[(i % n) * k + i / n]).collect();
-                    Tensor::from_f64s(half, &[k, n], t).unwrap()
+                    as_kn(&last(&bt, n, k), k, n, true)
                 } else {
                     last(&bt, k, n)
                 };
