@@ -24,8 +24,7 @@
 //!
 //! On an H100 (call 13, `reports/cuda/tf32-notes.md`) a first form of this pipeline (the operands'
 //! square case) reached 502 TFLOP/s at 4096³ against the `mma.sync` tile's 256, and fell behind it
-//! on grids of a wave or two; its variant with the swizzle left out of the descriptors gave wrong
-//! products, as the test of the unswizzled variant here requires.
+//! on grids of a wave or two.
 use super::tc::Warps;
 use super::tile::{BSrc, Params, TileCfg, k_tiles, params};
 use crate::ops::elem::Elem;
@@ -104,7 +103,16 @@ struct Chunk {
 
 /// The four chunks of this thread for an operand stored along k (128 rows of 64 halves a tile) or
 /// along m|n (64 k rows of 128 halves, as two 64-wide atoms 8 KiB apart).
-fn chunks(k: &mut Kernel, tid: Reg, along_k: bool, blk: Reg, lim: Reg, ld: Reg) -> Vec<Chunk> {
+#[allow(clippy::too_many_arguments)]
+fn chunks(
+    k: &mut Kernel,
+    tid: Reg,
+    along_k: bool,
+    blk: Reg,
+    lim: Reg,
+    ld: Reg,
+    unswizzled: bool,
+) -> Vec<Chunk> {
     (0..4u32)
         .map(|i| {
             let q = k.add(Ty::U32, tid, 256 * i);
@@ -116,7 +124,7 @@ fn chunks(k: &mut Kernel, tid: Reg, along_k: bool, blk: Reg, lim: Reg, ld: Reg) 
                 let k8 = k.shl(Ty::U32, c, 3u32);
                 let at = k.fma(Ty::U32, row, ld, k8);
                 let r7 = k.and(Ty::U32, r, 7u32);
-                let sw = k.xor(Ty::U32, c, r7);
+                let sw = if unswizzled { c } else { k.xor(Ty::U32, c, r7) };
                 let sw = k.shl(Ty::U32, sw, 4u32);
                 let slot = k.shl(Ty::U32, r, 7u32);
                 let slot = k.add(Ty::U32, slot, sw);
@@ -141,7 +149,7 @@ fn chunks(k: &mut Kernel, tid: Reg, along_k: bool, blk: Reg, lim: Reg, ld: Reg) 
                 let atom = k.shr(Ty::U32, cn, 3u32);
                 let c = k.and(Ty::U32, cn, 7u32);
                 let r7 = k.and(Ty::U32, kr, 7u32);
-                let sw = k.xor(Ty::U32, c, r7);
+                let sw = if unswizzled { c } else { k.xor(Ty::U32, c, r7) };
                 let sw = k.shl(Ty::U32, sw, 4u32);
                 let slot = k.shl(Ty::U32, kr, 7u32);
                 let slot = k.add(Ty::U32, slot, sw);
@@ -267,10 +275,12 @@ pub fn build_wgmma(cfg: &TileCfg) -> Kernel {
     build_wgmma_with(cfg, false)
 }
 
-/// [`build_wgmma`], or with `unswizzled` its deliberately wrong variant: the descriptors without
-/// the swizzle the operands are stored in (what the device test of the tile must catch).
+/// [`build_wgmma`], or with `unswizzled` its deliberately wrong variant: the copies store the
+/// operands without the swizzle the descriptors declare (what the device test of the tile must
+/// catch). It reads the same bytes of shared memory in another order: wrong products, no fault.
+/// (Descriptors without the swizzle instead, the probe's broken variant, read outside the stages
+/// in this tile's layouts and fault on the device, which ends the process's context.)
 pub fn build_wgmma_with(cfg: &TileCfg, unswizzled: bool) -> Kernel {
-    let bits = |d: u64| if unswizzled { d & !(3 << 62) } else { d };
     let BSrc::Strided {
         trans: b_along_k, ..
     } = cfg.b
@@ -296,12 +306,8 @@ pub fn build_wgmma_with(cfg: &TileCfg, unswizzled: bool) -> Kernel {
     let nblk = k.mul(Ty::U32, nblk, BN);
     let mblk = k.special("ctaid.y");
     let mblk = k.mul(Ty::U32, mblk, BM);
-    let a_chunks = chunks(&mut k, tid, true, mblk, p.m, p.lda);
-    let b_chunks = if b_along_k {
-        chunks(&mut k, tid, true, nblk, p.n, p.ldb)
-    } else {
-        chunks(&mut k, tid, false, nblk, p.n, p.ldb)
-    };
+    let a_chunks = chunks(&mut k, tid, true, mblk, p.m, p.lda, unswizzled);
+    let b_chunks = chunks(&mut k, tid, b_along_k, nblk, p.n, p.ldb, unswizzled);
     let tiles = k_tiles(&mut k, &p, BK as usize);
     let issue = |k: &mut Kernel, t: Reg| {
         let live = k.setp(Cmp::Lt, Ty::U32, t, tiles);
@@ -354,8 +360,8 @@ pub fn build_wgmma_with(cfg: &TileCfg, unswizzled: bool) -> Kernel {
         let a_addr = k.mul(Ty::U32, wg, 64 * 128);
         let a_addr = k.add(Ty::U32, sbase, a_addr);
         let b_addr = k.add(Ty::U32, sbase, TILE_BYTES);
-        let da = descriptor(k, a_addr, bits(DESC_K));
-        let db = descriptor(k, b_addr, bits(if b_along_k { DESC_K } else { DESC_MN }));
+        let da = descriptor(k, a_addr, DESC_K);
+        let db = descriptor(k, b_addr, if b_along_k { DESC_K } else { DESC_MN });
         k.raw("wgmma.fence.sync.aligned");
         for s in 0..4i64 {
             // A k-step of 16: 32 bytes along a K-major row, 16 rows (2048 bytes) of an MN-major tile.
