@@ -49,7 +49,8 @@ pub enum Variant {
     TcAsync,
     /// Hopper's warpgroup MMA (`wgmma`, sm_90a): 128×128 tiles of f16 or bf16, operands copied by
     /// `cp.async` into the 128-byte swizzle in three stages of k 64 (`wgmma.rs`); taken instead
-    /// of `TcAsync` where it fits and the grid is large, or when a plan names it.
+    /// of `TcAsync` on sm_90 where it fits and the grid is large, or when a plan names it
+    /// (`QUORUM_CUDA_WGMMA=off`: never).
     Wgmma,
     /// At most this many rows (1, 2 or 4; GEMV-like): B streamed once with 16-byte loads, the
     /// rows kept in registers; a warp per column when B is contiguous along k, else a block per 128

@@ -50,8 +50,10 @@ pub fn wgmma_enabled() -> bool {
     })
 }
 
-/// Off: written while no device was at hand.
-pub const WGMMA_DEFAULT: bool = false;
+/// On: judged on a device (H100, 2026-12-07, call 15: the tile's tests in f16 and bf16, both B
+/// layouts, partial tiles, batches, against both oracles; its broken variant caught; the whole
+/// suite with it on, 163 tests). `QUORUM_CUDA_WGMMA=off` keeps every product on the `mma.sync` tile.
+pub const WGMMA_DEFAULT: bool = true;
 
 static LAUNCHES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
