@@ -138,7 +138,10 @@ fn dequantize(g: &mut Gen) -> Case {
     c
 }
 
-fn matmul_integer(g: &mut Gen) -> Case {
+/// An 8-bit product's shapes (A's and B's, with m, k and n): A batched or not, B a weight shared
+/// by A's batches or batched like A.
+#[allow(clippy::type_complexity)]
+fn product_shapes(g: &mut Gen) -> (Vec<usize>, Vec<usize>, (usize, usize, usize)) {
     let (m, k, n) = (g.dim(), g.size(1, 40), g.dim());
     let batch: Vec<usize> = if g.chance(40) {
         vec![g.size(1, 3)]
@@ -146,14 +149,18 @@ fn matmul_integer(g: &mut Gen) -> Case {
         vec![]
     };
     let shared = batch.is_empty() || g.chance(50);
-    let eight = |g: &mut Gen| g.pick(&[(DType::U8, 0, 255), (DType::I8, -128, 127)]);
-    let ((ta, la, ha), (tb, lb, hb)) = (eight(g), eight(g));
     let a_shape: Vec<usize> = batch.iter().copied().chain([m, k]).collect();
     let b_shape: Vec<usize> = if shared {
         vec![k, n]
     } else {
         batch.iter().copied().chain([k, n]).collect()
     };
+    (a_shape, b_shape, (m, k, n))
+}
+
+fn matmul_integer(g: &mut Gen) -> Case {
+    let (a_shape, b_shape, (m, _, n)) = product_shapes(g);
+    let ((ta, la, ha), (tb, lb, hb)) = (eight(g), eight(g));
     let mut c = Case::new("MatMulInteger", 10, g.seed);
     let a = g.ints(ta, &a_shape, la, ha);
     let b = g.ints(tb, &b_shape, lb, hb);
@@ -175,7 +182,6 @@ fn matmul_integer(g: &mut Gen) -> Case {
 
 fn conv_integer(g: &mut Gen) -> Case {
     let (mut c, x, w) = super::nn::conv_layout(g, "ConvInteger", 10);
-    let eight = |g: &mut Gen| g.pick(&[(DType::U8, 0, 255), (DType::I8, -128, 127)]);
     let ((tx, lx, hx), (tw, lw, hw)) = (eight(g), eight(g));
     c.input(g.ints(tx, &x, lx, hx))
         .input(g.ints(tw, &w, lw, hw));
@@ -227,20 +233,8 @@ fn qlinear_scales(g: &mut Gen, lines: usize, k: usize) -> (Value, Value, Value) 
 
 fn qlinear_matmul(g: &mut Gen) -> Case {
     let opset = g.pick(&[10, 21]);
-    let (m, k, n) = (g.dim(), g.size(1, 40), g.dim());
-    let batch: Vec<usize> = if g.chance(40) {
-        vec![g.size(1, 3)]
-    } else {
-        vec![]
-    };
-    let shared = batch.is_empty() || g.chance(50);
+    let (a_shape, b_shape, (_, k, n)) = product_shapes(g);
     let ((ta, la, ha), (tb, lb, hb)) = (eight(g), eight(g));
-    let a_shape: Vec<usize> = batch.iter().copied().chain([m, k]).collect();
-    let b_shape: Vec<usize> = if shared {
-        vec![k, n]
-    } else {
-        batch.iter().copied().chain([k, n]).collect()
-    };
     let (sa, sb, sy) = qlinear_scales(g, n, k);
     let mut c = Case::new("QLinearMatMul", opset, g.seed);
     c.input(g.ints(ta, &a_shape, la, ha)).input(sa);
