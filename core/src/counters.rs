@@ -27,6 +27,12 @@ pub struct Counters {
     pub h2d_calls: AtomicU64,
     pub d2h_bytes: AtomicU64,
     pub d2h_calls: AtomicU64,
+    /// Where a device run's host time goes around its copies, in nanoseconds: writing inputs into
+    /// pinned staging, waiting for the device (a read-back's or the run's end), and rebuilding
+    /// outputs from staging into host tensors (`quorum bench` prints them per run).
+    pub stage_nanos: AtomicU64,
+    pub wait_nanos: AtomicU64,
+    pub readback_nanos: AtomicU64,
     pub kernel_launches: AtomicU64,
     /// Nodes placed on CUDA that declined at run time (their inputs' dtypes or shapes) and ran on the CPU.
     pub cuda_fallbacks: AtomicU64,
@@ -111,6 +117,9 @@ pub struct CounterSnapshot {
     pub h2d_calls: u64,
     pub d2h_bytes: u64,
     pub d2h_calls: u64,
+    pub stage_nanos: u64,
+    pub wait_nanos: u64,
+    pub readback_nanos: u64,
     pub kernel_launches: u64,
     pub cuda_fallbacks: u64,
     pub events_recorded: u64,
@@ -125,6 +134,14 @@ pub struct CounterSnapshot {
 impl Counters {
     pub fn bump(c: &AtomicU64, by: u64) {
         c.fetch_add(by, Ordering::Relaxed);
+    }
+
+    /// Runs `f`, adding its wall time to `c` (nanoseconds).
+    pub fn time<T>(c: &AtomicU64, f: impl FnOnce() -> T) -> T {
+        let t = std::time::Instant::now();
+        let out = f();
+        Counters::bump(c, t.elapsed().as_nanos() as u64);
+        out
     }
 
     /// Records that `node`'s kernel declared `a` (joined with what it declared before).
@@ -187,6 +204,9 @@ impl Counters {
             h2d_calls: g(&self.h2d_calls),
             d2h_bytes: g(&self.d2h_bytes),
             d2h_calls: g(&self.d2h_calls),
+            stage_nanos: g(&self.stage_nanos),
+            wait_nanos: g(&self.wait_nanos),
+            readback_nanos: g(&self.readback_nanos),
             kernel_launches: g(&self.kernel_launches),
             cuda_fallbacks: g(&self.cuda_fallbacks),
             events_recorded: g(&self.events_recorded),

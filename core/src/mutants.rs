@@ -40,10 +40,13 @@ pub enum Mutant {
     /// wgpu: a weight is written (`Queue::write_buffer`) into a buffer the run parked, which a
     /// command collected but not yet submitted still reads; the write lands ahead of that command.
     WriteBufferIntoCollected,
+    /// A large upload's piece is copied before it is staged: the bus may carry the staging's old
+    /// bytes while the host writes the new ones.
+    PieceCopiedBeforeStaged,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 13] = [
+    pub const ALL: [Mutant; 14] = [
         Mutant::DropWait,
         Mutant::EarlyRelease,
         Mutant::DownloadWrongStream,
@@ -57,6 +60,7 @@ impl Mutant {
         Mutant::WeightUnsynced,
         Mutant::ConcurrentReplays,
         Mutant::WriteBufferIntoCollected,
+        Mutant::PieceCopiedBeforeStaged,
     ];
 
     /// Why a GPU cannot express this bug, where it cannot: the device hunt skips it, and the hunt
@@ -66,6 +70,10 @@ impl Mutant {
             Mutant::StagingAfterFailedSync => Some(
                 "it needs a failed stream synchronisation, which leaves a GPU's context unusable; \
                  the simulated device injects the failure into the same run protocol",
+            ),
+            Mutant::PieceCopiedBeforeStaged => Some(
+                "CUDA uploads in pieces only past 8 MiB, larger than the fuzzer's tensors; the \
+                 simulated device, whose pieces are a few dozen bytes, runs the same run protocol",
             ),
             Mutant::WriteBufferIntoCollected => Some(
                 "it is the wgpu backend's (one queue, writes ahead of collected commands); \

@@ -123,7 +123,7 @@ impl Captured {
         let ran = self
             .graph
             .launch(&stream)
-            .and_then(|_| stream.synchronize());
+            .and_then(|_| Counters::time(&counters.wait_nanos, || stream.synchronize()));
         device.give_streams(vec![stream]);
         ran?;
         if let Some(f) = self.raised(device) {
@@ -154,9 +154,12 @@ impl Captured {
                 if carry.iter().any(|c| c.output == j) {
                     return Ok(None);
                 }
-                tensor_from_bytes(l.what.dtype, &l.what.shape, &l.pinned.as_slice()[..l.bytes])
-                    .map(Some)
-                    .ok_or_else(|| KError::Op(OpError::Invalid("cannot rebuild an output".into())))
+                let bytes = &l.pinned.as_slice()[..l.bytes];
+                Counters::time(&counters.readback_nanos, || {
+                    tensor_from_bytes(l.what.dtype, &l.what.shape, bytes)
+                })
+                .map(Some)
+                .ok_or_else(|| KError::Op(OpError::Invalid("cannot rebuild an output".into())))
             })
             .collect()
     }

@@ -169,19 +169,53 @@ pub fn tensor_bytes(t: &Tensor) -> Option<Cow<'_, [u8]>> {
     })
 }
 
-/// Copies a host tensor's bytes into a pinned staging buffer; a large input (a batch of images) is
-/// copied by several threads at once, since one core's memcpy is slower than the copy to the device
-/// that follows it.
-pub fn stage(dst: &mut [u8], src: &[u8]) {
-    const CHUNK: usize = 512 << 10;
-    if src.len() < 4 * CHUNK {
-        dst.copy_from_slice(src);
+/// The bytes of one piece of a large upload (`protocol::Driver::upload_piece`): large enough that
+/// a copy runs at the bus's speed, small enough that staging the first delays little.
+pub const UPLOAD_PIECE: usize = 8 << 20;
+
+/// A host copy's share per thread: a copy of fewer than four shares is one memcpy on the caller's
+/// thread.
+const COPY_SHARE: usize = 512 << 10;
+
+/// Whether large outputs are rebuilt by several threads and large uploads go in pieces that overlap
+/// the staging of the next (`QUORUM_CUDA_PIPELINE=off`: an output rebuilt on the caller's thread
+/// and an upload staged whole before its copy, as before, for measuring the difference side by
+/// side). Read once.
+pub fn pipelined() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("QUORUM_CUDA_PIPELINE").map_or(true, |v| v != "off"))
+}
+
+/// Copies `src` into `dst` (equal lengths, possibly uninitialised memory): a large copy (a batch of
+/// images) is split across the threads, since one core's memcpy (into fresh memory, its page
+/// faults) is slower than the bus on either side of it.
+fn copy_into(dst: &mut [std::mem::MaybeUninit<u8>], src: &[u8], split: bool) {
+    assert_eq!(dst.len(), src.len(), "a host copy between unequal ranges");
+    let one = |d: &mut [std::mem::MaybeUninit<u8>], s: &[u8]| {
+        // SAFETY: `d` and `s` are distinct live ranges of `s.len()` bytes (checked above, and
+        // split alike below); a `MaybeUninit<u8>` has `u8`'s layout.
+        unsafe { std::ptr::copy_nonoverlapping(s.as_ptr(), d.as_mut_ptr() as *mut u8, s.len()) }
+    };
+    if src.len() < 4 * COPY_SHARE || !split {
+        one(dst, src);
         return;
     }
     use rayon::prelude::*;
-    dst.par_chunks_mut(CHUNK)
-        .zip(src.par_chunks(CHUNK))
-        .for_each(|(d, s)| d.copy_from_slice(s));
+    dst.par_chunks_mut(COPY_SHARE)
+        .zip(src.par_chunks(COPY_SHARE))
+        .for_each(|(d, s)| one(d, s));
+}
+
+/// Copies a host tensor's bytes into a pinned staging buffer (split across threads when large).
+pub fn stage(dst: &mut [u8], src: &[u8]) {
+    // SAFETY: only initialised bytes are written through the view, so `dst` stays initialised.
+    let dst = unsafe {
+        std::slice::from_raw_parts_mut(
+            dst.as_mut_ptr() as *mut std::mem::MaybeUninit<u8>,
+            dst.len(),
+        )
+    };
+    copy_into(dst, src, true);
 }
 
 /// Rebuilds a host tensor from device bytes (`bytes.len()` = elements × element size).
@@ -191,14 +225,22 @@ pub fn tensor_from_bytes(dtype: DType, shape: &[usize], bytes: &[u8]) -> Option<
         if bytes.len() != n * std::mem::size_of::<T>() {
             return None;
         }
-        // One pass over the bytes (no zeroing first): an output comes back on every run.
+        // One pass over the bytes (no zeroing first): an output comes back on every run. A large
+        // one is written by several threads, which also share the page faults of its fresh memory.
         let mut v: Vec<T> = Vec::with_capacity(n);
-        // SAFETY: the capacity holds `bytes.len()` bytes; every `T` here is plain old data, so any
-        // bytes are a valid value, and all `n` elements are written before `set_len`.
-        unsafe {
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), v.as_mut_ptr() as *mut u8, bytes.len());
-            v.set_len(n);
-        }
+        let spare = v.spare_capacity_mut();
+        // SAFETY: the spare capacity is `n` elements of `T`, so `bytes.len()` bytes, viewed as
+        // possibly uninitialised bytes; nothing reads them before they are written.
+        let spare = unsafe {
+            std::slice::from_raw_parts_mut(
+                spare.as_mut_ptr() as *mut std::mem::MaybeUninit<u8>,
+                bytes.len(),
+            )
+        };
+        copy_into(spare, bytes, pipelined());
+        // SAFETY: every `T` here is plain old data, so any bytes are a valid value, and all `n`
+        // elements were written above.
+        unsafe { v.set_len(n) };
         ArrayD::from_shape_vec(IxDyn(shape), v).ok()
     }
     Some(match dtype {
@@ -368,11 +410,24 @@ mod tests {
     #[test]
     fn staging_copies_every_byte() {
         // Below and above the size where several threads share the copy, with a ragged last chunk.
-        for n in [0usize, 17, (4 << 20) - 3, (5 << 20) + 12_345] {
+        for n in [0usize, 17, (2 << 20) - 3, (2 << 20) + 1, (5 << 20) + 12_345] {
             let src: Vec<u8> = (0..n).map(|i| (i * 31 % 251) as u8 ^ 0x5a).collect();
             let mut dst = vec![0xffu8; n];
             stage(&mut dst, &src);
             assert!(dst == src, "{n} bytes");
         }
+    }
+
+    #[test]
+    fn large_outputs_are_rebuilt_whole() {
+        // Above the size where several threads share the copy into the fresh output, with a
+        // ragged last share: every element comes back, in place.
+        let n = (3 << 20) / 4 + 77;
+        let v: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin() * 1e3).collect();
+        let t = Tensor::from_f32(&[n], v).unwrap();
+        let b = tensor_bytes(&t).unwrap();
+        assert_eq!(tensor_from_bytes(DType::F32, &[n], &b).unwrap(), t);
+        let short = &b[..b.len() - 4];
+        assert!(tensor_from_bytes(DType::F32, &[n], short).is_none());
     }
 }

@@ -139,8 +139,12 @@ impl Driver for CudaDriver<'_> {
         self.device.staging.give(p);
     }
 
-    fn upload(&self, s: &Stream, dst: u64, src: &PinnedMemory, n: usize) -> KResult<()> {
-        Ok(s.upload(dst, &src.as_slice()[..n])?)
+    fn upload(&self, s: &Stream, dst: u64, src: &PinnedMemory, at: usize, n: usize) -> KResult<()> {
+        Ok(s.upload(dst, &src.as_slice()[at..at + n])?)
+    }
+
+    fn upload_piece(&self) -> Option<usize> {
+        memory::pipelined().then_some(memory::UPLOAD_PIECE)
     }
 
     fn download(&self, s: &Stream, dst: &mut PinnedMemory, src: u64, n: usize) -> KResult<()> {
@@ -346,8 +350,8 @@ impl<'a> Run<'a> {
         let bytes = tensor_bytes(t)
             .ok_or_else(|| KError::Decline(format!("{} values stay on the host", t.dtype())))?;
         let d = self.alloc(t.dtype(), t.shape())?;
-        self.proto.upload(d.ptr(), bytes.len(), |pinned| {
-            memory::stage(&mut pinned.as_mut_slice()[..bytes.len()], &bytes);
+        self.proto.upload(d.ptr(), bytes.len(), |pinned, r| {
+            memory::stage(&mut pinned.as_mut_slice()[r.clone()], &bytes[r]);
         })?;
         Ok(d)
     }

@@ -169,7 +169,7 @@ impl Driver for Fake {
         self.pools.pinned.lock().unwrap().push(p & !(1 << 40));
     }
 
-    fn upload(&self, _: &u64, _: u64, _: &u64, _: usize) -> Result<(), DeviceError> {
+    fn upload(&self, _: &u64, _: u64, _: &u64, _: usize, _: usize) -> Result<(), DeviceError> {
         Ok(())
     }
 
@@ -210,7 +210,7 @@ fn run(
     };
     p.hold(&w);
     let x = p.alloc(256)?;
-    p.upload(x.ptr(), 256, |_| {})?;
+    p.upload(x.ptr(), 256, |_, _| {})?;
     let y = p.alloc(256)?;
     p.log_work("kernel", vec![whole(&x), whole(&w)], vec![whole(&y)]);
     p.record(1, 0)?;

@@ -506,8 +506,21 @@ impl Driver for SimDriver {
         Shared::give(&self.shared.pinned, p.bytes, p.start);
     }
 
-    fn upload(&self, _: &u64, _: u64, _: &SimPinned, _: usize) -> Result<(), DeviceError> {
+    fn upload(
+        &self,
+        _: &u64,
+        _: u64,
+        _: &SimPinned,
+        _: usize,
+        _: usize,
+    ) -> Result<(), DeviceError> {
         Ok(())
+    }
+
+    /// Small pieces, so that the stream fuzzer's tensors of a few hundred bytes are uploaded in
+    /// several (the staging of one piece beside the copy of the one before, in the command log).
+    fn upload_piece(&self) -> Option<usize> {
+        Some(64)
     }
 
     fn download(&self, _: &u64, _: &mut SimPinned, _: u64, _: usize) -> Result<(), DeviceError> {
@@ -709,7 +722,7 @@ impl DeviceRun for SimRun<'_> {
         self.proto.set_stream(stream);
         let bytes = bytes_of(t);
         let buf = self.proto.alloc(bytes)?;
-        self.proto.upload(buf.start(), bytes, |_| {})?;
+        self.proto.upload(buf.start(), bytes, |_, _| {})?;
         buf.set(Arc::new(Value::Tensor(t.clone())));
         if let Some(rec) = self.capture.borrow_mut().as_mut() {
             rec.steps.push(Step::Upload {

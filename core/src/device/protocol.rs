@@ -93,14 +93,21 @@ pub trait Driver {
 
     fn take_pinned(&self, bytes: usize) -> Result<Self::Pinned, Self::Error>;
     fn give_pinned(&self, p: Self::Pinned);
-    /// Copies the first `n` bytes of `src` to device address `dst` on `s`.
+    /// Copies bytes `at..at + n` of `src` to device address `dst` on `s`.
     fn upload(
         &self,
         s: &Self::Stream,
         dst: u64,
         src: &Self::Pinned,
+        at: usize,
         n: usize,
     ) -> Result<(), Self::Error>;
+    /// The bytes of one piece of a large upload outside a capture: each piece is staged and its
+    /// copy issued before the next is staged, so the host's staging overlaps the bus (`None`:
+    /// every upload is staged whole, then copied).
+    fn upload_piece(&self) -> Option<usize> {
+        None
+    }
     /// Copies `n` bytes at device address `src` into the start of `dst` on `s`.
     fn download(
         &self,

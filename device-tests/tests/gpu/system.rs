@@ -267,3 +267,64 @@ fn a_run_holds_the_weights_its_kernels_read() {
         "without the hold, the freed weight should have been taken and poisoned by the other run"
     );
 }
+
+/// An input and an output past the size where uploads go in pieces (8 MiB) and outputs are
+/// rebuilt by several threads, with a ragged last piece: every element crosses both ways, eager
+/// (pieces overlapping the staging of the next) and replayed from a captured graph (staged whole).
+#[test]
+fn large_values_cross_whole_in_pieces() {
+    use quorum::session::GraphCapture;
+    let n = (2 * (8 << 20) + 4 * 333) / 4;
+    let pieces = std::env::var("QUORUM_CUDA_PIPELINE").map_or(true, |v| v != "off");
+    for capture in [GraphCapture::Off, GraphCapture::On] {
+        let providers = if on_cpu() {
+            vec![Provider::Cpu]
+        } else {
+            vec![Provider::Cuda, Provider::Cpu]
+        };
+        let s = Session::from_bytes(
+            &graph_model(vec![node("Neg", &["x"], "y")], vec![]),
+            SessionOptions {
+                providers,
+                poison_device_buffers: Some(POISON_NAN),
+                graph_capture: capture,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        for seed in 0..3 {
+            let x = rand_f32(40 + seed, &[n]);
+            let want: Vec<f64> = x.to_f64_vec().unwrap().iter().map(|v| -v).collect();
+            let before = s.counters();
+            let mut out = s.run(vec![("x".into(), Value::Tensor(x))]).unwrap();
+            let after = s.counters();
+            let y = out.remove(0).1.into_tensor().unwrap();
+            assert_eq!(y.shape(), &[n]);
+            let got = y.to_f64_vec().unwrap();
+            let wrong = got
+                .iter()
+                .zip(&want)
+                .filter(|(g, w)| g.to_bits() != w.to_bits())
+                .count();
+            assert_eq!(
+                wrong, 0,
+                "{capture:?}, run {seed}: {wrong} of {n} elements differ"
+            );
+            if on_cpu() {
+                continue;
+            }
+            assert_eq!(
+                after.h2d_bytes - before.h2d_bytes,
+                4 * n as u64,
+                "{after:?}"
+            );
+            if capture == GraphCapture::Off && pieces {
+                assert_eq!(
+                    after.h2d_calls - before.h2d_calls,
+                    3,
+                    "three pieces: {after:?}"
+                );
+            }
+        }
+    }
+}

@@ -10,13 +10,16 @@ impl<D: Driver> RunProtocol<'_, D> {
     // ---- copies -----------------------------------------------------------------------------
 
     /// Copies `n` bytes that `fill` writes into pinned staging to device address `dst` on the
-    /// current stream. The staging stays with the run (the copy may still read it) until its
-    /// streams are done.
+    /// current stream: `fill(staging, range)` writes bytes `range` of the value at the same offsets
+    /// of the staging. Outside a capture a large upload goes in pieces
+    /// ([`Driver::upload_piece`]): each piece's copy is issued once it is staged, so the host
+    /// stages the next while the bus carries it. The staging stays with the run (the copies may
+    /// still read it) until its streams are done.
     pub fn upload(
         &self,
         dst: u64,
         n: usize,
-        fill: impl FnOnce(&mut D::Pinned),
+        mut fill: impl FnMut(&mut D::Pinned, std::ops::Range<usize>),
     ) -> Result<(), D::Error> {
         if n == 0 {
             if let Some(c) = self.capture.borrow_mut().as_mut() {
@@ -25,16 +28,42 @@ impl<D: Driver> RunProtocol<'_, D> {
             return Ok(());
         }
         let mut pinned = self.take_pinned_logged(n)?;
-        fill(&mut pinned);
-        let staged = Range::pinned(self.driver.pinned_range(&pinned).0, n as u64);
-        self.log_access(Agent::Host, "stage", vec![], vec![staged]);
-        if let Err(e) = self.driver.upload(self.stream(), dst, &pinned, n) {
-            self.staging.borrow_mut().push(pinned);
-            return Err(e);
+        let piece = match self.driver.upload_piece() {
+            Some(p) if p > 0 && !self.capturing() => p,
+            _ => n,
+        };
+        let base = self.driver.pinned_range(&pinned).0;
+        let mut at = 0;
+        while at < n {
+            let len = piece.min(n - at);
+            let staged = Range::pinned(base + at as u64, len as u64);
+            let late = mutants::active(Mutant::PieceCopiedBeforeStaged) && piece < n;
+            if !late {
+                Counters::time(&self.counters.stage_nanos, || {
+                    fill(&mut pinned, at..at + len)
+                });
+                self.log_access(Agent::Host, "stage", vec![], vec![staged]);
+            }
+            if let Err(e) = self
+                .driver
+                .upload(self.stream(), dst + at as u64, &pinned, at, len)
+            {
+                self.staging.borrow_mut().push(pinned);
+                return Err(e);
+            }
+            self.log_work(
+                "upload",
+                vec![staged],
+                vec![Range::device(dst + at as u64, len as u64)],
+            );
+            if late {
+                fill(&mut pinned, at..at + len);
+                self.log_access(Agent::Host, "stage", vec![], vec![staged]);
+            }
+            Counters::bump(&self.counters.h2d_calls, 1);
+            at += len;
         }
-        self.log_work("upload", vec![staged], vec![Range::device(dst, n as u64)]);
         Counters::bump(&self.counters.h2d_bytes, n as u64);
-        Counters::bump(&self.counters.h2d_calls, 1);
         if mutants::active(Mutant::StagingReuse) && self.capture.borrow().is_none() {
             // Back to the pool while the copy may still read it.
             self.give_pinned_logged(pinned);
@@ -69,9 +98,9 @@ impl<D: Driver> RunProtocol<'_, D> {
                         return Err(e);
                     }
                 };
-                let waited = self
-                    .record_logged(&done, self.stream())
-                    .and_then(|_| self.driver.sync_event(&done));
+                let waited = self.record_logged(&done, self.stream()).and_then(|_| {
+                    Counters::time(&self.counters.wait_nanos, || self.driver.sync_event(&done))
+                });
                 if let Err(e) = waited {
                     // The copy may still write the staging: it stays with the run.
                     self.staging.borrow_mut().push(pinned);
@@ -85,7 +114,7 @@ impl<D: Driver> RunProtocol<'_, D> {
             }
             self.log_access(Agent::Host, "read", vec![staged], vec![]);
         }
-        let out = read(&pinned);
+        let out = Counters::time(&self.counters.readback_nanos, || read(&pinned));
         self.give_pinned_logged(pinned);
         Ok(out)
     }
@@ -165,7 +194,7 @@ impl<D: Driver> RunProtocol<'_, D> {
         &self,
         mut read: impl FnMut(&D::Pinned, usize, D::Later) -> Result<T, D::Error>,
     ) -> Result<Vec<T>, D::Error> {
-        self.synchronize()?;
+        Counters::time(&self.counters.wait_nanos, || self.synchronize())?;
         let checks = std::mem::take(&mut *self.checks.borrow_mut());
         let fault = raised(&self.driver, &checks);
         for c in checks {
@@ -181,7 +210,9 @@ impl<D: Driver> RunProtocol<'_, D> {
             if l.bytes > 0 {
                 self.log_access(Agent::Host, "read", vec![range], vec![]);
             }
-            let t = read(&l.pinned, l.bytes, l.what);
+            let t = Counters::time(&self.counters.readback_nanos, || {
+                read(&l.pinned, l.bytes, l.what)
+            });
             self.give_pinned_logged(l.pinned);
             out.push(t?);
         }

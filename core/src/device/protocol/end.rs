@@ -110,7 +110,7 @@ pub fn stage_replay_inputs<E>(
         if mutants::active(Mutant::StaleReplayInput) {
             continue;
         }
-        let at = write(*k, *n, t)?;
+        let at = Counters::time(&counters.stage_nanos, || write(*k, *n, t))?;
         if let Some(log) = log {
             log.push(Command::Access {
                 by: Agent::Host,

@@ -2,6 +2,7 @@
 use std::time::Instant;
 
 use crate::common::{CliResult, ModelArgs, from_quorum, print_conversion, print_verification};
+use quorum::CounterSnapshot;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -69,6 +70,7 @@ pub fn main(a: Args) -> CliResult<()> {
     let mut profile = Vec::new();
     let mut device_profile = Vec::new();
     let mut node_profile = Vec::new();
+    let mut transfers = Transfers::default();
     let timed = (|| {
         // `auto` times whole-model placements over its first runs: not its steady state.
         for _ in 0..a.warmup + session.auto_trial_runs() {
@@ -78,6 +80,7 @@ pub fn main(a: Args) -> CliResult<()> {
         let warm = session.op_profile();
         let warm_device = session.device_profile();
         let warm_nodes = session.node_profile();
+        let warm_counters = session.counters();
         let start = Instant::now();
         let per_thread: Vec<quorum::Result<Vec<f64>>> = std::thread::scope(|scope| {
             let workers: Vec<_> = (0..a.concurrency)
@@ -106,6 +109,7 @@ pub fn main(a: Args) -> CliResult<()> {
         profile = timed_profile(session.op_profile(), &warm, times.len());
         node_profile = timed_node_profile(session.node_profile(), &warm_nodes, times.len());
         device_profile = timed_device_profile(session.device_profile(), &warm_device, times.len());
+        transfers = Transfers::per_run(&warm_counters, &session.counters(), times.len());
         Ok(())
     })();
     print_verification(&session);
@@ -154,6 +158,7 @@ pub fn main(a: Args) -> CliResult<()> {
             "node_profile": node_profile.iter().map(|(node, op, provider, calls, ms)| serde_json::json!({
                 "node": node, "op": op, "provider": provider, "calls_per_run": calls, "ms_per_run": ms,
             })).collect::<Vec<_>>(),
+            "transfers": transfers,
             "device_profile": device_profile.iter().map(|(op, calls, ms)| serde_json::json!({
                 "op": op, "launches_per_run": calls, "device_ms_per_run": ms,
             })).collect::<Vec<_>>(),
@@ -177,9 +182,48 @@ pub fn main(a: Args) -> CliResult<()> {
             print_profile(&profile, median);
         }
         print_device_profile(&device_profile);
+        transfers.print();
         print_fallbacks(&session.fallback_reasons());
     }
     Ok(())
+}
+
+/// A timed run's copies between host and device and the host's time around them, per run (from
+/// the session's counters after the warm-up and at the end).
+#[derive(Default, serde::Serialize)]
+struct Transfers {
+    h2d_mb: f64,
+    d2h_mb: f64,
+    /// Host time writing inputs into pinned staging.
+    stage_ms: f64,
+    /// Host time waiting for the device (read-backs, the end of a run or a replay).
+    wait_ms: f64,
+    /// Host time rebuilding outputs from staging.
+    readback_ms: f64,
+}
+
+impl Transfers {
+    fn per_run(before: &CounterSnapshot, after: &CounterSnapshot, runs: usize) -> Transfers {
+        let per =
+            |a: u64, b: u64, scale: f64| a.saturating_sub(b) as f64 / scale / runs.max(1) as f64;
+        Transfers {
+            h2d_mb: per(after.h2d_bytes, before.h2d_bytes, 1e6),
+            d2h_mb: per(after.d2h_bytes, before.d2h_bytes, 1e6),
+            stage_ms: per(after.stage_nanos, before.stage_nanos, 1e6),
+            wait_ms: per(after.wait_nanos, before.wait_nanos, 1e6),
+            readback_ms: per(after.readback_nanos, before.readback_nanos, 1e6),
+        }
+    }
+
+    fn print(&self) {
+        if self.h2d_mb + self.d2h_mb == 0.0 {
+            return;
+        }
+        println!(
+            "transfers per run: {:.2} MB in, {:.2} MB out; host staging {:.3} ms, waiting for the device {:.3} ms, rebuilding outputs {:.3} ms",
+            self.h2d_mb, self.d2h_mb, self.stage_ms, self.wait_ms, self.readback_ms
+        );
+    }
 }
 
 /// The kernels that declined their inputs at run time (those nodes ran on the CPU, and a run
