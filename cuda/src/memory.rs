@@ -182,8 +182,49 @@ const COPY_SHARE: usize = 512 << 10;
 /// and an upload staged whole before its copy, as before, for measuring the difference side by
 /// side). Read once.
 pub fn pipelined() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("QUORUM_CUDA_PIPELINE").map_or(true, |v| v != "off"))
+    !matches!(host_path(), HostPath::Whole)
+}
+
+/// The host side of large transfers (`QUORUM_CUDA_PIPELINE`): `off` is [`HostPath::Whole`],
+/// `huge` [`HostPath::HugePages`], anything else [`HostPath::Pieces`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostPath {
+    /// Uploads staged whole, outputs rebuilt on the caller's thread (the path before pieces).
+    Whole,
+    /// Uploads in pieces, outputs rebuilt by several threads.
+    Pieces,
+    /// [`HostPath::Pieces`], with a large output's fresh memory advised to the kernel as huge
+    /// pages first (Linux), so that it faults 2 MiB at a time instead of 4 KiB.
+    HugePages,
+}
+
+pub fn host_path() -> HostPath {
+    static PATH: std::sync::OnceLock<HostPath> = std::sync::OnceLock::new();
+    *PATH.get_or_init(|| match std::env::var("QUORUM_CUDA_PIPELINE").as_deref() {
+        Ok("off") => HostPath::Whole,
+        Ok("huge") => HostPath::HugePages,
+        _ => HostPath::Pieces,
+    })
+}
+
+/// Asks the kernel for huge pages over the 2 MiB-aligned part of `[ptr, ptr + len)` (fresh, not
+/// yet touched memory); a refusal changes nothing but the speed, so it is ignored.
+fn advise_huge_pages(ptr: *mut u8, len: usize) {
+    #[cfg(target_os = "linux")]
+    {
+        const HUGE: usize = 2 << 20;
+        let start = (ptr as usize).next_multiple_of(HUGE);
+        let end = (ptr as usize + len) / HUGE * HUGE;
+        if end > start {
+            // SAFETY: the range lies within the caller's live allocation; MADV_HUGEPAGE only
+            // changes how its pages are backed, never their contents.
+            unsafe {
+                libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
+            }
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (ptr, len);
 }
 
 /// Copies `src` into `dst` (equal lengths, possibly uninitialised memory): a large copy (a batch of
@@ -228,6 +269,9 @@ pub fn tensor_from_bytes(dtype: DType, shape: &[usize], bytes: &[u8]) -> Option<
         // One pass over the bytes (no zeroing first): an output comes back on every run. A large
         // one is written by several threads, which also share the page faults of its fresh memory.
         let mut v: Vec<T> = Vec::with_capacity(n);
+        if bytes.len() >= 4 * UPLOAD_PIECE && host_path() == HostPath::HugePages {
+            advise_huge_pages(v.as_mut_ptr() as *mut u8, bytes.len());
+        }
         let spare = v.spare_capacity_mut();
         // SAFETY: the spare capacity is `n` elements of `T`, so `bytes.len()` bytes, viewed as
         // possibly uninitialised bytes; nothing reads them before they are written.

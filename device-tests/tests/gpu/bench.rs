@@ -211,6 +211,21 @@ fn bench_f16_gemm() {
             });
             let tflops = 2.0 * (m * n * k) as f64 / (ms * 1e-3) / 1e12;
             println!("BENCH {label}_gemm_{on}_{m}x{n}x{k} {tflops:.2} TFLOP/s ({ms:.3} ms)");
+            if m == n && n == k && m >= 4096 {
+                // B along k (Gemm's transB, a Linear's weight as exported): the layout `wgmma`
+                // reads with one instruction a k-step.
+                let ms = time_ms(&run, 3, reps, &mut || {
+                    let y = quorum::cuda::ops::matmul::sgemm(
+                        &run, &a, &b, None, m, n, k, false, true, 1.0, 0.0, 1,
+                    )
+                    .unwrap();
+                    run.release(y, &[]);
+                });
+                let tflops = 2.0 * (m * n * k) as f64 / (ms * 1e-3) / 1e12;
+                println!(
+                    "BENCH {label}_gemm_{on}_{m}x{n}x{k}_transb {tflops:.2} TFLOP/s ({ms:.3} ms)"
+                );
+            }
             // Each plan forced at the transformer shapes: what a tensor-core refit of the cost
             // model needs (Big becomes the asynchronous tile, Small the register-staged one).
             if m == 1024 && !cores && label == "f16" {
@@ -416,4 +431,86 @@ fn bench_gemm_plans() {
         (sum_ratio / shapes.len() as f64).exp(),
         shapes.len()
     );
+}
+
+/// Host-to-host transfers of 256 MiB each way, the figure issue 40 asks for (at least 40 GB/s):
+/// the bus alone (pinned memory, our driver's copies timed with events), then a session's Relu
+/// over 256 MiB eager and replayed from a graph, each run's wall time with the host's share of it
+/// from the counters (staging, waiting for the device, rebuilding the output). `QUORUM_CUDA_PIPELINE`
+/// chooses the host side's path (run it once with `off` for the path before pieces).
+#[test]
+#[ignore = "benchmark: run with --ignored on a GPU machine"]
+fn bench_transfers() {
+    use quorum::cuda::driver::PinnedMemory;
+    use quorum::session::GraphCapture;
+    let device = Device::get().expect("a CUDA device");
+    let counters = Counters::default();
+    let run = Run::new(&device, &counters, None).unwrap();
+    let n = 64usize << 20;
+    let bytes = 4 * n;
+    let gb = bytes as f64 / 1e9;
+    let d = run.alloc(quorum::DType::F32, &[n]).unwrap();
+    let mut pinned = PinnedMemory::alloc(&device.ctx, bytes).unwrap();
+    pinned.as_mut_slice().fill(0x3c);
+    let up = time_ms(&run, 2, 10, &mut || {
+        run.stream()
+            .upload(d.ptr(), &pinned.as_slice()[..bytes])
+            .unwrap()
+    });
+    let down = time_ms(&run, 2, 10, &mut || {
+        run.stream()
+            .download(&mut pinned.as_mut_slice()[..bytes], d.ptr())
+            .unwrap()
+    });
+    println!(
+        "BENCH transfer_bus_256mib host->device {up:.3} ms ({:.1} GB/s), device->host {down:.3} ms ({:.1} GB/s), pinned",
+        gb / up * 1e3,
+        gb / down * 1e3
+    );
+    drop(pinned);
+    run.release(d, &[]);
+    drop(run);
+
+    let relu = crate::models::model(
+        vec![crate::models::node("Relu", &["x"], "y")],
+        &["x"],
+        &["y"],
+        vec![],
+    );
+    let x = rand_f32(21, &[n]);
+    for capture in [GraphCapture::Off, GraphCapture::On] {
+        let s = quorum::Session::from_bytes(
+            &relu,
+            quorum::SessionOptions {
+                providers: vec![quorum::Provider::Cuda, quorum::Provider::Cpu],
+                graph_capture: capture,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let feeds = vec![("x".to_string(), quorum::Value::Tensor(x.clone()))];
+        for _ in 0..3 {
+            s.run(feeds.clone()).unwrap();
+        }
+        let before = s.counters();
+        let iters = 10;
+        let mut times = Vec::with_capacity(iters);
+        for _ in 0..iters {
+            let f = feeds.clone();
+            let t = Instant::now();
+            s.run(f).unwrap();
+            times.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        let after = s.counters();
+        let per = |a: u64, b: u64| (a - b) as f64 / 1e6 / iters as f64;
+        let ms = median(times);
+        println!(
+            "BENCH transfer_relu_256mib capture {capture:?}: {ms:.2} ms host to host ({:.1} GB/s each way, in + out over the time); per run: staging {:.2} ms, waiting {:.2} ms, rebuilding {:.2} ms; {} graph replays",
+            2.0 * gb / ms * 1e3,
+            per(after.stage_nanos, before.stage_nanos),
+            per(after.wait_nanos, before.wait_nanos),
+            per(after.readback_nanos, before.readback_nanos),
+            after.graph_replays - before.graph_replays,
+        );
+    }
 }

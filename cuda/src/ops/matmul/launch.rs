@@ -249,7 +249,7 @@ pub(crate) fn run_gemm_with(run: &Run, p: &Problem, forced: Option<plan::Plan>) 
     let name = cfg.name();
     let dynamic_shared = match cfg.variant {
         Variant::TcAsync => tc_async::shared_bytes(&cfg) as u32,
-        Variant::Wgmma => wgmma::gemm_shared_bytes() as u32,
+        Variant::Wgmma => wgmma::gemm_shared_bytes(wgmma::Pipe::chosen()) as u32,
         _ => 0,
     };
 

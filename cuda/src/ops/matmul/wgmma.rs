@@ -20,7 +20,9 @@
 //! Order per k-tile: wait for this thread's copies of the tile, `fence.proxy.async.shared::cta`
 //! (ordinary-proxy writes that the tensor cores read next), a barrier; `wgmma.fence`, the k-steps,
 //! commit, wait for them (so that the stage read by the previous k-tile is free for the copies
-//! issued next, behind the next barrier).
+//! issued next, behind the next barrier). The overlapped forms ([`Pipe`]) wait for all but the
+//! last group instead, keeping one k-tile's products in flight while the next k-tile's are
+//! issued, and copy one k-tile less ahead.
 //!
 //! On an H100 (call 13, `reports/cuda/tf32-notes.md`) a first form of this pipeline (the operands'
 //! square case) reached 502 TFLOP/s at 4096³ against the `mma.sync` tile's 256, and fell behind it
@@ -34,10 +36,56 @@ use crate::ptx::{Cmp, Kernel, Reg, Ty};
 pub const BM: u32 = 128;
 pub const BN: u32 = 128;
 pub const BK: u32 = 64;
-/// Shared-memory stages.
-pub const STAGES: u32 = 3;
 const TILE_BYTES: u32 = BM * BK * 2;
 const STAGE_BYTES: u32 = 2 * TILE_BYTES;
+
+/// How the tile's k-loop overlaps copies and products.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pipe {
+    /// Shared-memory stages (of 32 KiB: three let two blocks share an SM, four do not).
+    pub stages: u32,
+    /// Whether a k-tile's products stay in flight while the next k-tile's are issued (`wgmma`
+    /// wait 1 instead of 0); the copies then run `stages − 2` k-tiles ahead instead of
+    /// `stages − 1`, since the stage read by the k-tile before stays busy one k-tile longer.
+    pub overlap: bool,
+}
+
+impl Pipe {
+    /// The form judged first (calls 13–15): three stages, each k-tile's products waited for.
+    pub const SERIAL: Pipe = Pipe {
+        stages: 3,
+        overlap: false,
+    };
+
+    /// K-tiles whose copies are in flight ahead of the one being multiplied.
+    fn ahead(self) -> u32 {
+        if self.overlap {
+            self.stages - 2
+        } else {
+            self.stages - 1
+        }
+    }
+
+    /// The pipeline CUDA's GEMMs use: `QUORUM_CUDA_WGMMA_PIPE` = `serial` ([`Pipe::SERIAL`]),
+    /// `overlap3` or `overlap4` (products in flight, three or four stages); [`Pipe::SERIAL`]
+    /// otherwise until the overlapping forms are judged on a device.
+    pub fn chosen() -> Pipe {
+        static PIPE: std::sync::OnceLock<Pipe> = std::sync::OnceLock::new();
+        *PIPE.get_or_init(
+            || match std::env::var("QUORUM_CUDA_WGMMA_PIPE").as_deref() {
+                Ok("overlap3") => Pipe {
+                    stages: 3,
+                    overlap: true,
+                },
+                Ok("overlap4") => Pipe {
+                    stages: 4,
+                    overlap: true,
+                },
+                _ => Pipe::SERIAL,
+            },
+        )
+    }
+}
 
 /// Whether CUDA's f16 and bf16 GEMMs may take the `wgmma` tile ([`build_wgmma`]) where it fits
 /// (`QUORUM_CUDA_WGMMA`: `on` or `off`, the default being [`WGMMA_DEFAULT`]).
@@ -197,10 +245,10 @@ fn copy(k: &mut Kernel, c: &Chunk, base: Reg, safe: Reg, ld: Reg, k0: Reg, kend:
     ));
 }
 
-/// Dynamic shared memory of the GEMM tile: [`STAGES`] stages of two 16 KiB tiles, and room to
+/// Dynamic shared memory of the GEMM tile of `pipe`: its stages of two 16 KiB tiles, and room to
 /// align them to 1024 bytes.
-pub fn gemm_shared_bytes() -> usize {
-    (STAGES * STAGE_BYTES + 1024) as usize
+pub fn gemm_shared_bytes(pipe: Pipe) -> usize {
+    (pipe.stages * STAGE_BYTES + 1024) as usize
 }
 
 /// Launches the unswizzled variant of the tile ([`build_wgmma_with`]) on one product `y = a ·
@@ -234,11 +282,8 @@ pub fn run_unswizzled(
     if !fits(&cfg, run.cc()) {
         crate::decline!("the wgmma tile needs compute capability 9.0");
     }
-    let text = crate::ptx::module(run.cc(), &[build_wgmma_with(&cfg, true)]).replacen(
-        ".target sm_90\n",
-        ".target sm_90a\n",
-        1,
-    );
+    let text = crate::ptx::module(run.cc(), &[build_wgmma_with(&cfg, Pipe::chosen(), true)])
+        .replacen(".target sm_90\n", ".target sm_90a\n", 1);
     let u = |v: usize| v as u32;
     let args = super::tile::GemmArgs {
         a: a.ptr(),
@@ -263,7 +308,7 @@ pub fn run_unswizzled(
         &cfg.name(),
         (u(n.div_ceil(128)), u(m.div_ceil(128)), 1),
         (256, 1, 1),
-        gemm_shared_bytes() as u32,
+        gemm_shared_bytes(Pipe::chosen()) as u32,
         &args.args(),
     )
 }
@@ -274,7 +319,7 @@ pub fn run_unswizzled(
 /// parameters (`tile::params`: batches, C, alpha and beta) and their epilogue (`tc::Warps`), every
 /// copy predicated by the matrix's edges (zero-filled past them).
 pub fn build_wgmma(cfg: &TileCfg) -> Kernel {
-    build_wgmma_with(cfg, false)
+    build_wgmma_with(cfg, Pipe::chosen(), false)
 }
 
 /// [`build_wgmma`], or with `unswizzled` its deliberately wrong variant: the copies store the
@@ -282,7 +327,8 @@ pub fn build_wgmma(cfg: &TileCfg) -> Kernel {
 /// catch). It reads the same bytes of shared memory in another order: wrong products, no fault.
 /// (Descriptors without the swizzle instead, the probe's broken variant, read outside the stages
 /// in this tile's layouts and fault on the device, which ends the process's context.)
-pub fn build_wgmma_with(cfg: &TileCfg, unswizzled: bool) -> Kernel {
+pub fn build_wgmma_with(cfg: &TileCfg, pipe: Pipe, unswizzled: bool) -> Kernel {
+    let stages = pipe.stages;
     let BSrc::Strided {
         trans: b_along_k, ..
     } = cfg.b
@@ -314,7 +360,7 @@ pub fn build_wgmma_with(cfg: &TileCfg, unswizzled: bool) -> Kernel {
     let issue = |k: &mut Kernel, t: Reg| {
         let live = k.setp(Cmp::Lt, Ty::U32, t, tiles);
         k.when(live, |k| {
-            let stage = k.rem(Ty::U32, t, STAGES);
+            let stage = k.rem(Ty::U32, t, stages);
             let sbase = k.mul(Ty::U32, stage, STAGE_BYTES);
             let sbase = k.add(Ty::U32, base, sbase);
             let k0 = k.fma(Ty::U32, t, BK, p.kbeg);
@@ -328,7 +374,7 @@ pub fn build_wgmma_with(cfg: &TileCfg, unswizzled: bool) -> Kernel {
         });
         k.raw("cp.async.commit_group");
     };
-    for s in 0..STAGES - 1 {
+    for s in 0..pipe.ahead() {
         let t = k.mov(Ty::U32, s);
         issue(&mut k, t);
     }
@@ -353,10 +399,13 @@ pub fn build_wgmma_with(cfg: &TileCfg, unswizzled: bool) -> Kernel {
     let one = k.mov(Ty::U32, 1u32);
     let scale_d = k.setp(Cmp::Ne, Ty::U32, one, 0u32);
     k.for_range(Ty::U32, 0u32, tiles, 1u32, |k, t| {
-        k.raw(format_args!("cp.async.wait_group {}", STAGES - 2));
+        // This k-tile's copies have landed (the ones issued after it may still fly); the barrier
+        // makes every thread's visible, and (with products in flight) orders the copies issued
+        // below after every warpgroup's wait for the k-tile that last read their stage.
+        k.raw(format_args!("cp.async.wait_group {}", pipe.ahead() - 1));
         k.raw("fence.proxy.async.shared::cta");
         k.bar_sync();
-        let stage = k.rem(Ty::U32, t, STAGES);
+        let stage = k.rem(Ty::U32, t, stages);
         let sbase = k.mul(Ty::U32, stage, STAGE_BYTES);
         let sbase = k.add(Ty::U32, base, sbase);
         let a_addr = k.mul(Ty::U32, wg, 64 * 128);
@@ -389,10 +438,17 @@ pub fn build_wgmma_with(cfg: &TileCfg, unswizzled: bool) -> Kernel {
             }
         }
         k.raw("wgmma.commit_group.sync.aligned");
-        k.raw("wgmma.wait_group.sync.aligned 0");
-        let next = k.add(Ty::U32, t, STAGES - 1);
+        // Serial: this k-tile's products done, so its stage is free for the copies issued next
+        // (behind the next barrier). Overlapped: the k-tile before's done; the copies go to the
+        // stage of the k-tile two before, which every warpgroup had finished by the barrier above.
+        k.raw(format_args!(
+            "wgmma.wait_group.sync.aligned {}",
+            pipe.overlap as u32
+        ));
+        let next = k.add(Ty::U32, t, pipe.ahead());
         issue(k, next);
     });
+    k.raw("wgmma.wait_group.sync.aligned 0");
     k.raw("cp.async.wait_group 0");
     let w = Warps {
         g,
@@ -439,6 +495,35 @@ mod tests {
                         .all(|l| l.ends_with(tb))
                 );
                 assert_eq!(t.matches("cp.async.cg.shared.global").count(), 8 * 3, "{t}");
+                // Every pipeline: the copies run `ahead` k-tiles in front (the prologue's and
+                // the loop's issue sites), this k-tile's landed before the barrier, and the
+                // products waited for whole (serial) or but the last group (overlapped).
+                for (pipe, ahead) in [
+                    (Pipe::SERIAL, 2),
+                    (
+                        Pipe {
+                            stages: 3,
+                            overlap: true,
+                        },
+                        1,
+                    ),
+                    (
+                        Pipe {
+                            stages: 4,
+                            overlap: true,
+                        },
+                        2,
+                    ),
+                ] {
+                    let t = crate::ptx::module((9, 0), &[build_wgmma_with(&cfg, pipe, false)]);
+                    let copies = t.matches("cp.async.cg.shared.global").count();
+                    assert_eq!(copies, 8 * (ahead + 1), "{pipe:?}");
+                    let wait = format!("cp.async.wait_group {};", ahead - 1);
+                    assert!(t.contains(&wait), "{pipe:?}: {t}");
+                    let products =
+                        format!("wgmma.wait_group.sync.aligned {};", pipe.overlap as u32);
+                    assert!(t.contains(&products), "{pipe:?}: {t}");
+                }
                 assert!(
                     t.contains("st.global.b16") || t.contains("st.global.u16"),
                     "{t}"
