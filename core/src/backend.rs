@@ -174,6 +174,15 @@ pub trait DeviceRun {
     fn upload(&self, stream: usize, t: &Tensor) -> Result<DeviceTensor, DeviceError>;
     /// An initializer on the device: uploaded once per session, then resident.
     fn weight(&self, v: &Arc<Value>) -> Result<DeviceTensor, DeviceError>;
+    /// A value an earlier run left on the device (IO binding: `Session::run_bound`), as this run's:
+    /// held until the run's streams are done, never written or reused by it. Its writer's run had
+    /// synchronised before the value was handed out, so any stream may read it at once. Declined
+    /// where it lives on another device (or this backend keeps no values between runs).
+    fn adopt(&self, _d: &DeviceTensor) -> Result<DeviceTensor, DeviceError> {
+        Err(DeviceError::Decline(
+            "this device takes no values from other runs".into(),
+        ))
+    }
     /// Copies a device value back to the host now (after the work before it on its stream; it waits
     /// for that copy alone).
     fn download(&self, d: &DeviceTensor) -> Result<Tensor, DeviceError>;

@@ -328,6 +328,11 @@ impl DevBuf {
         self.mem.as_ref().map_or(0, |m| m.bytes)
     }
 
+    /// Whether the memory came from `pool` (the device whose pool it is).
+    pub fn of_pool(&self, pool: &Arc<Pool>) -> bool {
+        Arc::ptr_eq(&self.pool, pool)
+    }
+
     /// Takes the memory out (for reuse within the same stream).
     pub fn into_memory(mut self) -> Option<DeviceMemory> {
         self.mem.take()

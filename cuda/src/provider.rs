@@ -199,6 +199,23 @@ impl DeviceRun for CudaRun<'_> {
         Ok(self.wrap(d))
     }
 
+    fn adopt(&self, d: &DeviceTensor) -> Result<DeviceTensor, DeviceError> {
+        let t = unwrap(d.clone()).map_err(device_error)?;
+        if !t.buf.of_pool(&self.run.device.pool) {
+            return Err(DeviceError::Decline(
+                "a value on another CUDA device".into(),
+            ));
+        }
+        self.run.hold(&t);
+        Ok(DeviceTensor {
+            dtype: t.dtype,
+            shape: t.shape,
+            device: self.index,
+            stream: 0,
+            buf: t.buf,
+        })
+    }
+
     fn download(&self, d: &DeviceTensor) -> Result<Tensor, DeviceError> {
         let current = self.run.current_stream();
         self.run.set_stream(self.run.read_stream(d.stream));

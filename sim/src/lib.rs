@@ -734,6 +734,23 @@ impl DeviceRun for SimRun<'_> {
         Ok(self.wrap(buf, t))
     }
 
+    fn adopt(&self, d: &DeviceTensor) -> Result<DeviceTensor, DeviceError> {
+        let buf = Self::unwrap(d)?;
+        if !Arc::ptr_eq(&buf.pool, &self.session.shared) {
+            return Err(DeviceError::Decline(
+                "a value of another simulated device (another session's)".into(),
+            ));
+        }
+        self.proto.hold(&buf);
+        Ok(DeviceTensor {
+            dtype: d.dtype,
+            shape: d.shape.clone(),
+            device: self.index,
+            stream: 0,
+            buf: buf as Arc<dyn Any + Send + Sync>,
+        })
+    }
+
     fn weight(&self, v: &Arc<Value>) -> Result<DeviceTensor, DeviceError> {
         let key = Arc::as_ptr(v) as usize;
         let mut weights = self

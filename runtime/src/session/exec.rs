@@ -54,6 +54,14 @@ pub(super) struct Exec<'s> {
     /// The values computed from tensor shapes alone for this run's input-shape key (`shapes_only`
     /// steps take them from here, or compute and keep them).
     pub shape_values: Option<std::sync::Arc<super::shape_values::KeyValues>>,
+    /// IO binding (`Session::run_bound`): run inputs already on a device, adopted by this run's
+    /// device side (`DeviceRun::adopt`); taken by the top-level plan.
+    pub bound: RefCell<Vec<(String, crate::backend::DeviceTensor)>>,
+    /// Graph outputs to leave on their device instead of copying back, where a device made them.
+    pub keep: &'s [String],
+    /// The outputs left on a device, by name; each one's place among the outputs holds an empty
+    /// optional instead.
+    pub kept: RefCell<Vec<(String, crate::backend::DeviceTensor)>>,
 }
 
 struct Runner<'a, 's> {
@@ -199,6 +207,11 @@ impl Exec<'_> {
         };
         for (name, v) in inputs {
             scope.values.insert(name, Slot::host(Arc::new(v), false));
+        }
+        if schedule.is_some() {
+            for (name, d) in self.bound.borrow_mut().drain(..) {
+                scope.values.insert(name, Slot::device(d));
+            }
         }
         if schedule.is_some()
             && let Some(names) = &self.capture
@@ -427,6 +440,7 @@ impl Exec<'_> {
         enum Out {
             Host(Arc<Value>),
             Later { device: usize, at: usize },
+            Kept,
         }
         let mut pending = Vec::with_capacity(g.outputs.len());
         for o in &g.outputs {
@@ -437,6 +451,10 @@ impl Exec<'_> {
                 )));
             };
             pending.push(match slot {
+                Slot::Device { dev, .. } if self.keep.contains(&o.name) => {
+                    self.kept.borrow_mut().push((o.name.clone(), dev.clone()));
+                    Out::Kept
+                }
                 Slot::Device { dev, host } if host.get().is_none() => {
                     let at = self.devices[dev.device]
                         .download_later(dev)
@@ -453,7 +471,7 @@ impl Exec<'_> {
         if self.capture.is_some() {
             if let Some(name) = g.outputs.iter().zip(&pending).find_map(|(o, p)| match p {
                 Out::Host(_) => Some(&o.name),
-                Out::Later { .. } => None,
+                Out::Later { .. } | Out::Kept => None,
             }) {
                 return Err(self.refuse(format!("graph output '{name}' is not made on the device")));
             }
@@ -478,6 +496,7 @@ impl Exec<'_> {
             .into_iter()
             .map(|o| match o {
                 Out::Host(v) => Ok(Arc::try_unwrap(v).unwrap_or_else(|a| (*a).clone())),
+                Out::Kept => Ok(Value::Optional(None)),
                 Out::Later { device, at } => copies[device]
                     .get_mut(at)
                     .and_then(Option::take)

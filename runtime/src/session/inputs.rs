@@ -4,51 +4,65 @@ use std::collections::{HashMap, HashSet};
 
 use crate::error::{Error, Result};
 use crate::ir::{Dim, Graph, Model, ValueType};
-use crate::tensor::Value;
+use crate::tensor::{DType, Value};
 
 pub(super) fn check_inputs(model: &Model, graph: &Graph, inputs: &[(String, Value)]) -> Result<()> {
+    let given: Vec<(&str, Option<(DType, &[usize])>)> = inputs
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.as_tensor().map(|t| (t.dtype(), t.shape()))))
+        .collect();
+    check_given(model, graph, &given)
+}
+
+/// [`check_inputs`] over each input's name and, for a tensor, its dtype and shape (a value on the
+/// host or on a device alike).
+pub(super) fn check_given(
+    model: &Model,
+    graph: &Graph,
+    inputs: &[(&str, Option<(DType, &[usize])>)],
+) -> Result<()> {
     let declared: HashMap<&str, &ValueType> = graph
         .inputs
         .iter()
         .map(|i| (i.name.as_str(), &i.ty))
         .collect();
-    let given: HashSet<&str> = inputs.iter().map(|(n, _)| n.as_str()).collect();
+    let given: HashSet<&str> = inputs.iter().map(|(n, _)| *n).collect();
     let mut bound: HashMap<&str, (usize, &str)> = HashMap::new();
-    for (name, value) in inputs {
+    for &(name, tensor) in inputs {
         if !overridable_initializers(model) && graph.initializers.contains_key(name) {
             return Err(Error::Input {
-                name: name.clone(),
+                name: name.to_string(),
                 msg: format!(
                     "an initializer of an IR version {} model is a constant, not an input",
                     model.ir_version
                 ),
             });
         }
-        let Some(ty) = declared.get(name.as_str()) else {
+        let Some(ty) = declared.get(name) else {
             let expected: Vec<&str> = graph.runtime_inputs().map(|i| i.name.as_str()).collect();
             return Err(Error::Input {
-                name: name.clone(),
+                name: name.to_string(),
                 msg: format!("the model has no such input (it takes {expected:?})"),
             });
         };
-        if let (ValueType::Tensor { dtype, shape }, Value::Tensor(t)) = (ty, value) {
+        if let (ValueType::Tensor { dtype, shape }, Some((t_dtype, t_shape))) = (ty, tensor) {
             if let Some(d) = dtype
-                && *d != t.dtype()
+                && *d != t_dtype
             {
                 return Err(Error::Input {
-                    name: name.clone(),
-                    msg: format!("expected {d}, got {}", t.dtype()),
+                    name: name.to_string(),
+                    msg: format!("expected {d}, got {t_dtype}"),
                 });
             }
             if let Some(shape) = shape {
                 let err = || Error::Input {
-                    name: name.clone(),
-                    msg: format!("expected shape {ty}, got {:?}", t.shape()),
+                    name: name.to_string(),
+                    msg: format!("expected shape {ty}, got {t_shape:?}"),
                 };
-                if shape.len() != t.rank() {
+                if shape.len() != t_shape.len() {
                     return Err(err());
                 }
-                for (d, &actual) in shape.iter().zip(t.shape()) {
+                for (d, &actual) in shape.iter().zip(t_shape.iter()) {
                     match d {
                         Dim::Fixed(v) if *v >= 0 && *v as usize != actual => return Err(err()),
                         Dim::Symbol(s) => {
@@ -56,7 +70,7 @@ pub(super) fn check_inputs(model: &Model, graph: &Graph, inputs: &[(String, Valu
                                 && prev != actual
                             {
                                 return Err(Error::Input {
-                                    name: name.clone(),
+                                    name: name.to_string(),
                                     msg: format!(
                                         "dim '{s}' is {actual} here but {prev} in input '{other}'"
                                     ),

@@ -5,6 +5,7 @@
 //! every node runs on the CPU (`crate::optimize`) and places every top-level node (`placement`). A run checks its inputs (`inputs`), starts each device's run context, and
 //! executes the plan (`exec`), values living where they were produced (`residency`). Nothing here
 //! knows a particular accelerator: they are reached through `crate::backend`.
+mod binding;
 mod capture;
 mod carry;
 mod choices;
@@ -38,6 +39,7 @@ use crate::plan::Plan;
 pub use crate::providers::parse_providers;
 use crate::tensor::Value;
 pub use crate::verify::VerifyMode;
+pub use binding::{Bound, DeviceValue};
 pub use capture::{CarryPair, GraphCapture, GraphRecord, WARMUP_RUNS};
 pub use carry::CarryState;
 pub(crate) use inputs::overridable_initializers;
@@ -399,7 +401,7 @@ impl Session {
         inputs: Vec<(String, Value)>,
         capture: Option<Vec<String>>,
     ) -> std::result::Result<Executed, Refused> {
-        self.execute_with(inputs, capture, None)
+        self.execute_with(inputs, capture, None, None)
     }
 
     /// A sampled run: eager, its window's nodes copied out for the sampler.
@@ -408,7 +410,7 @@ impl Session {
         inputs: Vec<(String, Value)>,
         window: &sampling::Window,
     ) -> std::result::Result<Executed, Refused> {
-        self.execute_with(inputs, None, Some(window))
+        self.execute_with(inputs, None, Some(window), None)
     }
 
     fn execute_with(
@@ -416,6 +418,7 @@ impl Session {
         inputs: Vec<(String, Value)>,
         capture: Option<Vec<String>>,
         sample: Option<&sampling::Window>,
+        binding: Option<&binding::Binding>,
     ) -> std::result::Result<Executed, Refused> {
         // A capture needs every node on the device: such runs use the per-node rule, untimed.
         let ticket = match &capture {
@@ -456,6 +459,11 @@ impl Session {
                 d.attach_log(log.clone());
             }
         }
+        let bound = match binding {
+            Some(b) => b.adopt(&devices).map_err(Refused::Error)?,
+            None => Vec::new(),
+        };
+        let keep: &[String] = binding.map_or(&[], |b| &b.keep[..]);
         if self.options.profile {
             for d in &devices {
                 d.time_kernels();
@@ -501,6 +509,9 @@ impl Session {
             sample,
             judges: judges.as_ref(),
             shape_values: shape_values.clone(),
+            bound: std::cell::RefCell::new(bound.clone()),
+            keep,
+            kept: Default::default(),
         };
         let (result, refusal, replay) = if devices.is_empty() && capture.is_none() {
             // A run with no device goes onto one of rayon's workers as a whole, so that each
@@ -537,6 +548,9 @@ impl Session {
         } else {
             let exec = make(devices, capture);
             let result = exec.run_top(&self.plan, &self.schedule, inputs);
+            if let Some(b) = binding {
+                *b.kept.borrow_mut() = exec.kept.take();
+            }
             if result.is_err() && exec.capture.is_some() {
                 for d in &exec.devices {
                     d.abort_capture();
@@ -678,6 +692,8 @@ impl From<Refused> for Error {
     }
 }
 
+#[cfg(test)]
+mod binding_tests;
 #[cfg(test)]
 mod conv_cache_tests;
 #[cfg(test)]
