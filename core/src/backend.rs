@@ -155,6 +155,23 @@ pub trait DeviceSession: Send + Sync {
         counters: &'s Counters,
         poison: Option<u8>,
     ) -> Result<Box<dyn DeviceRun + 's>, DeviceError>;
+    /// Page-locks `[ptr, ptr + bytes)` in place for as long as the returned pin lives, so that
+    /// uploads from it and copies into it ([`DeviceRun::download_into`]) skip the staging (what a
+    /// pinned tensor of PyTorch, or onnxruntime's pinned allocator, gives). Declined where the
+    /// device has no such memory. The range should stay allocated while pinned
+    /// ([`crate::pinned::PinnedTensor`] owns what it pins): memory freed while pinned leaves the
+    /// copies of a later allocation at its addresses reading and writing the old pages (wrong
+    /// values, never another object's memory: a copy into the host writes only a slice its caller
+    /// holds exclusively, through the pages the driver locked).
+    fn pin_host(
+        &self,
+        _ptr: *mut u8,
+        _bytes: usize,
+    ) -> Result<Box<dyn Any + Send + Sync>, DeviceError> {
+        Err(DeviceError::Decline(
+            "this device page-locks no host memory".into(),
+        ))
+    }
 }
 
 /// The device side of one run: allocation, copies, launches, events and release, in the order the
@@ -186,6 +203,15 @@ pub trait DeviceRun {
     /// Copies a device value back to the host now (after the work before it on its stream; it waits
     /// for that copy alone).
     fn download(&self, d: &DeviceTensor) -> Result<Tensor, DeviceError>;
+    /// Copies a device value into `dst`, host memory page-locked on this device
+    /// ([`DeviceSession::pin_host`], a [`crate::pinned::PinnedTensor`]'s bytes), straight over
+    /// the bus after the work before it on its stream, and waits for that copy alone. Declined
+    /// where `dst` is not such memory or not the value's size (the caller copies another way).
+    fn download_into(&self, _d: &DeviceTensor, _dst: &mut [u8]) -> Result<(), DeviceError> {
+        Err(DeviceError::Decline(
+            "this device copies into no page-locked host memory".into(),
+        ))
+    }
     /// Starts copying a device value back, to be collected by [`DeviceRun::finish`] (the run's
     /// outputs): returns its place in `finish`'s result.
     fn download_later(&self, d: &DeviceTensor) -> Result<usize, DeviceError>;

@@ -24,6 +24,7 @@ pub mod ops;
 pub mod opsets;
 pub mod output_files;
 pub mod pb;
+pub mod pinned;
 pub mod plan;
 pub mod tensor;
 pub mod verify;

@@ -128,6 +128,8 @@ api! {
     cuMemFree_v2: fn(CuDevicePtr) -> CuResult;
     cuMemAllocHost_v2: fn(*mut *mut c_void, usize) -> CuResult;
     cuMemFreeHost: fn(*mut c_void) -> CuResult;
+    cuMemHostRegister_v2: fn(*mut c_void, usize, c_uint) -> CuResult;
+    cuMemHostUnregister: fn(*mut c_void) -> CuResult;
     cuMemcpyHtoDAsync_v2: fn(CuDevicePtr, *const c_void, usize, CuStream) -> CuResult;
     cuMemcpyDtoHAsync_v2: fn(*mut c_void, CuDevicePtr, usize, CuStream) -> CuResult;
     cuMemcpyDtoDAsync_v2: fn(CuDevicePtr, CuDevicePtr, usize, CuStream) -> CuResult;
@@ -430,6 +432,43 @@ impl Drop for PinnedMemory {
         unsafe {
             (self.ctx.api.cuCtxSetCurrent)(self.ctx.raw);
             (self.ctx.api.cuMemFreeHost)(self.ptr as *mut c_void);
+        }
+    }
+}
+
+/// Host memory its owner allocated, page-locked in place (`cuMemHostRegister`) so that copies to
+/// and from it run at the bus's speed without staging; unregistered when dropped.
+pub struct HostRegistration {
+    ctx: Arc<Context>,
+    ptr: usize,
+}
+
+impl HostRegistration {
+    /// Page-locks `[ptr, ptr + bytes)` (at least one byte). The driver refuses a range that is not
+    /// mapped memory of the process; one freed while registered keeps its old pages locked until
+    /// the registration drops (copies through it reach those pages, not a later allocation).
+    pub fn new(ctx: &Arc<Context>, ptr: *mut u8, bytes: usize) -> Result<HostRegistration> {
+        ctx.bind()?;
+        // SAFETY: driver invariants 1 and 3 (the context is current); the call only reads the
+        // address range's mapping (an unmapped one is an error code, not a fault); flags 0
+        // (portable and mapped not asked for).
+        ctx.check("cuMemHostRegister", unsafe {
+            (ctx.api.cuMemHostRegister_v2)(ptr as *mut c_void, bytes.max(1), 0)
+        })?;
+        Ok(HostRegistration {
+            ctx: ctx.clone(),
+            ptr: ptr as usize,
+        })
+    }
+}
+
+impl Drop for HostRegistration {
+    fn drop(&mut self) {
+        // SAFETY: driver invariant 1; `ptr` was registered in `self.ctx` by `new` and is
+        // unregistered only here, once; the context is made current first.
+        unsafe {
+            (self.ctx.api.cuCtxSetCurrent)(self.ctx.raw);
+            (self.ctx.api.cuMemHostUnregister)(self.ptr as *mut c_void);
         }
     }
 }

@@ -122,6 +122,9 @@ pub struct Device {
     pub ctx: Arc<Context>,
     pub pool: Arc<Pool>,
     staging: StagingPool,
+    /// Host ranges their owners page-locked in place ([`Device::pin_host`]): copies from and to
+    /// them skip the staging.
+    pinned_host: Mutex<Vec<(usize, usize)>>,
     modules: Mutex<HashMap<String, Arc<Module>>>,
     /// Modules of PTX texts held in process-wide generator caches, by the text's address: a lookup
     /// without hashing tens of kilobytes of text per launch. Each entry keeps its text alive, so an
@@ -130,6 +133,27 @@ pub struct Device {
     streams: Mutex<Vec<Stream>>,
     events: Mutex<Vec<Event>>,
     dump_dir: Option<PathBuf>,
+}
+
+/// A host range page-locked in place ([`Device::pin_host`]); unpinned when dropped.
+pub struct HostPin {
+    device: Arc<Device>,
+    range: (usize, usize),
+    _reg: driver::HostRegistration,
+}
+
+impl Drop for HostPin {
+    fn drop(&mut self) {
+        let mut pinned = self
+            .device
+            .pinned_host
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = pinned.iter().position(|r| *r == self.range) {
+            pinned.swap_remove(i);
+        }
+        // The registration drops after the range left the list: no copy looks it up unpinned.
+    }
 }
 
 impl Device {
@@ -154,6 +178,7 @@ impl Device {
         Device {
             pool: Arc::new(Pool::new(ctx.clone(), budget)),
             staging: StagingPool::new(ctx.clone()),
+            pinned_host: Mutex::new(Vec::new()),
             modules: Mutex::new(HashMap::new()),
             shared_modules: Mutex::new(HashMap::new()),
             streams: Mutex::new(Vec::new()),
@@ -161,6 +186,32 @@ impl Device {
             dump_dir: std::env::var_os("QUORUM_DUMP_PTX").map(PathBuf::from),
             ctx,
         }
+    }
+
+    /// Page-locks `[ptr, ptr + bytes)` in place until the returned pin drops: uploads from it and
+    /// copies back into it ([`Run::download_into`]) go straight over the bus. The range should
+    /// stay allocated while pinned (`quorum_core::backend::DeviceSession::pin_host` says what
+    /// happens otherwise).
+    pub fn pin_host(self: &Arc<Self>, ptr: *mut u8, bytes: usize) -> Result<HostPin, CudaError> {
+        let reg = driver::HostRegistration::new(&self.ctx, ptr, bytes)?;
+        self.pinned_host
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((ptr as usize, bytes));
+        Ok(HostPin {
+            device: self.clone(),
+            range: (ptr as usize, bytes),
+            _reg: reg,
+        })
+    }
+
+    /// Whether `[ptr, ptr + len)` lies inside a range pinned by [`Device::pin_host`].
+    pub fn is_pinned_host(&self, ptr: usize, len: usize) -> bool {
+        self.pinned_host
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .any(|&(p, n)| ptr >= p && ptr + len <= p + n)
     }
 
     /// Another device on this one's context, with a pool, streams and caches of its own (and the

@@ -81,6 +81,18 @@ impl DeviceSession for CudaSession {
             delays: Delays::from_env(),
         }))
     }
+
+    fn pin_host(
+        &self,
+        ptr: *mut u8,
+        bytes: usize,
+    ) -> Result<Box<dyn std::any::Any + Send + Sync>, DeviceError> {
+        let pin = self
+            .device
+            .pin_host(ptr, bytes)
+            .map_err(|e| DeviceError::Device(e.to_string()))?;
+        Ok(Box::new(pin))
+    }
 }
 
 struct CudaRun<'s> {
@@ -222,6 +234,14 @@ impl DeviceRun for CudaRun<'_> {
         let t = unwrap(d.clone()).and_then(|t| self.run.download(&t));
         self.run.set_stream(current);
         t.map_err(device_error)
+    }
+
+    fn download_into(&self, d: &DeviceTensor, dst: &mut [u8]) -> Result<(), DeviceError> {
+        let current = self.run.current_stream();
+        self.run.set_stream(self.run.read_stream(d.stream));
+        let done = unwrap(d.clone()).and_then(|t| self.run.download_into(&t, dst));
+        self.run.set_stream(current);
+        done.map_err(device_error)
     }
 
     fn download_later(&self, d: &DeviceTensor) -> Result<usize, DeviceError> {

@@ -143,6 +143,17 @@ impl Driver for CudaDriver<'_> {
         Ok(s.upload(dst, &src.as_slice()[at..at + n])?)
     }
 
+    fn upload_host(&self, s: &Stream, dst: u64, src: &[u8]) -> KResult<()> {
+        Ok(s.upload(dst, src)?)
+    }
+
+    unsafe fn download_host(&self, s: &Stream, dst: u64, src: u64, n: usize) -> KResult<()> {
+        // SAFETY: the protocol's caller vouches that `[dst, dst + n)` is live, page-locked and
+        // untouched until the stream has passed the copy.
+        let dst = unsafe { std::slice::from_raw_parts_mut(dst as *mut u8, n) };
+        Ok(s.download(dst, src)?)
+    }
+
     fn upload_piece(&self) -> Option<usize> {
         memory::pipelined().then_some(memory::UPLOAD_PIECE)
     }
@@ -350,6 +361,15 @@ impl<'a> Run<'a> {
         let bytes = tensor_bytes(t)
             .ok_or_else(|| KError::Decline(format!("{} values stay on the host", t.dtype())))?;
         let d = self.alloc(t.dtype(), t.shape())?;
+        if !self.proto.capturing()
+            && self
+                .device
+                .is_pinned_host(bytes.as_ptr() as usize, bytes.len())
+        {
+            // The caller's memory, page-locked in place: straight over the bus.
+            self.proto.upload_host(d.ptr(), &bytes)?;
+            return Ok(d);
+        }
         self.proto.upload(d.ptr(), bytes.len(), |pinned, r| {
             memory::stage(&mut pinned.as_mut_slice()[r.clone()], &bytes[r]);
         })?;
@@ -401,6 +421,27 @@ impl<'a> Run<'a> {
         self.proto.check(word.ptr(), fault)?;
         self.release(word, &[]);
         Ok(())
+    }
+
+    /// Copies a device tensor into `dst`, host memory page-locked in place
+    /// ([`crate::Device::pin_host`]), after the work before it on the current stream, and waits
+    /// for that copy alone. Declined where `dst` is not such memory or not the tensor's size.
+    pub fn download_into(&self, d: &DevTensor, dst: &mut [u8]) -> KResult<()> {
+        let n = d.bytes();
+        if dst.len() != n {
+            crate::decline!("a {n}-byte tensor into {} bytes", dst.len());
+        }
+        if !self.device.is_pinned_host(dst.as_ptr() as usize, n) {
+            crate::decline!("the destination is not page-locked host memory");
+        }
+        // SAFETY: `dst` is page-locked (checked above) and exclusively borrowed until this
+        // function returns, and it returns only after the copy is done (`wait_current`) or, on a
+        // failed wait, with the run's streams unusable.
+        unsafe {
+            self.proto
+                .download_host(d.ptr(), dst.as_mut_ptr() as u64, n)?
+        };
+        self.proto.wait_current()
     }
 
     /// Starts copying a device tensor back on the current stream; [`Run::finish`] collects it.

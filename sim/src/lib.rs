@@ -519,6 +519,10 @@ impl Driver for SimDriver {
 
     /// Small pieces, so that the stream fuzzer's tensors of a few hundred bytes are uploaded in
     /// several (the staging of one piece beside the copy of the one before, in the command log).
+    fn upload_host(&self, _: &u64, _: u64, _: &[u8]) -> Result<(), DeviceError> {
+        Ok(())
+    }
+
     fn upload_piece(&self) -> Option<usize> {
         Some(64)
     }
@@ -552,6 +556,16 @@ impl DeviceSession for SimSession {
             capture: RefCell::new(None),
             rounded: Cell::new(false),
         }))
+    }
+
+    /// Nothing to lock on a simulated device: the pin is a token, and copies into the memory
+    /// ([`DeviceRun::download_into`]) write the value's bytes as a device's copy would.
+    fn pin_host(
+        &self,
+        _ptr: *mut u8,
+        _bytes: usize,
+    ) -> Result<Box<dyn Any + Send + Sync>, DeviceError> {
+        Ok(Box::new(()))
     }
 }
 
@@ -785,6 +799,29 @@ impl DeviceRun for SimRun<'_> {
         self.proto.set_stream(current);
         read?;
         Self::tensor(d, &buf)
+    }
+
+    fn download_into(&self, d: &DeviceTensor, dst: &mut [u8]) -> Result<(), DeviceError> {
+        let buf = Self::unwrap(d)?;
+        let t = Self::tensor(d, &buf)?;
+        let bytes = quorum_core::pinned::plain_bytes(&t)
+            .ok_or_else(|| DeviceError::Decline(format!("{} values", t.dtype())))?;
+        if bytes.len() != dst.len() {
+            return Err(DeviceError::Decline(format!(
+                "a {}-byte value into {} bytes",
+                bytes.len(),
+                dst.len()
+            )));
+        }
+        let current = self.proto.current_stream();
+        self.proto.set_stream(self.proto.read_stream(d.stream));
+        // The copy follows the work before it on the value's stream: the host waits for that
+        // point, then writes the bytes a device's copy would have.
+        let waited = self.proto.wait_current();
+        self.proto.set_stream(current);
+        waited?;
+        dst.copy_from_slice(&bytes);
+        Ok(())
     }
 
     fn download_later(&self, d: &DeviceTensor) -> Result<usize, DeviceError> {

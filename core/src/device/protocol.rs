@@ -102,6 +102,31 @@ pub trait Driver {
         at: usize,
         n: usize,
     ) -> Result<(), Self::Error>;
+    /// Copies `src`, host memory page-locked in place by its owner, to device address `dst` on `s`
+    /// (the caller keeps it alive and unwritten until the stream has passed the copy). Declined
+    /// by a device without such memory.
+    fn upload_host(&self, _s: &Self::Stream, _dst: u64, _src: &[u8]) -> Result<(), Self::Error> {
+        Err(Self::decline(
+            "no host memory is page-locked on this device".into(),
+        ))
+    }
+    /// Copies `n` bytes at device address `src` into host memory at `dst`, page-locked in place by
+    /// its owner, on `s`.
+    ///
+    /// # Safety
+    /// `[dst, dst + n)` is live memory that nothing reads or writes until the stream has passed
+    /// the copy.
+    unsafe fn download_host(
+        &self,
+        _s: &Self::Stream,
+        _dst: u64,
+        _src: u64,
+        _n: usize,
+    ) -> Result<(), Self::Error> {
+        Err(Self::decline(
+            "no host memory is page-locked on this device".into(),
+        ))
+    }
     /// The bytes of one piece of a large upload outside a capture: each piece is staged and its
     /// copy issued before the next is staged, so the host's staging overlaps the bus (`None`:
     /// every upload is staged whole, then copied).

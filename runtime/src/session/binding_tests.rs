@@ -196,3 +196,56 @@ fn what_cannot_be_bound_is_refused_by_name() {
         .unwrap();
     assert!(matches!(out[0].1, Bound::Host(_)));
 }
+
+#[test]
+fn pinned_inputs_and_outputs_give_the_host_runs_answer_in_place() {
+    let cpu = session(vec![Provider::Cpu]);
+    let s = session(vec![Provider::Sim, Provider::Cpu]);
+    // The output's pinned tensor starts poisoned: an element the run fails to write shows.
+    let mut y = s
+        .pin(Tensor::from_f32(&SHAPE, vec![f32::NAN; 32]).unwrap())
+        .unwrap();
+    let mut x = s.pin(values(11)).unwrap();
+    for seed in [11u64, 12] {
+        if seed != 11 {
+            x.copy_from(&values(seed)).unwrap();
+        }
+        let want = cpu
+            .run(vec![("x".into(), Value::Tensor(values(seed)))])
+            .unwrap();
+        let xs = Arc::new(x);
+        let out = s
+            .run_into(
+                vec![("x".into(), Bound::Pinned(xs.clone()))],
+                &mut [("y", &mut y)],
+            )
+            .unwrap();
+        assert!(
+            matches!(&out[0].1, Bound::Host(Value::Optional(None))),
+            "{out:?}"
+        );
+        assert_eq!(
+            bits(y.tensor()),
+            bits(want[0].1.as_tensor().unwrap()),
+            "seed {seed}"
+        );
+        x = Arc::try_unwrap(xs).expect("the run let go of its input");
+    }
+    // An output of another shape than its pinned tensor is refused by name.
+    let mut small = s
+        .pin(Tensor::from_f32(&[2], vec![0.0; 2]).unwrap())
+        .unwrap();
+    match s.run_into(
+        vec![("x".into(), Bound::Pinned(Arc::new(x)))],
+        &mut [("y", &mut small)],
+    ) {
+        Err(Error::Input { name, msg }) => {
+            assert_eq!(name, "y");
+            assert!(msg.contains("pinned tensor"), "{msg}");
+        }
+        other => panic!("expected an input error, got {other:?}"),
+    }
+    // A session without a device has nothing to page-lock on.
+    let cpu = session(vec![Provider::Cpu]);
+    assert!(matches!(cpu.pin(values(2)), Err(Error::Device(_))));
+}

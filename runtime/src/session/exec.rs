@@ -59,9 +59,52 @@ pub(super) struct Exec<'s> {
     pub bound: RefCell<Vec<(String, crate::backend::DeviceTensor)>>,
     /// Graph outputs to leave on their device instead of copying back, where a device made them.
     pub keep: &'s [String],
+    /// Run inputs in page-locked host memory, shared with their pinned tensors.
+    pub pinned: &'s [(String, Arc<Value>)],
+    /// Graph outputs to copy into page-locked host memory (`Session::run_into`).
+    pub into: &'s [&'s dyn super::binding::Dest],
     /// The outputs left on a device, by name; each one's place among the outputs holds an empty
     /// optional instead.
     pub kept: RefCell<Vec<(String, crate::backend::DeviceTensor)>>,
+}
+
+/// Where a top-level graph output is while the run ends.
+enum Out {
+    Host(Arc<Value>),
+    Later {
+        device: usize,
+        at: usize,
+    },
+    /// Left on a device, or already in its pinned tensor: an empty optional holds its place.
+    Kept,
+    /// Copied back through staging, then into a pinned tensor's bytes.
+    LaterInto {
+        device: usize,
+        at: usize,
+        into: usize,
+    },
+}
+
+/// Copies a host tensor's bytes into a pinned tensor's (same dtype and shape, checked before).
+fn copy_into(t: &Tensor, into: &dyn super::binding::Dest) -> Result<()> {
+    let src = quorum_core::pinned::plain_bytes(t).ok_or_else(|| Error::Input {
+        name: into.name().to_string(),
+        msg: format!("{} values have no plain bytes", t.dtype()),
+    })?;
+    let mut copied = Ok(());
+    into.with_bytes(&mut |dst| {
+        if src.len() == dst.len() {
+            dst.copy_from_slice(&src);
+        } else {
+            copied = Err(Error::Device(format!(
+                "output '{}': {} bytes for a pinned tensor of {}",
+                into.name(),
+                src.len(),
+                dst.len()
+            )));
+        }
+    });
+    copied
 }
 
 struct Runner<'a, 's> {
@@ -211,6 +254,11 @@ impl Exec<'_> {
         if schedule.is_some() {
             for (name, d) in self.bound.borrow_mut().drain(..) {
                 scope.values.insert(name, Slot::device(d));
+            }
+            for (name, v) in self.pinned {
+                scope
+                    .values
+                    .insert(name.clone(), Slot::host(v.clone(), false));
             }
         }
         if schedule.is_some()
@@ -434,14 +482,58 @@ impl Exec<'_> {
             .collect()
     }
 
+    /// An output that goes into a pinned tensor (`into`, the `k`-th): straight from the device
+    /// that made it where the device can, else through staging after the run; a host value is
+    /// copied in now.
+    fn output_into(&self, slot: &Slot, into: &dyn super::binding::Dest, k: usize) -> Result<Out> {
+        if (slot.dtype(), slot.shape()) != (Some(into.dtype()), Some(into.shape().to_vec())) {
+            return Err(Error::Input {
+                name: into.name().to_string(),
+                msg: format!(
+                    "is {}{:?}, but its pinned tensor is {}{:?}",
+                    slot.dtype()
+                        .map_or("not a tensor".into(), |d| d.to_string()),
+                    slot.shape().unwrap_or_default(),
+                    into.dtype(),
+                    into.shape()
+                ),
+            });
+        }
+        match slot {
+            Slot::Device { dev, host } if host.get().is_none() => {
+                let run = &self.devices[dev.device];
+                let mut copied = Ok(());
+                into.with_bytes(&mut |dst| copied = run.download_into(dev, dst));
+                match copied {
+                    Ok(()) => Ok(Out::Kept),
+                    Err(DeviceError::Decline(_)) => {
+                        let at = run
+                            .download_later(dev)
+                            .map_err(|e| device_error(&output_node(into.name()), e))?;
+                        Ok(Out::LaterInto {
+                            device: dev.device,
+                            at,
+                            into: k,
+                        })
+                    }
+                    Err(e) => Err(device_error(&output_node(into.name()), e)),
+                }
+            }
+            slot => {
+                let v = self.host_value(slot, &output_node(into.name()))?;
+                let t = v.as_tensor().ok_or_else(|| Error::Input {
+                    name: into.name().to_string(),
+                    msg: "is not a tensor".into(),
+                })?;
+                copy_into(t, into)?;
+                Ok(Out::Kept)
+            }
+        }
+    }
+
     /// The top-level graph outputs: device values start copying back at once, every device is
     /// synchronised once, then all are collected.
     fn collect_outputs(&self, g: &Graph, scope: Scope) -> Result<Vec<Value>> {
-        enum Out {
-            Host(Arc<Value>),
-            Later { device: usize, at: usize },
-            Kept,
-        }
         let mut pending = Vec::with_capacity(g.outputs.len());
         for o in &g.outputs {
             let Some(slot) = scope.get(&o.name) else {
@@ -450,6 +542,10 @@ impl Exec<'_> {
                     o.name
                 )));
             };
+            if let Some(k) = self.into.iter().position(|i| i.name() == o.name) {
+                pending.push(self.output_into(slot, self.into[k], k)?);
+                continue;
+            }
             pending.push(match slot {
                 Slot::Device { dev, .. } if self.keep.contains(&o.name) => {
                     self.kept.borrow_mut().push((o.name.clone(), dev.clone()));
@@ -471,7 +567,7 @@ impl Exec<'_> {
         if self.capture.is_some() {
             if let Some(name) = g.outputs.iter().zip(&pending).find_map(|(o, p)| match p {
                 Out::Host(_) => Some(&o.name),
-                Out::Later { .. } | Out::Kept => None,
+                Out::Later { .. } | Out::Kept | Out::LaterInto { .. } => None,
             }) {
                 return Err(self.refuse(format!("graph output '{name}' is not made on the device")));
             }
@@ -497,6 +593,14 @@ impl Exec<'_> {
             .map(|o| match o {
                 Out::Host(v) => Ok(Arc::try_unwrap(v).unwrap_or_else(|a| (*a).clone())),
                 Out::Kept => Ok(Value::Optional(None)),
+                Out::LaterInto { device, at, into } => {
+                    let t = copies[device]
+                        .get_mut(at)
+                        .and_then(Option::take)
+                        .ok_or_else(|| Error::Device("an output copy went missing".into()))?;
+                    copy_into(&t, self.into[into])?;
+                    Ok(Value::Optional(None))
+                }
                 Out::Later { device, at } => copies[device]
                     .get_mut(at)
                     .and_then(Option::take)

@@ -39,7 +39,7 @@ use crate::plan::Plan;
 pub use crate::providers::parse_providers;
 use crate::tensor::Value;
 pub use crate::verify::VerifyMode;
-pub use binding::{Bound, DeviceValue};
+pub use binding::{Bound, DeviceValue, PinnedTensor};
 pub use capture::{CarryPair, GraphCapture, GraphRecord, WARMUP_RUNS};
 pub use carry::CarryState;
 pub(crate) use inputs::overridable_initializers;
@@ -420,9 +420,19 @@ impl Session {
         sample: Option<&sampling::Window>,
         binding: Option<&binding::Binding>,
     ) -> std::result::Result<Executed, Refused> {
+        // The run's input shapes, bound ones included (what shape arithmetic and `auto`'s kept
+        // choices are keyed by).
+        let key = {
+            let mut k = capture::shape_key(&inputs);
+            if let Some(b) = binding {
+                k.extend(b.shapes());
+                k.sort();
+            }
+            k
+        };
         // A capture needs every node on the device: such runs use the per-node rule, untimed.
         let ticket = match &capture {
-            None => self.dispatch.trial.begin(|| self.kept_choice(&inputs)),
+            None => self.dispatch.trial.begin(|| self.kept_choice(&key)),
             Some(_) => trial::Ticket::per_node(),
         };
         // The trial's checked run: every device result judged by both oracles, a wrong one replaced
@@ -464,6 +474,11 @@ impl Session {
             None => Vec::new(),
         };
         let keep: &[String] = binding.map_or(&[], |b| &b.keep[..]);
+        let pinned: &[(String, Arc<Value>)] = binding.map_or(&[], |b| &b.pinned[..]);
+        let into: Vec<&dyn binding::Dest> = binding.map_or(Vec::new(), |b| {
+            b.into.iter().map(|i| i as &dyn binding::Dest).collect()
+        });
+        let into = &into[..];
         if self.options.profile {
             for d in &devices {
                 d.time_kernels();
@@ -480,7 +495,7 @@ impl Session {
             .steps
             .iter()
             .any(|s| s.shapes_only)
-            .then(|| self.shape_values.for_key(&capture::shape_key(&inputs)));
+            .then(|| self.shape_values.for_key(&key));
         // Strict runs judge their device nodes on a pool beside the run (`judges`).
         let judges =
             (mode == VerifyMode::Strict && !devices.is_empty() && capture.is_none()).then(|| {
@@ -511,6 +526,8 @@ impl Session {
             shape_values: shape_values.clone(),
             bound: std::cell::RefCell::new(bound.clone()),
             keep,
+            pinned,
+            into,
             kept: Default::default(),
         };
         let (result, refusal, replay) = if devices.is_empty() && capture.is_none() {
@@ -626,7 +643,7 @@ impl Session {
 impl Session {
     /// The choice an earlier process recorded for this model, adapters and `inputs`' shapes, with
     /// where it was recorded; remembers the key for [`Session::keep_choice`].
-    fn kept_choice(&self, inputs: &[(String, Value)]) -> Option<(trial::Whole, String)> {
+    fn kept_choice(&self, shapes: &capture::ShapeKey) -> Option<(trial::Whole, String)> {
         let path = self.options.auto_choices.as_ref()?;
         let adapters: Vec<String> = self
             .devices
@@ -636,7 +653,7 @@ impl Session {
         let key = choices::key(
             choices::fingerprint(&self.model.graph),
             &adapters.join(", "),
-            &capture::shape_key(inputs),
+            shapes,
         );
         let found = choices::lookup(path, &key);
         *self.choice_key.lock().unwrap_or_else(|e| e.into_inner()) = Some(key);

@@ -77,6 +77,66 @@ impl<D: Driver> RunProtocol<'_, D> {
         Ok(())
     }
 
+    /// Copies `src`, host memory its owner page-locked in place, to device address `dst` on the
+    /// current stream, with no staging. Not while capturing (a graph would copy from the
+    /// caller's memory at every replay).
+    pub fn upload_host(&self, dst: u64, src: &[u8]) -> Result<(), D::Error> {
+        self.not_capturing("an upload from the caller's page-locked memory")?;
+        if src.is_empty() {
+            return Ok(());
+        }
+        let n = src.len() as u64;
+        self.driver.upload_host(self.stream(), dst, src)?;
+        self.log_work(
+            "upload",
+            vec![Range::pinned(src.as_ptr() as u64, n)],
+            vec![Range::device(dst, n)],
+        );
+        Counters::bump(&self.counters.h2d_bytes, n);
+        Counters::bump(&self.counters.h2d_calls, 1);
+        Ok(())
+    }
+
+    /// Starts copying `n` bytes at device address `src` into host memory at `dst` that its owner
+    /// page-locked in place, after the work before it on the current stream (wait for it with
+    /// [`RunProtocol::wait_current`]).
+    ///
+    /// # Safety
+    /// `[dst, dst + n)` is live memory that nothing else reads or writes until the copy is done.
+    pub unsafe fn download_host(&self, src: u64, dst: u64, n: usize) -> Result<(), D::Error> {
+        self.not_capturing("a copy into the caller's page-locked memory")?;
+        if n == 0 {
+            return Ok(());
+        }
+        // SAFETY: the caller's contract.
+        unsafe { self.driver.download_host(self.stream(), dst, src, n)? };
+        self.log_work(
+            "download",
+            vec![Range::device(src, n as u64)],
+            vec![Range::pinned(dst, n as u64)],
+        );
+        Counters::bump(&self.counters.d2h_bytes, n as u64);
+        Counters::bump(&self.counters.d2h_calls, 1);
+        Ok(())
+    }
+
+    /// Waits for the work issued so far on the current stream (an event recorded there; the host
+    /// blocks on it alone).
+    pub fn wait_current(&self) -> Result<(), D::Error> {
+        self.not_capturing("a wait for the device")?;
+        let done = self.driver.take_event()?;
+        let waited = self.record_logged(&done, self.stream()).and_then(|_| {
+            Counters::time(&self.counters.wait_nanos, || self.driver.sync_event(&done))
+        });
+        if waited.is_ok() {
+            self.push(Command::SyncEvent {
+                event: self.driver.event_id(&done),
+            });
+        }
+        self.driver.give_event(done);
+        waited
+    }
+
     /// Copies `n` bytes from device address `src` back after the work before it on the current
     /// stream, waits for that copy alone, and gives `read` the pinned bytes.
     pub fn download<T>(
