@@ -186,7 +186,8 @@ pub fn pipelined() -> bool {
 }
 
 /// The host side of large transfers (`QUORUM_CUDA_PIPELINE`): `off` is [`HostPath::Whole`],
-/// `huge` [`HostPath::HugePages`], anything else [`HostPath::Pieces`].
+/// `small-pages` [`HostPath::Pieces`], anything else [`HostPath::HugePages`] (call 16 on an H100,
+/// a Relu over 256 MiB host to host: 161.5 ms whole, 40.2 in pieces, 33.5 with huge pages).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HostPath {
     /// Uploads staged whole, outputs rebuilt on the caller's thread (the path before pieces).
@@ -202,8 +203,8 @@ pub fn host_path() -> HostPath {
     static PATH: std::sync::OnceLock<HostPath> = std::sync::OnceLock::new();
     *PATH.get_or_init(|| match std::env::var("QUORUM_CUDA_PIPELINE").as_deref() {
         Ok("off") => HostPath::Whole,
-        Ok("huge") => HostPath::HugePages,
-        _ => HostPath::Pieces,
+        Ok("small-pages") => HostPath::Pieces,
+        _ => HostPath::HugePages,
     })
 }
 

@@ -513,4 +513,53 @@ fn bench_transfers() {
             after.graph_replays - before.graph_replays,
         );
     }
+
+    // IO binding: pinned tensors in and out (no host copy either way), and the value left on the
+    // device (the run alone, for a pipeline of models).
+    use quorum::session::Bound;
+    let s = quorum::Session::from_bytes(
+        &relu,
+        quorum::SessionOptions {
+            providers: vec![quorum::Provider::Cuda, quorum::Provider::Cpu],
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let t = Instant::now();
+    let xp = std::sync::Arc::new(s.pin(x.clone()).unwrap());
+    let mut yp = s.pin(rand_f32(22, &[n])).unwrap();
+    let pin_ms = t.elapsed().as_secs_f64() * 1e3;
+    let mut times = Vec::new();
+    for i in 0..13 {
+        let t = Instant::now();
+        s.run_into(
+            vec![("x".into(), Bound::Pinned(xp.clone()))],
+            &mut [("y", &mut yp)],
+        )
+        .unwrap();
+        if i >= 3 {
+            times.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    let ms = median(times);
+    println!(
+        "BENCH transfer_relu_256mib pinned in and out (run_into): {ms:.2} ms host to host ({:.1} GB/s each way); pinning both took {pin_ms:.1} ms once",
+        2.0 * gb / ms * 1e3
+    );
+    let d = s.to_device(&x).unwrap();
+    let mut times = Vec::new();
+    for i in 0..13 {
+        let t = Instant::now();
+        let out = s
+            .run_bound(vec![("x".into(), Bound::Device(d.clone()))], &["y"])
+            .unwrap();
+        if i >= 3 {
+            times.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        drop(out);
+    }
+    println!(
+        "BENCH transfer_relu_256mib device in and out (run_bound): {:.3} ms a run",
+        median(times)
+    );
 }

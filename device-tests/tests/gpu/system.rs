@@ -328,3 +328,99 @@ fn large_values_cross_whole_in_pieces() {
         }
     }
 }
+
+/// IO binding on CUDA: a session's output left on the device feeds another session's run without a
+/// copy either way, and pinned tensors go in and out straight over the bus (no staging, no
+/// rebuilt output); every element is the host pipeline's, and the pinned output starts poisoned.
+#[test]
+fn bound_and_pinned_values_cross_without_staging() {
+    use quorum::session::Bound;
+    if on_cpu() {
+        return;
+    }
+    let n = (8 << 20) / 4 + 999;
+    let options = || SessionOptions {
+        providers: vec![Provider::Cuda, Provider::Cpu],
+        poison_device_buffers: Some(POISON_NAN),
+        ..Default::default()
+    };
+    let neg = Session::from_bytes(
+        &graph_model(vec![node("Neg", &["x"], "y")], vec![]),
+        options(),
+    )
+    .unwrap();
+    let relu = Session::from_bytes(
+        &graph_model(vec![node("Relu", &["x"], "y")], vec![]),
+        options(),
+    )
+    .unwrap();
+    let x = rand_f32(50, &[n]);
+    let want: Vec<f64> = x
+        .to_f64_vec()
+        .unwrap()
+        .iter()
+        .map(|v| (-v).max(0.0))
+        .collect();
+    let same = |got: &Tensor, what: &str| {
+        let got = got.to_f64_vec().unwrap();
+        let wrong = got
+            .iter()
+            .zip(&want)
+            .filter(|(g, w)| g.to_bits() != w.to_bits())
+            .count();
+        assert_eq!(wrong, 0, "{what}: {wrong} of {n} elements differ");
+    };
+
+    // Device to device across sessions.
+    let a = neg
+        .run_bound(
+            vec![("x".into(), Bound::Host(Value::Tensor(x.clone())))],
+            &["y"],
+        )
+        .unwrap();
+    let y = a[0]
+        .1
+        .as_device()
+        .expect("Neg's output stays on the device")
+        .clone();
+    let before = relu.counters();
+    let b = relu
+        .run_bound(vec![("x".into(), Bound::Device(y))], &[])
+        .unwrap();
+    let after = relu.counters();
+    assert_eq!(
+        after.h2d_bytes, before.h2d_bytes,
+        "the device input was uploaded"
+    );
+    match b.into_iter().next().unwrap().1 {
+        Bound::Host(Value::Tensor(t)) => same(&t, "device to device"),
+        other => panic!("{other:?}"),
+    }
+
+    // Pinned in, pinned out: one direct copy each way, nothing staged or rebuilt.
+    let negx = Tensor::from_f32(
+        &[n],
+        x.to_f64_vec().unwrap().iter().map(|v| -*v as f32).collect(),
+    )
+    .unwrap();
+    let xp = std::sync::Arc::new(relu.pin(negx).unwrap());
+    let mut yp = relu
+        .pin(Tensor::from_f32(&[n], vec![f32::NAN; n]).unwrap())
+        .unwrap();
+    for round in 0..2 {
+        let before = relu.counters();
+        relu.run_into(
+            vec![("x".into(), Bound::Pinned(xp.clone()))],
+            &mut [("y", &mut yp)],
+        )
+        .unwrap();
+        let after = relu.counters();
+        same(yp.tensor(), &format!("pinned, round {round}"));
+        assert_eq!(after.h2d_calls - before.h2d_calls, 1, "{after:?}");
+        assert_eq!(after.stage_nanos, before.stage_nanos, "staged: {after:?}");
+        assert_eq!(
+            after.readback_nanos, before.readback_nanos,
+            "rebuilt: {after:?}"
+        );
+    }
+}
