@@ -16,14 +16,26 @@ use super::{Rewrite, binary, pinned, producers, readers, sole_reader};
 use crate::ir::{Graph, Node};
 use crate::tensor::Value;
 
-/// Whether `name` is a constant float scalar (one element) within `tol` of `want`.
+/// Whether `name` is a constant float scalar (one element) within `tol` of `want`, or `want` as
+/// the constant's own type rounds it: an f16 or bf16 model's √2 is 1.4140625, 1.5e-4 from √2, and
+/// its chain divides by that (the fused Gelu's argument then moves by less than a sixth of an f16
+/// ulp, far inside the chain's five f16 roundings).
 fn is_const(constants: &HashMap<String, Arc<Value>>, name: &str, want: f64, tol: f64) -> bool {
+    use crate::tensor::DType;
     constants
         .get(name)
         .and_then(|v| v.as_tensor())
         .filter(|t| t.dtype().is_float() && t.len() == 1)
-        .and_then(|t| t.to_f64_vec().ok())
-        .is_some_and(|v| (v[0] - want).abs() <= tol)
+        .and_then(|t| Some((t.dtype(), t.to_f64_vec().ok()?[0])))
+        .is_some_and(|(dtype, v)| {
+            let rounded = match dtype {
+                DType::F16 => half::f16::from_f64(want).to_f64(),
+                DType::BF16 => half::bf16::from_f64(want).to_f64(),
+                DType::F32 => want as f32 as f64,
+                _ => want,
+            };
+            v == rounded || (v - want).abs() <= tol
+        })
 }
 
 /// The input of binary node `n` other than the one at position `k`.

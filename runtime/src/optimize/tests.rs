@@ -415,6 +415,96 @@ fn gelu_chains_become_one_gelu() {
     }
 }
 
+/// An f16 or bf16 model's chain, its constants rounded to its type (√2 as 1.4140625), is rewritten
+/// too; a constant off by more than that rounding is not.
+#[test]
+fn half_gelu_chains_become_one_gelu() {
+    use crate::tensor::DType;
+    for dtype in [DType::F16, DType::BF16] {
+        for form_b in [false, true] {
+            let mut m = gelu_model(form_b, std::f32::consts::SQRT_2);
+            let half = |t: &Tensor| -> Tensor {
+                let v = t.to_f64_vec().unwrap();
+                match dtype {
+                    DType::F16 => Tensor::F16(
+                        ndarray::ArrayD::from_shape_vec(
+                            ndarray::IxDyn(t.shape()),
+                            v.iter().map(|&x| half::f16::from_f64(x)).collect(),
+                        )
+                        .unwrap(),
+                    ),
+                    _ => Tensor::BF16(
+                        ndarray::ArrayD::from_shape_vec(
+                            ndarray::IxDyn(t.shape()),
+                            v.iter().map(|&x| half::bf16::from_f64(x)).collect(),
+                        )
+                        .unwrap(),
+                    ),
+                }
+            };
+            for v in m.graph.initializers.values_mut() {
+                let t = half(v.as_tensor().unwrap());
+                *v = Arc::new(Value::Tensor(t));
+            }
+            for i in m.graph.inputs.iter_mut().chain(m.graph.outputs.iter_mut()) {
+                if let crate::ir::ValueType::Tensor { dtype: d, .. } = &mut i.ty {
+                    *d = Some(dtype);
+                }
+            }
+            let (r, done) = gelu_rewritten(&m).expect("the half chain is rewritten");
+            assert_eq!(done[0].pass, "gelu", "{dtype}, form B: {form_b}");
+            // The CPU runs the rewritten half model, within the chain's own error of it (five
+            // roundings in the half type against one).
+            let v = crate::ops::testing::seeded_f32(31, 256, -6.0, 6.0);
+            let x = half(&Tensor::from_f32(&[4, 64], v).unwrap());
+            let run = |m: &Model| {
+                let out = session(m, false)
+                    .run(vec![("x".into(), Value::Tensor(x.clone()))])
+                    .unwrap();
+                out[0].1.as_tensor().unwrap().to_f64_vec().unwrap()
+            };
+            let (chain, fused) = (run(&m), run(&r));
+            let ulp = if dtype == DType::F16 {
+                2f64.powi(-10)
+            } else {
+                2f64.powi(-7)
+            };
+            for ((c, f), xi) in chain.iter().zip(&fused).zip(x.to_f64_vec().unwrap()) {
+                let exact = crate::ops::elementwise::gelu_f64(xi);
+                let scale = exact.abs().max(1.0);
+                assert!(
+                    (f - exact).abs() <= ulp * scale,
+                    "{dtype}: fused {f}, exact {exact}"
+                );
+                assert!(
+                    (c - f).abs() <= 4.0 * ulp * scale,
+                    "{dtype}: chain {c}, fused {f}"
+                );
+            }
+            let ops: Vec<String> = r.graph.nodes.iter().map(|n| n.qualified_op()).collect();
+            assert_eq!(ops, ["Gelu"], "{dtype}, form B: {form_b}");
+            // √2 one f16 ulp away from its rounding is another constant.
+            let off = match dtype {
+                DType::F16 => {
+                    half::f16::from_f64(std::f64::consts::SQRT_2).to_f64() + 2f64.powi(-10)
+                }
+                _ => half::bf16::from_f64(std::f64::consts::SQRT_2).to_f64() + 2f64.powi(-7),
+            };
+            let mut m2 = m.clone();
+            let key = if form_b { "c_inv" } else { "c_sqrt2" };
+            let want = if form_b { 1.0 / off } else { off };
+            let t = half(&Tensor::from_f32(&[], vec![want as f32]).unwrap());
+            m2.graph
+                .initializers
+                .insert(key.into(), Arc::new(Value::Tensor(t)));
+            assert!(
+                gelu_rewritten(&m2).is_none(),
+                "{dtype}, form B {form_b}: {off}"
+            );
+        }
+    }
+}
+
 #[test]
 fn gelu_look_alikes_stay_apart() {
     // Another constant than √2.
