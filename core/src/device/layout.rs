@@ -62,6 +62,53 @@ pub fn simplify(shape: &[usize], strides: &[Vec<i64>]) -> (Vec<usize>, Vec<Vec<i
     (out_shape, out_strides)
 }
 
+/// Groups of `w` neighbouring elements that every walk moves together, for a copy of wider words:
+/// where the innermost axis is contiguous in every walk (`strides[j]` ends in 1) and `w` divides
+/// that axis, every other stride and every base, the same walks in units of `w` elements. `w` is
+/// the largest power of two up to `max_bytes / size` that fits; `None` where none above 1 does.
+/// Returns `(w, shape, strides, bases)`; the caller checks that the buffers' addresses are aligned
+/// to `w · size` bytes.
+#[allow(clippy::type_complexity)]
+pub fn widen(
+    shape: &[usize],
+    strides: &[Vec<i64>],
+    bases: &[i64],
+    size: usize,
+    max_bytes: usize,
+) -> Option<(usize, Vec<usize>, Vec<Vec<i64>>, Vec<i64>)> {
+    let inner = *shape.last()?;
+    if strides.iter().any(|s| s.last() != Some(&1)) {
+        return None;
+    }
+    let mut w = (max_bytes / size.max(1)).max(1).next_power_of_two();
+    while w * size > max_bytes {
+        w /= 2;
+    }
+    while w > 1 {
+        let fits = inner % w == 0
+            && bases.iter().all(|b| b % w as i64 == 0)
+            && strides
+                .iter()
+                .all(|s| s[..s.len() - 1].iter().all(|v| v % w as i64 == 0));
+        if fits {
+            let mut shape = shape.to_vec();
+            *shape.last_mut()? /= w;
+            let strides = strides
+                .iter()
+                .map(|s| {
+                    let mut s: Vec<i64> = s.iter().map(|v| v / w as i64).collect();
+                    *s.last_mut()? = 1;
+                    Some(s)
+                })
+                .collect::<Option<Vec<_>>>()?;
+            let bases = bases.iter().map(|b| b / w as i64).collect();
+            return Some((w, shape, strides, bases));
+        }
+        w /= 2;
+    }
+    None
+}
+
 /// Where a strided access starts and how it steps along each dim, in elements: element
 /// `base + Σ cᵢ·strides[i]` for every coordinate `c` of the shape it walks.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,6 +158,62 @@ impl Strided {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The heads' transpose of a transformer ([197, 12, 64] → [12, 197, 64], halves) moves four
+    /// halves a word; a transpose of the innermost axis, an odd inner length, a base or a stride
+    /// off the word, and a broadcast innermost axis move single elements; an element walk and its
+    /// widened walk visit the same bytes.
+    #[test]
+    fn widen_groups_what_every_walk_keeps_together() {
+        let shape = [12usize, 197, 64];
+        let dst = Strided::dense(&shape).strides;
+        let src = vec![64i64, 768, 1];
+        let (w, s, st, b) = widen(&shape, &[dst.clone(), src.clone()], &[0, 0], 2, 8).unwrap();
+        assert_eq!((w, &s, b), (4, &vec![12, 197, 16], vec![0, 0]));
+        assert_eq!(st, vec![vec![3152, 16, 1], vec![16, 192, 1]]);
+        // Every byte the element walk reads is read by the widened walk, in the same places.
+        let bytes = |shape: &[usize], st: &[i64], size: i64| {
+            let mut v = Vec::new();
+            for i in 0..shape.iter().product::<usize>() {
+                let (mut r, mut off) = (i, 0i64);
+                for d in (0..shape.len()).rev() {
+                    off += (r % shape[d]) as i64 * st[d];
+                    r /= shape[d];
+                }
+                v.extend((0..size).map(|k| off * size + k));
+            }
+            v
+        };
+        assert_eq!(bytes(&shape, &src, 2), bytes(&s, &st[1], 8));
+        assert_eq!(bytes(&shape, &dst, 2), bytes(&s, &st[0], 8));
+        // f32 by pairs; bytes beyond 8 are not asked for.
+        assert_eq!(
+            widen(&[6, 4], &[vec![4, 1], vec![8, 1]], &[0, 2], 4, 8)
+                .unwrap()
+                .0,
+            2
+        );
+        assert_eq!(widen(&[6, 4], &[vec![4, 1]], &[0], 8, 8), None);
+        // The innermost axis transposed, odd, broadcast; a base or a stride off the word.
+        assert_eq!(
+            widen(&[4, 8], &[vec![8, 1], vec![1, 4]], &[0, 0], 2, 8),
+            None
+        );
+        assert_eq!(
+            widen(&[4, 7], &[vec![7, 1], vec![7, 1]], &[0, 0], 2, 8),
+            None
+        );
+        assert_eq!(
+            widen(&[4, 8], &[vec![8, 1], vec![8, 0]], &[0, 0], 2, 8),
+            None
+        );
+        assert_eq!(
+            widen(&[4, 8], &[vec![8, 1], vec![8, 1]], &[0, 1], 2, 8),
+            None
+        );
+        let (w, ..) = widen(&[4, 8], &[vec![8, 1], vec![10, 1]], &[0, 0], 2, 8).unwrap();
+        assert_eq!(w, 2, "a stride of 10 halves takes pairs, not fours");
+    }
 
     #[test]
     fn simplify_merges_contiguous_and_drops_ones() {

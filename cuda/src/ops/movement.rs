@@ -10,6 +10,7 @@ use crate::driver::Arg;
 use crate::memory::{device_elem_size, tensor_bytes};
 use crate::ptx::{Cmp, Kernel, Op, Reg, Space, Ty, module};
 use crate::{CudaKernel, DevTensor, Fault, Inputs, KError, KResult, Run, blocks, dev_input};
+use quorum_core::device::layout::widen;
 use quorum_core::device::movement::{
     GatherPlan, PadMode, PadPlan, gather_plan, pad_plan, shared_kernel,
 };
@@ -97,9 +98,23 @@ impl Primitives for Run<'_> {
         if !fits_i32(from, shape) || !fits_i32(to, shape) {
             decline!("offsets beyond 32-bit indexing");
         }
-        let (src_base, dst_base) = (from.base, to.base);
-        let (ty, size) = elem_ty(src)?;
-        let (shape, st) = simplify(shape, &[to.strides.clone(), from.strides.clone()]);
+        let (mut src_base, mut dst_base) = (from.base, to.base);
+        let (mut ty, mut size) = elem_ty(src)?;
+        let (mut shape, mut st) = simplify(shape, &[to.strides.clone(), from.strides.clone()]);
+        // Where every walk keeps neighbours of the innermost axis together (a transformer's heads
+        // transposed, a Concat or Slice along an outer axis), a thread moves up to 8 bytes.
+        if let Some((w, s, t, b)) = widen(&shape, &st, &[dst_base, src_base], size, 8) {
+            let bytes = (w * size) as u64;
+            if dst.ptr().is_multiple_of(bytes) && src.ptr().is_multiple_of(bytes) {
+                (shape, st, dst_base, src_base) = (s, t, b[0], b[1]);
+                (ty, size) = match bytes {
+                    2 => (Ty::U16, 2),
+                    4 => (Ty::U32, 4),
+                    _ => (Ty::U64, 8),
+                };
+            }
+        }
+        let n = require_u32_len(&shape)?;
         let mut k = Kernel::new("copy");
         let dp = k.param_ptr("dst");
         let sp = k.param_ptr("src");
