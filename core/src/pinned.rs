@@ -73,6 +73,8 @@ impl PinnedTensor {
 
     /// The tensor's bytes, row-major, to write new values in place or for a run to copy an
     /// output into; `None` while a run still holds it as an input.
+    // The cast to bytes is a no-op in the macro's u8 arm only.
+    #[allow(clippy::unnecessary_cast)]
     pub fn bytes_mut(&mut self) -> Option<&mut [u8]> {
         let Value::Tensor(t) = Arc::get_mut(&mut self.value)? else {
             return None;

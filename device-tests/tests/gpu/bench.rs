@@ -202,26 +202,22 @@ fn bench_f16_gemm() {
                 .upload(&crate::elementwise::as_dtype(&rand_f32(4, &[k, n]), half))
                 .unwrap();
             let reps = if m * n * k >= 1 << 36 { 10 } else { 30 };
-            let ms = time_ms(&run, 3, reps, &mut || {
-                let y = quorum::cuda::ops::matmul::sgemm(
-                    &run, &a, &b, None, m, n, k, false, false, 1.0, 0.0, 1,
-                )
-                .unwrap();
-                run.release(y, &[]);
-            });
-            let tflops = 2.0 * (m * n * k) as f64 / (ms * 1e-3) / 1e12;
-            println!("BENCH {label}_gemm_{on}_{m}x{n}x{k} {tflops:.2} TFLOP/s ({ms:.3} ms)");
-            if m == n && n == k && m >= 4096 {
-                // B along k (Gemm's transB, a Linear's weight as exported): the layout `wgmma`
-                // reads with one instruction a k-step.
+            // `trans_b`: B along k (Gemm's transB, a Linear's weight as exported), the layout
+            // `wgmma` reads with one instruction a k-step; timed for the large squares.
+            let timed = |trans_b: bool| {
                 let ms = time_ms(&run, 3, reps, &mut || {
                     let y = quorum::cuda::ops::matmul::sgemm(
-                        &run, &a, &b, None, m, n, k, false, true, 1.0, 0.0, 1,
+                        &run, &a, &b, None, m, n, k, false, trans_b, 1.0, 0.0, 1,
                     )
                     .unwrap();
                     run.release(y, &[]);
                 });
-                let tflops = 2.0 * (m * n * k) as f64 / (ms * 1e-3) / 1e12;
+                (ms, 2.0 * (m * n * k) as f64 / (ms * 1e-3) / 1e12)
+            };
+            let (ms, tflops) = timed(false);
+            println!("BENCH {label}_gemm_{on}_{m}x{n}x{k} {tflops:.2} TFLOP/s ({ms:.3} ms)");
+            if m == n && n == k && m >= 4096 {
+                let (ms, tflops) = timed(true);
                 println!(
                     "BENCH {label}_gemm_{on}_{m}x{n}x{k}_transb {tflops:.2} TFLOP/s ({ms:.3} ms)"
                 );

@@ -307,7 +307,7 @@ impl Session {
         };
         {
             let shapes = binding.shapes();
-            let given: Vec<(&str, Option<(DType, &[usize])>)> = host
+            let given: Vec<super::inputs::Given> = host
                 .iter()
                 .map(|(n, v)| (n.as_str(), v.as_tensor().map(|t| (t.dtype(), t.shape()))))
                 .chain(

@@ -6,8 +6,11 @@ use crate::error::{Error, Result};
 use crate::ir::{Dim, Graph, Model, ValueType};
 use crate::tensor::{DType, Value};
 
+/// A run input as the checks see it: its name and, for a tensor, its dtype and shape.
+pub(super) type Given<'a> = (&'a str, Option<(DType, &'a [usize])>);
+
 pub(super) fn check_inputs(model: &Model, graph: &Graph, inputs: &[(String, Value)]) -> Result<()> {
-    let given: Vec<(&str, Option<(DType, &[usize])>)> = inputs
+    let given: Vec<Given> = inputs
         .iter()
         .map(|(n, v)| (n.as_str(), v.as_tensor().map(|t| (t.dtype(), t.shape()))))
         .collect();
@@ -19,7 +22,7 @@ pub(super) fn check_inputs(model: &Model, graph: &Graph, inputs: &[(String, Valu
 pub(super) fn check_given(
     model: &Model,
     graph: &Graph,
-    inputs: &[(&str, Option<(DType, &[usize])>)],
+    inputs: &[Given],
 ) -> Result<()> {
     let declared: HashMap<&str, &ValueType> = graph
         .inputs
