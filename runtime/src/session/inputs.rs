@@ -19,11 +19,7 @@ pub(super) fn check_inputs(model: &Model, graph: &Graph, inputs: &[(String, Valu
 
 /// [`check_inputs`] over each input's name and, for a tensor, its dtype and shape (a value on the
 /// host or on a device alike).
-pub(super) fn check_given(
-    model: &Model,
-    graph: &Graph,
-    inputs: &[Given],
-) -> Result<()> {
+pub(super) fn check_given(model: &Model, graph: &Graph, inputs: &[Given]) -> Result<()> {
     let declared: HashMap<&str, &ValueType> = graph
         .inputs
         .iter()
