@@ -99,6 +99,43 @@ fn bench_prints_json_with_percentiles() {
     assert_eq!(j["counters"]["kernel_launches"], 0, "{j}");
 }
 
+/// `--io pinned|device` on the simulated device: the timed runs bind their values (the counters
+/// show no transfer for `device`; `pinned` runs the same number of runs), and a session without a
+/// device refuses both with the reason.
+#[test]
+fn bench_binds_inputs_and_outputs_with_io() {
+    let model = write_model("bench-io");
+    let bench = |io: &str, provider: &str| {
+        quorum()
+            .args([
+                "bench", "--iters", "4", "--warmup", "1", "--json", "--dim", "n=3",
+            ])
+            .args(["--provider", provider, "--io", io])
+            .arg(&model)
+            .output()
+            .unwrap()
+    };
+    for io in ["pinned", "device"] {
+        let out = bench(io, "sim");
+        assert!(
+            out.status.success(),
+            "{io}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(j["io"], io, "{j}");
+        assert_eq!(j["iters"], 4, "{j}");
+        if io == "device" {
+            assert_eq!(j["transfers"]["h2d_mb"], 0.0, "{j}");
+            assert_eq!(j["transfers"]["d2h_mb"], 0.0, "{j}");
+        }
+        let out = bench(io, "cpu");
+        assert!(!out.status.success(), "{io} on the CPU");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("device"), "{io}: {err}");
+    }
+}
+
 #[test]
 fn info_lists_io_ops_and_placement() {
     let model = write_model("info");

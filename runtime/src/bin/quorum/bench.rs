@@ -35,6 +35,12 @@ pub struct Args {
     /// With `--profile=nodes`: how many nodes to print, most time first (0: all).
     #[arg(long, default_value_t = 30)]
     top: usize,
+    /// How inputs and outputs cross (IO binding, as onnxruntime_perf_test's -I): host (host
+    /// tensors through `Session::run`), pinned (host tensors page-locked once: no host copies),
+    /// or device (inputs copied to the device once, outputs left there: no transfers). Runs with
+    /// pinned or device values are eager (no graph replay).
+    #[arg(long, value_enum, default_value = "host")]
+    io: crate::bench_io::Io,
 }
 
 /// What `--profile` sums the node times by.
@@ -73,8 +79,13 @@ pub fn main(a: Args) -> CliResult<()> {
     let mut transfers = Transfers::default();
     let timed = (|| {
         // `auto` times whole-model placements over its first runs: not its steady state.
+        // One runner a thread, made before the clock starts (pinned tensors are page-locked and
+        // device values copied once, there); the first also warms up.
+        let mut runners = (0..a.concurrency)
+            .map(|_| crate::bench_io::Runner::new(a.io, &session, &inputs))
+            .collect::<quorum::Result<Vec<_>>>()?;
         for _ in 0..a.warmup + session.auto_trial_runs() {
-            session.run(inputs.clone())?;
+            runners[0].run()?;
         }
         // The warm-up's node times are not part of the profile.
         let warm = session.op_profile();
@@ -83,15 +94,13 @@ pub fn main(a: Args) -> CliResult<()> {
         let warm_counters = session.counters();
         let start = Instant::now();
         let per_thread: Vec<quorum::Result<Vec<f64>>> = std::thread::scope(|scope| {
-            let workers: Vec<_> = (0..a.concurrency)
-                .map(|_| {
-                    scope.spawn(|| -> quorum::Result<Vec<f64>> {
+            let workers: Vec<_> = runners
+                .into_iter()
+                .map(|mut runner| {
+                    scope.spawn(move || -> quorum::Result<Vec<f64>> {
                         let mut t_ms = Vec::with_capacity(a.iters);
                         for _ in 0..a.iters.max(1) {
-                            let batch = inputs.clone();
-                            let t = Instant::now();
-                            session.run(batch)?;
-                            t_ms.push(t.elapsed().as_secs_f64() * 1e3);
+                            t_ms.push(runner.run()?);
                         }
                         Ok(t_ms)
                     })
@@ -128,6 +137,7 @@ pub fn main(a: Args) -> CliResult<()> {
             "threads": rayon::current_num_threads(),
             "iters": times.len(),
             "concurrency": a.concurrency,
+            "io": a.io.name(),
             "throughput_per_s": times.len() as f64 / wall_s.max(1e-9),
             "warmup": a.warmup,
             "median_ms": median,

@@ -1,5 +1,6 @@
 //! The `quorum` command line: run, benchmark and inspect ONNX models.
 mod bench;
+mod bench_io;
 mod common;
 mod compare;
 mod generate;
