@@ -269,7 +269,14 @@ pub fn tensor_from_bytes(dtype: DType, shape: &[usize], bytes: &[u8]) -> Option<
         }
         // One pass over the bytes (no zeroing first): an output comes back on every run. A large
         // one is written by several threads, which also share the page faults of its fresh memory.
-        let mut v: Vec<T> = Vec::with_capacity(n);
+        // Values of f32's layout take the storage of a dead value from the session's arena where
+        // the caller entered one (an eager run's outputs: the storage of the run's own inputs,
+        // freed after their upload, with its pages already mapped).
+        let mut v: Vec<T> = if pipelined() {
+            quorum_core::arena::vec(n)
+        } else {
+            Vec::with_capacity(n)
+        };
         if bytes.len() >= 4 * UPLOAD_PIECE && host_path() == HostPath::HugePages {
             advise_huge_pages(v.as_mut_ptr() as *mut u8, bytes.len());
         }

@@ -580,10 +580,13 @@ impl Exec<'_> {
             copies.push(got.into_iter().map(Some).collect());
         } else {
             for run in &self.devices {
-                let got = run.finish().map_err(|e| match e {
-                    DeviceError::Fault(f) => fault_error(f),
-                    e => Error::Device(format!("finishing the run: {e}")),
-                })?;
+                // Outputs rebuilt on the host take dead values' storage from the arena (the
+                // inputs', freed after their upload) instead of fresh pages.
+                let got =
+                    crate::arena::enter(self.arena, || run.finish()).map_err(|e| match e {
+                        DeviceError::Fault(f) => fault_error(f),
+                        e => Error::Device(format!("finishing the run: {e}")),
+                    })?;
                 copies.push(got.into_iter().map(Some).collect());
             }
         }
