@@ -3,7 +3,6 @@
 //! outputs are copied straight into them, with no staging copy on the host. The session's IO
 //! binding (`Session::pin`, `Session::run_into`) hands them to runs.
 use std::any::Any;
-use std::borrow::Cow;
 use std::sync::Arc;
 
 use crate::backend::{DeviceError, DeviceSession};
@@ -100,7 +99,7 @@ impl PinnedTensor {
                 t.shape()
             )));
         }
-        let src = plain_bytes(t).ok_or_else(|| {
+        let src = crate::tensor::tensor_bytes(t).ok_or_else(|| {
             DeviceError::Device(format!("{} values have no plain bytes", t.dtype()))
         })?;
         let dst = self
@@ -109,21 +108,4 @@ impl PinnedTensor {
         dst.copy_from_slice(&src);
         Ok(())
     }
-}
-
-/// A tensor's elements as bytes in row-major order (borrowed where its storage is already so),
-/// for plain-old-data element types; `None` for strings and packed types.
-pub fn plain_bytes(t: &Tensor) -> Option<Cow<'_, [u8]>> {
-    if matches!(t, Tensor::Str(_) | Tensor::Packed(..)) {
-        return None;
-    }
-    fn raw<T: Clone>(s: &[T]) -> &[u8] {
-        // SAFETY: a live slice of plain-old-data elements (the callers' types: numbers, bool,
-        // halves; no padding), viewed as its bytes for the slice's lifetime.
-        unsafe { std::slice::from_raw_parts(s.as_ptr() as *const u8, std::mem::size_of_val(s)) }
-    }
-    Some(crate::with_array!(t, a => match a.as_slice() {
-        Some(s) => Cow::Borrowed(raw(s)),
-        None => Cow::Owned(raw(&a.iter().cloned().collect::<Vec<_>>()).to_vec()),
-    }))
 }

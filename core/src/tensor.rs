@@ -595,3 +595,39 @@ impl Tensor {
         })
     }
 }
+
+/// The bytes of a host tensor in row-major order, or `None` for strings and packed (narrow)
+/// types: what a device copies, a pinned tensor holds (`crate::pinned`) and a host copy writes.
+pub fn tensor_bytes(t: &Tensor) -> Option<std::borrow::Cow<'_, [u8]>> {
+    fn raw<T: Copy>(a: &ArrayD<T>) -> std::borrow::Cow<'_, [u8]> {
+        // Plain-old-data element types only (callers below): their bytes are their representation,
+        // so a contiguous array is borrowed as it lies (a run's input goes to the staging buffer
+        // in one copy) and any other layout is gathered once.
+        let bytes = |s: &[T]| -> &[u8] {
+            // SAFETY: `s` is a live slice of `size_of_val(s)` initialised bytes, and every `T`
+            // here (floats, integers, bool, f16/bf16) has no padding.
+            unsafe { std::slice::from_raw_parts(s.as_ptr() as *const u8, std::mem::size_of_val(s)) }
+        };
+        match a.as_slice() {
+            Some(s) => std::borrow::Cow::Borrowed(bytes(s)),
+            None => std::borrow::Cow::Owned(bytes(&a.iter().copied().collect::<Vec<T>>()).to_vec()),
+        }
+    }
+    Some(match t {
+        Tensor::F32(a) => raw(a),
+        Tensor::F64(a) => raw(a),
+        Tensor::F16(a) => raw(a),
+        Tensor::BF16(a) => raw(a),
+        Tensor::I8(a) => raw(a),
+        Tensor::I16(a) => raw(a),
+        Tensor::I32(a) => raw(a),
+        Tensor::I64(a) => raw(a),
+        Tensor::U8(a) => raw(a),
+        Tensor::U16(a) => raw(a),
+        Tensor::U32(a) => raw(a),
+        Tensor::U64(a) => raw(a),
+        // A bool is one byte, 0 or 1.
+        Tensor::Bool(a) => raw(a),
+        Tensor::Str(_) | Tensor::Packed(..) => return None,
+    })
+}

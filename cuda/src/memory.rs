@@ -11,7 +11,6 @@
 //! and module caches keep the first copy inserted, so a copy another run already launched with is
 //! never dropped (`device-tests/tests/gpu/system.rs` shows the hold on a device of its own pool,
 //! and that without it another run's poison is read).
-use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
 
 use ndarray::{ArrayD, IxDyn};
@@ -134,40 +133,7 @@ pub fn device_elem_size(d: DType) -> Option<usize> {
     }
 }
 
-/// The bytes of a host tensor in row-major order, or `None` for types that stay on the host.
-pub fn tensor_bytes(t: &Tensor) -> Option<Cow<'_, [u8]>> {
-    fn raw<T: Copy>(a: &ArrayD<T>) -> Cow<'_, [u8]> {
-        // Plain-old-data element types only (callers below): their bytes are their representation,
-        // so a contiguous array is borrowed as it lies (a run's input goes to the staging buffer
-        // in one copy) and any other layout is gathered once.
-        let bytes = |s: &[T]| -> &[u8] {
-            // SAFETY: `s` is a live slice of `size_of_val(s)` initialised bytes, and every `T`
-            // here (floats, integers, bool, f16/bf16) has no padding.
-            unsafe { std::slice::from_raw_parts(s.as_ptr() as *const u8, std::mem::size_of_val(s)) }
-        };
-        match a.as_slice() {
-            Some(s) => Cow::Borrowed(bytes(s)),
-            None => Cow::Owned(bytes(&a.iter().copied().collect::<Vec<T>>()).to_vec()),
-        }
-    }
-    Some(match t {
-        Tensor::F32(a) => raw(a),
-        Tensor::F64(a) => raw(a),
-        Tensor::F16(a) => raw(a),
-        Tensor::BF16(a) => raw(a),
-        Tensor::I8(a) => raw(a),
-        Tensor::I16(a) => raw(a),
-        Tensor::I32(a) => raw(a),
-        Tensor::I64(a) => raw(a),
-        Tensor::U8(a) => raw(a),
-        Tensor::U16(a) => raw(a),
-        Tensor::U32(a) => raw(a),
-        Tensor::U64(a) => raw(a),
-        // A bool is one byte, 0 or 1.
-        Tensor::Bool(a) => raw(a),
-        Tensor::Str(_) | Tensor::Packed(..) => return None,
-    })
-}
+pub use quorum_core::tensor::tensor_bytes;
 
 /// The bytes of one piece of a large upload (`protocol::Driver::upload_piece`): large enough that
 /// a copy runs at the bus's speed, small enough that staging the first delays little.
@@ -416,6 +382,7 @@ pub type WeightCache = quorum_core::weights::WeightCache<DevTensor>;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::borrow::Cow;
 
     #[test]
     fn size_classes_cover_the_request() {

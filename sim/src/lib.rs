@@ -519,10 +519,6 @@ impl Driver for SimDriver {
 
     /// Small pieces, so that the stream fuzzer's tensors of a few hundred bytes are uploaded in
     /// several (the staging of one piece beside the copy of the one before, in the command log).
-    fn upload_host(&self, _: &u64, _: u64, _: &[u8]) -> Result<(), DeviceError> {
-        Ok(())
-    }
-
     fn upload_piece(&self) -> Option<usize> {
         Some(64)
     }
@@ -804,7 +800,7 @@ impl DeviceRun for SimRun<'_> {
     fn download_into(&self, d: &DeviceTensor, dst: &mut [u8]) -> Result<(), DeviceError> {
         let buf = Self::unwrap(d)?;
         let t = Self::tensor(d, &buf)?;
-        let bytes = quorum_core::pinned::plain_bytes(&t)
+        let bytes = quorum_core::tensor::tensor_bytes(&t)
             .ok_or_else(|| DeviceError::Decline(format!("{} values", t.dtype())))?;
         if bytes.len() != dst.len() {
             return Err(DeviceError::Decline(format!(

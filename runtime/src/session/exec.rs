@@ -87,7 +87,7 @@ enum Out {
 
 /// Copies a host tensor's bytes into a pinned tensor's (same dtype and shape, checked before).
 fn copy_into(t: &Tensor, into: &dyn super::binding::Dest) -> Result<()> {
-    let src = quorum_core::pinned::plain_bytes(t).ok_or_else(|| Error::Input {
+    let src = quorum_core::tensor::tensor_bytes(t).ok_or_else(|| Error::Input {
         name: into.name().to_string(),
         msg: format!("{} values have no plain bytes", t.dtype()),
     })?;
