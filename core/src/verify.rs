@@ -239,6 +239,10 @@ pub fn check_declared(
     if node.domain == crate::ops::QUORUM_DOMAIN && node.op_type == "MatMulBias" {
         return check_matmul_bias(node, inputs, outputs, operands);
     }
+    if node.domain == crate::ops::QUORUM_DOMAIN && node.op_type == crate::ops::attention::fused::OP
+    {
+        return attention::check_fused_attention(node, inputs, outputs, operands);
+    }
     let spec = match node_spec(node) {
         Ok(s) => s,
         Err(e) => return Check::Unsettled(Unsettled::NotCovered(e)),
@@ -571,6 +575,7 @@ impl Policy<'_> {
     }
 }
 
+mod attention;
 mod exact;
 #[cfg(test)]
 mod tests;

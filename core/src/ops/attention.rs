@@ -19,11 +19,13 @@ use crate::tensor::{DType, Tensor, Value};
 use crate::{bail, unsupported};
 
 mod ext;
+pub mod fused;
 
 pub fn register(r: &mut Registry) {
     r.add("", "Attention", attention);
     r.add("ai.onnx.preview", "FlexAttention", flex_attention);
     ext::register(r);
+    fused::register(r);
 }
 
 /// The element type computations run in: f32 for 32-bit-and-narrower floats, f64 for double.
