@@ -40,6 +40,9 @@
 //!
 //! - `matmul-bias`: MatMul by a constant weight then Add of a constant bias becomes one `com.quorum`
 //!   MatMulBias (`matmul_bias.rs`), where every accelerator of the session runs it.
+//! - `attention`: MatMul(Q, Kᵀ) → [scale] → [+ mask] → Softmax → MatMul(·, V) becomes one
+//!   `com.quorum` FusedAttention (`attention.rs`), where every accelerator of the session runs it;
+//!   the oracles judge it as the chain (`verify/attention.rs` in quorum-core).
 //!
 //! A value read inside a subgraph, or a graph output, is never renamed or removed.
 //! `SessionOptions::optimize` (`--no-optimize`) turns the rewrites off; `quorum info` lists them
@@ -72,7 +75,13 @@ pub struct Rewrite {
 
 /// Passes whose result may differ from the unrewritten graph's in the last bits (each within the
 /// bound its module states); every other pass keeps every output bit for bit.
-pub const INEXACT_PASSES: &[&str] = &["affine-fold", "affine-chain", "gelu", "matmul-bias"];
+pub const INEXACT_PASSES: &[&str] = &[
+    "affine-fold",
+    "affine-chain",
+    "gelu",
+    "matmul-bias",
+    "attention",
+];
 
 impl Rewrite {
     /// Whether the rewrite keeps the graph's outputs bit for bit.
@@ -121,6 +130,9 @@ pub(crate) fn optimize_for_devices(
     gelu::fuse_gelu(&mut g, constants, &mut done);
     if runs(QUORUM_DOMAIN, "MatMulBias") {
         matmul_bias::fuse_matmul_bias(&mut g, constants, &mut done, "matmul-bias");
+    }
+    if runs(QUORUM_DOMAIN, quorum_core::ops::attention::fused::OP) {
+        attention::fuse_attention(&mut g, constants, &mut done);
     }
     (!done.is_empty()).then_some((g, done))
 }
@@ -431,6 +443,7 @@ fn fuse_conv_activation(
 
 pub(crate) mod affine;
 mod affine_chain;
+mod attention;
 mod gelu;
 mod input_scale;
 #[cfg(test)]
