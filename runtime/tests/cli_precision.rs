@@ -6,6 +6,12 @@
 //! CUDA's tensor cores sum f16 products, it passes; summed in f16 (an f16 path that accumulates in
 //! f16, `QUORUM_SIM_BREAK=f16-accumulate`) it fails, and so does a bf16 MatMul whose running sum
 //! is rounded to bf16 between K-blocks (`QUORUM_SIM_BREAK=bf16-block-accumulate`).
+//!
+//! The `attention` rewrite, on the same device: the chain `MatMul(Q, Kᵀ) → Div → Add(mask) →
+//! Softmax → MatMul(·, V)` runs as one FusedAttention, which strict verification judges as the
+//! chain and passes; the same node made wrong (`QUORUM_SIM_BREAK=FusedAttention`, one output
+//! element moved by 0.8%) fails it, by name.
+
 mod common;
 
 use std::path::PathBuf;
@@ -227,4 +233,78 @@ fn run_converts_an_f32_model_and_reports_its_deviation() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(!stderr.contains("mixed precision"), "{stderr}");
+}
+
+/// q [2, 3, 20, 16], kᵀ [2, 3, 16, 45], v [2, 3, 45, 8], mask [20, 45] → o [2, 3, 20, 8].
+fn write_attention() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("quorum-attention-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let m = model(
+        vec![
+            node("MatMul", &["q", "kt"], &["s"]),
+            node("Div", &["s", "c"], &["x"]),
+            node("Add", &["x", "m"], &["y"]),
+            node("Softmax", &["y"], &["p"]),
+            node("MatMul", &["p", "v"], &["o"]),
+        ],
+        vec![
+            value_info("q", tensor_type(1, &[2, 3, 20, 16])),
+            value_info("kt", tensor_type(1, &[2, 3, 16, 45])),
+            value_info("v", tensor_type(1, &[2, 3, 45, 8])),
+            value_info("m", tensor_type(1, &[20, 45])),
+        ],
+        vec![value_info("o", tensor_type(1, &[2, 3, 20, 8]))],
+        vec![f32_tensor("c", &[], &[4.0])],
+        17,
+    );
+    let path = dir.join("model.onnx");
+    std::fs::write(&path, bytes(&m)).unwrap();
+    path
+}
+
+fn bench_strict(model: &PathBuf, broken: Option<&str>) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_quorum"));
+    c.env_remove("RUST_BACKTRACE")
+        .env_remove("QUORUM_VERIFY")
+        .args([
+            "bench",
+            "--provider",
+            "sim",
+            "--iters",
+            "2",
+            "--warmup",
+            "0",
+        ])
+        .args(["--json", "--verify", "strict"])
+        .arg(model);
+    match broken {
+        Some(b) => c.env(quorum::sim::BREAK_VAR, b),
+        None => c.env_remove(quorum::sim::BREAK_VAR),
+    };
+    c.output().unwrap()
+}
+
+#[test]
+fn fused_attention_passes_strict_verification_and_a_wrong_one_fails_it() {
+    let model = write_attention();
+    let out = bench_strict(&model, None);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let j: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    assert!(
+        j["verification"].to_string().contains("FusedAttention"),
+        "the fused node was judged: {j}"
+    );
+    assert!(
+        !j["verification"].to_string().contains("Softmax"),
+        "no Softmax is left: {j}"
+    );
+
+    let out = bench_strict(&model, Some("FusedAttention"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(6), "{stderr}");
+    assert!(stderr.contains("FusedAttention"), "{stderr}");
 }

@@ -9,11 +9,13 @@ use super::ptx::{Cmp, Kernel, Reg, Ty};
 use super::{CudaKernel, KError, KResult};
 use quorum_core::device::claim::{CodeGenerators, FamilyClaim};
 use quorum_core::ir::Node;
+use quorum_core::ops::attention::fused::Form;
 use quorum_core::tensor::DType;
 use quorum_optable::Backend;
 
 pub use quorum_core::device::layout::{broadcast_strides, simplify, strides};
 
+pub mod attention;
 pub mod cast;
 pub mod conv;
 pub mod elem;
@@ -40,6 +42,11 @@ pub fn claim(node: &Node) -> Result<CudaKernel, String> {
         && let Some(k) = matmul::claim_fused(node)
     {
         return Ok(k);
+    }
+    if node.domain == quorum_core::ops::QUORUM_DOMAIN
+        && node.op_type == quorum_core::ops::attention::fused::OP
+    {
+        return Form::of(node).map(|_| attention::k_fused_attention as CudaKernel);
     }
     quorum_core::device::claim::claim::<Generators>(node)
 }

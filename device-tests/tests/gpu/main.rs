@@ -11,6 +11,7 @@
 mod harness;
 mod models;
 
+mod attention;
 mod audit;
 mod bench;
 mod bench_wgpu;
