@@ -131,7 +131,9 @@ pub(crate) fn optimize_for_devices(
     if runs(QUORUM_DOMAIN, "MatMulBias") {
         matmul_bias::fuse_matmul_bias(&mut g, constants, &mut done, "matmul-bias");
     }
-    if runs(QUORUM_DOMAIN, quorum_core::ops::attention::fused::OP) {
+    // `QUORUM_FUSED_ATTENTION=off` keeps the chain (to time the fused kernel against it).
+    let attention_off = std::env::var("QUORUM_FUSED_ATTENTION").is_ok_and(|v| v == "off");
+    if runs(QUORUM_DOMAIN, quorum_core::ops::attention::fused::OP) && !attention_off {
         attention::fuse_attention(&mut g, constants, &mut done);
     }
     (!done.is_empty()).then_some((g, done))

@@ -9,17 +9,20 @@
 //!
 //! - the sum over the `T` keys: `C_T·Σ_j p_ij·|v_jc|`, `C_T = max(C_REDUCE, (T + 2)/2)` as for any
 //!   long sum of known length;
-//! - each logit `x_ij = f·s_ij + m_ij` (`f` the scale, `m` the mask) off by
-//!   `δx_ij = |f|·C_D·Σ_d|q_id·k_jd| + 2·|x_ij|` (the dot product's bound, then one rounding each for
-//!   the scale and the mask), which moves `p_ij` by `p_ij·(δx_ij + A_i)`, `A_i = Σ_j p_ij·δx_ij`;
+//! - each logit `x_ij = f·s_ij + m_ij` (`s` the product of Q and Kᵀ after their own scales, `f`
+//!   the scale after it, `m` the mask) off by `δx_ij = |f|·(C_D + 2)·Σ_d|q_id·k_jd| + 2·|x_ij|`
+//!   (the dot product's bound, two roundings of the operands for a kernel that folds every scale
+//!   into one factor on Q, then one rounding each for the scale and the mask), which moves `p_ij`
+//!   by `p_ij·(δx_ij + A_i)`, `A_i = Σ_j p_ij·δx_ij`;
 //! - the probabilities' own rounding, relative `E_ij = (T − 1)/2 + 3·T + 2.5·(|d_ij| + W_i) + 8.5`:
 //!   Softmax's bound (`quorum_oracle::arbitrate`, "Softmax and LogSoftmax") plus `3·T` for a kernel
 //!   that rescales its running sums each time the maximum grows (online softmax: at most one
 //!   rescale per key, each an exponential within 3 ulps).
 //!
 //! - in f16 and bf16 models, the chain's own roundings of its intermediates to the model's type,
-//!   each half an ulp of that type, `k` in units of ε (2¹² for f16, 2¹⁵ for bf16, 0 for f32): the
-//!   scores after the product and after the scale (`2·k·|f·s_ij|`), the logits after the mask
+//!   each half an ulp of that type, `k` in units of ε (2¹² for f16, 2¹⁵ for bf16, 0 for f32): Q
+//!   and Kᵀ after their own scales (`2·k·|f|·Σ_d|q_id·k_jd|`, where they have one), the scores
+//!   after the product and after the scale (`2·k·|f·s_ij|`), the logits after the mask
 //!   (`k·|x_ij|`), both added to `δx_ij`, and the probabilities (`k` added to `E_ij`). A fused
 //!   kernel that keeps them in f32 is more accurate than the chain, and is judged by the chain's
 //!   bound, which the CPU's FusedAttention (the chain itself) must meet too.
@@ -118,15 +121,29 @@ fn chain(
     } else {
         k.clone()
     };
-    let scores = step("MatMul", 13, &[], vec![q.clone(), kt])?;
+    let scalar = |c: f32| oracle::Value {
+        dtype: oracle::DType::F64,
+        shape: vec![],
+        data: vec![c as f64],
+    };
+    let kt = match form.k_scale {
+        Some(c) => step("Mul", 14, &[], vec![kt, scalar(c)])?.value,
+        None => kt,
+    };
+    let q = match form.q_scale {
+        Some(c) => step("Mul", 14, &[], vec![q.clone(), scalar(c)])?.value,
+        None => q.clone(),
+    };
+    let scores = step("MatMul", 13, &[], vec![q, kt])?;
     let mut x = scores.value.clone();
     if let Some((s, divide)) = form.scale {
-        let c = oracle::Value {
-            dtype: oracle::DType::F64,
-            shape: vec![],
-            data: vec![s as f64],
-        };
-        x = step(if divide { "Div" } else { "Mul" }, 14, &[], vec![x, c])?.value;
+        x = step(
+            if divide { "Div" } else { "Mul" },
+            14,
+            &[],
+            vec![x, scalar(s)],
+        )?
+        .value;
     }
     if let Some(m) = mask {
         x = step("Add", 14, &[], vec![x, m.clone()])?.value;
@@ -171,6 +188,8 @@ fn magnitudes(c: &Chain, dims: &Dims, form: Form, v: &oracle::Value, k_t: f64) -
     let c_t = C_REDUCE.max((tf + 2.0) / 2.0);
     let c_d = C_REDUCE.max((dims.d as f64 + 2.0) / 2.0);
     let f = form.factor().unwrap_or(1.0).abs();
+    // Q and Kᵀ each rounded to the model's type after their own scale.
+    let pre = if form.prescaled() { 2.0 } else { 0.0 };
     let batch_of = |shape: &[usize]| shape[..shape.len() - 2].to_vec();
     let (lb, vb) = (batch_of(&c.logits.shape), batch_of(&v.shape));
     let pb = batch_of(&c.products_shape);
@@ -193,9 +212,9 @@ fn magnitudes(c: &Chain, dims: &Dims, form: Form, v: &oracle::Value, k_t: f64) -
             let dx: Vec<f64> = (0..t)
                 .map(|j| {
                     if live(j) {
-                        f * c_d * prod[j]
+                        f * (c_d + 2.0) * prod[j]
                             + 2.0 * x[j].abs()
-                            + k_t * (2.0 * f * sc[j].abs() + x[j].abs())
+                            + k_t * (pre * f * prod[j] + 2.0 * f * sc[j].abs() + x[j].abs())
                     } else {
                         0.0
                     }
@@ -374,6 +393,11 @@ mod tests {
             a.push(("scale", Attr::Float(s)));
             a.push(("divide", Attr::Int(divide as i64)));
         }
+        for (name, v) in [("q_scale", form.q_scale), ("k_scale", form.k_scale)] {
+            if let Some(v) = v {
+                a.push((name, Attr::Float(v)));
+            }
+        }
         a
     }
 
@@ -414,6 +438,8 @@ mod tests {
         let form = Form {
             transpose_k,
             scale: Some((4.0, true)),
+            q_scale: None,
+            k_scale: None,
         };
         let q = rand(1, &[2, 3, 9, 16], -2.0, 2.0, dtype);
         let k = rand(
@@ -459,7 +485,20 @@ mod tests {
                 };
                 let y = cpu(plain, &bare);
                 assert_eq!(judge(plain, &bare, y), Check::Agree, "{dtype} bare");
+                // Q and Kᵀ scaled before the product, as PyTorch exports its attention.
+                let pre = prescaled(form);
+                let y = cpu(pre, &ins);
+                assert_eq!(judge(pre, &ins, y), Check::Agree, "{dtype} prescaled");
             }
+        }
+    }
+
+    fn prescaled(form: Form) -> Form {
+        Form {
+            scale: None,
+            q_scale: Some(0.7),
+            k_scale: Some(0.7),
+            ..form
         }
     }
 
@@ -468,7 +507,7 @@ mod tests {
     }
 
     /// The wrong kernels the bound must catch: the mask ignored, the scale multiplied instead of
-    /// divided, the last key dropped, one element moved by 0.8%.
+    /// divided, K's scale dropped, the last key dropped, one element moved by 0.8%.
     #[test]
     fn wrong_attention_kernels_are_caught() {
         for dtype in [DType::F32, DType::F16] {
@@ -484,6 +523,15 @@ mod tests {
             };
             let y = cpu(multiplied, &ins);
             assert!(mismatch(&judge(form, &ins, y)), "{dtype}: scale multiplied");
+
+            let pre = prescaled(form);
+            let half = Form {
+                k_scale: None,
+                ..pre
+            };
+            let y = cpu(half, &ins);
+            let c = judge(pre, &ins, y);
+            assert!(mismatch(&c), "{dtype}: K's scale dropped: {c:?}");
 
             // The last key that the mask leaves open (column 38) dropped: its probability is
             // set to 0 by masking it too.

@@ -4,8 +4,8 @@
 //! One block of four warps takes [`ROWS`] query rows of one batch element; each warp four of them.
 //! The block walks the keys in tiles of 32 (one per lane): it stages the tile's K and V in shared
 //! memory as f32 (K padded a column so that the lanes' rows fall in different banks), each lane
-//! computes its key's score for the warp's four rows (Q, scaled as it is staged, read from shared
-//! memory by broadcast), adds the mask, and the warp keeps a running maximum and rescales its sums
+//! computes its key's score for the warp's four rows (Q, staged with every scale of the chain folded
+//! into one factor, read from shared memory by broadcast), adds the mask, and the warp keeps a running maximum and rescales its sums
 //! when it grows (online softmax). The probabilities are passed across the warp by shuffles into
 //! the rows' outputs, each lane holding the columns `lane + 32·c`; every lane keeps its own part
 //! of the rows' sums, added across the warp once at the end. Everything is f32: halves are widened
@@ -41,8 +41,9 @@ pub struct Plan {
     pub dims: Dims,
     /// K given as `[T, D]` rows (else `Kᵀ [D, T]`).
     pub k_rows: bool,
-    /// The scale applied to Q as it is staged: multiplied, or divided (Div's own rounding).
-    pub scale: Option<(f32, bool)>,
+    /// Every scale of the chain (on Q, on Kᵀ, on the scores) as one factor, applied to Q as it is
+    /// staged.
+    pub factor: Option<f32>,
     /// Element strides along the output's batch dims, for Q, K, V and (if present) the mask.
     pub batch_strides: Vec<Vec<i64>>,
     /// The mask's element strides along the scores' rows and columns.
@@ -105,9 +106,8 @@ pub fn kernel(p: &Plan) -> Kernel {
             let at = k.fma(Ty::U32, row, d as u32, c);
             let at = k.add(Ty::U32, at, qo);
             let x = load(k, p.e, q, at);
-            let x = match p.scale {
-                Some((f, false)) => k.mul(Ty::F32, x, f),
-                Some((c, true)) => k.div(Ty::F32, x, c),
+            let x = match p.factor {
+                Some(f) => k.mul(Ty::F32, x, f),
                 None => x,
             };
             k.assign(val, x);
@@ -319,7 +319,7 @@ pub fn plan(form: Form, shapes: [&[usize]; 3], mask: Option<&[usize]>, e: Elem) 
         e,
         dims,
         k_rows: form.transpose_k,
-        scale: form.scale,
+        factor: form.total_factor().map(|f| f as f32),
         batch_strides,
         mask_rc,
     })
@@ -388,6 +388,8 @@ mod tests {
         Form {
             transpose_k,
             scale: Some((8.0, true)),
+            q_scale: None,
+            k_scale: None,
         }
     }
 

@@ -1,7 +1,7 @@
 //! The `attention` rewrite on the device: the exporters' attention chains run as one
 //! FusedAttention kernel, judged by both oracles as the chain under strict verification, in f32,
 //! f16 and bf16, with and without K's Transpose, scale and mask, at the shapes of ViT-B/16
-//! (197 tokens, 12 heads of 64) and BERT-base (128 tokens, a padding mask of −10000), and at odd
+//! (197 tokens, 12 heads of 64, Q and Kᵀ scaled by √⅛ as PyTorch exports it) and BERT-base (128 tokens, a padding mask of −10000), and at odd
 //! ones (keys not a multiple of the tile, value widths not a multiple of 32, broadcast batches,
 //! masked keys of −∞).
 use quorum::session::GraphCapture;
@@ -21,6 +21,8 @@ struct Chain {
     transpose: bool,
     /// (value, divide)
     scale: Option<(f32, bool)>,
+    /// Q and Kᵀ each multiplied by this before the product (PyTorch's export of its attention).
+    prescale: Option<f32>,
     mask: Option<Vec<usize>>,
 }
 
@@ -46,7 +48,15 @@ fn bytes(c: &Chain, dtype: DType) -> Vec<u8> {
     } else {
         "k"
     };
-    nodes.push(node("MatMul", &["q", kt], "s"));
+    let (mut qa, mut kb) = ("q", kt);
+    if let Some(c) = c.prescale {
+        let cst = as_dtype(&Tensor::from_f32(&[], vec![c]).unwrap(), dtype);
+        inits.push(tensor_proto("pc", &cst));
+        nodes.push(node("Mul", &["q", "pc"], "q2"));
+        nodes.push(node("Mul", &[kt, "pc"], "k2"));
+        (qa, kb) = ("q2", "k2");
+    }
+    nodes.push(node("MatMul", &[qa, kb], "s"));
     let mut x = "s";
     if let Some((s, divide)) = c.scale {
         let cst = as_dtype(&Tensor::from_f32(&[], vec![s]).unwrap(), dtype);
@@ -150,7 +160,8 @@ fn vit_and_bert_attention_run_fused_and_agree_with_the_oracles() {
         k: vec![1, 12, 197, 64],
         v: vec![1, 12, 197, 64],
         transpose: true,
-        scale: Some((0.125, false)),
+        scale: None,
+        prescale: Some(0.125f32.sqrt()),
         mask: None,
     };
     let bert = Chain {
@@ -159,6 +170,7 @@ fn vit_and_bert_attention_run_fused_and_agree_with_the_oracles() {
         v: vec![2, 12, 128, 64],
         transpose: true,
         scale: Some((8.0, true)),
+        prescale: None,
         mask: Some(vec![2, 1, 1, 128]),
     };
     for dtype in [DType::F32, DType::F16, DType::BF16] {
@@ -182,6 +194,7 @@ fn odd_shapes_broadcasts_and_infinite_masks_agree_with_the_oracles() {
         v: vec![3, 5, 70, 40],
         transpose: false,
         scale: None,
+        prescale: None,
         mask: Some(vec![33, 70]),
     };
     // Batches broadcast across Q, K and V; one query row; Dv 1.
@@ -191,6 +204,7 @@ fn odd_shapes_broadcasts_and_infinite_masks_agree_with_the_oracles() {
         v: vec![2, 1, 50, 1],
         transpose: true,
         scale: Some((0.3, false)),
+        prescale: Some(1.5),
         mask: Some(vec![2, 1, 1, 50]),
     };
     // Rank 2, the widest D the kernel takes, and more rows than one block.
@@ -200,6 +214,7 @@ fn odd_shapes_broadcasts_and_infinite_masks_agree_with_the_oracles() {
         v: vec![37, 256],
         transpose: true,
         scale: Some((16.0, true)),
+        prescale: None,
         mask: None,
     };
     for dtype in [DType::F32, DType::F16] {

@@ -6,7 +6,9 @@
 //!     → Softmax(last axis) → MatMul(·, V)
 //! ```
 //!
-//! (the Mul's constant on either side; the Add's mask on either side). Every value inside the chain
+//! (the Mul's constant on either side; the Add's mask on either side), with Q and Kᵀ each
+//! optionally multiplied by a constant scalar first, as PyTorch exports `scaled_dot_product_attention`
+//! (`√scale` on both). Every value inside the chain
 //! must have the next node as its one reader; the Transpose is absorbed only where the MatMul is its
 //! one reader, else the fused node reads `Kᵀ` as the graph computes it.
 //!
@@ -134,10 +136,31 @@ pub(super) fn fuse_attention(
             continue;
         };
         absorbed.push(i1);
+        // A Mul of Q or of Kᵀ by a scalar that only the product reads (PyTorch scales both by
+        // √scale): a factor of the fused node.
+        let prescale = |value: &str, reader: (usize, usize)| {
+            let im = sole_from(value, reader)?;
+            let mul = binary(&g.nodes[im], "Mul")?;
+            let (k, c) = (0..2).find_map(|k| Some((k, scalar(constants, &mul.inputs[1 - k])?)))?;
+            Some((im, k, c))
+        };
+        let mut q_input = mm1.inputs[0].clone();
+        if let Some((im, k, c)) = prescale(&mm1.inputs[0], (i1, 0)) {
+            q_input = g.nodes[im].inputs[k].clone();
+            attrs.insert("q_scale".into(), Attr::Float(c));
+            absorbed.push(im);
+        }
+        let (mut kt_value, mut kt_reader) = (mm1.inputs[1].clone(), (i1, 1));
+        if let Some((im, k, c)) = prescale(&kt_value, kt_reader) {
+            kt_value = g.nodes[im].inputs[k].clone();
+            kt_reader = (im, k);
+            attrs.insert("k_scale".into(), Attr::Float(c));
+            absorbed.push(im);
+        }
         // Kᵀ from a Transpose of the last two axes that only this MatMul reads: read K instead.
-        let mut k_input = mm1.inputs[1].clone();
+        let mut k_input = kt_value.clone();
         let mut transpose_k = false;
-        if let Some(it) = sole_from(&mm1.inputs[1], (i1, 1)) {
+        if let Some(it) = sole_from(&kt_value, kt_reader) {
             let t = &g.nodes[it];
             let swaps_last_two = match t.attrs.get("perm") {
                 Some(Attr::Ints(p)) if p.len() >= 2 => {
@@ -166,7 +189,7 @@ pub(super) fn fuse_attention(
             continue;
         }
         taken.extend(absorbed.iter().copied().chain([i2]));
-        let mut inputs = vec![mm1.inputs[0].clone(), k_input, mm2.inputs[1].clone()];
+        let mut inputs = vec![q_input, k_input, mm2.inputs[1].clone()];
         if !mask.is_empty() {
             inputs.push(mask);
         }

@@ -6,7 +6,9 @@
 //! (the exporter's Transpose of K absorbed); `V [..., T, Dv]`; an optional additive `mask`
 //! broadcastable to the scores `[..., S, T]`. Batch dimensions broadcast by MatMul's rules.
 //! Attributes: `scale` (absent: no scaling) and `divide` (1: the scores are divided by `scale`, as
-//! `Div` wrote them; 0: multiplied). Output `[..., S, Dv]` in Q's type.
+//! `Div` wrote them; 0: multiplied); `q_scale` and `k_scale`, factors Q and Kᵀ are multiplied by
+//! before the product (PyTorch's export of `scaled_dot_product_attention` scales both by
+//! `√scale`). Output `[..., S, Dv]` in Q's type.
 //!
 //! The device-session rewrite `attention` (`optimize/attention.rs` in the runtime) writes it so that
 //! an accelerator computes the block in one pass, never writing the `[S, T]` scores to memory. On
@@ -33,6 +35,9 @@ pub struct Form {
     pub transpose_k: bool,
     /// The scores' scale and whether they are divided by it (`Div`) rather than multiplied.
     pub scale: Option<(f32, bool)>,
+    /// Factors Q and Kᵀ are multiplied by before the product.
+    pub q_scale: Option<f32>,
+    pub k_scale: Option<f32>,
 }
 
 impl Form {
@@ -45,19 +50,47 @@ impl Form {
         };
         let transpose_k = int("transpose_k")? == 1;
         let divide = int("divide")? == 1;
-        let scale = match node.attrs.get("scale") {
+        let float = |name: &str| match node.attrs.get(name) {
+            None => Ok(None),
+            Some(Attr::Float(s)) => Ok(Some(*s)),
+            Some(_) => Err(format!("{OP} attribute '{name}' must be a float")),
+        };
+        let scale = match float("scale")? {
             None if divide => return Err(format!("{OP} has 'divide' without a 'scale'")),
             None => None,
-            Some(Attr::Float(s)) => Some((*s, divide)),
-            Some(_) => return Err(format!("{OP} attribute 'scale' must be a float")),
+            Some(s) => Some((s, divide)),
         };
-        Ok(Form { transpose_k, scale })
+        Ok(Form {
+            transpose_k,
+            scale,
+            q_scale: float("q_scale")?,
+            k_scale: float("k_scale")?,
+        })
     }
 
-    /// The factor each score is multiplied by (the reciprocal of a divisor), if any.
+    /// The factor the scores are multiplied by after the product (the reciprocal of a divisor),
+    /// if any.
     pub fn factor(&self) -> Option<f64> {
         self.scale
             .map(|(s, divide)| if divide { 1.0 / s as f64 } else { s as f64 })
+    }
+
+    /// Every factor the scores take, before and after the product, as one (exact in f64).
+    pub fn total_factor(&self) -> Option<f64> {
+        let parts = [
+            self.q_scale.map(f64::from),
+            self.k_scale.map(f64::from),
+            self.factor(),
+        ];
+        parts
+            .iter()
+            .any(Option::is_some)
+            .then(|| parts.iter().flatten().product())
+    }
+
+    /// Whether Q or Kᵀ is scaled before the product.
+    pub fn prescaled(&self) -> bool {
+        self.q_scale.is_some() || self.k_scale.is_some()
     }
 }
 
@@ -241,8 +274,16 @@ fn fused_attention(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value
     } else {
         None
     };
+    let mul = |v: Option<&Value>, c: Option<f32>| -> OpResult<Option<Value>> {
+        let Some(c) = c else { return Ok(None) };
+        let c = Value::Tensor(scalar(q.dtype(), c)?);
+        Ok(Some(call(ctx, "Mul", 14, HashMap::new(), &[v, Some(&c)])?))
+    };
     let kt = kt.as_ref().or(inputs[1]);
-    let mut x = call(ctx, "MatMul", 13, HashMap::new(), &[inputs[0], kt])?;
+    let kt_scaled = mul(kt, form.k_scale)?;
+    let q_scaled = mul(inputs[0], form.q_scale)?;
+    let (qa, kb) = (q_scaled.as_ref().or(inputs[0]), kt_scaled.as_ref().or(kt));
+    let mut x = call(ctx, "MatMul", 13, HashMap::new(), &[qa, kb])?;
     if let Some((s, divide)) = form.scale {
         let c = Value::Tensor(scalar(q.dtype(), s)?);
         let op = if divide { "Div" } else { "Mul" };
@@ -267,6 +308,8 @@ mod tests {
         Form {
             transpose_k,
             scale: Some((0.125, false)),
+            q_scale: None,
+            k_scale: None,
         }
     }
 
@@ -310,13 +353,21 @@ mod tests {
             Form::of(&n).unwrap(),
             Form {
                 transpose_k: false,
-                scale: None
+                scale: None,
+                q_scale: None,
+                k_scale: None,
             }
         );
         n.attrs.insert("divide".into(), Attr::Int(1));
         assert!(Form::of(&n).unwrap_err().contains("without a 'scale'"));
         n.attrs.insert("scale".into(), Attr::Float(8.0));
         assert_eq!(Form::of(&n).unwrap().factor(), Some(0.125));
+        assert_eq!(Form::of(&n).unwrap().total_factor(), Some(0.125));
+        n.attrs.insert("q_scale".into(), Attr::Float(0.5));
+        n.attrs.insert("k_scale".into(), Attr::Float(0.25));
+        let f = Form::of(&n).unwrap();
+        assert!(f.prescaled());
+        assert_eq!(f.total_factor(), Some(0.125 * 0.125));
         n.attrs.insert("transpose_k".into(), Attr::Int(2));
         assert!(Form::of(&n).unwrap_err().contains("0 or 1"));
     }

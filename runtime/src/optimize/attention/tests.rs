@@ -30,6 +30,8 @@ struct Chain {
     axis: i64,
     /// The scores are also a graph output.
     scores_out: bool,
+    /// Q and Kᵀ multiplied by √scale before the product (PyTorch's export), no scale after.
+    prescaled: bool,
 }
 
 const PLAIN: Chain = Chain {
@@ -37,6 +39,7 @@ const PLAIN: Chain = Chain {
     mask_first: false,
     axis: -1,
     scores_out: false,
+    prescaled: false,
 };
 
 fn model(c: Chain) -> Model {
@@ -60,15 +63,18 @@ fn model(c: Chain) -> Model {
     }
     let scale_value = if c.mul { 0.25 } else { 4.0 };
     let cst = crate::tensor::Tensor::from_f32(&[], vec![scale_value]).unwrap();
+    let mut nodes = vec![t];
+    if c.prescaled {
+        nodes.push(node("qs", "Mul", &["q", "c"], &["q2"]));
+        nodes.push(node("ks", "Mul", &["c", "kt"], &["kt2"]));
+        nodes.push(node("qk", "MatMul", &["q2", "kt2"], &["x"]));
+    } else {
+        nodes.push(node("qk", "MatMul", &["q", "kt"], &["s"]));
+        nodes.push(scale);
+    }
+    nodes.extend([add, sm, node("pv", "MatMul", &["p", "v"], &["o"])]);
     Model::for_test(
-        vec![
-            t,
-            node("qk", "MatMul", &["q", "kt"], &["s"]),
-            scale,
-            add,
-            sm,
-            node("pv", "MatMul", &["p", "v"], &["o"]),
-        ],
+        nodes,
         SHAPES.iter().map(|(n, s)| info(n, s)).collect(),
         outputs,
         [("c".to_string(), Arc::new(Value::Tensor(cst)))]
@@ -133,6 +139,24 @@ fn every_form_of_the_chain_becomes_one_node_bit_for_bit_on_the_cpu() {
         assert!(matches!(n.attrs.get("divide"), Some(&Attr::Int(d)) if d == !mul as i64));
         assert_eq!(bits(&r), bits(&m), "mul {mul}, mask first {mask_first}");
     }
+}
+
+/// PyTorch's export: Q and Kᵀ each multiplied by √scale, both Muls absorbed with the Transpose.
+#[test]
+fn prescaled_operands_are_absorbed_bit_for_bit() {
+    let m = model(Chain {
+        prescaled: true,
+        mul: true,
+        ..PLAIN
+    });
+    let (r, _) = rewritten(&m).expect("the chain is fused");
+    assert_eq!(ops(&r), ["com.quorum::FusedAttention"]);
+    let n = &r.graph.nodes[0];
+    assert_eq!(n.inputs, ["q", "k", "v", "m"]);
+    assert!(matches!(n.attrs.get("q_scale"), Some(Attr::Float(_))));
+    assert!(matches!(n.attrs.get("k_scale"), Some(Attr::Float(_))));
+    assert!(n.attrs.get("scale").is_none());
+    assert_eq!(bits(&r), bits(&m));
 }
 
 /// The comparison above has the power to see a wrong rewrite: the scale multiplied where the
