@@ -20,9 +20,12 @@ use super::matmul::float_dtype;
 use super::{broadcast_strides, offsets, require_u32_len};
 use crate::ptx::{Cmp, Kernel, Reg, Space, Ty, module};
 use crate::{DevTensor, Inputs, KError, KResult, Run, dev_input};
+use quorum_core::backend::Arithmetic;
 use quorum_core::error::OpError;
 use quorum_core::ops::OpCtx;
 use quorum_core::ops::attention::fused::{Dims, Form, dims};
+
+mod tc;
 
 /// Query rows per block (four warps of four rows).
 pub const ROWS: usize = 16;
@@ -48,6 +51,9 @@ pub struct Plan {
     pub batch_strides: Vec<Vec<i64>>,
     /// The mask's element strides along the scores' rows and columns.
     pub mask_rc: Option<(i64, i64)>,
+    /// Q and K start on 4-byte boundaries (the tensor-core kernel then reads pairs of halves
+    /// in one load where their rows have an even length).
+    pub aligned: bool,
 }
 
 impl Plan {
@@ -276,6 +282,12 @@ pub fn kernel(p: &Plan) -> Kernel {
     k
 }
 
+/// Whether half-precision FusedAttention may use the tensor-core kernel
+/// (`QUORUM_CUDA_ATTENTION_TC=off` keeps the CUDA-core kernel, to compare the two).
+fn tensor_cores_on() -> bool {
+    std::env::var("QUORUM_CUDA_ATTENTION_TC").map_or(true, |v| v != "off")
+}
+
 fn invalid(m: String) -> KError {
     KError::Op(OpError::Invalid(m))
 }
@@ -322,6 +334,7 @@ pub fn plan(form: Form, shapes: [&[usize]; 3], mask: Option<&[usize]>, e: Elem) 
         factor: form.total_factor().map(|f| f as f32),
         batch_strides,
         mask_rc,
+        aligned: false,
     })
 }
 
@@ -342,12 +355,13 @@ pub fn k_fused_attention(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult
     all.extend(mask.as_ref());
     let dtype = float_dtype("FusedAttention", &all)?;
     let e = Elem::operand("Q", Some(dtype))?;
-    let p = plan(
+    let mut p = plan(
         form,
         [&q.shape, &kt.shape, &v.shape],
         mask.as_ref().map(|m| m.shape.as_slice()),
         e,
     )?;
+    p.aligned = q.ptr() % 4 == 0 && kt.ptr() % 4 == 0;
     for t in &all {
         require_u32_len(&t.shape)?;
     }
@@ -362,6 +376,26 @@ pub fn k_fused_attention(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult
         crate::decline!("FusedAttention over no keys");
     }
     let nb: usize = p.dims.batch.iter().product();
+    let args = [
+        q.arg_in(),
+        kt.arg_in(),
+        v.arg_in(),
+        DevTensor::arg_in_opt(mask.as_ref()),
+        y.arg_out(),
+    ];
+    if tc::takes(&p) && tensor_cores_on() {
+        run.declare(Arithmetic::TENSOR_CORES);
+        let ptx = module(run.cc(), &[tc::kernel(&p)]);
+        run.launch(
+            &ptx,
+            "fused_attention_tc",
+            (p.dims.s.div_ceil(tc::TC_ROWS) as u32, nb as u32, 1),
+            (32, 1, 1),
+            0,
+            &args,
+        )?;
+        return Ok(vec![y]);
+    }
     let ptx = module(run.cc(), &[kernel(&p)]);
     run.launch(
         &ptx,
@@ -450,5 +484,42 @@ mod tests {
             assert_eq!(p.nc(), 2);
             assert_eq!(p.shared_bytes(), 4 * (16 * 24 + 32 * 25 + 32 * 64));
         }
+    }
+
+    #[test]
+    fn half_attention_takes_the_tensor_cores_up_to_their_width() {
+        for (e, t) in [(Elem::F16, "f16"), (Elem::Bf16, "bf16")] {
+            for (tk, aligned) in [(true, true), (false, false)] {
+                let m: &[usize] = &[9, 40];
+                let mut p = plan(
+                    form(tk),
+                    [
+                        &[3, 9, 64],
+                        if tk { &[3, 40, 64] } else { &[3, 64, 40] },
+                        &[3, 40, 24],
+                    ],
+                    Some(m),
+                    e,
+                )
+                .unwrap();
+                p.aligned = aligned;
+                assert!(tc::takes(&p));
+                let text = module((9, 0), &[tc::kernel(&p)]);
+                let mma = format!("mma.sync.aligned.m16n8k16.row.col.f32.{t}.{t}.f32");
+                // Per chunk: 4 score tiles over 4 k-steps, 2 key steps over 3 value tiles.
+                assert_eq!(text.matches(&mma).count(), 4 * 4 + 2 * 3, "{text}");
+                assert!(text.contains(&format!("cvt.rn.{t}x2.f32")), "{text}");
+                assert!(
+                    !text.contains("bar.sync") && !text.contains(".shared"),
+                    "{text}"
+                );
+                // Q's and K's pairs in one load each only where aligned with rows of even length.
+                assert_eq!(text.contains("ld.global.nc.b32"), tk && aligned, "{text}");
+            }
+        }
+        let wide = plan(form(true), [&[5, 200], &[7, 200], &[7, 4]], None, Elem::F16).unwrap();
+        assert!(!tc::takes(&wide));
+        let f32 = plan(form(true), [&[5, 64], &[7, 64], &[7, 4]], None, Elem::F32).unwrap();
+        assert!(!tc::takes(&f32));
     }
 }

@@ -188,7 +188,7 @@ pub(super) fn mma_tf32(k: &mut Kernel, d: [Reg; 4], a: &[Reg; 4], b: &[Reg; 2]) 
 /// `elem` says (`a`: four registers of two halves, rows `g` and `g + 8` at k `2q, 2q + 1` and
 /// `2q + 8, 2q + 9`; `b`: two, k `2q, 2q + 1` and `2q + 8, 2q + 9` at column `g`), f32
 /// accumulators laid out as `mma_tf32`'s. Both halves share the fragment layout.
-pub(super) fn mma_half(k: &mut Kernel, elem: Elem, d: [Reg; 4], a: &[Reg; 4], b: &[Reg; 2]) {
+pub(crate) fn mma_half(k: &mut Kernel, elem: Elem, d: [Reg; 4], a: &[Reg; 4], b: &[Reg; 2]) {
     let t = match elem {
         Elem::Bf16 => "bf16",
         _ => "f16",
