@@ -15,6 +15,11 @@
 //! Shapes are baked into the PTX (one module per call shape, as the other kernels); Q, K and V must
 //! be dense; batch dims broadcast by MatMul's rules and the mask by numpy's (stride 0 where
 //! broadcast). Widths past [`MAX_WIDTH`] decline, and the node runs on the CPU.
+//!
+//! Which kernel runs: f16 and bf16 up to D, Dv ≤ 128 take the tensor-core kernel (`tc.rs`); f32
+//! takes the chain's own kernels on the device ([`chain`]), which measured faster than this
+//! one-pass CUDA-core kernel (`QUORUM_CUDA_ATTENTION_F32=fused` takes it instead); wider halves
+//! take the one-pass kernel.
 use super::elem::Elem;
 use super::matmul::float_dtype;
 use super::{broadcast_strides, offsets, require_u32_len};
@@ -288,6 +293,69 @@ fn tensor_cores_on() -> bool {
     std::env::var("QUORUM_CUDA_ATTENTION_TC").map_or(true, |v| v != "off")
 }
 
+/// Whether f32 FusedAttention runs the one-pass CUDA-core kernel (`QUORUM_CUDA_ATTENTION_F32=fused`)
+/// rather than the chain's own kernels (the default: on an H100 the one-pass kernel took 93 µs a
+/// ViT-B/16 layer, latency-bound at one warp per scheduler, where the chain's batched GEMMs and
+/// softmax take less; `reports/cuda/f16.md`, stop 58).
+fn f32_fused() -> bool {
+    std::env::var("QUORUM_CUDA_ATTENTION_F32").is_ok_and(|v| v == "fused")
+}
+
+/// The chain FusedAttention replaced, on the device with the chain's own kernels: the same
+/// launches and the same arithmetic as the unfused graph (Transpose, Mul, MatMul, Mul or Div,
+/// Add, Softmax, MatMul), only without the graph's nodes between them.
+fn chain(
+    run: &Run,
+    form: Form,
+    q: &DevTensor,
+    k: &DevTensor,
+    v: &DevTensor,
+    mask: Option<&DevTensor>,
+) -> KResult<DevTensor> {
+    use quorum_core::device::Primitives;
+    use quorum_core::device::layout::{Strided, contiguous};
+    use quorum_core::ops::map_op::Arith;
+    use quorum_core::tensor::Tensor;
+    let scalar = |c: f32| -> KResult<DevTensor> {
+        let t = Tensor::from_f64s(q.dtype, &[], vec![c as f64]).map_err(KError::Op)?;
+        run.fill(&t, &[])
+    };
+    let scaled = |x: DevTensor, c: Option<f32>, op: Arith| -> KResult<DevTensor> {
+        match c {
+            Some(c) => super::elementwise::binary(run, op, &x, &scalar(c)?),
+            None => Ok(x),
+        }
+    };
+    let kt = if form.transpose_k {
+        let r = k.shape.len();
+        let mut perm: Vec<usize> = (0..r).collect();
+        perm.swap(r - 2, r - 1);
+        let st = contiguous(&k.shape);
+        let from = Strided {
+            base: 0,
+            strides: perm.iter().map(|&a| st[a]).collect(),
+        };
+        let shape: Vec<usize> = perm.iter().map(|&a| k.shape[a]).collect();
+        quorum_core::device::movement::gather_view(run, k, &from, &shape)?
+    } else {
+        k.clone()
+    };
+    let kt = scaled(kt, form.k_scale, Arith::Mul)?;
+    let qs = scaled(q.clone(), form.q_scale, Arith::Mul)?;
+    let mut x = super::matmul::matmul_tensors(None, run, &qs, &kt, None)?;
+    if let Some((c, divide)) = form.scale {
+        let op = if divide { Arith::Div } else { Arith::Mul };
+        x = scaled(x, Some(c), op)?;
+    }
+    if let Some(m) = mask {
+        x = super::elementwise::binary(run, Arith::Add, &x, m)?;
+    }
+    let r = x.shape.len();
+    let lanes = (x.shape[..r - 1].iter().product(), x.shape[r - 1], 1);
+    let p = super::softmax::softmax_dev(run, &x, super::softmax::Kind::Soft, lanes)?;
+    super::matmul::matmul_tensors(None, run, &p, v, None)
+}
+
 fn invalid(m: String) -> KError {
     KError::Op(OpError::Invalid(m))
 }
@@ -395,6 +463,9 @@ pub fn k_fused_attention(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult
             &args,
         )?;
         return Ok(vec![y]);
+    }
+    if p.e == Elem::F32 && !f32_fused() {
+        return Ok(vec![chain(run, form, &q, &kt, &v, mask.as_ref())?]);
     }
     let ptx = module(run.cc(), &[kernel(&p)]);
     run.launch(
