@@ -279,8 +279,8 @@ pub fn kernel(p: &Plan) -> Kernel {
         }
     });
     // Each row's sum across its quad, then the outputs.
-    for h in 0..2 {
-        let mut sum = l[h];
+    for (h, &lh) in l.iter().enumerate() {
+        let mut sum = lh;
         for sh in [1u32, 2] {
             let other = k.shfl_bfly(sum, sh);
             sum = k.add(Ty::F32, sum, other);
