@@ -16,10 +16,10 @@
 //! be dense; batch dims broadcast by MatMul's rules and the mask by numpy's (stride 0 where
 //! broadcast). Widths past [`MAX_WIDTH`] decline, and the node runs on the CPU.
 //!
-//! Which kernel runs: f16 and bf16 up to D, Dv ≤ 128 take the tensor-core kernel (`tc.rs`); f32
-//! takes the chain's own kernels on the device ([`chain`]), which measured faster than this
-//! one-pass CUDA-core kernel (`QUORUM_CUDA_ATTENTION_F32=fused` takes it instead); wider halves
-//! take the one-pass kernel.
+//! Which kernel runs ([`Route`], `QUORUM_CUDA_ATTENTION`): `chain` (the default), the chain's own
+//! kernels on the device ([`chain`]), which measured faster than this one-pass CUDA-core kernel;
+//! `tc`, the tensor-core kernel (`tc.rs`) for f16 and bf16 up to D, Dv ≤ 128 and the chain
+//! otherwise; `one-pass`, this kernel for every call.
 use super::elem::Elem;
 use super::matmul::float_dtype;
 use super::{broadcast_strides, offsets, require_u32_len};
@@ -287,18 +287,29 @@ pub fn kernel(p: &Plan) -> Kernel {
     k
 }
 
-/// Whether half-precision FusedAttention may use the tensor-core kernel
-/// (`QUORUM_CUDA_ATTENTION_TC=off` keeps the CUDA-core kernel, to compare the two).
-fn tensor_cores_on() -> bool {
-    std::env::var("QUORUM_CUDA_ATTENTION_TC").map_or(true, |v| v != "off")
+/// How a FusedAttention call runs on the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// The chain's own kernels, one launch per node it replaced.
+    Chain,
+    /// The tensor-core kernel where it takes the call (halves up to 128 wide), else the chain.
+    TensorCores,
+    /// The one-pass CUDA-core kernel.
+    OnePass,
 }
 
-/// Whether f32 FusedAttention runs the one-pass CUDA-core kernel (`QUORUM_CUDA_ATTENTION_F32=fused`)
-/// rather than the chain's own kernels (the default: on an H100 the one-pass kernel took 93 µs a
-/// ViT-B/16 layer, latency-bound at one warp per scheduler, where the chain's batched GEMMs and
-/// softmax take less; `reports/cuda/f16.md`, stop 58).
-fn f32_fused() -> bool {
-    std::env::var("QUORUM_CUDA_ATTENTION_F32").is_ok_and(|v| v == "fused")
+impl Route {
+    /// `QUORUM_CUDA_ATTENTION` (`chain`, `tc`, `one-pass`); `chain` by default. On an H100 the
+    /// one-pass kernel took 93 µs a ViT-B/16 layer (latency-bound at one warp per scheduler), more
+    /// than the chain's batched GEMMs and softmax (`reports/cuda/f16.md`, stop 58); the
+    /// tensor-core kernel is not yet judged on a device, so it is not the default.
+    pub fn from_env() -> Route {
+        match std::env::var("QUORUM_CUDA_ATTENTION").as_deref() {
+            Ok("tc") => Route::TensorCores,
+            Ok("one-pass") => Route::OnePass,
+            _ => Route::Chain,
+        }
+    }
 }
 
 /// The chain FusedAttention replaced, on the device with the chain's own kernels: the same
@@ -451,7 +462,8 @@ pub fn k_fused_attention(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult
         DevTensor::arg_in_opt(mask.as_ref()),
         y.arg_out(),
     ];
-    if tc::takes(&p) && tensor_cores_on() {
+    let route = Route::from_env();
+    if route == Route::TensorCores && tc::takes(&p) {
         run.declare(Arithmetic::TENSOR_CORES);
         let ptx = module(run.cc(), &[tc::kernel(&p)]);
         run.launch(
@@ -464,7 +476,7 @@ pub fn k_fused_attention(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult
         )?;
         return Ok(vec![y]);
     }
-    if p.e == Elem::F32 && !f32_fused() {
+    if route != Route::OnePass {
         return Ok(vec![chain(run, form, &q, &kt, &v, mask.as_ref())?]);
     }
     let ptx = module(run.cc(), &[kernel(&p)]);
