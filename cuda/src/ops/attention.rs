@@ -17,7 +17,7 @@
 //! broadcast). Widths past [`MAX_WIDTH`] decline, and the node runs on the CPU.
 //!
 //! Which kernel runs ([`Route`], `QUORUM_CUDA_ATTENTION`): `chain` (the default), the chain's own
-//! kernels on the device ([`chain`]), which measured faster than this one-pass CUDA-core kernel;
+//! kernels on the device ([`chain`]), which measured as fast as either one-kernel route or faster;
 //! `tc`, the tensor-core kernel (`tc.rs`) for f16 and bf16 up to D, Dv ≤ 128 and the chain
 //! otherwise; `one-pass`, this kernel for every call.
 use super::elem::Elem;
@@ -299,10 +299,12 @@ pub enum Route {
 }
 
 impl Route {
-    /// `QUORUM_CUDA_ATTENTION` (`chain`, `tc`, `one-pass`); `chain` by default. On an H100 the
-    /// one-pass kernel took 93 µs a ViT-B/16 layer (latency-bound at one warp per scheduler), more
-    /// than the chain's batched GEMMs and softmax (`reports/cuda/f16.md`, stop 58); the
-    /// tensor-core kernel is not yet judged on a device, so it is not the default.
+    /// `QUORUM_CUDA_ATTENTION` (`chain`, `tc`, `one-pass`); `chain` by default. On an H100 (stop
+    /// 58, `reports/cuda/f16.md`) both one-kernel routes are right under strict verification but
+    /// not faster than the chain's batched GEMMs and softmax: the one-pass kernel took 93 µs a
+    /// ViT-B/16 f16 layer, the tensor-core kernel 49 µs (ViT f16 graph replay 1.80 ms chained,
+    /// 1.86 fused; bert-base f16 b8 3.36 chained, 3.21 fused). Both are latency-bound: one warp
+    /// per 16 rows walks every key in order, a few warps per SM.
     pub fn from_env() -> Route {
         match std::env::var("QUORUM_CUDA_ATTENTION").as_deref() {
             Ok("tc") => Route::TensorCores,
