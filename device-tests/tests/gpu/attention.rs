@@ -1,5 +1,6 @@
 //! The `attention` rewrite on the device: the exporters' attention chains run as one
-//! FusedAttention kernel, judged by both oracles as the chain under strict verification, in f32,
+//! FusedAttention node, judged by both oracles as the chain under strict verification, on the
+//! route `QUORUM_CUDA_ATTENTION` names (`run.sh tests` runs these tests on each), in f32,
 //! f16 and bf16, with and without K's Transpose, scale and mask, at the shapes of ViT-B/16
 //! (197 tokens, 12 heads of 64, Q and Kᵀ scaled by √⅛ as PyTorch exports it) and BERT-base (128 tokens, a padding mask of −10000), and at odd
 //! ones (keys not a multiple of the tile, value widths not a multiple of 32, broadcast batches,
