@@ -286,19 +286,7 @@ pub fn check_declared(
             }
         })
     };
-    // The two oracles at once, each on its own thread: their products split over threads inside
-    // them, but their elementwise families run on one, and a strict run of a transformer is
-    // mostly such nodes in count.
-    let (r, i) = std::thread::scope(|s| {
-        let independent = s.spawn(|| evaluate(&independent));
-        let r = evaluate(&reference);
-        let i = independent.join().unwrap_or_else(|_| {
-            Err(Unsettled::NotCovered(
-                "oracle-independent panicked on these inputs".into(),
-            ))
-        });
-        (r, i)
-    });
+    let (r, i) = on_both(&evaluate);
     let r = match r {
         Ok(r) => r,
         Err(u) => return Check::Unsettled(u),
@@ -386,6 +374,28 @@ pub fn check_declared(
         }
     }
     Check::Agree
+}
+
+/// `f` of the reference and the independent oracle at once, each on its own thread: their products
+/// split over threads inside them, but their elementwise families run on one, and a strict run of
+/// a transformer is mostly such nodes in count. A panic of the independent oracle's thread is an
+/// unsettled check.
+fn on_both<T: Send>(
+    f: &(dyn Fn(&dyn Oracle) -> std::result::Result<T, Unsettled> + Sync),
+) -> (
+    std::result::Result<T, Unsettled>,
+    std::result::Result<T, Unsettled>,
+) {
+    std::thread::scope(|s| {
+        let independent = s.spawn(|| f(&oracle::independent::Independent));
+        let r = f(&oracle::reference::Reference);
+        let i = independent.join().unwrap_or_else(|_| {
+            Err(Unsettled::NotCovered(
+                "oracle-independent panicked on these inputs".into(),
+            ))
+        });
+        (r, i)
+    })
 }
 
 /// 2⁵³: every integer up to it is exact in f64, and no further.

@@ -263,32 +263,10 @@ fn write_attention() -> PathBuf {
     path
 }
 
-fn bench_strict(model: &PathBuf, broken: Option<&str>) -> Output {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_quorum"));
-    c.env_remove("RUST_BACKTRACE")
-        .env_remove("QUORUM_VERIFY")
-        .args([
-            "bench",
-            "--provider",
-            "sim",
-            "--iters",
-            "2",
-            "--warmup",
-            "0",
-        ])
-        .args(["--json", "--verify", "strict"])
-        .arg(model);
-    match broken {
-        Some(b) => c.env(quorum::sim::BREAK_VAR, b),
-        None => c.env_remove(quorum::sim::BREAK_VAR),
-    };
-    c.output().unwrap()
-}
-
 #[test]
 fn fused_attention_passes_strict_verification_and_a_wrong_one_fails_it() {
     let model = write_attention();
-    let out = bench_strict(&model, None);
+    let out = bench(&model, "f32", None);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -303,7 +281,7 @@ fn fused_attention_passes_strict_verification_and_a_wrong_one_fails_it() {
         "no Softmax is left: {j}"
     );
 
-    let out = bench_strict(&model, Some("FusedAttention"));
+    let out = bench(&model, "f32", Some("FusedAttention"));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(6), "{stderr}");
     assert!(stderr.contains("FusedAttention"), "{stderr}");

@@ -326,18 +326,7 @@ pub(super) fn check_fused_attention(
         value.dtype = dtype;
         Ok(oracle::Output { value, magnitude })
     };
-    let reference = oracle::reference::Reference;
-    let independent = oracle::independent::Independent;
-    let (r, i) = std::thread::scope(|s| {
-        let h = s.spawn(|| run(&independent));
-        let r = run(&reference);
-        let i = h.join().unwrap_or_else(|_| {
-            Err(Unsettled::NotCovered(
-                "oracle-independent panicked on these inputs".into(),
-            ))
-        });
-        (r, i)
-    });
+    let (r, i) = super::on_both(&run);
     let (r, i) = match (r, i) {
         (Ok(r), Ok(i)) => (r, i),
         (Err(u), _) | (_, Err(u)) => return Check::Unsettled(u),
