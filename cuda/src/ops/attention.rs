@@ -22,6 +22,7 @@
 //! otherwise; `one-pass`, this kernel for every call.
 use super::elem::Elem;
 use super::matmul::float_dtype;
+use super::reduce::rows::load;
 use super::{broadcast_strides, offsets, require_u32_len};
 use crate::ptx::{Cmp, Kernel, Reg, Space, Ty, module};
 use crate::{DevTensor, Inputs, KError, KResult, Run, dev_input};
@@ -72,12 +73,6 @@ impl Plan {
         let d = self.dims.d;
         4 * (ROWS * d + TILE * (d + 1) + TILE * self.nc() * TILE)
     }
-}
-
-/// Loads element `index` (u32) of `base` as f32.
-fn load(k: &mut Kernel, e: Elem, base: Reg, index: Reg) -> Reg {
-    let a = k.addr(base, index, e.size());
-    e.load_nc(k, a, 0)
 }
 
 /// The kernel for `p`: parameters q, k, v, mask (null when absent), y.
@@ -306,11 +301,12 @@ impl Route {
     /// 1.86 fused; bert-base f16 b8 3.36 chained, 3.21 fused). Both are latency-bound: one warp
     /// per 16 rows walks every key in order, a few warps per SM.
     pub fn from_env() -> Route {
-        match std::env::var("QUORUM_CUDA_ATTENTION").as_deref() {
+        static ROUTE: std::sync::OnceLock<Route> = std::sync::OnceLock::new();
+        *ROUTE.get_or_init(|| match std::env::var("QUORUM_CUDA_ATTENTION").as_deref() {
             Ok("tc") => Route::TensorCores,
             Ok("one-pass") => Route::OnePass,
             _ => Route::Chain,
-        }
+        })
     }
 }
 

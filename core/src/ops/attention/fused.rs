@@ -17,13 +17,11 @@
 //! each computes the chain with its own MatMul, Softmax and elementwise ops.
 use std::collections::HashMap;
 
-use half::{bf16, f16};
-use ndarray::ArrayD;
-
 use crate::error::{OpError, OpResult};
 use crate::ir::{Attr, Node};
+use crate::ops::broadcast::broadcast_shapes;
 use crate::ops::{OpCtx, Registry, input, opt_input, single};
-use crate::tensor::{DType, Tensor, Value};
+use crate::tensor::{Tensor, Value};
 
 /// The op's name in Quorum's domain.
 pub const OP: &str = "FusedAttention";
@@ -122,31 +120,6 @@ impl Dims {
     }
 }
 
-/// Numpy broadcast of two shapes, or `None` where they do not broadcast.
-fn broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
-    let n = a.len().max(b.len());
-    (0..n)
-        .map(|i| {
-            let x = if i + a.len() >= n {
-                a[i + a.len() - n]
-            } else {
-                1
-            };
-            let y = if i + b.len() >= n {
-                b[i + b.len() - n]
-            } else {
-                1
-            };
-            match (x, y) {
-                _ if x == y => Some(x),
-                (1, _) => Some(y),
-                (_, 1) => Some(x),
-                _ => None,
-            }
-        })
-        .collect()
-}
-
 /// The sizes of a call on operands of shapes `q`, `k` (as given: `Kᵀ` or `K` by `form`), `v` and
 /// `mask`, or a message naming the op and every shape when they are not attention's.
 pub fn dims(
@@ -186,13 +159,12 @@ pub fn dims(
     if tv != t {
         return Err(wrong("V's rows differ from K's keys"));
     }
-    let batch = broadcast(&qb, &kb)
-        .and_then(|b| broadcast(&b, &vb))
-        .ok_or_else(|| wrong("the batch dimensions do not broadcast"))?;
+    let batch = broadcast_shapes(&[&qb, &kb, &vb])
+        .map_err(|_| wrong("the batch dimensions do not broadcast"))?;
     let out = Dims { batch, s, t, d, dv };
     if let Some(m) = mask {
         let scores = out.scores();
-        if broadcast(&scores, m).as_deref() != Some(&scores[..]) {
+        if broadcast_shapes(&[&scores, m]).ok().as_deref() != Some(&scores[..]) {
             return Err(wrong("the mask does not broadcast to the scores"));
         }
     }
@@ -237,22 +209,6 @@ fn call(
         .ok_or_else(|| OpError::Invalid(format!("{OP}: {op} gave no output")))
 }
 
-/// `v` as a rank-0 tensor of the float type `d` (exact where the exporter's constant was of `d`).
-fn scalar(d: DType, v: f32) -> OpResult<Tensor> {
-    let s = ndarray::IxDyn(&[]);
-    Ok(match d {
-        DType::F32 => Tensor::F32(ArrayD::from_elem(s, v)),
-        DType::F16 => Tensor::F16(ArrayD::from_elem(s, f16::from_f32(v))),
-        DType::BF16 => Tensor::BF16(ArrayD::from_elem(s, bf16::from_f32(v))),
-        DType::F64 => Tensor::F64(ArrayD::from_elem(s, v as f64)),
-        d => {
-            return Err(OpError::Invalid(format!(
-                "{OP} of {d}: the scores must be a float type"
-            )));
-        }
-    })
-}
-
 fn fused_attention(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let form = Form::of(ctx.node).map_err(OpError::Invalid)?;
     let (q, k, v) = (input(inputs, 0)?, input(inputs, 1)?, input(inputs, 2)?);
@@ -276,7 +232,7 @@ fn fused_attention(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value
     };
     let mul = |v: Option<&Value>, c: Option<f32>| -> OpResult<Option<Value>> {
         let Some(c) = c else { return Ok(None) };
-        let c = Value::Tensor(scalar(q.dtype(), c)?);
+        let c = Value::Tensor(Tensor::from_f64s(q.dtype(), &[], vec![c as f64])?);
         Ok(Some(call(ctx, "Mul", 14, HashMap::new(), &[v, Some(&c)])?))
     };
     let kt = kt.as_ref().or(inputs[1]);
@@ -285,7 +241,7 @@ fn fused_attention(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value
     let (qa, kb) = (q_scaled.as_ref().or(inputs[0]), kt_scaled.as_ref().or(kt));
     let mut x = call(ctx, "MatMul", 13, HashMap::new(), &[qa, kb])?;
     if let Some((s, divide)) = form.scale {
-        let c = Value::Tensor(scalar(q.dtype(), s)?);
+        let c = Value::Tensor(Tensor::from_f64s(q.dtype(), &[], vec![s as f64])?);
         let op = if divide { "Div" } else { "Mul" };
         x = call(ctx, op, 14, HashMap::new(), &[Some(&x), Some(&c)])?;
     }

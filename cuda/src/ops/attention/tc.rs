@@ -15,7 +15,8 @@
 //! (`Arithmetic::TENSOR_CORES`): exact products of the model's values, sums truncated in f32.
 use super::super::elem::Elem;
 use super::super::offsets;
-use super::{Plan, load};
+use super::super::reduce::rows::load;
+use super::Plan;
 use crate::ptx::{Cmp, Kernel, Reg, Space, Ty};
 
 /// The widest D and Dv this kernel takes (its accumulators and Q's fragments live in registers).
