@@ -468,7 +468,7 @@ pub fn k_fused_attention(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult
             &ptx,
             "fused_attention_tc",
             (p.dims.s.div_ceil(tc::TC_ROWS) as u32, nb as u32, 1),
-            (32, 1, 1),
+            (tc::threads(&p), 1, 1),
             0,
             &args,
         )?;
@@ -590,14 +590,35 @@ mod tests {
                 // Per chunk: 4 score tiles over 4 k-steps, 2 key steps over 3 value tiles.
                 assert_eq!(text.matches(&mma).count(), 4 * 4 + 2 * 3, "{text}");
                 assert!(text.contains(&format!("cvt.rn.{t}x2.f32")), "{text}");
+                // 40 keys are two chunks: two warps, whose parts meet once in shared memory
+                // (16 rows of 24 columns padded to 28, a maximum and a sum each).
+                assert_eq!(tc::split(&p), 2);
+                assert_eq!(tc::threads(&p), 64);
+                assert_eq!(text.matches("bar.sync").count(), 1, "{text}");
                 assert!(
-                    !text.contains("bar.sync") && !text.contains(".shared"),
+                    text.contains(&format!("attn_part[{}]", 2 * 4 * 16 * 30)),
                     "{text}"
                 );
                 // Q's and K's pairs in one load each only where aligned with rows of even length.
                 assert_eq!(text.contains("ld.global.nc.b32"), tk && aligned, "{text}");
             }
         }
+        // The split: a warp per chunk of 32 keys up to eight, fewer where the parts of wide
+        // values would not fit the shared memory allowed them.
+        let split = |t: usize, dv: usize| {
+            let p = plan(
+                form(true),
+                [&[197, 64], &[t, 64], &[t, dv]],
+                None,
+                Elem::F16,
+            )
+            .unwrap();
+            tc::split(&p)
+        };
+        assert_eq!(split(197, 64), 7);
+        assert_eq!(split(1, 64), 1);
+        assert_eq!(split(1024, 64), 8);
+        assert_eq!(split(1024, 128), 4);
         let wide = plan(form(true), [&[5, 200], &[7, 200], &[7, 4]], None, Elem::F16).unwrap();
         assert!(!tc::takes(&wide));
         let f32 = plan(form(true), [&[5, 64], &[7, 64], &[7, 4]], None, Elem::F32).unwrap();

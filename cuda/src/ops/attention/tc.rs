@@ -1,8 +1,13 @@
 //! FusedAttention on the tensor cores, for f16 and bf16 with D and Dv up to [`TC_MAX_WIDTH`]
 //! (FlashAttention's idea, written our way).
 //!
-//! One warp takes 16 query rows of one batch element and needs no shared memory: Q's rows are read
-//! once, straight into `mma.m16n8k16` A fragments. The keys go in chunks of 32: the chunk's scores
+//! A block takes 16 query rows of one batch element with [`split`] warps, which divide the keys
+//! between them (chunk `c` to warp `c mod split`): one warp walking every key in order was
+//! latency-bound (49 µs a ViT-B/16 layer on an H100, stop 58), a few warps per SM each waiting on
+//! its loads in turn. Each warp reads Q's rows once, straight into `mma.m16n8k16` A fragments, and
+//! keeps its own running maximum, sum and accumulators; at the end the warps' partial results meet
+//! in shared memory, each rescaled by `exp(m_w − m)` to the rows' common maximum `m`, and the block
+//! divides the summed accumulators by the summed sums. The keys go in chunks of 32: the chunk's scores
 //! are four m16n8 products over D (K's fragments read from global memory, where the block's
 //! neighbours have usually brought them into L1), scaled in f32 by every scale of the chain
 //! folded into one factor, the mask added, the keys past T set to −∞. Each row's running maximum
@@ -11,7 +16,8 @@
 //! the chain rounds them, are already the A fragments of the product with V: the accumulator
 //! layout of two adjacent m16n8 tiles is the m16k16 A layout. V's B fragments are pairs of values
 //! one row apart, packed from two loads. Sums stay in f32 accumulators; the output is divided by
-//! the row's sum and rounded once. The kernel declares the tensor cores' arithmetic
+//! the row's sum and rounded once. Combining the warps is one more rescale of each row's sums,
+//! within the verification bound's allowance for an online softmax (one rescale per key). The kernel declares the tensor cores' arithmetic
 //! (`Arithmetic::TENSOR_CORES`): exact products of the model's values, sums truncated in f32.
 use super::super::elem::Elem;
 use super::super::offsets;
@@ -25,6 +31,51 @@ pub const TC_MAX_WIDTH: usize = 128;
 pub const TC_ROWS: usize = 16;
 /// Keys per chunk.
 const CHUNK: usize = 32;
+/// The most warps a block divides the keys between.
+const MAX_SPLIT: usize = 8;
+/// Shared memory the warps' partial results may take (under the 48 KiB of a static array).
+const COMBINE_BYTES: usize = 40 * 1024;
+
+/// The pitch, in f32, of a row of a warp's accumulators in shared memory: Dv rounded up to the
+/// eight columns of an m16n8 tile, plus 4 so that the eight rows a store instruction writes fall
+/// in different banks.
+fn pitch(p: &Plan) -> usize {
+    p.dims.dv.div_ceil(8) * 8 + 4
+}
+
+/// Bytes of shared memory one warp's partial result takes: its 16 rows' accumulators, maxima and
+/// sums.
+fn warp_bytes(p: &Plan) -> usize {
+    4 * TC_ROWS * (pitch(p) + 2)
+}
+
+/// The most warps the keys are divided between: [`MAX_SPLIT`], or less where
+/// `QUORUM_CUDA_ATTENTION_SPLIT` says (read once; `1` is stop 58's kernel, one warp walking every
+/// key, kept to measure the split against in one run).
+fn max_split() -> usize {
+    static CAP: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CAP.get_or_init(|| {
+        std::env::var("QUORUM_CUDA_ATTENTION_SPLIT")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .map_or(MAX_SPLIT, |n| n.clamp(1, MAX_SPLIT))
+    })
+}
+
+/// How many warps a block of `p` divides the keys between: one per chunk of keys up to
+/// [`max_split`], fewer where their partial results would not fit [`COMBINE_BYTES`].
+pub fn split(p: &Plan) -> usize {
+    let chunks = p.dims.t.div_ceil(CHUNK).max(1);
+    chunks
+        .min(max_split())
+        .min(COMBINE_BYTES / warp_bytes(p))
+        .max(1)
+}
+
+/// Threads a block of `p` has.
+pub fn threads(p: &Plan) -> u32 {
+    (32 * split(p)) as u32
+}
 
 /// Whether the tensor-core kernel takes `p`.
 pub fn takes(p: &Plan) -> bool {
@@ -128,13 +179,18 @@ pub fn kernel(p: &Plan) -> Kernel {
     let e = p.e;
     let ksteps = d.div_ceil(16);
     let ntiles = dv.div_ceil(8);
+    let nsplit = split(p);
+    let pitch = pitch(p);
     let mut k = Kernel::new("fused_attention_tc");
     let q = k.param_ptr("q");
     let kk = k.param_ptr("k");
     let v = k.param_ptr("v");
     let mask = k.param_ptr("mask");
     let y = k.param_ptr("y");
-    let lane = k.special("tid.x");
+    let smem = k.shared_array("attn_part", nsplit * warp_bytes(p));
+    let tid = k.special("tid.x");
+    let lane = k.and(Ty::U32, tid, 31u32);
+    let warp = k.shr(Ty::U32, tid, 5u32);
     let g = k.shr(Ty::U32, lane, 2u32);
     let qd = k.and(Ty::U32, lane, 3u32);
     let q2 = k.shl(Ty::U32, qd, 1u32);
@@ -169,7 +225,7 @@ pub fn kernel(p: &Plan) -> Kernel {
         .map(|_| std::array::from_fn(|_| k.mov(Ty::F32, 0.0f32)))
         .collect();
     let chunks = t.div_ceil(CHUNK);
-    k.for_range(Ty::U32, 0u32, chunks as u32, 1u32, |k, c| {
+    k.for_range(Ty::U32, warp, chunks as u32, nsplit as u32, |k, c| {
         let key0 = k.mul(Ty::U32, c, CHUNK as u32);
         // The chunk's scores: tile j holds keys key0 + 8j + 2q, +1 for rows g and g + 8.
         let sc: Vec<[Reg; 4]> = (0..CHUNK / 8)
@@ -279,31 +335,93 @@ pub fn kernel(p: &Plan) -> Kernel {
             }
         }
     });
-    // Each row's sum across its quad, then the outputs.
+    // This warp's partial result into shared memory: per row its maximum and sum (the quad's
+    // first lane), and its accumulators.
+    let base = k.shared_addr(&smem);
+    let ms = base;
+    let ls = k.add(Ty::U32, base, (4 * TC_ROWS * nsplit) as u32);
+    let os = k.add(Ty::U32, ls, (4 * TC_ROWS * nsplit) as u32);
+    let wrow = k.mul(Ty::U32, warp, TC_ROWS as u32);
+    let first = k.setp(Cmp::Eq, Ty::U32, qd, 0u32);
     for (h, &lh) in l.iter().enumerate() {
         let mut sum = lh;
         for sh in [1u32, 2] {
             let other = k.shfl_bfly(sum, sh);
             sum = k.add(Ty::F32, sum, other);
         }
-        let row = if h == 0 { rg } else { rg8 };
-        let row_in = k.setp(Cmp::Lt, Ty::U32, row, s as u32);
+        let r = k.add(Ty::U32, wrow, g);
+        let r = k.add(Ty::U32, r, (8 * h) as u32);
+        let r4 = k.shl(Ty::U32, r, 2u32);
+        let mh = m[h];
+        k.when(first, |k| {
+            let a = k.add(Ty::U32, ms, r4);
+            k.st(Space::Shared, a, 0, mh);
+            let a = k.add(Ty::U32, ls, r4);
+            k.st(Space::Shared, a, 0, sum);
+        });
+        let at = k.mul(Ty::U32, r, (4 * pitch) as u32);
+        let at = k.add(Ty::U32, os, at);
+        let q8 = k.shl(Ty::U32, q2, 2u32);
+        let at = k.add(Ty::U32, at, q8);
         for (n, on) in o.iter().enumerate() {
             for i in [2 * h, 2 * h + 1] {
-                let col = k.add(Ty::U32, q2, (8 * n + i % 2) as u32);
-                let col_in = k.setp(Cmp::Lt, Ty::U32, col, dv as u32);
-                let both = k.pred_and(row_in, col_in);
-                let val = on[i];
-                k.when(both, |k| {
-                    let r = k.div(Ty::F32, val, sum);
-                    let at = k.fma(Ty::U32, row, dv as u32, col);
-                    let at = k.fma(Ty::U32, b, (s * dv) as u32, at);
-                    let a = k.addr(y, at, e.size());
-                    let h16 = e.narrow(k, r);
-                    k.st(Space::Global, a, 0, h16);
-                });
+                k.st(Space::Shared, at, (4 * (8 * n + i % 2)) as i64, on[i]);
             }
         }
     }
+    k.bar_sync();
+    // The block's outputs: each row's common maximum, the warps' parts rescaled to it and summed,
+    // divided by the summed sums, rounded once.
+    k.for_range(
+        Ty::U32,
+        tid,
+        (TC_ROWS * dv) as u32,
+        (32 * nsplit) as u32,
+        |k, idx| {
+            let r = k.div(Ty::U32, idx, dv as u32);
+            let col = k.rem(Ty::U32, idx, dv as u32);
+            let r4 = k.shl(Ty::U32, r, 2u32);
+            let mw: Vec<Reg> = (0..nsplit)
+                .map(|w| {
+                    let a = k.add(Ty::U32, ms, r4);
+                    k.ld(Space::Shared, Ty::F32, a, (4 * TC_ROWS * w) as i64)
+                })
+                .collect();
+            let mut top = mw[0];
+            for &x in &mw[1..] {
+                top = super::super::reduce::rows::max_nan(k, top, x);
+            }
+            let sum = k.mov(Ty::F32, 0.0f32);
+            let acc = k.mov(Ty::F32, 0.0f32);
+            let oa = k.mul(Ty::U32, r, pitch as u32);
+            let oa = k.add(Ty::U32, oa, col);
+            let oa = k.shl(Ty::U32, oa, 2u32);
+            let oa = k.add(Ty::U32, os, oa);
+            let la = k.add(Ty::U32, ls, r4);
+            for (w, &x) in mw.iter().enumerate() {
+                let dead = k.setp(Cmp::Eq, Ty::F32, x, neg_inf);
+                let arg = k.sub(Ty::F32, x, top);
+                let arg = k.mul(Ty::F32, arg, std::f32::consts::LOG2_E);
+                let f = k.unary("ex2.approx.ftz", Ty::F32, arg);
+                let f = k.selp(Ty::F32, 0.0f32, f, dead);
+                let lw = k.ld(Space::Shared, Ty::F32, la, (4 * TC_ROWS * w) as i64);
+                let ow = k.ld(Space::Shared, Ty::F32, oa, (4 * TC_ROWS * pitch * w) as i64);
+                let s2 = k.fma(Ty::F32, lw, f, sum);
+                k.assign(sum, s2);
+                let a2 = k.fma(Ty::F32, ow, f, acc);
+                k.assign(acc, a2);
+            }
+            let row = k.add(Ty::U32, row0, r);
+            let row_in = k.setp(Cmp::Lt, Ty::U32, row, s as u32);
+            k.when(row_in, |k| {
+                let val = k.div(Ty::F32, acc, sum);
+                let at = k.fma(Ty::U32, row, dv as u32, col);
+                let at = k.fma(Ty::U32, b, (s * dv) as u32, at);
+                let a = k.addr(y, at, e.size());
+                let h16 = e.narrow(k, val);
+                k.st(Space::Global, a, 0, h16);
+            });
+        },
+    );
     k
 }
