@@ -62,7 +62,7 @@ pub enum Family {
     View,
     /// Tensors filled from an attribute (ConstantOfShape).
     Fill,
-    /// LSTM and GRU (host-only: judged by the oracles, claimed by no device).
+    /// LSTM and GRU: LSTM on CUDA, GRU host-only (both judged by the oracles).
     Recurrent,
     /// A tensor's shape and size (host-only: shape arithmetic never goes to a device).
     Metadata,
@@ -295,6 +295,12 @@ impl std::fmt::Debug for Types {
 /// both).
 pub const CUDA_ONLY: &[(&str, &str)] = &[
     (
+        "LSTM",
+        "a recurrent layer is one long chain of dependent steps, run as one kernel a layer that \
+         keeps its state in shared memory between barriers: written for CUDA first, where the \
+         zoo's LSTMs (Sequencer2d) needed it",
+    ),
+    (
         "QuantizeLinear",
         "the integer is decided by the f32 quotient x / scale, which must be correctly rounded; \
          WGSL's f32 division is allowed 2.5 ulp, and an exact division in integer code is not \
@@ -446,11 +452,19 @@ pub fn faults(rows: &[Row]) -> Vec<String> {
                 r.name, r.family
             ));
         }
-        let host_only = matches!(r.family, Family::Recurrent | Family::Metadata);
+        let host_only = r.family == Family::Metadata;
         if host_only && r.devices != Devices::NONE {
             out.push(format!(
                 "{}: the {:?} family is host-only",
                 r.name, r.family
+            ));
+        }
+        // A recurrent layer is one long dependent chain: a device runs it as one kernel of its
+        // own, written for CUDA only so far.
+        if r.family == Family::Recurrent && r.devices.contains(Backend::Wgpu) {
+            out.push(format!(
+                "{}: the recurrent family has no wgpu kernels",
+                r.name
             ));
         }
         if r.dtypes == Types::NONE {
@@ -474,12 +488,22 @@ mod tests {
         let bad = [
             Row {
                 name: "Abs",
-                family: Family::Recurrent,
+                family: Family::Metadata,
                 class: Class::Exact,
                 opsets: &[6, 1],
                 nan: NanRule::Propagates,
                 in_place: InPlace::First,
                 dtypes: Types::NONE,
+                devices: Devices::ALL,
+            },
+            Row {
+                name: "LSTM",
+                family: Family::Recurrent,
+                class: Class::Exact,
+                opsets: &[1],
+                nan: NanRule::Propagates,
+                in_place: InPlace::None,
+                dtypes: Types::FLOATS,
                 devices: Devices::ALL,
             },
             Row {
@@ -506,6 +530,7 @@ mod tests {
             "in-place form",
             "host-only",
             "no element type",
+            "no wgpu kernels",
         ] {
             assert!(f.iter().any(|l| l.contains(want)), "{want} not in {f:?}");
         }
@@ -516,9 +541,13 @@ mod tests {
         for f in Family::ALL {
             let rows: Vec<&Row> = rows_of(f).collect();
             assert!(!rows.is_empty(), "{f:?}");
-            let host = matches!(f, Family::Recurrent | Family::Metadata);
             for r in rows {
-                assert_eq!(r.devices == Devices::NONE, host, "{}", r.name);
+                match f {
+                    Family::Metadata => assert_eq!(r.devices, Devices::NONE, "{}", r.name),
+                    // LSTM has a CUDA kernel, GRU none yet.
+                    Family::Recurrent => assert!(!r.devices.contains(Backend::Wgpu), "{}", r.name),
+                    _ => assert_ne!(r.devices, Devices::NONE, "{}", r.name),
+                }
             }
         }
         let host = ROWS.iter().filter(|r| r.devices == Devices::NONE).count();

@@ -1365,7 +1365,7 @@ pub const ROWS: &[Row] = &[
         nan: NanRule::Propagates,
         in_place: InPlace::None,
         dtypes: Types::FLOATS,
-        devices: Devices::NONE,
+        devices: Devices::CUDA,
     },
     Row {
         name: "GRU",

@@ -36,6 +36,8 @@ pub trait CodeGenerators {
     fn softmax(node: &Node) -> FamilyClaim<Self::Kernel>;
     fn normalization(node: &Node) -> FamilyClaim<Self::Kernel>;
     fn pooling(node: &Node) -> FamilyClaim<Self::Kernel>;
+    /// LSTM and GRU (only where the op table gives the backend the row).
+    fn recurrent(node: &Node) -> FamilyClaim<Self::Kernel>;
 }
 
 /// The kernel backend `G` launches for a default-domain `node`, or why it declines the node.
@@ -63,7 +65,8 @@ pub fn claim<G: CodeGenerators>(node: &Node) -> Result<G::Kernel, String> {
         Family::Softmax => G::softmax(node),
         Family::Normalization => G::normalization(node),
         Family::Pooling => G::pooling(node),
-        Family::Recurrent | Family::Metadata => {
+        Family::Recurrent => G::recurrent(node),
+        Family::Metadata => {
             return Err(format!("the {:?} family runs on the host", row.family));
         }
     };

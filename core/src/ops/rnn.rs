@@ -25,15 +25,17 @@ pub fn register(r: &mut Registry) {
     r.add("", "GRU", |c, i| recurrent(c, i, Kind::Gru));
 }
 
+/// The recurrent layer.
 #[derive(Clone, Copy, PartialEq, Debug)]
-enum Kind {
+pub enum Kind {
     Rnn,
     Lstm,
     Gru,
 }
 
 impl Kind {
-    fn gates(self) -> usize {
+    /// Gates per unit (rows of W and R per unit of the hidden state).
+    pub fn gates(self) -> usize {
         match self {
             Kind::Rnn => 1,
             Kind::Lstm => 4,
@@ -49,8 +51,9 @@ impl Kind {
     }
 }
 
+/// An activation function a recurrent layer names.
 #[derive(Clone, Copy, PartialEq, Debug)]
-enum ActFn {
+pub enum ActFn {
     Relu,
     Tanh,
     Sigmoid,
@@ -66,10 +69,10 @@ enum ActFn {
 
 /// An activation with its alpha and beta (the defaults of the ONNX operator of the same name).
 #[derive(Clone, Copy, Debug)]
-struct Act {
-    f: ActFn,
-    alpha: f64,
-    beta: f64,
+pub struct Act {
+    pub f: ActFn,
+    pub alpha: f64,
+    pub beta: f64,
 }
 
 impl Act {
@@ -146,6 +149,71 @@ impl Act {
                 }
             }
         }
+    }
+}
+
+/// A recurrent node's attributes, read once for every engine: the CPU's kernel and the devices'.
+#[derive(Clone, Debug)]
+pub struct Spec {
+    pub kind: Kind,
+    /// 1, or 2 for a bidirectional layer.
+    pub dirs: usize,
+    /// `direction` is `reverse`: the one direction walks the sequence backwards.
+    pub reverse: bool,
+    /// `layout` 1 (opset 14 on): batch-major X, Y and states.
+    pub layout1: bool,
+    /// `hidden_size`, where given (R's shape must agree).
+    pub hidden_size: Option<i64>,
+    pub clip: Option<f64>,
+    /// The activations of each direction (1, 3 or 2 per direction; a single set given for a
+    /// bidirectional layer is shared).
+    pub acts: Vec<Vec<Act>>,
+    pub input_forget: bool,
+    pub linear_before_reset: bool,
+}
+
+impl Spec {
+    /// The attributes of `ctx`'s node, read as the operator defines them.
+    pub fn of(ctx: &OpCtx, kind: Kind) -> OpResult<Spec> {
+        let layout1 = ctx.opset() >= 14 && ctx.attr_i("layout", 0)? != 0;
+        let direction = ctx.attr_s("direction", "forward")?;
+        let dirs = match direction.as_str() {
+            "forward" | "reverse" => 1,
+            "bidirectional" => 2,
+            d => bail!("unknown direction '{d}'"),
+        };
+        // Activations: one set per direction; a single set is shared by both directions.
+        let names: Vec<String> = match ctx.attr_opt_strings("activations")? {
+            Some(v) => v,
+            None => kind.default_acts().iter().map(|s| s.to_string()).collect(),
+        };
+        let per = kind.default_acts().len();
+        let names: Vec<String> = match names.len() {
+            n if n == per * dirs => names,
+            n if n == per && dirs == 2 => names.iter().chain(names.iter()).cloned().collect(),
+            n => bail!("{n} activations given, expected {}", per * dirs),
+        };
+        let alphas = ctx.attr_opt_floats("activation_alpha")?.unwrap_or_default();
+        let betas = ctx.attr_opt_floats("activation_beta")?.unwrap_or_default();
+        let (mut ai, mut bi) = (
+            alphas.iter().map(|&v| v as f64),
+            betas.iter().map(|&v| v as f64),
+        );
+        let all: Vec<Act> = names
+            .iter()
+            .map(|n| Act::parse(n, &mut ai, &mut bi))
+            .collect::<OpResult<_>>()?;
+        Ok(Spec {
+            kind,
+            dirs,
+            reverse: direction == "reverse",
+            layout1,
+            hidden_size: ctx.attr_opt_i("hidden_size")?,
+            clip: ctx.attr_opt_f("clip")?.map(|v| v as f64),
+            acts: all.chunks(per).map(|c| c.to_vec()).collect(),
+            input_forget: ctx.attr_i("input_forget", 0)? != 0,
+            linear_before_reset: ctx.attr_i("linear_before_reset", 0)? != 0,
+        })
     }
 }
 
@@ -655,13 +723,8 @@ fn expect_shape(t: &Tensor, want: &[usize], what: &str) -> OpResult<()> {
 fn run<T: Elem>(ctx: &OpCtx, inputs: &[Option<&Value>], kind: Kind) -> OpResult<Vec<Value>> {
     let x = input(inputs, 0)?;
     let (w, r) = (input(inputs, 1)?, input(inputs, 2)?);
-    let layout1 = ctx.opset() >= 14 && ctx.attr_i("layout", 0)? != 0;
-    let direction = ctx.attr_s("direction", "forward")?;
-    let dirs = match direction.as_str() {
-        "forward" | "reverse" => 1,
-        "bidirectional" => 2,
-        d => bail!("unknown direction '{d}'"),
-    };
+    let spec = Spec::of(ctx, kind)?;
+    let (layout1, dirs) = (spec.layout1, spec.dirs);
     if x.rank() != 3 || w.rank() != 3 || r.rank() != 3 {
         bail!(
             "X, W and R must be 3-D, got {:?}, {:?}, {:?}",
@@ -677,7 +740,7 @@ fn run<T: Elem>(ctx: &OpCtx, inputs: &[Option<&Value>], kind: Kind) -> OpResult<
         (xs[0], xs[1], xs[2])
     };
     let g = kind.gates();
-    let hidden = match ctx.attr_opt_i("hidden_size")? {
+    let hidden = match spec.hidden_size {
         Some(v) if v >= 0 && v as usize == r.shape()[2] => v as usize,
         Some(v) => bail!("hidden_size {v} disagrees with R of shape {:?}", r.shape()),
         None => r.shape()[2],
@@ -720,28 +783,6 @@ fn run<T: Elem>(ctx: &OpCtx, inputs: &[Option<&Value>], kind: Kind) -> OpResult<
     if let Some(p) = p {
         expect_shape(p, &[dirs, 3 * hidden], "P")?;
     }
-    // Activations: one set per direction; a single set is shared by both directions.
-    let names: Vec<String> = match ctx.attr_opt_strings("activations")? {
-        Some(v) => v,
-        None => kind.default_acts().iter().map(|s| s.to_string()).collect(),
-    };
-    let per = kind.default_acts().len();
-    let names: Vec<String> = match names.len() {
-        n if n == per * dirs => names,
-        n if n == per && dirs == 2 => names.iter().chain(names.iter()).cloned().collect(),
-        n => bail!("{n} activations given, expected {}", per * dirs),
-    };
-    let alphas = ctx.attr_opt_floats("activation_alpha")?.unwrap_or_default();
-    let betas = ctx.attr_opt_floats("activation_beta")?.unwrap_or_default();
-    let (mut ai, mut bi) = (
-        alphas.iter().map(|&v| v as f64),
-        betas.iter().map(|&v| v as f64),
-    );
-    let all: Vec<Act> = names
-        .iter()
-        .map(|n| Act::parse(n, &mut ai, &mut bi))
-        .collect::<OpResult<_>>()?;
-    let clip = ctx.attr_opt_f("clip")?.map(|v| v as f64);
     let cfg = Cfg {
         kind,
         hidden,
@@ -749,10 +790,10 @@ fn run<T: Elem>(ctx: &OpCtx, inputs: &[Option<&Value>], kind: Kind) -> OpResult<
         seq,
         isz,
         layout1,
-        clip,
-        acts: all.chunks(per).map(|c| c.to_vec()).collect(),
-        input_forget: ctx.attr_i("input_forget", 0)? != 0,
-        linear_before_reset: ctx.attr_i("linear_before_reset", 0)? != 0,
+        clip: spec.clip,
+        acts: spec.acts,
+        input_forget: spec.input_forget,
+        linear_before_reset: spec.linear_before_reset,
     };
 
     let xv: Vec<T> = vals(x)?;
@@ -798,7 +839,7 @@ fn run<T: Elem>(ctx: &OpCtx, inputs: &[Option<&Value>], kind: Kind) -> OpResult<
             p: pv.as_ref().map(|v| per_dir(v, d, 3 * hidden)),
             h0: per_dir(&h0v, d, batch * hidden),
             c0: per_dir(&c0v, d, batch * hidden),
-            reverse: direction == "reverse" || d == 1,
+            reverse: spec.reverse || d == 1,
         })
         .collect();
     let results: Vec<(Vec<T>, Vec<T>, Vec<T>)> = dins

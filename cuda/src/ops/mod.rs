@@ -31,6 +31,7 @@ pub mod pool;
 #[cfg(test)]
 mod ptx_golden_tests;
 pub mod quantize;
+pub mod recurrent;
 pub mod reduce;
 pub mod resize;
 pub mod softmax;
@@ -96,6 +97,9 @@ impl CodeGenerators for Generators {
     }
     fn pooling(node: &Node) -> FamilyClaim<CudaKernel> {
         pool::claim(node)
+    }
+    fn recurrent(node: &Node) -> FamilyClaim<CudaKernel> {
+        recurrent::claim(node)
     }
 }
 

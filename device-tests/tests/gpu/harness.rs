@@ -193,6 +193,10 @@ fn attr_proto(name: &str, a: &Attr) -> proto::AttributeProto {
             p.s = Some(s.clone());
             p.r#type = Some(T::String as i32);
         }
+        Attr::Strings(v) => {
+            p.strings = v.clone();
+            p.r#type = Some(T::Strings as i32);
+        }
         Attr::Tensor(t) => {
             p.t = Some(tensor_proto(name, t));
             p.r#type = Some(T::Tensor as i32);

@@ -34,6 +34,7 @@ mod norm;
 mod pool;
 mod properties;
 mod quantize;
+mod recurrent;
 mod reduce;
 mod resize;
 mod softmax;

@@ -91,6 +91,11 @@ impl CodeGenerators for Generators {
     fn pooling(node: &Node) -> FamilyClaim<WgpuKernel> {
         pool::claim(node)
     }
+    /// The op table gives wgpu no recurrent row (`quorum_optable::CUDA_ONLY` says why), so the
+    /// claim never asks; an answer all the same, should a row move.
+    fn recurrent(node: &Node) -> FamilyClaim<WgpuKernel> {
+        Some(Err(format!("{} has no wgpu kernel", node.op_type)))
+    }
 }
 
 /// Declines with a formatted reason.
