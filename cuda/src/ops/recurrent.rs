@@ -2,10 +2,13 @@
 //! by `quorum_core::ops::rnn::Spec`, as the CPU's kernel reads them; only the device code lives
 //! here.
 //!
-//! One block runs one batch row of one direction through every time step; the recurrence leaves
-//! nothing else to run in parallel. A step is three phases between barriers:
+//! In f32 the input projection `X·Wᵀ` of every time step is one GEMM before the recurrence (the
+//! tiled kernels', batched over the directions), as the CPU's kernel computes it; then one block
+//! runs one batch row of one direction through every time step, the recurrence leaving nothing
+//! else to run in parallel. A step is three phases between barriers:
 //!
-//! 1. the step's input row `x_t` into shared memory;
+//! 1. (f16 and bf16 only, which keep the projection in the step) the step's input row `x_t` into
+//!    shared memory;
 //! 2. every gate's pre-activation, a thread per row of W and R (a loop where the rows outnumber
 //!    the threads): `x_t·W_rᵀ + h·R_rᵀ + Wb_r + Rb_r`, summed in f32, the weights read through the
 //!    read-only cache, each thread's row front to back;
@@ -66,6 +69,9 @@ pub struct Plan {
     pub h0: bool,
     pub c0: bool,
     pub peepholes: bool,
+    /// The input projection comes precomputed (f32 `[dirs, rows of X, 4·hidden]`): the kernel
+    /// reads it instead of multiplying X by W in each step.
+    pub projected: bool,
 }
 
 impl Plan {
@@ -74,9 +80,11 @@ impl Plan {
         (4 * self.hidden).clamp(32, MAX_THREADS).div_ceil(32) * 32
     }
 
-    /// Shared memory: the step's input row, the hidden and cell states, the gates.
+    /// Shared memory: the step's input row (unless projected), the hidden and cell states, the
+    /// gates.
     pub fn shared_bytes(&self) -> usize {
-        4 * (self.isz + 2 * self.hidden + 4 * self.hidden)
+        let x = if self.projected { 0 } else { self.isz };
+        4 * (x + 2 * self.hidden + 4 * self.hidden)
     }
 }
 
@@ -157,7 +165,7 @@ fn dot(k: &mut Kernel, e: Elem, acc: Reg, (m, m0): (Reg, Reg), v: Reg, n: usize)
     }
 }
 
-/// The LSTM kernel for `p`: parameters x, w, r, b, h0, c0, p (null when absent), y, yh, yc.
+/// The LSTM kernel for `p`: parameters x, w, r, b, h0, c0, p, xw (null when absent), y, yh, yc.
 pub fn kernel(p: &Plan) -> Kernel {
     let (seq, batch, isz, hs, dirs) = (p.seq, p.batch, p.isz, p.hidden, p.dirs);
     let e = p.e;
@@ -170,12 +178,14 @@ pub fn kernel(p: &Plan) -> Kernel {
     let h0 = k.param_ptr("h0");
     let c0 = k.param_ptr("c0");
     let peep = k.param_ptr("p");
+    let xw = k.param_ptr("xw");
     let y = k.param_ptr("y");
     let yh = k.param_ptr("yh");
     let yc = k.param_ptr("yc");
     let smem = k.shared_array("lstm_state", p.shared_bytes());
     let xs = k.shared_addr(&smem);
-    let hsm = k.add(Ty::U32, xs, (4 * isz) as u32);
+    let x_bytes = if p.projected { 0 } else { 4 * isz };
+    let hsm = k.add(Ty::U32, xs, x_bytes as u32);
     let csm = k.add(Ty::U32, hsm, (4 * hs) as u32);
     let gsm = k.add(Ty::U32, csm, (4 * hs) as u32);
     let tid = k.special("tid.x");
@@ -227,21 +237,32 @@ pub fn kernel(p: &Plan) -> Kernel {
         } else {
             k.fma(Ty::U32, t, batch as u32, b)
         };
-        let x0 = k.mul(Ty::U32, xrow, isz as u32);
         k.bar_sync();
-        k.for_range(Ty::U32, tid, isz as u32, nt, |k, i| {
-            let at = k.add(Ty::U32, x0, i);
-            let v = load(k, e, x, at);
-            let a = sh4(k, xs, i);
-            k.st(Space::Shared, a, 0, v);
-        });
+        if !p.projected {
+            let x0 = k.mul(Ty::U32, xrow, isz as u32);
+            k.for_range(Ty::U32, tid, isz as u32, nt, |k, i| {
+                let at = k.add(Ty::U32, x0, i);
+                let v = load(k, e, x, at);
+                let a = sh4(k, xs, i);
+                k.st(Space::Shared, a, 0, v);
+            });
+        }
         k.bar_sync();
+        // This step's row of the projection: [dirs, seq·batch, 4·hidden].
+        let proj0 = k.fma(Ty::U32, d, (seq * batch) as u32, xrow);
+        let proj0 = k.mul(Ty::U32, proj0, gh as u32);
         // Every gate row's pre-activation.
         k.for_range(Ty::U32, tid, gh as u32, nt, |k, row| {
             let grow = k.add(Ty::U32, wrow0, row);
             let acc = k.mov(Ty::F32, 0.0f32);
-            let w0 = k.mul(Ty::U32, grow, isz as u32);
-            dot(k, e, acc, (w, w0), xs, isz);
+            if p.projected {
+                let at = k.add(Ty::U32, proj0, row);
+                let v = load(k, Elem::F32, xw, at);
+                k.assign(acc, v);
+            } else {
+                let w0 = k.mul(Ty::U32, grow, isz as u32);
+                dot(k, e, acc, (w, w0), xs, isz);
+            }
             let r0 = k.mul(Ty::U32, grow, hs as u32);
             dot(k, e, acc, (r, r0), hsm, hs);
             if p.bias {
@@ -323,6 +344,14 @@ pub fn kernel(p: &Plan) -> Kernel {
     k
 }
 
+/// Whether f32 layers take their input projection from one GEMM before the recurrence (on unless
+/// `QUORUM_CUDA_LSTM_PROJECTION=off`, read once: the kernel then multiplies X by W in each step,
+/// kept to measure the two against each other).
+fn project() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("QUORUM_CUDA_LSTM_PROJECTION").as_deref() != Ok("off"))
+}
+
 /// The plan for a node of `spec` over these inputs, or why CUDA declines it.
 pub fn plan(spec: &Spec, e: Elem, x: &[usize], r: &[usize], present: [bool; 5]) -> KResult<Plan> {
     let [bias, lens, h0, c0, peepholes] = present;
@@ -363,6 +392,7 @@ pub fn plan(spec: &Spec, e: Elem, x: &[usize], r: &[usize], present: [bool; 5]) 
         h0,
         c0,
         peepholes,
+        projected: e == Elem::F32 && project(),
     };
     if p.shared_bytes() > MAX_SHARED {
         crate::decline!(
@@ -457,6 +487,16 @@ fn k_lstm(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>
     if p.seq == 0 {
         crate::decline!("LSTM over an empty sequence");
     }
+    let rows = p.seq * p.batch;
+    let xw = if p.projected {
+        let xm = x.view(vec![rows, p.isz]);
+        let xw = super::matmul::sgemm(
+            run, &xm, &w, None, rows, gh, p.isz, false, true, 1.0, 0.0, dirs,
+        )?;
+        Some(xw)
+    } else {
+        None
+    };
     let ptx = module(run.cc(), &[kernel(&p)]);
     run.launch(
         &ptx,
@@ -472,6 +512,7 @@ fn k_lstm(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>
             DevTensor::arg_in_opt(h0.as_ref()),
             DevTensor::arg_in_opt(c0.as_ref()),
             DevTensor::arg_in_opt(pp.as_ref()),
+            DevTensor::arg_in_opt(xw.as_ref()),
             y.arg_out(),
             yh.arg_out(),
             yc.arg_out(),
@@ -531,7 +572,9 @@ mod tests {
         assert_eq!((p.seq, p.batch, p.isz, p.hidden, p.dirs), (7, 3, 10, 8, 2));
         // 32 gate rows: one warp.
         assert_eq!(p.threads(), 32);
-        assert_eq!(p.shared_bytes(), 4 * (10 + 6 * 8));
+        // f32 takes its projection from a GEMM: no input row in shared memory.
+        assert!(p.projected);
+        assert_eq!(p.shared_bytes(), 4 * (6 * 8));
         let p1 = plan(
             &spec(1, true),
             Elem::F16,
@@ -556,9 +599,10 @@ mod tests {
         let p = plan(&odd, Elem::F32, &[7, 3, 10], &[2, 32, 8], present);
         assert!(matches!(p, Err(KError::Decline(ref m)) if m.contains("activations")));
         present[0] = false;
+        // Halves keep the input row in shared memory: a wide one does not fit.
         let big = plan(
             &spec(1, false),
-            Elem::F32,
+            Elem::F16,
             &[2, 1, 20000],
             &[1, 4, 1],
             present,
@@ -579,6 +623,9 @@ mod tests {
             let p = plan(&s, e, &[5, 4, 12], &[dirs, 24, 6], present).unwrap();
             let text = module((8, 0), &[kernel(&p)]);
             assert!(text.contains(".entry lstm"), "{text}");
+            // f32 reads the projection (one load a gate row a step); halves multiply X by W
+            // in the step, their input row staged in shared memory.
+            assert_eq!(p.projected, e == Elem::F32);
             assert_eq!(text.matches("bar.sync").count(), 4, "{text}");
             // The clip: both bounds, on i, f (unless coupled to i), c and o.
             let clips = if s.input_forget { 3 } else { 4 };
