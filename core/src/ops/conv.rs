@@ -237,33 +237,14 @@ fn check_bias<T>(b: Option<&ArrayD<T>>, m: usize) -> OpResult<()> {
     Ok(())
 }
 
-/// f16 to f32 by slices (eight at a time where the CPU converts in hardware, F16C), exactly as
-/// element by element: the f16 models' weights go through this on every run.
+/// f16 to f32 by slices (`cast::widen`): the f16 models' weights go through this on every run.
 pub(crate) fn f16_up(a: &ndarray::ArrayD<half::f16>) -> ndarray::ArrayD<f32> {
-    use half::slice::HalfFloatSliceExt;
-    match a.as_slice() {
-        Some(s) => {
-            let mut v = vec![0f32; s.len()];
-            s.convert_to_f32_slice(&mut v);
-            ndarray::ArrayD::from_shape_vec(a.raw_dim(), v)
-                .unwrap_or_else(|_| a.mapv(half::f16::to_f32))
-        }
-        None => a.mapv(half::f16::to_f32),
-    }
+    super::cast::widen(a)
 }
 
-/// f32 to f16 by slices, rounding to nearest even as `f16::from_f32` does.
+/// f32 to f16 by slices (`cast::narrow`), rounding to nearest even as `f16::from_f32` does.
 pub(crate) fn f16_down(a: ndarray::ArrayD<f32>) -> ndarray::ArrayD<half::f16> {
-    use half::slice::HalfFloatSliceExt;
-    match a.as_slice() {
-        Some(s) => {
-            let mut v = vec![half::f16::ZERO; s.len()];
-            v.convert_from_f32_slice(s);
-            ndarray::ArrayD::from_shape_vec(a.raw_dim(), v)
-                .unwrap_or_else(|_| a.mapv(half::f16::from_f32))
-        }
-        None => a.mapv(half::f16::from_f32),
-    }
+    super::cast::narrow(a)
 }
 
 /// Runs a float kernel on f32/f64 directly and on f16/bf16 through f32.
@@ -274,9 +255,6 @@ macro_rules! float_dispatch {
                 None => Ok(None),
                 Some(t) => get(t).map(Some).ok_or_else(|| crate::error::OpError::Invalid(format!("input dtype {} differs from X", t.dtype()))),
             }
-        }
-        fn conv_up<T: Copy>(t: Option<&ndarray::ArrayD<T>>, f: fn(T) -> f32) -> Option<ndarray::ArrayD<f32>> {
-            t.map(|a| a.mapv(f))
         }
         let rest: Vec<Option<&crate::tensor::Tensor>> = $rest;
         match $x {
@@ -296,9 +274,9 @@ macro_rules! float_dispatch {
             }
             crate::tensor::Tensor::BF16(x) => {
                 let r: Vec<Option<&ndarray::ArrayD<half::bf16>>> = rest.iter().map(|t| pick(*t, |t| if let crate::tensor::Tensor::BF16(a) = t { Some(a) } else { None })).collect::<crate::error::OpResult<_>>()?;
-                let r32: Vec<Option<ndarray::ArrayD<f32>>> = r.iter().map(|a| conv_up(*a, half::bf16::to_f32)).collect();
+                let r32: Vec<Option<ndarray::ArrayD<f32>>> = r.iter().map(|a| a.map(crate::ops::cast::widen)).collect();
                 let rr: Vec<Option<&ndarray::ArrayD<f32>>> = r32.iter().map(|a| a.as_ref()).collect();
-                crate::tensor::Tensor::BF16($f(&x.mapv(half::bf16::to_f32), &rr, $($extra),*)?.mapv(half::bf16::from_f32))
+                crate::tensor::Tensor::BF16(crate::ops::cast::narrow($f(&crate::ops::cast::widen(x), &rr, $($extra),*)?))
             }
             other => crate::unsupported!("dtype {} (expected a float type)", other.dtype()),
         }
@@ -316,6 +294,42 @@ mod f16_slice_tests {
 
     /// The slice conversions against the element conversions: every f16 bit pattern up, and f32
     /// values around every rounding case (ties, subnormals, overflow) down; NaN stays NaN.
+    /// bf16 by slices (`cast::widen` and `narrow`) against its element conversions: every bit
+    /// pattern up, and f32 values around every rounding case down.
+    #[test]
+    fn bf16_slice_conversions_equal_element_conversions() {
+        use half::bf16;
+        let all: Vec<bf16> = (0..=u16::MAX).map(bf16::from_bits).collect();
+        let arr = ArrayD::from_shape_vec(IxDyn(&[all.len()]), all.clone()).unwrap();
+        let up = crate::ops::cast::widen(&arr);
+        for (h, &f) in all.iter().zip(up.iter()) {
+            let want = h.to_f32();
+            assert!(
+                want.to_bits() == f.to_bits() || (want.is_nan() && f.is_nan()),
+                "{h:?}"
+            );
+        }
+        let mut seed = 5u64;
+        let mut xs: Vec<f32> = (0..100_000)
+            .map(|_| {
+                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+                f32::from_bits((seed >> 32) as u32)
+            })
+            .collect();
+        // Exactly halfway between neighbouring bf16 values (ties go to even).
+        xs.extend((0..4000u32).map(|b| f32::from_bits((b << 16) | 0x8000)));
+        xs.extend([f32::MAX, f32::MIN_POSITIVE, 1e-45, f32::NAN, f32::INFINITY]);
+        let arr = ArrayD::from_shape_vec(IxDyn(&[xs.len()]), xs.clone()).unwrap();
+        let down: ArrayD<bf16> = crate::ops::cast::narrow(arr);
+        for (&x, h) in xs.iter().zip(down.iter()) {
+            let want = bf16::from_f32(x);
+            assert!(
+                want.to_bits() == h.to_bits() || (want.is_nan() && h.is_nan()),
+                "{x:e}"
+            );
+        }
+    }
+
     #[test]
     fn slice_conversions_equal_element_conversions() {
         let all: Vec<f16> = (0..=u16::MAX).map(f16::from_bits).collect();

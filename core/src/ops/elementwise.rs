@@ -402,6 +402,18 @@ pub(super) fn arith_t(a: &Tensor, b: &Tensor, op: Ar) -> OpResult<Tensor> {
             bail!("integer division by zero");
         }
     }
+    // Halves through f32 by slices: `n_add` and its kin compute in f32 and round once, so this
+    // is the same result without asking per element which instructions convert them.
+    use super::cast::{narrow, widen};
+    match (a, b) {
+        (Tensor::F16(x), Tensor::F16(y)) => {
+            return Ok(Tensor::F16(narrow(arith(&widen(x), &widen(y), op)?)));
+        }
+        (Tensor::BF16(x), Tensor::BF16(y)) => {
+            return Ok(Tensor::BF16(narrow(arith(&widen(x), &widen(y), op)?)));
+        }
+        _ => {}
+    }
     Ok(num_pair!(a, b, x, y => arith(x, y, op)?))
 }
 
@@ -773,5 +785,76 @@ pub(super) mod tests {
         assert_eq!(ipow(-1i32, -3), -1);
         assert!(f32::NAN.n_max(1.0).is_nan() && 1.0f32.n_max(f32::NAN).is_nan());
         assert!(f16::NAN.n_min(f16::ONE).is_nan());
+    }
+
+    /// Halves go through f32 by slices: the same values as the element-by-element route (each
+    /// operand widened, the op in f32, rounded once), for every arithmetic op, a broadcast
+    /// operand, and values that round, overflow, underflow and are NaN.
+    #[test]
+    fn half_arithmetic_by_slices_equals_element_by_element() {
+        fn by_element<H: Num + Into<f64>>(a: &ArrayD<H>, b: &ArrayD<H>, op: Ar) -> Vec<f64> {
+            let b = b.broadcast(a.raw_dim()).unwrap();
+            let f = |x: H, y: H| match op {
+                Ar::Add => x.n_add(y),
+                Ar::Sub => x.n_sub(y),
+                Ar::Mul => x.n_mul(y),
+                Ar::Div => x.n_div(y),
+                Ar::Mod => x.n_mod(y),
+                Ar::FMod => x.n_fmod(y),
+                Ar::Max => x.n_max(y),
+                Ar::Min => x.n_min(y),
+            };
+            a.iter()
+                .zip(b.iter())
+                .map(|(&x, &y)| f(x, y).into())
+                .collect()
+        }
+        fn same(got: &[f64], want: &[f64]) -> bool {
+            got.iter()
+                .zip(want)
+                .all(|(g, w)| g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()))
+        }
+        let mut rng = Rng(11);
+        let mut draw = |n: usize| -> Vec<f32> {
+            (0..n)
+                .map(|i| match i % 13 {
+                    0 => f32::NAN,
+                    1 => 60000.0,
+                    2 => 1e-7,
+                    3 => -0.0,
+                    _ => ((rng.next() - 0.5) * 200.0) as f32,
+                })
+                .collect()
+        };
+        let (av, bv) = (draw(4 * 5 * 6), draw(5 * 6));
+        let arr = |v: &[f32], shape: &[usize]| ArrayD::from_shape_vec(IxDyn(shape), v.to_vec());
+        let (a32, b32) = (arr(&av, &[4, 5, 6]).unwrap(), arr(&bv, &[5, 6]).unwrap());
+        for op in [
+            Ar::Add,
+            Ar::Sub,
+            Ar::Mul,
+            Ar::Div,
+            Ar::Mod,
+            Ar::FMod,
+            Ar::Max,
+            Ar::Min,
+        ] {
+            let (a, b) = (a32.mapv(f16::from_f32), b32.mapv(f16::from_f32));
+            let want = by_element(&a, &b, op);
+            let got = arith_t(&Tensor::F16(a), &Tensor::F16(b), op).unwrap();
+            assert!(
+                same(&got.to_f64_vec().unwrap(), &want),
+                "f16 {:?}",
+                op as u8
+            );
+            let (a, b) = (a32.mapv(bf16::from_f32), b32.mapv(bf16::from_f32));
+            let want = by_element(&a, &b, op);
+            let got = arith_t(&Tensor::BF16(a), &Tensor::BF16(b), op).unwrap();
+            assert!(
+                same(&got.to_f64_vec().unwrap(), &want),
+                "bf16 {:?}",
+                op as u8
+            );
+        }
     }
 }

@@ -4,6 +4,8 @@
 //!
 //! [`gemm_into`] / [`sgemm`] are the shared entry points other kernels (Conv, ConvTranspose, ...) use.
 use half::{bf16, f16};
+
+use super::cast::{narrow, widen};
 use ndarray::{ArrayD, Axis, IxDyn};
 use rayon::prelude::*;
 
@@ -396,10 +398,6 @@ pub fn matmul_shape(ash: &[usize], bsh: &[usize]) -> OpResult<MatMulShape> {
     })
 }
 
-fn to_f32<T: Copy>(a: &ArrayD<T>, f: fn(T) -> f32) -> ArrayD<f32> {
-    a.mapv(f)
-}
-
 pub(super) fn matmul(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let a = input(inputs, 0)?;
     let b = input(inputs, 1)?;
@@ -407,12 +405,10 @@ pub(super) fn matmul(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Val
         (Tensor::F32(x), Tensor::F32(y)) => Tensor::F32(packed::matmul_f32(ctx, x, y)?),
         (Tensor::F64(x), Tensor::F64(y)) => Tensor::F64(matmul_nd(ctx, x, y)?),
         (Tensor::F16(x), Tensor::F16(y)) => {
-            let r = packed::matmul_f32(ctx, &to_f32(x, f16::to_f32), &to_f32(y, f16::to_f32))?;
-            Tensor::F16(r.mapv(f16::from_f32))
+            Tensor::F16(narrow(packed::matmul_f32(ctx, &widen(x), &widen(y))?))
         }
         (Tensor::BF16(x), Tensor::BF16(y)) => {
-            let r = packed::matmul_f32(ctx, &to_f32(x, bf16::to_f32), &to_f32(y, bf16::to_f32))?;
-            Tensor::BF16(r.mapv(bf16::from_f32))
+            Tensor::BF16(narrow(packed::matmul_f32(ctx, &widen(x), &widen(y))?))
         }
         (Tensor::I32(x), Tensor::I32(y)) => Tensor::I32(matmul_nd(ctx, x, y)?),
         (Tensor::I64(x), Tensor::I64(y)) => Tensor::I64(matmul_nd(ctx, x, y)?),
@@ -557,20 +553,12 @@ fn gemm_op(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
                 unreachable!()
             };
             let cc = match c {
-                Some(Tensor::$v(c)) => Some(c.mapv(<$h>::to_f32)),
+                Some(Tensor::$v(c)) => Some(widen::<$h>(c)),
                 _ => None,
             };
-            let r = gemm_t(
-                ctx,
-                &x.mapv(<$h>::to_f32),
-                &y.mapv(<$h>::to_f32),
-                cc.as_ref(),
-                ta,
-                tb,
-                alpha,
-                beta,
-            )?;
-            Tensor::$v(r.mapv(<$h>::from_f32))
+            let (x, y) = (widen::<$h>(x), widen::<$h>(y));
+            let r = gemm_t(ctx, &x, &y, cc.as_ref(), ta, tb, alpha, beta)?;
+            Tensor::$v(narrow::<$h>(r))
         }};
     }
     let t = match (a, b) {
@@ -922,10 +910,10 @@ fn einsum(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     macro_rules! go_half {
         ($v:ident, $h:ty) => {{
             let arrays = ts.iter().map(|t| match t {
-                Tensor::$v(a) => a.mapv(<$h>::to_f32),
+                Tensor::$v(a) => widen::<$h>(a),
                 _ => unreachable!(),
             });
-            Tensor::$v(einsum_t(ctx, &p, arrays.collect())?.mapv(<$h>::from_f32))
+            Tensor::$v(narrow::<$h>(einsum_t(ctx, &p, arrays.collect())?))
         }};
     }
     let t = match ts[0] {

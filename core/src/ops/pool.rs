@@ -595,12 +595,12 @@ macro_rules! float_pool {
             Tensor::F32($a) => Tensor::F32($e),
             Tensor::F64($a) => Tensor::F64($e),
             Tensor::F16(h) => {
-                let $a = &h.mapv(f16::to_f32);
-                Tensor::F16(($e).mapv(f16::from_f32))
+                let $a = &crate::ops::cast::widen::<f16>(h);
+                Tensor::F16(crate::ops::cast::narrow($e))
             }
             Tensor::BF16(h) => {
-                let $a = &h.mapv(bf16::to_f32);
-                Tensor::BF16(($e).mapv(bf16::from_f32))
+                let $a = &crate::ops::cast::widen::<bf16>(h);
+                Tensor::BF16(crate::ops::cast::narrow($e))
             }
             other => unsupported!("dtype {} (expected a float type)", other.dtype()),
         }

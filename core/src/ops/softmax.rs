@@ -6,7 +6,7 @@
 //! f32 lanes run inside AVX-512/AVX2 wrappers (`simd_dispatch!`), their maximum as sixteen running
 //! maxima side by side (`lane_max_f32`; the serial scan decides only where a NaN is present). Each
 //! op also has an in-place form over a dying input (the memory plan, `session/reuse.rs`).
-use half::{bf16, f16};
+use super::cast::{narrow, widen};
 use ndarray::{ArrayD, IxDyn};
 use num_traits::Float;
 use quorum_kernels::activation::exp_f32;
@@ -287,14 +287,8 @@ fn run(ctx: &OpCtx, inputs: &[Option<&Value>], kind: Kind) -> OpResult<Vec<Value
         Tensor::F64(a) => Tensor::F64(compute(a, dims, kind)?),
         // f16 and bf16 are computed in f32 and rounded once, as every kernel promises (numpy rounds
         // each intermediate to float16 instead: the corpus cases that show it carry a tolerance).
-        Tensor::F16(a) => {
-            let r = compute_with(&a.mapv(|v| v.to_f32()), dims, kind, block_f32)?;
-            Tensor::F16(r.mapv(f16::from_f32))
-        }
-        Tensor::BF16(a) => {
-            let r = compute_with(&a.mapv(|v| v.to_f32()), dims, kind, block_f32)?;
-            Tensor::BF16(r.mapv(bf16::from_f32))
-        }
+        Tensor::F16(a) => Tensor::F16(narrow(compute_with(&widen(a), dims, kind, block_f32)?)),
+        Tensor::BF16(a) => Tensor::BF16(narrow(compute_with(&widen(a), dims, kind, block_f32)?)),
         other => unsupported!("{kind:?}max of {}", other.dtype()),
     };
     single(out)

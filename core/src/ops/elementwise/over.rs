@@ -10,6 +10,7 @@ use rayon::prelude::*;
 use super::{Ar, Num, run_of};
 use crate::error::OpResult;
 use crate::ops::broadcast::{PAR_THRESHOLD, broadcast_shapes, par_fill};
+use crate::ops::cast::{Half, widen};
 use crate::ops::{OpCtx, Registry};
 use crate::tensor::{Tensor, Value};
 
@@ -36,13 +37,33 @@ fn arith_over(
         ($($v:ident),*) => {
             match (donor, other) {
                 $((Tensor::$v(d), Tensor::$v(o)) => op_over(d, o, at, op),)*
+                (Tensor::F16(d), Tensor::F16(o)) => half_op_over(d, o, at, op),
+                (Tensor::BF16(d), Tensor::BF16(o)) => half_op_over(d, o, at, op),
                 _ => false,
             }
         };
     }
-    Ok(pairs!(
-        F32, F64, F16, BF16, I8, I16, I32, I64, U8, U16, U32, U64
-    ))
+    Ok(pairs!(F32, F64, I8, I16, I32, I64, U8, U16, U32, U64))
+}
+
+/// [`op_over`] for halves: through f32, widened and narrowed by slices (`cast::widen`), the
+/// kernel's values (`n_add` and its kin compute in f32 and round once) without converting
+/// element by element.
+fn half_op_over<H: Half>(d: &mut ArrayD<H>, o: &ArrayD<H>, at: usize, op: Ar) -> bool {
+    if d.as_slice().is_none() {
+        return false;
+    }
+    let mut dw = widen(d);
+    if !op_over(&mut dw, &widen(o), at, op) {
+        return false;
+    }
+    match (d.as_slice_mut(), dw.as_slice()) {
+        (Some(x), Some(w)) => {
+            H::down_slice(w, x);
+            true
+        }
+        _ => false,
+    }
 }
 
 /// The operation as a function item (so that the loops inline it, as `arith` does).

@@ -1,6 +1,6 @@
 //! Unary elementwise math and activations: a child module of `elementwise` (declared in
 //! `elementwise.rs` after the dispatch macros), whose `Num` trait and dispatch macros it uses.
-use half::{bf16, f16};
+use crate::ops::cast::{narrow, widen};
 use ndarray::ArrayD;
 
 use super::Num;
@@ -28,19 +28,17 @@ macro_rules! float_map {
                 type $F = f64;
                 Tensor::F64(broadcast::unary(a, |$x: $F| $e))
             }
+            // Widened and narrowed by slices (`cast::widen`): the same values as element by
+            // element, without asking per element which instructions convert them.
             Tensor::F16(a) => {
                 type $F = f32;
-                Tensor::F16(broadcast::unary(a, |h: f16| {
-                    let $x: $F = h.to_f32();
-                    f16::from_f32($e)
-                }))
+                let w = crate::ops::cast::widen(a);
+                Tensor::F16(crate::ops::cast::narrow(broadcast::unary(&w, |$x: $F| $e)))
             }
             Tensor::BF16(a) => {
                 type $F = f32;
-                Tensor::BF16(broadcast::unary(a, |h: bf16| {
-                    let $x: $F = h.to_f32();
-                    bf16::from_f32($e)
-                }))
+                let w = crate::ops::cast::widen(a);
+                Tensor::BF16(crate::ops::cast::narrow(broadcast::unary(&w, |$x: $F| $e)))
             }
             other => unsupported!("dtype {} (expected a float type)", other.dtype()),
         }
@@ -62,21 +60,35 @@ macro_rules! float_map_over {
             }
             Tensor::F16(a) => {
                 type $F = f32;
-                broadcast::unary_over(a, |h: f16| {
-                    let $x: $F = h.to_f32();
-                    f16::from_f32($e)
-                })
+                half_over(a, |$x: $F| $e)
             }
             Tensor::BF16(a) => {
                 type $F = f32;
-                broadcast::unary_over(a, |h: bf16| {
-                    let $x: $F = h.to_f32();
-                    bf16::from_f32($e)
-                })
+                half_over(a, |$x: $F| $e)
             }
             _ => false,
         }
     };
+}
+
+/// A contiguous half array mapped in place through f32, widened and narrowed by slices
+/// (`cast::widen`'s conversions); false, untouched, where it is not contiguous.
+fn half_over<H: crate::ops::cast::Half>(
+    a: &mut ndarray::ArrayD<H>,
+    f: impl Fn(f32) -> f32 + Sync + Send,
+) -> bool {
+    let Some(s) = a.as_slice_mut() else {
+        return false;
+    };
+    let mut w = vec![0f32; s.len()];
+    H::up_slice(s, &mut w);
+    let mut wa = ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&[w.len()]), w)
+        .expect("a 1-D array of its own length");
+    if !broadcast::unary_over(&mut wa, f) {
+        return false;
+    }
+    H::down_slice(wa.as_slice().expect("a fresh array is contiguous"), s);
+    true
 }
 
 /// The in-place form of an op whose f32 values come from a slice kernel: f32 only (other dtypes are
@@ -99,12 +111,8 @@ fn through_f32_slices(
     single(match t {
         Tensor::F32(a) => Tensor::F32(broadcast::unary_slices(a, f32s)),
         Tensor::F64(a) => Tensor::F64(broadcast::unary(a, f64s)),
-        Tensor::F16(a) => {
-            Tensor::F16(broadcast::unary_slices(&a.mapv(f16::to_f32), f32s).mapv(f16::from_f32))
-        }
-        Tensor::BF16(a) => {
-            Tensor::BF16(broadcast::unary_slices(&a.mapv(bf16::to_f32), f32s).mapv(bf16::from_f32))
-        }
+        Tensor::F16(a) => Tensor::F16(narrow(broadcast::unary_slices(&widen(a), f32s))),
+        Tensor::BF16(a) => Tensor::BF16(narrow(broadcast::unary_slices(&widen(a), f32s))),
         other => unsupported!("dtype {} (expected a float type)", other.dtype()),
     })
 }
