@@ -16,10 +16,10 @@
 //! be dense; batch dims broadcast by MatMul's rules and the mask by numpy's (stride 0 where
 //! broadcast). Widths past [`MAX_WIDTH`] decline, and the node runs on the CPU.
 //!
-//! Which kernel runs ([`Route`], `QUORUM_CUDA_ATTENTION`): `chain` (the default), the chain's own
-//! kernels on the device ([`chain`]), which measured as fast as either one-kernel route or faster;
-//! `tc`, the tensor-core kernel (`tc.rs`) for f16 and bf16 up to D, Dv ≤ 128 and the chain
-//! otherwise; `one-pass`, this kernel for every call.
+//! Which kernel runs ([`Route`], `QUORUM_CUDA_ATTENTION`): `tc` (the default), the tensor-core
+//! kernel (`tc.rs`) for f16 and bf16 up to D, Dv ≤ 128 and the chain's own kernels on the device
+//! ([`chain`]) otherwise; `chain`, the chain for every call; `one-pass`, this kernel for every
+//! call.
 use super::elem::Elem;
 use super::matmul::float_dtype;
 use super::reduce::rows::load;
@@ -294,18 +294,18 @@ pub enum Route {
 }
 
 impl Route {
-    /// `QUORUM_CUDA_ATTENTION` (`chain`, `tc`, `one-pass`); `chain` by default. On an H100 (stop
-    /// 58, `reports/cuda/f16.md`) both one-kernel routes are right under strict verification but
-    /// not faster than the chain's batched GEMMs and softmax: the one-pass kernel took 93 µs a
-    /// ViT-B/16 f16 layer, the tensor-core kernel 49 µs (ViT f16 graph replay 1.80 ms chained,
-    /// 1.86 fused; bert-base f16 b8 3.36 chained, 3.21 fused). Both are latency-bound: one warp
-    /// per 16 rows walks every key in order, a few warps per SM.
+    /// `QUORUM_CUDA_ATTENTION` (`chain`, `tc`, `one-pass`); `tc` by default. On an H100 (stop
+    /// 59, call 25, `reports/cuda/f16.md`) the tensor-core kernel with the keys split between
+    /// warps took ViT-B/16 f16's graph replay from 1.787 ms (chain) to 1.560, bert-base f16 b1
+    /// from 1.524 to 1.350 and b8 from 3.396 to 3.110, strict runs passing; its first form, one
+    /// warp walking every key (stop 58), was no faster than the chain, and the one-pass CUDA-core
+    /// kernel slower (93 µs a ViT layer).
     pub fn from_env() -> Route {
         static ROUTE: std::sync::OnceLock<Route> = std::sync::OnceLock::new();
         *ROUTE.get_or_init(|| match std::env::var("QUORUM_CUDA_ATTENTION").as_deref() {
-            Ok("tc") => Route::TensorCores,
+            Ok("chain") => Route::Chain,
             Ok("one-pass") => Route::OnePass,
-            _ => Route::Chain,
+            _ => Route::TensorCores,
         })
     }
 }

@@ -10,8 +10,8 @@
 //! 1. (f16 and bf16 only, which keep the projection in the step) the step's input row `x_t` into
 //!    shared memory;
 //! 2. every gate's pre-activation, a thread per row of W and R (a loop where the rows outnumber
-//!    the threads): `x_t·W_rᵀ + h·R_rᵀ + Wb_r + Rb_r`, summed in f32, the weights read through the
-//!    read-only cache, each thread's row front to back;
+//!    the threads): `x_t·W_rᵀ + h·R_rᵀ + Wb_r + Rb_r`, summed in f32 front to back, the weights
+//!    read transposed (copied so once a run), so that a warp's loads of one term are contiguous;
 //! 3. a thread per unit of the hidden state: the peepholes, `clip`, the activations, the new cell
 //!    and hidden states (in shared memory, for the next step) and the step's row of Y.
 //!
@@ -134,13 +134,14 @@ fn clipped(k: &mut Kernel, clip: Option<f32>, x: Reg) -> Reg {
 /// products are added in order.
 const UNROLL: usize = 4;
 
-/// `acc += Σ_i v[i]·m[m0 + i]` for `i < n`, in order: `v` in shared memory (f32), `m` in global
-/// memory (the model's type).
-fn dot(k: &mut Kernel, e: Elem, acc: Reg, (m, m0): (Reg, Reg), v: Reg, n: usize) {
+/// `acc += Σ_i v[i]·m[m0 + i·stride]` for `i < n`, in order: `v` in shared memory (f32), `m` in
+/// global memory (the model's type). The weights come transposed (`stride` = the gate rows), so
+/// that at each `i` the threads of a warp, one gate row each, read one contiguous run.
+fn dot(k: &mut Kernel, e: Elem, acc: Reg, (m, m0, stride): (Reg, Reg, usize), v: Reg, n: usize) {
     let main = n / UNROLL * UNROLL;
     let step = |k: &mut Kernel, i: Reg, u: usize| {
-        let at = k.add(Ty::U32, m0, i);
-        let at = k.add(Ty::U32, at, u as u32);
+        let at = k.fma(Ty::U32, i, stride as u32, m0);
+        let at = k.add(Ty::U32, at, (u * stride) as u32);
         let mv = load(k, e, m, at);
         let a = k.shl(Ty::U32, i, 2u32);
         let a = k.add(Ty::U32, v, a);
@@ -165,7 +166,8 @@ fn dot(k: &mut Kernel, e: Elem, acc: Reg, (m, m0): (Reg, Reg), v: Reg, n: usize)
     }
 }
 
-/// The LSTM kernel for `p`: parameters x, w, r, b, h0, c0, p, xw (null when absent), y, yh, yc.
+/// The LSTM kernel for `p`: parameters x, Wᵀ (`[dirs, isz, 4·hidden]`; unread when projected),
+/// Rᵀ (`[dirs, hidden, 4·hidden]`), b, h0, c0, p, xw (null when absent), y, yh, yc.
 pub fn kernel(p: &Plan) -> Kernel {
     let (seq, batch, isz, hs, dirs) = (p.seq, p.batch, p.isz, p.hidden, p.dirs);
     let e = p.e;
@@ -217,7 +219,6 @@ pub fn kernel(p: &Plan) -> Kernel {
         }
     });
     let gh = 4 * hs;
-    let wrow0 = k.mul(Ty::U32, d, gh as u32);
     let bias0 = k.mul(Ty::U32, d, (2 * gh) as u32);
     let peep0 = k.mul(Ty::U32, d, (3 * hs) as u32);
     k.for_range(Ty::U32, 0u32, seq as u32, 1u32, |k, s| {
@@ -253,18 +254,19 @@ pub fn kernel(p: &Plan) -> Kernel {
         let proj0 = k.mul(Ty::U32, proj0, gh as u32);
         // Every gate row's pre-activation.
         k.for_range(Ty::U32, tid, gh as u32, nt, |k, row| {
-            let grow = k.add(Ty::U32, wrow0, row);
             let acc = k.mov(Ty::F32, 0.0f32);
             if p.projected {
                 let at = k.add(Ty::U32, proj0, row);
                 let v = load(k, Elem::F32, xw, at);
                 k.assign(acc, v);
             } else {
-                let w0 = k.mul(Ty::U32, grow, isz as u32);
-                dot(k, e, acc, (w, w0), xs, isz);
+                // Wᵀ: [dirs, isz, 4·hidden].
+                let w0 = k.fma(Ty::U32, d, (isz * gh) as u32, row);
+                dot(k, e, acc, (w, w0, gh), xs, isz);
             }
-            let r0 = k.mul(Ty::U32, grow, hs as u32);
-            dot(k, e, acc, (r, r0), hsm, hs);
+            // Rᵀ: [dirs, hidden, 4·hidden].
+            let r0 = k.fma(Ty::U32, d, (hs * gh) as u32, row);
+            dot(k, e, acc, (r, r0, gh), hsm, hs);
             if p.bias {
                 let at = k.add(Ty::U32, bias0, row);
                 let wb = load(k, e, bias, at);
@@ -497,6 +499,23 @@ fn k_lstm(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>
     } else {
         None
     };
+    // W and R transposed on the device (each step's threads then read them coalesced: a thread
+    // per gate row reading its own row was 32 cache lines a load instruction, about 15 µs a step
+    // on an H100 in call 25).
+    let transposed = |t: &DevTensor, cols: usize| -> KResult<DevTensor> {
+        use quorum_core::device::layout::Strided;
+        let from = Strided {
+            base: 0,
+            strides: vec![(gh * cols) as i64, 1, cols as i64],
+        };
+        quorum_core::device::movement::gather_view(run, t, &from, &[dirs, cols, gh])
+    };
+    let rt = transposed(&r, p.hidden)?;
+    let wt = if p.projected {
+        None
+    } else {
+        Some(transposed(&w, p.isz)?)
+    };
     let ptx = module(run.cc(), &[kernel(&p)]);
     run.launch(
         &ptx,
@@ -506,8 +525,8 @@ fn k_lstm(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>
         0,
         &[
             x.arg_in(),
-            w.arg_in(),
-            r.arg_in(),
+            DevTensor::arg_in_opt(wt.as_ref()),
+            rt.arg_in(),
             DevTensor::arg_in_opt(b.as_ref()),
             DevTensor::arg_in_opt(h0.as_ref()),
             DevTensor::arg_in_opt(c0.as_ref()),
