@@ -237,16 +237,6 @@ fn check_bias<T>(b: Option<&ArrayD<T>>, m: usize) -> OpResult<()> {
     Ok(())
 }
 
-/// f16 to f32 by slices (`cast::widen`): the f16 models' weights go through this on every run.
-pub(crate) fn f16_up(a: &ndarray::ArrayD<half::f16>) -> ndarray::ArrayD<f32> {
-    super::cast::widen(a)
-}
-
-/// f32 to f16 by slices (`cast::narrow`), rounding to nearest even as `f16::from_f32` does.
-pub(crate) fn f16_down(a: ndarray::ArrayD<f32>) -> ndarray::ArrayD<half::f16> {
-    super::cast::narrow(a)
-}
-
 /// Runs a float kernel on f32/f64 directly and on f16/bf16 through f32.
 macro_rules! float_dispatch {
     ($x:expr, $rest:expr, $f:ident, $($extra:expr),*) => {{
@@ -268,9 +258,9 @@ macro_rules! float_dispatch {
             }
             crate::tensor::Tensor::F16(x) => {
                 let r: Vec<Option<&ndarray::ArrayD<half::f16>>> = rest.iter().map(|t| pick(*t, |t| if let crate::tensor::Tensor::F16(a) = t { Some(a) } else { None })).collect::<crate::error::OpResult<_>>()?;
-                let r32: Vec<Option<ndarray::ArrayD<f32>>> = r.iter().map(|a| a.map(crate::ops::conv::f16_up)).collect();
+                let r32: Vec<Option<ndarray::ArrayD<f32>>> = r.iter().map(|a| a.map(crate::ops::cast::widen)).collect();
                 let rr: Vec<Option<&ndarray::ArrayD<f32>>> = r32.iter().map(|a| a.as_ref()).collect();
-                crate::tensor::Tensor::F16(crate::ops::conv::f16_down($f(&crate::ops::conv::f16_up(x), &rr, $($extra),*)?))
+                crate::tensor::Tensor::F16(crate::ops::cast::narrow($f(&crate::ops::cast::widen(x), &rr, $($extra),*)?))
             }
             crate::tensor::Tensor::BF16(x) => {
                 let r: Vec<Option<&ndarray::ArrayD<half::bf16>>> = rest.iter().map(|t| pick(*t, |t| if let crate::tensor::Tensor::BF16(a) = t { Some(a) } else { None })).collect::<crate::error::OpResult<_>>()?;
@@ -288,54 +278,24 @@ use float_dispatch;
 mod tests;
 
 #[cfg(test)]
-mod f16_slice_tests {
+mod half_slice_tests {
     use half::f16;
     use ndarray::{ArrayD, IxDyn};
 
-    /// The slice conversions against the element conversions: every f16 bit pattern up, and f32
-    /// values around every rounding case (ties, subnormals, overflow) down; NaN stays NaN.
-    /// bf16 by slices (`cast::widen` and `narrow`) against its element conversions: every bit
-    /// pattern up, and f32 values around every rounding case down.
-    #[test]
-    fn bf16_slice_conversions_equal_element_conversions() {
-        use half::bf16;
-        let all: Vec<bf16> = (0..=u16::MAX).map(bf16::from_bits).collect();
-        let arr = ArrayD::from_shape_vec(IxDyn(&[all.len()]), all.clone()).unwrap();
-        let up = crate::ops::cast::widen(&arr);
-        for (h, &f) in all.iter().zip(up.iter()) {
-            let want = h.to_f32();
-            assert!(
-                want.to_bits() == f.to_bits() || (want.is_nan() && f.is_nan()),
-                "{h:?}"
-            );
-        }
-        let mut seed = 5u64;
-        let mut xs: Vec<f32> = (0..100_000)
-            .map(|_| {
-                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
-                f32::from_bits((seed >> 32) as u32)
-            })
-            .collect();
-        // Exactly halfway between neighbouring bf16 values (ties go to even).
-        xs.extend((0..4000u32).map(|b| f32::from_bits((b << 16) | 0x8000)));
-        xs.extend([f32::MAX, f32::MIN_POSITIVE, 1e-45, f32::NAN, f32::INFINITY]);
-        let arr = ArrayD::from_shape_vec(IxDyn(&[xs.len()]), xs.clone()).unwrap();
-        let down: ArrayD<bf16> = crate::ops::cast::narrow(arr);
-        for (&x, h) in xs.iter().zip(down.iter()) {
-            let want = bf16::from_f32(x);
-            assert!(
-                want.to_bits() == h.to_bits() || (want.is_nan() && h.is_nan()),
-                "{x:e}"
-            );
-        }
-    }
+    use crate::ops::cast::{Half, narrow, widen};
 
-    #[test]
-    fn slice_conversions_equal_element_conversions() {
-        let all: Vec<f16> = (0..=u16::MAX).map(f16::from_bits).collect();
-        let up = super::f16_up(&ArrayD::from_shape_vec(IxDyn(&[all.len()]), all.clone()).unwrap());
-        for (h, &f) in all.iter().zip(up.iter()) {
-            let want = h.to_f32();
+    /// The slice conversions of `H` (`cast::widen` and `narrow`) against its element conversions:
+    /// every bit pattern up; seeded f32 bit patterns and `extra` (ties, subnormals, overflow)
+    /// down; NaN stays NaN.
+    fn slices_equal_elements<H: Half + std::fmt::Debug>(
+        from_bits: fn(u16) -> H,
+        to_bits: fn(H) -> u16,
+        extra: &[f32],
+    ) {
+        let all: Vec<H> = (0..=u16::MAX).map(from_bits).collect();
+        let up = widen(&ArrayD::from_shape_vec(IxDyn(&[all.len()]), all.clone()).unwrap());
+        for (&h, &f) in all.iter().zip(up.iter()) {
+            let want = h.up1();
             assert!(
                 want.to_bits() == f.to_bits() || (want.is_nan() && f.is_nan()),
                 "{h:?}"
@@ -348,12 +308,26 @@ mod f16_slice_tests {
                 f32::from_bits((seed >> 32) as u32)
             })
             .collect();
+        xs.extend_from_slice(extra);
+        let down: ArrayD<H> =
+            narrow(ArrayD::from_shape_vec(IxDyn(&[xs.len()]), xs.clone()).unwrap());
+        for (&x, &h) in xs.iter().zip(down.iter()) {
+            let want = H::down1(x);
+            let nan = |v: H| v.up1().is_nan();
+            assert!(
+                to_bits(want) == to_bits(h) || (nan(want) && nan(h)),
+                "{x:e}"
+            );
+        }
+    }
+
+    #[test]
+    fn slice_conversions_equal_element_conversions() {
         // Halfway between neighbouring f16 values, and just beyond the largest.
-        xs.extend((0..2000u16).map(|b| {
-            let (a, c) = (f16::from_bits(b).to_f32(), f16::from_bits(b + 1).to_f32());
-            (a + c) / 2.0
-        }));
-        xs.extend([
+        let mut extra: Vec<f32> = (0..2000u16)
+            .map(|b| (f16::from_bits(b).to_f32() + f16::from_bits(b + 1).to_f32()) / 2.0)
+            .collect();
+        extra.extend([
             65504.0,
             65519.0,
             65520.0,
@@ -363,13 +337,12 @@ mod f16_slice_tests {
             2.98e-8,
             f32::NAN,
         ]);
-        let down = super::f16_down(ArrayD::from_shape_vec(IxDyn(&[xs.len()]), xs.clone()).unwrap());
-        for (&x, h) in xs.iter().zip(down.iter()) {
-            let want = f16::from_f32(x);
-            assert!(
-                want.to_bits() == h.to_bits() || (want.is_nan() && h.is_nan()),
-                "{x:e}"
-            );
-        }
+        slices_equal_elements(f16::from_bits, f16::to_bits, &extra);
+        // bf16: exactly halfway between neighbours (ties go to even), and the ends of f32.
+        let mut extra: Vec<f32> = (0..4000u32)
+            .map(|b| f32::from_bits((b << 16) | 0x8000))
+            .collect();
+        extra.extend([f32::MAX, f32::MIN_POSITIVE, 1e-45, f32::NAN, f32::INFINITY]);
+        slices_equal_elements(half::bf16::from_bits, half::bf16::to_bits, &extra);
     }
 }
