@@ -537,7 +537,10 @@ fn k_lstm(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>
             yc.arg_out(),
         ],
     )?;
-    Ok(vec![y, yh, yc])
+    // As many outputs as the node names (Y, Y_h, Y_c: a node may stop after any of them).
+    let mut outs = vec![y, yh, yc];
+    outs.truncate(ctx.node.outputs.len());
+    Ok(outs)
 }
 
 #[cfg(test)]

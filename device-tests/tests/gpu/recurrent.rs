@@ -54,6 +54,11 @@ impl Lstm {
     }
 
     fn case(&self, dtype: DType, attrs: &[(&str, Attr)]) -> Case {
+        self.case_with_outputs(dtype, attrs, 3)
+    }
+
+    /// The case with the node naming its first `outputs` outputs (Y, Y_h, Y_c).
+    fn case_with_outputs(&self, dtype: DType, attrs: &[(&str, Attr)], outputs: usize) -> Case {
         let dir = match (self.dirs, self.seed % 2) {
             (2, _) => "bidirectional",
             (_, 0) => "forward",
@@ -61,7 +66,7 @@ impl Lstm {
         };
         let mut c = Case::new("LSTM")
             .opset(if self.layout1 { 14 } else { 7 })
-            .outputs(3)
+            .outputs(outputs)
             .attr_s("direction", dir)
             .attr_i("hidden_size", self.hidden as i64);
         if self.layout1 {
@@ -116,6 +121,15 @@ fn lstm_forms_run_on_the_device_and_agree_with_the_oracles() {
     let acts = Attr::Strings(set.iter().chain(&set).cloned().collect());
     shape(6, 2, 8, 16, 2)
         .case(DType::F32, &[("activations", acts)])
+        .check();
+    // A node naming only Y, or Y and Y_h (as the ONNX node tests' do): the kernel gives as many
+    // outputs as the node names (three given to a node of two failed strict verification on an
+    // H100, call 28: the values were right, the count was not).
+    shape(1, 3, 2, 3, 1)
+        .case_with_outputs(DType::F32, &[], 1)
+        .check();
+    shape(1, 3, 2, 3, 1)
+        .case_with_outputs(DType::F32, &[], 2)
         .check();
     // f16 and bf16: f32 arithmetic, outputs rounded once.
     for dtype in [DType::F16, DType::BF16] {
