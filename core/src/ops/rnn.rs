@@ -217,6 +217,82 @@ impl Spec {
     }
 }
 
+/// A recurrent layer's sizes, read from its inputs' shapes by [`Spec::dims`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Dims {
+    pub seq: usize,
+    pub batch: usize,
+    /// The input width (X's last axis).
+    pub isz: usize,
+    pub hidden: usize,
+}
+
+impl Spec {
+    /// The layer's sizes from the shapes of X, W and R, and of B, initial_h, initial_c and P
+    /// where given (`opt`, in that order), each checked against the operator's rules; the errors
+    /// name the input and both shapes.
+    pub fn dims(
+        &self,
+        x: &[usize],
+        w: &[usize],
+        r: &[usize],
+        opt: [Option<&[usize]>; 4],
+    ) -> OpResult<Dims> {
+        if x.len() != 3 || w.len() != 3 || r.len() != 3 {
+            bail!("X, W and R must be 3-D, got {x:?}, {w:?}, {r:?}");
+        }
+        let (seq, batch) = if self.layout1 {
+            (x[1], x[0])
+        } else {
+            (x[0], x[1])
+        };
+        let hidden = match self.hidden_size {
+            Some(v) if v >= 0 && v as usize == r[2] => v as usize,
+            Some(v) => bail!("hidden_size {v} disagrees with R of shape {r:?}"),
+            None => r[2],
+        };
+        let d = Dims {
+            seq,
+            batch,
+            isz: x[2],
+            hidden,
+        };
+        let gh = self.kind.gates() * hidden;
+        let expect = |what: &str, got: &[usize], want: &[usize]| -> OpResult<()> {
+            if got != want {
+                bail!("{what} has shape {got:?}, expected {want:?}");
+            }
+            Ok(())
+        };
+        expect("W", w, &[self.dirs, gh, d.isz])?;
+        expect("R", r, &[self.dirs, gh, hidden])?;
+        let [b, h0, c0, p] = opt;
+        let state = self.state_shape(&d);
+        let wants = [
+            ("B", b, vec![self.dirs, 2 * gh]),
+            ("initial_h", h0, state.to_vec()),
+            ("initial_c", c0, state.to_vec()),
+            ("P", p, vec![self.dirs, 3 * hidden]),
+        ];
+        for (what, got, want) in wants {
+            if let Some(got) = got {
+                expect(what, got, &want)?;
+            }
+        }
+        Ok(d)
+    }
+
+    /// The shape of the initial and final states: `[dirs, batch, hidden]`, or
+    /// `[batch, dirs, hidden]` in layout 1.
+    pub fn state_shape(&self, d: &Dims) -> [usize; 3] {
+        if self.layout1 {
+            [d.batch, self.dirs, d.hidden]
+        } else {
+            [self.dirs, d.batch, d.hidden]
+        }
+    }
+}
+
 /// The layer's configuration, shared by its directions.
 struct Cfg {
     kind: Kind,
@@ -713,52 +789,37 @@ fn recurrent(ctx: &OpCtx, inputs: &[Option<&Value>], kind: Kind) -> OpResult<Vec
     }
 }
 
-fn expect_shape(t: &Tensor, want: &[usize], what: &str) -> OpResult<()> {
-    if t.shape() != want {
-        bail!("{what} has shape {:?}, expected {want:?}", t.shape());
-    }
-    Ok(())
-}
-
 fn run<T: Elem>(ctx: &OpCtx, inputs: &[Option<&Value>], kind: Kind) -> OpResult<Vec<Value>> {
     let x = input(inputs, 0)?;
     let (w, r) = (input(inputs, 1)?, input(inputs, 2)?);
     let spec = Spec::of(ctx, kind)?;
     let (layout1, dirs) = (spec.layout1, spec.dirs);
-    if x.rank() != 3 || w.rank() != 3 || r.rank() != 3 {
-        bail!(
-            "X, W and R must be 3-D, got {:?}, {:?}, {:?}",
-            x.shape(),
-            w.shape(),
-            r.shape()
-        );
-    }
-    let xs = x.shape();
-    let (seq, batch, isz) = if layout1 {
-        (xs[1], xs[0], xs[2])
-    } else {
-        (xs[0], xs[1], xs[2])
-    };
-    let g = kind.gates();
-    let hidden = match spec.hidden_size {
-        Some(v) if v >= 0 && v as usize == r.shape()[2] => v as usize,
-        Some(v) => bail!("hidden_size {v} disagrees with R of shape {:?}", r.shape()),
-        None => r.shape()[2],
-    };
-    let gh = g * hidden;
-    expect_shape(w, &[dirs, gh, isz], "W")?;
-    expect_shape(r, &[dirs, gh, hidden], "R")?;
-    let state_shape = if layout1 {
-        [batch, dirs, hidden]
-    } else {
-        [dirs, batch, hidden]
-    };
     let opt = |i: usize| opt_input(inputs, i);
-    ctx.check_alloc(&[seq, dirs, batch, hidden], 8)?;
     let b = opt(3)?;
-    if let Some(b) = b {
-        expect_shape(b, &[dirs, 2 * gh], "B")?;
+    let h0 = opt(5)?;
+    let (c0, p) = if kind == Kind::Lstm {
+        (opt(6)?, opt(7)?)
+    } else {
+        (None, None)
+    };
+    fn shape(t: Option<&Tensor>) -> Option<&[usize]> {
+        t.map(Tensor::shape)
     }
+    let dims = spec.dims(
+        x.shape(),
+        w.shape(),
+        r.shape(),
+        [shape(b), shape(h0), shape(c0), shape(p)],
+    )?;
+    let Dims {
+        seq,
+        batch,
+        isz,
+        hidden,
+    } = dims;
+    let gh = kind.gates() * hidden;
+    let state_shape = spec.state_shape(&dims);
+    ctx.check_alloc(&[seq, dirs, batch, hidden], 8)?;
     let lens: Vec<usize> = match opt(4)? {
         Some(l) => {
             let v = l.to_i64_vec()?;
@@ -769,20 +830,6 @@ fn run<T: Elem>(ctx: &OpCtx, inputs: &[Option<&Value>], kind: Kind) -> OpResult<
         }
         None => vec![seq; batch],
     };
-    let h0 = opt(5)?;
-    let (c0, p) = if kind == Kind::Lstm {
-        (opt(6)?, opt(7)?)
-    } else {
-        (None, None)
-    };
-    for (t, what) in [(h0, "initial_h"), (c0, "initial_c")] {
-        if let Some(t) = t {
-            expect_shape(t, &state_shape, what)?;
-        }
-    }
-    if let Some(p) = p {
-        expect_shape(p, &[dirs, 3 * hidden], "P")?;
-    }
     let cfg = Cfg {
         kind,
         hidden,

@@ -208,6 +208,16 @@ fn compute_with<T: Float + Elem>(
     Ok(ArrayD::from_shape_vec(IxDyn(a.shape()), v)?)
 }
 
+/// The f32 blocks over a widened half array, in place where it is contiguous (`widen` gives a
+/// fresh array, so the kernel's copy of its input is not needed).
+fn in_f32(mut w: ArrayD<f32>, dims: (usize, usize, usize), kind: Kind) -> OpResult<ArrayD<f32>> {
+    match w.as_slice_mut() {
+        Some(v) => blocks(v, dims, kind, block_f32),
+        None => return compute_with(&w, dims, kind, block_f32),
+    }
+    Ok(w)
+}
+
 /// Each block of `n * inner` values of `v` reduced in place, in parallel when large.
 fn blocks<T: Float + Elem>(
     v: &mut [T],
@@ -287,8 +297,8 @@ fn run(ctx: &OpCtx, inputs: &[Option<&Value>], kind: Kind) -> OpResult<Vec<Value
         Tensor::F64(a) => Tensor::F64(compute(a, dims, kind)?),
         // f16 and bf16 are computed in f32 and rounded once, as every kernel promises (numpy rounds
         // each intermediate to float16 instead: the corpus cases that show it carry a tolerance).
-        Tensor::F16(a) => Tensor::F16(narrow(compute_with(&widen(a), dims, kind, block_f32)?)),
-        Tensor::BF16(a) => Tensor::BF16(narrow(compute_with(&widen(a), dims, kind, block_f32)?)),
+        Tensor::F16(a) => Tensor::F16(narrow(in_f32(widen(a), dims, kind)?)),
+        Tensor::BF16(a) => Tensor::BF16(narrow(in_f32(widen(a), dims, kind)?)),
         other => unsupported!("{kind:?}max of {}", other.dtype()),
     };
     single(out)

@@ -26,10 +26,9 @@ use super::reduce::rows::{load, store};
 use super::require_u32_len;
 use crate::ptx::{Cmp, Kernel, Reg, Space, Ty, module};
 use crate::{CudaKernel, DevTensor, Inputs, KError, KResult, Run, dev_input};
-use quorum_core::error::OpError;
 use quorum_core::ir::Node;
 use quorum_core::ops::OpCtx;
-use quorum_core::ops::rnn::{Act, ActFn, Kind, Spec};
+use quorum_core::ops::rnn::{Act, ActFn, Dims, Kind, Spec};
 use quorum_core::ops::unary_op::UnaryOp;
 
 /// The most threads a block has.
@@ -86,10 +85,6 @@ impl Plan {
         let x = if self.projected { 0 } else { self.isz };
         4 * (x + 2 * self.hidden + 4 * self.hidden)
     }
-}
-
-fn invalid(m: String) -> KError {
-    KError::Op(OpError::Invalid(m))
 }
 
 /// The activation `a` of `x` (f32).
@@ -221,16 +216,10 @@ pub fn kernel(p: &Plan) -> Kernel {
     let gh = 4 * hs;
     let bias0 = k.mul(Ty::U32, d, (2 * gh) as u32);
     let peep0 = k.mul(Ty::U32, d, (3 * hs) as u32);
+    // This block walks the sequence backwards: a reverse layer's one direction (d = 0), a
+    // bidirectional layer's second (d = 1).
+    let is_back = k.setp(Cmp::Eq, Ty::U32, d, if p.reverse { 0u32 } else { 1u32 });
     k.for_range(Ty::U32, 0u32, seq as u32, 1u32, |k, s| {
-        // The step's time: backwards for a reverse direction and a bidirectional layer's second.
-        let back = if p.reverse {
-            k.mov(Ty::U32, 1u32)
-        } else {
-            k.mov(Ty::U32, 0u32)
-        };
-        let second = k.setp(Cmp::Eq, Ty::U32, d, 1u32);
-        let back = k.selp(Ty::U32, 1u32, back, second);
-        let is_back = k.setp(Cmp::Eq, Ty::U32, back, 1u32);
         let rs = k.sub(Ty::U32, (seq - 1) as u32, s);
         let t = k.selp(Ty::U32, rs, s, is_back);
         let xrow = if p.layout1 {
@@ -354,8 +343,9 @@ fn project() -> bool {
     *ON.get_or_init(|| std::env::var("QUORUM_CUDA_LSTM_PROJECTION").as_deref() != Ok("off"))
 }
 
-/// The plan for a node of `spec` over these inputs, or why CUDA declines it.
-pub fn plan(spec: &Spec, e: Elem, x: &[usize], r: &[usize], present: [bool; 5]) -> KResult<Plan> {
+/// The plan for a node of `spec` with sizes `d` (`Spec::dims`, shapes checked), or why CUDA
+/// declines it. `present`: B, sequence_lens, initial_h, initial_c, P.
+pub fn plan(spec: &Spec, e: Elem, d: Dims, present: [bool; 5]) -> KResult<Plan> {
     let [bias, lens, h0, c0, peepholes] = present;
     if lens {
         crate::decline!("LSTM with sequence_lens (rows of different lengths)");
@@ -368,22 +358,12 @@ pub fn plan(spec: &Spec, e: Elem, x: &[usize], r: &[usize], present: [bool; 5]) 
     {
         crate::decline!("LSTM whose directions have different activations");
     }
-    if x.len() != 3 || r.len() != 3 {
-        return Err(invalid(format!(
-            "LSTM: X and R must be 3-D, got {x:?} and {r:?}"
-        )));
-    }
-    let (seq, batch) = if spec.layout1 {
-        (x[1], x[0])
-    } else {
-        (x[0], x[1])
-    };
     let p = Plan {
         e,
-        seq,
-        batch,
-        isz: x[2],
-        hidden: r[2],
+        seq: d.seq,
+        batch: d.batch,
+        isz: d.isz,
+        hidden: d.hidden,
         dirs: spec.dirs,
         reverse: spec.reverse,
         layout1: spec.layout1,
@@ -405,17 +385,6 @@ pub fn plan(spec: &Spec, e: Elem, x: &[usize], r: &[usize], present: [bool; 5]) 
         );
     }
     Ok(p)
-}
-
-/// Checks `t`'s shape against `want`, naming it.
-fn expect(what: &str, t: &DevTensor, want: &[usize]) -> KResult<()> {
-    if t.shape != want {
-        return Err(invalid(format!(
-            "LSTM: {what} has shape {:?}, expected {want:?}",
-            t.shape
-        )));
-    }
-    Ok(())
 }
 
 fn k_lstm(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>> {
@@ -444,34 +413,20 @@ fn k_lstm(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>
         c0.is_some(),
         pp.is_some(),
     ];
-    let p = plan(&spec, e, &x.shape, &r.shape, present)?;
-    if let Some(h) = spec.hidden_size
-        && h != p.hidden as i64
-    {
-        return Err(invalid(format!(
-            "LSTM: hidden_size {h} disagrees with R of shape {:?}",
-            r.shape
-        )));
+    fn shape(t: &Option<DevTensor>) -> Option<&[usize]> {
+        t.as_ref().map(|t| t.shape.as_slice())
     }
+    let dims = spec
+        .dims(
+            &x.shape,
+            &w.shape,
+            &r.shape,
+            [shape(&b), shape(&h0), shape(&c0), shape(&pp)],
+        )
+        .map_err(KError::Op)?;
+    let p = plan(&spec, e, dims, present)?;
     let (dirs, gh) = (p.dirs, 4 * p.hidden);
-    expect("W", &w, &[dirs, gh, p.isz])?;
-    expect("R", &r, &[dirs, gh, p.hidden])?;
-    if let Some(b) = &b {
-        expect("B", b, &[dirs, 2 * gh])?;
-    }
-    let state = if p.layout1 {
-        [p.batch, dirs, p.hidden]
-    } else {
-        [dirs, p.batch, p.hidden]
-    };
-    for (t, what) in [(&h0, "initial_h"), (&c0, "initial_c")] {
-        if let Some(t) = t {
-            expect(what, t, &state)?;
-        }
-    }
-    if let Some(pp) = &pp {
-        expect("P", pp, &[dirs, 3 * p.hidden])?;
-    }
+    let state = spec.state_shape(&dims);
     let y_shape = if p.layout1 {
         vec![p.batch, p.seq, dirs, p.hidden]
     } else {
@@ -480,15 +435,12 @@ fn k_lstm(ctx: &OpCtx, run: &Run, inputs: &dyn Inputs) -> KResult<Vec<DevTensor>
     for s in [&x.shape, &w.shape, &y_shape] {
         require_u32_len(s)?;
     }
+    if p.batch == 0 || p.hidden == 0 || p.seq == 0 {
+        crate::decline!("LSTM over an empty batch, hidden state or sequence");
+    }
     let y = run.alloc(dtype, &y_shape)?;
     let yh = run.alloc(dtype, &state)?;
     let yc = run.alloc(dtype, &state)?;
-    if p.batch == 0 || p.hidden == 0 {
-        crate::decline!("LSTM over an empty batch or hidden state");
-    }
-    if p.seq == 0 {
-        crate::decline!("LSTM over an empty sequence");
-    }
     let rows = p.seq * p.batch;
     let xw = if p.projected {
         let xm = x.view(vec![rows, p.isz]);
@@ -572,9 +524,15 @@ mod tests {
         }
     }
 
+    /// The plan for X and R of these shapes (W's read from them), through `Spec::dims`.
+    fn plan_for(s: &Spec, e: Elem, x: &[usize], r: &[usize], present: [bool; 5]) -> KResult<Plan> {
+        let w = [r[0], r[1], x[2]];
+        plan(s, e, s.dims(x, &w, r, [None; 4]).unwrap(), present)
+    }
+
     #[test]
     fn plans_read_both_layouts_and_decline_what_the_kernel_lacks() {
-        let p = plan(
+        let p = plan_for(
             &spec(2, false),
             Elem::F32,
             &[7, 3, 10],
@@ -583,7 +541,7 @@ mod tests {
         );
         assert!(matches!(p, Err(KError::Decline(ref m)) if m.contains("sequence_lens")));
         let mut present = [true, false, true, true, true];
-        let p = plan(
+        let p = plan_for(
             &spec(2, false),
             Elem::F32,
             &[7, 3, 10],
@@ -597,7 +555,7 @@ mod tests {
         // f32 takes its projection from a GEMM: no input row in shared memory.
         assert!(p.projected);
         assert_eq!(p.shared_bytes(), 4 * (6 * 8));
-        let p1 = plan(
+        let p1 = plan_for(
             &spec(1, true),
             Elem::F16,
             &[3, 7, 10],
@@ -607,7 +565,7 @@ mod tests {
         .unwrap();
         assert_eq!((p1.seq, p1.batch, p1.hidden), (7, 3, 100));
         assert_eq!(p1.threads(), 416);
-        let p1 = plan(
+        let p1 = plan_for(
             &spec(1, true),
             Elem::F16,
             &[3, 7, 10],
@@ -618,11 +576,11 @@ mod tests {
         assert_eq!(p1.threads(), MAX_THREADS);
         let mut odd = spec(2, false);
         odd.acts[1][0].f = ActFn::Relu;
-        let p = plan(&odd, Elem::F32, &[7, 3, 10], &[2, 32, 8], present);
+        let p = plan_for(&odd, Elem::F32, &[7, 3, 10], &[2, 32, 8], present);
         assert!(matches!(p, Err(KError::Decline(ref m)) if m.contains("activations")));
         present[0] = false;
         // Halves keep the input row in shared memory: a wide one does not fit.
-        let big = plan(
+        let big = plan_for(
             &spec(1, false),
             Elem::F16,
             &[2, 1, 20000],
@@ -642,7 +600,7 @@ mod tests {
         ] {
             let mut s = spec(dirs, layout1);
             s.input_forget = dirs == 1;
-            let p = plan(&s, e, &[5, 4, 12], &[dirs, 24, 6], present).unwrap();
+            let p = plan_for(&s, e, &[5, 4, 12], &[dirs, 24, 6], present).unwrap();
             let text = module((8, 0), &[kernel(&p)]);
             assert!(text.contains(".entry lstm"), "{text}");
             // f32 reads the projection (one load a gate row a step); halves multiply X by W

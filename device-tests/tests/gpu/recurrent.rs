@@ -3,6 +3,7 @@
 //! activations, f16; `sequence_lens` declines to the CPU and is still judged. The judge is shown to
 //! catch a kernel that ignored `clip`.
 use crate::harness::*;
+use quorum::ir::Attr;
 use quorum::verify::{Check, check};
 use quorum::{DType, Tensor, Value};
 
@@ -84,8 +85,6 @@ impl Lstm {
         c
     }
 }
-
-use quorum::ir::Attr;
 
 fn shape(seq: usize, batch: usize, isz: usize, hidden: usize, dirs: usize) -> Lstm {
     Lstm {
