@@ -27,6 +27,48 @@ pub enum Activation {
     /// `x · sigmoid(x)` (SiLU, also called Swish): the Sigmoid → Mul pair that EfficientNet-style
     /// models export, with [`Activation::Sigmoid`]'s formula, so it equals that pair bit for bit.
     Silu,
+    /// QuantizeLinear then DequantizeLinear with one scale and zero point each (a QDQ model's
+    /// activations): [`FakeQuant::apply`].
+    FakeQuant(FakeQuant),
+}
+
+/// A QuantizeLinear → DequantizeLinear pair of one f32 scale and integer zero point each, the
+/// quantized type's range `[lo, hi]` (integers of at most 16 bits, so every value below is exact
+/// in f32). [`FakeQuant::apply`] is the two kernels' arithmetic ([`quantize_level`], then one
+/// product), so the pair and a fused node give the same bits.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FakeQuant {
+    pub scale: f32,
+    pub zero: f32,
+    pub lo: f32,
+    pub hi: f32,
+    pub dq_scale: f32,
+    pub dq_zero: f32,
+}
+
+impl FakeQuant {
+    /// `(quantize_level(x) − dq_zero) · dq_scale`: the level minus a zero point is an integer of at
+    /// most 17 bits (exact), and its product with the scale is rounded once, as DequantizeLinear's.
+    #[inline(always)]
+    pub fn apply(self, x: f32) -> f32 {
+        (quantize_level(x, self.scale, self.zero, self.lo, self.hi) - self.dq_zero) * self.dq_scale
+    }
+}
+
+/// QuantizeLinear's level of `x`: `x / s` rounded to f32, rounded to an integer with ties to even,
+/// plus the zero point `z`, saturated to `[lo, hi]`, as an f32 (an integer of at most 16 bits).
+/// Ties to even come from adding and taking away 1.5·2²³, exact for |x/s| ≤ 2²², which the first
+/// clamp ensures (anything beyond saturates a 16-bit type either way); a NaN quotient gives the
+/// zero point, as converting NaN to an integer gives 0. No libm call and no integer conversion, so
+/// loops over slices vectorize. The quotient of two f32 values rounded to f32 is their f64 quotient
+/// rounded to f32 (53 ≥ 2·24 + 2), so this is also what an f64 evaluation of the formula gives.
+#[inline(always)]
+pub fn quantize_level(x: f32, s: f32, z: f32, lo: f32, hi: f32) -> f32 {
+    const SHIFT: f32 = 12_582_912.0;
+    let r = (x / s).clamp(-4_194_304.0, 4_194_304.0);
+    let r = (r + SHIFT) - SHIFT;
+    let q = if r.is_nan() { z } else { r + z };
+    q.max(lo).min(hi)
 }
 
 /// `$body` with `$f` bound to `$act`'s function of one value: the one `match` on the activation,
@@ -60,6 +102,10 @@ macro_rules! with_fn {
             }
             Activation::Silu => {
                 let $f = |x: f32| x * sigmoid(x);
+                $body
+            }
+            Activation::FakeQuant(q) => {
+                let $f = move |x: f32| q.apply(x);
                 $body
             }
         }
@@ -183,7 +229,7 @@ pub(crate) mod lanes {
                 Activation::Clip { lo, hi } => (lo, hi),
                 Activation::LeakyRelu { alpha } => (alpha, 0.0),
                 Activation::Sigmoid | Activation::Silu => (0.0, 0.0),
-                Activation::HardSwish => return None,
+                Activation::HardSwish | Activation::FakeQuant(_) => return None,
             };
             // SAFETY: AVX-512F is available (the caller's promise).
             unsafe {
@@ -222,7 +268,7 @@ pub(crate) mod lanes {
                     }
                     Activation::Sigmoid => sigmoid(x),
                     Activation::Silu => _mm512_mul_ps(x, sigmoid(x)),
-                    Activation::None | Activation::HardSwish => x,
+                    Activation::None | Activation::HardSwish | Activation::FakeQuant(_) => x,
                 }
             }
         }
@@ -400,6 +446,14 @@ mod tests {
             Activation::Sigmoid,
             Activation::HardSwish,
             Activation::Silu,
+            Activation::FakeQuant(FakeQuant {
+                scale: 0.05,
+                zero: 128.0,
+                lo: 0.0,
+                hi: 255.0,
+                dq_scale: 0.05,
+                dq_zero: 128.0,
+            }),
         ];
         for act in acts {
             for bias in [None, Some(0.25f32)] {
@@ -480,6 +534,50 @@ mod tests {
                 let want = act.scalar(*x * a + t);
                 assert_eq!(y.to_bits(), want.to_bits(), "{act:?} at {x}");
             }
+        }
+    }
+
+    /// QuantizeLinear's level by integers, as its general path computes it: the f32 quotient,
+    /// rounded with ties to even, converted (NaN to 0, saturating), plus the zero point, clamped.
+    fn level_by_integers(x: f32, s: f32, z: i32, lo: i32, hi: i32) -> i32 {
+        ((x / s).round_ties_even() as i32)
+            .saturating_add(z)
+            .clamp(lo, hi)
+    }
+
+    /// `quantize_level` (floats only, so that it vectorizes) is the integer formula on ties, their
+    /// neighbours, values past every range, NaN and the infinities, for 8- and 16-bit types; a
+    /// level rounding ties away from zero is caught.
+    #[test]
+    fn the_float_level_is_the_integer_level() {
+        let cases = [
+            (0.05f32, 128, 0, 255),
+            (0.0731, -3, -128, 127),
+            (0.001, 30_000, 0, 65_535),
+            (0.5, -7, -32_768, 32_767),
+            (3e-6, 0, -128, 127),
+        ];
+        for (s, z, lo, hi) in cases {
+            let mut xs = vec![f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0, 1e-40];
+            for k in -70_000..70_000 {
+                let tie = (k as f32 + 0.5) * s;
+                xs.extend([tie.next_down(), tie, tie.next_up(), k as f32 * s * 1.37]);
+            }
+            let mut away = 0;
+            for &x in &xs {
+                let want = level_by_integers(x, s, z, lo, hi);
+                let got = quantize_level(x, s, z as f32, lo as f32, hi as f32);
+                assert_eq!(got, want as f32, "x {x} scale {s} zero {z}");
+                let r = x / s;
+                if r.is_finite() && r.abs() < 1e6 {
+                    let rounded_away = ((r.round() + z as f32).clamp(lo as f32, hi as f32)) as i32;
+                    away += (rounded_away != want) as usize;
+                }
+            }
+            assert!(
+                away > 0,
+                "no tie told the rounding rules apart at scale {s}"
+            );
         }
     }
 

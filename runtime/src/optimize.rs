@@ -6,8 +6,12 @@
 //! - `identity`: an Identity node, or a Dropout that is the identity in every run (inference mode
 //!   known at build, no mask output), is removed and its readers read its input (the kernel copies
 //!   the tensor; the rewrite copies nothing).
-//! - `conv-activation`: Conv followed by Relu, LeakyRelu, Sigmoid, HardSwish or Clip, or by the
-//!   Sigmoid → Mul pair of SiLU, becomes one `com.quorum` FusedConv that applies the activation as
+//! - `qdq-pair`: a QuantizeLinear read only by a DequantizeLinear, each of one constant f32 scale
+//!   and integer zero point (a QDQ model's activations), becomes one `com.quorum`
+//!   QuantizeDequantize (`qdq.rs`): one pass instead of two and no 8-bit tensor, the pair's own
+//!   arithmetic.
+//! - `conv-activation`: Conv followed by Relu, LeakyRelu, Sigmoid, HardSwish or Clip, by the
+//!   Sigmoid → Mul pair of SiLU, or (f32) by a QuantizeDequantize, becomes one `com.quorum` FusedConv that applies the activation as
 //!   each output tile is stored (one pass over the output instead of two). Only where the weight is
 //!   a constant f32 tensor (f64 too, except Clip), so that the dtype is known to be one whose fused
 //!   result equals the pair's (FusedConv rounds f16 once where the pair rounds twice), and the Conv
@@ -105,6 +109,7 @@ pub(crate) fn optimize(
     let mut g = graph.clone();
     let mut done = Vec::new();
     remove_identities(&mut g, &mut done);
+    qdq::fuse_qdq_pairs(&mut g, constants, &mut done);
     gelu::fuse_gelu(&mut g, constants, &mut done);
     matmul_bias::fuse_matmul_bias(&mut g, constants, &mut done, "linear-bias");
     // The fold adds initializers (the folded weights and biases) that the fusion must see.
@@ -288,6 +293,15 @@ pub(super) fn activation_of(
     dtype: DType,
     constants: &HashMap<String, Arc<Value>>,
 ) -> Option<Activation> {
+    if act.domain == QUORUM_DOMAIN && act.op_type == quorum_core::ops::quantize::fake::OP {
+        // The pair's output is f32 whatever its input's type: only an f32 Conv's output matches.
+        let Some(Attr::Floats(p)) = act.attrs.get("params") else {
+            return None;
+        };
+        return (dtype == DType::F32)
+            .then(|| quorum_core::ops::quantize::fake::from_params(p).ok())?
+            .map(Activation::FakeQuant);
+    }
     if !act.domain.is_empty() {
         return None;
     }
@@ -339,6 +353,7 @@ pub(super) fn activation_attrs(act: Activation) -> (&'static str, Vec<f32>) {
         Activation::Silu => ("Silu", vec![]),
         Activation::LeakyRelu { alpha } => ("LeakyRelu", vec![alpha]),
         Activation::Clip { lo, hi } => ("Clip", vec![lo, hi]),
+        Activation::FakeQuant(q) => ("FakeQuant", quorum_core::ops::quantize::fake::params(q)),
     }
 }
 
@@ -451,6 +466,7 @@ mod input_scale;
 #[cfg(test)]
 mod input_scale_tests;
 mod matmul_bias;
+mod qdq;
 mod residual;
 
 #[cfg(test)]

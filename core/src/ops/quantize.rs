@@ -12,7 +12,9 @@ use super::{OpCtx, Registry, input, norm_axis, opt_input, single};
 use crate::error::OpResult;
 use crate::tensor::{DType, Tensor, Value};
 use crate::{bail, unsupported};
+use quorum_kernels::activation::quantize_level;
 
+pub mod fake;
 mod int;
 mod int8;
 
@@ -24,6 +26,7 @@ pub fn register(r: &mut Registry) {
     r.add("", "QLinearMatMul", int::qlinear_matmul);
     r.add("", "ConvInteger", int::conv_integer);
     r.add("", "QLinearConv", int::qlinear_conv);
+    fake::register(r);
 }
 
 fn dtype_attr(code: i64) -> OpResult<DType> {
@@ -404,17 +407,10 @@ fn quantize_f32_per_tensor(
     let Some(xs) = xa.as_slice() else {
         return Ok(None);
     };
-    let (lo, hi) = (lo as i32, hi as i32);
-    // Ties to even by adding and taking away 1.5·2²³ (exact for |r| ≤ 2²², which the clamp
-    // ensures; anything beyond saturates the 8-bit output either way): no libm call, so the loop
-    // vectorises. A NaN quotient stays NaN and casts to 0, as the general path's `as i64` does.
-    const SHIFT: f32 = 12_582_912.0;
-    let q = move |v: f32| -> i32 {
-        let r = (v / s).clamp(-4_194_304.0, 4_194_304.0);
-        (((r + SHIFT) - SHIFT) as i32)
-            .saturating_add(z)
-            .clamp(lo, hi)
-    };
+    // The level's formula is the kernels' (`quantize_level`), which a fused QuantizeLinear →
+    // DequantizeLinear pair (`FakeQuant`) also computes: one formula for both.
+    let (z, lo, hi) = (z as f32, lo as f32, hi as f32);
+    let q = move |v: f32| quantize_level(v, s, z, lo, hi);
     let shape = IxDyn(x.shape());
     Ok(Some(match out {
         DType::U8 => {

@@ -94,7 +94,7 @@ fn outputs(s: &Session, seed: u64) -> Vec<Vec<u64>> {
 }
 
 /// Where the two sessions' outputs first differ (output, element), over a few seeded inputs.
-fn first_difference(a: &Session, b: &Session) -> Option<(usize, usize)> {
+pub(super) fn first_difference(a: &Session, b: &Session) -> Option<(usize, usize)> {
     for seed in [11, 12, 13] {
         for (k, (p, q)) in outputs(a, seed).iter().zip(outputs(b, seed)).enumerate() {
             if p.len() != q.len() {
@@ -109,7 +109,7 @@ fn first_difference(a: &Session, b: &Session) -> Option<(usize, usize)> {
 }
 
 /// The optimised session's rewrites and ops, after checking it equals the plain one bit for bit.
-fn check(m: &Model) -> (Vec<Rewrite>, Vec<String>) {
+pub(super) fn check(m: &Model) -> (Vec<Rewrite>, Vec<String>) {
     let (plain, opt) = (session(m, false), session(m, true));
     assert!(plain.rewrites().is_empty());
     assert_eq!(

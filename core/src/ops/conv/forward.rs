@@ -30,7 +30,9 @@ pub(super) fn conv(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value
 /// `com.quorum` FusedConv: Conv's inputs and attributes, and `activation` (`Relu`, `Clip`,
 /// `LeakyRelu`, `Sigmoid`, `HardSwish`; absent or empty for none) with `activation_params` (Clip:
 /// `[min, max]`; LeakyRelu: `[alpha]`, default 0.01), onnxruntime's FusedConv contract, plus `Silu`
-/// (x·sigmoid(x), the Sigmoid → Mul pair; not in onnxruntime's list). The bias and
+/// (x·sigmoid(x), the Sigmoid → Mul pair; not in onnxruntime's list) and `FakeQuant` (a
+/// QuantizeLinear → DequantizeLinear pair, f32 only, with the six parameters of
+/// `quantize::fake::from_params`). The bias and
 /// the activation are applied as each output tile is stored. For f32 and f64 the result equals Conv
 /// followed by the activation node bit for bit; f16 and bf16 are rounded once, after the activation,
 /// where the pair rounds twice (equal for Relu and Clip, within a half ulp of the narrow type before
@@ -79,6 +81,7 @@ pub(crate) fn activation_attr(ctx: &OpCtx) -> OpResult<Activation> {
                 hi: params[1],
             }
         }
+        "FakeQuant" => Activation::FakeQuant(crate::ops::quantize::fake::from_params(&params)?),
         "LeakyRelu" => {
             if params.is_empty() {
                 Activation::LeakyRelu { alpha: 0.01 }
@@ -89,7 +92,7 @@ pub(crate) fn activation_attr(ctx: &OpCtx) -> OpResult<Activation> {
         }
         other => {
             bail!(
-                "activation '{other}' is not one of Relu, Clip, LeakyRelu, Sigmoid, HardSwish, Silu"
+                "activation '{other}' is not one of Relu, Clip, LeakyRelu, Sigmoid, HardSwish, Silu, FakeQuant"
             )
         }
     })
@@ -114,6 +117,12 @@ fn run(ctx: &OpCtx, inputs: &[Option<&Value>], act: Activation) -> OpResult<Vec<
             }
         },
     };
+    if matches!(act, Activation::FakeQuant(_)) && x.dtype() != crate::tensor::DType::F32 {
+        bail!(
+            "FusedConv: the FakeQuant activation takes an f32 convolution (DequantizeLinear's output is f32), got {}",
+            x.dtype()
+        );
+    }
     let rest = vec![Some(input(inputs, 1)?), opt_input(inputs, 2)?, residual];
     fn go<T: ConvFloat>(
         x: &ArrayD<T>,
@@ -366,6 +375,9 @@ impl ConvFloat for f64 {
             Activation::Sigmoid => &sigmoid_f64,
             Activation::Silu => &|x| x * sigmoid_f64(x),
             Activation::HardSwish => &|x| x * (x / 6.0 + 0.5).clamp(0.0, 1.0),
+            // `run` refuses FakeQuant for any type but f32 (the pair's output is f32 whatever the
+            // Conv's type); this arm is the f32 formula all the same.
+            Activation::FakeQuant(q) => &move |x| q.apply(x as f32) as f64,
         };
         v.iter_mut().for_each(|x| *x = f(*x));
     }
