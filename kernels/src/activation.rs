@@ -64,11 +64,20 @@ impl FakeQuant {
 /// rounded to f32 (53 ≥ 2·24 + 2), so this is also what an f64 evaluation of the formula gives.
 #[inline(always)]
 pub fn quantize_level(x: f32, s: f32, z: f32, lo: f32, hi: f32) -> f32 {
+    quantize_level_or(x, s, z, lo, hi, z)
+}
+
+/// [`quantize_level`] with `nan` as the level of a NaN quotient (DynamicQuantizeLinear's is 0,
+/// the reference's conversion of NaN after the zero point is added).
+#[inline(always)]
+pub fn quantize_level_or(x: f32, s: f32, z: f32, lo: f32, hi: f32, nan: f32) -> f32 {
     const SHIFT: f32 = 12_582_912.0;
     let r = (x / s).clamp(-4_194_304.0, 4_194_304.0);
     let r = (r + SHIFT) - SHIFT;
-    let q = if r.is_nan() { z } else { r + z };
-    q.max(lo).min(hi)
+    let q = if r.is_nan() { nan } else { r + z };
+    // Selects, not `f32::max`/`min` (whose NaN rule costs a comparison more a lane; q is a number).
+    let q = if q < lo { lo } else { q };
+    if q > hi { hi } else { q }
 }
 
 /// `$body` with `$f` bound to `$act`'s function of one value: the one `match` on the activation,

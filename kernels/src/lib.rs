@@ -87,6 +87,7 @@ mod microkernel;
 pub mod pack;
 mod pack_plan;
 pub mod pixels;
+pub mod quant;
 pub mod recurrent;
 
 pub use activation::Activation;

@@ -12,7 +12,6 @@ use super::{OpCtx, Registry, input, norm_axis, opt_input, single};
 use crate::error::OpResult;
 use crate::tensor::{DType, Tensor, Value};
 use crate::{bail, unsupported};
-use quorum_kernels::activation::quantize_level;
 
 pub mod fake;
 mod int;
@@ -410,24 +409,19 @@ fn quantize_f32_per_tensor(
     // The level's formula is the kernels' (`quantize_level`), which a fused QuantizeLinear →
     // DequantizeLinear pair (`FakeQuant`) also computes: one formula for both.
     let (z, lo, hi) = (z as f32, lo as f32, hi as f32);
-    let q = move |v: f32| quantize_level(v, s, z, lo, hi);
     let shape = IxDyn(x.shape());
     Ok(Some(match out {
         DType::U8 => {
             let mut o = vec![0u8; xs.len()];
             par_fill(&mut o, &|at, c: &mut [u8]| {
-                for (d, &v) in c.iter_mut().zip(&xs[at..]) {
-                    *d = q(v) as u8;
-                }
+                quorum_kernels::quant::quantize_u8(&xs[at..], c, s, z, lo, hi)
             });
             Tensor::U8(ArrayD::from_shape_vec(shape, o)?)
         }
         _ => {
             let mut o = vec![0i8; xs.len()];
             par_fill(&mut o, &|at, c: &mut [i8]| {
-                for (d, &v) in c.iter_mut().zip(&xs[at..]) {
-                    *d = q(v) as i8;
-                }
+                quorum_kernels::quant::quantize_i8(&xs[at..], c, s, z, lo, hi)
             });
             Tensor::I8(ArrayD::from_shape_vec(shape, o)?)
         }
@@ -522,16 +516,11 @@ fn dynamic_quantize_linear(_ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<
     let (lo, hi) = min_max(&xv);
     let scale = if hi == lo { 1.0f32 } else { hi - lo } / 255.0;
     let zp = (0.0 - lo / scale).clamp(0.0, 255.0).round_ties_even();
-    // Ties to even by adding and taking away 1.5·2²³, as QuantizeLinear's fast path does (exact
-    // for |r| ≤ 2²², which the clamp ensures; beyond, the output saturates either way); the zero
-    // point is an integer, so adding it is exact. A NaN gives 0, as `as u8` of NaN does.
-    const SHIFT: f32 = 12_582_912.0;
+    // QuantizeLinear's level (`quorum_kernels::quant`: ties to even without libm, vectorized),
+    // except that a NaN gives 0, as `as u8` of NaN after adding the zero point does.
     let mut o = vec![0u8; xv.len()];
     par_fill(&mut o, &|at, c: &mut [u8]| {
-        for (d, &v) in c.iter_mut().zip(&xv[at..]) {
-            let r = (v / scale).clamp(-4_194_304.0, 4_194_304.0);
-            *d = (((r + SHIFT) - SHIFT) + zp).clamp(0.0, 255.0) as u8;
-        }
+        quorum_kernels::quant::dynamic_quantize_u8(&xv[at..], c, scale, zp)
     });
     let y = Tensor::U8(ArrayD::from_shape_vec(IxDyn(x.shape()), o)?);
     Ok(vec![

@@ -271,42 +271,48 @@ pub(super) fn requantize_runs(
     else {
         return Ok(None);
     };
-    // Ties to even without libm: past ±2^50 every value saturates anyway, and below it adding and
-    // taking away 1.5·2^52 rounds to an integer in the default mode. NaN stays NaN (0 as an
-    // integer, as `round_ties_even(NaN) as i64` is).
-    const SHIFT: f64 = 6_755_399_441_055_744.0;
-    let quantize = |v: f64| -> i64 {
-        let v = v.clamp(-1.125_899_906_842_624e15, 1.125_899_906_842_624e15);
-        (((v + SHIFT) - SHIFT) as i64).clamp(lo, hi)
-    };
-    let mut q = vec![0u8; sums.len()];
-    let fill = |(r, (dst, src)): (usize, (&mut [u8], &[i32]))| {
-        let (bias, mult) = params[r % params.len()];
-        for (d, &v) in dst.iter_mut().zip(src) {
-            *d = quantize((v as f64 + bias) * mult + zp) as u8;
-        }
-    };
+    // The kernels' requantization (`quorum_kernels::quant`): the same f64 operations as the
+    // general path's `requantize` (ties to even without libm), vectorized, each run with its own
+    // (bias, mult).
+    let (lo, hi) = (lo as f64, hi as f64);
+    let shape = IxDyn(shape);
+    Ok(Some(if out == DType::I8 {
+        let mut q = vec![0i8; sums.len()];
+        by_runs(&mut q, sums, run, &|r, dst, src| {
+            let (bias, mult) = params[r % params.len()];
+            quorum_kernels::quant::requantize_i8(src, dst, bias, mult, zp, lo, hi)
+        });
+        Tensor::I8(ArrayD::from_shape_vec(shape, q)?)
+    } else {
+        let mut q = vec![0u8; sums.len()];
+        by_runs(&mut q, sums, run, &|r, dst, src| {
+            let (bias, mult) = params[r % params.len()];
+            quorum_kernels::quant::requantize_u8(src, dst, bias, mult, zp, lo, hi)
+        });
+        Tensor::U8(ArrayD::from_shape_vec(shape, q)?)
+    }))
+}
+
+/// `f(r, out_run, sums_run)` for each run `r` of `run` elements, across threads when large.
+fn by_runs<T: Send, F: Fn(usize, &mut [T], &[i32]) + Sync>(
+    q: &mut [T],
+    sums: &[i32],
+    run: usize,
+    f: &F,
+) {
     let run = run.max(1);
     if sums.len() >= 1 << 15 {
         use rayon::prelude::*;
         q.par_chunks_mut(run)
             .zip(sums.par_chunks(run))
             .enumerate()
-            .for_each(fill);
+            .for_each(|(r, (d, s))| f(r, d, s));
     } else {
         q.chunks_mut(run)
             .zip(sums.chunks(run))
             .enumerate()
-            .for_each(fill);
+            .for_each(|(r, (d, s))| f(r, d, s));
     }
-    Ok(Some(if out == DType::I8 {
-        Tensor::I8(ArrayD::from_shape_vec(
-            IxDyn(shape),
-            q.into_iter().map(|v| v as i8).collect(),
-        )?)
-    } else {
-        Tensor::U8(ArrayD::from_shape_vec(IxDyn(shape), q)?)
-    }))
 }
 
 /// [`super::int::im2col`] for two spatial dims, a row of the output at a time: a run of a row of
@@ -328,26 +334,26 @@ fn im2col_2d(g: &Geom, x: &[u8], ni: usize, gi: usize, col: &mut [u8], pad: u8) 
                 continue;
             }
             let row = &src[iy as usize * w..][..w];
-            if g.stride[1] == 1 {
-                // Inside the input for ox in [lo, hi).
-                let lo = (-x0).clamp(0, ow as isize) as usize;
-                let hi = (w as isize - x0).clamp(lo as isize, ow as isize) as usize;
-                // Where no output reads inside (hi == lo), lo + x0 may lie outside the row.
-                d[..lo].fill(pad);
-                if hi > lo {
-                    d[lo..hi].copy_from_slice(&row[(lo as isize + x0) as usize..][..hi - lo]);
-                }
-                d[hi..].fill(pad);
-            } else {
-                for (ox, v) in d.iter_mut().enumerate() {
-                    let ix = (ox * g.stride[1]) as isize + x0;
-                    *v = if ix >= 0 && ix < w as isize {
-                        row[ix as usize]
-                    } else {
-                        pad
-                    };
+            // Inside the input for ox in [lo, hi): 0 ≤ ox·s + x0 < w.
+            let s = g.stride[1] as isize;
+            let lo = ((-x0).max(0) + s - 1) / s;
+            let lo = lo.clamp(0, ow as isize) as usize;
+            let hi = ((w as isize - x0).max(0) + s - 1) / s;
+            let hi = hi.clamp(lo as isize, ow as isize) as usize;
+            // Where no output reads inside (hi == lo), lo·s + x0 may lie outside the row.
+            d[..lo].fill(pad);
+            if hi > lo {
+                let start = (lo as isize * s + x0) as usize;
+                if s == 1 {
+                    d[lo..hi].copy_from_slice(&row[start..][..hi - lo]);
+                } else {
+                    let s = s as usize;
+                    for (v, &r) in d[lo..hi].iter_mut().zip(row[start..].iter().step_by(s)) {
+                        *v = r;
+                    }
                 }
             }
+            d[hi..].fill(pad);
         }
     };
     let osz = (oh * ow).max(1);

@@ -186,6 +186,45 @@ fn conv_matches_the_f64_path() {
             vec![0, 4],
             vec![1, 1],
         ),
+        // Strided along the rows (2 and 3), with padding at both ends and a dilated tap: the row
+        // copy's strided runs, and outputs whose taps start or end in the padding.
+        (
+            1,
+            3,
+            5,
+            1,
+            vec![11, 13],
+            vec![3, 3],
+            vec![2, 2],
+            vec![1, 1],
+            vec![1, 1],
+            vec![6, 7],
+        ),
+        (
+            2,
+            4,
+            4,
+            2,
+            vec![4, 10],
+            vec![2, 3],
+            vec![1, 3],
+            vec![1, 2],
+            vec![0, 2],
+            vec![3, 3],
+        ),
+        // A row stride past the whole row: one output reads inside, the next only padding.
+        (
+            1,
+            2,
+            2,
+            1,
+            vec![3, 3],
+            vec![1, 2],
+            vec![1, 4],
+            vec![1, 1],
+            vec![0, 1],
+            vec![3, 2],
+        ),
         // A 1×1 kernel with an end pad only: not pointwise (the output outgrows the input).
         (
             1,
