@@ -122,16 +122,91 @@ pub fn igemm(
     c: &mut [i32],
     (c_rs, c_cs): (usize, usize),
 ) {
+    assert!(
+        m == 0 || n == 0 || (m - 1) * c_rs + (n - 1) * c_cs < c.len(),
+        "igemm: C too small"
+    );
+    product(
+        kernel,
+        (m, n, k),
+        a,
+        za,
+        b,
+        zb,
+        Out::Sums(c.as_mut_ptr()),
+        (c_rs, c_cs),
+    );
+}
+
+/// How [`igemm_requantized`] turns row `i`'s exact sums into 8-bit levels:
+/// [`crate::quant::requantize_level`] with `rows[i]` (or `rows[0]` for all rows) as (bias,
+/// multiplier), the output zero point `zp` and the range `[lo, hi]` (u8's or i8's).
+#[derive(Debug, Clone, Copy)]
+pub struct Requantize<'a> {
+    pub rows: &'a [(f64, f64)],
+    pub zp: f64,
+    pub lo: f64,
+    pub hi: f64,
+}
+
+/// [`igemm`]'s product requantized as each tile is stored (QLinearConv's and QLinearMatMul's
+/// output): `c[i·c_rs + j·c_cs]` is the level of `C[i, j]` by `rq`, as a byte (an i8 level's two's
+/// complement where `rq.lo < 0`). The same integers as requantizing [`igemm`]'s sums with
+/// [`crate::quant::requantize_u8`] or [`crate::quant::requantize_i8`], without writing and reading
+/// the 32-bit sums.
+///
+/// # Panics
+/// As [`igemm`], and when `rq.rows` holds neither 1 nor `m` values.
+#[allow(clippy::too_many_arguments)]
+pub fn igemm_requantized(
+    kernel: IntKernel,
+    (m, n, k): (usize, usize, usize),
+    a: Int8Matrix,
+    za: &[i32],
+    b: Int8Matrix,
+    zb: &[i32],
+    rq: Requantize,
+    c: &mut [u8],
+    (c_rs, c_cs): (usize, usize),
+) {
+    assert!(
+        m == 0 || n == 0 || (m - 1) * c_rs + (n - 1) * c_cs < c.len(),
+        "igemm: C too small"
+    );
+    assert!(
+        rq.rows.len() == 1 || rq.rows.len() == m,
+        "igemm: requantization must hold 1 or m rows"
+    );
+    product(
+        kernel,
+        (m, n, k),
+        a,
+        za,
+        b,
+        zb,
+        Out::Levels(c.as_mut_ptr(), rq),
+        (c_rs, c_cs),
+    );
+}
+
+/// The product written through `out` (which the callers checked against the m×n region).
+#[allow(clippy::too_many_arguments)]
+fn product(
+    kernel: IntKernel,
+    (m, n, k): (usize, usize, usize),
+    a: Int8Matrix,
+    za: &[i32],
+    b: Int8Matrix,
+    zb: &[i32],
+    out: Out,
+    (c_rs, c_cs): (usize, usize),
+) {
     assert!(kernel.is_supported(), "igemm: {kernel:?} is not supported");
     if m == 0 || n == 0 {
         return;
     }
     a.check(m, k, "A");
     b.check(k, n, "B");
-    assert!(
-        (m - 1) * c_rs + (n - 1) * c_cs < c.len(),
-        "igemm: C too small"
-    );
     assert!(
         za.len() == 1 || za.len() == m,
         "igemm: za must hold 1 or m values"
@@ -166,7 +241,6 @@ pub fn igemm(
     let cb = pack(job(b, n, nr, true), par, wide, &mut bp);
     let panels = m.div_ceil(mr);
     let cols = n.div_ceil(nr);
-    let out = Out(c.as_mut_ptr());
     let fix = Fix {
         za: &za,
         zb: &zb,
@@ -235,14 +309,18 @@ struct Fix<'a> {
     k: i32,
 }
 
-/// `C`'s base pointer shared by the tasks, which write disjoint elements.
+/// Where the tasks store: `C`'s base pointer, of the sums or of their levels, shared by the tasks,
+/// which write disjoint elements.
 #[derive(Clone, Copy)]
-struct Out(*mut i32);
+enum Out<'a> {
+    Sums(*mut i32),
+    Levels(*mut u8, Requantize<'a>),
+}
 // SAFETY: the tasks write disjoint elements through it (one tile each) and nothing reads them
 // until the product returns.
-unsafe impl Send for Out {}
+unsafe impl Send for Out<'_> {}
 // SAFETY: as for Send: shared by the tasks, each writing only its own tile's elements.
-unsafe impl Sync for Out {}
+unsafe impl Sync for Out<'_> {}
 
 /// [`store`] compiled for AVX-512 (its loop over a row vectorizes 16 wide).
 ///
@@ -284,17 +362,40 @@ fn store(
                 .wrapping_sub(zai.wrapping_mul(cb[jj]))
                 .wrapping_add(kza.wrapping_mul(zb[jj]))
         };
-        if c_cs == 1 {
-            // SAFETY: the row's `cols` elements from (i, j0) lie inside the m×n product (the
-            // caller's contract), contiguous where the column stride is 1.
-            let row = unsafe { std::slice::from_raw_parts_mut(out.0.add(i * c_rs + j0), cols) };
-            for (jj, d) in row.iter_mut().enumerate() {
-                *d = value(jj);
+        match out {
+            Out::Sums(c) if c_cs == 1 => {
+                // SAFETY: the row's `cols` elements from (i, j0) lie inside the m×n product (the
+                // caller's contract), contiguous where the column stride is 1.
+                let row = unsafe { std::slice::from_raw_parts_mut(c.add(i * c_rs + j0), cols) };
+                for (jj, d) in row.iter_mut().enumerate() {
+                    *d = value(jj);
+                }
             }
-        } else {
-            for jj in 0..cols {
-                // SAFETY: as above, one element at a time.
-                unsafe { out.0.add(i * c_rs + (j0 + jj) * c_cs).write(value(jj)) };
+            Out::Sums(c) => {
+                for jj in 0..cols {
+                    // SAFETY: as above, one element at a time.
+                    unsafe { c.add(i * c_rs + (j0 + jj) * c_cs).write(value(jj)) };
+                }
+            }
+            Out::Levels(c, rq) => {
+                let (bias, mult) = rq.rows[if rq.rows.len() == 1 { 0 } else { i }];
+                let level = |jj: usize| {
+                    let q =
+                        crate::quant::requantize_level(value(jj), bias, mult, rq.zp, rq.lo, rq.hi);
+                    crate::quant::level_i64(q) as u8
+                };
+                if c_cs == 1 {
+                    // SAFETY: as for the sums.
+                    let row = unsafe { std::slice::from_raw_parts_mut(c.add(i * c_rs + j0), cols) };
+                    for (jj, d) in row.iter_mut().enumerate() {
+                        *d = level(jj);
+                    }
+                } else {
+                    for jj in 0..cols {
+                        // SAFETY: as for the sums.
+                        unsafe { c.add(i * c_rs + (j0 + jj) * c_cs).write(level(jj)) };
+                    }
+                }
             }
         }
     }
@@ -539,10 +640,14 @@ unsafe fn vnni_tile(kq: usize, a: &[u32], b: &[u32], acc: &mut [i32; 256]) {
 }
 
 #[cfg(test)]
+#[path = "igemm/requantized_tests.rs"]
+mod requantized_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
-    fn lcg(s: &mut u64) -> u64 {
+    pub(super) fn lcg(s: &mut u64) -> u64 {
         *s = s
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
@@ -551,7 +656,7 @@ mod tests {
 
     /// The definition, in i64 then wrapped to i32.
     #[allow(clippy::too_many_arguments)]
-    fn naive(
+    pub(super) fn naive(
         (m, n, k): (usize, usize, usize),
         a: &Int8Matrix,
         za: &[i32],

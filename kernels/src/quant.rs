@@ -17,7 +17,7 @@ fn level_i32(q: f32) -> i32 {
 
 /// An integer-valued f64 `q` with |q| < 2⁵⁰ as an i64, from the bits of `q + 1.5·2⁵²`.
 #[inline(always)]
-fn level_i64(q: f64) -> i64 {
+pub(crate) fn level_i64(q: f64) -> i64 {
     ((q + 6_755_399_441_055_744.0).to_bits() as i64).wrapping_sub(0x4338_0000_0000_0000)
 }
 

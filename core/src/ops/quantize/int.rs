@@ -518,13 +518,14 @@ impl Sums {
 
 /// The convolution of x by w, each centered on its zero point (w's per output channel), and the
 /// conv geometry.
-fn conv_operands(
+/// The convolution's geometry, with its operands' types, zero points' shapes and sizes checked.
+fn conv_checked(
     ctx: &OpCtx,
     x: &Tensor,
     xz: Option<&Tensor>,
     w: &Tensor,
     wz: Option<&Tensor>,
-) -> OpResult<(Geom, Sums)> {
+) -> OpResult<Geom> {
     let g = geom(ctx, x.shape(), w.shape())?;
     for (t, what) in [(x, "x"), (w, "w")] {
         if !matches!(t.dtype(), DType::U8 | DType::I8) {
@@ -556,6 +557,17 @@ fn conv_operands(
     ctx.check_alloc(&out_shape, 8)?;
     let rows = w.shape()[1..].iter().product::<usize>();
     ctx.check_alloc(&[rows, g.outs.iter().product()], 8)?;
+    Ok(g)
+}
+
+fn conv_operands(
+    ctx: &OpCtx,
+    x: &Tensor,
+    xz: Option<&Tensor>,
+    w: &Tensor,
+    wz: Option<&Tensor>,
+) -> OpResult<(Geom, Sums)> {
+    let g = conv_checked(ctx, x, xz, w, wz)?;
     if let Some(y) = super::int8::conv(&g, x, xz, w, wz)? {
         return Ok((g, Sums::I32(y)));
     }
@@ -602,7 +614,7 @@ pub(super) fn qlinear_conv(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<V
     let y_s = input(inputs, 6)?;
     let y_zp = opt_input(inputs, 7)?;
     let bias = opt_input(inputs, 8)?;
-    let (g, y) = conv_operands(ctx, x, xz, w, wz)?;
+    let g = conv_checked(ctx, x, xz, w, wz)?;
     let shape: Vec<usize> = [g.n, g.m]
         .into_iter()
         .chain(g.outs.iter().copied())
@@ -645,12 +657,18 @@ pub(super) fn qlinear_conv(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<V
         Some(z) => bail!("y_zero_point must be a scalar, got {:?}", z.shape()),
         None => vec![0.0],
     };
-    if let Sums::I32(v) = &y {
-        let out = y_zp.map(|z| z.dtype()).unwrap_or(x.dtype());
-        let params: Vec<(f64, f64)> = b.iter().copied().zip(mult.iter().copied()).collect();
-        if let Some(t) = super::int8::requantize_runs(v, osz, &params, zpv[0], out, &shape)? {
-            return single(t);
-        }
+    let out = y_zp.map(|z| z.dtype()).unwrap_or(x.dtype());
+    let params: Vec<(f64, f64)> = b.iter().copied().zip(mult.iter().copied()).collect();
+    // The integer product requantized as it is stored; else the sums, then the requantization.
+    let rq = (&params[..], zpv[0], out);
+    if let Some(t) = super::int8::conv_requantized(&g, x, xz, w, wz, rq, &shape)? {
+        return single(t);
+    }
+    let (g, y) = conv_operands(ctx, x, xz, w, wz)?;
+    if let Sums::I32(v) = &y
+        && let Some(t) = super::int8::requantize_runs(v, osz, &params, zpv[0], out, &shape)?
+    {
+        return single(t);
     }
     let ch = |i: usize| (i / osz.max(1)) % g.m.max(1);
     single(requantize(

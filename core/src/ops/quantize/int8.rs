@@ -169,13 +169,13 @@ pub(super) fn conv(
     wz: Option<&Tensor>,
 ) -> OpResult<Option<Vec<i32>>> {
     match kernel() {
-        Some(kern) => conv_with(kern, g, x, xz, w, wz),
+        Some(kern) => conv_sums(kern, g, x, xz, w, wz),
         None => Ok(None),
     }
 }
 
-/// [`conv`] with a given kernel.
-fn conv_with(
+/// [`conv`] with a given kernel (the tests run the portable one everywhere).
+fn conv_sums(
     kern: IntKernel,
     g: &Geom,
     x: &Tensor,
@@ -183,11 +183,134 @@ fn conv_with(
     w: &Tensor,
     wz: Option<&Tensor>,
 ) -> OpResult<Option<Vec<i32>>> {
-    let (Some((xd, sx)), Some((wd, sw))) = (bytes(x), bytes(w)) else {
+    let mut out = vec![0i32; g.n * g.m * g.outs.iter().product::<usize>()];
+    let done = conv_with(kern, g, x, xz, w, wz, &mut |at, _, _, product| {
+        product.sums(&mut out[at..])
+    })?;
+    Ok(done.then_some(out))
+}
+
+/// QLinearConv's output from the same product: each sum requantized by its output channel's
+/// (bias, multiplier) in `params` (`g.m` of them), the zero point `zp`, into u8 or i8 `out` of
+/// `shape`, as each tile is stored (`igemm_requantized`): the integers [`requantize_runs`] gives
+/// the sums. `None` where the integer path does not apply or `out` is neither u8 nor i8.
+pub(super) fn conv_requantized(
+    g: &Geom,
+    x: &Tensor,
+    xz: Option<&Tensor>,
+    w: &Tensor,
+    wz: Option<&Tensor>,
+    rq: (&[(f64, f64)], f64, DType),
+    shape: &[usize],
+) -> OpResult<Option<Tensor>> {
+    match kernel() {
+        Some(kern) => conv_levels(kern, g, x, xz, w, wz, rq, shape),
+        None => Ok(None),
+    }
+}
+
+/// [`conv_requantized`] with a given kernel.
+#[allow(clippy::too_many_arguments)]
+fn conv_levels(
+    kern: IntKernel,
+    g: &Geom,
+    x: &Tensor,
+    xz: Option<&Tensor>,
+    w: &Tensor,
+    wz: Option<&Tensor>,
+    (params, zp, out): (&[(f64, f64)], f64, DType),
+    shape: &[usize],
+) -> OpResult<Option<Tensor>> {
+    let Some((lo, hi)) = super::int_range(out).filter(|_| matches!(out, DType::U8 | DType::I8))
+    else {
         return Ok(None);
     };
-    let (Some(zx), Some(zw)) = (zero_points(xz, x.dtype())?, zero_points(wz, w.dtype())?) else {
+    if params.len() != g.m {
         return Ok(None);
+    }
+    let mut levels = vec![0u8; g.n * g.m * g.outs.iter().product::<usize>()];
+    let done = conv_with(kern, g, x, xz, w, wz, &mut |at, mg, ch, product| {
+        let rq = igemm::Requantize {
+            rows: &params[ch..][..mg],
+            zp,
+            lo: lo as f64,
+            hi: hi as f64,
+        };
+        product.levels(rq, &mut levels[at..]);
+    })?;
+    if !done {
+        return Ok(None);
+    }
+    let shape = IxDyn(shape);
+    Ok(Some(if out == DType::I8 {
+        Tensor::I8(ArrayD::from_shape_vec(
+            shape,
+            levels.into_iter().map(|v| v as i8).collect(),
+        )?)
+    } else {
+        Tensor::U8(ArrayD::from_shape_vec(shape, levels)?)
+    }))
+}
+
+/// One group's product of a convolution: `mg` rows of weights by the columns, written by `sums`
+/// or `levels` at the output offset the caller is given.
+struct GroupProduct<'a> {
+    kern: IntKernel,
+    dims: (usize, usize, usize),
+    a: Int8Matrix<'a>,
+    za: &'a [i32],
+    b: Int8Matrix<'a>,
+    zb: &'a [i32],
+}
+
+impl GroupProduct<'_> {
+    fn sums(&self, c: &mut [i32]) {
+        let n = self.dims.1;
+        igemm::igemm(
+            self.kern,
+            self.dims,
+            self.a,
+            self.za,
+            self.b,
+            self.zb,
+            c,
+            (n, 1),
+        );
+    }
+
+    fn levels(&self, rq: igemm::Requantize, c: &mut [u8]) {
+        let n = self.dims.1;
+        igemm::igemm_requantized(
+            self.kern,
+            self.dims,
+            self.a,
+            self.za,
+            self.b,
+            self.zb,
+            rq,
+            c,
+            (n, 1),
+        );
+    }
+}
+
+/// The convolution's products, one per image and group, each handed to `emit(offset of its
+/// output plane block, rows, first output channel, product)`; `false` where the integer path does
+/// not apply.
+fn conv_with(
+    kern: IntKernel,
+    g: &Geom,
+    x: &Tensor,
+    xz: Option<&Tensor>,
+    w: &Tensor,
+    wz: Option<&Tensor>,
+    emit: &mut dyn FnMut(usize, usize, usize, GroupProduct),
+) -> OpResult<bool> {
+    let (Some((xd, sx)), Some((wd, sw))) = (bytes(x), bytes(w)) else {
+        return Ok(false);
+    };
+    let (Some(zx), Some(zw)) = (zero_points(xz, x.dtype())?, zero_points(wz, w.dtype())?) else {
+        return Ok(false);
     };
     let cg = g.c / g.group;
     let mg = g.m / g.group;
@@ -196,9 +319,8 @@ fn conv_with(
     let isz: usize = g.ins.iter().product();
     let rows = cg * ksz;
     if rows > EXACT_I32_K {
-        return Ok(None);
+        return Ok(false);
     }
-    let mut out = vec![0i32; g.n * g.m * osz];
     // A pointwise convolution reads its input as the columns themselves (`outs == ins` too: an
     // end pad alone grows the output past the input).
     let pointwise = ksz == 1
@@ -229,29 +351,28 @@ fn conv_with(
             } else {
                 &zw[gi * mg..][..mg]
             };
-            igemm::igemm(
+            let product = GroupProduct {
                 kern,
-                (mg, osz, rows),
-                Int8Matrix {
+                dims: (mg, osz, rows),
+                a: Int8Matrix {
                     data: &wd[gi * mg * rows..],
                     rs: rows,
                     cs: 1,
                     signed: sw,
                 },
-                zw_g,
-                Int8Matrix {
+                za: zw_g,
+                b: Int8Matrix {
                     data: cols,
                     rs: osz,
                     cs: 1,
                     signed: sx,
                 },
-                &zx,
-                &mut out[(ni * g.m + gi * mg) * osz..],
-                (osz, 1),
-            );
+                zb: &zx,
+            };
+            emit((ni * g.m + gi * mg) * osz, mg, gi * mg, product);
         }
     }
-    Ok(Some(out))
+    Ok(true)
 }
 
 /// `saturate(round_ties_even((sum + bias) · mult + zp))` of exact i32 sums into a u8 or i8 tensor

@@ -293,14 +293,42 @@ fn conv_matches_the_f64_path() {
                     .map(|(i, &v)| v - zwv[if zwv.len() == 1 { 0 } else { i / per }])
                     .collect();
                 let want: Vec<i32> = conv_f64(&g, &xv, &wv).iter().map(|&v| v as i32).collect();
-                let got = conv_with(kern, &g, &x, Some(&zx), &w, Some(&zw))
+                let got = conv_sums(kern, &g, &x, Some(&zx), &w, Some(&zw))
                     .unwrap()
                     .expect("the integer path applies");
                 assert_eq!(got, want, "{kern:?} geometry {gi} signed {sx}/{sw}");
+                // Requantized as stored: the levels the sums' requantization gives, per output
+                // channel's (bias, multiplier), into x's type.
+                let osz: usize = outs.iter().product();
+                let params: Vec<(f64, f64)> = (0..*m)
+                    .map(|c| ((c as f64 - 2.0) * 17.0, 1.0 / (9.0 + 5.0 * c as f64)))
+                    .collect();
+                let (zp, out) = (if sx { -4.0 } else { 120.0 }, x.dtype());
+                let shape: Vec<usize> = [*n, *m].into_iter().chain(outs.iter().copied()).collect();
+                let levels = conv_levels(
+                    kern,
+                    &g,
+                    &x,
+                    Some(&zx),
+                    &w,
+                    Some(&zw),
+                    (&params, zp, out),
+                    &shape,
+                )
+                .unwrap()
+                .expect("the integer path applies");
+                let sums_then = requantize_runs(&got, osz, &params, zp, out, &shape)
+                    .unwrap()
+                    .unwrap();
+                assert_eq!(
+                    to_f64_vec(&levels).unwrap(),
+                    to_f64_vec(&sums_then).unwrap(),
+                    "{kern:?} geometry {gi} signed {sx}/{sw}: requantized as stored"
+                );
                 // The broken variant: x's zero point dropped (padding with 0, centering on 0)
                 // is caught by the same comparison.
                 if zx.len() == 1 && to_f64_vec(&zx).unwrap()[0] != 0.0 {
-                    let wrong = conv_with(kern, &g, &x, None, &w, Some(&zw))
+                    let wrong = conv_sums(kern, &g, &x, None, &w, Some(&zw))
                         .unwrap()
                         .unwrap();
                     assert_ne!(wrong, want, "a dropped zero point must show");
@@ -399,6 +427,6 @@ fn sums_that_could_wrap_go_to_the_exact_path() {
         };
         let x = int8(&[1, k, 1], false, &mut s);
         let w = int8(&[1, k, 1], true, &mut s);
-        assert!(conv_with(kern, &g, &x, None, &w, None).unwrap().is_none());
+        assert!(conv_sums(kern, &g, &x, None, &w, None).unwrap().is_none());
     }
 }
