@@ -267,24 +267,20 @@ pub(super) fn qlinear_matmul(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult
     let b_zp = opt_input(inputs, 5)?;
     let y_s = input(inputs, 6)?;
     let y_zp = opt_input(inputs, 7)?;
-    let fast = super::int8::matmul(ctx, a, a_zp, b, b_zp)?;
     let p = a_s.dtype();
     let scalar = |t: &Tensor| t.len() == 1;
-    if let Some((c, shape)) = &fast
-        && scalar(a_s)
-        && scalar(b_s)
-        && scalar(y_s)
-        && y_zp.is_none_or(scalar)
-    {
-        // Scalar scales: one multiplier, the integer path's requantization.
+    if scalar(a_s) && scalar(b_s) && scalar(y_s) && y_zp.is_none_or(scalar) {
+        // Scalar scales: one multiplier, requantized as the integer product stores each tile.
         let v = |t: &Tensor| -> OpResult<f64> { Ok(to_f64_vec(t)?[0]) };
         let mult = round_to(p, round_to(p, v(a_s)? * v(b_s)?) / v(y_s)?);
         let zp = y_zp.map(v).transpose()?.unwrap_or(0.0);
         let out = y_zp.map(|z| z.dtype()).unwrap_or(a.dtype());
-        if let Some(t) = super::int8::requantize_runs(c, c.len(), &[(0.0, mult)], zp, out, shape)? {
+        let rq = (mult, zp, out);
+        if let Some(t) = super::int8::matmul_requantized(ctx, a, a_zp, b, b_zp, rq)? {
             return single(t);
         }
     }
+    let fast = super::int8::matmul(ctx, a, a_zp, b, b_zp)?;
     let (c, shape) = match fast {
         Some((c, shape)) => (c.into_iter().map(f64::from).collect::<Vec<_>>(), shape),
         None => {

@@ -69,9 +69,42 @@ pub(super) fn matmul(
     b_zp: Option<&Tensor>,
 ) -> OpResult<Option<(Vec<i32>, Vec<usize>)>> {
     match kernel() {
-        Some(kern) => matmul_with(kern, ctx, a, a_zp, b, b_zp),
+        Some(kern) => Ok(
+            matmul_with(kern, ctx, a, a_zp, b, b_zp, None)?.and_then(|(p, shape)| match p {
+                Product::Sums(c) => Some((c, shape)),
+                Product::Levels(_) => None,
+            }),
+        ),
         None => Ok(None),
     }
+}
+
+/// QLinearMatMul's output with scalar scales: [`matmul`]'s product requantized by one multiplier
+/// `mult` and zero point `zp` into u8 or i8 `out` as each tile is stored, the integers
+/// [`requantize_runs`] gives its sums; `None` where the integer path does not apply.
+pub(super) fn matmul_requantized(
+    ctx: &OpCtx,
+    a: &Tensor,
+    a_zp: Option<&Tensor>,
+    b: &Tensor,
+    b_zp: Option<&Tensor>,
+    rq: (f64, f64, DType),
+) -> OpResult<Option<Tensor>> {
+    match kernel() {
+        Some(kern) => Ok(
+            matmul_with(kern, ctx, a, a_zp, b, b_zp, Some(rq))?.and_then(|(p, _)| match p {
+                Product::Levels(t) => Some(t),
+                Product::Sums(_) => None,
+            }),
+        ),
+        None => Ok(None),
+    }
+}
+
+/// A product's output: the exact sums, or their levels.
+enum Product {
+    Sums(Vec<i32>),
+    Levels(Tensor),
 }
 
 /// The kernel the runtime takes: VNNI's, where this CPU has it (elsewhere the exact f32 path is
@@ -80,7 +113,8 @@ fn kernel() -> Option<IntKernel> {
     igemm::fast().then_some(IntKernel::Vnni)
 }
 
-/// [`matmul`] with a given kernel (the tests run the portable one everywhere).
+/// [`matmul`] (`rq` absent) or [`matmul_requantized`] (`rq`: multiplier, zero point, output type)
+/// with a given kernel (the tests run the portable one everywhere).
 fn matmul_with(
     kern: IntKernel,
     ctx: &OpCtx,
@@ -88,7 +122,15 @@ fn matmul_with(
     a_zp: Option<&Tensor>,
     b: &Tensor,
     b_zp: Option<&Tensor>,
-) -> OpResult<Option<(Vec<i32>, Vec<usize>)>> {
+    rq: Option<(f64, f64, DType)>,
+) -> OpResult<Option<(Product, Vec<usize>)>> {
+    let range = match rq {
+        None => None,
+        Some((_, _, out)) => match super::int_range(out) {
+            Some((lo, hi)) if matches!(out, DType::U8 | DType::I8) => Some((lo as f64, hi as f64)),
+            _ => return Ok(None),
+        },
+    };
     if a.rank() < 2 || b.rank() < 2 {
         return Ok(None);
     }
@@ -130,7 +172,9 @@ fn matmul_with(
     } else {
         za
     };
-    let mut c = vec![0i32; shape.iter().product()];
+    let len: usize = shape.iter().product();
+    let mut c = vec![0i32; if rq.is_some() { 0 } else { len }];
+    let mut levels = vec![0u8; if rq.is_some() { len } else { 0 }];
     for bi in 0..batches {
         let a_m = Int8Matrix {
             data: &ad[bi * rows * k..],
@@ -144,18 +188,49 @@ fn matmul_with(
             cs: 1,
             signed: sb,
         };
-        igemm::igemm(
-            kern,
-            (rows, n, k),
-            a_m,
-            &za,
-            b_m,
-            &zb,
-            &mut c[bi * rows * n..],
-            (n, 1),
-        );
+        match (rq, range) {
+            (Some((mult, zp, _)), Some((lo, hi))) => igemm::igemm_requantized(
+                kern,
+                (rows, n, k),
+                a_m,
+                &za,
+                b_m,
+                &zb,
+                igemm::Requantize {
+                    rows: &[(0.0, mult)],
+                    zp,
+                    lo,
+                    hi,
+                },
+                &mut levels[bi * rows * n..],
+                (n, 1),
+            ),
+            _ => igemm::igemm(
+                kern,
+                (rows, n, k),
+                a_m,
+                &za,
+                b_m,
+                &zb,
+                &mut c[bi * rows * n..],
+                (n, 1),
+            ),
+        }
     }
-    Ok(Some((c, shape)))
+    Ok(Some(match rq {
+        None => (Product::Sums(c), shape),
+        Some((_, _, out)) => {
+            let t = if out == DType::I8 {
+                Tensor::I8(ArrayD::from_shape_vec(
+                    IxDyn(&shape),
+                    levels.into_iter().map(|v| v as i8).collect(),
+                )?)
+            } else {
+                Tensor::U8(ArrayD::from_shape_vec(IxDyn(&shape), levels)?)
+            };
+            (Product::Levels(t), shape)
+        }
+    }))
 }
 
 /// The convolution of 8-bit `x` by `w` (zero points per tensor for x, per tensor or per output
@@ -327,11 +402,13 @@ fn conv_with(
         && g.stride.iter().all(|&s| s == 1)
         && g.pad.iter().all(|&p| p == 0)
         && g.outs == g.ins;
-    let mut col = if pointwise {
-        Vec::new()
-    } else {
-        vec![0u8; rows * osz]
-    };
+    // The columns reuse this thread's buffer (im2col writes every byte before the product reads
+    // it), which spares zeroing megabytes a convolution.
+    let mut col = COLUMNS.with(|c| std::mem::take(&mut *c.borrow_mut()));
+    if !pointwise {
+        col.resize(rows * osz, 0);
+        col.truncate(rows * osz);
+    }
     // Padding is the zero point: a padded element is 0 once centered.
     let pad = zx[0] as u8;
     for ni in 0..g.n {
@@ -372,7 +449,13 @@ fn conv_with(
             emit((ni * g.m + gi * mg) * osz, mg, gi * mg, product);
         }
     }
+    COLUMNS.with(|c| *c.borrow_mut() = col);
     Ok(true)
+}
+
+thread_local! {
+    /// The 8-bit columns of this thread's last convolution, kept for the next.
+    static COLUMNS: std::cell::RefCell<Vec<u8>> = Default::default();
 }
 
 /// `saturate(round_ties_even((sum + bias) · mult + zp))` of exact i32 sums into a u8 or i8 tensor

@@ -60,6 +60,23 @@ fn reference_matmul(a: &Tensor, za: Option<&Tensor>, b: &Tensor, zb: Option<&Ten
     c.iter().map(|&v| v as i64 as i32).collect()
 }
 
+/// [`matmul_with`]'s sums.
+fn sums_with(
+    kern: IntKernel,
+    ctx: &OpCtx,
+    a: &Tensor,
+    za: Option<&Tensor>,
+    b: &Tensor,
+    zb: Option<&Tensor>,
+) -> OpResult<Option<(Vec<i32>, Vec<usize>)>> {
+    Ok(
+        matmul_with(kern, ctx, a, za, b, zb, None)?.and_then(|(p, shape)| match p {
+            Product::Sums(c) => Some((c, shape)),
+            Product::Levels(_) => None,
+        }),
+    )
+}
+
 /// A, B and their zero points' shapes.
 type Case = (
     &'static [usize],
@@ -90,26 +107,44 @@ fn matmul_matches_the_f64_path() {
                 // The last cases leave a zero point out.
                 let zb_opt = (ci != 4).then_some(&zb);
                 let want = reference_matmul(&a, Some(&za), &b, zb_opt);
-                let (got, shape) =
-                    with_ctx(|ctx| matmul_with(kern, ctx, &a, Some(&za), &b, zb_opt))
-                        .unwrap()
-                        .expect("the integer path applies");
+                let (got, shape) = with_ctx(|ctx| sums_with(kern, ctx, &a, Some(&za), &b, zb_opt))
+                    .unwrap()
+                    .expect("the integer path applies");
                 assert_eq!(shape.iter().product::<usize>(), want.len());
                 assert_eq!(got, want, "{kern:?} case {ci} signed {sa}/{sb}");
+                // Requantized as stored: the levels the sums' requantization gives.
+                let (mult, zp, out) = (1.0 / 97.0, if sa { -3.0 } else { 131.0 }, a.dtype());
+                let levels = with_ctx(|ctx| {
+                    matmul_with(kern, ctx, &a, Some(&za), &b, zb_opt, Some((mult, zp, out)))
+                })
+                .unwrap()
+                .and_then(|(p, _)| match p {
+                    Product::Levels(t) => Some(t),
+                    Product::Sums(_) => None,
+                })
+                .expect("the integer path applies");
+                let want = requantize_runs(&got, got.len(), &[(0.0, mult)], zp, out, &shape)
+                    .unwrap()
+                    .unwrap();
+                assert_eq!(
+                    to_f64_vec(&levels).unwrap(),
+                    to_f64_vec(&want).unwrap(),
+                    "{kern:?} case {ci} signed {sa}/{sb}: requantized as stored"
+                );
             }
         }
         // Shapes it leaves to the f64 path: a 1-D operand, batches that broadcast.
         let a = int8(&[7], false, &mut s);
         let b = int8(&[7, 3], true, &mut s);
         assert!(
-            with_ctx(|ctx| matmul_with(kern, ctx, &a, None, &b, None))
+            with_ctx(|ctx| sums_with(kern, ctx, &a, None, &b, None))
                 .unwrap()
                 .is_none()
         );
         let a = int8(&[1, 4, 7], false, &mut s);
         let b = int8(&[2, 7, 3], true, &mut s);
         assert!(
-            with_ctx(|ctx| matmul_with(kern, ctx, &a, None, &b, None))
+            with_ctx(|ctx| sums_with(kern, ctx, &a, None, &b, None))
                 .unwrap()
                 .is_none()
         );
@@ -401,14 +436,14 @@ fn sums_that_could_wrap_go_to_the_exact_path() {
         let a = int8(&[1, k], false, &mut s);
         let b = int8(&[k, 2], true, &mut s);
         assert!(
-            with_ctx(|ctx| matmul_with(kern, ctx, &a, None, &b, None))
+            with_ctx(|ctx| sums_with(kern, ctx, &a, None, &b, None))
                 .unwrap()
                 .is_none()
         );
         let a = int8(&[1, EXACT_I32_K], false, &mut s);
         let b = int8(&[EXACT_I32_K, 2], true, &mut s);
         assert!(
-            with_ctx(|ctx| matmul_with(kern, ctx, &a, None, &b, None))
+            with_ctx(|ctx| sums_with(kern, ctx, &a, None, &b, None))
                 .unwrap()
                 .is_some()
         );
