@@ -1,11 +1,35 @@
 //! The 8-bit quantization loops over slices, on the widest vectors this CPU has: QuantizeLinear's
 //! f32 path ([`quantize_u8`], [`quantize_i8`], by [`quantize_level`], the formula a fused
-//! QuantizeLinear → DequantizeLinear pair also computes) and the integer products' requantization
+//! QuantizeLinear → DequantizeLinear pair, `crate::activation::FakeQuant`, also computes) and the integer products' requantization
 //! ([`requantize_u8`], [`requantize_i8`]). Each is the scalar formula per element, written with
 //! floats, selects and one conversion of an in-range integer value so that the loops vectorize;
 //! called outside [`crate::simd_dispatch`] they were scalar (a QuantizeLinear of 800,000 values
 //! took 0.65 ms, 0.8 ns a value, on this project's AVX-512 machine).
-pub use crate::activation::{quantize_level, quantize_level_or};
+
+/// QuantizeLinear's level of `x`: `x / s` rounded to f32, rounded to an integer with ties to even,
+/// plus the zero point `z`, saturated to `[lo, hi]`, as an f32 (an integer of at most 16 bits).
+/// Ties to even come from adding and taking away 1.5·2²³, exact for |x/s| ≤ 2²², which the first
+/// clamp ensures (anything beyond saturates a 16-bit type either way); a NaN quotient gives the
+/// zero point, as converting NaN to an integer gives 0. No libm call and no integer conversion, so
+/// loops over slices vectorize. The quotient of two f32 values rounded to f32 is their f64 quotient
+/// rounded to f32 (53 ≥ 2·24 + 2), so this is also what an f64 evaluation of the formula gives.
+#[inline(always)]
+pub fn quantize_level(x: f32, s: f32, z: f32, lo: f32, hi: f32) -> f32 {
+    quantize_level_or(x, s, z, lo, hi, z)
+}
+
+/// [`quantize_level`] with `nan` as the level of a NaN quotient (DynamicQuantizeLinear's is 0,
+/// the reference's conversion of NaN after the zero point is added).
+#[inline(always)]
+pub fn quantize_level_or(x: f32, s: f32, z: f32, lo: f32, hi: f32, nan: f32) -> f32 {
+    const SHIFT: f32 = 12_582_912.0;
+    let r = (x / s).clamp(-4_194_304.0, 4_194_304.0);
+    let r = (r + SHIFT) - SHIFT;
+    let q = if r.is_nan() { nan } else { r + z };
+    // Selects, not `f32::max`/`min` (whose NaN rule costs a comparison more a lane; q is a number).
+    let q = if q < lo { lo } else { q };
+    if q > hi { hi } else { q }
+}
 
 /// An integer-valued f32 `q` with |q| < 2²² as an i32, from the bits of `q + 1.5·2²³` (whose unit
 /// is 1): `q as i32` gives the same value, but its saturating conversion does not vectorize (each
@@ -122,6 +146,50 @@ pub fn requantize_i8(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// QuantizeLinear's level by integers, as its general path computes it: the f32 quotient,
+    /// rounded with ties to even, converted (NaN to 0, saturating), plus the zero point, clamped.
+    fn level_by_integers(x: f32, s: f32, z: i32, lo: i32, hi: i32) -> i32 {
+        ((x / s).round_ties_even() as i32)
+            .saturating_add(z)
+            .clamp(lo, hi)
+    }
+
+    /// `quantize_level` (floats only, so that it vectorizes) is the integer formula on ties, their
+    /// neighbours, values past every range, NaN and the infinities, for 8- and 16-bit types; a
+    /// level rounding ties away from zero is caught.
+    #[test]
+    fn the_float_level_is_the_integer_level() {
+        let cases = [
+            (0.05f32, 128, 0, 255),
+            (0.0731, -3, -128, 127),
+            (0.001, 30_000, 0, 65_535),
+            (0.5, -7, -32_768, 32_767),
+            (3e-6, 0, -128, 127),
+        ];
+        for (s, z, lo, hi) in cases {
+            let mut xs = vec![f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0, 1e-40];
+            for k in -70_000..70_000 {
+                let tie = (k as f32 + 0.5) * s;
+                xs.extend([tie.next_down(), tie, tie.next_up(), k as f32 * s * 1.37]);
+            }
+            let mut away = 0;
+            for &x in &xs {
+                let want = level_by_integers(x, s, z, lo, hi);
+                let got = quantize_level(x, s, z as f32, lo as f32, hi as f32);
+                assert_eq!(got, want as f32, "x {x} scale {s} zero {z}");
+                let r = x / s;
+                if r.is_finite() && r.abs() < 1e6 {
+                    let rounded_away = ((r.round() + z as f32).clamp(lo as f32, hi as f32)) as i32;
+                    away += (rounded_away != want) as usize;
+                }
+            }
+            assert!(
+                away > 0,
+                "no tie told the rounding rules apart at scale {s}"
+            );
+        }
+    }
 
     /// The requantization as the general path computes it: f64, libm's ties to even, a saturating
     /// conversion, then the clamp.

@@ -11,8 +11,8 @@
 //!   QuantizeDequantize (`qdq.rs`): one pass instead of two and no 8-bit tensor, the pair's own
 //!   arithmetic.
 //! - `conv-activation`: Conv followed by Relu, LeakyRelu, Sigmoid, HardSwish or Clip, by the
-//!   Sigmoid → Mul pair of SiLU, or (f32) by a QuantizeDequantize, becomes one `com.quorum` FusedConv that applies the activation as
-//!   each output tile is stored (one pass over the output instead of two). Only where the weight is
+//!   Sigmoid → Mul pair of SiLU, or (f32) by a QuantizeDequantize, becomes one `com.quorum`
+//!   FusedConv that applies the activation as each output tile is stored (one pass over the output instead of two). Only where the weight is
 //!   a constant f32 tensor (f64 too, except Clip), so that the dtype is known to be one whose fused
 //!   result equals the pair's (FusedConv rounds f16 once where the pair rounds twice), and the Conv
 //!   output has no other reader.

@@ -248,10 +248,11 @@ where
 
 /// [`unary`] with a kernel over whole slices (`f(inputs, outputs)` writes every output), for
 /// kernels written to vectorize across elements; chunks split across threads as [`par_fill`] does.
-pub fn unary_slices<A, O>(a: &ArrayD<A>, f: fn(&[A], &mut [MaybeUninit<O>])) -> ArrayD<O>
+pub fn unary_slices<A, O, F>(a: &ArrayD<A>, f: F) -> ArrayD<O>
 where
     A: Clone + Sync,
     O: Clone + Send,
+    F: Fn(&[A], &mut [MaybeUninit<O>]) + Sync,
 {
     let a = a.as_standard_layout();
     let owned: Vec<A>;

@@ -6,7 +6,7 @@ use half::{bf16, f16};
 use ndarray::{ArrayD, IxDyn};
 use rayon::prelude::*;
 
-use super::broadcast::{PAR_THRESHOLD, par_fill};
+use super::broadcast::{self, PAR_THRESHOLD, par_fill};
 use super::cast::{FromV, V, encode_narrow, round_to, to_f64_vec};
 use super::{OpCtx, Registry, input, norm_axis, opt_input, single};
 use crate::error::OpResult;
@@ -444,38 +444,13 @@ fn dequantize_8bit_per_tensor(
         Some(z) => scalar_f64(z)? as i32,
         None => 0,
     };
-    // Every element is written once into the arena's storage (never zeroed first: the zeroing
-    // of a 3 MB activation cost as much as the conversion).
-    fn fill<T: Copy + Sync>(xs: &[T], f: impl Fn(T) -> f32 + Sync) -> Vec<f32> {
-        let mut o: Vec<f32> = crate::arena::vec(xs.len());
-        par_fill(
-            &mut o.spare_capacity_mut()[..xs.len()],
-            &|at, c: &mut [std::mem::MaybeUninit<f32>]| {
-                for (d, &v) in c.iter_mut().zip(&xs[at..]) {
-                    d.write(f(v));
-                }
-            },
-        );
-        // SAFETY: par_fill hands every element of the first xs.len() to exactly one call, which
-        // writes all of its chunk.
-        unsafe { o.set_len(xs.len()) };
-        o
-    }
-    let o = match x {
-        Tensor::U8(a) => match a.as_slice() {
-            Some(xs) => fill(xs, |v| (v as i32 - z) as f32 * s),
-            None => return Ok(None),
-        },
-        Tensor::I8(a) => match a.as_slice() {
-            Some(xs) => fill(xs, |v| (v as i32 - z) as f32 * s),
-            None => return Ok(None),
-        },
+    // Written once into the arena's storage, never zeroed first (zeroing a 3 MB activation cost
+    // as much as the conversion).
+    Ok(Some(Tensor::F32(match x {
+        Tensor::U8(a) => broadcast::unary(a, |v| (v as i32 - z) as f32 * s),
+        Tensor::I8(a) => broadcast::unary(a, |v| (v as i32 - z) as f32 * s),
         _ => return Ok(None),
-    };
-    Ok(Some(Tensor::F32(ArrayD::from_shape_vec(
-        IxDyn(x.shape()),
-        o,
-    )?)))
+    })))
 }
 
 /// The least and greatest of 0 and the values, NaNs ignored (`f32::min`/`max`'s rule, which any

@@ -9,14 +9,11 @@
 //! f32, DequantizeLinear's type for an f32 scale. Inputs: f32, and f16, bf16 and i32, which
 //! QuantizeLinear divides in f32 (numpy's promotion with an f32 scale), so they take the f32 path
 //! once widened; f64, which it divides in f64, takes the formula in f64.
-use std::mem::MaybeUninit;
-
-use ndarray::{ArrayD, IxDyn};
 use quorum_kernels::Activation;
 use quorum_kernels::activation::FakeQuant;
 
 use crate::error::OpResult;
-use crate::ops::broadcast::par_fill;
+use crate::ops::broadcast;
 use crate::ops::cast::widen;
 use crate::ops::{OpCtx, QUORUM_DOMAIN, Registry, input, single};
 use crate::tensor::{Tensor, Value};
@@ -62,45 +59,21 @@ pub fn params(q: FakeQuant) -> Vec<f32> {
 
 fn quantize_dequantize(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let q = from_params(&ctx.attr_opt_floats("params")?.unwrap_or_default())?;
-    let x = input(inputs, 0)?;
-    let shape = IxDyn(x.shape());
-    let y = match x {
-        Tensor::F32(a) => map_f32(q, a),
-        Tensor::F16(a) => map_f32(q, &widen(a)),
-        Tensor::BF16(a) => map_f32(q, &widen(a)),
+    // The f32 forms on the widest vectors this CPU has, each output written once.
+    let act = Activation::FakeQuant(q);
+    let f32s = |x: &[f32], y: &mut [std::mem::MaybeUninit<f32>]| act.map(x, y);
+    single(Tensor::F32(match input(inputs, 0)? {
+        Tensor::F32(a) => broadcast::unary_slices(a, f32s),
+        Tensor::F16(a) => broadcast::unary_slices(&widen(a), f32s),
+        Tensor::BF16(a) => broadcast::unary_slices(&widen(a), f32s),
         // i32 → f32 rounds once, as QuantizeLinear's f32 division of the exact f64 value does.
-        Tensor::I32(a) => map_f32(q, &a.mapv(|v| v as f32)),
-        Tensor::F64(a) => a.iter().map(|&v| level_f64(q, v)).collect(),
+        Tensor::I32(a) => broadcast::unary_slices(&a.mapv(|v| v as f32), f32s),
+        Tensor::F64(a) => broadcast::unary(a, |v| level_f64(q, v)),
         other => unsupported!(
             "QuantizeDequantize of {} (QuantizeLinear takes float and int32 inputs)",
             other.dtype()
         ),
-    };
-    single(Tensor::F32(ArrayD::from_shape_vec(shape, y)?))
-}
-
-/// `q` of each value on the widest vectors this CPU has, split across threads for large tensors,
-/// each output written once.
-fn map_f32(q: FakeQuant, x: &ArrayD<f32>) -> Vec<f32> {
-    let x = x.as_standard_layout();
-    let owned: Vec<f32>;
-    let x = match x.as_slice() {
-        Some(s) => s,
-        None => {
-            owned = x.iter().copied().collect();
-            &owned
-        }
-    };
-    let mut out: Vec<f32> = crate::arena::vec(x.len());
-    let act = Activation::FakeQuant(q);
-    par_fill(
-        &mut out.spare_capacity_mut()[..x.len()],
-        &|start, o: &mut [MaybeUninit<f32>]| act.map(&x[start..start + o.len()], o),
-    );
-    // SAFETY: par_fill hands every element of the first x.len() to exactly one call, and `map`
-    // writes all of its chunk.
-    unsafe { out.set_len(x.len()) };
-    out
+    }))
 }
 
 /// The pair for an f64 input: QuantizeLinear divides in f64 and rounds ties to even, then

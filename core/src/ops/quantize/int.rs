@@ -512,8 +512,6 @@ impl Sums {
     }
 }
 
-/// The convolution of x by w, each centered on its zero point (w's per output channel), and the
-/// conv geometry.
 /// The convolution's geometry, with its operands' types, zero points' shapes and sizes checked.
 fn conv_checked(
     ctx: &OpCtx,
@@ -556,16 +554,17 @@ fn conv_checked(
     Ok(g)
 }
 
-fn conv_operands(
-    ctx: &OpCtx,
+/// The convolution of x by w, each centered on its zero point (w's per output channel), for the
+/// geometry `g` that [`conv_checked`] gave.
+fn conv_sums(
+    g: &Geom,
     x: &Tensor,
     xz: Option<&Tensor>,
     w: &Tensor,
     wz: Option<&Tensor>,
-) -> OpResult<(Geom, Sums)> {
-    let g = conv_checked(ctx, x, xz, w, wz)?;
-    if let Some(y) = super::int8::conv(&g, x, xz, w, wz)? {
-        return Ok((g, Sums::I32(y)));
+) -> OpResult<Sums> {
+    if let Some(y) = super::int8::conv(g, x, xz, w, wz)? {
+        return Ok(Sums::I32(y));
     }
     let xv = centered(x, xz, false, "x")?;
     let wv = match wz {
@@ -580,14 +579,15 @@ fn conv_operands(
         }
         z => centered(w, z, false, "w")?,
     };
-    let y = conv_f64(&g, &xv, &wv);
-    Ok((g, Sums::F64(y)))
+    Ok(Sums::F64(conv_f64(g, &xv, &wv)))
 }
 
 pub(super) fn conv_integer(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<Vec<Value>> {
     let x = input(inputs, 0)?;
     let w = input(inputs, 1)?;
-    let (g, y) = conv_operands(ctx, x, opt_input(inputs, 2)?, w, opt_input(inputs, 3)?)?;
+    let (xz, wz) = (opt_input(inputs, 2)?, opt_input(inputs, 3)?);
+    let g = conv_checked(ctx, x, xz, w, wz)?;
+    let y = conv_sums(&g, x, xz, w, wz)?;
     let shape: Vec<usize> = [g.n, g.m]
         .into_iter()
         .chain(g.outs.iter().copied())
@@ -660,7 +660,7 @@ pub(super) fn qlinear_conv(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<V
     if let Some(t) = super::int8::conv_requantized(&g, x, xz, w, wz, rq, &shape)? {
         return single(t);
     }
-    let (g, y) = conv_operands(ctx, x, xz, w, wz)?;
+    let y = conv_sums(&g, x, xz, w, wz)?;
     if let Sums::I32(v) = &y
         && let Some(t) = super::int8::requantize_runs(v, osz, &params, zpv[0], out, &shape)?
     {

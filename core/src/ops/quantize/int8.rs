@@ -219,17 +219,7 @@ fn matmul_with(
     }
     Ok(Some(match rq {
         None => (Product::Sums(c), shape),
-        Some((_, _, out)) => {
-            let t = if out == DType::I8 {
-                Tensor::I8(ArrayD::from_shape_vec(
-                    IxDyn(&shape),
-                    levels.into_iter().map(|v| v as i8).collect(),
-                )?)
-            } else {
-                Tensor::U8(ArrayD::from_shape_vec(IxDyn(&shape), levels)?)
-            };
-            (Product::Levels(t), shape)
-        }
+        Some((_, _, out)) => (Product::Levels(levels_tensor(levels, out, &shape)?), shape),
     }))
 }
 
@@ -316,15 +306,20 @@ fn conv_levels(
     if !done {
         return Ok(None);
     }
+    Ok(Some(levels_tensor(levels, out, shape)?))
+}
+
+/// The bytes `igemm_requantized` stored as a tensor of `out` (u8, or i8 from its two's complement).
+fn levels_tensor(levels: Vec<u8>, out: DType, shape: &[usize]) -> OpResult<Tensor> {
     let shape = IxDyn(shape);
-    Ok(Some(if out == DType::I8 {
+    Ok(if out == DType::I8 {
         Tensor::I8(ArrayD::from_shape_vec(
             shape,
             levels.into_iter().map(|v| v as i8).collect(),
         )?)
     } else {
         Tensor::U8(ArrayD::from_shape_vec(shape, levels)?)
-    }))
+    })
 }
 
 /// One group's product of a convolution: `mg` rows of weights by the columns, written by `sums`
