@@ -9,8 +9,9 @@ use pyo3::types::{PyString, PyTuple};
 use quorum::session::sampling::Sampling;
 use quorum::{Availability, Provider, VerifyMode};
 
-/// onnxruntime's optimisation levels. Quorum's rewrites keep every output bit for bit, so any
-/// level but `ORT_DISABLE_ALL` turns them (and constant folding) on.
+/// onnxruntime's optimisation levels. Any level but `ORT_DISABLE_ALL` turns Quorum's rewrites (and
+/// constant folding) on: most keep every output bit for bit, and the rest stay within the f32
+/// rounding bound their modules state.
 #[pyclass(module = "quorum", eq, eq_int)]
 #[derive(Clone, Copy, PartialEq, Eq)]
 #[allow(non_camel_case_types, clippy::upper_case_acronyms)]

@@ -27,8 +27,14 @@
 //!   becomes one `com.quorum` MatMulBias (`matmul_bias.rs`), whose f32 GEMM adds the bias as it
 //!   stores each output, the Add's own sum (the device sessions' `matmul-bias`, exact here).
 //!
-//! And three that change the arithmetic within the op's own accuracy (stated in each module):
+//! And four that change the arithmetic within the op's own accuracy (stated in each module):
 //!
+//! - `qdq-integer`, only when asked for (`SessionOptions::qdq_integer`, `--qdq-integer`), before
+//!   constant folding (which would turn the quantized weights into f32): DequantizeLinear → Conv
+//!   or MatMul → [Relu] → QuantizeLinear, a static QDQ model's quantized op, becomes one
+//!   QLinearConv or QLinearMatMul on the integers (`qlinear.rs`); the two differ by at most one
+//!   level, and only where the exact value lies within the f32 sum's rounding of the edge between
+//!   two levels.
 //! - `affine-fold`: a Conv followed by inference BatchNormalization, or Mul, Add or Sub by a
 //!   per-channel constant, becomes one Conv whose weight and bias absorb them (`affine.rs`); it runs
 //!   before `conv-activation`, which can then fuse the activation after the chain.
@@ -80,6 +86,7 @@ pub struct Rewrite {
 /// Passes whose result may differ from the unrewritten graph's in the last bits (each within the
 /// bound its module states); every other pass keeps every output bit for bit.
 pub const INEXACT_PASSES: &[&str] = &[
+    "qdq-integer",
     "affine-fold",
     "affine-chain",
     "gelu",
@@ -119,6 +126,19 @@ pub(crate) fn optimize(
     residual::fuse_conv_residual(&mut g, &constants, &mut done);
     fuse_conv_activation(&mut g, &constants, &mut done);
     input_scale::fold_input_scale(&mut g, &constants, &mut done);
+    (!done.is_empty()).then_some((g, done))
+}
+
+/// The rewrites made before constant folding (`qdq-integer`), or `None` when nothing applies.
+/// `runs(op)`: whether every engine of the session runs that default-domain op.
+pub(crate) fn before_folding(
+    graph: &Graph,
+    constants: &HashMap<String, Arc<Value>>,
+    runs: &dyn Fn(&str) -> bool,
+) -> Option<(Graph, Vec<Rewrite>)> {
+    let mut g = graph.clone();
+    let mut done = Vec::new();
+    qlinear::fuse_integer(&mut g, constants, runs, &mut done);
     (!done.is_empty()).then_some((g, done))
 }
 
@@ -467,6 +487,7 @@ mod input_scale;
 mod input_scale_tests;
 mod matmul_bias;
 mod qdq;
+mod qlinear;
 mod residual;
 
 #[cfg(test)]

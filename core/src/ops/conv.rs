@@ -37,6 +37,19 @@ mod transpose;
 pub mod weights;
 
 pub(crate) use forward::activation_attr;
+
+/// Conv of f32 `x` and `w` with `ctx`'s attributes, no bias and no activation, by the fast paths
+/// Conv takes (the direct depthwise kernel among them). `ctx`'s runner is not asked for constants:
+/// the caller's `w` need not be the node's input 1 (QLinearConv's integer depthwise path passes
+/// its centered weights here).
+pub(crate) fn conv_f32(ctx: &OpCtx, x: &ArrayD<f32>, w: &ArrayD<f32>) -> OpResult<ArrayD<f32>> {
+    let plain = OpCtx {
+        node: ctx.node,
+        runner: &super::NoSubgraphs,
+        max_tensor_bytes: ctx.max_tensor_bytes,
+    };
+    <f32 as forward::ConvFloat>::conv(&plain, x, w, None, quorum_kernels::Activation::None)
+}
 pub use transpose::convt_geom;
 
 pub fn register(r: &mut Registry) {

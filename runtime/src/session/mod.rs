@@ -184,6 +184,31 @@ impl Session {
             model.graph = graph;
             conversion = Some(done);
         }
+        let devices = placement::open_devices(
+            &options.providers,
+            &crate::backend::DeviceOptions {
+                precision: options.precision,
+            },
+        )?;
+        let mut rewrites = Vec::new();
+        // Rewrites that need the model's constants as written (the quantized weights), before
+        // folding computes their f32 values.
+        let qdq_integer = match std::env::var("QUORUM_QDQ_INTEGER").as_deref() {
+            Ok("on") => true,
+            Ok("off") => false,
+            _ => options.qdq_integer,
+        };
+        if options.optimize && qdq_integer {
+            let constants =
+                crate::optimize::constants(&model.graph, overridable_initializers(&model));
+            let runs = |op: &str| placement::every_device_runs(&devices, "", op);
+            if let Some((graph, done)) =
+                crate::optimize::before_folding(&model.graph, &constants, &runs)
+            {
+                model.graph = graph;
+                rewrites = done;
+            }
+        }
         let mut plan = Plan::compile(
             Arc::new(model.graph.clone()),
             Registry::cpu(),
@@ -204,13 +229,6 @@ impl Session {
             .verify
             .with_env_override()
             .map_err(Error::Provider)?;
-        let devices = placement::open_devices(
-            &options.providers,
-            &crate::backend::DeviceOptions {
-                precision: options.precision,
-            },
-        )?;
-        let mut rewrites = Vec::new();
         if options.optimize {
             let constants =
                 crate::optimize::constants(&plan.graph, overridable_initializers(&model));
@@ -223,7 +241,7 @@ impl Session {
             };
             if let Some((graph, done)) = rewritten {
                 plan = Plan::compile(Arc::new(graph), Registry::cpu(), &HashSet::new())?;
-                rewrites = done;
+                rewrites.extend(done);
             }
         }
         let placement = placement::place(&mut plan, &options.providers, &devices);

@@ -38,6 +38,12 @@ pub struct SessionOptions {
     /// Apply the graph rewrites of `crate::optimize` (fusions, Identity removal) when every node of
     /// the session runs on the CPU (on by default); each keeps the outputs bit for bit.
     pub optimize: bool,
+    /// With `optimize`: compute a static QDQ model's quantized Conv and MatMul on its integers
+    /// (the `qdq-integer` rewrite, `optimize/qlinear.rs`), as onnxruntime does by default. Off by
+    /// default: the results move by one quantization step where a value lies at a step's edge,
+    /// and the integer form is the faster only where the products are large (see the module).
+    /// `QUORUM_QDQ_INTEGER=on|off` overrides it.
+    pub qdq_integer: bool,
     /// Keep the storage of dead f32 activations for the next outputs that fit, within a run and
     /// across runs (`crate::arena`; on by default): a steady-state run then takes no new memory
     /// for the outputs of the kernels that allocate through it, at the cost of holding what the
@@ -95,6 +101,7 @@ impl Default for SessionOptions {
             poison_device_buffers: None,
             fold_constants: true,
             optimize: true,
+            qdq_integer: false,
             arena: true,
             streams: 1,
             graph_capture: GraphCapture::Off,

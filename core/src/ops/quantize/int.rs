@@ -323,7 +323,7 @@ pub(super) struct Geom {
     pub(super) outs: Vec<usize>,
 }
 
-fn geom(ctx: &OpCtx, xs: &[usize], ws: &[usize]) -> OpResult<Geom> {
+pub(super) fn geom(ctx: &OpCtx, xs: &[usize], ws: &[usize]) -> OpResult<Geom> {
     if xs.len() < 3 || ws.len() != xs.len() {
         bail!("conv input {xs:?} and weight {ws:?} must have the same rank >= 3");
     }
@@ -557,12 +557,16 @@ fn conv_checked(
 /// The convolution of x by w, each centered on its zero point (w's per output channel), for the
 /// geometry `g` that [`conv_checked`] gave.
 fn conv_sums(
+    ctx: &OpCtx,
     g: &Geom,
     x: &Tensor,
     xz: Option<&Tensor>,
     w: &Tensor,
     wz: Option<&Tensor>,
 ) -> OpResult<Sums> {
+    if let Some(y) = super::int8::depthwise::sums(ctx, g, x, xz, w, wz)? {
+        return Ok(Sums::I32(y));
+    }
     if let Some(y) = super::int8::conv(g, x, xz, w, wz)? {
         return Ok(Sums::I32(y));
     }
@@ -587,7 +591,7 @@ pub(super) fn conv_integer(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<V
     let w = input(inputs, 1)?;
     let (xz, wz) = (opt_input(inputs, 2)?, opt_input(inputs, 3)?);
     let g = conv_checked(ctx, x, xz, w, wz)?;
-    let y = conv_sums(&g, x, xz, w, wz)?;
+    let y = conv_sums(ctx, &g, x, xz, w, wz)?;
     let shape: Vec<usize> = [g.n, g.m]
         .into_iter()
         .chain(g.outs.iter().copied())
@@ -657,10 +661,14 @@ pub(super) fn qlinear_conv(ctx: &OpCtx, inputs: &[Option<&Value>]) -> OpResult<V
     let params: Vec<(f64, f64)> = b.iter().copied().zip(mult.iter().copied()).collect();
     // The integer product requantized as it is stored; else the sums, then the requantization.
     let rq = (&params[..], zpv[0], out);
-    if let Some(t) = super::int8::conv_requantized(&g, x, xz, w, wz, rq, &shape)? {
+    // A depthwise convolution's sums come from the f32 direct kernel (`int8/depthwise.rs`), then
+    // the requantization; every other 8-bit one requantizes as the integer product stores.
+    if !super::int8::depthwise::applies(&g)
+        && let Some(t) = super::int8::conv_requantized(&g, x, xz, w, wz, rq, &shape)?
+    {
         return single(t);
     }
-    let y = conv_sums(&g, x, xz, w, wz)?;
+    let y = conv_sums(ctx, &g, x, xz, w, wz)?;
     if let Sums::I32(v) = &y
         && let Some(t) = super::int8::requantize_runs(v, osz, &params, zpv[0], out, &shape)?
     {

@@ -564,5 +564,7 @@ fn im2col_2d(g: &Geom, x: &[u8], ni: usize, gi: usize, col: &mut [u8], pad: u8) 
     }
 }
 
+pub(super) mod depthwise;
+
 #[cfg(test)]
 mod tests;

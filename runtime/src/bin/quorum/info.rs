@@ -76,7 +76,12 @@ pub fn main(a: Args) -> CliResult<()> {
     accelerator_placement(&g.nodes);
     wgpu_adapters();
     // Folding runs the constant nodes' CPU kernels, so it is reported from a CPU session.
-    match quorum::Session::from_model(model.clone(), quorum::SessionOptions::default()) {
+    let cpu_options = quorum::SessionOptions {
+        optimize: !a.model.no_optimize,
+        qdq_integer: a.model.qdq_integer,
+        ..Default::default()
+    };
+    match quorum::Session::from_model(model.clone(), cpu_options) {
         Ok(s) => {
             println!(
                 "constant folding: {} of {} top-level nodes run once at load (inputs all constants)",
@@ -93,7 +98,7 @@ pub fn main(a: Args) -> CliResult<()> {
                     if s.rewrites().is_empty() { "" } else { ":" }
                 );
                 for r in s.rewrites() {
-                    println!("  {r}");
+                    println!("  {r}{}", inexact_mark(r));
                 }
             }
         }
@@ -143,7 +148,7 @@ pub fn main(a: Args) -> CliResult<()> {
                     if s.rewrites().is_empty() { "" } else { ":" }
                 );
                 for r in s.rewrites() {
-                    println!("  {r}");
+                    println!("  {r}{}", inexact_mark(r));
                 }
             }
             if !shapes.is_empty() {
@@ -288,5 +293,14 @@ fn auto_dispatch(a: &Args, s: &quorum::Session) {
                 p.provider.name()
             ),
         }
+    }
+}
+
+/// How `quorum info` marks a rewrite that does not keep every output bit for bit.
+fn inexact_mark(r: &quorum::optimize::Rewrite) -> &'static str {
+    if r.exact() {
+        ""
+    } else {
+        " (rounds differently, within the bound its module states)"
     }
 }
