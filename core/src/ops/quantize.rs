@@ -13,6 +13,7 @@ use crate::error::OpResult;
 use crate::tensor::{DType, Tensor, Value};
 use crate::{bail, unsupported};
 
+pub mod contrib;
 pub mod fake;
 mod int;
 mod int8;
@@ -26,6 +27,7 @@ pub fn register(r: &mut Registry) {
     r.add("", "ConvInteger", int::conv_integer);
     r.add("", "QLinearConv", int::qlinear_conv);
     fake::register(r);
+    contrib::register(r);
 }
 
 fn dtype_attr(code: i64) -> OpResult<DType> {
