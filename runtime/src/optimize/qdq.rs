@@ -46,7 +46,7 @@ fn scalar(
 }
 
 /// The integer attribute `name` of `n` (`default` when absent), `None` when it is not an integer.
-fn int_attr(n: &Node, name: &str, default: i64) -> Option<i64> {
+pub(super) fn int_attr(n: &Node, name: &str, default: i64) -> Option<i64> {
     match n.attrs.get(name) {
         None => Some(default),
         Some(Attr::Int(v)) => Some(*v),

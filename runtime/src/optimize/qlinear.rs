@@ -62,8 +62,9 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use super::qdq::int_attr;
 use super::{Rewrite, pinned, producers, readers, sole_reader};
-use crate::ir::{Attr, Graph, Node};
+use crate::ir::{Graph, Node};
 use crate::tensor::{DType, Tensor, Value};
 
 pub(super) const PASS: &str = "qdq-integer";
@@ -74,14 +75,6 @@ struct Dequant<'g> {
     scale: &'g str,
     zero: Option<&'g str>,
     axis: i64,
-}
-
-fn int_attr(n: &Node, name: &str, default: i64) -> Option<i64> {
-    match n.attrs.get(name) {
-        None => Some(default),
-        Some(Attr::Int(v)) => Some(*v),
-        Some(_) => None,
-    }
 }
 
 fn plain<'g>(n: &'g Node, op: &str) -> Option<&'g Node> {
@@ -241,12 +234,7 @@ fn plan(
     // A depthwise convolution (one input channel per group) stays in f32: its integer form runs
     // through the same f32 kernel (`int8/depthwise.rs` in quorum-core) with passes to center,
     // convert and requantize besides, where the f32 chain's quantization is fused into the store.
-    let group = match n.attrs.get("group") {
-        None => 1,
-        Some(Attr::Int(g)) => *g,
-        Some(_) => return None,
-    };
-    if is_conv && group > 1 && wt.shape()[1] == 1 {
+    if is_conv && int_attr(n, "group", 1)? > 1 && wt.shape()[1] == 1 {
         return None;
     }
     let m = if is_conv { wt.shape()[0] } else { 1 };

@@ -108,6 +108,16 @@ pub(super) fn first_difference(a: &Session, b: &Session) -> Option<(usize, usize
     None
 }
 
+/// The ops of a session's plan, qualified with their domains.
+pub(super) fn session_ops(s: &Session) -> Vec<String> {
+    s.plan()
+        .graph
+        .nodes
+        .iter()
+        .map(|n| n.qualified_op())
+        .collect()
+}
+
 /// The optimised session's rewrites and ops, after checking it equals the plain one bit for bit.
 pub(super) fn check(m: &Model) -> (Vec<Rewrite>, Vec<String>) {
     let (plain, opt) = (session(m, false), session(m, true));

@@ -113,14 +113,7 @@ fn passes(s: &Session) -> Vec<&'static str> {
     s.rewrites().iter().map(|r| r.pass).collect()
 }
 
-fn ops(s: &Session) -> Vec<String> {
-    s.plan()
-        .graph
-        .nodes
-        .iter()
-        .map(|n| n.qualified_op())
-        .collect()
-}
+use crate::optimize::tests::session_ops as ops;
 
 #[test]
 fn conv_batchnorm_relu_becomes_one_fused_conv_within_the_bound() {

@@ -54,14 +54,7 @@ fn densenet_chain() -> Vec<Node> {
     ]
 }
 
-fn ops(s: &Session) -> Vec<String> {
-    s.plan()
-        .graph
-        .nodes
-        .iter()
-        .map(|n| n.qualified_op())
-        .collect()
-}
+use crate::optimize::tests::session_ops as ops;
 
 fn outputs(s: &Session, seed: u64) -> Vec<Vec<f64>> {
     let x = tensor(&[1, 3, 8, 8], seed);

@@ -359,14 +359,7 @@ fn violations(case: &Case, plain: &Session, rewritten: &Session) -> (usize, usiz
     (bad, near)
 }
 
-fn ops(s: &Session) -> Vec<String> {
-    s.plan()
-        .graph
-        .nodes
-        .iter()
-        .map(|n| n.qualified_op())
-        .collect()
-}
+use crate::optimize::tests::session_ops as ops;
 
 fn rewritten(case: &Case) -> (Session, Session) {
     let m = case.model();
