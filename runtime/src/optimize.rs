@@ -83,8 +83,9 @@ pub struct Rewrite {
     pub detail: String,
 }
 
-/// Passes whose result may differ from the unrewritten graph's in the last bits (each within the
-/// bound its module states); every other pass keeps every output bit for bit.
+/// Passes whose result may differ from the unrewritten graph's (each within the bound its module
+/// states: the last bits of f32, or one quantization level for `qdq-integer`); every other pass
+/// keeps every output bit for bit.
 pub const INEXACT_PASSES: &[&str] = &[
     "qdq-integer",
     "affine-fold",
@@ -210,6 +211,15 @@ fn binary<'g>(n: &'g Node, op: &str) -> Option<&'g Node> {
     .then_some(n)
 }
 
+/// Removes the nodes whose index (before the removal) `gone` names.
+fn remove_nodes(g: &mut Graph, gone: impl Fn(usize) -> bool) {
+    let mut k = 0;
+    g.nodes.retain(|_| {
+        k += 1;
+        !gone(k - 1)
+    });
+}
+
 /// The index of the node that writes each value.
 fn producers(g: &Graph) -> HashMap<&str, usize> {
     let mut p = HashMap::new();
@@ -268,11 +278,7 @@ fn remove_identities(g: &mut Graph, done: &mut Vec<Rewrite>) {
     if rename.is_empty() {
         return;
     }
-    let mut k = 0;
-    g.nodes.retain(|_| {
-        k += 1;
-        !removed[k - 1]
-    });
+    remove_nodes(g, |i| removed[i]);
     // Chains of Identity resolve to the first input, whatever order the nodes are listed in (the
     // plan compiled before the rewrites has ruled out cycles; the bound is a guard all the same).
     let resolve = |name: &String| {
@@ -471,11 +477,7 @@ fn fuse_conv_activation(
             ),
         });
     }
-    let mut k = 0;
-    g.nodes.retain(|_| {
-        k += 1;
-        !absorbed.contains(&(k - 1))
-    });
+    remove_nodes(g, |i| absorbed.contains(&i));
 }
 
 pub(crate) mod affine;

@@ -250,11 +250,7 @@ pub(super) fn fold_affine(
             detail: format!("Conv '{}' absorbs {}", conv.name, names.join(" + ")),
         });
     }
-    let mut k = 0;
-    g.nodes.retain(|_| {
-        k += 1;
-        !absorbed.contains(&(k - 1))
-    });
+    super::remove_nodes(g, |i| absorbed.contains(&i));
 }
 
 #[cfg(test)]

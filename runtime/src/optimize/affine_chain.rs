@@ -237,11 +237,7 @@ pub(super) fn fuse_affine_chains(
             detail: format!("{} become one ChannelAffine", names.join(" + ")),
         });
     }
-    let mut k = 0;
-    g.nodes.retain(|_| {
-        k += 1;
-        !drop.contains(&(k - 1))
-    });
+    super::remove_nodes(g, |i| drop.contains(&i));
 }
 
 #[cfg(test)]

@@ -230,11 +230,7 @@ pub(super) fn fuse_attention(
             removed[i] = true;
         }
     }
-    let mut k = 0;
-    g.nodes.retain(|_| {
-        k += 1;
-        !removed[k - 1]
-    });
+    super::remove_nodes(g, |i| removed[i]);
 }
 
 #[cfg(test)]

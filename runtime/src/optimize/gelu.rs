@@ -139,9 +139,5 @@ pub(super) fn fuse_gelu(
         });
         absorbed.remove(last);
     }
-    let mut k = 0;
-    g.nodes.retain(|_| {
-        k += 1;
-        !absorbed.contains(&(k - 1))
-    });
+    super::remove_nodes(g, |i| absorbed.contains(&i));
 }

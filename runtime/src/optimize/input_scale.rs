@@ -89,9 +89,5 @@ pub(super) fn fold_input_scale(
         });
         gone.insert(m);
     }
-    let mut k = 0;
-    g.nodes.retain(|_| {
-        k += 1;
-        !gone.contains(&(k - 1))
-    });
+    super::remove_nodes(g, |i| gone.contains(&i));
 }

@@ -81,11 +81,7 @@ pub(super) fn fuse_matmul_bias(
         n.attrs.clear();
         removed[im] = true;
     }
-    let mut k = 0;
-    g.nodes.retain(|_| {
-        k += 1;
-        !removed[k - 1]
-    });
+    super::remove_nodes(g, |i| removed[i]);
 }
 
 #[cfg(test)]

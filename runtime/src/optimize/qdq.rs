@@ -55,7 +55,7 @@ pub(super) fn int_attr(n: &Node, name: &str, default: i64) -> Option<i64> {
 }
 
 /// Whether every attribute of `n` is one of `known`.
-fn only(n: &Node, known: &[&str]) -> bool {
+pub(super) fn only(n: &Node, known: &[&str]) -> bool {
     n.attrs.keys().all(|k| known.contains(&k.as_str()))
 }
 
@@ -163,11 +163,7 @@ pub(super) fn fuse_qdq_pairs(
         node.attrs = HashMap::from([("params".to_string(), Attr::Floats(fake::params(q)))]);
         drop[i] = true;
     }
-    let mut k = 0;
-    g.nodes.retain(|_| {
-        k += 1;
-        !drop[k - 1]
-    });
+    super::remove_nodes(g, |i| drop[i]);
 }
 
 #[cfg(test)]

@@ -62,7 +62,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use super::qdq::int_attr;
+use super::qdq::{int_attr, only};
 use super::{Rewrite, pinned, producers, readers, sole_reader};
 use crate::ir::{Graph, Node};
 use crate::tensor::{DType, Tensor, Value};
@@ -91,10 +91,7 @@ fn dequant(n: &Node) -> Option<Dequant<'_>> {
     let n = plain(n, "DequantizeLinear")?;
     if !(2..=3).contains(&n.inputs.len())
         || n.inputs[1].is_empty()
-        || !n
-            .attrs
-            .keys()
-            .all(|k| ["axis", "block_size", "output_dtype"].contains(&k.as_str()))
+        || !only(n, &["axis", "block_size", "output_dtype"])
         || int_attr(n, "block_size", 0)? != 0
         || !matches!(int_attr(n, "output_dtype", 0)?, 0 | 1)
     {
@@ -139,10 +136,7 @@ impl Consts<'_> {
 fn quant<'g>(n: &'g Node, c: &Consts) -> Option<(&'g str, &'g str, DType, i64)> {
     let n = plain(n, "QuantizeLinear")?;
     if n.inputs.len() != 3
-        || !n
-            .attrs
-            .keys()
-            .all(|k| ["axis", "saturate", "block_size", "output_dtype"].contains(&k.as_str()))
+        || !only(n, &["axis", "saturate", "block_size", "output_dtype"])
         || int_attr(n, "block_size", 0)? != 0
     {
         return None;
@@ -377,11 +371,7 @@ pub(super) fn fuse_integer(
         .iter()
         .map(|&k| g.nodes[k].outputs[0].clone())
         .collect();
-    let mut k = 0;
-    g.nodes.retain(|_| {
-        k += 1;
-        !drop[k - 1]
-    });
+    super::remove_nodes(g, |i| drop[i]);
     remove_unread(g, &pinned, &past);
 }
 

@@ -113,9 +113,5 @@ pub(super) fn fuse_conv_residual(
             ),
         });
     }
-    let mut k = 0;
-    g.nodes.retain(|_| {
-        k += 1;
-        !absorbed.contains(&(k - 1))
-    });
+    super::remove_nodes(g, |i| absorbed.contains(&i));
 }

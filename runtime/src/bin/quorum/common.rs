@@ -84,7 +84,7 @@ pub struct ModelArgs {
     pub no_optimize: bool,
     /// Compute a static QDQ model's quantized Conv and MatMul (DequantizeLinear → op →
     /// QuantizeLinear) on their integers as QLinearConv and QLinearMatMul, as onnxruntime does by
-    /// default: 1.7–2.7× faster on dense convolutions and products here, at most one quantization
+    /// default: 1.7–2.8× faster on dense convolutions and products here, at most one quantization
     /// step from the f32 chain where a value lies at a step's edge. Off by default (the chain is
     /// computed as written); depthwise convolutions stay in f32 either way.
     #[arg(long)]
